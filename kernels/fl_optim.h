@@ -1,0 +1,201 @@
+/* fl_optim.h - Flotilla's optimizer, gradient-merge, AMP and cast kernels.
+ *
+ * One header for the CPU and the CUDA builds: every fl_*_cuda function takes
+ * device pointers and a cudaStream_t passed as void* (NULL = default stream)
+ * and computes what its CPU twin computes (within 1e-6 relative).  In a tree
+ * built without CUDA the _cuda functions exist and return FL_ENOTSUP.
+ *
+ * It is a plain C ABI: pointers, sizes and structs of scalars, no callbacks
+ * and no hidden allocation, so other languages can call it through an FFI.
+ * The caller owns every buffer; no function keeps a pointer after it returns.
+ * The numerics are those of shared/DESIGN.md section 5 (PyTorch conventions
+ * for the plain optimizers, Paddle's for LARS and LAMB). */
+#ifndef FL_OPTIM_H
+#define FL_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fl_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- optimizers */
+
+typedef enum fl_optim_kind {
+  FL_OPTIM_SGD = 0,
+  FL_OPTIM_MOMENTUM = 1, /* heavy-ball, optionally Nesterov */
+  FL_OPTIM_ADAM = 2,
+  FL_OPTIM_ADAMW = 3,
+  FL_OPTIM_ADAGRAD = 4,
+  FL_OPTIM_LARS = 5, /* momentum inner optimizer */
+  FL_OPTIM_LAMB = 6  /* adam inner optimizer */
+} fl_optim_kind;
+
+/* Hyper-parameters shared by every tensor of one step.  Fields an optimizer
+ * does not use are ignored.  Fill with fl_optim_hparams_default() first. */
+typedef struct fl_optim_hparams {
+  fl_optim_kind kind;
+  float momentum;     /* Momentum, LARS: mu (default 0.9) */
+  int nesterov;       /* Momentum: 1 for Nesterov */
+  float beta1;        /* Adam, AdamW, LAMB (0.9) */
+  float beta2;        /* Adam, AdamW, LAMB (0.999) */
+  float epsilon;      /* Adam/AdamW/Adagrad 1e-8, LAMB 1e-6, LARS 0 */
+  float weight_decay; /* wd; LARS: lars_weight_decay, LAMB: lamb_weight_decay */
+  float lars_coeff;   /* LARS trust coefficient (0.001) */
+  float initial_accumulator; /* Adagrad: starting value of s (0) */
+  /* Parameters whose name contains one of these substrings get wd = 0
+   * (and so no LARS/LAMB trust ratio).  May be NULL when n_exclude is 0. */
+  const char *const *exclude_from_weight_decay;
+  size_t n_exclude;
+  int num_threads; /* CPU threads for one step; <= 0 means all cores */
+} fl_optim_hparams;
+
+/* One parameter tensor and its state for a multi-tensor step.  state1 and
+ * state2 hold n floats each when fl_optim_state_count() says the optimizer
+ * needs them (momentum / Adam m / Adagrad sum; Adam v) and are NULL
+ * otherwise; they start zeroed (Adagrad: fl_optim_init_state fills them). */
+typedef struct fl_optim_tensor {
+  const char *name; /* matched against exclude_from_weight_decay; may be NULL */
+  float *param;
+  const float *grad;
+  float *state1;
+  float *state2;
+  size_t n;
+} fl_optim_tensor;
+
+/* Defaults of shared/DESIGN.md section 5 for kind. */
+fl_optim_hparams fl_optim_hparams_default(fl_optim_kind kind);
+
+/* Number of n-float state buffers kind needs per tensor (0, 1 or 2). */
+int fl_optim_state_count(fl_optim_kind kind);
+
+/* Name of kind ("sgd", "momentum", "adam", "adamw", "adagrad", "lars",
+ * "lamb"), and the reverse; fl_optim_kind_parse returns FL_EINVAL for an
+ * unknown name. */
+const char *fl_optim_kind_name(fl_optim_kind kind);
+fl_status fl_optim_kind_parse(const char *name, fl_optim_kind *out);
+
+/* Check hparams for values outside their domain (negative lr-free fields,
+ * betas outside [0,1), negative eps or wd, unknown kind).  FL_EINVAL if bad. */
+fl_status fl_optim_hparams_check(const fl_optim_hparams *hp);
+
+/* Whether a parameter called name gets weight decay under hp (0 or 1). */
+int fl_optim_decays(const fl_optim_hparams *hp, const char *name);
+
+/* Zero (or, for Adagrad, set to initial_accumulator) the state buffers of
+ * every tensor. */
+fl_status fl_optim_init_state(const fl_optim_hparams *hp, fl_optim_tensor *t, size_t nt);
+
+/* One optimizer step over nt tensors with learning rate lr (>= 0) at step
+ * number `step` (1 for the first update; Adam-family bias correction uses
+ * it).  Fused: one pass over each tensor's elements (LARS/LAMB compute their
+ * norms first).  Returns FL_EINVAL for NULL pointers, n == 0, a missing
+ * state buffer, lr < 0 or step < 1, before touching any tensor. */
+fl_status fl_optim_step(const fl_optim_hparams *hp, fl_optim_tensor *t, size_t nt, float lr,
+                        int64_t step);
+/* Same over device pointers (t itself is a host array). */
+fl_status fl_optim_step_cuda(const fl_optim_hparams *hp, fl_optim_tensor *t, size_t nt, float lr,
+                             int64_t step, void *stream);
+
+/* ------------------------------------------------------ learning-rate schedules */
+
+typedef enum fl_lr_kind {
+  FL_LR_CONSTANT = 0,
+  FL_LR_POLYNOMIAL = 1, /* (base-end)*(1-t/decay_steps)^power + end, held at end after */
+  FL_LR_COSINE = 2,     /* end + (base-end)*(1+cos(pi*t/decay_steps))/2 */
+  FL_LR_PIECEWISE = 3   /* values[i] while step < boundaries[i]; values[nb] after */
+} fl_lr_kind;
+
+#define FL_LR_MAX_PIECES 16
+
+/* A schedule; warmup_steps > 0 adds a linear warmup from warmup_start_lr to
+ * the schedule's value over the first warmup_steps steps (the decay then
+ * counts t = step - warmup_steps). */
+typedef struct fl_lr_schedule {
+  fl_lr_kind kind;
+  float base_lr;
+  float end_lr;
+  float power;        /* polynomial (1.0 = linear decay) */
+  int64_t decay_steps;
+  int64_t warmup_steps;
+  float warmup_start_lr;
+  size_t n_boundaries; /* piecewise: boundaries[0..n-1], values[0..n] */
+  int64_t boundaries[FL_LR_MAX_PIECES];
+  float values[FL_LR_MAX_PIECES + 1];
+} fl_lr_schedule;
+
+/* FL_EINVAL when a field is out of range (negative lr, decay_steps < 1 for
+ * polynomial/cosine, unsorted boundaries, too many pieces). */
+fl_status fl_lr_schedule_check(const fl_lr_schedule *s);
+/* kind by name: "constant", "polynomial", "cosine", "piecewise". */
+fl_status fl_lr_kind_parse(const char *name, fl_lr_kind *out);
+const char *fl_lr_kind_name(fl_lr_kind kind);
+/* Learning rate at optimizer step `step` (0-based count of updates done). */
+float fl_lr_at(const fl_lr_schedule *s, int64_t step);
+
+/* ---------------------------------------------------------- gradient merge */
+
+/* acc[i] += g[i] for every tensor i (n[i] elements each). */
+fl_status fl_gm_accumulate(float *const *acc, const float *const *g, const size_t *n, size_t nt);
+fl_status fl_gm_accumulate_cuda(float *const *acc, const float *const *g, const size_t *n,
+                                size_t nt, void *stream);
+/* At the k-th micro-step: acc /= k when avg, else leave the sum. */
+fl_status fl_gm_finalize(float *const *acc, const size_t *n, size_t nt, int k_steps, int avg);
+fl_status fl_gm_finalize_cuda(float *const *acc, const size_t *n, size_t nt, int k_steps, int avg,
+                              void *stream);
+
+/* --------------------------------------------------------------------- AMP */
+
+/* Multiply every element of every tensor by 1/scale and set *found_inf to 1
+ * when any element (before unscaling) is inf or nan, else 0.  The tensors
+ * are unscaled either way (Paddle's check_finite_and_unscale). */
+fl_status fl_amp_check_finite_and_unscale(float *const *t, const size_t *n, size_t nt,
+                                          float scale, int *found_inf);
+fl_status fl_amp_check_finite_and_unscale_cuda(float *const *t, const size_t *n, size_t nt,
+                                               float scale, int *found_inf, void *stream);
+
+/* Dynamic loss scaling state (shared/DESIGN.md section 5). */
+typedef struct fl_loss_scaler {
+  float scale;            /* current loss scale (init_loss_scaling, 32768) */
+  int incr_every_n_steps; /* 1000 */
+  int decr_every_n_nan_or_inf; /* 2 */
+  float incr_ratio;       /* 2.0 */
+  float decr_ratio;       /* 0.8 */
+  int good_steps;         /* consecutive finite steps */
+  int bad_steps;          /* consecutive overflow steps */
+  int dynamic;            /* 0 = static scale, never changes */
+} fl_loss_scaler;
+
+fl_loss_scaler fl_loss_scaler_default(void);
+fl_status fl_loss_scaler_check(const fl_loss_scaler *s);
+/* Feed one step's found_inf.  Sets *skip to 1 when the optimizer update
+ * must be skipped (found_inf), and updates the counters and the scale:
+ * incr_every_n_steps consecutive good steps multiply it by incr_ratio,
+ * decr_every_n_nan_or_inf consecutive bad ones by decr_ratio, never < 1. */
+fl_status fl_loss_scaler_update(fl_loss_scaler *s, int found_inf, int *skip);
+
+/* ------------------------------------------------------------------- casts */
+
+/* fp32 <-> fp16 (IEEE binary16) and bf16; round to nearest even; inf and
+ * nan kept (nan stays a quiet nan).  n may be 0. */
+fl_status fl_cast_f32_to_f16(const float *src, uint16_t *dst, size_t n);
+fl_status fl_cast_f16_to_f32(const uint16_t *src, float *dst, size_t n);
+fl_status fl_cast_f32_to_bf16(const float *src, uint16_t *dst, size_t n);
+fl_status fl_cast_bf16_to_f32(const uint16_t *src, float *dst, size_t n);
+fl_status fl_cast_f32_to_f16_cuda(const float *src, uint16_t *dst, size_t n, void *stream);
+fl_status fl_cast_f16_to_f32_cuda(const uint16_t *src, float *dst, size_t n, void *stream);
+fl_status fl_cast_f32_to_bf16_cuda(const float *src, uint16_t *dst, size_t n, void *stream);
+fl_status fl_cast_bf16_to_f32_cuda(const uint16_t *src, float *dst, size_t n, void *stream);
+
+/* ------------------------------------------------------------------ device */
+
+/* Number of usable CUDA devices: 0 without a GPU or in a CPU-only build. */
+int fl_cuda_device_count(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

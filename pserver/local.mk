@@ -1,0 +1,1 @@
+# pserver/: flotilla-pserver.

@@ -1,0 +1,13 @@
+# tests/: each area keeps its test rules in its own fragment, owned by
+# whoever owns that area (unit/ with Check, integration/ with real daemons,
+# bench/ never pass/fail, fuzz/ libFuzzer harnesses).
+include $(srcdir)/tests/unit/common.mk
+include $(srcdir)/tests/unit/kernels.mk
+include $(srcdir)/tests/unit/cuda.mk
+include $(srcdir)/tests/unit/layers.mk
+include $(srcdir)/tests/unit/trainer.mk
+include $(srcdir)/tests/unit/collective.mk
+include $(srcdir)/tests/unit/pserver.mk
+include $(srcdir)/tests/integration/local.mk
+include $(srcdir)/tests/bench/local.mk
+include $(srcdir)/tests/fuzz/local.mk
