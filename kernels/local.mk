@@ -1,9 +1,7 @@
-# kernels/: optimizers, gradient merge, AMP, casts and layer ops; *.c for
-# the CPU, *.cu for CUDA, compiled into libflotilla.
+# kernels/: optimizers, gradient merge, AMP, casts (this fragment), layer
+# ops (layers.mk) and the CUDA twins (cuda.mk), all compiled into
+# libflotilla.  One public header per family serves CPU and CUDA.
 flotillainclude_HEADERS += kernels/fl_optim.h
 libflotilla_la_SOURCES += kernels/optim.c
-if HAVE_CUDA
-libflotilla_la_SOURCES += kernels/device.cu
-else
-libflotilla_la_SOURCES += kernels/nocuda.c
-endif
+include $(srcdir)/kernels/layers.mk
+include $(srcdir)/kernels/cuda.mk

@@ -1,2 +1,14 @@
-# trainer/: flotilla-trainer and its internals (readers, models, loop,
-# PS client, collective engine).
+# trainer/: flotilla-trainer.  Its internals form one convenience library
+# (libfltrainer) that the binary and the tests link; each part keeps its
+# sources in its own fragment.
+noinst_LTLIBRARIES += libfltrainer.la
+libfltrainer_la_SOURCES = trainer/fl_model.h trainer/fl_sync.h
+libfltrainer_la_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) -I$(top_srcdir)/trainer \
+	-I$(top_srcdir)/trainer/collective
+libfltrainer_la_LIBADD = $(FL_LIBS)
+FL_TRAINER_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) -I$(top_srcdir)/trainer \
+	-I$(top_srcdir)/trainer/collective
+include $(srcdir)/trainer/models.mk
+include $(srcdir)/trainer/loop.mk
+include $(srcdir)/trainer/collective/local.mk
+include $(srcdir)/trainer/ps.mk

@@ -1,0 +1,1 @@
+# Job file, strategy, cluster environment, checkpoint format.

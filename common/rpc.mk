@@ -1,0 +1,1 @@
+# gRPC C core wrappers.

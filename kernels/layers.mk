@@ -1,0 +1,1 @@
+# Layer ops (linear, activations, softmax-xent, conv2d, pooling, norms).

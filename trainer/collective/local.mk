@@ -1,0 +1,1 @@
+# Collective engine: backends, hierarchical, buckets, rendezvous.

@@ -1,0 +1,125 @@
+/* fl_model.h - the model contract between the training loop and a model.
+ *
+ * A model owns its parameters, their gradients and its activation buffers.
+ * The loop only sees a flat list of named fp32 parameters (for the
+ * optimizer, gradient merge, communication and checkpoints) and two calls:
+ * train_step (forward + loss + backward on one micro-batch) and eval.
+ *
+ * Built-in models (logreg, mlp, cnn) and plugins share this contract; a
+ * plugin is a shared library exporting `fl_model_plugin_v1` (fl_model_ops
+ * below), loaded with dlopen.  The ops table is a plain C ABI. */
+#ifndef FL_MODEL_H
+#define FL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fl_status.h"
+
+#define FL_MODEL_MAX_DIMS 4
+#define FL_MODEL_NAME_MAX 64
+#define FL_MODEL_MAX_HIDDEN 16
+
+/* One named tensor of the model.  value is always present; grad is present
+ * for trainable parameters and NULL for buffers (batch-norm running stats),
+ * which are checkpointed but neither optimized nor communicated. */
+typedef struct fl_param {
+  char name[FL_MODEL_NAME_MAX]; /* e.g. "fc0.weight", "bn1.running_mean" */
+  int ndim;
+  int64_t shape[FL_MODEL_MAX_DIMS];
+  size_t n;     /* product of shape */
+  float *value; /* owned by the model */
+  float *grad;  /* owned by the model; NULL for buffers */
+  int layer;    /* index of the layer that owns it (0 = first in forward) */
+} fl_param;
+
+/* Called from backward as soon as parameter `index`'s gradient is final for
+ * this micro-batch (reverse layer order), so communication can overlap the
+ * rest of backward.  Runs on the caller's thread; must be quick. */
+typedef void (*fl_grad_ready_fn)(void *ctx, size_t index);
+
+/* Per-batch results.  loss_sum is the sum over samples of the (unscaled)
+ * cross-entropy, so that loss_sum/count is the mean; correct1/correct5 count
+ * samples whose label is the top-1 / in the top-5 logits. */
+typedef struct fl_model_result {
+  double loss_sum;
+  size_t correct1;
+  size_t correct5;
+  size_t count;
+} fl_model_result;
+
+/* What to build; filled from the job file's `model:` section. */
+typedef struct fl_model_spec {
+  char kind[16];            /* "logreg", "mlp", "cnn", "plugin" */
+  int in_channels, in_height, in_width; /* input image geometry (1,28,28) */
+  int num_classes;          /* 10 */
+  size_t hidden[FL_MODEL_MAX_HIDDEN]; /* mlp hidden sizes */
+  size_t n_hidden;
+  char activation[8];       /* "relu" (default) or "tanh" */
+  int conv_channels[2];     /* cnn: channels of the two conv layers (32, 64) */
+  int conv_kernel;          /* cnn: kernel size (5, padding keeps size) */
+  size_t fc_hidden;         /* cnn: hidden fc width (0 = none) */
+  char norm[4];             /* cnn: "" (none), "bn" or "gn" */
+  int gn_groups;            /* gn: groups (8) */
+  float bn_momentum;        /* bn running-stat momentum (0.1) */
+  float bn_epsilon;         /* 1e-5 */
+  int recompute;            /* 1: keep only segment-boundary activations */
+  char plugin_path[512];    /* plugin: path of the shared library */
+  char plugin_args[256];    /* plugin: free-form string handed to it */
+} fl_model_spec;
+
+typedef struct fl_model fl_model;
+
+/* Build a model from spec for micro-batches of up to max_batch samples,
+ * parameters initialised from seed (same seed, same bits).  On success the
+ * caller owns *out and frees it with fl_model_destroy. */
+fl_status fl_model_create(const fl_model_spec *spec, size_t max_batch, uint64_t seed,
+                          fl_model **out);
+void fl_model_destroy(fl_model *m);
+
+/* The parameter list, in forward order; valid until fl_model_destroy. */
+size_t fl_model_num_params(const fl_model *m);
+fl_param *fl_model_param(fl_model *m, size_t index);
+/* Number of input floats per sample (C*H*W). */
+size_t fl_model_input_size(const fl_model *m);
+
+/* Forward, loss and backward on one micro-batch: x is batch*input_size
+ * floats, y batch labels in [0, num_classes).  Gradients are OVERWRITTEN
+ * with d(loss_scale * mean loss)/d(param) (the loop accumulates for
+ * gradient merge).  on_ready (may be NULL) is called per parameter as its
+ * gradient becomes final.  res receives the batch results (may be NULL). */
+fl_status fl_model_train_step(fl_model *m, const float *x, const int32_t *y, size_t batch,
+                              float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
+                              fl_model_result *res);
+
+/* Forward only, in inference mode (batch norm uses running stats). */
+fl_status fl_model_eval(fl_model *m, const float *x, const int32_t *y, size_t batch,
+                        fl_model_result *res);
+
+/* Bytes of activation memory a train_step of max_batch holds at its peak
+ * (lower with recompute). */
+size_t fl_model_activation_bytes(const fl_model *m);
+
+/* ------------------------------------------------------------ plugin ABI v1
+ * A plugin exports `const fl_model_ops fl_model_plugin_v1`.  The loop calls
+ * create once, then the rest on the handle it returned; the plugin owns all
+ * memory it hands out.  Same semantics as the fl_model_* calls above. */
+typedef struct fl_model_ops {
+  uint32_t abi_version; /* FL_MODEL_PLUGIN_ABI */
+  fl_status (*create)(const fl_model_spec *spec, size_t max_batch, uint64_t seed, void **handle);
+  void (*destroy)(void *handle);
+  size_t (*num_params)(void *handle);
+  fl_param *(*param)(void *handle, size_t index);
+  size_t (*input_size)(void *handle);
+  fl_status (*train_step)(void *handle, const float *x, const int32_t *y, size_t batch,
+                          float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
+                          fl_model_result *res);
+  fl_status (*eval)(void *handle, const float *x, const int32_t *y, size_t batch,
+                    fl_model_result *res);
+  size_t (*activation_bytes)(void *handle);
+} fl_model_ops;
+
+#define FL_MODEL_PLUGIN_ABI 1u
+#define FL_MODEL_PLUGIN_SYMBOL "fl_model_plugin_v1"
+
+#endif

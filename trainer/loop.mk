@@ -1,0 +1,1 @@
+# Data readers, the training loop, checkpoints, flotilla-trainer main.

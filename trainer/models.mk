@@ -1,0 +1,1 @@
+# Models (logreg, mlp, cnn, plugin) and recompute.

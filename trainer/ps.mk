@@ -1,0 +1,1 @@
+# PServer mode on the trainer: PS client, CTR model.
