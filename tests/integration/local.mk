@@ -1,1 +1,6 @@
-# Integration tests: real daemons on 127.0.0.x, bounded in time.
+# Integration tests: real daemons on 127.0.0.x, bounded in time; one
+# fragment per area.
+include $(srcdir)/tests/integration/trainer.mk
+include $(srcdir)/tests/integration/collective.mk
+include $(srcdir)/tests/integration/pserver.mk
+include $(srcdir)/tests/integration/deploy.mk
