@@ -5,3 +5,4 @@ libflotilla_la_SOURCES += common/log.c
 EXTRA_DIST += common/flotilla.pc.in
 include $(srcdir)/common/config.mk
 include $(srcdir)/common/rpc.mk
+include $(srcdir)/common/obs.mk

@@ -1,1 +1,4 @@
-# gRPC C core wrappers.
+# gRPC C core wrappers (fl_rpc.h) and the PServer-mode placement rules
+# (fl_ps_layout.h) that the PS client and flotilla-pserver share.  Both
+# headers stay internal (not installed): they expose gRPC types.
+libflotilla_la_SOURCES += common/rpc.c common/fl_rpc.h common/ps_layout.c common/fl_ps_layout.h

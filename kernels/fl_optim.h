@@ -42,7 +42,7 @@ typedef struct fl_optim_hparams {
   int nesterov;       /* Momentum: 1 for Nesterov */
   float beta1;        /* Adam, AdamW, LAMB (0.9) */
   float beta2;        /* Adam, AdamW, LAMB (0.999) */
-  float epsilon;      /* Adam/AdamW/Adagrad 1e-8, LAMB 1e-6, LARS 0 */
+  float epsilon;      /* Adam/AdamW 1e-8, Adagrad 1e-10 (PyTorch's), LAMB 1e-6, LARS 0 */
   float weight_decay; /* wd; LARS: lars_weight_decay, LAMB: lamb_weight_decay */
   float lars_coeff;   /* LARS trust coefficient (0.001) */
   float initial_accumulator; /* Adagrad: starting value of s (0) */
@@ -50,13 +50,17 @@ typedef struct fl_optim_hparams {
    * (and so no LARS/LAMB trust ratio).  May be NULL when n_exclude is 0. */
   const char *const *exclude_from_weight_decay;
   size_t n_exclude;
-  int num_threads; /* CPU threads for one step; <= 0 means all cores */
+  /* CPU threads for one step; <= 0 means OpenMP's default (all cores or
+   * OMP_NUM_THREADS).  Capped so each thread gets >= 16K elements.  The
+   * result is the same bits whatever the count. */
+  int num_threads;
 } fl_optim_hparams;
 
 /* One parameter tensor and its state for a multi-tensor step.  state1 and
  * state2 hold n floats each when fl_optim_state_count() says the optimizer
- * needs them (momentum / Adam m / Adagrad sum; Adam v) and are NULL
- * otherwise; they start zeroed (Adagrad: fl_optim_init_state fills them). */
+ * needs them (momentum / Adam m / Adagrad sum; Adam v) and are ignored
+ * otherwise (may be NULL); they start zeroed (Adagrad: fl_optim_init_state
+ * fills them).  The buffers of one tensor must not overlap each other. */
 typedef struct fl_optim_tensor {
   const char *name; /* matched against exclude_from_weight_decay; may be NULL */
   float *param;
@@ -78,22 +82,49 @@ int fl_optim_state_count(fl_optim_kind kind);
 const char *fl_optim_kind_name(fl_optim_kind kind);
 fl_status fl_optim_kind_parse(const char *name, fl_optim_kind *out);
 
-/* Check hparams for values outside their domain (negative lr-free fields,
- * betas outside [0,1), negative eps or wd, unknown kind).  FL_EINVAL if bad. */
+/* Check hparams for values outside their domain: unknown kind, betas
+ * outside [0,1), a negative or non-finite momentum, eps, wd, lars_coeff or
+ * initial_accumulator, nesterov not 0/1, an exclude list with a NULL or
+ * empty string (which would match every name).  FL_EINVAL if bad. */
 fl_status fl_optim_hparams_check(const fl_optim_hparams *hp);
 
-/* Whether a parameter called name gets weight decay under hp (0 or 1). */
+/* Whether a parameter called name gets weight decay under hp (0 or 1):
+ * 0 when weight_decay is 0 or name contains one of the exclude strings;
+ * a NULL name matches no exclude string. */
 int fl_optim_decays(const fl_optim_hparams *hp, const char *name);
 
 /* Zero (or, for Adagrad, set to initial_accumulator) the state buffers of
- * every tensor. */
+ * every tensor.  Checks hp and the list as fl_optim_step does, except that
+ * param and grad may be NULL here. */
 fl_status fl_optim_init_state(const fl_optim_hparams *hp, fl_optim_tensor *t, size_t nt);
 
 /* One optimizer step over nt tensors with learning rate lr (>= 0) at step
  * number `step` (1 for the first update; Adam-family bias correction uses
  * it).  Fused: one pass over each tensor's elements (LARS/LAMB compute their
  * norms first).  Returns FL_EINVAL for NULL pointers, n == 0, a missing
- * state buffer, lr < 0 or step < 1, before touching any tensor. */
+ * state buffer, overlapping buffers of one tensor, bad hparams, lr < 0 or
+ * not finite, or step < 1, before touching any tensor.
+ *
+ * Per element, in float, in this order (wd = 0 for a tensor that does not
+ * decay, and the wd terms are then skipped; bc1 = 1 - beta1^step,
+ * bc2 = 1 - beta2^step, and every per-step scalar below is computed in
+ * double and rounded to float once):
+ *   SGD       g' = g + wd*p;  p = p - lr*g'
+ *   Momentum  g' = g + wd*p;  v = mu*v + g';  p = p - lr*(nesterov ? g' + mu*v : v)
+ *   Adam      g' = g + wd*p;  m = b1*m + (1-b1)*g';  v = b2*v + (1-b2)*g'*g';
+ *             p = p - (lr/bc1) * (m / (sqrt(v)*(1/sqrt(bc2)) + eps))
+ *   AdamW     p = p*(1 - lr*wd) first, then Adam with g' = g
+ *   Adagrad   g' = g + wd*p;  s = s + g'*g';  p = p - lr*(g' / (sqrt(s) + eps))
+ *   LARS      local_lr = lr*lars_coeff*||p|| / (||g|| + wd*||p|| + eps) when
+ *             wd > 0 and both norms > 0, else lr (in double);
+ *             v = mu*v + local_lr*(g + wd*p);  p = p - v
+ *   LAMB      m, v as Adam with g' = g;
+ *             r = (m*(1/bc1)) / (sqrt(v)*(1/sqrt(bc2)) + eps) + wd*p;
+ *             trust = ||p||/||r|| when wd > 0 and both norms > 0, else 1;
+ *             p = p - (lr*trust)*r
+ * Norms are over the whole tensor (||p|| and ||g|| before the update, ||r||
+ * from the new moments), as sums of squares in double over blocks whose
+ * bounds depend only on n, added in a fixed order. */
 fl_status fl_optim_step(const fl_optim_hparams *hp, fl_optim_tensor *t, size_t nt, float lr,
                         int64_t step);
 /* Same over device pointers (t itself is a host array). */
@@ -133,16 +164,22 @@ fl_status fl_lr_schedule_check(const fl_lr_schedule *s);
 /* kind by name: "constant", "polynomial", "cosine", "piecewise". */
 fl_status fl_lr_kind_parse(const char *name, fl_lr_kind *out);
 const char *fl_lr_kind_name(fl_lr_kind kind);
-/* Learning rate at optimizer step `step` (0-based count of updates done). */
+/* Learning rate at optimizer step `step` (0-based count of updates done;
+ * a negative step counts as 0).  The warmup ramps linearly to the value the
+ * schedule has at its own t = 0.  Computed in double, rounded to float.
+ * NAN for a NULL or invalid schedule (which fl_optim_step then rejects). */
 float fl_lr_at(const fl_lr_schedule *s, int64_t step);
 
 /* ---------------------------------------------------------- gradient merge */
 
-/* acc[i] += g[i] for every tensor i (n[i] elements each). */
+/* acc[i] += g[i] for every tensor i (n[i] elements each).  FL_EINVAL
+ * (nothing touched) for NULL arrays or entries, nt == 0, an n[i] == 0, or
+ * acc[i] overlapping g[i]. */
 fl_status fl_gm_accumulate(float *const *acc, const float *const *g, const size_t *n, size_t nt);
 fl_status fl_gm_accumulate_cuda(float *const *acc, const float *const *g, const size_t *n,
                                 size_t nt, void *stream);
-/* At the k-th micro-step: acc /= k when avg, else leave the sum. */
+/* At the k-th micro-step: acc /= k (a division, correctly rounded) when
+ * avg, else leave the sum.  FL_EINVAL for k_steps < 1 or bad lists. */
 fl_status fl_gm_finalize(float *const *acc, const size_t *n, size_t nt, int k_steps, int avg);
 fl_status fl_gm_finalize_cuda(float *const *acc, const size_t *n, size_t nt, int k_steps, int avg,
                               void *stream);
@@ -151,7 +188,9 @@ fl_status fl_gm_finalize_cuda(float *const *acc, const size_t *n, size_t nt, int
 
 /* Multiply every element of every tensor by 1/scale and set *found_inf to 1
  * when any element (before unscaling) is inf or nan, else 0.  The tensors
- * are unscaled either way (Paddle's check_finite_and_unscale). */
+ * are unscaled either way (Paddle's check_finite_and_unscale).  1/scale is
+ * computed in double and rounded to float.  FL_EINVAL (nothing touched) for
+ * NULL pointers, nt == 0, an n[i] == 0, or scale not finite and > 0. */
 fl_status fl_amp_check_finite_and_unscale(float *const *t, const size_t *n, size_t nt,
                                           float scale, int *found_inf);
 fl_status fl_amp_check_finite_and_unscale_cuda(float *const *t, const size_t *n, size_t nt,
@@ -173,14 +212,22 @@ fl_loss_scaler fl_loss_scaler_default(void);
 fl_status fl_loss_scaler_check(const fl_loss_scaler *s);
 /* Feed one step's found_inf.  Sets *skip to 1 when the optimizer update
  * must be skipped (found_inf), and updates the counters and the scale:
- * incr_every_n_steps consecutive good steps multiply it by incr_ratio,
- * decr_every_n_nan_or_inf consecutive bad ones by decr_ratio, never < 1. */
+ * incr_every_n_steps consecutive good steps multiply it by incr_ratio
+ * (unless that overflows to inf), decr_every_n_nan_or_inf consecutive bad
+ * ones by decr_ratio, never < 1.  A good step zeroes the bad count and a
+ * bad one the good count; a change of scale restarts its count.  A static
+ * scaler (dynamic = 0) still reports skip but never changes.
+ * fl_loss_scaler_check rejects: scale not finite and > 0 (>= 1 when dynamic),
+ * counts < 1, incr_ratio < 1, decr_ratio outside (0, 1], negative counters. */
 fl_status fl_loss_scaler_update(fl_loss_scaler *s, int found_inf, int *skip);
 
 /* ------------------------------------------------------------------- casts */
 
-/* fp32 <-> fp16 (IEEE binary16) and bf16; round to nearest even; inf and
- * nan kept (nan stays a quiet nan).  n may be 0. */
+/* fp32 <-> fp16 (IEEE binary16) and bf16; round to nearest even; overflow
+ * rounds to inf; fp16 subnormals kept; inf and nan kept (nan stays a quiet
+ * nan with its sign and top payload bits).  Bit-exact integer code, the same
+ * on every CPU.  n may be 0 (then the pointers may be NULL); src and dst
+ * must not overlap (FL_EINVAL). */
 fl_status fl_cast_f32_to_f16(const float *src, uint16_t *dst, size_t n);
 fl_status fl_cast_f16_to_f32(const uint16_t *src, float *dst, size_t n);
 fl_status fl_cast_f32_to_bf16(const float *src, uint16_t *dst, size_t n);

@@ -1,1 +1,14 @@
-# pserver/: flotilla-pserver.
+# pserver/: flotilla-pserver.  Its internals (rules, sparse tables, the
+# gRPC service) form one convenience library that the binary and the unit
+# tests link.
+noinst_LTLIBRARIES += libflpserver.la
+libflpserver_la_SOURCES = pserver/fl_ps.h pserver/core.c pserver/sparse.c pserver/server.c
+libflpserver_la_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) -I$(top_srcdir)/pserver
+libflpserver_la_LIBADD = $(FL_LIBS) $(GRPC_LIBS) $(PROTOBUFC_LIBS)
+FL_PSERVER_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) -I$(top_srcdir)/pserver
+FL_PSERVER_LIBS = libflpserver.la $(FL_LIBS) $(GRPC_LIBS) $(PROTOBUFC_LIBS) $(UV_LIBS)
+
+bin_PROGRAMS += flotilla-pserver
+flotilla_pserver_SOURCES = pserver/main.c
+flotilla_pserver_CFLAGS = $(FL_PSERVER_CFLAGS)
+flotilla_pserver_LDADD = $(FL_PSERVER_LIBS)

@@ -8,6 +8,7 @@ include $(srcdir)/tests/unit/layers.mk
 include $(srcdir)/tests/unit/trainer.mk
 include $(srcdir)/tests/unit/collective.mk
 include $(srcdir)/tests/unit/pserver.mk
+include $(srcdir)/tests/unit/obs.mk
 include $(srcdir)/tests/integration/local.mk
 include $(srcdir)/tests/bench/local.mk
 include $(srcdir)/tests/fuzz/local.mk

@@ -55,7 +55,7 @@ typedef struct fl_model_spec {
   int num_classes;          /* 10 */
   size_t hidden[FL_MODEL_MAX_HIDDEN]; /* mlp hidden sizes */
   size_t n_hidden;
-  char activation[8];       /* "relu" (default) or "tanh" */
+  char activation[8];       /* mlp, cnn: "relu" (default) or "tanh" */
   int conv_channels[2];     /* cnn: channels of the two conv layers (32, 64) */
   int conv_kernel;          /* cnn: kernel size (5, padding keeps size) */
   size_t fc_hidden;         /* cnn: hidden fc width (0 = none) */
@@ -70,12 +70,41 @@ typedef struct fl_model_spec {
 
 typedef struct fl_model fl_model;
 
+/* Fill spec with the defaults: kind "mlp", input 1x28x28, 10 classes,
+ * hidden 256-128-100, relu, cnn conv 32/64 channels of 5x5, fc_hidden 128,
+ * no norm, 8 groups, bn momentum 0.1 and epsilon 1e-5, no recompute. */
+void fl_model_spec_defaults(fl_model_spec *spec);
+
 /* Build a model from spec for micro-batches of up to max_batch samples,
  * parameters initialised from seed (same seed, same bits).  On success the
- * caller owns *out and frees it with fl_model_destroy. */
+ * caller owns *out and frees it with fl_model_destroy.
+ *
+ * Fields left 0 (or "") take the defaults above, except n_hidden and
+ * fc_hidden, whose 0 means none (an mlp needs at least one hidden layer;
+ * logreg ignores hidden).  The models:
+ *  - logreg: fc0 (input -> classes).
+ *  - mlp: fc0..fc{n_hidden-1} with the activation, then fc{n_hidden} to
+ *    the classes.  Recompute keeps every ceil(sqrt(layers))-th output.
+ *  - cnn: 2 x [conv (kernel conv_kernel, odd, stride 1, padding keeping the
+ *    size) -> bn / gn (when norm is set; the conv then has no bias) -> the
+ *    activation -> 2x2 max-pool], then fc0 (fc_hidden, the activation) when
+ *    fc_hidden > 0, then the fc to the classes.  Recompute keeps each
+ *    block's output.
+ *  - plugin: see the plugin ABI below.
+ * Parameters are named as PyTorch names them ("conv0.weight", "bn0.bias",
+ * "bn0.running_mean", "fc1.weight").  Weights are Kaiming-uniform before a
+ * ReLU and Xavier-uniform otherwise, biases 0.
+ * Errors are logged (naming the field or the plugin path): FL_EINVAL for a
+ * bad spec or max_batch 0, FL_ENOTFOUND for a missing plugin file or
+ * symbol, FL_ENOMEM. */
 fl_status fl_model_create(const fl_model_spec *spec, size_t max_batch, uint64_t seed,
                           fl_model **out);
 void fl_model_destroy(fl_model *m);
+
+/* The spec as built (defaults resolved), and the max_batch given to create;
+ * valid until fl_model_destroy. */
+const fl_model_spec *fl_model_get_spec(const fl_model *m);
+size_t fl_model_max_batch(const fl_model *m);
 
 /* The parameter list, in forward order; valid until fl_model_destroy. */
 size_t fl_model_num_params(const fl_model *m);
@@ -87,23 +116,40 @@ size_t fl_model_input_size(const fl_model *m);
  * floats, y batch labels in [0, num_classes).  Gradients are OVERWRITTEN
  * with d(loss_scale * mean loss)/d(param) (the loop accumulates for
  * gradient merge).  on_ready (may be NULL) is called per parameter as its
- * gradient becomes final.  res receives the batch results (may be NULL). */
+ * gradient becomes final.  res receives the batch results (may be NULL).
+ * Batch norm normalises over this micro-batch and updates its running
+ * statistics once per call.  FL_EINVAL (logged, nothing changed) for NULL
+ * x/y, batch 0 or > max_batch, a label out of range, or a loss_scale that
+ * is not finite and > 0. */
 fl_status fl_model_train_step(fl_model *m, const float *x, const int32_t *y, size_t batch,
                               float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
                               fl_model_result *res);
 
-/* Forward only, in inference mode (batch norm uses running stats). */
+/* Forward only, in inference mode (batch norm uses running stats); same
+ * argument checks as train_step.  Gradients and parameters are untouched. */
 fl_status fl_model_eval(fl_model *m, const float *x, const int32_t *y, size_t batch,
                         fl_model_result *res);
 
 /* Bytes of activation memory a train_step of max_batch holds at its peak
- * (lower with recompute). */
+ * (lower with recompute).  For the built-in models: every activation,
+ * pool-index, norm-statistics, activation-gradient and conv-workspace
+ * buffer, all allocated once at create. */
 size_t fl_model_activation_bytes(const fl_model *m);
 
 /* ------------------------------------------------------------ plugin ABI v1
  * A plugin exports `const fl_model_ops fl_model_plugin_v1`.  The loop calls
  * create once, then the rest on the handle it returned; the plugin owns all
- * memory it hands out.  Same semantics as the fl_model_* calls above. */
+ * memory it hands out.  Same semantics as the fl_model_* calls above.
+ *
+ * The trainer dlopens spec.plugin_path (a path without '/' is taken
+ * relative to the working directory), checks abi_version and that no entry
+ * is NULL, and after create checks the parameter list (names terminated,
+ * 1..4 dims, n = product of shape, value set).  Before calling train_step
+ * or eval it has already checked x, y, batch <= max_batch, the labels
+ * against spec.num_classes and loss_scale, so a plugin gets clean input.
+ * spec is the resolved spec; plugin_args is free for the plugin to parse.
+ * A plugin may call the kernels of fl_layers.h and fl_optim.h (link
+ * libflotilla); trainer/plugin_example.c is a complete one. */
 typedef struct fl_model_ops {
   uint32_t abi_version; /* FL_MODEL_PLUGIN_ABI */
   fl_status (*create)(const fl_model_spec *spec, size_t max_batch, uint64_t seed, void **handle);

@@ -1,1 +1,13 @@
-# Unit tests of collective (Check).
+# Unit tests of collective (Check).  Each test forks its ranks on
+# 127.0.0.x with listening sockets bound to port 0 by the parent.
+check_PROGRAMS += tests/unit/test_coll_allreduce
+TESTS += tests/unit/test_coll_allreduce
+tests_unit_test_coll_allreduce_SOURCES = tests/unit/test_coll_allreduce.c tests/unit/coll_testutil.h
+tests_unit_test_coll_allreduce_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_coll_allreduce_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS)
+
+check_PROGRAMS += tests/unit/test_coll_faults
+TESTS += tests/unit/test_coll_faults
+tests_unit_test_coll_faults_SOURCES = tests/unit/test_coll_faults.c tests/unit/coll_testutil.h
+tests_unit_test_coll_faults_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_coll_faults_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS)

@@ -1,1 +1,30 @@
-# Unit tests of layers (Check).
+# Unit tests of layers (Check): the layer kernels, the built-in models and
+# the plugin loader.
+FL_LAYERS_TEST_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests/unit
+
+check_PROGRAMS += tests/unit/test_layers tests/unit/test_models tests/unit/test_plugin
+TESTS += tests/unit/test_layers tests/unit/test_models tests/unit/test_plugin
+
+tests_unit_test_layers_SOURCES = tests/unit/test_layers.c tests/unit/gradcheck.h
+tests_unit_test_layers_CFLAGS = $(FL_LAYERS_TEST_CFLAGS)
+tests_unit_test_layers_LDADD = $(FL_LIBS) $(CHECK_LIBS) -lm
+
+tests_unit_test_models_SOURCES = tests/unit/test_models.c tests/unit/gradcheck.h
+tests_unit_test_models_CFLAGS = $(FL_LAYERS_TEST_CFLAGS)
+tests_unit_test_models_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
+
+tests_unit_test_plugin_SOURCES = tests/unit/test_plugin.c tests/unit/gradcheck.h
+tests_unit_test_plugin_CFLAGS = $(FL_LAYERS_TEST_CFLAGS)
+tests_unit_test_plugin_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
+# The example plugin and a plugin built for another ABI version.
+tests/unit/test_plugin.log: trainer/plugin_example.la tests/unit/plugin_badabi.la
+check_LTLIBRARIES += tests/unit/plugin_badabi.la
+tests_unit_plugin_badabi_la_SOURCES = tests/unit/plugin_badabi.c
+tests_unit_plugin_badabi_la_CFLAGS = $(FL_TRAINER_CFLAGS)
+tests_unit_plugin_badabi_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -shared -rpath /nowhere
+
+# Model throughput and activation memory (plain vs recompute); not a test.
+noinst_PROGRAMS += tests/bench/bench_model
+tests_bench_bench_model_SOURCES = tests/bench/bench_model.c
+tests_bench_bench_model_CFLAGS = $(FL_TRAINER_CFLAGS)
+tests_bench_bench_model_LDADD = libfltrainer.la $(FL_LIBS) -lm

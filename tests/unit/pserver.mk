@@ -1,1 +1,17 @@
-# Unit tests of pserver (Check).
+# Unit tests of PServer mode (Check): block split and placement, the sparse
+# table, and the pserver's update rules (sync order, duplicates, deaths,
+# async/geo, barriers, bad requests, checkpoints) without a network.
+FL_PS_UNIT_TESTS = tests/unit/test_ps_layout tests/unit/test_ps_sparse tests/unit/test_ps_core
+check_PROGRAMS += $(FL_PS_UNIT_TESTS)
+TESTS += $(FL_PS_UNIT_TESTS)
+FL_PS_UNIT_CFLAGS = $(FL_PSERVER_CFLAGS) $(CHECK_CFLAGS)
+FL_PS_UNIT_LDADD = $(FL_PSERVER_LIBS) $(CHECK_LIBS) -lm
+tests_unit_test_ps_layout_SOURCES = tests/unit/test_ps_layout.c
+tests_unit_test_ps_layout_CFLAGS = $(FL_PS_UNIT_CFLAGS)
+tests_unit_test_ps_layout_LDADD = $(FL_PS_UNIT_LDADD)
+tests_unit_test_ps_sparse_SOURCES = tests/unit/test_ps_sparse.c
+tests_unit_test_ps_sparse_CFLAGS = $(FL_PS_UNIT_CFLAGS)
+tests_unit_test_ps_sparse_LDADD = $(FL_PS_UNIT_LDADD)
+tests_unit_test_ps_core_SOURCES = tests/unit/test_ps_core.c
+tests_unit_test_ps_core_CFLAGS = $(FL_PS_UNIT_CFLAGS)
+tests_unit_test_ps_core_LDADD = $(FL_PS_UNIT_LDADD)

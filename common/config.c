@@ -1,0 +1,1320 @@
+/* config.c - the job file parser and writer (see fl_config.h).
+ *
+ * One schema table per section drives everything: parsing (type and range
+ * checks with the key's line and column), unknown-key detection, and the
+ * YAML dump, so that the dump and the parser cannot drift apart.  libyaml's
+ * document API gives us nodes with marks; we walk them along the schema and
+ * stop at the first error, whose message is logged once and kept in a
+ * thread-local buffer for fl_job_last_error(). */
+#include <config.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "config_int.h"
+#include "fl_config.h"
+#include "fl_log.h"
+
+/* Enums are stored through int pointers by the schema walker. */
+_Static_assert(sizeof(fl_optim_kind) == sizeof(int) && sizeof(fl_lr_kind) == sizeof(int) &&
+                   sizeof(fl_mode) == sizeof(int) && sizeof(fl_data_format) == sizeof(int) &&
+                   sizeof(fl_grad_compression) == sizeof(int) &&
+                   sizeof(fl_amp_dtype) == sizeof(int),
+               "enum fields must be int-sized");
+
+#define MAX_FILE_BYTES (16u << 20)
+#define MAX_FIELDS 96
+#define PATH_BUF 192 /* longest key path kept, e.g. "strategy.amp_configs.x[3]" */
+
+static _Thread_local char g_err[1024];
+
+const char *fl_job_last_error(void) { return g_err; }
+
+/* ------------------------------------------------------------ names */
+
+static const char *const k_modes[] = {"local", "collective", "ps", NULL};
+static const char *const k_formats[] = {"idx", "libsvm", "synthetic", NULL};
+static const char *const k_optims[] = {"sgd",     "momentum", "adam", "adamw",
+                                       "adagrad", "lars",     "lamb", NULL};
+static const char *const k_lrs[] = {"constant", "polynomial", "cosine", "piecewise", NULL};
+static const char *const k_compress[] = {"none", "fp16", "bf16", NULL};
+static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
+static const char *const k_model_kinds[] = {"logreg", "mlp", "cnn", "plugin", "ctr", NULL};
+static const char *const k_activations[] = {"relu", "tanh", NULL};
+static const char *const k_norms[] = {"none", "bn", "gn", NULL};
+static const char *const k_synth_kinds[] = {"image", "ctr", NULL};
+
+const char *fl_mode_name(fl_mode mode) {
+  if ((unsigned)mode <= FL_MODE_PS) return k_modes[mode];
+  return "?";
+}
+
+fl_status fl_mode_parse(const char *name, fl_mode *out) {
+  for (int i = 0; name && k_modes[i]; i++)
+    if (!strcmp(name, k_modes[i])) {
+      *out = (fl_mode)i;
+      return FL_OK;
+    }
+  return FL_EINVAL;
+}
+
+const char *fl_cfg_optim_name(fl_optim_kind k) {
+  if ((unsigned)k <= FL_OPTIM_LAMB) return k_optims[k];
+  return "?";
+}
+
+const char *fl_cfg_compress_name(fl_grad_compression c) {
+  if ((unsigned)c <= FL_COMPRESS_BF16) return k_compress[c];
+  return "?";
+}
+
+const char *fl_cfg_amp_dtype_name(fl_amp_dtype d) {
+  if ((unsigned)d <= FL_AMP_BFLOAT16) return k_amp_dtypes[d];
+  return "?";
+}
+
+/* ------------------------------------------------------------ schema */
+
+typedef enum ftype {
+  F_MAP,       /* a nested mapping: sub table, children at base + off */
+  F_BOOL,      /* int 0/1 */
+  F_INT,       /* int */
+  F_I64,       /* int64_t */
+  F_U64,       /* uint64_t */
+  F_SIZE,      /* size_t */
+  F_FLOAT,     /* float */
+  F_DOUBLE,    /* double */
+  F_STR,       /* char[cap] */
+  F_CHOICE,    /* char[cap], one of choices */
+  F_ENUM,      /* an int-sized enum, choices[value] */
+  F_INT_ARRAY, /* exactly cap ints */
+  F_SIZE_LIST, /* size_t[cap], count (size_t) at count_off */
+  F_I64_LIST,  /* int64_t[cap] */
+  F_FLOAT_LIST, /* float[cap] */
+  F_STR_LIST,  /* char[cap][FL_JOB_NAME_MAX] */
+  F_FP16AR,    /* strategy.fp16_allreduce: folded into grad_compression */
+  F_UNSUP_BOOL, /* not implemented: accepted only at dflt */
+  F_UNSUP_NUM, /* not implemented number: accepted only at dflt */
+  F_UNSUP_MAP  /* not implemented *_configs: accepted only empty */
+} ftype;
+
+enum { LIM_LO = 1, LIM_HI = 2, LIM_LOX = 4, LIM_HIX = 8 };
+
+typedef struct field {
+  const char *key;
+  ftype type;
+  size_t off;
+  size_t cap;
+  size_t count_off;
+  double lo, hi;
+  unsigned lim;
+  const struct field *sub;
+  const char *const *choices;
+  double dflt;
+} field;
+
+#define E(k, ty, T, m, ...) {.key = (k), .type = (ty), .off = offsetof(T, m), __VA_ARGS__}
+#define RANGE(a, b) .lo = (a), .hi = (b), .lim = LIM_LO | LIM_HI
+#define MIN(a) .lo = (a), .lim = LIM_LO
+#define MINX(a) .lo = (a), .lim = LIM_LO | LIM_LOX
+#define STRCAP(T, m) .cap = sizeof(((T *)0)->m)
+#define LIST(T, m, n) .cap = sizeof(((T *)0)->m) / sizeof(((T *)0)->m[0]), .count_off = offsetof(T, n)
+#define UNSUP_B(k, d) {.key = (k), .type = F_UNSUP_BOOL, .dflt = (d)}
+#define UNSUP_N(k, d) {.key = (k), .type = F_UNSUP_NUM, .dflt = (d)}
+#define UNSUP_M(k) {.key = (k), .type = F_UNSUP_MAP}
+#define END {.key = NULL}
+
+static const field f_model[] = {
+    E("kind", F_CHOICE, fl_job_model, kind, STRCAP(fl_job_model, kind), .choices = k_model_kinds),
+    E("input_shape", F_INT_ARRAY, fl_job_model, input_shape, .cap = 3, RANGE(1, 65536)),
+    E("num_classes", F_INT, fl_job_model, num_classes, RANGE(2, 1e6)),
+    E("hidden", F_SIZE_LIST, fl_job_model, hidden, LIST(fl_job_model, hidden, n_hidden),
+      RANGE(1, 1 << 24)),
+    E("activation", F_CHOICE, fl_job_model, activation, STRCAP(fl_job_model, activation),
+      .choices = k_activations),
+    E("conv_channels", F_INT_ARRAY, fl_job_model, conv_channels, .cap = 2, RANGE(1, 4096)),
+    E("conv_kernel", F_INT, fl_job_model, conv_kernel, RANGE(1, 15)),
+    E("fc_hidden", F_SIZE, fl_job_model, fc_hidden, RANGE(0, 1 << 24)),
+    E("norm", F_CHOICE, fl_job_model, norm, STRCAP(fl_job_model, norm), .choices = k_norms),
+    E("gn_groups", F_INT, fl_job_model, gn_groups, RANGE(1, 4096)),
+    E("bn_momentum", F_FLOAT, fl_job_model, bn_momentum, RANGE(0, 1)),
+    E("bn_epsilon", F_FLOAT, fl_job_model, bn_epsilon, MINX(0)),
+    E("plugin_path", F_STR, fl_job_model, plugin_path, STRCAP(fl_job_model, plugin_path)),
+    E("plugin_args", F_STR, fl_job_model, plugin_args, STRCAP(fl_job_model, plugin_args)),
+    {.key = "ctr",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("embedding_dim", F_INT, fl_job_model, ctr.embedding_dim, RANGE(1, 4096)),
+         E("sparse_slots", F_INT, fl_job_model, ctr.sparse_slots, RANGE(1, 1024)),
+         E("dense_features", F_INT, fl_job_model, ctr.dense_features, RANGE(0, 4096)),
+         E("hash_buckets", F_I64, fl_job_model, ctr.hash_buckets, RANGE(1, 1e12)),
+         END}},
+    END};
+
+static const field f_data[] = {
+    E("format", F_ENUM, fl_job_data, format, .choices = k_formats),
+    E("train_images", F_STR, fl_job_data, train_images, STRCAP(fl_job_data, train_images)),
+    E("train_labels", F_STR, fl_job_data, train_labels, STRCAP(fl_job_data, train_labels)),
+    E("test_images", F_STR, fl_job_data, test_images, STRCAP(fl_job_data, test_images)),
+    E("test_labels", F_STR, fl_job_data, test_labels, STRCAP(fl_job_data, test_labels)),
+    E("train_path", F_STR, fl_job_data, train_path, STRCAP(fl_job_data, train_path)),
+    E("test_path", F_STR, fl_job_data, test_path, STRCAP(fl_job_data, test_path)),
+    {.key = "synthetic",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("kind", F_CHOICE, fl_job_data, synthetic.kind, STRCAP(fl_job_data, synthetic.kind),
+           .choices = k_synth_kinds),
+         E("train_samples", F_I64, fl_job_data, synthetic.train_samples, RANGE(1, 1e9)),
+         E("test_samples", F_I64, fl_job_data, synthetic.test_samples, RANGE(0, 1e9)),
+         E("seed", F_U64, fl_job_data, synthetic.seed),
+         END}},
+    E("limit_train", F_I64, fl_job_data, limit_train, MIN(0)),
+    E("limit_test", F_I64, fl_job_data, limit_test, MIN(0)),
+    E("prefetch", F_INT, fl_job_data, prefetch, RANGE(0, 1024)),
+    E("shuffle", F_BOOL, fl_job_data, shuffle),
+    END};
+
+static const field f_optimizer[] = {
+    E("name", F_ENUM, fl_job_optimizer, kind, .choices = k_optims),
+    E("lr", F_FLOAT, fl_job_optimizer, lr, MIN(0)),
+    E("momentum", F_FLOAT, fl_job_optimizer, momentum, RANGE(0, 1)),
+    E("nesterov", F_BOOL, fl_job_optimizer, nesterov),
+    E("beta1", F_FLOAT, fl_job_optimizer, beta1, .lo = 0, .hi = 1, .lim = LIM_LO | LIM_HI | LIM_HIX),
+    E("beta2", F_FLOAT, fl_job_optimizer, beta2, .lo = 0, .hi = 1, .lim = LIM_LO | LIM_HI | LIM_HIX),
+    E("epsilon", F_FLOAT, fl_job_optimizer, epsilon, MIN(0)),
+    E("weight_decay", F_FLOAT, fl_job_optimizer, weight_decay, MIN(0)),
+    E("initial_accumulator", F_FLOAT, fl_job_optimizer, initial_accumulator, MIN(0)),
+    END};
+
+static const field f_lr[] = {
+    E("kind", F_ENUM, fl_job_lr, kind, .choices = k_lrs),
+    E("warmup_steps", F_I64, fl_job_lr, warmup_steps, MIN(0)),
+    E("warmup_start_lr", F_FLOAT, fl_job_lr, warmup_start_lr, MIN(0)),
+    E("end_lr", F_FLOAT, fl_job_lr, end_lr, MIN(0)),
+    E("power", F_FLOAT, fl_job_lr, power, MINX(0)),
+    E("decay_steps", F_I64, fl_job_lr, decay_steps, MIN(0)),
+    E("boundaries", F_I64_LIST, fl_job_lr, boundaries, LIST(fl_job_lr, boundaries, n_boundaries),
+      MIN(1)),
+    E("values", F_FLOAT_LIST, fl_job_lr, values, LIST(fl_job_lr, values, n_values), MIN(0)),
+    END};
+
+static const field f_train[] = {
+    E("epochs", F_INT, fl_job_train, epochs, RANGE(1, 1e6)),
+    E("batch_size", F_SIZE, fl_job_train, batch_size, RANGE(1, 1 << 20)),
+    E("seed", F_U64, fl_job_train, seed),
+    E("eval", F_BOOL, fl_job_train, eval),
+    E("eval_batch_size", F_SIZE, fl_job_train, eval_batch_size, RANGE(1, 1 << 20)),
+    E("log_interval", F_INT, fl_job_train, log_interval, RANGE(1, 1e9)),
+    E("checkpoint_dir", F_STR, fl_job_train, checkpoint_dir, STRCAP(fl_job_train, checkpoint_dir)),
+    E("checkpoint_interval", F_I64, fl_job_train, checkpoint_interval, MIN(0)),
+    E("checkpoint_keep", F_INT, fl_job_train, checkpoint_keep, RANGE(1, 1000)),
+    E("num_threads", F_INT, fl_job_train, num_threads, RANGE(0, 1024)),
+    E("max_steps", F_I64, fl_job_train, max_steps, MIN(0)),
+    END};
+
+static const field f_cluster[] = {
+    E("mode", F_ENUM, fl_job_cluster, mode, .choices = k_modes),
+    E("collective_timeout_s", F_DOUBLE, fl_job_cluster, collective_timeout_s, .lo = 0,
+      .hi = 1e6, .lim = LIM_LO | LIM_LOX | LIM_HI),
+    E("heartbeat_timeout_s", F_DOUBLE, fl_job_cluster, heartbeat_timeout_s, .lo = 0, .hi = 1e6,
+      .lim = LIM_LO | LIM_LOX | LIM_HI),
+    E("rpc_timeout_s", F_DOUBLE, fl_job_cluster, rpc_timeout_s, .lo = 0, .hi = 1e6,
+      .lim = LIM_LO | LIM_LOX | LIM_HI),
+    E("token_file", F_STR, fl_job_cluster, token_file, STRCAP(fl_job_cluster, token_file)),
+    {.key = "tls",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("cert", F_STR, fl_job_cluster, tls.cert, STRCAP(fl_job_cluster, tls.cert)),
+         E("key", F_STR, fl_job_cluster, tls.key, STRCAP(fl_job_cluster, tls.key)),
+         E("ca", F_STR, fl_job_cluster, tls.ca, STRCAP(fl_job_cluster, tls.ca)),
+         E("mutual", F_BOOL, fl_job_cluster, tls.mutual),
+         END}},
+    E("metrics_addr", F_STR, fl_job_cluster, metrics_addr, STRCAP(fl_job_cluster, metrics_addr)),
+    END};
+
+static const field f_pserver[] = {
+    E("optimizer", F_MAP, fl_job_pserver, optimizer, .sub = f_optimizer),
+    E("dense_block_size", F_SIZE, fl_job_pserver, dense_block_size, RANGE(1, 1 << 28)),
+    {.key = "sparse",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("optimizer", F_MAP, fl_job_pserver, sparse.optimizer, .sub = f_optimizer),
+         E("init_range", F_FLOAT, fl_job_pserver, sparse.init_range, RANGE(0, 1e3)),
+         E("max_rows", F_I64, fl_job_pserver, sparse.max_rows, RANGE(1, 1e12)),
+         END}},
+    E("checkpoint_dir", F_STR, fl_job_pserver, checkpoint_dir,
+      STRCAP(fl_job_pserver, checkpoint_dir)),
+    E("checkpoint_interval_steps", F_I64, fl_job_pserver, checkpoint_interval_steps, MIN(0)),
+    E("checkpoint_interval_s", F_DOUBLE, fl_job_pserver, checkpoint_interval_s, RANGE(0, 1e9)),
+    END};
+
+/* Paddle's DistributedStrategy, with its BuildStrategy / ExecutionStrategy
+ * sub-tables.  Entries marked UNSUP are Paddle knobs Flotilla does not
+ * implement: a job may name them, but only at Paddle's default. */
+static const field f_strategy[] = {
+    E("a_sync", F_BOOL, fl_strategy, a_sync),
+    {.key = "a_sync_configs",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("k_steps", F_INT, fl_strategy, a_sync_configs.k_steps, RANGE(0, 1e6)),
+         UNSUP_N("max_merge_var_num", 1),
+         UNSUP_N("send_queue_size", 16),
+         UNSUP_B("independent_recv_thread", 0),
+         UNSUP_N("min_send_grad_num_before_recv", 1),
+         UNSUP_N("thread_pool_size", 1),
+         UNSUP_N("send_wait_times", 1),
+         UNSUP_B("runtime_split_send_recv", 0),
+         UNSUP_B("launch_barrier", 1),
+         UNSUP_N("lr_decay_steps", 10),
+         UNSUP_N("use_ps_gpu", 0),
+         END}},
+    E("gradient_merge", F_BOOL, fl_strategy, gradient_merge),
+    {.key = "gradient_merge_configs",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("k_steps", F_INT, fl_strategy, gradient_merge_configs.k_steps, MIN(1)),
+         E("avg", F_BOOL, fl_strategy, gradient_merge_configs.avg),
+         END}},
+    E("lars", F_BOOL, fl_strategy, lars),
+    {.key = "lars_configs",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("lars_coeff", F_FLOAT, fl_strategy, lars_configs.lars_coeff, MINX(0)),
+         E("lars_weight_decay", F_FLOAT, fl_strategy, lars_configs.lars_weight_decay, MIN(0)),
+         E("epsilon", F_FLOAT, fl_strategy, lars_configs.epsilon, MIN(0)),
+         E("exclude_from_weight_decay", F_STR_LIST, fl_strategy,
+           lars_configs.exclude_from_weight_decay,
+           LIST(fl_strategy, lars_configs.exclude_from_weight_decay, lars_configs.n_exclude)),
+         END}},
+    E("lamb", F_BOOL, fl_strategy, lamb),
+    {.key = "lamb_configs",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("lamb_weight_decay", F_FLOAT, fl_strategy, lamb_configs.lamb_weight_decay, MIN(0)),
+         E("exclude_from_weight_decay", F_STR_LIST, fl_strategy,
+           lamb_configs.exclude_from_weight_decay,
+           LIST(fl_strategy, lamb_configs.exclude_from_weight_decay, lamb_configs.n_exclude)),
+         END}},
+    E("amp", F_BOOL, fl_strategy, amp),
+    {.key = "amp_configs",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("init_loss_scaling", F_FLOAT, fl_strategy, amp_configs.init_loss_scaling,
+           RANGE(1, 1e30)),
+         E("incr_every_n_steps", F_INT, fl_strategy, amp_configs.incr_every_n_steps,
+           RANGE(1, 1e9)),
+         E("decr_every_n_nan_or_inf", F_INT, fl_strategy, amp_configs.decr_every_n_nan_or_inf,
+           RANGE(1, 1e9)),
+         E("incr_ratio", F_FLOAT, fl_strategy, amp_configs.incr_ratio, .lo = 1, .hi = 1e6,
+           .lim = LIM_LO | LIM_LOX | LIM_HI),
+         E("decr_ratio", F_FLOAT, fl_strategy, amp_configs.decr_ratio, .lo = 0, .hi = 1,
+           .lim = LIM_LO | LIM_LOX | LIM_HI | LIM_HIX),
+         E("use_dynamic_loss_scaling", F_BOOL, fl_strategy, amp_configs.use_dynamic_loss_scaling),
+         E("custom_white_list", F_STR_LIST, fl_strategy, amp_configs.custom_white_list,
+           LIST(fl_strategy, amp_configs.custom_white_list, amp_configs.n_white)),
+         E("custom_black_list", F_STR_LIST, fl_strategy, amp_configs.custom_black_list,
+           LIST(fl_strategy, amp_configs.custom_black_list, amp_configs.n_black)),
+         E("dtype", F_ENUM, fl_strategy, amp_configs.dtype, .choices = k_amp_dtypes),
+         UNSUP_B("use_pure_fp16", 0),
+         UNSUP_B("use_fp16_guard", 1),
+         END}},
+    E("recompute", F_BOOL, fl_strategy, recompute),
+    {.key = "recompute_configs",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("checkpoints", F_STR_LIST, fl_strategy, recompute_configs.checkpoints,
+           LIST(fl_strategy, recompute_configs.checkpoints, recompute_configs.n_checkpoints)),
+         UNSUP_B("enable_offload", 0),
+         END}},
+    E("fuse_all_reduce_ops", F_BOOL, fl_strategy, fuse_all_reduce_ops),
+    E("fuse_grad_size_in_MB", F_INT, fl_strategy, fuse_grad_size_in_MB, RANGE(1, 65536)),
+    E("fuse_grad_size_in_TFLOPS", F_INT, fl_strategy, fuse_grad_size_in_TFLOPS, RANGE(1, 1e6)),
+    E("use_hierarchical_allreduce", F_BOOL, fl_strategy, use_hierarchical_allreduce),
+    E("hierarchical_allreduce_inter_nranks", F_INT, fl_strategy,
+      hierarchical_allreduce_inter_nranks, RANGE(0, 4096)),
+    E("nccl_comm_num", F_INT, fl_strategy, nccl_comm_num, RANGE(1, 16)),
+    E("sync_nccl_allreduce", F_BOOL, fl_strategy, sync_nccl_allreduce),
+    E("sync_batch_norm", F_BOOL, fl_strategy, sync_batch_norm),
+    E("grad_compression", F_ENUM, fl_strategy, grad_compression, .choices = k_compress),
+    {.key = "fp16_allreduce", .type = F_FP16AR},
+    UNSUP_B("auto", 0),
+    UNSUP_B("semi_auto", 0),
+    UNSUP_B("dgc", 0),
+    UNSUP_M("dgc_configs"),
+    UNSUP_B("localsgd", 0),
+    UNSUP_M("localsgd_configs"),
+    UNSUP_B("adaptive_localsgd", 0),
+    UNSUP_M("adaptive_localsgd_configs"),
+    UNSUP_B("pipeline", 0),
+    UNSUP_M("pipeline_configs"),
+    UNSUP_B("sharding", 0),
+    UNSUP_M("sharding_configs"),
+    UNSUP_B("tensor_parallel", 0),
+    UNSUP_M("tensor_parallel_configs"),
+    UNSUP_M("hybrid_configs"),
+    UNSUP_B("elastic", 0),
+    UNSUP_B("qat", 0),
+    UNSUP_M("qat_configs"),
+    UNSUP_B("asp", 0),
+    UNSUP_B("heter_ccl_mode", 0),
+    UNSUP_B("find_unused_parameters", 0),
+    UNSUP_B("without_graph_optimization", 0),
+    UNSUP_B("fuse_grad_merge", 0),
+    UNSUP_B("calc_comm_same_stream", 0),
+    UNSUP_N("last_comm_group_size_MB", 1),
+    UNSUP_M("gradient_scale_configs"),
+    UNSUP_B("cudnn_exhaustive_search", 1),
+    UNSUP_N("conv_workspace_size_limit", 4000),
+    UNSUP_B("cudnn_batchnorm_spatial_persistent", 1),
+    {.key = "build_strategy",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         UNSUP_B("enable_sequential_execution", 0),
+         UNSUP_B("fuse_elewise_add_act_ops", 0),
+         UNSUP_B("fuse_bn_act_ops", 0),
+         UNSUP_B("fuse_relu_depthwise_conv", 0),
+         UNSUP_B("fuse_broadcast_ops", 0),
+         UNSUP_B("fuse_all_optimizer_ops", 0),
+         UNSUP_B("enable_inplace", 0),
+         UNSUP_B("enable_backward_optimizer_op_deps", 1),
+         UNSUP_B("cache_runtime_context", 0),
+         END}},
+    {.key = "execution_strategy",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         UNSUP_N("num_threads", 1),
+         UNSUP_N("num_iteration_per_drop_scope", 10),
+         UNSUP_N("num_iteration_per_run", 3),
+         UNSUP_B("use_thread_barrier", 0),
+         END}},
+    END};
+
+static const field f_job[] = {
+    E("model", F_MAP, fl_job, model, .sub = f_model),
+    E("data", F_MAP, fl_job, data, .sub = f_data),
+    E("optimizer", F_MAP, fl_job, optimizer, .sub = f_optimizer),
+    E("lr_schedule", F_MAP, fl_job, lr_schedule, .sub = f_lr),
+    E("train", F_MAP, fl_job, train, .sub = f_train),
+    E("cluster", F_MAP, fl_job, cluster, .sub = f_cluster),
+    E("pserver", F_MAP, fl_job, pserver, .sub = f_pserver),
+    E("strategy", F_MAP, fl_job, strategy, .sub = f_strategy),
+    END};
+
+/* ------------------------------------------------------------ defaults */
+
+static void set_str(char *dst, size_t cap, const char *src) {
+  memset(dst, 0, cap);
+  strncpy(dst, src, cap - 1);
+}
+#define SET_STR(dst, src) set_str((dst), sizeof(dst), (src))
+
+/* Adam-family and Adagrad epsilon; LAMB's is 1e-6 (shared/DESIGN.md 5). */
+static float eps_default(int lamb) { return lamb ? 1e-6f : 1e-8f; }
+
+static void optimizer_defaults(fl_job_optimizer *o, fl_optim_kind kind, float lr) {
+  o->kind = kind;
+  o->lr = lr;
+  o->momentum = 0.9f;
+  o->nesterov = 0;
+  o->beta1 = 0.9f;
+  o->beta2 = 0.999f;
+  o->epsilon = eps_default(0);
+  o->weight_decay = 0.0f;
+  o->initial_accumulator = 0.0f;
+}
+
+#define FMNIST "/usr/share/datasets/fashion-mnist/"
+
+void fl_job_defaults(fl_job *job) {
+  memset(job, 0, sizeof *job);
+  SET_STR(job->source, "<defaults>");
+
+  fl_job_model *m = &job->model;
+  SET_STR(m->kind, "mlp");
+  m->input_shape[0] = 1;
+  m->input_shape[1] = 28;
+  m->input_shape[2] = 28;
+  m->num_classes = 10;
+  m->hidden[0] = 256;
+  m->hidden[1] = 128;
+  m->hidden[2] = 100;
+  m->n_hidden = 3;
+  SET_STR(m->activation, "relu");
+  m->conv_channels[0] = 32;
+  m->conv_channels[1] = 64;
+  m->conv_kernel = 5;
+  m->fc_hidden = 0;
+  SET_STR(m->norm, "none");
+  m->gn_groups = 8;
+  m->bn_momentum = 0.1f;
+  m->bn_epsilon = 1e-5f;
+  m->ctr.embedding_dim = 8;
+  m->ctr.sparse_slots = 26;
+  m->ctr.dense_features = 13;
+  m->ctr.hash_buckets = 1000003;
+
+  fl_job_data *d = &job->data;
+  d->format = FL_DATA_IDX;
+  SET_STR(d->train_images, FMNIST "train-images-idx3-ubyte.gz");
+  SET_STR(d->train_labels, FMNIST "train-labels-idx1-ubyte.gz");
+  SET_STR(d->test_images, FMNIST "t10k-images-idx3-ubyte.gz");
+  SET_STR(d->test_labels, FMNIST "t10k-labels-idx1-ubyte.gz");
+  SET_STR(d->synthetic.kind, "image");
+  d->synthetic.train_samples = 8192;
+  d->synthetic.test_samples = 2048;
+  d->synthetic.seed = 1;
+  d->prefetch = 4;
+  d->shuffle = 1;
+
+  optimizer_defaults(&job->optimizer, FL_OPTIM_MOMENTUM, 0.01f);
+
+  fl_job_lr *l = &job->lr_schedule;
+  l->kind = FL_LR_CONSTANT;
+  l->power = 1.0f;
+
+  fl_job_train *t = &job->train;
+  t->epochs = 10;
+  t->batch_size = 64;
+  t->seed = 1;
+  t->eval = 1;
+  t->eval_batch_size = 1000;
+  t->log_interval = 100;
+  t->checkpoint_keep = 3;
+
+  fl_job_cluster *c = &job->cluster;
+  c->mode = FL_MODE_LOCAL;
+  c->collective_timeout_s = 120.0;
+  c->heartbeat_timeout_s = 30.0;
+  c->rpc_timeout_s = 30.0;
+
+  fl_job_pserver *p = &job->pserver;
+  p->optimizer = job->optimizer;
+  p->dense_block_size = 262144;
+  optimizer_defaults(&p->sparse.optimizer, FL_OPTIM_ADAGRAD, 0.05f);
+  p->sparse.init_range = 0.01f;
+  p->sparse.max_rows = 1000000;
+
+  fl_strategy *s = &job->strategy;
+  s->gradient_merge_configs.k_steps = 1;
+  s->gradient_merge_configs.avg = 1;
+  s->lars_configs.lars_coeff = 0.001f;
+  s->lars_configs.lars_weight_decay = 0.0005f;
+  s->lars_configs.epsilon = 0.0f;
+  s->lamb_configs.lamb_weight_decay = 0.01f;
+  s->amp_configs.init_loss_scaling = 32768.0f;
+  s->amp_configs.incr_every_n_steps = 1000;
+  s->amp_configs.decr_every_n_nan_or_inf = 2;
+  s->amp_configs.incr_ratio = 2.0f;
+  s->amp_configs.decr_ratio = 0.8f;
+  s->amp_configs.use_dynamic_loss_scaling = 1;
+  s->amp_configs.dtype = FL_AMP_FLOAT16;
+  s->fuse_all_reduce_ops = 1;
+  s->fuse_grad_size_in_MB = 32;
+  s->fuse_grad_size_in_TFLOPS = 50;
+  s->hierarchical_allreduce_inter_nranks = 0;
+  s->nccl_comm_num = 1;
+  s->sync_nccl_allreduce = 1;
+  s->grad_compression = FL_COMPRESS_NONE;
+}
+
+/* ------------------------------------------------------------ parse context */
+
+typedef struct seen_key {
+  char path[PATH_BUF];
+  int line, col; /* 1-based */
+} seen_key;
+
+typedef struct ctx {
+  const char *name; /* file name for messages */
+  yaml_document_t *doc;
+  fl_job *job;
+  seen_key *keys;
+  size_t n_keys, cap_keys;
+  int fp16_allreduce; /* -1 absent, else the value */
+  int failed;
+} ctx;
+
+static fl_status verr(const char *name, int line, int col, const char *path, const char *fmt,
+                      va_list ap) {
+  char msg[768];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  if (line > 0)
+    snprintf(g_err, sizeof g_err, "%s:%d:%d: %s%s%s", name, line, col, path ? path : "",
+             path ? ": " : "", msg);
+  else
+    snprintf(g_err, sizeof g_err, "%s: %s%s%s", name, path ? path : "", path ? ": " : "", msg);
+  FL_LOGE("%s", g_err);
+  return FL_EINVAL;
+}
+
+/* An error at a node's position (key mark when the node is a key). */
+static fl_status perr(ctx *c, const yaml_mark_t *mark, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static fl_status perr(ctx *c, const yaml_mark_t *mark, const char *path, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fl_status st = verr(c->name, mark ? (int)mark->line + 1 : 0, mark ? (int)mark->column + 1 : 0,
+                      path, fmt, ap);
+  va_end(ap);
+  c->failed = 1;
+  return st;
+}
+
+static const seen_key *find_key(const ctx *c, const char *path) {
+  if (!c) return NULL;
+  for (size_t i = 0; i < c->n_keys; i++)
+    if (!strcmp(c->keys[i].path, path)) return &c->keys[i];
+  return NULL;
+}
+
+static fl_status remember_key(ctx *c, const char *path, const yaml_mark_t *m) {
+  if (c->n_keys == c->cap_keys) {
+    size_t nc = c->cap_keys ? 2 * c->cap_keys : 64;
+    seen_key *nk = realloc(c->keys, nc * sizeof *nk);
+    if (!nk) return FL_ERR(FL_ENOMEM, "%s: out of memory parsing the job file", c->name);
+    c->keys = nk;
+    c->cap_keys = nc;
+  }
+  seen_key *k = &c->keys[c->n_keys++];
+  if (snprintf(k->path, sizeof k->path, "%s", path) >= (int)sizeof k->path) k->path[0] = '\0';
+  k->line = (int)m->line + 1;
+  k->col = (int)m->column + 1;
+  return FL_OK;
+}
+
+/* An error tied to a key that may or may not be in the file (cross-field
+ * checks, also run on jobs built in code where c is NULL). */
+static fl_status kerr(const ctx *c, const char *source, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static fl_status kerr(const ctx *c, const char *source, const char *path, const char *fmt, ...) {
+  const seen_key *k = find_key(c, path);
+  va_list ap;
+  va_start(ap, fmt);
+  fl_status st = verr(c ? c->name : source, k ? k->line : 0, k ? k->col : 0, path, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+/* ------------------------------------------------------------ scalars */
+
+static const char *node_kind(const yaml_node_t *n) {
+  switch (n->type) {
+  case YAML_MAPPING_NODE: return "a mapping";
+  case YAML_SEQUENCE_NODE: return "a sequence";
+  default: return "a scalar";
+  }
+}
+
+static int is_null(const yaml_node_t *n) {
+  if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return 0;
+  const char *v = (const char *)n->data.scalar.value;
+  return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") ||
+         !strcmp(v, "NULL");
+}
+
+/* Describe what a scalar node holds, for "expected X, got Y". */
+static void describe(const yaml_node_t *n, char *out, size_t cap) {
+  if (n->type != YAML_SCALAR_NODE) {
+    snprintf(out, cap, "%s", node_kind(n));
+  } else if (is_null(n)) {
+    snprintf(out, cap, "null");
+  } else {
+    const char *v = (const char *)n->data.scalar.value;
+    snprintf(out, cap, "%s\"%.40s%s\"",
+             n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE ? "" : "quoted string ", v,
+             strlen(v) > 40 ? "..." : "");
+  }
+}
+
+static const char *plain(const yaml_node_t *n) {
+  if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return NULL;
+  if (strlen((const char *)n->data.scalar.value) != n->data.scalar.length) return NULL;
+  return (const char *)n->data.scalar.value;
+}
+
+static int parse_bool(const char *v, int *out) {
+  static const char *const t[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
+  static const char *const f[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    if (!strcmp(v, t[i])) return *out = 1, 1;
+    if (!strcmp(v, f[i])) return *out = 0, 1;
+  }
+  return 0;
+}
+
+static int parse_i64(const char *v, long long *out) {
+  char *end;
+  if (!*v || !(*v == '-' || *v == '+' || (*v >= '0' && *v <= '9'))) return 0;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (errno || *end) return 0;
+  *out = x;
+  return 1;
+}
+
+static int parse_u64(const char *v, unsigned long long *out) {
+  char *end;
+  if (!*v || !(*v == '+' || (*v >= '0' && *v <= '9'))) return 0;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (errno || *end) return 0;
+  *out = x;
+  return 1;
+}
+
+/* 1: *out set; 0: not a decimal number (no hex floats, inf or nan);
+ * -1: a number beyond double's range (overflow or underflow). */
+static int parse_real(const char *v, double *out) {
+  char *end;
+  if (!*v || strspn(v, "0123456789+-.eE") != strlen(v)) return 0;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (*end) return 0;
+  if (errno == ERANGE || !isfinite(x)) return -1;
+  *out = x;
+  return 1;
+}
+
+static fl_status check_range(ctx *c, const field *f, const yaml_mark_t *km, const char *path,
+                             double x, const char *shown) {
+  int ok = 1;
+  if ((f->lim & LIM_LO) && ((f->lim & LIM_LOX) ? !(x > f->lo) : !(x >= f->lo))) ok = 0;
+  if ((f->lim & LIM_HI) && ((f->lim & LIM_HIX) ? !(x < f->hi) : !(x <= f->hi))) ok = 0;
+  if (ok) return FL_OK;
+  if ((f->lim & LIM_LO) && (f->lim & LIM_HI))
+    return perr(c, km, path, "must be in %c%g, %g%c, got %s", (f->lim & LIM_LOX) ? '(' : '[',
+                f->lo, f->hi, (f->lim & LIM_HIX) ? ')' : ']', shown);
+  if (f->lim & LIM_LO)
+    return perr(c, km, path, "must be %s %g, got %s", (f->lim & LIM_LOX) ? ">" : ">=", f->lo,
+                shown);
+  return perr(c, km, path, "must be %s %g, got %s", (f->lim & LIM_HIX) ? "<" : "<=", f->hi, shown);
+}
+
+/* Parse a scalar of an element type into *dst (one element). */
+static fl_status parse_elem(ctx *c, const field *f, ftype et, const yaml_node_t *n,
+                            const yaml_mark_t *km, const char *path, void *dst, size_t strcap) {
+  char got[64];
+  const char *v = plain(n);
+  describe(n, got, sizeof got);
+  switch (et) {
+  case F_BOOL: {
+    int b;
+    if (!v || !parse_bool(v, &b)) return perr(c, km, path, "expected a boolean, got %s", got);
+    *(int *)dst = b;
+    return FL_OK;
+  }
+  case F_INT:
+  case F_I64:
+  case F_SIZE: {
+    long long x;
+    if (!v || !parse_i64(v, &x)) return perr(c, km, path, "expected an integer, got %s", got);
+    if (et == F_INT && (x < -2147483647LL - 1 || x > 2147483647LL))
+      return perr(c, km, path, "integer out of range, got %s", got);
+    if (et == F_SIZE && x < 0 && !(f->lim & LIM_LO))
+      return perr(c, km, path, "must be >= 0, got %s", got);
+    FL_TRY(check_range(c, f, km, path, (double)x, v));
+    if (et == F_INT) *(int *)dst = (int)x;
+    else if (et == F_I64) *(int64_t *)dst = (int64_t)x;
+    else *(size_t *)dst = (size_t)x;
+    return FL_OK;
+  }
+  case F_U64: {
+    unsigned long long x;
+    if (!v || !parse_u64(v, &x))
+      return perr(c, km, path, "expected a non-negative integer, got %s", got);
+    *(uint64_t *)dst = (uint64_t)x;
+    return FL_OK;
+  }
+  case F_FLOAT:
+  case F_DOUBLE: {
+    double x;
+    int ok = v ? parse_real(v, &x) : 0;
+    if (ok < 0) return perr(c, km, path, "number out of range, got %s", got);
+    if (!ok) return perr(c, km, path, "expected a number, got %s", got);
+    if (et == F_FLOAT && fabs(x) > 3.4e38) return perr(c, km, path, "too large, got %s", v);
+    FL_TRY(check_range(c, f, km, path, x, v));
+    if (et == F_FLOAT) *(float *)dst = (float)x;
+    else *(double *)dst = x;
+    return FL_OK;
+  }
+  case F_STR:
+  case F_CHOICE:
+  case F_ENUM: {
+    if (n->type != YAML_SCALAR_NODE || is_null(n))
+      return perr(c, km, path, "expected a string, got %s", got);
+    const char *s = (const char *)n->data.scalar.value;
+    if (strlen(s) != n->data.scalar.length)
+      return perr(c, km, path, "contains a NUL byte");
+    if (et == F_STR) {
+      if (n->data.scalar.length >= strcap)
+        return perr(c, km, path, "too long (at most %zu bytes), got %zu bytes", strcap - 1,
+                    n->data.scalar.length);
+      set_str(dst, strcap, s);
+      return FL_OK;
+    }
+    for (int i = 0; f->choices[i]; i++)
+      if (!strcmp(s, f->choices[i])) {
+        if (et == F_ENUM) *(int *)dst = i;
+        else set_str(dst, strcap, s);
+        return FL_OK;
+      }
+    char list[256] = "";
+    for (int i = 0; f->choices[i]; i++) {
+      strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+      strncat(list, f->choices[i], sizeof list - strlen(list) - 1);
+    }
+    return perr(c, km, path, "must be one of %s, got %s", list, got);
+  }
+  default:
+    return perr(c, km, path, "internal: bad schema type");
+  }
+}
+
+static size_t levenshtein(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b), row[65];
+  if (la > 64 || lb > 64) return 99;
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t prev = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t cur = row[j];
+      size_t sub = prev + (a[i - 1] != b[j - 1]);
+      size_t best = row[j] + 1 < row[j - 1] + 1 ? row[j] + 1 : row[j - 1] + 1;
+      row[j] = sub < best ? sub : best;
+      prev = cur;
+    }
+  }
+  return row[lb];
+}
+
+static fl_status walk_map(ctx *c, const field *table, const yaml_node_t *n, char *base,
+                          const char *path);
+
+static fl_status parse_field(ctx *c, const field *f, const yaml_node_t *v, const yaml_mark_t *km,
+                             char *base, const char *path) {
+  char got[64];
+  describe(v, got, sizeof got);
+  char *dst = base + f->off;
+  switch (f->type) {
+  case F_MAP:
+    return walk_map(c, f->sub, v, dst, path);
+  case F_BOOL:
+  case F_INT:
+  case F_I64:
+  case F_U64:
+  case F_SIZE:
+  case F_FLOAT:
+  case F_DOUBLE:
+  case F_ENUM:
+    return parse_elem(c, f, f->type, v, km, path, dst, 0);
+  case F_STR:
+  case F_CHOICE:
+    return parse_elem(c, f, f->type, v, km, path, dst, f->cap);
+  case F_INT_ARRAY:
+  case F_SIZE_LIST:
+  case F_I64_LIST:
+  case F_FLOAT_LIST:
+  case F_STR_LIST: {
+    if (v->type != YAML_SEQUENCE_NODE) {
+      if (is_null(v) && f->type != F_INT_ARRAY) {
+        *(size_t *)(base + f->count_off) = 0;
+        return FL_OK;
+      }
+      return perr(c, km, path, "expected a sequence, got %s", got);
+    }
+    size_t cnt = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    if (f->type == F_INT_ARRAY && cnt != f->cap)
+      return perr(c, km, path, "expected exactly %zu entries, got %zu", f->cap, cnt);
+    if (cnt > f->cap) return perr(c, km, path, "at most %zu entries, got %zu", f->cap, cnt);
+    ftype et = f->type == F_INT_ARRAY ? F_INT
+               : f->type == F_SIZE_LIST ? F_SIZE
+               : f->type == F_I64_LIST  ? F_I64
+               : f->type == F_FLOAT_LIST ? F_FLOAT
+                                         : F_STR;
+    size_t esz = et == F_INT ? sizeof(int)
+                 : et == F_SIZE ? sizeof(size_t)
+                 : et == F_I64  ? sizeof(int64_t)
+                 : et == F_FLOAT ? sizeof(float)
+                                 : FL_JOB_NAME_MAX;
+    for (size_t i = 0; i < cnt; i++) {
+      const yaml_node_t *item = yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
+      char ipath[PATH_BUF];
+      if (snprintf(ipath, sizeof ipath, "%s[%zu]", path, i) >= (int)sizeof ipath)
+        return perr(c, km, path, "key path too long");
+      if (!item) return perr(c, km, ipath, "missing node");
+      FL_TRY(parse_elem(c, f, et, item, &item->start_mark, ipath, dst + i * esz, FL_JOB_NAME_MAX));
+    }
+    if (f->type != F_INT_ARRAY) *(size_t *)(base + f->count_off) = cnt;
+    return FL_OK;
+  }
+  case F_FP16AR: {
+    int b = 0;
+    FL_TRY(parse_elem(c, f, F_BOOL, v, km, path, &b, 0));
+    c->fp16_allreduce = b;
+    return FL_OK;
+  }
+  case F_UNSUP_BOOL:
+  case F_UNSUP_NUM: {
+    double x = 0;
+    int b = 0;
+    const char *pv = plain(v);
+    int ok = f->type == F_UNSUP_BOOL ? (pv && parse_bool(pv, &b) && b == (int)f->dflt)
+                                     : (pv && parse_real(pv, &x) == 1 && x == f->dflt);
+    if (ok) return FL_OK;
+    if (f->type == F_UNSUP_BOOL)
+      return perr(c, km, NULL, "%s is not supported by Flotilla (only its default, %s, is "
+                  "accepted), got %s", path, f->dflt != 0 ? "true" : "false", got);
+    return perr(c, km, NULL, "%s is not supported by Flotilla (only its default, %g, is "
+                "accepted), got %s", path, f->dflt, got);
+  }
+  case F_UNSUP_MAP:
+    if (is_null(v) || (v->type == YAML_MAPPING_NODE &&
+                       v->data.mapping.pairs.top == v->data.mapping.pairs.start))
+      return FL_OK;
+    return perr(c, km, NULL, "%s is not supported by Flotilla (only an empty mapping is "
+                "accepted)", path);
+  }
+  return perr(c, km, path, "internal: bad schema type");
+}
+
+static fl_status walk_map(ctx *c, const field *table, const yaml_node_t *n, char *base,
+                          const char *path) {
+  unsigned char seen[MAX_FIELDS] = {0};
+  if (is_null(n)) return FL_OK; /* "section:" with nothing under it */
+  if (n->type != YAML_MAPPING_NODE) {
+    char got[64];
+    describe(n, got, sizeof got);
+    return perr(c, &n->start_mark, path[0] ? path : NULL, "expected a mapping, got %s", got);
+  }
+  for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+    const yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+    const yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
+    if (!k || !v) return perr(c, &n->start_mark, path, "missing node");
+    const char *key = plain(k);
+    if (!key && k->type == YAML_SCALAR_NODE) key = (const char *)k->data.scalar.value;
+    if (!key || k->type != YAML_SCALAR_NODE) {
+      return perr(c, &k->start_mark, path[0] ? path : NULL, "keys must be plain strings, got %s",
+                  node_kind(k));
+    }
+    char kpath[PATH_BUF];
+    if (snprintf(kpath, sizeof kpath, "%s%s%s", path, path[0] ? "." : "", key) >=
+        (int)sizeof kpath)
+      return perr(c, &k->start_mark, path[0] ? path : NULL, "key too long");
+    size_t i;
+    for (i = 0; table[i].key; i++)
+      if (!strcmp(table[i].key, key)) break;
+    if (!table[i].key) {
+      const char *best = NULL;
+      size_t bd = 3;
+      for (size_t j = 0; table[j].key; j++) {
+        size_t d = levenshtein(key, table[j].key);
+        if (d < bd) bd = d, best = table[j].key;
+      }
+      if (best) return perr(c, &k->start_mark, kpath, "unknown key (did you mean \"%s\"?)", best);
+      return perr(c, &k->start_mark, kpath, "unknown key");
+    }
+    if (i >= MAX_FIELDS) return perr(c, &k->start_mark, kpath, "internal: schema too large");
+    if (seen[i]) return perr(c, &k->start_mark, kpath, "duplicate key");
+    seen[i] = 1;
+    FL_TRY(remember_key(c, kpath, &k->start_mark));
+    FL_TRY(parse_field(c, &table[i], v, &k->start_mark, base, kpath));
+  }
+  return FL_OK;
+}
+
+/* ------------------------------------------------------------ checks */
+
+static int has(const ctx *c, const char *path) { return find_key(c, path) != NULL; }
+
+/* Normalisation that depends on what the file gave (see fl_config.h). */
+static fl_status normalise(ctx *c) {
+  fl_job *job = c->job;
+  fl_strategy *s = &job->strategy;
+  if (job->optimizer.kind == FL_OPTIM_LARS) {
+    job->optimizer.kind = FL_OPTIM_MOMENTUM;
+    s->lars = 1;
+  } else if (job->optimizer.kind == FL_OPTIM_LAMB) {
+    job->optimizer.kind = FL_OPTIM_ADAM;
+    s->lamb = 1;
+  }
+  if (!has(c, "optimizer.epsilon")) job->optimizer.epsilon = eps_default(s->lamb);
+  if (!has(c, "pserver.optimizer")) {
+    job->pserver.optimizer = job->optimizer;
+  } else if (!has(c, "pserver.optimizer.epsilon")) {
+    job->pserver.optimizer.epsilon = eps_default(s->lamb);
+  }
+  if (c->fp16_allreduce >= 0) {
+    int given = has(c, "strategy.grad_compression");
+    if (c->fp16_allreduce) {
+      if (given && s->grad_compression != FL_COMPRESS_FP16)
+        return kerr(c, NULL, "strategy.fp16_allreduce",
+                    "true conflicts with strategy.grad_compression: %s",
+                    k_compress[s->grad_compression]);
+      s->grad_compression = FL_COMPRESS_FP16;
+    } else if (given && s->grad_compression == FL_COMPRESS_FP16) {
+      return kerr(c, NULL, "strategy.fp16_allreduce",
+                  "false conflicts with strategy.grad_compression: fp16");
+    }
+  }
+  return FL_OK;
+}
+
+static int list_has_empty(const char (*l)[FL_JOB_NAME_MAX], size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!l[i][0]) return 1;
+  return 0;
+}
+
+/* The cross-field rules; c (may be NULL) gives the marks. */
+static fl_status check_job(const ctx *c, const fl_job *job) {
+  const char *src = job->source;
+  const fl_strategy *s = &job->strategy;
+  const fl_job_model *m = &job->model;
+  const fl_job_data *d = &job->data;
+  const fl_job_lr *l = &job->lr_schedule;
+  const fl_job_optimizer *o = &job->optimizer;
+
+  if (s->lars && s->lamb)
+    return kerr(c, src, has(c, "strategy.lamb") ? "strategy.lamb" : "strategy.lars",
+                "lars and lamb cannot both be true");
+  if (s->lars) {
+    if (o->kind != FL_OPTIM_MOMENTUM)
+      return kerr(c, src, "strategy.lars", "needs optimizer.name momentum (LARS's inner "
+                  "optimizer), got %s", k_optims[o->kind]);
+    if (o->nesterov)
+      return kerr(c, src, "optimizer.nesterov", "must be false with strategy.lars");
+  }
+  if (s->lamb && o->kind != FL_OPTIM_ADAM && o->kind != FL_OPTIM_ADAMW)
+    return kerr(c, src, "strategy.lamb", "needs optimizer.name adam or adamw (LAMB's inner "
+                "optimizer), got %s", k_optims[o->kind]);
+  if ((s->lars || s->lamb) && o->weight_decay != 0.0f)
+    return kerr(c, src, "optimizer.weight_decay", "must be 0 with strategy.%s (set %s instead)",
+                s->lars ? "lars" : "lamb",
+                s->lars ? "lars_configs.lars_weight_decay" : "lamb_configs.lamb_weight_decay");
+  if (job->optimizer.kind == FL_OPTIM_LARS || job->optimizer.kind == FL_OPTIM_LAMB)
+    return kerr(c, src, "optimizer.name", "lars and lamb are set through strategy.lars/lamb");
+  if (job->pserver.optimizer.kind == FL_OPTIM_LARS || job->pserver.optimizer.kind == FL_OPTIM_LAMB)
+    return kerr(c, src, "pserver.optimizer.name",
+                "must be a plain optimizer (strategy.lars/lamb apply on the server too)");
+  if (s->lars && job->pserver.optimizer.kind != FL_OPTIM_MOMENTUM)
+    return kerr(c, src, "pserver.optimizer.name", "needs momentum with strategy.lars, got %s",
+                k_optims[job->pserver.optimizer.kind]);
+  if (s->lamb && job->pserver.optimizer.kind != FL_OPTIM_ADAM &&
+      job->pserver.optimizer.kind != FL_OPTIM_ADAMW)
+    return kerr(c, src, "pserver.optimizer.name", "needs adam or adamw with strategy.lamb, got %s",
+                k_optims[job->pserver.optimizer.kind]);
+  {
+    fl_optim_kind sk = job->pserver.sparse.optimizer.kind;
+    if (sk != FL_OPTIM_SGD && sk != FL_OPTIM_ADAGRAD && sk != FL_OPTIM_ADAM)
+      return kerr(c, src, "pserver.sparse.optimizer.name", "must be sgd, adagrad or adam, got %s",
+                  k_optims[sk]);
+  }
+  if (s->a_sync_configs.k_steps > 0 && !s->a_sync)
+    return kerr(c, src, "strategy.a_sync_configs.k_steps",
+                "geo mode (k_steps %d > 0) needs strategy.a_sync: true", s->a_sync_configs.k_steps);
+  if (list_has_empty(s->lars_configs.exclude_from_weight_decay, s->lars_configs.n_exclude) ||
+      list_has_empty(s->lamb_configs.exclude_from_weight_decay, s->lamb_configs.n_exclude))
+    return kerr(c, src,
+                list_has_empty(s->lars_configs.exclude_from_weight_decay, s->lars_configs.n_exclude)
+                    ? "strategy.lars_configs.exclude_from_weight_decay"
+                    : "strategy.lamb_configs.exclude_from_weight_decay",
+                "entries must not be empty (an empty string matches every parameter)");
+
+  /* model */
+  if (!strcmp(m->kind, "plugin") && !m->plugin_path[0])
+    return kerr(c, src, "model.kind", "plugin needs model.plugin_path");
+  if (!strcmp(m->kind, "cnn")) {
+    if (m->conv_kernel % 2 == 0)
+      return kerr(c, src, "model.conv_kernel", "must be odd, got %d", m->conv_kernel);
+    if (!strcmp(m->norm, "gn") &&
+        (m->conv_channels[0] % m->gn_groups || m->conv_channels[1] % m->gn_groups))
+      return kerr(c, src, "model.gn_groups", "%d must divide both conv_channels [%d, %d]",
+                  m->gn_groups, m->conv_channels[0], m->conv_channels[1]);
+  }
+  int ctr_model = !strcmp(m->kind, "ctr");
+  int ctr_data = d->format == FL_DATA_LIBSVM ||
+                 (d->format == FL_DATA_SYNTHETIC && !strcmp(d->synthetic.kind, "ctr"));
+  if (ctr_model && !ctr_data)
+    return kerr(c, src, "data.format", "the ctr model needs libsvm data or synthetic kind ctr");
+  if (!ctr_model && ctr_data)
+    return kerr(c, src, has(c, "data.synthetic.kind") ? "data.synthetic.kind" : "data.format",
+                "sparse (ctr) data needs model.kind ctr, got %s", m->kind);
+  if (ctr_model && m->num_classes != 2)
+    return kerr(c, src, "model.num_classes", "the ctr model is binary: must be 2, got %d",
+                m->num_classes);
+
+  /* data */
+  if (d->format == FL_DATA_IDX) {
+    if (!d->train_images[0] || !d->train_labels[0])
+      return kerr(c, src, d->train_images[0] ? "data.train_labels" : "data.train_images",
+                  "required with data.format idx");
+    if (job->train.eval && (!d->test_images[0] || !d->test_labels[0]))
+      return kerr(c, src, d->test_images[0] ? "data.test_labels" : "data.test_images",
+                  "required with train.eval: true");
+  } else if (d->format == FL_DATA_LIBSVM) {
+    if (!d->train_path[0]) return kerr(c, src, "data.train_path", "required with format libsvm");
+    if (job->train.eval && !d->test_path[0])
+      return kerr(c, src, "data.test_path", "required with train.eval: true");
+  }
+
+  /* lr schedule */
+  if (l->kind == FL_LR_PIECEWISE) {
+    if (l->n_boundaries < 1)
+      return kerr(c, src, "lr_schedule.boundaries", "piecewise needs at least one boundary");
+    if (l->n_values != l->n_boundaries + 1)
+      return kerr(c, src, "lr_schedule.values", "piecewise needs %zu values (boundaries + 1), "
+                  "got %zu", l->n_boundaries + 1, l->n_values);
+    for (size_t i = 1; i < l->n_boundaries; i++)
+      if (l->boundaries[i] <= l->boundaries[i - 1])
+        return kerr(c, src, "lr_schedule.boundaries", "must be strictly increasing (%lld after "
+                    "%lld)", (long long)l->boundaries[i], (long long)l->boundaries[i - 1]);
+  } else if (l->n_boundaries || l->n_values) {
+    return kerr(c, src, l->n_boundaries ? "lr_schedule.boundaries" : "lr_schedule.values",
+                "only used by kind piecewise, got kind %s", k_lrs[l->kind]);
+  }
+
+  /* cluster */
+  const fl_job_cluster *cl = &job->cluster;
+  if (!cl->tls.cert[0] != !cl->tls.key[0])
+    return kerr(c, src, cl->tls.cert[0] ? "cluster.tls.key" : "cluster.tls.cert",
+                "cluster.tls.cert and cluster.tls.key go together");
+  if (cl->tls.mutual && (!cl->tls.cert[0] || !cl->tls.ca[0]))
+    return kerr(c, src, "cluster.tls.mutual", "needs cluster.tls.cert, key and ca");
+  if (cl->tls.ca[0] && !cl->tls.cert[0])
+    return kerr(c, src, "cluster.tls.ca", "TLS needs cluster.tls.cert and key as well");
+  return FL_OK;
+}
+
+fl_status fl_job_validate(const fl_job *job) {
+  if (!job) return FL_ERR(FL_EINVAL, "fl_job_validate: NULL job");
+  g_err[0] = '\0';
+  return check_job(NULL, job);
+}
+
+/* ------------------------------------------------------------ loading */
+
+static fl_status load_text(const char *text, size_t len, const char *name, fl_job *job) {
+  yaml_parser_t parser;
+  yaml_document_t doc, extra;
+  ctx c = {.name = name, .doc = &doc, .job = job, .fp16_allreduce = -1};
+  fl_status st = FL_OK;
+  int have_doc = 0, have_extra = 0;
+
+  g_err[0] = '\0';
+  fl_job_defaults(job);
+  SET_STR(job->source, name);
+  if (!yaml_parser_initialize(&parser)) return FL_ERR(FL_ENOMEM, "%s: yaml parser init", name);
+  yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+  if (!yaml_parser_load(&parser, &doc)) goto syntax;
+  have_doc = 1;
+  if (!yaml_parser_load(&parser, &extra)) goto syntax;
+  have_extra = 1;
+  if (yaml_document_get_root_node(&extra)) {
+    yaml_mark_t mk = yaml_document_get_root_node(&extra)->start_mark;
+    st = perr(&c, &mk, NULL, "a job file holds one YAML document, found another");
+    goto out;
+  }
+  const yaml_node_t *root = yaml_document_get_root_node(&doc);
+  if (root) {
+    st = walk_map(&c, f_job, root, (char *)job, "");
+    if (st != FL_OK) goto out;
+  }
+  st = normalise(&c);
+  if (st == FL_OK) st = check_job(&c, job);
+  goto out;
+
+syntax:
+  st = perr(&c, &parser.problem_mark, NULL, "YAML syntax error: %s%s%s",
+            parser.problem ? parser.problem : "unknown", parser.context ? " " : "",
+            parser.context ? parser.context : "");
+out:
+  if (have_extra) yaml_document_delete(&extra);
+  if (have_doc) yaml_document_delete(&doc);
+  yaml_parser_delete(&parser);
+  free(c.keys);
+  return st;
+}
+
+fl_status fl_job_load_string(const char *text, const char *name, fl_job *job) {
+  if (!text || !job) return FL_ERR(FL_EINVAL, "fl_job_load_string: NULL argument");
+  return load_text(text, strlen(text), name ? name : "<string>", job);
+}
+
+fl_status fl_job_load_file(const char *path, fl_job *job) {
+  if (!path || !job) return FL_ERR(FL_EINVAL, "fl_job_load_file: NULL argument");
+  g_err[0] = '\0';
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(g_err, sizeof g_err, "%s: cannot open job file: %s", path, strerror(errno));
+    FL_LOGE("%s", g_err);
+    return FL_EIO;
+  }
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  fl_status st = FL_OK;
+  for (;;) {
+    if (n > MAX_FILE_BYTES) {
+      snprintf(g_err, sizeof g_err, "%s: job file larger than %u bytes", path, MAX_FILE_BYTES);
+      FL_LOGE("%s", g_err);
+      st = FL_EINVAL;
+      break;
+    }
+    if (n == cap) {
+      cap = cap ? 2 * cap : 16384;
+      char *nb = realloc(buf, cap + 1);
+      if (!nb) {
+        st = FL_ERR(FL_ENOMEM, "%s: out of memory reading the job file", path);
+        break;
+      }
+      buf = nb;
+    }
+    size_t got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) {
+      if (ferror(f)) {
+        snprintf(g_err, sizeof g_err, "%s: read error", path);
+        FL_LOGE("%s", g_err);
+        st = FL_EIO;
+      }
+      break;
+    }
+  }
+  fclose(f);
+  if (st == FL_OK) {
+    buf[n] = '\0';
+    st = load_text(buf, n, path, job);
+  }
+  free(buf);
+  return st;
+}
+
+/* ------------------------------------------------------------ writing */
+
+/* A double-quoted scalar that loads back to s: besides '"' and '\\', the
+ * characters YAML does not take raw (C0/C1 controls, DEL, U+FEFF, U+FFFE,
+ * U+FFFF) and those it reads as line breaks inside quotes, folding them to
+ * a space (NEL U+0085, LS U+2028, PS U+2029), are escaped. */
+static void put_quoted(FILE *out, const char *s) {
+  fputc('"', out);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') {
+      fprintf(out, "\\%c", *p);
+    } else if (*p < 0x20 || *p == 0x7f) {
+      fprintf(out, "\\x%02x", *p);
+    } else if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+      fprintf(out, "\\x%02x", p[1]);
+      p++;
+    } else if ((p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9)) ||
+               (p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) ||
+               (p[0] == 0xef && p[1] == 0xbf && (p[2] == 0xbe || p[2] == 0xbf))) {
+      fprintf(out, "\\u%04x", ((p[0] & 0x0fu) << 12) | ((p[1] & 0x3fu) << 6) | (p[2] & 0x3fu));
+      p += 2;
+    } else {
+      fputc(*p, out);
+    }
+  }
+  fputc('"', out);
+}
+
+static void put_elem(FILE *out, ftype et, const field *f, const char *p) {
+  switch (et) {
+  case F_BOOL: fputs(*(const int *)p ? "true" : "false", out); break;
+  case F_INT: fprintf(out, "%d", *(const int *)p); break;
+  case F_I64: fprintf(out, "%lld", (long long)*(const int64_t *)p); break;
+  case F_U64: fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+  case F_SIZE: fprintf(out, "%zu", *(const size_t *)p); break;
+  case F_FLOAT: {
+    /* the shortest decimal that parses back to the same float */
+    float v = *(const float *)p;
+    char buf[32];
+    for (int prec = 6; prec <= 9; prec++) {
+      snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
+      if ((float)strtod(buf, NULL) == v) break;
+    }
+    fputs(buf, out);
+    break;
+  }
+  case F_DOUBLE: fprintf(out, "%.17g", *(const double *)p); break;
+  case F_STR: put_quoted(out, p); break;
+  case F_CHOICE: fputs(p, out); break;
+  case F_ENUM: {
+    int v = *(const int *)p, i;
+    for (i = 0; f->choices[i] && i < v; i++) {}
+    fputs(f->choices[i] ? f->choices[i] : "?", out);
+    break;
+  }
+  default: break;
+  }
+}
+
+static void write_map(FILE *out, const field *table, const char *base, int indent) {
+  for (const field *f = table; f->key; f++) {
+    const char *p = base + f->off;
+    switch (f->type) {
+    case F_FP16AR:
+    case F_UNSUP_BOOL:
+    case F_UNSUP_NUM:
+    case F_UNSUP_MAP:
+      continue; /* not stored; the resolved value is elsewhere or the default */
+    case F_MAP: {
+      int any = 0;
+      for (const field *g = f->sub; g->key; g++)
+        if (g->type != F_UNSUP_BOOL && g->type != F_UNSUP_NUM && g->type != F_UNSUP_MAP) any = 1;
+      if (!any) continue;
+      fprintf(out, "%*s%s:\n", indent, "", f->key);
+      write_map(out, f->sub, p, indent + 2);
+      continue;
+    }
+    default: break;
+    }
+    fprintf(out, "%*s%s: ", indent, "", f->key);
+    if (f->type >= F_INT_ARRAY && f->type <= F_STR_LIST) {
+      size_t cnt = f->type == F_INT_ARRAY ? f->cap : *(const size_t *)(base + f->count_off);
+      ftype et = f->type == F_INT_ARRAY ? F_INT
+                 : f->type == F_SIZE_LIST ? F_SIZE
+                 : f->type == F_I64_LIST  ? F_I64
+                 : f->type == F_FLOAT_LIST ? F_FLOAT
+                                           : F_STR;
+      size_t esz = et == F_INT ? sizeof(int)
+                   : et == F_SIZE ? sizeof(size_t)
+                   : et == F_I64  ? sizeof(int64_t)
+                   : et == F_FLOAT ? sizeof(float)
+                                   : FL_JOB_NAME_MAX;
+      fputc('[', out);
+      for (size_t i = 0; i < cnt; i++) {
+        if (i) fputs(", ", out);
+        put_elem(out, et, f, p + i * esz);
+      }
+      fputs("]\n", out);
+    } else {
+      put_elem(out, f->type, f, p);
+      fputc('\n', out);
+    }
+  }
+}
+
+fl_status fl_job_write_yaml(const fl_job *job, FILE *out) {
+  if (!job || !out) return FL_ERR(FL_EINVAL, "fl_job_write_yaml: NULL argument");
+  fprintf(out, "# Flotilla job, resolved from %s\n", job->source);
+  write_map(out, f_job, (const char *)job, 0);
+  if (fflush(out) != 0 || ferror(out))
+    return FL_ERR(FL_EIO, "writing the resolved job: %s", strerror(errno));
+  return FL_OK;
+}

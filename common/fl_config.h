@@ -1,0 +1,339 @@
+/* fl_config.h - the job file: one YAML document describing a training job.
+ *
+ * A job file has the sections model, data, optimizer, lr_schedule, train,
+ * cluster, pserver and strategy (the last one with Paddle Fleet's
+ * DistributedStrategy names, so a Fleet user finds the knobs they know).
+ * It is parsed with libyaml into `fl_job`, a plain struct with every field
+ * defaulted: fixed-size char arrays for strings and fixed arrays for lists,
+ * so it holds no heap memory, can be copied with `=` and needs no free.
+ *
+ * Strictness: an unknown key, a duplicate key, a value of the wrong type, an
+ * out-of-range value, a strategy Flotilla does not implement set to anything
+ * but its default, and inconsistent fields (lars with a non-momentum
+ * optimizer, lars and lamb together, ...) all fail with FL_EINVAL and one
+ * message naming file:line:column and the key path, e.g.
+ *   job.yaml:12:3: strategy.gradient_merge_configs.k_steps: must be >= 1, got 0
+ * The message is logged once (FL_LOGE) and kept for fl_job_last_error().
+ *
+ * Normalisation at load (so the struct always says what will run):
+ *   - optimizer.name lars / lamb becomes momentum + strategy.lars: true /
+ *     adam + strategy.lamb: true;
+ *   - optimizer.epsilon left out takes the default of the effective
+ *     optimizer (1e-8; 1e-6 under lamb);
+ *   - pserver.optimizer left out is a copy of the (normalised) optimizer;
+ *   - strategy.fp16_allreduce: true sets strategy.grad_compression = fp16.
+ * fl_job_write_yaml() dumps the resolved struct; loading the dump gives the
+ * same struct again, byte for byte.
+ *
+ * Deviation from Paddle, on purpose: strategy.a_sync defaults to false (PS
+ * mode is synchronous unless asked), and fuse_grad_size_in_TFLOPS to 50
+ * (shared/DESIGN.md section 6); hierarchical_allreduce_inter_nranks 0 means
+ * "ranks per node, from the cluster". */
+#ifndef FL_CONFIG_H
+#define FL_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fl_optim.h"
+#include "fl_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FL_JOB_PATH_MAX 512   /* bytes of every path field, NUL included */
+#define FL_JOB_NAME_MAX 64    /* bytes of every list-of-names entry */
+#define FL_JOB_MAX_HIDDEN 16  /* model.hidden entries */
+#define FL_JOB_MAX_LIST 16    /* entries of exclude_from_weight_decay etc. */
+
+/* How the trainers cooperate (cluster.mode, FLOTILLA_MODE, --mode). */
+typedef enum fl_mode {
+  FL_MODE_LOCAL = 0,      /* one trainer, no communication */
+  FL_MODE_COLLECTIVE = 1, /* peers, allreduce */
+  FL_MODE_PS = 2          /* parameter servers */
+} fl_mode;
+
+/* "local", "collective", "ps" and back; parse gives FL_EINVAL on another
+ * name (without logging: callers say where the name came from). */
+const char *fl_mode_name(fl_mode mode);
+fl_status fl_mode_parse(const char *name, fl_mode *out);
+
+typedef enum fl_data_format {
+  FL_DATA_IDX = 0,      /* IDX images + labels (MNIST, Fashion-MNIST), gz or plain */
+  FL_DATA_LIBSVM = 1,   /* libsvm / Criteo-style text for the CTR model */
+  FL_DATA_SYNTHETIC = 2 /* seeded generator (data.synthetic) */
+} fl_data_format;
+
+typedef enum fl_grad_compression {
+  FL_COMPRESS_NONE = 0, /* fp32 on the wire */
+  FL_COMPRESS_FP16 = 1,
+  FL_COMPRESS_BF16 = 2
+} fl_grad_compression;
+
+typedef enum fl_amp_dtype { FL_AMP_FLOAT16 = 0, FL_AMP_BFLOAT16 = 1 } fl_amp_dtype;
+
+/* ------------------------------------------------------------------ model */
+typedef struct fl_job_model {
+  char kind[16];      /* "logreg", "mlp" (default), "cnn", "plugin", "ctr" */
+  int input_shape[3]; /* [channels, height, width] of one sample: [1, 28, 28] */
+  int num_classes;    /* 10 */
+  size_t hidden[FL_JOB_MAX_HIDDEN]; /* mlp and ctr's deep part: [256, 128, 100] */
+  size_t n_hidden;
+  char activation[8]; /* "relu" (default) or "tanh" */
+  int conv_channels[2]; /* cnn: [32, 64] */
+  int conv_kernel;    /* cnn: 5 (odd; padding keeps the size) */
+  size_t fc_hidden;   /* cnn: hidden fc width after the convs, 0 = none (0) */
+  char norm[8];       /* cnn: "none" (default), "bn" or "gn" */
+  int gn_groups;      /* 8; must divide both conv_channels when norm is gn */
+  float bn_momentum;  /* 0.1 */
+  float bn_epsilon;   /* 1e-5 */
+  char plugin_path[FL_JOB_PATH_MAX]; /* plugin: the shared library (required) */
+  char plugin_args[256];             /* plugin: free-form string for it ("") */
+  struct {
+    int embedding_dim;    /* 8 */
+    int sparse_slots;     /* sparse feature slots per sample: 26 */
+    int dense_features;   /* dense features per sample: 13 */
+    int64_t hash_buckets; /* feature ids are hashed into this many rows: 1000003 */
+  } ctr;
+} fl_job_model;
+
+/* ------------------------------------------------------------------- data */
+typedef struct fl_job_data {
+  fl_data_format format;                  /* idx */
+  char train_images[FL_JOB_PATH_MAX];     /* idx: Fashion-MNIST under /usr/share/datasets */
+  char train_labels[FL_JOB_PATH_MAX];
+  char test_images[FL_JOB_PATH_MAX];
+  char test_labels[FL_JOB_PATH_MAX];
+  char train_path[FL_JOB_PATH_MAX];       /* libsvm ("") */
+  char test_path[FL_JOB_PATH_MAX];        /* libsvm ("" = no test set) */
+  struct {
+    char kind[8];          /* "image" (default) or "ctr" */
+    int64_t train_samples; /* 8192 */
+    int64_t test_samples;  /* 2048 */
+    uint64_t seed;         /* 1 */
+  } synthetic;
+  int64_t limit_train; /* use only the first N training samples, 0 = all */
+  int64_t limit_test;  /* 0 = all */
+  int prefetch;        /* batches read ahead by the reader thread: 4 (0 = none) */
+  int shuffle;         /* per-epoch shuffle from train.seed: 1 */
+} fl_job_data;
+
+/* ---------------------------------------------------- optimizer (3 places) */
+/* Used for `optimizer`, `pserver.optimizer` and `pserver.sparse.optimizer`. */
+typedef struct fl_job_optimizer {
+  fl_optim_kind kind; /* key `name`: momentum (default); lars/lamb are normalised away */
+  float lr;           /* base learning rate: 0.01 */
+  float momentum;     /* 0.9 */
+  int nesterov;       /* 0 */
+  float beta1;        /* 0.9 */
+  float beta2;        /* 0.999 */
+  float epsilon;      /* see the file comment: 1e-8, or 1e-6 under lamb */
+  float weight_decay; /* 0 (must be 0 under lars/lamb: their configs hold it) */
+  float initial_accumulator; /* adagrad: 0 */
+} fl_job_optimizer;
+
+/* ------------------------------------------------------------ lr_schedule */
+typedef struct fl_job_lr {
+  fl_lr_kind kind;       /* constant (default), polynomial, cosine, piecewise */
+  int64_t warmup_steps;  /* linear warmup over this many optimizer steps: 0 */
+  float warmup_start_lr; /* 0 */
+  float end_lr;          /* polynomial/cosine: 0 */
+  float power;           /* polynomial: 1 */
+  int64_t decay_steps;   /* 0 = until the end of training (after warmup) */
+  size_t n_boundaries;   /* piecewise: strictly increasing steps */
+  int64_t boundaries[FL_LR_MAX_PIECES];
+  size_t n_values;       /* piecewise: n_boundaries + 1 learning rates */
+  float values[FL_LR_MAX_PIECES + 1];
+} fl_job_lr;
+
+/* ------------------------------------------------------------------ train */
+typedef struct fl_job_train {
+  int epochs;             /* 10 */
+  size_t batch_size;      /* per rank, per micro-batch: 64 */
+  uint64_t seed;          /* parameter init, shuffle, dropout...: 1 */
+  int eval;               /* evaluate on the test set each epoch: 1 */
+  size_t eval_batch_size; /* 1000 */
+  int log_interval;       /* log every N micro-batches: 100 */
+  char checkpoint_dir[FL_JOB_PATH_MAX]; /* "" = no checkpoints */
+  int64_t checkpoint_interval; /* optimizer steps; 0 = at each epoch end */
+  int checkpoint_keep;    /* newest checkpoints kept: 3 */
+  int num_threads;        /* CPU threads of kernels; 0 = all cores (0) */
+  int64_t max_steps;      /* stop after N optimizer steps, 0 = no cap */
+} fl_job_train;
+
+/* ---------------------------------------------------------------- cluster */
+typedef struct fl_job_cluster {
+  fl_mode mode;                /* local (default) */
+  double collective_timeout_s; /* 120 */
+  double heartbeat_timeout_s;  /* 30 */
+  double rpc_timeout_s;        /* per call: 30 */
+  char token_file[FL_JOB_PATH_MAX]; /* "" (FLOTILLA_TOKEN / _FILE win) */
+  struct {
+    char cert[FL_JOB_PATH_MAX]; /* PEM; cert and key together, or neither */
+    char key[FL_JOB_PATH_MAX];
+    char ca[FL_JOB_PATH_MAX];   /* CA that signs the peers' certificates */
+    int mutual;                 /* clients present certificates too: 0 */
+  } tls;
+  char metrics_addr[128]; /* "host:port" of /metrics, "" = off */
+} fl_job_cluster;
+
+/* ---------------------------------------------------------------- pserver */
+typedef struct fl_job_pserver {
+  fl_job_optimizer optimizer; /* dense tables; default: copy of `optimizer` */
+  size_t dense_block_size;    /* floats per dense block: 262144 (1 MiB) */
+  struct {
+    fl_job_optimizer optimizer; /* sgd, adagrad (default, lr 0.05) or adam */
+    float init_range;           /* rows start uniform in [-r, r]: 0.01 */
+    int64_t max_rows;           /* per table per server; beyond: evict LRU: 1000000 */
+  } sparse;
+  char checkpoint_dir[FL_JOB_PATH_MAX]; /* "" = no checkpoints */
+  int64_t checkpoint_interval_steps;    /* 0 = not by steps */
+  double checkpoint_interval_s;         /* 0 = not by time */
+} fl_job_pserver;
+
+/* --------------------------------------------------------------- strategy */
+typedef struct fl_strategy {
+  int a_sync; /* PS mode: 0 = sync (default), 1 = async / geo */
+  struct { int k_steps; } a_sync_configs; /* > 0 with a_sync: geo every k steps (0) */
+
+  int gradient_merge;
+  struct {
+    int k_steps; /* >= 1: 1 */
+    int avg;     /* 1 */
+  } gradient_merge_configs;
+
+  int lars;
+  struct {
+    float lars_coeff;        /* 0.001 */
+    float lars_weight_decay; /* 0.0005 */
+    float epsilon;           /* 0 */
+    char exclude_from_weight_decay[FL_JOB_MAX_LIST][FL_JOB_NAME_MAX];
+    size_t n_exclude;
+  } lars_configs;
+
+  int lamb;
+  struct {
+    float lamb_weight_decay; /* 0.01 */
+    char exclude_from_weight_decay[FL_JOB_MAX_LIST][FL_JOB_NAME_MAX];
+    size_t n_exclude;
+  } lamb_configs;
+
+  int amp;
+  struct {
+    float init_loss_scaling;     /* 32768 */
+    int incr_every_n_steps;      /* 1000 */
+    int decr_every_n_nan_or_inf; /* 2 */
+    float incr_ratio;            /* 2.0 */
+    float decr_ratio;            /* 0.8 */
+    int use_dynamic_loss_scaling; /* 1 */
+    char custom_white_list[FL_JOB_MAX_LIST][FL_JOB_NAME_MAX]; /* op names */
+    size_t n_white;
+    char custom_black_list[FL_JOB_MAX_LIST][FL_JOB_NAME_MAX];
+    size_t n_black;
+    fl_amp_dtype dtype; /* float16 (default) or bfloat16 */
+  } amp_configs;
+
+  int recompute;
+  struct {
+    /* Segment boundaries by layer name; none = one segment per layer. */
+    char checkpoints[FL_JOB_MAX_LIST][FL_JOB_NAME_MAX];
+    size_t n_checkpoints;
+  } recompute_configs;
+
+  int fuse_all_reduce_ops;       /* 1 */
+  int fuse_grad_size_in_MB;      /* 32; >= 1 */
+  int fuse_grad_size_in_TFLOPS;  /* 50: max layers per bucket; >= 1 */
+  int use_hierarchical_allreduce; /* 0 */
+  int hierarchical_allreduce_inter_nranks; /* 0 = ranks per node from the cluster */
+  int nccl_comm_num;             /* parallel rings / communicators: 1 (1..16) */
+  int sync_nccl_allreduce;       /* 1 */
+  int sync_batch_norm;           /* 0 */
+  fl_grad_compression grad_compression; /* none; fp16_allreduce: true = fp16 */
+} fl_strategy;
+
+/* ------------------------------------------------------------------- job */
+typedef struct fl_job {
+  char source[FL_JOB_PATH_MAX]; /* file or name the job came from ("<defaults>") */
+  fl_job_model model;
+  fl_job_data data;
+  fl_job_optimizer optimizer;
+  fl_job_lr lr_schedule;
+  fl_job_train train;
+  fl_job_cluster cluster;
+  fl_job_pserver pserver;
+  fl_strategy strategy;
+} fl_job;
+
+/* Fill *job with every default above (and memset the rest to 0, so that two
+ * jobs built the same way compare equal with memcmp). */
+void fl_job_defaults(fl_job *job);
+
+/* Parse the YAML job file at path into *job (defaults first, then the file,
+ * then normalisation and the cross-field checks).  FL_EIO when the file
+ * cannot be read, FL_EINVAL for a bad job (message: fl_job_last_error()).
+ * On failure *job holds defaults plus whatever was parsed; don't use it.
+ * Nothing to free: fl_job owns no heap memory. */
+fl_status fl_job_load_file(const char *path, fl_job *job);
+
+/* Same from a NUL-terminated YAML text; name (e.g. "<flag>", or a file name)
+ * stands for the file in messages and is copied into job->source. */
+fl_status fl_job_load_string(const char *text, const char *name, fl_job *job);
+
+/* The message of this thread's last failed fl_job_load_* (a thread-local
+ * buffer, "" when none); valid until the next call on this thread. */
+const char *fl_job_last_error(void);
+
+/* Validate an fl_job built in code (the same cross-field checks the loader
+ * runs).  FL_EINVAL with a message naming the key path. */
+fl_status fl_job_validate(const fl_job *job);
+
+/* Write the resolved job as YAML to out (every key, defaults included).
+ * FL_EIO when writing fails. */
+fl_status fl_job_write_yaml(const fl_job *job, FILE *out);
+
+/* Print the "DistributedStrategy Overview" box: one block per enabled
+ * strategy with its configs (a_sync, gradient_merge, lars, lamb, amp,
+ * recompute), then the enabled communication flags that apply to the mode. */
+void fl_strategy_print_overview(const fl_job *job, FILE *out);
+
+/* The effective optimizer of the trainer (local and collective modes):
+ * job->optimizer, turned into FL_OPTIM_LARS by strategy.lars (lars_configs
+ * give weight_decay, lars_coeff, epsilon) or FL_OPTIM_LAMB by strategy.lamb
+ * (lamb_weight_decay), with num_threads from train.num_threads.  exclude is
+ * caller storage of FL_JOB_MAX_LIST pointers; on return
+ * out->exclude_from_weight_decay == exclude and its entries point into
+ * job's strings, so job and exclude must outlive *out. */
+fl_status fl_job_optim_hparams(const fl_job *job, fl_optim_hparams *out,
+                               const char *exclude[FL_JOB_MAX_LIST]);
+
+/* The same for the pserver's dense optimizer (pserver.optimizer with
+ * strategy.lars / lamb applied) and its sparse optimizer (no lars/lamb). */
+fl_status fl_job_pserver_hparams(const fl_job *job, fl_optim_hparams *dense,
+                                 fl_optim_hparams *sparse, const char *exclude[FL_JOB_MAX_LIST]);
+
+/* Plain conversion of one optimizer section (no strategy applied). */
+void fl_job_optimizer_to_hparams(const fl_job_optimizer *o, int num_threads,
+                                 fl_optim_hparams *out);
+
+/* The learning-rate schedule: base_lr = optimizer.lr (pserver: pass
+ * &job->pserver.optimizer via fl_job_lr_schedule_for), decay_steps 0
+ * resolved to total_steps - warmup_steps (at least 1).  total_steps is the
+ * number of optimizer steps of the whole run.  FL_EINVAL if the result is
+ * out of range (e.g. warmup longer than the run). */
+fl_status fl_job_lr_schedule(const fl_job *job, int64_t total_steps, fl_lr_schedule *out);
+fl_status fl_job_lr_schedule_for(const fl_job *job, const fl_job_optimizer *o,
+                                 int64_t total_steps, fl_lr_schedule *out);
+
+/* The AMP loss scaler from strategy.amp_configs (valid whether amp is on or not). */
+fl_loss_scaler fl_job_loss_scaler(const fl_job *job);
+
+/* Gradient-merge steps in effect: gradient_merge_configs.k_steps when
+ * gradient_merge is on, else 1. */
+int fl_job_merge_steps(const fl_job *job);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

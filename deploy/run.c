@@ -1,0 +1,1048 @@
+/* run.c - flotilla-run, Flotilla's fleetrun: start a training job's
+ * trainers and pservers, on one node or on this node's share of several,
+ * and supervise them with libuv.
+ *
+ * Each child gets its FLOTILLA_* environment (run_plan.c), its stdout and
+ * stderr through one pipe that is copied to log/workerlog.N or
+ * log/serverlog.N; the lowest-ranked local trainer is also streamed to the
+ * terminal and its "[Epoch e, batch b]" lines drive a progress line
+ * (run_progress.c).  When a process fails, the others get SIGTERM and,
+ * after --grace seconds, SIGKILL; flotilla-run then prints the tail of the
+ * failed process's log and exits non-zero.  With --max_restart N a failed
+ * trainer is restarted with --resume instead (collective mode restarts
+ * every trainer, since the ring needs all ranks; PS mode restarts only the
+ * failed one, the pservers keep the parameters).  At the end it writes
+ * log/metrics.csv and log/curve.png. */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "fl_cluster.h"
+#include "fl_config.h"
+#include "fl_log.h"
+#include "run_internal.h"
+
+extern char **environ;
+
+#define LINE_MAX_BYTES 8192
+#define TAIL_LINES 30
+
+typedef struct run run;
+
+typedef struct child {
+  run *run;
+  fl_run_proc *spec;
+  uv_process_t proc;
+  uv_pipe_t out;
+  int alive;       /* process not yet reaped */
+  int pipe_open;   /* pipe handle not yet closed */
+  int log_fd;
+  int streamed;    /* copied to the terminal, drives the progress */
+  int expected_exit; /* we asked it to stop */
+  int64_t exit_status;
+  int term_signal;
+  int done_ok;     /* exited 0 on its own */
+  char line[LINE_MAX_BYTES];
+  size_t line_len;
+  int box_state;   /* skip_envs_box: 0 normal, 1 holding a rule line, 2 in the box */
+  int box_skipped;
+  char held[256];
+} child;
+
+struct run {
+  uv_loop_t *loop;
+  fl_run_plan *plan;
+  const fl_job *job;
+  child *children;
+  int n_children;
+  uv_signal_t sig[3];
+  uv_timer_t kill_timer, restart_timer, pserver_timer;
+  int closed;          /* handles closed: the loop is ending */
+  int stopping;        /* SIGTERM sent to everybody */
+  int restarting;      /* trainers being stopped for a group restart */
+  int restarts_done;
+  int exit_code;
+  child *failed;       /* the first process that failed */
+  int signalled;       /* our own SIGINT/SIGTERM count */
+  int tty;
+  int status_shown;
+  double last_progress_print;
+  fl_run_progress *progress;
+  /* options */
+  const char *job_path;
+  char trainer_bin[FL_RUN_PATH_MAX];
+  char pserver_bin[FL_RUN_PATH_MAX];
+  char **extra;
+  int n_extra;
+  int max_restart;
+  double grace_s;
+  int timeline;
+  int metrics_port;
+  int multi_node;
+  const char *log_dir;
+};
+
+/* ---- command line ---- */
+
+enum {
+  OPT_MODE = 1000, OPT_IPS, OPT_NODE_IP, OPT_NPROC, OPT_GPUS, OPT_SERVER_NUM, OPT_SERVERS,
+  OPT_LOG_DIR, OPT_MAX_RESTART, OPT_PORT, OPT_GRACE, OPT_TIMELINE, OPT_METRICS_PORT,
+  OPT_TRAINER_BIN, OPT_PSERVER_BIN, OPT_HELP, OPT_VERSION
+};
+
+static const struct option long_opts[] = {
+    {"mode", required_argument, NULL, OPT_MODE},
+    {"ips", required_argument, NULL, OPT_IPS},
+    {"node_ip", required_argument, NULL, OPT_NODE_IP},
+    {"nproc_per_node", required_argument, NULL, OPT_NPROC},
+    {"gpus", required_argument, NULL, OPT_GPUS},
+    {"server_num", required_argument, NULL, OPT_SERVER_NUM},
+    {"servers", required_argument, NULL, OPT_SERVERS},
+    {"log_dir", required_argument, NULL, OPT_LOG_DIR},
+    {"max_restart", required_argument, NULL, OPT_MAX_RESTART},
+    {"port", required_argument, NULL, OPT_PORT},
+    {"grace", required_argument, NULL, OPT_GRACE},
+    {"timeline", no_argument, NULL, OPT_TIMELINE},
+    {"metrics_port", required_argument, NULL, OPT_METRICS_PORT},
+    {"trainer_bin", required_argument, NULL, OPT_TRAINER_BIN},
+    {"pserver_bin", required_argument, NULL, OPT_PSERVER_BIN},
+    {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0}};
+
+static void usage(FILE *out) {
+  fputs(
+      "Usage: flotilla-run [options] job.yaml [-- args for every trainer]\n"
+      "\n"
+      "Start a Flotilla training job and supervise it, as Paddle's fleetrun does.\n"
+      "On one node it starts every process; on several nodes (--ips) run it on each\n"
+      "node with the same options: each starts its own share and the trainers meet\n"
+      "at rank 0's endpoint.  Each process runs as\n"
+      "  flotilla-trainer [--timeline=F] [--metrics_addr=A] --config job.yaml\n"
+      "                   [--resume] [args after --]\n"
+      "  flotilla-pserver [--metrics_addr=A] --config job.yaml\n"
+      "with --resume only when restarted by --max_restart.\n"
+      "\n"
+      "Options (--name=value or --name value):\n"
+      "  --mode collective|ps     how trainers cooperate (default: the job's\n"
+      "                           cluster.mode; a local job runs as collective)\n"
+      "  --ips a,b,...            the nodes' IP addresses, in rank order\n"
+      "                           (default 127.0.0.1)\n"
+      "  --node_ip IP             which of --ips this node is (default: the entry\n"
+      "                           that is an address of this machine)\n"
+      "  --nproc_per_node N       trainers per node (default: number of --gpus, or 1)\n"
+      "  --gpus 0,1,...           one trainer per GPU id on each node\n"
+      "  --server_num K           ps mode: pservers per node (default 1)\n"
+      "  --servers h:p,...        ps mode: the pservers' endpoints instead; those on\n"
+      "                           this node are started here, the rest must run\n"
+      "  --port BASE              collective: trainer i of a node listens on BASE+i;\n"
+      "                           ps: pserver j of a node on BASE+j (default: free\n"
+      "                           ports on one node, 6170 on several)\n"
+      "  --log_dir DIR            logs, metrics.csv, curve.png (default log)\n"
+      "  --max_restart N          restart failed trainers up to N times in all, with\n"
+      "                           --resume from the last checkpoint (default 0)\n"
+      "  --grace S                seconds between SIGTERM and SIGKILL when stopping,\n"
+      "                           and for pservers to exit after the trainers\n"
+      "                           (default 10)\n"
+      "  --timeline               each trainer writes DIR/timeline.N.json (Chrome\n"
+      "                           tracing); merged into DIR/timeline.json at the end\n"
+      "  --metrics_port BASE      each process serves /metrics on its node address,\n"
+      "                           port BASE + its index on the node (trainers first)\n"
+      "  --trainer_bin PATH       the trainer program (default: flotilla-trainer next\n"
+      "                           to flotilla-run, else from PATH)\n"
+      "  --pserver_bin PATH       the pserver program (likewise flotilla-pserver)\n"
+      "  --help, --version\n"
+      "\n"
+      "Files in DIR: workerlog.N (trainer N's output), serverlog.N (pserver N's),\n"
+      "metrics.csv (every progress record of the streamed trainer), curve.png (loss\n"
+      "and accuracy, drawn by gnuplot when it is installed), curve.gp (its script).\n"
+      "\n"
+      "Environment given to each process (see also flotilla-trainer --help):\n"
+      "  FLOTILLA_ROLE                    TRAINER or PSERVER\n"
+      "  FLOTILLA_MODE                    collective or ps (local for a lone trainer)\n"
+      "  FLOTILLA_TRAINER_ID              trainer rank\n"
+      "  FLOTILLA_TRAINERS_NUM            number of trainers\n"
+      "  FLOTILLA_TRAINER_ENDPOINTS       collective: every trainer's host:port\n"
+      "  FLOTILLA_CURRENT_ENDPOINT        this process's host:port\n"
+      "  FLOTILLA_PSERVERS_IP_PORT_LIST   ps: every pserver's host:port\n"
+      "  FLOTILLA_PSERVER_ID              pserver index\n"
+      "  FLOTILLA_LOCAL_RANK, FLOTILLA_LOCAL_SIZE   trainer's place on its node\n"
+      "  FLOTILLA_SELECTED_GPUS           with --gpus: this trainer's GPU\n"
+      "  FLOTILLA_LOG_DIR                 --log_dir\n"
+      "Any of these in flotilla-run's own environment is replaced; the rest of the\n"
+      "environment is passed on (FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE,\n"
+      "FLOTILLA_LOG_LEVEL, FLOTILLA_CHECKPOINT_DIR included).\n"
+      "\n"
+      "Environment read by flotilla-run:\n"
+      "  FLOTILLA_TRAINER_BIN, FLOTILLA_PSERVER_BIN   like --trainer_bin, --pserver_bin\n"
+      "  FLOTILLA_NODE_IP                 like --node_ip\n"
+      "  FLOTILLA_LOG_LEVEL               debug|info|warn|error for its own messages\n"
+      "\n"
+      "Exit status: 0 when every trainer finished; the failed process's exit status\n"
+      "(128+signal when killed) when one failed; 128+signal when stopped by SIGINT,\n"
+      "SIGTERM or SIGHUP; 2 for a bad command line or job file.\n",
+      out);
+}
+
+static int parse_int(const char *flag, const char *s, int lo, int hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) {
+    FL_LOGE("%s %s: want an integer in [%d, %d]", flag, s, lo, hi);
+    return -1;
+  }
+  *out = (int)v;
+  return 0;
+}
+
+/* Sibling program of this executable (libtool puts the real binary in
+ * .libs/ of the build tree; the sibling wrapper is one level up). */
+static void find_sibling(const char *env, const char *name, char *out, size_t cap) {
+  const char *e = getenv(env);
+  if (e && *e) {
+    snprintf(out, cap, "%s", e);
+    return;
+  }
+  char self[FL_RUN_PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) {
+      *slash = '\0';
+      size_t len = strlen(self);
+      if (len >= 6 && strcmp(self + len - 6, "/.libs") == 0) self[len - 6] = '\0';
+      char cand[FL_RUN_PATH_MAX + 64];
+      snprintf(cand, sizeof cand, "%s/%s", self, name);
+      size_t len2 = strlen(cand);
+      if (len2 < cap && access(cand, X_OK) == 0) {
+        memcpy(out, cand, len2 + 1);
+        return;
+      }
+    }
+  }
+  snprintf(out, cap, "%s", name); /* PATH */
+}
+
+/* ---- terminal ---- */
+
+static double now_s(void) { return (double)uv_hrtime() / 1e9; }
+
+static void status_clear(run *r) {
+  if (r->tty && r->status_shown) {
+    fputs("\r\033[K", stdout);
+    r->status_shown = 0;
+  }
+}
+
+static void status_draw(run *r) {
+  char line[256];
+  if (!r->progress) return;
+  fl_run_progress_line(r->progress, line, sizeof line);
+  if (!line[0]) return;
+  if (r->tty) {
+    printf("\r\033[K\033[1m[flotilla-run] %s\033[0m", line);
+    r->status_shown = 1;
+  } else {
+    printf("[flotilla-run] %s\n", line);
+  }
+  fflush(stdout);
+}
+
+/* A message of flotilla-run's own on the terminal (stderr), keeping the
+ * progress line at the bottom. */
+static void say(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(run *r, const char *fmt, ...) {
+  status_clear(r);
+  fflush(stdout);
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("flotilla-run: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  if (r->tty) status_draw(r);
+}
+
+static const char *role_name(const child *c) {
+  return c->spec->role == FL_RUN_TRAINER ? "trainer" : "pserver";
+}
+
+/* ---- children ---- */
+
+static int spawn_child(run *r, child *c, int resume);
+
+static void on_close_noop(uv_handle_t *h) { (void)h; }
+
+static void print_line(run *r, const char *line) {
+  status_clear(r);
+  fputs(line, stdout);
+  fputc('\n', stdout);
+}
+
+/* flotilla-run has printed the streamed trainer's "Distributed Envs" box
+ * already: the trainer's own copy is kept out of the terminal (it stays in
+ * the log).  Returns 1 when line is part of that copy. */
+static int skip_envs_box(child *c, const char *line) {
+  int rule = line[0] == '+' && line[1] == '=';
+  if (c->box_state == 2) {
+    if (rule) {
+      c->box_state = 0;
+      c->box_skipped = 1;
+    }
+    return 1;
+  }
+  if (c->box_state == 1) {
+    c->box_state = 0;
+    if (strstr(line, "Distributed Envs")) {
+      c->box_state = 2;
+      return 1;
+    }
+    print_line(c->run, c->held);
+  }
+  if (rule && !c->box_skipped && strlen(line) < sizeof c->held) {
+    snprintf(c->held, sizeof c->held, "%s", line);
+    c->box_state = 1;
+    return 1;
+  }
+  return 0;
+}
+
+static void handle_line(child *c, char *line) {
+  run *r = c->run;
+  if (!c->streamed || skip_envs_box(c, line)) return;
+  fl_run_record rec;
+  int is_rec = fl_run_parse_line(line, &rec);
+  print_line(r, line);
+  if (is_rec && r->progress) {
+    double t = now_s();
+    fl_run_progress_feed(r->progress, &rec, t);
+    if (!r->tty && rec.kind != FL_RUN_REC_PLAN &&
+        (rec.kind == FL_RUN_REC_TEST || t - r->last_progress_print >= 10)) {
+      r->last_progress_print = t;
+      status_draw(r);
+    }
+  }
+  if (r->tty) status_draw(r);
+  fflush(stdout);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  static char chunk[65536];
+  (void)h;
+  (void)suggested;
+  /* One loop thread: the chunk is consumed before the next read. */
+  *buf = uv_buf_init(chunk, sizeof chunk);
+}
+
+static void write_all(int fd, const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return; /* a full disk must not stop the job: the pipe keeps draining */
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+static void flush_partial(child *c) {
+  if (c->line_len) {
+    c->line[c->line_len] = '\0';
+    handle_line(c, c->line);
+    c->line_len = 0;
+  }
+}
+
+static void maybe_finished(run *r);
+
+static void on_pipe_closed(uv_handle_t *h) {
+  child *c = h->data;
+  c->pipe_open = 0;
+  maybe_finished(c->run);
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  child *c = s->data;
+  if (n < 0) {
+    flush_partial(c);
+    uv_close((uv_handle_t *)s, on_pipe_closed);
+    return;
+  }
+  if (c->log_fd >= 0) write_all(c->log_fd, buf->base, (size_t)n);
+  for (ssize_t i = 0; i < n; i++) {
+    char ch = buf->base[i];
+    if (ch == '\n' || c->line_len == LINE_MAX_BYTES - 1) {
+      c->line[c->line_len] = '\0';
+      handle_line(c, c->line);
+      c->line_len = 0;
+      if (ch == '\n') continue;
+    }
+    c->line[c->line_len++] = ch;
+  }
+}
+
+static void send_signal(child *c, int sig) {
+  if (c->alive) uv_process_kill(&c->proc, sig);
+}
+
+static void on_kill_timer(uv_timer_t *t) {
+  run *r = t->data;
+  for (int i = 0; i < r->n_children; i++) {
+    child *c = &r->children[i];
+    if (c->alive) {
+      say(r, "%s %d did not stop within %.0f s: SIGKILL", role_name(c), c->spec->id, r->grace_s);
+      send_signal(c, SIGKILL);
+    }
+  }
+}
+
+/* Ask every running child (or only the trainers) to stop. */
+static void stop_children(run *r, int trainers_only) {
+  int any = 0;
+  for (int i = 0; i < r->n_children; i++) {
+    child *c = &r->children[i];
+    if (!c->alive || (trainers_only && c->spec->role != FL_RUN_TRAINER)) continue;
+    c->expected_exit = 1;
+    send_signal(c, SIGTERM);
+    any = 1;
+  }
+  if (any) uv_timer_start(&r->kill_timer, on_kill_timer, (uint64_t)(r->grace_s * 1000), 0);
+}
+
+static void stop_job(run *r, int exit_code) {
+  if (!r->stopping) {
+    r->stopping = 1;
+    r->exit_code = exit_code;
+  }
+  r->restarting = 0;
+  uv_timer_stop(&r->restart_timer);
+  uv_timer_stop(&r->pserver_timer);
+  stop_children(r, 0);
+}
+
+static int trainers_alive(run *r) {
+  int n = 0;
+  for (int i = 0; i < r->n_children; i++)
+    if (r->children[i].alive && r->children[i].spec->role == FL_RUN_TRAINER) n++;
+  return n;
+}
+
+static int all_trainers_done(run *r) {
+  for (int i = 0; i < r->n_children; i++)
+    if (r->children[i].spec->role == FL_RUN_TRAINER && !r->children[i].done_ok) return 0;
+  return 1;
+}
+
+static void on_restart_timer(uv_timer_t *t) {
+  run *r = t->data;
+  r->restarting = 0;
+  for (int i = 0; i < r->n_children; i++) {
+    child *c = &r->children[i];
+    if (c->spec->role != FL_RUN_TRAINER || c->alive || c->done_ok) continue;
+    if (spawn_child(r, c, 1) != FL_OK) {
+      stop_job(r, 1);
+      return;
+    }
+  }
+}
+
+static void on_pserver_timer(uv_timer_t *t) {
+  run *r = t->data;
+  say(r, "the trainers are done; pservers still running after %.0f s: SIGTERM", r->grace_s);
+  r->stopping = 1;
+  stop_children(r, 0);
+}
+
+static int status_code(int64_t exit_status, int term_signal) {
+  if (term_signal) return 128 + term_signal;
+  return exit_status > 0 && exit_status < 256 ? (int)exit_status : 1;
+}
+
+static void describe_exit(char *out, size_t cap, const child *c) {
+  if (c->term_signal)
+    snprintf(out, cap, "was killed by signal %d (%s)", c->term_signal, strsignal(c->term_signal));
+  else
+    snprintf(out, cap, "exited with status %lld", (long long)c->exit_status);
+}
+
+static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal) {
+  child *c = p->data;
+  run *r = c->run;
+  c->alive = 0;
+  c->exit_status = exit_status;
+  c->term_signal = term_signal;
+  uv_close((uv_handle_t *)p, on_close_noop);
+  int ok = exit_status == 0 && term_signal == 0;
+  char how[96];
+  describe_exit(how, sizeof how, c);
+
+  if (c->expected_exit) {
+    /* Stopped by us: a group restart or the end of the job. */
+    if (r->restarting && trainers_alive(r) == 0) {
+      uv_timer_stop(&r->kill_timer);
+      uv_timer_start(&r->restart_timer, on_restart_timer, 1000, 0);
+    }
+    maybe_finished(r);
+    return;
+  }
+  if (ok && c->spec->role == FL_RUN_TRAINER) {
+    c->done_ok = 1;
+    if (all_trainers_done(r)) {
+      int pservers = 0;
+      for (int i = 0; i < r->n_children; i++)
+        if (r->children[i].alive) pservers++;
+      /* One node: the pservers should follow the trainers out; on several
+       * they serve other nodes' trainers until all are complete. */
+      if (pservers && !r->multi_node)
+        uv_timer_start(&r->pserver_timer, on_pserver_timer, (uint64_t)(r->grace_s * 1000), 0);
+    }
+    maybe_finished(r);
+    return;
+  }
+  if (ok && c->spec->role == FL_RUN_PSERVER && all_trainers_done(r)) {
+    maybe_finished(r);
+    return;
+  }
+  if (r->stopping) {
+    maybe_finished(r);
+    return;
+  }
+  /* A failure. */
+  if (c->spec->role == FL_RUN_TRAINER && r->restarts_done < r->max_restart) {
+    r->restarts_done++;
+    say(r, "trainer %d %s; restart %d of %d (--resume)%s", c->spec->id, how, r->restarts_done,
+        r->max_restart,
+        r->plan->mode == FL_RUN_COLLECTIVE ? ", all trainers restart together" : "");
+    if (r->plan->mode == FL_RUN_COLLECTIVE && trainers_alive(r) > 0) {
+      r->restarting = 1;
+      stop_children(r, 1);
+    } else {
+      uv_timer_start(&r->restart_timer, on_restart_timer, 1000, 0);
+    }
+    return;
+  }
+  if (ok)
+    say(r, "%s %d exited before the trainers finished: stopping the job", role_name(c),
+        c->spec->id);
+  else
+    say(r, "%s %d (%s) %s: stopping the job", role_name(c), c->spec->id, c->spec->log_path, how);
+  r->failed = c;
+  stop_job(r, ok ? 1 : status_code(exit_status, term_signal));
+  maybe_finished(r);
+}
+
+static void maybe_finished(run *r) {
+  for (int i = 0; i < r->n_children; i++)
+    if (r->children[i].alive || r->children[i].pipe_open) return;
+  if (r->closed || r->restarting || uv_is_active((uv_handle_t *)&r->restart_timer)) return;
+  r->closed = 1;
+  uv_timer_stop(&r->kill_timer);
+  uv_timer_stop(&r->pserver_timer);
+  for (int i = 0; i < 3; i++) uv_close((uv_handle_t *)&r->sig[i], NULL);
+  uv_close((uv_handle_t *)&r->kill_timer, NULL);
+  uv_close((uv_handle_t *)&r->restart_timer, NULL);
+  uv_close((uv_handle_t *)&r->pserver_timer, NULL);
+}
+
+static int is_cluster_var(const char *kv) {
+  static const char *const vars[] = {
+      "FLOTILLA_ROLE=", "FLOTILLA_MODE=", "FLOTILLA_TRAINER_ID=", "FLOTILLA_TRAINERS_NUM=",
+      "FLOTILLA_TRAINER_ENDPOINTS=", "FLOTILLA_CURRENT_ENDPOINT=",
+      "FLOTILLA_PSERVERS_IP_PORT_LIST=", "FLOTILLA_PSERVER_ID=", "FLOTILLA_LOCAL_RANK=",
+      "FLOTILLA_LOCAL_SIZE=", "FLOTILLA_SELECTED_GPUS=", "FLOTILLA_LOG_DIR="};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+    if (strncmp(kv, vars[i], strlen(vars[i])) == 0) return 1;
+  return 0;
+}
+
+static int spawn_child(run *r, child *c, int resume) {
+  fl_run_proc *p = c->spec;
+  char *argv[64];
+  char timeline_arg[FL_RUN_PATH_MAX + 16], metrics_arg[FL_RUN_EP_MAX + 24];
+  int argc = 0;
+  argv[argc++] = p->role == FL_RUN_TRAINER ? r->trainer_bin : r->pserver_bin;
+  if (p->role == FL_RUN_TRAINER && r->timeline) {
+    snprintf(timeline_arg, sizeof timeline_arg, "--timeline=%s/timeline.%d.json", r->log_dir,
+             p->id);
+    argv[argc++] = timeline_arg;
+  }
+  if (r->metrics_port) {
+    /* place among this node's processes, trainers first */
+    int index = 0;
+    for (int i = 0; i < r->n_children; i++) {
+      const fl_run_proc *q = r->children[i].spec;
+      if (q->role == FL_RUN_TRAINER ? (p->role == FL_RUN_PSERVER || q->id < p->id)
+                                    : (p->role == FL_RUN_PSERVER && q->id < p->id))
+        index++;
+    }
+    const char *ep = p->endpoint;
+    char host[FL_RUN_EP_MAX];
+    snprintf(host, sizeof host, "%s", ep[0] ? ep : "127.0.0.1");
+    char *colon = strrchr(host, ':');
+    if (ep[0] && colon) *colon = '\0';
+    snprintf(metrics_arg, sizeof metrics_arg, "--metrics_addr=%s:%d", host,
+             r->metrics_port + index);
+    argv[argc++] = metrics_arg;
+  }
+  argv[argc++] = "--config";
+  argv[argc++] = (char *)r->job_path;
+  if (resume) argv[argc++] = "--resume";
+  if (p->role == FL_RUN_TRAINER)
+    for (int i = 0; i < r->n_extra && argc < 62; i++) argv[argc++] = r->extra[i];
+  argv[argc] = NULL;
+
+  size_t nenv = 0;
+  while (environ[nenv]) nenv++;
+  char **env = calloc(nenv + (size_t)p->n_env + 1, sizeof *env);
+  if (!env) return FL_ERR(FL_ENOMEM, "out of memory starting %s %d", role_name(c), p->id);
+  size_t k = 0;
+  for (size_t i = 0; i < nenv; i++)
+    if (!is_cluster_var(environ[i])) env[k++] = environ[i];
+  for (int i = 0; i < p->n_env; i++) env[k++] = p->env[i];
+  env[k] = NULL;
+
+  int fds[2];
+  int rc = uv_pipe(fds, 0, 0);
+  if (rc != 0) {
+    free(env);
+    return FL_ERR(FL_EIO, "cannot create a pipe for %s %d: %s", role_name(c), p->id,
+                  uv_strerror(rc));
+  }
+  if (c->log_fd < 0) {
+    c->log_fd = open(p->log_path, O_WRONLY | O_CREAT | (resume ? O_APPEND : O_TRUNC) | O_CLOEXEC,
+                     0644);
+    if (c->log_fd < 0) {
+      int e = errno;
+      close(fds[0]);
+      close(fds[1]);
+      free(env);
+      return FL_ERR(FL_EIO, "cannot create %s: %s", p->log_path, strerror(e));
+    }
+  }
+  if (resume) {
+    char mark[160];
+    int n = snprintf(mark, sizeof mark, "----- flotilla-run: restart %d of %d, with --resume -----\n",
+                     r->restarts_done, r->max_restart);
+    write_all(c->log_fd, mark, (size_t)n);
+  }
+  uv_stdio_container_t stdio[3];
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = UV_INHERIT_FD;
+  stdio[1].data.fd = fds[1];
+  stdio[2].flags = UV_INHERIT_FD;
+  stdio[2].data.fd = fds[1];
+  uv_process_options_t opt;
+  memset(&opt, 0, sizeof opt);
+  opt.exit_cb = on_exit_cb;
+  opt.file = argv[0];
+  opt.args = argv;
+  opt.env = env;
+  opt.stdio = stdio;
+  opt.stdio_count = 3;
+  c->proc.data = c;
+  rc = uv_spawn(r->loop, &c->proc, &opt);
+  close(fds[1]);
+  free(env);
+  if (rc != 0) {
+    close(fds[0]);
+    uv_close((uv_handle_t *)&c->proc, on_close_noop);
+    return FL_ERR(FL_EIO, "cannot start %s %d (%s): %s", role_name(c), p->id, argv[0],
+                  uv_strerror(rc));
+  }
+  c->alive = 1;
+  c->expected_exit = 0;
+  c->done_ok = 0;
+  c->line_len = 0;
+  uv_pipe_init(r->loop, &c->out, 0);
+  c->out.data = c;
+  uv_pipe_open(&c->out, fds[0]);
+  c->pipe_open = 1;
+  uv_read_start((uv_stream_t *)&c->out, on_alloc, on_read);
+  return FL_OK;
+}
+
+/* ---- signals ---- */
+
+static void on_signal(uv_signal_t *h, int signum) {
+  run *r = h->data;
+  r->signalled++;
+  if (r->signalled == 1) {
+    say(r, "got %s: stopping the job (again to kill at once)", strsignal(signum));
+    stop_job(r, 128 + signum);
+  } else {
+    for (int i = 0; i < r->n_children; i++) send_signal(&r->children[i], SIGKILL);
+  }
+}
+
+/* ---- start and end of the job ---- */
+
+/* mkdir -p */
+static fl_status make_dirs(const char *path) {
+  char tmp[FL_RUN_PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1;; p++) {
+    if (*p == '/' || *p == '\0') {
+      char saved = *p;
+      *p = '\0';
+      if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return FL_ERR(FL_EIO, "cannot create directory %s: %s", tmp, strerror(errno));
+      *p = saved;
+      if (!saved) break;
+    }
+  }
+  return FL_OK;
+}
+
+/* The "Distributed Envs" box of one process, through the cluster module's
+ * printer, from the variables flotilla-run gives it. */
+static void print_envs(const fl_run_proc *p) {
+  fl_cluster *c = malloc(sizeof *c);
+  if (!c) return;
+  fl_cluster_defaults(c);
+  for (int i = 0; i < p->n_env; i++) {
+    char key[64];
+    const char *kv = p->env[i] + strlen("FLOTILLA_");
+    const char *eq = strchr(kv, '=');
+    size_t len = (size_t)(eq - kv);
+    if (len >= sizeof key) continue;
+    for (size_t j = 0; j < len; j++) key[j] = (char)(kv[j] >= 'A' && kv[j] <= 'Z' ? kv[j] + 32 : kv[j]);
+    key[len] = '\0';
+    if (strcmp(key, "pservers_ip_port_list") == 0) snprintf(key, sizeof key, "pservers");
+    fl_cluster_set(c, key, eq + 1);
+  }
+  fl_cluster_print_envs(c, stdout);
+  free(c);
+}
+
+static void print_layout(run *r, const fl_run_opts *o) {
+  const fl_run_plan *pl = r->plan;
+  printf("+------------------------- flotilla-run -------------------------+\n");
+  printf("  job            %s\n", r->job_path);
+  printf("  mode           %s\n", pl->mode == FL_RUN_PS ? "ps" : "collective");
+  printf("  nodes          %d (this is node %d, %s)\n", o->n_ips, pl->this_node,
+         o->ips[pl->this_node]);
+  printf("  trainers       %d (%d per node)\n", pl->n_trainers, pl->trainers_per_node);
+  if (pl->mode == FL_RUN_PS) printf("  pservers       %d\n", pl->n_pservers);
+  printf("  log_dir        %s\n", o->log_dir);
+  printf("  max_restart    %d\n", r->max_restart);
+  printf("  trainer        %s\n", r->trainer_bin);
+  if (pl->mode == FL_RUN_PS) printf("  pserver        %s\n", r->pserver_bin);
+  printf("+----------------------------------------------------------------+\n");
+  for (int i = 0; i < pl->n_procs; i++) {
+    const fl_run_proc *p = &pl->procs[i];
+    char gpu[32] = "";
+    if (p->gpu >= 0) snprintf(gpu, sizeof gpu, "  gpu %d", p->gpu);
+    printf("  %-8s %-4d %-28s %s%s\n", p->role == FL_RUN_TRAINER ? "trainer" : "pserver", p->id,
+           p->endpoint[0] ? p->endpoint : "-", p->local ? p->log_path : "(another node)", gpu);
+  }
+  for (int i = 0; i < r->n_children; i++)
+    if (r->children[i].streamed) {
+      print_envs(r->children[i].spec);
+      break;
+    }
+  fflush(stdout);
+}
+
+/* Print the last TAIL_LINES lines of path to stderr. */
+static void print_tail(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  static char buf[65536];
+  off_t size = lseek(fd, 0, SEEK_END);
+  off_t from = size > (off_t)sizeof buf - 1 ? size - (off_t)sizeof buf + 1 : 0;
+  ssize_t n = pread(fd, buf, (size_t)(size - from), from);
+  close(fd);
+  if (n <= 0) return;
+  buf[n] = '\0';
+  int lines = 0;
+  char *start = buf + n;
+  if (start > buf && start[-1] == '\n') start--;
+  while (start > buf) {
+    if (start[-1] == '\n' && ++lines == TAIL_LINES) break;
+    start--;
+  }
+  fprintf(stderr, "----- last lines of %s -----\n%s", path, start);
+  if (buf[n - 1] != '\n') fputc('\n', stderr);
+  fprintf(stderr, "----- end of %s -----\n", path);
+}
+
+/* Merge this node's per-rank timelines (one event per line) into one file. */
+static void merge_timelines(run *r) {
+  char out_path[FL_RUN_PATH_MAX + 32];
+  snprintf(out_path, sizeof out_path, "%s/timeline.json", r->log_dir);
+  FILE *out = fopen(out_path, "w");
+  if (!out) {
+    say(r, "cannot create %s: %s", out_path, strerror(errno));
+    return;
+  }
+  fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", out);
+  int first = 1, files = 0;
+  for (int i = 0; i < r->n_children; i++) {
+    if (r->children[i].spec->role != FL_RUN_TRAINER) continue;
+    char in_path[FL_RUN_PATH_MAX + 32];
+    snprintf(in_path, sizeof in_path, "%s/timeline.%d.json", r->log_dir,
+             r->children[i].spec->id);
+    FILE *in = fopen(in_path, "r");
+    if (!in) continue;
+    files++;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, in)) > 0) {
+      /* Event lines start with " {" or ",{" and end with "}\n". */
+      if (len < 4 || (line[0] != ' ' && line[0] != ',') || line[1] != '{' ||
+          line[len - 2] != '}' || line[len - 1] != '\n')
+        continue;
+      fputs(first ? " " : ",", out);
+      fputs(line + 1, out);
+      first = 0;
+    }
+    free(line);
+    fclose(in);
+  }
+  fputs("]}\n", out);
+  if (fclose(out) == 0 && files) say(r, "timeline of %d trainers: %s", files, out_path);
+}
+
+static void write_outputs(run *r) {
+  char csv[FL_RUN_PATH_MAX + 32], png[FL_RUN_PATH_MAX + 32], gp[FL_RUN_PATH_MAX + 32];
+  if (!r->progress || fl_run_progress_count(r->progress) == 0) return;
+  snprintf(csv, sizeof csv, "%s/metrics.csv", r->log_dir);
+  snprintf(png, sizeof png, "%s/curve.png", r->log_dir);
+  snprintf(gp, sizeof gp, "%s/curve.gp", r->log_dir);
+  if (fl_run_progress_write_csv(r->progress, csv) != FL_OK) return;
+  if (fl_run_plot(csv, png, gp) == FL_OK)
+    say(r, "metrics in %s, curve in %s", csv, png);
+}
+
+/* Parse the command line into o and r; 0 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
+  int dd = argc;
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--") == 0) {
+      dd = i;
+      break;
+    }
+  r->extra = argv + (dd < argc ? dd + 1 : argc);
+  r->n_extra = dd < argc ? argc - dd - 1 : 0;
+  r->grace_s = 10;
+  const char *e = getenv("FLOTILLA_NODE_IP");
+  if (e && *e) snprintf(o->node_ip, sizeof o->node_ip, "%s", e);
+  find_sibling("FLOTILLA_TRAINER_BIN", "flotilla-trainer", r->trainer_bin, sizeof r->trainer_bin);
+  find_sibling("FLOTILLA_PSERVER_BIN", "flotilla-pserver", r->pserver_bin, sizeof r->pserver_bin);
+  opterr = 0;
+  int ch;
+  char gpus[64][FL_RUN_EP_MAX];
+  while ((ch = getopt_long(dd, argv, ":", long_opts, NULL)) != -1) {
+    switch (ch) {
+    case OPT_MODE:
+      if (strcmp(optarg, "collective") == 0)
+        o->mode = FL_RUN_COLLECTIVE;
+      else if (strcmp(optarg, "ps") == 0)
+        o->mode = FL_RUN_PS;
+      else {
+        FL_LOGE("--mode %s: want collective or ps", optarg);
+        return 2;
+      }
+      o->mode_given = 1;
+      break;
+    case OPT_IPS:
+      if (fl_run_split_list("--ips", optarg, o->ips, FL_RUN_MAX_NODES, &o->n_ips) != FL_OK)
+        return 2;
+      break;
+    case OPT_NODE_IP: snprintf(o->node_ip, sizeof o->node_ip, "%s", optarg); break;
+    case OPT_NPROC:
+      if (parse_int("--nproc_per_node", optarg, 1, FL_RUN_MAX_PROCS, &o->nproc_per_node)) return 2;
+      break;
+    case OPT_GPUS:
+      if (fl_run_split_list("--gpus", optarg, gpus, 64, &o->n_gpus) != FL_OK) return 2;
+      for (int i = 0; i < o->n_gpus; i++)
+        if (parse_int("--gpus", gpus[i], 0, 1023, &o->gpus[i])) return 2;
+      break;
+    case OPT_SERVER_NUM:
+      if (parse_int("--server_num", optarg, 1, FL_RUN_MAX_PROCS, &o->server_num)) return 2;
+      break;
+    case OPT_SERVERS:
+      if (fl_run_split_list("--servers", optarg, o->servers, FL_RUN_MAX_PROCS, &o->n_servers) !=
+          FL_OK)
+        return 2;
+      break;
+    case OPT_LOG_DIR:
+      if (!*optarg || strlen(optarg) >= sizeof o->log_dir - 32) {
+        FL_LOGE("--log_dir: want a directory name of at most %zu bytes",
+                sizeof o->log_dir - 33);
+        return 2;
+      }
+      snprintf(o->log_dir, sizeof o->log_dir, "%s", optarg);
+      break;
+    case OPT_MAX_RESTART:
+      if (parse_int("--max_restart", optarg, 0, 1000, &r->max_restart)) return 2;
+      break;
+    case OPT_PORT:
+      if (parse_int("--port", optarg, 1, 65535, &o->port)) return 2;
+      break;
+    case OPT_GRACE: {
+      char *end;
+      r->grace_s = strtod(optarg, &end);
+      if (end == optarg || *end || !(r->grace_s >= 0 && r->grace_s <= 3600)) {
+        FL_LOGE("--grace %s: want seconds in [0, 3600]", optarg);
+        return 2;
+      }
+      break;
+    }
+    case OPT_TIMELINE: r->timeline = 1; break;
+    case OPT_METRICS_PORT:
+      if (parse_int("--metrics_port", optarg, 1, 65535, &r->metrics_port)) return 2;
+      break;
+    case OPT_TRAINER_BIN: snprintf(r->trainer_bin, sizeof r->trainer_bin, "%s", optarg); break;
+    case OPT_PSERVER_BIN: snprintf(r->pserver_bin, sizeof r->pserver_bin, "%s", optarg); break;
+    case OPT_HELP: usage(stdout); return -1;
+    case OPT_VERSION: printf("flotilla-run %s\n", PACKAGE_VERSION); return -1;
+    case ':':
+      FL_LOGE("%s needs a value (see flotilla-run --help)", argv[optind - 1]);
+      return 2;
+    default:
+      if (optopt >= OPT_MODE)
+        FL_LOGE("%s takes no value (see flotilla-run --help)", argv[optind - 1]);
+      else
+        FL_LOGE("unknown option %s (see flotilla-run --help)", argv[optind - 1]);
+      return 2;
+    }
+  }
+  if (dd - optind != 1) {
+    FL_LOGE(dd == optind ? "no job file given (see flotilla-run --help)"
+                         : "one job file expected, got %d arguments; arguments for the "
+                           "trainers go after --", dd - optind);
+    return 2;
+  }
+  r->job_path = argv[optind];
+  return 0;
+}
+
+/* Start the children, run the loop until every one has ended and its log
+ * is drained, then write the outputs and say how it went. */
+static void supervise(run *r) {
+  r->loop = uv_default_loop();
+  static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+  for (int i = 0; i < 3; i++) {
+    uv_signal_init(r->loop, &r->sig[i]);
+    r->sig[i].data = r;
+    uv_signal_start(&r->sig[i], on_signal, sigs[i]);
+  }
+  uv_timer_t *timers[] = {&r->kill_timer, &r->restart_timer, &r->pserver_timer};
+  for (int i = 0; i < 3; i++) {
+    uv_timer_init(r->loop, timers[i]);
+    timers[i]->data = r;
+  }
+  double t0 = now_s();
+  for (int i = 0; i < r->n_children && !r->stopping; i++)
+    if (spawn_child(r, &r->children[i], 0) != FL_OK) stop_job(r, 1);
+  maybe_finished(r);
+  uv_run(r->loop, UV_RUN_DEFAULT);
+  uv_loop_close(r->loop);
+  for (int i = 0; i < r->n_children; i++)
+    if (r->children[i].log_fd >= 0) close(r->children[i].log_fd);
+
+  status_clear(r);
+  write_outputs(r);
+  if (r->timeline) merge_timelines(r);
+  if (r->failed) print_tail(r->failed->spec->log_path);
+  int epoch;
+  double loss, acc;
+  double took = now_s() - t0;
+  if (r->exit_code == 0) {
+    if (fl_run_progress_last_test(r->progress, &epoch, &loss, &acc))
+      say(r, "job done in %.0f s; final test accuracy %.4f, loss %.4f (epoch %d)", took, acc,
+          loss, epoch + 1);
+    else
+      say(r, "job done in %.0f s", took);
+  } else {
+    say(r, "job failed after %.0f s (exit status %d); logs in %s/", took, r->exit_code,
+        r->log_dir);
+  }
+}
+
+int main(int argc, char **argv) {
+  static fl_run_opts o;
+  static run r;
+  static fl_job job;
+  char(*local)[FL_RUN_EP_MAX] = NULL;
+  int n_local = 0, node = 0;
+  fl_log_set_context("flotilla-run");
+  /* A closed terminal pipe must not kill the supervisor (the children get
+   * default dispositions back from uv_spawn). */
+  signal(SIGPIPE, SIG_IGN);
+  fl_run_opts_defaults(&o);
+  int rc = parse_args(argc, argv, &o, &r);
+  if (rc) return rc < 0 ? 0 : rc;
+
+  if (fl_job_load_file(r.job_path, &job) != FL_OK) return 2;
+  if (!o.mode_given) o.mode = job.cluster.mode == FL_MODE_PS ? FL_RUN_PS : FL_RUN_COLLECTIVE;
+  r.job = &job;
+  r.log_dir = o.log_dir;
+  r.multi_node = o.n_ips > 1;
+
+  rc = 1;
+  local = calloc(FL_RUN_MAX_NODES * 4, FL_RUN_EP_MAX);
+  r.plan = calloc(1, sizeof *r.plan);
+  if (!local || !r.plan) {
+    FL_LOGE("out of memory");
+    goto done;
+  }
+  rc = 2;
+  if (fl_run_local_addrs(local, FL_RUN_MAX_NODES * 4, &n_local) != FL_OK ||
+      fl_run_find_node(&o, local, n_local, &node) != FL_OK ||
+      fl_run_make_plan(&o, node, r.plan) != FL_OK || make_dirs(o.log_dir) != FL_OK)
+    goto done;
+
+  rc = 1;
+  r.children = calloc((size_t)r.plan->n_procs, sizeof *r.children);
+  if (!r.children) goto done;
+  /* pservers first: they must listen before the trainers connect. */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < r.plan->n_procs; i++) {
+      fl_run_proc *p = &r.plan->procs[i];
+      if (!p->local || (pass == 0) != (p->role == FL_RUN_PSERVER)) continue;
+      child *c = &r.children[r.n_children++];
+      c->run = &r;
+      c->spec = p;
+      c->log_fd = -1;
+    }
+  for (int i = 0; i < r.n_children; i++)
+    if (r.children[i].spec->role == FL_RUN_TRAINER) {
+      r.children[i].streamed = 1;
+      break;
+    }
+  if (r.n_children == 0) {
+    FL_LOGE("this node (%s) has no process to start", o.ips[node]);
+    rc = 2;
+    goto done;
+  }
+  r.tty = isatty(STDOUT_FILENO);
+  if (fl_run_progress_new(job.train.epochs,
+                          (double)job.train.batch_size * r.plan->n_trainers, &r.progress) != FL_OK)
+    goto done;
+  print_layout(&r, &o);
+  supervise(&r);
+  rc = r.exit_code;
+done:
+  fl_run_progress_free(r.progress);
+  if (r.plan) fl_run_plan_clear(r.plan);
+  free(r.plan);
+  free(r.children);
+  free(local);
+  return rc;
+}

@@ -1,0 +1,168 @@
+/* run_internal.h - flotilla-run's internal interfaces (never installed).
+ *
+ * flotilla-run is split in three parts so that the parts without processes
+ * can be unit-tested:
+ *   run_plan.c      options -> the job's layout: every trainer's and
+ *                   pserver's endpoint, which of them this node starts, and
+ *                   the FLOTILLA_* environment of each;
+ *   run_progress.c  rank 0's log lines -> progress (epoch, step/total,
+ *                   samples/s, ETA, loss), metrics.csv and curve.png;
+ *   run.c           the command line and the libuv supervisor (spawn, log
+ *                   pipes, signals, restarts, shutdown). */
+#ifndef FL_RUN_INTERNAL_H
+#define FL_RUN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fl_status.h"
+
+#define FL_RUN_MAX_NODES 64
+#define FL_RUN_MAX_PROCS 256
+#define FL_RUN_EP_MAX 160   /* "host:port", NUL included */
+#define FL_RUN_PATH_MAX 1024
+#define FL_RUN_MAX_ENV 24   /* FLOTILLA_* variables set per process */
+
+typedef enum fl_run_mode { FL_RUN_COLLECTIVE = 0, FL_RUN_PS = 1 } fl_run_mode;
+typedef enum fl_run_role { FL_RUN_TRAINER = 0, FL_RUN_PSERVER = 1 } fl_run_role;
+
+/* What the command line asked for (see flotilla-run --help). */
+typedef struct fl_run_opts {
+  fl_run_mode mode;
+  int mode_given;
+  char ips[FL_RUN_MAX_NODES][FL_RUN_EP_MAX]; /* node addresses, in node order */
+  int n_ips;
+  char node_ip[FL_RUN_EP_MAX];  /* this node, "" = match local interfaces */
+  int nproc_per_node;           /* trainers per node, 0 = from --gpus or 1 */
+  int gpus[64];                 /* --gpus ids */
+  int n_gpus;
+  int server_num;               /* pservers per node (ps mode), 0 = unset */
+  char servers[FL_RUN_MAX_PROCS][FL_RUN_EP_MAX]; /* --servers */
+  int n_servers;
+  int port;                     /* base port, 0 = pick (one node) / 6170 */
+  char log_dir[FL_RUN_PATH_MAX];
+} fl_run_opts;
+
+/* One process of the job (on any node). */
+typedef struct fl_run_proc {
+  fl_run_role role;
+  int id;           /* trainer rank or pserver id */
+  int node;         /* index into ips (-1 for a --servers entry on no node) */
+  int local;        /* 1 when this node starts it */
+  int local_rank;   /* trainers: index among this node's trainers */
+  char endpoint[FL_RUN_EP_MAX];
+  int gpu;          /* -1 = none */
+  char log_path[FL_RUN_PATH_MAX + 32];
+  char *env[FL_RUN_MAX_ENV]; /* "FLOTILLA_X=value", owned by the plan */
+  int n_env;
+} fl_run_proc;
+
+/* The whole job: every process, and which node this one is. */
+typedef struct fl_run_plan {
+  fl_run_mode mode;
+  int this_node;
+  int n_trainers;
+  int n_pservers;
+  int trainers_per_node;
+  fl_run_proc procs[FL_RUN_MAX_PROCS]; /* trainers by rank, then pservers by id */
+  int n_procs;
+} fl_run_plan;
+
+/* Default options: collective, ips 127.0.0.1, log_dir "log". */
+void fl_run_opts_defaults(fl_run_opts *o);
+
+/* Split a comma list into out[cap][FL_RUN_EP_MAX] (spaces around entries
+ * are dropped); FL_EINVAL, logged naming flag, for an empty entry, an entry
+ * too long or more than cap entries. */
+fl_status fl_run_split_list(const char *flag, const char *s, char (*out)[FL_RUN_EP_MAX], int cap,
+                            int *n);
+
+/* This machine's interface addresses (IPv4 and IPv6, numeric) into
+ * out[cap]; *n receives the count. */
+fl_status fl_run_local_addrs(char (*out)[FL_RUN_EP_MAX], int cap, int *n);
+
+/* Which --ips entry is this node: node_ip when given, the only entry when
+ * there is one, else the entry equal to one of local[0..n_local-1].
+ * FL_EINVAL (logged) when none or several match. */
+fl_status fl_run_find_node(const fl_run_opts *o, char (*local)[FL_RUN_EP_MAX], int n_local,
+                           int *node);
+
+/* Lay the job out into *out (caller storage, large: allocate it; free its
+ * strings with fl_run_plan_clear).  Ports: --port BASE gives, in collective
+ * mode, trainer i of a node BASE + i and, in ps mode (trainers do not
+ * listen), pserver j of a node BASE + j; without
+ * it, a one-node job takes free ports from the kernel and a multi-node job
+ * uses BASE 6170 (every node must compute the same endpoints).  Fills the
+ * FLOTILLA_* environment of each process (see flotilla-run --help); a
+ * collective job of one trainer runs it in local mode.
+ * FL_EINVAL (logged) for an inconsistent request. */
+fl_status fl_run_make_plan(const fl_run_opts *o, int this_node, fl_run_plan *out);
+
+/* Free the strings a plan owns (the struct itself is the caller's). */
+void fl_run_plan_clear(fl_run_plan *p);
+
+/* ---- progress ---- */
+
+/* What a parsed trainer log line says. */
+typedef enum fl_run_rec_kind {
+  FL_RUN_REC_TRAIN = 0, /* "[Epoch e, batch b] loss: ..., acc1: ..." */
+  FL_RUN_REC_TEST = 1,  /* "[Epoch e] test loss: ..., acc1: ..." */
+  FL_RUN_REC_PLAN = 2   /* "training mlp: E epochs of S steps (K x B samples, ..." */
+} fl_run_rec_kind;
+
+/* One parsed line of a trainer's log. */
+typedef struct fl_run_record {
+  fl_run_rec_kind kind;
+  int epoch;             /* as printed (0-based); PLAN: number of epochs */
+  int64_t batch;         /* TRAIN: micro-batch index in the epoch (0-based) */
+  int64_t batches;       /* micro-batches per epoch (PLAN: S x K; TRAIN when
+                            printed as "batch b/T"), else -1 */
+  double loss;           /* NAN when absent */
+  double acc;            /* acc1 / acc / accuracy, NAN when absent */
+} fl_run_record;
+
+/* Parse one log line (the trainer's log prefix before it is ignored).
+ * Training lines: "[Epoch 1, batch 200] loss: 0.41234, acc1: 0.85938, ..."
+ * ("batch 200/469" also accepted); evaluation lines:
+ * "[Epoch 1] test loss: 0.4567, acc1: 0.8412" or "[Epoch 1, test] loss: ..."
+ * (logloss: stands in for a missing loss:);
+ * the trainer's start line "training <model>: E epochs of S steps (K x B
+ * samples, ...": the epoch length.  Returns 1 and fills *r for such a line,
+ * 0 for any other line. */
+int fl_run_parse_line(const char *line, fl_run_record *r);
+
+typedef struct fl_run_progress fl_run_progress;
+
+/* A progress tracker.  epochs: from the job (0 = unknown); samples_per_batch:
+ * batch_size times the number of trainers, so that rates are global.  The
+ * caller owns *out (fl_run_progress_free). */
+fl_status fl_run_progress_new(int epochs, double samples_per_batch, fl_run_progress **out);
+void fl_run_progress_free(fl_run_progress *p);
+
+/* Feed a record of the streamed trainer seen at time now (seconds, any
+ * monotonic origin). */
+fl_status fl_run_progress_feed(fl_run_progress *p, const fl_run_record *r, double now);
+
+/* "epoch 2/10  step 120/469 (26%)  5230 samples/s  ETA 3m05s  loss 0.4312  acc 0.851"
+ * (unknown parts left out) into out; "" before the first record.  Returns out. */
+char *fl_run_progress_line(const fl_run_progress *p, char *out, size_t cap);
+
+/* The last evaluation seen: 1 and its epoch, loss, acc; 0 when none. */
+int fl_run_progress_last_test(const fl_run_progress *p, int *epoch, double *loss, double *acc);
+
+/* Number of records fed. */
+size_t fl_run_progress_count(const fl_run_progress *p);
+
+/* Write every record as CSV (header: kind,time_s,epoch,batch,global_batch,
+ * samples_per_s,loss,acc).  FL_EIO naming the path on failure. */
+fl_status fl_run_progress_write_csv(const fl_run_progress *p, const char *path);
+
+/* Write the gnuplot script gp_path that draws csv_path into png_path (loss
+ * on the left axis, train/test accuracy on the right, against global batch),
+ * then run gnuplot on it.  FL_ENOTFOUND (logged as a warning saying which
+ * Debian package to install) when gnuplot is not installed, FL_EIO when it
+ * fails. */
+fl_status fl_run_plot(const char *csv_path, const char *png_path, const char *gp_path);
+
+#endif

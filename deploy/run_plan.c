@@ -1,0 +1,333 @@
+/* run_plan.c - flotilla-run's job layout: from the command line to every
+ * process's endpoint and FLOTILLA_* environment (run_internal.h).
+ *
+ * Every node of a multi-node job runs the same computation on the same
+ * options, so they all agree on the endpoints without talking to each
+ * other: node n of --ips runs trainers n*P .. n*P+P-1 (P per node) and, in
+ * PS mode, its pservers; the trainers then meet at rank 0's endpoint. */
+#include <config.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fl_log.h"
+#include "run_internal.h"
+
+#define DEFAULT_MULTI_NODE_PORT 6170
+
+void fl_run_opts_defaults(fl_run_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->mode = FL_RUN_COLLECTIVE;
+  snprintf(o->ips[0], FL_RUN_EP_MAX, "127.0.0.1");
+  o->n_ips = 1;
+  snprintf(o->log_dir, sizeof o->log_dir, "log");
+}
+
+fl_status fl_run_split_list(const char *flag, const char *s, char (*out)[FL_RUN_EP_MAX], int cap,
+                            int *n) {
+  *n = 0;
+  const char *p = s;
+  for (;;) {
+    while (*p == ' ') p++;
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    while (len && p[len - 1] == ' ') len--;
+    if (len == 0) return FL_ERR(FL_EINVAL, "%s %s: empty entry", flag, s);
+    if (len >= FL_RUN_EP_MAX)
+      return FL_ERR(FL_EINVAL, "%s: entry \"%.*s\" is too long", flag, (int)len, p);
+    if (*n == cap) return FL_ERR(FL_EINVAL, "%s: more than %d entries", flag, cap);
+    memcpy(out[*n], p, len);
+    out[*n][len] = '\0';
+    (*n)++;
+    if (!end) break;
+    p = end + 1;
+  }
+  return FL_OK;
+}
+
+fl_status fl_run_local_addrs(char (*out)[FL_RUN_EP_MAX], int cap, int *n) {
+  struct ifaddrs *ifa = NULL;
+  *n = 0;
+  if (getifaddrs(&ifa) != 0)
+    return FL_ERR(FL_EIO, "cannot list this machine's addresses: %s", strerror(errno));
+  for (struct ifaddrs *i = ifa; i && *n < cap; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    int fam = i->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    socklen_t len = fam == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    if (getnameinfo(i->ifa_addr, len, out[*n], FL_RUN_EP_MAX, NULL, 0, NI_NUMERICHOST) == 0)
+      (*n)++;
+  }
+  freeifaddrs(ifa);
+  return FL_OK;
+}
+
+fl_status fl_run_find_node(const fl_run_opts *o, char (*local)[FL_RUN_EP_MAX], int n_local,
+                           int *node) {
+  if (o->node_ip[0]) {
+    for (int i = 0; i < o->n_ips; i++)
+      if (strcmp(o->ips[i], o->node_ip) == 0) {
+        *node = i;
+        return FL_OK;
+      }
+    return FL_ERR(FL_EINVAL, "--node_ip %s is not one of --ips", o->node_ip);
+  }
+  if (o->n_ips == 1) {
+    *node = 0;
+    return FL_OK;
+  }
+  int found = -1;
+  for (int i = 0; i < o->n_ips; i++)
+    for (int j = 0; j < n_local; j++)
+      if (strcmp(o->ips[i], local[j]) == 0) {
+        if (found >= 0 && found != i)
+          return FL_ERR(FL_EINVAL, "--ips %s and %s are both addresses of this machine: "
+                        "say which node this is with --node_ip", o->ips[found], o->ips[i]);
+        found = i;
+      }
+  if (found < 0)
+    return FL_ERR(FL_EINVAL, "none of the %d --ips is an address of this machine: "
+                  "say which node this is with --node_ip", o->n_ips);
+  *node = found;
+  return FL_OK;
+}
+
+static void format_ep(char *out, const char *host, int port) {
+  if (strchr(host, ':'))
+    snprintf(out, FL_RUN_EP_MAX, "[%s]:%d", host, port);
+  else
+    snprintf(out, FL_RUN_EP_MAX, "%s:%d", host, port);
+}
+
+/* Host part of "host:port" / "[v6]:port" into host; FL_EINVAL unlogged. */
+static fl_status ep_host(const char *ep, char *host) {
+  const char *h = ep, *colon;
+  size_t len;
+  if (ep[0] == '[') {
+    const char *close = strchr(ep, ']');
+    if (!close || close[1] != ':') return FL_EINVAL;
+    h = ep + 1;
+    len = (size_t)(close - h);
+    colon = close + 1;
+  } else {
+    colon = strrchr(ep, ':');
+    if (!colon) return FL_EINVAL;
+    len = (size_t)(colon - ep);
+  }
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  if (len == 0 || len >= FL_RUN_EP_MAX || *end || port < 1 || port > 65535) return FL_EINVAL;
+  memcpy(host, h, len);
+  host[len] = '\0';
+  return FL_OK;
+}
+
+/* Reserve n distinct free ports on host: bind them all (port 0), read them
+ * back, then release them for the children. */
+static fl_status free_ports(const char *host, int n, int *ports) {
+  int fds[FL_RUN_MAX_PROCS];
+  int opened = 0;
+  fl_status st = FL_OK;
+  struct addrinfo hints, *ai = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  if (getaddrinfo(host, "0", &hints, &ai) != 0)
+    return FL_ERR(FL_EINVAL, "--ips %s: not a numeric IP address", host);
+  for (; opened < n; opened++) {
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      st = FL_ERR(FL_EIO, "cannot bind a free port on %s: %s", host, strerror(errno));
+      if (fd >= 0) close(fd);
+      break;
+    }
+    fds[opened] = fd;
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &len);
+    ports[opened] = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                                  : ((struct sockaddr_in6 *)&ss)->sin6_port);
+  }
+  for (int i = 0; i < opened; i++) close(fds[i]);
+  freeaddrinfo(ai);
+  return st;
+}
+
+static fl_status add_env(fl_run_proc *p, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static fl_status add_env(fl_run_proc *p, const char *key, const char *fmt, ...) {
+  if (p->n_env == FL_RUN_MAX_ENV) return FL_ERR(FL_EINVAL, "too many variables for %s", key);
+  char *val = NULL, *kv = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vasprintf(&val, fmt, ap);
+  va_end(ap);
+  if (n < 0 || asprintf(&kv, "%s=%s", key, val) < 0) {
+    free(val);
+    return FL_ERR(FL_ENOMEM, "out of memory for %s", key);
+  }
+  free(val);
+  p->env[p->n_env++] = kv;
+  return FL_OK;
+}
+
+/* Comma-join the endpoints of the procs of one role. */
+static char *join_eps(const fl_run_plan *plan, fl_run_role role) {
+  size_t len = 1;
+  for (int i = 0; i < plan->n_procs; i++)
+    if (plan->procs[i].role == role) len += strlen(plan->procs[i].endpoint) + 1;
+  char *s = calloc(1, len);
+  if (!s) return NULL;
+  for (int i = 0; i < plan->n_procs; i++) {
+    if (plan->procs[i].role != role) continue;
+    if (*s) strcat(s, ",");
+    strcat(s, plan->procs[i].endpoint);
+  }
+  return s;
+}
+
+void fl_run_plan_clear(fl_run_plan *p) {
+  for (int i = 0; i < p->n_procs; i++) {
+    for (int j = 0; j < p->procs[i].n_env; j++) free(p->procs[i].env[j]);
+    p->procs[i].n_env = 0;
+  }
+}
+
+static fl_status check_opts(const fl_run_opts *o, int *per_node) {
+  for (int i = 0; i < o->n_ips; i++)
+    for (int j = 0; j < i; j++)
+      if (strcmp(o->ips[i], o->ips[j]) == 0)
+        return FL_ERR(FL_EINVAL, "--ips lists %s twice", o->ips[i]);
+  if (o->nproc_per_node && o->n_gpus && o->nproc_per_node != o->n_gpus)
+    return FL_ERR(FL_EINVAL, "--nproc_per_node %d and --gpus with %d ids disagree",
+                  o->nproc_per_node, o->n_gpus);
+  *per_node = o->nproc_per_node ? o->nproc_per_node : o->n_gpus ? o->n_gpus : 1;
+  if (*per_node * o->n_ips > FL_RUN_MAX_PROCS)
+    return FL_ERR(FL_EINVAL, "%d trainers: at most %d", *per_node * o->n_ips, FL_RUN_MAX_PROCS);
+  if (o->mode == FL_RUN_COLLECTIVE && (o->server_num || o->n_servers))
+    return FL_ERR(FL_EINVAL, "--server_num and --servers apply to --mode ps only");
+  if (o->server_num && o->n_servers)
+    return FL_ERR(FL_EINVAL, "give --server_num or --servers, not both");
+  if (o->port && (o->port < 1 || o->port > 65535))
+    return FL_ERR(FL_EINVAL, "--port %d: not a port", o->port);
+  return FL_OK;
+}
+
+fl_status fl_run_make_plan(const fl_run_opts *o, int this_node, fl_run_plan *out) {
+  int per_node;
+  memset(out, 0, sizeof *out);
+  FL_TRY(check_opts(o, &per_node));
+  out->mode = o->mode;
+  out->this_node = this_node;
+  out->trainers_per_node = per_node;
+  out->n_trainers = per_node * o->n_ips;
+  int servers_per_node = 0;
+  if (o->mode == FL_RUN_PS) {
+    servers_per_node = o->n_servers ? 0 : (o->server_num ? o->server_num : 1);
+    out->n_pservers = o->n_servers ? o->n_servers : servers_per_node * o->n_ips;
+  }
+  if (out->n_trainers + out->n_pservers > FL_RUN_MAX_PROCS)
+    return FL_ERR(FL_EINVAL, "%d processes: at most %d", out->n_trainers + out->n_pservers,
+                  FL_RUN_MAX_PROCS);
+
+  /* Ports of this layout: trainers (collective only need one) and the
+   * pservers flotilla-run places itself. */
+  int per_node_ports = (o->mode == FL_RUN_COLLECTIVE ? per_node : 0) + servers_per_node;
+  int ports[FL_RUN_MAX_PROCS];
+  int base = o->port ? o->port : (o->n_ips > 1 ? DEFAULT_MULTI_NODE_PORT : 0);
+  if (base) {
+    if (base + per_node_ports - 1 > 65535)
+      return FL_ERR(FL_EINVAL, "--port %d: %d ports from there pass 65535", base, per_node_ports);
+    for (int i = 0; i < per_node_ports; i++) ports[i] = base + i;
+  } else if (per_node_ports) {
+    FL_TRY(free_ports(o->ips[0], per_node_ports, ports));
+  }
+
+  for (int r = 0; r < out->n_trainers; r++) {
+    fl_run_proc *p = &out->procs[out->n_procs++];
+    p->role = FL_RUN_TRAINER;
+    p->id = r;
+    p->node = r / per_node;
+    p->local_rank = r % per_node;
+    p->local = p->node == this_node;
+    p->gpu = o->n_gpus ? o->gpus[p->local_rank] : -1;
+    if (o->mode == FL_RUN_COLLECTIVE) format_ep(p->endpoint, o->ips[p->node], ports[p->local_rank]);
+    snprintf(p->log_path, sizeof p->log_path, "%s/workerlog.%d", o->log_dir, r);
+  }
+  for (int s = 0; s < out->n_pservers; s++) {
+    fl_run_proc *p = &out->procs[out->n_procs++];
+    p->role = FL_RUN_PSERVER;
+    p->id = s;
+    p->gpu = -1;
+    p->local_rank = -1;
+    if (o->n_servers) {
+      char host[FL_RUN_EP_MAX];
+      if (ep_host(o->servers[s], host) != FL_OK)
+        return FL_ERR(FL_EINVAL, "--servers entry %d \"%s\" is not host:port", s, o->servers[s]);
+      snprintf(p->endpoint, sizeof p->endpoint, "%s", o->servers[s]);
+      p->node = -1;
+      for (int i = 0; i < o->n_ips; i++)
+        if (strcmp(o->ips[i], host) == 0) p->node = i;
+      for (int q = 0; q < s; q++)
+        if (strcmp(out->procs[out->n_trainers + q].endpoint, p->endpoint) == 0)
+          return FL_ERR(FL_EINVAL, "--servers lists %s twice", p->endpoint);
+    } else {
+      p->node = s / servers_per_node;
+      format_ep(p->endpoint, o->ips[p->node], ports[per_node_ports - servers_per_node +
+                                                   s % servers_per_node]);
+    }
+    p->local = p->node == this_node;
+    snprintf(p->log_path, sizeof p->log_path, "%s/serverlog.%d", o->log_dir, s);
+  }
+
+  char *trainer_eps = join_eps(out, FL_RUN_TRAINER);
+  char *server_eps = join_eps(out, FL_RUN_PSERVER);
+  fl_status st = FL_OK;
+  if (!trainer_eps || !server_eps) {
+    st = FL_ERR(FL_ENOMEM, "out of memory laying out %d processes", out->n_procs);
+    goto done;
+  }
+  /* A lone trainer has nobody to talk to: it runs in local mode. */
+  int local_mode = o->mode == FL_RUN_COLLECTIVE && out->n_trainers == 1;
+  const char *mode = o->mode == FL_RUN_PS ? "ps" : local_mode ? "local" : "collective";
+  for (int i = 0; i < out->n_procs && st == FL_OK; i++) {
+    fl_run_proc *p = &out->procs[i];
+    if (!p->local) continue;
+    if (p->role == FL_RUN_TRAINER) {
+      st = add_env(p, "FLOTILLA_ROLE", "TRAINER");
+      if (st == FL_OK) st = add_env(p, "FLOTILLA_MODE", "%s", mode);
+      if (st == FL_OK) st = add_env(p, "FLOTILLA_TRAINER_ID", "%d", p->id);
+      if (st == FL_OK) st = add_env(p, "FLOTILLA_TRAINERS_NUM", "%d", out->n_trainers);
+      if (st == FL_OK && o->mode == FL_RUN_COLLECTIVE && !local_mode) {
+        st = add_env(p, "FLOTILLA_TRAINER_ENDPOINTS", "%s", trainer_eps);
+        if (st == FL_OK) st = add_env(p, "FLOTILLA_CURRENT_ENDPOINT", "%s", p->endpoint);
+      }
+      if (st == FL_OK) st = add_env(p, "FLOTILLA_LOCAL_RANK", "%d", p->local_rank);
+      if (st == FL_OK) st = add_env(p, "FLOTILLA_LOCAL_SIZE", "%d", per_node);
+      if (st == FL_OK && p->gpu >= 0) st = add_env(p, "FLOTILLA_SELECTED_GPUS", "%d", p->gpu);
+    } else {
+      st = add_env(p, "FLOTILLA_ROLE", "PSERVER");
+      if (st == FL_OK) st = add_env(p, "FLOTILLA_MODE", "ps");
+      if (st == FL_OK) st = add_env(p, "FLOTILLA_PSERVER_ID", "%d", p->id);
+      if (st == FL_OK) st = add_env(p, "FLOTILLA_CURRENT_ENDPOINT", "%s", p->endpoint);
+      if (st == FL_OK) st = add_env(p, "FLOTILLA_TRAINERS_NUM", "%d", out->n_trainers);
+    }
+    if (st == FL_OK && o->mode == FL_RUN_PS)
+      st = add_env(p, "FLOTILLA_PSERVERS_IP_PORT_LIST", "%s", server_eps);
+    if (st == FL_OK) st = add_env(p, "FLOTILLA_LOG_DIR", "%s", o->log_dir);
+  }
+done:
+  free(trainer_eps);
+  free(server_eps);
+  if (st != FL_OK) fl_run_plan_clear(out);
+  return st;
+}

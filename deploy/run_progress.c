@@ -1,0 +1,405 @@
+/* run_progress.c - what flotilla-run tells a person about a running job:
+ * rank 0's "[Epoch e, batch b/T] loss: ..." lines become a progress line
+ * (epoch, step/total, samples/s, ETA, loss, accuracy), and at the end a CSV
+ * of every record and a PNG curve drawn by gnuplot (run_internal.h).
+ *
+ * Throughput is measured here, from the time each line reaches
+ * flotilla-run and the number of batches between two lines, times the
+ * global batch (batch_size x trainers), so it is the whole job's rate
+ * whatever the trainer prints.  It is smoothed with an exponential moving
+ * average, measured over at least half a second (lines that arrive in one
+ * burst say nothing about speed), and not across an evaluation. */
+#include <config.h>
+
+#include <errno.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "fl_log.h"
+#include "run_internal.h"
+
+extern char **environ;
+
+/* Shortest time over which a throughput is measured, in seconds. */
+#define MIN_RATE_INTERVAL 0.5
+
+typedef struct row {
+  int test;
+  double t;
+  int epoch;
+  int64_t batch, global;
+  double sps, loss, acc;
+} row;
+
+struct fl_run_progress {
+  int epochs;
+  double samples_per_batch;
+  row *rows;
+  size_t n, cap;
+  double t0;
+  int64_t batches_per_epoch; /* printed T, or learned from finished epochs, -1 */
+  int64_t done_before;       /* batches of the epochs before cur_epoch */
+  int cur_epoch;
+  int64_t cur_max;           /* highest batch index seen in cur_epoch */
+  double ref_t;              /* last training record, for the rate */
+  int64_t ref_global;
+  int have_ref;
+  double rate;               /* smoothed samples/s, 0 = unknown */
+  int have_test;
+  row last_test;
+};
+
+/* ---- parsing ---- */
+
+static int is_word(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* The number after "key:" or "key=" (key a whole word) in s, or NAN. */
+static double find_num(const char *s, const char *key) {
+  size_t kl = strlen(key);
+  for (const char *p = strstr(s, key); p; p = strstr(p + 1, key)) {
+    if (p > s && is_word(p[-1])) continue;
+    const char *q = p + kl;
+    if (*q != ':' && *q != '=') continue;
+    q++;
+    char *end;
+    double v = strtod(q, &end);
+    if (end != q) return v;
+  }
+  return NAN;
+}
+
+static const char *skip_sp(const char *p) {
+  while (*p == ' ') p++;
+  return p;
+}
+
+static int starts_test(const char *p) {
+  return strncmp(p, "test", 4) == 0 || strncmp(p, "eval", 4) == 0;
+}
+
+/* "training <model>: E epochs of S steps (K x B samples" */
+static int parse_plan(const char *line, fl_run_record *r) {
+  const char *p = strstr(line, "training ");
+  if (!p) return 0;
+  p = strstr(p, ": ");
+  if (!p) return 0;
+  long long e, s, k;
+  int used = 0;
+  if (sscanf(p, ": %lld epochs of %lld steps (%lld x%n", &e, &s, &k, &used) != 3 || used == 0 ||
+      e < 0 || s < 0 || k < 1)
+    return 0;
+  *r = (fl_run_record){.kind = FL_RUN_REC_PLAN, .epoch = (int)e, .batch = -1,
+                       .batches = s * k, .loss = NAN, .acc = NAN};
+  return 1;
+}
+
+int fl_run_parse_line(const char *line, fl_run_record *r) {
+  const char *p = strstr(line, "[Epoch ");
+  if (!p) return parse_plan(line, r);
+  p += 7;
+  char *end;
+  long epoch = strtol(p, &end, 10);
+  if (end == p || epoch < 0) return 0;
+  p = end;
+  fl_run_record rec = {.kind = FL_RUN_REC_TRAIN, .epoch = (int)epoch, .batch = -1,
+                       .batches = -1, .loss = NAN, .acc = NAN};
+  if (*p == ',') {
+    p = skip_sp(p + 1);
+    if (starts_test(p)) {
+      rec.kind = FL_RUN_REC_TEST;
+      p = strchr(p, ']');
+      if (!p) return 0;
+    } else {
+      if (strncmp(p, "batch ", 6) == 0)
+        p += 6;
+      else if (strncmp(p, "step ", 5) == 0)
+        p += 5;
+      else
+        return 0;
+      long long b = strtoll(p, &end, 10);
+      if (end == p || b < 0) return 0;
+      rec.batch = b;
+      p = end;
+      if (*p == '/') {
+        long long t = strtoll(p + 1, &end, 10);
+        if (end == p + 1 || t <= 0) return 0;
+        rec.batches = t;
+        p = end;
+      }
+      if (*p != ']') return 0;
+    }
+  } else if (*p == ']') {
+    if (!starts_test(skip_sp(p + 1))) return 0;
+    rec.kind = FL_RUN_REC_TEST;
+  } else {
+    return 0;
+  }
+  p++;
+  rec.loss = find_num(p, "loss");
+  if (isnan(rec.loss)) rec.loss = find_num(p, "logloss");
+  rec.acc = find_num(p, "acc1");
+  if (isnan(rec.acc)) rec.acc = find_num(p, "acc");
+  if (isnan(rec.acc)) rec.acc = find_num(p, "accuracy");
+  if (isnan(rec.loss) && isnan(rec.acc)) return 0;
+  *r = rec;
+  return 1;
+}
+
+/* ---- tracking ---- */
+
+fl_status fl_run_progress_new(int epochs, double samples_per_batch, fl_run_progress **out) {
+  fl_run_progress *p = calloc(1, sizeof *p);
+  if (!p) return FL_ERR(FL_ENOMEM, "progress: out of memory");
+  p->epochs = epochs;
+  p->samples_per_batch = samples_per_batch;
+  p->batches_per_epoch = -1;
+  *out = p;
+  return FL_OK;
+}
+
+void fl_run_progress_free(fl_run_progress *p) {
+  if (!p) return;
+  free(p->rows);
+  free(p);
+}
+
+fl_status fl_run_progress_feed(fl_run_progress *p, const fl_run_record *r, double now) {
+  if (p->n == p->cap) {
+    size_t cap = p->cap ? p->cap * 2 : 256;
+    row *rows = realloc(p->rows, cap * sizeof *rows);
+    if (!rows) return FL_ERR(FL_ENOMEM, "progress: out of memory for %zu records", cap);
+    p->rows = rows;
+    p->cap = cap;
+  }
+  if (r->batches > 0) p->batches_per_epoch = r->batches;
+  if (r->kind == FL_RUN_REC_PLAN) {
+    if (r->epoch > 0) p->epochs = r->epoch;
+    return FL_OK;
+  }
+  if (p->n == 0) p->t0 = now;
+  if (r->epoch > p->cur_epoch) {
+    /* A new epoch: the previous ones count in full. */
+    int64_t per = p->batches_per_epoch > 0 ? p->batches_per_epoch : p->cur_max + 1;
+    if (p->batches_per_epoch <= 0) p->batches_per_epoch = per;
+    p->done_before = (int64_t)r->epoch * per;
+    p->cur_epoch = r->epoch;
+    p->cur_max = -1;
+  }
+  row w = {.test = r->kind == FL_RUN_REC_TEST, .t = now - p->t0, .epoch = r->epoch, .batch = r->batch,
+           .sps = NAN, .loss = r->loss, .acc = r->acc};
+  if (w.test) {
+    int64_t per = p->batches_per_epoch > 0 ? p->batches_per_epoch : p->cur_max + 1;
+    w.global = (int64_t)(r->epoch + 1) * per;
+    p->have_test = 1;
+    p->last_test = w;
+    p->have_ref = 0; /* evaluation time is not training throughput */
+  } else {
+    if (r->batch > p->cur_max) p->cur_max = r->batch;
+    w.global = p->done_before + r->batch + 1;
+    /* Lines that arrive together (a burst from a buffered pipe) say
+     * nothing about speed: measure over at least MIN_RATE_INTERVAL. */
+    if (!p->have_ref) {
+      p->ref_t = now;
+      p->ref_global = w.global;
+      p->have_ref = 1;
+    } else if (now - p->ref_t >= MIN_RATE_INTERVAL && w.global > p->ref_global) {
+      double inst = (double)(w.global - p->ref_global) * p->samples_per_batch / (now - p->ref_t);
+      p->rate = p->rate > 0 ? 0.7 * p->rate + 0.3 * inst : inst;
+      w.sps = p->rate;
+      p->ref_t = now;
+      p->ref_global = w.global;
+    }
+  }
+  p->rows[p->n++] = w;
+  return FL_OK;
+}
+
+size_t fl_run_progress_count(const fl_run_progress *p) { return p->n; }
+
+int fl_run_progress_last_test(const fl_run_progress *p, int *epoch, double *loss, double *acc) {
+  if (!p->have_test) return 0;
+  *epoch = p->last_test.epoch;
+  *loss = p->last_test.loss;
+  *acc = p->last_test.acc;
+  return 1;
+}
+
+static void fmt_duration(char *out, size_t cap, double s) {
+  long t = (long)(s + 0.5);
+  if (t >= 3600)
+    snprintf(out, cap, "%ldh%02ldm", t / 3600, t / 60 % 60);
+  else if (t >= 60)
+    snprintf(out, cap, "%ldm%02lds", t / 60, t % 60);
+  else
+    snprintf(out, cap, "%lds", t);
+}
+
+/* Append to out[cap] at *len. */
+static void put(char *out, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void put(char *out, size_t cap, size_t *len, const char *fmt, ...) {
+  if (*len >= cap) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(out + *len, cap - *len, fmt, ap);
+  va_end(ap);
+  if (n > 0) *len += (size_t)n;
+  if (*len >= cap) *len = cap - 1;
+}
+
+char *fl_run_progress_line(const fl_run_progress *p, char *out, size_t cap) {
+  size_t len = 0;
+  out[0] = '\0';
+  const row *last = NULL; /* last training record */
+  for (size_t i = p->n; i-- > 0;)
+    if (!p->rows[i].test) {
+      last = &p->rows[i];
+      break;
+    }
+  if (!last && !p->have_test) return out;
+  int epoch = last ? last->epoch : p->last_test.epoch;
+  if (p->epochs > 0)
+    put(out, cap, &len, "epoch %d/%d", epoch + 1, p->epochs);
+  else
+    put(out, cap, &len, "epoch %d", epoch + 1);
+  if (last) {
+    int64_t per = p->batches_per_epoch;
+    if (per > 0)
+      put(out, cap, &len, "  step %lld/%lld (%d%%)", (long long)(last->batch + 1),
+          (long long)per, (int)(100 * (last->batch + 1) / per));
+    else
+      put(out, cap, &len, "  step %lld", (long long)(last->batch + 1));
+    if (p->rate > 0) {
+      put(out, cap, &len, "  %.0f samples/s", p->rate);
+      if (per > 0 && p->epochs > 0) {
+        int64_t left = (int64_t)p->epochs * per - last->global;
+        char eta[32];
+        fmt_duration(eta, sizeof eta, left > 0 ? (double)left * p->samples_per_batch / p->rate : 0);
+        put(out, cap, &len, "  ETA %s", eta);
+      }
+    }
+    if (!isnan(last->loss)) put(out, cap, &len, "  loss %.4f", last->loss);
+    if (!isnan(last->acc)) put(out, cap, &len, "  acc %.4f", last->acc);
+  }
+  if (p->have_test && !isnan(p->last_test.acc))
+    put(out, cap, &len, "  test acc %.4f (epoch %d)", p->last_test.acc, p->last_test.epoch + 1);
+  return out;
+}
+
+/* ---- outputs ---- */
+
+static void put_num(FILE *f, double v) {
+  if (!isnan(v)) fprintf(f, "%.6g", v);
+}
+
+fl_status fl_run_progress_write_csv(const fl_run_progress *p, const char *path) {
+  FILE *f = fopen(path, "w");
+  if (!f) return FL_ERR(FL_EIO, "cannot create %s: %s", path, strerror(errno));
+  fputs("kind,time_s,epoch,batch,global_batch,samples_per_s,loss,acc\n", f);
+  for (size_t i = 0; i < p->n; i++) {
+    const row *w = &p->rows[i];
+    fprintf(f, "%s,%.3f,%d,", w->test ? "test" : "train", w->t, w->epoch);
+    if (!w->test) fprintf(f, "%lld", (long long)w->batch);
+    fprintf(f, ",%lld,", (long long)w->global);
+    put_num(f, w->sps);
+    fputc(',', f);
+    put_num(f, w->loss);
+    fputc(',', f);
+    put_num(f, w->acc);
+    fputc('\n', f);
+  }
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad) return FL_ERR(FL_EIO, "writing %s failed: %s", path, strerror(errno));
+  return FL_OK;
+}
+
+/* Copy the CSV's rows of one kind into a gnuplot datablock (x, loss, acc). */
+static int datablock(FILE *gp, FILE *csv, const char *name, const char *kind) {
+  char line[512];
+  int rows = 0;
+  rewind(csv);
+  fprintf(gp, "$%s << EOD\n", name);
+  while (fgets(line, sizeof line, csv)) {
+    char *f[8];
+    int n = 0;
+    /* strtok would merge empty fields: split by hand. */
+    for (char *s = line; n < 8;) {
+      f[n++] = s;
+      s = strpbrk(s, ",\n");
+      if (!s) break;
+      char c = *s;
+      *s++ = '\0';
+      if (c == '\n') break;
+    }
+    if (n < 8 || strcmp(f[0], kind) != 0) continue;
+    fprintf(gp, "%s %s %s\n", f[4], *f[6] ? f[6] : "NaN", *f[7] ? f[7] : "NaN");
+    rows++;
+  }
+  fputs("EOD\n", gp);
+  return rows;
+}
+
+fl_status fl_run_plot(const char *csv_path, const char *png_path, const char *gp_path) {
+  FILE *csv = fopen(csv_path, "r");
+  if (!csv) return FL_ERR(FL_EIO, "cannot read %s: %s", csv_path, strerror(errno));
+  FILE *gp = fopen(gp_path, "w");
+  if (!gp) {
+    int e = errno;
+    fclose(csv);
+    return FL_ERR(FL_EIO, "cannot create %s: %s", gp_path, strerror(e));
+  }
+  fputs("# Written by flotilla-run: the curve of the run, from metrics.csv.\n"
+        "# Redraw with: gnuplot curve.gp\n", gp);
+  int ntrain = datablock(gp, csv, "train", "train");
+  int ntest = datablock(gp, csv, "test", "test");
+  fclose(csv);
+  fprintf(gp,
+          "set terminal png size 960,540\n"
+          "set output '%s'\n"
+          "set title 'Flotilla: loss and accuracy'\n"
+          "set xlabel 'global batch'\n"
+          "set ylabel 'loss'\n"
+          "set y2label 'accuracy'\n"
+          "set ytics nomirror\n"
+          "set y2tics\n"
+          "set y2range [0:1]\n"
+          "set grid\n"
+          "set key bottom left\n",
+          png_path);
+  const char *sep = "plot ";
+  if (ntrain) {
+    fprintf(gp, "%s$train using 1:2 with lines lw 2 title 'train loss', "
+                "$train using 1:3 axes x1y2 with lines title 'train acc'", sep);
+    sep = ", ";
+  }
+  if (ntest)
+    fprintf(gp, "%s$test using 1:2 with linespoints pt 7 title 'test loss', "
+                "$test using 1:3 axes x1y2 with linespoints pt 7 lw 2 title 'test acc'", sep);
+  if (!ntrain && !ntest) fputs("set label 'no training records' at graph 0.4,0.5\nplot NaN notitle", gp);
+  fputc('\n', gp);
+  int bad = ferror(gp);
+  if (fclose(gp) != 0 || bad) return FL_ERR(FL_EIO, "writing %s failed", gp_path);
+
+  pid_t pid;
+  char *argv[] = {"gnuplot", (char *)gp_path, NULL};
+  int rc = posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ);
+  if (rc == ENOENT) {
+    FL_LOGW("gnuplot is missing, so no %s (apt-get install gnuplot-nox); the data is in %s",
+            png_path, csv_path);
+    return FL_ENOTFOUND;
+  }
+  if (rc != 0) return FL_ERR(FL_EIO, "cannot run gnuplot: %s", strerror(rc));
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return FL_ERR(FL_EIO, "waiting for gnuplot: %s", strerror(errno));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return FL_ERR(FL_EIO, "gnuplot %s failed (status %d)", gp_path, status);
+  return FL_OK;
+}

@@ -1,0 +1,215 @@
+/* norm.c - CPU batch norm and group norm, forward and backward, with an
+ * optional fused activation.  Declared and documented in fl_layers.h.
+ *
+ * Statistics and the backward reductions are accumulated in double, in a
+ * fixed order, so results do not depend on anything but the inputs; the
+ * per-element work stays in float. */
+#include <config.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "fl_layers.h"
+#include "layers_internal.h"
+
+static int norm_desc_ok(const fl_norm_desc *d) {
+  return d && d->batch > 0 && d->channels > 0 && d->inner > 0 && d->eps > 0.0f &&
+         isfinite(d->eps);
+}
+
+/* Mean and biased variance of the m values of `segments` contiguous runs of
+ * `len` floats each, starting at p with `stride` floats between runs. */
+static void seg_stats(const float *p, size_t segments, size_t len, size_t stride,
+                      double *mean, double *var) {
+  double s = 0.0;
+  for (size_t k = 0; k < segments; k++) {
+    const float *q = p + k * stride;
+    for (size_t i = 0; i < len; i++) s += q[i];
+  }
+  const double m = (double)(segments * len);
+  const double mu = s / m;
+  double v = 0.0;
+  for (size_t k = 0; k < segments; k++) {
+    const float *q = p + k * stride;
+    for (size_t i = 0; i < len; i++) {
+      const double t = (double)q[i] - mu;
+      v += t * t;
+    }
+  }
+  *mean = mu;
+  *var = v / m;
+}
+
+/* y = act(a*x + b) over n floats (the normalise-and-affine pass). */
+static void affine_act(const float *x, float *y, size_t n, float a, float b, fl_act act) {
+  if (act == FL_ACT_RELU) {
+    for (size_t i = 0; i < n; i++) {
+      const float v = a * x[i] + b;
+      y[i] = v > 0.0f ? v : 0.0f;
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; i++) y[i] = a * x[i] + b;
+  fl_act_apply(act, y, n);
+}
+
+/* ------------------------------------------------------------- batch norm */
+
+fl_status fl_batchnorm_forward_train(const fl_norm_desc *d, const float *x, float *y,
+                                     const float *gamma, const float *beta, float *running_mean,
+                                     float *running_var, float *save_mean, float *save_invstd,
+                                     fl_act act) {
+  if (!norm_desc_ok(d) || !x || !y || !save_mean || !save_invstd || !fl_act_valid(act) ||
+      (!running_mean) != (!running_var) || d->batch * d->inner < 2 || !(d->momentum >= 0.0f) ||
+      d->momentum > 1.0f)
+    return FL_EINVAL;
+  const size_t C = d->channels, S = d->inner, N = d->batch;
+  const double m = (double)(N * S);
+  for (size_t c = 0; c < C; c++) {
+    double mu, var;
+    seg_stats(x + c * S, N, S, C * S, &mu, &var);
+    const double invstd = 1.0 / sqrt(var + (double)d->eps);
+    save_mean[c] = (float)mu;
+    save_invstd[c] = (float)invstd;
+    if (running_mean) {
+      const double mom = d->momentum;
+      running_mean[c] = (float)((1.0 - mom) * running_mean[c] + mom * mu);
+      running_var[c] = (float)((1.0 - mom) * running_var[c] + mom * var * m / (m - 1.0));
+    }
+    /* y = gamma*(x - mu)*invstd + beta = a*x + b */
+    const float g = gamma ? gamma[c] : 1.0f, be = beta ? beta[c] : 0.0f;
+    const float a = (float)(g * invstd);
+    const float b = (float)(be - g * invstd * mu);
+    for (size_t n = 0; n < N; n++)
+      affine_act(x + (n * C + c) * S, y + (n * C + c) * S, S, a, b, act);
+  }
+  return FL_OK;
+}
+
+fl_status fl_batchnorm_forward_eval(const fl_norm_desc *d, const float *x, float *y,
+                                    const float *gamma, const float *beta,
+                                    const float *running_mean, const float *running_var,
+                                    fl_act act) {
+  if (!norm_desc_ok(d) || !x || !y || !running_mean || !running_var || !fl_act_valid(act))
+    return FL_EINVAL;
+  const size_t C = d->channels, S = d->inner, N = d->batch;
+  for (size_t c = 0; c < C; c++) {
+    const double invstd = 1.0 / sqrt((double)running_var[c] + (double)d->eps);
+    const float g = gamma ? gamma[c] : 1.0f, be = beta ? beta[c] : 0.0f;
+    const float a = (float)(g * invstd);
+    const float b = (float)(be - g * invstd * running_mean[c]);
+    for (size_t n = 0; n < N; n++)
+      affine_act(x + (n * C + c) * S, y + (n * C + c) * S, S, a, b, act);
+  }
+  return FL_OK;
+}
+
+fl_status fl_batchnorm_backward(const fl_norm_desc *d, const float *x, const float *y, float *dy,
+                                const float *gamma, const float *save_mean,
+                                const float *save_invstd, float *dx, float *dgamma,
+                                float *dbeta, fl_act act) {
+  if (!norm_desc_ok(d) || !x || !dy || !save_mean || !save_invstd || !fl_act_valid(act) ||
+      (act != FL_ACT_NONE && !y))
+    return FL_EINVAL;
+  const size_t C = d->channels, S = d->inner, N = d->batch;
+  const double m = (double)(N * S);
+  fl_act_grad_inplace(act, y, dy, N * C * S);
+  for (size_t c = 0; c < C; c++) {
+    const float mu = save_mean[c], is = save_invstd[c];
+    double sdz = 0.0, sdzx = 0.0; /* sum dz, sum dz*xhat */
+    for (size_t n = 0; n < N; n++) {
+      const float *xp = x + (n * C + c) * S, *gp = dy + (n * C + c) * S;
+      for (size_t s = 0; s < S; s++) {
+        sdz += gp[s];
+        sdzx += (double)gp[s] * (double)((xp[s] - mu) * is);
+      }
+    }
+    if (dgamma) dgamma[c] = (float)sdzx;
+    if (dbeta) dbeta[c] = (float)sdz;
+    if (!dx) continue;
+    /* dx = gamma*invstd*(dz - sum dz/m - xhat * sum(dz*xhat)/m) */
+    const float g = gamma ? gamma[c] : 1.0f;
+    const float k = g * is;
+    const float mdz = (float)(sdz / m), mdzx = (float)(sdzx / m);
+    for (size_t n = 0; n < N; n++) {
+      const float *xp = x + (n * C + c) * S, *gp = dy + (n * C + c) * S;
+      float *dp = dx + (n * C + c) * S;
+      for (size_t s = 0; s < S; s++) dp[s] = k * (gp[s] - mdz - (xp[s] - mu) * is * mdzx);
+    }
+  }
+  return FL_OK;
+}
+
+/* ------------------------------------------------------------- group norm */
+
+static int gn_desc_ok(const fl_norm_desc *d) {
+  return norm_desc_ok(d) && d->groups > 0 && d->channels % d->groups == 0;
+}
+
+fl_status fl_groupnorm_forward(const fl_norm_desc *d, const float *x, float *y,
+                               const float *gamma, const float *beta, float *save_mean,
+                               float *save_invstd, fl_act act) {
+  if (!gn_desc_ok(d) || !x || !y || !save_mean || !save_invstd || !fl_act_valid(act))
+    return FL_EINVAL;
+  const size_t C = d->channels, S = d->inner, N = d->batch, G = d->groups, cg = C / G;
+  for (size_t n = 0; n < N; n++)
+    for (size_t g = 0; g < G; g++) {
+      const size_t c0 = g * cg;
+      const float *xg = x + (n * C + c0) * S;
+      double mu, var;
+      seg_stats(xg, 1, cg * S, 0, &mu, &var);
+      const double invstd = 1.0 / sqrt(var + (double)d->eps);
+      save_mean[n * G + g] = (float)mu;
+      save_invstd[n * G + g] = (float)invstd;
+      for (size_t c = c0; c < c0 + cg; c++) {
+        const float gm = gamma ? gamma[c] : 1.0f, be = beta ? beta[c] : 0.0f;
+        const float a = (float)(gm * invstd);
+        const float b = (float)(be - gm * invstd * mu);
+        affine_act(x + (n * C + c) * S, y + (n * C + c) * S, S, a, b, act);
+      }
+    }
+  return FL_OK;
+}
+
+fl_status fl_groupnorm_backward(const fl_norm_desc *d, const float *x, const float *y, float *dy,
+                                const float *gamma, const float *save_mean,
+                                const float *save_invstd, float *dx, float *dgamma,
+                                float *dbeta, fl_act act) {
+  if (!gn_desc_ok(d) || !x || !dy || !save_mean || !save_invstd || !fl_act_valid(act) ||
+      (act != FL_ACT_NONE && !y))
+    return FL_EINVAL;
+  const size_t C = d->channels, S = d->inner, N = d->batch, G = d->groups, cg = C / G;
+  const double m = (double)(cg * S);
+  fl_act_grad_inplace(act, y, dy, N * C * S);
+  if (dgamma) memset(dgamma, 0, C * sizeof *dgamma);
+  if (dbeta) memset(dbeta, 0, C * sizeof *dbeta);
+  for (size_t n = 0; n < N; n++)
+    for (size_t g = 0; g < G; g++) {
+      const float mu = save_mean[n * G + g], is = save_invstd[n * G + g];
+      double sdxh = 0.0, sdxhx = 0.0; /* sum dxhat, sum dxhat*xhat over the group */
+      for (size_t c = g * cg; c < (g + 1) * cg; c++) {
+        const float *xp = x + (n * C + c) * S, *gp = dy + (n * C + c) * S;
+        const float gm = gamma ? gamma[c] : 1.0f;
+        double sdz = 0.0, sdzx = 0.0;
+        for (size_t s = 0; s < S; s++) {
+          sdz += gp[s];
+          sdzx += (double)gp[s] * (double)((xp[s] - mu) * is);
+        }
+        if (dgamma) dgamma[c] += (float)sdzx;
+        if (dbeta) dbeta[c] += (float)sdz;
+        sdxh += gm * sdz;
+        sdxhx += gm * sdzx;
+      }
+      if (!dx) continue;
+      /* dx = invstd*(dxhat - sum dxhat/m - xhat * sum(dxhat*xhat)/m) */
+      const float mdxh = (float)(sdxh / m), mdxhx = (float)(sdxhx / m);
+      for (size_t c = g * cg; c < (g + 1) * cg; c++) {
+        const float *xp = x + (n * C + c) * S, *gp = dy + (n * C + c) * S;
+        float *dp = dx + (n * C + c) * S;
+        const float gm = gamma ? gamma[c] : 1.0f;
+        for (size_t s = 0; s < S; s++)
+          dp[s] = is * (gm * gp[s] - mdxh - (xp[s] - mu) * is * mdxhx);
+      }
+    }
+  return FL_OK;
+}

@@ -1,0 +1,240 @@
+/* fl_ps.h - flotilla-pserver internals (never installed): the parameter
+ * state and its update rules (fl_ps_core), the sparse table
+ * (fl_ps_table) and the gRPC service around them (fl_ps_server).
+ *
+ * fl_ps_core knows nothing of gRPC: each call takes the unpacked protobuf-c
+ * request, checks all of it before changing anything (a bad request leaves
+ * every table as it was) and returns an fl_status that the service turns
+ * into a gRPC status (FL_EINVAL -> INVALID_ARGUMENT, FL_ESTATE ->
+ * FAILED_PRECONDITION: "register again").  That keeps the rules unit-
+ * testable without a network.
+ *
+ * Rules (Paddle's names; see also shared/DESIGN.md section 2):
+ *   sync  (a_sync false)          a block collects one gradient push per
+ *         counted trainer for step s; when the last one is in, they are
+ *         summed in trainer-id order, divided by their count (the global
+ *         batch's mean), the optimizer runs once and the block's step
+ *         becomes s+1.  Pulls asking for min_step s+1 wait (the service
+ *         holds the call) until then.  Counted = registered and alive, or
+ *         never seen yet within heartbeat_timeout_s of the server's start;
+ *         dead and completed trainers are not waited for.
+ *   async (a_sync true)           each gradient push is applied at once.
+ *   geo   (a_sync, k_steps > 0)   pushes are parameter deltas, added.
+ * Every push carries (trainer, step): a block takes at most one push per
+ * (trainer, step), so a retried push is applied once.  A push for a later
+ * step than the block waits for, with nothing pending, moves the block
+ * forward (after a restart from a checkpoint the trainers are ahead); one
+ * that overtakes a partly collected step applies that step with what it
+ * has first (only happens while recovering).  The dense optimizer is
+ * pserver.optimizer (any kernels optimizer; LARS/LAMB trust ratios are per
+ * block), with the learning rate of the schedule at the pushed step.
+ *
+ * Sparse tables: rows of `dim` floats keyed by uint64, created on first
+ * touch with a uniform init in [-init_range, init_range] drawn from
+ * (train.seed, table, key) - so the value of a new row does not depend on
+ * arrival order or server count - updated per row by SGD, Adagrad or Adam
+ * (pserver.sparse.optimizer), at most max_rows rows per table on this
+ * server: creating one more evicts the row unseen longest (exact LRU). */
+#ifndef FL_PS_H
+#define FL_PS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fl_ckpt.h"
+#include "fl_config.h"
+#include "fl_optim.h"
+#include "fl_rpc.h"
+#include "fl_status.h"
+#include "flotilla.pb-c.h"
+
+/* ------------------------------------------------------------ sparse table */
+
+typedef struct fl_ps_table fl_ps_table;
+
+typedef struct fl_ps_table_opts {
+  const char *name;       /* copied */
+  uint32_t dim;           /* floats per row, >= 1 */
+  int64_t max_rows;       /* >= 1 */
+  float init_range;       /* rows start uniform in [-r, r] */
+  uint64_t seed;
+  fl_optim_hparams hp;    /* kind SGD, ADAGRAD or ADAM */
+  float lr;
+} fl_ps_table_opts;
+
+/* A new empty table.  FL_EINVAL (logged) for a bad option.  The caller owns
+ * *out (fl_ps_table_free).  Not thread-safe: the core locks around it. */
+fl_status fl_ps_table_create(const fl_ps_table_opts *o, fl_ps_table **out);
+void fl_ps_table_free(fl_ps_table *t);
+
+const char *fl_ps_table_name(const fl_ps_table *t);
+uint32_t fl_ps_table_dim(const fl_ps_table *t);
+size_t fl_ps_table_rows(const fl_ps_table *t);
+uint64_t fl_ps_table_evicted(const fl_ps_table *t);
+
+/* Copy the rows of keys[0..n) into out (n*dim floats), creating missing
+ * rows; every row touched becomes the most recently seen. */
+fl_status fl_ps_table_pull(fl_ps_table *t, const uint64_t *keys, size_t n, float *out);
+
+/* Apply one optimizer step per row with the gradients g (n*dim floats),
+ * creating missing rows first. */
+fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const float *g);
+
+/* Read a row without touching it (tests, checkpoints): 1 when present. */
+int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out);
+
+/* Checkpoint records under prefix ("sparse/<name>/"): keys, values,
+ * optimizer state, in least- to most-recently-seen order. */
+fl_status fl_ps_table_save(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix);
+/* Replace the contents with those records (rows beyond max_rows: the
+ * least recently seen are dropped).  FL_ECORRUPT/FL_EINVAL when they do not
+ * fit the table. */
+fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix);
+
+/* -------------------------------------------------------------------- core */
+
+typedef enum fl_ps_mode {
+  FL_PS_SYNC = FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC,
+  FL_PS_ASYNC = FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC,
+  FL_PS_GEO = FLOTILLA__SYNC_MODE__SYNC_MODE_GEO
+} fl_ps_mode;
+
+/* The mode a job runs (strategy.a_sync and a_sync_configs.k_steps). */
+fl_ps_mode fl_ps_mode_of(const fl_job *job);
+const char *fl_ps_mode_name(fl_ps_mode m);
+
+typedef struct fl_ps_core_opts {
+  fl_job job;             /* optimizer, schedule, pserver and strategy sections */
+  int server_index;
+  int n_servers;
+  int num_trainers;
+  double heartbeat_timeout_s; /* <= 0: never declare a trainer dead */
+  size_t max_sparse_keys;     /* most keys in one sparse call (0 = 1<<20) */
+  /* Called (no core lock held) after anything that may let held calls go
+   * on: a sync step applied, a barrier completed, trainers joined, died or
+   * completed.  May be NULL. */
+  void (*on_progress)(void *ctx);
+  void *progress_ctx;
+} fl_ps_core_opts;
+
+typedef struct fl_ps_core fl_ps_core;
+
+/* A new core with no layout yet (the first Register fixes it, or
+ * fl_ps_core_load).  The caller owns *out (fl_ps_core_free). */
+fl_status fl_ps_core_create(const fl_ps_core_opts *o, fl_ps_core **out);
+void fl_ps_core_free(fl_ps_core *c);
+
+/* Replace the progress hook (NULL: none).  When it returns, the old hook is
+ * not running and will not run again. */
+void fl_ps_core_set_progress(fl_ps_core *c, void (*fn)(void *), void *ctx);
+
+/* Monotonic seconds, the clock of heartbeats (tests pass their own `now`
+ * to fl_ps_core_tick; registrations and calls stamp with this one). */
+double fl_ps_now(void);
+
+/* The calls.  Each fills the caller's response message (initialized with
+ * its __init); pointers it sets into it stay valid until the next call on
+ * the same thread that changes the core (a response is packed right away).
+ * FL_EINVAL: bad request (logged at warn level with the trainer id);
+ * FL_ESTATE: the trainer is not registered here (again). */
+fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *req,
+                              Flotilla__RegisterResponse *resp);
+fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest *req,
+                                Flotilla__PushDenseResponse *resp);
+/* FL_OK when the pull can be answered now, FL_EAGAIN when it must wait
+ * (sync mode), or an error. */
+fl_status fl_ps_core_pull_check(fl_ps_core *c, int32_t trainer_id, int64_t min_step,
+                                const uint32_t *blocks, size_t n);
+/* Pack the answer of a pull that fl_ps_core_pull_check cleared into a byte
+ * buffer (the blocks are copied under their locks). */
+fl_status fl_ps_core_pull_pack(fl_ps_core *c, const uint32_t *blocks, size_t n,
+                               fl_rpc_outbuf *ob, grpc_byte_buffer **out);
+/* Sparse pull: *scratch (malloc'd, *cap floats, grown as needed, owned by
+ * the caller) receives the rows; resp->values points into it. */
+fl_status fl_ps_core_pull_sparse(fl_ps_core *c, const Flotilla__PullSparseRequest *req,
+                                 float **scratch, size_t *cap, Flotilla__PullSparseResponse *resp,
+                                 Flotilla__Tensor *values, int64_t shape[2]);
+fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseRequest *req,
+                                 Flotilla__PushSparseResponse *resp);
+/* FL_OK when the barrier is complete (answer with fl_ps_core_barrier_result),
+ * FL_EAGAIN when it must wait. */
+fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req);
+/* The result of barrier `name` for trainer_id: FL_OK and resp filled (sums
+ * points into buf, which must hold FL_PS_BARRIER_MAX_VALUES doubles),
+ * FL_EAGAIN when not complete yet, FL_ESTATE when the trainer is no longer
+ * counted (it died meanwhile), FL_ENOTFOUND when it was forgotten. */
+#define FL_PS_BARRIER_MAX_VALUES 64
+fl_status fl_ps_core_barrier_result(fl_ps_core *c, const char *name, int32_t trainer_id,
+                                    Flotilla__BarrierResponse *resp, double *buf);
+fl_status fl_ps_core_heartbeat(fl_ps_core *c, const Flotilla__HeartbeatRequest *req,
+                               Flotilla__HeartbeatResponse *resp);
+fl_status fl_ps_core_complete(fl_ps_core *c, const Flotilla__CompleteRequest *req,
+                              Flotilla__CompleteResponse *resp);
+void fl_ps_core_stats(fl_ps_core *c, Flotilla__StatsResponse *resp);
+/* Add to the byte counters of the statistics (the service counts). */
+void fl_ps_core_count_bytes(fl_ps_core *c, uint64_t in, uint64_t out);
+
+/* The message of this thread's last FL_EINVAL from a core call. */
+const char *fl_ps_core_last_error(void);
+
+/* 1 while trainer_id may be waited for by a held call (registered, alive,
+ * not completed). */
+int fl_ps_core_trainer_live(fl_ps_core *c, int32_t trainer_id);
+
+/* Heartbeat check at time now (fl_ps_now clock): trainers silent for more
+ * than heartbeat_timeout_s are declared dead (logged), never-seen ones once
+ * the grace period is over; also logs sparse evictions since the last tick. */
+void fl_ps_core_tick(fl_ps_core *c, double now);
+
+/* 1 when the job is over for this server: every trainer completed or is
+ * dead, and at least one completed. */
+int fl_ps_core_finished(fl_ps_core *c);
+
+/* The server's step: sync - the lowest step any of its blocks waits for;
+ * async/geo - one past the highest step pushed.  0 before any layout. */
+int64_t fl_ps_core_step(fl_ps_core *c);
+uint64_t fl_ps_core_incarnation(const fl_ps_core *c);
+
+/* Write a checkpoint of every table to path (atomic, checksummed).  Blocks
+ * are copied one at a time under their lock, so training goes on. */
+fl_status fl_ps_core_save(fl_ps_core *c, const char *path);
+/* Replace the state with a checkpoint (layout, blocks, optimizer state,
+ * sparse rows, steps).  Registered trainers must register again.  FL_EINVAL
+ * / FL_ECORRUPT (logged) when it does not belong to this server and job;
+ * the state is unchanged then. */
+fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *name);
+
+/* Test access: a copy of dense block `block`'s value (n floats) and its
+ * step; FL_ENOTFOUND when the block is not on this server or unset. */
+fl_status fl_ps_core_block_value(fl_ps_core *c, uint32_t block, float *out, size_t n,
+                                 int64_t *step);
+/* The sparse table called name, or NULL (not locked: tests only). */
+fl_ps_table *fl_ps_core_table(fl_ps_core *c, const char *name);
+
+/* ----------------------------------------------------------------- service */
+
+typedef struct fl_ps_server fl_ps_server;
+
+typedef struct fl_ps_server_opts {
+  const char *bind_addr;  /* "host:port" */
+  int threads;            /* completion-queue threads (>= 1) */
+  int calls_per_thread;   /* request_call kept armed per thread (>= 1) */
+  fl_rpc_opts rpc;        /* limits, token, TLS */
+  size_t max_request_bytes; /* larger requests: INVALID_ARGUMENT */
+  /* Checkpoint on request (SaveCheckpoint / LoadCheckpoint calls). */
+  fl_status (*save)(void *ctx, int64_t *step, char *path, size_t cap);
+  fl_status (*load)(void *ctx, int64_t step, int64_t *loaded);
+  void *ckpt_ctx;
+} fl_ps_server_opts;
+
+/* Serve core on o->bind_addr (grpc already initialised by the caller).
+ * *port gets the bound port.  The caller owns *out and ends it with
+ * fl_ps_server_stop, then frees the core. */
+fl_status fl_ps_server_start(fl_ps_core *core, const fl_ps_server_opts *o, fl_ps_server **out,
+                             int *port);
+/* Look at the held calls again (the core's on_progress hook). */
+void fl_ps_server_progress(void *server);
+/* Stop taking calls, cancel held ones, join the threads, free. */
+void fl_ps_server_stop(fl_ps_server *s);
+
+#endif

@@ -1,0 +1,317 @@
+/* main.c - flotilla-pserver: one parameter server of a PServer-mode job.
+ *
+ *   flotilla-pserver --config job.yaml [--pserver_id=N --pservers=h:p,...
+ *                    --trainers_num=N ...] [--threads=N]
+ *
+ * Its place in the job comes from FLOTILLA_* variables or the flags of the
+ * same names (fl_cluster.h); it binds exactly its own endpoint of the
+ * pserver list.  The job file gives the optimizer, the schedule, the
+ * strategy (a_sync, k_steps) and the pserver section (block size, sparse
+ * tables, checkpoints); cluster.heartbeat_timeout_s and rpc limits too.
+ *
+ * The main thread runs a libuv loop: a tick timer (heartbeat checks,
+ * eviction logs, checkpoints every N steps or seconds, the end of the job)
+ * and SIGTERM/SIGINT (final checkpoint, then shutdown).  The gRPC service
+ * runs on its own completion-queue threads (server.c).  Checkpoints go to
+ * <checkpoint_dir>/pserver-<id>/ckpt-<step>.flc; at start the newest valid
+ * one there is loaded.  The process exits 0 after a clean shutdown: every
+ * trainer completed (or died), or a signal. */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <uv.h>
+
+#include "fl_cluster.h"
+#include "fl_config.h"
+#include "fl_log.h"
+#include "fl_ps.h"
+
+typedef struct app {
+  fl_job job;
+  fl_cluster cl;
+  fl_ps_core *core;
+  fl_ps_server *srv;
+  char dir[FL_JOB_PATH_MAX + 32];
+  pthread_mutex_t ckpt_mu;
+  int64_t last_step;
+  uint64_t last_pushes;
+  double last_time;
+  uv_loop_t loop;
+  uv_timer_t tick;
+  uv_signal_t sig_term, sig_int;
+  int stopping;
+} app;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: flotilla-pserver --config=JOB.yaml [flags]\n"
+          "  --config=PATH      job file (optimizer, strategy, pserver section)\n"
+          "  --threads=N        completion-queue threads (default 2)\n"
+          "  --max_request_bytes=N  larger requests get INVALID_ARGUMENT (default 256 MiB)\n"
+          "  --help             this text\n"
+          "cluster flags (or FLOTILLA_* variables):\n");
+  fl_cluster_print_flag_help(out);
+}
+
+static fl_status mkdir_p(const char *path) {
+  char tmp[FL_JOB_PATH_MAX + 32];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+      return FL_ERR(FL_EIO, "cannot create directory %s: %s", tmp, strerror(errno));
+    *p = '/';
+  }
+  if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+    return FL_ERR(FL_EIO, "cannot create directory %s: %s", tmp, strerror(errno));
+  return FL_OK;
+}
+
+/* Write a checkpoint now (any thread; serialized). */
+static fl_status save(app *a, const char *why, int64_t *step_out, char *path_out, size_t cap) {
+  char path[FL_JOB_PATH_MAX + 64];
+  Flotilla__StatsResponse stats = FLOTILLA__STATS_RESPONSE__INIT;
+  int64_t step;
+  fl_status st;
+
+  if (!a->dir[0]) return FL_ENOTSUP;
+  pthread_mutex_lock(&a->ckpt_mu);
+  fl_ps_core_stats(a->core, &stats);
+  step = fl_ps_core_step(a->core);
+  st = fl_ckpt_dir_path(a->dir, step, path, sizeof path);
+  if (st == FL_OK) st = fl_ps_core_save(a->core, path);
+  if (st == FL_OK) {
+    int keep = a->job.train.checkpoint_keep > 0 ? a->job.train.checkpoint_keep : 3;
+    fl_ckpt_dir_prune(a->dir, keep);
+    a->last_step = step;
+    a->last_pushes = stats.pushes;
+    a->last_time = fl_ps_now();
+    FL_LOGI("checkpoint of step %" PRId64 " written to %s (%s)", step, path, why);
+    if (step_out) *step_out = step;
+    if (path_out) snprintf(path_out, cap, "%s", path);
+  }
+  pthread_mutex_unlock(&a->ckpt_mu);
+  return st;
+}
+
+static fl_status rpc_save(void *ctx, int64_t *step, char *path, size_t cap) {
+  return save(ctx, "on request", step, path, cap);
+}
+
+static fl_status rpc_load(void *ctx, int64_t step, int64_t *loaded) {
+  app *a = ctx;
+  fl_ckpt *ck = NULL;
+  char path[FL_JOB_PATH_MAX + 64];
+  fl_status st;
+
+  pthread_mutex_lock(&a->ckpt_mu);
+  if (step < 0) {
+    st = fl_ckpt_dir_load_latest(a->dir, &ck, &step);
+    if (st == FL_ENOTFOUND) FL_LOGE("load on request: no checkpoint in %s", a->dir);
+    snprintf(path, sizeof path, "%s/ckpt-%" PRId64 ".flc", a->dir, step);
+  } else {
+    st = fl_ckpt_dir_path(a->dir, step, path, sizeof path);
+    if (st == FL_OK) st = fl_ckpt_load(path, &ck);
+  }
+  if (st == FL_OK) st = fl_ps_core_load(a->core, ck, path);
+  if (st == FL_OK) *loaded = fl_ps_core_step(a->core);
+  fl_ckpt_free(ck);
+  pthread_mutex_unlock(&a->ckpt_mu);
+  return st;
+}
+
+static void shutdown_loop(app *a, const char *why) {
+  if (a->stopping) return;
+  a->stopping = 1;
+  if (a->dir[0]) save(a, why, NULL, NULL, 0);
+  uv_stop(&a->loop);
+}
+
+static void on_tick(uv_timer_t *t) {
+  app *a = t->data;
+  double now = fl_ps_now();
+  fl_ps_core_tick(a->core, now);
+  if (a->dir[0]) {
+    int64_t step = fl_ps_core_step(a->core);
+    int64_t every = a->job.pserver.checkpoint_interval_steps;
+    double every_s = a->job.pserver.checkpoint_interval_s;
+    if (every > 0 && step >= a->last_step + every) {
+      save(a, "interval_steps", NULL, NULL, 0);
+    } else if (every_s > 0 && now - a->last_time >= every_s) {
+      Flotilla__StatsResponse stats = FLOTILLA__STATS_RESPONSE__INIT;
+      fl_ps_core_stats(a->core, &stats);
+      if (stats.pushes != a->last_pushes) save(a, "interval_s", NULL, NULL, 0);
+      else a->last_time = now;
+    }
+  }
+  if (fl_ps_core_finished(a->core)) {
+    FL_LOGI("every trainer completed; shutting down");
+    shutdown_loop(a, "job complete");
+  }
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  app *a = h->data;
+  FL_LOGI("%s: final checkpoint, then shutdown", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  shutdown_loop(a, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static void close_cb(uv_handle_t *h, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+int main(int argc, char **argv) {
+  app a;
+  const char *config = NULL;
+  int threads = 2, port = 0, rc = 1;
+  size_t max_request = FL_RPC_DEFAULT_MAX_MESSAGE;
+  char ctx[64], bind[FL_HOST_MAX + 16];
+  fl_ps_core_opts co;
+  fl_ps_server_opts so;
+  fl_status st;
+
+  memset(&a, 0, sizeof a);
+  signal(SIGPIPE, SIG_IGN);
+  if (fl_cluster_from_env(&a.cl) != FL_OK) return 2;
+  a.cl.role = FL_ROLE_PSERVER;
+  for (int i = 1; i < argc; i++) {
+    int matched = 0;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    } else if (!strncmp(argv[i], "--config=", 9)) {
+      config = argv[i] + 9;
+    } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+      config = argv[++i];
+    } else if (!strncmp(argv[i], "--threads=", 10)) {
+      threads = atoi(argv[i] + 10);
+      if (threads < 1 || threads > 64) {
+        FL_LOGE("--threads=%s: must be in [1, 64]", argv[i] + 10);
+        return 2;
+      }
+    } else if (!strncmp(argv[i], "--max_request_bytes=", 20)) {
+      char *end;
+      unsigned long long v = strtoull(argv[i] + 20, &end, 10);
+      if (*end || v < 1024 || v > FL_RPC_DEFAULT_MAX_MESSAGE) {
+        FL_LOGE("%s: must be in [1024, %u]", argv[i], FL_RPC_DEFAULT_MAX_MESSAGE);
+        return 2;
+      }
+      max_request = (size_t)v;
+    } else {
+      if (fl_cluster_apply_flag(&a.cl, argv[i], &matched) != FL_OK) return 2;
+      if (!matched) {
+        FL_LOGE("unknown argument %s (see --help)", argv[i]);
+        return 2;
+      }
+    }
+  }
+  if (config) {
+    if (fl_job_load_file(config, &a.job) != FL_OK) return 2;
+  } else {
+    fl_job_defaults(&a.job);
+  }
+  a.cl.mode = FL_MODE_PS;
+  a.cl.mode_set = 1;
+  if (fl_cluster_validate(&a.cl, FL_MODE_PS) != FL_OK) return 2;
+  if (fl_cluster_load_token(&a.cl, a.job.cluster.token_file) != FL_OK) return 2;
+  snprintf(ctx, sizeof ctx, "pserver %d", a.cl.pserver_id);
+  fl_log_set_context(ctx);
+  fl_cluster_print_envs(&a.cl, stderr);
+  fl_strategy_print_overview(&a.job, stderr);
+
+  {
+    const char *base = a.cl.checkpoint_dir[0] ? a.cl.checkpoint_dir : a.job.pserver.checkpoint_dir;
+    if (base[0]) {
+      snprintf(a.dir, sizeof a.dir, "%s/pserver-%d", base, a.cl.pserver_id);
+      if (mkdir_p(a.dir) != FL_OK) return 1;
+    }
+  }
+  pthread_mutex_init(&a.ckpt_mu, NULL);
+
+  memset(&co, 0, sizeof co);
+  co.job = a.job;
+  co.server_index = a.cl.pserver_id;
+  co.n_servers = a.cl.n_pservers;
+  co.num_trainers = a.cl.trainers_num;
+  co.heartbeat_timeout_s = a.job.cluster.heartbeat_timeout_s;
+  if (fl_ps_core_create(&co, &a.core) != FL_OK) return 1;
+  if (a.dir[0]) {
+    fl_ckpt *ck = NULL;
+    int64_t step = 0;
+    st = fl_ckpt_dir_load_latest(a.dir, &ck, &step);
+    if (st == FL_OK) {
+      char path[FL_JOB_PATH_MAX + 64];
+      fl_ckpt_dir_path(a.dir, step, path, sizeof path);
+      st = fl_ps_core_load(a.core, ck, path);
+      fl_ckpt_free(ck);
+      if (st != FL_OK) goto out_core;
+      a.last_step = fl_ps_core_step(a.core);
+    } else if (st != FL_ENOTFOUND) {
+      FL_LOGE("no valid checkpoint in %s; refusing to start from scratch over it", a.dir);
+      goto out_core;
+    } else {
+      FL_LOGI("no checkpoint in %s: starting fresh", a.dir);
+    }
+  }
+  a.last_time = fl_ps_now();
+
+  fl_endpoint_format(&a.cl.pserver_endpoints[a.cl.pserver_id], bind, sizeof bind);
+  memset(&so, 0, sizeof so);
+  so.bind_addr = bind;
+  so.threads = threads;
+  so.calls_per_thread = 16;
+  so.rpc.token = a.cl.token;
+  so.rpc.tls_cert = a.job.cluster.tls.cert;
+  so.rpc.tls_key = a.job.cluster.tls.key;
+  so.rpc.tls_ca = a.job.cluster.tls.ca;
+  so.rpc.tls_mutual = a.job.cluster.tls.mutual;
+  /* gRPC's own limit sits above ours so an oversized request still gets our
+   * INVALID_ARGUMENT with a reason instead of a bare RESOURCE_EXHAUSTED. */
+  so.max_request_bytes = max_request;
+  so.rpc.max_message_bytes = FL_RPC_DEFAULT_MAX_MESSAGE + (16u << 20);
+  if (a.dir[0]) {
+    so.save = rpc_save;
+    so.load = rpc_load;
+    so.ckpt_ctx = &a;
+  }
+  fl_rpc_init();
+  if (fl_ps_server_start(a.core, &so, &a.srv, &port) != FL_OK) goto out_rpc;
+  fl_ps_core_set_progress(a.core, fl_ps_server_progress, a.srv);
+  FL_LOGI("serving %s with %d threads: %s mode, %d trainers, %d servers, step %" PRId64, bind,
+          threads, fl_ps_mode_name(fl_ps_mode_of(&a.job)), a.cl.trainers_num, a.cl.n_pservers,
+          fl_ps_core_step(a.core));
+
+  uv_loop_init(&a.loop);
+  uv_timer_init(&a.loop, &a.tick);
+  a.tick.data = &a;
+  uv_timer_start(&a.tick, on_tick, 100, 100);
+  uv_signal_init(&a.loop, &a.sig_term);
+  uv_signal_init(&a.loop, &a.sig_int);
+  a.sig_term.data = a.sig_int.data = &a;
+  uv_signal_start(&a.sig_term, on_signal, SIGTERM);
+  uv_signal_start(&a.sig_int, on_signal, SIGINT);
+  uv_run(&a.loop, UV_RUN_DEFAULT);
+  uv_walk(&a.loop, close_cb, NULL);
+  uv_run(&a.loop, UV_RUN_DEFAULT);
+  uv_loop_close(&a.loop);
+  rc = 0;
+
+  fl_ps_core_set_progress(a.core, NULL, NULL);
+  fl_ps_server_stop(a.srv);
+out_rpc:
+  fl_rpc_shutdown();
+out_core:
+  fl_ps_core_free(a.core);
+  pthread_mutex_destroy(&a.ckpt_mu);
+  FL_LOGI("exit %d", rc);
+  return rc;
+}

@@ -1,0 +1,669 @@
+/* server.c - the ParameterServer gRPC service of flotilla-pserver, on the
+ * gRPC C core's completion-queue API.
+ *
+ * Threads: `threads` workers, each with its own completion queue registered
+ * with the server and `calls_per_thread` grpc_server_request_call armed on
+ * it (a new one is armed as soon as one is taken).  A call goes through
+ *   REQ    the call arrived: arm another, start RECV_CLOSE_ON_SERVER (tells
+ *          us when the client cancels or goes away) and RECV_MESSAGE;
+ *   RECV   the request is in: check the token, the size and the bytes, run
+ *          it on fl_ps_core, answer (SEND_* batch) - or, for a sync pull
+ *          whose step is not applied yet or an incomplete barrier, put the
+ *          call on the held list and return to the queue at once;
+ *   SEND   the answer went out;  CLOSE  the call is over (maybe cancelled).
+ * A call's memory goes back to its worker's free list when both the CLOSE
+ * and (if any) the SEND completion have come and it is no longer held, so
+ * response buffers stay warm from call to call.
+ *
+ * Held calls are looked at again whenever the core reports progress (a
+ * step applied, a barrier complete, a trainer joined, died or completed):
+ * the ready ones are answered from that thread, which only starts a send
+ * batch - no completion-queue thread ever waits for another event.
+ *
+ * Errors: a request that fails a check is answered with the fl_status
+ * converted to a gRPC code (INVALID_ARGUMENT for bad input, with the
+ * reason in the details; FAILED_PRECONDITION means "register again";
+ * UNAUTHENTICATED for a wrong or missing token) and changes nothing. */
+#include <config.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/support/time.h>
+
+#include "fl_log.h"
+#include "fl_ps.h"
+
+enum { K_REQ = 0, K_RECV, K_SEND, K_CLOSE };
+enum { H_NONE = 0, H_PULL, H_BARRIER };
+
+enum {
+  M_REGISTER = 0,
+  M_PUSH_DENSE,
+  M_PULL_DENSE,
+  M_PULL_SPARSE,
+  M_PUSH_SPARSE,
+  M_BARRIER,
+  M_HEARTBEAT,
+  M_SAVE,
+  M_LOAD,
+  M_COMPLETE,
+  M_STATS,
+  M_COUNT
+};
+
+static const char *const method_path[M_COUNT] = {
+    "/flotilla.ParameterServer/Register",       "/flotilla.ParameterServer/PushDense",
+    "/flotilla.ParameterServer/PullDense",      "/flotilla.ParameterServer/PullSparse",
+    "/flotilla.ParameterServer/PushSparse",     "/flotilla.ParameterServer/Barrier",
+    "/flotilla.ParameterServer/Heartbeat",      "/flotilla.ParameterServer/SaveCheckpoint",
+    "/flotilla.ParameterServer/LoadCheckpoint", "/flotilla.ParameterServer/Complete",
+    "/flotilla.ParameterServer/Stats"};
+
+static const ProtobufCMessageDescriptor *const method_req[M_COUNT] = {
+    &flotilla__register_request__descriptor,        &flotilla__push_dense_request__descriptor,
+    &flotilla__pull_dense_request__descriptor,      &flotilla__pull_sparse_request__descriptor,
+    &flotilla__push_sparse_request__descriptor,     &flotilla__barrier_request__descriptor,
+    &flotilla__heartbeat_request__descriptor,       &flotilla__save_checkpoint_request__descriptor,
+    &flotilla__load_checkpoint_request__descriptor, &flotilla__complete_request__descriptor,
+    &flotilla__stats_request__descriptor};
+
+typedef struct call call;
+typedef struct worker worker;
+
+typedef struct tag {
+  call *c;
+  int kind;
+} tag;
+
+struct call {
+  worker *w;
+  tag t_req, t_recv, t_send, t_close;
+  grpc_call *gc;
+  grpc_call_details details;
+  grpc_metadata_array md;
+  grpc_byte_buffer *recv;
+  grpc_byte_buffer *resp;
+  int cancelled;
+  atomic_int refs;
+  /* held */
+  int held;
+  int32_t tid;
+  int64_t min_step;
+  uint32_t *blocks;
+  size_t n_blocks, cap_blocks;
+  char bname[128];
+  call *prev, *next;
+  int ready_kind;
+  fl_status ready_st;
+  call *ready_next;
+  /* kept across uses */
+  fl_rpc_outbuf *ob;
+  float *scratch;
+  size_t scratch_cap;
+  call *free_next;
+};
+
+struct worker {
+  fl_ps_server *s;
+  int idx;
+  grpc_completion_queue *cq;
+  pthread_t th;
+  int started;
+  fl_rpc_arena arena;
+  fl_rpc_inbuf in;
+  pthread_mutex_t free_mu;
+  call *free_list;
+};
+
+struct fl_ps_server {
+  fl_ps_core *core;
+  fl_ps_server_opts o;
+  grpc_server *srv;
+  worker *w;
+  int nw;
+  pthread_mutex_t held_mu;
+  call held; /* sentinel of the held list */
+  atomic_int stopping;
+  tag t_shutdown;
+};
+
+/* ------------------------------------------------------------ call memory */
+
+static void call_release(call *c) {
+  worker *w = c->w;
+  if (atomic_fetch_sub(&c->refs, 1) != 1) return;
+  if (c->gc) grpc_call_unref(c->gc);
+  c->gc = NULL;
+  grpc_call_details_destroy(&c->details);
+  grpc_metadata_array_destroy(&c->md);
+  if (c->recv) grpc_byte_buffer_destroy(c->recv);
+  if (c->resp) grpc_byte_buffer_destroy(c->resp);
+  c->recv = c->resp = NULL;
+  pthread_mutex_lock(&w->free_mu);
+  c->free_next = w->free_list;
+  w->free_list = c;
+  pthread_mutex_unlock(&w->free_mu);
+}
+
+static void call_free(call *c) {
+  fl_rpc_outbuf_free(c->ob);
+  free(c->scratch);
+  free(c->blocks);
+  free(c);
+}
+
+/* Arm one more grpc_server_request_call on w. */
+static void arm(worker *w) {
+  call *c;
+  grpc_call_error e;
+  pthread_mutex_lock(&w->free_mu);
+  c = w->free_list;
+  if (c) w->free_list = c->free_next;
+  pthread_mutex_unlock(&w->free_mu);
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    if (!c || fl_rpc_outbuf_create(0, &c->ob) != FL_OK) {
+      free(c);
+      FL_LOGE("pserver: out of memory for a call; worker %d serves one call less", w->idx);
+      return;
+    }
+    c->w = w;
+    c->t_req = (tag){c, K_REQ};
+    c->t_recv = (tag){c, K_RECV};
+    c->t_send = (tag){c, K_SEND};
+    c->t_close = (tag){c, K_CLOSE};
+  }
+  c->gc = NULL;
+  c->cancelled = 0;
+  c->held = H_NONE;
+  grpc_call_details_init(&c->details);
+  grpc_metadata_array_init(&c->md);
+  atomic_store(&c->refs, 1); /* the request itself */
+  e = grpc_server_request_call(w->s->srv, &c->gc, &c->details, &c->md, w->cq, w->cq, &c->t_req);
+  if (e != GRPC_CALL_OK) {
+    FL_LOGE("pserver: grpc_server_request_call failed (%d) on worker %d", (int)e, w->idx);
+    call_release(c);
+  }
+}
+
+/* --------------------------------------------------------------- answers */
+
+/* Send code + details and (when code is OK) the message bb (taken). */
+static void respond_bb(call *c, grpc_status_code code, const char *details,
+                       grpc_byte_buffer *bb) {
+  grpc_op ops[3];
+  grpc_slice ds = grpc_slice_from_copied_string(details ? details : "");
+  size_t n = 0;
+  grpc_call_error e;
+
+  memset(ops, 0, sizeof ops);
+  ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  if (bb && code == GRPC_STATUS_OK) {
+    c->resp = bb;
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = bb;
+  } else if (bb) {
+    grpc_byte_buffer_destroy(bb);
+  }
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.status = code;
+  ops[n++].data.send_status_from_server.status_details = &ds;
+  atomic_fetch_add(&c->refs, 1);
+  e = grpc_call_start_batch(c->gc, ops, n, &c->t_send, NULL);
+  grpc_slice_unref(ds);
+  if (e != GRPC_CALL_OK) {
+    FL_LOGE("pserver: cannot answer a call (call error %d)", (int)e);
+    call_release(c);
+  }
+  if (c->resp) fl_ps_core_count_bytes(c->w->s->core, 0, grpc_byte_buffer_length(c->resp));
+}
+
+static void respond_status(call *c, fl_status st, const char *why) {
+  char msg[600];
+  const char *d = why;
+  if (st == FL_EINVAL && !why) d = fl_ps_core_last_error();
+  else if (st == FL_ESTATE && !why) d = "trainer not registered here (again): register";
+  else if (!why) d = fl_strerror(st);
+  snprintf(msg, sizeof msg, "%s", d);
+  respond_bb(c, fl_rpc_status_to_grpc(st), msg, NULL);
+}
+
+static void respond_msg(call *c, fl_status st, const ProtobufCMessage *m) {
+  grpc_byte_buffer *bb = NULL;
+  if (st == FL_OK) st = fl_rpc_pack(c->ob, m, &bb);
+  if (st != FL_OK) respond_status(c, st, NULL);
+  else respond_bb(c, GRPC_STATUS_OK, "", bb);
+}
+
+/* ------------------------------------------------------------- held calls */
+
+static void hold(call *c, int kind) {
+  fl_ps_server *s = c->w->s;
+  int stopping;
+  pthread_mutex_lock(&s->held_mu);
+  stopping = atomic_load(&s->stopping);
+  if (!stopping) {
+    c->held = kind;
+    atomic_fetch_add(&c->refs, 1);
+    c->prev = s->held.prev;
+    c->next = &s->held;
+    s->held.prev->next = c;
+    s->held.prev = c;
+  }
+  pthread_mutex_unlock(&s->held_mu);
+  if (stopping) {
+    respond_status(c, FL_EAGAIN, "pserver shutting down");
+    return;
+  }
+  /* The step may have been applied between the check and the hold. */
+  fl_ps_server_progress(s);
+}
+
+static void unlink_held(call *c) {
+  c->prev->next = c->next;
+  c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+  c->held = H_NONE;
+}
+
+static void answer_pull(call *c) {
+  fl_ps_server *s = c->w->s;
+  grpc_byte_buffer *bb = NULL;
+  fl_status st = fl_ps_core_pull_pack(s->core, c->blocks, c->n_blocks, c->ob, &bb);
+  if (st != FL_OK) respond_status(c, st, NULL);
+  else respond_bb(c, GRPC_STATUS_OK, "", bb);
+}
+
+static void answer_barrier(call *c, fl_status st) {
+  Flotilla__BarrierResponse r = FLOTILLA__BARRIER_RESPONSE__INIT;
+  double buf[FL_PS_BARRIER_MAX_VALUES];
+  if (st == FL_OK) st = fl_ps_core_barrier_result(c->w->s->core, c->bname, c->tid, &r, buf);
+  if (st == FL_ENOTFOUND) respond_status(c, FL_ESTATE, "barrier forgotten (too many since)");
+  else respond_msg(c, st, &r.base);
+}
+
+void fl_ps_server_progress(void *server) {
+  fl_ps_server *s = server;
+  call *ready = NULL, *c, *next;
+  pthread_mutex_lock(&s->held_mu);
+  if (atomic_load(&s->stopping)) {
+    pthread_mutex_unlock(&s->held_mu);
+    return;
+  }
+  for (c = s->held.next; c != &s->held; c = next) {
+    fl_status st;
+    next = c->next;
+    if (c->held == H_PULL) {
+      st = fl_ps_core_pull_check(s->core, c->tid, c->min_step, c->blocks, c->n_blocks);
+    } else {
+      Flotilla__BarrierResponse r = FLOTILLA__BARRIER_RESPONSE__INIT;
+      double buf[FL_PS_BARRIER_MAX_VALUES];
+      st = fl_ps_core_barrier_result(s->core, c->bname, c->tid, &r, buf);
+    }
+    if (st == FL_EAGAIN) continue;
+    c->ready_kind = c->held;
+    c->ready_st = st;
+    unlink_held(c);
+    c->ready_next = ready;
+    ready = c;
+  }
+  pthread_mutex_unlock(&s->held_mu);
+  for (c = ready; c; c = next) {
+    next = c->ready_next;
+    if (c->ready_kind == H_PULL) {
+      if (c->ready_st == FL_OK) answer_pull(c);
+      else respond_status(c, c->ready_st, NULL);
+    } else {
+      answer_barrier(c, c->ready_st);
+    }
+    call_release(c); /* the hold's reference */
+  }
+}
+
+/* ----------------------------------------------------------------- dispatch */
+
+static void handle(call *c, int m, ProtobufCMessage *msg) {
+  fl_ps_server *s = c->w->s;
+  fl_ps_core *core = s->core;
+  fl_status st;
+
+  switch (m) {
+  case M_REGISTER: {
+    Flotilla__RegisterResponse r = FLOTILLA__REGISTER_RESPONSE__INIT;
+    st = fl_ps_core_register(core, (Flotilla__RegisterRequest *)msg, &r);
+    respond_msg(c, st, &r.base);
+    break;
+  }
+  case M_PUSH_DENSE: {
+    Flotilla__PushDenseResponse r = FLOTILLA__PUSH_DENSE_RESPONSE__INIT;
+    st = fl_ps_core_push_dense(core, (Flotilla__PushDenseRequest *)msg, &r);
+    respond_msg(c, st, &r.base);
+    break;
+  }
+  case M_PULL_DENSE: {
+    Flotilla__PullDenseRequest *q = (Flotilla__PullDenseRequest *)msg;
+    st = fl_ps_core_pull_check(core, q->trainer_id, q->min_step, q->blocks, q->n_blocks);
+    if (st != FL_OK && st != FL_EAGAIN) {
+      respond_status(c, st, NULL);
+      break;
+    }
+    if (q->n_blocks > c->cap_blocks) {
+      uint32_t *nb = realloc(c->blocks, q->n_blocks * sizeof *nb);
+      if (!nb) {
+        respond_status(c, FL_ENOMEM, "pserver out of memory");
+        break;
+      }
+      c->blocks = nb;
+      c->cap_blocks = q->n_blocks;
+    }
+    memcpy(c->blocks, q->blocks, q->n_blocks * sizeof *c->blocks);
+    c->n_blocks = q->n_blocks;
+    c->tid = q->trainer_id;
+    c->min_step = q->min_step;
+    if (st == FL_OK) answer_pull(c);
+    else hold(c, H_PULL);
+    break;
+  }
+  case M_PULL_SPARSE: {
+    Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
+    Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
+    int64_t shape[2];
+    st = fl_ps_core_pull_sparse(core, (Flotilla__PullSparseRequest *)msg, &c->scratch,
+                                &c->scratch_cap, &r, &v, shape);
+    respond_msg(c, st, &r.base);
+    break;
+  }
+  case M_PUSH_SPARSE: {
+    Flotilla__PushSparseResponse r = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
+    st = fl_ps_core_push_sparse(core, (Flotilla__PushSparseRequest *)msg, &r);
+    respond_msg(c, st, &r.base);
+    break;
+  }
+  case M_BARRIER: {
+    Flotilla__BarrierRequest *q = (Flotilla__BarrierRequest *)msg;
+    st = fl_ps_core_barrier(core, q);
+    if (st != FL_OK && st != FL_EAGAIN) {
+      respond_status(c, st, NULL);
+      break;
+    }
+    snprintf(c->bname, sizeof c->bname, "%s", q->name);
+    c->tid = q->trainer_id;
+    if (st == FL_OK) answer_barrier(c, FL_OK);
+    else hold(c, H_BARRIER);
+    break;
+  }
+  case M_HEARTBEAT: {
+    Flotilla__HeartbeatResponse r = FLOTILLA__HEARTBEAT_RESPONSE__INIT;
+    st = fl_ps_core_heartbeat(core, (Flotilla__HeartbeatRequest *)msg, &r);
+    respond_msg(c, st, &r.base);
+    break;
+  }
+  case M_SAVE: {
+    Flotilla__SaveCheckpointResponse r = FLOTILLA__SAVE_CHECKPOINT_RESPONSE__INIT;
+    char path[1024] = "";
+    if (!s->o.save) {
+      respond_status(c, FL_ENOTSUP, "this pserver has no checkpoint_dir");
+      break;
+    }
+    st = s->o.save(s->o.ckpt_ctx, &r.step, path, sizeof path);
+    r.path = path;
+    respond_msg(c, st, &r.base);
+    break;
+  }
+  case M_LOAD: {
+    Flotilla__LoadCheckpointResponse r = FLOTILLA__LOAD_CHECKPOINT_RESPONSE__INIT;
+    if (!s->o.load) {
+      respond_status(c, FL_ENOTSUP, "this pserver has no checkpoint_dir");
+      break;
+    }
+    st = s->o.load(s->o.ckpt_ctx, ((Flotilla__LoadCheckpointRequest *)msg)->step, &r.step);
+    respond_msg(c, st, &r.base);
+    break;
+  }
+  case M_COMPLETE: {
+    Flotilla__CompleteResponse r = FLOTILLA__COMPLETE_RESPONSE__INIT;
+    st = fl_ps_core_complete(core, (Flotilla__CompleteRequest *)msg, &r);
+    respond_msg(c, st, &r.base);
+    break;
+  }
+  case M_STATS: {
+    Flotilla__StatsResponse r = FLOTILLA__STATS_RESPONSE__INIT;
+    fl_ps_core_stats(core, &r);
+    respond_msg(c, FL_OK, &r.base);
+    break;
+  }
+  }
+}
+
+static void on_recv(call *c, int ok) {
+  worker *w = c->w;
+  fl_ps_server *s = w->s;
+  ProtobufCMessage *msg;
+  size_t len;
+  int m;
+
+  if (!ok || !c->recv) return; /* cancelled before the message came */
+  if (!fl_rpc_token_ok(&c->md, s->o.rpc.token)) {
+    FL_LOGW("rejected a call without the right token");
+    respond_status(c, FL_EAUTH, "missing or wrong token");
+    return;
+  }
+  for (m = 0; m < M_COUNT; m++)
+    if (grpc_slice_str_cmp(c->details.method, method_path[m]) == 0) break;
+  if (m == M_COUNT) {
+    respond_bb(c, GRPC_STATUS_UNIMPLEMENTED, "no such method", NULL);
+    return;
+  }
+  len = grpc_byte_buffer_length(c->recv);
+  fl_ps_core_count_bytes(s->core, len, 0);
+  if (len > s->o.max_request_bytes) {
+    char why[160];
+    snprintf(why, sizeof why, "request of %zu bytes exceeds the limit of %zu", len,
+             s->o.max_request_bytes);
+    FL_LOGW("rejected request: %s", why);
+    respond_status(c, FL_EINVAL, why);
+    return;
+  }
+  if (fl_rpc_inbuf_read(&w->in, c->recv) != FL_OK) {
+    respond_status(c, FL_EINVAL, "unreadable message");
+    return;
+  }
+  msg = fl_rpc_unpack(&w->arena, method_req[m], w->in.data, w->in.len);
+  if (!msg) {
+    FL_LOGW("rejected request: malformed %s message (%zu bytes)", method_path[m], w->in.len);
+    respond_status(c, FL_EINVAL, "malformed message");
+  } else {
+    handle(c, m, msg);
+  }
+  fl_rpc_arena_reset(&w->arena);
+}
+
+static void on_close(call *c) {
+  fl_ps_server *s = c->w->s;
+  int was_held = 0;
+  if (!c->cancelled) return;
+  pthread_mutex_lock(&s->held_mu);
+  if (c->held != H_NONE) {
+    unlink_held(c);
+    was_held = 1;
+  }
+  pthread_mutex_unlock(&s->held_mu);
+  if (was_held) call_release(c); /* nobody will answer it now */
+}
+
+static void start_recv(call *c) {
+  grpc_op op;
+  /* refs: the request's one becomes the close's; one more for recv. */
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &c->cancelled;
+  if (grpc_call_start_batch(c->gc, &op, 1, &c->t_close, NULL) != GRPC_CALL_OK) {
+    FL_LOGE("pserver: cannot watch a call for cancellation");
+    call_release(c);
+    return;
+  }
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &c->recv;
+  atomic_fetch_add(&c->refs, 1);
+  if (grpc_call_start_batch(c->gc, &op, 1, &c->t_recv, NULL) != GRPC_CALL_OK) {
+    FL_LOGE("pserver: cannot receive a request");
+    grpc_call_cancel(c->gc, NULL);
+    call_release(c);
+  }
+}
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  fl_ps_server *s = w->s;
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    tag *t;
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    if (ev.type != GRPC_OP_COMPLETE) continue;
+    if (ev.tag == &s->t_shutdown) {
+      for (int i = 0; i < s->nw; i++) grpc_completion_queue_shutdown(s->w[i].cq);
+      continue;
+    }
+    t = ev.tag;
+    switch (t->kind) {
+    case K_REQ:
+      if (!ev.success || atomic_load(&s->stopping)) {
+        if (ev.success && t->c->gc) grpc_call_cancel(t->c->gc, NULL);
+        call_release(t->c);
+        break;
+      }
+      arm(w);
+      start_recv(t->c);
+      break;
+    case K_RECV:
+      on_recv(t->c, ev.success);
+      call_release(t->c);
+      break;
+    case K_SEND:
+      call_release(t->c);
+      break;
+    case K_CLOSE:
+      on_close(t->c);
+      call_release(t->c);
+      break;
+    }
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------ start, stop */
+
+static void free_workers(fl_ps_server *s) {
+  for (int i = 0; i < s->nw; i++) {
+    worker *w = &s->w[i];
+    call *c, *n;
+    if (w->cq) grpc_completion_queue_destroy(w->cq);
+    for (c = w->free_list; c; c = n) {
+      n = c->free_next;
+      call_free(c);
+    }
+    fl_rpc_arena_free(&w->arena);
+    fl_rpc_inbuf_free(&w->in);
+    pthread_mutex_destroy(&w->free_mu);
+  }
+  free(s->w);
+}
+
+fl_status fl_ps_server_start(fl_ps_core *core, const fl_ps_server_opts *o, fl_ps_server **out,
+                             int *port) {
+  fl_ps_server *s;
+  fl_status st;
+
+  *out = NULL;
+  if (o->threads < 1 || o->calls_per_thread < 1 || !o->bind_addr)
+    return FL_ERR(FL_EINVAL, "pserver: bad service options");
+  s = calloc(1, sizeof *s);
+  if (!s) return FL_ERR(FL_ENOMEM, "pserver: out of memory");
+  s->core = core;
+  s->o = *o;
+  if (!s->o.max_request_bytes) s->o.max_request_bytes = FL_RPC_DEFAULT_MAX_MESSAGE;
+  s->held.next = s->held.prev = &s->held;
+  pthread_mutex_init(&s->held_mu, NULL);
+  s->t_shutdown = (tag){NULL, -1};
+  s->nw = o->threads;
+  s->w = calloc((size_t)s->nw, sizeof *s->w);
+  if (!s->w) {
+    free(s);
+    return FL_ERR(FL_ENOMEM, "pserver: out of memory");
+  }
+  if ((st = fl_rpc_server_create(&s->o.rpc, &s->srv)) != FL_OK) goto fail;
+  for (int i = 0; i < s->nw; i++) {
+    worker *w = &s->w[i];
+    w->s = s;
+    w->idx = i;
+    fl_rpc_arena_init(&w->arena);
+    pthread_mutex_init(&w->free_mu, NULL);
+    w->cq = grpc_completion_queue_create_for_next(NULL);
+    if (!w->cq) {
+      st = FL_ERR(FL_ENOMEM, "pserver: cannot create a completion queue");
+      goto fail;
+    }
+    grpc_server_register_completion_queue(s->srv, w->cq, NULL);
+  }
+  if ((st = fl_rpc_server_bind(s->srv, o->bind_addr, &s->o.rpc, port)) != FL_OK) goto fail;
+  grpc_server_start(s->srv);
+  for (int i = 0; i < s->nw; i++)
+    for (int k = 0; k < o->calls_per_thread; k++) arm(&s->w[i]);
+  for (int i = 0; i < s->nw; i++) {
+    if (pthread_create(&s->w[i].th, NULL, worker_main, &s->w[i]) != 0) {
+      st = FL_ERR(FL_EIO, "pserver: cannot start worker thread %d", i);
+      fl_ps_server_stop(s);
+      return st;
+    }
+    s->w[i].started = 1;
+  }
+  *out = s;
+  return FL_OK;
+fail:
+  if (s->srv) {
+    grpc_server_shutdown_and_notify(s->srv, s->w[0].cq, &s->t_shutdown);
+    grpc_server_cancel_all_calls(s->srv);
+    for (int i = 0; i < s->nw; i++) {
+      if (!s->w[i].cq) continue;
+      grpc_completion_queue_shutdown(s->w[i].cq);
+      for (;;) {
+        grpc_event ev =
+            grpc_completion_queue_next(s->w[i].cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+        if (ev.type == GRPC_OP_COMPLETE && ev.tag != &s->t_shutdown) call_release(((tag *)ev.tag)->c);
+      }
+    }
+    grpc_server_destroy(s->srv);
+  }
+  free_workers(s);
+  pthread_mutex_destroy(&s->held_mu);
+  free(s);
+  return st;
+}
+
+void fl_ps_server_stop(fl_ps_server *s) {
+  call *c, *next;
+  if (!s) return;
+  pthread_mutex_lock(&s->held_mu);
+  atomic_store(&s->stopping, 1);
+  for (c = s->held.next; c != &s->held; c = next) {
+    next = c->next;
+    unlink_held(c);
+    grpc_call_cancel_with_status(c->gc, GRPC_STATUS_UNAVAILABLE, "pserver shutting down", NULL);
+    call_release(c);
+  }
+  pthread_mutex_unlock(&s->held_mu);
+  grpc_server_shutdown_and_notify(s->srv, s->w[0].cq, &s->t_shutdown);
+  grpc_server_cancel_all_calls(s->srv);
+  for (int i = 0; i < s->nw; i++)
+    if (s->w[i].started) pthread_join(s->w[i].th, NULL);
+  grpc_server_destroy(s->srv);
+  free_workers(s);
+  pthread_mutex_destroy(&s->held_mu);
+  free(s);
+}

@@ -1,0 +1,372 @@
+/* sparse.c - one sparse (embedding) table of a pserver: rows of dim floats
+ * keyed by uint64 ids in an open-addressing hash (linear probing,
+ * backward-shift deletion), rows created on first touch with a seeded
+ * uniform init, per-row SGD / Adagrad / Adam through the kernels library,
+ * and an exact LRU list so that a table at max_rows evicts the row unseen
+ * longest.  Rows live densely in [0, n): an evicted row's slot is reused by
+ * the row that replaces it.  The core serializes access (one lock per
+ * table). */
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fl_log.h"
+#include "fl_ps.h"
+#include "fl_ps_layout.h"
+
+#define MAX_DIM (1u << 16)
+
+struct fl_ps_table {
+  char name[128];
+  uint32_t dim;
+  int64_t max_rows;
+  float init_range;
+  uint64_t seed;
+  uint64_t name_hash;
+  fl_optim_hparams hp;
+  float lr;
+  int nstate;
+
+  size_t n, cap;
+  uint64_t *keys;
+  float *val;
+  float *s1, *s2;
+  int64_t *t;     /* per-row update count (Adam's bias correction) */
+  int32_t *prev;  /* LRU: toward the most recent (head) */
+  int32_t *next;  /* LRU: toward the least recent (tail) */
+  int32_t head, tail;
+
+  int32_t *slots; /* hash slots: row index or -1 */
+  size_t nslots;  /* power of two, > 2 * cap */
+  uint64_t evicted;
+};
+
+static uint64_t str_hash(const char *s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+  return h;
+}
+
+const char *fl_ps_table_name(const fl_ps_table *t) { return t->name; }
+uint32_t fl_ps_table_dim(const fl_ps_table *t) { return t->dim; }
+size_t fl_ps_table_rows(const fl_ps_table *t) { return t->n; }
+uint64_t fl_ps_table_evicted(const fl_ps_table *t) { return t->evicted; }
+
+fl_status fl_ps_table_create(const fl_ps_table_opts *o, fl_ps_table **out) {
+  fl_ps_table *t;
+  *out = NULL;
+  if (!o->name || !o->name[0] || strlen(o->name) >= sizeof t->name)
+    return FL_ERR(FL_EINVAL, "sparse table: name missing or longer than %zu bytes",
+                  sizeof t->name - 1);
+  if (o->dim == 0 || o->dim > MAX_DIM)
+    return FL_ERR(FL_EINVAL, "sparse table %s: dim %u not in [1, %u]", o->name, o->dim, MAX_DIM);
+  if (o->max_rows < 1 || o->max_rows > INT32_MAX / 2)
+    return FL_ERR(FL_EINVAL, "sparse table %s: max_rows %lld not in [1, %d]", o->name,
+                  (long long)o->max_rows, INT32_MAX / 2);
+  if (o->hp.kind != FL_OPTIM_SGD && o->hp.kind != FL_OPTIM_ADAGRAD && o->hp.kind != FL_OPTIM_ADAM)
+    return FL_ERR(FL_EINVAL, "sparse table %s: optimizer %s (sgd, adagrad or adam only)", o->name,
+                  fl_optim_kind_name(o->hp.kind));
+  if (fl_optim_hparams_check(&o->hp) != FL_OK || !(o->lr >= 0) || !(o->init_range >= 0))
+    return FL_ERR(FL_EINVAL, "sparse table %s: bad optimizer settings or init range", o->name);
+  t = calloc(1, sizeof *t);
+  if (!t) return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory", o->name);
+  snprintf(t->name, sizeof t->name, "%s", o->name);
+  t->dim = o->dim;
+  t->max_rows = o->max_rows;
+  t->init_range = o->init_range;
+  t->seed = o->seed;
+  t->name_hash = str_hash(o->name);
+  t->hp = o->hp;
+  t->hp.num_threads = 1; /* rows are tiny: no thread team per row */
+  t->hp.exclude_from_weight_decay = NULL;
+  t->hp.n_exclude = 0;
+  t->lr = o->lr;
+  t->nstate = fl_optim_state_count(o->hp.kind);
+  t->head = t->tail = -1;
+  *out = t;
+  return FL_OK;
+}
+
+void fl_ps_table_free(fl_ps_table *t) {
+  if (!t) return;
+  free(t->keys);
+  free(t->val);
+  free(t->s1);
+  free(t->s2);
+  free(t->t);
+  free(t->prev);
+  free(t->next);
+  free(t->slots);
+  free(t);
+}
+
+/* ------------------------------------------------------------------- hash */
+
+static size_t slot_of(const fl_ps_table *t, uint64_t key) {
+  return (size_t)(fl_ps_mix64(key ^ t->name_hash) & (t->nslots - 1));
+}
+
+static int32_t find(const fl_ps_table *t, uint64_t key) {
+  size_t i;
+  if (!t->nslots) return -1;
+  for (i = slot_of(t, key);; i = (i + 1) & (t->nslots - 1)) {
+    int32_t r = t->slots[i];
+    if (r < 0) return -1;
+    if (t->keys[r] == key) return r;
+  }
+}
+
+static void slot_insert(fl_ps_table *t, uint64_t key, int32_t row) {
+  size_t i = slot_of(t, key);
+  while (t->slots[i] >= 0) i = (i + 1) & (t->nslots - 1);
+  t->slots[i] = row;
+}
+
+/* Remove key's slot, shifting later entries of its probe run back. */
+static void slot_delete(fl_ps_table *t, uint64_t key) {
+  size_t mask = t->nslots - 1, i = slot_of(t, key), j;
+  while (t->keys[t->slots[i]] != key) i = (i + 1) & mask;
+  j = i;
+  for (;;) {
+    size_t home;
+    t->slots[i] = -1;
+    for (;;) {
+      j = (j + 1) & mask;
+      if (t->slots[j] < 0) return;
+      home = slot_of(t, t->keys[t->slots[j]]);
+      /* Entry j may move to i when its home is not in (i, j] cyclically. */
+      if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) break;
+    }
+    t->slots[i] = t->slots[j];
+    i = j;
+  }
+}
+
+/* ---------------------------------------------------------------- storage */
+
+static fl_status grow(fl_ps_table *t) {
+  size_t nc = t->cap ? t->cap * 2 : 1024, d = t->dim;
+  size_t ns;
+  if ((int64_t)nc > t->max_rows) nc = (size_t)t->max_rows;
+#define GROW(field, count)                                                   \
+  do {                                                                       \
+    void *p_ = realloc(t->field, (count) * sizeof *t->field);                \
+    if (!p_) goto nomem;                                                     \
+    t->field = p_;                                                           \
+  } while (0)
+  GROW(keys, nc);
+  GROW(val, nc * d);
+  if (t->nstate >= 1) GROW(s1, nc * d);
+  if (t->nstate >= 2) GROW(s2, nc * d);
+  GROW(t, nc);
+  GROW(prev, nc);
+  GROW(next, nc);
+#undef GROW
+  t->cap = nc;
+  for (ns = 16; ns < 2 * nc + 1; ns *= 2) {
+  }
+  if (ns != t->nslots) {
+    int32_t *slots = malloc(ns * sizeof *slots);
+    if (!slots) goto nomem;
+    free(t->slots);
+    t->slots = slots;
+    t->nslots = ns;
+    memset(slots, 0xff, ns * sizeof *slots);
+    for (size_t r = 0; r < t->n; r++) slot_insert(t, t->keys[r], (int32_t)r);
+  }
+  return FL_OK;
+nomem:
+  return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory growing to %zu rows", t->name, nc);
+}
+
+static void lru_unlink(fl_ps_table *t, int32_t r) {
+  if (t->prev[r] >= 0) t->next[t->prev[r]] = t->next[r];
+  else t->head = t->next[r];
+  if (t->next[r] >= 0) t->prev[t->next[r]] = t->prev[r];
+  else t->tail = t->prev[r];
+}
+
+static void lru_push_head(fl_ps_table *t, int32_t r) {
+  t->prev[r] = -1;
+  t->next[r] = t->head;
+  if (t->head >= 0) t->prev[t->head] = r;
+  t->head = r;
+  if (t->tail < 0) t->tail = r;
+}
+
+static void touch(fl_ps_table *t, int32_t r) {
+  if (t->head == r) return;
+  lru_unlink(t, r);
+  lru_push_head(t, r);
+}
+
+/* Deterministic uniform init of the row of key in [-r, r]. */
+static void init_row(const fl_ps_table *t, uint64_t key, float *v) {
+  uint64_t base = fl_ps_mix64(t->seed ^ fl_ps_mix64(t->name_hash ^ key));
+  for (uint32_t j = 0; j < t->dim; j++) {
+    uint64_t x = fl_ps_mix64(base + 0x9e3779b97f4a7c15ULL * (j + 1));
+    float u = (float)(x >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
+    v[j] = (2.0f * u - 1.0f) * t->init_range;
+  }
+}
+
+/* The row of key, created (evicting the least recent row when full). */
+static fl_status get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
+  int32_t r = find(t, key);
+  size_t d = t->dim;
+  if (r >= 0) {
+    *out = r;
+    return FL_OK;
+  }
+  if ((int64_t)t->n >= t->max_rows) {
+    r = t->tail;
+    lru_unlink(t, r);
+    slot_delete(t, t->keys[r]);
+    t->evicted++;
+  } else {
+    if (t->n == t->cap) FL_TRY(grow(t));
+    r = (int32_t)t->n++;
+  }
+  t->keys[r] = key;
+  init_row(t, key, t->val + (size_t)r * d);
+  if (t->nstate >= 1) {
+    float init = t->hp.kind == FL_OPTIM_ADAGRAD ? t->hp.initial_accumulator : 0.0f;
+    for (size_t j = 0; j < d; j++) t->s1[(size_t)r * d + j] = init;
+  }
+  if (t->nstate >= 2) memset(t->s2 + (size_t)r * d, 0, d * sizeof(float));
+  t->t[r] = 0;
+  slot_insert(t, key, r);
+  lru_push_head(t, r);
+  *out = r;
+  return FL_OK;
+}
+
+fl_status fl_ps_table_pull(fl_ps_table *t, const uint64_t *keys, size_t n, float *out) {
+  size_t d = t->dim;
+  for (size_t i = 0; i < n; i++) {
+    int32_t r;
+    FL_TRY(get_row(t, keys[i], &r));
+    touch(t, r);
+    memcpy(out + i * d, t->val + (size_t)r * d, d * sizeof(float));
+  }
+  return FL_OK;
+}
+
+fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const float *g) {
+  size_t d = t->dim;
+  /* One step per row, right after fetching it: creating a later row may
+   * evict (and reuse the memory of) an earlier one of the same push, and a
+   * key repeated within a push is applied twice, in order, like two pushes. */
+  for (size_t i = 0; i < n; i++) {
+    int32_t r;
+    fl_optim_tensor x;
+    FL_TRY(get_row(t, keys[i], &r));
+    touch(t, r);
+    x.name = NULL;
+    x.param = t->val + (size_t)r * d;
+    x.grad = g + i * d;
+    x.state1 = t->nstate >= 1 ? t->s1 + (size_t)r * d : NULL;
+    x.state2 = t->nstate >= 2 ? t->s2 + (size_t)r * d : NULL;
+    x.n = d;
+    /* Adam's bias correction counts each row's own updates. */
+    FL_TRY(fl_optim_step(&t->hp, &x, 1, t->lr, ++t->t[r]));
+  }
+  return FL_OK;
+}
+
+int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out) {
+  int32_t r = find(t, key);
+  if (r < 0) return 0;
+  memcpy(out, t->val + (size_t)r * t->dim, t->dim * sizeof(float));
+  return 1;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+fl_status fl_ps_table_save(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix) {
+  size_t n = t->n, d = t->dim, i = 0;
+  uint64_t *keys = malloc((n ? n : 1) * sizeof *keys);
+  int64_t *steps = malloc((n ? n : 1) * sizeof *steps);
+  float *v = malloc((n ? n : 1) * d * sizeof *v);
+  float *a = t->nstate >= 1 ? malloc((n ? n : 1) * d * sizeof *a) : NULL;
+  float *b = t->nstate >= 2 ? malloc((n ? n : 1) * d * sizeof *b) : NULL;
+  char name[FL_CKPT_NAME_MAX];
+  int64_t shape[2] = {(int64_t)n, (int64_t)d};
+  fl_status st = FL_OK;
+
+  if (!keys || !steps || !v || (t->nstate >= 1 && !a) || (t->nstate >= 2 && !b)) {
+    st = FL_ERR(FL_ENOMEM, "sparse table %s: out of memory saving %zu rows", t->name, n);
+    goto done;
+  }
+  for (int32_t r = t->tail; r >= 0; r = t->prev[r], i++) {
+    keys[i] = t->keys[r];
+    steps[i] = t->t[r];
+    memcpy(v + i * d, t->val + (size_t)r * d, d * sizeof *v);
+    if (a) memcpy(a + i * d, t->s1 + (size_t)r * d, d * sizeof *a);
+    if (b) memcpy(b + i * d, t->s2 + (size_t)r * d, d * sizeof *b);
+  }
+#define PUT(suffix, dt, nd, shp, data)                                       \
+  do {                                                                       \
+    snprintf(name, sizeof name, "%s%s", prefix, suffix);                     \
+    if ((st = fl_ckpt_put(w, name, dt, nd, shp, data)) != FL_OK) goto done;  \
+  } while (0)
+  PUT("keys", FL_CKPT_U64, 1, shape, keys);
+  PUT("steps", FL_CKPT_I64, 1, shape, steps);
+  PUT("values", FL_CKPT_F32, 2, shape, v);
+  if (a) PUT("state1", FL_CKPT_F32, 2, shape, a);
+  if (b) PUT("state2", FL_CKPT_F32, 2, shape, b);
+#undef PUT
+done:
+  free(keys);
+  free(steps);
+  free(v);
+  free(a);
+  free(b);
+  return st;
+}
+
+static fl_status find_rec(const fl_ckpt *c, const char *prefix, const char *suffix,
+                          fl_ckpt_dtype dt, int nd, int64_t n, int64_t d, fl_ckpt_record *r) {
+  char name[FL_CKPT_NAME_MAX];
+  snprintf(name, sizeof name, "%s%s", prefix, suffix);
+  if (fl_ckpt_find(c, name, r) != FL_OK)
+    return FL_ERR(FL_ECORRUPT, "checkpoint: record %s missing", name);
+  if (r->dtype != dt || r->ndim != nd || r->shape[0] != n || (nd == 2 && r->shape[1] != d))
+    return FL_ERR(FL_ECORRUPT, "checkpoint: record %s has the wrong type or shape", name);
+  return FL_OK;
+}
+
+fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix) {
+  fl_ckpt_record rk, rs, rv, ra, rb;
+  char name[FL_CKPT_NAME_MAX];
+  int64_t n, d = t->dim;
+  size_t first;
+
+  snprintf(name, sizeof name, "%skeys", prefix);
+  if (fl_ckpt_find(c, name, &rk) != FL_OK || rk.dtype != FL_CKPT_U64 || rk.ndim != 1)
+    return FL_ERR(FL_ECORRUPT, "checkpoint: record %s missing or not 1-d u64", name);
+  n = rk.shape[0];
+  FL_TRY(find_rec(c, prefix, "steps", FL_CKPT_I64, 1, n, d, &rs));
+  FL_TRY(find_rec(c, prefix, "values", FL_CKPT_F32, 2, n, d, &rv));
+  if (t->nstate >= 1) FL_TRY(find_rec(c, prefix, "state1", FL_CKPT_F32, 2, n, d, &ra));
+  if (t->nstate >= 2) FL_TRY(find_rec(c, prefix, "state2", FL_CKPT_F32, 2, n, d, &rb));
+  /* Start empty, then insert oldest first so recency is kept. */
+  t->n = 0;
+  t->head = t->tail = -1;
+  if (t->nslots) memset(t->slots, 0xff, t->nslots * sizeof *t->slots);
+  first = n > t->max_rows ? (size_t)(n - t->max_rows) : 0;
+  for (size_t i = first; i < (size_t)n; i++) {
+    uint64_t key = ((const uint64_t *)rk.data)[i];
+    int32_t r;
+    if (find(t, key) >= 0) return FL_ERR(FL_ECORRUPT, "checkpoint: %s repeats a key", name);
+    FL_TRY(get_row(t, key, &r));
+    memcpy(t->val + (size_t)r * d, (const float *)rv.data + i * d, (size_t)d * sizeof(float));
+    if (t->nstate >= 1)
+      memcpy(t->s1 + (size_t)r * d, (const float *)ra.data + i * d, (size_t)d * sizeof(float));
+    if (t->nstate >= 2)
+      memcpy(t->s2 + (size_t)r * d, (const float *)rb.data + i * d, (size_t)d * sizeof(float));
+    t->t[r] = ((const int64_t *)rs.data)[i];
+  }
+  return FL_OK;
+}

@@ -1,0 +1,350 @@
+/* fuzz_ps_core.c - every PServer request message, unpacked from hostile
+ * bytes the way the service does (fl_rpc_unpack into the call's arena, or
+ * protobuf-c's own allocator) and handed to the request checks and rules of
+ * fl_ps_core, as pserver/server.c's dispatch does.
+ *
+ * Input: one setup byte, then framed requests {u8 method, u16 len, bytes}.
+ * Setup bits: 0-1 the mode (sync, async, geo; 3 = sync), bit 2 start with
+ * trainers 0 and 1 registered and every block of this server initialised
+ * (so pushes reach the update rules), bit 3 unpack with protobuf-c's
+ * allocator instead of the arena, bit 4 fp16 (else fp32) initial values.
+ * The core is server 0 of 2 for 2 trainers, dense blocks of 4 floats,
+ * sparse tables of at most 8 rows, at most 64 keys per call; a Register
+ * declaring more than 4096 dense floats in all is skipped (the first
+ * registration sizes the server's memory by design).
+ * Invariants: a request refused with FL_EINVAL leaves every dense block
+ * (value and step), every sparse table's row count and the push/update
+ * counters as they were; every response packs; a pull's packed answer
+ * reads back to the blocks' values. */
+#include <config.h>
+
+#include <string.h>
+
+#include "fl_ps.h"
+#include "fl_ps_layout.h"
+#include "fl_rpc.h"
+#include "fuzz.h"
+
+#define FUZZ_MAX_INPUT (256 * 1024)
+#define N_TRAINERS 2
+#define MAX_BLOCK_IDS 64
+#define BLOCK 4
+#define MAX_DENSE_FLOATS 4096
+
+enum {
+  M_REGISTER,
+  M_PUSH_DENSE,
+  M_PULL_DENSE,
+  M_PULL_SPARSE,
+  M_PUSH_SPARSE,
+  M_BARRIER,
+  M_HEARTBEAT,
+  M_SAVE,
+  M_LOAD,
+  M_COMPLETE,
+  M_STATS,
+  M_COUNT
+};
+
+static const ProtobufCMessageDescriptor *const k_req[M_COUNT] = {
+    &flotilla__register_request__descriptor,     &flotilla__push_dense_request__descriptor,
+    &flotilla__pull_dense_request__descriptor,   &flotilla__pull_sparse_request__descriptor,
+    &flotilla__push_sparse_request__descriptor,  &flotilla__barrier_request__descriptor,
+    &flotilla__heartbeat_request__descriptor,    &flotilla__save_checkpoint_request__descriptor,
+    &flotilla__load_checkpoint_request__descriptor, &flotilla__complete_request__descriptor,
+    &flotilla__stats_request__descriptor};
+
+/* What a refused request must not change. */
+typedef struct snapshot {
+  int n;
+  uint32_t id[MAX_BLOCK_IDS];
+  int64_t step[MAX_BLOCK_IDS];
+  float value[MAX_BLOCK_IDS][BLOCK];
+  size_t rows;
+  uint64_t evicted, pushes, dense_updates;
+} snapshot;
+
+typedef struct fuzz_state {
+  fl_ps_core *core;
+  fl_rpc_outbuf *ob;
+  fl_rpc_inbuf in;
+  float *scratch;
+  size_t scratch_cap;
+} fuzz_state;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  fuzz_init_logging();
+  return 0;
+}
+
+static void snap(fl_ps_core *c, snapshot *s) {
+  Flotilla__StatsResponse st = FLOTILLA__STATS_RESPONSE__INIT;
+  memset(s, 0, sizeof *s);
+  for (uint32_t id = 0; id < MAX_BLOCK_IDS; id++) {
+    float v[BLOCK];
+    int64_t step;
+    /* The call wants the block's exact size: try each one it can have. */
+    for (size_t n = 1; n <= BLOCK; n++) {
+      if (fl_ps_core_block_value(c, id, v, n, &step) != FL_OK) continue;
+      s->id[s->n] = id;
+      s->step[s->n] = step;
+      memcpy(s->value[s->n], v, n * sizeof(float));
+      s->n++;
+      break;
+    }
+  }
+  fl_ps_table *t = fl_ps_core_table(c, "emb");
+  if (t) {
+    s->rows = fl_ps_table_rows(t);
+    s->evicted = fl_ps_table_evicted(t);
+  }
+  fl_ps_core_stats(c, &st);
+  s->pushes = st.pushes;
+  s->dense_updates = st.dense_updates;
+}
+
+static void pack_response(fuzz_state *f, const ProtobufCMessage *m) {
+  grpc_byte_buffer *bb = NULL;
+  FUZZ_CHECK(fl_rpc_pack(f->ob, m, &bb) == FL_OK, "packing a %s", m->descriptor->name);
+  grpc_byte_buffer_destroy(bb);
+}
+
+/* A cleared pull, answered as the service does, read back and compared. */
+static void answer_pull(fuzz_state *f, const uint32_t *ids, size_t n) {
+  grpc_byte_buffer *bb = NULL;
+  FUZZ_CHECK(fl_ps_core_pull_pack(f->core, ids, n, f->ob, &bb) == FL_OK, "pull_pack");
+  FUZZ_CHECK(fl_rpc_inbuf_read(&f->in, bb) == FL_OK, "inbuf_read");
+  grpc_byte_buffer_destroy(bb);
+  Flotilla__PullDenseResponse *r =
+      flotilla__pull_dense_response__unpack(NULL, f->in.len, f->in.data);
+  FUZZ_CHECK(r != NULL && r->n_blocks == n, "pull answer does not unpack");
+  for (size_t i = 0; i < n; i++) {
+    const Flotilla__DenseBlock *b = r->blocks[i];
+    float v[BLOCK];
+    int64_t step;
+    size_t k = b->value ? b->value->data.len / sizeof(float) : 0;
+    FUZZ_CHECK(b->block == ids[i] && k >= 1 && k <= BLOCK, "pulled block %u", b->block);
+    FUZZ_CHECK(fl_ps_core_block_value(f->core, b->block, v, k, &step) == FL_OK, "block value");
+    FUZZ_CHECK(!memcmp(v, b->value->data.data, k * sizeof(float)), "pulled block %u differs",
+               b->block);
+  }
+  flotilla__pull_dense_response__free_unpacked(r, NULL);
+}
+
+static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
+  fl_ps_core *core = f->core;
+  fl_status st = FL_OK;
+  snapshot before, after;
+
+  if (m == M_REGISTER) {
+    const Flotilla__RegisterRequest *q = (const Flotilla__RegisterRequest *)msg;
+    uint64_t total = 0;
+    for (size_t i = 0; i < q->n_dense; i++) {
+      total += q->dense[i]->numel > MAX_DENSE_FLOATS ? MAX_DENSE_FLOATS + 1 : q->dense[i]->numel;
+      if (total > MAX_DENSE_FLOATS) return;
+    }
+  }
+  snap(core, &before);
+  switch (m) {
+  case M_REGISTER: {
+    Flotilla__RegisterResponse r = FLOTILLA__REGISTER_RESPONSE__INIT;
+    st = fl_ps_core_register(core, (Flotilla__RegisterRequest *)msg, &r);
+    if (st == FL_OK) pack_response(f, &r.base);
+    break;
+  }
+  case M_PUSH_DENSE: {
+    Flotilla__PushDenseResponse r = FLOTILLA__PUSH_DENSE_RESPONSE__INIT;
+    st = fl_ps_core_push_dense(core, (Flotilla__PushDenseRequest *)msg, &r);
+    if (st == FL_OK) pack_response(f, &r.base);
+    break;
+  }
+  case M_PULL_DENSE: {
+    const Flotilla__PullDenseRequest *q = (const Flotilla__PullDenseRequest *)msg;
+    st = fl_ps_core_pull_check(core, q->trainer_id, q->min_step, q->blocks, q->n_blocks);
+    if (st == FL_OK) answer_pull(f, q->blocks, q->n_blocks);
+    break;
+  }
+  case M_PULL_SPARSE: {
+    Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
+    Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
+    int64_t shape[2];
+    st = fl_ps_core_pull_sparse(core, (Flotilla__PullSparseRequest *)msg, &f->scratch,
+                                &f->scratch_cap, &r, &v, shape);
+    if (st == FL_OK) pack_response(f, &r.base);
+    break;
+  }
+  case M_PUSH_SPARSE: {
+    Flotilla__PushSparseResponse r = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
+    st = fl_ps_core_push_sparse(core, (Flotilla__PushSparseRequest *)msg, &r);
+    if (st == FL_OK) pack_response(f, &r.base);
+    break;
+  }
+  case M_BARRIER: {
+    const Flotilla__BarrierRequest *q = (const Flotilla__BarrierRequest *)msg;
+    st = fl_ps_core_barrier(core, q);
+    if (st == FL_OK || st == FL_EAGAIN) {
+      Flotilla__BarrierResponse r = FLOTILLA__BARRIER_RESPONSE__INIT;
+      double buf[FL_PS_BARRIER_MAX_VALUES];
+      fl_status rs = fl_ps_core_barrier_result(core, q->name, q->trainer_id, &r, buf);
+      FUZZ_CHECK(rs == (st == FL_OK ? FL_OK : FL_EAGAIN) || (st == FL_OK && rs == FL_ESTATE),
+                 "barrier %d, its result %d", (int)st, (int)rs);
+      if (rs == FL_OK) pack_response(f, &r.base);
+    }
+    break;
+  }
+  case M_HEARTBEAT: {
+    Flotilla__HeartbeatResponse r = FLOTILLA__HEARTBEAT_RESPONSE__INIT;
+    st = fl_ps_core_heartbeat(core, (Flotilla__HeartbeatRequest *)msg, &r);
+    if (st == FL_OK) pack_response(f, &r.base);
+    break;
+  }
+  case M_COMPLETE: {
+    Flotilla__CompleteResponse r = FLOTILLA__COMPLETE_RESPONSE__INIT;
+    st = fl_ps_core_complete(core, (Flotilla__CompleteRequest *)msg, &r);
+    if (st == FL_OK) pack_response(f, &r.base);
+    break;
+  }
+  case M_STATS: {
+    Flotilla__StatsResponse r = FLOTILLA__STATS_RESPONSE__INIT;
+    fl_ps_core_stats(core, &r);
+    pack_response(f, &r.base);
+    break;
+  }
+  default: /* Save / Load: the service hands only the step to its callbacks */
+    break;
+  }
+  FUZZ_CHECK(st == FL_OK || st == FL_EINVAL || st == FL_ESTATE || st == FL_EAGAIN,
+             "method %d: status %d", m, (int)st);
+  if (st != FL_EINVAL) return;
+  snap(core, &after);
+  FUZZ_CHECK(before.n == after.n && before.rows == after.rows && before.evicted == after.evicted &&
+                 before.pushes == after.pushes && before.dense_updates == after.dense_updates,
+             "method %d refused (%s) but the state changed", m, fl_ps_core_last_error());
+  for (int i = 0; i < before.n; i++)
+    FUZZ_CHECK(before.id[i] == after.id[i] && before.step[i] == after.step[i] &&
+                   !memcmp(before.value[i], after.value[i], sizeof before.value[i]),
+               "method %d refused (%s) but block %u changed", m, fl_ps_core_last_error(),
+               before.id[i]);
+}
+
+/* Trainers 0 and 1 registered with two dense parameters (10 and 3 floats)
+ * and a sparse table, and every block of this server given a value. */
+static void prepare(fuzz_state *f, fl_ps_mode mode, int fp16) {
+  Flotilla__DenseParamSpec w = FLOTILLA__DENSE_PARAM_SPEC__INIT, b = FLOTILLA__DENSE_PARAM_SPEC__INIT;
+  Flotilla__DenseParamSpec *dense[2] = {&w, &b};
+  Flotilla__SparseTableSpec emb = FLOTILLA__SPARSE_TABLE_SPEC__INIT;
+  Flotilla__SparseTableSpec *sparse[1] = {&emb};
+  w.name = "fc.weight";
+  w.numel = 10;
+  b.name = "fc.bias";
+  b.numel = 3;
+  emb.name = "emb";
+  emb.dim = 3;
+  for (int t = 0; t < N_TRAINERS; t++) {
+    Flotilla__RegisterRequest q = FLOTILLA__REGISTER_REQUEST__INIT;
+    Flotilla__RegisterResponse r = FLOTILLA__REGISTER_RESPONSE__INIT;
+    q.trainer_id = t;
+    q.num_trainers = N_TRAINERS;
+    q.incarnation = 100 + (uint64_t)t;
+    q.mode = (Flotilla__SyncMode)mode;
+    q.dense_block_size = BLOCK;
+    q.num_servers = 2;
+    q.server_index = 0;
+    q.n_dense = 2;
+    q.dense = dense;
+    q.n_sparse = 1;
+    q.sparse = sparse;
+    q.total_steps = 1000;
+    FUZZ_CHECK(fl_ps_core_register(f->core, &q, &r) == FL_OK, "register %d: %s", t,
+               fl_ps_core_last_error());
+  }
+  /* This server's blocks, as the core placed them. */
+  uint64_t numel[2] = {10, 3};
+  fl_ps_layout *l;
+  FUZZ_CHECK(fl_ps_layout_build(numel, 2, BLOCK, 2, &l) == FL_OK, "layout");
+  for (uint32_t id = 0; id < l->n_blocks; id++) {
+    float v[BLOCK];
+    uint16_t h[BLOCK];
+    int64_t shape[1];
+    size_t n = l->blocks[id].n;
+    if (l->blocks[id].server != 0) continue;
+    Flotilla__PushDenseRequest q = FLOTILLA__PUSH_DENSE_REQUEST__INIT;
+    Flotilla__PushDenseResponse r = FLOTILLA__PUSH_DENSE_RESPONSE__INIT;
+    Flotilla__DenseBlock db = FLOTILLA__DENSE_BLOCK__INIT, *dbs[1] = {&db};
+    Flotilla__Tensor x = FLOTILLA__TENSOR__INIT;
+    for (size_t k = 0; k < n; k++) {
+      v[k] = 0.25f * (float)(id + k) - 1.0f;
+      h[k] = (uint16_t)(0x3c00u + 0x100u * (id + k)); /* fp16 1, 2, 4, ... */
+    }
+    shape[0] = (int64_t)n;
+    x.dtype = fp16 ? FLOTILLA__DTYPE__DTYPE_FP16 : FLOTILLA__DTYPE__DTYPE_FP32;
+    x.n_shape = 1;
+    x.shape = shape;
+    x.data.data = fp16 ? (uint8_t *)h : (uint8_t *)v;
+    x.data.len = n * (fp16 ? 2 : 4);
+    db.block = id;
+    db.value = &x;
+    q.trainer_id = 0;
+    q.kind = FLOTILLA__PUSH_KIND__PUSH_INIT;
+    q.n_blocks = 1;
+    q.blocks = dbs;
+    FUZZ_CHECK(fl_ps_core_push_dense(f->core, &q, &r) == FL_OK, "init block %u: %s", id,
+               fl_ps_core_last_error());
+  }
+  fl_ps_layout_free(l);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  fuzz_state f;
+  fl_ps_core_opts o;
+  fl_rpc_arena arena;
+
+  if (size < 1 || size > FUZZ_MAX_INPUT) return 0;
+  uint8_t setup = data[0];
+  static const fl_ps_mode modes[4] = {FL_PS_SYNC, FL_PS_ASYNC, FL_PS_GEO, FL_PS_SYNC};
+  fl_ps_mode mode = modes[setup & 3];
+
+  memset(&f, 0, sizeof f);
+  memset(&o, 0, sizeof o);
+  fl_job_defaults(&o.job);
+  o.job.pserver.dense_block_size = BLOCK;
+  o.job.pserver.sparse.max_rows = 8;
+  o.job.strategy.a_sync = mode != FL_PS_SYNC;
+  o.job.strategy.a_sync_configs.k_steps = mode == FL_PS_GEO ? 4 : 0;
+  o.server_index = 0;
+  o.n_servers = 2;
+  o.num_trainers = N_TRAINERS;
+  o.heartbeat_timeout_s = 0;
+  o.max_sparse_keys = 64;
+  FUZZ_CHECK(fl_ps_core_create(&o, &f.core) == FL_OK, "core_create");
+  FUZZ_CHECK(fl_rpc_outbuf_create(0, &f.ob) == FL_OK, "outbuf_create");
+  fl_rpc_arena_init(&arena);
+  if (setup & 4) prepare(&f, mode, setup & 16);
+
+  size_t pos = 1;
+  while (size - pos >= 3) {
+    int m = data[pos] % M_COUNT;
+    size_t len = fuzz_u16(data + pos + 1);
+    pos += 3;
+    if (len > size - pos) len = size - pos;
+    ProtobufCMessage *msg;
+    if (setup & 8) {
+      msg = protobuf_c_message_unpack(k_req[m], NULL, len, data + pos);
+    } else {
+      fl_rpc_arena_reset(&arena);
+      msg = fl_rpc_unpack(&arena, k_req[m], data + pos, len);
+    }
+    pos += len;
+    if (!msg) continue; /* the service answers INVALID_ARGUMENT "malformed message" */
+    handle(&f, m, msg);
+    if (setup & 8) protobuf_c_message_free_unpacked(msg, NULL);
+  }
+  fl_rpc_arena_free(&arena);
+  fl_rpc_inbuf_free(&f.in);
+  fl_rpc_outbuf_free(f.ob);
+  free(f.scratch);
+  fl_ps_core_free(f.core);
+  return 0;
+}

@@ -1,0 +1,334 @@
+/* test_coll_faults.c - the collective engine under failure: a stranger
+ * with the wrong token cannot join (and is logged with its address), a
+ * killed rank (tcp, shm, hierarchical; leader or not; rank 0 too), a hung
+ * rank (SIGSTOP), a rank that stays alive but never arrives, a rank that
+ * never starts, a rank that finishes early, and mismatched collectives.
+ * Every surviving rank must fail with an error naming the culprit, within
+ * the collective timeout (2 s here) plus a small margin, never hang. */
+#include <config.h>
+
+#include <check.h>
+
+#include "coll_testutil.h"
+
+#define TMO 2.0
+#define L1 "127.0.0.1"
+
+static char g_logs[CT_MAX_RANKS + 1][256];
+
+static void make_logs(int n) {
+  for (int r = 0; r <= n && r <= CT_MAX_RANKS; r++)
+    snprintf(g_logs[r], sizeof(g_logs[r]), "/tmp/fl_coll_faults_%d_%d.log", (int)getpid(), r);
+}
+
+static void drop_logs(int n) {
+  for (int r = 0; r <= n && r <= CT_MAX_RANKS; r++) unlink(g_logs[r]);
+}
+
+typedef struct plan {
+  const char *backend;
+  int hier;
+  int victim;      /* rank that misbehaves */
+  int action;      /* see below */
+  int at;          /* after this many allreduces */
+  double delay_s;  /* start delay of rank 1 (wrong-token test) */
+} plan;
+
+enum { ACT_KILL = 1, ACT_STOP, ACT_IDLE, ACT_FINISH, ACT_MISMATCH };
+
+/* Exit codes: 0 = the run ended as this rank expects; 3 = a collective
+ * failed (what survivors of a fault must report); 10 = create failed. */
+static int rank_loop(ct_job *j, int r, void *arg) {
+  plan *p = arg;
+  fl_coll_options o = ct_opts(j, r, p->backend, TMO);
+  o.hierarchical = p->hier;
+  fl_coll *c = NULL;
+  if (fl_coll_create(&o, &c) != FL_OK) return 10;
+  float v[1000];
+  int rc = 0;
+  for (int it = 0; it < 200; it++) {
+    if (r == p->victim && it == p->at) {
+      if (p->action == ACT_KILL) raise(SIGKILL);
+      if (p->action == ACT_STOP) raise(SIGSTOP);
+      if (p->action == ACT_IDLE) sleep(30);
+      if (p->action == ACT_FINISH) break;
+      if (p->action == ACT_MISMATCH) {
+        if (fl_coll_broadcast(c, v, sizeof(v), 0) != FL_OK) rc = 3;
+        break;
+      }
+    }
+    for (int i = 0; i < 1000; i++) v[i] = (float)(r + i);
+    if (fl_coll_allreduce(c, v, 1000, FL_COLL_F32) != FL_OK) {
+      rc = 3;
+      break;
+    }
+    usleep(2000);
+  }
+  fl_coll_destroy(c);
+  return rc;
+}
+
+static void expect_named(ct_job *j, int n, int victim, const char *what, double limit_s) {
+  char who[96];
+  snprintf(who, sizeof(who), "rank %d (%s:%u) %s", victim, j->eps[victim].host,
+           (unsigned)j->eps[victim].port, what);
+  for (int r = 0; r < n; r++) {
+    if (r == victim) continue;
+    ck_assert_msg(j->status[r] == 3, "rank %d: status %d, expected a failed collective", r,
+                  j->status[r]);
+    ck_assert_msg(ct_file_has(g_logs[r], who), "rank %d's log does not say \"%s\"", r, who);
+    ck_assert_msg(j->elapsed[r] < limit_s, "rank %d took %.1f s", r, j->elapsed[r]);
+  }
+}
+
+static void run_fault(int n, const char *const *hosts, plan *p, double deadline) {
+  ct_job j;
+  make_logs(n);
+  ck_assert_int_eq(ct_job_init(&j, n, hosts), 0);
+  ct_spawn(&j, rank_loop, p, NULL, g_logs);
+  ct_wait_victim(&j, deadline, p->victim);
+  const char *what = p->action == ACT_KILL     ? "closed the connection"
+                     : p->action == ACT_STOP   ? "did not respond within"
+                     : p->action == ACT_IDLE   ? "did not arrive at collective"
+                     : p->action == ACT_FINISH ? "finished after"
+                                               : "sent broadcast";
+  /* The run itself takes about 1 s before the fault; then at most the
+   * timeout and the heartbeat grace. */
+  expect_named(&j, n, p->victim, what, p->action == ACT_STOP ? 12.0 : 10.0);
+  drop_logs(n);
+}
+
+START_TEST(killed_rank_tcp) {
+  const char *h[] = {L1, L1, L1, L1};
+  plan p = {"tcp", 0, 2, ACT_KILL, 20, 0};
+  run_fault(4, h, &p, 30);
+}
+END_TEST
+
+START_TEST(killed_rank_0_tcp) {
+  const char *h[] = {L1, L1, L1};
+  plan p = {"tcp", 0, 0, ACT_KILL, 10, 0};
+  run_fault(3, h, &p, 30);
+}
+END_TEST
+
+START_TEST(killed_rank_shm) {
+  const char *h[] = {L1, L1, L1};
+  plan p = {"shm", 0, 1, ACT_KILL, 15, 0};
+  run_fault(3, h, &p, 30);
+}
+END_TEST
+
+START_TEST(killed_leader_hier) {
+  const char *h[] = {"127.0.0.2", "127.0.0.3", "127.0.0.2", "127.0.0.3"};
+  plan p = {"auto", 1, 1, ACT_KILL, 12, 0};
+  run_fault(4, h, &p, 30);
+}
+END_TEST
+
+START_TEST(killed_member_hier) {
+  const char *h[] = {"127.0.0.2", "127.0.0.3", "127.0.0.2", "127.0.0.3"};
+  plan p = {"auto", 1, 3, ACT_KILL, 12, 0};
+  run_fault(4, h, &p, 30);
+}
+END_TEST
+
+START_TEST(hung_rank_tcp) {
+  const char *h[] = {L1, L1, L1};
+  plan p = {"tcp", 0, 1, ACT_STOP, 10, 0};
+  run_fault(3, h, &p, 14);
+}
+END_TEST
+
+START_TEST(hung_rank_shm) {
+  const char *h[] = {L1, L1, L1};
+  plan p = {"shm", 0, 2, ACT_STOP, 10, 0};
+  run_fault(3, h, &p, 14);
+}
+END_TEST
+
+START_TEST(idle_rank_never_arrives) {
+  const char *h[] = {L1, L1, L1};
+  plan p = {"tcp", 0, 1, ACT_IDLE, 5, 0};
+  run_fault(3, h, &p, 14);
+}
+END_TEST
+
+START_TEST(rank_finishes_early) {
+  const char *h[] = {L1, L1, L1};
+  plan p = {"tcp", 0, 2, ACT_FINISH, 5, 0};
+  ct_job j;
+  make_logs(3);
+  ck_assert_int_eq(ct_job_init(&j, 3, h), 0);
+  ct_spawn(&j, rank_loop, &p, NULL, g_logs);
+  ct_wait(&j, 20);
+  /* The early rank itself ends cleanly or with the verdict; the others
+   * must name it. */
+  expect_named(&j, 3, 2, "finished after 5 collectives", 10.0);
+  drop_logs(3);
+}
+END_TEST
+
+START_TEST(mismatched_collectives) {
+  const char *h[] = {L1, L1};
+  plan p = {"tcp", 0, 0, ACT_MISMATCH, 3, 0};
+  ct_job j;
+  make_logs(2);
+  ck_assert_int_eq(ct_job_init(&j, 2, h), 0);
+  ct_spawn(&j, rank_loop, &p, NULL, g_logs);
+  ct_wait(&j, 20);
+  ck_assert_int_eq(j.status[0], 3);
+  ck_assert_int_eq(j.status[1], 3);
+  ck_assert(ct_file_has(g_logs[0], "collective mismatch") ||
+            ct_file_has(g_logs[1], "collective mismatch"));
+  drop_logs(2);
+}
+END_TEST
+
+/* ------------------------------------------------------------ tokens */
+
+typedef struct tok_plan {
+  int with_rank1;  /* the legitimate rank 1 runs too */
+  int intruder_fd; /* the intruder's own listening socket */
+  fl_endpoint eps[2];
+} tok_plan;
+
+static tok_plan g_tok;
+
+static int tok_rank(ct_job *j, int r, void *arg) {
+  (void)arg;
+  if (r == 1) usleep(600000); /* the intruder gets there first */
+  fl_coll_options o = ct_opts(j, r, "tcp", TMO);
+  fl_coll *c = NULL;
+  fl_status st = fl_coll_create(&o, &c);
+  if (!g_tok.with_rank1) return st == FL_ETIMEDOUT ? 0 : 4;
+  if (st != FL_OK) return 10;
+  float v[5] = {1, 2, 3, 4, (float)r};
+  st = fl_coll_allreduce(c, v, 5, FL_COLL_F32);
+  fl_coll_destroy(c);
+  return st == FL_OK && v[0] == 2 && v[4] == 1 ? 0 : 5;
+}
+
+static int intruder(void) {
+  fl_coll_options o = fl_coll_options_default();
+  o.rank = 1;
+  o.world_size = 2;
+  o.endpoints = g_tok.eps;
+  o.listen_fd = g_tok.intruder_fd;
+  o.token = "not-the-token";
+  o.backend = "tcp";
+  o.timeout_s = TMO;
+  fl_coll *c = NULL;
+  fl_status st = fl_coll_create(&o, &c);
+  if (c) fl_coll_destroy(c);
+  return st == FL_EAUTH ? 0 : 6;
+}
+
+static void run_token(int with_rank1) {
+  const char *h[] = {L1, L1, L1};
+  ct_job j, tmp;
+  make_logs(2);
+  ck_assert_int_eq(ct_job_init(&j, 2, h), 0);
+  /* The intruder listens on a port of its own; it claims rank 1. */
+  ck_assert_int_eq(ct_job_init(&tmp, 1, h), 0);
+  g_tok.with_rank1 = with_rank1;
+  g_tok.intruder_fd = tmp.fds[0];
+  g_tok.eps[0] = j.eps[0];
+  g_tok.eps[1] = tmp.eps[0];
+  pid_t ip = fork();
+  if (ip == 0) {
+    int lf = open(g_logs[2], O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (lf >= 0) dup2(lf, 2);
+    _exit(intruder());
+  }
+  close(tmp.fds[0]);
+  int start[2] = {1, with_rank1};
+  ct_spawn(&j, tok_rank, NULL, start, g_logs);
+  ct_wait(&j, 20);
+  int ws = 0;
+  waitpid(ip, &ws, 0);
+  ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the intruder was not refused (status %d)",
+                ws);
+  ck_assert_int_eq(j.status[0], 0);
+  if (with_rank1) ck_assert_int_eq(j.status[1], 0);
+  ck_assert_msg(ct_file_has(g_logs[0], "(claiming rank 1): wrong token"),
+                "rank 0 did not log the refused peer");
+  ck_assert_msg(ct_file_has(g_logs[0], "refused connection from 127.0.0.1:"),
+                "rank 0 did not name the peer's address");
+  ck_assert_msg(ct_file_has(g_logs[2], "wrong token"), "the intruder was not told why");
+  if (!with_rank1) {
+    char who[96];
+    snprintf(who, sizeof(who), "rank 1 (127.0.0.1:%u) did not register", (unsigned)j.eps[1].port);
+    ck_assert_msg(ct_file_has(g_logs[0], who), "rank 0 did not name the missing rank");
+  }
+  drop_logs(2);
+}
+
+START_TEST(wrong_token_cannot_join) {
+  run_token(1);
+}
+END_TEST
+
+START_TEST(wrong_token_alone_times_out) {
+  run_token(0);
+}
+END_TEST
+
+static int rdv_rank(ct_job *j, int r, void *arg) {
+  (void)arg;
+  fl_coll_options o = ct_opts(j, r, "auto", TMO);
+  fl_coll *c = NULL;
+  fl_status st = fl_coll_create(&o, &c);
+  if (c) fl_coll_destroy(c);
+  return st == FL_ETIMEDOUT ? 3 : 7;
+}
+
+START_TEST(rank_never_starts) {
+  const char *h[] = {L1, L1, L1};
+  ct_job j;
+  make_logs(3);
+  ck_assert_int_eq(ct_job_init(&j, 3, h), 0);
+  int start[3] = {1, 1, 0};
+  ct_spawn(&j, rdv_rank, NULL, start, g_logs);
+  ct_wait(&j, 20);
+  ck_assert_int_eq(j.status[0], 3);
+  ck_assert_int_eq(j.status[1], 3);
+  char who[96];
+  snprintf(who, sizeof(who), "rank 2 (127.0.0.1:%u) did not register within 2.0 s",
+           (unsigned)j.eps[2].port);
+  ck_assert_msg(ct_file_has(g_logs[0], who), "rank 0 did not name rank 2");
+  ck_assert_msg(ct_file_has(g_logs[1], who), "rank 1 did not name rank 2");
+  ck_assert(j.elapsed[0] < 8.0 && j.elapsed[1] < 8.0);
+  drop_logs(3);
+}
+END_TEST
+
+#define ADD(name)                                                                                  \
+  do {                                                                                             \
+    TCase *t = tcase_create(#name);                                                                \
+    tcase_set_timeout(t, 60);                                                                      \
+    tcase_add_test(t, name);                                                                       \
+    suite_add_tcase(s, t);                                                                         \
+  } while (0)
+
+int main(void) {
+  Suite *s = suite_create("coll_faults");
+  ADD(wrong_token_cannot_join);
+  ADD(wrong_token_alone_times_out);
+  ADD(rank_never_starts);
+  ADD(killed_rank_tcp);
+  ADD(killed_rank_0_tcp);
+  ADD(killed_rank_shm);
+  ADD(killed_leader_hier);
+  ADD(killed_member_hier);
+  ADD(hung_rank_tcp);
+  ADD(hung_rank_shm);
+  ADD(idle_rank_never_arrives);
+  ADD(rank_finishes_early);
+  ADD(mismatched_collectives);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

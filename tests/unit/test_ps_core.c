@@ -1,0 +1,564 @@
+/* test_ps_core.c - the pserver's update rules without a network: sync
+ * aggregation in trainer-id order whatever the arrival order, pulls held
+ * until the step is applied, duplicate pushes ignored, dead trainers not
+ * waited for, async and geo updates, barriers, bad requests that change
+ * nothing, sparse calls, and a checkpoint round trip of the whole core. */
+#include <config.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fl_ps.h"
+#include "fl_ps_layout.h"
+
+#define N 4
+
+static fl_ps_core *mk(int nt, int a_sync, int k_steps, fl_optim_kind kind, float lr,
+                      double hb_timeout) {
+  fl_ps_core_opts o;
+  fl_ps_core *c = NULL;
+  memset(&o, 0, sizeof o);
+  fl_job_defaults(&o.job);
+  o.job.pserver.optimizer.kind = kind;
+  o.job.pserver.optimizer.lr = lr;
+  o.job.pserver.optimizer.momentum = 0.9f;
+  o.job.pserver.dense_block_size = N;
+  o.job.pserver.sparse.optimizer.kind = FL_OPTIM_SGD;
+  o.job.pserver.sparse.optimizer.lr = 1.0f;
+  o.job.pserver.sparse.max_rows = 100;
+  o.job.strategy.a_sync = a_sync;
+  o.job.strategy.a_sync_configs.k_steps = k_steps;
+  o.server_index = 0;
+  o.n_servers = 1;
+  o.num_trainers = nt;
+  o.heartbeat_timeout_s = hb_timeout;
+  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
+  return c;
+}
+
+/* Register trainer t with one dense parameter "w" of N floats and a sparse
+ * table "emb" of dim 2. */
+static fl_status reg(fl_ps_core *c, int t, int nt, int mode, int64_t *step) {
+  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
+  Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
+  Flotilla__DenseParamSpec p = FLOTILLA__DENSE_PARAM_SPEC__INIT, *pp = &p;
+  Flotilla__SparseTableSpec s = FLOTILLA__SPARSE_TABLE_SPEC__INIT, *sp = &s;
+  fl_status st;
+  p.name = "w";
+  p.numel = N;
+  s.name = "emb";
+  s.dim = 2;
+  r.trainer_id = t;
+  r.num_trainers = nt;
+  r.incarnation = 1000 + (uint64_t)t;
+  r.mode = mode;
+  r.dense_block_size = N;
+  r.num_servers = 1;
+  r.server_index = 0;
+  r.n_dense = 1;
+  r.dense = &pp;
+  r.n_sparse = 1;
+  r.sparse = &sp;
+  st = fl_ps_core_register(c, &r, &out);
+  if (step) *step = out.step;
+  return st;
+}
+
+typedef struct push_req {
+  Flotilla__PushDenseRequest r;
+  Flotilla__DenseBlock b;
+  Flotilla__DenseBlock *bp;
+  Flotilla__Tensor t;
+  int64_t shape;
+} push_req;
+
+static void mkpush(push_req *p, int t, int64_t step, int kind, const void *v, size_t n) {
+  flotilla__push_dense_request__init(&p->r);
+  flotilla__dense_block__init(&p->b);
+  flotilla__tensor__init(&p->t);
+  p->shape = (int64_t)n;
+  p->t.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+  p->t.n_shape = 1;
+  p->t.shape = &p->shape;
+  p->t.data.data = (uint8_t *)v;
+  p->t.data.len = n * sizeof(float);
+  p->b.block = 0;
+  p->b.value = &p->t;
+  p->bp = &p->b;
+  p->r.trainer_id = t;
+  p->r.step = step;
+  p->r.kind = kind;
+  p->r.n_blocks = 1;
+  p->r.blocks = &p->bp;
+}
+
+static fl_status push(fl_ps_core *c, int t, int64_t step, int kind, const float *v, int *dup) {
+  push_req p;
+  Flotilla__PushDenseResponse out = FLOTILLA__PUSH_DENSE_RESPONSE__INIT;
+  fl_status st;
+  mkpush(&p, t, step, kind, v, N);
+  st = fl_ps_core_push_dense(c, &p.r, &out);
+  if (dup) *dup = out.duplicates;
+  return st;
+}
+
+static void value(fl_ps_core *c, float *out, int64_t *step) {
+  ck_assert_int_eq(fl_ps_core_block_value(c, 0, out, N, step), FL_OK);
+}
+
+static const float init_v[N] = {1, 2, 3, 4};
+
+/* Three trainers push step 0 in the given arrival order. */
+static void sync_three(const int order[3], float out[N]) {
+  fl_ps_core *c = mk(3, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  /* Float sums depend on order: in id order (1e8 + 1) - 1e8 = 0, arriving
+   * as t2, t0, t1 it would be (-1e8 + 1e8) + 1 = 1. */
+  const float g[3][N] = {{1e8f, 1e8f, 0, 3}, {1, 1, 0, 3}, {-1e8f, -1e8f, 0, 3}};
+  uint32_t blk = 0;
+  for (int t = 0; t < 3; t++) ck_assert_int_eq(reg(c, t, 3, 0, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(fl_ps_core_pull_check(c, order[i], 1, &blk, 1), FL_EAGAIN);
+    ck_assert_int_eq(push(c, order[i], 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g[order[i]], NULL),
+                     FL_OK);
+  }
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 1, &blk, 1), FL_OK);
+  value(c, out, NULL);
+  fl_ps_core_free(c);
+}
+
+START_TEST(test_sync_order) {
+  const int a[3] = {2, 0, 1}, b[3] = {1, 2, 0}, d[3] = {0, 1, 2};
+  float va[N], vb[N], vd[N];
+  sync_three(a, va);
+  sync_three(b, vb);
+  sync_three(d, vd);
+  /* Same bits whatever the arrival order, and the id-order sum. */
+  ck_assert_mem_eq(va, vb, sizeof va);
+  ck_assert_mem_eq(va, vd, sizeof va);
+  ck_assert_float_eq(va[0], 1.0f);      /* mean 0: unchanged */
+  ck_assert_float_eq(va[2], 3.0f);
+  ck_assert_float_eq(va[3], 4.0f - 3.0f); /* mean of 3,3,3 */
+}
+END_TEST
+
+START_TEST(test_sync_pull_waits_and_steps) {
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 0.5f, 0);
+  const float g0[N] = {1, 1, 1, 1}, g1[N] = {3, 3, 3, 3};
+  float v[N];
+  int64_t step;
+  uint32_t blk = 0;
+  ck_assert_int_eq(reg(c, 0, 2, 0, &step), FL_OK);
+  ck_assert_int_eq(step, 0);
+  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  /* Not initialized yet: pulls and pushes must register/init first. */
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 0, &blk, 1), FL_ESTATE);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 1, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, g1, NULL), FL_OK); /* ignored */
+  value(c, v, &step);
+  ck_assert_mem_eq(v, init_v, sizeof v);
+  for (int s = 0; s < 3; s++) {
+    ck_assert_int_eq(push(c, 0, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, g0, NULL), FL_OK);
+    ck_assert_int_eq(fl_ps_core_pull_check(c, 0, s + 1, &blk, 1), FL_EAGAIN);
+    ck_assert_int_eq(fl_ps_core_pull_check(c, 1, s, &blk, 1), FL_OK);
+    ck_assert_int_eq(push(c, 1, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, g1, NULL), FL_OK);
+    ck_assert_int_eq(fl_ps_core_pull_check(c, 0, s + 1, &blk, 1), FL_OK);
+  }
+  value(c, v, &step);
+  ck_assert_int_eq(step, 3);
+  ck_assert_int_eq(fl_ps_core_step(c), 3);
+  for (int i = 0; i < N; i++) ck_assert_float_eq_tol(v[i], init_v[i] - 3 * 0.5f * 2.0f, 1e-6f);
+  fl_ps_core_free(c);
+}
+END_TEST
+
+START_TEST(test_duplicate_push_ignored) {
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  fl_ps_core *a = mk(1, 1, 0, FL_OPTIM_SGD, 1.0f, 0);
+  const float g[N] = {1, 1, 1, 1};
+  float v[N];
+  int dup;
+  /* Sync: the retried push of step 0 counts once, before and after apply. */
+  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
+  ck_assert_int_eq(dup, 0);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
+  ck_assert_int_eq(dup, 1);
+  ck_assert_int_eq(push(c, 1, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
+  ck_assert_int_eq(push(c, 1, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
+  ck_assert_int_eq(dup, 1);
+  value(c, v, NULL);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 1.0f);
+  /* Async: one application per (trainer, step), older steps ignored. */
+  ck_assert_int_eq(reg(a, 0, 1, 1, NULL), FL_OK);
+  ck_assert_int_eq(push(a, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(a, 0, 5, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
+  ck_assert_int_eq(dup, 0);
+  ck_assert_int_eq(push(a, 0, 5, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
+  ck_assert_int_eq(dup, 1);
+  ck_assert_int_eq(push(a, 0, 4, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
+  ck_assert_int_eq(dup, 1);
+  value(a, v, NULL);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 1.0f);
+  ck_assert_int_eq(push(a, 0, 6, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
+  ck_assert_int_eq(dup, 0);
+  value(a, v, NULL);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 2.0f);
+  ck_assert_int_eq(fl_ps_core_step(a), 7);
+  fl_ps_core_free(c);
+  fl_ps_core_free(a);
+}
+END_TEST
+
+START_TEST(test_dead_trainer_not_waited_for) {
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 1.0f, 0.2);
+  const float g[N] = {2, 2, 2, 2};
+  Flotilla__HeartbeatRequest hb = FLOTILLA__HEARTBEAT_REQUEST__INIT;
+  Flotilla__HeartbeatResponse hr = FLOTILLA__HEARTBEAT_RESPONSE__INIT;
+  float v[N];
+  uint32_t blk = 0;
+  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  usleep(300000);
+  hb.trainer_id = 0;
+  hb.incarnation = 1000;
+  ck_assert_int_eq(fl_ps_core_heartbeat(c, &hb, &hr), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 1, &blk, 1), FL_EAGAIN);
+  fl_ps_core_tick(c, fl_ps_now()); /* trainer 1 silent for 0.3 s: dead */
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 1, &blk, 1), FL_OK);
+  value(c, v, NULL);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 2.0f); /* only trainer 0 */
+  /* The dead one is told to register again; after that it is waited for. */
+  hb.trainer_id = 1;
+  hb.incarnation = 1001;
+  ck_assert_int_eq(fl_ps_core_heartbeat(c, &hb, &hr), FL_ESTATE);
+  ck_assert_int_eq(push(c, 1, 1, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_ESTATE);
+  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 1, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 2, &blk, 1), FL_EAGAIN);
+  ck_assert_int_eq(push(c, 1, 1, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 2, &blk, 1), FL_OK);
+  /* Completion: once both completed the job is finished. */
+  {
+    Flotilla__CompleteRequest cr = FLOTILLA__COMPLETE_REQUEST__INIT;
+    Flotilla__CompleteResponse co = FLOTILLA__COMPLETE_RESPONSE__INIT;
+    cr.trainer_id = 0;
+    ck_assert_int_eq(fl_ps_core_complete(c, &cr, &co), FL_OK);
+    ck_assert_int_eq(co.remaining, 1);
+    ck_assert(!fl_ps_core_finished(c));
+    cr.trainer_id = 1;
+    ck_assert_int_eq(fl_ps_core_complete(c, &cr, &co), FL_OK);
+    ck_assert_int_eq(co.remaining, 0);
+    ck_assert(fl_ps_core_finished(c));
+  }
+  fl_ps_core_free(c);
+}
+END_TEST
+
+START_TEST(test_async_and_geo) {
+  fl_ps_core *a = mk(2, 1, 0, FL_OPTIM_SGD, 0.1f, 0);
+  fl_ps_core *g = mk(2, 1, 4, FL_OPTIM_SGD, 0.1f, 0);
+  const float grad[N] = {1, 2, 3, 4}, delta[N] = {0.5f, 0.5f, -1, 0};
+  float v[N];
+  ck_assert_int_eq(reg(a, 0, 2, 1, NULL), FL_OK);
+  ck_assert_int_eq(reg(a, 1, 2, 1, NULL), FL_OK);
+  ck_assert_int_eq(push(a, 1, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  /* Each push applies at once, no waiting for the other trainer. */
+  ck_assert_int_eq(push(a, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_OK);
+  value(a, v, NULL);
+  for (int i = 0; i < N; i++) ck_assert_float_eq_tol(v[i], init_v[i] - 0.1f * grad[i], 1e-6f);
+  ck_assert_int_eq(push(a, 1, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_OK);
+  value(a, v, NULL);
+  for (int i = 0; i < N; i++) ck_assert_float_eq_tol(v[i], init_v[i] - 0.2f * grad[i], 1e-6f);
+  /* Geo: deltas are added; gradients are refused (wrong kind for geo). */
+  ck_assert_int_eq(reg(g, 0, 2, 2, NULL), FL_OK);
+  ck_assert_int_eq(push(g, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(g, 0, 4, FLOTILLA__PUSH_KIND__PUSH_DELTA, delta, NULL), FL_OK);
+  ck_assert_int_eq(push(g, 0, 4, FLOTILLA__PUSH_KIND__PUSH_DELTA, delta, NULL), FL_OK); /* dup */
+  ck_assert_int_eq(push(g, 0, 8, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_EINVAL);
+  value(g, v, NULL);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] + delta[i]);
+  /* A trainer registered in another mode is refused. */
+  ck_assert_int_eq(reg(g, 1, 2, 1, NULL), FL_EINVAL);
+  fl_ps_core_free(a);
+  fl_ps_core_free(g);
+}
+END_TEST
+
+START_TEST(test_bad_requests_change_nothing) {
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  const float g[N] = {1, 1, 1, 1};
+  float nan_g[N] = {1, NAN, 1, 1}, v[N];
+  uint8_t odd[N * 4 + 1];
+  push_req p;
+  Flotilla__PushDenseResponse out = FLOTILLA__PUSH_DENSE_RESPONSE__INIT;
+  Flotilla__StatsResponse stats = FLOTILLA__STATS_RESPONSE__INIT;
+  uint32_t blk = 0, twice[2] = {0, 0}, far = 7;
+  int64_t three = 3;
+
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_ESTATE);
+  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(reg(c, 5, 2, 0, NULL), FL_EINVAL);
+  ck_assert_int_eq(reg(c, 0, 3, 0, NULL), FL_EINVAL); /* other trainer count */
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  /* wrong shape */
+  mkpush(&p, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, N);
+  p.t.shape = &three;
+  ck_assert_int_eq(fl_ps_core_push_dense(c, &p.r, &out), FL_EINVAL);
+  /* data length not matching */
+  mkpush(&p, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, N);
+  p.t.data.len -= 4;
+  ck_assert_int_eq(fl_ps_core_push_dense(c, &p.r, &out), FL_EINVAL);
+  /* unknown dtype */
+  mkpush(&p, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, N);
+  p.t.dtype = 7;
+  ck_assert_int_eq(fl_ps_core_push_dense(c, &p.r, &out), FL_EINVAL);
+  /* fp16 with fp32's byte count */
+  mkpush(&p, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, N);
+  p.t.dtype = FLOTILLA__DTYPE__DTYPE_FP16;
+  ck_assert_int_eq(fl_ps_core_push_dense(c, &p.r, &out), FL_EINVAL);
+  /* a block not on this server */
+  mkpush(&p, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, N);
+  p.b.block = 9;
+  ck_assert_int_eq(fl_ps_core_push_dense(c, &p.r, &out), FL_EINVAL);
+  /* NaN payload */
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, nan_g, NULL), FL_EINVAL);
+  /* unknown kind, negative step, geo delta in sync mode */
+  ck_assert_int_eq(push(c, 0, 0, 9, g, NULL), FL_EINVAL);
+  ck_assert_int_eq(push(c, 0, -1, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_EINVAL);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_DELTA, g, NULL), FL_EINVAL);
+  /* the same block twice in one push */
+  {
+    push_req q;
+    Flotilla__DenseBlock *two[2];
+    mkpush(&q, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, N);
+    two[0] = two[1] = &q.b;
+    q.r.n_blocks = 2;
+    q.r.blocks = two;
+    ck_assert_int_eq(fl_ps_core_push_dense(c, &q.r, &out), FL_EINVAL);
+  }
+  /* unaligned fp32 bytes are fine (copied), so use them as a last valid
+   * check that nothing before changed the state */
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 0, twice, 2), FL_EINVAL);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 0, &far, 1), FL_EINVAL);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 1, &blk, 1), FL_EAGAIN);
+  value(c, v, NULL);
+  ck_assert_mem_eq(v, init_v, sizeof v);
+  fl_ps_core_stats(c, &stats);
+  ck_assert_uint_ge(stats.invalid, 12);
+  ck_assert_uint_eq(stats.dense_updates, 0);
+  memcpy(odd + 1, g, sizeof g);
+  mkpush(&p, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, odd + 1, N);
+  ck_assert_int_eq(fl_ps_core_push_dense(c, &p.r, &out), FL_OK);
+  ck_assert_int_eq(push(c, 1, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  value(c, v, NULL);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 1.0f);
+  fl_ps_core_free(c);
+}
+END_TEST
+
+START_TEST(test_barrier) {
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  Flotilla__BarrierRequest b = FLOTILLA__BARRIER_REQUEST__INIT;
+  Flotilla__BarrierResponse r = FLOTILLA__BARRIER_RESPONSE__INIT;
+  double v0[2] = {1, 2}, v1[2] = {10, 20}, buf[FL_PS_BARRIER_MAX_VALUES];
+  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  b.name = "epoch0";
+  b.trainer_id = 0;
+  b.n_values = 2;
+  b.values = v0;
+  b.value_min = 7;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_EAGAIN);
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_EAGAIN); /* a retry */
+  ck_assert_int_eq(fl_ps_core_barrier_result(c, "epoch0", 0, &r, buf), FL_EAGAIN);
+  b.trainer_id = 1;
+  b.values = v1;
+  b.value_min = 5;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_OK);
+  ck_assert_int_eq(fl_ps_core_barrier_result(c, "epoch0", 0, &r, buf), FL_OK);
+  ck_assert_int_eq(r.count, 2);
+  ck_assert_int_eq(r.min, 5);
+  ck_assert_uint_eq(r.n_sums, 2);
+  ck_assert_double_eq(r.sums[0], 11);
+  ck_assert_double_eq(r.sums[1], 22);
+  /* Mismatched value count in another barrier is refused. */
+  b.name = "epoch1";
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_EAGAIN);
+  b.trainer_id = 0;
+  b.n_values = 1;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_EINVAL);
+  fl_ps_core_free(c);
+}
+END_TEST
+
+START_TEST(test_sparse_calls) {
+  fl_ps_core *c = mk(1, 1, 0, FL_OPTIM_SGD, 1.0f, 0);
+  Flotilla__PullSparseRequest q = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
+  Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
+  Flotilla__PushSparseRequest p = FLOTILLA__PUSH_SPARSE_REQUEST__INIT;
+  Flotilla__PushSparseResponse pr = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
+  Flotilla__Tensor vals = FLOTILLA__TENSOR__INIT, grads = FLOTILLA__TENSOR__INIT;
+  uint64_t keys[2] = {11, 12};
+  int64_t shape[2], gshape[2] = {2, 2};
+  float *scratch = NULL, before[4], after[4], g[4] = {1, 1, 2, 2};
+  size_t cap = 0;
+
+  ck_assert_int_eq(reg(c, 0, 1, 1, NULL), FL_OK);
+  q.trainer_id = 0;
+  q.table = "emb";
+  q.n_keys = 2;
+  q.keys = keys;
+  ck_assert_int_eq(fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &r, &vals, shape), FL_OK);
+  ck_assert_int_eq(shape[0], 2);
+  ck_assert_int_eq(shape[1], 2);
+  memcpy(before, scratch, sizeof before);
+  grads.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+  grads.n_shape = 2;
+  grads.shape = gshape;
+  grads.data.data = (uint8_t *)g;
+  grads.data.len = sizeof g;
+  p.trainer_id = 0;
+  p.step = 3;
+  p.table = "emb";
+  p.n_keys = 2;
+  p.keys = keys;
+  p.grads = &grads;
+  ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_OK);
+  ck_assert_int_eq(pr.accepted, 2);
+  ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_OK); /* retried: ignored */
+  ck_assert_int_eq(pr.accepted, 0);
+  p.seq = 1; /* another part of the same step: applied */
+  ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_OK);
+  ck_assert_int_eq(pr.accepted, 2);
+  ck_assert_int_eq(fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &r, &vals, shape), FL_OK);
+  memcpy(after, scratch, sizeof after);
+  for (int i = 0; i < 4; i++) ck_assert_float_eq_tol(after[i], before[i] - 2 * g[i], 1e-6f);
+  /* unknown table, wrong grad shape */
+  q.table = "nope";
+  ck_assert_int_eq(fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &r, &vals, shape), FL_EINVAL);
+  p.step = 4;
+  gshape[1] = 3;
+  ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_EINVAL);
+  q.table = "emb";
+  ck_assert_int_eq(fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &r, &vals, shape), FL_OK);
+  ck_assert_mem_eq(scratch, after, sizeof after);
+  free(scratch);
+  fl_ps_core_free(c);
+}
+END_TEST
+
+START_TEST(test_sparse_key_sharding) {
+  /* Server 0 of 2 refuses keys that belong to server 1. */
+  fl_ps_core_opts o;
+  fl_ps_core *c;
+  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
+  Flotilla__RegisterResponse ro = FLOTILLA__REGISTER_RESPONSE__INIT;
+  Flotilla__SparseTableSpec s = FLOTILLA__SPARSE_TABLE_SPEC__INIT, *sp = &s;
+  Flotilla__PullSparseRequest q = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
+  Flotilla__PullSparseResponse qr = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
+  Flotilla__Tensor vals = FLOTILLA__TENSOR__INIT;
+  uint64_t mine = 0, theirs = 0;
+  int64_t shape[2];
+  float *scratch = NULL;
+  size_t cap = 0;
+
+  memset(&o, 0, sizeof o);
+  fl_job_defaults(&o.job);
+  o.job.strategy.a_sync = 1;
+  o.n_servers = 2;
+  o.num_trainers = 1;
+  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
+  s.name = "t";
+  s.dim = 1;
+  r.num_trainers = 1;
+  r.mode = 1;
+  r.dense_block_size = o.job.pserver.dense_block_size;
+  r.num_servers = 2;
+  r.n_sparse = 1;
+  r.sparse = &sp;
+  ck_assert_int_eq(fl_ps_core_register(c, &r, &ro), FL_OK);
+  while (fl_ps_key_server(mine, 2) != 0) mine++;
+  while (fl_ps_key_server(theirs, 2) != 1) theirs++;
+  q.table = "t";
+  q.n_keys = 1;
+  q.keys = &mine;
+  ck_assert_int_eq(fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &qr, &vals, shape), FL_OK);
+  q.keys = &theirs;
+  ck_assert_int_eq(fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &qr, &vals, shape), FL_EINVAL);
+  free(scratch);
+  fl_ps_core_free(c);
+}
+END_TEST
+
+START_TEST(test_core_checkpoint) {
+  char path[] = "/tmp/fl_test_pscore_XXXXXX";
+  int fd = mkstemp(path);
+  fl_ps_core *c = mk(1, 1, 0, FL_OPTIM_ADAM, 0.01f, 0);
+  fl_ps_core *d = mk(1, 1, 0, FL_OPTIM_ADAM, 0.01f, 0);
+  fl_ps_core *wrong = mk(1, 0, 0, FL_OPTIM_ADAM, 0.01f, 0);
+  const float g[N] = {1, -1, 0.5f, 2};
+  float a[N], b[N];
+  int64_t sa, sb, step;
+  fl_ckpt *ck;
+
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  ck_assert_int_eq(reg(c, 0, 1, 1, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 1, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_save(c, path), FL_OK);
+  ck_assert_int_eq(fl_ckpt_load(path, &ck), FL_OK);
+  ck_assert_int_eq(fl_ps_core_load(wrong, ck, path), FL_EINVAL); /* sync job: refused */
+  ck_assert_int_eq(fl_ps_core_load(d, ck, path), FL_OK);
+  fl_ckpt_free(ck);
+  unlink(path);
+  value(c, a, &sa);
+  value(d, b, &sb);
+  ck_assert_mem_eq(a, b, sizeof a);
+  ck_assert_int_eq(sa, sb);
+  /* Trainers register again and carry on from the same step and state. */
+  ck_assert_int_eq(reg(d, 0, 1, 1, &step), FL_OK);
+  ck_assert_int_eq(step, 2);
+  ck_assert_int_eq(push(c, 0, 2, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(push(d, 0, 2, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  value(c, a, NULL);
+  value(d, b, NULL);
+  ck_assert_mem_eq(a, b, sizeof a);
+  fl_ps_core_free(c);
+  fl_ps_core_free(d);
+  fl_ps_core_free(wrong);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("ps_core");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, test_sync_order);
+  tcase_add_test(tc, test_sync_pull_waits_and_steps);
+  tcase_add_test(tc, test_duplicate_push_ignored);
+  tcase_add_test(tc, test_dead_trainer_not_waited_for);
+  tcase_add_test(tc, test_async_and_geo);
+  tcase_add_test(tc, test_bad_requests_change_nothing);
+  tcase_add_test(tc, test_barrier);
+  tcase_add_test(tc, test_sparse_calls);
+  tcase_add_test(tc, test_sparse_key_sharding);
+  tcase_add_test(tc, test_core_checkpoint);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

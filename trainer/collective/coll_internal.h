@@ -1,0 +1,335 @@
+/* coll_internal.h - what the parts of the collective engine share (never
+ * installed): the communicator struct, the backend function-pointer table,
+ * framed connections on the libuv loop, the wire constants, and the
+ * reduction helpers.
+ *
+ * Threads: the loop thread owns every uv handle; other threads reach it
+ * through coll_loop_post().  The worker thread runs one collective at a
+ * time by calling the backend; a backend that uses the network posts its
+ * work to the loop and waits on c->cv.  c->mu guards the failure state, the
+ * inbox and every flag a waiter sleeps on. */
+#ifndef FL_COLL_INTERNAL_H
+#define FL_COLL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "fl_coll.h"
+#include "fl_log.h"
+
+/* ------------------------------------------------------------------ wire */
+
+#define COLL_MAGIC 0x4f434c46u /* "FLCO" read as little-endian u32 */
+#define COLL_VERSION 1u
+#define COLL_FRAME_MAX (1u << 20) /* largest control frame payload */
+
+/* Frame types: every control frame is {u32 type, u32 len} + len bytes. */
+enum {
+  MSG_REGISTER = 1,   /* rank -> rank 0: join the job (hello payload) */
+  MSG_TABLE = 2,      /* rank 0 -> rank: session, rank table, blob */
+  MSG_REJECT = 3,     /* refusal, payload: reason text */
+  MSG_DATA_HELLO = 4, /* rank -> rank: open a data connection (hello payload) */
+  MSG_ACK = 5,        /* data connection accepted */
+  MSG_HB = 6,         /* heartbeat, payload: u64 collectives entered */
+  MSG_REPORT = 7,     /* rank -> rank 0: a failure seen here */
+  MSG_ABORT = 8,      /* rank 0 -> ranks: the job failed (verdict) */
+  MSG_BYE = 9,        /* rank -> rank 0: done, payload: u64 entered */
+  MSG_BYE_ACK = 10    /* rank 0 -> ranks: everyone is done */
+};
+
+static inline void coll_put_u16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+static inline void coll_put_u32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void coll_put_u64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t coll_get_u16(const uint8_t *p) {
+  return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t coll_get_u32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+static inline uint64_t coll_get_u64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+/* The hello that opens every connection (MSG_REGISTER / MSG_DATA_HELLO). */
+typedef struct coll_hello {
+  uint32_t magic, version;
+  int32_t rank, world;
+  uint64_t session; /* 0 in REGISTER */
+  uint32_t tag;     /* which group's connection (data) */
+  uint32_t ring;    /* which parallel ring (data) */
+  uint16_t port;    /* the sender's data port (REGISTER) */
+  char host[FL_HOST_MAX];
+  size_t token_len;
+  char token[FL_TOKEN_MAX];
+} coll_hello;
+
+/* Encode h into out (cap bytes); returns the length, 0 if it does not fit. */
+size_t coll_hello_encode(const coll_hello *h, uint8_t *out, size_t cap);
+/* Decode; FL_EPROTO (not logged) for a malformed payload. */
+fl_status coll_hello_decode(const uint8_t *p, size_t len, coll_hello *h);
+
+/* Constant-time comparison of a presented token with the expected one
+ * (time depends only on the expected length).  1 when equal. */
+int coll_token_equal(const char *expected, size_t elen, const char *got, size_t glen);
+
+/* ------------------------------------------------------------ reductions */
+
+/* dst[i] = src[i] + dst[i] for n elements (16-bit types: added in fp32,
+ * rounded once; the order of the two operands is fixed). */
+void coll_reduce_into(fl_coll_dtype dt, void *dst, const void *src, size_t n);
+/* dst[i] = srcs[0][i] + srcs[1][i] + ... + srcs[k-1][i], added in that
+ * order in fp32 (fp64 for F64) and rounded to dt once. */
+void coll_reduce_many(fl_coll_dtype dt, void *dst, const void *const *srcs, int k, size_t n);
+
+/* Segment j of a range of `count` elements cut into n near-equal parts
+ * (the first count % n get one more): its first element and length. */
+static inline void coll_segment(size_t count, int n, int j, size_t *off, size_t *len) {
+  size_t base = count / (size_t)n, rem = count % (size_t)n, uj = (size_t)j;
+  *off = uj * base + (uj < rem ? uj : rem);
+  *len = base + (uj < rem ? 1 : 0);
+}
+
+/* ------------------------------------------------------------ connections */
+
+struct coll_conn;
+typedef void (*coll_frame_cb)(struct coll_conn *cn, uint32_t type, const uint8_t *p, uint32_t len);
+typedef void (*coll_err_cb)(struct coll_conn *cn, int uverr);
+
+/* One TCP connection on the loop.  In framed mode the reader delivers whole
+ * frames to on_frame; a backend may take the connection over for raw data
+ * (coll_conn_stop_frames) and read with its own callbacks. */
+typedef struct coll_conn {
+  uv_tcp_t tcp; /* first: a uv handle pointer is a coll_conn pointer */
+  fl_coll *c;
+  int peer_rank;     /* -1 until known */
+  char peer_addr[80]; /* "ip:port" as seen on the socket */
+  uint32_t tag, ring; /* data connections: which group and ring */
+  uint64_t session;   /* data connections: the session the peer presented */
+  int framed;         /* the frame reader is active */
+  int closing;
+  uint8_t hdr[8];
+  size_t hdr_got;
+  uint8_t *payload;
+  uint32_t plen, ptype;
+  size_t pgot;
+  coll_frame_cb on_frame;
+  coll_err_cb on_error;
+  void *owner;           /* whoever reads it now */
+  void *owned;           /* malloc'd state freed with the connection */
+  struct coll_conn *next; /* pending list */
+  struct coll_conn *all_next; /* every live conn of c (for teardown) */
+} coll_conn;
+
+/* Start framed reading on cn (loop thread).  Returns a uv error code. */
+int coll_conn_read_frames(coll_conn *cn);
+/* Stop the frame reader (so a backend can read raw bytes). */
+void coll_conn_stop_frames(coll_conn *cn);
+/* Queue one frame (copied); loop thread.  Returns a uv error code. */
+int coll_conn_send(coll_conn *cn, uint32_t type, const void *p, uint32_t len);
+/* Close and free cn (loop thread); idempotent. */
+void coll_conn_close(coll_conn *cn);
+
+/* A peer that the backend asked to connect to or to accept from. */
+typedef void (*coll_data_cb)(fl_coll *c, void *arg, coll_conn *cn);
+/* Open a data connection to `peer` (loop thread): connect, hello, wait for
+ * the ACK, then cb(c, arg, cn); on failure the communicator fails. */
+void coll_connect_data(fl_coll *c, int peer, uint32_t tag, uint32_t ring, coll_data_cb cb,
+                       void *arg);
+/* Take the authenticated connection from `peer` for (tag, ring) when it
+ * arrives (or has arrived); cb as above (loop thread). */
+void coll_claim_data(fl_coll *c, int peer, uint32_t tag, uint32_t ring, coll_data_cb cb,
+                     void *arg);
+
+/* ------------------------------------------------------------- backends */
+
+/* The ranks a backend instance serves: members (global ranks) in the
+ * group's order; me is this rank's index in it. */
+typedef struct coll_group {
+  int n, me;
+  int *ranks; /* n entries, owned by the group's creator */
+  uint32_t tag;
+} coll_group;
+
+/* init sets *state even when it fails (to NULL or to a partial state);
+ * the engine calls destroy on it once the loop thread has stopped, so no
+ * loop callback can still see it. */
+typedef struct coll_backend {
+  const char *name;
+  fl_status (*init)(fl_coll *c, const coll_group *g, void **state);
+  fl_status (*allreduce)(void *st, void *buf, size_t count, fl_coll_dtype dt);
+  fl_status (*broadcast)(void *st, void *buf, size_t bytes, int root); /* root: group index */
+  fl_status (*allgather)(void *st, const void *send, size_t bytes, void *recv);
+  fl_status (*barrier)(void *st);
+  /* The communicator failed: wake this backend's waiters, stop touching
+   * the caller's buffers.  Called on the loop thread. */
+  void (*abort)(void *st);
+  void (*destroy)(void *st);
+} coll_backend;
+
+extern const coll_backend fl_coll_tcp_backend;
+extern const coll_backend fl_coll_shm_backend;
+extern const coll_backend fl_coll_hier_backend;
+/* shm: sum over the group, result copied out on group member root only. */
+fl_status coll_shm_reduce(void *st, void *buf, size_t count, fl_coll_dtype dt, int root);
+#ifdef FL_HAVE_NCCL
+extern const coll_backend fl_coll_nccl_backend;
+/* Rank 0, before the rendezvous: make the NCCL unique id into blob. */
+fl_status fl_coll_nccl_make_id(uint8_t *blob, size_t cap, size_t *len);
+#endif
+
+/* --------------------------------------------------------- communicator */
+
+typedef struct coll_peer {
+  char host[FL_HOST_MAX];
+  uint16_t port;
+  int node; /* index of its host among the distinct hosts, first-seen order */
+  struct sockaddr_storage addr;
+  socklen_t addrlen;
+} coll_peer;
+
+typedef struct coll_call {
+  void (*fn)(fl_coll *c, void *arg);
+  void *arg;
+  struct coll_call *next;
+} coll_call;
+
+typedef struct coll_ctrl_peer {
+  coll_conn *conn;
+  uint64_t last_seen_ms;
+  uint64_t entered;
+  uint64_t lag_since_ms; /* 0 = not behind */
+  int bye;
+} coll_ctrl_peer;
+
+typedef struct coll_claim coll_claim;
+
+struct fl_coll {
+  int rank, world;
+  int local; /* one rank, no backend: every call is a local no-op */
+  double timeout_s, hb_s;
+  char token[FL_TOKEN_MAX];
+  size_t token_len;
+  int nrings;
+  size_t chunk;
+  int hierarchical, ranks_per_node;
+  char backend_req[16];
+  fl_endpoint *endpoints; /* world, as given */
+  coll_peer *peers;       /* world, from the rank table */
+  int n_nodes;
+  uint64_t session;
+  uint8_t blob[256]; /* NCCL unique id from rank 0 */
+  size_t blob_len;
+
+  /* loop thread */
+  uv_loop_t loop;
+  uv_async_t async;
+  uv_timer_t tick;
+  uv_timer_t retry; /* rendezvous reconnects */
+  uv_timer_t suspect; /* grace before blaming a broken data connection */
+  int suspect_peer;
+  fl_status suspect_st;
+  char suspect_msg[256];
+  uv_tcp_t listener;
+  pthread_t loop_thread;
+  int loop_running;
+  int listen_fd;
+  uint16_t my_port;
+  coll_conn *conns;    /* every live connection */
+  coll_conn *pending;  /* authenticated data connections, unclaimed */
+  coll_claim *claims;  /* backends waiting for a connection */
+
+  /* rendezvous / control (loop thread) */
+  int rdv_done;           /* table known (guarded by mu for waiters) */
+  fl_status rdv_status;
+  uint64_t rdv_deadline_ms;
+  int rdv_registered;     /* rank 0: ranks registered, self included */
+  coll_ctrl_peer *ctrl;   /* rank 0: one per rank; others: [0] = rank 0 */
+  int bye_sent, bye_done; /* shutdown handshake (mu) */
+
+  /* guarded by mu */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  coll_call *inbox, *inbox_tail;
+  int failed;
+  fl_status fail_status;
+  int fail_culprit;
+  char fail_msg[384];
+  int closing; /* destroy in progress: EOFs are expected */
+  int loop_stop;
+
+  atomic_uint_fast64_t entered; /* collectives queued by this rank */
+  const char *cur_op;           /* name of the collective the worker runs */
+  uint64_t cur_seq;
+
+  /* worker */
+  pthread_t worker;
+  int worker_running;
+  fl_coll_req *q_head, *q_tail;
+  int worker_stop;
+
+  const coll_backend *be;
+  void *be_state;
+  coll_group world_group;
+  char be_name[32];
+};
+
+/* Run fn(c, arg) on the loop thread (soon, in posting order).  Any thread.
+ * FL_ENOMEM if the call cannot be queued. */
+fl_status coll_loop_post(fl_coll *c, void (*fn)(fl_coll *c, void *arg), void *arg);
+int coll_on_loop(const fl_coll *c);
+uint64_t coll_now_ms(const fl_coll *c); /* loop time (loop thread only) */
+
+/* Fail the communicator: the first call wins, logs one error line
+ * ("<op> #<seq>: <message>") and wakes every waiter; rank 0 tells the
+ * other ranks, other ranks tell rank 0 (unless `from_verdict`).  culprit is
+ * the rank to blame (-1: none).  Any thread. */
+void coll_fail(fl_coll *c, int culprit, fl_status st, int from_verdict, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* A data connection to `peer` broke.  That peer may have died, or may have
+ * closed its connections because it saw another rank fail; so wait a
+ * short grace for rank 0's verdict (or the control channel's own
+ * evidence) before blaming `peer` with msg.  Loop thread only. */
+void coll_suspect(fl_coll *c, int peer, fl_status st, const char *msg);
+/* Current failure status (FL_OK when none); takes mu. */
+fl_status coll_failed(fl_coll *c);
+/* "rank 2 (127.0.0.3:29500)" for messages. */
+const char *coll_peer_name(const fl_coll *c, int rank, char *out, size_t cap);
+
+/* Wait on c->cv until *flag (guarded by mu) is non-zero, the communicator
+ * failed, or deadline_ms (CLOCK_MONOTONIC ms) passed.  Returns FL_OK when
+ * the flag was set, the failure status, or FL_ETIMEDOUT (not logged). */
+fl_status coll_wait_flag(fl_coll *c, const int *flag, uint64_t deadline_ms);
+/* Same, but a failure does not end the wait (for work the loop must first
+ * release); FL_OK when the flag was set, else FL_ETIMEDOUT. */
+fl_status coll_wait_flag_only(fl_coll *c, const int *flag, uint64_t deadline_ms);
+/* Set *flag = 1 under mu and wake waiters. */
+void coll_set_flag(fl_coll *c, int *flag);
+uint64_t coll_mono_ms(void);
+
+/* Rendezvous (rendezvous.c): bind/listen (create thread, before the loop
+ * runs) and the exchange (on the loop; completion sets rdv_done). */
+fl_status coll_listen(fl_coll *c);
+fl_status coll_resolve_root(fl_coll *c); /* endpoints[0] -> peers[0].addr */
+void coll_rdv_prepare(fl_coll *c); /* before the loop thread starts */
+void coll_rdv_start(fl_coll *c, void *unused);
+/* Control frames that reach rank 0 or a rank (coll.c). */
+void coll_ctrl_frame(coll_conn *cn, uint32_t type, const uint8_t *p, uint32_t len);
+void coll_ctrl_error(coll_conn *cn, int uverr);
+/* Close every connection and the loop's handles (loop thread). */
+void coll_close_all(fl_coll *c);
+
+#endif

@@ -1,0 +1,137 @@
+/* fl_ps_client.h - PServer mode on the trainer: the client of the
+ * flotilla-pserver service, the ps-mode fl_sync, and the CTR model that
+ * only trains in this mode.
+ *
+ * The client keeps one channel per pserver and one completion queue driven
+ * by its own thread, so many calls are in flight at once (the pushes of
+ * different blocks overlap each other and the rest of backward).  Every
+ * call has a deadline (cluster.rpc_timeout_s); UNAVAILABLE and an expired
+ * deadline are retried with exponential backoff (50 ms doubling to 2 s)
+ * for up to retry_budget_s - pushes carry (trainer, step) so a retried push
+ * is applied once.  FAILED_PRECONDITION means the server does not know this
+ * trainer (it restarted, or declared the trainer dead): the client
+ * registers again, gives the server its current parameter values if the
+ * server has none (a restart without a checkpoint), and repeats the failed
+ * calls.  A heartbeat thread calls every server every
+ * heartbeat_timeout_s / 4.
+ *
+ * Placement comes from fl_ps_layout.h, computed here exactly as the
+ * servers compute it. */
+#ifndef FL_PS_CLIENT_H
+#define FL_PS_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fl_cluster.h"
+#include "fl_config.h"
+#include "fl_model.h"
+#include "fl_ps_layout.h"
+#include "fl_status.h"
+#include "fl_sync.h"
+#include "fl_trainer.h"
+
+typedef struct fl_ps_client fl_ps_client;
+
+typedef struct fl_ps_client_opts {
+  const fl_endpoint *servers; /* n_servers endpoints, copied */
+  int n_servers;
+  int trainer_id;
+  int num_trainers;
+  int mode;                   /* FLOTILLA__SYNC_MODE__* (sync 0, async 1, geo 2) */
+  uint64_t dense_block_size;
+  int64_t total_steps;        /* for the servers' learning-rate schedule */
+  double rpc_timeout_s;       /* deadline of one call */
+  double retry_budget_s;      /* how long UNAVAILABLE is retried */
+  double heartbeat_interval_s; /* <= 0: no heartbeats */
+  const char *token;          /* copied; NULL/"" = none */
+  const char *tls_ca, *tls_cert, *tls_key; /* copied; NULL/"" = insecure */
+} fl_ps_client_opts;
+
+/* One dense parameter (value memory stays the caller's; the client reads it
+ * to initialise servers and writes it when pulling). */
+typedef struct fl_ps_dense_param {
+  const char *name;
+  float *value;
+  size_t n;
+} fl_ps_dense_param;
+
+typedef struct fl_ps_sparse_spec {
+  const char *name;
+  uint32_t dim;
+} fl_ps_sparse_spec;
+
+/* Connect (lazily: channels connect on first use) and start the driver and
+ * heartbeat threads.  The caller owns *out (fl_ps_client_destroy). */
+fl_status fl_ps_client_create(const fl_ps_client_opts *o, fl_ps_client **out);
+void fl_ps_client_destroy(fl_ps_client *c);
+
+/* Register with every server (retrying while they come up), declaring the
+ * dense parameters and sparse tables (arrays copied; values stay the
+ * caller's).  A server whose blocks have no value yet gets them from
+ * params (the first trainer's values win).  *step gets the step to go on
+ * from (the highest the servers report). */
+fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params, size_t n,
+                                const fl_ps_sparse_spec *tables, size_t n_tables,
+                                int64_t *step);
+
+/* The run's number of optimizer steps, sent with the next registration
+ * (the servers' learning-rate schedule spans it). */
+void fl_ps_client_set_total_steps(fl_ps_client *c, int64_t total_steps);
+
+/* The placement of the registered dense parameters. */
+const fl_ps_layout *fl_ps_client_layout(const fl_ps_client *c);
+
+/* Queue a push of dense block `block` (kind: 0 gradient, 1 delta) for step
+ * from src (the block's n floats; must stay unchanged until the next
+ * fl_ps_client_wait returns). */
+fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int64_t step,
+                                  const float *src);
+/* Queue a pull of dense block `block` into its parameter's value memory,
+ * answered once the server applied every step < min_step (sync). */
+fl_status fl_ps_client_pull_block(fl_ps_client *c, uint32_t block, int64_t min_step);
+/* Wait for every queued call (repeating them after a re-registration when
+ * needed).  Returns the first error. */
+fl_status fl_ps_client_wait(fl_ps_client *c);
+
+/* Rows of keys[0..n) of table (dim floats each) into out, from the servers
+ * that own them, in parallel.  Keys need not be distinct. */
+fl_status fl_ps_client_pull_sparse(fl_ps_client *c, const char *table, uint32_t dim,
+                                   const uint64_t *keys, size_t n, float *out);
+/* Push row gradients (n*dim floats) of distinct keys for step. */
+fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t dim,
+                                   int64_t step, const uint64_t *keys, size_t n,
+                                   const float *grads);
+
+/* Barrier `name` on server 0 over every live trainer: sums[0..nv) get the
+ * sums of values (may be NULL when nv is 0), *min (may be NULL) the
+ * minimum of value_min. */
+fl_status fl_ps_client_barrier(fl_ps_client *c, const char *name, const double *values,
+                               size_t nv, int64_t value_min, double *sums, int64_t *min);
+
+/* Tell every server this trainer is done. */
+fl_status fl_ps_client_complete(fl_ps_client *c);
+
+/* ------------------------------------------------------------- the mode */
+
+/* PS mode for flotilla-trainer's mode table (fl_trainer.h's contract). */
+fl_status fl_sync_ps_create(const fl_job *job, const fl_cluster *cluster, fl_sync *out);
+
+/* For models that are not an fl_model (the CTR model): hand the ps mode
+ * the parameter list and sparse tables before init_params; the ops are then
+ * called with m == NULL.  FL_EINVAL when s is not a ps-mode fl_sync. */
+fl_status fl_sync_ps_bind(fl_sync *s, fl_param *const *params, size_t n,
+                          const fl_ps_sparse_spec *tables, size_t n_tables);
+/* The client of a ps-mode fl_sync (NULL for another mode or before
+ * init_params). */
+fl_ps_client *fl_sync_ps_client(const fl_sync *s);
+/* The step number pushes of the current step carry. */
+int64_t fl_sync_ps_step(const fl_sync *s);
+
+/* Train and evaluate the CTR model (model.kind ctr) with a ps-mode sync:
+ * flotilla-trainer runs this instead of fl_trainer_run for that kind.  The
+ * report's test_loss is the log loss and test_acc1 the accuracy at p=0.5;
+ * the AUC is in the log ("[Epoch e] test auc: ..."). */
+fl_status fl_ctr_run(const fl_trainer_options *opts, fl_sync *sync, fl_trainer_report *rep);
+
+#endif

@@ -1,0 +1,99 @@
+/* fl_trainer.h - the training loop of flotilla-trainer, the same in every
+ * mode (local, collective, ps); what differs between modes lives behind an
+ * fl_sync (fl_sync.h).
+ *
+ * fl_trainer_run loads the data of the job, builds the model, optimizer,
+ * learning-rate schedule and AMP loss scaler, optionally resumes from the
+ * newest checkpoint, and trains:
+ *   - an epoch is this rank's shard of the shuffled training set (fl_data.h,
+ *     remainder policy DROP: every rank the same number of full batches);
+ *   - an optimizer step takes k = gradient-merge k_steps micro-batches of
+ *     train.batch_size; steps per epoch = floor(batches / k), agreed over the
+ *     ranks with sync->agree_steps (left-over micro-batches of an epoch are
+ *     not used);
+ *   - gradients are merged into one accumulator per parameter (k > 1); on the
+ *     k-th micro-batch each parameter's merged gradient is handed to
+ *     sync->grad_ready as the model reports it final;
+ *   - when the mode applies the update locally: AMP unscale + finite check
+ *     and the dynamic loss scaler (an overflow step skips the update), then
+ *     the optimizer with the scheduled learning rate.  The schedule is
+ *     indexed by the optimizer step (skipped steps included); Adam-family
+ *     bias correction counts the updates actually applied;
+ *   - the learning-rate schedule spans epochs * steps_per_epoch steps, or
+ *     train.max_steps when smaller; the --max-steps override of
+ *     fl_trainer_options only stops the run early and does not change the
+ *     schedule, so a run cut short and resumed matches an uninterrupted one;
+ *   - logs `[Epoch e, batch b] loss: ..., acc1: ..., acc5: ...` (this rank's
+ *     micro-batch b, every train.log_interval micro-batches) and after each
+ *     epoch `[Epoch e] test loss: ..., acc1: ..., acc5: ...` over the whole
+ *     test set (each rank evaluates a contiguous slice; sums are reduced);
+ *   - checkpoints (fl_ckpt.h) every train.checkpoint_interval steps, at each
+ *     epoch end (after the eval) and when stopped by max_steps; only rank 0
+ *     writes.  A checkpoint holds every parameter and buffer, optimizer
+ *     state, gradient accumulators, loss scaler, the step / epoch / batch
+ *     position and the shuffle seed; resuming from it gives parameters
+ *     bitwise equal to an uninterrupted run's.
+ * Image data is normalised with the mean and std of the training pixels. */
+#ifndef FL_TRAINER_H
+#define FL_TRAINER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fl_cluster.h"
+#include "fl_config.h"
+#include "fl_status.h"
+#include "fl_sync.h"
+
+/* A mode's constructor, one entry per mode in flotilla-trainer's table.  On
+ * success *out is a live instance; the caller ends it with ops->finish
+ * after a successful run (finish must NOT free) and always with
+ * ops->destroy (which frees).  job and cluster outlive the instance. */
+typedef fl_status (*fl_sync_create_fn)(const fl_job *job, const fl_cluster *cluster,
+                                       fl_sync *out);
+
+/* The local mode (world size 1): nothing to exchange; the optimizer runs
+ * here.  Never fails except for FL_ENOMEM. */
+fl_status fl_sync_local_create(const fl_job *job, const fl_cluster *cluster, fl_sync *out);
+
+/* One optimizer step's figures, for fl_trainer_options.on_step. */
+typedef struct fl_step_report {
+  int64_t epoch;
+  int64_t step;      /* global optimizer step number, 1 = the first */
+  double loss;       /* mean loss over the step's micro-batches (this rank) */
+  double acc1, acc5; /* top-1 / top-5 accuracy over them */
+  float lr;          /* learning rate used */
+  float loss_scale;  /* AMP scale used for this step (1 without AMP) */
+  int skipped;       /* 1: AMP overflow, the update was skipped */
+} fl_step_report;
+
+typedef void (*fl_step_fn)(void *ctx, const fl_step_report *r);
+
+typedef struct fl_trainer_options {
+  const fl_job *job;          /* resolved and validated; read only */
+  int resume;                 /* continue from the newest checkpoint, if any */
+  int64_t max_steps;          /* > 0: stop after this global step (see above) */
+  const char *checkpoint_dir; /* NULL or "": train.checkpoint_dir */
+  FILE *log;                  /* log and eval lines; NULL = stdout */
+  fl_step_fn on_step;         /* called after every optimizer step (may be NULL) */
+  void *on_step_ctx;
+} fl_trainer_options;
+
+/* What a run did (this rank). */
+typedef struct fl_trainer_report {
+  int64_t steps;           /* global optimizer steps done, resumed ones included */
+  int64_t epochs_done;     /* complete epochs */
+  int evaluated;           /* 1 when the test_* figures are set */
+  double test_loss, test_acc1, test_acc5; /* last evaluation */
+  double train_seconds;    /* wall time of the training steps of this run */
+  int64_t train_samples;   /* samples trained on in this run */
+  size_t activation_bytes; /* fl_model_activation_bytes */
+  int64_t steps_per_epoch;
+} fl_trainer_report;
+
+/* Train the job with the mode in sync (which stays the caller's).
+ * Errors are logged where they start (data files, checkpoint, model,
+ * a peer) and returned.  rep may be NULL. */
+fl_status fl_trainer_run(const fl_trainer_options *opts, fl_sync *sync, fl_trainer_report *rep);
+
+#endif

@@ -1,0 +1,621 @@
+/* loop.c - the training loop of flotilla-trainer (contract in fl_trainer.h).
+ *
+ * One trainer struct holds what a run needs: the data, the loader, the
+ * model, the optimizer tensors with their state, the gradient-merge
+ * accumulators, the schedule and the loss scaler, and the position
+ * (epoch, step) that checkpoints save and --resume restores.  Everything
+ * that must come out the same bits after a resume is either in the
+ * checkpoint or derived from (seed, epoch). */
+#include <config.h>
+
+#include <cblas.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "fl_ckpt.h"
+#include "fl_data.h"
+#include "fl_log.h"
+#include "fl_model.h"
+#include "fl_optim.h"
+#include "fl_trainer.h"
+
+#define CKPT_FORMAT "flotilla-trainer-1"
+
+typedef struct trainer {
+  const fl_job *job;
+  const fl_sync_ops *ops;
+  void *self;
+  FILE *log;
+  int rank, world;
+
+  fl_dataset train, test;
+  int have_test;
+  fl_loader *loader;
+  fl_model *model;
+
+  size_t np;              /* model params incl. buffers */
+  size_t nt;              /* trainable ones */
+  fl_optim_tensor *tens;  /* nt */
+  size_t *tparam;         /* nt: model index of tensor i */
+  float **acc;            /* np: accumulator per trainable param (k > 1), else NULL */
+  float **gptr;           /* nt: grad pointers (for the multi-tensor calls) */
+  float **accp;           /* nt: accumulator pointers (k > 1) */
+  size_t *gn;             /* nt: their lengths */
+  unsigned char *ready;   /* np: grad handed to grad_ready this step */
+  float *state;           /* one block for all optimizer state */
+  float *accbuf;          /* one block for all accumulators */
+
+  fl_optim_hparams hp;
+  const char *exclude[FL_JOB_MAX_LIST];
+  fl_lr_schedule sched;
+  fl_loss_scaler scaler;
+  int amp;
+  int k, avg;
+  fl_status cb_err;
+
+  int64_t steps_per_epoch;
+  int64_t step;    /* optimizer steps done (global) */
+  int64_t updates; /* optimizer updates applied (not AMP-skipped) */
+  int64_t epoch;   /* current epoch */
+  int64_t batch;   /* next micro-batch of the epoch */
+  int64_t last_saved;
+  char ckdir[FL_JOB_PATH_MAX];
+} trainer;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------ data */
+
+static fl_status load_data(trainer *t) {
+  const fl_job *job = t->job;
+  const fl_job_data *d = &job->data;
+  int nc = job->model.num_classes;
+  t->have_test = job->train.eval;
+  switch (d->format) {
+  case FL_DATA_IDX:
+    FL_TRY(fl_idx_load(d->train_images, d->train_labels, nc, (size_t)d->limit_train, &t->train));
+    if (t->have_test)
+      FL_TRY(fl_idx_load(d->test_images, d->test_labels, nc, (size_t)d->limit_test, &t->test));
+    break;
+  case FL_DATA_SYNTHETIC: {
+    if (strcmp(d->synthetic.kind, "image") != 0)
+      return FL_ERR(FL_ENOTSUP, "%s: data.synthetic.kind %s: the CTR model trains in ps mode only",
+                    job->source, d->synthetic.kind);
+    fl_synth_image_config c = {.n = (size_t)d->synthetic.train_samples,
+                               .channels = job->model.input_shape[0],
+                               .height = job->model.input_shape[1],
+                               .width = job->model.input_shape[2],
+                               .num_classes = nc,
+                               .seed = d->synthetic.seed};
+    FL_TRY(fl_synth_images(&c, 0, &t->train));
+    if (t->have_test) {
+      c.n = (size_t)d->synthetic.test_samples;
+      FL_TRY(fl_synth_images(&c, 1, &t->test));
+    }
+    break;
+  }
+  default:
+    return FL_ERR(FL_ENOTSUP, "%s: data.format libsvm feeds the CTR model, which trains in ps mode",
+                  job->source);
+  }
+  const int *shape = job->model.input_shape;
+  if (t->train.channels != shape[0] || t->train.height != shape[1] || t->train.width != shape[2])
+    return FL_ERR(FL_EINVAL, "%s: training images are %dx%dx%d but model.input_shape is [%d, %d, %d]",
+                  d->format == FL_DATA_IDX ? d->train_images : job->source, t->train.channels,
+                  t->train.height, t->train.width, shape[0], shape[1], shape[2]);
+  if (t->have_test && t->test.dim != t->train.dim)
+    return FL_ERR(FL_EINVAL, "%s: test images have %zu pixels, training images %zu",
+                  d->format == FL_DATA_IDX ? d->test_images : job->source, t->test.dim,
+                  t->train.dim);
+  double mean, std;
+  fl_dataset_mean_std(&t->train, &mean, &std);
+  if (std > 0.0) {
+    FL_TRY(fl_dataset_normalize(&t->train, mean, std));
+    if (t->have_test) FL_TRY(fl_dataset_normalize(&t->test, mean, std));
+  }
+  FL_LOGI("data: %zu training and %zu test samples of %zu values (mean %.4f, std %.4f)",
+          t->train.n, t->have_test ? t->test.n : 0, t->train.dim, mean, std);
+  return FL_OK;
+}
+
+/* ----------------------------------------------------------------- model */
+
+static fl_status build_model(trainer *t, size_t max_batch) {
+  const fl_job_model *jm = &t->job->model;
+  fl_model_spec s;
+  memset(&s, 0, sizeof s);
+  snprintf(s.kind, sizeof s.kind, "%s", jm->kind);
+  s.in_channels = jm->input_shape[0];
+  s.in_height = jm->input_shape[1];
+  s.in_width = jm->input_shape[2];
+  s.num_classes = jm->num_classes;
+  s.n_hidden = jm->n_hidden < FL_MODEL_MAX_HIDDEN ? jm->n_hidden : FL_MODEL_MAX_HIDDEN;
+  memcpy(s.hidden, jm->hidden, s.n_hidden * sizeof s.hidden[0]);
+  snprintf(s.activation, sizeof s.activation, "%s", jm->activation);
+  s.conv_channels[0] = jm->conv_channels[0];
+  s.conv_channels[1] = jm->conv_channels[1];
+  s.conv_kernel = jm->conv_kernel;
+  s.fc_hidden = jm->fc_hidden;
+  if (!strcmp(jm->norm, "bn") || !strcmp(jm->norm, "gn")) memcpy(s.norm, jm->norm, 3); /* else none */
+  s.gn_groups = jm->gn_groups;
+  s.bn_momentum = jm->bn_momentum;
+  s.bn_epsilon = jm->bn_epsilon;
+  s.recompute = t->job->strategy.recompute;
+  snprintf(s.plugin_path, sizeof s.plugin_path, "%s", jm->plugin_path);
+  snprintf(s.plugin_args, sizeof s.plugin_args, "%s", jm->plugin_args);
+  FL_TRY(fl_model_create(&s, max_batch, t->job->train.seed, &t->model));
+  if (fl_model_input_size(t->model) != t->train.dim)
+    return FL_ERR(FL_EINVAL, "%s: model %s takes %zu inputs per sample, the data has %zu",
+                  t->job->source, jm->kind, fl_model_input_size(t->model), t->train.dim);
+  return FL_OK;
+}
+
+/* Optimizer tensors, state and accumulators for the trainable parameters. */
+static fl_status build_optimizer(trainer *t) {
+  t->np = fl_model_num_params(t->model);
+  for (size_t i = 0; i < t->np; i++) t->nt += fl_model_param(t->model, i)->grad != NULL;
+  if (t->nt == 0) return FL_ERR(FL_EINVAL, "model %s has no trainable parameter", t->job->model.kind);
+  t->tens = calloc(t->nt, sizeof *t->tens);
+  t->tparam = calloc(t->nt, sizeof *t->tparam);
+  t->gptr = calloc(t->nt, sizeof *t->gptr);
+  t->gn = calloc(t->nt, sizeof *t->gn);
+  t->acc = calloc(t->np, sizeof *t->acc);
+  t->accp = calloc(t->nt, sizeof *t->accp);
+  t->ready = calloc(t->np, 1);
+  if (!t->tens || !t->tparam || !t->gptr || !t->gn || !t->acc || !t->accp || !t->ready)
+    return FL_ERR(FL_ENOMEM, "optimizer: out of memory");
+  size_t total = 0;
+  for (size_t i = 0, j = 0; i < t->np; i++) {
+    fl_param *p = fl_model_param(t->model, i);
+    if (!p->grad) continue;
+    t->tparam[j] = i;
+    t->gptr[j] = p->grad;
+    t->gn[j] = p->n;
+    t->tens[j] = (fl_optim_tensor){.name = p->name, .param = p->value, .grad = p->grad, .n = p->n};
+    total += p->n;
+    j++;
+  }
+  int ns = fl_optim_state_count(t->hp.kind);
+  if (ns > 0) {
+    t->state = calloc(total * (size_t)ns, sizeof(float));
+    if (!t->state) return FL_ERR(FL_ENOMEM, "optimizer: cannot allocate %zu state floats", total);
+  }
+  if (t->k > 1) {
+    t->accbuf = calloc(total, sizeof(float));
+    if (!t->accbuf) return FL_ERR(FL_ENOMEM, "gradient merge: cannot allocate %zu floats", total);
+  }
+  size_t off = 0;
+  for (size_t j = 0; j < t->nt; j++) {
+    size_t n = t->tens[j].n;
+    if (ns >= 1) t->tens[j].state1 = t->state + off * (size_t)ns;
+    if (ns >= 2) t->tens[j].state2 = t->state + off * (size_t)ns + n;
+    if (t->accbuf) t->acc[t->tparam[j]] = t->accp[j] = t->accbuf + off;
+    off += n;
+  }
+  return fl_optim_init_state(&t->hp, t->tens, t->nt);
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+static fl_status save_checkpoint(trainer *t) {
+  fl_ckpt_writer *w;
+  char name[FL_MODEL_NAME_MAX + 16];
+  if (t->rank != 0 || !t->ckdir[0] || t->last_saved == t->step) return FL_OK;
+  FL_TRY(fl_ckpt_dir_begin(t->ckdir, t->step, &w));
+  fl_ckpt_put_blob(w, "meta/format", CKPT_FORMAT, strlen(CKPT_FORMAT));
+  fl_ckpt_put_blob(w, "meta/model", t->job->model.kind, strlen(t->job->model.kind));
+  fl_ckpt_put_i64(w, "meta/step", t->step);
+  fl_ckpt_put_i64(w, "meta/updates", t->updates);
+  fl_ckpt_put_i64(w, "meta/epoch", t->epoch);
+  fl_ckpt_put_i64(w, "meta/batch", t->batch);
+  fl_ckpt_put_i64(w, "meta/steps_per_epoch", t->steps_per_epoch);
+  fl_ckpt_put_i64(w, "meta/k_steps", t->k);
+  fl_ckpt_put_i64(w, "meta/world_size", t->world);
+  fl_ckpt_put_i64(w, "rng/shuffle_seed", (int64_t)t->job->train.seed);
+  for (size_t i = 0; i < t->np; i++) {
+    fl_param *p = fl_model_param(t->model, i);
+    snprintf(name, sizeof name, "param/%s", p->name);
+    fl_ckpt_put(w, name, FL_CKPT_F32, p->ndim, p->shape, p->value);
+    if (t->acc[i]) {
+      snprintf(name, sizeof name, "accum/%s", p->name);
+      fl_ckpt_put(w, name, FL_CKPT_F32, p->ndim, p->shape, t->acc[i]);
+    }
+  }
+  for (size_t j = 0; j < t->nt; j++) {
+    fl_param *p = fl_model_param(t->model, t->tparam[j]);
+    if (t->tens[j].state1) {
+      snprintf(name, sizeof name, "optim/%s/1", p->name);
+      fl_ckpt_put(w, name, FL_CKPT_F32, p->ndim, p->shape, t->tens[j].state1);
+    }
+    if (t->tens[j].state2) {
+      snprintf(name, sizeof name, "optim/%s/2", p->name);
+      fl_ckpt_put(w, name, FL_CKPT_F32, p->ndim, p->shape, t->tens[j].state2);
+    }
+  }
+  fl_ckpt_put(w, "amp/scale", FL_CKPT_F32, 0, NULL, &t->scaler.scale);
+  fl_ckpt_put_i64(w, "amp/good_steps", t->scaler.good_steps);
+  fl_ckpt_put_i64(w, "amp/bad_steps", t->scaler.bad_steps);
+  FL_TRY(fl_ckpt_writer_commit(w)); /* reports the first failed put, if any */
+  t->last_saved = t->step;
+  FL_LOGI("checkpoint: step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ") saved in %s",
+          t->step, t->epoch, t->batch, t->ckdir);
+  return fl_ckpt_dir_prune(t->ckdir, t->job->train.checkpoint_keep);
+}
+
+static fl_status get_i64(const fl_ckpt *c, const char *path, const char *name, int64_t *v) {
+  fl_status st = fl_ckpt_get_i64(c, name, v);
+  if (st == FL_ENOTFOUND)
+    return FL_ERR(FL_ECORRUPT, "%s: checkpoint has no record %s", path, name);
+  return st;
+}
+
+/* Restore everything save_checkpoint wrote from the newest checkpoint. */
+static fl_status load_checkpoint(trainer *t) {
+  fl_ckpt *c = NULL;
+  int64_t step = 0, v;
+  char path[FL_JOB_PATH_MAX + 64], name[FL_MODEL_NAME_MAX + 16];
+  fl_ckpt_record rec;
+  fl_status st;
+
+  if (!t->ckdir[0])
+    return FL_ERR(FL_EINVAL, "--resume needs train.checkpoint_dir (or FLOTILLA_CHECKPOINT_DIR)");
+  st = fl_ckpt_dir_load_latest(t->ckdir, &c, &step);
+  if (st == FL_ENOTFOUND) {
+    FL_LOGW("--resume: no checkpoint in %s, starting from scratch", t->ckdir);
+    return FL_OK;
+  }
+  FL_TRY(st);
+  fl_ckpt_dir_path(t->ckdir, step, path, sizeof path);
+  st = fl_ckpt_find(c, "meta/format", &rec);
+  if (st != FL_OK || rec.nbytes != strlen(CKPT_FORMAT) || memcmp(rec.data, CKPT_FORMAT, rec.nbytes)) {
+    st = FL_ERR(FL_EPROTO, "%s: not a flotilla-trainer checkpoint", path);
+    goto done;
+  }
+  if ((st = get_i64(c, path, "meta/k_steps", &v)) != FL_OK) goto done;
+  if (v != t->k) {
+    st = FL_ERR(FL_EINVAL, "%s: saved with gradient-merge k_steps %" PRId64 ", the job has %d",
+                path, v, t->k);
+    goto done;
+  }
+  if ((st = get_i64(c, path, "meta/steps_per_epoch", &v)) != FL_OK) goto done;
+  if (v != t->steps_per_epoch) {
+    st = FL_ERR(FL_EINVAL, "%s: saved with %" PRId64 " steps per epoch, this run has %" PRId64
+                " (different data, batch size or world size)", path, v, t->steps_per_epoch);
+    goto done;
+  }
+  if ((st = get_i64(c, path, "rng/shuffle_seed", &v)) != FL_OK) goto done;
+  if ((uint64_t)v != t->job->train.seed) {
+    st = FL_ERR(FL_EINVAL, "%s: saved with train.seed %" PRIu64 ", the job has %" PRIu64, path,
+                (uint64_t)v, t->job->train.seed);
+    goto done;
+  }
+  if ((st = get_i64(c, path, "meta/step", &t->step)) != FL_OK ||
+      (st = get_i64(c, path, "meta/updates", &t->updates)) != FL_OK ||
+      (st = get_i64(c, path, "meta/epoch", &t->epoch)) != FL_OK ||
+      (st = get_i64(c, path, "meta/batch", &t->batch)) != FL_OK)
+    goto done;
+  if (t->epoch < 0 || t->batch < 0 || t->batch % t->k != 0 ||
+      t->batch / t->k > t->steps_per_epoch) {
+    st = FL_ERR(FL_ECORRUPT, "%s: position epoch %" PRId64 " batch %" PRId64 " is invalid", path,
+                t->epoch, t->batch);
+    goto done;
+  }
+  for (size_t i = 0; i < t->np; i++) {
+    fl_param *p = fl_model_param(t->model, i);
+    snprintf(name, sizeof name, "param/%s", p->name);
+    if ((st = fl_ckpt_read(c, name, FL_CKPT_F32, p->ndim, p->shape, p->value)) != FL_OK) goto done;
+    if (t->acc[i]) {
+      snprintf(name, sizeof name, "accum/%s", p->name);
+      if ((st = fl_ckpt_read(c, name, FL_CKPT_F32, p->ndim, p->shape, t->acc[i])) != FL_OK)
+        goto done;
+    }
+  }
+  for (size_t j = 0; j < t->nt; j++) {
+    fl_param *p = fl_model_param(t->model, t->tparam[j]);
+    if (t->tens[j].state1) {
+      snprintf(name, sizeof name, "optim/%s/1", p->name);
+      if ((st = fl_ckpt_read(c, name, FL_CKPT_F32, p->ndim, p->shape, t->tens[j].state1)) != FL_OK)
+        goto done;
+    }
+    if (t->tens[j].state2) {
+      snprintf(name, sizeof name, "optim/%s/2", p->name);
+      if ((st = fl_ckpt_read(c, name, FL_CKPT_F32, p->ndim, p->shape, t->tens[j].state2)) != FL_OK)
+        goto done;
+    }
+  }
+  if ((st = fl_ckpt_read(c, "amp/scale", FL_CKPT_F32, 0, NULL, &t->scaler.scale)) != FL_OK)
+    goto done;
+  if ((st = get_i64(c, path, "amp/good_steps", &v)) != FL_OK) goto done;
+  t->scaler.good_steps = (int)v;
+  if ((st = get_i64(c, path, "amp/bad_steps", &v)) != FL_OK) goto done;
+  t->scaler.bad_steps = (int)v;
+  t->last_saved = t->step;
+  FL_LOGI("resumed from %s: step %" PRId64 ", epoch %" PRId64 ", batch %" PRId64, path, t->step,
+          t->epoch, t->batch);
+done:
+  fl_ckpt_free(c);
+  return st;
+}
+
+/* ------------------------------------------------------------------ steps */
+
+/* The model reports parameter i's gradient final for this micro-batch: on
+ * the last micro-batch of a step, merge it and hand it on. */
+static void on_grad_ready(void *ctx, size_t i) {
+  trainer *t = ctx;
+  fl_param *p;
+  if (i >= t->np || t->ready[i]) return;
+  p = fl_model_param(t->model, i);
+  if (!p->grad) return;
+  t->ready[i] = 1;
+  if (t->acc[i]) {
+    float *g = p->grad;
+    const float *a = t->acc[i];
+    fl_status st = fl_gm_accumulate(&g, &a, &p->n, 1); /* g + acc == acc + g, bit for bit */
+    if (st == FL_OK) st = fl_gm_finalize(&g, &p->n, 1, t->k, t->avg);
+    if (st != FL_OK && t->cb_err == FL_OK)
+      t->cb_err = FL_ERR(st, "gradient merge of %s failed", p->name);
+    memset(t->acc[i], 0, p->n * sizeof(float));
+  }
+  t->ops->grad_ready(t->self, t->model, i);
+}
+
+static void log_line(trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_line(trainer *t, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(t->log, fmt, ap);
+  va_end(ap);
+  fflush(t->log);
+}
+
+/* One optimizer step: k micro-batches, merge, sync, update. */
+static fl_status train_step(trainer *t, fl_step_report *rep) {
+  fl_model_result sum = {0};
+  float scale = t->amp ? t->scaler.scale : 1.0f;
+  int apply = 0, skip = 0;
+
+  FL_TRY(t->ops->step_begin(t->self, t->model, t->step));
+  for (int j = 0; j < t->k; j++) {
+    fl_batch b;
+    fl_model_result res = {0};
+    int last = j == t->k - 1;
+    FL_TRY(fl_loader_next(t->loader, &b));
+    if (last) memset(t->ready, 0, t->np);
+    t->cb_err = FL_OK;
+    FL_TRY(fl_model_train_step(t->model, b.x, b.y, b.size, scale, last ? on_grad_ready : NULL, t,
+                               &res));
+    if (!last) {
+      FL_TRY(fl_gm_accumulate(t->accp, (const float *const *)t->gptr, t->gn, t->nt));
+    } else {
+      /* parameters the model did not report (e.g. a plugin without
+       * callbacks) are merged and handed on now, in reverse order */
+      for (size_t q = t->nt; q-- > 0;) on_grad_ready(t, t->tparam[q]);
+      FL_TRY(t->cb_err);
+    }
+    sum.loss_sum += res.loss_sum;
+    sum.correct1 += res.correct1;
+    sum.correct5 += res.correct5;
+    sum.count += res.count;
+    t->batch++;
+    if (t->job->train.log_interval > 0 && b.index % (size_t)t->job->train.log_interval == 0) {
+      double c = res.count ? (double)res.count : 1.0;
+      log_line(t, "[Epoch %" PRId64 ", batch %zu] loss: %.5f, acc1: %.5f, acc5: %.5f\n", t->epoch,
+               b.index, res.loss_sum / c, (double)res.correct1 / c, (double)res.correct5 / c);
+    }
+  }
+  FL_TRY(t->ops->step_end(t->self, t->model, t->step, &apply));
+  float lr = fl_lr_at(&t->sched, t->step);
+  if (apply) {
+    if (t->amp) {
+      int found_inf = 0;
+      FL_TRY(fl_amp_check_finite_and_unscale(t->gptr, t->gn, t->nt, scale, &found_inf));
+      FL_TRY(fl_loss_scaler_update(&t->scaler, found_inf, &skip));
+      if (skip)
+        FL_LOGW("step %" PRId64 ": inf/nan gradients at loss scale %g, update skipped (scale now %g)",
+                t->step + 1, (double)scale, (double)t->scaler.scale);
+    }
+    if (!skip) {
+      FL_TRY(fl_optim_step(&t->hp, t->tens, t->nt, lr, t->updates + 1));
+      t->updates++;
+    }
+  }
+  t->step++;
+  double c = sum.count ? (double)sum.count : 1.0;
+  *rep = (fl_step_report){.epoch = t->epoch, .step = t->step, .loss = sum.loss_sum / c,
+                          .acc1 = (double)sum.correct1 / c, .acc5 = (double)sum.correct5 / c,
+                          .lr = lr, .loss_scale = scale, .skipped = skip};
+  return FL_OK;
+}
+
+/* Test-set metrics over all ranks: each rank takes a contiguous slice. */
+static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
+  size_t n = t->test.n, w = (size_t)t->world, r = (size_t)t->rank;
+  size_t lo = n * r / w, hi = n * (r + 1) / w;
+  size_t bs = t->job->train.eval_batch_size;
+  double v[4] = {0, 0, 0, 0};
+  for (size_t off = lo; off < hi; off += bs) {
+    size_t cnt = hi - off < bs ? hi - off : bs;
+    fl_model_result res = {0};
+    FL_TRY(fl_model_eval(t->model, t->test.x + off * t->test.dim, t->test.y + off, cnt, &res));
+    v[0] += res.loss_sum;
+    v[1] += (double)res.correct1;
+    v[2] += (double)res.correct5;
+    v[3] += (double)res.count;
+  }
+  FL_TRY(t->ops->reduce_metrics(t->self, v, 4));
+  double c = v[3] > 0 ? v[3] : 1.0;
+  rep->evaluated = 1;
+  rep->test_loss = v[0] / c;
+  rep->test_acc1 = v[1] / c;
+  rep->test_acc5 = v[2] / c;
+  log_line(t, "[Epoch %" PRId64 "] test loss: %.5f, acc1: %.5f, acc5: %.5f\n", t->epoch,
+           rep->test_loss, rep->test_acc1, rep->test_acc5);
+  return FL_OK;
+}
+
+/* After a resume every rank must stand at the same position (they read
+ * the checkpoint rank 0 wrote; a rank that found none would start over). */
+static fl_status check_same_position(trainer *t) {
+  double v[3] = {(double)t->step, (double)t->epoch, (double)t->batch};
+  double mine[3] = {v[0], v[1], v[2]};
+  FL_TRY(t->ops->reduce_metrics(t->self, v, 3));
+  for (int i = 0; i < 3; i++)
+    if (v[i] != mine[i] * t->world)
+      return FL_ERR(FL_ESTATE, "rank %d resumed at step %" PRId64 " but the ranks disagree (is %s "
+                    "shared by every rank?)", t->rank, t->step, t->ckdir);
+  return FL_OK;
+}
+
+static void set_threads(int n) {
+  if (n <= 0) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    n = c > 0 ? (int)c : 1;
+  }
+  openblas_set_num_threads(n);
+#ifdef _OPENMP
+  omp_set_num_threads(n);
+#endif
+  FL_LOGI("threads: %d for BLAS and kernels", n);
+}
+
+static void trainer_free(trainer *t) {
+  fl_loader_destroy(t->loader);
+  fl_model_destroy(t->model);
+  fl_dataset_free(&t->train);
+  fl_dataset_free(&t->test);
+  free(t->tens);
+  free(t->tparam);
+  free(t->gptr);
+  free(t->gn);
+  free(t->acc);
+  free(t->accp);
+  free(t->ready);
+  free(t->state);
+  free(t->accbuf);
+}
+
+/* Train epochs from the current position until the end or max_steps. */
+static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_report *rep) {
+  const fl_job *job = t->job;
+  int64_t max_steps = o->max_steps > 0 ? o->max_steps : job->train.max_steps;
+  int64_t interval = job->train.checkpoint_interval;
+
+  while (t->epoch < job->train.epochs) {
+    if (max_steps > 0 && t->step >= max_steps) break;
+    int64_t first = t->batch / t->k;
+    int stopped = 0;
+    FL_TRY(fl_loader_start(t->loader, t->epoch, (size_t)t->batch));
+    double t0 = now_s();
+    int64_t samples = 0, steps = 0;
+    for (int64_t s = first; s < t->steps_per_epoch; s++) {
+      if (max_steps > 0 && t->step >= max_steps) {
+        stopped = 1;
+        break;
+      }
+      fl_step_report r;
+      FL_TRY(train_step(t, &r));
+      samples += (int64_t)(t->k * job->train.batch_size);
+      steps++;
+      if (o->on_step) o->on_step(o->on_step_ctx, &r);
+      if (interval > 0 && t->step % interval == 0 && s + 1 < t->steps_per_epoch)
+        FL_TRY(save_checkpoint(t));
+    }
+    double dt = now_s() - t0;
+    rep->train_seconds += dt;
+    rep->train_samples += samples;
+    if (steps > 0)
+      log_line(t, "[Epoch %" PRId64 "] train: %" PRId64 " steps, %" PRId64 " samples, %.2f s, "
+               "%.1f samples/s\n", t->epoch, steps, samples, dt, dt > 0 ? (double)samples / dt : 0.0);
+    if (t->have_test) FL_TRY(evaluate(t, rep));
+    if (stopped) {
+      FL_TRY(save_checkpoint(t));
+      break;
+    }
+    t->epoch++;
+    t->batch = 0;
+    rep->epochs_done = t->epoch;
+    FL_TRY(save_checkpoint(t));
+  }
+  if (max_steps > 0 && t->step >= max_steps) FL_TRY(save_checkpoint(t));
+  return FL_OK;
+}
+
+fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_report *out) {
+  trainer t;
+  fl_trainer_report rep;
+  fl_status st;
+  const fl_job *job;
+
+  memset(&t, 0, sizeof t);
+  memset(&rep, 0, sizeof rep);
+  if (!o || !o->job || !sync || !sync->ops) return FL_ERR(FL_EINVAL, "trainer: NULL argument");
+  job = o->job;
+  t.job = job;
+  t.ops = sync->ops;
+  t.self = sync->self;
+  t.log = o->log ? o->log : stdout;
+  t.rank = t.ops->rank(t.self);
+  t.world = t.ops->world_size(t.self);
+  t.k = fl_job_merge_steps(job);
+  t.avg = job->strategy.gradient_merge_configs.avg;
+  t.amp = job->strategy.amp;
+  t.last_saved = -1;
+  snprintf(t.ckdir, sizeof t.ckdir, "%s",
+           o->checkpoint_dir && o->checkpoint_dir[0] ? o->checkpoint_dir : job->train.checkpoint_dir);
+  set_threads(job->train.num_threads);
+
+  if ((st = fl_job_optim_hparams(job, &t.hp, t.exclude)) != FL_OK) goto done;
+  t.scaler = fl_job_loss_scaler(job);
+  if ((st = load_data(&t)) != FL_OK) goto done;
+  fl_shard_spec spec = {.n = t.train.n, .batch_size = job->train.batch_size, .rank = t.rank,
+                        .world_size = t.world, .seed = job->train.seed,
+                        .shuffle = job->data.shuffle, .remainder = FL_REMAINDER_DROP};
+  if ((st = fl_shard_check(&spec)) != FL_OK) goto done;
+  if ((st = fl_loader_create(&t.train, NULL, &spec, (size_t)job->data.prefetch, &t.loader)) != FL_OK)
+    goto done;
+  int64_t local_steps = (int64_t)fl_loader_batches(t.loader) / t.k;
+  /* every epoch has the same shard sizes, so the ranks agree once */
+  if ((st = t.ops->agree_steps(t.self, local_steps, &t.steps_per_epoch)) != FL_OK) goto done;
+  if (t.steps_per_epoch < 1) {
+    st = FL_ERR(FL_EINVAL, "%s: %zu batches of %zu per epoch give no step of %d micro-batches",
+                job->source, fl_loader_batches(t.loader), job->train.batch_size, t.k);
+    goto done;
+  }
+  int64_t total = t.steps_per_epoch * job->train.epochs;
+  if (job->train.max_steps > 0 && job->train.max_steps < total) total = job->train.max_steps;
+  if ((st = fl_job_lr_schedule(job, total, &t.sched)) != FL_OK) goto done;
+
+  size_t max_batch = job->train.batch_size;
+  if (t.have_test && job->train.eval_batch_size > max_batch) max_batch = job->train.eval_batch_size;
+  if ((st = build_model(&t, max_batch)) != FL_OK) goto done;
+  if ((st = build_optimizer(&t)) != FL_OK) goto done;
+  rep.activation_bytes = fl_model_activation_bytes(t.model);
+  rep.steps_per_epoch = t.steps_per_epoch;
+  if (o->resume && (st = load_checkpoint(&t)) != FL_OK) goto done;
+  if (o->resume && t.world > 1 && (st = check_same_position(&t)) != FL_OK) goto done;
+  if ((st = t.ops->init_params(t.self, t.model)) != FL_OK) goto done;
+  FL_LOGI("training %s: %" PRId64 " epochs of %" PRId64 " steps (%d x %zu samples, rank %d of %d), "
+          "optimizer %s, activations %zu bytes",
+          job->model.kind, (int64_t)job->train.epochs, t.steps_per_epoch, t.k,
+          job->train.batch_size, t.rank, t.world, fl_optim_kind_name(t.hp.kind),
+          rep.activation_bytes);
+  rep.epochs_done = t.epoch;
+  st = run_epochs(&t, o, &rep);
+  rep.steps = t.step;
+done:
+  trainer_free(&t);
+  if (out) *out = rep;
+  return st;
+}

@@ -1,0 +1,217 @@
+/* main.c - flotilla-trainer: read the job file and this process's place in
+ * the cluster, pick the mode's fl_sync from the table below, and hand over
+ * to the training loop (loop.c).  Kept thin on purpose: everything that
+ * trains lives behind fl_trainer_run.
+ *
+ * Exit status: 0 the run finished; 1 it failed while running (data files,
+ * checkpoints, model, peers); 2 the command line, the job file or the
+ * FLOTILLA_* environment is wrong (nothing was trained). */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "fl_cluster.h"
+#include "fl_config.h"
+#include "fl_log.h"
+#include "fl_ps_client.h"
+#include "fl_trainer.h"
+
+#define EXIT_RUN 1
+#define EXIT_USAGE 2
+
+/* Mode -> constructor.  A mode that is not listed here is not built in. */
+static const struct {
+  fl_mode mode;
+  fl_sync_create_fn create;
+} g_modes[] = {
+    {FL_MODE_LOCAL, fl_sync_local_create},
+    {FL_MODE_PS, fl_sync_ps_create},
+};
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "Usage: flotilla-trainer --config FILE [options] [cluster flags]\n"
+          "\n"
+          "Trains the model of a Flotilla job file (see the README) in the mode the job\n"
+          "or FLOTILLA_MODE names: local (one trainer), collective or ps.\n"
+          "\n"
+          "Options:\n"
+          "  --config FILE        the YAML job file (required)\n"
+          "  --resume             continue from the newest checkpoint in the checkpoint\n"
+          "                       directory (train.checkpoint_dir, FLOTILLA_CHECKPOINT_DIR\n"
+          "                       or --checkpoint_dir); none there: start from scratch\n"
+          "  --dump-config FILE   write the resolved job as YAML to FILE ('-' = stdout)\n"
+          "  --max-steps N        stop after optimizer step N (N >= 1); the learning-rate\n"
+          "                       schedule still spans the whole job, so a run stopped\n"
+          "                       here and resumed equals an uninterrupted one\n"
+          "  --log-level LEVEL    debug, info (default), warn, error or off\n"
+          "                       (also FLOTILLA_LOG_LEVEL)\n"
+          "  --help               this text\n"
+          "Options take their value as the next argument or after '='.\n"
+          "\n"
+          "Cluster flags (--name=value; each overrides its FLOTILLA_* variable):\n");
+  fl_cluster_print_flag_help(out);
+  fprintf(out,
+          "\n"
+          "Environment:\n"
+          "  FLOTILLA_ROLE                  TRAINER (a trainer refuses PSERVER)\n"
+          "  FLOTILLA_MODE                  local | collective | ps (default: the job's\n"
+          "                                 cluster.mode)\n"
+          "  FLOTILLA_TRAINER_ID            this trainer's rank, 0 .. trainers_num-1\n"
+          "  FLOTILLA_TRAINERS_NUM          number of trainers\n"
+          "  FLOTILLA_TRAINER_ENDPOINTS     host:port,... of every trainer, in rank order\n"
+          "  FLOTILLA_CURRENT_ENDPOINT      this trainer's host:port\n"
+          "  FLOTILLA_PSERVERS_IP_PORT_LIST host:port,... of the parameter servers\n"
+          "  FLOTILLA_PSERVER_ID            (pservers only)\n"
+          "  FLOTILLA_LOCAL_RANK            rank within the node\n"
+          "  FLOTILLA_LOCAL_SIZE            ranks on the node\n"
+          "  FLOTILLA_SELECTED_GPUS         GPU ids, e.g. 0 or 0,1\n"
+          "  FLOTILLA_TOKEN                 the shared secret (never a flag)\n"
+          "  FLOTILLA_TOKEN_FILE            file holding the shared secret\n"
+          "  FLOTILLA_LOG_DIR               where logs go\n"
+          "  FLOTILLA_CHECKPOINT_DIR        overrides train.checkpoint_dir\n"
+          "  FLOTILLA_LOG_LEVEL             as --log-level\n"
+          "\n"
+          "Exit status: 0 done; 1 failed while running (data, checkpoint, peers);\n"
+          "2 bad command line, job file or environment.\n");
+}
+
+static int parse_level(const char *s, fl_log_level *out) {
+  static const char *const names[] = {"debug", "info", "warn", "error", "off"};
+  for (int i = 0; i < 5; i++)
+    if (!strcasecmp(s, names[i])) {
+      *out = (fl_log_level)i;
+      return 0;
+    }
+  return -1;
+}
+
+/* "--name value" or "--name=value": *val gets the value, *i advances. */
+static int take_value(int argc, char **argv, int *i, const char *name, const char **val) {
+  const char *a = argv[*i];
+  size_t n = strlen(name);
+  if (strncmp(a, name, n) != 0) return 0;
+  if (a[n] == '=') {
+    *val = a + n + 1;
+    return 1;
+  }
+  if (a[n] != '\0') return 0;
+  if (*i + 1 >= argc) {
+    *val = NULL;
+    return 1;
+  }
+  *val = argv[++*i];
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  const char *config = NULL, *dump = NULL, *val;
+  int resume = 0;
+  int64_t max_steps = 0;
+  fl_cluster cl;
+  static fl_job job; /* large; no need for it on the stack */
+  fl_sync sync = {0};
+  fl_status st;
+
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    }
+  if (fl_cluster_from_env(&cl) != FL_OK) return EXIT_USAGE;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (take_value(argc, argv, &i, "--config", &val)) {
+      if (!val || !*val) goto missing;
+      config = val;
+    } else if (take_value(argc, argv, &i, "--dump-config", &val)) {
+      if (!val || !*val) goto missing;
+      dump = val;
+    } else if (take_value(argc, argv, &i, "--max-steps", &val)) {
+      char *end;
+      if (!val) goto missing;
+      errno = 0;
+      long long v = strtoll(val, &end, 10);
+      if (errno || end == val || *end || v < 1) {
+        FL_LOGE("--max-steps %s: want an integer >= 1", val);
+        return EXIT_USAGE;
+      }
+      max_steps = v;
+    } else if (take_value(argc, argv, &i, "--log-level", &val)) {
+      fl_log_level lv;
+      if (!val) goto missing;
+      if (parse_level(val, &lv)) {
+        FL_LOGE("--log-level %s: want debug, info, warn, error or off", val);
+        return EXIT_USAGE;
+      }
+      fl_log_set_level(lv);
+    } else if (!strcmp(a, "--resume")) {
+      resume = 1;
+    } else {
+      int matched = 0;
+      if (!strncmp(a, "--", 2) && strchr(a, '=')) {
+        if (fl_cluster_apply_flag(&cl, a, &matched) != FL_OK) return EXIT_USAGE;
+      }
+      if (!matched) {
+        FL_LOGE("unknown argument '%s' (see flotilla-trainer --help)", a);
+        return EXIT_USAGE;
+      }
+    }
+    continue;
+  missing:
+    FL_LOGE("%s needs a value (see flotilla-trainer --help)", a);
+    return EXIT_USAGE;
+  }
+  if (!config) {
+    FL_LOGE("--config FILE is required (see flotilla-trainer --help)");
+    return EXIT_USAGE;
+  }
+  if (fl_job_load_file(config, &job) != FL_OK) return EXIT_USAGE; /* logged with file:line */
+  if (cl.role != FL_ROLE_TRAINER) {
+    FL_LOGE("FLOTILLA_ROLE is %s: flotilla-trainer runs trainers only", fl_role_name(cl.role));
+    return EXIT_USAGE;
+  }
+  if (fl_cluster_validate(&cl, job.cluster.mode) != FL_OK) return EXIT_USAGE;
+  char ctx[32];
+  snprintf(ctx, sizeof ctx, "trainer %d", cl.trainer_id);
+  fl_log_set_context(ctx);
+
+  fl_cluster_print_envs(&cl, stdout);
+  fl_strategy_print_overview(&job, stdout);
+  fflush(stdout);
+  if (dump) {
+    FILE *f = strcmp(dump, "-") ? fopen(dump, "w") : stdout;
+    if (!f) {
+      FL_LOGE("--dump-config %s: %s", dump, strerror(errno));
+      return EXIT_USAGE;
+    }
+    st = fl_job_write_yaml(&job, f);
+    if (f != stdout && fclose(f) != 0 && st == FL_OK)
+      st = FL_ERR(FL_EIO, "--dump-config %s: %s", dump, strerror(errno));
+    if (st != FL_OK) return EXIT_USAGE;
+  }
+
+  fl_sync_create_fn create = NULL;
+  for (size_t i = 0; i < sizeof g_modes / sizeof g_modes[0]; i++)
+    if (g_modes[i].mode == cl.mode) create = g_modes[i].create;
+  if (!create) {
+    FL_LOGE("mode %s is not available in this build of flotilla-trainer", fl_mode_name(cl.mode));
+    return EXIT_USAGE;
+  }
+  if (create(&job, &cl, &sync) != FL_OK) return EXIT_RUN;
+
+  fl_trainer_options opts = {.job = &job, .resume = resume, .max_steps = max_steps,
+                             .checkpoint_dir = cl.checkpoint_dir[0] ? cl.checkpoint_dir : NULL};
+  fl_trainer_report rep;
+  st = strcmp(job.model.kind, "ctr") ? fl_trainer_run(&opts, &sync, &rep) : fl_ctr_run(&opts, &sync, &rep);
+  if (st == FL_OK) st = sync.ops->finish(sync.self);
+  sync.ops->destroy(sync.self);
+  if (st != FL_OK) return EXIT_RUN; /* logged where it happened */
+  FL_LOGI("done: %" PRId64 " steps, %" PRId64 " epochs", rep.steps, rep.epochs_done);
+  return 0;
+}

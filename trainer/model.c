@@ -1,0 +1,243 @@
+/* model.c - fl_model: one front for the built-in models and plugins.
+ *
+ * Every model, built in or loaded, is an fl_model_ops table and a handle.
+ * This file resolves the spec's defaults, checks what all models share,
+ * picks the table by kind, checks the arguments of every call before the
+ * model sees them (so a bad batch changes nothing, and plugins get clean
+ * input), and owns the seeded generator the built-in models initialise
+ * their parameters with. */
+#include <config.h>
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fl_log.h"
+#include "model_internal.h"
+
+struct fl_model {
+  const fl_model_ops *ops;
+  void *handle;
+  void *dl; /* plugins: the dlopen handle */
+  fl_model_spec spec;
+  size_t max_batch;
+};
+
+/* ------------------------------------------------------------------ init */
+
+/* splitmix64 (Steele, Lea, Flood): a tiny generator whose whole state is
+ * one counter, so a (seed, stream) pair names a reproducible sequence. */
+static uint64_t splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void fl_model_init_uniform(float *w, size_t n, float bound, uint64_t seed, uint64_t stream) {
+  uint64_t st = seed;
+  st = splitmix64(&st) ^ (stream * 0xd1b54a32d192ed03ull);
+  for (size_t i = 0; i < n; i++) {
+    /* 24 random bits -> [0, 1) exactly representable in float */
+    const float u = (float)(splitmix64(&st) >> 40) * 0x1p-24f;
+    w[i] = (2.0f * u - 1.0f) * bound;
+  }
+}
+
+/* ------------------------------------------------------------------ spec */
+
+void fl_model_spec_defaults(fl_model_spec *spec) {
+  if (!spec) return;
+  memset(spec, 0, sizeof *spec);
+  strcpy(spec->kind, "mlp");
+  spec->in_channels = 1, spec->in_height = 28, spec->in_width = 28;
+  spec->num_classes = 10;
+  spec->hidden[0] = 256, spec->hidden[1] = 128, spec->hidden[2] = 100;
+  spec->n_hidden = 3;
+  strcpy(spec->activation, "relu");
+  spec->conv_channels[0] = 32, spec->conv_channels[1] = 64;
+  spec->conv_kernel = 5;
+  spec->fc_hidden = 128;
+  spec->gn_groups = 8;
+  spec->bn_momentum = 0.1f;
+  spec->bn_epsilon = 1e-5f;
+}
+
+/* Copy spec into r with zero fields replaced by their defaults, and check
+ * the fields every kind shares.  Logs what is wrong. */
+static fl_status resolve_spec(const fl_model_spec *spec, fl_model_spec *r) {
+  *r = *spec;
+  r->kind[sizeof r->kind - 1] = '\0';
+  r->activation[sizeof r->activation - 1] = '\0';
+  r->norm[sizeof r->norm - 1] = '\0';
+  r->plugin_path[sizeof r->plugin_path - 1] = '\0';
+  r->plugin_args[sizeof r->plugin_args - 1] = '\0';
+  if (!r->kind[0]) strcpy(r->kind, "mlp");
+  if (!r->in_channels) r->in_channels = 1;
+  if (!r->in_height) r->in_height = 28;
+  if (!r->in_width) r->in_width = 28;
+  if (!r->num_classes) r->num_classes = 10;
+  if (!r->activation[0]) strcpy(r->activation, "relu");
+  if (!r->conv_channels[0]) r->conv_channels[0] = 32;
+  if (!r->conv_channels[1]) r->conv_channels[1] = 64;
+  if (!r->conv_kernel) r->conv_kernel = 5;
+  if (!r->gn_groups) r->gn_groups = 8;
+  if (r->bn_momentum == 0.0f) r->bn_momentum = 0.1f;
+  if (r->bn_epsilon == 0.0f) r->bn_epsilon = 1e-5f;
+
+  if (r->in_channels < 0 || r->in_height < 0 || r->in_width < 0)
+    return FL_ERR(FL_EINVAL, "model: input geometry %dx%dx%d must be positive", r->in_channels,
+                  r->in_height, r->in_width);
+  if (r->num_classes < 2)
+    return FL_ERR(FL_EINVAL, "model: num_classes %d must be at least 2", r->num_classes);
+  if (r->n_hidden > FL_MODEL_MAX_HIDDEN)
+    return FL_ERR(FL_EINVAL, "model: %zu hidden layers, at most %d", r->n_hidden,
+                  FL_MODEL_MAX_HIDDEN);
+  fl_act act;
+  if (fl_act_parse(r->activation, &act) != FL_OK || act == FL_ACT_NONE)
+    return FL_ERR(FL_EINVAL, "model: activation '%s' must be relu or tanh", r->activation);
+  if (r->norm[0] && strcmp(r->norm, "bn") != 0 && strcmp(r->norm, "gn") != 0)
+    return FL_ERR(FL_EINVAL, "model: norm '%s' must be \"\", bn or gn", r->norm);
+  if (r->conv_channels[0] < 0 || r->conv_channels[1] < 0 || r->conv_kernel < 0 ||
+      r->gn_groups < 0)
+    return FL_ERR(FL_EINVAL, "model: conv channels %d/%d, kernel %d and gn_groups %d must be "
+                  "positive", r->conv_channels[0], r->conv_channels[1], r->conv_kernel,
+                  r->gn_groups);
+  if (!(r->bn_momentum > 0.0f && r->bn_momentum <= 1.0f))
+    return FL_ERR(FL_EINVAL, "model: bn_momentum %g must be in (0, 1]", (double)r->bn_momentum);
+  if (!(r->bn_epsilon > 0.0f) || !isfinite(r->bn_epsilon))
+    return FL_ERR(FL_EINVAL, "model: bn_epsilon %g must be > 0", (double)r->bn_epsilon);
+  return FL_OK;
+}
+
+/* --------------------------------------------------------------- plugins */
+
+/* A plugin's parameter list must be well-formed before the loop uses it. */
+static fl_status check_params(const fl_model *m) {
+  const size_t np = m->ops->num_params(m->handle);
+  for (size_t i = 0; i < np; i++) {
+    const fl_param *p = m->ops->param(m->handle, i);
+    if (!p || !p->value || memchr(p->name, '\0', sizeof p->name) == NULL || !p->name[0] ||
+        p->ndim < 1 || p->ndim > FL_MODEL_MAX_DIMS)
+      return FL_ERR(FL_EINVAL, "model plugin %s: parameter %zu is malformed (NULL, no value, "
+                    "unterminated name or ndim outside 1..%d)", m->spec.plugin_path, i,
+                    FL_MODEL_MAX_DIMS);
+    size_t n = 1;
+    for (int d = 0; d < p->ndim; d++) {
+      if (p->shape[d] <= 0)
+        return FL_ERR(FL_EINVAL, "model plugin %s: parameter %s has dimension %d of size %lld",
+                      m->spec.plugin_path, p->name, d, (long long)p->shape[d]);
+      n *= (size_t)p->shape[d];
+    }
+    if (n != p->n)
+      return FL_ERR(FL_EINVAL, "model plugin %s: parameter %s has n = %zu but its shape holds "
+                    "%zu", m->spec.plugin_path, p->name, p->n, n);
+  }
+  if (m->ops->input_size(m->handle) == 0)
+    return FL_ERR(FL_EINVAL, "model plugin %s: input size 0", m->spec.plugin_path);
+  return FL_OK;
+}
+
+/* ------------------------------------------------------------- lifecycle */
+
+fl_status fl_model_create(const fl_model_spec *spec, size_t max_batch, uint64_t seed,
+                          fl_model **out) {
+  if (!spec || !out) return FL_ERR(FL_EINVAL, "model: NULL spec or output");
+  *out = NULL;
+  if (max_batch == 0) return FL_ERR(FL_EINVAL, "model: max_batch must be > 0");
+  fl_model *m = calloc(1, sizeof *m);
+  if (!m) return FL_ERR(FL_ENOMEM, "model: out of memory");
+  fl_status st = resolve_spec(spec, &m->spec);
+  if (st != FL_OK) goto fail;
+  m->max_batch = max_batch;
+  const char *kind = m->spec.kind;
+  if (strcmp(kind, "logreg") == 0) m->ops = &fl_model_logreg_ops;
+  else if (strcmp(kind, "mlp") == 0) m->ops = &fl_model_mlp_ops;
+  else if (strcmp(kind, "cnn") == 0) m->ops = &fl_model_cnn_ops;
+  else if (strcmp(kind, "plugin") == 0) {
+    if (!m->spec.plugin_path[0]) {
+      st = FL_ERR(FL_EINVAL, "model: kind plugin needs plugin_path");
+      goto fail;
+    }
+    st = fl_model_plugin_open(m->spec.plugin_path, &m->ops, &m->dl);
+    if (st != FL_OK) goto fail;
+  } else {
+    st = FL_ERR(FL_EINVAL, "model: unknown kind '%s' (logreg, mlp, cnn or plugin)", kind);
+    goto fail;
+  }
+  st = m->ops->create(&m->spec, max_batch, seed, &m->handle);
+  if (st != FL_OK) {
+    if (m->dl) FL_LOGE("model plugin %s: create failed: %s", m->spec.plugin_path,
+                       fl_strerror(st));
+    m->handle = NULL;
+    goto fail;
+  }
+  if (m->dl && (st = check_params(m)) != FL_OK) goto fail;
+  *out = m;
+  return FL_OK;
+fail:
+  fl_model_destroy(m);
+  return st;
+}
+
+void fl_model_destroy(fl_model *m) {
+  if (!m) return;
+  if (m->handle) m->ops->destroy(m->handle);
+  if (m->dl) dlclose(m->dl);
+  free(m);
+}
+
+const fl_model_spec *fl_model_get_spec(const fl_model *m) { return m ? &m->spec : NULL; }
+
+size_t fl_model_max_batch(const fl_model *m) { return m ? m->max_batch : 0; }
+
+size_t fl_model_num_params(const fl_model *m) { return m ? m->ops->num_params(m->handle) : 0; }
+
+fl_param *fl_model_param(fl_model *m, size_t index) {
+  if (!m || index >= m->ops->num_params(m->handle)) return NULL;
+  return m->ops->param(m->handle, index);
+}
+
+size_t fl_model_input_size(const fl_model *m) { return m ? m->ops->input_size(m->handle) : 0; }
+
+size_t fl_model_activation_bytes(const fl_model *m) {
+  return m ? m->ops->activation_bytes(m->handle) : 0;
+}
+
+/* ----------------------------------------------------------------- steps */
+
+static fl_status check_batch(const fl_model *m, const float *x, const int32_t *y, size_t batch,
+                             const char *what) {
+  if (!m || !x || !y) return FL_ERR(FL_EINVAL, "model %s: NULL model, input or labels", what);
+  if (batch == 0 || batch > m->max_batch)
+    return FL_ERR(FL_EINVAL, "model %s: batch %zu outside [1, %zu]", what, batch,
+                  m->max_batch);
+  for (size_t i = 0; i < batch; i++)
+    if (y[i] < 0 || y[i] >= m->spec.num_classes)
+      return FL_ERR(FL_EINVAL, "model %s: label %d of sample %zu outside [0, %d)", what,
+                    (int)y[i], i, m->spec.num_classes);
+  return FL_OK;
+}
+
+fl_status fl_model_train_step(fl_model *m, const float *x, const int32_t *y, size_t batch,
+                              float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
+                              fl_model_result *res) {
+  FL_TRY(check_batch(m, x, y, batch, "train_step"));
+  if (!(loss_scale > 0.0f) || !isfinite(loss_scale))
+    return FL_ERR(FL_EINVAL, "model train_step: loss scale %g must be finite and > 0",
+                  (double)loss_scale);
+  fl_status st = m->ops->train_step(m->handle, x, y, batch, loss_scale, on_ready, ctx, res);
+  if (st != FL_OK && m->dl)
+    FL_LOGE("model plugin %s: train_step failed: %s", m->spec.plugin_path, fl_strerror(st));
+  return st;
+}
+
+fl_status fl_model_eval(fl_model *m, const float *x, const int32_t *y, size_t batch,
+                        fl_model_result *res) {
+  FL_TRY(check_batch(m, x, y, batch, "eval"));
+  fl_status st = m->ops->eval(m->handle, x, y, batch, res);
+  if (st != FL_OK && m->dl)
+    FL_LOGE("model plugin %s: eval failed: %s", m->spec.plugin_path, fl_strerror(st));
+  return st;
+}

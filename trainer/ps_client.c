@@ -1,0 +1,958 @@
+/* ps_client.c - the trainer's client of flotilla-pserver (see
+ * fl_ps_client.h): channels, the completion-queue driver thread with
+ * retries and backoff, registration and recovery, dense block pushes and
+ * pulls, sparse row pulls and pushes, barriers, heartbeats. */
+#include <config.h>
+
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <grpc/support/time.h>
+
+#include "fl_log.h"
+#include "fl_ps_client.h"
+#include "fl_rpc.h"
+#include "flotilla.pb-c.h"
+
+#define ZERO_COPY_MIN (64u << 10)
+#define SPARSE_CHUNK 65536u
+#define MAX_RECOVERIES 8
+
+#define PATH(m) "/flotilla.ParameterServer/" m
+
+enum { OP_PUSH = 0, OP_PULL, OP_SPULL, OP_SPUSH };
+
+typedef struct op {
+  int type;
+  int server;
+  uint32_t block;
+  int kind;
+  int64_t step;
+  int64_t min_step;
+  const float *src;
+  /* sparse */
+  const char *table;
+  uint32_t dim;
+  const uint64_t *keys;
+  const size_t *pos;
+  size_t nkeys;
+  const float *grads;
+  float *out;
+  uint32_t seq;
+  /* call state */
+  fl_rpc_call call;
+  fl_rpc_outbuf *ob;
+  int attempt;
+  int warned;
+  double start, due;
+  fl_status st;
+  struct op *next_retry;
+} op;
+
+typedef struct server_buf {
+  uint64_t *keys;
+  size_t *pos;
+  float *grads;
+  size_t n, cap, gcap;
+} server_buf;
+
+struct fl_ps_client {
+  fl_ps_client_opts o;
+  fl_endpoint *eps;
+  char (*names)[FL_HOST_MAX + 16];
+  char *token, *tls_ca, *tls_cert, *tls_key;
+  uint64_t incarnation;
+  grpc_channel **ch;
+  grpc_completion_queue *cq;
+  pthread_t driver;
+  int driver_started;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  op **pool;
+  size_t n_ops, cap_ops;
+  size_t pending;
+  op *retry;
+  int shutting;
+
+  /* registration */
+  fl_ps_layout *layout;
+  fl_ps_dense_param *params;
+  size_t np;
+  fl_ps_sparse_spec *tables;
+  size_t n_tables;
+  _Atomic int64_t step_seen;
+
+  /* driver-thread scratch */
+  fl_rpc_arena arena;
+  fl_rpc_inbuf in;
+  /* trainer-thread scratch for blocking calls */
+  fl_rpc_outbuf *ob;
+  fl_rpc_inbuf uin;
+  fl_rpc_arena uarena;
+  server_buf *sb;
+
+  /* heartbeats */
+  pthread_t hb;
+  int hb_started;
+  pthread_mutex_t hb_mu;
+  pthread_cond_t hb_cv;
+  int hb_stop;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *op_name(int type) {
+  switch (type) {
+  case OP_PUSH: return "PushDense";
+  case OP_PULL: return "PullDense";
+  case OP_SPULL: return "PullSparse";
+  default: return "PushSparse";
+  }
+}
+
+static char *dup_opt(const char *s) { return s && s[0] ? strdup(s) : NULL; }
+
+/* --------------------------------------------------------------- calls */
+
+/* Pack and start op (any thread). */
+static fl_status op_launch(fl_ps_client *c, op *o) {
+  grpc_byte_buffer *bb = NULL;
+  const char *method;
+  fl_status st;
+  Flotilla__Tensor t = FLOTILLA__TENSOR__INIT;
+  int64_t shape[2];
+
+  switch (o->type) {
+  case OP_PUSH: {
+    Flotilla__PushDenseRequest r = FLOTILLA__PUSH_DENSE_REQUEST__INIT;
+    Flotilla__DenseBlock b = FLOTILLA__DENSE_BLOCK__INIT, *bp = &b;
+    const fl_ps_block *blk = &c->layout->blocks[o->block];
+    shape[0] = (int64_t)blk->n;
+    t.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+    t.n_shape = 1;
+    t.shape = shape;
+    t.data.data = (uint8_t *)o->src;
+    t.data.len = blk->n * sizeof(float);
+    b.block = o->block;
+    b.value = &t;
+    r.trainer_id = c->o.trainer_id;
+    r.step = o->step;
+    r.kind = o->kind;
+    r.n_blocks = 1;
+    r.blocks = &bp;
+    st = fl_rpc_pack(o->ob, &r.base, &bb);
+    method = PATH("PushDense");
+    break;
+  }
+  case OP_PULL: {
+    Flotilla__PullDenseRequest r = FLOTILLA__PULL_DENSE_REQUEST__INIT;
+    r.trainer_id = c->o.trainer_id;
+    r.min_step = o->min_step;
+    r.n_blocks = 1;
+    r.blocks = &o->block;
+    st = fl_rpc_pack(o->ob, &r.base, &bb);
+    method = PATH("PullDense");
+    break;
+  }
+  case OP_SPULL: {
+    Flotilla__PullSparseRequest r = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
+    r.trainer_id = c->o.trainer_id;
+    r.table = (char *)o->table;
+    r.n_keys = o->nkeys;
+    r.keys = (uint64_t *)o->keys;
+    st = fl_rpc_pack(o->ob, &r.base, &bb);
+    method = PATH("PullSparse");
+    break;
+  }
+  default: {
+    Flotilla__PushSparseRequest r = FLOTILLA__PUSH_SPARSE_REQUEST__INIT;
+    shape[0] = (int64_t)o->nkeys;
+    shape[1] = o->dim;
+    t.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+    t.n_shape = 2;
+    t.shape = shape;
+    t.data.data = (uint8_t *)o->grads;
+    t.data.len = o->nkeys * o->dim * sizeof(float);
+    r.trainer_id = c->o.trainer_id;
+    r.step = o->step;
+    r.table = (char *)o->table;
+    r.n_keys = o->nkeys;
+    r.keys = (uint64_t *)o->keys;
+    r.grads = &t;
+    r.seq = o->seq;
+    st = fl_rpc_pack(o->ob, &r.base, &bb);
+    method = PATH("PushSparse");
+    break;
+  }
+  }
+  if (st != FL_OK) return st;
+  return fl_rpc_call_start(&o->call, c->ch[o->server], c->cq, method, bb, c->o.rpc_timeout_s,
+                           c->token, o);
+}
+
+/* A fresh op of the current batch (trainer thread). */
+static op *op_new(fl_ps_client *c, int type, int server) {
+  op *o;
+  pthread_mutex_lock(&c->mu);
+  if (c->n_ops == c->cap_ops) {
+    size_t nc = c->cap_ops ? c->cap_ops * 2 : 64;
+    op **np = realloc(c->pool, nc * sizeof *np);
+    if (!np) {
+      pthread_mutex_unlock(&c->mu);
+      return NULL;
+    }
+    memset(np + c->cap_ops, 0, (nc - c->cap_ops) * sizeof *np);
+    c->pool = np;
+    c->cap_ops = nc;
+  }
+  o = c->pool[c->n_ops];
+  if (!o) {
+    o = calloc(1, sizeof *o);
+    if (!o || fl_rpc_outbuf_create(ZERO_COPY_MIN, &o->ob) != FL_OK) {
+      free(o);
+      pthread_mutex_unlock(&c->mu);
+      return NULL;
+    }
+    c->pool[c->n_ops] = o;
+  }
+  c->n_ops++;
+  pthread_mutex_unlock(&c->mu);
+  {
+    fl_rpc_outbuf *ob = o->ob;
+    memset(o, 0, sizeof *o);
+    o->ob = ob;
+  }
+  o->type = type;
+  o->server = server;
+  return o;
+}
+
+/* Start op now; a failure to start completes it with that error. */
+static fl_status op_submit(fl_ps_client *c, op *o) {
+  fl_status st;
+  o->start = now_s();
+  o->st = FL_OK;
+  pthread_mutex_lock(&c->mu);
+  c->pending++;
+  pthread_mutex_unlock(&c->mu);
+  st = op_launch(c, o);
+  if (st != FL_OK) {
+    pthread_mutex_lock(&c->mu);
+    o->st = st;
+    c->pending--;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+  }
+  return st;
+}
+
+/* Handle a successful answer (driver thread). */
+static fl_status op_parse(fl_ps_client *c, op *o) {
+  ProtobufCMessage *m;
+  fl_status st = FL_OK;
+  if (o->type == OP_PUSH || o->type == OP_SPUSH) return FL_OK;
+  if (fl_rpc_inbuf_read(&c->in, o->call.recv) != FL_OK)
+    return FL_ERR(FL_EPROTO, "pserver %d (%s): unreadable %s answer", o->server,
+                  c->names[o->server], op_name(o->type));
+  if (o->type == OP_PULL) {
+    Flotilla__PullDenseResponse *r;
+    const fl_ps_block *blk = &c->layout->blocks[o->block];
+    m = fl_rpc_unpack(&c->arena, &flotilla__pull_dense_response__descriptor, c->in.data,
+                      c->in.len);
+    r = (Flotilla__PullDenseResponse *)m;
+    if (!r || r->n_blocks != 1 || r->blocks[0]->block != o->block || !r->blocks[0]->value ||
+        r->blocks[0]->value->dtype != FLOTILLA__DTYPE__DTYPE_FP32 ||
+        r->blocks[0]->value->data.len != blk->n * sizeof(float)) {
+      st = FL_ERR(FL_EPROTO, "pserver %d (%s): malformed answer to a pull of block %u", o->server,
+                  c->names[o->server], o->block);
+    } else {
+      memcpy(c->params[blk->param].value + blk->offset, r->blocks[0]->value->data.data,
+             blk->n * sizeof(float));
+      if (r->step > atomic_load(&c->step_seen)) atomic_store(&c->step_seen, r->step);
+    }
+  } else {
+    Flotilla__PullSparseResponse *r;
+    m = fl_rpc_unpack(&c->arena, &flotilla__pull_sparse_response__descriptor, c->in.data,
+                      c->in.len);
+    r = (Flotilla__PullSparseResponse *)m;
+    if (!r || !r->values || r->values->dtype != FLOTILLA__DTYPE__DTYPE_FP32 ||
+        r->values->data.len != o->nkeys * o->dim * sizeof(float)) {
+      st = FL_ERR(FL_EPROTO, "pserver %d (%s): malformed answer to a pull of %zu rows of %s",
+                  o->server, c->names[o->server], o->nkeys, o->table);
+    } else {
+      const float *v = (const float *)(const void *)r->values->data.data;
+      for (size_t i = 0; i < o->nkeys; i++)
+        memcpy(o->out + o->pos[i] * o->dim, v + i * o->dim, o->dim * sizeof(float));
+    }
+  }
+  fl_rpc_arena_reset(&c->arena);
+  return st;
+}
+
+static int retriable(grpc_status_code code) {
+  return code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED;
+}
+
+static void on_complete(fl_ps_client *c, op *o) {
+  grpc_status_code code = o->call.status;
+  char details[256];
+  double now = now_s();
+  fl_status st;
+
+  fl_rpc_call_details(&o->call, details, sizeof details);
+  if (code == GRPC_STATUS_OK) {
+    st = op_parse(c, o);
+  } else if (retriable(code) && now - o->start < c->o.retry_budget_s && !c->shutting) {
+    double back = 0.05 * pow(2.0, o->attempt < 6 ? o->attempt : 6);
+    if (back > 2.0) back = 2.0;
+    back *= 0.75 + 0.5 * ((double)rand() / RAND_MAX);
+    if (!o->warned) {
+      FL_LOGW("pserver %d (%s) %s: %s (%s); retrying for up to %.0f s", o->server,
+              c->names[o->server], op_name(o->type), fl_rpc_code_name(code), details,
+              c->o.retry_budget_s);
+      o->warned = 1;
+    }
+    o->attempt++;
+    fl_rpc_call_end(&o->call);
+    pthread_mutex_lock(&c->mu);
+    o->due = now + back;
+    o->next_retry = c->retry;
+    c->retry = o;
+    pthread_mutex_unlock(&c->mu);
+    return;
+  } else {
+    st = fl_rpc_status_from_grpc(code);
+    if (st != FL_ESTATE)
+      FL_LOGE("pserver %d (%s) %s%s: %s (%s)", o->server, c->names[o->server], op_name(o->type),
+              retriable(code) ? " gave up retrying" : "", fl_rpc_code_name(code), details);
+  }
+  if (o->warned && st == FL_OK)
+    FL_LOGI("pserver %d (%s) %s went through after %d retries", o->server, c->names[o->server],
+            op_name(o->type), o->attempt);
+  fl_rpc_call_end(&o->call);
+  pthread_mutex_lock(&c->mu);
+  o->st = st;
+  c->pending--;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void *driver_main(void *arg) {
+  fl_ps_client *c = arg;
+  for (;;) {
+    double now = now_s(), next = now + 0.1;
+    op *due = NULL, **pp;
+    grpc_event ev;
+
+    pthread_mutex_lock(&c->mu);
+    for (pp = &c->retry; *pp;) {
+      op *o = *pp;
+      if (o->due <= now || c->shutting) {
+        *pp = o->next_retry;
+        o->next_retry = due;
+        due = o;
+      } else {
+        if (o->due < next) next = o->due;
+        pp = &o->next_retry;
+      }
+    }
+    pthread_mutex_unlock(&c->mu);
+    while (due) {
+      op *o = due;
+      fl_status st = c->shutting ? FL_ECLOSED : op_launch(c, o);
+      due = o->next_retry;
+      if (st != FL_OK) {
+        pthread_mutex_lock(&c->mu);
+        o->st = st;
+        c->pending--;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+      }
+    }
+    ev = grpc_completion_queue_next(
+        c->cq,
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                     gpr_time_from_micros((int64_t)((next - now) * 1e6) + 1, GPR_TIMESPAN)),
+        NULL);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    if (ev.type == GRPC_OP_COMPLETE) on_complete(c, ev.tag);
+  }
+  return NULL;
+}
+
+/* ---------------------------------------------------------- blocking calls */
+
+/* One unary call with retries of UNAVAILABLE / deadline within the budget.
+ * Answer in c->uin; *code gets the final gRPC status.  Not logged. */
+static fl_status unary(fl_ps_client *c, int server, const char *method,
+                       const ProtobufCMessage *req, double timeout, fl_rpc_outbuf *ob,
+                       fl_rpc_inbuf *in, grpc_status_code *code, char *details, size_t cap) {
+  double start = now_s();
+  int attempt = 0, warned = 0;
+  for (;;) {
+    fl_status st = fl_rpc_unary(c->ch[server], method, req, timeout, c->token, ob, in, code,
+                                details, cap);
+    double back;
+    if (st == FL_OK || !retriable(*code) || now_s() - start > c->o.retry_budget_s) return st;
+    if (!warned && strcmp(method, PATH("Heartbeat")) != 0) {
+      FL_LOGW("pserver %d (%s) %s: %s (%s); retrying for up to %.0f s", server, c->names[server],
+              method + strlen(PATH("")), fl_rpc_code_name(*code), details ? details : "",
+              c->o.retry_budget_s);
+      warned = 1;
+    }
+    if (strcmp(method, PATH("Heartbeat")) == 0) return st; /* the next beat will do */
+    back = 0.05 * pow(2.0, attempt < 6 ? attempt : 6);
+    if (back > 2.0) back = 2.0;
+    attempt++;
+    usleep((useconds_t)(back * 1e6));
+  }
+}
+
+/* Register with server s; give it initial values when it has none. */
+static fl_status register_server(fl_ps_client *c, int s, int64_t *step) {
+  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
+  Flotilla__RegisterResponse *resp;
+  Flotilla__DenseParamSpec *specs = NULL, **sp = NULL;
+  Flotilla__SparseTableSpec *ts = NULL, **tp = NULL;
+  grpc_status_code code;
+  char details[512];
+  fl_status st = FL_ENOMEM;
+
+  specs = calloc(c->np + 1, sizeof *specs);
+  sp = calloc(c->np + 1, sizeof *sp);
+  ts = calloc(c->n_tables + 1, sizeof *ts);
+  tp = calloc(c->n_tables + 1, sizeof *tp);
+  if (!specs || !sp || !ts || !tp) {
+    st = FL_ERR(FL_ENOMEM, "ps client: out of memory registering");
+    goto done;
+  }
+  for (size_t i = 0; i < c->np; i++) {
+    flotilla__dense_param_spec__init(&specs[i]);
+    specs[i].name = (char *)c->params[i].name;
+    specs[i].numel = c->params[i].n;
+    sp[i] = &specs[i];
+  }
+  for (size_t i = 0; i < c->n_tables; i++) {
+    flotilla__sparse_table_spec__init(&ts[i]);
+    ts[i].name = (char *)c->tables[i].name;
+    ts[i].dim = c->tables[i].dim;
+    tp[i] = &ts[i];
+  }
+  r.trainer_id = c->o.trainer_id;
+  r.num_trainers = c->o.num_trainers;
+  r.incarnation = c->incarnation;
+  r.mode = c->o.mode;
+  r.dense_block_size = c->o.dense_block_size;
+  r.num_servers = c->o.n_servers;
+  r.server_index = s;
+  r.n_dense = c->np;
+  r.dense = sp;
+  r.n_sparse = c->n_tables;
+  r.sparse = tp;
+  r.total_steps = c->o.total_steps;
+  st = unary(c, s, PATH("Register"), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code, details,
+             sizeof details);
+  if (st != FL_OK) {
+    st = FL_ERR(st, "pserver %d (%s) refused to register trainer %d: %s (%s)", s, c->names[s],
+                c->o.trainer_id, fl_rpc_code_name(code), details);
+    goto done;
+  }
+  resp = (Flotilla__RegisterResponse *)fl_rpc_unpack(
+      &c->uarena, &flotilla__register_response__descriptor, c->uin.data, c->uin.len);
+  if (!resp) {
+    st = FL_ERR(FL_EPROTO, "pserver %d (%s): malformed Register answer", s, c->names[s]);
+    goto done;
+  }
+  if (step) *step = resp->step;
+  if (!resp->initialized && c->layout) {
+    /* Our values become the server's (the first trainer's win). */
+    for (size_t b = 0; b < c->layout->n_blocks && st == FL_OK; b++) {
+      const fl_ps_block *blk = &c->layout->blocks[b];
+      Flotilla__PushDenseRequest q = FLOTILLA__PUSH_DENSE_REQUEST__INIT;
+      Flotilla__DenseBlock db = FLOTILLA__DENSE_BLOCK__INIT, *dbp = &db;
+      Flotilla__Tensor t = FLOTILLA__TENSOR__INIT;
+      int64_t shape = (int64_t)blk->n;
+      if (blk->server != s) continue;
+      t.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+      t.n_shape = 1;
+      t.shape = &shape;
+      t.data.data = (uint8_t *)(c->params[blk->param].value + blk->offset);
+      t.data.len = blk->n * sizeof(float);
+      db.block = (uint32_t)b;
+      db.value = &t;
+      q.trainer_id = c->o.trainer_id;
+      q.kind = FLOTILLA__PUSH_KIND__PUSH_INIT;
+      q.n_blocks = 1;
+      q.blocks = &dbp;
+      st = unary(c, s, PATH("PushDense"), &q.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
+                 details, sizeof details);
+      if (st != FL_OK)
+        st = FL_ERR(st, "pserver %d (%s): initialising block %zu failed: %s (%s)", s, c->names[s],
+                    b, fl_rpc_code_name(code), details);
+    }
+  }
+done:
+  fl_rpc_arena_reset(&c->uarena);
+  free(specs);
+  free(sp);
+  free(ts);
+  free(tp);
+  return st;
+}
+
+/* ----------------------------------------------------------------- public */
+
+fl_status fl_ps_client_create(const fl_ps_client_opts *o, fl_ps_client **out) {
+  fl_ps_client *c;
+  fl_rpc_opts ro;
+  fl_status st;
+
+  *out = NULL;
+  if (!o->servers || o->n_servers < 1 || o->trainer_id < 0 || o->trainer_id >= o->num_trainers)
+    return FL_ERR(FL_EINVAL, "ps client: bad options (%d servers, trainer %d of %d)", o->n_servers,
+                  o->trainer_id, o->num_trainers);
+  c = calloc(1, sizeof *c);
+  if (!c) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+  c->o = *o;
+  if (c->o.rpc_timeout_s <= 0) c->o.rpc_timeout_s = 30;
+  if (c->o.retry_budget_s <= 0) c->o.retry_budget_s = 60;
+  c->eps = calloc((size_t)o->n_servers, sizeof *c->eps);
+  c->names = calloc((size_t)o->n_servers, sizeof *c->names);
+  c->ch = calloc((size_t)o->n_servers, sizeof *c->ch);
+  c->sb = calloc((size_t)o->n_servers, sizeof *c->sb);
+  c->token = dup_opt(o->token);
+  c->tls_ca = dup_opt(o->tls_ca);
+  c->tls_cert = dup_opt(o->tls_cert);
+  c->tls_key = dup_opt(o->tls_key);
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  pthread_mutex_init(&c->hb_mu, NULL);
+  pthread_cond_init(&c->hb_cv, NULL);
+  fl_rpc_arena_init(&c->arena);
+  fl_rpc_arena_init(&c->uarena);
+  if (!c->eps || !c->names || !c->ch || !c->sb) {
+    st = FL_ERR(FL_ENOMEM, "ps client: out of memory");
+    goto fail;
+  }
+  {
+    uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20) ^ (uint64_t)(now_s() * 1e9);
+    c->incarnation = fl_ps_mix64(seed ^ ((uint64_t)o->trainer_id << 48)) | 1u;
+    srand((unsigned)c->incarnation);
+  }
+  if ((st = fl_rpc_outbuf_create(ZERO_COPY_MIN, &c->ob)) != FL_OK) goto fail;
+  fl_rpc_init();
+  memset(&ro, 0, sizeof ro);
+  ro.token = c->token;
+  ro.tls_ca = c->tls_ca;
+  ro.tls_cert = c->tls_cert;
+  ro.tls_key = c->tls_key;
+  ro.max_message_bytes = FL_RPC_DEFAULT_MAX_MESSAGE + (16u << 20);
+  for (int s = 0; s < o->n_servers; s++) {
+    c->eps[s] = o->servers[s];
+    fl_endpoint_format(&c->eps[s], c->names[s], sizeof c->names[s]);
+    if ((st = fl_rpc_channel_create(c->names[s], &ro, &c->ch[s])) != FL_OK) goto fail_rpc;
+  }
+  c->cq = grpc_completion_queue_create_for_next(NULL);
+  if (!c->cq) {
+    st = FL_ERR(FL_ENOMEM, "ps client: cannot create a completion queue");
+    goto fail_rpc;
+  }
+  if (pthread_create(&c->driver, NULL, driver_main, c) != 0) {
+    st = FL_ERR(FL_EIO, "ps client: cannot start the driver thread");
+    goto fail_rpc;
+  }
+  c->driver_started = 1;
+  *out = c;
+  return FL_OK;
+fail_rpc:
+  fl_ps_client_destroy(c);
+  return st;
+fail:
+  fl_rpc_outbuf_free(c->ob);
+  free(c->eps);
+  free(c->names);
+  free(c->ch);
+  free(c->sb);
+  free(c->token);
+  free(c->tls_ca);
+  free(c->tls_cert);
+  free(c->tls_key);
+  free(c);
+  return st;
+}
+
+static void *hb_main(void *arg) {
+  fl_ps_client *c = arg;
+  fl_rpc_outbuf *ob = NULL;
+  fl_rpc_inbuf in = {0};
+  if (fl_rpc_outbuf_create(0, &ob) != FL_OK) return NULL;
+  pthread_mutex_lock(&c->hb_mu);
+  while (!c->hb_stop) {
+    struct timespec ts;
+    double when = c->o.heartbeat_interval_s;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)when;
+    ts.tv_nsec += (long)((when - floor(when)) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&c->hb_cv, &c->hb_mu, &ts);
+    if (c->hb_stop) break;
+    pthread_mutex_unlock(&c->hb_mu);
+    for (int s = 0; s < c->o.n_servers; s++) {
+      Flotilla__HeartbeatRequest r = FLOTILLA__HEARTBEAT_REQUEST__INIT;
+      grpc_status_code code;
+      r.trainer_id = c->o.trainer_id;
+      r.incarnation = c->incarnation;
+      r.step = atomic_load(&c->step_seen);
+      if (fl_rpc_unary(c->ch[s], PATH("Heartbeat"), &r.base, c->o.heartbeat_interval_s, c->token,
+                       ob, &in, &code, NULL, 0) != FL_OK &&
+          code == GRPC_STATUS_FAILED_PRECONDITION)
+        FL_LOGI("pserver %d (%s) does not know trainer %d (any more); its next call registers "
+                "again", s, c->names[s], c->o.trainer_id);
+    }
+    pthread_mutex_lock(&c->hb_mu);
+  }
+  pthread_mutex_unlock(&c->hb_mu);
+  fl_rpc_outbuf_free(ob);
+  fl_rpc_inbuf_free(&in);
+  return NULL;
+}
+
+fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params, size_t n,
+                                const fl_ps_sparse_spec *tables, size_t n_tables,
+                                int64_t *step) {
+  int64_t best = 0;
+  fl_status st;
+
+  /* Keep copies of the lists (names too). */
+  for (size_t i = 0; i < c->np; i++) free((char *)c->params[i].name);
+  free(c->params);
+  for (size_t i = 0; i < c->n_tables; i++) free((char *)c->tables[i].name);
+  free(c->tables);
+  fl_ps_layout_free(c->layout);
+  c->params = NULL;
+  c->tables = NULL;
+  c->layout = NULL;
+  c->np = c->n_tables = 0;
+  c->params = calloc(n + 1, sizeof *c->params);
+  c->tables = calloc(n_tables + 1, sizeof *c->tables);
+  if (!c->params || !c->tables) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+  for (size_t i = 0; i < n; i++) {
+    c->params[i] = params[i];
+    if (!(c->params[i].name = strdup(params[i].name)))
+      return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+    c->np++;
+  }
+  for (size_t i = 0; i < n_tables; i++) {
+    c->tables[i] = tables[i];
+    if (!(c->tables[i].name = strdup(tables[i].name)))
+      return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+    c->n_tables++;
+  }
+  if (n) {
+    uint64_t *numel = malloc(n * sizeof *numel);
+    if (!numel) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+    for (size_t i = 0; i < n; i++) numel[i] = params[i].n;
+    st = fl_ps_layout_build(numel, n, c->o.dense_block_size, c->o.n_servers, &c->layout);
+    free(numel);
+    FL_TRY(st);
+  }
+  for (int s = 0; s < c->o.n_servers; s++) {
+    int64_t st_s = 0;
+    FL_TRY(register_server(c, s, &st_s));
+    if (st_s > best) best = st_s;
+  }
+  if (step) *step = best;
+  if (c->o.heartbeat_interval_s > 0 && !c->hb_started) {
+    if (pthread_create(&c->hb, NULL, hb_main, c) != 0)
+      return FL_ERR(FL_EIO, "ps client: cannot start the heartbeat thread");
+    c->hb_started = 1;
+  }
+  return FL_OK;
+}
+
+const fl_ps_layout *fl_ps_client_layout(const fl_ps_client *c) { return c->layout; }
+
+void fl_ps_client_set_total_steps(fl_ps_client *c, int64_t total_steps) {
+  c->o.total_steps = total_steps;
+}
+
+fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int64_t step,
+                                  const float *src) {
+  op *o;
+  if (!c->layout || block >= c->layout->n_blocks)
+    return FL_ERR(FL_EINVAL, "ps client: push of unknown block %u", block);
+  o = op_new(c, OP_PUSH, c->layout->blocks[block].server);
+  if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+  o->block = block;
+  o->kind = kind;
+  o->step = step;
+  o->src = src;
+  op_submit(c, o);
+  return FL_OK; /* a launch failure is reported by fl_ps_client_wait */
+}
+
+fl_status fl_ps_client_pull_block(fl_ps_client *c, uint32_t block, int64_t min_step) {
+  op *o;
+  if (!c->layout || block >= c->layout->n_blocks)
+    return FL_ERR(FL_EINVAL, "ps client: pull of unknown block %u", block);
+  o = op_new(c, OP_PULL, c->layout->blocks[block].server);
+  if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+  o->block = block;
+  o->min_step = min_step;
+  op_submit(c, o);
+  return FL_OK;
+}
+
+fl_status fl_ps_client_wait(fl_ps_client *c) {
+  for (int round = 0;; round++) {
+    int *again = NULL;
+    fl_status first = FL_OK;
+    int any = 0;
+    pthread_mutex_lock(&c->mu);
+    while (c->pending > 0) pthread_cond_wait(&c->cv, &c->mu);
+    for (size_t i = 0; i < c->n_ops; i++) {
+      op *o = c->pool[i];
+      if (o->st == FL_ESTATE) any = 1;
+      else if (o->st != FL_OK && first == FL_OK) first = o->st;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (first != FL_OK || !any) {
+      pthread_mutex_lock(&c->mu);
+      c->n_ops = 0;
+      pthread_mutex_unlock(&c->mu);
+      return first;
+    }
+    if (round >= MAX_RECOVERIES) {
+      c->n_ops = 0;
+      return FL_ERR(FL_ESTATE, "ps client: servers keep refusing trainer %d after %d "
+                    "registrations", c->o.trainer_id, round);
+    }
+    again = calloc((size_t)c->o.n_servers, sizeof *again);
+    if (!again) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+    for (size_t i = 0; i < c->n_ops; i++)
+      if (c->pool[i]->st == FL_ESTATE) again[c->pool[i]->server] = 1;
+    for (int s = 0; s < c->o.n_servers; s++) {
+      fl_status st;
+      if (!again[s]) continue;
+      FL_LOGI("pserver %d (%s) does not know trainer %d: registering again", s, c->names[s],
+              c->o.trainer_id);
+      if ((st = register_server(c, s, NULL)) != FL_OK) {
+        free(again);
+        c->n_ops = 0;
+        return st;
+      }
+    }
+    /* Repeat every call of this batch to a server that forgot us, not only
+     * the refused ones: a push it took before a restart may be lost (the
+     * server deduplicates the rest), and pulls are idempotent. */
+    for (size_t i = 0; i < c->n_ops; i++) {
+      op *o = c->pool[i];
+      if (!again[o->server]) continue;
+      o->attempt = 0;
+      o->warned = 0;
+      op_submit(c, o);
+    }
+    free(again);
+  }
+}
+
+/* Group keys (and their gradient rows) by server into c->sb. */
+static fl_status group_keys(fl_ps_client *c, const uint64_t *keys, size_t n, uint32_t dim,
+                            const float *grads) {
+  for (int s = 0; s < c->o.n_servers; s++) c->sb[s].n = 0;
+  for (size_t i = 0; i < n; i++) c->sb[fl_ps_key_server(keys[i], c->o.n_servers)].n++;
+  for (int s = 0; s < c->o.n_servers; s++) {
+    server_buf *b = &c->sb[s];
+    size_t need = b->n;
+    b->n = 0;
+    if (need > b->cap) {
+      uint64_t *nk = realloc(b->keys, need * sizeof *nk);
+      size_t *np = nk ? realloc(b->pos, need * sizeof *np) : NULL;
+      if (nk) b->keys = nk;
+      if (np) b->pos = np;
+      if (!nk || !np) return FL_ERR(FL_ENOMEM, "ps client: out of memory for %zu keys", n);
+      b->cap = need;
+    }
+    if (grads && need * dim > b->gcap) {
+      float *ng = realloc(b->grads, need * dim * sizeof *ng);
+      if (!ng) return FL_ERR(FL_ENOMEM, "ps client: out of memory for %zu rows", n);
+      b->grads = ng;
+      b->gcap = need * dim;
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    server_buf *b = &c->sb[fl_ps_key_server(keys[i], c->o.n_servers)];
+    b->keys[b->n] = keys[i];
+    b->pos[b->n] = i;
+    if (grads) memcpy(b->grads + b->n * dim, grads + i * dim, dim * sizeof(float));
+    b->n++;
+  }
+  return FL_OK;
+}
+
+static fl_status sparse_call(fl_ps_client *c, int type, const char *table, uint32_t dim,
+                             int64_t step, const uint64_t *keys, size_t n, const float *grads,
+                             float *out) {
+  FL_TRY(group_keys(c, keys, n, dim, type == OP_SPUSH ? grads : NULL));
+  for (int s = 0; s < c->o.n_servers; s++) {
+    server_buf *b = &c->sb[s];
+    uint32_t seq = 0;
+    for (size_t off = 0; off < b->n; off += SPARSE_CHUNK, seq++) {
+      op *o = op_new(c, type, s);
+      if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+      o->table = table;
+      o->dim = dim;
+      o->step = step;
+      o->keys = b->keys + off;
+      o->pos = b->pos + off;
+      o->nkeys = b->n - off < SPARSE_CHUNK ? b->n - off : SPARSE_CHUNK;
+      o->grads = type == OP_SPUSH ? b->grads + off * dim : NULL;
+      o->out = out;
+      o->seq = seq;
+      op_submit(c, o);
+    }
+  }
+  return fl_ps_client_wait(c);
+}
+
+fl_status fl_ps_client_pull_sparse(fl_ps_client *c, const char *table, uint32_t dim,
+                                   const uint64_t *keys, size_t n, float *out) {
+  return sparse_call(c, OP_SPULL, table, dim, 0, keys, n, NULL, out);
+}
+
+fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t dim,
+                                   int64_t step, const uint64_t *keys, size_t n,
+                                   const float *grads) {
+  if (n > SPARSE_CHUNK * 64)
+    return FL_ERR(FL_EINVAL, "ps client: %zu rows in one sparse push (at most %u)", n,
+                  SPARSE_CHUNK * 64);
+  return sparse_call(c, OP_SPUSH, table, dim, step, keys, n, grads, NULL);
+}
+
+fl_status fl_ps_client_barrier(fl_ps_client *c, const char *name, const double *values,
+                               size_t nv, int64_t value_min, double *sums, int64_t *min) {
+  Flotilla__BarrierRequest r = FLOTILLA__BARRIER_REQUEST__INIT;
+  Flotilla__BarrierResponse *resp;
+  grpc_status_code code;
+  char details[512];
+  fl_status st;
+
+  r.trainer_id = c->o.trainer_id;
+  r.name = (char *)name;
+  r.n_values = nv;
+  r.values = (double *)values;
+  r.value_min = value_min;
+  for (int round = 0;; round++) {
+    st = unary(c, 0, PATH("Barrier"), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
+               details, sizeof details);
+    if (st != FL_ESTATE || round >= MAX_RECOVERIES) break;
+    FL_TRY(register_server(c, 0, NULL));
+  }
+  if (st != FL_OK)
+    return FL_ERR(st, "pserver 0 (%s) barrier %s: %s (%s)", c->names[0], name,
+                  fl_rpc_code_name(code), details);
+  resp = (Flotilla__BarrierResponse *)fl_rpc_unpack(
+      &c->uarena, &flotilla__barrier_response__descriptor, c->uin.data, c->uin.len);
+  if (!resp || resp->n_sums != nv) {
+    fl_rpc_arena_reset(&c->uarena);
+    return FL_ERR(FL_EPROTO, "pserver 0 (%s): malformed answer to barrier %s", c->names[0], name);
+  }
+  if (nv) memcpy(sums, resp->sums, nv * sizeof *sums);
+  if (min) *min = resp->min;
+  fl_rpc_arena_reset(&c->uarena);
+  return FL_OK;
+}
+
+fl_status fl_ps_client_complete(fl_ps_client *c) {
+  for (int s = 0; s < c->o.n_servers; s++) {
+    Flotilla__CompleteRequest r = FLOTILLA__COMPLETE_REQUEST__INIT;
+    grpc_status_code code;
+    char details[256];
+    fl_status st;
+    r.trainer_id = c->o.trainer_id;
+    for (int round = 0;; round++) {
+      st = unary(c, s, PATH("Complete"), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
+                 details, sizeof details);
+      if (st != FL_ESTATE || round >= 2) break;
+      FL_TRY(register_server(c, s, NULL));
+    }
+    if (st != FL_OK)
+      return FL_ERR(st, "pserver %d (%s) Complete: %s (%s)", s, c->names[s],
+                    fl_rpc_code_name(code), details);
+  }
+  return FL_OK;
+}
+
+void fl_ps_client_destroy(fl_ps_client *c) {
+  if (!c) return;
+  if (c->hb_started) {
+    pthread_mutex_lock(&c->hb_mu);
+    c->hb_stop = 1;
+    pthread_cond_broadcast(&c->hb_cv);
+    pthread_mutex_unlock(&c->hb_mu);
+    pthread_join(c->hb, NULL);
+  }
+  if (c->driver_started) {
+    pthread_mutex_lock(&c->mu);
+    c->shutting = 1;
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&c->mu);
+    while (c->pending > 0) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    grpc_completion_queue_shutdown(c->cq);
+    pthread_join(c->driver, NULL);
+  }
+  if (c->cq) grpc_completion_queue_destroy(c->cq);
+  for (int s = 0; c->ch && s < c->o.n_servers; s++)
+    if (c->ch[s]) grpc_channel_destroy(c->ch[s]);
+  fl_rpc_shutdown();
+  for (size_t i = 0; i < c->cap_ops; i++)
+    if (c->pool[i]) {
+      fl_rpc_outbuf_free(c->pool[i]->ob);
+      free(c->pool[i]);
+    }
+  free(c->pool);
+  for (int s = 0; c->sb && s < c->o.n_servers; s++) {
+    free(c->sb[s].keys);
+    free(c->sb[s].pos);
+    free(c->sb[s].grads);
+  }
+  for (size_t i = 0; i < c->np; i++) free((char *)c->params[i].name);
+  free(c->params);
+  for (size_t i = 0; i < c->n_tables; i++) free((char *)c->tables[i].name);
+  free(c->tables);
+  fl_ps_layout_free(c->layout);
+  fl_rpc_arena_free(&c->arena);
+  fl_rpc_arena_free(&c->uarena);
+  fl_rpc_inbuf_free(&c->in);
+  fl_rpc_inbuf_free(&c->uin);
+  fl_rpc_outbuf_free(c->ob);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->hb_mu);
+  pthread_cond_destroy(&c->hb_cv);
+  free(c->eps);
+  free(c->names);
+  free(c->ch);
+  free(c->sb);
+  free(c->token);
+  free(c->tls_ca);
+  free(c->tls_cert);
+  free(c->tls_key);
+  free(c);
+}

@@ -1,0 +1,373 @@
+/* sync_ps.c - PServer mode of fl_sync (fl_sync.h): how a trainer's step
+ * reaches the parameter servers.
+ *
+ *   sync  (a_sync false): each block's merged gradient is pushed as soon as
+ *         backward reports its parameter final (grad_ready), so pushes
+ *         overlap the rest of backward; step_end pulls every block asking
+ *         for the next step, which the servers answer once every live
+ *         trainer's push of this step is summed and applied.  The loop does
+ *         not run an optimizer (apply = 0).
+ *   async (a_sync true): the same pushes; the pulls (after the pushes are
+ *         in) are answered at once with whatever the servers hold.
+ *   geo   (a_sync true, a_sync_configs.k_steps = k > 0): the loop trains
+ *         locally with its own optimizer (apply = 1); every k steps, before
+ *         the step, the delta since the last exchange, divided by the number
+ *         of trainers (as Paddle's GeoSGD does), is pushed and added on the
+ *         servers, and the parameters are pulled back.  finish pushes the
+ *         last delta.
+ * Steps on the wire count from the step the servers report at registration
+ * (a restarted trainer joins at the servers' current step).  Only trainable
+ * parameters travel; buffers (batch-norm statistics) stay local.
+ * agree_steps is a barrier (minimum) on server 0, reduce_metrics a barrier
+ * (sum) on server 0 named by the call's sequence number. */
+#include <config.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fl_log.h"
+#include "fl_ps_client.h"
+#include "flotilla.pb-c.h"
+
+typedef struct sync_ps {
+  const fl_job *job;
+  fl_ps_client *client;
+  int mode;
+  int k_geo;
+  int rank, world;
+  int64_t step;        /* step number of the pushes of the current step */
+  int64_t local_steps; /* steps done by this process (geo period) */
+  int64_t metrics_seq;
+  /* the parameters that travel */
+  fl_param **params;
+  size_t np;
+  long *index_of;      /* model param index -> params index, or -1 */
+  size_t n_model;
+  int bound;
+  fl_ps_sparse_spec *tables;
+  size_t n_tables;
+  float *geo_old;      /* geo: values at the last exchange (all params) */
+  float *geo_delta;
+  size_t total;
+  uint8_t *pushed;     /* per param, this step */
+  fl_status err;       /* from grad_ready, reported by step_end */
+  int registered;
+  int finished;
+} sync_ps;
+
+static const fl_sync_ops ps_ops;
+
+/* Register (once) without parameters, so barriers work before the model
+ * exists (agree_steps runs before init_params). */
+static fl_status ensure_registered(sync_ps *s) {
+  int64_t step = 0;
+  if (s->registered) return FL_OK;
+  FL_TRY(fl_ps_client_register(s->client, NULL, 0, s->tables, s->n_tables, &step));
+  s->registered = 1;
+  return FL_OK;
+}
+
+static fl_status collect_params(sync_ps *s, fl_model *m) {
+  size_t n;
+  if (s->bound || s->params) return FL_OK;
+  if (!m) return FL_ERR(FL_EINVAL, "ps mode: no model and no bound parameters");
+  n = fl_model_num_params(m);
+  s->params = calloc(n + 1, sizeof *s->params);
+  s->index_of = calloc(n + 1, sizeof *s->index_of);
+  if (!s->params || !s->index_of) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
+  s->n_model = n;
+  for (size_t i = 0; i < n; i++) {
+    fl_param *p = fl_model_param(m, i);
+    s->index_of[i] = -1;
+    if (!p->grad) continue;
+    s->index_of[i] = (long)s->np;
+    s->params[s->np++] = p;
+  }
+  return FL_OK;
+}
+
+static fl_status pull_all(sync_ps *s, int64_t min_step) {
+  const fl_ps_layout *l = fl_ps_client_layout(s->client);
+  for (size_t b = 0; b < l->n_blocks; b++)
+    FL_TRY(fl_ps_client_pull_block(s->client, (uint32_t)b, min_step));
+  return FL_OK;
+}
+
+static fl_status ps_init_params(void *self, fl_model *m) {
+  sync_ps *s = self;
+  fl_ps_dense_param *dp;
+  int64_t step = 0;
+  fl_status st;
+
+  FL_TRY(collect_params(s, m));
+  if (s->np == 0) return FL_ERR(FL_EINVAL, "ps mode: the model has no trainable parameter");
+  dp = calloc(s->np, sizeof *dp);
+  if (!dp) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
+  for (size_t i = 0; i < s->np; i++) {
+    dp[i].name = s->params[i]->name;
+    dp[i].value = s->params[i]->value;
+    dp[i].n = s->params[i]->n;
+    s->total += s->params[i]->n;
+  }
+  st = fl_ps_client_register(s->client, dp, s->np, s->tables, s->n_tables, &step);
+  free(dp);
+  FL_TRY(st);
+  s->registered = 1;
+  s->step = step;
+  s->pushed = calloc(s->np, 1);
+  if (!s->pushed) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
+  /* Everyone starts from the servers' values. */
+  FL_TRY(pull_all(s, 0));
+  FL_TRY(fl_ps_client_wait(s->client));
+  if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_GEO) {
+    size_t off = 0;
+    s->geo_old = malloc(s->total * sizeof(float));
+    s->geo_delta = malloc(s->total * sizeof(float));
+    if (!s->geo_old || !s->geo_delta) return FL_ERR(FL_ENOMEM, "ps mode: out of memory (geo)");
+    for (size_t i = 0; i < s->np; i++) {
+      memcpy(s->geo_old + off, s->params[i]->value, s->params[i]->n * sizeof(float));
+      off += s->params[i]->n;
+    }
+  }
+  FL_LOGI("ps mode (%s): %zu parameters in %zu blocks over %d pservers; starting at step %" PRId64,
+          s->mode == 0 ? "sync" : s->mode == 1 ? "async" : "geo", s->np,
+          fl_ps_client_layout(s->client)->n_blocks, fl_ps_client_layout(s->client)->n_servers,
+          s->step);
+  return FL_OK;
+}
+
+static fl_status ps_agree_steps(void *self, int64_t local_steps, int64_t *global_steps) {
+  sync_ps *s = self;
+  int64_t total;
+  FL_TRY(ensure_registered(s));
+  FL_TRY(fl_ps_client_barrier(s->client, "agree_steps", NULL, 0, local_steps, NULL,
+                              global_steps));
+  total = *global_steps * s->job->train.epochs;
+  if (s->job->train.max_steps > 0 && s->job->train.max_steps < total)
+    total = s->job->train.max_steps;
+  fl_ps_client_set_total_steps(s->client, total);
+  return FL_OK;
+}
+
+/* geo: push (p - old) / world of every parameter, pull, old = p. */
+static fl_status geo_exchange(sync_ps *s) {
+  const fl_ps_layout *l = fl_ps_client_layout(s->client);
+  float inv = 1.0f / (float)s->world;
+  size_t off = 0;
+  for (size_t i = 0; i < s->np; i++) {
+    const float *p = s->params[i]->value;
+    for (size_t k = 0; k < s->params[i]->n; k++)
+      s->geo_delta[off + k] = (p[k] - s->geo_old[off + k]) * inv;
+    off += s->params[i]->n;
+  }
+  off = 0;
+  for (size_t i = 0; i < s->np; i++) {
+    for (size_t b = l->first_block[i]; b < l->first_block[i + 1]; b++)
+      FL_TRY(fl_ps_client_push_block(s->client, (uint32_t)b, FLOTILLA__PUSH_KIND__PUSH_DELTA,
+                                     s->step, s->geo_delta + off + l->blocks[b].offset));
+    off += s->params[i]->n;
+  }
+  FL_TRY(fl_ps_client_wait(s->client));
+  FL_TRY(pull_all(s, 0));
+  FL_TRY(fl_ps_client_wait(s->client));
+  off = 0;
+  for (size_t i = 0; i < s->np; i++) {
+    memcpy(s->geo_old + off, s->params[i]->value, s->params[i]->n * sizeof(float));
+    off += s->params[i]->n;
+  }
+  return FL_OK;
+}
+
+static fl_status ps_step_begin(void *self, fl_model *m, int64_t step) {
+  sync_ps *s = self;
+  (void)m;
+  (void)step;
+  if (s->finished) return FL_ERR(FL_ESTATE, "ps mode: a step begun after finish");
+  if (!s->pushed) return FL_ERR(FL_ESTATE, "ps mode: a step begun before init_params");
+  s->err = FL_OK;
+  memset(s->pushed, 0, s->np);
+  if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_GEO && s->local_steps > 0 &&
+      s->local_steps % s->k_geo == 0)
+    FL_TRY(geo_exchange(s));
+  return FL_OK;
+}
+
+/* Queue the gradient pushes of params[i]'s blocks. */
+static void push_param(sync_ps *s, size_t i) {
+  const fl_ps_layout *l = fl_ps_client_layout(s->client);
+  if (s->pushed[i]) return;
+  s->pushed[i] = 1;
+  for (size_t b = l->first_block[i]; b < l->first_block[i + 1]; b++) {
+    fl_status st = fl_ps_client_push_block(s->client, (uint32_t)b, FLOTILLA__PUSH_KIND__PUSH_GRAD,
+                                           s->step, s->params[i]->grad + l->blocks[b].offset);
+    if (st != FL_OK && s->err == FL_OK) s->err = st;
+  }
+}
+
+static void ps_grad_ready(void *self, fl_model *m, size_t index) {
+  sync_ps *s = self;
+  (void)m;
+  if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_GEO) return;
+  if (s->bound) {
+    if (index < s->np) push_param(s, index);
+  } else if (index < s->n_model && s->index_of[index] >= 0) {
+    push_param(s, (size_t)s->index_of[index]);
+  }
+}
+
+static fl_status ps_step_end(void *self, fl_model *m, int64_t step, int *apply) {
+  sync_ps *s = self;
+  (void)m;
+  (void)step;
+  if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_GEO) {
+    *apply = 1;
+    s->step++;
+    s->local_steps++;
+    return FL_OK;
+  }
+  *apply = 0;
+  for (size_t i = 0; i < s->np; i++) push_param(s, i);
+  FL_TRY(s->err);
+  if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC) {
+    /* The servers hold these pulls until the step is applied. */
+    FL_TRY(pull_all(s, s->step + 1));
+  } else {
+    FL_TRY(fl_ps_client_wait(s->client));
+    FL_TRY(pull_all(s, 0));
+  }
+  FL_TRY(fl_ps_client_wait(s->client));
+  s->step++;
+  s->local_steps++;
+  return FL_OK;
+}
+
+static fl_status ps_reduce_metrics(void *self, double *v, size_t n) {
+  sync_ps *s = self;
+  char name[64];
+  double *sums;
+  fl_status st;
+  if (n > 64) return FL_ERR(FL_EINVAL, "ps mode: %zu metrics in one reduction (at most 64)", n);
+  sums = malloc((n + 1) * sizeof *sums);
+  if (!sums) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
+  snprintf(name, sizeof name, "metrics/%" PRId64, s->metrics_seq++);
+  st = fl_ps_client_barrier(s->client, name, v, n, 0, sums, NULL);
+  if (st == FL_OK) memcpy(v, sums, n * sizeof *v);
+  free(sums);
+  return st;
+}
+
+static int ps_rank(void *self) { return ((sync_ps *)self)->rank; }
+static int ps_world_size(void *self) { return ((sync_ps *)self)->world; }
+
+static fl_status ps_finish(void *self) {
+  sync_ps *s = self;
+  if (s->finished) return FL_OK;
+  if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_GEO && s->geo_old && s->local_steps % s->k_geo)
+    FL_TRY(geo_exchange(s));
+  s->finished = 1;
+  return fl_ps_client_complete(s->client);
+}
+
+static void ps_destroy(void *self) {
+  sync_ps *s = self;
+  if (!s) return;
+  fl_ps_client_destroy(s->client);
+  if (!s->bound) free(s->params);
+  free(s->index_of);
+  free(s->pushed);
+  free(s->geo_old);
+  free(s->geo_delta);
+  for (size_t i = 0; i < s->n_tables; i++) free((char *)s->tables[i].name);
+  free(s->tables);
+  free(s);
+}
+
+static const fl_sync_ops ps_ops = {
+    .name = "ps",
+    .init_params = ps_init_params,
+    .agree_steps = ps_agree_steps,
+    .step_begin = ps_step_begin,
+    .grad_ready = ps_grad_ready,
+    .step_end = ps_step_end,
+    .reduce_metrics = ps_reduce_metrics,
+    .rank = ps_rank,
+    .world_size = ps_world_size,
+    .finish = ps_finish,
+    .destroy = ps_destroy,
+};
+
+fl_status fl_sync_ps_create(const fl_job *job, const fl_cluster *cl, fl_sync *out) {
+  sync_ps *s;
+  fl_ps_client_opts o;
+  double hb = job->cluster.heartbeat_timeout_s;
+  fl_status st;
+
+  out->ops = NULL;
+  out->self = NULL;
+  if (cl->n_pservers < 1)
+    return FL_ERR(FL_EINVAL, "ps mode needs the pserver list (FLOTILLA_PSERVERS_IP_PORT_LIST)");
+  s = calloc(1, sizeof *s);
+  if (!s) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
+  s->job = job;
+  s->rank = cl->trainer_id;
+  s->world = cl->trainers_num;
+  s->mode = !job->strategy.a_sync ? FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC
+            : job->strategy.a_sync_configs.k_steps > 0 ? FLOTILLA__SYNC_MODE__SYNC_MODE_GEO
+                                                       : FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC;
+  s->k_geo = job->strategy.a_sync_configs.k_steps;
+  memset(&o, 0, sizeof o);
+  o.servers = cl->pserver_endpoints;
+  o.n_servers = cl->n_pservers;
+  o.trainer_id = cl->trainer_id;
+  o.num_trainers = cl->trainers_num;
+  o.mode = s->mode;
+  o.dense_block_size = job->pserver.dense_block_size;
+  o.rpc_timeout_s = job->cluster.rpc_timeout_s;
+  o.retry_budget_s = hb * 3 > 60 ? hb * 3 : 60;
+  o.heartbeat_interval_s = hb > 0 ? (hb / 4 < 5 ? hb / 4 : 5) : 0;
+  o.token = cl->token;
+  o.tls_ca = job->cluster.tls.ca;
+  if (job->cluster.tls.mutual) {
+    o.tls_cert = job->cluster.tls.cert;
+    o.tls_key = job->cluster.tls.key;
+  }
+  if ((st = fl_ps_client_create(&o, &s->client)) != FL_OK) {
+    free(s);
+    return st;
+  }
+  out->ops = &ps_ops;
+  out->self = s;
+  return FL_OK;
+}
+
+fl_status fl_sync_ps_bind(fl_sync *sync, fl_param *const *params, size_t n,
+                          const fl_ps_sparse_spec *tables, size_t n_tables) {
+  sync_ps *s;
+  if (!sync || sync->ops != &ps_ops) return FL_ERR(FL_EINVAL, "not a ps-mode trainer");
+  s = sync->self;
+  if (s->registered) return FL_ERR(FL_ESTATE, "ps mode: parameters bound after registration");
+  s->params = (fl_param **)params;
+  s->np = n;
+  s->bound = 1;
+  s->tables = calloc(n_tables + 1, sizeof *s->tables);
+  if (!s->tables) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
+  for (size_t i = 0; i < n_tables; i++) {
+    s->tables[i] = tables[i];
+    if (!(s->tables[i].name = strdup(tables[i].name)))
+      return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
+    s->n_tables++;
+  }
+  return FL_OK;
+}
+
+fl_ps_client *fl_sync_ps_client(const fl_sync *sync) {
+  if (!sync || sync->ops != &ps_ops) return NULL;
+  return ((sync_ps *)sync->self)->client;
+}
+
+int64_t fl_sync_ps_step(const fl_sync *sync) {
+  if (!sync || sync->ops != &ps_ops) return 0;
+  return ((sync_ps *)sync->self)->step;
+}
