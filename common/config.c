@@ -26,7 +26,14 @@ _Static_assert(sizeof(fl_optim_kind) == sizeof(int) && sizeof(fl_lr_kind) == siz
                    sizeof(fl_amp_dtype) == sizeof(int),
                "enum fields must be int-sized");
 
-#define MAX_FILE_BYTES (16u << 20)
+/* Bounds that keep a hostile job file cheap: libyaml holds every node of the
+ * document (about 170 bytes per scalar) and its scanner spends time
+ * proportional to the flow-collection nesting depth on every token, so
+ * "[[[[...]]]]" costs quadratic time.  Flow depth is at most the number of
+ * '[' and '{' characters, which is what is counted (a job file has a few
+ * dozen at most). */
+#define MAX_FILE_BYTES (1u << 20)
+#define MAX_FLOW_OPENERS 256
 #define MAX_FIELDS 96
 #define PATH_BUF 192 /* longest key path kept, e.g. "strategy.amp_configs.x[3]" */
 
@@ -1120,6 +1127,12 @@ static fl_status load_text(const char *text, size_t len, const char *name, fl_jo
   g_err[0] = '\0';
   fl_job_defaults(job);
   SET_STR(job->source, name);
+  if (len > MAX_FILE_BYTES) return perr(&c, NULL, NULL, "job file larger than %u bytes", MAX_FILE_BYTES);
+  size_t openers = 0;
+  for (size_t i = 0; i < len; i++) openers += text[i] == '[' || text[i] == '{';
+  if (openers > MAX_FLOW_OPENERS)
+    return perr(&c, NULL, NULL, "more than %d '[' and '{' characters (flow collections); write "
+                "long or nested lists in block style", MAX_FLOW_OPENERS);
   if (!yaml_parser_initialize(&parser)) return FL_ERR(FL_ENOMEM, "%s: yaml parser init", name);
   yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
   if (!yaml_parser_load(&parser, &doc)) goto syntax;

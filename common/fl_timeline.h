@@ -54,6 +54,14 @@ void fl_timeline_span(fl_timeline *tl, const char *cat, const char *name, int64_
 /* A counter sample ("C" event), drawn as a graph (loss, loss scale). */
 void fl_timeline_counter(fl_timeline *tl, const char *name, double value);
 
+/* The process's timeline, for modules that are not handed one (the
+ * collective buckets, the PS client): main sets it once after
+ * fl_timeline_open (--timeline) and clears it (NULL) before closing it.
+ * fl_timeline_default() is NULL while tracing is off, which every call
+ * above accepts. */
+void fl_timeline_set_default(fl_timeline *tl);
+fl_timeline *fl_timeline_default(void);
+
 /* Write the footer, close the file and free tl.  FL_EIO when any write
  * failed (logged once, with the path).  NULL is accepted. */
 fl_status fl_timeline_close(fl_timeline *tl);

@@ -14,6 +14,7 @@
 #include <grpc/support/time.h>
 
 #include "fl_log.h"
+#include "fl_metrics.h"
 #include "fl_rpc.h"
 
 void fl_rpc_init(void) { grpc_init(); }
@@ -401,6 +402,7 @@ fl_status fl_rpc_pack(fl_rpc_outbuf *ob, const ProtobufCMessage *msg, grpc_byte_
   for (size_t i = 0; i < ob->nseg; i++) grpc_slice_unref(slices[i]);
   if (slices != stack) free(slices);
   if (!*out) st = FL_ERR(FL_ENOMEM, "rpc: cannot make a byte buffer of %zu bytes", size);
+  else fl_series_add(fl_metrics_std()->bytes_sent, (double)size); /* /metrics */
   return st;
 }
 
@@ -434,6 +436,7 @@ fl_status fl_rpc_inbuf_read(fl_rpc_inbuf *ib, grpc_byte_buffer *bb) {
   }
   grpc_byte_buffer_reader_destroy(&r);
   if (ib->len != need) return FL_EPROTO;
+  fl_series_add(fl_metrics_std()->bytes_received, (double)need); /* /metrics */
   return FL_OK;
 }
 

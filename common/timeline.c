@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +170,12 @@ void fl_timeline_counter(fl_timeline *tl, const char *name, double value) {
   event_end(tl);
   pthread_mutex_unlock(&tl->mu);
 }
+
+static fl_timeline *_Atomic default_tl;
+
+void fl_timeline_set_default(fl_timeline *tl) { atomic_store(&default_tl, tl); }
+
+fl_timeline *fl_timeline_default(void) { return atomic_load(&default_tl); }
 
 fl_status fl_timeline_close(fl_timeline *tl) {
   if (!tl) return FL_OK;

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,6 +71,7 @@ struct run {
   uv_signal_t sig[3];
   uv_timer_t kill_timer, restart_timer, pserver_timer;
   int closed;          /* handles closed: the loop is ending */
+  int ended;           /* the loop has ended: no more progress line */
   int stopping;        /* SIGTERM sent to everybody */
   int restarting;      /* trainers being stopped for a group restart */
   int restarts_done;
@@ -92,6 +94,7 @@ struct run {
   int metrics_port;
   int multi_node;
   const char *log_dir;
+  char token_env[80]; /* "FLOTILLA_TOKEN=<hex>" made for a one-node job, or "" */
 };
 
 /* ---- command line ---- */
@@ -181,9 +184,11 @@ static void usage(FILE *out) {
       "  FLOTILLA_LOCAL_RANK, FLOTILLA_LOCAL_SIZE   trainer's place on its node\n"
       "  FLOTILLA_SELECTED_GPUS           with --gpus: this trainer's GPU\n"
       "  FLOTILLA_LOG_DIR                 --log_dir\n"
-      "Any of these in flotilla-run's own environment is replaced; the rest of the\n"
-      "environment is passed on (FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE,\n"
-      "FLOTILLA_LOG_LEVEL, FLOTILLA_CHECKPOINT_DIR included).\n"
+      "These are never inherited from flotilla-run's own environment; the rest of\n"
+      "it is passed on (FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE, FLOTILLA_LOG_LEVEL,\n"
+      "FLOTILLA_CHECKPOINT_DIR included).  A one-node job with no shared secret\n"
+      "(FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE or the job's cluster.token_file) gets\n"
+      "a random FLOTILLA_TOKEN of its own; a multi-node job needs one given.\n"
       "\n"
       "Environment read by flotilla-run:\n"
       "  FLOTILLA_TRAINER_BIN, FLOTILLA_PSERVER_BIN   like --trainer_bin, --pserver_bin\n"
@@ -274,7 +279,7 @@ static void say(run *r, const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
-  if (r->tty) status_draw(r);
+  if (r->tty && !r->ended) status_draw(r);
 }
 
 static const char *role_name(const child *c) {
@@ -606,12 +611,13 @@ static int spawn_child(run *r, child *c, int resume) {
 
   size_t nenv = 0;
   while (environ[nenv]) nenv++;
-  char **env = calloc(nenv + (size_t)p->n_env + 1, sizeof *env);
+  char **env = calloc(nenv + (size_t)p->n_env + 2, sizeof *env);
   if (!env) return FL_ERR(FL_ENOMEM, "out of memory starting %s %d", role_name(c), p->id);
   size_t k = 0;
   for (size_t i = 0; i < nenv; i++)
     if (!is_cluster_var(environ[i])) env[k++] = environ[i];
   for (int i = 0; i < p->n_env; i++) env[k++] = p->env[i];
+  if (r->token_env[0]) env[k++] = r->token_env;
   env[k] = NULL;
 
   int fds[2];
@@ -828,6 +834,22 @@ static void write_outputs(run *r) {
     say(r, "metrics in %s, curve in %s", csv, png);
 }
 
+/* A job on one node with no shared secret anywhere (FLOTILLA_TOKEN,
+ * FLOTILLA_TOKEN_FILE, cluster.token_file) gets a fresh random one, so that
+ * no other local process can join its rendezvous or call its pservers.
+ * Several nodes must share one: there the user provides it. */
+static fl_status make_token(run *r, const fl_run_opts *o, const fl_job *job) {
+  const char *t = getenv("FLOTILLA_TOKEN"), *tf = getenv("FLOTILLA_TOKEN_FILE");
+  if (o->n_ips > 1 || (t && *t) || (tf && *tf) || job->cluster.token_file[0]) return FL_OK;
+  unsigned char raw[24];
+  if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+    return FL_ERR(FL_EIO, "cannot make a job token: getrandom: %s", strerror(errno));
+  size_t n = (size_t)snprintf(r->token_env, sizeof r->token_env, "FLOTILLA_TOKEN=");
+  for (size_t i = 0; i < sizeof raw; i++)
+    n += (size_t)snprintf(r->token_env + n, sizeof r->token_env - n, "%02x", raw[i]);
+  return FL_OK;
+}
+
 /* Parse the command line into o and r; 0 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
   int dd = argc;
@@ -953,6 +975,7 @@ static void supervise(run *r) {
   maybe_finished(r);
   uv_run(r->loop, UV_RUN_DEFAULT);
   uv_loop_close(r->loop);
+  r->ended = 1;
   for (int i = 0; i < r->n_children; i++)
     if (r->children[i].log_fd >= 0) close(r->children[i].log_fd);
 
@@ -1005,7 +1028,8 @@ int main(int argc, char **argv) {
   rc = 2;
   if (fl_run_local_addrs(local, FL_RUN_MAX_NODES * 4, &n_local) != FL_OK ||
       fl_run_find_node(&o, local, n_local, &node) != FL_OK ||
-      fl_run_make_plan(&o, node, r.plan) != FL_OK || make_dirs(o.log_dir) != FL_OK)
+      fl_run_make_plan(&o, node, r.plan) != FL_OK || make_dirs(o.log_dir) != FL_OK ||
+      make_token(&r, &o, &job) != FL_OK)
     goto done;
 
   rc = 1;

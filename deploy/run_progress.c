@@ -364,14 +364,14 @@ fl_status fl_run_plot(const char *csv_path, const char *png_path, const char *gp
           "set terminal png size 960,540\n"
           "set output '%s'\n"
           "set title 'Flotilla: loss and accuracy'\n"
-          "set xlabel 'global batch'\n"
+          "set xlabel 'step (global batches)'\n"
           "set ylabel 'loss'\n"
           "set y2label 'accuracy'\n"
           "set ytics nomirror\n"
           "set y2tics\n"
           "set y2range [0:1]\n"
           "set grid\n"
-          "set key bottom left\n",
+          "set key below horizontal\n",
           png_path);
   const char *sep = "plot ";
   if (ntrain) {

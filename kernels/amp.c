@@ -38,6 +38,7 @@ fl_status fl_amp_check_finite_and_unscale(float *const *t, const size_t *n, size
   float inv = (float)(1.0 / (double)scale);
   int found = 0;
   int nthr = fl_kern_threads(0, total);
+  (void)nthr; /* unused without OpenMP */
   FL_OMP(omp parallel num_threads(nthr) if (nthr > 1) reduction(| : found))
   {
     size_t T = (size_t)fl_kern_nthreads(), k = (size_t)fl_kern_tid();

@@ -71,6 +71,7 @@ static fl_status check_cast(const void *src, size_t sbytes, const void *dst, siz
 #define FL_CAST_PAR(n, body)                                                          \
   do {                                                                                \
     int nthr_ = fl_kern_threads(0, (n));                                              \
+    (void)nthr_; /* unused without OpenMP */                                          \
     FL_OMP(omp parallel num_threads(nthr_) if (nthr_ > 1))                            \
     {                                                                                 \
       size_t T_ = (size_t)fl_kern_nthreads(), k_ = (size_t)fl_kern_tid();             \

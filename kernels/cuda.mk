@@ -5,7 +5,7 @@
 flotillainclude_HEADERS += kernels/fl_device.h
 libflotilla_la_SOURCES += kernels/cuda_internal.h
 if HAVE_CUDA
-libflotilla_la_SOURCES += kernels/device.cu kernels/optim.cu
+libflotilla_la_SOURCES += kernels/device.cu kernels/optim.cu kernels/layers.cu
 
 # nvcc flags of this tree (NVCC_COMPILE in Makefile.am uses them; NVCCFLAGS
 # stays the user's).  SASS for Hopper (sm_90) plus compute_90 PTX for newer
@@ -21,6 +21,7 @@ FL_CUDA_DEPS = $(srcdir)/kernels/cuda_internal.h $(srcdir)/common/fl_status.h \
 	$(srcdir)/common/fl_log.h config.h
 kernels/device.lo: $(FL_CUDA_DEPS) $(srcdir)/kernels/fl_device.h $(srcdir)/kernels/fl_optim.h
 kernels/optim.lo: $(FL_CUDA_DEPS) $(srcdir)/kernels/fl_optim.h
+kernels/layers.lo: $(FL_CUDA_DEPS) $(srcdir)/kernels/fl_layers.h
 else
 libflotilla_la_SOURCES += kernels/nocuda.c
 endif

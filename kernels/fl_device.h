@@ -5,8 +5,8 @@
  * allocate, fill, read back and wait for that memory without including any
  * CUDA header.  Streams are passed as void* (a cudaStream_t), NULL meaning
  * the default stream.  In a tree built without CUDA every function returns
- * FL_ENOTSUP (fl_cuda_device_count, declared in fl_optim.h, returns 0).
- * CUDA errors come back as FL_ECUDA, logged once where they happen. */
+ * FL_ENOTSUP and fl_cuda_device_count returns 0.  CUDA errors come back as
+ * FL_ECUDA, logged once where they happen. */
 #ifndef FL_DEVICE_H
 #define FL_DEVICE_H
 
@@ -17,6 +17,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Number of usable CUDA devices: 0 without a GPU or in a CPU-only build
+ * (the same declaration as in fl_optim.h). */
+int fl_cuda_device_count(void);
 
 /* Make device `dev` (0-based) current for the calling thread. */
 fl_status fl_cuda_set_device(int dev);

@@ -49,6 +49,7 @@ fl_status fl_gm_accumulate(float *const *acc, const float *const *g, const size_
   if (st != FL_OK)
     return st;
   int nthr = fl_kern_threads(0, total);
+  (void)nthr; /* unused without OpenMP */
   FL_OMP(omp parallel num_threads(nthr) if (nthr > 1))
   {
     size_t T = (size_t)fl_kern_nthreads(), k = (size_t)fl_kern_tid();
@@ -72,6 +73,7 @@ fl_status fl_gm_finalize(float *const *acc, const size_t *n, size_t nt, int k_st
     return FL_OK;
   float k = (float)k_steps;
   int nthr = fl_kern_threads(0, total);
+  (void)nthr; /* unused without OpenMP */
   FL_OMP(omp parallel num_threads(nthr) if (nthr > 1))
   {
     size_t T = (size_t)fl_kern_nthreads(), t = (size_t)fl_kern_tid();

@@ -344,6 +344,7 @@ static void elem_tensor(const fl_optim_hparams *hp, const step_c *c, const fl_op
 
 static void elem_step(const fl_optim_hparams *hp, const step_c *c, const fl_optim_tensor *t,
                       size_t nt, size_t total, int nthr) {
+  (void)nthr; /* unused without OpenMP */
   FL_OMP(omp parallel num_threads(nthr) if (nthr > 1))
   {
     size_t T = (size_t)fl_kern_nthreads(), k = (size_t)fl_kern_tid();
@@ -429,6 +430,7 @@ static float norm_scale(const step_c *c, double sp, double sx) {
 
 static void norm_step(const fl_optim_hparams *hp, const step_c *c, const fl_optim_tensor *t,
                       size_t nt, int nthr) {
+  (void)nthr; /* unused without OpenMP */
   double part_p[FL_KERN_NSEG_MAX], part_x[FL_KERN_NSEG_MAX];
   int lars = c->kind == FL_OPTIM_LARS;
   FL_OMP(omp parallel num_threads(nthr) if (nthr > 1))

@@ -96,8 +96,8 @@ __host__ __device__ static int mt_tensor(const mt_batch &b, int blk) {
  * MT_ILP loads issued before any store.  Op::load fills an element record,
  * Op::run updates and stores it and returns its squares (for the norms;
  * ignored by plain updates).  The per-thread sums run in element order.
- * Block and thread index are parameters (host-callable, for checking the
- * chunking without a device). */
+ * Block and thread index are parameters, so the loop is plain host+device
+ * code (it can be stepped through on the host). */
 template <class Op>
 __host__ __device__ static double2 mt_chunk(const mt_batch &b, const Op &op, int blk, int tid) {
   const int t = mt_tensor(b, blk);
@@ -702,65 +702,7 @@ fail:;
 }
 
 /* ------------------------------------------------------------------ casts
- * The bit recipes of cast.c (round to nearest even, overflow to inf, fp16
- * subnormals kept, nan kept and made quiet with the payload bits that fit),
- * as host+device functions so the twins give the same bits. */
-
-__host__ __device__ static inline uint32_t f2u(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-__host__ __device__ static inline float u2f(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-__host__ __device__ static inline uint16_t f32_to_f16(float f) {
-  uint32_t x = f2u(f);
-  uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu, h;
-  if (a > 0x7f800000u) { /* nan: quiet, top payload bits */
-    h = 0x7e00u | ((a >> 13) & 0x3ffu);
-  } else if (a >= 0x477ff000u) { /* 65520 and up round to inf */
-    h = 0x7c00u;
-  } else if (a >= 0x38800000u) { /* normal: rebias the exponent, round off 13 bits */
-    uint32_t r = a - 0x38000000u;
-    h = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
-  } else if (a > 0x33000000u) { /* subnormal, in units of 2^-24 */
-    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, s = 126u - e;
-    uint32_t q = m >> s, rem = m & ((1u << s) - 1u), half = 1u << (s - 1u);
-    h = q + (rem > half || (rem == half && (q & 1u)) ? 1u : 0u);
-  } else { /* up to 2^-25 (a tie, to even): zero */
-    h = 0;
-  }
-  return (uint16_t)(sign | h);
-}
-
-__host__ __device__ static inline float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-  if (e == 0x1fu)
-    x = 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u);
-  else if (e == 0) /* m * 2^-24 is exact in fp32 */
-    x = f2u((float)m * 0x1p-24f);
-  else
-    x = ((e + 112u) << 23) | (m << 13);
-  return u2f(sign | x);
-}
-
-__host__ __device__ static inline uint16_t f32_to_bf16(float f) {
-  uint32_t x = f2u(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
-  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-__host__ __device__ static inline float bf16_to_f32(uint16_t h) {
-  uint32_t x = (uint32_t)h << 16;
-  if ((x & 0x7fffffffu) > 0x7f800000u) x |= 0x400000u;
-  return u2f(x);
-}
+ * The bit recipes are in cuda_internal.h (shared with the AMP GEMMs). */
 
 /* Which cast a cast_kernel performs. */
 enum cast_kind { CAST_F32_F16, CAST_F16_F32, CAST_F32_BF16, CAST_BF16_F32 };

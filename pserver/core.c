@@ -99,6 +99,7 @@ struct fl_ps_core {
   pthread_mutex_t mu;
   ps_trainer tr[MAX_TRAINERS];
   _Atomic uint64_t counted[MAX_TRAINERS / 64];
+  _Atomic uint64_t parked[MAX_TRAINERS / 64]; /* waiting in a barrier */
 
   _Atomic(fl_ps_layout *) layout; /* set once */
   char **names;
@@ -145,6 +146,16 @@ static void set_counted(fl_ps_core *c, int t, int on) {
 
 static int is_counted(fl_ps_core *c, int t) {
   return (int)((atomic_load(&c->counted[t / 64]) >> (t % 64)) & 1u);
+}
+
+static void set_parked(fl_ps_core *c, int t, int on) {
+  uint64_t bit = 1ULL << (t % 64);
+  if (on) atomic_fetch_or(&c->parked[t / 64], bit);
+  else atomic_fetch_and(&c->parked[t / 64], ~bit);
+}
+
+static int is_parked(fl_ps_core *c, int t) {
+  return (int)((atomic_load(&c->parked[t / 64]) >> (t % 64)) & 1u);
 }
 
 static _Thread_local char t_last_error[512];
@@ -384,9 +395,14 @@ static fl_status add_table(fl_ps_core *c, const char *name, uint32_t dim) {
 
 /* ------------------------------------------------------------ sync rule */
 
+/* A sync step waits for every counted trainer that is not parked in a
+ * barrier: a trainer waiting in a barrier trains no step meanwhile, so
+ * waiting for it could deadlock against a trainer that must finish its
+ * steps before it reaches the same barrier (uneven work, a rejoined
+ * trainer). */
 static int all_counted_pushed(fl_ps_core *c, const ps_block *b) {
   for (int t = 0; t < c->nt; t++)
-    if (is_counted(c, t) && !b->have[t]) return 0;
+    if (is_counted(c, t) && !is_parked(c, t) && !b->have[t]) return 0;
   return 1;
 }
 
@@ -545,8 +561,9 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
             : was == T_DONE ? " again after completing" : "");
     c->tr[t].state = T_LIVE;
     c->tr[t].incarnation = req->incarnation;
-    joined = !is_counted(c, t);
+    joined = !is_counted(c, t) || is_parked(c, t);
     set_counted(c, t, 1);
+    set_parked(c, t, 0);
   }
   c->tr[t].last_seen = fl_ps_now();
 out:
@@ -993,13 +1010,14 @@ static int barrier_try_complete(fl_ps_core *c, ps_barrier *b) {
     for (int k = 0; k < b->nv; k++) b->sums[k] += b->vals[t * FL_PS_BARRIER_MAX_VALUES + k];
     if (b->mins[t] < b->min) b->min = b->mins[t];
     b->count++;
+    set_parked(c, t, 0);
   }
   b->done = 1;
   return 1;
 }
 
 fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req) {
-  int t = req->trainer_id, done = 0;
+  int t = req->trainer_id, done = 0, parked = 0;
   ps_barrier *b = NULL;
   fl_status st;
 
@@ -1056,10 +1074,15 @@ fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req)
     b->mins[t] = req->value_min;
   }
   done = barrier_try_complete(c, b);
-  if (!b->done) st = FL_EAGAIN;
+  if (!b->done) {
+    st = FL_EAGAIN;
+    parked = !is_parked(c, t);
+    set_parked(c, t, 1);
+  }
 out:
   pthread_mutex_unlock(&c->mu);
-  if (st == FL_OK && done) notify(c);
+  if (parked) reevaluate(c); /* steps no longer wait for it */
+  else if (st == FL_OK && done) notify(c);
   return st;
 }
 
@@ -1349,14 +1372,31 @@ static fl_status rec1(const fl_ckpt *ck, const char *file, const char *key, fl_c
   return FL_OK;
 }
 
+/* The table name of a "sparse/<name>/dim" record into out, or 0. */
+static int sparse_dim_record(const fl_ckpt_record *rd, char *out, size_t cap) {
+  const char *slash;
+  size_t len;
+  if (strncmp(rd->name, "sparse/", 7) != 0) return 0;
+  slash = strrchr(rd->name, '/');
+  if (!slash || strcmp(slash, "/dim") != 0) return 0;
+  len = (size_t)(slash - (rd->name + 7));
+  if (len == 0 || len >= cap || memchr(rd->name + 7, '/', len)) return -1;
+  memcpy(out, rd->name + 7, len);
+  out[len] = '\0';
+  return 1;
+}
+
 fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
   int64_t mode, idx, ns, ntr, bs, next;
   fl_ckpt_record rn, rnames, r;
-  fl_ps_layout *l;
+  fl_ps_layout *l, *tl = NULL;
+  const fl_ps_layout *use;
   char name[FL_CKPT_NAME_MAX];
   uint64_t *numel = NULL;
   char **names = NULL;
-  size_t np = 0;
+  size_t np = 0, new_tables = 0;
+  int nstate_dense = fl_optim_state_count(c->dense_hp.kind);
+  int nstate_sparse = fl_optim_state_count(c->sparse_hp.kind);
   fl_status st = FL_OK;
 
   FL_TRY(get_i64(ck, file, "ps/mode", &mode));
@@ -1366,17 +1406,18 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
   FL_TRY(get_i64(ck, file, "ps/block_size", &bs));
   FL_TRY(get_i64(ck, file, "ps/next_step", &next));
   if (mode != (int64_t)c->mode || idx != c->o.server_index || ns != c->o.n_servers ||
-      ntr != c->nt || bs != (int64_t)c->o.job.pserver.dense_block_size)
+      ntr != c->nt || bs != (int64_t)c->o.job.pserver.dense_block_size || next < 0)
     return FL_ERR(FL_EINVAL,
                   "checkpoint %s belongs to another job (mode %lld, server %lld of %lld, %lld "
                   "trainers, block size %lld)",
                   file, (long long)mode, (long long)idx, (long long)ns, (long long)ntr,
                   (long long)bs);
-  /* Phase 1: the dense layout and every record, checked. */
+  /* Phase 1: check everything; nothing changes yet. */
   if (fl_ckpt_find(ck, "dense/numel", &rn) == FL_OK) {
     const char *p;
     if (rn.dtype != FL_CKPT_U64 || rn.ndim != 1 || rn.shape[0] < 1 ||
-        fl_ckpt_find(ck, "dense/names", &rnames) != FL_OK || rnames.dtype != FL_CKPT_U8)
+        rn.shape[0] > FL_PS_MAX_BLOCKS || fl_ckpt_find(ck, "dense/names", &rnames) != FL_OK ||
+        rnames.dtype != FL_CKPT_U8)
       return FL_ERR(FL_ECORRUPT, "checkpoint %s: dense layout records malformed", file);
     np = (size_t)rn.shape[0];
     numel = malloc(np * sizeof *numel);
@@ -1390,7 +1431,7 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
     for (size_t i = 0; i < np; i++) {
       size_t left = rnames.nbytes - (size_t)(p - (const char *)rnames.data);
       size_t k = strnlen(p, left);
-      if (k == left || k == 0 || numel[i] == 0 || numel[i] > MAX_NUMEL) {
+      if (k == left || k == 0 || k >= PARAM_NAME_MAX || numel[i] == 0 || numel[i] > MAX_NUMEL) {
         st = FL_ERR(FL_ECORRUPT, "checkpoint %s: dense layout records malformed", file);
         goto out;
       }
@@ -1403,30 +1444,76 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
   }
   pthread_mutex_lock(&c->mu);
   l = atomic_load(&c->layout);
-  if (np && !l) {
-    st = make_layout(c, numel, names, np);
-    if (st == FL_OK) names = NULL; /* the core owns them now */
-  } else if (np) {
+  pthread_mutex_unlock(&c->mu);
+  if (np && l) {
     int same = l->n_params == np;
     for (size_t i = 0; same && i < np; i++)
       same = l->numel[i] == numel[i] && !strcmp(c->names[i], names[i]);
-    if (!same) st = FL_ERR(FL_EINVAL, "checkpoint %s: dense layout differs from this job's", file);
+    if (!same) {
+      st = FL_ERR(FL_EINVAL, "checkpoint %s: dense layout differs from this job's", file);
+      goto out;
+    }
+  } else if (np) {
+    if ((st = fl_ps_layout_build(numel, np, c->o.job.pserver.dense_block_size, c->o.n_servers,
+                                 &tl)) != FL_OK)
+      goto out;
   }
-  pthread_mutex_unlock(&c->mu);
-  if (st != FL_OK) goto out;
-  for (size_t i = 0; i < c->n_my; i++) {
-    ps_block *b = &c->blocks[i];
-#define CHECK(suffix, dt, n)                                                 \
-  snprintf(name, sizeof name, "dense/%u/%s", b->id, suffix);                 \
-  if ((st = rec1(ck, file, name, dt, n, &r)) != FL_OK) goto out
+  use = np ? (l ? l : tl) : NULL;
+  for (size_t b = 0; use && b < use->n_blocks; b++) {
+    int64_t n = (int64_t)use->blocks[b].n;
+    if (use->blocks[b].server != c->o.server_index) continue;
+#define CHECK(suffix, dt, cnt)                                               \
+  snprintf(name, sizeof name, "dense/%zu/%s", b, suffix);                    \
+  if ((st = rec1(ck, file, name, dt, cnt, &r)) != FL_OK) goto out
     CHECK("meta", FL_CKPT_I64, 4);
     CHECK("last", FL_CKPT_I64, c->nt);
-    CHECK("value", FL_CKPT_F32, (int64_t)b->n);
-    if (b->s1) { CHECK("state1", FL_CKPT_F32, (int64_t)b->n); }
-    if (b->s2) { CHECK("state2", FL_CKPT_F32, (int64_t)b->n); }
+    CHECK("value", FL_CKPT_F32, n);
+    if (nstate_dense >= 1) { CHECK("state1", FL_CKPT_F32, n); }
+    if (nstate_dense >= 2) { CHECK("state2", FL_CKPT_F32, n); }
 #undef CHECK
   }
+  for (size_t i = 0; i < fl_ckpt_count(ck); i++) {
+    fl_ckpt_record rd;
+    char tname[128];
+    ps_table *pt;
+    int64_t dim;
+    int kind;
+    if (fl_ckpt_record_at(ck, i, &rd) != FL_OK) continue;
+    kind = sparse_dim_record(&rd, tname, sizeof tname);
+    if (kind == 0) continue;
+    if (kind < 0 || rd.dtype != FL_CKPT_I64 || rd.ndim != 0) {
+      st = FL_ERR(FL_ECORRUPT, "checkpoint %s: bad sparse record %s", file, rd.name);
+      goto out;
+    }
+    dim = *(const int64_t *)rd.data;
+    if (dim < 1 || dim > 65536) {
+      st = FL_ERR(FL_ECORRUPT, "checkpoint %s: table %s has dim %lld", file, tname,
+                  (long long)dim);
+      goto out;
+    }
+    pt = table_of(c, tname);
+    if (pt && (int64_t)fl_ps_table_dim(pt->t) != dim) {
+      st = FL_ERR(FL_EINVAL, "checkpoint %s: table %s has another dim here", file, tname);
+      goto out;
+    }
+    if (!pt) new_tables++;
+    snprintf(name, sizeof name, "sparse/%s/", tname);
+    if ((st = fl_ps_table_verify(ck, name, (uint32_t)dim, nstate_sparse, NULL)) != FL_OK) goto out;
+  }
+  if (atomic_load(&c->n_tables) + new_tables > MAX_TABLES) {
+    st = FL_ERR(FL_EINVAL, "checkpoint %s: more than %d sparse tables", file, MAX_TABLES);
+    goto out;
+  }
   /* Phase 2: take it over. */
+  if (np && !l) {
+    pthread_mutex_lock(&c->mu);
+    if (!atomic_load(&c->layout)) {
+      st = make_layout(c, numel, names, np);
+      if (st == FL_OK) names = NULL; /* the core owns them now */
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (st != FL_OK) goto out;
+  }
   for (size_t i = 0; i < c->n_my; i++) {
     ps_block *b = &c->blocks[i];
     const int64_t *meta;
@@ -1451,33 +1538,18 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
     pthread_mutex_unlock(&b->mu);
   }
   atomic_store(&c->next_step, next);
-  /* Sparse tables: every "sparse/<name>/dim" record. */
   for (size_t i = 0; i < fl_ckpt_count(ck); i++) {
     fl_ckpt_record rd;
-    char tname[160];
-    const char *slash;
+    char tname[128];
     ps_table *pt;
-    size_t len;
-    if (fl_ckpt_record_at(ck, i, &rd) != FL_OK || strncmp(rd.name, "sparse/", 7) != 0) continue;
-    slash = strrchr(rd.name, '/');
-    if (!slash || strcmp(slash, "/dim") != 0) continue;
-    len = (size_t)(slash - (rd.name + 7));
-    if (len == 0 || len >= 128 || rd.dtype != FL_CKPT_I64 || rd.ndim != 0) {
-      st = FL_ERR(FL_ECORRUPT, "checkpoint %s: bad sparse record %s", file, rd.name);
-      goto out;
-    }
-    memcpy(tname, rd.name + 7, len);
-    tname[len] = '\0';
+    if (fl_ckpt_record_at(ck, i, &rd) != FL_OK || sparse_dim_record(&rd, tname, sizeof tname) != 1)
+      continue;
     pthread_mutex_lock(&c->mu);
     pt = table_of(c, tname);
     if (!pt) st = add_table(c, tname, (uint32_t) * (const int64_t *)rd.data);
     pt = table_of(c, tname);
     pthread_mutex_unlock(&c->mu);
     if (st != FL_OK) goto out;
-    if ((int64_t)fl_ps_table_dim(pt->t) != *(const int64_t *)rd.data) {
-      st = FL_ERR(FL_EINVAL, "checkpoint %s: table %s has another dim here", file, tname);
-      goto out;
-    }
     snprintf(name, sizeof name, "sparse/%s/", tname);
     pthread_mutex_lock(&pt->mu);
     st = fl_ps_table_load(pt->t, ck, name);
@@ -1492,6 +1564,7 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
   pthread_mutex_unlock(&c->mu);
   FL_LOGI("loaded checkpoint %s: step %lld", file, (long long)fl_ps_core_step(c));
 out:
+  fl_ps_layout_free(tl);
   free(numel);
   free_names(names, np);
   return st;

@@ -17,7 +17,10 @@
  *         becomes s+1.  Pulls asking for min_step s+1 wait (the service
  *         holds the call) until then.  Counted = registered and alive, or
  *         never seen yet within heartbeat_timeout_s of the server's start;
- *         dead and completed trainers are not waited for.
+ *         dead and completed trainers are not waited for, nor is a trainer
+ *         waiting in a barrier (it trains no step meanwhile; waiting for it
+ *         could deadlock against a trainer that must finish its steps to
+ *         reach the same barrier, e.g. one that rejoined after a restart).
  *   async (a_sync true)           each gradient push is applied at once.
  *   geo   (a_sync, k_steps > 0)   pushes are parameter deltas, added.
  * Every push carries (trainer, step): a block takes at most one push per
@@ -86,9 +89,14 @@ int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out);
 /* Checkpoint records under prefix ("sparse/<name>/"): keys, values,
  * optimizer state, in least- to most-recently-seen order. */
 fl_status fl_ps_table_save(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix);
+/* Check the records under prefix for a table of dim floats per row and
+ * nstate optimizer state buffers: present, of the right shapes, no key
+ * twice.  *rows (may be NULL) gets their row count.  FL_ECORRUPT (logged). */
+fl_status fl_ps_table_verify(const fl_ckpt *c, const char *prefix, uint32_t dim, int nstate,
+                             int64_t *rows);
 /* Replace the contents with those records (rows beyond max_rows: the
- * least recently seen are dropped).  FL_ECORRUPT/FL_EINVAL when they do not
- * fit the table. */
+ * least recently seen are dropped).  FL_ECORRUPT when they do not verify;
+ * the table is unchanged then. */
 fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix);
 
 /* -------------------------------------------------------------------- core */

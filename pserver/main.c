@@ -31,6 +31,8 @@
 #include "fl_cluster.h"
 #include "fl_config.h"
 #include "fl_log.h"
+#include "fl_metrics.h"
+#include "fl_notify.h"
 #include "fl_ps.h"
 
 typedef struct app {
@@ -47,6 +49,7 @@ typedef struct app {
   uv_timer_t tick;
   uv_signal_t sig_term, sig_int;
   int stopping;
+  fl_metrics_server *metrics;
 } app;
 
 static void usage(FILE *out) {
@@ -55,6 +58,8 @@ static void usage(FILE *out) {
           "  --config=PATH      job file (optimizer, strategy, pserver section)\n"
           "  --threads=N        completion-queue threads (default 2)\n"
           "  --max_request_bytes=N  larger requests get INVALID_ARGUMENT (default 256 MiB)\n"
+          "  --metrics_addr=A   serve Prometheus /metrics on host:port (default: the\n"
+          "                     job's cluster.metrics_addr; none: no endpoint)\n"
           "  --help             this text\n"
           "cluster flags (or FLOTILLA_* variables):\n");
   fl_cluster_print_flag_help(out);
@@ -95,6 +100,7 @@ static fl_status save(app *a, const char *why, int64_t *step_out, char *path_out
     a->last_pushes = stats.pushes;
     a->last_time = fl_ps_now();
     FL_LOGI("checkpoint of step %" PRId64 " written to %s (%s)", step, path, why);
+    fl_series_add(fl_metrics_std()->checkpoints, 1);
     if (step_out) *step_out = step;
     if (path_out) snprintf(path_out, cap, "%s", path);
   }
@@ -138,7 +144,10 @@ static void shutdown_loop(app *a, const char *why) {
 static void on_tick(uv_timer_t *t) {
   app *a = t->data;
   double now = fl_ps_now();
+  Flotilla__StatsResponse st = FLOTILLA__STATS_RESPONSE__INIT;
   fl_ps_core_tick(a->core, now);
+  fl_ps_core_stats(a->core, &st);
+  fl_series_set(fl_metrics_std()->live_trainers, st.live_trainers);
   if (a->dir[0]) {
     int64_t step = fl_ps_core_step(a->core);
     int64_t every = a->job.pserver.checkpoint_interval_steps;
@@ -161,6 +170,7 @@ static void on_tick(uv_timer_t *t) {
 static void on_signal(uv_signal_t *h, int signum) {
   app *a = h->data;
   FL_LOGI("%s: final checkpoint, then shutdown", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  fl_notify_stopping();
   shutdown_loop(a, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
@@ -171,7 +181,7 @@ static void close_cb(uv_handle_t *h, void *arg) {
 
 int main(int argc, char **argv) {
   app a;
-  const char *config = NULL;
+  const char *config = NULL, *metrics_addr = NULL;
   int threads = 2, port = 0, rc = 1;
   size_t max_request = FL_RPC_DEFAULT_MAX_MESSAGE;
   char ctx[64], bind[FL_HOST_MAX + 16];
@@ -192,6 +202,8 @@ int main(int argc, char **argv) {
       config = argv[i] + 9;
     } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
       config = argv[++i];
+    } else if (!strncmp(argv[i], "--metrics_addr=", 15)) {
+      metrics_addr = argv[i] + 15;
     } else if (!strncmp(argv[i], "--threads=", 10)) {
       threads = atoi(argv[i] + 10);
       if (threads < 1 || threads > 64) {
@@ -290,6 +302,15 @@ int main(int argc, char **argv) {
           threads, fl_ps_mode_name(fl_ps_mode_of(&a.job)), a.cl.trainers_num, a.cl.n_pservers,
           fl_ps_core_step(a.core));
 
+  if (!metrics_addr) metrics_addr = a.job.cluster.metrics_addr;
+  if (metrics_addr[0]) {
+    char mode[16];
+    snprintf(mode, sizeof mode, "ps-%s", fl_ps_mode_name(fl_ps_mode_of(&a.job)));
+    fl_metrics_std_info("pserver", a.cl.pserver_id, mode);
+    if (fl_metrics_serve(fl_metrics_default(), metrics_addr, &a.metrics) != FL_OK)
+      goto out_srv;
+  }
+  fl_notify_ready(NULL); /* serving: systemd's Type=notify start is done */
   uv_loop_init(&a.loop);
   uv_timer_init(&a.loop, &a.tick);
   a.tick.data = &a;
@@ -305,6 +326,8 @@ int main(int argc, char **argv) {
   uv_loop_close(&a.loop);
   rc = 0;
 
+  fl_metrics_server_stop(a.metrics);
+out_srv:
   fl_ps_core_set_progress(a.core, NULL, NULL);
   fl_ps_server_stop(a.srv);
 out_rpc:

@@ -212,6 +212,8 @@ static void respond_bb(call *c, grpc_status_code code, const char *details,
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status = code;
   ops[n++].data.send_status_from_server.status_details = &ds;
+  /* Count before sending: the completion may free the buffer at once. */
+  if (c->resp) fl_ps_core_count_bytes(c->w->s->core, 0, grpc_byte_buffer_length(c->resp));
   atomic_fetch_add(&c->refs, 1);
   e = grpc_call_start_batch(c->gc, ops, n, &c->t_send, NULL);
   grpc_slice_unref(ds);
@@ -219,7 +221,6 @@ static void respond_bb(call *c, grpc_status_code code, const char *details,
     FL_LOGE("pserver: cannot answer a call (call error %d)", (int)e);
     call_release(c);
   }
-  if (c->resp) fl_ps_core_count_bytes(c->w->s->core, 0, grpc_byte_buffer_length(c->resp));
 }
 
 static void respond_status(call *c, fl_status st, const char *why) {

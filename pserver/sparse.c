@@ -337,20 +337,52 @@ static fl_status find_rec(const fl_ckpt *c, const char *prefix, const char *suff
   return FL_OK;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+fl_status fl_ps_table_verify(const fl_ckpt *c, const char *prefix, uint32_t dim, int nstate,
+                             int64_t *rows) {
+  fl_ckpt_record rk, r;
+  char name[FL_CKPT_NAME_MAX];
+  int64_t n, d = dim;
+  uint64_t *sorted;
+  fl_status st = FL_OK;
+
+  snprintf(name, sizeof name, "%skeys", prefix);
+  if (fl_ckpt_find(c, name, &rk) != FL_OK || rk.dtype != FL_CKPT_U64 || rk.ndim != 1)
+    return FL_ERR(FL_ECORRUPT, "checkpoint: record %s missing or not 1-d u64", name);
+  n = rk.shape[0];
+  FL_TRY(find_rec(c, prefix, "steps", FL_CKPT_I64, 1, n, d, &r));
+  FL_TRY(find_rec(c, prefix, "values", FL_CKPT_F32, 2, n, d, &r));
+  if (nstate >= 1) FL_TRY(find_rec(c, prefix, "state1", FL_CKPT_F32, 2, n, d, &r));
+  if (nstate >= 2) FL_TRY(find_rec(c, prefix, "state2", FL_CKPT_F32, 2, n, d, &r));
+  sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
+  if (!sorted) return FL_ERR(FL_ENOMEM, "checkpoint: out of memory checking %s", name);
+  memcpy(sorted, rk.data, (size_t)n * sizeof *sorted);
+  qsort(sorted, (size_t)n, sizeof *sorted, cmp_u64);
+  for (int64_t i = 1; i < n && st == FL_OK; i++)
+    if (sorted[i] == sorted[i - 1]) st = FL_ERR(FL_ECORRUPT, "checkpoint: %s repeats a key", name);
+  free(sorted);
+  if (rows) *rows = n;
+  return st;
+}
+
 fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix) {
   fl_ckpt_record rk, rs, rv, ra, rb;
   char name[FL_CKPT_NAME_MAX];
   int64_t n, d = t->dim;
   size_t first;
 
+  /* Everything is checked before the table changes. */
+  FL_TRY(fl_ps_table_verify(c, prefix, t->dim, t->nstate, &n));
   snprintf(name, sizeof name, "%skeys", prefix);
-  if (fl_ckpt_find(c, name, &rk) != FL_OK || rk.dtype != FL_CKPT_U64 || rk.ndim != 1)
-    return FL_ERR(FL_ECORRUPT, "checkpoint: record %s missing or not 1-d u64", name);
-  n = rk.shape[0];
-  FL_TRY(find_rec(c, prefix, "steps", FL_CKPT_I64, 1, n, d, &rs));
-  FL_TRY(find_rec(c, prefix, "values", FL_CKPT_F32, 2, n, d, &rv));
-  if (t->nstate >= 1) FL_TRY(find_rec(c, prefix, "state1", FL_CKPT_F32, 2, n, d, &ra));
-  if (t->nstate >= 2) FL_TRY(find_rec(c, prefix, "state2", FL_CKPT_F32, 2, n, d, &rb));
+  fl_ckpt_find(c, name, &rk);
+  find_rec(c, prefix, "steps", FL_CKPT_I64, 1, n, d, &rs);
+  find_rec(c, prefix, "values", FL_CKPT_F32, 2, n, d, &rv);
+  if (t->nstate >= 1) find_rec(c, prefix, "state1", FL_CKPT_F32, 2, n, d, &ra);
+  if (t->nstate >= 2) find_rec(c, prefix, "state2", FL_CKPT_F32, 2, n, d, &rb);
   /* Start empty, then insert oldest first so recency is kept. */
   t->n = 0;
   t->head = t->tail = -1;
@@ -359,7 +391,6 @@ fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix)
   for (size_t i = first; i < (size_t)n; i++) {
     uint64_t key = ((const uint64_t *)rk.data)[i];
     int32_t r;
-    if (find(t, key) >= 0) return FL_ERR(FL_ECORRUPT, "checkpoint: %s repeats a key", name);
     FL_TRY(get_row(t, key, &r));
     memcpy(t->val + (size_t)r * d, (const float *)rv.data + i * d, (size_t)d * sizeof(float));
     if (t->nstate >= 1)

@@ -250,6 +250,7 @@ size_t fl_loader_batches(const fl_loader *l) { return l->batches; }
 
 fl_status fl_loader_start(fl_loader *l, int64_t epoch, size_t first_batch) {
   stop_producer(l);
+  l->started = 0;
   if (first_batch > l->batches)
     return FL_ERR(FL_EINVAL, "loader: first batch %zu past the epoch's %zu", first_batch,
                   l->batches);

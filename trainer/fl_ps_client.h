@@ -103,9 +103,10 @@ fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t 
                                    int64_t step, const uint64_t *keys, size_t n,
                                    const float *grads);
 
-/* Barrier `name` on server 0 over every live trainer: sums[0..nv) get the
- * sums of values (may be NULL when nv is 0), *min (may be NULL) the
- * minimum of value_min. */
+/* Barrier `name` over every live trainer, held on every server (so no
+ * server's sync step waits for a trainer that waits here): sums[0..nv)
+ * get the sums of values (may be NULL when nv is 0), *min (may be NULL)
+ * the minimum of value_min, as server 0 computed them. */
 fl_status fl_ps_client_barrier(fl_ps_client *c, const char *name, const double *values,
                                size_t nv, int64_t value_min, double *sums, int64_t *min);
 

@@ -18,7 +18,10 @@
 #include "fl_cluster.h"
 #include "fl_config.h"
 #include "fl_log.h"
+#include "fl_notify.h"
+#include "fl_obs.h"
 #include "fl_ps_client.h"
+#include "fl_sync_collective.h"
 #include "fl_trainer.h"
 
 #define EXIT_RUN 1
@@ -31,6 +34,7 @@ static const struct {
 } g_modes[] = {
     {FL_MODE_LOCAL, fl_sync_local_create},
     {FL_MODE_PS, fl_sync_ps_create},
+    {FL_MODE_COLLECTIVE, fl_sync_collective_create},
 };
 
 static void usage(FILE *out) {
@@ -50,6 +54,10 @@ static void usage(FILE *out) {
           "                       schedule still spans the whole job, so a run stopped\n"
           "                       here and resumed equals an uninterrupted one\n"
           "  --log-level LEVEL    debug, info (default), warn, error or off\n"
+          "  --metrics_addr ADDR  serve Prometheus /metrics on host:port (default: the\n"
+          "                       job's cluster.metrics_addr; none: no endpoint)\n"
+          "  --timeline FILE      write a Chrome-tracing JSON timeline of this rank\n"
+          "                       (forward, backward, allreduce buckets, push, pull, wait)\n"
           "                       (also FLOTILLA_LOG_LEVEL)\n"
           "  --help               this text\n"
           "Options take their value as the next argument or after '='.\n"
@@ -58,27 +66,23 @@ static void usage(FILE *out) {
   fl_cluster_print_flag_help(out);
   fprintf(out,
           "\n"
-          "Environment:\n"
-          "  FLOTILLA_ROLE                  TRAINER (a trainer refuses PSERVER)\n"
-          "  FLOTILLA_MODE                  local | collective | ps (default: the job's\n"
-          "                                 cluster.mode)\n"
-          "  FLOTILLA_TRAINER_ID            this trainer's rank, 0 .. trainers_num-1\n"
-          "  FLOTILLA_TRAINERS_NUM          number of trainers\n"
-          "  FLOTILLA_TRAINER_ENDPOINTS     host:port,... of every trainer, in rank order\n"
-          "  FLOTILLA_CURRENT_ENDPOINT      this trainer's host:port\n"
-          "  FLOTILLA_PSERVERS_IP_PORT_LIST host:port,... of the parameter servers\n"
-          "  FLOTILLA_PSERVER_ID            (pservers only)\n"
-          "  FLOTILLA_LOCAL_RANK            rank within the node\n"
-          "  FLOTILLA_LOCAL_SIZE            ranks on the node\n"
-          "  FLOTILLA_SELECTED_GPUS         GPU ids, e.g. 0 or 0,1\n"
+          "Environment: each cluster flag's FLOTILLA_* variable (above), and\n"
           "  FLOTILLA_TOKEN                 the shared secret (never a flag)\n"
-          "  FLOTILLA_TOKEN_FILE            file holding the shared secret\n"
-          "  FLOTILLA_LOG_DIR               where logs go\n"
-          "  FLOTILLA_CHECKPOINT_DIR        overrides train.checkpoint_dir\n"
           "  FLOTILLA_LOG_LEVEL             as --log-level\n"
           "\n"
           "Exit status: 0 done; 1 failed while running (data, checkpoint, peers);\n"
           "2 bad command line, job file or environment.\n");
+}
+
+/* Per-step figures for /metrics and the timeline (fl_obs.h). */
+typedef struct step_obs {
+  fl_obs *obs;
+  int64_t samples; /* per optimizer step on this rank */
+} step_obs;
+
+static void on_step(void *ctx, const fl_step_report *r) {
+  const step_obs *so = ctx;
+  fl_obs_step(so->obs, r->loss, r->loss_scale, so->samples);
 }
 
 static int parse_level(const char *s, fl_log_level *out) {
@@ -116,6 +120,8 @@ int main(int argc, char **argv) {
   fl_cluster cl;
   static fl_job job; /* large; no need for it on the stack */
   fl_sync sync = {0};
+  const char *metrics_addr = NULL, *timeline = NULL;
+  fl_obs *obs = NULL;
   fl_status st;
 
   for (int i = 1; i < argc; i++)
@@ -150,6 +156,12 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
       }
       fl_log_set_level(lv);
+    } else if (take_value(argc, argv, &i, "--metrics_addr", &val)) {
+      if (!val || !*val) goto missing;
+      metrics_addr = val;
+    } else if (take_value(argc, argv, &i, "--timeline", &val)) {
+      if (!val || !*val) goto missing;
+      timeline = val;
     } else if (!strcmp(a, "--resume")) {
       resume = 1;
     } else {
@@ -203,14 +215,26 @@ int main(int argc, char **argv) {
     FL_LOGE("mode %s is not available in this build of flotilla-trainer", fl_mode_name(cl.mode));
     return EXIT_USAGE;
   }
-  if (create(&job, &cl, &sync) != FL_OK) return EXIT_RUN;
+  if (fl_obs_start("trainer", cl.trainer_id, fl_mode_name(cl.mode),
+                   metrics_addr ? metrics_addr : job.cluster.metrics_addr, timeline,
+                   &obs) != FL_OK)
+    return EXIT_USAGE;
+  if (create(&job, &cl, &sync) != FL_OK) {
+    fl_obs_stop(obs);
+    return EXIT_RUN;
+  }
+  fl_notify_ready(NULL); /* joined the job: systemd's Type=notify start is done */
+  step_obs so = {obs, (int64_t)job.train.batch_size * fl_job_merge_steps(&job)};
 
   fl_trainer_options opts = {.job = &job, .resume = resume, .max_steps = max_steps,
+                             .on_step = on_step, .on_step_ctx = &so,
                              .checkpoint_dir = cl.checkpoint_dir[0] ? cl.checkpoint_dir : NULL};
   fl_trainer_report rep;
   st = strcmp(job.model.kind, "ctr") ? fl_trainer_run(&opts, &sync, &rep) : fl_ctr_run(&opts, &sync, &rep);
   if (st == FL_OK) st = sync.ops->finish(sync.self);
   sync.ops->destroy(sync.self);
+  fl_status obs_st = fl_obs_stop(obs);
+  if (st == FL_OK) st = obs_st;
   if (st != FL_OK) return EXIT_RUN; /* logged where it happened */
   FL_LOGI("done: %" PRId64 " steps, %" PRId64 " epochs", rep.steps, rep.epochs_done);
   return 0;

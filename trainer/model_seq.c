@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "fl_log.h"
+#include "fl_timeline.h"
 #include "model_internal.h"
 
 #define ALIGN_FLOATS 16 /* 64-byte alignment for every buffer */
@@ -516,8 +517,12 @@ fl_status fl_seq_train_step(void *handle, const float *x, const int32_t *y, size
   seq_model *m = handle;
   if (batch == 0 || batch > m->max_batch)
     return FL_ERR(FL_EINVAL, "model: batch %zu outside [1, %zu]", batch, m->max_batch);
+  fl_timeline *tl = fl_timeline_default(); /* --timeline, else NULL */
+  fl_timeline_begin(tl, "compute", "forward");
   for (size_t i = 0; i < m->nl; i++) FL_TRY(layer_forward(m, i, x, batch, MODE_TRAIN));
   FL_TRY(loss(m, y, batch, loss_scale, m->L[m->nl - 1].gout, res));
+  fl_timeline_end(tl, "compute", "forward");
+  fl_timeline_begin(tl, "compute", "backward");
   size_t seg_end = m->nl; /* one past the last layer of the current segment */
   while (seg_end > 0) {
     size_t seg_begin = seg_end - 1;
@@ -535,6 +540,7 @@ fl_status fl_seq_train_step(void *handle, const float *x, const int32_t *y, size
     }
     seg_end = seg_begin;
   }
+  fl_timeline_end(tl, "compute", "backward");
   return FL_OK;
 }
 

@@ -17,8 +17,10 @@
 #include <grpc/support/time.h>
 
 #include "fl_log.h"
+#include "fl_metrics.h"
 #include "fl_ps_client.h"
 #include "fl_rpc.h"
+#include "fl_timeline.h"
 #include "flotilla.pb-c.h"
 
 #define ZERO_COPY_MIN (64u << 10)
@@ -27,7 +29,7 @@
 
 #define PATH(m) "/flotilla.ParameterServer/" m
 
-enum { OP_PUSH = 0, OP_PULL, OP_SPULL, OP_SPUSH };
+enum { OP_PUSH = 0, OP_PULL, OP_SPULL, OP_SPUSH, OP_BARRIER };
 
 typedef struct op {
   int type;
@@ -46,6 +48,13 @@ typedef struct op {
   const float *grads;
   float *out;
   uint32_t seq;
+  /* barrier */
+  const char *name;
+  const double *values;
+  size_t nv;
+  int64_t value_min;
+  double *sums;
+  int64_t *min;
   /* call state */
   fl_rpc_call call;
   fl_rpc_outbuf *ob;
@@ -118,6 +127,7 @@ static const char *op_name(int type) {
   case OP_PUSH: return "PushDense";
   case OP_PULL: return "PullDense";
   case OP_SPULL: return "PullSparse";
+  case OP_BARRIER: return "Barrier";
   default: return "PushSparse";
   }
 }
@@ -164,6 +174,17 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     r.blocks = &o->block;
     st = fl_rpc_pack(o->ob, &r.base, &bb);
     method = PATH("PullDense");
+    break;
+  }
+  case OP_BARRIER: {
+    Flotilla__BarrierRequest r = FLOTILLA__BARRIER_REQUEST__INIT;
+    r.trainer_id = c->o.trainer_id;
+    r.name = (char *)o->name;
+    r.n_values = o->nv;
+    r.values = (double *)o->values;
+    r.value_min = o->value_min;
+    st = fl_rpc_pack(o->ob, &r.base, &bb);
+    method = PATH("Barrier");
     break;
   }
   case OP_SPULL: {
@@ -266,7 +287,17 @@ static fl_status op_parse(fl_ps_client *c, op *o) {
   if (fl_rpc_inbuf_read(&c->in, o->call.recv) != FL_OK)
     return FL_ERR(FL_EPROTO, "pserver %d (%s): unreadable %s answer", o->server,
                   c->names[o->server], op_name(o->type));
-  if (o->type == OP_PULL) {
+  if (o->type == OP_BARRIER) {
+    Flotilla__BarrierResponse *r = (Flotilla__BarrierResponse *)fl_rpc_unpack(
+        &c->arena, &flotilla__barrier_response__descriptor, c->in.data, c->in.len);
+    if (!r || r->n_sums != o->nv) {
+      st = FL_ERR(FL_EPROTO, "pserver %d (%s): malformed answer to barrier %s", o->server,
+                  c->names[o->server], o->name);
+    } else if (o->sums || o->min) {
+      if (o->nv) memcpy(o->sums, r->sums, o->nv * sizeof *o->sums);
+      if (o->min) *o->min = r->min;
+    }
+  } else if (o->type == OP_PULL) {
     Flotilla__PullDenseResponse *r;
     const fl_ps_block *blk = &c->layout->blocks[o->block];
     m = fl_rpc_unpack(&c->arena, &flotilla__pull_dense_response__descriptor, c->in.data,
@@ -301,8 +332,25 @@ static fl_status op_parse(fl_ps_client *c, op *o) {
   return st;
 }
 
+static int held_call(const op *o) {
+  return o->type == OP_BARRIER || (o->type == OP_PULL && o->min_step > 0);
+}
+
 static int retriable(grpc_status_code code) {
   return code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED;
+}
+
+/* Observability of a call that went through: its latency histogram and a
+ * span on the timeline (on the driver thread's row). */
+static void obs_op(const op *o, double seconds) {
+  const fl_std_metrics *m = fl_metrics_std();
+  fl_series *h = o->type == OP_PUSH || o->type == OP_SPUSH   ? m->push_seconds
+                 : o->type == OP_PULL || o->type == OP_SPULL ? m->pull_seconds
+                                                             : m->wait_seconds;
+  fl_series_observe(h, seconds);
+  int64_t t1 = fl_timeline_now_us();
+  fl_timeline_span(fl_timeline_default(), "ps", op_name(o->type), t1 - (int64_t)(seconds * 1e6),
+                   t1, "server", o->server);
 }
 
 static void on_complete(fl_ps_client *c, op *o) {
@@ -314,7 +362,13 @@ static void on_complete(fl_ps_client *c, op *o) {
   fl_rpc_call_details(&o->call, details, sizeof details);
   if (code == GRPC_STATUS_OK) {
     st = op_parse(c, o);
-  } else if (retriable(code) && now - o->start < c->o.retry_budget_s && !c->shutting) {
+    obs_op(o, now - o->start);
+  } else if (retriable(code) && !c->shutting &&
+             (now - o->start < c->o.retry_budget_s ||
+              /* a held call (barrier, sync pull) whose deadline passed while
+               * the server waits for other trainers: keep waiting longer */
+              (code == GRPC_STATUS_DEADLINE_EXCEEDED && held_call(o) &&
+               now - o->start < 10 * c->o.retry_budget_s))) {
     double back = 0.05 * pow(2.0, o->attempt < 6 ? o->attempt : 6);
     if (back > 2.0) back = 2.0;
     back *= 0.75 + 0.5 * ((double)rand() / RAND_MAX);
@@ -723,6 +777,7 @@ fl_status fl_ps_client_wait(fl_ps_client *c) {
     int *again = NULL;
     fl_status first = FL_OK;
     int any = 0;
+    int64_t t_wait = fl_timeline_now_us(); /* the time this trainer is blocked */
     pthread_mutex_lock(&c->mu);
     while (c->pending > 0) pthread_cond_wait(&c->cv, &c->mu);
     for (size_t i = 0; i < c->n_ops; i++) {
@@ -731,6 +786,9 @@ fl_status fl_ps_client_wait(fl_ps_client *c) {
       else if (o->st != FL_OK && first == FL_OK) first = o->st;
     }
     pthread_mutex_unlock(&c->mu);
+    int64_t t_done = fl_timeline_now_us();
+    fl_timeline_span(fl_timeline_default(), "ps", "wait", t_wait, t_done, NULL, 0);
+    fl_series_observe(fl_metrics_std()->wait_seconds, (double)(t_done - t_wait) * 1e-6);
     if (first != FL_OK || !any) {
       pthread_mutex_lock(&c->mu);
       c->n_ops = 0;
@@ -846,36 +904,20 @@ fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t 
 
 fl_status fl_ps_client_barrier(fl_ps_client *c, const char *name, const double *values,
                                size_t nv, int64_t value_min, double *sums, int64_t *min) {
-  Flotilla__BarrierRequest r = FLOTILLA__BARRIER_REQUEST__INIT;
-  Flotilla__BarrierResponse *resp;
-  grpc_status_code code;
-  char details[512];
-  fl_status st;
-
-  r.trainer_id = c->o.trainer_id;
-  r.name = (char *)name;
-  r.n_values = nv;
-  r.values = (double *)values;
-  r.value_min = value_min;
-  for (int round = 0;; round++) {
-    st = unary(c, 0, PATH("Barrier"), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
-               details, sizeof details);
-    if (st != FL_ESTATE || round >= MAX_RECOVERIES) break;
-    FL_TRY(register_server(c, 0, NULL));
+  /* Every server hears of it: while this trainer waits, no server's sync
+   * step waits for it.  The answer comes from server 0 (all agree). */
+  for (int s = 0; s < c->o.n_servers; s++) {
+    op *o = op_new(c, OP_BARRIER, s);
+    if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+    o->name = name;
+    o->values = values;
+    o->nv = nv;
+    o->value_min = value_min;
+    o->sums = s == 0 ? sums : NULL;
+    o->min = s == 0 ? min : NULL;
+    op_submit(c, o);
   }
-  if (st != FL_OK)
-    return FL_ERR(st, "pserver 0 (%s) barrier %s: %s (%s)", c->names[0], name,
-                  fl_rpc_code_name(code), details);
-  resp = (Flotilla__BarrierResponse *)fl_rpc_unpack(
-      &c->uarena, &flotilla__barrier_response__descriptor, c->uin.data, c->uin.len);
-  if (!resp || resp->n_sums != nv) {
-    fl_rpc_arena_reset(&c->uarena);
-    return FL_ERR(FL_EPROTO, "pserver 0 (%s): malformed answer to barrier %s", c->names[0], name);
-  }
-  if (nv) memcpy(sums, resp->sums, nv * sizeof *sums);
-  if (min) *min = resp->min;
-  fl_rpc_arena_reset(&c->uarena);
-  return FL_OK;
+  return fl_ps_client_wait(c);
 }
 
 fl_status fl_ps_client_complete(fl_ps_client *c) {

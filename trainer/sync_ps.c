@@ -18,8 +18,9 @@
  * Steps on the wire count from the step the servers report at registration
  * (a restarted trainer joins at the servers' current step).  Only trainable
  * parameters travel; buffers (batch-norm statistics) stay local.
- * agree_steps is a barrier (minimum) on server 0, reduce_metrics a barrier
- * (sum) on server 0 named by the call's sequence number. */
+ * agree_steps is a barrier (minimum), reduce_metrics a barrier (sum) named
+ * by the call's sequence number; a trainer waiting in a barrier is not
+ * waited for by sync steps (see pserver/fl_ps.h). */
 #include <config.h>
 
 #include <inttypes.h>
@@ -55,6 +56,7 @@ typedef struct sync_ps {
   fl_status err;       /* from grad_ready, reported by step_end */
   int registered;
   int finished;
+  char token[FL_TOKEN_MAX];
 } sync_ps;
 
 static const fl_sync_ops ps_ops;
@@ -327,7 +329,16 @@ fl_status fl_sync_ps_create(const fl_job *job, const fl_cluster *cl, fl_sync *ou
   o.rpc_timeout_s = job->cluster.rpc_timeout_s;
   o.retry_budget_s = hb * 3 > 60 ? hb * 3 : 60;
   o.heartbeat_interval_s = hb > 0 ? (hb / 4 < 5 ? hb / 4 : 5) : 0;
-  o.token = cl->token;
+  {
+    /* The shared token: FLOTILLA_TOKEN, else the token file. */
+    fl_cluster tmp = *cl;
+    if ((st = fl_cluster_load_token(&tmp, job->cluster.token_file)) != FL_OK) {
+      free(s);
+      return st;
+    }
+    snprintf(s->token, sizeof s->token, "%s", tmp.token);
+  }
+  o.token = s->token;
   o.tls_ca = job->cluster.tls.ca;
   if (job->cluster.tls.mutual) {
     o.tls_cert = job->cluster.tls.cert;

@@ -100,7 +100,8 @@ while [ "$i" -lt "$reps" ]; do
     { cat "$tmp/s.err" >&2; exit 1; }
   train_rate "$tmp/s.log" >>"$tmp/ours"
   if [ "$have_torch" -eq 1 ]; then
-    "$py" "$top/tests/bench/torch_mlp.py" --epochs 1 --threads 1 >"$tmp/t.log"
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
+      "$py" "$top/tests/bench/torch_mlp.py" --epochs 1 --threads 1 >"$tmp/t.log"
     sed -n 's/^torch_mlp_samples_per_s: \([0-9.]*\).*/\1/p' "$tmp/t.log" >>"$tmp/theirs"
   fi
   i=$((i + 1))
@@ -109,7 +110,7 @@ ours=$(median <"$tmp/ours")
 echo "mlp_samples_per_s: $ours samples/s"
 if [ "$have_torch" -eq 1 ]; then
   theirs=$(median <"$tmp/theirs")
-  grep -E '^torch_(version|blas|threads):' "$tmp/t.log"
+  grep -E '^torch_(version|blas|threads|openblas_threads):' "$tmp/t.log"
   echo "torch_mlp_samples_per_s: $theirs samples/s"
   echo "mlp_vs_torch: $(awk -v a="$ours" -v b="$theirs" 'BEGIN {printf "%.2f", a / b}') x"
 else

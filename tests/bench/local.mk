@@ -27,3 +27,26 @@ noinst_PROGRAMS += tests/bench/bench_ps
 tests_bench_bench_ps_SOURCES = tests/bench/bench_ps.c
 tests_bench_bench_ps_CFLAGS = $(FL_TRAINER_CFLAGS)
 tests_bench_bench_ps_LDADD = libfltrainer.la $(FL_LIBS) $(GRPC_LIBS) $(PROTOBUFC_LIBS) -lpthread
+
+# Collective allreduce bus bandwidth per backend (tcp, shm, hierarchical),
+# 2 and 4 ranks, beside memcpy; tests/bench/run_bench_collective.sh adds
+# OpenMPI's MPI_Allreduce (mpi_allreduce.c, compiled there with mpicc).
+noinst_PROGRAMS += tests/bench/bench_allreduce
+tests_bench_bench_allreduce_SOURCES = tests/bench/bench_allreduce.c tests/unit/coll_testutil.h
+tests_bench_bench_allreduce_CFLAGS = $(FL_TRAINER_CFLAGS)
+tests_bench_bench_allreduce_LDADD = libfltrainer.la $(FL_LIBS)
+EXTRA_DIST += tests/bench/mpi_allreduce.c
+
+# Collective-mode MLP training with 2 ranks: step time with overlap on and
+# off (shm and tcp), samples/s, beside one local process; the script also
+# runs PyTorch DDP (gloo) on the same model and batch (torch_ddp_mlp.py).
+noinst_PROGRAMS += tests/bench/bench_coll_train
+tests_bench_bench_coll_train_SOURCES = tests/bench/bench_coll_train.c tests/unit/coll_testutil.h
+tests_bench_bench_coll_train_CFLAGS = $(FL_TRAINER_CFLAGS)
+tests_bench_bench_coll_train_LDADD = libfltrainer.la $(FL_LIBS)
+EXTRA_DIST += tests/bench/torch_ddp_mlp.py tests/bench/run_bench_collective.sh
+
+# Large-batch study (LARS/LAMB against momentum/Adam at global batches of
+# 4k-16k by gradient merge): tests/bench/large_batch.py runs the job files
+# of deploy/examples/large_batch/ and writes its RESULTS.md and plot.
+EXTRA_DIST += tests/bench/large_batch.py deploy/examples/large_batch

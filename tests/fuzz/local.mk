@@ -7,11 +7,12 @@
 #               tree of its own (fuzz-clang/ under the build tree) and fuzzes
 #               each for FUZZ_SECONDS seconds; any crash, leak, UB report,
 #               timeout or out-of-memory fails (tests/fuzz/run.sh).
-FL_FUZZ_TARGETS = config ckpt idx libsvm ps_core rendezvous
+FL_FUZZ_TARGETS = config ckpt idx libsvm ps_core ps_ckpt rendezvous
 FL_FUZZ_PROGS = tests/fuzz/fuzz_config tests/fuzz/fuzz_ckpt tests/fuzz/fuzz_idx \
-	tests/fuzz/fuzz_libsvm tests/fuzz/fuzz_ps_core tests/fuzz/fuzz_rendezvous
-check_PROGRAMS += $(FL_FUZZ_PROGS)
-TESTS += $(FL_FUZZ_PROGS)
+	tests/fuzz/fuzz_libsvm tests/fuzz/fuzz_ps_core tests/fuzz/fuzz_ps_ckpt \
+	tests/fuzz/fuzz_rendezvous
+check_PROGRAMS += $(FL_FUZZ_PROGS) tests/unit/test_hostile
+TESTS += $(FL_FUZZ_PROGS) tests/unit/test_hostile
 EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/corpus tests/fuzz/dict
 
 FL_FUZZ_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests/fuzz
@@ -39,10 +40,20 @@ tests_fuzz_fuzz_ps_core_CFLAGS = $(FL_PSERVER_CFLAGS) $(CHECK_CFLAGS) -I$(top_sr
 	-DFUZZ_NAME=ps_core
 tests_fuzz_fuzz_ps_core_LDADD = $(FL_PSERVER_LIBS) $(CHECK_LIBS) -lm
 
+tests_fuzz_fuzz_ps_ckpt_SOURCES = tests/fuzz/fuzz_ps_ckpt.c tests/fuzz/replay.c tests/fuzz/fuzz.h
+tests_fuzz_fuzz_ps_ckpt_CFLAGS = $(FL_PSERVER_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests/fuzz \
+	-DFUZZ_NAME=ps_ckpt
+tests_fuzz_fuzz_ps_ckpt_LDADD = $(FL_PSERVER_LIBS) $(CHECK_LIBS) $(ZLIB_LIBS) -lm
+
 tests_fuzz_fuzz_rendezvous_SOURCES = tests/fuzz/fuzz_rendezvous.c tests/fuzz/replay.c \
 	tests/fuzz/fuzz.h
 tests_fuzz_fuzz_rendezvous_CFLAGS = $(FL_FUZZ_TRAINER_CFLAGS) -DFUZZ_NAME=rendezvous
 tests_fuzz_fuzz_rendezvous_LDADD = libfltrainer.la $(FL_FUZZ_LDADD) $(UV_LIBS)
+
+# Hostile input refused with a status (job file, checkpoints, PServer wire).
+tests_unit_test_hostile_SOURCES = tests/unit/test_hostile.c
+tests_unit_test_hostile_CFLAGS = $(FL_PSERVER_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_hostile_LDADD = $(FL_PSERVER_LIBS) $(CHECK_LIBS) $(ZLIB_LIBS) -lm
 
 # The fuzzing pass.  FUZZ_FLAGS: extra libFuzzer flags (e.g. -seed=1).
 FUZZ_CC = clang

@@ -5,7 +5,13 @@
  * given on the command line) through LLVMFuzzerTestOneInput, one forked
  * Check iteration per file, so a crash, an abort of a FUZZ_CHECK, a leak
  * or a sanitizer report names the file that caused it.  Under libFuzzer
- * (FL_FUZZ_LIBFUZZER) this file is empty: libFuzzer brings main. */
+ * (FL_FUZZ_LIBFUZZER) this file is empty: libFuzzer brings main.
+ *
+ * Memory is capped (4 GiB of address space, or 2 GiB per allocation under
+ * ASan) the way libFuzzer's -malloc_limit_mb caps it, so that an input that
+ * makes the library ask for gigabytes (a size taken on trust from a header)
+ * fails with FL_ENOMEM here too, which the harnesses refuse: none of their
+ * inputs legitimately needs that much. */
 #include <config.h>
 
 #ifndef FL_FUZZ_LIBFUZZER
@@ -15,9 +21,42 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "fuzz.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FUZZ_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FUZZ_ASAN 1
+#endif
+#endif
+
+#ifdef FUZZ_ASAN
+/* ASan's defaults for this program (ASAN_OPTIONS from the environment are
+ * applied after them): a too large allocation returns NULL. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) {
+  return "max_allocation_size_mb=2048:allocator_may_return_null=1";
+}
+#endif
+
+/* RLIMIT_AS of 4 GiB, unless ASan (which maps terabytes of shadow) or
+ * valgrind (its own address space) runs the program. */
+static void cap_memory(void) {
+#ifndef FUZZ_ASAN
+  const rlim_t cap = (rlim_t)4 << 30;
+  const char *pre = getenv("LD_PRELOAD");
+  struct rlimit rl;
+  if (pre && strstr(pre, "vgpreload")) return;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur <= cap))
+    return;
+  rl.rlim_cur = cap;
+  if (setrlimit(RLIMIT_AS, &rl) != 0) perror("replay: setrlimit(RLIMIT_AS)");
+#endif
+}
 
 #define FUZZ_STR2(x) #x
 #define FUZZ_STR(x) FUZZ_STR2(x)
@@ -111,6 +150,7 @@ END_TEST
 int main(int argc, char **argv) {
   char dir[4096];
   const char *src = getenv("FL_SRCDIR");
+  cap_memory();
   LLVMFuzzerInitialize(&argc, &argv);
   snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/%s", src ? src : ".", FUZZ_STR(FUZZ_NAME));
   add_path(dir);

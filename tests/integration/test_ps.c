@@ -473,6 +473,31 @@ START_TEST(test_pserver_restarted) {
 }
 END_TEST
 
+START_TEST(test_trainer_rejoins) {
+  /* Trainer 1 is killed and started again at once: it registers again
+   * (a new process), joins at the servers' current step, and the job
+   * completes with both. */
+  char text[1024], cfg[600];
+  const char *env[6];
+  job j;
+  int again;
+  snprintf(text, sizeof text, fault_job, 2, g_dir);
+  write_file("fault.yaml", text);
+  job_start(&j, "fault.yaml", 2, 2, 150);
+  ck_assert(wait_log("tr1.log", "[Epoch 0, batch 20]", 60));
+  kill9(j.tr[1]);
+  for (int k = 0; k < 4; k++) env[k] = j.env[4 + 1][k];
+  env[4] = "FLOTILLA_MODE=ps";
+  env[5] = NULL;
+  snprintf(cfg, sizeof cfg, "--config=%s/fault.yaml", g_dir);
+  again = spawn("flotilla-trainer", "tr1b.log", env, cfg, NULL, 120);
+  j.tr[1] = again;
+  job_expect_ok(&j, 120);
+  ck_assert(wait_log("ps0.log", "trainer 1 registered again (new process)", 1));
+  ck_assert(wait_log("tr1b.log", "starting at step", 1));
+}
+END_TEST
+
 /* ------------------------------------------------------------- bad input */
 
 static grpc_status_code call_raw(grpc_channel *ch, const char *method, const void *bytes,
@@ -689,6 +714,7 @@ int main(void) {
   tcase_add_test(tc, test_ctr_auc);
   tcase_add_test(tc, test_trainer_killed);
   tcase_add_test(tc, test_pserver_restarted);
+  tcase_add_test(tc, test_trainer_rejoins);
   if (access(FMNIST, R_OK) == 0) {
     tcase_add_test(tc, test_async_fmnist);
     tcase_add_test(tc, test_geo_fmnist);

@@ -3,8 +3,10 @@
 # collective job of 2 trainers and a PS job of 2 pservers + 2 trainers run
 # a few steps and end cleanly; a job whose training data is missing fails,
 # the other processes are stopped and the failed trainer's log tail is
-# shown; --timeline gives one valid Chrome-tracing JSON; --metrics_port
-# gives each process a /metrics endpoint that answers while it runs.
+# shown; a trainer killed with --max_restart 1 resumes with the others
+# from the last checkpoint; --timeline gives one valid Chrome-tracing
+# JSON; --metrics_port gives each process a /metrics endpoint that answers
+# while it runs.
 # A part whose mode or flag this build of the daemons lacks is SKIPped.
 set -u
 RUN=$FL_BUILDDIR/flotilla-run
@@ -68,6 +70,37 @@ if run nodata --mode ps --server_num 1 --nproc_per_node 2 "$tmp/nodata.yaml"; th
   has "$tmp/nodata.out" "job failed"
 fi
 
+# --max_restart: trainer 1 is killed (SIGKILL) after the first
+# checkpoint; both trainers restart with --resume from it and finish.
+sed 's/^data:$/data:\n  limit_train: 8192\n  limit_test: 1000/' "$EX/collective_mlp_fmnist.yaml" \
+  > "$tmp/restart.yaml"
+FLOTILLA_CHECKPOINT_DIR="$tmp/restart.ckpt" "$RUN" --log_dir "$tmp/restart" --nproc_per_node 2 \
+  --max_restart 1 "$tmp/restart.yaml" -- --max-steps 1000 > "$tmp/restart.out" 2>&1 &
+pid=$!
+(sleep 110 && kill -TERM $pid 2> /dev/null) &
+watchdog=$!
+i=0
+until grep -q "checkpoint: step" "$tmp/restart/workerlog.0" 2> /dev/null || [ $i -ge 600 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+victim=$(pgrep -P $pid | sed -n 2p) # flotilla-run's children: trainer 0, trainer 1
+[ -n "$victim" ] && kill -KILL "$victim"
+wait $pid
+rc=$?
+kill $watchdog 2> /dev/null
+if grep -q "is not available in this build" "$tmp/restart"/workerlog.* 2> /dev/null; then
+  echo "SKIP: restart (not in this build of the daemons yet)"
+else
+  ran=$((ran + 1))
+  echo "== restart: exit $rc"
+  [ $rc = 0 ] || fail "restart: exit $rc"
+  has "$tmp/restart.out" "trainer 1 was killed by signal 9 (Killed); restart 1 of 1"
+  has "$tmp/restart/workerlog.1" "restart 1 of 1, with --resume"
+  has "$tmp/restart/workerlog.1" "resumed from"
+  has "$tmp/restart/workerlog.0" "resumed from"
+fi
+
 # --timeline: every trainer's spans, merged into one valid JSON file.
 job=$(short collective_mlp_fmnist)
 if run timeline --nproc_per_node 2 --timeline "$job" -- --max-steps 10; then
@@ -83,39 +116,49 @@ for n in ("forward", "backward"):
 ' "$tmp/timeline/timeline.json" || fail "timeline.json is not what it should be"
 fi
 
-# --metrics_port: /metrics of trainer 0 answers while the job runs.
-job=$(short collective_mlp_fmnist)
+# --metrics_port: /metrics of trainer 0 (port BASE) and of the pserver
+# (BASE + 2, after the 2 trainers) answer while a PS job runs, parse as
+# Prometheus text, and show the work being done.
+sed 's/^data:$/data:\n  limit_test: 1000/' "$EX/ps_sync_mlp_fmnist.yaml" > "$tmp/metrics.yaml"
 mport=$((30000 + $$ % 20000))
 FLOTILLA_CHECKPOINT_DIR="$tmp/metrics.ckpt" timeout 120 "$RUN" --log_dir "$tmp/metrics" \
-  --nproc_per_node 2 --metrics_port $mport "$job" \
-  -- --max-steps 400 > "$tmp/metrics.out" 2>&1 &
+  --mode ps --server_num 1 --nproc_per_node 2 --metrics_port $mport "$tmp/metrics.yaml" \
+  -- --max-steps 3000 > "$tmp/metrics.out" 2>&1 &
 pid=$!
 got=no
 i=0
 while [ $i -lt 300 ] && kill -0 $pid 2> /dev/null; do
-  if python3 - "$mport" > "$tmp/scrape" 2> /dev/null << 'PY'
+  if python3 - "$mport" > "$tmp/scrape" 2>&1 << 'PY'
 import sys, urllib.request
-text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=2).read().decode()
-assert "# TYPE flotilla_steps_total counter" in text
-for line in text.splitlines():
-    if line and not line.startswith("#"):
-        name, value = line.rsplit(" ", 1)
-        float(value)
-print(text)
+def scrape(port):
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2).read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+base = int(sys.argv[1])
+t, p = scrape(base), scrape(base + 2)
+assert t['flotilla_info{role="trainer",rank="0",mode="ps"}'] == 1
+assert t["flotilla_steps_total"] >= 5, t["flotilla_steps_total"]
+assert t["flotilla_push_seconds_count"] > 0 and t["flotilla_pull_seconds_count"] > 0
+assert t["flotilla_bytes_sent_total"] > 0
+assert p['flotilla_info{role="pserver",rank="0",mode="ps-sync"}'] == 1
+assert p["flotilla_live_trainers"] == 2, p["flotilla_live_trainers"]
 PY
   then got=yes; break; fi
-  sleep 0.1
+  sleep 0.2
   i=$((i + 1))
 done
+kill -TERM $pid 2> /dev/null
 wait $pid
-rc=$?
-if grep -q -e "unknown argument '--metrics_addr" -e "is not available in this build" \
-  "$tmp/metrics"/workerlog.* 2> /dev/null; then
+if grep -q -e "unknown argument '--metrics_addr" -e "unknown argument --metrics_addr" \
+  "$tmp/metrics"/*log.* 2> /dev/null; then
   echo "SKIP: metrics (not in this build of the daemons yet)"
 else
   ran=$((ran + 1))
-  [ $got = yes ] || fail "metrics: /metrics on 127.0.0.1:$mport never answered"
-  [ $rc = 0 ] || fail "metrics: exit $rc"
+  [ $got = yes ] || { fail "metrics: /metrics on 127.0.0.1:$mport/+2 never showed the job:"; cat "$tmp/scrape"; }
 fi
 
 if [ $fails -ne 0 ]; then

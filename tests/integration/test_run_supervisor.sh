@@ -13,6 +13,7 @@ tmp=$(mktemp -d /tmp/fl_run_sup.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 export FAKE_DIR FAKE_MODE
+unset FLOTILLA_TOKEN FLOTILLA_TOKEN_FILE
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 has() { grep -q -- "$2" "$1" || fail "$1 lacks '$2'"; }
@@ -46,6 +47,10 @@ eps=$(sed -n 's/^FLOTILLA_TRAINER_ENDPOINTS=//p' "$d/TRAINER.1.env")
 cur=$(sed -n 's/^FLOTILLA_CURRENT_ENDPOINT=//p' "$d/TRAINER.1.env")
 [ "$(echo "$eps" | tr ',' '\n' | sort -u | wc -l)" = 3 ] || fail "endpoints not 3 distinct: $eps"
 [ "$(echo "$eps" | cut -d, -f2)" = "$cur" ] || fail "rank 1's endpoint $cur is not entry 1 of $eps"
+# One node, no secret given: one random token for the whole job.
+tok=$(sed -n 's/^FLOTILLA_TOKEN=//p' "$d/TRAINER.0.env")
+echo "$tok" | grep -Eqx '[0-9a-f]{48}' || fail "no random job token: '$tok'"
+has "$d/TRAINER.2.env" "FLOTILLA_TOKEN=$tok"
 has "$tmp/ok.out" "fake TRAINER 0 starting"       # rank 0 is streamed
 hasnt "$tmp/ok.out" "fake TRAINER 1 starting"     # the others only logged
 has "$tmp/ok.out" "Distributed Envs"
@@ -58,8 +63,11 @@ if command -v gnuplot > /dev/null; then
 fi
 
 # 2. PS mode: 2 pservers + 2 trainers; the pservers are stopped (SIGTERM)
-#    --grace seconds after the trainers are done.
+#    --grace seconds after the trainers are done.  A secret of the user's
+#    own is passed on untouched.
+export FLOTILLA_TOKEN=users-secret
 run ps ok --mode ps --server_num 2 --nproc_per_node 2 --grace 1
+unset FLOTILLA_TOKEN
 [ $rc = 0 ] || fail "ps: exit $rc"
 d=$tmp/ps
 has "$d/PSERVER.1.env" "FLOTILLA_ROLE=PSERVER"
@@ -71,6 +79,8 @@ list=$(sed -n 's/^FLOTILLA_PSERVERS_IP_PORT_LIST=//p' "$d/PSERVER.1.env")
 has "$d/TRAINER.0.env" "FLOTILLA_PSERVERS_IP_PORT_LIST=$list"
 hasnt "$d/TRAINER.0.env" "FLOTILLA_TRAINER_ENDPOINTS"
 has "$d/log/serverlog.1" "SIGTERM"
+has "$d/PSERVER.0.env" "FLOTILLA_TOKEN=users-secret"
+has "$d/TRAINER.1.env" "FLOTILLA_TOKEN=users-secret"
 
 # 3. A trainer fails: the others are stopped, its log tail is shown, the
 #    exit status is its own.
@@ -137,6 +147,7 @@ for r in 0 1 2 3; do
 done
 has "$FAKE_DIR/TRAINER.3.env" "FLOTILLA_CURRENT_ENDPOINT=127.0.0.2:$((base + 1))"
 has "$FAKE_DIR/TRAINER.3.env" "FLOTILLA_LOCAL_RANK=1"
+grep -q FLOTILLA_TOKEN "$FAKE_DIR/TRAINER.3.env" && fail "a multi-node job made up a token"
 [ -f "$FAKE_DIR/log2/workerlog.2" ] || fail "node 2 did not start rank 2"
 [ -f "$FAKE_DIR/log2/workerlog.0" ] && fail "node 2 started rank 0"
 

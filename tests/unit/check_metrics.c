@@ -1,7 +1,8 @@
 /* check_metrics.c - unit tests of the Prometheus registry (fl_metrics.h):
  * exposition text, label escaping, histogram buckets, registration rules,
  * thread safety, and the /metrics HTTP endpoint read back over a socket
- * and parsed line by line. */
+ * and parsed line by line; fl_obs (the daemons' three calls) and sd_notify
+ * (fl_notify.h) through a NOTIFY_SOCKET of our own. */
 #include <config.h>
 
 #include <arpa/inet.h>
@@ -13,9 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "fl_metrics.h"
+#include "fl_notify.h"
+#include "fl_obs.h"
+#include "fl_timeline.h"
 
 static char *render(fl_metrics *reg) {
   char *text = NULL;
@@ -317,6 +322,80 @@ START_TEST(test_http_endpoint) {
 }
 END_TEST
 
+START_TEST(test_obs) {
+  fl_obs *o;
+  char path[] = "/tmp/fl_obs_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  double steps0 = fl_series_value(fl_metrics_std()->steps, NULL);
+  ck_assert_int_eq(fl_obs_start("pserver", 1, "ps", "127.0.0.1:0", path, &o), FL_OK);
+  ck_assert_ptr_nonnull(fl_timeline_default());
+  int port = fl_obs_metrics_port(o);
+  ck_assert_int_gt(port, 0);
+  for (int i = 0; i < 3; i++) fl_obs_step(o, 0.5 - 0.1 * i, 1024, 64);
+  ck_assert_double_eq(fl_series_value(fl_metrics_std()->steps, NULL), steps0 + 3);
+  char *resp = http(port, "GET /metrics HTTP/1.0\r\n\r\n");
+  char *body = strstr(resp, "\r\n\r\n");
+  ck_assert_ptr_nonnull(body);
+  ck_assert_int_gt(parse_exposition(body + 4), 10);
+  ck_assert_ptr_nonnull(strstr(body, "flotilla_info{role=\"pserver\",rank=\"1\",mode=\"ps\"} 1\n"));
+  ck_assert_ptr_nonnull(strstr(body, "\nflotilla_loss 0.3\n"));
+  ck_assert_ptr_nonnull(strstr(body, "\nflotilla_loss_scale 1024\n"));
+  free(resp);
+  ck_assert_int_eq(fl_obs_stop(o), FL_OK);
+  ck_assert_ptr_null(fl_timeline_default());
+  FILE *f = fopen(path, "r");
+  char buf[4096];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(buf, "\"name\":\"pserver 1\""));
+  ck_assert_ptr_nonnull(strstr(buf, "\"ph\":\"C\""));
+  ck_assert_ptr_nonnull(strstr(buf, "]}\n"));
+  unlink(path);
+  /* A bad address is refused and leaves nothing behind. */
+  ck_assert_int_eq(fl_obs_start("trainer", 0, "local", "nohost", NULL, &o), FL_EINVAL);
+  ck_assert_int_eq(fl_obs_stop(NULL), FL_OK);
+}
+END_TEST
+
+/* sd_notify reaches the socket systemd names in NOTIFY_SOCKET; without
+ * one every call is a no-op. */
+START_TEST(test_notify) {
+  unsetenv("NOTIFY_SOCKET");
+  ck_assert_int_eq(fl_notify_ready(NULL), FL_OK);
+  char path[] = "/tmp/fl_notify_XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(path));
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s/notify", path);
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  setenv("NOTIFY_SOCKET", sa.sun_path, 1);
+  char buf[256];
+  ck_assert_int_eq(fl_notify_ready("serving 127.0.0.1:6170\nstep 0"), FL_OK);
+  ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+  ck_assert_int_gt(n, 0);
+  buf[n] = '\0';
+  ck_assert_str_eq(buf, "READY=1\nSTATUS=serving 127.0.0.1:6170 step 0");
+  ck_assert_int_eq(fl_notify_stopping(), FL_OK);
+  n = recv(fd, buf, sizeof buf - 1, 0);
+  buf[n > 0 ? n : 0] = '\0';
+  ck_assert_str_eq(buf, "STOPPING=1");
+  ck_assert_int_eq(fl_notify_status("checkpoint 3"), FL_OK);
+  n = recv(fd, buf, sizeof buf - 1, 0);
+  buf[n > 0 ? n : 0] = '\0';
+  ck_assert_str_eq(buf, "STATUS=checkpoint 3");
+  /* A socket that is gone: the daemon hears about it. */
+  close(fd);
+  unlink(sa.sun_path);
+  ck_assert_int_eq(fl_notify_ready(NULL), FL_EIO);
+  unsetenv("NOTIFY_SOCKET");
+  rmdir(path);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("metrics");
   TCase *tc = tcase_create("core");
@@ -326,6 +405,8 @@ int main(void) {
   tcase_add_test(tc, test_threads);
   tcase_add_test(tc, test_std_metrics);
   tcase_add_test(tc, test_http_endpoint);
+  tcase_add_test(tc, test_obs);
+  tcase_add_test(tc, test_notify);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

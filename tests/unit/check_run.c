@@ -328,12 +328,12 @@ START_TEST(test_progress_bursts) {
   char line[256];
   ck_assert_int_eq(fl_run_progress_new(1, 10, &p), FL_OK);
   feed(p, "[Epoch 0, batch 0] loss: 2", 0);
-  feed(p, "[Epoch 0, batch 99] loss: 1", 10);     /* 100 samples/s */
-  feed(p, "[Epoch 0, batch 199] loss: 1", 10.001); /* a burst: not a rate */
-  feed(p, "[Epoch 0, batch 299] loss: 1", 10.002);
+  feed(p, "[Epoch 0, batch 100] loss: 1", 10);    /* 100 samples/s */
+  feed(p, "[Epoch 0, batch 200] loss: 1", 10.001); /* a burst: not a rate */
+  feed(p, "[Epoch 0, batch 300] loss: 1", 10.002);
   fl_run_progress_line(p, line, sizeof line);
   ck_assert_ptr_nonnull(strstr(line, "  100 samples/s"));
-  feed(p, "[Epoch 0, batch 399] loss: 1", 11); /* 300 batches since t=10: 3000 */
+  feed(p, "[Epoch 0, batch 400] loss: 1", 11); /* 300 batches since t=10: 3000 */
   fl_run_progress_line(p, line, sizeof line);
   ck_assert_ptr_nonnull(strstr(line, "  970 samples/s")); /* 0.7 * 100 + 0.3 * 3000 */
   fl_run_record r;

@@ -150,7 +150,9 @@ static void *worker(void *p) {
     fl_timeline_end(a->tl, "compute", "forward");
     fl_timeline_begin(a->tl, "compute", "backward");
     int64_t t0 = fl_timeline_now_us();
-    fl_timeline_span(a->tl, "comm", "allreduce bucket 0", t0, t0 + 5, "bytes", 1 << 20);
+    /* as a module without a handle would: through the default */
+    fl_timeline_span(fl_timeline_default(), "comm", "allreduce bucket 0", t0, t0 + 5, "bytes",
+                     1 << 20);
     fl_timeline_end(a->tl, "compute", "backward");
   }
   return NULL;
@@ -163,6 +165,8 @@ START_TEST(test_threads_valid_json) {
   close(fd);
   fl_timeline *tl;
   ck_assert_int_eq(fl_timeline_open(path, 2, "trainer \"2\"\n", &tl), FL_OK);
+  fl_timeline_set_default(tl);
+  ck_assert_ptr_eq(fl_timeline_default(), tl);
   fl_timeline_thread_name(tl, "main");
   pthread_t t[NWORKERS];
   worker_arg args[NWORKERS];
@@ -175,6 +179,7 @@ START_TEST(test_threads_valid_json) {
   fl_timeline_begin(tl, "ps", "push \\ \t\x01 odd");
   fl_timeline_end(tl, "ps", "push \\ \t\x01 odd");
   for (int i = 0; i < NWORKERS; i++) pthread_join(t[i], NULL);
+  fl_timeline_set_default(NULL);
   ck_assert_int_eq(fl_timeline_close(tl), FL_OK);
 
   char *text = slurp(path);
@@ -219,6 +224,7 @@ START_TEST(test_null_and_errors) {
   fl_timeline_thread_name(NULL, "x");
   ck_assert_int_eq(fl_timeline_close(NULL), FL_OK);
   fl_timeline *tl = NULL;
+  ck_assert_ptr_null(fl_timeline_default());
   ck_assert_int_eq(fl_timeline_open("/nonexistent-dir/t.json", 0, "x", &tl), FL_EIO);
   ck_assert_ptr_null(tl);
   /* /dev/full accepts the open and fails the writes: close reports it. */

@@ -67,6 +67,16 @@ static inline int ct_job_init(ct_job *j, int n, const char *const *hosts) {
   return 0;
 }
 
+/* Close the parent's sockets, for ranks that bind their endpoints
+ * themselves (the ports stay known; another process could take one in
+ * between, which a benchmark accepts). */
+static inline void ct_job_release(ct_job *j) {
+  for (int r = 0; r < j->n; r++) {
+    if (j->fds[r] >= 0) close(j->fds[r]);
+    j->fds[r] = -1;
+  }
+}
+
 /* Options for rank r of the job (listen_fd is rank r's socket). */
 static inline fl_coll_options ct_opts(ct_job *j, int r, const char *backend, double timeout_s) {
   fl_coll_options o = fl_coll_options_default();
@@ -86,6 +96,7 @@ typedef int (*ct_rank_fn)(ct_job *j, int rank, void *arg);
  * rank r goes to logs[r] when logs is given. */
 static inline void ct_spawn(ct_job *j, ct_rank_fn fn, void *arg, const int *start,
                             char (*logs)[256]) {
+  fflush(NULL); /* children exit(): buffered output must not be written twice */
   for (int r = 0; r < j->n; r++) {
     if (start && !start[r]) {
       j->pids[r] = 0;
@@ -104,7 +115,7 @@ static inline void ct_spawn(ct_job *j, ct_rank_fn fn, void *arg, const int *star
       }
       int rc = fn(j, r, arg);
       fflush(NULL);
-      _exit(rc);
+      exit(rc);
     }
     j->pids[r] = p;
   }

@@ -11,3 +11,16 @@ TESTS += tests/unit/test_coll_faults
 tests_unit_test_coll_faults_SOURCES = tests/unit/test_coll_faults.c tests/unit/coll_testutil.h
 tests_unit_test_coll_faults_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_coll_faults_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS)
+
+check_PROGRAMS += tests/unit/test_coll_bucket
+TESTS += tests/unit/test_coll_bucket
+tests_unit_test_coll_bucket_SOURCES = tests/unit/test_coll_bucket.c
+tests_unit_test_coll_bucket_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_coll_bucket_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS)
+
+# NCCL: one rank on one GPU; SKIP (77) without a GPU or without NCCL.
+check_PROGRAMS += tests/unit/test_coll_nccl
+TESTS += tests/unit/test_coll_nccl
+tests_unit_test_coll_nccl_SOURCES = tests/unit/test_coll_nccl.c tests/unit/coll_testutil.h
+tests_unit_test_coll_nccl_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_coll_nccl_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS)

@@ -1,5 +1,6 @@
 # Unit tests of observability (the Prometheus registry and /metrics
-# endpoint, the Chrome-tracing timeline writer) and of flotilla-run (Check).
+# endpoint, fl_obs, sd_notify, the Chrome-tracing timeline writer) and of
+# flotilla-run (Check).
 check_PROGRAMS += tests/unit/check_metrics tests/unit/check_timeline
 TESTS += tests/unit/check_metrics tests/unit/check_timeline
 tests_unit_check_metrics_SOURCES = tests/unit/check_metrics.c

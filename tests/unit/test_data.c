@@ -27,6 +27,7 @@ static void remove_dir(void) {
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
   ck_assert_int_eq(system(cmd), 0);
+  g_dir[0] = '\0';
 }
 
 static void path_in_dir(char *out, size_t cap, const char *name) {
@@ -52,6 +53,7 @@ static int g_saved_stderr = -1;
 static char g_cap_path[300];
 
 static void capture_begin(void) {
+  ck_assert_msg(g_dir[0] != '\0', "capture_begin needs make_dir first");
   path_in_dir(g_cap_path, sizeof g_cap_path, "stderr.txt");
   int fd = open(g_cap_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   ck_assert_int_ge(fd, 0);
@@ -571,6 +573,7 @@ END_TEST
 /* --------------------------------------------------------------- loader */
 
 START_TEST(loader_dense_order_and_restart) {
+  make_dir();
   fl_synth_image_config c = {.n = 97, .channels = 1, .height = 3, .width = 2, .num_classes = 5,
                              .seed = 1};
   fl_dataset d;
@@ -615,10 +618,12 @@ START_TEST(loader_dense_order_and_restart) {
   }
   free(idx);
   fl_dataset_free(&d);
+  remove_dir();
 }
 END_TEST
 
 START_TEST(loader_sparse) {
+  make_dir();
   fl_synth_ctr_config c = {.n = 50, .num_slots = 3, .signal_slots = 1, .vocab = 10,
                            .weight_scale = 1, .seed = 2};
   fl_sparse_dataset d;
@@ -648,6 +653,7 @@ START_TEST(loader_sparse) {
   ck_assert_int_eq(fl_loader_create(NULL, NULL, &s, 2, &l), FL_EINVAL);
   capture_end();
   fl_sparse_dataset_free(&d);
+  remove_dir();
 }
 END_TEST
 

@@ -542,6 +542,34 @@ START_TEST(test_core_checkpoint) {
 }
 END_TEST
 
+START_TEST(test_parked_trainer_not_waited_for) {
+  /* A trainer waiting in a barrier trains no step: sync steps go on
+   * without it until the barrier completes, then wait for it again. */
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  Flotilla__BarrierRequest b = FLOTILLA__BARRIER_REQUEST__INIT;
+  const float g[N] = {1, 1, 1, 1};
+  float v[N];
+  uint32_t blk = 0;
+  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  b.name = "eval";
+  b.trainer_id = 0;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_EAGAIN);
+  ck_assert_int_eq(push(c, 1, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 1, 1, &blk, 1), FL_OK);
+  value(c, v, NULL);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 1.0f);
+  b.trainer_id = 1;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_OK);
+  ck_assert_int_eq(push(c, 1, 1, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 1, 2, &blk, 1), FL_EAGAIN); /* waits for 0 again */
+  ck_assert_int_eq(push(c, 0, 1, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 1, 2, &blk, 1), FL_OK);
+  fl_ps_core_free(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ps_core");
   TCase *tc = tcase_create("core");
@@ -552,6 +580,7 @@ int main(void) {
   tcase_add_test(tc, test_async_and_geo);
   tcase_add_test(tc, test_bad_requests_change_nothing);
   tcase_add_test(tc, test_barrier);
+  tcase_add_test(tc, test_parked_trainer_not_waited_for);
   tcase_add_test(tc, test_sparse_calls);
   tcase_add_test(tc, test_sparse_key_sharding);
   tcase_add_test(tc, test_core_checkpoint);

@@ -24,6 +24,10 @@
 
 #include "coll_internal.h"
 
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
+#error "the nccl backend needs NCCL >= 2.14 (non-blocking communicators)"
+#endif
+
 #define MAX_COMMS 16
 
 typedef struct nccl_state {
@@ -200,7 +204,7 @@ static fl_status stage_in(nccl_state *s, void *buf, size_t bytes, int in, void *
   return FL_OK;
 }
 
-static fl_status stage_out(nccl_state *s, void *buf, void *dptr, size_t bytes) {
+static fl_status stage_out(void *buf, void *dptr, size_t bytes) {
   if (dptr == buf || bytes == 0) return FL_OK;
   if (cudaMemcpy(buf, dptr, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
     return FL_ERR(FL_ECUDA, "nccl: device-to-host copy of %zu bytes failed", bytes);
@@ -240,7 +244,7 @@ static fl_status nccl_allreduce(void *vs, void *buf, size_t count, fl_coll_dtype
     }
   }
   FL_TRY(finish_all(s, "allreduce"));
-  return stage_out(s, buf, d, count * es);
+  return stage_out(buf, d, count * es);
 }
 
 static fl_status nccl_broadcast(void *vs, void *buf, size_t bytes, int root) {
@@ -262,7 +266,7 @@ static fl_status nccl_broadcast(void *vs, void *buf, size_t bytes, int root) {
     }
   }
   FL_TRY(finish_all(s, "broadcast"));
-  return stage_out(s, buf, d, bytes);
+  return stage_out(buf, d, bytes);
 }
 
 static fl_status nccl_allgather(void *vs, const void *send, size_t bytes, void *recv) {
@@ -292,7 +296,7 @@ static fl_status nccl_allgather(void *vs, const void *send, size_t bytes, void *
     return FL_ENCCL;
   }
   FL_TRY(wait_comm(s, 0, 1, "allgather"));
-  return stage_out(s, recv, d, total);
+  return stage_out(recv, d, total);
 }
 
 static fl_status nccl_barrier(void *vs) {

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "coll_internal.h"
+#include "fl_metrics.h"
 
 #define OPHDR 32
 #define OP_MAGIC 0x4448504fu /* "OPHD" */
@@ -320,6 +321,7 @@ static void ring_send(tcp_ring *r, uint8_t *ptr, size_t len) {
     return;
   }
   r->w_pending++;
+  fl_series_add(fl_metrics_std()->bytes_sent, (double)len);
 }
 
 static void ring_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
@@ -378,6 +380,7 @@ static void ring_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   atomic_store(&st->progress_ms, uv_now(&st->c->loop));
+  fl_series_add(fl_metrics_std()->bytes_received, (double)nread);
   if (r->hdr_got < OPHDR) {
     r->hdr_got += (size_t)nread;
     if (r->hdr_got < OPHDR) return;

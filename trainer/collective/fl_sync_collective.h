@@ -1,0 +1,57 @@
+/* fl_sync_collective.h - collective mode of flotilla-trainer: the fl_sync
+ * (fl_sync.h) whose ranks average their gradients with allreduce.
+ *
+ * What it does with the job's strategy:
+ *   fuse_all_reduce_ops, fuse_grad_size_in_MB, fuse_grad_size_in_TFLOPS
+ *       gradients go, in reverse layer order, into fusion buckets
+ *       (coll_bucket.h); a bucket's allreduce is queued on the engine the
+ *       moment its last gradient is reported (grad_ready), so it runs on
+ *       the engine's threads while backward goes on;
+ *   use_hierarchical_allreduce, hierarchical_allreduce_inter_nranks,
+ *   nccl_comm_num
+ *       handed to the engine (fl_coll.h): hierarchical shm+tcp, and the
+ *       number of parallel rings / communicators;
+ *   sync_nccl_allreduce
+ *       the engine completes each allreduce before it starts the next, on
+ *       every backend, which is this flag's "true"; "false" is accepted
+ *       and behaves the same (there is no stream to leave unsynchronised);
+ *   grad_compression / fp16_allreduce
+ *       each rank divides its gradients by the world size, casts them to
+ *       fp16 or bf16 and the allreduce carries 16 bits (added in fp32 at
+ *       every step); without compression fp32 sums are divided after;
+ *   gradient_merge
+ *       the loop reports gradients only on the k-th micro-batch, so the
+ *       ranks communicate once every k_steps;
+ *   sync_batch_norm
+ *       fl_model has no hook inside the forward pass, so batch-norm layers
+ *       still normalise with each rank's micro-batch statistics; what this
+ *       mode does is keep the running statistics (the buffers, which eval
+ *       and checkpoints use) equal on all ranks: with sync_batch_norm they
+ *       are averaged over the ranks after every step, without it rank 0's
+ *       are broadcast (as PyTorch DDP's broadcast_buffers does).
+ * Start: rank 0's parameters are broadcast to every rank (init_params);
+ * the ranks agree on the steps per epoch (the minimum); metrics are summed
+ * in fp64.  Rank 0 writes the checkpoints (the loop asks sync->rank), and
+ * every rank resumes from them.
+ *
+ * Environment (no job-file key exists for these):
+ *   FLOTILLA_COLLECTIVE_BACKEND  tcp | shm | nccl | auto (default auto:
+ *                                shm on one host, tcp across hosts)
+ *   FLOTILLA_COLLECTIVE_OVERLAP  1 (default): buckets start during
+ *                                backward; 0: all start at the end of the
+ *                                step (for measuring what overlap gains) */
+#ifndef FL_SYNC_COLLECTIVE_H
+#define FL_SYNC_COLLECTIVE_H
+
+#include "fl_cluster.h"
+#include "fl_config.h"
+#include "fl_sync.h"
+
+/* Join the job's collective (rendezvous at the first trainer endpoint,
+ * token from FLOTILLA_TOKEN or the token file) and fill *out.  The caller
+ * ends it with ops->finish after a successful run and always with
+ * ops->destroy; destroying an unfinished instance tells the other ranks
+ * that this rank aborted.  job must outlive the instance. */
+fl_status fl_sync_collective_create(const fl_job *job, const fl_cluster *cluster, fl_sync *out);
+
+#endif
