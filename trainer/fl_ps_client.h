@@ -46,6 +46,9 @@ typedef struct fl_ps_client_opts {
   double heartbeat_interval_s; /* <= 0: no heartbeats */
   const char *token;          /* copied; NULL/"" = none */
   const char *tls_ca, *tls_cert, *tls_key; /* copied; NULL/"" = insecure */
+  int wire_dtype;             /* FLOTILLA__DTYPE__*: gradient/delta pushes are
+                                 cast to fp16 or bf16 on the wire (values,
+                                 initial values and pulls stay fp32) */
 } fl_ps_client_opts;
 
 /* One dense parameter (value memory stays the caller's; the client reads it

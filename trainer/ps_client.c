@@ -18,6 +18,7 @@
 
 #include "fl_log.h"
 #include "fl_metrics.h"
+#include "fl_optim.h"
 #include "fl_ps_client.h"
 #include "fl_rpc.h"
 #include "fl_timeline.h"
@@ -55,6 +56,8 @@ typedef struct op {
   int64_t value_min;
   double *sums;
   int64_t *min;
+  uint16_t *half;     /* gradient in fp16/bf16 for the wire (kept) */
+  size_t half_cap;
   /* call state */
   fl_rpc_call call;
   fl_rpc_outbuf *ob;
@@ -155,6 +158,22 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     t.shape = shape;
     t.data.data = (uint8_t *)o->src;
     t.data.len = blk->n * sizeof(float);
+    if (c->o.wire_dtype != FLOTILLA__DTYPE__DTYPE_FP32 && o->kind != FLOTILLA__PUSH_KIND__PUSH_INIT) {
+      /* Compressed gradients (strategy.grad_compression): half the bytes. */
+      if (blk->n > o->half_cap) {
+        uint16_t *h = realloc(o->half, blk->n * sizeof *h);
+        if (!h) return FL_ERR(FL_ENOMEM, "ps client: out of memory for block %u", o->block);
+        o->half = h;
+        o->half_cap = blk->n;
+      }
+      st = c->o.wire_dtype == FLOTILLA__DTYPE__DTYPE_FP16
+               ? fl_cast_f32_to_f16(o->src, o->half, blk->n)
+               : fl_cast_f32_to_bf16(o->src, o->half, blk->n);
+      if (st != FL_OK) return st;
+      t.dtype = c->o.wire_dtype;
+      t.data.data = (uint8_t *)o->half;
+      t.data.len = blk->n * sizeof *o->half;
+    }
     b.block = o->block;
     b.value = &t;
     r.trainer_id = c->o.trainer_id;
@@ -252,8 +271,12 @@ static op *op_new(fl_ps_client *c, int type, int server) {
   pthread_mutex_unlock(&c->mu);
   {
     fl_rpc_outbuf *ob = o->ob;
+    uint16_t *half = o->half;
+    size_t half_cap = o->half_cap;
     memset(o, 0, sizeof *o);
     o->ob = ob;
+    o->half = half;
+    o->half_cap = half_cap;
   }
   o->type = type;
   o->server = server;
@@ -966,6 +989,7 @@ void fl_ps_client_destroy(fl_ps_client *c) {
   for (size_t i = 0; i < c->cap_ops; i++)
     if (c->pool[i]) {
       fl_rpc_outbuf_free(c->pool[i]->ob);
+      free(c->pool[i]->half);
       free(c->pool[i]);
     }
   free(c->pool);

@@ -15,6 +15,8 @@
  *         of trainers (as Paddle's GeoSGD does), is pushed and added on the
  *         servers, and the parameters are pulled back.  finish pushes the
  *         last delta.
+ * strategy.grad_compression (fp16 / bf16, or fp16_allreduce) halves the
+ * pushed bytes: gradients and deltas travel cast, the servers widen them.
  * Steps on the wire count from the step the servers report at registration
  * (a restarted trainer joins at the servers' current step).  Only trainable
  * parameters travel; buffers (batch-norm statistics) stay local.
@@ -339,6 +341,9 @@ fl_status fl_sync_ps_create(const fl_job *job, const fl_cluster *cl, fl_sync *ou
     snprintf(s->token, sizeof s->token, "%s", tmp.token);
   }
   o.token = s->token;
+  o.wire_dtype = job->strategy.grad_compression == FL_COMPRESS_FP16   ? FLOTILLA__DTYPE__DTYPE_FP16
+                 : job->strategy.grad_compression == FL_COMPRESS_BF16 ? FLOTILLA__DTYPE__DTYPE_BF16
+                                                                      : FLOTILLA__DTYPE__DTYPE_FP32;
   o.tls_ca = job->cluster.tls.ca;
   if (job->cluster.tls.mutual) {
     o.tls_cert = job->cluster.tls.cert;

@@ -14,8 +14,10 @@
  *                    without protobuf, tables or optimizer;
  *   sparse_pull_*    rows of 64 floats pulled in batches of 4096 ids (ids
  *                    drawn from 200k rows that already exist).
- * Each figure is the median of its repetitions.  The trainer processes are
- * forked before this process touches gRPC (gRPC must not be initialised
+ * Each figure is the median of its repetitions; the PS iteration, the TCP
+ * transfer and the echo round take turns, iteration by iteration, so that
+ * they see the same machine load.  The trainer processes are forked before
+ * this process touches gRPC (gRPC must not be initialised
  * before fork); the pservers are the installed binaries' build-tree twins,
  * found through FL_BUILDDIR or next to this program.
  *
@@ -89,11 +91,13 @@ static int free_port(void) {
 /* ---------------------------------------------------------- trainer child */
 
 typedef struct result {
-  double iter_s[16];
   double sparse_rows_per_s[16];
 } result;
 
-static int trainer_child(int id, const fl_endpoint *eps, int iters, int out_fd) {
+/* One trainer process: registers a 64 MB model, then runs one push+pull
+ * iteration each time the parent writes a byte on go_fd, answering with
+ * its duration on done_fd; trainer 0 then times sparse pulls. */
+static int trainer_child(int id, const fl_endpoint *eps, int iters, int go_fd, int done_fd) {
   fl_ps_client_opts o;
   fl_ps_client *c = NULL;
   fl_ps_dense_param params[N_PARAMS];
@@ -127,9 +131,11 @@ static int trainer_child(int id, const fl_endpoint *eps, int iters, int out_fd) 
   }
   if (fl_ps_client_register(c, params, N_PARAMS, &tab, 1, &step) != FL_OK) return 1;
   l = fl_ps_client_layout(c);
-  if (fl_ps_client_barrier(c, "start", NULL, 0, 0, NULL, NULL) != FL_OK) return 1;
   for (int it = -1; it < iters; it++) {
-    double t0 = now_s();
+    char go;
+    double t0, dt;
+    if (read(go_fd, &go, 1) != 1) return 1;
+    t0 = now_s();
     for (size_t b = 0; b < l->n_blocks; b++) {
       const fl_ps_block *blk = &l->blocks[b];
       fl_ps_client_push_block(c, (uint32_t)b, FLOTILLA__PUSH_KIND__PUSH_GRAD, step,
@@ -140,9 +146,9 @@ static int trainer_child(int id, const fl_endpoint *eps, int iters, int out_fd) 
     for (size_t b = 0; b < l->n_blocks; b++) fl_ps_client_pull_block(c, (uint32_t)b, 0);
     if (fl_ps_client_wait(c) != FL_OK) return 1;
     step++;
-    if (it >= 0) r.iter_s[it] = now_s() - t0;
+    dt = now_s() - t0;
+    if (write(done_fd, &dt, sizeof dt) != (ssize_t)sizeof dt) return 1;
   }
-  if (fl_ps_client_barrier(c, "dense_done", NULL, 0, 0, NULL, NULL) != FL_OK) return 1;
   if (id == 0) {
     /* create the pool of rows, then time pulls drawn from it */
     for (uint64_t k = 0; k < SPARSE_POOL; k += SPARSE_BATCH) {
@@ -166,7 +172,7 @@ static int trainer_child(int id, const fl_endpoint *eps, int iters, int out_fd) 
   }
   fl_ps_client_complete(c);
   fl_ps_client_destroy(c);
-  if (write(out_fd, &r, sizeof r) != (ssize_t)sizeof r) return 1;
+  if (write(done_fd, &r, sizeof r) != (ssize_t)sizeof r) return 1;
   free(values);
   free(grads);
   free(rows);
@@ -176,64 +182,62 @@ static int trainer_child(int id, const fl_endpoint *eps, int iters, int out_fd) 
 
 /* --------------------------------------------------------------- raw TCP */
 
-typedef struct tcp_rx {
-  int fd;
+typedef struct tcp_bench {
+  int ls, cs, as;
+  char *buf;
   size_t bytes;
-  int iters;
-} tcp_rx;
+  pthread_t th;
+} tcp_bench;
 
 static void *tcp_receiver(void *arg) {
-  tcp_rx *x = arg;
+  tcp_bench *x = arg;
   char *buf = malloc(1 << 20);
-  size_t want = x->bytes * (size_t)x->iters, got = 0;
-  while (buf && got < want) {
-    ssize_t n = recv(x->fd, buf, 1 << 20, 0);
+  while (buf) {
+    ssize_t n = recv(x->as, buf, 1 << 20, 0);
     if (n <= 0) break;
-    got += (size_t)n;
   }
   free(buf);
   return NULL;
 }
 
-static double tcp_gbps(int iters) {
-  int ls = socket(AF_INET, SOCK_STREAM, 0), cs = socket(AF_INET, SOCK_STREAM, 0), as;
+static void tcp_setup(tcp_bench *x) {
   struct sockaddr_in a;
   socklen_t len = sizeof a;
-  size_t bytes = (size_t)MODEL_FLOATS * sizeof(float);
-  char *buf = malloc(bytes);
-  double t[16];
-  pthread_t th;
-  tcp_rx x;
+  x->ls = socket(AF_INET, SOCK_STREAM, 0);
+  x->cs = socket(AF_INET, SOCK_STREAM, 0);
+  x->bytes = (size_t)MODEL_FLOATS * sizeof(float);
+  x->buf = malloc(x->bytes);
   memset(&a, 0, sizeof a);
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (!buf || bind(ls, (struct sockaddr *)&a, sizeof a) || listen(ls, 1) ||
-      getsockname(ls, (struct sockaddr *)&a, &len) || connect(cs, (struct sockaddr *)&a, len) ||
-      (as = accept(ls, NULL, NULL)) < 0) {
+  if (!x->buf || bind(x->ls, (struct sockaddr *)&a, sizeof a) || listen(x->ls, 1) ||
+      getsockname(x->ls, (struct sockaddr *)&a, &len) ||
+      connect(x->cs, (struct sockaddr *)&a, len) || (x->as = accept(x->ls, NULL, NULL)) < 0) {
     perror("bench_ps: tcp");
     exit(1);
   }
-  memset(buf, 1, bytes);
-  x.fd = as;
-  x.bytes = bytes;
-  x.iters = iters + 1;
-  pthread_create(&th, NULL, tcp_receiver, &x);
-  for (int it = -1; it < iters; it++) {
-    double t0 = now_s();
-    size_t off = 0;
-    while (off < bytes) {
-      ssize_t n = send(cs, buf + off, bytes - off, 0);
-      if (n <= 0) break;
-      off += (size_t)n;
-    }
-    if (it >= 0) t[it] = now_s() - t0;
+  memset(x->buf, 1, x->bytes);
+  pthread_create(&x->th, NULL, tcp_receiver, x);
+}
+
+/* Seconds to push the 64 MB through the connection. */
+static double tcp_iter(tcp_bench *x) {
+  double t0 = now_s();
+  size_t off = 0;
+  while (off < x->bytes) {
+    ssize_t n = send(x->cs, x->buf + off, x->bytes - off, 0);
+    if (n <= 0) break;
+    off += (size_t)n;
   }
-  pthread_join(th, NULL);
-  close(cs);
-  close(as);
-  close(ls);
-  free(buf);
-  return (double)bytes / median(t, iters) / 1e9;
+  return now_s() - t0;
+}
+
+static void tcp_teardown(tcp_bench *x) {
+  close(x->cs);
+  pthread_join(x->th, NULL);
+  close(x->as);
+  close(x->ls);
+  free(x->buf);
 }
 
 /* -------------------------------------------------------------- gRPC echo */
@@ -301,66 +305,76 @@ static void *echo_main(void *arg) {
   return NULL;
 }
 
-static double grpc_echo_gbps(int iters) {
+typedef struct echo_bench {
   echo_srv e;
-  fl_rpc_opts ro;
   grpc_channel *ch;
   grpc_completion_queue *cq;
   pthread_t th;
-  char addr[64];
-  size_t nblk = MODEL_FLOATS / BLOCK, bsz = (size_t)BLOCK * sizeof(float);
-  char *data = malloc(bsz);
-  fl_rpc_call *calls = calloc(nblk, sizeof *calls);
-  double t[16];
-  int port;
+  char *data;
+  size_t nblk, bsz;
+  fl_rpc_call *calls;
+} echo_bench;
 
+static void echo_setup(echo_bench *x) {
+  fl_rpc_opts ro;
+  char addr[64];
+  int port;
   memset(&ro, 0, sizeof ro);
-  memset(&e, 0, sizeof e);
-  memset(data, 7, bsz);
-  fl_rpc_server_create(&ro, &e.srv);
-  e.cq = grpc_completion_queue_create_for_next(NULL);
-  grpc_server_register_completion_queue(e.srv, e.cq, NULL);
-  if (fl_rpc_server_bind(e.srv, "127.0.0.1:0", &ro, &port) != FL_OK) exit(1);
-  grpc_server_start(e.srv);
-  for (int i = 0; i < 8; i++) echo_arm(&e);
-  pthread_create(&th, NULL, echo_main, &e);
+  memset(&x->e, 0, sizeof x->e);
+  x->nblk = MODEL_FLOATS / BLOCK;
+  x->bsz = (size_t)BLOCK * sizeof(float);
+  x->data = malloc(x->bsz);
+  x->calls = calloc(x->nblk, sizeof *x->calls);
+  if (!x->data || !x->calls) exit(1);
+  memset(x->data, 7, x->bsz);
+  fl_rpc_server_create(&ro, &x->e.srv);
+  x->e.cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_server_register_completion_queue(x->e.srv, x->e.cq, NULL);
+  if (fl_rpc_server_bind(x->e.srv, "127.0.0.1:0", &ro, &port) != FL_OK) exit(1);
+  grpc_server_start(x->e.srv);
+  for (int i = 0; i < 8; i++) echo_arm(&x->e);
+  pthread_create(&x->th, NULL, echo_main, &x->e);
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-  fl_rpc_channel_create(addr, &ro, &ch);
-  cq = grpc_completion_queue_create_for_next(NULL);
-  for (int it = -1; it < iters; it++) {
-    double t0 = now_s();
-    for (size_t b = 0; b < nblk; b++) {
-      grpc_slice s = grpc_slice_from_static_buffer(data, bsz);
-      grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-      fl_rpc_call_start(&calls[b], ch, cq, "/bench/Echo", bb, 60, NULL, &calls[b]);
-    }
-    for (size_t b = 0; b < nblk; b++) {
-      grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-      fl_rpc_call *c = ev.tag;
-      if (c->status != GRPC_STATUS_OK || !c->recv || grpc_byte_buffer_length(c->recv) != bsz) {
-        fprintf(stderr, "bench_ps: echo failed (%s)\n", fl_rpc_code_name(c->status));
-        exit(1);
-      }
-      fl_rpc_call_end(c);
-    }
-    if (it >= 0) t[it] = now_s() - t0;
+  fl_rpc_channel_create(addr, &ro, &x->ch);
+  x->cq = grpc_completion_queue_create_for_next(NULL);
+}
+
+/* Seconds for 64 concurrent 1 MiB echo calls. */
+static double echo_iter(echo_bench *x) {
+  double t0 = now_s();
+  for (size_t b = 0; b < x->nblk; b++) {
+    grpc_slice s = grpc_slice_from_static_buffer(x->data, x->bsz);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    fl_rpc_call_start(&x->calls[b], x->ch, x->cq, "/bench/Echo", bb, 60, NULL, &x->calls[b]);
   }
-  e.stop = 1;
-  grpc_channel_destroy(ch);
-  grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+  for (size_t b = 0; b < x->nblk; b++) {
+    grpc_event ev = grpc_completion_queue_next(x->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    fl_rpc_call *c = ev.tag;
+    if (c->status != GRPC_STATUS_OK || !c->recv || grpc_byte_buffer_length(c->recv) != x->bsz) {
+      fprintf(stderr, "bench_ps: echo failed (%s)\n", fl_rpc_code_name(c->status));
+      exit(1);
+    }
+    fl_rpc_call_end(c);
+  }
+  return now_s() - t0;
+}
+
+static void echo_teardown(echo_bench *x) {
+  x->e.stop = 1;
+  grpc_channel_destroy(x->ch);
+  grpc_completion_queue_shutdown(x->cq);
+  while (grpc_completion_queue_next(x->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
          GRPC_QUEUE_SHUTDOWN) {
   }
-  grpc_completion_queue_destroy(cq);
-  grpc_server_shutdown_and_notify(e.srv, e.cq, NULL);
-  grpc_server_cancel_all_calls(e.srv);
-  grpc_completion_queue_shutdown(e.cq);
-  pthread_join(th, NULL);
-  grpc_server_destroy(e.srv);
-  grpc_completion_queue_destroy(e.cq);
-  free(calls);
-  free(data);
-  return 2.0 * (double)MODEL_FLOATS * sizeof(float) / median(t, iters) / 1e9;
+  grpc_completion_queue_destroy(x->cq);
+  grpc_server_shutdown_and_notify(x->e.srv, x->e.cq, NULL);
+  grpc_server_cancel_all_calls(x->e.srv);
+  grpc_completion_queue_shutdown(x->e.cq);
+  pthread_join(x->th, NULL);
+  grpc_server_destroy(x->e.srv);
+  grpc_completion_queue_destroy(x->e.cq);
+  free(x->calls);
+  free(x->data);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -371,9 +385,11 @@ int main(int argc, char **argv) {
   char bin[1024], dir[] = "/tmp/fl_bench_ps.XXXXXX", job[600], list[128], cfg[700];
   fl_endpoint eps[2];
   pid_t ps[2], tr[2];
-  int pipes[2][2];
+  int go[2][2], done[2][2];
   result r[2];
-  double per[2], rows;
+  double per[2][16], tcp_s[16], echo_s[16], tt, te;
+  tcp_bench tcp;
+  echo_bench echo;
   FILE *f;
 
   if (iters < 1 || iters > 16) iters = 5;
@@ -422,50 +438,70 @@ int main(int argc, char **argv) {
     }
   }
   for (int t = 0; t < 2; t++) {
-    if (pipe(pipes[t]) != 0) return 1;
+    if (pipe(go[t]) != 0 || pipe(done[t]) != 0) return 1;
     tr[t] = fork();
     if (tr[t] == 0) {
-      close(pipes[t][0]);
+      close(go[t][1]);
+      close(done[t][0]);
       alarm(600);
-      _exit(trainer_child(t, eps, iters, pipes[t][1]));
+      _exit(trainer_child(t, eps, iters, go[t][0], done[t][1]));
     }
-    close(pipes[t][1]);
+    close(go[t][0]);
+    close(done[t][1]);
   }
+  /* Every fork is done: gRPC may start here.  The three transports take
+   * turns, iteration by iteration, so they see the same machine load. */
+  fl_rpc_init();
+  tcp_setup(&tcp);
+  echo_setup(&echo);
+  for (int it = -1; it < iters; it++) {
+    double d[2];
+    for (int t = 0; t < 2; t++)
+      if (write(go[t][1], "g", 1) != 1) goto child_failed;
+    for (int t = 0; t < 2; t++)
+      if (read(done[t][0], &d[t], sizeof d[t]) != (ssize_t)sizeof d[t]) goto child_failed;
+    tt = tcp_iter(&tcp);
+    te = echo_iter(&echo);
+    if (it < 0) continue; /* warm-up */
+    per[0][it] = d[0];
+    per[1][it] = d[1];
+    tcp_s[it] = tt;
+    echo_s[it] = te;
+  }
+  tcp_teardown(&tcp);
+  echo_teardown(&echo);
+  fl_rpc_shutdown();
   for (int t = 0; t < 2; t++) {
     int status;
-    if (read(pipes[t][0], &r[t], sizeof r[t]) != (ssize_t)sizeof r[t] ||
-        waitpid(tr[t], &status, 0) != tr[t] || !WIFEXITED(status) || WEXITSTATUS(status)) {
-      fprintf(stderr, "bench_ps: trainer %d failed\n", t);
-      kill(ps[0], SIGKILL);
-      kill(ps[1], SIGKILL);
-      return 1;
-    }
+    if (read(done[t][0], &r[t], sizeof r[t]) != (ssize_t)sizeof r[t] ||
+        waitpid(tr[t], &status, 0) != tr[t] || !WIFEXITED(status) || WEXITSTATUS(status))
+      goto child_failed;
   }
   for (int s = 0; s < 2; s++) waitpid(ps[s], NULL, 0);
-  for (int t = 0; t < 2; t++) per[t] = median(r[t].iter_s, iters);
-  rows = median(r[0].sparse_rows_per_s, iters);
-
-  printf("ps_push_pull_64mb_ms: %.1f ms\n", 1e3 * 0.5 * (per[0] + per[1]));
-  printf("ps_push_pull_gbps_per_trainer: %.3f GB/s\n",
-         0.5 * (2.0 * MODEL_FLOATS * 4 / per[0] + 2.0 * MODEL_FLOATS * 4 / per[1]) / 1e9);
-  printf("ps_push_pull_gbps_total: %.3f GB/s\n",
-         (2.0 * MODEL_FLOATS * 4 / per[0] + 2.0 * MODEL_FLOATS * 4 / per[1]) / 1e9);
   {
-    double tcp = tcp_gbps(iters);
-    double echo;
-    fl_rpc_init(); /* every fork is done */
-    echo = grpc_echo_gbps(iters);
-    fl_rpc_shutdown();
-    printf("tcp_loopback_gbps: %.3f GB/s\n", tcp);
-    printf("grpc_echo_gbps: %.3f GB/s\n", echo);
-    printf("ps_per_trainer_of_grpc_echo: %.2f\n",
-           0.5 * (2.0 * MODEL_FLOATS * 4 / per[0] + 2.0 * MODEL_FLOATS * 4 / per[1]) / 1e9 / echo);
+    double bytes = (double)MODEL_FLOATS * sizeof(float);
+    double p0 = median(per[0], iters), p1 = median(per[1], iters);
+    double ps_gbps = 0.5 * (2 * bytes / p0 + 2 * bytes / p1) / 1e9;
+    double tcp_gbps = bytes / median(tcp_s, iters) / 1e9;
+    double echo_gbps = 2 * bytes / median(echo_s, iters) / 1e9;
+    printf("ps_push_pull_64mb_ms: %.1f ms\n", 1e3 * 0.5 * (p0 + p1));
+    printf("ps_push_pull_gbps_per_trainer: %.3f GB/s\n", ps_gbps);
+    printf("ps_push_pull_gbps_total: %.3f GB/s\n", 2 * ps_gbps);
+    printf("tcp_loopback_gbps: %.3f GB/s\n", tcp_gbps);
+    printf("grpc_echo_gbps: %.3f GB/s\n", echo_gbps);
+    printf("ps_per_trainer_of_grpc_echo: %.2f\n", ps_gbps / echo_gbps);
+    printf("grpc_echo_of_tcp_loopback: %.2f\n", echo_gbps / tcp_gbps);
+    printf("sparse_pull_rows_per_s: %.0f rows/s\n", median(r[0].sparse_rows_per_s, iters));
   }
-  printf("sparse_pull_rows_per_s: %.0f rows/s\n", rows);
   {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "bench_ps: cannot remove %s\n", dir);
   }
   return 0;
+child_failed:
+  fprintf(stderr, "bench_ps: a trainer process failed\n");
+  kill(ps[0], SIGKILL);
+  kill(ps[1], SIGKILL);
+  return 1;
 }

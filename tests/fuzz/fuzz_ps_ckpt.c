@@ -192,6 +192,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                "emb rows %zu -> %zu)",
                before.n, after.n, before.emb_rows, after.emb_rows);
   } else {
+    /* Every block this server held is replaced by the checkpoint's. */
+    for (int i = 0; i < before.n; i++) {
+      char name[64];
+      fl_ckpt_record r;
+      snprintf(name, sizeof name, "dense/%u/meta", before.id[i]);
+      FUZZ_CHECK(fl_ckpt_find(ck, name, &r) == FL_OK,
+                 "loaded, but the checkpoint has no %s for block %u of this server", name,
+                 before.id[i]);
+    }
     /* Every block this server holds now is the checkpoint's. */
     snap(c, &after);
     for (int i = 0; i < after.n; i++) {

@@ -7,13 +7,13 @@
 #               tree of its own (fuzz-clang/ under the build tree) and fuzzes
 #               each for FUZZ_SECONDS seconds; any crash, leak, UB report,
 #               timeout or out-of-memory fails (tests/fuzz/run.sh).
-FL_FUZZ_TARGETS = config ckpt idx libsvm ps_core ps_ckpt rendezvous
-FL_FUZZ_PROGS = tests/fuzz/fuzz_config tests/fuzz/fuzz_ckpt tests/fuzz/fuzz_idx \
-	tests/fuzz/fuzz_libsvm tests/fuzz/fuzz_ps_core tests/fuzz/fuzz_ps_ckpt \
+FL_FUZZ_TARGETS = config ckpt cluster idx libsvm proto ps_core ps_ckpt rendezvous
+FL_FUZZ_PROGS = tests/fuzz/fuzz_config tests/fuzz/fuzz_ckpt tests/fuzz/fuzz_cluster tests/fuzz/fuzz_idx \
+	tests/fuzz/fuzz_libsvm tests/fuzz/fuzz_proto tests/fuzz/fuzz_ps_core tests/fuzz/fuzz_ps_ckpt \
 	tests/fuzz/fuzz_rendezvous
 check_PROGRAMS += $(FL_FUZZ_PROGS) tests/unit/test_hostile
 TESTS += $(FL_FUZZ_PROGS) tests/unit/test_hostile
-EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/corpus tests/fuzz/dict
+EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/README.md tests/fuzz/corpus tests/fuzz/dict
 
 FL_FUZZ_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests/fuzz
 FL_FUZZ_TRAINER_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests/fuzz
@@ -27,6 +27,10 @@ tests_fuzz_fuzz_ckpt_SOURCES = tests/fuzz/fuzz_ckpt.c tests/fuzz/replay.c tests/
 tests_fuzz_fuzz_ckpt_CFLAGS = $(FL_FUZZ_CFLAGS) -DFUZZ_NAME=ckpt
 tests_fuzz_fuzz_ckpt_LDADD = $(FL_FUZZ_LDADD)
 
+tests_fuzz_fuzz_cluster_SOURCES = tests/fuzz/fuzz_cluster.c tests/fuzz/replay.c tests/fuzz/fuzz.h
+tests_fuzz_fuzz_cluster_CFLAGS = $(FL_FUZZ_CFLAGS) -DFUZZ_NAME=cluster
+tests_fuzz_fuzz_cluster_LDADD = $(FL_FUZZ_LDADD)
+
 tests_fuzz_fuzz_idx_SOURCES = tests/fuzz/fuzz_idx.c tests/fuzz/replay.c tests/fuzz/fuzz.h
 tests_fuzz_fuzz_idx_CFLAGS = $(FL_FUZZ_TRAINER_CFLAGS) -DFUZZ_NAME=idx
 tests_fuzz_fuzz_idx_LDADD = libfltrainer.la $(FL_FUZZ_LDADD)
@@ -34,6 +38,10 @@ tests_fuzz_fuzz_idx_LDADD = libfltrainer.la $(FL_FUZZ_LDADD)
 tests_fuzz_fuzz_libsvm_SOURCES = tests/fuzz/fuzz_libsvm.c tests/fuzz/replay.c tests/fuzz/fuzz.h
 tests_fuzz_fuzz_libsvm_CFLAGS = $(FL_FUZZ_TRAINER_CFLAGS) -DFUZZ_NAME=libsvm
 tests_fuzz_fuzz_libsvm_LDADD = libfltrainer.la $(FL_FUZZ_LDADD)
+
+tests_fuzz_fuzz_proto_SOURCES = tests/fuzz/fuzz_proto.c tests/fuzz/replay.c tests/fuzz/fuzz.h
+tests_fuzz_fuzz_proto_CFLAGS = $(FL_FUZZ_CFLAGS) -DFUZZ_NAME=proto
+tests_fuzz_fuzz_proto_LDADD = $(FL_FUZZ_LDADD) $(GRPC_LIBS) $(PROTOBUFC_LIBS)
 
 tests_fuzz_fuzz_ps_core_SOURCES = tests/fuzz/fuzz_ps_core.c tests/fuzz/replay.c tests/fuzz/fuzz.h
 tests_fuzz_fuzz_ps_core_CFLAGS = $(FL_PSERVER_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests/fuzz \

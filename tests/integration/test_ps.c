@@ -5,7 +5,8 @@
  *
  *   sync        2 pservers + 2 trainers end with the parameters (within
  *               1e-5) of one local process training the same global batch;
- *   async, geo  the Fashion-MNIST MLP reaches 0.85 test accuracy;
+ *   async, geo  the Fashion-MNIST MLP reaches 0.85 test accuracy (geo with
+ *               its deltas sent as fp16);
  *   ctr         the CTR model beats a constant predictor's AUC clearly;
  *   faults      a trainer killed: sync goes on with the other; a pserver
  *               killed and restarted: it loads its checkpoint, the trainers
@@ -379,13 +380,14 @@ static const char *fmnist_job =
     " eval_batch_size: 1000}\n"
     "cluster: {mode: ps, heartbeat_timeout_s: 20}\n"
     "pserver: {dense_block_size: 65536}\n"
-    "strategy: {a_sync: true, a_sync_configs: {k_steps: %d}}\n";
+    "strategy: {a_sync: true, a_sync_configs: {k_steps: %d}, grad_compression: %s}\n";
 
 static void fmnist_run(int k_steps) {
   char text[1024];
   job j;
   double acc0, acc1;
-  snprintf(text, sizeof text, fmnist_job, k_steps);
+  /* geo also sends its deltas as fp16 (strategy.grad_compression) */
+  snprintf(text, sizeof text, fmnist_job, k_steps, k_steps ? "fp16" : "none");
   write_file("fm.yaml", text);
   job_start(&j, "fm.yaml", 2, 2, 150);
   job_expect_ok(&j, 140);
@@ -693,6 +695,31 @@ START_TEST(test_bad_requests) {
   stats = flotilla__stats_response__unpack(NULL, in.len, in.data);
   ck_assert_uint_eq(stats->dense_updates, 1);
   flotilla__stats_response__free_unpacked(stats, NULL);
+  /* Checkpoint on request, then load it back (the trainer must register
+   * again afterwards, as after a restart). */
+  {
+    Flotilla__SaveCheckpointRequest sr = FLOTILLA__SAVE_CHECKPOINT_REQUEST__INIT;
+    Flotilla__LoadCheckpointRequest lr = FLOTILLA__LOAD_CHECKPOINT_REQUEST__INIT;
+    Flotilla__SaveCheckpointResponse *so;
+    ck_assert_int_eq(fl_rpc_unary(ch, "/flotilla.ParameterServer/SaveCheckpoint", &sr.base, 10,
+                                  tok, ob, &in, &code, NULL, 0),
+                     FL_OK);
+    so = flotilla__save_checkpoint_response__unpack(NULL, in.len, in.data);
+    ck_assert_ptr_nonnull(so);
+    ck_assert_ptr_nonnull(strstr(so->path, "/ck/pserver-0/ckpt-"));
+    ck_assert_int_eq(access(so->path, R_OK), 0);
+    flotilla__save_checkpoint_response__free_unpacked(so, NULL);
+    lr.step = -1;
+    ck_assert_int_eq(fl_rpc_unary(ch, "/flotilla.ParameterServer/LoadCheckpoint", &lr.base, 10,
+                                  tok, ob, &in, &code, NULL, 0),
+                     FL_OK);
+    ck_assert_int_eq(call_msg(ch, "/flotilla.ParameterServer/PullDense", &pd.base, tok),
+                     GRPC_STATUS_FAILED_PRECONDITION);
+    ck_assert_int_eq(call_msg(ch, "/flotilla.ParameterServer/Register", &reg.base, tok),
+                     GRPC_STATUS_OK);
+    ck_assert_int_eq(call_msg(ch, "/flotilla.ParameterServer/PullDense", &pd.base, tok),
+                     GRPC_STATUS_OK);
+  }
   /* SIGTERM: final checkpoint, clean exit. */
   kill(g_pids[psi], SIGTERM);
   ck_assert_int_eq(wait_for(psi, 20), 0);

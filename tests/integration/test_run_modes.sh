@@ -74,21 +74,20 @@ fi
 # checkpoint; both trainers restart with --resume from it and finish.
 sed 's/^data:$/data:\n  limit_train: 8192\n  limit_test: 1000/' "$EX/collective_mlp_fmnist.yaml" \
   > "$tmp/restart.yaml"
-FLOTILLA_CHECKPOINT_DIR="$tmp/restart.ckpt" "$RUN" --log_dir "$tmp/restart" --nproc_per_node 2 \
-  --max_restart 1 "$tmp/restart.yaml" -- --max-steps 1000 > "$tmp/restart.out" 2>&1 &
+FLOTILLA_CHECKPOINT_DIR="$tmp/restart.ckpt" timeout 110 "$RUN" --log_dir "$tmp/restart" \
+  --nproc_per_node 2 --max_restart 1 "$tmp/restart.yaml" -- --max-steps 1000 \
+  > "$tmp/restart.out" 2>&1 &
 pid=$!
-(sleep 110 && kill -TERM $pid 2> /dev/null) &
-watchdog=$!
 i=0
 until grep -q "checkpoint: step" "$tmp/restart/workerlog.0" 2> /dev/null || [ $i -ge 600 ]; do
   sleep 0.1
   i=$((i + 1))
 done
-victim=$(pgrep -P $pid | sed -n 2p) # flotilla-run's children: trainer 0, trainer 1
+# timeout -> flotilla-run -> its children: trainer 0, trainer 1
+victim=$(pgrep -P "$(pgrep -P $pid)" | sed -n 2p)
 [ -n "$victim" ] && kill -KILL "$victim"
 wait $pid
 rc=$?
-kill $watchdog 2> /dev/null
 if grep -q "is not available in this build" "$tmp/restart"/workerlog.* 2> /dev/null; then
   echo "SKIP: restart (not in this build of the daemons yet)"
 else

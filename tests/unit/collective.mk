@@ -24,3 +24,9 @@ TESTS += tests/unit/test_coll_nccl
 tests_unit_test_coll_nccl_SOURCES = tests/unit/test_coll_nccl.c tests/unit/coll_testutil.h
 tests_unit_test_coll_nccl_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_coll_nccl_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS)
+
+check_PROGRAMS += tests/unit/test_coll_sync
+TESTS += tests/unit/test_coll_sync
+tests_unit_test_coll_sync_SOURCES = tests/unit/test_coll_sync.c tests/unit/coll_testutil.h
+tests_unit_test_coll_sync_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_coll_sync_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS)

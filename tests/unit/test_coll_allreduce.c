@@ -362,6 +362,20 @@ START_TEST(bad_options) {
   o.world_size = 2;
   ck_assert_int_eq(fl_coll_create(&o, &c), FL_EINVAL); /* no endpoints */
   ck_assert_ptr_null(c);
+  /* The endpoint is taken: bind fails, and everything is released. */
+  const char *h[] = {L1, L1};
+  ct_job j;
+  ck_assert_int_eq(ct_job_init(&j, 2, h), 0);
+  o = ct_opts(&j, 0, "tcp", 2.0);
+  o.listen_fd = -1;
+  ck_assert_int_eq(fl_coll_create(&o, &c), FL_EIO);
+  fl_endpoint bad[2] = {j.eps[0], j.eps[1]};
+  snprintf(bad[1].host, sizeof bad[1].host, "no-such-host.invalid");
+  o.endpoints = bad;
+  o.rank = 1;
+  ck_assert_int_eq(fl_coll_create(&o, &c), FL_EINVAL);
+  ck_assert_ptr_null(c);
+  ct_job_release(&j);
 }
 END_TEST
 

@@ -303,6 +303,65 @@ START_TEST(rank_never_starts) {
 }
 END_TEST
 
+/* ------------------------------------------------------ hostile peers */
+
+static int busy_rank(ct_job *j, int r, void *arg) {
+  (void)arg;
+  fl_coll_options o = ct_opts(j, r, "tcp", TMO);
+  fl_coll *c = NULL;
+  if (fl_coll_create(&o, &c) != FL_OK) return 10;
+  int rc = 0;
+  /* Run for longer than the timeout so the silent peer gets reaped. */
+  for (int it = 0; it < 40 && !rc; it++) {
+    float v[64];
+    for (int i = 0; i < 64; i++) v[i] = (float)r;
+    if (fl_coll_allreduce(c, v, 64, FL_COLL_F32) != FL_OK || v[0] != 1.0f) rc = 3;
+    usleep(100000);
+  }
+  fl_coll_destroy(c);
+  return rc;
+}
+
+static int raw_connect(const fl_endpoint *ep) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_port = htons(ep->port);
+  inet_pton(AF_INET, ep->host, &a.sin_addr);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+START_TEST(hostile_peers_are_dropped) {
+  const char *h[] = {L1, L1};
+  ct_job j;
+  make_logs(2);
+  ck_assert_int_eq(ct_job_init(&j, 2, h), 0);
+  fl_endpoint ep0 = j.eps[0];
+  ct_spawn(&j, busy_rank, NULL, NULL, g_logs);
+  /* One peer announces a 1 GiB frame before any hello; one says nothing. */
+  int big = raw_connect(&ep0), silent = raw_connect(&ep0);
+  ck_assert_int_ge(big, 0);
+  ck_assert_int_ge(silent, 0);
+  uint8_t hdr[8] = {1, 0, 0, 0, 0, 0, 0, 0x40};
+  ck_assert_int_eq(write(big, hdr, 8), 8);
+  ct_wait(&j, 30);
+  ck_assert_int_eq(j.status[0], 0);
+  ck_assert_int_eq(j.status[1], 0);
+  char b;
+  ck_assert_int_le(read(big, &b, 1), 0); /* closed by rank 0 */
+  ck_assert_msg(ct_file_has(g_logs[0], "sent no hello within 2.0 s"),
+                "rank 0 did not drop the silent peer");
+  close(big);
+  close(silent);
+  drop_logs(2);
+}
+END_TEST
+
 #define ADD(name)                                                                                  \
   do {                                                                                             \
     TCase *t = tcase_create(#name);                                                                \
@@ -326,6 +385,7 @@ int main(void) {
   ADD(idle_rank_never_arrives);
   ADD(rank_finishes_early);
   ADD(mismatched_collectives);
+  ADD(hostile_peers_are_dropped);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);

@@ -188,7 +188,7 @@ static void fail_on_loop(fl_coll *c, void *arg) {
   coll_put_u32(b + 4, (uint32_t)st);
   if (c->rank == 0) {
     for (int r = 1; r < c->world; r++)
-      if (c->ctrl && c->ctrl[r].conn && r != culprit)
+      if (c->ctrl && c->ctrl[r].conn)
         coll_conn_send(c->ctrl[r].conn, MSG_ABORT, b, (uint32_t)(8 + ml));
   }
   if (c->be && bs) c->be->abort(bs);
@@ -405,6 +405,7 @@ static void tick_cb(uv_timer_t *t) {
   int stop = c->failed || c->closing;
   pthread_mutex_unlock(&c->mu);
   if (stop) return;
+  coll_reap_silent(c);
   if (!c->rdv_done) {
     if (now < c->rdv_deadline_ms) return;
     if (c->rank != 0) {
@@ -567,6 +568,34 @@ static fl_status pick_backend(fl_coll *c) {
   return FL_OK;
 }
 
+/* Free what create allocated.  Before the loop thread exists, the loop's
+ * handles are closed by running the loop here (stage >= 2: loop and
+ * handles initialised; stage 3: the listener too). */
+static void free_unstarted(fl_coll *c, int stage) {
+  if (stage >= 2) {
+    uv_close((uv_handle_t *)&c->async, NULL);
+    uv_close((uv_handle_t *)&c->tick, NULL);
+    uv_close((uv_handle_t *)&c->retry, NULL);
+    uv_close((uv_handle_t *)&c->suspect, NULL);
+    if (stage >= 3 && !uv_is_closing((uv_handle_t *)&c->listener))
+      uv_close((uv_handle_t *)&c->listener, NULL);
+    uv_run(&c->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&c->loop);
+  }
+  if (stage >= 1) {
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+  }
+  if (c->listen_fd >= 0) close(c->listen_fd);
+  free(c->world_group.ranks);
+  free(c->ctrl);
+  free(c->peers);
+  free(c->endpoints);
+  free(c);
+}
+
+/* Stop the threads (the loop thread closes every handle), free the
+ * backend, then everything else. */
 static void teardown(fl_coll *c) {
   if (c->worker_running) {
     pthread_mutex_lock(&c->mu);
@@ -574,23 +603,76 @@ static void teardown(fl_coll *c) {
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->worker, NULL);
+    c->worker_running = 0;
   }
-  if (c->loop_running) {
-    if (coll_loop_post(c, shutdown_on_loop, NULL) == FL_OK) pthread_join(c->loop_thread, NULL);
-    c->loop_running = 0;
-  }
+  if (coll_loop_post(c, shutdown_on_loop, NULL) == FL_OK) pthread_join(c->loop_thread, NULL);
+  c->loop_running = 0;
   if (c->be && c->be_state) c->be->destroy(c->be_state);
   c->be_state = NULL;
-  if (!c->local) {
-    uv_loop_close(&c->loop);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
-  }
+  uv_loop_close(&c->loop);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
   free(c->world_group.ranks);
   free(c->ctrl);
   free(c->peers);
   free(c->endpoints);
   free(c);
+}
+
+/* Allocation, locks, loop and handles, listener, rendezvous address: all
+ * before any thread runs.  On failure c is freed. */
+static fl_status setup_unstarted(fl_coll *c, const fl_coll_options *opt) {
+  c->hb_s = c->timeout_s / 8.0;
+  if (c->hb_s > 1.0) c->hb_s = 1.0;
+  if (c->hb_s < 0.02) c->hb_s = 0.02;
+  c->endpoints = calloc((size_t)c->world, sizeof(fl_endpoint));
+  c->peers = calloc((size_t)c->world, sizeof(coll_peer));
+  c->ctrl = calloc(c->rank == 0 ? (size_t)c->world : 1, sizeof(coll_ctrl_peer));
+  c->world_group.ranks = calloc((size_t)c->world, sizeof(int));
+  if (!c->endpoints || !c->peers || !c->ctrl || !c->world_group.ranks) {
+    free_unstarted(c, 0);
+    return FL_ERR(FL_ENOMEM, "collective: out of memory");
+  }
+  memcpy(c->endpoints, opt->endpoints, (size_t)c->world * sizeof(fl_endpoint));
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&c->mu, NULL);
+  int rc = uv_loop_init(&c->loop);
+  if (rc != 0) {
+    free_unstarted(c, 1);
+    return FL_ERR(FL_EIO, "collective: uv_loop_init: %s", uv_strerror(rc));
+  }
+  uv_async_init(&c->loop, &c->async, async_cb);
+  c->async.data = c;
+  uv_timer_init(&c->loop, &c->tick);
+  c->tick.data = c;
+  uv_timer_init(&c->loop, &c->retry);
+  c->retry.data = c;
+  uv_timer_init(&c->loop, &c->suspect);
+  c->suspect.data = c;
+  fl_status st = coll_listen(c); /* takes listen_fd over, even on failure */
+  int stage = c->listener.loop ? 3 : 2; /* uv_tcp_init ran */
+  if (st == FL_OK && c->rank != 0) st = coll_resolve_root(c);
+#ifdef FL_HAVE_NCCL
+  if (st == FL_OK && c->rank == 0 && strcmp(c->backend_req, "nccl") == 0)
+    st = fl_coll_nccl_make_id(c->blob, sizeof(c->blob), &c->blob_len);
+#endif
+  if (st != FL_OK) {
+    free_unstarted(c, stage);
+    return st;
+  }
+  uint64_t hb_ms = (uint64_t)(c->hb_s * 1000.0);
+  uv_timer_start(&c->tick, tick_cb, hb_ms, hb_ms);
+  coll_rdv_prepare(c);
+  if (pthread_create(&c->loop_thread, NULL, loop_main, c) != 0) {
+    free_unstarted(c, 3);
+    return FL_ERR(FL_EIO, "collective: cannot start the loop thread");
+  }
+  c->loop_running = 1;
+  return FL_OK;
 }
 
 fl_status fl_coll_create(const fl_coll_options *opt, fl_coll **out) {
@@ -647,98 +729,7 @@ fl_status fl_coll_create(const fl_coll_options *opt, fl_coll **out) {
     return FL_OK;
   }
   c->listen_fd = fd;
-  fd = -1;
-  c->hb_s = c->timeout_s / 8.0;
-  if (c->hb_s > 1.0) c->hb_s = 1.0;
-  if (c->hb_s < 0.02) c->hb_s = 0.02;
-  c->endpoints = calloc((size_t)c->world, sizeof(fl_endpoint));
-  c->peers = calloc((size_t)c->world, sizeof(coll_peer));
-  c->ctrl = calloc(c->rank == 0 ? (size_t)c->world : 1, sizeof(coll_ctrl_peer));
-  c->world_group.ranks = calloc((size_t)c->world, sizeof(int));
-  if (!c->endpoints || !c->peers || !c->ctrl || !c->world_group.ranks) {
-    if (c->listen_fd >= 0) close(c->listen_fd);
-    free(c->world_group.ranks);
-    free(c->ctrl);
-    free(c->peers);
-    free(c->endpoints);
-    free(c);
-    return FL_ERR(FL_ENOMEM, "collective: out of memory");
-  }
-  memcpy(c->endpoints, opt->endpoints, (size_t)c->world * sizeof(fl_endpoint));
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&c->cv, &ca);
-  pthread_condattr_destroy(&ca);
-  pthread_mutex_init(&c->mu, NULL);
-  int rc = uv_loop_init(&c->loop);
-  if (rc != 0) {
-    if (c->listen_fd >= 0) close(c->listen_fd);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
-    free(c->world_group.ranks);
-    free(c->ctrl);
-    free(c->peers);
-    free(c->endpoints);
-    free(c);
-    return FL_ERR(FL_EIO, "collective: uv_loop_init: %s", uv_strerror(rc));
-  }
-  uv_async_init(&c->loop, &c->async, async_cb);
-  c->async.data = c;
-  uv_timer_init(&c->loop, &c->tick);
-  c->tick.data = c;
-  uv_timer_init(&c->loop, &c->retry);
-  c->retry.data = c;
-  uv_timer_init(&c->loop, &c->suspect);
-  c->suspect.data = c;
-
-  st = coll_listen(c);
-  if (st == FL_OK && c->rank != 0) st = coll_resolve_root(c);
-#ifdef FL_HAVE_NCCL
-  if (st == FL_OK && c->rank == 0 && strcmp(c->backend_req, "nccl") == 0)
-    st = fl_coll_nccl_make_id(c->blob, sizeof(c->blob), &c->blob_len);
-#endif
-  if (st != FL_OK) {
-    /* No thread yet: close the handles by running the loop here. */
-    uv_close((uv_handle_t *)&c->async, NULL);
-    uv_close((uv_handle_t *)&c->tick, NULL);
-    uv_close((uv_handle_t *)&c->retry, NULL);
-    uv_close((uv_handle_t *)&c->suspect, NULL);
-    if (!uv_is_closing((uv_handle_t *)&c->listener)) uv_close((uv_handle_t *)&c->listener, NULL);
-    uv_run(&c->loop, UV_RUN_DEFAULT);
-    uv_loop_close(&c->loop);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
-    free(c->world_group.ranks);
-    free(c->ctrl);
-    free(c->peers);
-    free(c->endpoints);
-    free(c);
-    return st;
-  }
-  uint64_t hb_ms = (uint64_t)(c->hb_s * 1000.0);
-  uv_timer_start(&c->tick, tick_cb, hb_ms, hb_ms);
-  coll_rdv_prepare(c);
-  if (pthread_create(&c->loop_thread, NULL, loop_main, c) != 0) {
-    st = FL_ERR(FL_EIO, "collective: cannot start the loop thread");
-    uv_close((uv_handle_t *)&c->async, NULL);
-    uv_close((uv_handle_t *)&c->tick, NULL);
-    uv_close((uv_handle_t *)&c->retry, NULL);
-    uv_close((uv_handle_t *)&c->suspect, NULL);
-    uv_close((uv_handle_t *)&c->listener, NULL);
-    uv_run(&c->loop, UV_RUN_DEFAULT);
-    c->world_group.n = 0;
-    uv_loop_close(&c->loop);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
-    free(c->world_group.ranks);
-    free(c->ctrl);
-    free(c->peers);
-    free(c->endpoints);
-    free(c);
-    return st;
-  }
-  c->loop_running = 1;
+  FL_TRY(setup_unstarted(c, opt));
   st = coll_loop_post(c, coll_rdv_start, NULL);
   if (st == FL_OK) {
     uint64_t deadline =
@@ -772,8 +763,9 @@ fl_status fl_coll_create(const fl_coll_options *opt, fl_coll **out) {
       c->worker_running = 1;
   }
   if (st != FL_OK) {
-    if (coll_failed(c) == FL_OK) coll_fail(c, c->rank, st, 0, "rank %d could not set up the "
-                                           "collective engine: %s", c->rank, fl_strerror(st));
+    if (coll_failed(c) == FL_OK)
+      coll_fail(c, c->rank, st, 0, "rank %d could not set up the collective engine: %s", c->rank,
+                fl_strerror(st));
     teardown(c);
     return st;
   }

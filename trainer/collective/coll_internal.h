@@ -25,6 +25,7 @@
 #define COLL_MAGIC 0x4f434c46u /* "FLCO" read as little-endian u32 */
 #define COLL_VERSION 1u
 #define COLL_FRAME_MAX (1u << 20) /* largest control frame payload */
+#define COLL_HELLO_MAX 4096u      /* largest frame before the token is checked */
 
 /* Frame types: every control frame is {u32 type, u32 len} + len bytes. */
 enum {
@@ -120,6 +121,8 @@ typedef struct coll_conn {
   uint32_t tag, ring; /* data connections: which group and ring */
   uint64_t session;   /* data connections: the session the peer presented */
   int framed;         /* the frame reader is active */
+  uint32_t max_frame; /* largest payload accepted: small until authenticated */
+  uint64_t born_ms;   /* accepted at (loop time): a hello must follow in time */
   int closing;
   uint8_t hdr[8];
   size_t hdr_got;
@@ -329,6 +332,8 @@ void coll_rdv_start(fl_coll *c, void *unused);
 /* Control frames that reach rank 0 or a rank (coll.c). */
 void coll_ctrl_frame(coll_conn *cn, uint32_t type, const uint8_t *p, uint32_t len);
 void coll_ctrl_error(coll_conn *cn, int uverr);
+/* Close accepted connections that sent no hello within the timeout. */
+void coll_reap_silent(fl_coll *c);
 /* Close every connection and the loop's handles (loop thread). */
 void coll_close_all(fl_coll *c);
 

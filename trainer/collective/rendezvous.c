@@ -68,6 +68,8 @@ static coll_conn *conn_new(fl_coll *c) {
   }
   cn->c = c;
   cn->peer_rank = -1;
+  cn->max_frame = COLL_HELLO_MAX;
+  cn->born_ms = uv_now(&c->loop);
   snprintf(cn->peer_addr, sizeof(cn->peer_addr), "?");
   cn->all_next = c->conns;
   c->conns = cn;
@@ -159,7 +161,7 @@ static void frame_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (cn->hdr_got < sizeof(cn->hdr)) return;
     cn->ptype = coll_get_u32(cn->hdr);
     cn->plen = coll_get_u32(cn->hdr + 4);
-    if (cn->plen > COLL_FRAME_MAX) {
+    if (cn->plen > cn->max_frame) {
       uv_read_stop(s);
       cn->framed = 0;
       cn->on_error(cn, UV_EPROTO);
@@ -627,7 +629,7 @@ static void on_hello(coll_conn *cn, uint32_t type, const uint8_t *p, uint32_t le
   const char *why = NULL;
   if (c->rank != 0)
     why = "this rank is not the rendezvous (rank 0)";
-  else if (c->rdv_done || c->failed)
+  else if (c->rdv_done || coll_failed(c) != FL_OK)
     why = "the job has already started";
   else if (h.world != c->world)
     why = "world size differs";
@@ -646,6 +648,7 @@ static void on_hello(coll_conn *cn, uint32_t type, const uint8_t *p, uint32_t le
   c->peers[h.rank].port = h.port;
   c->ctrl[h.rank].conn = cn;
   c->ctrl[h.rank].last_seen_ms = coll_now_ms(c);
+  cn->max_frame = COLL_FRAME_MAX;
   cn->on_frame = coll_ctrl_frame;
   cn->on_error = coll_ctrl_error;
   FL_LOGD("collective: rank 0: rank %d registered from %s (data at %s:%u)", h.rank,
@@ -757,6 +760,7 @@ static void rdv_connect(fl_coll *c) {
     return;
   }
   cn->peer_rank = 0;
+  cn->max_frame = COLL_FRAME_MAX; /* the rank table */
   c->ctrl[0].conn = cn;
   req->data = cn;
   int rc = uv_tcp_connect(req, &cn->tcp, (struct sockaddr *)&c->peers[0].addr, rdv_connected);
@@ -803,6 +807,20 @@ fl_status coll_resolve_root(fl_coll *c) {
                   c->rank, fl_endpoint_format(&c->endpoints[0], nm, sizeof(nm)),
                   gai_strerror(grc));
   return FL_OK;
+}
+
+void coll_reap_silent(fl_coll *c) {
+  uint64_t now = coll_now_ms(c), tmo = (uint64_t)(c->timeout_s * 1000.0);
+  coll_conn *cn = c->conns;
+  while (cn) {
+    coll_conn *next = cn->all_next;
+    if (cn->on_frame == on_hello && now - cn->born_ms > tmo) {
+      FL_LOGW("collective: rank %d: closed a connection from %s that sent no hello within %.1f s",
+              c->rank, cn->peer_addr, c->timeout_s);
+      coll_conn_close(cn);
+    }
+    cn = next;
+  }
 }
 
 void coll_close_all(fl_coll *c) {
