@@ -135,7 +135,8 @@ int64_t fl_sync_ps_step(const fl_sync *s);
 /* Train and evaluate the CTR model (model.kind ctr) with a ps-mode sync:
  * flotilla-trainer runs this instead of fl_trainer_run for that kind.  The
  * report's test_loss is the log loss and test_acc1 the accuracy at p=0.5;
- * the AUC is in the log ("[Epoch e] test auc: ..."). */
+ * the AUC is in the log ("[Epoch e] test auc: ...").  Like fl_trainer_run,
+ * a successful run ends with sync->ops->finish. */
 fl_status fl_ctr_run(const fl_trainer_options *opts, fl_sync *sync, fl_trainer_report *rep);
 
 #endif

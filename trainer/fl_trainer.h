@@ -48,7 +48,11 @@
 /* A mode's constructor, one entry per mode in flotilla-trainer's table.  On
  * success *out is a live instance; the caller ends it with ops->finish
  * after a successful run (finish must NOT free) and always with
- * ops->destroy (which frees).  job and cluster outlive the instance. */
+ * ops->destroy (which frees).  job and cluster outlive the instance.
+ * fl_trainer_run itself calls ops->finish at the end of a successful run,
+ * while its model still exists (geo pushes its last delta from the
+ * parameters), so finish must be idempotent: the caller's later call is a
+ * no-op. */
 typedef fl_status (*fl_sync_create_fn)(const fl_job *job, const fl_cluster *cluster,
                                        fl_sync *out);
 
@@ -91,9 +95,10 @@ typedef struct fl_trainer_report {
   int64_t steps_per_epoch;
 } fl_trainer_report;
 
-/* Train the job with the mode in sync (which stays the caller's).
- * Errors are logged where they start (data files, checkpoint, model,
- * a peer) and returned.  rep may be NULL. */
+/* Train the job with the mode in sync (which stays the caller's); a
+ * successful run ends with sync->ops->finish.  Errors are logged where they
+ * start (data files, checkpoint, model, a peer) and returned.  rep may be
+ * NULL. */
 fl_status fl_trainer_run(const fl_trainer_options *opts, fl_sync *sync, fl_trainer_report *rep);
 
 #endif

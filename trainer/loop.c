@@ -614,6 +614,8 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   rep.epochs_done = t.epoch;
   st = run_epochs(&t, o, &rep);
   rep.steps = t.step;
+  /* finish while the model still exists: geo pushes its last delta from it */
+  if (st == FL_OK) st = t.ops->finish(t.self);
 done:
   trainer_free(&t);
   if (out) *out = rep;

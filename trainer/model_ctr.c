@@ -502,6 +502,8 @@ fl_status fl_ctr_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_repo
     if (test.n && (st = evaluate(&c, &test, e, log, rep)) != FL_OK) goto done;
   }
   rep->steps = step;
+  /* finish while the bound parameters exist: geo pushes its last delta */
+  st = sync->ops->finish(sync->self);
 done:
   fl_loader_destroy(loader);
   fl_sparse_dataset_free(&train);

@@ -68,7 +68,8 @@ static void snap(fl_ps_core *c, snapshot *s) {
 }
 
 static fl_status do_register(fl_ps_core *c, int t, fl_ps_mode mode) {
-  Flotilla__DenseParamSpec w = FLOTILLA__DENSE_PARAM_SPEC__INIT, b = FLOTILLA__DENSE_PARAM_SPEC__INIT;
+  Flotilla__DenseParamSpec w = FLOTILLA__DENSE_PARAM_SPEC__INIT;
+  Flotilla__DenseParamSpec b = FLOTILLA__DENSE_PARAM_SPEC__INIT;
   Flotilla__DenseParamSpec *dense[2] = {&w, &b};
   Flotilla__SparseTableSpec emb = FLOTILLA__SPARSE_TABLE_SPEC__INIT, *sparse[1] = {&emb};
   Flotilla__RegisterRequest q = FLOTILLA__REGISTER_REQUEST__INIT;

@@ -232,7 +232,8 @@ static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
 /* Trainers 0 and 1 registered with two dense parameters (10 and 3 floats)
  * and a sparse table, and every block of this server given a value. */
 static void prepare(fuzz_state *f, fl_ps_mode mode, int fp16) {
-  Flotilla__DenseParamSpec w = FLOTILLA__DENSE_PARAM_SPEC__INIT, b = FLOTILLA__DENSE_PARAM_SPEC__INIT;
+  Flotilla__DenseParamSpec w = FLOTILLA__DENSE_PARAM_SPEC__INIT;
+  Flotilla__DenseParamSpec b = FLOTILLA__DENSE_PARAM_SPEC__INIT;
   Flotilla__DenseParamSpec *dense[2] = {&w, &b};
   Flotilla__SparseTableSpec emb = FLOTILLA__SPARSE_TABLE_SPEC__INIT;
   Flotilla__SparseTableSpec *sparse[1] = {&emb};

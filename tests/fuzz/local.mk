@@ -8,9 +8,9 @@
 #               each for FUZZ_SECONDS seconds; any crash, leak, UB report,
 #               timeout or out-of-memory fails (tests/fuzz/run.sh).
 FL_FUZZ_TARGETS = config ckpt cluster idx libsvm proto ps_core ps_ckpt rendezvous
-FL_FUZZ_PROGS = tests/fuzz/fuzz_config tests/fuzz/fuzz_ckpt tests/fuzz/fuzz_cluster tests/fuzz/fuzz_idx \
-	tests/fuzz/fuzz_libsvm tests/fuzz/fuzz_proto tests/fuzz/fuzz_ps_core tests/fuzz/fuzz_ps_ckpt \
-	tests/fuzz/fuzz_rendezvous
+FL_FUZZ_PROGS = tests/fuzz/fuzz_config tests/fuzz/fuzz_ckpt tests/fuzz/fuzz_cluster \
+	tests/fuzz/fuzz_idx tests/fuzz/fuzz_libsvm tests/fuzz/fuzz_proto tests/fuzz/fuzz_ps_core \
+	tests/fuzz/fuzz_ps_ckpt tests/fuzz/fuzz_rendezvous
 check_PROGRAMS += $(FL_FUZZ_PROGS) tests/unit/test_hostile
 TESTS += $(FL_FUZZ_PROGS) tests/unit/test_hostile
 EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/README.md tests/fuzz/corpus tests/fuzz/dict

@@ -257,8 +257,10 @@ START_TEST(job_size_and_nesting_bombs_are_cheap) {
   o = (size_t)snprintf(bomb, sizeof bomb, "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
   for (int i = 1; i < 20; i++)
     o += (size_t)snprintf(bomb + o, sizeof bomb - o,
-                          "a%d: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]\n",
-                          i, i, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1);
+                          "a%d: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, "
+                          "*a%d]\n",
+                          i, i, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1,
+                          i - 1);
   snprintf(bomb + o, sizeof bomb - o, "model:\n  hidden: *a19\n");
   t0 = now_s();
   ck_assert_int_eq(fl_job_load_string(bomb, "hostile.yaml", &g_job), FL_EINVAL);
@@ -495,7 +497,8 @@ static void ps_setup(ps_fix *f) {
   ck_assert_int_eq(fl_ps_core_create(&o, &f->core), FL_OK);
   fl_rpc_arena_init(&f->arena);
 
-  Flotilla__DenseParamSpec w = FLOTILLA__DENSE_PARAM_SPEC__INIT, b = FLOTILLA__DENSE_PARAM_SPEC__INIT;
+  Flotilla__DenseParamSpec w = FLOTILLA__DENSE_PARAM_SPEC__INIT;
+  Flotilla__DenseParamSpec b = FLOTILLA__DENSE_PARAM_SPEC__INIT;
   Flotilla__DenseParamSpec *dense[2] = {&w, &b};
   Flotilla__SparseTableSpec emb = FLOTILLA__SPARSE_TABLE_SPEC__INIT, *sparse[1] = {&emb};
   w.name = "w";
@@ -562,8 +565,8 @@ static void ps_snap(ps_fix *f, ps_state *s) {
   Flotilla__StatsResponse st = FLOTILLA__STATS_RESPONSE__INIT;
   memset(s, 0, sizeof *s);
   for (int i = 0; i < f->n; i++)
-    ck_assert_int_eq(fl_ps_core_block_value(f->core, f->mine[i], s->v[i], f->n_mine[i], &s->step[i]),
-                     FL_OK);
+    ck_assert_int_eq(
+        fl_ps_core_block_value(f->core, f->mine[i], s->v[i], f->n_mine[i], &s->step[i]), FL_OK);
   s->rows = fl_ps_table_rows(fl_ps_core_table(f->core, "emb"));
   fl_ps_core_stats(f->core, &st);
   s->pushes = st.pushes;
@@ -658,7 +661,9 @@ static void pb_varint(pb *m, uint64_t v) {
     v >>= 7;
   } while (v);
 }
-static void pb_key(pb *m, int field, int wt) { pb_varint(m, ((uint64_t)field << 3) | (unsigned)wt); }
+static void pb_key(pb *m, int field, int wt) {
+  pb_varint(m, ((uint64_t)field << 3) | (unsigned)wt);
+}
 static void pb_int(pb *m, int field, int64_t v) {
   pb_key(m, field, 0);
   pb_varint(m, (uint64_t)v);

@@ -468,12 +468,34 @@ static fl_status run_req(fl_coll *c, fl_coll_req *q) {
   }
 }
 
+/* Run q on this thread; the caller holds the executor (c->exec_busy). */
+static void execute(fl_coll *c, fl_coll_req *q) {
+  pthread_mutex_lock(&c->mu);
+  c->cur_op = req_name(q->kind);
+  c->cur_seq = q->seq;
+  fl_status st = c->failed ? c->fail_status : FL_OK;
+  pthread_mutex_unlock(&c->mu);
+  if (st == FL_OK) st = run_req(c, q);
+  if (st != FL_OK && coll_failed(c) == FL_OK)
+    coll_fail(c, c->rank, st, 0, "%s failed on rank %d: %s", req_name(q->kind), c->rank,
+              fl_strerror(st));
+  pthread_mutex_lock(&c->mu);
+  c->cur_op = NULL;
+  c->exec_busy = 0;
+  q->st = st;
+  q->done = 1;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* The worker runs queued requests one at a time, in queue order. */
 static void *worker_main(void *arg) {
   fl_coll *c = arg;
   block_signals();
   for (;;) {
     pthread_mutex_lock(&c->mu);
-    while (!c->q_head && !c->worker_stop) pthread_cond_wait(&c->cv, &c->mu);
+    while ((!c->q_head || c->exec_busy) && !(c->worker_stop && !c->q_head))
+      pthread_cond_wait(&c->cv, &c->mu);
     fl_coll_req *q = c->q_head;
     if (!q) {
       pthread_mutex_unlock(&c->mu);
@@ -481,34 +503,41 @@ static void *worker_main(void *arg) {
     }
     c->q_head = q->next;
     if (!c->q_head) c->q_tail = NULL;
-    c->cur_op = req_name(q->kind);
-    c->cur_seq = q->seq;
-    fl_status st = c->failed ? c->fail_status : FL_OK;
+    c->exec_busy = 1;
     pthread_mutex_unlock(&c->mu);
-    if (st == FL_OK) st = run_req(c, q);
-    if (st != FL_OK && coll_failed(c) == FL_OK)
-      coll_fail(c, c->rank, st, 0, "%s failed on rank %d: %s", req_name(q->kind), c->rank,
-                fl_strerror(st));
-    pthread_mutex_lock(&c->mu);
-    c->cur_op = NULL;
-    q->st = st;
-    q->done = 1;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    execute(c, q);
   }
 }
 
-static fl_status enqueue(fl_coll *c, fl_coll_req *q) {
+/* Queue q, or, for a blocking call that finds nothing queued or running,
+ * run it right here: the same order, two thread hand-offs fewer. */
+static fl_status submit(fl_coll *c, fl_coll_req *q, fl_coll_req **out) {
+  q->next = NULL;
   q->seq = atomic_fetch_add(&c->entered, 1) + 1;
   pthread_mutex_lock(&c->mu);
-  if (c->q_tail)
-    c->q_tail->next = q;
-  else
-    c->q_head = q;
-  c->q_tail = q;
-  pthread_cond_broadcast(&c->cv);
+  if (!out && !c->q_head && !c->exec_busy) {
+    c->exec_busy = 1;
+    pthread_mutex_unlock(&c->mu);
+    execute(c, q);
+  } else {
+    if (c->q_tail)
+      c->q_tail->next = q;
+    else
+      c->q_head = q;
+    c->q_tail = q;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (out) {
+      *out = q;
+      return FL_OK;
+    }
+  }
+  pthread_mutex_lock(&c->mu);
+  while (!q->done) pthread_cond_wait(&c->cv, &c->mu);
   pthread_mutex_unlock(&c->mu);
-  return FL_OK;
+  fl_status st = q->st;
+  free(q);
+  return st;
 }
 
 static fl_status wait_req(fl_coll *c, fl_coll_req *q) {
@@ -824,17 +853,6 @@ const char *fl_coll_backend_name(const fl_coll *c) {
 }
 
 /* ------------------------------------------------------- public calls */
-
-static fl_status submit(fl_coll *c, fl_coll_req *q, fl_coll_req **out) {
-  q->next = NULL;
-  if (out) {
-    enqueue(c, q);
-    *out = q;
-    return FL_OK;
-  }
-  enqueue(c, q);
-  return wait_req(c, q);
-}
 
 static fl_coll_req *req_new(int kind) {
   fl_coll_req *q = calloc(1, sizeof(*q));

@@ -4,8 +4,9 @@
  * reduction helpers.
  *
  * Threads: the loop thread owns every uv handle; other threads reach it
- * through coll_loop_post().  The worker thread runs one collective at a
- * time by calling the backend; a backend that uses the network posts its
+ * through coll_loop_post().  One collective runs at a time (exec_busy), on
+ * the worker thread, or on the calling thread for a blocking call that
+ * finds nothing queued; a backend that uses the network posts its
  * work to the loop and waits on c->cv.  c->mu guards the failure state, the
  * inbox and every flag a waiter sleeps on. */
 #ifndef FL_COLL_INTERNAL_H
@@ -283,6 +284,7 @@ struct fl_coll {
   int worker_running;
   fl_coll_req *q_head, *q_tail;
   int worker_stop;
+  int exec_busy; /* a collective is running (on the worker or a caller) */
 
   const coll_backend *be;
   void *be_state;

@@ -36,8 +36,9 @@
  *
  * Threads.  The engine runs a libuv loop thread (network) and a worker
  * thread that executes the queued collectives one at a time, in call order
- * (the same order on every rank).  The fl_coll_* calls themselves must come
- * from one thread at a time.  Data buffers are host memory, except with the
+ * (the same order on every rank); a blocking call that finds nothing
+ * queued runs on the calling thread instead, saving two thread switches.
+ * The fl_coll_* calls themselves must come from one thread at a time.  Data buffers are host memory, except with the
  * nccl backend, which takes device or host pointers. */
 #ifndef FL_COLL_H
 #define FL_COLL_H

@@ -12,8 +12,8 @@
  *
  * Buffers may be device memory (used in place) or host memory (staged
  * through a device buffer of this backend).  Each rank uses GPU
- * (its index on the node) modulo the device count, set on the worker
- * thread before every call. */
+ * (its index on the node) modulo the device count, made current for the
+ * duration of every call (and the caller's device restored after). */
 #include <config.h>
 
 #include <cuda_runtime.h>
@@ -223,7 +223,7 @@ static fl_status finish_all(nccl_state *s, const char *what) {
   return FL_OK;
 }
 
-static fl_status nccl_allreduce(void *vs, void *buf, size_t count, fl_coll_dtype dt) {
+static fl_status allreduce_on(void *vs, void *buf, size_t count, fl_coll_dtype dt) {
   nccl_state *s = vs;
   if (count == 0) return FL_OK;
   FL_TRY(ready(s));
@@ -247,7 +247,7 @@ static fl_status nccl_allreduce(void *vs, void *buf, size_t count, fl_coll_dtype
   return stage_out(buf, d, count * es);
 }
 
-static fl_status nccl_broadcast(void *vs, void *buf, size_t bytes, int root) {
+static fl_status broadcast_on(void *vs, void *buf, size_t bytes, int root) {
   nccl_state *s = vs;
   if (bytes == 0) return FL_OK;
   FL_TRY(ready(s));
@@ -269,7 +269,7 @@ static fl_status nccl_broadcast(void *vs, void *buf, size_t bytes, int root) {
   return stage_out(buf, d, bytes);
 }
 
-static fl_status nccl_allgather(void *vs, const void *send, size_t bytes, void *recv) {
+static fl_status allgather_on(void *vs, const void *send, size_t bytes, void *recv) {
   nccl_state *s = vs;
   uint8_t *mine = (uint8_t *)recv + (size_t)s->me * bytes;
   if (bytes == 0) return FL_OK;
@@ -297,6 +297,32 @@ static fl_status nccl_allgather(void *vs, const void *send, size_t bytes, void *
   }
   FL_TRY(wait_comm(s, 0, 1, "allgather"));
   return stage_out(recv, d, total);
+}
+
+/* A collective may run on the application's own thread: leave its current
+ * device as it was. */
+static fl_status nccl_allreduce(void *vs, void *buf, size_t count, fl_coll_dtype dt) {
+  int prev = -1;
+  if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+  fl_status st = allreduce_on(vs, buf, count, dt);
+  if (prev >= 0) cudaSetDevice(prev);
+  return st;
+}
+
+static fl_status nccl_broadcast(void *vs, void *buf, size_t bytes, int root) {
+  int prev = -1;
+  if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+  fl_status st = broadcast_on(vs, buf, bytes, root);
+  if (prev >= 0) cudaSetDevice(prev);
+  return st;
+}
+
+static fl_status nccl_allgather(void *vs, const void *send, size_t bytes, void *recv) {
+  int prev = -1;
+  if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+  fl_status st = allgather_on(vs, send, bytes, recv);
+  if (prev >= 0) cudaSetDevice(prev);
+  return st;
 }
 
 static fl_status nccl_barrier(void *vs) {

@@ -1,0 +1,12 @@
+# Integration tests: faults and security, with the real daemons on
+# loopback (helper K).  Shell tests (bash) share faults_lib.sh; ps_probe is
+# their gRPC client of flotilla-pserver (Stats, SaveCheckpoint, one call of
+# every method), also used by tests/bench/soak_ps.sh, so it is always built.
+noinst_PROGRAMS += tests/integration/ps_probe
+tests_integration_ps_probe_SOURCES = tests/integration/ps_probe.c
+tests_integration_ps_probe_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS)
+tests_integration_ps_probe_LDADD = $(FL_LIBS) $(GRPC_LIBS) $(PROTOBUFC_LIBS)
+
+faults_tests =
+dist_check_SCRIPTS += $(faults_tests) tests/integration/faults_lib.sh
+TESTS += $(faults_tests)
