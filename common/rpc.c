@@ -277,6 +277,9 @@ typedef struct seg {
   size_t len;
 } seg;
 
+/* Smallest append kept by reference (see fl_rpc_outbuf_create). */
+#define FL_RPC_ZERO_COPY_FLOOR 64
+
 struct fl_rpc_outbuf {
   ProtobufCBuffer base; /* first: protobuf-c calls base.append */
   store *st;
@@ -342,6 +345,12 @@ fl_status fl_rpc_outbuf_create(size_t zero_copy_min, fl_rpc_outbuf **out) {
   *out = NULL;
   if (!ob) return FL_ERR(FL_ENOMEM, "rpc: out of memory for a message buffer");
   ob->base.append = ob_append;
+  /* protobuf-c appends tags and length prefixes from its own stack scratch
+   * (at most a few bytes each); only larger appends point into the caller's
+   * message fields, which stay alive until the send ends.  Never keep a
+   * reference to anything as small as the scratch. */
+  if (zero_copy_min > 0 && zero_copy_min < FL_RPC_ZERO_COPY_FLOOR)
+    zero_copy_min = FL_RPC_ZERO_COPY_FLOOR;
   ob->zero_copy_min = zero_copy_min;
   *out = ob;
   return FL_OK;

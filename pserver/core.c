@@ -1463,6 +1463,11 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
                                  &tl)) != FL_OK)
       goto out;
   }
+  if (!np && l) {
+    st = FL_ERR(FL_EINVAL,
+                "checkpoint %s: holds no dense parameters, but this server already has them", file);
+    goto out;
+  }
   use = np ? (l ? l : tl) : NULL;
   for (size_t b = 0; use && b < use->n_blocks; b++) {
     int64_t n = (int64_t)use->blocks[b].n;

@@ -14,8 +14,11 @@
  * and SIGTERM/SIGINT (final checkpoint, then shutdown).  The gRPC service
  * runs on its own completion-queue threads (server.c).  Checkpoints go to
  * <checkpoint_dir>/pserver-<id>/ckpt-<step>.flc; at start the newest valid
- * one there is loaded.  The process exits 0 after a clean shutdown: every
- * trainer completed (or died), or a signal. */
+ * one there is loaded.  A checkpoint that cannot be written (full disk)
+ * leaves the previous one intact; the daemon says which step stays and goes
+ * on serving, trying again at the next interval.  The process exits 0 after
+ * a clean shutdown: every trainer completed (or died), or a signal; 1 when
+ * the checkpoint at shutdown could not be written. */
 #include <config.h>
 
 #include <errno.h>
@@ -42,7 +45,9 @@ typedef struct app {
   fl_ps_server *srv;
   char dir[FL_JOB_PATH_MAX + 32];
   pthread_mutex_t ckpt_mu;
-  int64_t last_step;
+  int64_t last_step;  /* step of the last checkpoint attempt */
+  int64_t saved_step; /* step of the newest checkpoint on disk, -1: none */
+  fl_status final_st; /* of the checkpoint at shutdown */
   uint64_t last_pushes;
   double last_time;
   uv_loop_t loop;
@@ -93,16 +98,26 @@ static fl_status save(app *a, const char *why, int64_t *step_out, char *path_out
   step = fl_ps_core_step(a->core);
   st = fl_ckpt_dir_path(a->dir, step, path, sizeof path);
   if (st == FL_OK) st = fl_ps_core_save(a->core, path);
+  /* A failed save (full disk, I/O error: the cause is logged where it
+   * happened) leaves the previous checkpoint as it was; the next interval
+   * tries again rather than every tick. */
+  a->last_step = step;
+  a->last_pushes = stats.pushes;
+  a->last_time = fl_ps_now();
   if (st == FL_OK) {
     int keep = a->job.train.checkpoint_keep > 0 ? a->job.train.checkpoint_keep : 3;
     fl_ckpt_dir_prune(a->dir, keep);
-    a->last_step = step;
-    a->last_pushes = stats.pushes;
-    a->last_time = fl_ps_now();
+    a->saved_step = step;
     FL_LOGI("checkpoint of step %" PRId64 " written to %s (%s)", step, path, why);
     fl_series_add(fl_metrics_std()->checkpoints, 1);
     if (step_out) *step_out = step;
     if (path_out) snprintf(path_out, cap, "%s", path);
+  } else if (a->saved_step >= 0) {
+    FL_LOGW("checkpoint of step %" PRId64 " (%s) not written; the newest checkpoint stays that "
+            "of step %" PRId64 " in %s", step, why, a->saved_step, a->dir);
+  } else {
+    FL_LOGW("checkpoint of step %" PRId64 " (%s) not written; %s holds no checkpoint of this run",
+            step, why, a->dir);
   }
   pthread_mutex_unlock(&a->ckpt_mu);
   return st;
@@ -137,7 +152,7 @@ static fl_status rpc_load(void *ctx, int64_t step, int64_t *loaded) {
 static void shutdown_loop(app *a, const char *why) {
   if (a->stopping) return;
   a->stopping = 1;
-  if (a->dir[0]) save(a, why, NULL, NULL, 0);
+  if (a->dir[0]) a->final_st = save(a, why, NULL, NULL, 0);
   uv_stop(&a->loop);
 }
 
@@ -190,6 +205,7 @@ int main(int argc, char **argv) {
   fl_status st;
 
   memset(&a, 0, sizeof a);
+  a.saved_step = -1;
   signal(SIGPIPE, SIG_IGN);
   if (fl_cluster_from_env(&a.cl) != FL_OK) return 2;
   a.cl.role = FL_ROLE_PSERVER;
@@ -266,7 +282,7 @@ int main(int argc, char **argv) {
       st = fl_ps_core_load(a.core, ck, path);
       fl_ckpt_free(ck);
       if (st != FL_OK) goto out_core;
-      a.last_step = fl_ps_core_step(a.core);
+      a.last_step = a.saved_step = fl_ps_core_step(a.core);
     } else if (st != FL_ENOTFOUND) {
       FL_LOGE("no valid checkpoint in %s; refusing to start from scratch over it", a.dir);
       goto out_core;
@@ -298,9 +314,14 @@ int main(int argc, char **argv) {
   fl_rpc_init();
   if (fl_ps_server_start(a.core, &so, &a.srv, &port) != FL_OK) goto out_rpc;
   fl_ps_core_set_progress(a.core, fl_ps_server_progress, a.srv);
-  FL_LOGI("serving %s with %d threads: %s mode, %d trainers, %d servers, step %" PRId64, bind,
-          threads, fl_ps_mode_name(fl_ps_mode_of(&a.job)), a.cl.trainers_num, a.cl.n_pservers,
-          fl_ps_core_step(a.core));
+  FL_LOGI("serving %s with %d threads: %s mode, %d trainers, %d servers, step %" PRId64
+          "; %s, %s", bind, threads, fl_ps_mode_name(fl_ps_mode_of(&a.job)), a.cl.trainers_num,
+          a.cl.n_pservers, fl_ps_core_step(a.core),
+          !a.job.cluster.tls.cert[0] ? "no TLS" : a.job.cluster.tls.mutual ? "mutual TLS" : "TLS",
+          a.cl.token[0] ? "token checked on every call" : "no token");
+  if (!a.cl.token[0])
+    FL_LOGW("no shared token (FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE or cluster.token_file): any "
+            "process that reaches %s can call this pserver", bind);
 
   if (!metrics_addr) metrics_addr = a.job.cluster.metrics_addr;
   if (metrics_addr[0]) {
@@ -324,12 +345,24 @@ int main(int argc, char **argv) {
   uv_walk(&a.loop, close_cb, NULL);
   uv_run(&a.loop, UV_RUN_DEFAULT);
   uv_loop_close(&a.loop);
-  rc = 0;
+  /* The job's last state could not be kept: say so in the exit status. */
+  rc = a.final_st == FL_OK ? 0 : 1;
 
   fl_metrics_server_stop(a.metrics);
 out_srv:
   fl_ps_core_set_progress(a.core, NULL, NULL);
   fl_ps_server_stop(a.srv);
+  {
+    /* Every call is answered: the final Stats (tests/bench/soak_ps.sh
+     * reconciles them with the trainers' totals). */
+    Flotilla__StatsResponse t = FLOTILLA__STATS_RESPONSE__INIT;
+    fl_ps_core_stats(a.core, &t);
+    FL_LOGI("totals: step %" PRId64 ", %" PRIu64 " pushes, %" PRIu64 " pulls, %" PRIu64
+            " bytes in, %" PRIu64 " bytes out, %" PRIu64 " duplicates, %" PRIu64
+            " invalid, %" PRIu64 " dense updates",
+            t.step, t.pushes, t.pulls, t.bytes_in, t.bytes_out, t.duplicates, t.invalid,
+            t.dense_updates);
+  }
 out_rpc:
   fl_rpc_shutdown();
 out_core:

@@ -113,8 +113,23 @@ fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t 
 fl_status fl_ps_client_barrier(fl_ps_client *c, const char *name, const double *values,
                                size_t nv, int64_t value_min, double *sums, int64_t *min);
 
-/* Tell every server this trainer is done. */
+/* Tell every server this trainer is done (heartbeats stop first). */
 fl_status fl_ps_client_complete(fl_ps_client *c);
+
+/* What the client did so far.  A call counts as answered when the server
+ * gave it a status that is not retried (OK or an error); its request bytes
+ * count then, its response bytes when OK - the same bytes the server's
+ * Stats count as bytes_in / bytes_out.  pushes and pulls count the OK
+ * PushDense/PushSparse and PullDense/PullSparse calls (initial values
+ * included), as the server's Stats do.  retries: attempts retried after
+ * UNAVAILABLE or an expired deadline; failed: calls that ended in an error
+ * other than FAILED_PRECONDITION (which means "register again"), and
+ * heartbeats that did not get through.  fl_ps_client_destroy logs the
+ * totals ("ps client totals: ..."). */
+typedef struct fl_ps_client_totals {
+  uint64_t calls, pushes, pulls, bytes_sent, bytes_received, retries, failed;
+} fl_ps_client_totals;
+void fl_ps_client_counters(const fl_ps_client *c, fl_ps_client_totals *out);
 
 /* ------------------------------------------------------------- the mode */
 

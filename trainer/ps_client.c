@@ -61,6 +61,7 @@ typedef struct op {
   /* call state */
   fl_rpc_call call;
   fl_rpc_outbuf *ob;
+  size_t req_bytes; /* of the request in flight */
   int attempt;
   int warned;
   double start, due;
@@ -117,6 +118,9 @@ struct fl_ps_client {
   pthread_mutex_t hb_mu;
   pthread_cond_t hb_cv;
   int hb_stop;
+
+  /* totals (fl_ps_client_counters) */
+  _Atomic uint64_t n_calls, n_pushes, n_pulls, n_sent, n_received, n_retries, n_failed;
 };
 
 static double now_s(void) {
@@ -136,6 +140,33 @@ static const char *op_name(int type) {
 }
 
 static char *dup_opt(const char *s) { return s && s[0] ? strdup(s) : NULL; }
+
+static int retriable(grpc_status_code code) {
+  return code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED;
+}
+
+/* Count one finished attempt of a call to `method` ("PushDense", ...):
+ * answered by the server (OK or an error status that is not retried) or
+ * not (retried, or failed when given up).  FAILED_PRECONDITION is the
+ * server asking for a registration, not a failure. */
+static void count_call(fl_ps_client *c, const char *method, grpc_status_code code, size_t sent,
+                       size_t received, int retried) {
+  if (retriable(code)) {
+    atomic_fetch_add(retried ? &c->n_retries : &c->n_failed, 1);
+    return;
+  }
+  atomic_fetch_add(&c->n_calls, 1);
+  atomic_fetch_add(&c->n_sent, sent);
+  if (code != GRPC_STATUS_OK) {
+    if (code != GRPC_STATUS_FAILED_PRECONDITION) atomic_fetch_add(&c->n_failed, 1);
+    return;
+  }
+  atomic_fetch_add(&c->n_received, received);
+  if (!strcmp(method, "PushDense") || !strcmp(method, "PushSparse"))
+    atomic_fetch_add(&c->n_pushes, 1);
+  else if (!strcmp(method, "PullDense") || !strcmp(method, "PullSparse"))
+    atomic_fetch_add(&c->n_pulls, 1);
+}
 
 /* --------------------------------------------------------------- calls */
 
@@ -238,6 +269,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
   }
   }
   if (st != FL_OK) return st;
+  o->req_bytes = grpc_byte_buffer_length(bb);
   return fl_rpc_call_start(&o->call, c->ch[o->server], c->cq, method, bb, c->o.rpc_timeout_s,
                            c->token, o);
 }
@@ -359,10 +391,6 @@ static int held_call(const op *o) {
   return o->type == OP_BARRIER || (o->type == OP_PULL && o->min_step > 0);
 }
 
-static int retriable(grpc_status_code code) {
-  return code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED;
-}
-
 /* Observability of a call that went through: its latency histogram and a
  * span on the timeline (on the driver thread's row). */
 static void obs_op(const op *o, double seconds) {
@@ -384,6 +412,8 @@ static void on_complete(fl_ps_client *c, op *o) {
 
   fl_rpc_call_details(&o->call, details, sizeof details);
   if (code == GRPC_STATUS_OK) {
+    count_call(c, op_name(o->type), code, o->req_bytes,
+               o->call.recv ? grpc_byte_buffer_length(o->call.recv) : 0, 0);
     st = op_parse(c, o);
     obs_op(o, now - o->start);
   } else if (retriable(code) && !c->shutting &&
@@ -402,6 +432,7 @@ static void on_complete(fl_ps_client *c, op *o) {
       o->warned = 1;
     }
     o->attempt++;
+    count_call(c, op_name(o->type), code, 0, 0, 1);
     fl_rpc_call_end(&o->call);
     pthread_mutex_lock(&c->mu);
     o->due = now + back;
@@ -410,6 +441,7 @@ static void on_complete(fl_ps_client *c, op *o) {
     pthread_mutex_unlock(&c->mu);
     return;
   } else {
+    count_call(c, op_name(o->type), code, o->req_bytes, 0, 0);
     st = fl_rpc_status_from_grpc(code);
     if (st != FL_ESTATE)
       FL_LOGE("pserver %d (%s) %s%s: %s (%s)", o->server, c->names[o->server], op_name(o->type),
@@ -481,15 +513,17 @@ static fl_status unary(fl_ps_client *c, int server, const char *method,
   for (;;) {
     fl_status st = fl_rpc_unary(c->ch[server], method, req, timeout, c->token, ob, in, code,
                                 details, cap);
+    int last = st == FL_OK || !retriable(*code) || now_s() - start > c->o.retry_budget_s;
     double back;
-    if (st == FL_OK || !retriable(*code) || now_s() - start > c->o.retry_budget_s) return st;
-    if (!warned && strcmp(method, PATH("Heartbeat")) != 0) {
+    count_call(c, method + strlen(PATH("")), *code, fl_rpc_outbuf_len(ob),
+               st == FL_OK ? in->len : 0, !last);
+    if (last) return st;
+    if (!warned) {
       FL_LOGW("pserver %d (%s) %s: %s (%s); retrying for up to %.0f s", server, c->names[server],
               method + strlen(PATH("")), fl_rpc_code_name(*code), details ? details : "",
               c->o.retry_budget_s);
       warned = 1;
     }
-    if (strcmp(method, PATH("Heartbeat")) == 0) return st; /* the next beat will do */
     back = 0.05 * pow(2.0, attempt < 6 ? attempt : 6);
     if (back > 2.0) back = 2.0;
     attempt++;
@@ -695,9 +729,10 @@ static void *hb_main(void *arg) {
       r.trainer_id = c->o.trainer_id;
       r.incarnation = c->incarnation;
       r.step = atomic_load(&c->step_seen);
-      if (fl_rpc_unary(c->ch[s], PATH("Heartbeat"), &r.base, c->o.heartbeat_interval_s, c->token,
-                       ob, &in, &code, NULL, 0) != FL_OK &&
-          code == GRPC_STATUS_FAILED_PRECONDITION)
+      fl_status st = fl_rpc_unary(c->ch[s], PATH("Heartbeat"), &r.base, c->o.heartbeat_interval_s,
+                                  c->token, ob, &in, &code, NULL, 0);
+      count_call(c, "Heartbeat", code, fl_rpc_outbuf_len(ob), st == FL_OK ? in.len : 0, 0);
+      if (st != FL_OK && code == GRPC_STATUS_FAILED_PRECONDITION)
         FL_LOGI("pserver %d (%s) does not know trainer %d (any more); its next call registers "
                 "again", s, c->names[s], c->o.trainer_id);
     }
@@ -943,7 +978,21 @@ fl_status fl_ps_client_barrier(fl_ps_client *c, const char *name, const double *
   return fl_ps_client_wait(c);
 }
 
+/* End the heartbeat thread (if any); idempotent. */
+static void stop_heartbeats(fl_ps_client *c) {
+  if (!c->hb_started) return;
+  pthread_mutex_lock(&c->hb_mu);
+  c->hb_stop = 1;
+  pthread_cond_broadcast(&c->hb_cv);
+  pthread_mutex_unlock(&c->hb_mu);
+  pthread_join(c->hb, NULL);
+  c->hb_started = 0;
+}
+
 fl_status fl_ps_client_complete(fl_ps_client *c) {
+  /* A trainer that is done has nothing to keep alive; and no heartbeat
+   * races the servers' shutdown once the last trainer completed. */
+  stop_heartbeats(c);
   for (int s = 0; s < c->o.n_servers; s++) {
     Flotilla__CompleteRequest r = FLOTILLA__COMPLETE_REQUEST__INIT;
     grpc_status_code code;
@@ -963,15 +1012,20 @@ fl_status fl_ps_client_complete(fl_ps_client *c) {
   return FL_OK;
 }
 
+void fl_ps_client_counters(const fl_ps_client *c, fl_ps_client_totals *out) {
+  fl_ps_client *m = (fl_ps_client *)c; /* atomics are read, not changed */
+  out->calls = atomic_load(&m->n_calls);
+  out->pushes = atomic_load(&m->n_pushes);
+  out->pulls = atomic_load(&m->n_pulls);
+  out->bytes_sent = atomic_load(&m->n_sent);
+  out->bytes_received = atomic_load(&m->n_received);
+  out->retries = atomic_load(&m->n_retries);
+  out->failed = atomic_load(&m->n_failed);
+}
+
 void fl_ps_client_destroy(fl_ps_client *c) {
   if (!c) return;
-  if (c->hb_started) {
-    pthread_mutex_lock(&c->hb_mu);
-    c->hb_stop = 1;
-    pthread_cond_broadcast(&c->hb_cv);
-    pthread_mutex_unlock(&c->hb_mu);
-    pthread_join(c->hb, NULL);
-  }
+  stop_heartbeats(c);
   if (c->driver_started) {
     pthread_mutex_lock(&c->mu);
     c->shutting = 1;
@@ -981,6 +1035,14 @@ void fl_ps_client_destroy(fl_ps_client *c) {
     pthread_mutex_unlock(&c->mu);
     grpc_completion_queue_shutdown(c->cq);
     pthread_join(c->driver, NULL);
+    /* Every call is over: the final counters (tests/bench/soak_ps.sh
+     * reconciles them with the servers' totals). */
+    fl_ps_client_totals t;
+    fl_ps_client_counters(c, &t);
+    FL_LOGI("ps client totals: %" PRIu64 " calls answered (%" PRIu64 " pushes, %" PRIu64
+            " pulls), %" PRIu64 " bytes sent, %" PRIu64 " bytes received, %" PRIu64
+            " retried, %" PRIu64 " failed",
+            t.calls, t.pushes, t.pulls, t.bytes_sent, t.bytes_received, t.retries, t.failed);
   }
   if (c->cq) grpc_completion_queue_destroy(c->cq);
   for (int s = 0; c->ch && s < c->o.n_servers; s++)

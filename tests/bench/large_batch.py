@@ -88,7 +88,7 @@ MODELS = {
         "exclude": [".bias"],
     },
     "cnn": {
-        "epochs": 3,
+        "epochs": 5,
         "limit_train": 49152,
         "yaml": ("model:\n"
                  "  kind: cnn\n"
@@ -544,13 +544,14 @@ def plot(results):
               "set logscale x 2", "set xrange [90:23000]",
               "set xtics ('128' 128, '4k' 4096, '8k' 8192, '16k' 16384)",
               "set xlabel 'global batch'", "set ylabel 'test acc1'",
-              "set key bottom left", "set grid"]
+              "set key bottom left Left reverse", "set grid"]
         styles = {"momentum": (7, "#1f77b4"), "adam": (5, "#ff7f0e"),
                   "lars": (9, "#2ca02c"), "lamb": (11, "#d62728")}
         for model in MODELS:
             rs = [r for r in results if r["model"] == model]
             accs = [acc_or(r["test_acc1"]) for r in rs if acc_or(r["test_acc1"]) >= 0]
             ylo = max(0.0, math.floor((min(accs or [0]) - 0.02) * 20) / 20)
+            yhi = min(1.0, math.ceil((max(accs or [0.9]) + 0.01) * 50) / 50)
             plots = []
             for method in METHODS:
                 mine = [r for r in rs if r["method"] == method]
@@ -570,12 +571,19 @@ def plot(results):
                         f.write("".join("%d\n" % b for b in bad))
                     plots.append("'%s' using 1:(%.3f) with points pt 2 ps 2.5 lw 2 "
                                  "lc rgb '%s' notitle" % (dat, ylo + 0.004, styles[method][1]))
+            base = max([acc_or(r["test_acc1"]) for r in rs if int(r["batch"]) == BASE_BATCH]
+                       or [-1])
+            if base >= 0:
+                plots.append("%.4f with lines dt 2 lw 1 lc rgb 'gray40' title 'best batch-%d "
+                             "baseline'" % (base, BASE_BATCH))
+                plots.append("%.4f with lines dt 3 lw 1 lc rgb 'gray40' title 'baseline - 1 "
+                             "point'" % (base - 0.01))
             if any(r["test_acc1"] == "diverged" for r in rs):
                 plots.append("NaN with points pt 2 ps 2.5 lc rgb 'black' "
                              "title 'diverged (NaN loss), drawn on the x axis'")
             ep = rs[0]["epochs"] if rs else "?"
             gp += ["set title '%s (%s epochs)'" % (model.upper(), ep),
-                   "set yrange [%.2f:*]" % ylo, "plot " + ", ".join(plots)]
+                   "set yrange [%.2f:%.2f]" % (ylo, yhi), "plot " + ", ".join(plots)]
         gp.append("unset multiplot")
         script = os.path.join(tmp, "plot.gp")
         with open(script, "w") as f:

@@ -24,7 +24,7 @@ tmp=$(mktemp -d "/tmp/fl_${0##*/}.XXXXXX")
 
 fl_cleanup() {
   for p in $fl_pids; do kill -CONT "$p" 2> /dev/null; kill -KILL "$p" 2> /dev/null; done
-  for p in $fl_pids; do wait "$p" 2> /dev/null; done
+  wait 2> /dev/null
   for m in $fl_mounts; do umount -l "$m" 2> /dev/null; done
   for n in $fl_netns; do ip netns del "$n" 2> /dev/null; done
   if [ -n "${FL_KEEP_TEST_DIR:-}" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
@@ -48,7 +48,10 @@ s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "${1:-
 }
 
 # spawn VAR LOG [NAME=VALUE...] -- PROGRAM ARGS...: start a daemon in the
-# background, output to LOG; its pid goes into the variable VAR.
+# background, output to LOG; its pid goes into the variable VAR.  A
+# subshell waits for it and writes its exit status to a file, so that the
+# daemon's pid is the daemon's own and no "Killed" job notice is printed.
+fl_nspawn=0
 spawn() {
   _var=$1 _log=$2
   shift 2
@@ -58,9 +61,21 @@ spawn() {
     shift
   done
   shift
-  env "${_envs[@]}" "$@" >> "$_log" 2>&1 &
-  _pid=$!
+  fl_nspawn=$((fl_nspawn + 1))
+  _f=$tmp/.spawn.$fl_nspawn
+  (
+    env "${_envs[@]}" "$@" >> "$_log" 2>&1 &
+    echo $! > "$_f.pid.tmp" && mv "$_f.pid.tmp" "$_f.pid"
+    { wait $!; } 2> /dev/null
+    echo $? > "$_f.rc.tmp" && mv "$_f.rc.tmp" "$_f.rc"
+  ) &
+  for ((_i = 0; _i < 100; _i++)); do
+    [ -s "$_f.pid" ] && break
+    sleep 0.05
+  done
+  _pid=$(cat "$_f.pid")
   fl_pids="$fl_pids $_pid"
+  eval "fl_rcfile_$_pid=$_f.rc"
   eval "$_var=$_pid"
 }
 
@@ -74,26 +89,29 @@ wait_log() {
   grep -Eq -- "$2" "$1" 2> /dev/null
 }
 
-# wait_exit PID SECONDS: the process's exit status in $rc (128+N for a
-# signal); after SECONDS it is killed and rc is 124.  Returns 0 when it
-# exited by itself.
+# wait_exit PID SECONDS: the exit status of a spawned daemon in $rc
+# (128+N for signal N); after SECONDS it is killed and rc is 124.  Returns
+# 0 when it exited by itself.
 wait_exit() {
+  _rcf=$(eval echo "\${fl_rcfile_$1:-}")
   _end=$((SECONDS + $2))
-  while kill -0 "$1" 2> /dev/null && [ $SECONDS -lt $_end ]; do
-    # a stopped-then-dead zombie still answers kill -0: reap when possible
-    [ "$(ps -o stat= -p "$1" 2> /dev/null | cut -c1)" = Z ] && break
+  while [ ! -s "$_rcf" ] && [ $SECONDS -lt $_end ]; do sleep 0.1; done
+  if [ -s "$_rcf" ]; then
+    rc=$(cat "$_rcf")
+    return 0
+  fi
+  kill -CONT "$1" 2> /dev/null
+  kill -KILL "$1" 2> /dev/null
+  for ((_i = 0; _i < 50; _i++)); do
+    [ -s "$_rcf" ] && break
     sleep 0.1
   done
-  if kill -0 "$1" 2> /dev/null && [ "$(ps -o stat= -p "$1" 2> /dev/null | cut -c1)" != Z ]; then
-    kill -KILL "$1" 2> /dev/null
-    wait "$1" 2> /dev/null
-    rc=124
-    return 1
-  fi
-  wait "$1" 2> /dev/null
-  rc=$?
-  return 0
+  rc=124
+  return 1
 }
+
+# running PID: 0 while the spawned daemon has not exited.
+running() { [ ! -s "$(eval echo "\${fl_rcfile_$1:-}")" ]; }
 
 # show FILE...: the last lines of each (after a failure).
 show() {
@@ -108,7 +126,8 @@ show() {
 # ps_job NAME CONFIG N_PS N_TR [HOST]: start N_PS pservers and N_TR trainers
 # of CONFIG on HOST (127.0.0.1).  Logs: $tmp/NAME.ps<i>.log,
 # $tmp/NAME.tr<i>.log; pids: PS<i>, TR<i>; the list: $PSLIST.  Extra
-# settings for every process: $JOB_ENV (words NAME=VALUE).
+# settings for every process: $JOB_ENV (words NAME=VALUE); extra trainer
+# arguments: $TRAINER_ARGS (words).
 ps_job() {
   _name=$1 _cfg=$2 _nps=$3 _ntr=$4 _host=${5:-127.0.0.1}
   PSLIST=""
@@ -134,7 +153,7 @@ start_trainer() {
   # shellcheck disable=SC2086
   spawn "TR$_i" "$tmp/$_n.tr$_i.log" FLOTILLA_MODE=ps FLOTILLA_ROLE=TRAINER \
     FLOTILLA_PSERVERS_IP_PORT_LIST="$PSLIST" FLOTILLA_TRAINER_ID="$_i" \
-    FLOTILLA_TRAINERS_NUM="$_k" ${JOB_ENV:-} -- "$TRAINER" --config "$_c" "$@"
+    FLOTILLA_TRAINERS_NUM="$_k" ${JOB_ENV:-} -- "$TRAINER" --config "$_c" ${TRAINER_ARGS:-} "$@"
 }
 
 # ------------------------------------------------------- collective jobs
@@ -142,7 +161,7 @@ start_trainer() {
 # coll_job NAME CONFIG N HOSTS...: N collective trainers, rank r on
 # HOSTS[r % #HOSTS]; pids TR<r>, logs $tmp/NAME.tr<r>.log, list $EPLIST.
 # $NETNS_OF_HOST_<i> (optional) runs rank r inside that network namespace
-# (the i-th host's).
+# (the i-th host's); $TRAINER_ARGS (words) go to every trainer.
 coll_job() {
   _name=$1 _cfg=$2 _n=$3
   shift 3
@@ -162,12 +181,18 @@ coll_job() {
     # shellcheck disable=SC2086
     spawn "TR$r" "$tmp/$_name.tr$r.log" FLOTILLA_MODE=collective FLOTILLA_TRAINER_ID="$r" \
       FLOTILLA_TRAINERS_NUM="$_n" FLOTILLA_TRAINER_ENDPOINTS="$EPLIST" ${JOB_ENV:-} -- \
-      "${_pre[@]}" "$TRAINER" --config "$_cfg"
+      "${_pre[@]}" "$TRAINER" --config "$_cfg" ${TRAINER_ARGS:-}
   done
 }
 
-# finish: the summary line and the exit status (77 when nothing ran).
+# finish: the summary line and the exit status (77 when nothing ran).  A
+# sanitizer report in any log (--enable-sanitizers) is a failure too, also
+# from a process whose exit status the test expected to be 1.
 finish() {
+  for f in $(grep -rlE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$tmp" 2> /dev/null); do
+    fail "sanitizer report in $f"
+    grep -E -A12 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$f" | head -40
+  done
   if [ $fails -ne 0 ]; then
     echo "FAIL: $fails check(s) failed"
     exit 1

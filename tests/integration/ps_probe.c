@@ -11,6 +11,10 @@
  *                              requests are minimal; only the status code
  *                              matters: the token check comes first)
  *   ps_probe save HOST:PORT    SaveCheckpoint: `step N` and `path P`
+ *   ps_probe latest DIR        the newest checkpoint of DIR that verifies
+ *                              (fl_ckpt_dir_load_latest): `step N` from its
+ *                              name, and its ps/step or meta/step record
+ *                              as `recorded_step N`; exit 1 when none does
  *
  * Environment: FLOTILLA_TOKEN (the token sent; none when unset),
  * FL_PROBE_TLS_CA / FL_PROBE_TLS_CERT / FL_PROBE_TLS_KEY (PEM files: TLS
@@ -25,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl_ckpt.h"
 #include "fl_rpc.h"
 #include "flotilla.pb-c.h"
 
@@ -61,7 +66,8 @@ static int do_stats(probe *p) {
   }
   printf("step %" PRId64 "\npushes %" PRIu64 "\npulls %" PRIu64 "\nbytes_in %" PRIu64
          "\nbytes_out %" PRIu64 "\nduplicates %" PRIu64 "\ninvalid %" PRIu64
-         "\nsparse_rows %" PRIu64 "\nevicted_rows %" PRIu64 "\nlive_trainers %d\ncheckpoints %" PRIu64
+         "\nsparse_rows %" PRIu64 "\nevicted_rows %" PRIu64 "\nlive_trainers %d"
+         "\ncheckpoints %" PRIu64
          "\ndense_updates %" PRIu64 "\nserver_incarnation %" PRIu64 "\ndense_blocks %d"
          "\ndense_elements %" PRIu64 "\nresponse_bytes %zu\n",
          r->step, r->pushes, r->pulls, r->bytes_in, r->bytes_out, r->duplicates, r->invalid,
@@ -128,6 +134,20 @@ static int do_calls(probe *p) {
   return 0;
 }
 
+static int do_latest(const char *dir) {
+  fl_ckpt *c = NULL;
+  int64_t step = -1, rec = -1;
+  fl_status st = fl_ckpt_dir_load_latest(dir, &c, &step);
+  if (st != FL_OK) {
+    fprintf(stderr, "error: no valid checkpoint in %s (%s)\n", dir, fl_strerror(st));
+    return 1;
+  }
+  if (fl_ckpt_get_i64(c, "ps/step", &rec) != FL_OK) fl_ckpt_get_i64(c, "meta/step", &rec);
+  printf("step %" PRId64 "\nrecorded_step %" PRId64 "\n", step, rec);
+  fl_ckpt_free(c);
+  return 0;
+}
+
 static const char *env(const char *name) {
   const char *v = getenv(name);
   return v && *v ? v : NULL;
@@ -138,8 +158,10 @@ int main(int argc, char **argv) {
   fl_rpc_opts ro;
   int rc = 2;
 
-  if (argc != 3 || (strcmp(argv[1], "stats") && strcmp(argv[1], "calls") && strcmp(argv[1], "save"))) {
-    fprintf(stderr, "usage: ps_probe stats|calls|save HOST:PORT\n");
+  if (argc == 3 && !strcmp(argv[1], "latest")) return do_latest(argv[2]);
+  if (argc != 3 ||
+      (strcmp(argv[1], "stats") && strcmp(argv[1], "calls") && strcmp(argv[1], "save"))) {
+    fprintf(stderr, "usage: ps_probe stats|calls|save HOST:PORT, or ps_probe latest DIR\n");
     return 2;
   }
   memset(&p, 0, sizeof p);
@@ -152,7 +174,9 @@ int main(int argc, char **argv) {
   fl_rpc_init();
   if (fl_rpc_channel_create(argv[2], &ro, &p.ch) != FL_OK) goto out;
   if (fl_rpc_outbuf_create(0, &p.ob) != FL_OK) goto out;
-  rc = !strcmp(argv[1], "stats") ? do_stats(&p) : !strcmp(argv[1], "save") ? do_save(&p) : do_calls(&p);
+  if (!strcmp(argv[1], "stats")) rc = do_stats(&p);
+  else if (!strcmp(argv[1], "save")) rc = do_save(&p);
+  else rc = do_calls(&p);
 out:
   fl_rpc_outbuf_free(p.ob);
   fl_rpc_inbuf_free(&p.in);

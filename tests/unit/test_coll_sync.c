@@ -161,15 +161,17 @@ static void run(int n, opts *o) {
     snprintf(g_logs[r], sizeof g_logs[r], "/tmp/fl_coll_sync_%d_%d.log", (int)getpid(), r);
   ct_spawn(&j, rank_main, o, NULL, g_logs);
   ct_wait(&j, 60);
+  int named[CT_MAX_RANKS];
+  for (int r = 0; r < n; r++) {
+    char who[96];
+    snprintf(who, sizeof who, "rank %d (127.0.0.1:%u) aborted: its training loop stopped",
+             o->abort_rank, (unsigned)j.eps[o->abort_rank < 0 ? 0 : o->abort_rank].port);
+    named[r] = o->abort_rank < 0 || r == o->abort_rank || ct_file_has(g_logs[r], who);
+    unlink(g_logs[r]);
+  }
   for (int r = 0; r < n; r++) {
     ck_assert_msg(j.status[r] == 0, "rank %d ended with %d", r, j.status[r]);
-    if (o->abort_rank >= 0 && r != o->abort_rank) {
-      char who[96];
-      snprintf(who, sizeof who, "rank %d (127.0.0.1:%u) aborted: its training loop stopped",
-               o->abort_rank, (unsigned)j.eps[o->abort_rank].port);
-      ck_assert_msg(ct_file_has(g_logs[r], who), "rank %d does not say \"%s\"", r, who);
-    }
-    unlink(g_logs[r]);
+    ck_assert_msg(named[r], "rank %d does not name the aborted rank %d", r, o->abort_rank);
   }
 }
 

@@ -1,0 +1,112 @@
+#!/bin/bash
+# A network cut between two nodes, with the real daemons: two network
+# namespaces ("nodes" A and B, 10.213.x.1 and .2) joined by a veth pair;
+# the cut is `ip link set ... down` on A's end, the repair `up` again.
+#   collective: rank 0 on A, rank 1 on B; after the cut both exit 1 within
+#     collective_timeout_s, each naming the other's address;
+#   PServer (sync): the pserver and trainer 0 on A, trainer 1 on B; after
+#     the cut the pserver declares trainer 1 dead within
+#     heartbeat_timeout_s and trainer 0 trains on, while trainer 1's calls
+#     hit their deadline (rpc_timeout_s) and it says it is retrying,
+#     naming the pserver; once the link is back trainer 1 registers again
+#     and every process ends with status 0.
+# Needs root and iproute2 (ip netns, veth); SKIP with the reason when the
+# namespaces or the veth pair cannot be made.
+. "$FL_SRCDIR/tests/integration/faults_lib.sh"
+TIMEOUT=6
+net=10.213.$(($$ % 250))
+nsA=flA$$ nsB=flB$$ vA=flvA$$ vB=flvB$$
+
+if ! command -v ip > /dev/null; then
+  echo "SKIP: no ip command (apt-get install iproute2)"
+  exit 77
+fi
+if ! { ip netns add $nsA && fl_netns=$nsA && ip netns add $nsB && fl_netns="$nsA $nsB" &&
+  ip link add $vA type veth peer name $vB && ip link set $vA netns $nsA &&
+  ip link set $vB netns $nsB && ip -n $nsA addr add $net.1/24 dev $vA &&
+  ip -n $nsB addr add $net.2/24 dev $vB && ip -n $nsA link set lo up &&
+  ip -n $nsB link set lo up && ip -n $nsA link set $vA up && ip -n $nsB link set $vB up; } \
+  2> "$tmp/netns.err"; then
+  echo "SKIP: cannot make network namespaces and a veth pair here: $(head -1 "$tmp/netns.err")"
+  exit 77
+fi
+NETNS_OF_HOST_0=$nsA NETNS_OF_HOST_1=$nsB
+cut() { ip -n $nsA link set $vA down; }
+heal() { ip -n $nsA link set $vA up; }
+
+# ------------------------------------------------------------- collective
+n=coll
+cat > "$tmp/$n.yaml" << EOF
+model: {kind: mlp, input_shape: [1, 8, 8], num_classes: 10, hidden: [32]}
+data:
+  format: synthetic
+  synthetic: {kind: image, train_samples: 2048, test_samples: 128, seed: 3}
+optimizer: {name: sgd, lr: 0.05}
+train: {epochs: 1000, batch_size: 16, seed: 7, log_interval: 20, num_threads: 1, eval: false}
+cluster: {mode: collective, collective_timeout_s: $TIMEOUT}
+EOF
+coll_job $n "$tmp/$n.yaml" 2 $net.1 $net.2
+wait_log "$tmp/$n.tr1.log" '^\[Epoch 0, batch 40\]' 30 || fail "$n: rank 1 did not train"
+cut
+t_cut=$SECONDS
+for r in 0 1; do
+  wait_exit "$(eval echo \$TR$r)" $((TIMEOUT + 25))
+  [ "$rc" = 1 ] || fail "$n: rank $r exit $rc (want 1)"
+  other=$((1 - r))
+  has "$tmp/$n.tr$r.log" "collective rank $r: .*rank $other \($net\.$((other + 1)):[0-9]+\) did not respond within $TIMEOUT.0 s" \
+    "$n: rank $r"
+done
+[ $((SECONDS - t_cut)) -le $((TIMEOUT + 10)) ] ||
+  fail "$n: the ranks took $((SECONDS - t_cut)) s to give up (timeout $TIMEOUT s)"
+heal
+ran=$((ran + 1))
+[ $fails = 0 ] && ok "$n" || show "$tmp/$n".*.log
+
+# ------------------------------------------------------------ PServer
+n=ps
+f0=$fails
+# Small blocks: a step is a few dozen calls, so the job outlasts the cut.
+cat > "$tmp/$n.yaml" << EOF
+model: {kind: mlp, input_shape: [1, 8, 8], num_classes: 10, hidden: [32]}
+data:
+  format: synthetic
+  synthetic: {kind: image, train_samples: 2048, test_samples: 128, seed: 3}
+optimizer: {name: sgd, lr: 0.05}
+train: {epochs: 25, batch_size: 16, seed: 7, log_interval: 20, num_threads: 1}
+cluster: {mode: ps, heartbeat_timeout_s: 2, rpc_timeout_s: 3}
+pserver: {dense_block_size: 100}
+strategy: {a_sync: false}
+EOF
+PSLIST=$net.1:$((20000 + RANDOM % 20000))
+spawn PS0 "$tmp/$n.ps0.log" FLOTILLA_MODE=ps FLOTILLA_ROLE=PSERVER FLOTILLA_PSERVERS_IP_PORT_LIST=$PSLIST \
+  FLOTILLA_PSERVER_ID=0 FLOTILLA_TRAINERS_NUM=2 -- ip netns exec $nsA "$PSERVER" --config "$tmp/$n.yaml"
+for t in 0 1; do
+  ns=$nsA
+  [ $t = 1 ] && ns=$nsB
+  spawn TR$t "$tmp/$n.tr$t.log" FLOTILLA_MODE=ps FLOTILLA_ROLE=TRAINER \
+    FLOTILLA_PSERVERS_IP_PORT_LIST=$PSLIST FLOTILLA_TRAINER_ID=$t FLOTILLA_TRAINERS_NUM=2 -- \
+    ip netns exec $ns "$TRAINER" --config "$tmp/$n.yaml"
+done
+wait_log "$tmp/$n.tr1.log" '^\[Epoch 0, batch 20\]' 30 || fail "$n: trainer 1 did not train"
+cut
+wait_log "$tmp/$n.ps0.log" 'trainer 1 declared dead: silent for' 8 ||
+  fail "$n: trainer 1 was not declared dead within 8 s of the cut"
+wait_log "$tmp/$n.tr1.log" "pserver 0 \($net\.1:[0-9]+\) [A-Za-z]+: DEADLINE_EXCEEDED .*retrying" 10 ||
+  fail "$n: trainer 1 did not report its calls timing out"
+before=$(grep -c '^\[Epoch' "$tmp/$n.tr0.log")
+sleep 1
+[ "$(grep -c '^\[Epoch' "$tmp/$n.tr0.log")" -gt "$before" ] ||
+  fail "$n: trainer 0 made no progress during the cut"
+running "$TR0" || fail "$n: trainer 0 ended during the cut (job too short)"
+heal
+for t in 0 1; do
+  wait_exit "$(eval echo \$TR$t)" 90
+  [ "$rc" = 0 ] || fail "$n: trainer $t exit $rc"
+done
+wait_exit "$PS0" 20
+[ "$rc" = 0 ] || fail "$n: pserver exit $rc"
+has "$tmp/$n.ps0.log" 'trainer 1 registered again after being declared dead' "$n: pserver"
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
+
+finish
