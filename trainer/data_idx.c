@@ -124,6 +124,21 @@ static fl_status read_header(src *s, uint32_t magic, int ndim, uint32_t *dims) {
   return FL_OK;
 }
 
+/* Bytes of labels read per chunk, and the smallest growth step. */
+#define IDX_CHUNK ((size_t)1 << 16)
+
+/* arr (elements of `size` bytes, *cap of them) regrown to hold at least
+ * need elements, doubling but never past limit; NULL if out of memory, and
+ * then arr is untouched.  The caller owns the result. */
+static void *grow(void *arr, size_t *cap, size_t need, size_t limit, size_t size) {
+  size_t nc = *cap * 2 > need ? *cap * 2 : need;
+  if (nc < IDX_CHUNK / size + 1) nc = IDX_CHUNK / size + 1;
+  if (nc > limit) nc = limit;
+  void *q = realloc(arr, nc * size);
+  if (q) *cap = nc;
+  return q;
+}
+
 static fl_status load(src *img, src *lbl, int num_classes, size_t limit, fl_dataset *out) {
   uint32_t idims[3], ldims[1];
   unsigned char *raw = NULL;
@@ -150,27 +165,53 @@ static fl_status load(src *img, src *lbl, int num_classes, size_t limit, fl_data
   out->height = (int)idims[1];
   out->width = (int)idims[2];
   out->num_classes = num_classes;
-  out->x = malloc(n * dim * sizeof(float));
-  out->y = malloc(n * sizeof(int32_t));
-  raw = malloc(n > dim ? n : dim);
-  if (!out->x || !out->y || !raw) {
-    st = FL_ERR(FL_ENOMEM, "%s: cannot allocate %zu samples of %zu pixels", img->name, n, dim);
+  if (n > SIZE_MAX / sizeof(float) / dim) {
+    st = FL_ERR(FL_EPROTO, "%s: %zu samples of %zu pixels (header at offset 4) is implausible",
+                img->name, n, dim);
+    goto fail;
+  }
+  /* The arrays grow as data arrives (at most doubling), so a header that
+   * claims more samples than the file holds cannot make us allocate them. */
+  raw = malloc(dim > IDX_CHUNK ? dim : IDX_CHUNK);
+  if (!raw) {
+    st = FL_ERR(FL_ENOMEM, "%s: cannot allocate a %zu-byte read buffer", img->name, dim);
     goto fail;
   }
   /* Labels first: a bad label is reported before the slow pixel pass. */
-  st = src_read_exact(lbl, raw, n, "label data");
-  if (st != FL_OK) goto fail;
-  for (size_t i = 0; i < n; i++) {
-    if (raw[i] >= num_classes) {
-      st = FL_ERR(FL_EINVAL, "%s: label %u of sample %zu at offset %zu is out of range [0, %d)",
-                  lbl->name, raw[i], i, 8 + i, num_classes);
-      goto fail;
+  for (size_t i = 0, cap = 0; i < n;) {
+    size_t k = n - i < IDX_CHUNK ? n - i : IDX_CHUNK;
+    st = src_read_exact(lbl, raw, k, "label data");
+    if (st != FL_OK) goto fail;
+    if (i + k > cap) {
+      int32_t *y = grow(out->y, &cap, i + k, n, sizeof *out->y);
+      if (!y) {
+        st = FL_ERR(FL_ENOMEM, "%s: cannot allocate labels for %zu samples", lbl->name, i + k);
+        goto fail;
+      }
+      out->y = y;
     }
-    out->y[i] = raw[i];
+    for (size_t j = 0; j < k; j++) {
+      if (raw[j] >= num_classes) {
+        st = FL_ERR(FL_EINVAL, "%s: label %u of sample %zu at offset %zu is out of range [0, %d)",
+                    lbl->name, raw[j], i + j, 8 + i + j, num_classes);
+        goto fail;
+      }
+      out->y[i + j] = raw[j];
+    }
+    i += k;
   }
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0, cap = 0; i < n; i++) {
     st = src_read_exact(img, raw, dim, "image data");
     if (st != FL_OK) goto fail;
+    if (i + 1 > cap) {
+      float *xs = grow(out->x, &cap, i + 1, n, dim * sizeof *out->x);
+      if (!xs) {
+        st = FL_ERR(FL_ENOMEM, "%s: cannot allocate %zu samples of %zu pixels", img->name, i + 1,
+                    dim);
+        goto fail;
+      }
+      out->x = xs;
+    }
     float *x = out->x + i * dim;
     for (size_t j = 0; j < dim; j++) x[j] = (float)raw[j] / 255.0f;
   }

@@ -182,6 +182,9 @@ fl_status fl_sparse_load(const char *path, fl_sparse_format fmt, fl_sparse_datas
     int eof = 0;
     /* one whole line, growing the buffer for long ones */
     for (;;) {
+      /* gzgets does not say how many bytes it read; a sentinel fill shows
+       * where its terminator went, so a NUL inside the line is caught. */
+      memset(line + len, 0x7f, cap - len);
       if (!gzgets(f, line + len, (int)(cap - len))) {
         int errnum;
         const char *msg = gzerror(f, &errnum);
@@ -200,7 +203,13 @@ fl_status fl_sparse_load(const char *path, fl_sparse_format fmt, fl_sparse_datas
         eof = 1;
         break;
       }
-      len += strlen(line + len);
+      size_t end = cap - 1;
+      while (end > len && line[end] == 0x7f) end--; /* line[end]: the terminator */
+      if (memchr(line + len, '\0', end - len)) {
+        st = FL_ERR(FL_EPROTO, "%s:%zu: NUL byte in line", path, b.lineno + 1);
+        goto done;
+      }
+      len = end;
       if (len > 0 && line[len - 1] == '\n') break;
       if (len + 1 < cap) { /* last line without a newline */
         if (gzeof(f)) break;

@@ -24,9 +24,12 @@
  *     fl_trainer_options only stops the run early and does not change the
  *     schedule, so a run cut short and resumed matches an uninterrupted one;
  *   - logs `[Epoch e, batch b] loss: ..., acc1: ..., acc5: ...` (this rank's
- *     micro-batch b, every train.log_interval micro-batches) and after each
- *     epoch `[Epoch e] test loss: ..., acc1: ..., acc5: ...` over the whole
- *     test set (each rank evaluates a contiguous slice; sums are reduced);
+ *     micro-batch b, every train.log_interval micro-batches), after each
+ *     epoch's training `[Epoch e] train: S steps, N samples, T s, R
+ *     samples/s, cpu C s` (this rank; C = CPU time of the whole process),
+ *     and after each epoch `[Epoch e] test loss: ..., acc1: ..., acc5: ...`
+ *     over the whole test set (each rank evaluates a contiguous slice; sums
+ *     are reduced);
  *   - checkpoints (fl_ckpt.h) every train.checkpoint_interval steps, at each
  *     epoch end (after the eval) and when stopped by max_steps; only rank 0
  *     writes.  A checkpoint holds every parameter and buffer, optimizer

@@ -69,9 +69,9 @@ typedef struct trainer {
   char ckdir[FL_JOB_PATH_MAX];
 } trainer;
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(id, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -517,7 +517,7 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
     int64_t first = t->batch / t->k;
     int stopped = 0;
     FL_TRY(fl_loader_start(t->loader, t->epoch, (size_t)t->batch));
-    double t0 = now_s();
+    double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     int64_t samples = 0, steps = 0;
     for (int64_t s = first; s < t->steps_per_epoch; s++) {
       if (max_steps > 0 && t->step >= max_steps) {
@@ -532,12 +532,13 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
       if (interval > 0 && t->step % interval == 0 && s + 1 < t->steps_per_epoch)
         FL_TRY(save_checkpoint(t));
     }
-    double dt = now_s() - t0;
+    double dt = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     rep->train_seconds += dt;
     rep->train_samples += samples;
-    if (steps > 0)
+    if (steps > 0) /* cpu: all threads of the process, prefetch included */
       log_line(t, "[Epoch %" PRId64 "] train: %" PRId64 " steps, %" PRId64 " samples, %.2f s, "
-               "%.1f samples/s\n", t->epoch, steps, samples, dt, dt > 0 ? (double)samples / dt : 0.0);
+               "%.1f samples/s, cpu %.2f s\n", t->epoch, steps, samples, dt,
+               dt > 0 ? (double)samples / dt : 0.0, cpu);
     if (t->have_test) FL_TRY(evaluate(t, rep));
     if (stopped) {
       FL_TRY(save_checkpoint(t));

@@ -16,8 +16,16 @@
 #                                 thread: data gathered inline), median epoch
 #   torch_mlp_samples_per_s       the same model, optimizer and batch in
 #                                 PyTorch (tests/bench/torch_mlp.py), one
-#                                 thread, OpenBLAS, median epoch
-#   mlp_vs_torch                  ratio of the two medians, runs alternating
+#                                 thread, OpenBLAS, batch gathered in the
+#                                 timed loop as ours is; median epoch
+#   torch_mlp_pregathered_samples_per_s   the same with each epoch's batches
+#                                 gathered before the clock starts
+#                                 (PyTorch's best case)
+#   mlp_vs_torch, mlp_vs_torch_pregathered   ratios of the medians; the
+#                                 three kinds of run alternate
+#   *_cpu_samples_per_s, *_vs_torch*_cpu   the same per CPU-second of the
+#                                 process instead of per wall-clock second
+#                                 (steadier when the machine is shared)
 #   cnn_test_acc1, cnn_epochs, cnn_samples_per_s   deploy/examples/cnn_fmnist.yaml
 # PyTorch comes from Debian's python3-torch (installed with apt-get when
 # missing and running as root); its BLAS must be OpenBLAS, not the reference
@@ -47,7 +55,15 @@ job_copy() { # src dst sed-expr...
 # Last eval line's acc1 / number of eval lines / median train samples/s.
 last_acc1() { grep '^\[Epoch [0-9]*\] test loss:' "$1" | tail -n 1 | sed 's/.*acc1: \([0-9.]*\),.*/\1/'; }
 n_evals() { grep -c '^\[Epoch [0-9]*\] test loss:' "$1" || true; }
-train_rate() { grep '^\[Epoch [0-9]*\] train:' "$1" | sed 's/.*, \([0-9.]*\) samples\/s/\1/' | median; }
+train_rate() { grep '^\[Epoch [0-9]*\] train:' "$1" | sed 's/.*, \([0-9.]*\) samples\/s.*/\1/' | median; }
+# samples per CPU-second of the process (the line's "cpu N s")
+train_cpu_rate() {
+  grep '^\[Epoch [0-9]*\] train:' "$1" |
+    sed 's/.* \([0-9]*\) samples, .*cpu \([0-9.]*\) s$/\1 \2/' | awk '{printf "%.1f\n", $1 / $2}' | median
+}
+# value of `name: value ...` in a file
+figure() { sed -n "s/^$1: \([0-9.]*\).*/\1/p" "$2"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 
 # ---------------------------------------------------------------- PyTorch
 have_torch=1
@@ -93,26 +109,43 @@ speed_job=$tmp/mlp_speed.yaml
 job_copy "$top/deploy/examples/mlp_fmnist.yaml" "$speed_job" \
   "s/^  prefetch: .*/  prefetch: 0/" "s/^  num_threads: .*/  num_threads: 1/" \
   "s/^  eval: .*/  eval: false/"
-: >"$tmp/ours" && : >"$tmp/theirs"
+for f in ours ours_cpu theirs theirs_cpu theirs_pre theirs_pre_cpu; do : >"$tmp/$f"; done
 i=0
 while [ "$i" -lt "$reps" ]; do
   "$trainer" --config "$speed_job" --max-steps 937 >"$tmp/s.log" 2>"$tmp/s.err" ||
     { cat "$tmp/s.err" >&2; exit 1; }
   train_rate "$tmp/s.log" >>"$tmp/ours"
+  train_cpu_rate "$tmp/s.log" >>"$tmp/ours_cpu"
   if [ "$have_torch" -eq 1 ]; then
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
       "$py" "$top/tests/bench/torch_mlp.py" --epochs 1 --threads 1 >"$tmp/t.log"
-    sed -n 's/^torch_mlp_samples_per_s: \([0-9.]*\).*/\1/p' "$tmp/t.log" >>"$tmp/theirs"
+    figure torch_mlp_samples_per_s "$tmp/t.log" >>"$tmp/theirs"
+    figure torch_mlp_cpu_samples_per_s "$tmp/t.log" >>"$tmp/theirs_cpu"
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
+      "$py" "$top/tests/bench/torch_mlp.py" --epochs 1 --threads 1 --pregather >"$tmp/tp.log"
+    figure torch_mlp_pregathered_samples_per_s "$tmp/tp.log" >>"$tmp/theirs_pre"
+    figure torch_mlp_pregathered_cpu_samples_per_s "$tmp/tp.log" >>"$tmp/theirs_pre_cpu"
   fi
   i=$((i + 1))
 done
 ours=$(median <"$tmp/ours")
+ours_cpu=$(median <"$tmp/ours_cpu")
 echo "mlp_samples_per_s: $ours samples/s"
+echo "mlp_cpu_samples_per_s: $ours_cpu samples/s"
 if [ "$have_torch" -eq 1 ]; then
   theirs=$(median <"$tmp/theirs")
+  theirs_cpu=$(median <"$tmp/theirs_cpu")
+  theirs_pre=$(median <"$tmp/theirs_pre")
+  theirs_pre_cpu=$(median <"$tmp/theirs_pre_cpu")
   grep -E '^torch_(version|blas|threads|openblas_threads):' "$tmp/t.log"
   echo "torch_mlp_samples_per_s: $theirs samples/s"
-  echo "mlp_vs_torch: $(awk -v a="$ours" -v b="$theirs" 'BEGIN {printf "%.2f", a / b}') x"
+  echo "torch_mlp_cpu_samples_per_s: $theirs_cpu samples/s"
+  echo "torch_mlp_pregathered_samples_per_s: $theirs_pre samples/s"
+  echo "torch_mlp_pregathered_cpu_samples_per_s: $theirs_pre_cpu samples/s"
+  echo "mlp_vs_torch: $(ratio "$ours" "$theirs") x"
+  echo "mlp_vs_torch_cpu: $(ratio "$ours_cpu" "$theirs_cpu") x"
+  echo "mlp_vs_torch_pregathered: $(ratio "$ours" "$theirs_pre") x"
+  echo "mlp_vs_torch_pregathered_cpu: $(ratio "$ours_cpu" "$theirs_pre_cpu") x"
 else
   echo "bench_train.sh: python3-torch unavailable, no PyTorch figures" >&2
 fi

@@ -50,3 +50,9 @@ EXTRA_DIST += tests/bench/torch_ddp_mlp.py tests/bench/run_bench_collective.sh
 # 4k-16k by gradient merge): tests/bench/large_batch.py runs the job files
 # of deploy/examples/large_batch/ and writes its RESULTS.md and plot.
 EXTRA_DIST += tests/bench/large_batch.py deploy/examples/large_batch
+
+# PServer soak: 8 async trainers x 2 pservers for ~2 minutes on loopback;
+# RSS of every daemon over time, failed calls, and the trainers' totals
+# reconciled with the servers' (tests/bench/soak_ps.sh; uses
+# tests/integration/ps_probe and faults_lib.sh).
+EXTRA_DIST += tests/bench/soak_ps.sh

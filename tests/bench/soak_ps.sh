@@ -3,9 +3,10 @@
 # pservers on 127.0.0.1 for about 2 minutes (SOAK_SECONDS), a small MLP
 # whose dense parameters are cut into blocks spread over both servers.
 #
-# A short calibration run (the same job, 300 steps a trainer) measures the
-# step rate once every trainer trains; the soak run gets as many steps as
-# fill SOAK_SECONDS.  During
+# A short calibration run (the same job, 12 epochs of 64 steps a trainer)
+# measures the step rate between the moments every trainer has finished
+# epoch 2 and epoch 10; the soak run gets as many steps as fill
+# SOAK_SECONDS at that rate.  During
 # the soak every daemon's resident set size (VmRSS) is sampled every
 # SAMPLE_SECONDS and each pserver's Stats is called every 10 s (ps_probe).
 # Printed, as `name: value unit` lines (never pass/fail):
@@ -44,22 +45,29 @@ EOF
 
 now() { date +%s.%N; }
 
+# all_logged NAME REGEX: 0 when every trainer's log has a line matching it.
+all_logged() {
+  [ "$(grep -l -- "$2" "$tmp/$1".tr*.log 2> /dev/null | wc -l)" = $NT ]
+}
+
 # run NAME STEPS: the whole job; waits for it (bounded) and samples while
 # it runs when NAME is "soak".  $elapsed: seconds from the moment every
-# trainer trains to the moment every trainer is done.
+# trainer trains to the moment every trainer is done; $t_a, $t_b: the
+# moments every trainer had finished epoch 2, epoch 10.
 run() {
   _n=$1
   TRAINER_ARGS="--max-steps $2" ps_job "$_n" "$tmp/$_n.yaml" $NPS $NT
   _t0=$SECONDS
-  _ts=
+  _ts= t_a= t_b=
   _next_stats=$SECONDS
   : > "$tmp/$_n.rss"
   while :; do
     _alive=0
     for ((t = 0; t < NT; t++)); do running "$(eval echo \$TR$t)" && _alive=$((_alive + 1)); done
     [ $_alive = 0 ] && break
-    [ -z "$_ts" ] && [ "$(grep -l '^\[Epoch 0, batch 0\]' "$tmp/$_n".tr*.log 2> /dev/null | wc -l)" = $NT ] &&
-      _ts=$(now)
+    [ -z "$_ts" ] && all_logged "$_n" '^\[Epoch 0, batch 0\]' && _ts=$(now)
+    [ -z "$t_a" ] && all_logged "$_n" '^\[Epoch 2\] train:' && t_a=$(now)
+    [ -z "$t_b" ] && all_logged "$_n" '^\[Epoch 10\] train:' && t_b=$(now)
     if [ $((SECONDS - _t0)) -gt $((SOAK_SECONDS * 4 + 300)) ]; then
       echo "soak: the job overran; stopping it" >&2
       break
@@ -81,7 +89,7 @@ run() {
         _next_stats=$((SECONDS + 10))
       fi
     fi
-    if [ "$_n" = soak ]; then sleep "$SAMPLE_SECONDS"; else sleep 0.05; fi
+    if [ "$_n" = soak ]; then sleep "$SAMPLE_SECONDS"; else sleep 0.2; fi
   done
   elapsed=$(echo "$(now) ${_ts:-$(now)}" | awk '{printf "%.1f", $1 - $2}')
   bad_exit=0
@@ -97,9 +105,12 @@ run() {
 
 # ------------------------------------------------------------ calibration
 cp "$tmp/soak.yaml" "$tmp/calib.yaml"
-run calib 300
-steps=$(echo "$elapsed $SOAK_SECONDS" | awk '{s = int(300 / ($1 > 0.1 ? $1 : 0.1) * $2); print s < 300 ? 300 : s}')
-echo "calibration: 300 steps a trainer in $elapsed s; soak: $steps steps a trainer" >&2
+run calib 768
+[ -n "$t_a" ] && [ -n "$t_b" ] || { echo "soak: the calibration run did not train" >&2; exit 1; }
+steps=$(echo "$t_a $t_b $SOAK_SECONDS" | awk '{d = $2 - $1; if (d < 0.1) d = 0.1
+  s = int(8 * 64 / d * $3); print s < 768 ? 768 : s}')
+echo "calibration: 512 steps a trainer in $(echo "$t_a $t_b" | awk '{printf "%.2f", $2 - $1}') s;" \
+  "soak: $steps steps a trainer" >&2
 
 # ------------------------------------------------------------------- soak
 run soak "$steps"

@@ -5,8 +5,9 @@
 # every process, mount and network namespace the script made, whatever
 # happens.  Nothing here waits without a bound.
 #
-# A daemon is started as `env SETTINGS... PROGRAM ARGS &` so that $! is the
-# daemon itself: kill -9 and SIGSTOP reach it, not a wrapper.
+# A daemon is started as `env SETTINGS... PROGRAM ARGS &` by a subshell
+# that waits for it; the pid the scripts get is the daemon's own, so kill -9
+# and SIGSTOP reach it, not a wrapper.
 set -u
 FL_BUILDDIR=${FL_BUILDDIR:-.}
 FL_SRCDIR=${FL_SRCDIR:-..}
