@@ -517,7 +517,10 @@ static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal) {
     maybe_finished(r);
     return;
   }
-  if (ok && c->spec->role == FL_RUN_PSERVER && all_trainers_done(r)) {
+  /* A pserver exits 0 only once every trainer has sent Complete (or on
+   * SIGTERM); trainers may still be on their way out then.  A trainer that
+   * still needed it fails on its own, and that failure stops the job. */
+  if (ok && c->spec->role == FL_RUN_PSERVER) {
     maybe_finished(r);
     return;
   }
@@ -539,13 +542,9 @@ static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal) {
     }
     return;
   }
-  if (ok)
-    say(r, "%s %d exited before the trainers finished: stopping the job", role_name(c),
-        c->spec->id);
-  else
-    say(r, "%s %d (%s) %s: stopping the job", role_name(c), c->spec->id, c->spec->log_path, how);
+  say(r, "%s %d (%s) %s: stopping the job", role_name(c), c->spec->id, c->spec->log_path, how);
   r->failed = c;
-  stop_job(r, ok ? 1 : status_code(exit_status, term_signal));
+  stop_job(r, status_code(exit_status, term_signal));
   maybe_finished(r);
 }
 
