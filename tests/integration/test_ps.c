@@ -433,6 +433,22 @@ START_TEST(test_ctr_auc) {
 }
 END_TEST
 
+/* The fault tests kill a process at an early mark (batch 20, pserver 1's
+ * first interval checkpoint) and need the job to be still running then: on
+ * a loaded machine the mark can reach the log a second or more after the
+ * step that made it (a delayed tick, a slow fsync), while 2 epochs of this
+ * job take about half a second.  With 10 epochs the rest of the run after
+ * the mark takes over two seconds even unloaded, more under load. */
+#define FAULT_EPOCHS 10
+
+/* 1 when process i has not exited yet (reaps it when it has). */
+static int running(int i) {
+  if (g_pids[i] <= 0) return 0;
+  if (waitpid(g_pids[i], NULL, WNOHANG) == 0) return 1;
+  g_pids[i] = 0;
+  return 0;
+}
+
 static const char *fault_job =
     "model: {kind: mlp, input_shape: [1, 8, 8], num_classes: 10, hidden: [32]}\n"
     "data:\n  format: synthetic\n  synthetic: {kind: image, train_samples: 4096, test_samples: 256, seed: 3}\n"
@@ -445,10 +461,11 @@ static const char *fault_job =
 START_TEST(test_trainer_killed) {
   char text[1024];
   job j;
-  snprintf(text, sizeof text, fault_job, 2, g_dir);
+  snprintf(text, sizeof text, fault_job, FAULT_EPOCHS, g_dir);
   write_file("fault.yaml", text);
   job_start(&j, "fault.yaml", 2, 2, 120);
   ck_assert(wait_log("tr1.log", "[Epoch 0, batch 20]", 60));
+  ck_assert_msg(running(j.tr[0]) && running(j.tr[1]), "the job ended before the kill");
   kill9(j.tr[1]);
   /* Trainer 0 finishes alone once trainer 1 is declared dead. */
   ck_assert_int_eq(wait_for(j.tr[0], 90), 0);
@@ -462,10 +479,14 @@ END_TEST
 START_TEST(test_pserver_restarted) {
   char text[1024];
   job j;
-  snprintf(text, sizeof text, fault_job, 2, g_dir);
+  snprintf(text, sizeof text, fault_job, FAULT_EPOCHS, g_dir);
   write_file("fault.yaml", text);
   job_start(&j, "fault.yaml", 2, 2, 150);
   ck_assert(wait_log("ps1.log", "(interval_steps)", 60));
+  /* A pserver restarted after the trainers completed would wait for them
+   * for ever (they never register again): fail here instead. */
+  ck_assert_msg(running(j.tr[0]) && running(j.tr[1]) && running(j.ps[1]),
+                "the job ended before pserver 1 could be killed");
   kill9(j.ps[1]);
   usleep(700000);
   restart_pserver(&j, 1, "fault.yaml", 120);
@@ -483,10 +504,11 @@ START_TEST(test_trainer_rejoins) {
   const char *env[6];
   job j;
   int again;
-  snprintf(text, sizeof text, fault_job, 2, g_dir);
+  snprintf(text, sizeof text, fault_job, FAULT_EPOCHS, g_dir);
   write_file("fault.yaml", text);
   job_start(&j, "fault.yaml", 2, 2, 150);
   ck_assert(wait_log("tr1.log", "[Epoch 0, batch 20]", 60));
+  ck_assert_msg(running(j.tr[0]) && running(j.tr[1]), "the job ended before the kill");
   kill9(j.tr[1]);
   for (int k = 0; k < 4; k++) env[k] = j.env[4 + 1][k];
   env[4] = "FLOTILLA_MODE=ps";
