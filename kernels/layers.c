@@ -190,9 +190,10 @@ fl_status fl_softmax_xent(const float *logits, const int32_t *labels, size_t bat
     for (size_t j = 0; j < classes; j++) sum += exp((double)z[j] - (double)zmax);
     const double lse = (double)zmax + log(sum);
     loss += lse - (double)z[lab];
-    /* Rank of the label: larger logits, and equal ones at a lower index. */
-    size_t rank = 0;
+    /* Rank of the label: larger logits, and equal ones at a lower index.
+     * A NaN label logit (a diverged model) is never counted as correct. */
     const float zl = z[lab];
+    size_t rank = isnan(zl) ? classes : 0;
     for (size_t j = 0; j < classes; j++)
       if (z[j] > zl || (z[j] == zl && j < lab)) rank++;
     c1 += rank < 1;

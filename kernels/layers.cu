@@ -461,7 +461,7 @@ __global__ static void __launch_bounds__(LT)
   const double r = block_sum(cnt); /* ends with a barrier: z is read */
   if (threadIdx.x == 0) {
     loss[n] = lse - (double)zl;
-    rank[n] = r < 5.0 ? (int)r : 5;
+    rank[n] = isnan(zl) ? 5 : r < 5.0 ? (int)r : 5; /* NaN: never correct */
   }
   if (dlogits) {
     float *g = dlogits + n * classes;
