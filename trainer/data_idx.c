@@ -170,11 +170,12 @@ static fl_status load(src *img, src *lbl, int num_classes, size_t limit, fl_data
                 img->name, n, dim);
     goto fail;
   }
-  /* The arrays grow as data arrives (at most doubling), so a header that
-   * claims more samples than the file holds cannot make us allocate them. */
-  raw = malloc(dim > IDX_CHUNK ? dim : IDX_CHUNK);
+  /* The arrays grow as data arrives (at most doubling), and pixels are read
+   * in chunks, not whole images, so a header that claims more or larger
+   * samples than the file holds cannot make us allocate them. */
+  raw = malloc(IDX_CHUNK);
   if (!raw) {
-    st = FL_ERR(FL_ENOMEM, "%s: cannot allocate a %zu-byte read buffer", img->name, dim);
+    st = FL_ERR(FL_ENOMEM, "%s: cannot allocate a read buffer", img->name);
     goto fail;
   }
   /* Labels first: a bad label is reported before the slow pixel pass. */
@@ -200,20 +201,22 @@ static fl_status load(src *img, src *lbl, int num_classes, size_t limit, fl_data
     }
     i += k;
   }
-  for (size_t i = 0, cap = 0; i < n; i++) {
-    st = src_read_exact(img, raw, dim, "image data");
+  size_t total = n * dim;
+  for (size_t i = 0, cap = 0; i < total;) {
+    size_t k = total - i < IDX_CHUNK ? total - i : IDX_CHUNK;
+    st = src_read_exact(img, raw, k, "image data");
     if (st != FL_OK) goto fail;
-    if (i + 1 > cap) {
-      float *xs = grow(out->x, &cap, i + 1, n, dim * sizeof *out->x);
+    if (i + k > cap) {
+      float *xs = grow(out->x, &cap, i + k, total, sizeof *out->x);
       if (!xs) {
-        st = FL_ERR(FL_ENOMEM, "%s: cannot allocate %zu samples of %zu pixels", img->name, i + 1,
-                    dim);
+        st = FL_ERR(FL_ENOMEM, "%s: cannot allocate %zu pixels (sample %zu of %zu pixels)",
+                    img->name, i + k, i / dim, dim);
         goto fail;
       }
       out->x = xs;
     }
-    float *x = out->x + i * dim;
-    for (size_t j = 0; j < dim; j++) x[j] = (float)raw[j] / 255.0f;
+    for (size_t j = 0; j < k; j++) out->x[i + j] = (float)raw[j] / 255.0f;
+    i += k;
   }
   if (n == idims[0]) {
     st = src_expect_end(lbl);
