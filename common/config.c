@@ -754,7 +754,14 @@ static fl_status parse_elem(ctx *c, const field *f, ftype et, const yaml_node_t 
     int ok = v ? parse_real(v, &x) : 0;
     if (ok < 0) return perr(c, km, path, "number out of range, got %s", got);
     if (!ok) return perr(c, km, path, "expected a number, got %s", got);
-    if (et == F_FLOAT && fabs(x) > 3.4e38) return perr(c, km, path, "too large, got %s", v);
+    if (et == F_FLOAT) {
+      /* Range checks apply to the value as stored, so a float that
+       * underflows to 0 cannot slip past a "> 0" limit. */
+      if (fabs(x) > 3.4e38) return perr(c, km, path, "too large, got %s", v);
+      if (x != 0.0 && (float)x == 0.0f)
+        return perr(c, km, path, "too small (rounds to 0 as a float), got %s", v);
+      x = (float)x;
+    }
     FL_TRY(check_range(c, f, km, path, x, v));
     if (et == F_FLOAT) *(float *)dst = (float)x;
     else *(double *)dst = x;

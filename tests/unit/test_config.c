@@ -358,6 +358,9 @@ START_TEST(test_errors) {
   EXPECT_ERROR("train:\n  eval: \"true\"\n", "job.yaml:2:3: train.eval: expected a boolean",
                "quoted string");
   EXPECT_ERROR("optimizer:\n  lr: fast\n", "job.yaml:2:3: optimizer.lr: expected a number");
+  /* a float that underflows to 0 is refused, not stored as 0 past a "> 0" limit */
+  EXPECT_ERROR("model:\n  bn_epsilon: 1e-57\n",
+               "job.yaml:2:3: model.bn_epsilon: too small (rounds to 0 as a float), got 1e-57");
   EXPECT_ERROR("optimizer:\n  lr: .nan\n", "optimizer.lr: expected a number");
   EXPECT_ERROR("model:\n  hidden: 256\n", "job.yaml:2:3: model.hidden: expected a sequence");
   EXPECT_ERROR("model:\n  hidden: [256, x]\n", "model.hidden[1]: expected an integer");
