@@ -23,7 +23,8 @@
 _Static_assert(sizeof(fl_optim_kind) == sizeof(int) && sizeof(fl_lr_kind) == sizeof(int) &&
                    sizeof(fl_mode) == sizeof(int) && sizeof(fl_data_format) == sizeof(int) &&
                    sizeof(fl_grad_compression) == sizeof(int) &&
-                   sizeof(fl_amp_dtype) == sizeof(int),
+                   sizeof(fl_amp_dtype) == sizeof(int) &&
+                   sizeof(fl_train_device) == sizeof(int),
                "enum fields must be int-sized");
 
 /* Bounds that keep a hostile job file cheap: libyaml holds every node of the
@@ -50,6 +51,7 @@ static const char *const k_optims[] = {"sgd",     "momentum", "adam", "adamw",
 static const char *const k_lrs[] = {"constant", "polynomial", "cosine", "piecewise", NULL};
 static const char *const k_compress[] = {"none", "fp16", "bf16", NULL};
 static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
+static const char *const k_devices[] = {"cpu", "gpu", NULL};
 static const char *const k_model_kinds[] = {"logreg", "mlp", "cnn", "plugin", "ctr", NULL};
 static const char *const k_activations[] = {"relu", "tanh", NULL};
 static const char *const k_norms[] = {"none", "bn", "gn", NULL};
@@ -223,6 +225,7 @@ static const field f_train[] = {
     E("checkpoint_keep", F_INT, fl_job_train, checkpoint_keep, RANGE(1, 1000)),
     E("num_threads", F_INT, fl_job_train, num_threads, RANGE(0, 1024)),
     E("max_steps", F_I64, fl_job_train, max_steps, MIN(0)),
+    E("device", F_ENUM, fl_job_train, device, .choices = k_devices),
     END};
 
 static const field f_cluster[] = {

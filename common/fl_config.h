@@ -74,6 +74,11 @@ typedef enum fl_grad_compression {
 
 typedef enum fl_amp_dtype { FL_AMP_FLOAT16 = 0, FL_AMP_BFLOAT16 = 1 } fl_amp_dtype;
 
+/* Where a trainer computes (train.device, as Paddle's set_device): the host
+ * CPU, or a CUDA GPU (the one FLOTILLA_SELECTED_GPUS gives the trainer,
+ * else local rank % GPUs on the node). */
+typedef enum fl_train_device { FL_DEVICE_CPU = 0, FL_DEVICE_GPU = 1 } fl_train_device;
+
 /* ------------------------------------------------------------------ model */
 typedef struct fl_job_model {
   char kind[16];      /* "logreg", "mlp" (default), "cnn", "plugin", "ctr" */
@@ -161,6 +166,10 @@ typedef struct fl_job_train {
   int checkpoint_keep;    /* newest checkpoints kept: 3 */
   int num_threads;        /* CPU threads of kernels; 0 = all cores (0) */
   int64_t max_steps;      /* stop after N optimizer steps, 0 = no cap */
+  fl_train_device device; /* cpu (default) or gpu: where forward/backward run;
+                             gpu needs a CUDA build and a GPU (else the trainer
+                             exits 1); with strategy.amp its GEMMs run in
+                             amp_configs.dtype */
 } fl_job_train;
 
 /* ---------------------------------------------------------------- cluster */

@@ -267,6 +267,80 @@ fl_status fl_batchnorm_backward_cuda(const fl_norm_desc *d, const float *x, cons
                                      const float *save_invstd, float *dx, float *dgamma,
                                      float *dbeta, fl_act act, void *stream);
 
+/* Batch norm training in phases, for synchronised batch norm (SyncBN):
+ * the statistics and the backward sums of a batch that is spread over
+ * several ranks are per-channel sums, which the caller adds up over the
+ * ranks between the phases (an allreduce of a few doubles), so that every
+ * rank normalises with the statistics of the whole (global) batch:
+ *
+ *   forward:  stats_sum(x_r) -> sum, with the count N*inner beside it
+ *             [allreduce sum and count]
+ *             stats_sqdev(x_r, sum, count) -> sqdev    [allreduce sqdev]
+ *             forward_apply(x_r, sum, sqdev, count) -> y_r, save_*, running
+ *   backward: backward_reduce(x_r, y_r, dy_r) -> sums (dz is left in dy_r),
+ *             dgamma_r, dbeta_r (this rank's, like any parameter gradient)
+ *             [allreduce sums]
+ *             backward_apply(x_r, dz_r, sums, count) -> dx_r
+ *
+ * mean = sum/count and the biased variance sqdev/count come in two passes,
+ * as in fl_batchnorm_forward_train (no E[x^2] - E[x]^2 cancellation).  With
+ * one rank (the exchange an identity and count = batch*inner) the phases
+ * give exactly the bits of fl_batchnorm_forward_train and
+ * fl_batchnorm_backward.  count is the number of values per channel over
+ * all ranks (an integer, as a double); the kernels that take it check
+ * count >= batch*inner (this rank's own values), forward_apply also
+ * count >= 2.
+ * The double arrays are the caller's (CPU: host memory; CUDA twins: device
+ * memory, count by value).
+ *
+ * sum[c] = sum of x over (n, s); sqdev[c] = sum of (x - sum[c]/count)^2. */
+fl_status fl_batchnorm_stats_sum(const fl_norm_desc *d, const float *x, double *sum);
+fl_status fl_batchnorm_stats_sum_cuda(const fl_norm_desc *d, const float *x, double *sum,
+                                      void *stream);
+fl_status fl_batchnorm_stats_sqdev(const fl_norm_desc *d, const float *x, const double *sum,
+                                   double count, double *sqdev);
+fl_status fl_batchnorm_stats_sqdev_cuda(const fl_norm_desc *d, const float *x, const double *sum,
+                                        double count, double *sqdev, void *stream);
+/* Normalise with mean sum/count and biased variance sqdev/count: y, saved
+ * statistics and running statistics (unbiased variance, factor
+ * count/(count-1); NULL for both to leave them, as when recomputing) exactly
+ * as fl_batchnorm_forward_train does with its own statistics. */
+fl_status fl_batchnorm_forward_apply(const fl_norm_desc *d, const float *x, float *y,
+                                     const float *gamma, const float *beta, const double *sum,
+                                     const double *sqdev, double count, float *running_mean,
+                                     float *running_var, float *save_mean, float *save_invstd,
+                                     fl_act act);
+fl_status fl_batchnorm_forward_apply_cuda(const fl_norm_desc *d, const float *x, float *y,
+                                          const float *gamma, const float *beta,
+                                          const double *sum, const double *sqdev, double count,
+                                          float *running_mean, float *running_var,
+                                          float *save_mean, float *save_invstd, fl_act act,
+                                          void *stream);
+/* dy becomes dz, the gradient before the activation (in place, as
+ * fl_batchnorm_backward does; y is read when act is not NONE); sums[c] =
+ * sum dz and sums[channels + c] = sum dz*xhat (2*channels doubles);
+ * dgamma[c] and dbeta[c] (each may be NULL) are these local sums in float. */
+fl_status fl_batchnorm_backward_reduce(const fl_norm_desc *d, const float *x, const float *y,
+                                       float *dy, const float *save_mean,
+                                       const float *save_invstd, double *sums, float *dgamma,
+                                       float *dbeta, fl_act act);
+fl_status fl_batchnorm_backward_reduce_cuda(const fl_norm_desc *d, const float *x,
+                                            const float *y, float *dy, const float *save_mean,
+                                            const float *save_invstd, double *sums,
+                                            float *dgamma, float *dbeta, fl_act act,
+                                            void *stream);
+/* dx = gamma*invstd*(dz - sums[c]/count - xhat*sums[C + c]/count) from the
+ * (summed) sums; dx == dz (in place) is allowed. */
+fl_status fl_batchnorm_backward_apply(const fl_norm_desc *d, const float *x, const float *dz,
+                                      const float *gamma, const float *save_mean,
+                                      const float *save_invstd, const double *sums,
+                                      double count, float *dx);
+fl_status fl_batchnorm_backward_apply_cuda(const fl_norm_desc *d, const float *x,
+                                           const float *dz, const float *gamma,
+                                           const float *save_mean, const float *save_invstd,
+                                           const double *sums, double count, float *dx,
+                                           void *stream);
+
 /* Group norm (same in training and inference): per sample n and group g of
  * channels/groups consecutive channels, mean and biased variance over the
  * group's channels*inner/groups values (in double); y = act(gamma[c] *

@@ -884,20 +884,51 @@ __global__ static void __launch_bounds__(LT) affine_act_kernel(const float *x, f
   }
 }
 
-/* Mean and biased variance (double, two passes as the CPU) of the values
- * x[(k / len) * stride + k % len] for k < m; every thread gets them. */
-__device__ static void block_stats(const float *x, size_t m, size_t len, size_t stride,
-                                   double *mean, double *var) {
+/* Sum (double, fixed tree order) of the values x[(k / len) * stride + k %
+ * len] for k < m; every thread gets it. */
+__device__ static double block_seg_sum(const float *x, size_t m, size_t len, size_t stride) {
   double s = 0.0;
   for (size_t k = threadIdx.x; k < m; k += LT) s += x[(k / len) * stride + k % len];
-  const double mu = block_sum(s) / (double)m;
+  return block_sum(s);
+}
+
+/* Sum of (x - mu)^2 over the same values. */
+__device__ static double block_seg_sqdev(const float *x, size_t m, size_t len, size_t stride,
+                                         double mu) {
   double v = 0.0;
   for (size_t k = threadIdx.x; k < m; k += LT) {
     const double t = (double)x[(k / len) * stride + k % len] - mu;
     v += t * t;
   }
+  return block_sum(v);
+}
+
+/* Mean and biased variance (double, two passes as the CPU) of those m
+ * values; every thread gets them. */
+__device__ static void block_stats(const float *x, size_t m, size_t len, size_t stride,
+                                   double *mean, double *var) {
+  const double mu = block_seg_sum(x, m, len, stride) / (double)m;
   *mean = mu;
-  *var = block_sum(v) / (double)m;
+  *var = block_seg_sqdev(x, m, len, stride, mu) / (double)m;
+}
+
+/* Channel c of batch norm from its mean and biased variance over `count`
+ * values: save_*, running stats and the (a, b) of y = a*x + b, as norm.c's
+ * bn_channel_apply computes them. */
+__device__ static void bn_channel_factors(const fl_norm_desc &d, size_t c, double mu, double var,
+                                          double count, const float *gamma, const float *beta,
+                                          float *running_mean, float *running_var,
+                                          float *save_mean, float *save_invstd, float2 *ab) {
+  const double invstd = 1.0 / sqrt(var + (double)d.eps);
+  save_mean[c] = (float)mu;
+  save_invstd[c] = (float)invstd;
+  if (running_mean) {
+    const double mom = d.momentum;
+    running_mean[c] = (float)((1.0 - mom) * running_mean[c] + mom * mu);
+    running_var[c] = (float)((1.0 - mom) * running_var[c] + mom * var * count / (count - 1.0));
+  }
+  const float g = gamma ? gamma[c] : 1.0f, be = beta ? beta[c] : 0.0f;
+  ab[c] = make_float2((float)(g * invstd), (float)(be - g * invstd * mu));
 }
 
 /* Batch norm statistics, one block per channel: save_*, running stats and
@@ -907,20 +938,11 @@ __global__ static void __launch_bounds__(LT)
                     float *running_mean, float *running_var, float *save_mean,
                     float *save_invstd, float2 *ab) {
   const size_t c = blockIdx.x, C = d.channels, S = d.inner, N = d.batch;
-  const double m = (double)(N * S);
   double mu, var;
   block_stats(x + c * S, N * S, S, C * S, &mu, &var);
   if (threadIdx.x != 0) return;
-  const double invstd = 1.0 / sqrt(var + (double)d.eps);
-  save_mean[c] = (float)mu;
-  save_invstd[c] = (float)invstd;
-  if (running_mean) {
-    const double mom = d.momentum;
-    running_mean[c] = (float)((1.0 - mom) * running_mean[c] + mom * mu);
-    running_var[c] = (float)((1.0 - mom) * running_var[c] + mom * var * m / (m - 1.0));
-  }
-  const float g = gamma ? gamma[c] : 1.0f, be = beta ? beta[c] : 0.0f;
-  ab[c] = make_float2((float)(g * invstd), (float)(be - g * invstd * mu));
+  bn_channel_factors(d, c, mu, var, (double)(N * S), gamma, beta, running_mean, running_var,
+                     save_mean, save_invstd, ab);
 }
 
 /* Batch norm inference factors from the running statistics. */
@@ -1006,13 +1028,13 @@ fail:;
   return st != FL_OK ? st : fst;
 }
 
-/* Batch norm backward reductions, one block per channel: dgamma, dbeta and
- * the (k, mean dz, mean dz*xhat) of the dx pass. */
-__global__ static void __launch_bounds__(LT)
-    bn_grad_kernel(fl_norm_desc d, const float *x, const float *dy, const float *gamma,
-                   const float *save_mean, const float *save_invstd, float *dgamma, float *dbeta,
-                   float4 *k3) {
-  const size_t c = blockIdx.x, C = d.channels, S = d.inner, N = d.batch, m = N * S;
+/* Channel c's sum dz and sum dz*xhat over the block (every thread gets
+ * them). */
+__device__ static void block_bn_sums(const fl_norm_desc &d, size_t c, const float *x,
+                                     const float *dy, const float *save_mean,
+                                     const float *save_invstd, double *sdz_out,
+                                     double *sdzx_out) {
+  const size_t C = d.channels, S = d.inner, N = d.batch, m = N * S;
   const float mu = save_mean[c], is = save_invstd[c];
   double sdz = 0.0, sdzx = 0.0; /* sum dz, sum dz*xhat */
   for (size_t k = threadIdx.x; k < m; k += LT) {
@@ -1020,13 +1042,30 @@ __global__ static void __launch_bounds__(LT)
     sdz += dy[i];
     sdzx += (double)dy[i] * (double)((x[i] - mu) * is);
   }
-  sdz = block_sum(sdz);
-  sdzx = block_sum(sdzx);
+  *sdz_out = block_sum(sdz);
+  *sdzx_out = block_sum(sdzx);
+}
+
+/* The (k, mean dz, mean dz*xhat) of channel c's dx pass. */
+__device__ static float4 bn_dx_factors(const float *gamma, const float *save_invstd, size_t c,
+                                       double sdz, double sdzx, double count) {
+  const float g = gamma ? gamma[c] : 1.0f;
+  return make_float4(g * save_invstd[c], (float)(sdz / count), (float)(sdzx / count), 0.0f);
+}
+
+/* Batch norm backward reductions, one block per channel: dgamma, dbeta and
+ * the (k, mean dz, mean dz*xhat) of the dx pass. */
+__global__ static void __launch_bounds__(LT)
+    bn_grad_kernel(fl_norm_desc d, const float *x, const float *dy, const float *gamma,
+                   const float *save_mean, const float *save_invstd, float *dgamma, float *dbeta,
+                   float4 *k3) {
+  const size_t c = blockIdx.x;
+  double sdz, sdzx;
+  block_bn_sums(d, c, x, dy, save_mean, save_invstd, &sdz, &sdzx);
   if (threadIdx.x != 0) return;
   if (dgamma) dgamma[c] = (float)sdzx;
   if (dbeta) dbeta[c] = (float)sdz;
-  const float g = gamma ? gamma[c] : 1.0f;
-  k3[c] = make_float4(g * is, (float)(sdz / (double)m), (float)(sdzx / (double)m), 0.0f);
+  k3[c] = bn_dx_factors(gamma, save_invstd, c, sdz, sdzx, (double)(d.batch * d.inner));
 }
 
 /* dx = k*(dz - mean dz - xhat*mean(dz*xhat)), norm.c's expression. */
@@ -1064,6 +1103,151 @@ extern "C" fl_status fl_batchnorm_backward_cuda(const fl_norm_desc *d, const flo
   bn_grad_kernel<<<(unsigned)d->channels, LT, 0, s>>>(*d, x, dy, gamma, save_mean, save_invstd,
                                                       dgamma, dbeta, k3);
   if (dx) bn_dx_kernel<<<grid_for(n), LT, 0, s>>>(*d, x, dy, save_mean, save_invstd, k3, dx);
+  FL_CUDA_GOTO(cudaGetLastError(), "batch-norm gradient kernels", st);
+fail:;
+  fl_status fst = free_async(k3, s);
+  return st != FL_OK ? st : fst;
+}
+
+/* ------------------------------------------- batch norm in phases (SyncBN) */
+
+/* sum[c], one block per channel (block_stats's first pass). */
+__global__ static void __launch_bounds__(LT)
+    bn_sum_kernel(fl_norm_desc d, const float *x, double *sum) {
+  const size_t c = blockIdx.x, C = d.channels, S = d.inner;
+  const double s = block_seg_sum(x + c * S, d.batch * S, S, C * S);
+  if (threadIdx.x == 0) sum[c] = s;
+}
+
+/* sqdev[c] around sum[c]/count, one block per channel (the second pass). */
+__global__ static void __launch_bounds__(LT)
+    bn_sqdev_kernel(fl_norm_desc d, const float *x, const double *sum, double count,
+                    double *sqdev) {
+  const size_t c = blockIdx.x, C = d.channels, S = d.inner;
+  const double v = block_seg_sqdev(x + c * S, d.batch * S, S, C * S, sum[c] / count);
+  if (threadIdx.x == 0) sqdev[c] = v;
+}
+
+/* Per-channel factors from the given statistics. */
+__global__ static void __launch_bounds__(LT)
+    bn_apply_factors_kernel(fl_norm_desc d, const double *sum, const double *sqdev, double count,
+                            const float *gamma, const float *beta, float *running_mean,
+                            float *running_var, float *save_mean, float *save_invstd,
+                            float2 *ab) {
+  for (size_t c = (size_t)blockIdx.x * LT + threadIdx.x; c < d.channels;
+       c += (size_t)gridDim.x * LT)
+    bn_channel_factors(d, c, sum[c] / count, sqdev[c] / count, count, gamma, beta, running_mean,
+                       running_var, save_mean, save_invstd, ab);
+}
+
+/* sums[c] = sum dz, sums[C + c] = sum dz*xhat, dgamma, dbeta; one block per
+ * channel. */
+__global__ static void __launch_bounds__(LT)
+    bn_reduce_kernel(fl_norm_desc d, const float *x, const float *dy, const float *save_mean,
+                     const float *save_invstd, double *sums, float *dgamma, float *dbeta) {
+  const size_t c = blockIdx.x;
+  double sdz, sdzx;
+  block_bn_sums(d, c, x, dy, save_mean, save_invstd, &sdz, &sdzx);
+  if (threadIdx.x != 0) return;
+  sums[c] = sdz;
+  sums[d.channels + c] = sdzx;
+  if (dgamma) dgamma[c] = (float)sdzx;
+  if (dbeta) dbeta[c] = (float)sdz;
+}
+
+/* The dx factors of every channel from the (summed) sums. */
+__global__ static void __launch_bounds__(LT)
+    bn_dx_factors_kernel(fl_norm_desc d, const float *gamma, const float *save_invstd,
+                         const double *sums, double count, float4 *k3) {
+  for (size_t c = (size_t)blockIdx.x * LT + threadIdx.x; c < d.channels;
+       c += (size_t)gridDim.x * LT)
+    k3[c] = bn_dx_factors(gamma, save_invstd, c, sums[c], sums[d.channels + c], count);
+}
+
+extern "C" fl_status fl_batchnorm_stats_sum_cuda(const fl_norm_desc *d, const float *x,
+                                                 double *sum, void *stream) {
+  if (!norm_desc_ok(d) || !x || !sum || d->channels > (size_t)INT32_MAX) return FL_EINVAL;
+  bn_sum_kernel<<<(unsigned)d->channels, LT, 0, fl_stream(stream)>>>(*d, x, sum);
+  FL_CUDA_LAUNCHED("batch-norm sum kernel");
+  return FL_OK;
+}
+
+extern "C" fl_status fl_batchnorm_stats_sqdev_cuda(const fl_norm_desc *d, const float *x,
+                                                   const double *sum, double count,
+                                                   double *sqdev, void *stream) {
+  if (!norm_desc_ok(d) || !x || !sum || !sqdev || !(count >= (double)(d->batch * d->inner)) ||
+      !isfinite(count) || d->channels > (size_t)INT32_MAX)
+    return FL_EINVAL;
+  bn_sqdev_kernel<<<(unsigned)d->channels, LT, 0, fl_stream(stream)>>>(*d, x, sum, count, sqdev);
+  FL_CUDA_LAUNCHED("batch-norm squared-deviation kernel");
+  return FL_OK;
+}
+
+extern "C" fl_status fl_batchnorm_forward_apply_cuda(const fl_norm_desc *d, const float *x,
+                                                     float *y, const float *gamma,
+                                                     const float *beta, const double *sum,
+                                                     const double *sqdev, double count,
+                                                     float *running_mean, float *running_var,
+                                                     float *save_mean, float *save_invstd,
+                                                     fl_act act, void *stream) {
+  if (!norm_desc_ok(d) || !x || !y || !sum || !sqdev || !save_mean || !save_invstd ||
+      !act_ok(act) || (!running_mean) != (!running_var) || !(count >= 2.0) ||
+      count < (double)(d->batch * d->inner) || !isfinite(count) || !(d->momentum >= 0.0f) ||
+      d->momentum > 1.0f)
+    return FL_EINVAL;
+  cudaStream_t s = fl_stream(stream);
+  fl_status st = FL_OK;
+  float2 *ab = NULL;
+  FL_CUDA_TRY(cudaMallocAsync((void **)&ab, d->channels * sizeof *ab, s),
+              "cudaMallocAsync of batch-norm factors");
+  bn_apply_factors_kernel<<<grid_for(d->channels), LT, 0, s>>>(
+      *d, sum, sqdev, count, gamma, beta, running_mean, running_var, save_mean, save_invstd, ab);
+  FL_CUDA_GOTO(cudaGetLastError(), "batch-norm factor kernel", st);
+  st = launch_affine(x, y, ab, d->channels, d->inner, d->batch * d->channels * d->inner, act, s);
+fail:;
+  fl_status fst = free_async(ab, s);
+  return st != FL_OK ? st : fst;
+}
+
+extern "C" fl_status fl_batchnorm_backward_reduce_cuda(const fl_norm_desc *d, const float *x,
+                                                       const float *y, float *dy,
+                                                       const float *save_mean,
+                                                       const float *save_invstd, double *sums,
+                                                       float *dgamma, float *dbeta, fl_act act,
+                                                       void *stream) {
+  if (!norm_desc_ok(d) || !x || !dy || !save_mean || !save_invstd || !sums || !act_ok(act) ||
+      (act != FL_ACT_NONE && !y) || d->channels > (size_t)INT32_MAX)
+    return FL_EINVAL;
+  cudaStream_t s = fl_stream(stream);
+  const size_t n = d->batch * d->channels * d->inner;
+  if (act != FL_ACT_NONE) {
+    act_backward_kernel<<<grid_for(n), LT, 0, s>>>((int)act, y, dy, dy, n);
+    FL_CUDA_LAUNCHED("activation gradient kernel");
+  }
+  bn_reduce_kernel<<<(unsigned)d->channels, LT, 0, s>>>(*d, x, dy, save_mean, save_invstd, sums,
+                                                        dgamma, dbeta);
+  FL_CUDA_LAUNCHED("batch-norm gradient sums kernel");
+  return FL_OK;
+}
+
+extern "C" fl_status fl_batchnorm_backward_apply_cuda(const fl_norm_desc *d, const float *x,
+                                                      const float *dz, const float *gamma,
+                                                      const float *save_mean,
+                                                      const float *save_invstd,
+                                                      const double *sums, double count,
+                                                      float *dx, void *stream) {
+  if (!norm_desc_ok(d) || !x || !dz || !save_mean || !save_invstd || !sums || !dx ||
+      !(count >= (double)(d->batch * d->inner)) || !isfinite(count))
+    return FL_EINVAL;
+  cudaStream_t s = fl_stream(stream);
+  fl_status st = FL_OK;
+  float4 *k3 = NULL;
+  FL_CUDA_TRY(cudaMallocAsync((void **)&k3, d->channels * sizeof *k3, s),
+              "cudaMallocAsync of batch-norm gradient factors");
+  bn_dx_factors_kernel<<<grid_for(d->channels), LT, 0, s>>>(*d, gamma, save_invstd, sums, count,
+                                                            k3);
+  bn_dx_kernel<<<grid_for(d->batch * d->channels * d->inner), LT, 0, s>>>(
+      *d, x, dz, save_mean, save_invstd, k3, dx);
   FL_CUDA_GOTO(cudaGetLastError(), "batch-norm gradient kernels", st);
 fail:;
   fl_status fst = free_async(k3, s);

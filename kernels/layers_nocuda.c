@@ -115,6 +115,50 @@ fl_status fl_batchnorm_backward_cuda(const fl_norm_desc *d, const float *x, cons
   return FL_ENOTSUP;
 }
 
+fl_status fl_batchnorm_stats_sum_cuda(const fl_norm_desc *d, const float *x, double *sum,
+                                      void *stream) {
+  (void)d, (void)x, (void)sum, (void)stream;
+  return FL_ENOTSUP;
+}
+
+fl_status fl_batchnorm_stats_sqdev_cuda(const fl_norm_desc *d, const float *x, const double *sum,
+                                        double count, double *sqdev, void *stream) {
+  (void)d, (void)x, (void)sum, (void)count, (void)sqdev, (void)stream;
+  return FL_ENOTSUP;
+}
+
+fl_status fl_batchnorm_forward_apply_cuda(const fl_norm_desc *d, const float *x, float *y,
+                                          const float *gamma, const float *beta,
+                                          const double *sum, const double *sqdev, double count,
+                                          float *running_mean, float *running_var,
+                                          float *save_mean, float *save_invstd, fl_act act,
+                                          void *stream) {
+  (void)d, (void)x, (void)y, (void)gamma, (void)beta, (void)sum, (void)sqdev, (void)count,
+      (void)running_mean, (void)running_var, (void)save_mean, (void)save_invstd, (void)act,
+      (void)stream;
+  return FL_ENOTSUP;
+}
+
+fl_status fl_batchnorm_backward_reduce_cuda(const fl_norm_desc *d, const float *x,
+                                            const float *y, float *dy, const float *save_mean,
+                                            const float *save_invstd, double *sums,
+                                            float *dgamma, float *dbeta, fl_act act,
+                                            void *stream) {
+  (void)d, (void)x, (void)y, (void)dy, (void)save_mean, (void)save_invstd, (void)sums,
+      (void)dgamma, (void)dbeta, (void)act, (void)stream;
+  return FL_ENOTSUP;
+}
+
+fl_status fl_batchnorm_backward_apply_cuda(const fl_norm_desc *d, const float *x,
+                                           const float *dz, const float *gamma,
+                                           const float *save_mean, const float *save_invstd,
+                                           const double *sums, double count, float *dx,
+                                           void *stream) {
+  (void)d, (void)x, (void)dz, (void)gamma, (void)save_mean, (void)save_invstd, (void)sums,
+      (void)count, (void)dx, (void)stream;
+  return FL_ENOTSUP;
+}
+
 fl_status fl_groupnorm_forward_cuda(const fl_norm_desc *d, const float *x, float *y,
                                     const float *gamma, const float *beta, float *save_mean,
                                     float *save_invstd, fl_act act, void *stream) {

@@ -1,9 +1,13 @@
 /* norm.c - CPU batch norm and group norm, forward and backward, with an
- * optional fused activation.  Declared and documented in fl_layers.h.
+ * optional fused activation, and batch norm's phase kernels for
+ * synchronised batch norm.  Declared and documented in fl_layers.h.
  *
  * Statistics and the backward reductions are accumulated in double, in a
  * fixed order, so results do not depend on anything but the inputs; the
- * per-element work stays in float. */
+ * per-element work stays in float.  The one-call batch-norm kernels and the
+ * phase kernels share their per-channel code (seg_sum, seg_sqdev,
+ * bn_channel_apply, bn_channel_sums, bn_channel_dx), so the phases with
+ * an identity exchange of their sums give the one-call kernels' bits. */
 #include <config.h>
 
 #include <math.h>
@@ -17,17 +21,19 @@ static int norm_desc_ok(const fl_norm_desc *d) {
          isfinite(d->eps);
 }
 
-/* Mean and biased variance of the m values of `segments` contiguous runs of
+/* Sum (in double, in order) of the values of `segments` contiguous runs of
  * `len` floats each, starting at p with `stride` floats between runs. */
-static void seg_stats(const float *p, size_t segments, size_t len, size_t stride,
-                      double *mean, double *var) {
+static double seg_sum(const float *p, size_t segments, size_t len, size_t stride) {
   double s = 0.0;
   for (size_t k = 0; k < segments; k++) {
     const float *q = p + k * stride;
     for (size_t i = 0; i < len; i++) s += q[i];
   }
-  const double m = (double)(segments * len);
-  const double mu = s / m;
+  return s;
+}
+
+/* Sum of (x - mu)^2 over the same values. */
+static double seg_sqdev(const float *p, size_t segments, size_t len, size_t stride, double mu) {
   double v = 0.0;
   for (size_t k = 0; k < segments; k++) {
     const float *q = p + k * stride;
@@ -36,8 +42,16 @@ static void seg_stats(const float *p, size_t segments, size_t len, size_t stride
       v += t * t;
     }
   }
+  return v;
+}
+
+/* Mean and biased variance of those m = segments*len values (two passes). */
+static void seg_stats(const float *p, size_t segments, size_t len, size_t stride,
+                      double *mean, double *var) {
+  const double m = (double)(segments * len);
+  const double mu = seg_sum(p, segments, len, stride) / m;
   *mean = mu;
-  *var = v / m;
+  *var = seg_sqdev(p, segments, len, stride, mu) / m;
 }
 
 /* y = act(a*x + b) over n floats (the normalise-and-affine pass). */
@@ -55,6 +69,30 @@ static void affine_act(const float *x, float *y, size_t n, float a, float b, fl_
 
 /* ------------------------------------------------------------- batch norm */
 
+/* Channel c of batch norm with the statistics mu and var (biased) of
+ * `count` values: the saved statistics, the running statistics (when
+ * running_mean is set) and y = act(gamma*(x - mu)*invstd + beta). */
+static void bn_channel_apply(const fl_norm_desc *d, size_t c, const float *x, float *y,
+                             const float *gamma, const float *beta, double mu, double var,
+                             double count, float *running_mean, float *running_var,
+                             float *save_mean, float *save_invstd, fl_act act) {
+  const size_t C = d->channels, S = d->inner, N = d->batch;
+  const double invstd = 1.0 / sqrt(var + (double)d->eps);
+  save_mean[c] = (float)mu;
+  save_invstd[c] = (float)invstd;
+  if (running_mean) {
+    const double mom = d->momentum;
+    running_mean[c] = (float)((1.0 - mom) * running_mean[c] + mom * mu);
+    running_var[c] = (float)((1.0 - mom) * running_var[c] + mom * var * count / (count - 1.0));
+  }
+  /* y = gamma*(x - mu)*invstd + beta = a*x + b */
+  const float g = gamma ? gamma[c] : 1.0f, be = beta ? beta[c] : 0.0f;
+  const float a = (float)(g * invstd);
+  const float b = (float)(be - g * invstd * mu);
+  for (size_t n = 0; n < N; n++)
+    affine_act(x + (n * C + c) * S, y + (n * C + c) * S, S, a, b, act);
+}
+
 fl_status fl_batchnorm_forward_train(const fl_norm_desc *d, const float *x, float *y,
                                      const float *gamma, const float *beta, float *running_mean,
                                      float *running_var, float *save_mean, float *save_invstd,
@@ -68,21 +106,42 @@ fl_status fl_batchnorm_forward_train(const fl_norm_desc *d, const float *x, floa
   for (size_t c = 0; c < C; c++) {
     double mu, var;
     seg_stats(x + c * S, N, S, C * S, &mu, &var);
-    const double invstd = 1.0 / sqrt(var + (double)d->eps);
-    save_mean[c] = (float)mu;
-    save_invstd[c] = (float)invstd;
-    if (running_mean) {
-      const double mom = d->momentum;
-      running_mean[c] = (float)((1.0 - mom) * running_mean[c] + mom * mu);
-      running_var[c] = (float)((1.0 - mom) * running_var[c] + mom * var * m / (m - 1.0));
-    }
-    /* y = gamma*(x - mu)*invstd + beta = a*x + b */
-    const float g = gamma ? gamma[c] : 1.0f, be = beta ? beta[c] : 0.0f;
-    const float a = (float)(g * invstd);
-    const float b = (float)(be - g * invstd * mu);
-    for (size_t n = 0; n < N; n++)
-      affine_act(x + (n * C + c) * S, y + (n * C + c) * S, S, a, b, act);
+    bn_channel_apply(d, c, x, y, gamma, beta, mu, var, m, running_mean, running_var, save_mean,
+                     save_invstd, act);
   }
+  return FL_OK;
+}
+
+fl_status fl_batchnorm_stats_sum(const fl_norm_desc *d, const float *x, double *sum) {
+  if (!norm_desc_ok(d) || !x || !sum) return FL_EINVAL;
+  const size_t C = d->channels, S = d->inner, N = d->batch;
+  for (size_t c = 0; c < C; c++) sum[c] = seg_sum(x + c * S, N, S, C * S);
+  return FL_OK;
+}
+
+fl_status fl_batchnorm_stats_sqdev(const fl_norm_desc *d, const float *x, const double *sum,
+                                   double count, double *sqdev) {
+  if (!norm_desc_ok(d) || !x || !sum || !sqdev || !(count >= (double)(d->batch * d->inner)) ||
+      !isfinite(count))
+    return FL_EINVAL;
+  const size_t C = d->channels, S = d->inner, N = d->batch;
+  for (size_t c = 0; c < C; c++) sqdev[c] = seg_sqdev(x + c * S, N, S, C * S, sum[c] / count);
+  return FL_OK;
+}
+
+fl_status fl_batchnorm_forward_apply(const fl_norm_desc *d, const float *x, float *y,
+                                     const float *gamma, const float *beta, const double *sum,
+                                     const double *sqdev, double count, float *running_mean,
+                                     float *running_var, float *save_mean, float *save_invstd,
+                                     fl_act act) {
+  if (!norm_desc_ok(d) || !x || !y || !sum || !sqdev || !save_mean || !save_invstd ||
+      !fl_act_valid(act) || (!running_mean) != (!running_var) || !(count >= 2.0) ||
+      count < (double)(d->batch * d->inner) || !isfinite(count) || !(d->momentum >= 0.0f) ||
+      d->momentum > 1.0f)
+    return FL_EINVAL;
+  for (size_t c = 0; c < d->channels; c++)
+    bn_channel_apply(d, c, x, y, gamma, beta, sum[c] / count, sqdev[c] / count, count,
+                     running_mean, running_var, save_mean, save_invstd, act);
   return FL_OK;
 }
 
@@ -104,6 +163,40 @@ fl_status fl_batchnorm_forward_eval(const fl_norm_desc *d, const float *x, float
   return FL_OK;
 }
 
+/* Channel c's sum dz and sum dz*xhat (xhat from the saved float
+ * statistics, as the dx pass computes it). */
+static void bn_channel_sums(const fl_norm_desc *d, size_t c, const float *x, const float *dz,
+                            float mu, float is, double *sdz_out, double *sdzx_out) {
+  const size_t C = d->channels, S = d->inner, N = d->batch;
+  double sdz = 0.0, sdzx = 0.0;
+  for (size_t n = 0; n < N; n++) {
+    const float *xp = x + (n * C + c) * S, *gp = dz + (n * C + c) * S;
+    for (size_t s = 0; s < S; s++) {
+      sdz += gp[s];
+      sdzx += (double)gp[s] * (double)((xp[s] - mu) * is);
+    }
+  }
+  *sdz_out = sdz;
+  *sdzx_out = sdzx;
+}
+
+/* Channel c of dx = gamma*invstd*(dz - sum dz/m - xhat * sum(dz*xhat)/m),
+ * m = count; dx == dz is fine (each element is read before it is
+ * written). */
+static void bn_channel_dx(const fl_norm_desc *d, size_t c, const float *x, const float *dz,
+                          const float *gamma, float mu, float is, double sdz, double sdzx,
+                          double count, float *dx) {
+  const size_t C = d->channels, S = d->inner, N = d->batch;
+  const float g = gamma ? gamma[c] : 1.0f;
+  const float k = g * is;
+  const float mdz = (float)(sdz / count), mdzx = (float)(sdzx / count);
+  for (size_t n = 0; n < N; n++) {
+    const float *xp = x + (n * C + c) * S, *gp = dz + (n * C + c) * S;
+    float *dp = dx + (n * C + c) * S;
+    for (size_t s = 0; s < S; s++) dp[s] = k * (gp[s] - mdz - (xp[s] - mu) * is * mdzx);
+  }
+}
+
 fl_status fl_batchnorm_backward(const fl_norm_desc *d, const float *x, const float *y, float *dy,
                                 const float *gamma, const float *save_mean,
                                 const float *save_invstd, float *dx, float *dgamma,
@@ -115,28 +208,43 @@ fl_status fl_batchnorm_backward(const fl_norm_desc *d, const float *x, const flo
   const double m = (double)(N * S);
   fl_act_grad_inplace(act, y, dy, N * C * S);
   for (size_t c = 0; c < C; c++) {
-    const float mu = save_mean[c], is = save_invstd[c];
-    double sdz = 0.0, sdzx = 0.0; /* sum dz, sum dz*xhat */
-    for (size_t n = 0; n < N; n++) {
-      const float *xp = x + (n * C + c) * S, *gp = dy + (n * C + c) * S;
-      for (size_t s = 0; s < S; s++) {
-        sdz += gp[s];
-        sdzx += (double)gp[s] * (double)((xp[s] - mu) * is);
-      }
-    }
+    double sdz, sdzx; /* sum dz, sum dz*xhat */
+    bn_channel_sums(d, c, x, dy, save_mean[c], save_invstd[c], &sdz, &sdzx);
     if (dgamma) dgamma[c] = (float)sdzx;
     if (dbeta) dbeta[c] = (float)sdz;
-    if (!dx) continue;
-    /* dx = gamma*invstd*(dz - sum dz/m - xhat * sum(dz*xhat)/m) */
-    const float g = gamma ? gamma[c] : 1.0f;
-    const float k = g * is;
-    const float mdz = (float)(sdz / m), mdzx = (float)(sdzx / m);
-    for (size_t n = 0; n < N; n++) {
-      const float *xp = x + (n * C + c) * S, *gp = dy + (n * C + c) * S;
-      float *dp = dx + (n * C + c) * S;
-      for (size_t s = 0; s < S; s++) dp[s] = k * (gp[s] - mdz - (xp[s] - mu) * is * mdzx);
-    }
+    if (dx) bn_channel_dx(d, c, x, dy, gamma, save_mean[c], save_invstd[c], sdz, sdzx, m, dx);
   }
+  return FL_OK;
+}
+
+fl_status fl_batchnorm_backward_reduce(const fl_norm_desc *d, const float *x, const float *y,
+                                       float *dy, const float *save_mean,
+                                       const float *save_invstd, double *sums, float *dgamma,
+                                       float *dbeta, fl_act act) {
+  if (!norm_desc_ok(d) || !x || !dy || !save_mean || !save_invstd || !sums ||
+      !fl_act_valid(act) || (act != FL_ACT_NONE && !y))
+    return FL_EINVAL;
+  const size_t C = d->channels;
+  fl_act_grad_inplace(act, y, dy, d->batch * C * d->inner);
+  for (size_t c = 0; c < C; c++) {
+    bn_channel_sums(d, c, x, dy, save_mean[c], save_invstd[c], &sums[c], &sums[C + c]);
+    if (dgamma) dgamma[c] = (float)sums[C + c];
+    if (dbeta) dbeta[c] = (float)sums[c];
+  }
+  return FL_OK;
+}
+
+fl_status fl_batchnorm_backward_apply(const fl_norm_desc *d, const float *x, const float *dz,
+                                      const float *gamma, const float *save_mean,
+                                      const float *save_invstd, const double *sums,
+                                      double count, float *dx) {
+  if (!norm_desc_ok(d) || !x || !dz || !save_mean || !save_invstd || !sums || !dx ||
+      !(count >= (double)(d->batch * d->inner)) || !isfinite(count))
+    return FL_EINVAL;
+  const size_t C = d->channels;
+  for (size_t c = 0; c < C; c++)
+    bn_channel_dx(d, c, x, dz, gamma, save_mean[c], save_invstd[c], sums[c], sums[C + c], count,
+                  dx);
   return FL_OK;
 }
 

@@ -4,6 +4,7 @@
 include $(srcdir)/tests/unit/common.mk
 include $(srcdir)/tests/unit/kernels.mk
 include $(srcdir)/tests/unit/cuda.mk
+include $(srcdir)/tests/unit/model_cuda.mk
 include $(srcdir)/tests/unit/layers.mk
 include $(srcdir)/tests/unit/trainer.mk
 include $(srcdir)/tests/unit/collective.mk

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fl_layers.h"
 #include "fl_status.h"
 
 #define FL_MODEL_MAX_DIMS 4
@@ -66,13 +67,21 @@ typedef struct fl_model_spec {
   int recompute;            /* 1: keep only segment-boundary activations */
   char plugin_path[512];    /* plugin: path of the shared library */
   char plugin_args[256];    /* plugin: free-form string handed to it */
+  /* Where the built-in models compute (appended to ABI v1: a plugin built
+   * against an older header never reads these; plugins compute on the host
+   * and must leave device "" or "cpu"). */
+  char device[8];           /* "cpu" (also "") or "gpu" */
+  int device_id;            /* gpu: the CUDA device ordinal (0) */
+  fl_math linear_math;      /* gpu: GEMM precision of linear layers (FP32; AMP: FP16/BF16) */
+  fl_math conv_math;        /* gpu: GEMM precision of conv layers (FP32; AMP: FP16/BF16) */
 } fl_model_spec;
 
 typedef struct fl_model fl_model;
 
 /* Fill spec with the defaults: kind "mlp", input 1x28x28, 10 classes,
  * hidden 256-128-100, relu, cnn conv 32/64 channels of 5x5, fc_hidden 128,
- * no norm, 8 groups, bn momentum 0.1 and epsilon 1e-5, no recompute. */
+ * no norm, 8 groups, bn momentum 0.1 and epsilon 1e-5, no recompute,
+ * device "cpu" (fp32 GEMMs). */
 void fl_model_spec_defaults(fl_model_spec *spec);
 
 /* Build a model from spec for micro-batches of up to max_batch samples,
@@ -96,7 +105,22 @@ void fl_model_spec_defaults(fl_model_spec *spec);
  * ReLU and Xavier-uniform otherwise, biases 0.
  * Errors are logged (naming the field or the plugin path): FL_EINVAL for a
  * bad spec or max_batch 0, FL_ENOTFOUND for a missing plugin file or
- * symbol, FL_ENOMEM. */
+ * symbol, FL_ENOMEM.
+ *
+ * device "gpu" (logreg, mlp, cnn): the activations live on CUDA device
+ * device_id, with device mirrors of the parameters and gradients; train_step
+ * and eval run the CUDA twins of fl_layers.h on one stream of the model's.
+ * The host fl_param buffers stay the model's state: every train_step and
+ * eval uploads the micro-batch and all parameter values (the loop, a
+ * checkpoint or a peer may have changed them on the host), and train_step
+ * downloads each layer's gradients (and batch-norm running statistics) to
+ * the host before on_ready names them, so the contract below is the same
+ * on either device.  linear_math and conv_math pick the GEMM precision
+ * (fl_math; FP16/BF16 for AMP, fp32 everywhere else).  Further errors:
+ * FL_ENOTSUP for gpu in a build without CUDA, on a machine without a CUDA
+ * device, or with a plugin (plugins compute on the host); FL_EINVAL for a
+ * device_id beyond the devices; FL_ECUDA for a CUDA failure.  The calls on
+ * a gpu model make its device current on the calling thread. */
 fl_status fl_model_create(const fl_model_spec *spec, size_t max_batch, uint64_t seed,
                           fl_model **out);
 void fl_model_destroy(fl_model *m);
@@ -133,8 +157,36 @@ fl_status fl_model_eval(fl_model *m, const float *x, const int32_t *y, size_t ba
 /* Bytes of activation memory a train_step of max_batch holds at its peak
  * (lower with recompute).  For the built-in models: every activation,
  * pool-index, norm-statistics, activation-gradient and conv-workspace
- * buffer, all allocated once at create. */
+ * buffer, all allocated once at create (device memory on a gpu model,
+ * whose conv workspace is cuDNN's). */
 size_t fl_model_activation_bytes(const fl_model *m);
+
+/* Synchronised batch norm.  fn sums the n doubles of buf over every rank
+ * of the job, in place, with the same result bits on every rank, and
+ * returns FL_OK or the (already logged) error.  With a hook set, each batch
+ * norm layer of train_step normalises with the statistics of the global
+ * micro-batch (all ranks' samples) instead of this rank's: forward calls
+ * fn twice per layer (per-channel sums and the sample count, then the sums
+ * of squared deviations) and backward once (sum dz and sum dz*xhat; see the
+ * phase kernels in fl_layers.h); the running statistics are updated from
+ * the global mean and unbiased variance, so they stay equal on every rank.
+ * dgamma/dbeta remain this rank's gradients (the gradient allreduce
+ * averages them).  Every rank must therefore call train_step the same
+ * number of times with the same model; fn is called on the thread that
+ * calls train_step, in layer order.  eval never calls it (it uses the
+ * running statistics).  With one rank (fn an identity) the results are
+ * bitwise those without a hook.
+ *
+ * fn NULL removes the hook (the default: each rank normalises with its own
+ * micro-batch).  ctx is handed to fn and stays the caller's; it must
+ * outlive the hook.  The built-in models (logreg, mlp, cnn) take the hook
+ * on either device (those without batch norm never call it; a gpu model
+ * stages each exchange through these host buffers); a plugin model has
+ * none: FL_ENOTSUP, not logged (the caller decides whether that is an
+ * error).  FL_ENOMEM (logged) when the small statistics buffers cannot be
+ * had. */
+typedef fl_status (*fl_norm_sync_fn)(void *ctx, double *buf, size_t n);
+fl_status fl_model_set_norm_sync(fl_model *m, fl_norm_sync_fn fn, void *ctx);
 
 /* ------------------------------------------------------------ plugin ABI v1
  * A plugin exports `const fl_model_ops fl_model_plugin_v1`.  The loop calls

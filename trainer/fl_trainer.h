@@ -36,7 +36,10 @@
  *     state, gradient accumulators, loss scaler, the step / epoch / batch
  *     position and the shuffle seed; resuming from it gives parameters
  *     bitwise equal to an uninterrupted run's.
- * Image data is normalised with the mean and std of the training pixels. */
+ * Image data is normalised with the mean and std of the training pixels.
+ * With train.device gpu the model computes on CUDA device opts->device
+ * (fl_model.h; with strategy.amp its GEMMs take amp_configs.dtype unless
+ * custom_black_list names the op); everything above stays on the host. */
 #ifndef FL_TRAINER_H
 #define FL_TRAINER_H
 
@@ -84,6 +87,7 @@ typedef struct fl_trainer_options {
   FILE *log;                  /* log and eval lines; NULL = stdout */
   fl_step_fn on_step;         /* called after every optimizer step (may be NULL) */
   void *on_step_ctx;
+  int device;                 /* train.device gpu: the CUDA ordinal to use (0) */
 } fl_trainer_options;
 
 /* What a run did (this rank). */

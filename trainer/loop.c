@@ -34,6 +34,7 @@ typedef struct trainer {
   void *self;
   FILE *log;
   int rank, world;
+  int device; /* CUDA ordinal with train.device gpu */
 
   fl_dataset train, test;
   int have_test;
@@ -131,6 +132,39 @@ static fl_status load_data(trainer *t) {
 
 /* ----------------------------------------------------------------- model */
 
+/* Is op type `what` ("linear" or "conv2d") in amp_configs.custom_black_list
+ * (Paddle's op names: linear layers are matmul / matmul_v2 / mul there)? */
+static int amp_black_listed(const fl_job *job, const char *what) {
+  static const char *const linear_names[] = {"linear", "matmul", "matmul_v2", "mul", NULL};
+  static const char *const conv_names[] = {"conv2d", NULL};
+  const char *const *names = strcmp(what, "linear") == 0 ? linear_names : conv_names;
+  for (size_t i = 0; i < job->strategy.amp_configs.n_black; i++)
+    for (size_t k = 0; names[k]; k++)
+      if (strcmp(job->strategy.amp_configs.custom_black_list[i], names[k]) == 0) return 1;
+  return 0;
+}
+
+/* train.device gpu: the model's device fields.  AMP runs the linear and
+ * conv GEMMs in amp_configs.dtype (fp32 master weights are the host
+ * parameters; the loss scaler below is the CPU's), except for an op type
+ * on custom_black_list. */
+static fl_status device_spec(trainer *t, fl_model_spec *s) {
+  const fl_job *job = t->job;
+  if (job->train.device != FL_DEVICE_GPU) return FL_OK;
+  snprintf(s->device, sizeof s->device, "gpu");
+  s->device_id = t->device;
+  if (job->strategy.amp) {
+    const fl_math m16 =
+        job->strategy.amp_configs.dtype == FL_AMP_BFLOAT16 ? FL_MATH_BF16 : FL_MATH_FP16;
+    s->linear_math = amp_black_listed(job, "linear") ? FL_MATH_FP32 : m16;
+    s->conv_math = amp_black_listed(job, "conv2d") ? FL_MATH_FP32 : m16;
+  }
+  static const char *const math_names[] = {"fp32", "fp16", "bf16"};
+  FL_LOGI("device: CUDA GPU %d; GEMMs: linear %s, conv2d %s", t->device,
+          math_names[s->linear_math], math_names[s->conv_math]);
+  return FL_OK;
+}
+
 static fl_status build_model(trainer *t, size_t max_batch) {
   const fl_job_model *jm = &t->job->model;
   fl_model_spec s;
@@ -154,6 +188,7 @@ static fl_status build_model(trainer *t, size_t max_batch) {
   s.recompute = t->job->strategy.recompute;
   snprintf(s.plugin_path, sizeof s.plugin_path, "%s", jm->plugin_path);
   snprintf(s.plugin_args, sizeof s.plugin_args, "%s", jm->plugin_args);
+  FL_TRY(device_spec(t, &s));
   FL_TRY(fl_model_create(&s, max_batch, t->job->train.seed, &t->model));
   if (fl_model_input_size(t->model) != t->train.dim)
     return FL_ERR(FL_EINVAL, "%s: model %s takes %zu inputs per sample, the data has %zu",
@@ -568,6 +603,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   t.self = sync->self;
   t.log = o->log ? o->log : stdout;
   t.rank = t.ops->rank(t.self);
+  t.device = o->device;
   t.world = t.ops->world_size(t.self);
   t.k = fl_job_merge_steps(job);
   t.avg = job->strategy.gradient_merge_configs.avg;

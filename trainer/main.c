@@ -17,6 +17,7 @@
 
 #include "fl_cluster.h"
 #include "fl_config.h"
+#include "fl_device.h"
 #include "fl_log.h"
 #include "fl_notify.h"
 #include "fl_obs.h"
@@ -72,6 +73,42 @@ static void usage(FILE *out) {
           "\n"
           "Exit status: 0 done; 1 failed while running (data, checkpoint, peers);\n"
           "2 bad command line, job file or environment.\n");
+}
+
+/* train.device gpu: this trainer's GPU is the one FLOTILLA_SELECTED_GPUS
+ * names (flotilla-run --gpus gives each trainer one; with several, the
+ * local rank picks among them), else its local rank modulo the GPUs of the
+ * node (as the NCCL backend picks its GPU).  Checked before joining the
+ * job, so that a trainer that cannot run fails alone and at once. */
+static fl_status pick_device(const fl_job *job, const fl_cluster *cl, int *device) {
+  *device = 0;
+  if (job->train.device != FL_DEVICE_GPU) return FL_OK;
+  if (strcmp(job->model.kind, "ctr") == 0 || strcmp(job->model.kind, "plugin") == 0)
+    return FL_ERR(FL_ENOTSUP, "%s: train.device: gpu: model.kind %s computes on the CPU only",
+                  job->source, job->model.kind);
+#ifndef FL_HAVE_CUDA
+  (void)cl;
+  return FL_ERR(FL_ENOTSUP, "%s: train.device: gpu, but this flotilla-trainer was built "
+                "without CUDA (configure --with-cuda)", job->source);
+#else
+  const int n = fl_cuda_device_count();
+  if (n == 0)
+    return FL_ERR(FL_ENOTSUP, "%s: train.device: gpu, but there is no CUDA device on this "
+                  "machine", job->source);
+  int node, local_rank, local_size;
+  FL_TRY(fl_cluster_local(cl, &node, &local_rank, &local_size));
+  if (cl->n_selected_gpus > 0) {
+    *device = cl->selected_gpus[local_rank % cl->n_selected_gpus];
+    if (*device >= n)
+      return FL_ERR(FL_EINVAL, "%s: train.device: gpu: FLOTILLA_SELECTED_GPUS names GPU %d, but "
+                    "this machine has %d", job->source, *device, n);
+  } else {
+    *device = local_rank % n;
+  }
+  FL_LOGI("train.device gpu: local rank %d of %d uses GPU %d of %d", local_rank, local_size,
+          *device, n);
+  return FL_OK;
+#endif
 }
 
 /* Per-step figures for /metrics and the timeline (fl_obs.h). */
@@ -208,6 +245,9 @@ int main(int argc, char **argv) {
     if (st != FL_OK) return EXIT_USAGE;
   }
 
+  int device;
+  if (pick_device(&job, &cl, &device) != FL_OK) return EXIT_RUN;
+
   fl_sync_create_fn create = NULL;
   for (size_t i = 0; i < sizeof g_modes / sizeof g_modes[0]; i++)
     if (g_modes[i].mode == cl.mode) create = g_modes[i].create;
@@ -227,7 +267,7 @@ int main(int argc, char **argv) {
   step_obs so = {obs, (int64_t)job.train.batch_size * fl_job_merge_steps(&job)};
 
   fl_trainer_options opts = {.job = &job, .resume = resume, .max_steps = max_steps,
-                             .on_step = on_step, .on_step_ctx = &so,
+                             .on_step = on_step, .on_step_ctx = &so, .device = device,
                              .checkpoint_dir = cl.checkpoint_dir[0] ? cl.checkpoint_dir : NULL};
   fl_trainer_report rep;
   st = strcmp(job.model.kind, "ctr") ? fl_trainer_run(&opts, &sync, &rep) : fl_ctr_run(&opts, &sync, &rep);

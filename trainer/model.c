@@ -5,7 +5,8 @@
  * picks the table by kind, checks the arguments of every call before the
  * model sees them (so a bad batch changes nothing, and plugins get clean
  * input), and owns the seeded generator the built-in models initialise
- * their parameters with. */
+ * their parameters with.  A gpu model is built on the host like any other
+ * and then moved to its device (fl_seq_to_device), as model.to(device). */
 #include <config.h>
 
 #include <dlfcn.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl_device.h"
 #include "fl_log.h"
 #include "model_internal.h"
 
@@ -62,6 +64,32 @@ void fl_model_spec_defaults(fl_model_spec *spec) {
   spec->gn_groups = 8;
   spec->bn_momentum = 0.1f;
   spec->bn_epsilon = 1e-5f;
+  strcpy(spec->device, "cpu");
+}
+
+/* The device fields of r: "" becomes "cpu"; a gpu model needs a built-in
+ * kind, a CUDA build and the device.  Logs what is wrong. */
+static fl_status resolve_device(fl_model_spec *r) {
+  r->device[sizeof r->device - 1] = '\0';
+  if (!r->device[0]) strcpy(r->device, "cpu");
+  const int lm = (int)r->linear_math, cm = (int)r->conv_math;
+  if (lm < FL_MATH_FP32 || lm > FL_MATH_BF16 || cm < FL_MATH_FP32 || cm > FL_MATH_BF16)
+    return FL_ERR(FL_EINVAL, "model: linear_math %d / conv_math %d must be an fl_math", lm,
+                  cm);
+  if (strcmp(r->device, "cpu") == 0) return FL_OK;
+  if (strcmp(r->device, "gpu") != 0)
+    return FL_ERR(FL_EINVAL, "model: device '%s' must be cpu or gpu", r->device);
+  if (strcmp(r->kind, "plugin") == 0)
+    return FL_ERR(FL_ENOTSUP, "model: device gpu: a plugin computes on the host (use cpu)");
+#ifndef FL_HAVE_CUDA
+  return FL_ERR(FL_ENOTSUP, "model: device gpu: built without CUDA (configure --with-cuda)");
+#else
+  const int n = fl_cuda_device_count();
+  if (n == 0) return FL_ERR(FL_ENOTSUP, "model: device gpu: no CUDA device");
+  if (r->device_id < 0 || r->device_id >= n)
+    return FL_ERR(FL_EINVAL, "model: device_id %d outside the %d CUDA devices", r->device_id, n);
+  return FL_OK;
+#endif
 }
 
 /* Copy spec into r with zero fields replaced by their defaults, and check
@@ -108,7 +136,7 @@ static fl_status resolve_spec(const fl_model_spec *spec, fl_model_spec *r) {
     return FL_ERR(FL_EINVAL, "model: bn_momentum %g must be in (0, 1]", (double)r->bn_momentum);
   if (!(r->bn_epsilon > 0.0f) || !isfinite(r->bn_epsilon))
     return FL_ERR(FL_EINVAL, "model: bn_epsilon %g must be > 0", (double)r->bn_epsilon);
-  return FL_OK;
+  return resolve_device(r);
 }
 
 /* --------------------------------------------------------------- plugins */
@@ -174,6 +202,10 @@ fl_status fl_model_create(const fl_model_spec *spec, size_t max_batch, uint64_t 
     goto fail;
   }
   if (m->dl && (st = check_params(m)) != FL_OK) goto fail;
+  if (strcmp(m->spec.device, "gpu") == 0 &&
+      (st = fl_seq_to_device(m->handle, m->spec.device_id, m->spec.linear_math,
+                             m->spec.conv_math)) != FL_OK)
+    goto fail;
   *out = m;
   return FL_OK;
 fail:
@@ -203,6 +235,12 @@ size_t fl_model_input_size(const fl_model *m) { return m ? m->ops->input_size(m-
 
 size_t fl_model_activation_bytes(const fl_model *m) {
   return m ? m->ops->activation_bytes(m->handle) : 0;
+}
+
+fl_status fl_model_set_norm_sync(fl_model *m, fl_norm_sync_fn fn, void *ctx) {
+  if (!m) return FL_ERR(FL_EINVAL, "model: set_norm_sync on NULL");
+  if (m->dl) return FL_ENOTSUP; /* plugins have no hook (fl_model.h) */
+  return fl_seq_set_norm_sync(m->handle, fn, ctx);
 }
 
 /* ----------------------------------------------------------------- steps */

@@ -63,6 +63,21 @@ FL_MODEL_HIDDEN fl_status fl_seq_train_step(void *handle, const float *x, const 
 FL_MODEL_HIDDEN fl_status fl_seq_eval(void *handle, const float *x, const int32_t *y,
                                       size_t batch, fl_model_result *res);
 FL_MODEL_HIDDEN size_t fl_seq_activation_bytes(void *handle);
+/* fl_model_set_norm_sync for a sequential model (fl_model.h): the hook and
+ * the statistics it carries (per batch-norm layer the global sums and
+ * count, kept for recompute, and one exchange buffer), allocated here when
+ * fn is set and freed when it is cleared or by fl_seq_destroy. */
+FL_MODEL_HIDDEN fl_status fl_seq_set_norm_sync(void *handle, fl_norm_sync_fn fn, void *ctx);
+
+/* Move a freshly created model to CUDA device `device` (checked by the
+ * caller): device mirrors of the parameter and gradient arenas, the
+ * activation arena moved to the device (the host one is freed), a stream,
+ * and the conv workspace; from then on fl_seq_train_step and fl_seq_eval
+ * run there with linear / conv GEMMs in lmath / cmath (details above the
+ * device path in model_seq.c).  Errors are logged here (CUDA ones by the
+ * fl_device.h helpers); after a failure the model can only be destroyed. */
+FL_MODEL_HIDDEN fl_status fl_seq_to_device(void *handle, int device, fl_math lmath,
+                                           fl_math cmath);
 
 /* ------------------------------------------------------------ the models */
 

@@ -8,6 +8,9 @@
  * median samples/s of forward+backward alone and of forward+backward plus
  * a momentum step (what a training loop does per batch), and the
  * activation bytes of the plain and the recompute build and their ratio.
+ * With a CUDA device, also the MLP's train step on the GPU (device gpu:
+ * parameter upload, forward, backward, gradient download) with fp32,
+ * fp16 and bf16 GEMMs; without one those lines are not printed.
  * Inputs are random (speed does not depend on the values). */
 #include <config.h>
 
@@ -17,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fl_device.h"
 #include "fl_model.h"
 #include "fl_optim.h"
 
@@ -34,18 +38,25 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static fl_model *build(const char *kind, const char *norm, int recompute) {
+static fl_model *build_on(const char *kind, const char *norm, int recompute, int gpu,
+                          fl_math math) {
   fl_model_spec s;
   fl_model_spec_defaults(&s);
   snprintf(s.kind, sizeof s.kind, "%s", kind);
   snprintf(s.norm, sizeof s.norm, "%s", norm);
   s.recompute = recompute;
+  if (gpu) snprintf(s.device, sizeof s.device, "gpu");
+  s.linear_math = s.conv_math = math;
   fl_model *m = NULL;
   if (fl_model_create(&s, BATCH, 1, &m) != FL_OK) {
     fprintf(stderr, "bench_model: cannot build %s %s\n", kind, norm);
     exit(1);
   }
   return m;
+}
+
+static fl_model *build(const char *kind, const char *norm, int recompute) {
+  return build_on(kind, norm, recompute, 0, FL_MATH_FP32);
 }
 
 /* Median samples/s over REPS runs of `steps` train steps (with a momentum
@@ -79,17 +90,25 @@ static double samples_per_s(fl_model *m, int steps, int optim, const float *x,
   return rate[REPS / 2];
 }
 
-static void bench(const char *label, const char *kind, const char *norm, int steps) {
-  fl_model *plain = build(kind, norm, 0), *rc = build(kind, norm, 1);
-  const size_t in = fl_model_input_size(plain);
-  float *x = malloc(BATCH * in * sizeof *x);
-  int32_t *y = malloc(BATCH * sizeof *y);
+/* A random batch for model m (x: BATCH * input floats, y: BATCH labels). */
+static void random_batch(const fl_model *m, float **x, int32_t **y) {
+  const size_t in = fl_model_input_size(m);
+  *x = malloc(BATCH * in * sizeof **x);
+  *y = malloc(BATCH * sizeof **y);
+  if (!*x || !*y) exit(1);
   uint64_t s = 12345;
   for (size_t i = 0; i < BATCH * in; i++) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x[i] = (float)(s >> 40) * 0x1p-24f;
+    (*x)[i] = (float)(s >> 40) * 0x1p-24f;
   }
-  for (int i = 0; i < BATCH; i++) y[i] = i % 10;
+  for (int i = 0; i < BATCH; i++) (*y)[i] = i % 10;
+}
+
+static void bench(const char *label, const char *kind, const char *norm, int steps) {
+  fl_model *plain = build(kind, norm, 0), *rc = build(kind, norm, 1);
+  float *x;
+  int32_t *y;
+  random_batch(plain, &x, &y);
   printf("%s_train_step_samples_per_s: %.0f samples/s\n", label,
          samples_per_s(plain, steps, 0, x, y));
   printf("%s_train_step_optim_samples_per_s: %.0f samples/s\n", label,
@@ -107,6 +126,26 @@ static void bench(const char *label, const char *kind, const char *norm, int ste
   fl_model_destroy(rc);
 }
 
+/* The default MLP on the GPU, fp32 / fp16 / bf16 GEMMs, side by side. */
+static void bench_gpu(int steps) {
+  static const char *const names[] = {"fp32", "fp16", "bf16"};
+  static const fl_math maths[] = {FL_MATH_FP32, FL_MATH_FP16, FL_MATH_BF16};
+  double rate[3];
+  for (int k = 0; k < 3; k++) {
+    fl_model *m = build_on("mlp", "", 0, 1, maths[k]);
+    float *x;
+    int32_t *y;
+    random_batch(m, &x, &y);
+    rate[k] = samples_per_s(m, steps, 0, x, y);
+    printf("mlp_gpu_%s_train_step_samples_per_s: %.0f samples/s\n", names[k], rate[k]);
+    free(x);
+    free(y);
+    fl_model_destroy(m);
+  }
+  printf("mlp_gpu_fp16_vs_fp32: %.2f x\n", rate[1] / rate[0]);
+  fflush(stdout);
+}
+
 int main(int argc, char **argv) {
   const double scale = argc > 1 ? atof(argv[1]) : 1.0;
   openblas_set_num_threads(1); /* the target is one thread; the loop sets it in training */
@@ -117,5 +156,6 @@ int main(int argc, char **argv) {
   bench("cnn", "cnn", "", cnn_steps);
   bench("cnn_bn", "cnn", "bn", cnn_steps);
   bench("cnn_gn", "cnn", "gn", cnn_steps);
+  if (fl_cuda_device_count() > 0) bench_gpu(mlp_steps * 5);
   return 0;
 }

@@ -30,3 +30,11 @@ TESTS += tests/unit/test_coll_sync
 tests_unit_test_coll_sync_SOURCES = tests/unit/test_coll_sync.c tests/unit/coll_testutil.h
 tests_unit_test_coll_sync_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_coll_sync_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS)
+
+# Synchronised batch norm: the model hook, ranks driving fl_sync_collective,
+# and whole trainers against one process with the global batch.
+check_PROGRAMS += tests/unit/test_coll_syncbn
+TESTS += tests/unit/test_coll_syncbn
+tests_unit_test_coll_syncbn_SOURCES = tests/unit/test_coll_syncbn.c tests/unit/coll_testutil.h
+tests_unit_test_coll_syncbn_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_coll_syncbn_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS)

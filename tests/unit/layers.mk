@@ -28,3 +28,19 @@ noinst_PROGRAMS += tests/bench/bench_model
 tests_bench_bench_model_SOURCES = tests/bench/bench_model.c
 tests_bench_bench_model_CFLAGS = $(FL_TRAINER_CFLAGS)
 tests_bench_bench_model_LDADD = libfltrainer.la $(FL_LIBS) -lm
+
+# Batch norm's phase kernels (synchronised batch norm): bitwise against the
+# one-call kernels, batch slices against the whole batch, gradients.
+check_PROGRAMS += tests/unit/test_syncbn_kernels
+TESTS += tests/unit/test_syncbn_kernels
+tests_unit_test_syncbn_kernels_SOURCES = tests/unit/test_syncbn_kernels.c tests/unit/gradcheck.h
+tests_unit_test_syncbn_kernels_CFLAGS = $(FL_LAYERS_TEST_CFLAGS)
+tests_unit_test_syncbn_kernels_LDADD = $(FL_LIBS) $(CHECK_LIBS) -lm
+
+# Their CUDA twins against the one-call CUDA kernels and the CPU phases;
+# exits 77 (SKIP) without a CUDA device, including --without-cuda trees.
+check_PROGRAMS += tests/unit/test_cuda_syncbn
+TESTS += tests/unit/test_cuda_syncbn
+tests_unit_test_cuda_syncbn_SOURCES = tests/unit/test_cuda_syncbn.c
+tests_unit_test_cuda_syncbn_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_cuda_syncbn_LDADD = $(FL_LIBS) $(CHECK_LIBS) -lm

@@ -23,12 +23,21 @@
  *       the loop reports gradients only on the k-th micro-batch, so the
  *       ranks communicate once every k_steps;
  *   sync_batch_norm
- *       fl_model has no hook inside the forward pass, so batch-norm layers
- *       still normalise with each rank's micro-batch statistics; what this
- *       mode does is keep the running statistics (the buffers, which eval
- *       and checkpoints use) equal on all ranks: with sync_batch_norm they
- *       are averaged over the ranks after every step, without it rank 0's
- *       are broadcast (as PyTorch DDP's broadcast_buffers does).
+ *       synchronised batch norm (PyTorch SyncBatchNorm, Paddle
+ *       sync_batch_norm): the instance sets the model's batch-norm hook
+ *       (fl_model_set_norm_sync), a blocking fp64 allreduce on the job's
+ *       communicator, so every batch-norm layer normalises with the mean
+ *       and variance of the global micro-batch (every rank's samples;
+ *       under gradient merge, each micro-batch), dx uses the global sums
+ *       of dz and dz*xhat, and the running statistics are updated from the
+ *       global statistics, identically on every rank.  The exchanges share
+ *       the engine's ordered queue with the gradient buckets (see
+ *       sync_collective.c), so they never interleave with a bucket.  A
+ *       model without the hook (a plugin) is refused at init_params with
+ *       FL_ENOTSUP.  Without sync_batch_norm each rank normalises with its
+ *       own micro-batch and rank 0's running statistics (buffers) are
+ *       broadcast after every step (as PyTorch DDP's broadcast_buffers
+ *       does).
  * Start: rank 0's parameters are broadcast to every rank (init_params);
  * the ranks agree on the steps per epoch (the minimum); metrics are summed
  * in fp64.  Rank 0 writes the checkpoints (the loop asks sync->rank), and

@@ -1,7 +1,22 @@
 /* sync_collective.c - collective mode (fl_sync_collective.h): fusion
  * buckets filled from grad_ready and reduced on the collective engine
  * while backward goes on, then averaged and copied back for the loop's
- * local optimizer step. */
+ * local optimizer step; and the model's batch-norm hook for
+ * sync_batch_norm.
+ *
+ * Ordering of the batch-norm exchanges.  The hook runs on the compute
+ * thread in the middle of forward and backward, while bucket allreduces
+ * posted earlier in the same backward may still be queued or running on
+ * the engine's worker thread over the same connections.  The hook does
+ * not open a side channel: it is an ordinary fl_coll_allreduce (fp64) on
+ * the same communicator, which the engine appends to the same FIFO queue
+ * the buckets are on and runs one at a time on the same worker.  So a
+ * statistics allreduce never interleaves with a bucket's messages; it
+ * starts after the buckets posted before it have finished, and, since
+ * every rank runs the same model, posts its buckets at the same points of
+ * backward and calls the hook at the same layers, every rank issues the
+ * same sequence of collectives.  (The cost: backward waits at a batch-norm
+ * layer for the buckets posted after the layers above it.) */
 #include <config.h>
 
 #include <stdio.h>
@@ -31,6 +46,7 @@ typedef struct sync_coll {
   int fuse, fuse_mb, fuse_layers;
   fl_grad_compression comp;
   int sync_bn;
+  int bn_hooked; /* the model normalises over the global batch (norm_sync) */
   int overlap;
   fl_model *model; /* the model the plan was built for */
   size_t np;
@@ -47,6 +63,14 @@ typedef struct sync_coll {
 } sync_coll;
 
 /* ------------------------------------------------------------- plan */
+
+/* The model's batch-norm hook: sum the statistics over the ranks, in
+ * place, in fp64 (bitwise the same on every rank; see the top of file for
+ * the ordering with the buckets).  Errors are logged by the engine. */
+static fl_status norm_sync(void *ctx, double *buf, size_t n) {
+  sync_coll *s = ctx;
+  return fl_coll_allreduce(s->comm, buf, n, FL_COLL_F64);
+}
 
 static void unplan(sync_coll *s) {
   if (s->b)
@@ -107,6 +131,17 @@ static fl_status plan(sync_coll *s, fl_model *m) {
       st = FL_ERR(FL_ENOMEM, "collective: out of memory for bucket %zu (%zu floats)", i, f);
       goto done;
     }
+  }
+  s->bn_hooked = 0;
+  if (s->sync_bn && s->world > 1) {
+    st = fl_model_set_norm_sync(m, norm_sync, s);
+    if (st == FL_ENOTSUP)
+      st = FL_ERR(FL_ENOTSUP, "collective: sync_batch_norm: this model (kind %s, device %s) has "
+                  "no batch-norm hook (a plugin computes its own forward); turn "
+                  "sync_batch_norm off",
+                  fl_model_get_spec(m)->kind, fl_model_get_spec(m)->device);
+    if (st != FL_OK) goto done;
+    s->bn_hooked = 1;
   }
   s->np = np;
   s->model = m;
@@ -239,21 +274,19 @@ static void coll_grad_ready(void *self, fl_model *m, size_t index) {
   if (s->overlap) post_ready(s);
 }
 
+/* Buffers (batch-norm running statistics) are rank 0's on every rank, as
+ * PyTorch DDP's broadcast_buffers makes them.  With the batch-norm hook
+ * they already are: every rank updates them from the same global
+ * statistics, bit for bit, starting from the broadcast values. */
 static fl_status sync_buffers(sync_coll *s, fl_model *m) {
-  if (s->nbufs == 0 || s->world == 1) return FL_OK;
+  if (s->nbufs == 0 || s->world == 1 || s->bn_hooked) return FL_OK;
   size_t o = 0;
   for (size_t k = 0; k < s->nbufs; k++) {
     fl_param *p = fl_model_param(m, s->bufs[k]);
     memcpy(s->buf_flat + o, p->value, p->n * sizeof(float));
     o += p->n;
   }
-  if (s->sync_bn) {
-    FL_TRY(fl_coll_allreduce(s->comm, s->buf_flat, s->buf_floats, FL_COLL_F32));
-    float w = (float)s->world;
-    for (size_t i = 0; i < s->buf_floats; i++) s->buf_flat[i] /= w;
-  } else {
-    FL_TRY(fl_coll_broadcast(s->comm, s->buf_flat, s->buf_floats * sizeof(float), 0));
-  }
+  FL_TRY(fl_coll_broadcast(s->comm, s->buf_flat, s->buf_floats * sizeof(float), 0));
   o = 0;
   for (size_t k = 0; k < s->nbufs; k++) {
     fl_param *p = fl_model_param(m, s->bufs[k]);
