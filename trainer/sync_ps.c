@@ -312,6 +312,13 @@ fl_status fl_sync_ps_create(const fl_job *job, const fl_cluster *cl, fl_sync *ou
   out->self = NULL;
   if (cl->n_pservers < 1)
     return FL_ERR(FL_EINVAL, "ps mode needs the pserver list (FLOTILLA_PSERVERS_IP_PORT_LIST)");
+  /* The servers apply the pushed gradients themselves, so loss-scaled
+   * gradients, and a step to skip on overflow, would reach them; geo
+   * trains locally through the loop's scaler and pushes parameter deltas. */
+  if (job->strategy.amp && !(job->strategy.a_sync && job->strategy.a_sync_configs.k_steps > 0))
+    return FL_ERR(FL_EINVAL, "trainer %d: strategy.amp needs collective mode or geo ps mode "
+                  "(a_sync with a_sync_configs.k_steps > 0): in %s ps mode the servers apply "
+                  "raw gradients", cl->trainer_id, job->strategy.a_sync ? "async" : "sync");
   s = calloc(1, sizeof *s);
   if (!s) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
   s->job = job;

@@ -555,6 +555,30 @@ static grpc_status_code call_msg(grpc_channel *ch, const char *method, const Pro
   return code;
 }
 
+/* AMP is refused in sync and async ps mode (the servers would apply
+ * loss-scaled gradients), before the trainer contacts any server. */
+START_TEST(test_amp_refused) {
+  char list[96], cfg[600];
+  const char *env[6];
+  write_file("amp.yaml", "model: {kind: mlp, input_shape: [1, 8, 8], num_classes: 10, hidden: [8]}\n"
+                         "data: {format: synthetic, synthetic: {kind: image, train_samples: 64, "
+                         "test_samples: 16, seed: 1}}\n"
+                         "cluster: {mode: ps}\nstrategy: {amp: true, a_sync: false}\n");
+  snprintf(list, sizeof list, "FLOTILLA_PSERVERS_IP_PORT_LIST=127.0.0.1:%d", free_port());
+  snprintf(cfg, sizeof cfg, "--config=%s/amp.yaml", g_dir);
+  env[0] = list;
+  env[1] = "FLOTILLA_TRAINER_ID=0";
+  env[2] = "FLOTILLA_TRAINERS_NUM=1";
+  env[3] = "FLOTILLA_ROLE=TRAINER";
+  env[4] = "FLOTILLA_MODE=ps";
+  env[5] = NULL;
+  int tr = spawn("flotilla-trainer", "amp.log", env, cfg, NULL, 30);
+  ck_assert_int_eq(wait_for(tr, 30), 1);
+  ck_assert(wait_log("amp.log", "strategy.amp needs collective mode or geo ps mode", 1));
+  ck_assert(wait_log("amp.log", "in sync ps mode the servers apply raw gradients", 1));
+}
+END_TEST
+
 START_TEST(test_bad_requests) {
   const char *tok = "s3cret-token";
   char list[64], e0[128], e1[128], cfg[600], ckdir[600];
@@ -759,6 +783,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, test_bad_requests);
+  tcase_add_test(tc, test_amp_refused);
   tcase_add_test(tc, test_sync_equals_local);
   tcase_add_test(tc, test_ctr_auc);
   tcase_add_test(tc, test_trainer_killed);
