@@ -35,71 +35,10 @@
 #include "fl_model.h"
 #include "fl_trainer.h"
 
-static char g_dir[256];
-static char g_bin[512];
-static char g_out[1 << 16], g_err[1 << 16];
+#include "trainer_cli_util.h"
 
 static void setup(void) {
-  const char *b = getenv("FL_BUILDDIR");
-  snprintf(g_bin, sizeof g_bin, "%s/flotilla-trainer", b ? b : ".");
-  snprintf(g_dir, sizeof g_dir, "/tmp/fl_test_device.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(g_dir));
-}
-
-static void teardown(void) {
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  ck_assert_int_eq(system(cmd), 0);
-}
-
-static void slurp(const char *path, char *buf, size_t cap) {
-  FILE *f = fopen(path, "rb");
-  size_t n = 0;
-  if (f) {
-    n = fread(buf, 1, cap - 1, f);
-    fclose(f);
-  }
-  buf[n] = '\0';
-}
-
-/* Run flotilla-trainer with args (NULL-terminated), no FLOTILLA_* in its
- * environment but FLOTILLA_LOG_LEVEL=info; stdout and stderr land in g_out
- * and g_err.  Returns the exit status (killed after 120 s: fails). */
-static int run(const char *const *args) {
-  char op[300], ep[300];
-  const char *argv[16];
-  int n = 0;
-  snprintf(op, sizeof op, "%s/stdout", g_dir);
-  snprintf(ep, sizeof ep, "%s/stderr", g_dir);
-  argv[n++] = g_bin;
-  for (; args[n - 1] && n < 15; n++) argv[n] = args[n - 1];
-  argv[n] = NULL;
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    static const char *const vars[] = {"ROLE", "MODE", "TRAINER_ID", "TRAINERS_NUM",
-                                       "TRAINER_ENDPOINTS", "CURRENT_ENDPOINT",
-                                       "PSERVERS_IP_PORT_LIST", "PSERVER_ID", "LOCAL_RANK",
-                                       "LOCAL_SIZE", "SELECTED_GPUS", "TOKEN", "TOKEN_FILE",
-                                       "LOG_DIR", "CHECKPOINT_DIR"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-      char name[64];
-      snprintf(name, sizeof name, "FLOTILLA_%s", vars[i]);
-      unsetenv(name);
-    }
-    setenv("FLOTILLA_LOG_LEVEL", "info", 1);
-    if (!freopen(op, "w", stdout) || !freopen(ep, "w", stderr)) _exit(126);
-    alarm(120);
-    execv(g_bin, (char *const *)argv);
-    _exit(127);
-  }
-  int status;
-  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-  slurp(op, g_out, sizeof g_out);
-  slurp(ep, g_err, sizeof g_err);
-  ck_assert_msg(WIFEXITED(status), "flotilla-trainer killed by signal %d; stderr:\n%s",
-                WIFSIGNALED(status) ? WTERMSIG(status) : 0, g_err);
-  return WEXITSTATUS(status);
+  cli_setup_dir("fl_test_device");
 }
 
 static void write_job(const char *name, const char *device, char *path, size_t cap) {
@@ -383,7 +322,7 @@ END_TEST
 static Suite *device_suite(void) {
   Suite *s = suite_create("trainer_device");
   TCase *t = tcase_create("device");
-  tcase_add_checked_fixture(t, setup, teardown);
+  tcase_add_checked_fixture(t, setup, cli_teardown);
   tcase_set_timeout(t, 240);
   tcase_add_test(t, cli_bad_device_name);
   tcase_add_test(t, model_refuses);

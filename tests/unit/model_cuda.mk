@@ -8,6 +8,7 @@ tests_unit_test_model_cuda_SOURCES = tests/unit/test_model_cuda.c
 tests_unit_test_model_cuda_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_model_cuda_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
 
-tests_integration_test_trainer_device_SOURCES = tests/integration/test_trainer_device.c
+tests_integration_test_trainer_device_SOURCES = tests/integration/test_trainer_device.c \
+	tests/integration/trainer_cli_util.h
 tests_integration_test_trainer_device_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
 tests_integration_test_trainer_device_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS)
