@@ -382,6 +382,34 @@ static fl_status fsync_dir(const char *path) {
   return st;
 }
 
+fl_status fl_ckpt_writer_commit_as(fl_ckpt_writer *w, const char *path) {
+  const char *a, *b;
+  size_t da, db;
+  char *p;
+  if (!w || w->is_mem || !path) {
+    fl_ckpt_writer_abort(w);
+    return FL_ERR(FL_EINVAL, "fl_ckpt_writer_commit_as: not a file writer, or no path");
+  }
+  /* The temporary is renamed: the destination must be in its directory. */
+  a = strrchr(w->path, '/');
+  b = strrchr(path, '/');
+  da = a ? (size_t)(a - w->path) + 1 : 0;
+  db = b ? (size_t)(b - path) + 1 : 0;
+  if (da != db || strncmp(w->path, path, da)) {
+    fl_status st = FL_ERR(FL_EINVAL, "checkpoint %s: cannot commit as %s (another directory)",
+                          w->path, path);
+    fl_ckpt_writer_abort(w);
+    return st;
+  }
+  if (!(p = strdup(path))) {
+    fl_ckpt_writer_abort(w);
+    return FL_ERR(FL_ENOMEM, "checkpoint %s: out of memory", path);
+  }
+  free(w->path);
+  w->path = p;
+  return fl_ckpt_writer_commit(w);
+}
+
 fl_status fl_ckpt_writer_commit(fl_ckpt_writer *w) {
   fl_status st;
   if (!w || w->is_mem) {

@@ -85,6 +85,10 @@ fl_status fl_ckpt_put_blob(fl_ckpt_writer *w, const char *name, const void *data
  * directory.  Frees w whatever the outcome.  FL_EIO (previous file intact)
  * or the sticky error of an earlier put. */
 fl_status fl_ckpt_writer_commit(fl_ckpt_writer *w);
+/* The same, but the file ends up at path instead of the one given to open
+ * (for a name that depends on what was written, such as the step); path
+ * must be in the same directory (FL_EINVAL otherwise).  Frees w. */
+fl_status fl_ckpt_writer_commit_as(fl_ckpt_writer *w, const char *path);
 
 /* Finish a memory writer: *buf (malloc'd, caller frees) and *len get the
  * complete file image.  Frees w whatever the outcome. */

@@ -1282,34 +1282,33 @@ fl_status fl_ps_core_block_value(fl_ps_core *c, uint32_t id, float *out, size_t 
 
 /* ------------------------------------------------------------ checkpoints */
 
-fl_status fl_ps_core_save(fl_ps_core *c, const char *path) {
+/* Write the state into w (the caller commits or aborts it); *step gets the
+ * step the checkpoint holds, the one fl_ps_core_load will report: sync -
+ * the lowest step among the blocks as they were copied (training goes on
+ * while they are copied one at a time, so this can be past the server's
+ * step when the save began); async/geo - next_step as recorded. */
+static fl_status write_state(fl_ps_core *c, fl_ckpt_writer *w, int64_t *step) {
   fl_ps_layout *l = atomic_load(&c->layout);
-  fl_ckpt_writer *w = NULL;
   char name[FL_CKPT_NAME_MAX];
   fl_status st;
   size_t nt = atomic_load(&c->n_tables);
+  int64_t next = atomic_load(&c->next_step), low = INT64_MAX;
 
-  FL_TRY(fl_ckpt_writer_open(path, &w));
 #define I64(key, v)                                                          \
-  if ((st = fl_ckpt_put_i64(w, key, v)) != FL_OK) goto fail
+  if ((st = fl_ckpt_put_i64(w, key, v)) != FL_OK) return st
   I64("ps/mode", (int64_t)c->mode);
   I64("ps/server_index", c->o.server_index);
   I64("ps/n_servers", c->o.n_servers);
   I64("ps/num_trainers", c->nt);
   I64("ps/block_size", (int64_t)c->o.job.pserver.dense_block_size);
-  I64("ps/step", fl_ps_core_step(c));
-  I64("ps/next_step", atomic_load(&c->next_step));
-#undef I64
+  I64("ps/next_step", next);
   if (l) {
     int64_t shp = (int64_t)l->n_params;
     size_t blen = 0, off = 0;
     char *blob;
     for (size_t p = 0; p < l->n_params; p++) blen += strlen(c->names[p]) + 1;
     blob = malloc(blen);
-    if (!blob) {
-      st = FL_ERR(FL_ENOMEM, "checkpoint: out of memory");
-      goto fail;
-    }
+    if (!blob) return FL_ERR(FL_ENOMEM, "checkpoint: out of memory");
     for (size_t p = 0; p < l->n_params; p++) {
       size_t k = strlen(c->names[p]) + 1;
       memcpy(blob + off, c->names[p], k);
@@ -1318,7 +1317,7 @@ fl_status fl_ps_core_save(fl_ps_core *c, const char *path) {
     st = fl_ckpt_put(w, "dense/numel", FL_CKPT_U64, 1, &shp, l->numel);
     if (st == FL_OK) st = fl_ckpt_put_blob(w, "dense/names", blob, blen);
     free(blob);
-    if (st != FL_OK) goto fail;
+    if (st != FL_OK) return st;
   }
   for (size_t i = 0; i < c->n_my; i++) {
     ps_block *b = &c->blocks[i];
@@ -1329,6 +1328,7 @@ fl_status fl_ps_core_save(fl_ps_core *c, const char *path) {
     meta[1] = b->updates;
     meta[2] = b->initialized;
     meta[3] = 0;
+    if (b->step < low) low = b->step;
 #define PUT(suffix, dt, s, data)                                             \
   if (st == FL_OK) {                                                         \
     snprintf(name, sizeof name, "dense/%u/%s", b->id, suffix);               \
@@ -1342,24 +1342,57 @@ fl_status fl_ps_core_save(fl_ps_core *c, const char *path) {
     if (b->s2) PUT("state2", FL_CKPT_F32, &shp, b->s2);
 #undef PUT
     pthread_mutex_unlock(&b->mu);
-    if (st != FL_OK) goto fail;
+    if (st != FL_OK) return st;
   }
   for (size_t i = 0; i < nt; i++) {
     ps_table *pt = &c->tables[i];
     char prefix[256];
     snprintf(prefix, sizeof prefix, "sparse/%s/", fl_ps_table_name(pt->t));
     snprintf(name, sizeof name, "%sdim", prefix);
-    if ((st = fl_ckpt_put_i64(w, name, fl_ps_table_dim(pt->t))) != FL_OK) goto fail;
+    if ((st = fl_ckpt_put_i64(w, name, fl_ps_table_dim(pt->t))) != FL_OK) return st;
     pthread_mutex_lock(&pt->mu);
     st = fl_ps_table_save(pt->t, w, prefix);
     pthread_mutex_unlock(&pt->mu);
-    if (st != FL_OK) goto fail;
+    if (st != FL_OK) return st;
+  }
+  *step = c->mode != FL_PS_SYNC || c->n_my == 0 ? next : low;
+  I64("ps/step", *step);
+#undef I64
+  return FL_OK;
+}
+
+fl_status fl_ps_core_save(fl_ps_core *c, const char *path) {
+  fl_ckpt_writer *w = NULL;
+  int64_t step;
+  fl_status st;
+
+  FL_TRY(fl_ckpt_writer_open(path, &w));
+  if ((st = write_state(c, w, &step)) != FL_OK) {
+    fl_ckpt_writer_abort(w);
+    return st;
   }
   st = fl_ckpt_writer_commit(w);
   if (st == FL_OK) atomic_fetch_add(&c->checkpoints, 1);
   return st;
-fail:
-  fl_ckpt_writer_abort(w);
+}
+
+fl_status fl_ps_core_save_dir(fl_ps_core *c, const char *dir, int64_t *step, char *path,
+                              size_t cap) {
+  fl_ckpt_writer *w = NULL;
+  fl_status st;
+
+  /* The temporary goes beside the file of the current step; the file is
+   * named after the step written, which may be later. */
+  FL_TRY(fl_ckpt_dir_path(dir, fl_ps_core_step(c), path, cap));
+  FL_TRY(fl_ckpt_writer_open(path, &w));
+  st = write_state(c, w, step);
+  if (st == FL_OK) st = fl_ckpt_dir_path(dir, *step, path, cap);
+  if (st != FL_OK) {
+    fl_ckpt_writer_abort(w);
+    return st;
+  }
+  st = fl_ckpt_writer_commit_as(w, path);
+  if (st == FL_OK) atomic_fetch_add(&c->checkpoints, 1);
   return st;
 }
 

@@ -206,6 +206,12 @@ uint64_t fl_ps_core_incarnation(const fl_ps_core *c);
 /* Write a checkpoint of every table to path (atomic, checksummed).  Blocks
  * are copied one at a time under their lock, so training goes on. */
 fl_status fl_ps_core_save(fl_ps_core *c, const char *path);
+/* The same into dir, as <dir>/ckpt-<step>.flc where step (into *step) is
+ * the one the checkpoint holds and fl_ps_core_load will report - possibly
+ * later than fl_ps_core_step() just before, as training goes on meanwhile.
+ * The file's name goes into path (cap bytes, caller's buffer). */
+fl_status fl_ps_core_save_dir(fl_ps_core *c, const char *dir, int64_t *step, char *path,
+                              size_t cap);
 /* Replace the state with a checkpoint (layout, blocks, optimizer state,
  * sparse rows, steps).  Registered trainers must register again.  FL_EINVAL
  * / FL_ECORRUPT (logged) when it does not belong to this server and job;

@@ -89,15 +89,17 @@ static fl_status mkdir_p(const char *path) {
 static fl_status save(app *a, const char *why, int64_t *step_out, char *path_out, size_t cap) {
   char path[FL_JOB_PATH_MAX + 64];
   Flotilla__StatsResponse stats = FLOTILLA__STATS_RESPONSE__INIT;
-  int64_t step;
+  int64_t step, saved;
   fl_status st;
 
   if (!a->dir[0]) return FL_ENOTSUP;
   pthread_mutex_lock(&a->ckpt_mu);
   fl_ps_core_stats(a->core, &stats);
   step = fl_ps_core_step(a->core);
-  st = fl_ckpt_dir_path(a->dir, step, path, sizeof path);
-  if (st == FL_OK) st = fl_ps_core_save(a->core, path);
+  /* Named after the step it holds, which training may have moved past
+   * `step` while the blocks were copied. */
+  st = fl_ps_core_save_dir(a->core, a->dir, &saved, path, sizeof path);
+  if (st == FL_OK) step = saved;
   /* A failed save (full disk, I/O error: the cause is logged where it
    * happened) leaves the previous checkpoint as it was; the next interval
    * tries again rather than every tick. */

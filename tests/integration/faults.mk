@@ -7,14 +7,7 @@ tests_integration_ps_probe_SOURCES = tests/integration/ps_probe.c
 tests_integration_ps_probe_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS)
 tests_integration_ps_probe_LDADD = $(FL_LIBS) $(GRPC_LIBS) $(PROTOBUFC_LIBS)
 
-faults_tests = tests/integration/test_faults_trainer.sh tests/integration/test_security.sh
-# Timing-flaky on a loaded 2-core machine (a restarted pserver's checkpoint
-# choice; a rejoin after a network cut): run by `make check-faults`, kept
-# out of `make check` until they are made deterministic.
-faults_flaky = tests/integration/test_faults_ps.sh tests/integration/test_faults_net.sh
-dist_check_SCRIPTS += $(faults_tests) $(faults_flaky) tests/integration/faults_lib.sh
+faults_tests = tests/integration/test_faults_trainer.sh tests/integration/test_faults_ps.sh \
+	tests/integration/test_faults_net.sh tests/integration/test_security.sh
+dist_check_SCRIPTS += $(faults_tests) tests/integration/faults_lib.sh
 TESTS += $(faults_tests)
-
-check-faults: all $(check_PROGRAMS)
-	$(MAKE) $(AM_MAKEFLAGS) check-TESTS TESTS='$(faults_flaky)'
-.PHONY: check-faults

@@ -9,7 +9,15 @@
 #     heartbeat_timeout_s and trainer 0 trains on, while trainer 1's calls
 #     hit their deadline (rpc_timeout_s) and it says it is retrying,
 #     naming the pserver; once the link is back trainer 1 registers again
-#     and every process ends with status 0.
+#     and every process ends with status 0, both trainers having done
+#     every step.  Trainer 0, training alone during the cut, would complete
+#     its steps if the cut outlasted them (a loaded machine stretches the
+#     waits above), and the pserver would end the job before trainer 1 is
+#     back, which then exits 1; and the rejoin itself can take seconds
+#     after the repair (TCP retransmission backoff).  So trainer 0 is held
+#     (SIGSTOP) from just before the repair until trainer 1 has registered
+#     again.
+# Every wait is for something the daemons log, with a bound.
 # Needs root and iproute2 (ip netns, veth); SKIP with the reason when the
 # namespaces or the veth pair cannot be made.
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
@@ -93,19 +101,28 @@ wait_log "$tmp/$n.ps0.log" 'trainer 1 declared dead: silent for' 8 ||
   fail "$n: trainer 1 was not declared dead within 8 s of the cut"
 wait_log "$tmp/$n.tr1.log" "pserver 0 \($net\.1:[0-9]+\) [A-Za-z]+: DEADLINE_EXCEEDED .*retrying" 10 ||
   fail "$n: trainer 1 did not report its calls timing out"
+# trainer 0 trains on: a new progress line after trainer 1 was declared dead
 before=$(grep -c '^\[Epoch' "$tmp/$n.tr0.log")
-sleep 1
+for ((i = 0; i < 100; i++)); do
+  [ "$(grep -c '^\[Epoch' "$tmp/$n.tr0.log")" -gt "$before" ] && break
+  sleep 0.1
+done
 [ "$(grep -c '^\[Epoch' "$tmp/$n.tr0.log")" -gt "$before" ] ||
   fail "$n: trainer 0 made no progress during the cut"
+kill -STOP "$TR0"
 running "$TR0" || fail "$n: trainer 0 ended during the cut (job too short)"
 heal
+wait_log "$tmp/$n.ps0.log" 'trainer 1 registered again after being declared dead' 45 ||
+  fail "$n: trainer 1 did not register again within 45 s of the repair"
+kill -CONT "$TR0"
 for t in 0 1; do
   wait_exit "$(eval echo \$TR$t)" 90
   [ "$rc" = 0 ] || fail "$n: trainer $t exit $rc"
+  has "$tmp/$n.tr$t.log" 'done: 1600 steps, 25 epochs' "$n: trainer $t"
 done
 wait_exit "$PS0" 20
 [ "$rc" = 0 ] || fail "$n: pserver exit $rc"
-has "$tmp/$n.ps0.log" 'trainer 1 registered again after being declared dead' "$n: pserver"
+has "$tmp/$n.ps0.log" 'every trainer completed' "$n: pserver"
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
 

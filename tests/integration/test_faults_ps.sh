@@ -19,8 +19,12 @@
 #     verifies, no temporary file is left, and the pserver exits 1 because
 #     its final checkpoint could not be written;
 #   a corrupted newest checkpoint: a restarted pserver skips it with a
-#     warning naming the file and loads the one before; with every
-#     checkpoint corrupt it refuses to start.
+#     warning naming the file and loads the one before (its step is then
+#     the one Stats reports); with every checkpoint corrupt it refuses to
+#     start.
+# Every checkpoint found is named after the step it holds.  The parts wait
+# on what the daemons log or answer (bounded), never on a guess of how long
+# something takes.
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
 
 # job FILE A_SYNC EPOCHS HEARTBEAT [BLOCK_SIZE [HIDDEN [CHECKPOINT_DIR]]]
@@ -41,10 +45,25 @@ strategy: {a_sync: $2}
 EOF
 }
 
-# The newest checkpoint of pserver S of job NAME verifies: its step in $ck_step.
+# The newest checkpoint of pserver S of job NAME verifies and holds the
+# step of its name: that step in $ck_step.
 ckpt_ok() {
-  ck_step=$("$PROBE" latest "$tmp/$1.ck/pserver-$2" | sed -n 's/^step //p')
-  [ -n "$ck_step" ] || fail "$1: pserver $2 has no valid checkpoint"
+  "$PROBE" latest "$tmp/$1.ck/pserver-$2" > "$tmp/$1.latest$2" 2>&1
+  ck_step=$(sed -n 's/^step //p' "$tmp/$1.latest$2")
+  [ -n "$ck_step" ] || fail "$1: pserver $2 has no valid checkpoint: $(cat "$tmp/$1.latest$2")"
+  has "$tmp/$1.latest$2" "^recorded_step $ck_step\$" "$1: pserver $2's ckpt-$ck_step.flc"
+}
+
+# grows FILE REGEX SECONDS: 0 once FILE has more lines matching REGEX than
+# when called.
+grows() {
+  _n0=$(grep -Ec -- "$2" "$1")
+  _end=$((SECONDS + $3))
+  while [ $SECONDS -lt $_end ]; do
+    [ "$(grep -Ec -- "$2" "$1")" -gt "$_n0" ] && return 0
+    sleep 0.1
+  done
+  return 1
 }
 
 # ------------------------------------------------ kill -9 of a trainer
@@ -84,10 +103,7 @@ kill -STOP "$TR2"
 wait_log "$tmp/$n.ps0.log" 'trainer 2 declared dead: silent for' 8 ||
   fail "$n: the stopped trainer 2 was not declared dead within 8 s"
 # the others go on while it hangs
-before=$(grep -c '^\[Epoch' "$tmp/$n.tr0.log")
-sleep 1
-after=$(grep -c '^\[Epoch' "$tmp/$n.tr0.log")
-[ "$after" -gt "$before" ] || fail "$n: trainer 0 made no progress while trainer 2 hung"
+grows "$tmp/$n.tr0.log" '^\[Epoch' 15 || fail "$n: trainer 0 made no progress while trainer 2 hung"
 running "$TR0" || fail "$n: trainer 0 ended before trainer 2 was resumed (job too short)"
 kill -CONT "$TR2"
 for t in 0 1 2; do
@@ -109,8 +125,12 @@ wait_log "$tmp/$n.ps1.log" 'checkpoint of step [1-9][0-9]* .*\(interval_steps\)'
   fail "$n: pserver 1 wrote no checkpoint"
 kill -KILL "$PS1"
 wait_exit "$PS1" 5
-# Hold the trainers still: the restarted server's state can then be read
-# before anything new reaches it.
+# The trainers see it gone (and retry) before they are held still: the
+# restarted server's state can then be read before anything new reaches it.
+for t in 0 1; do
+  wait_log "$tmp/$n.tr$t.log" 'pserver 1 .* UNAVAILABLE .*retrying' 20 ||
+    fail "$n: trainer $t did not report pserver 1 unavailable"
+done
 kill -STOP "$TR0" "$TR1"
 ckpt_ok $n 1
 loaded=$ck_step
@@ -172,10 +192,17 @@ else
 fi
 
 # ---------------------------------------- corrupted newest checkpoint
+# Two checkpoints of different steps for sure: one on request (ps_probe
+# save) while the trainer is held early in the job, then the one at its end.
 n=corrupt
-job "$tmp/$n.yaml" true 2 5
+job "$tmp/$n.yaml" true 8 5
 ps_job $n "$tmp/$n.yaml" 1 1
 f0=$fails
+wait_log "$tmp/$n.tr0.log" '^\[Epoch 0, batch 20\]' 30 || fail "$n: the trainer did not train"
+kill -STOP "$TR0"
+running "$TR0" || fail "$n: the trainer ended before it was held (job too short)"
+"$PROBE" save "$PSLIST" > "$tmp/$n.save" 2>&1 || fail "$n: SaveCheckpoint: $(cat "$tmp/$n.save")"
+kill -CONT "$TR0"
 wait_exit "$TR0" 60
 [ "$rc" = 0 ] || fail "$n: trainer exit $rc"
 wait_exit "$PS0" 20
@@ -184,16 +211,21 @@ mapfile -t cks < <(ls "$tmp/$n.ck/pserver-0" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/
 if [ ${#cks[@]} -ge 2 ]; then
   newest=${cks[0]} prev=${cks[1]}
   f=$tmp/$n.ck/pserver-0/ckpt-$newest.flc
-  size=$(stat -c %s "$f")
-  # flip one byte in the middle of the data
-  printf '\xa5' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+  off=$(($(stat -c %s "$f") / 2))
+  # invert one byte in the middle of the data
+  byte=$(od -An -tu1 -j $off -N1 "$f" | tr -d ' ')
+  printf '%b' "$(printf '\\0%03o' $((byte ^ 255)))" |
+    dd of="$f" bs=1 seek=$off conv=notrunc status=none
   mv "$tmp/$n.ps0.log" "$tmp/$n.ps0.first.log"
   start_pserver $n "$tmp/$n.yaml" 0 1
-  wait_log "$tmp/$n.ps0.log" '\] serving ' 20 || fail "$n: the pserver did not start"
-  has "$tmp/$n.ps0.log" "skipping .*ckpt-$newest.flc" "$n: restarted pserver"
-  has "$tmp/$n.ps0.log" "loaded checkpoint .*ckpt-$prev.flc: step $prev" "$n: restarted pserver"
-  "$PROBE" stats "$PSLIST" > "$tmp/$n.stats" 2>&1
-  has "$tmp/$n.stats" "^step $prev\$" "$n: Stats of the restarted pserver"
+  if wait_log "$tmp/$n.ps0.log" '\] serving ' 20; then
+    has "$tmp/$n.ps0.log" "skipping .*ckpt-$newest.flc \(corrupt data\)" "$n: restarted pserver"
+    has "$tmp/$n.ps0.log" "loaded checkpoint .*ckpt-$prev.flc: step $prev\$" "$n: restarted pserver"
+    "$PROBE" stats "$PSLIST" > "$tmp/$n.stats" 2>&1 || fail "$n: Stats: $(cat "$tmp/$n.stats")"
+    has "$tmp/$n.stats" "^step $prev\$" "$n: Stats of the restarted pserver"
+  else
+    fail "$n: the restarted pserver does not serve"
+  fi
   kill -TERM "$PS0"
   wait_exit "$PS0" 20
   [ "$rc" = 0 ] || fail "$n: pserver exit $rc after SIGTERM"

@@ -298,6 +298,47 @@ START_TEST(test_dir_newest_valid) {
 }
 END_TEST
 
+/* commit_as: the file lands under the other name (same directory), and
+ * the temporary is gone; another directory is refused and nothing stays. */
+START_TEST(test_commit_as) {
+  char dir[256], path[512], other[512];
+  int64_t steps[4], step = -1;
+  size_t n;
+  fl_ckpt *c;
+  fl_ckpt_writer *w;
+  quiet();
+  snprintf(dir, sizeof dir, "%s/as", g_dir);
+  ck_assert_int_eq(fl_ckpt_dir_begin(dir, 5, &w), FL_OK);
+  fill(w, 7);
+  ck_assert_int_eq(fl_ckpt_dir_path(dir, 7, path, sizeof path), FL_OK);
+  ck_assert_int_eq(fl_ckpt_writer_commit_as(w, path), FL_OK);
+  ck_assert_int_eq(fl_ckpt_dir_list(dir, steps, 4, &n), FL_OK);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_int_eq(steps[0], 7);
+  ck_assert_int_eq(fl_ckpt_dir_load_latest(dir, &c, &step), FL_OK);
+  ck_assert_int_eq(step, 7);
+  check_content(c, 7);
+  fl_ckpt_free(c);
+
+  ck_assert_int_eq(fl_ckpt_dir_begin(dir, 8, &w), FL_OK);
+  fill(w, 8);
+  snprintf(other, sizeof other, "%s/ckpt-8.flc", g_dir);
+  ck_assert_int_eq(fl_ckpt_writer_commit_as(w, other), FL_EINVAL);
+  ck_assert_int_ne(access(other, F_OK), 0);
+  ck_assert_int_eq(fl_ckpt_dir_list(dir, steps, 4, &n), FL_OK);
+  ck_assert_uint_eq(n, 1);
+  /* no temporary left behind either: the directory holds ckpt-7.flc only */
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int entries = 0;
+  ck_assert_ptr_nonnull(d);
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) entries++;
+  closedir(d);
+  ck_assert_int_eq(entries, 1);
+}
+END_TEST
+
 START_TEST(test_atomic_failed_write) {
   char path[256], bad[256];
   fl_ckpt *c;
@@ -364,6 +405,7 @@ int main(void) {
   tcase_add_test(tc, test_truncated_everywhere);
   tcase_add_test(tc, test_flipped_everywhere);
   tcase_add_test(tc, test_dir_newest_valid);
+  tcase_add_test(tc, test_commit_as);
   tcase_add_test(tc, test_atomic_failed_write);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
