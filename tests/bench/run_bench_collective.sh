@@ -48,9 +48,9 @@ need() { # need COMMAND PACKAGES...
 if need mpicc openmpi-bin libopenmpi-dev; then
   mpicc -O2 -o "$tmp/mpi_allreduce" "$here/mpi_allreduce.c"
   for n in 2 4; do
-    mpirun --allow-run-as-root --oversubscribe -np $n \
+    timeout 300 mpirun --allow-run-as-root --oversubscribe -np $n \
       "$tmp/mpi_allreduce" default $quick 2>/dev/null | tee -a "$out"
-    mpirun --allow-run-as-root --oversubscribe -np $n --mca btl tcp,self \
+    timeout 300 mpirun --allow-run-as-root --oversubscribe -np $n --mca btl tcp,self \
       "$tmp/mpi_allreduce" tcp $quick 2>/dev/null | tee -a "$out"
   done
 else
@@ -81,7 +81,9 @@ FL_SRCDIR=$src "$build/tests/bench/bench_coll_train" --steps $steps | tee -a "$o
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 if { "$py" -c 'import torch' 2>/dev/null || { need "$py" python3-torch && "$py" -c 'import torch'; }; } 2>/dev/null; then
-  OPENBLAS_NUM_THREADS=1 "$py" "$here/torch_ddp_mlp.py" --steps $steps 2>/dev/null | tee -a "$out"
+  # bounded: a gloo rendezvous that never completes must not hang the run
+  OPENBLAS_NUM_THREADS=1 timeout 300 "$py" "$here/torch_ddp_mlp.py" --steps $steps 2>/dev/null |
+    tee -a "$out"
   awk -F': ' '{ split($2, v, " "); val[$1] = v[1] }
     END {
       t = val["torch_ddp_gloo_samples_per_s_2r"]

@@ -7,7 +7,9 @@
  * Inputs are multiples of 1/4 small enough that every partial sum is
  * exact in all three types, so each result must equal the serial sum bit
  * for bit whatever the reduction order; random inputs then check that all
- * ranks hold identical bits and that a second run gives the same bits. */
+ * ranks hold identical bits and that a second run gives the same bits.
+ * Allreduces are run both ways the engine runs them: a blocking call on
+ * the caller's thread, and requests queued to its worker. */
 #include <config.h>
 
 #include <check.h>
@@ -89,6 +91,57 @@ out:
   free(v);
   free(w);
   free(buf);
+  return rc;
+}
+
+/* buf (size elements of dt) holds the sum over n ranks of gen(q, key, i)? */
+static int sum_ok(int r, int n, size_t key, fl_coll_dtype dt, const void *buf, size_t size) {
+  float *w = malloc((size ? size : 1) * sizeof(float));
+  int ok = w != NULL;
+  if (ok) unfill(dt, buf, w, size);
+  for (size_t i = 0; ok && i < size; i++) {
+    float want = 0;
+    for (int q = 0; q < n; q++) want += gen(q, key, i);
+    if (w[i] != want) {
+      fprintf(stderr, "rank %d: queued %s size %zu [%zu] = %g, want %g\n", r,
+              fl_coll_dtype_name(dt), size, i, (double)w[i], (double)want);
+      ok = 0;
+    }
+  }
+  free(w);
+  return ok;
+}
+
+/* Three allreduces queued at once (they run on the engine's worker, one
+ * after the other) and a blocking one issued while they are in flight
+ * (it must wait its turn): every buffer gets its own sum. */
+static int check_queued(fl_coll *c, int r, int n, uint64_t *hash) {
+  static const size_t qs[4] = {1003, 65537, 7, 4099};
+  static const fl_coll_dtype qt[4] = {FL_COLL_F32, FL_COLL_BF16, FL_COLL_F16, FL_COLL_F32};
+  void *buf[4] = {NULL, NULL, NULL, NULL};
+  fl_coll_req *req[3] = {NULL, NULL, NULL};
+  float *v = malloc(65537 * sizeof(float));
+  int rc = v ? 0 : 71;
+  for (int k = 0; k < 4 && !rc; k++) {
+    buf[k] = malloc(qs[k] * fl_coll_dtype_size(qt[k]));
+    if (!buf[k]) {
+      rc = 71;
+      break;
+    }
+    for (size_t i = 0; i < qs[k]; i++) v[i] = gen(r, qs[k] + (size_t)k, i);
+    fill(qt[k], buf[k], v, qs[k]);
+  }
+  for (int k = 0; k < 3 && !rc; k++)
+    if (fl_coll_iallreduce(c, buf[k], qs[k], qt[k], &req[k]) != FL_OK) rc = 72;
+  if (!rc && fl_coll_allreduce(c, buf[3], qs[3], qt[3]) != FL_OK) rc = 73;
+  for (int k = 0; k < 3; k++)
+    if (req[k] && fl_coll_wait(c, req[k]) != FL_OK && !rc) rc = 74;
+  for (int k = 0; k < 4 && !rc; k++) {
+    if (!sum_ok(r, n, qs[k] + (size_t)k, qt[k], buf[k], qs[k])) rc = 75;
+    hash[k] = ct_hash(buf[k], qs[k] * fl_coll_dtype_size(qt[k]));
+  }
+  for (int k = 0; k < 4; k++) free(buf[k]);
+  free(v);
   return rc;
 }
 
@@ -208,6 +261,10 @@ static int rank_main(ct_job *j, int r, void *arg) {
     for (size_t ti = 0; !rc && ti < 3; ti++)
       rc = check_allreduce(c, r, j->n, k_sizes[si], k_types[ti], &g_res->hash[r][k++]);
   if (!rc) rc = check_random(c, r, j->n, &g_res->hash[r][k++]);
+  if (!rc) {
+    rc = check_queued(c, r, j->n, &g_res->hash[r][k]);
+    k += 4;
+  }
   static const size_t bsz[] = {0, 1, 5, 4096, 100003};
   for (size_t i = 0; !rc && i < sizeof(bsz) / sizeof(bsz[0]); i++) rc = check_broadcast(c, r, j->n, bsz[i]);
   for (size_t i = 0; !rc && i < sizeof(bsz) / sizeof(bsz[0]); i++) rc = check_allgather(c, r, j->n, bsz[i]);

@@ -468,8 +468,12 @@ static fl_status run_req(fl_coll *c, fl_coll_req *q) {
   }
 }
 
-/* Run q on this thread; the caller holds the executor (c->exec_busy). */
-static void execute(fl_coll *c, fl_coll_req *q) {
+/* Run q on this thread; the caller holds the executor (c->exec_busy).
+ * `queued`: q came from the queue, so its submitter waits on c->cv; a
+ * blocking call run inline wakes the other threads only when a request
+ * queued meanwhile waits for the executor (a wake-up per collective costs
+ * the worker two context switches for nothing). */
+static void execute(fl_coll *c, fl_coll_req *q, int queued) {
   pthread_mutex_lock(&c->mu);
   c->cur_op = req_name(q->kind);
   c->cur_seq = q->seq;
@@ -484,7 +488,7 @@ static void execute(fl_coll *c, fl_coll_req *q) {
   c->exec_busy = 0;
   q->st = st;
   q->done = 1;
-  pthread_cond_broadcast(&c->cv);
+  if (queued || c->q_head) pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -505,7 +509,7 @@ static void *worker_main(void *arg) {
     if (!c->q_head) c->q_tail = NULL;
     c->exec_busy = 1;
     pthread_mutex_unlock(&c->mu);
-    execute(c, q);
+    execute(c, q, 1);
   }
 }
 
@@ -518,7 +522,7 @@ static fl_status submit(fl_coll *c, fl_coll_req *q, fl_coll_req **out) {
   if (!out && !c->q_head && !c->exec_busy) {
     c->exec_busy = 1;
     pthread_mutex_unlock(&c->mu);
-    execute(c, q);
+    execute(c, q, 0);
   } else {
     if (c->q_tail)
       c->q_tail->next = q;
@@ -860,12 +864,16 @@ static fl_coll_req *req_new(int kind) {
   return q;
 }
 
-fl_status fl_coll_iallreduce(fl_coll *c, void *buf, size_t count, fl_coll_dtype dt,
-                             fl_coll_req **req) {
+/* Check and submit an allreduce: queued with its request in *req, or,
+ * when req is NULL, as a blocking call (run on this thread when nothing
+ * else is queued or running). */
+static fl_status allreduce_submit(fl_coll *c, void *buf, size_t count, fl_coll_dtype dt,
+                                  fl_coll_req **req) {
   size_t es = fl_coll_dtype_size(dt);
-  if (!c || !req || es == 0 || (count > 0 && !buf) || count > SIZE_MAX / 8)
+  if (!c || es == 0 || (count > 0 && !buf) || count > SIZE_MAX / 8)
     return FL_ERR(FL_EINVAL, "collective: allreduce: bad arguments (count %zu, dtype %d)", count,
                   (int)dt);
+  if (c->local && !req) return FL_OK;
   fl_coll_req *q = req_new(REQ_ALLREDUCE);
   if (!q) return FL_ERR(FL_ENOMEM, "collective: out of memory");
   q->buf = buf;
@@ -879,6 +887,12 @@ fl_status fl_coll_iallreduce(fl_coll *c, void *buf, size_t count, fl_coll_dtype 
   return submit(c, q, req);
 }
 
+fl_status fl_coll_iallreduce(fl_coll *c, void *buf, size_t count, fl_coll_dtype dt,
+                             fl_coll_req **req) {
+  if (!req) return FL_ERR(FL_EINVAL, "collective: allreduce: no request to return");
+  return allreduce_submit(c, buf, count, dt, req);
+}
+
 fl_status fl_coll_wait(fl_coll *c, fl_coll_req *req) {
   if (!c || !req) return FL_ERR(FL_EINVAL, "collective: wait on a NULL request");
   if (c->local) {
@@ -890,10 +904,7 @@ fl_status fl_coll_wait(fl_coll *c, fl_coll_req *req) {
 }
 
 fl_status fl_coll_allreduce(fl_coll *c, void *buf, size_t count, fl_coll_dtype dt) {
-  fl_coll_req *q = NULL;
-  fl_status st = fl_coll_iallreduce(c, buf, count, dt, &q);
-  if (st != FL_OK) return st;
-  return fl_coll_wait(c, q);
+  return allreduce_submit(c, buf, count, dt, NULL);
 }
 
 fl_status fl_coll_broadcast(fl_coll *c, void *buf, size_t bytes, int root) {

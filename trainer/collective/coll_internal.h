@@ -94,8 +94,11 @@ int coll_token_equal(const char *expected, size_t elen, const char *got, size_t 
  * rounded once; the order of the two operands is fixed). */
 void coll_reduce_into(fl_coll_dtype dt, void *dst, const void *src, size_t n);
 /* dst[i] = srcs[0][i] + srcs[1][i] + ... + srcs[k-1][i], added in that
- * order in fp32 (fp64 for F64) and rounded to dt once. */
-void coll_reduce_many(fl_coll_dtype dt, void *dst, const void *const *srcs, int k, size_t n);
+ * order in fp32 (fp64 for F64) and rounded to dt once; the sum is written
+ * to dst and, when dst2 is not NULL, to dst2 as well.  dst or dst2 may be
+ * one of the sources (each block is read before it is written). */
+void coll_reduce_many(fl_coll_dtype dt, void *dst, void *dst2, const void *const *srcs, int k,
+                      size_t n);
 
 /* Segment j of a range of `count` elements cut into n near-equal parts
  * (the first count % n get one more): its first element and length. */

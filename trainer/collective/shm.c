@@ -13,23 +13,29 @@
  * previous step, which every rank reaches only after its reads of the last
  * step that used h).
  *
- * Allreduce, per chunk: every rank copies its chunk into its slot; barrier;
- * rank i sums slice i of the chunk over all slots in rank order (fp32 for
- * 16-bit types, rounded once) into the result area; barrier; every rank
- * copies the result out.  The order of the sum is fixed and every rank
- * copies the same result, so the bits agree everywhere.
+ * Allreduce, per chunk cut into n slices: every rank copies the slices
+ * other ranks sum into its slot; barrier; rank i sums slice i in rank
+ * order (fp32 for 16-bit types, rounded once), reading its own part
+ * straight from its buffer and the others' from their slots, and writes
+ * the sum to the result area and to its own buffer; barrier; every rank
+ * copies the other slices' sums out.  The order of the sum is fixed and
+ * every rank gets the bytes the slice's summer produced, so the bits agree
+ * everywhere.
  *
- * Waiting: futex-wait in short slices at once (busy polling measured
- * worse here: a poller takes the core from the peer it waits for, and
- * ranks often outnumber cores), checking the
- * communicator's failure state, so that a verdict from rank 0 (a dead or
- * hung rank) ends the wait; a wait that outlasts the verdict's grace names
- * the rank that did not arrive. */
+ * Waiting: a barrier first polls for a short while (SPIN_NS: a small op's
+ * steps take microseconds, far less than a futex sleep and wake-up),
+ * calling sched_yield between looks so that a peer waiting for this core
+ * runs first (a pure busy-poll measured much worse: it takes the core from
+ * the peer it waits for when ranks outnumber cores); then it futex-waits
+ * in short slices, checking the communicator's failure state, so that a
+ * verdict from rank 0 (a dead or hung rank) ends the wait; a wait that
+ * outlasts the verdict's grace names the rank that did not arrive. */
 #include <config.h>
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -42,6 +48,7 @@
 
 #define SHM_MAGIC 0x4d485346u /* "FSHM" */
 #define HDR_BYTES 8192
+#define SPIN_NS 50000u /* a barrier polls (yielding) this long before it sleeps */
 
 typedef struct shm_hdr {
   uint32_t magic;
@@ -106,6 +113,29 @@ static fl_status failure_status(shm_state *s) {
   return FL_ECLOSED;
 }
 
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Poll *addr for up to ns nanoseconds, yielding the core between looks;
+ * 1 when it no longer holds val. */
+static int spin_until_changed(atomic_uint *addr, unsigned val, uint64_t ns) {
+  uint64_t end = 0;
+  for (unsigned i = 1;; i++) {
+    if (atomic_load_explicit(addr, memory_order_acquire) != val) return 1;
+    sched_yield();
+    if ((i & 3) == 0) {
+      uint64_t t = now_ns();
+      if (!end)
+        end = t + ns;
+      else if (t >= end)
+        return 0;
+    }
+  }
+}
+
 static fl_status barrier(shm_state *s) {
   shm_hdr *h = s->h;
   fl_coll *c = s->c;
@@ -117,6 +147,7 @@ static fl_status barrier(shm_state *s) {
     if (atomic_load(&h->sleepers)) futex_wake_all(&h->gen);
     return FL_OK;
   }
+  if (spin_until_changed(&h->gen, g, SPIN_NS)) return FL_OK;
   uint64_t deadline = coll_mono_ms() + (uint64_t)((c->timeout_s + 2.0 * c->hb_s) * 1000.0) + 1000;
   while (atomic_load(&h->gen) == g) {
     if (atomic_load(&s->aborted) || atomic_load(&h->abort)) return failure_status(s);
@@ -260,28 +291,42 @@ static fl_status check(shm_state *s) {
 }
 
 /* Sum over the group; copy the result out on every rank (root < 0) or on
- * group member `root` only. */
+ * group member `root` only (the others' buffers are left as they were).
+ * Slice j of each chunk is summed by member j straight from its own
+ * buffer, so a rank copies in, and copies out, only the (n-1)/n of the
+ * data that other ranks sum: two passes over the data fewer than copying
+ * whole chunks. */
 static fl_status reduce(shm_state *s, void *vbuf, size_t count, fl_coll_dtype dt, int root) {
   if (s->n == 1 || count == 0) return FL_OK;
   FL_TRY(check(s));
   uint8_t *buf = vbuf;
   size_t es = fl_coll_dtype_size(dt);
   size_t ce = s->slot / es;
+  int out = root < 0 || root == s->me;
   const void *srcs[FL_CLUSTER_MAX_TRAINERS];
   for (size_t off = 0; off < count; off += ce) {
     int half = s->half;
     s->half ^= 1;
     size_t m = count - off < ce ? count - off : ce;
-    memcpy(slot_at(s, s->me, half), buf + off * es, m * es);
-    FL_TRY(barrier(s));
+    uint8_t *chunk = buf + off * es, *slot = slot_at(s, s->me, half), *res = result_at(s, half);
     size_t so, sl;
-    coll_segment(m, s->n, s->me, &so, &sl);
-    if (sl) {
-      for (int j = 0; j < s->n; j++) srcs[j] = slot_at(s, j, half) + so * es;
-      coll_reduce_many(dt, result_at(s, half) + so * es, srcs, s->n, sl);
+    for (int j = 0; j < s->n; j++) {
+      coll_segment(m, s->n, j, &so, &sl);
+      if (j != s->me && sl) memcpy(slot + so * es, chunk + so * es, sl * es);
     }
     FL_TRY(barrier(s));
-    if (root < 0 || root == s->me) memcpy(buf + off * es, result_at(s, half), m * es);
+    coll_segment(m, s->n, s->me, &so, &sl);
+    if (sl) {
+      for (int j = 0; j < s->n; j++)
+        srcs[j] = j == s->me ? chunk + so * es : slot_at(s, j, half) + so * es;
+      coll_reduce_many(dt, res + so * es, out ? chunk + so * es : NULL, srcs, s->n, sl);
+    }
+    FL_TRY(barrier(s));
+    if (!out) continue;
+    for (int j = 0; j < s->n; j++) {
+      coll_segment(m, s->n, j, &so, &sl);
+      if (j != s->me && sl) memcpy(chunk + so * es, res + so * es, sl * es);
+    }
   }
   return FL_OK;
 }

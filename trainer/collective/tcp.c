@@ -19,22 +19,42 @@
  *
  * The byte stream a rank sends on a ring is: a 32-byte op header, its own
  * segment, then every received chunk it forwards.  The receiver knows where
- * each incoming byte belongs, so libuv reads straight into the destination
+ * each incoming byte belongs, so it reads straight into the destination
  * (chunks to be added go to a chunk-sized scratch buffer first), and writes
  * go straight from the caller's buffer: no staging copies.
+ *
+ * The connections are made and authenticated on the libuv loop; an op's
+ * bytes then move on the thread that runs the op (the worker, or the
+ * caller of a blocking collective), with non-blocking send/recv on the
+ * sockets' descriptors, while the loop leaves them alone (no read or write
+ * of its own is active on a data connection after set-up).  That saves two
+ * thread hand-offs per op and the loop's wake-ups per chunk, which is most
+ * of the time of a small op.  When the descriptors have nothing to give,
+ * the thread yields the core (sched_yield, so that a peer waiting for a
+ * core runs first) for up to SPIN_NS, then sleeps in poll().  A failure
+ * (tcp_abort, on the loop) shuts the sockets down, which wakes the poll;
+ * the descriptors are closed with the other connections at teardown, so
+ * they are never reused under a running op.
  * Broadcast pipelines the root's chunks along the ring; allgather is the
  * allgather phase above with the ranks' blocks as segments; barrier is an
  * allgather of one byte. */
 #include <config.h>
 
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include "coll_internal.h"
 #include "fl_metrics.h"
 
 #define OPHDR 32
 #define OP_MAGIC 0x4448504fu /* "OPHD" */
+#define SPIN_NS 50000u /* a stalled op yields the core this long before it sleeps */
 
 enum { OP_ALLREDUCE = 1, OP_BROADCAST = 2, OP_ALLGATHER = 3 };
 
@@ -50,23 +70,23 @@ typedef struct tcp_ring {
   tcp_state *st;
   int idx;
   coll_conn *out, *in;
-  /* plan of the current op (built by the worker, run by the loop) */
+  int out_fd, in_fd; /* their descriptors, read once on the loop at set-up */
+  /* plan of the current op (built and run by the thread that runs the op) */
   piece *init;
   size_t n_init, cap_init;
   piece *rp;
   size_t nrp, cap_rp;
-  size_t nwrites;
-  uv_write_t *wr;
-  size_t cap_wr;
   uint8_t *scratch;
   size_t cap_scratch;
   int used; /* this ring carries part of the op */
-  /* progress (loop thread) */
-  int active;
-  size_t cur, got, wr_used, w_pending;
-  int recv_done;
-  uint8_t hdr_out[OPHDR], hdr_in[OPHDR];
+  /* progress */
+  size_t s_idx;     /* next item to send: 0 header, 1..n_init own pieces, then forwards */
+  size_t s_rp;      /* next received piece to consider for forwarding */
+  size_t s_off;     /* bytes of the current send item already sent */
+  size_t cur, got;  /* piece being received, bytes of it received */
   size_t hdr_got;
+  int send_done, recv_done;
+  uint8_t hdr_out[OPHDR], hdr_in[OPHDR];
 } tcp_ring;
 
 struct tcp_state {
@@ -79,7 +99,7 @@ struct tcp_state {
   tcp_ring *rings;
   int setup_left;
   int setup_done;
-  int dead; /* connections closed after a failure (loop thread) */
+  atomic_int dead; /* set by tcp_abort (loop thread): sockets shut down */
   /* the op in flight */
   int kind;
   uint64_t seq;
@@ -87,10 +107,8 @@ struct tcp_state {
   fl_coll_dtype dt;
   size_t es;
   int root;
-  int rings_left;
-  int op_finished; /* under c->mu */
-  fl_status op_status;
-  atomic_uint_fast64_t progress_ms;
+  size_t sent, received; /* payload bytes of the op, for the metrics */
+  struct pollfd *pf;     /* 2 * nrings */
 };
 
 static const char *op_name(int kind) {
@@ -98,6 +116,11 @@ static const char *op_name(int kind) {
 }
 
 /* ------------------------------------------------------------ set-up */
+
+static int conn_fd(coll_conn *cn) {
+  uv_os_fd_t fd;
+  return uv_fileno((uv_handle_t *)&cn->tcp, &fd) == 0 ? (int)fd : -1;
+}
 
 static void setup_one(tcp_state *st) {
   if (--st->setup_left == 0) coll_set_flag(st->c, &st->setup_done);
@@ -108,6 +131,7 @@ static void got_out(fl_coll *c, void *arg, coll_conn *cn) {
   tcp_ring *r = arg;
   r->out = cn;
   cn->owner = r;
+  r->out_fd = conn_fd(cn);
   setup_one(r->st);
 }
 
@@ -116,6 +140,7 @@ static void got_in(fl_coll *c, void *arg, coll_conn *cn) {
   tcp_ring *r = arg;
   r->in = cn;
   cn->owner = r;
+  r->in_fd = conn_fd(cn);
   setup_one(r->st);
 }
 
@@ -154,12 +179,14 @@ static fl_status tcp_init(fl_coll *c, const coll_group *g, void **state) {
   st->nrings = c->nrings;
   st->ranks = malloc((size_t)g->n * sizeof(int));
   st->rings = calloc((size_t)st->nrings, sizeof(tcp_ring));
-  if (!st->ranks || !st->rings) return FL_ERR(FL_ENOMEM, "collective: out of memory");
+  st->pf = calloc(2 * (size_t)st->nrings, sizeof(struct pollfd));
+  if (!st->ranks || !st->rings || !st->pf) return FL_ERR(FL_ENOMEM, "collective: out of memory");
   memcpy(st->ranks, g->ranks, (size_t)g->n * sizeof(int));
-  atomic_init(&st->progress_ms, 0);
+  atomic_init(&st->dead, 0);
   for (int k = 0; k < st->nrings; k++) {
     st->rings[k].st = st;
     st->rings[k].idx = k;
+    st->rings[k].in_fd = st->rings[k].out_fd = -1;
   }
   if (st->n == 1) return FL_OK;
   st->next = st->ranks[(st->me + 1) % st->n];
@@ -252,14 +279,9 @@ static fl_status plan_ring(tcp_state *st, tcp_ring *r, uint8_t *buf) {
     else
       e |= add_pieces(r, 0, buf + pb, pl, chunk, 0, mod(p + 1, n) != st->root);
   }
-  size_t nw = 1 + r->n_init;
   size_t maxred = 0;
-  for (size_t i = 0; i < r->nrp; i++) {
-    if (r->rp[i].forward) nw++;
+  for (size_t i = 0; i < r->nrp; i++)
     if (r->rp[i].reduce && r->rp[i].len > maxred) maxred = r->rp[i].len;
-  }
-  r->nwrites = nw;
-  e |= grow((void **)&r->wr, &r->cap_wr, nw, sizeof(uv_write_t));
   e |= grow((void **)&r->scratch, &r->cap_scratch, maxred, 1);
   if (e) return FL_ERR(FL_ENOMEM, "collective: out of memory for a %s plan", op_name(st->kind));
   uint8_t *h = r->hdr_out;
@@ -274,75 +296,44 @@ static fl_status plan_ring(tcp_state *st, tcp_ring *r, uint8_t *buf) {
 
 /* ------------------------------------------------------------ the run */
 
-static void op_finish(tcp_state *st, fl_status s) {
+typedef struct io_fail {
+  int peer;
+  char msg[256];
+} io_fail;
+
+static void suspect_on_loop(fl_coll *c, void *arg) {
+  io_fail *f = arg;
+  coll_suspect(c, f->peer, FL_ECLOSED, f->msg);
+  free(f);
+}
+
+/* A socket error or EOF on the connection to `peer` (err: an errno value,
+ * 0 for EOF).  After tcp_abort shut the sockets down this is the echo of
+ * that failure; otherwise the peer is suspected (coll_suspect, on the
+ * loop) and this thread waits for the verdict. */
+static fl_status io_failed(tcp_state *st, tcp_ring *r, int peer, int err, const char *what) {
   fl_coll *c = st->c;
-  pthread_mutex_lock(&c->mu);
-  st->op_status = s;
-  st->op_finished = 1;
-  pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
-}
-
-static void ring_check_done(tcp_ring *r) {
-  if (!r->active || !r->recv_done || r->w_pending || r->wr_used < r->nwrites) return;
-  r->active = 0;
-  if (--r->st->rings_left == 0) op_finish(r->st, FL_OK);
-}
-
-static void conn_failed(tcp_ring *r, int peer, int uverr, const char *what) {
-  tcp_state *st = r->st;
-  char nm[FL_HOST_MAX + 32], msg[256];
-  coll_peer_name(st->c, peer, nm, sizeof(nm));
-  if (uverr == UV_EOF || uverr == UV_ECONNRESET || uverr == UV_EPIPE)
-    snprintf(msg, sizeof(msg), "%s closed the connection (process exited?)", nm);
-  else
-    snprintf(msg, sizeof(msg), "%s %s on ring %d: %s", what, nm, r->idx, uv_strerror(uverr));
-  coll_suspect(st->c, peer, FL_ECLOSED, msg);
-}
-
-static void ring_written(uv_write_t *req, int status) {
-  tcp_ring *r = req->data;
-  r->w_pending--;
-  if (status < 0) {
-    if (status != UV_ECANCELED) conn_failed(r, r->st->next, status, "sending to");
-    return;
+  if (!atomic_load(&st->dead)) {
+    io_fail *f = malloc(sizeof(*f));
+    if (f) {
+      char nm[FL_HOST_MAX + 32];
+      coll_peer_name(c, peer, nm, sizeof(nm));
+      f->peer = peer;
+      if (err == 0 || err == ECONNRESET || err == EPIPE)
+        snprintf(f->msg, sizeof(f->msg), "%s closed the connection (process exited?)", nm);
+      else
+        snprintf(f->msg, sizeof(f->msg), "%s %s on ring %d: %s", what, nm, r->idx, strerror(err));
+      if (coll_loop_post(c, suspect_on_loop, f) != FL_OK) {
+        coll_fail(c, peer, FL_ECLOSED, 0, "%s", f->msg);
+        free(f);
+      }
+    }
+    int never = 0;
+    double grace = c->timeout_s / 2.0 < 1.0 ? c->timeout_s / 2.0 : 1.0;
+    coll_wait_flag(c, &never, coll_mono_ms() + (uint64_t)(grace * 1000.0) + 5000);
   }
-  atomic_store(&r->st->progress_ms, uv_now(&r->st->c->loop));
-  ring_check_done(r);
-}
-
-static void ring_send(tcp_ring *r, uint8_t *ptr, size_t len) {
-  uv_write_t *w = &r->wr[r->wr_used++];
-  w->data = r;
-  uv_buf_t b = uv_buf_init((char *)ptr, (unsigned)len);
-  int rc = uv_write(w, (uv_stream_t *)&r->out->tcp, &b, 1, ring_written);
-  if (rc != 0) {
-    conn_failed(r, r->st->next, rc, "sending to");
-    return;
-  }
-  r->w_pending++;
-  fl_series_add(fl_metrics_std()->bytes_sent, (double)len);
-}
-
-static void ring_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
-  (void)suggested;
-  tcp_ring *r = ((coll_conn *)h)->owner;
-  if (r->hdr_got < OPHDR) {
-    *b = uv_buf_init((char *)r->hdr_in + r->hdr_got, (unsigned)(OPHDR - r->hdr_got));
-    return;
-  }
-  piece *p = &r->rp[r->cur];
-  uint8_t *dst = p->reduce ? r->scratch : p->ptr;
-  size_t left = p->len - r->got;
-  if (left > (1u << 30)) left = 1u << 30;
-  *b = uv_buf_init((char *)dst + r->got, (unsigned)left);
-}
-
-static void recv_done(tcp_ring *r) {
-  if (r->st->dead) return;
-  uv_read_stop((uv_stream_t *)&r->in->tcp);
-  r->recv_done = 1;
-  ring_check_done(r);
+  fl_status f = coll_failed(c);
+  return f != FL_OK ? f : FL_ECLOSED;
 }
 
 static int header_ok(tcp_ring *r) {
@@ -369,122 +360,174 @@ static int header_ok(tcp_ring *r) {
   return 0;
 }
 
-static void ring_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  (void)buf;
-  tcp_ring *r = ((coll_conn *)s)->owner;
-  tcp_state *st = r->st;
-  if (nread == 0) return;
-  if (nread < 0) {
-    uv_read_stop(s);
-    conn_failed(r, st->prev, (int)nread, "receiving from");
-    return;
+/* The next bytes ring r may send: 1 with *p, *len set, 0 if none now. */
+static int send_item(tcp_ring *r, uint8_t **p, size_t *len) {
+  if (r->s_idx == 0) {
+    *p = r->hdr_out;
+    *len = OPHDR;
+  } else if (r->s_idx <= r->n_init) {
+    *p = r->init[r->s_idx - 1].ptr;
+    *len = r->init[r->s_idx - 1].len;
+  } else {
+    while (r->s_rp < r->cur && !r->rp[r->s_rp].forward) r->s_rp++;
+    if (r->s_rp == r->nrp) r->send_done = 1;
+    if (r->s_rp >= r->cur) return 0;
+    *p = r->rp[r->s_rp].ptr;
+    *len = r->rp[r->s_rp].len;
   }
-  atomic_store(&st->progress_ms, uv_now(&st->c->loop));
-  fl_series_add(fl_metrics_std()->bytes_received, (double)nread);
-  if (r->hdr_got < OPHDR) {
-    r->hdr_got += (size_t)nread;
-    if (r->hdr_got < OPHDR) return;
-    if (!header_ok(r)) {
-      uv_read_stop(s);
-      return;
-    }
-    if (r->nrp == 0) recv_done(r);
-    return;
-  }
-  r->got += (size_t)nread;
-  piece *p = &r->rp[r->cur];
-  if (r->got < p->len) return;
-  if (p->reduce) coll_reduce_into(st->dt, p->ptr, r->scratch, p->len / st->es);
-  r->cur++;
-  r->got = 0;
-  if (p->forward) ring_send(r, p->ptr, p->len);
-  if (st->dead) return;
-  if (r->cur == r->nrp) recv_done(r);
+  *p += r->s_off;
+  *len -= r->s_off;
+  return 1;
 }
 
-static void op_start_on_loop(fl_coll *c, void *arg) {
-  (void)c;
-  tcp_state *st = arg;
-  if (st->dead) {
-    op_finish(st, FL_ECLOSED);
-    return;
-  }
-  atomic_store(&st->progress_ms, uv_now(&st->c->loop));
-  st->rings_left = 0;
-  for (int k = 0; k < st->nrings; k++) {
-    tcp_ring *r = &st->rings[k];
-    if (!r->used) continue;
-    r->active = 1;
-    st->rings_left++;
-  }
-  if (st->rings_left == 0) {
-    op_finish(st, FL_OK);
-    return;
-  }
-  for (int k = 0; k < st->nrings; k++) {
-    tcp_ring *r = &st->rings[k];
-    if (!r->used) continue;
-    r->cur = r->got = r->wr_used = r->w_pending = 0;
-    r->hdr_got = 0;
-    r->recv_done = 0;
-    ring_send(r, r->hdr_out, OPHDR);
-    for (size_t i = 0; i < r->n_init && !st->dead; i++) ring_send(r, r->init[i].ptr, r->init[i].len);
-    if (st->dead) return;
-    int rc = uv_read_start((uv_stream_t *)&r->in->tcp, ring_alloc, ring_read);
-    if (rc != 0) {
-      conn_failed(r, st->prev, rc, "receiving from");
-      return;
+/* Send what ring r can send without blocking; *moved set when a byte went.
+ * FL_OK, or a failure status. */
+static fl_status pump_send(tcp_state *st, tcp_ring *r, int *moved) {
+  uint8_t *p;
+  size_t len;
+  while (!r->send_done && send_item(r, &p, &len)) {
+    ssize_t k = send(r->out_fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return FL_OK;
+      return io_failed(st, r, st->next, errno, "sending to");
     }
+    *moved = 1;
+    r->s_off += (size_t)k;
+    st->sent += (size_t)k;
+    if ((size_t)k < len) continue;
+    r->s_off = 0;
+    if (r->s_idx <= r->n_init)
+      r->s_idx++;
+    else
+      r->s_rp++;
   }
+  return FL_OK;
 }
 
-typedef struct stall {
-  tcp_state *st;
-  int done;
-} stall;
+/* Receive what ring r can receive without blocking, adding and releasing
+ * pieces for forwarding as they complete. */
+static fl_status pump_recv(tcp_state *st, tcp_ring *r, int *moved) {
+  while (!r->recv_done) {
+    uint8_t *dst;
+    size_t left;
+    piece *pc = NULL;
+    if (r->hdr_got < OPHDR) {
+      dst = r->hdr_in + r->hdr_got;
+      left = OPHDR - r->hdr_got;
+    } else {
+      pc = &r->rp[r->cur];
+      dst = (pc->reduce ? r->scratch : pc->ptr) + r->got;
+      left = pc->len - r->got;
+    }
+    ssize_t k = recv(r->in_fd, dst, left, MSG_DONTWAIT);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return FL_OK;
+      return io_failed(st, r, st->prev, errno, "receiving from");
+    }
+    if (k == 0) return io_failed(st, r, st->prev, 0, "receiving from");
+    *moved = 1;
+    st->received += (size_t)k;
+    if (!pc) {
+      r->hdr_got += (size_t)k;
+      if (r->hdr_got < OPHDR) continue;
+      if (!header_ok(r)) return coll_failed(st->c) != FL_OK ? coll_failed(st->c) : FL_EPROTO;
+      if (r->nrp == 0) r->recv_done = 1;
+      continue;
+    }
+    r->got += (size_t)k;
+    if (r->got < pc->len) continue;
+    if (pc->reduce) coll_reduce_into(st->dt, pc->ptr, r->scratch, pc->len / st->es);
+    r->got = 0;
+    if (++r->cur == r->nrp) r->recv_done = 1;
+  }
+  return FL_OK;
+}
 
-/* The data stopped for longer than the rank-0 verdict needs to arrive:
- * name the peer this rank is waiting on. */
-static void stall_on_loop(fl_coll *c, void *arg) {
-  stall *sl = arg;
-  tcp_state *st = sl->st;
-  char nm[FL_HOST_MAX + 32];
-  int peer = st->prev;
-  for (int k = 0; k < st->nrings; k++)
-    if (st->rings[k].active && st->rings[k].recv_done) peer = st->next;
-  coll_fail(c, peer, FL_ETIMEDOUT, 0, "%s did not respond within %.1f s (%s stalled)",
-            coll_peer_name(c, peer, nm, sizeof(nm)), c->timeout_s, op_name(st->kind));
-  coll_set_flag(c, &sl->done);
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Move the op's bytes on this thread until every ring is done.  With no
+ * progress for the rank-0 verdict's grace, name the peer this rank waits
+ * on: its predecessor while something is still to be received, else its
+ * successor (which does not take what is sent). */
+static fl_status drive(tcp_state *st) {
+  fl_coll *c = st->c;
+  struct pollfd *pf = st->pf;
+  uint64_t grace_ms = (uint64_t)((c->timeout_s + 2.0 * c->hb_s) * 1000.0) + 1000;
+  uint64_t last = coll_mono_ms(), idle_since = 0;
+  for (;;) {
+    if (atomic_load(&st->dead)) {
+      fl_status f = coll_failed(c);
+      return f != FL_OK ? f : FL_ECLOSED;
+    }
+    int moved = 0, busy = 0, np = 0, waiting_recv = 0;
+    for (int k = 0; k < st->nrings; k++) {
+      tcp_ring *r = &st->rings[k];
+      if (!r->used) continue;
+      FL_TRY(pump_recv(st, r, &moved));
+      FL_TRY(pump_send(st, r, &moved));
+      if (!r->recv_done) {
+        pf[np++] = (struct pollfd){r->in_fd, POLLIN, 0};
+        waiting_recv = 1;
+      }
+      uint8_t *p;
+      size_t len;
+      if (!r->send_done && send_item(r, &p, &len))
+        pf[np++] = (struct pollfd){r->out_fd, POLLOUT, 0};
+      busy |= !r->recv_done || !r->send_done;
+    }
+    if (!busy) return FL_OK;
+    if (moved) {
+      idle_since = 0;
+      last = coll_mono_ms();
+      continue;
+    }
+    /* Nothing moved: yield for a moment (the peer is likely just about to
+     * send), then sleep in poll. */
+    uint64_t t = now_ns();
+    if (!idle_since) idle_since = t;
+    if (t - idle_since < SPIN_NS) {
+      sched_yield();
+      continue;
+    }
+    if (poll(pf, (nfds_t)np, 100) > 0) {
+      last = coll_mono_ms();
+      continue;
+    }
+    fl_status f = coll_failed(c);
+    if (f != FL_OK) return f;
+    if (coll_mono_ms() - last < grace_ms) continue;
+    char nm[FL_HOST_MAX + 32];
+    int peer = waiting_recv ? st->prev : st->next;
+    coll_fail(c, peer, FL_ETIMEDOUT, 0, "%s did not respond within %.1f s (%s stalled)",
+              coll_peer_name(c, peer, nm, sizeof(nm)), c->timeout_s, op_name(st->kind));
+    return FL_ETIMEDOUT;
+  }
 }
 
 static fl_status run_op(tcp_state *st, uint8_t *buf) {
   fl_coll *c = st->c;
   st->seq++;
-  for (int k = 0; k < st->nrings; k++) FL_TRY(plan_ring(st, &st->rings[k], buf));
-  pthread_mutex_lock(&c->mu);
-  st->op_finished = 0;
-  pthread_mutex_unlock(&c->mu);
-  FL_TRY(coll_loop_post(c, op_start_on_loop, st));
-  uint64_t grace = (uint64_t)((c->timeout_s + 2.0 * c->hb_s) * 1000.0) + 1000;
-  for (;;) {
-    uint64_t last = atomic_load(&st->progress_ms);
-    uint64_t now = coll_mono_ms();
-    uint64_t deadline = (last && last + grace > now) ? last + grace : now + grace;
-    if (coll_wait_flag_only(c, &st->op_finished, deadline) == FL_OK) break;
-    if (atomic_load(&st->progress_ms) != last) continue;
-    stall sl = {st, 0};
-    if (coll_loop_post(c, stall_on_loop, &sl) == FL_OK)
-      coll_wait_flag_only(c, &sl.done, coll_mono_ms() + 5000);
-    /* The failure makes the loop release the op (tcp_abort). */
-    if (coll_wait_flag_only(c, &st->op_finished, coll_mono_ms() + 10000) != FL_OK)
-      return FL_ETIMEDOUT;
-    break;
-  }
-  if (st->op_status != FL_OK) {
+  if (atomic_load(&st->dead)) {
     fl_status f = coll_failed(c);
-    return f != FL_OK ? f : st->op_status;
+    return f != FL_OK ? f : FL_ECLOSED;
   }
-  return FL_OK;
+  for (int k = 0; k < st->nrings; k++) {
+    tcp_ring *r = &st->rings[k];
+    FL_TRY(plan_ring(st, r, buf));
+    r->s_idx = r->s_rp = r->s_off = r->cur = r->got = r->hdr_got = 0;
+    r->send_done = r->recv_done = 0;
+  }
+  st->sent = st->received = 0;
+  fl_status s = drive(st);
+  fl_series_add(fl_metrics_std()->bytes_sent, (double)st->sent);
+  fl_series_add(fl_metrics_std()->bytes_received, (double)st->received);
+  return s;
 }
 
 static fl_status tcp_allreduce(void *vs, void *buf, size_t count, fl_coll_dtype dt) {
@@ -528,20 +571,18 @@ static fl_status tcp_barrier(void *vs) {
   return tcp_allgather(st, &one, 1, all);
 }
 
+/* Shut the sockets down (not closed: the thread running an op may still
+ * hold the descriptors; they close with the other connections at
+ * teardown).  A poll() on them wakes up and every send/recv fails, so the
+ * op returns without touching the caller's buffer again. */
 static void tcp_abort(void *vs) {
   tcp_state *st = vs;
-  if (st->dead) return;
-  st->dead = 1;
+  if (atomic_exchange(&st->dead, 1)) return;
   for (int k = 0; k < st->nrings; k++) {
     tcp_ring *r = &st->rings[k];
-    r->active = 0;
-    if (r->in) coll_conn_close(r->in);
-    if (r->out) coll_conn_close(r->out);
-    r->in = r->out = NULL;
+    if (r->in_fd >= 0) shutdown(r->in_fd, SHUT_RDWR);
+    if (r->out_fd >= 0) shutdown(r->out_fd, SHUT_RDWR);
   }
-  /* Closing cancels the queued writes; nothing touches the caller's buffer
-   * after this, so the waiting worker may return. */
-  op_finish(st, FL_ECLOSED);
 }
 
 static void tcp_destroy(void *vs) {
@@ -551,10 +592,10 @@ static void tcp_destroy(void *vs) {
     for (int k = 0; k < st->nrings; k++) {
       free(st->rings[k].init);
       free(st->rings[k].rp);
-      free(st->rings[k].wr);
       free(st->rings[k].scratch);
     }
   free(st->rings);
+  free(st->pf);
   free(st->ranks);
   free(st);
 }
