@@ -148,9 +148,9 @@ static int amp_black_listed(const fl_job *job, const char *what) {
  * conv GEMMs in amp_configs.dtype (fp32 master weights are the host
  * parameters; the loss scaler below is the CPU's), except for an op type
  * on custom_black_list. */
-static fl_status device_spec(trainer *t, fl_model_spec *s) {
+static void device_spec(trainer *t, fl_model_spec *s) {
   const fl_job *job = t->job;
-  if (job->train.device != FL_DEVICE_GPU) return FL_OK;
+  if (job->train.device != FL_DEVICE_GPU) return;
   snprintf(s->device, sizeof s->device, "gpu");
   s->device_id = t->device;
   if (job->strategy.amp) {
@@ -159,10 +159,6 @@ static fl_status device_spec(trainer *t, fl_model_spec *s) {
     s->linear_math = amp_black_listed(job, "linear") ? FL_MATH_FP32 : m16;
     s->conv_math = amp_black_listed(job, "conv2d") ? FL_MATH_FP32 : m16;
   }
-  static const char *const math_names[] = {"fp32", "fp16", "bf16"};
-  FL_LOGI("device: CUDA GPU %d; GEMMs: linear %s, conv2d %s", t->device,
-          math_names[s->linear_math], math_names[s->conv_math]);
-  return FL_OK;
 }
 
 static fl_status build_model(trainer *t, size_t max_batch) {
@@ -188,8 +184,13 @@ static fl_status build_model(trainer *t, size_t max_batch) {
   s.recompute = t->job->strategy.recompute;
   snprintf(s.plugin_path, sizeof s.plugin_path, "%s", jm->plugin_path);
   snprintf(s.plugin_args, sizeof s.plugin_args, "%s", jm->plugin_args);
-  FL_TRY(device_spec(t, &s));
+  device_spec(t, &s);
   FL_TRY(fl_model_create(&s, max_batch, t->job->train.seed, &t->model));
+  if (t->job->train.device == FL_DEVICE_GPU) {
+    static const char *const math_names[] = {"fp32", "fp16", "bf16"};
+    FL_LOGI("device: CUDA GPU %d; GEMMs: linear %s, conv2d %s", t->device,
+            math_names[s.linear_math], math_names[s.conv_math]);
+  }
   if (fl_model_input_size(t->model) != t->train.dim)
     return FL_ERR(FL_EINVAL, "%s: model %s takes %zu inputs per sample, the data has %zu",
                   t->job->source, jm->kind, fl_model_input_size(t->model), t->train.dim);
