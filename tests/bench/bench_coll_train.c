@@ -11,8 +11,13 @@
  *   coll_train_step_ms_1r_local: 3.1 ms
  *   coll_train_step_ms_2r_shm_overlap_on: 4.0 ms
  *   coll_train_samples_per_s_2r_shm: 30000 samples/s
- * Usage: bench_coll_train [JOB.yaml] [--steps N]; JOB defaults to
- * $FL_SRCDIR/deploy/examples/mlp_fmnist.yaml.  Never a pass/fail test. */
+ * With --sync-bn the job (a model with batch norm, e.g.
+ * deploy/examples/cnn_fmnist.yaml) runs instead with 2 ranks over shm,
+ * sync_batch_norm off then on, which prices the statistics allreduces:
+ *   coll_train_step_ms_2r_shm_syncbn_on: 60.0 ms
+ *   ratio_syncbn_on_vs_off: 1.05 x
+ * Usage: bench_coll_train [JOB.yaml] [--steps N] [--sync-bn]; JOB defaults
+ * to $FL_SRCDIR/deploy/examples/mlp_fmnist.yaml.  Never a pass/fail test. */
 #include <config.h>
 
 #include <stdio.h>
@@ -36,6 +41,7 @@ typedef struct bench {
   int64_t steps;
   const char *backend;
   int overlap;
+  int sync_bn;  /* strategy.sync_batch_norm: -1 as in the job, else 0 / 1 */
   result *out; /* shared, one per rank */
 } bench;
 
@@ -47,6 +53,7 @@ static fl_status load_job(const bench *b, int collective, fl_job *job) {
   job->train.checkpoint_dir[0] = '\0';
   job->strategy.fuse_grad_size_in_TFLOPS = 1;
   job->cluster.mode = collective ? FL_MODE_COLLECTIVE : FL_MODE_LOCAL;
+  if (b->sync_bn >= 0) job->strategy.sync_batch_norm = b->sync_bn;
   return FL_OK;
 }
 
@@ -89,7 +96,8 @@ static int rank_main(ct_job *j, int r, void *arg) {
   return train(b, &cl, 1, r);
 }
 
-static void report(const char *name, const bench *b, int n) {
+/* Prints the figures of one run; returns its step time in ms (0 if failed). */
+static double report(const char *name, const bench *b, int n) {
   double worst = 0;
   int64_t samples = 0, steps = 0;
   for (int r = 0; r < n; r++) {
@@ -99,31 +107,61 @@ static void report(const char *name, const bench *b, int n) {
   }
   if (steps <= 0 || worst <= 0) {
     printf("%s: failed\n", name);
-    return;
+    return 0;
   }
   printf("coll_train_step_ms_%s: %.3f ms\n", name, worst / (double)steps * 1e3);
   printf("coll_train_samples_per_s_%s: %.0f samples/s\n", name, (double)samples / worst);
   fflush(stdout);
+  return worst / (double)steps * 1e3;
+}
+
+/* One 2-rank run over 127.0.0.1; returns its step time in ms (0 if failed). */
+static double run_2r(bench *b, const char *name) {
+  const char *hosts[] = {"127.0.0.1", "127.0.0.1"};
+  ct_job j;
+  if (ct_job_init(&j, 2, hosts) != 0) {
+    printf("%s: failed\n", name);
+    return 0;
+  }
+  ct_job_release(&j); /* fl_sync_collective_create binds the endpoints */
+  memset(b->out, 0, CT_MAX_RANKS * sizeof(result));
+  if (ct_run(&j, rank_main, b, 600.0) != 0) {
+    printf("%s: failed\n", name);
+    return 0;
+  }
+  return report(name, b, 2);
 }
 
 int main(int argc, char **argv) {
   static char path[1024];
   const char *src = getenv("FL_SRCDIR");
   snprintf(path, sizeof path, "%s/deploy/examples/mlp_fmnist.yaml", src ? src : "..");
-  bench b = {path, 300, "shm", 1, NULL};
+  bench b = {path, 300, "shm", 1, -1, NULL};
+  int sync_bn = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--steps") && i + 1 < argc)
       b.steps = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--sync-bn"))
+      sync_bn = 1;
     else if (argv[i][0] != '-')
       b.job_path = argv[i];
     else {
-      fprintf(stderr, "usage: %s [JOB.yaml] [--steps N]\n", argv[0]);
+      fprintf(stderr, "usage: %s [JOB.yaml] [--steps N] [--sync-bn]\n", argv[0]);
       return 2;
     }
   }
   fl_log_set_level(FL_LOG_WARN);
   b.out = ct_shared(CT_MAX_RANKS * sizeof(result));
   if (!b.out) return 1;
+  if (sync_bn) {
+    double ms[2];
+    for (int on = 0; on <= 1; on++) {
+      b.sync_bn = on;
+      ms[on] = run_2r(&b, on ? "2r_shm_syncbn_on" : "2r_shm_syncbn_off");
+    }
+    if (ms[0] > 0 && ms[1] > 0) printf("ratio_syncbn_on_vs_off: %.2f x\n", ms[1] / ms[0]);
+    return 0;
+  }
 
   /* One local process: the compute-only reference. */
   memset(b.out, 0, CT_MAX_RANKS * sizeof(result));
@@ -141,20 +179,11 @@ int main(int argc, char **argv) {
   static const char *const backends[] = {"shm", "tcp"};
   for (int bi = 0; bi < 2; bi++)
     for (int ov = 1; ov >= 0; ov--) {
-      const char *hosts[] = {"127.0.0.1", "127.0.0.1"};
-      ct_job j;
-      if (ct_job_init(&j, 2, hosts) != 0) return 1;
-      ct_job_release(&j); /* fl_sync_collective_create binds the endpoints */
       b.backend = backends[bi];
       b.overlap = ov;
-      memset(b.out, 0, CT_MAX_RANKS * sizeof(result));
       char name[64];
       snprintf(name, sizeof name, "2r_%s_overlap_%s", b.backend, ov ? "on" : "off");
-      if (ct_run(&j, rank_main, &b, 600.0) != 0) {
-        printf("%s: failed\n", name);
-        continue;
-      }
-      report(name, &b, 2);
+      run_2r(&b, name);
     }
   return 0;
 }
