@@ -512,6 +512,21 @@ fl_status fl_cluster_local(const fl_cluster *c, int *node, int *local_rank, int 
   return st;
 }
 
+fl_status fl_cluster_gpu(const fl_cluster *c, int local_rank, int n_devices, int *device) {
+  *device = 0;
+  if (n_devices < 1 || local_rank < 0)
+    return FL_ERR(FL_EINVAL, "gpu choice: %d devices, local rank %d", n_devices, local_rank);
+  if (c->n_selected_gpus > 0) {
+    *device = c->selected_gpus[local_rank % c->n_selected_gpus];
+    if (*device >= n_devices)
+      return FL_ERR(FL_EINVAL, "FLOTILLA_SELECTED_GPUS names GPU %d, but this machine has %d",
+                    *device, n_devices);
+  } else {
+    *device = local_rank % n_devices;
+  }
+  return FL_OK;
+}
+
 /* ------------------------------------------------------------ token */
 
 fl_status fl_token_read_file(const char *path, char *out, size_t cap) {

@@ -158,6 +158,12 @@ fl_status fl_cluster_nodes(const fl_cluster *c, fl_node_map *out);
  * taking FLOTILLA_LOCAL_RANK/SIZE when given, else derived from the hosts. */
 fl_status fl_cluster_local(const fl_cluster *c, int *node, int *local_rank, int *local_size);
 
+/* This rank's GPU among n_devices (> 0): FLOTILLA_SELECTED_GPUS[local_rank
+ * modulo their number] when given, else local_rank modulo n_devices.  The
+ * trainer's model and the NCCL backend both use it, so they agree.
+ * FL_EINVAL (logged) when the selected id is not below n_devices. */
+fl_status fl_cluster_gpu(const fl_cluster *c, int local_rank, int n_devices, int *device);
+
 /* Print the "Distributed Envs" box (variable name and value of every field
  * that is set; the token is shown as "<set>" only). */
 void fl_cluster_print_envs(const fl_cluster *c, FILE *out);

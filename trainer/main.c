@@ -75,10 +75,10 @@ static void usage(FILE *out) {
           "2 bad command line, job file or environment.\n");
 }
 
-/* train.device gpu: this trainer's GPU is the one FLOTILLA_SELECTED_GPUS
- * names (flotilla-run --gpus gives each trainer one; with several, the
- * local rank picks among them), else its local rank modulo the GPUs of the
- * node (as the NCCL backend picks its GPU).  Checked before joining the
+/* train.device gpu: this trainer's GPU is fl_cluster_gpu's choice: the
+ * one FLOTILLA_SELECTED_GPUS names (flotilla-run --gpus gives each trainer
+ * one; with several, the local rank picks among them), else its local rank
+ * modulo the GPUs of the node; the NCCL backend uses the same GPU.  Checked before joining the
  * job, so that a trainer that cannot run fails alone and at once. */
 static fl_status pick_device(const fl_job *job, const fl_cluster *cl, int *device) {
   *device = 0;
@@ -97,14 +97,7 @@ static fl_status pick_device(const fl_job *job, const fl_cluster *cl, int *devic
                   "machine", job->source);
   int node, local_rank, local_size;
   FL_TRY(fl_cluster_local(cl, &node, &local_rank, &local_size));
-  if (cl->n_selected_gpus > 0) {
-    *device = cl->selected_gpus[local_rank % cl->n_selected_gpus];
-    if (*device >= n)
-      return FL_ERR(FL_EINVAL, "%s: train.device: gpu: FLOTILLA_SELECTED_GPUS names GPU %d, but "
-                    "this machine has %d", job->source, *device, n);
-  } else {
-    *device = local_rank % n;
-  }
+  FL_TRY(fl_cluster_gpu(cl, local_rank, n, device));
   FL_LOGI("train.device gpu: local rank %d of %d uses GPU %d of %d", local_rank, local_size,
           *device, n);
   return FL_OK;

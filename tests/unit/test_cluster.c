@@ -378,6 +378,25 @@ START_TEST(test_print_envs) {
 }
 END_TEST
 
+/* A rank's GPU: the selected list by local rank, else local rank modulo
+ * the devices; a selected id the machine lacks is refused. */
+START_TEST(test_gpu_choice) {
+  fl_cluster c;
+  int d = -1;
+  fl_cluster_defaults(&c);
+  ck_assert_int_eq(fl_cluster_gpu(&c, 5, 4, &d), FL_OK);
+  ck_assert_int_eq(d, 1);
+  ck_assert_int_eq(fl_cluster_set(&c, "selected_gpus", "3,2"), FL_OK);
+  ck_assert_int_eq(fl_cluster_gpu(&c, 0, 4, &d), FL_OK);
+  ck_assert_int_eq(d, 3);
+  ck_assert_int_eq(fl_cluster_gpu(&c, 3, 4, &d), FL_OK);
+  ck_assert_int_eq(d, 2);
+  quiet();
+  ck_assert_int_eq(fl_cluster_gpu(&c, 0, 2, &d), FL_EINVAL);
+  ck_assert_int_eq(fl_cluster_gpu(&c, 0, 0, &d), FL_EINVAL);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cluster");
   TCase *tc = tcase_create("env");
@@ -390,6 +409,7 @@ int main(void) {
   tcase_add_test(tc, test_nodes);
   tcase_add_test(tc, test_token);
   tcase_add_test(tc, test_print_envs);
+  tcase_add_test(tc, test_gpu_choice);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

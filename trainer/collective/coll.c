@@ -564,6 +564,7 @@ fl_coll_options fl_coll_options_default(void) {
   o.backend = "auto";
   o.nrings = 1;
   o.timeout_s = 120.0;
+  o.gpu = -1;
   return o;
 }
 
@@ -748,6 +749,7 @@ fl_status fl_coll_create(const fl_coll_options *opt, fl_coll **out) {
   if (c->chunk < 64) c->chunk = 64;
   c->hierarchical = opt->hierarchical;
   c->ranks_per_node = opt->ranks_per_node;
+  c->gpu = opt->gpu;
   c->listen_fd = -1;
   snprintf(c->backend_req, sizeof(c->backend_req), "%s", be);
   memcpy(c->token, opt->token ? opt->token : "", tl);

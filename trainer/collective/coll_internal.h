@@ -233,6 +233,7 @@ struct fl_coll {
   int nrings;
   size_t chunk;
   int hierarchical, ranks_per_node;
+  int gpu; /* nccl's CUDA device, -1 = by node-local index */
   char backend_req[16];
   fl_endpoint *endpoints; /* world, as given */
   coll_peer *peers;       /* world, from the rank table */

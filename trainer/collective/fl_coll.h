@@ -77,12 +77,14 @@ typedef struct fl_coll_options {
   int nrings;          /* nccl_comm_num: parallel rings / communicators */
   double timeout_s;    /* collective_timeout_s (> 0) */
   size_t chunk_bytes;  /* pipelining unit; 0 = default (FL_COLL_CHUNK) */
+  int gpu;             /* nccl: CUDA device to use; -1 = this rank's index
+                        * on its node modulo the device count */
 } fl_coll_options;
 
 #define FL_COLL_CHUNK ((size_t)1 << 19)
 
 /* Options with the defaults: rank 0 of 1, no endpoints, listen_fd -1,
- * backend "auto", one ring, 120 s timeout.  "auto" picks the hierarchical
+ * backend "auto", one ring, 120 s timeout, gpu -1.  "auto" picks the hierarchical
  * composition when `hierarchical` is set, shm when every rank is on one
  * host, tcp otherwise. */
 fl_coll_options fl_coll_options_default(void);

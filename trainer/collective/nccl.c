@@ -11,9 +11,11 @@
  * a named error instead of a hang.
  *
  * Buffers may be device memory (used in place) or host memory (staged
- * through a device buffer of this backend).  Each rank uses GPU
- * (its index on the node) modulo the device count, made current for the
- * duration of every call (and the caller's device restored after). */
+ * through a device buffer of this backend).  Each rank uses the GPU the
+ * options name (the trainer passes fl_cluster_gpu's choice, the one its
+ * model runs on), else its index on the node modulo the device count, made
+ * current for the duration of every call (and the caller's device restored
+ * after). */
 #include <config.h>
 
 #include <cuda_runtime.h>
@@ -128,7 +130,10 @@ static fl_status nccl_init(fl_coll *c, const coll_group *g, void **state) {
   int local = 0;
   for (int r = 0; r < c->rank; r++)
     if (c->peers[r].node == c->peers[c->rank].node) local++;
-  s->device = local % ndev;
+  s->device = c->gpu >= 0 ? c->gpu : local % ndev;
+  if (s->device >= ndev)
+    return FL_ERR(FL_EINVAL, "nccl: rank %d was given GPU %d, but this machine has %d", c->rank,
+                  s->device, ndev);
   if (cudaSetDevice(s->device) != cudaSuccess)
     return FL_ERR(FL_ECUDA, "nccl: cannot use GPU %d on rank %d", s->device, c->rank);
   ncclUniqueId id;

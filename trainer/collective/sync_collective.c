@@ -438,6 +438,15 @@ fl_status fl_sync_collective_create(const fl_job *job, const fl_cluster *cluster
   o.ranks_per_node = sg->hierarchical_allreduce_inter_nranks;
   o.nrings = sg->nccl_comm_num;
   o.timeout_s = job->cluster.collective_timeout_s;
+  {
+    /* NCCL on the GPU this trainer's model uses (fl_cluster_gpu). */
+    int ndev = fl_cuda_device_count(), node, local_rank, local_size;
+    if (ndev > 0) {
+      if ((st = fl_cluster_local(cl, &node, &local_rank, &local_size)) != FL_OK ||
+          (st = fl_cluster_gpu(cl, local_rank, ndev, &o.gpu)) != FL_OK)
+        goto fail;
+    }
+  }
   if (s->world > 1 && !cl->token[0])
     FL_LOGW("collective: no shared token (FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE or "
             "cluster.token_file): any process that reaches the rendezvous can join");
