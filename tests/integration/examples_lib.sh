@@ -8,7 +8,8 @@
 # command with --log_dir in a scratch directory and `-- --max-steps 5`
 # for the trainers, and checks that every command exits 0 and that rank 0
 # logged a training line and an evaluation ("] test ...").  An example
-# whose mode this build of flotilla-trainer lacks is reported as SKIP.
+# whose mode this build of flotilla-trainer lacks, or that asks for a GPU
+# this build or machine does not have, is reported as SKIP.
 RUN=$FL_BUILDDIR/flotilla-run
 ex_tmp=$(mktemp -d /tmp/fl_examples.XXXXXX)
 trap 'rm -rf "$ex_tmp"' EXIT
@@ -35,6 +36,11 @@ run_example() {
   for pid in $pids; do wait "$pid" || status=$?; done
   if grep -q "is not available in this build" "$ex_tmp/$name".log*/workerlog.* 2> /dev/null; then
     echo "SKIP: $name (mode not in this flotilla-trainer yet)"
+    ex_skipped=$((ex_skipped + 1))
+    return
+  fi
+  if grep -q "train.device: gpu, but" "$ex_tmp/$name".log*/workerlog.* 2> /dev/null; then
+    echo "SKIP: $name (needs a CUDA build and a GPU)"
     ex_skipped=$((ex_skipped + 1))
     return
   fi
