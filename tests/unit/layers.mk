@@ -41,6 +41,6 @@ tests_unit_test_syncbn_kernels_LDADD = $(FL_LIBS) $(CHECK_LIBS) -lm
 # exits 77 (SKIP) without a CUDA device, including --without-cuda trees.
 check_PROGRAMS += tests/unit/test_cuda_syncbn
 TESTS += tests/unit/test_cuda_syncbn
-tests_unit_test_cuda_syncbn_SOURCES = tests/unit/test_cuda_syncbn.c
+tests_unit_test_cuda_syncbn_SOURCES = tests/unit/test_cuda_syncbn.c tests/unit/cuda_testutil.h
 tests_unit_test_cuda_syncbn_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_cuda_syncbn_LDADD = $(FL_LIBS) $(CHECK_LIBS) -lm

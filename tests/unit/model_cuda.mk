@@ -4,11 +4,11 @@
 check_PROGRAMS += tests/unit/test_model_cuda tests/integration/test_trainer_device
 TESTS += tests/unit/test_model_cuda tests/integration/test_trainer_device
 
-tests_unit_test_model_cuda_SOURCES = tests/unit/test_model_cuda.c
+tests_unit_test_model_cuda_SOURCES = tests/unit/test_model_cuda.c tests/unit/cuda_testutil.h
 tests_unit_test_model_cuda_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_model_cuda_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
 
 tests_integration_test_trainer_device_SOURCES = tests/integration/test_trainer_device.c \
-	tests/integration/trainer_cli_util.h
+	tests/integration/trainer_cli_util.h tests/unit/ckpt_testutil.h
 tests_integration_test_trainer_device_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
 tests_integration_test_trainer_device_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS)

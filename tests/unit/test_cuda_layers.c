@@ -29,6 +29,8 @@
 #include "fl_layers.h"
 #include "fl_optim.h"
 
+#include "cuda_testutil.h"
+
 #define TOL_ELEM 1e-6
 #define TOL_SUM 1e-5
 
@@ -55,19 +57,6 @@ static float *host_copy(const float *a, size_t n) {
   return h;
 }
 
-static void *dev_alloc(size_t bytes) {
-  void *d = NULL;
-  ck_assert_int_eq(fl_cuda_malloc(&d, bytes), FL_OK);
-  return d;
-}
-
-static void *dev_from(const void *h, size_t bytes) {
-  void *d = dev_alloc(bytes);
-  ck_assert_int_eq(fl_cuda_copy_to_device(d, h, bytes, NULL), FL_OK);
-  return d;
-}
-
-static float *dev_floats(const float *h, size_t n) { return dev_from(h, n * sizeof(float)); }
 
 /* Compare the CPU's a[n] with device d[n]: the largest |a - d| relative to
  * the largest |a| must be <= tol.  Nan must match nan. */
@@ -461,15 +450,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  if (fl_cuda_device_count() == 0) {
-    printf("SKIP: no CUDA device\n");
-    return 77;
-  }
-  SRunner *sr = srunner_create(suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return cuda_test_main(suite); }

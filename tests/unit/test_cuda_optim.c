@@ -24,6 +24,8 @@
 #include "fl_device.h"
 #include "fl_optim.h"
 
+#include "cuda_testutil.h"
+
 #define REL_TOL 1e-6
 #define NT 37 /* tensors per list: more than one CUDA launch's 32 */
 
@@ -38,14 +40,6 @@ static uint32_t rnd(void) {
 
 /* Uniform in [-1, 1). */
 static float urand(void) { return (float)(rnd() & 0xffffff) / 8388608.0f - 1.0f; }
-
-/* Device copy of n floats from host (the caller frees it). */
-static float *dev_from(const float *h, size_t n) {
-  void *d = NULL;
-  ck_assert_int_eq(fl_cuda_malloc(&d, n * sizeof(float)), FL_OK);
-  ck_assert_int_eq(fl_cuda_copy_to_device(d, h, n * sizeof(float), NULL), FL_OK);
-  return d;
-}
 
 /* Largest relative difference between host a and device d (n floats); both
  * nan counts as equal, exactly one nan as a failure. */
@@ -98,7 +92,7 @@ static void twin_init(struct twin *w, const fl_optim_hparams *hp) {
     if (ns >= 1) c->state1 = malloc(n * sizeof(float));
     if (ns >= 2) c->state2 = malloc(n * sizeof(float));
     *g = *c;
-    g->param = dev_from(c->param, n);
+    g->param = dev_floats(c->param, n);
     void *d = NULL;
     ck_assert_int_eq(fl_cuda_malloc(&d, n * sizeof(float)), FL_OK);
     g->grad = d;
@@ -107,8 +101,8 @@ static void twin_init(struct twin *w, const fl_optim_hparams *hp) {
   ck_assert_int_eq(fl_optim_init_state(hp, w->cpu, NT), FL_OK);
   for (int i = 0; i < NT; i++) {
     size_t n = w->cpu[i].n;
-    if (ns >= 1) w->gpu[i].state1 = dev_from(w->cpu[i].state1, n);
-    if (ns >= 2) w->gpu[i].state2 = dev_from(w->cpu[i].state2, n);
+    if (ns >= 1) w->gpu[i].state1 = dev_floats(w->cpu[i].state1, n);
+    if (ns >= 2) w->gpu[i].state2 = dev_floats(w->cpu[i].state2, n);
   }
 }
 
@@ -257,8 +251,8 @@ START_TEST(gradient_merge_matches_cpu) {
   for (int i = 0; i < L; i++) {
     acc[i] = calloc(n[i], sizeof(float));
     g[i] = malloc(n[i] * sizeof(float));
-    dacc[i] = dev_from(acc[i], n[i]);
-    dg[i] = dev_from(acc[i], n[i]);
+    dacc[i] = dev_floats(acc[i], n[i]);
+    dg[i] = dev_floats(acc[i], n[i]);
   }
   const int k = 4;
   for (int micro = 0; micro < k; micro++) {
@@ -314,7 +308,7 @@ START_TEST(unscale_matches_cpu) {
   }
   if (_i == 1) t[1][5000] = -INFINITY;
   if (_i == 2) t[3][128] = NAN;
-  for (int i = 0; i < L; i++) d[i] = dev_from(t[i], n[i]);
+  for (int i = 0; i < L; i++) d[i] = dev_floats(t[i], n[i]);
   int found_cpu = -1, found_gpu = -1;
   ck_assert_int_eq(fl_amp_check_finite_and_unscale(t, n, L, 3.0f, &found_cpu), FL_OK);
   ck_assert_int_eq(fl_amp_check_finite_and_unscale_cuda(d, n, L, 3.0f, &found_gpu, NULL), FL_OK);
@@ -489,15 +483,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  if (fl_cuda_device_count() == 0) {
-    printf("SKIP: no CUDA device\n");
-    return 77;
-  }
-  SRunner *sr = srunner_create(suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return cuda_test_main(suite); }

@@ -25,6 +25,8 @@
 #include "fl_device.h"
 #include "fl_layers.h"
 
+#include "cuda_testutil.h"
+
 #define TOL_ELEM 1e-6
 #define TOL_SUM 1e-5
 
@@ -47,18 +49,6 @@ static float *host_rand(size_t n, float scale, float shift) {
   float *h = hbuf(n * sizeof(float));
   for (size_t i = 0; i < n; i++) h[i] = scale * urand() + shift;
   return h;
-}
-
-static void *dev_alloc(size_t bytes) {
-  void *d = NULL;
-  ck_assert_int_eq(fl_cuda_malloc(&d, bytes), FL_OK);
-  return d;
-}
-
-static void *dev_from(const void *h, size_t bytes) {
-  void *d = dev_alloc(bytes);
-  ck_assert_int_eq(fl_cuda_copy_to_device(d, h, bytes, NULL), FL_OK);
-  return d;
 }
 
 static void *to_host(const void *d, size_t bytes) {
@@ -214,20 +204,13 @@ START_TEST(phases) {
 }
 END_TEST
 
-int main(void) {
-  if (fl_cuda_device_count() == 0) {
-    printf("SKIP: no CUDA device\n");
-    return 77;
-  }
+static Suite *suite(void) {
   Suite *s = suite_create("cuda_syncbn");
   TCase *tc = tcase_create("phases");
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, phases, 0, 3);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return s;
 }
+
+int main(void) { return cuda_test_main(suite); }

@@ -16,6 +16,8 @@
 #include "fl_log.h"
 #include "fl_trainer.h"
 
+#include "ckpt_testutil.h"
+
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
 static char g_dir[256];
@@ -133,27 +135,6 @@ static fl_status run_job(const fl_job *job, const char *dir, int resume, int64_t
   fclose(out);
   sync.ops->destroy(sync.self);
   return st;
-}
-
-/* Every record of two checkpoint files is equal, bit for bit; returns the
- * number of param/ records compared. */
-static int same_checkpoints(const char *a, const char *b) {
-  fl_ckpt *ca, *cb;
-  ck_assert_int_eq(fl_ckpt_load(a, &ca), FL_OK);
-  ck_assert_int_eq(fl_ckpt_load(b, &cb), FL_OK);
-  ck_assert_uint_eq(fl_ckpt_count(ca), fl_ckpt_count(cb));
-  int params = 0;
-  for (size_t i = 0; i < fl_ckpt_count(ca); i++) {
-    fl_ckpt_record ra, rb;
-    ck_assert_int_eq(fl_ckpt_record_at(ca, i, &ra), FL_OK);
-    ck_assert_int_eq(fl_ckpt_find(cb, ra.name, &rb), FL_OK);
-    ck_assert_uint_eq(ra.nbytes, rb.nbytes);
-    ck_assert_msg(memcmp(ra.data, rb.data, ra.nbytes) == 0, "record %s differs", ra.name);
-    params += strncmp(ra.name, "param/", 6) == 0;
-  }
-  fl_ckpt_free(ca);
-  fl_ckpt_free(cb);
-  return params;
 }
 
 /* N steps straight vs. K steps, stop, resume to N: same final checkpoint. */

@@ -55,6 +55,8 @@
 #include "fl_model.h"
 #include "fl_optim.h"
 
+#include "cuda_testutil.h"
+
 #define TOL_STEP 1e-4
 #define TOL_LOSS 1e-5
 #define TOL_SGD 1e-3
@@ -507,15 +509,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  if (fl_cuda_device_count() == 0) {
-    printf("SKIP: no CUDA device\n");
-    return 77;
-  }
-  SRunner *sr = srunner_create(suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return cuda_test_main(suite); }
