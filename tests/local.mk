@@ -7,6 +7,9 @@ include $(srcdir)/tests/unit/cuda.mk
 include $(srcdir)/tests/unit/model_cuda.mk
 include $(srcdir)/tests/unit/layers.mk
 include $(srcdir)/tests/unit/trainer.mk
+include $(srcdir)/tests/unit/graph.mk
+include $(srcdir)/tests/unit/graph_ops.mk
+include $(srcdir)/tests/unit/onnx.mk
 include $(srcdir)/tests/unit/collective.mk
 include $(srcdir)/tests/unit/pserver.mk
 include $(srcdir)/tests/unit/obs.mk

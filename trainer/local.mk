@@ -3,12 +3,17 @@
 # sources in its own fragment.
 noinst_LTLIBRARIES += libfltrainer.la
 libfltrainer_la_SOURCES = trainer/fl_model.h trainer/fl_sync.h
-libfltrainer_la_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) -I$(top_srcdir)/trainer \
+libfltrainer_la_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) -I$(top_srcdir)/trainer -I$(top_srcdir)/trainer/graph \
+	-I$(top_srcdir)/trainer/onnx -I$(top_builddir)/trainer/onnx \
 	-I$(top_srcdir)/trainer/collective
 libfltrainer_la_LIBADD = $(FL_LIBS)
-FL_TRAINER_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) -I$(top_srcdir)/trainer \
+FL_TRAINER_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) -I$(top_srcdir)/trainer -I$(top_srcdir)/trainer/graph \
+	-I$(top_srcdir)/trainer/onnx -I$(top_builddir)/trainer/onnx \
 	-I$(top_srcdir)/trainer/collective
 include $(srcdir)/trainer/models.mk
 include $(srcdir)/trainer/loop.mk
 include $(srcdir)/trainer/collective/local.mk
 include $(srcdir)/trainer/ps.mk
+include $(srcdir)/trainer/graph/graph.mk
+include $(srcdir)/trainer/graph/ops.mk
+include $(srcdir)/trainer/onnx/onnx.mk

@@ -1,0 +1,165 @@
+/* fl_graph.h - the op-graph engine: every model the trainer trains is a
+ * static DAG of ONNX-named ops over named tensors.
+ *
+ * Builders (the presets in graph_presets.c, the ONNX importer in onnx/)
+ * describe a graph with the fl_graph_* calls below: one data input, the
+ * initializers (trainable parameters, buffers such as batch-norm running
+ * statistics, and constants), and nodes whose op types and attributes are
+ * ONNX's (opsets 13 to 17).  The engine then derives the backward pass by
+ * reverse-mode automatic differentiation (each op has a vector-Jacobian
+ * product; the graph runs them in reverse topological order), binds shapes
+ * once per batch size (evaluating integer shape subgraphs such as
+ * Shape->Gather->Concat->Reshape), and plans activation and gradient
+ * buffers from tensor liveness so memory is reused.  A compiled graph is an
+ * fl_model (fl_model.h): named parameters in first-use order, train_step,
+ * eval, on_grad_ready in reverse topological order.
+ *
+ * Why ONNX's vocabulary for everything: the presets and an imported model
+ * then run through the same ops, so one set of tests (finite differences,
+ * PyTorch fixtures) covers both, and export writes what was imported. */
+#ifndef FL_GRAPH_H
+#define FL_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fl_model.h"
+#include "fl_status.h"
+
+/* Element types, numbered as ONNX's TensorProto.DataType. */
+typedef enum fl_gdtype {
+  FL_G_F32 = 1,
+  FL_G_I64 = 7
+} fl_gdtype;
+
+#define FL_G_MAX_DIMS 8
+/* A declared dimension equal to the batch size bound at run time. */
+#define FL_G_BATCH (-1)
+
+/* What a tensor is. */
+typedef enum fl_gtensor_kind {
+  FL_GT_INPUT = 0,  /* the data input (exactly one), fp32, first dim FL_G_BATCH */
+  FL_GT_PARAM = 1,  /* trainable fp32 initializer: an fl_param with a grad */
+  FL_GT_BUFFER = 2, /* fp32 state that is saved but never optimized (BN running stats) */
+  FL_GT_CONST = 3,  /* fixed data (fp32 or int64), neither saved nor trained */
+  FL_GT_VALUE = 4   /* produced by a node */
+} fl_gtensor_kind;
+
+/* A node attribute, as ONNX's AttributeProto (the kinds the ops need). */
+typedef enum fl_gattr_kind {
+  FL_GA_INT = 0,
+  FL_GA_FLOAT = 1,
+  FL_GA_INTS = 2,
+  FL_GA_FLOATS = 3,
+  FL_GA_STRING = 4
+} fl_gattr_kind;
+
+typedef struct fl_gattr {
+  const char *name;
+  fl_gattr_kind kind;
+  int64_t i;            /* INT */
+  float f;              /* FLOAT */
+  const int64_t *ints;  /* INTS: n entries */
+  const float *floats;  /* FLOATS: n entries */
+  size_t n;
+  const char *s;        /* STRING, NUL-terminated */
+} fl_gattr;
+
+/* The loss the engine appends to the graph's output. */
+typedef enum fl_gloss {
+  FL_GLOSS_SOFTMAX_XENT = 0, /* output [B, C] logits, labels int32 class ids; top-1/top-5 counted */
+  FL_GLOSS_BCE_LOGITS = 1,   /* output [B, K], float targets in [0,1]; correct1 counts (logit>0)==(t>0.5) per element / K */
+  FL_GLOSS_MSE = 2           /* output [B, K], float targets; no accuracy (correct1 = 0) */
+} fl_gloss;
+
+typedef struct fl_graph fl_graph;
+
+/* A new empty graph named name (for messages).  The caller owns *out and
+ * frees it with fl_graph_free, unless it hands it to fl_graph_model_create.
+ * FL_ENOMEM (logged). */
+fl_status fl_graph_new(const char *name, fl_graph **out);
+void fl_graph_free(fl_graph *g);
+
+/* Declarations.  Every tensor has a unique name (ONNX value names: a
+ * second declaration of a name is FL_EINVAL, logged with both uses).  Ids
+ * are small non-negative ints, stable for the graph's life.  dims has ndim
+ * entries (0..FL_G_MAX_DIMS); only an INPUT's dims may hold FL_G_BATCH,
+ * and only as dims[0].  Data is copied; the caller keeps its buffers. */
+fl_status fl_graph_input(fl_graph *g, const char *name, int ndim, const int64_t *dims, int *id);
+/* An fp32 initializer: trainable 1 gives a PARAM, 0 a BUFFER.  init may be
+ * NULL (zeros). */
+fl_status fl_graph_param(fl_graph *g, const char *name, int ndim, const int64_t *dims,
+                         const float *init, int trainable, int *id);
+/* A constant of dtype dt (data holds prod(dims) elements of it). */
+fl_status fl_graph_const(fl_graph *g, const char *name, fl_gdtype dt, int ndim,
+                         const int64_t *dims, const void *data, int *id);
+
+/* A node.  op_type is an ONNX op type; in[] are tensor ids (-1 = an
+ * omitted optional input, as ONNX's empty name); out_names name the
+ * outputs, whose ids are written to out_ids (may be NULL).  Attributes are
+ * copied.  The op and its attributes are checked here (unknown op type,
+ * attribute or arity: FL_ENOTSUP / FL_EINVAL, logged with the node's name,
+ * its op type and what is supported); shapes are checked at bind.  Nodes
+ * may be added in any order; fl_graph_model_create sorts them and refuses
+ * a cycle, naming a node on it. */
+fl_status fl_graph_node(fl_graph *g, const char *name, const char *op_type, const int *in,
+                        int n_in, const char *const *out_names, int n_out, const fl_gattr *attrs,
+                        int n_attrs, int *out_ids);
+
+/* The tensor the loss reads (the model's output, e.g. the logits), and the
+ * loss.  Exactly one output per graph. */
+fl_status fl_graph_set_output(fl_graph *g, int id, fl_gloss loss);
+
+/* Id of the tensor called name, or -1. */
+int fl_graph_find(const fl_graph *g, const char *name);
+
+/* How to compile a graph into a model. */
+typedef struct fl_graph_options {
+  size_t max_batch;  /* > 0: the largest micro-batch train_step/eval accept */
+  uint64_t seed;     /* Dropout masks: a function of (seed, step, node) */
+  /* Recompute: names of graph tensors that bound the segments (kept
+   * between forward and backward; everything else inside a segment is
+   * recomputed during backward).  n_checkpoints 0 with recompute 1 lets
+   * the engine pick ~sqrt(nodes) evenly spaced boundaries. */
+  int recompute;
+  const char *const *checkpoints;
+  size_t n_checkpoints;
+  /* AMP on gpu: op types (ONNX or Paddle names) computed in amp_math /
+   * kept in fp32; NULL lists = the defaults (MatMul/Gemm/Conv white). */
+  fl_math amp_math;
+  const char *const *amp_white;
+  size_t n_amp_white;
+  const char *const *amp_black;
+  size_t n_amp_black;
+  int device;        /* -1 = cpu, else the CUDA device ordinal */
+} fl_graph_options;
+
+/* Compile g (taken: freed here on failure too) into a model handle for the
+ * fl_graph_model_ops table below.  Checks: exactly one input and one
+ * output, no cycle, every node's inputs declared, all shapes bindable at
+ * batch 1 and max_batch, every recompute checkpoint names a tensor, a gpu
+ * graph has a CUDA twin for every op (else FL_ENOTSUP naming the node and
+ * op).  Errors are logged here. */
+fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void **handle);
+
+/* The fl_model_ops table of a compiled graph (create is NULL: graphs are
+ * made by fl_graph_model_create).  train_step/eval take int32 class labels
+ * for FL_GLOSS_SOFTMAX_XENT; see fl_graph_model_train_stepf for the float
+ * targets of the other losses. */
+extern const fl_model_ops fl_graph_model_ops;
+
+/* train_step / eval with float targets (K per sample, K = the output's
+ * per-sample size) for FL_GLOSS_BCE_LOGITS and FL_GLOSS_MSE. */
+fl_status fl_graph_model_train_stepf(void *handle, const float *x, const float *t, size_t batch,
+                                     float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
+                                     fl_model_result *res);
+fl_status fl_graph_model_evalf(void *handle, const float *x, const float *t, size_t batch,
+                               fl_model_result *res);
+
+/* The compiled graph, for export (onnx/): its tensors by name with their
+ * current values (params and buffers are the trained state). */
+const fl_graph *fl_graph_model_graph(void *handle);
+/* Current fp32 value of the PARAM/BUFFER called name, or NULL. */
+const float *fl_graph_value(const fl_graph *g, const char *name, size_t *n);
+
+#endif

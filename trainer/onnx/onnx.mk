@@ -1,0 +1,2 @@
+# ONNX import and export (trainer/onnx/), over protobuf-c code generated
+# from Debian's onnx.proto.
