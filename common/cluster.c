@@ -82,6 +82,7 @@ void fl_cluster_defaults(fl_cluster *c) {
   c->pserver_id = -1;
   c->local_rank = -1;
   c->local_size = -1;
+  c->node_index = -1;
 }
 
 /* ------------------------------------------------------------ endpoints */
@@ -182,6 +183,9 @@ static fl_status set_path(char *dst, size_t cap, const char *v, const char *src)
 /* src names the origin for messages: "FLOTILLA_X=value" or "--x=value". */
 static fl_status set_var(fl_cluster *c, const var *vr, const char *v, const char *src) {
   int x, bad;
+  if (vr->k == K_TRAINER_ID || vr->k == K_TRAINERS_NUM || vr->k == K_TRAINER_EPS ||
+      vr->k == K_PSERVER_ID)
+    c->place_set = 1;
   switch (vr->k) {
   case K_ROLE:
     if (fl_role_parse(v, &c->role) != FL_OK)
@@ -377,7 +381,7 @@ fl_status fl_cluster_validate(fl_cluster *c, fl_mode job_mode) {
                   "FLOTILLA_TRAINERS_NUM is %d", c->n_trainer_endpoints, c->trainers_num);
   for (int i = 0; i < c->n_trainer_endpoints; i++)
     for (int j = 0; j < i; j++)
-      if (ep_equal(&c->trainer_endpoints[i], &c->trainer_endpoints[j]))
+      if (c->trainer_endpoints[i].port && ep_equal(&c->trainer_endpoints[i], &c->trainer_endpoints[j]))
         return FL_ERR(FL_EINVAL, "FLOTILLA_TRAINER_ENDPOINTS: %s appears twice (ranks %d and %d)",
                       fl_endpoint_format(&c->trainer_endpoints[i], a, sizeof a), j, i);
   for (int i = 0; i < c->n_pservers; i++)
@@ -473,6 +477,9 @@ fl_status fl_cluster_apply_to_job(const fl_cluster *c, fl_job *job) {
 
 fl_status fl_cluster_nodes(const fl_cluster *c, fl_node_map *out) {
   memset(out, 0, sizeof *out);
+  if (c->endpoints_partial)
+    return FL_ERR(FL_EINVAL, "node map: %s gave only the rendezvous endpoint; the other ranks' "
+                  "hosts are known after the rendezvous", c->source);
   if (!c->n_trainer_endpoints) {
     if (c->trainers_num != 1)
       return FL_ERR(FL_EINVAL, "node map: %d trainers but no FLOTILLA_TRAINER_ENDPOINTS",
@@ -499,6 +506,15 @@ fl_status fl_cluster_nodes(const fl_cluster *c, fl_node_map *out) {
 }
 
 fl_status fl_cluster_local(const fl_cluster *c, int *node, int *local_rank, int *local_size) {
+  if (c->endpoints_partial) {
+    if (c->local_rank < 0)
+      return FL_ERR(FL_EINVAL, "%s gives no local rank and only the rendezvous endpoint: set "
+                    "FLOTILLA_LOCAL_RANK and FLOTILLA_LOCAL_SIZE", c->source);
+    *node = c->node_index;
+    *local_rank = c->local_rank;
+    *local_size = c->local_size;
+    return FL_OK;
+  }
   fl_node_map *m = malloc(sizeof *m);
   if (!m) return FL_ERR(FL_ENOMEM, "node map: out of memory");
   fl_status st = fl_cluster_nodes(c, m);
@@ -583,7 +599,9 @@ static void env_list(FILE *out, const char *key, const fl_endpoint *eps, int n) 
   int first = 1;
   line[0] = '\0';
   for (int i = 0; i < n; i++) {
-    fl_endpoint_format(&eps[i], one, sizeof one);
+    if (eps[i].port) fl_endpoint_format(&eps[i], one, sizeof one);
+    else if (eps[i].host[0]) snprintf(one, sizeof one, "%s:?", eps[i].host); /* port at rendezvous */
+    else snprintf(one, sizeof one, "?"); /* learned at the rendezvous */
     size_t add = strlen(one) + (i + 1 < n ? 1 : 0);
     if (len && len + add > width) {
       env_row(out, first ? key : "", line);
@@ -602,6 +620,7 @@ void fl_cluster_print_envs(const fl_cluster *c, FILE *out) {
   env_rule(out, '=');
   env_row(out, "Distributed Envs", "Value");
   env_rule(out, '-');
+  if (c->source[0]) env_row(out, "place from", c->source);
   env_row(out, "FLOTILLA_ROLE", fl_role_name(c->role));
   env_row(out, "FLOTILLA_MODE", fl_mode_name(c->mode));
   if (c->role == FL_ROLE_TRAINER) {

@@ -24,6 +24,13 @@
  *   FLOTILLA_LOG_DIR                --log_dir             where logs go
  *   FLOTILLA_CHECKPOINT_DIR         --checkpoint_dir      overrides the job's
  *
+ * When none of FLOTILLA_TRAINER_ID, _TRAINERS_NUM, _TRAINER_ENDPOINTS,
+ * _PSERVER_ID (nor their flags) gives the process its place, it is taken
+ * from the cluster engine that started it (fl_cluster_from_engines): Slurm,
+ * torchrun / Kubernetes, OpenMPI's mpirun or Paddle's launcher; see
+ * deploy/README.md "Cluster engines" for the variables and for how each
+ * yields the rendezvous endpoint.
+ *
  * The token is never a flag: flags show in `ps`.  A node is a host (the
  * host part of an endpoint); ranks on one host form a node for hierarchical
  * allreduce and shared memory, with the lowest rank as its leader. */
@@ -47,6 +54,7 @@ extern "C" {
 #define FL_HOST_MAX 128   /* host part of an endpoint, NUL included */
 #define FL_TOKEN_MAX 256  /* token bytes, NUL included */
 #define FL_CLUSTER_PATH_MAX 512
+#define FL_CLUSTER_SOURCE_MAX 16 /* "torchrun" etc., NUL included */
 
 typedef enum fl_role { FL_ROLE_TRAINER = 0, FL_ROLE_PSERVER = 1 } fl_role;
 
@@ -77,6 +85,14 @@ typedef struct fl_cluster {
   char token[FL_TOKEN_MAX]; /* "" = no token; filled by fl_cluster_load_token */
   char log_dir[FL_CLUSTER_PATH_MAX];
   char checkpoint_dir[FL_CLUSTER_PATH_MAX]; /* "" = use the job's */
+  int place_set;           /* FLOTILLA_* / flags gave trainer id, trainers num,
+                            * trainer endpoints or pserver id */
+  char source[FL_CLUSTER_SOURCE_MAX]; /* engine the place came from: "" (FLOTILLA_*
+                            * / flags), "slurm", "torchrun", "openmpi", "paddle" */
+  int endpoints_partial;   /* 1: only trainer_endpoints[0] (the rendezvous) and
+                            * this rank's entry are known; the others (host "",
+                            * port 0) come with rank 0's table at the rendezvous */
+  int node_index;          /* the engine's node number, -1 = not given */
 } fl_cluster;
 
 /* Where the ranks sit, derived from trainer_endpoints (see fl_cluster_nodes). */
@@ -95,6 +111,40 @@ void fl_cluster_defaults(fl_cluster *c);
  * copied into c->token).  FL_EINVAL naming the variable for a malformed
  * value ("FLOTILLA_TRAINER_ID=abc: not an integer"). */
 fl_status fl_cluster_from_env(fl_cluster *c);
+
+/* Take the place from the cluster engine's environment when the FLOTILLA_*
+ * variables and flags did not give it (c->place_set == 0); call it after
+ * fl_cluster_from_env and the flags, before fl_cluster_validate.
+ * FLOTILLA_CLUSTER_ENV picks the engine (auto (default), slurm, torchrun,
+ * openmpi, paddle, none).  In auto, every engine whose variables are set is
+ * read; when two disagree on the rank, the size or the local rank, that is
+ * FL_EINVAL naming both and their values.  A trainer gets trainer_id,
+ * trainers_num, local_rank/local_size when the engine tells them, and in
+ * collective mode (the job's job_mode unless FLOTILLA_MODE gave one) with
+ * more than one trainer its endpoints: the full list (Paddle) or the
+ * rendezvous as entry 0 and its own address, port 0, as its entry
+ * (endpoints_partial).  A pserver gets pserver_id = the engine's rank when
+ * the engine's size equals the number of listed pservers.  Logs the source
+ * used at INFO; every error is logged, naming the variable. */
+fl_status fl_cluster_from_engines(fl_cluster *c, fl_mode job_mode);
+
+/* Host number `index` (0-based) of a Slurm hostlist such as
+ * "node[01-04,07],gpu-a[1-2]" (ranges keep the lower bound's zero padding;
+ * several bracket groups in one name expand with the last one fastest) into
+ * host (cap bytes); *count (may be NULL) gets the number of hosts in the
+ * list.  index -1 only counts.  FL_EINVAL (not logged) with a reason in why
+ * (whycap bytes) for a malformed list, a range or list of more than
+ * FL_SLURM_MAX_HOSTS hosts, a number of more than 9 digits, a host longer
+ * than cap - 1, or an index out of range. */
+#define FL_SLURM_MAX_HOSTS (1 << 20)
+fl_status fl_slurm_hostlist_host(const char *list, int index, char *host, size_t cap, int *count,
+                                 char *why, size_t whycap);
+
+/* Tasks on node `node` from a Slurm task count list "2(x3),1" (node 0..2
+ * have 2, node 3 has 1).  FL_EINVAL (not logged) with a reason in why for a
+ * malformed list or a node out of range. */
+fl_status fl_slurm_tasks_on_node(const char *list, int node, int *tasks, char *why,
+                                 size_t whycap);
 
 /* Set one field by its flag name without dashes ("trainer_id", "pservers",
  * ... the table above), from a string value.  FL_ENOTFOUND (not logged) when
@@ -155,7 +205,9 @@ fl_status fl_endpoint_list_parse(const char *s, fl_endpoint *out, int cap, int *
 fl_status fl_cluster_nodes(const fl_cluster *c, fl_node_map *out);
 
 /* This rank's place: node index, rank within the node and node size,
- * taking FLOTILLA_LOCAL_RANK/SIZE when given, else derived from the hosts. */
+ * taking FLOTILLA_LOCAL_RANK/SIZE when given, else derived from the hosts.
+ * With endpoints_partial: the engine's node number (-1 when it gives none)
+ * and its local rank and size (FL_EINVAL when it gave none). */
 fl_status fl_cluster_local(const fl_cluster *c, int *node, int *local_rank, int *local_size);
 
 /* This rank's GPU among n_devices (> 0): FLOTILLA_SELECTED_GPUS[local_rank

@@ -251,6 +251,7 @@ int main(int argc, char **argv) {
   }
   a.cl.mode = FL_MODE_PS;
   a.cl.mode_set = 1;
+  if (fl_cluster_from_engines(&a.cl, FL_MODE_PS) != FL_OK) return 2;
   if (fl_cluster_validate(&a.cl, FL_MODE_PS) != FL_OK) return 2;
   if (fl_cluster_load_token(&a.cl, a.job.cluster.token_file) != FL_OK) return 2;
   snprintf(ctx, sizeof ctx, "pserver %d", a.cl.pserver_id);

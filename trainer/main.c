@@ -218,6 +218,7 @@ int main(int argc, char **argv) {
     FL_LOGE("FLOTILLA_ROLE is %s: flotilla-trainer runs trainers only", fl_role_name(cl.role));
     return EXIT_USAGE;
   }
+  if (fl_cluster_from_engines(&cl, job.cluster.mode) != FL_OK) return EXIT_USAGE;
   if (fl_cluster_validate(&cl, job.cluster.mode) != FL_OK) return EXIT_USAGE;
   char ctx[32];
   snprintf(ctx, sizeof ctx, "trainer %d", cl.trainer_id);
