@@ -102,7 +102,8 @@ struct run {
 enum {
   OPT_MODE = 1000, OPT_IPS, OPT_NODE_IP, OPT_NPROC, OPT_GPUS, OPT_SERVER_NUM, OPT_SERVERS,
   OPT_LOG_DIR, OPT_MAX_RESTART, OPT_PORT, OPT_GRACE, OPT_TIMELINE, OPT_METRICS_PORT,
-  OPT_TRAINER_BIN, OPT_PSERVER_BIN, OPT_HELP, OPT_VERSION
+  OPT_TRAINER_BIN, OPT_PSERVER_BIN, OPT_HELP, OPT_VERSION, OPT_NNODES, OPT_NODE_RANK,
+  OPT_MASTER_ADDR, OPT_MASTER_PORT
 };
 
 static const struct option long_opts[] = {
@@ -121,6 +122,15 @@ static const struct option long_opts[] = {
     {"metrics_port", required_argument, NULL, OPT_METRICS_PORT},
     {"trainer_bin", required_argument, NULL, OPT_TRAINER_BIN},
     {"pserver_bin", required_argument, NULL, OPT_PSERVER_BIN},
+    /* torchrun's spellings, with its dashed variants */
+    {"nproc-per-node", required_argument, NULL, OPT_NPROC},
+    {"nnodes", required_argument, NULL, OPT_NNODES},
+    {"node_rank", required_argument, NULL, OPT_NODE_RANK},
+    {"node-rank", required_argument, NULL, OPT_NODE_RANK},
+    {"master_addr", required_argument, NULL, OPT_MASTER_ADDR},
+    {"master-addr", required_argument, NULL, OPT_MASTER_ADDR},
+    {"master_port", required_argument, NULL, OPT_MASTER_PORT},
+    {"master-port", required_argument, NULL, OPT_MASTER_PORT},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0}};
@@ -166,6 +176,22 @@ static void usage(FILE *out) {
       "  --trainer_bin PATH       the trainer program (default: flotilla-trainer next\n"
       "                           to flotilla-run, else from PATH)\n"
       "  --pserver_bin PATH       the pserver program (likewise flotilla-pserver)\n"
+      "torchrun's spellings (also with dashes: --nproc-per-node, --node-rank, ...):\n"
+      "  --nproc-per-node N       as --nproc_per_node\n"
+      "  --nnodes N               number of nodes; with --ips it must be their number\n"
+      "  --node_rank R            this node's number, 0 .. N-1 (with --ips: as\n"
+      "                           --node_ip of the R-th address; default 0)\n"
+      "  --master_addr A          node 0's address, where trainer 0 listens and the\n"
+      "                           trainers meet (with --ips: must be the first)\n"
+      "  --master_port P          trainer 0's port (collective; default 29500 with\n"
+      "                           --nnodes and no --ips, else as --port)\n"
+      "  Without --ips, --nnodes N > 1 runs this node's N-th share, the nodes known by\n"
+      "  number only: run flotilla-run on each node with the same --nnodes,\n"
+      "  --master_addr, --master_port and its own --node_rank.  Its trainers get\n"
+      "  torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
+      "  MASTER_ADDR, MASTER_PORT (FLOTILLA_CLUSTER_ENV=torchrun) instead of the\n"
+      "  endpoint list, and tell trainer 0 their address at the rendezvous; ps mode\n"
+      "  then needs --servers.\n"
       "  --help, --version\n"
       "\n"
       "Files in DIR: workerlog.N (trainer N's output), serverlog.N (pserver N's),\n"
@@ -184,7 +210,9 @@ static void usage(FILE *out) {
       "  FLOTILLA_LOCAL_RANK, FLOTILLA_LOCAL_SIZE   trainer's place on its node\n"
       "  FLOTILLA_SELECTED_GPUS           with --gpus: this trainer's GPU\n"
       "  FLOTILLA_LOG_DIR                 --log_dir\n"
-      "These are never inherited from flotilla-run's own environment; the rest of\n"
+      "These (and torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
+      "GROUP_RANK, MASTER_ADDR, MASTER_PORT, FLOTILLA_CLUSTER_ENV) are never\n"
+      "inherited from flotilla-run's own environment; the rest of\n"
       "it is passed on (FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE, FLOTILLA_LOG_LEVEL,\n"
       "FLOTILLA_CHECKPOINT_DIR included).  A one-node job with no shared secret\n"
       "(FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE or the job's cluster.token_file) gets\n"
@@ -566,7 +594,10 @@ static int is_cluster_var(const char *kv) {
       "FLOTILLA_ROLE=", "FLOTILLA_MODE=", "FLOTILLA_TRAINER_ID=", "FLOTILLA_TRAINERS_NUM=",
       "FLOTILLA_TRAINER_ENDPOINTS=", "FLOTILLA_CURRENT_ENDPOINT=",
       "FLOTILLA_PSERVERS_IP_PORT_LIST=", "FLOTILLA_PSERVER_ID=", "FLOTILLA_LOCAL_RANK=",
-      "FLOTILLA_LOCAL_SIZE=", "FLOTILLA_SELECTED_GPUS=", "FLOTILLA_LOG_DIR="};
+      "FLOTILLA_LOCAL_SIZE=", "FLOTILLA_SELECTED_GPUS=", "FLOTILLA_LOG_DIR=",
+      /* torchrun's, given instead in --nnodes mode (fl_run_torchrun_opts) */
+      "FLOTILLA_CLUSTER_ENV=", "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
+      "GROUP_RANK=", "MASTER_ADDR=", "MASTER_PORT="};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
     if (strncmp(kv, vars[i], strlen(vars[i])) == 0) return 1;
   return 0;
@@ -883,6 +914,28 @@ static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
     case OPT_IPS:
       if (fl_run_split_list("--ips", optarg, o->ips, FL_RUN_MAX_NODES, &o->n_ips) != FL_OK)
         return 2;
+      o->ips_given = 1;
+      break;
+    case OPT_NNODES:
+      if (strchr(optarg, ':')) {
+        FL_LOGE("--nnodes %s: elastic MIN:MAX node counts are not supported; give one number",
+                optarg);
+        return 2;
+      }
+      if (parse_int("--nnodes", optarg, 1, FL_RUN_MAX_NODES, &o->nnodes)) return 2;
+      break;
+    case OPT_NODE_RANK:
+      if (parse_int("--node_rank", optarg, 0, FL_RUN_MAX_NODES - 1, &o->node_rank)) return 2;
+      break;
+    case OPT_MASTER_ADDR:
+      if (!*optarg || strlen(optarg) >= sizeof o->master_addr || strchr(optarg, ',')) {
+        FL_LOGE("--master_addr %s: want one host name or address", optarg);
+        return 2;
+      }
+      snprintf(o->master_addr, sizeof o->master_addr, "%s", optarg);
+      break;
+    case OPT_MASTER_PORT:
+      if (parse_int("--master_port", optarg, 1, 65535, &o->master_port)) return 2;
       break;
     case OPT_NODE_IP: snprintf(o->node_ip, sizeof o->node_ip, "%s", optarg); break;
     case OPT_NPROC:
@@ -1015,7 +1068,6 @@ int main(int argc, char **argv) {
   if (!o.mode_given) o.mode = job.cluster.mode == FL_MODE_PS ? FL_RUN_PS : FL_RUN_COLLECTIVE;
   r.job = &job;
   r.log_dir = o.log_dir;
-  r.multi_node = o.n_ips > 1;
 
   rc = 1;
   local = calloc(FL_RUN_MAX_NODES * 4, FL_RUN_EP_MAX);
@@ -1025,11 +1077,13 @@ int main(int argc, char **argv) {
     goto done;
   }
   rc = 2;
-  if (fl_run_local_addrs(local, FL_RUN_MAX_NODES * 4, &n_local) != FL_OK ||
+  if (fl_run_torchrun_opts(&o) != FL_OK ||
+      fl_run_local_addrs(local, FL_RUN_MAX_NODES * 4, &n_local) != FL_OK ||
       fl_run_find_node(&o, local, n_local, &node) != FL_OK ||
       fl_run_make_plan(&o, node, r.plan) != FL_OK || make_dirs(o.log_dir) != FL_OK ||
       make_token(&r, &o, &job) != FL_OK)
     goto done;
+  r.multi_node = o.n_ips > 1;
 
   rc = 1;
   r.children = calloc((size_t)r.plan->n_procs, sizeof *r.children);

@@ -42,6 +42,17 @@ typedef struct fl_run_opts {
   int n_servers;
   int port;                     /* base port, 0 = pick (one node) / 6170 */
   char log_dir[FL_RUN_PATH_MAX];
+  /* torchrun's spellings (fl_run_torchrun_opts) */
+  int ips_given;                /* --ips was given */
+  int nnodes;                   /* --nnodes, 0 = not given */
+  int node_rank;                /* --node_rank, -1 = not given */
+  char master_addr[FL_RUN_EP_MAX]; /* --master_addr, "" = not given */
+  int master_port;              /* --master_port, 0 = not given */
+  int torchrun;                 /* several nodes known only by number: the
+                                 * trainers get torchrun's RANK, WORLD_SIZE,
+                                 * LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+                                 * MASTER_ADDR, MASTER_PORT and meet at
+                                 * master_addr:master_port */
 } fl_run_opts;
 
 /* One process of the job (on any node). */
@@ -69,7 +80,7 @@ typedef struct fl_run_plan {
   int n_procs;
 } fl_run_plan;
 
-/* Default options: collective, ips 127.0.0.1, log_dir "log". */
+/* Default options: collective, ips 127.0.0.1, log_dir "log", node_rank -1. */
 void fl_run_opts_defaults(fl_run_opts *o);
 
 /* Split a comma list into out[cap][FL_RUN_EP_MAX] (spaces around entries
@@ -87,6 +98,16 @@ fl_status fl_run_local_addrs(char (*out)[FL_RUN_EP_MAX], int cap, int *n);
  * FL_EINVAL (logged) when none or several match. */
 fl_status fl_run_find_node(const fl_run_opts *o, char (*local)[FL_RUN_EP_MAX], int n_local,
                            int *node);
+
+/* Reconcile torchrun's spellings with the rest (flotilla-run --help):
+ * with --ips, --nnodes must equal their number, --node_rank picks this
+ * node (as --node_ip), --master_addr must be the first of --ips and
+ * --master_port is the base port; without --ips, --nnodes N > 1 lays out N
+ * nodes known only by number (o->torchrun, n_ips = N, ips[0] =
+ * --master_addr, required, ips[node_rank] = --node_ip when given), node
+ * rank default 0, master port default 29500; ps mode then needs --servers.
+ * FL_EINVAL (logged) for a contradiction. */
+fl_status fl_run_torchrun_opts(fl_run_opts *o);
 
 /* Lay the job out into *out (caller storage, large: allocate it; free its
  * strings with fl_run_plan_clear).  Ports: --port BASE gives, in collective

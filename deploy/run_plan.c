@@ -30,6 +30,71 @@ void fl_run_opts_defaults(fl_run_opts *o) {
   snprintf(o->ips[0], FL_RUN_EP_MAX, "127.0.0.1");
   o->n_ips = 1;
   snprintf(o->log_dir, sizeof o->log_dir, "log");
+  o->node_rank = -1;
+}
+
+#define TORCHRUN_DEFAULT_PORT 29500
+
+fl_status fl_run_torchrun_opts(fl_run_opts *o) {
+  if (o->ips_given) {
+    if (o->nnodes && o->nnodes != o->n_ips)
+      return FL_ERR(FL_EINVAL, "--nnodes %d but --ips lists %d nodes", o->nnodes, o->n_ips);
+    if (o->node_rank >= 0) {
+      if (o->node_rank >= o->n_ips)
+        return FL_ERR(FL_EINVAL, "--node_rank %d: --ips lists %d nodes", o->node_rank, o->n_ips);
+      if (o->node_ip[0] && strcmp(o->node_ip, o->ips[o->node_rank]))
+        return FL_ERR(FL_EINVAL, "--node_rank %d is %s, but --node_ip (or FLOTILLA_NODE_IP) says "
+                      "%s", o->node_rank, o->ips[o->node_rank], o->node_ip);
+      snprintf(o->node_ip, sizeof o->node_ip, "%s", o->ips[o->node_rank]);
+    }
+    if (o->master_addr[0] && strcmp(o->master_addr, o->ips[0]))
+      return FL_ERR(FL_EINVAL, "--master_addr %s: trainer 0 runs on the first of --ips, %s",
+                    o->master_addr, o->ips[0]);
+  } else if (o->nnodes > 1) {
+    if (!o->master_addr[0])
+      return FL_ERR(FL_EINVAL, "--nnodes %d without --ips needs --master_addr (the address of "
+                    "node rank 0, where the trainers meet)", o->nnodes);
+    if (o->nnodes > FL_RUN_MAX_NODES)
+      return FL_ERR(FL_EINVAL, "--nnodes %d: at most %d", o->nnodes, FL_RUN_MAX_NODES);
+    if (o->node_rank >= o->nnodes)
+      return FL_ERR(FL_EINVAL, "--node_rank %d: want 0 .. %d (--nnodes %d)", o->node_rank,
+                    o->nnodes - 1, o->nnodes);
+    if (o->mode == FL_RUN_PS && !o->n_servers)
+      return FL_ERR(FL_EINVAL, "--mode ps with --nnodes and no --ips needs --servers (the "
+                    "pservers' endpoints: nodes known by number cannot be given pservers)");
+    if (o->port && o->master_port && o->port != o->master_port)
+      return FL_ERR(FL_EINVAL, "--port %d and --master_port %d disagree", o->port,
+                    o->master_port);
+    if (!o->master_port) o->master_port = o->port ? o->port : TORCHRUN_DEFAULT_PORT;
+    if (o->node_rank < 0) o->node_rank = 0;
+    o->torchrun = 1;
+    o->n_ips = o->nnodes;
+    for (int i = 0; i < o->n_ips; i++) snprintf(o->ips[i], FL_RUN_EP_MAX, "(node %d)", i); /* never a host */
+    snprintf(o->ips[0], FL_RUN_EP_MAX, "%s", o->master_addr);
+    if (o->node_ip[0]) {
+      if (o->node_rank == 0 && strcmp(o->node_ip, o->master_addr))
+        return FL_ERR(FL_EINVAL, "--node_rank 0 runs trainer 0 at --master_addr %s, but "
+                      "--node_ip says %s", o->master_addr, o->node_ip);
+      snprintf(o->ips[o->node_rank], FL_RUN_EP_MAX, "%s", o->node_ip);
+    }
+    snprintf(o->node_ip, sizeof o->node_ip, "%s", o->ips[o->node_rank]);
+    return FL_OK;
+  } else {
+    if (o->node_rank > 0)
+      return FL_ERR(FL_EINVAL, "--node_rank %d of a single node (--nnodes 1, no --ips)",
+                    o->node_rank);
+    if (o->master_addr[0]) snprintf(o->ips[0], FL_RUN_EP_MAX, "%s", o->master_addr);
+  }
+  if (o->master_port) {
+    if (o->mode == FL_RUN_PS)
+      return FL_ERR(FL_EINVAL, "--master_port is trainer 0's port: collective mode only (ps "
+                    "mode: --port)");
+    if (o->port && o->port != o->master_port)
+      return FL_ERR(FL_EINVAL, "--port %d and --master_port %d disagree", o->port,
+                    o->master_port);
+    o->port = o->master_port;
+  }
+  return FL_OK;
 }
 
 fl_status fl_run_split_list(const char *flag, const char *s, char (*out)[FL_RUN_EP_MAX], int cap,
@@ -244,7 +309,11 @@ fl_status fl_run_make_plan(const fl_run_opts *o, int this_node, fl_run_plan *out
   int per_node_ports = (o->mode == FL_RUN_COLLECTIVE ? per_node : 0) + servers_per_node;
   int ports[FL_RUN_MAX_PROCS];
   int base = o->port ? o->port : (o->n_ips > 1 ? DEFAULT_MULTI_NODE_PORT : 0);
-  if (base) {
+  if (o->torchrun) {
+    /* Trainer 0 listens at the master's port, the others on free ports of
+     * their own; pservers come from --servers. */
+    per_node_ports = 0;
+  } else if (base) {
     if (base + per_node_ports - 1 > 65535)
       return FL_ERR(FL_EINVAL, "--port %d: %d ports from there pass 65535", base, per_node_ports);
     for (int i = 0; i < per_node_ports; i++) ports[i] = base + i;
@@ -260,7 +329,13 @@ fl_status fl_run_make_plan(const fl_run_opts *o, int this_node, fl_run_plan *out
     p->local_rank = r % per_node;
     p->local = p->node == this_node;
     p->gpu = o->n_gpus ? o->gpus[p->local_rank] : -1;
-    if (o->mode == FL_RUN_COLLECTIVE) format_ep(p->endpoint, o->ips[p->node], ports[p->local_rank]);
+    if (o->torchrun) {
+      if (r == 0)
+        snprintf(p->endpoint, FL_RUN_EP_MAX, strchr(o->master_addr, ':') ? "[%.140s]:%d" : "%.140s:%d",
+                 o->master_addr, o->master_port);
+    } else if (o->mode == FL_RUN_COLLECTIVE) {
+      format_ep(p->endpoint, o->ips[p->node], ports[p->local_rank]);
+    }
     snprintf(p->log_path, sizeof p->log_path, "%s/workerlog.%d", o->log_dir, r);
   }
   for (int s = 0; s < out->n_pservers; s++) {
@@ -302,7 +377,19 @@ fl_status fl_run_make_plan(const fl_run_opts *o, int this_node, fl_run_plan *out
   for (int i = 0; i < out->n_procs && st == FL_OK; i++) {
     fl_run_proc *p = &out->procs[i];
     if (!p->local) continue;
-    if (p->role == FL_RUN_TRAINER) {
+    if (p->role == FL_RUN_TRAINER && o->torchrun) {
+      st = add_env(p, "FLOTILLA_ROLE", "TRAINER");
+      if (st == FL_OK) st = add_env(p, "FLOTILLA_MODE", "%s", mode);
+      if (st == FL_OK) st = add_env(p, "FLOTILLA_CLUSTER_ENV", "torchrun");
+      if (st == FL_OK) st = add_env(p, "RANK", "%d", p->id);
+      if (st == FL_OK) st = add_env(p, "WORLD_SIZE", "%d", out->n_trainers);
+      if (st == FL_OK) st = add_env(p, "LOCAL_RANK", "%d", p->local_rank);
+      if (st == FL_OK) st = add_env(p, "LOCAL_WORLD_SIZE", "%d", per_node);
+      if (st == FL_OK) st = add_env(p, "GROUP_RANK", "%d", p->node);
+      if (st == FL_OK) st = add_env(p, "MASTER_ADDR", "%s", o->master_addr);
+      if (st == FL_OK) st = add_env(p, "MASTER_PORT", "%d", o->master_port);
+      if (st == FL_OK && p->gpu >= 0) st = add_env(p, "FLOTILLA_SELECTED_GPUS", "%d", p->gpu);
+    } else if (p->role == FL_RUN_TRAINER) {
       st = add_env(p, "FLOTILLA_ROLE", "TRAINER");
       if (st == FL_OK) st = add_env(p, "FLOTILLA_MODE", "%s", mode);
       if (st == FL_OK) st = add_env(p, "FLOTILLA_TRAINER_ID", "%d", p->id);

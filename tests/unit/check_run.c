@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fl_log.h"
 #include "run_internal.h"
 
 static fl_run_plan *plan_of(const fl_run_opts *o, int node, fl_status want) {
@@ -203,6 +204,104 @@ START_TEST(test_find_node) {
 }
 END_TEST
 
+/* torchrun's spellings: with --ips they only check and pick; without, the
+ * nodes are numbers and the trainers get torchrun's variables. */
+START_TEST(test_torchrun_opts) {
+  fl_run_opts o;
+  int node = -1;
+  char local[1][FL_RUN_EP_MAX] = {"127.0.0.1"};
+  fl_log_set_level(FL_LOG_OFF);
+  fl_run_opts_defaults(&o);
+  ck_assert_int_eq(fl_run_torchrun_opts(&o), FL_OK); /* nothing given: nothing changes */
+  ck_assert_int_eq(o.torchrun, 0);
+  ck_assert_int_eq(o.port, 0);
+
+  /* With --ips. */
+  ck_assert_int_eq(fl_run_split_list("--ips", "10.0.0.1,10.0.0.2", o.ips, 4, &o.n_ips), FL_OK);
+  o.ips_given = 1;
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.master_port = 7000;
+  snprintf(o.master_addr, sizeof o.master_addr, "10.0.0.1");
+  ck_assert_int_eq(fl_run_torchrun_opts(&o), FL_OK);
+  ck_assert_int_eq(o.torchrun, 0);
+  ck_assert_str_eq(o.node_ip, "10.0.0.2");
+  ck_assert_int_eq(o.port, 7000);
+  ck_assert_int_eq(fl_run_find_node(&o, local, 1, &node), FL_OK);
+  ck_assert_int_eq(node, 1);
+  fl_run_opts bad = o;
+  bad.nnodes = 3;
+  ck_assert_int_eq(fl_run_torchrun_opts(&bad), FL_EINVAL);
+  bad = o;
+  snprintf(bad.master_addr, sizeof bad.master_addr, "10.0.0.2");
+  ck_assert_int_eq(fl_run_torchrun_opts(&bad), FL_EINVAL);
+  bad = o;
+  bad.node_rank = 2;
+  ck_assert_int_eq(fl_run_torchrun_opts(&bad), FL_EINVAL);
+  bad = o;
+  bad.port = 6000;
+  ck_assert_int_eq(fl_run_torchrun_opts(&bad), FL_EINVAL);
+  bad = o;
+  snprintf(bad.node_ip, sizeof bad.node_ip, "10.0.0.1"); /* node_rank 1 is 10.0.0.2 */
+  ck_assert_int_eq(fl_run_torchrun_opts(&bad), FL_EINVAL);
+
+  /* Without --ips: 3 nodes by number, this is node 2. */
+  fl_run_opts_defaults(&o);
+  o.nnodes = 3;
+  o.node_rank = 2;
+  o.nproc_per_node = 2;
+  ck_assert_int_eq(fl_run_torchrun_opts(&o), FL_EINVAL); /* needs --master_addr */
+  snprintf(o.master_addr, sizeof o.master_addr, "10.77.0.1");
+  ck_assert_int_eq(fl_run_torchrun_opts(&o), FL_OK);
+  ck_assert_int_eq(o.torchrun, 1);
+  ck_assert_int_eq(o.n_ips, 3);
+  ck_assert_int_eq(o.master_port, 29500);
+  ck_assert_int_eq(fl_run_find_node(&o, local, 1, &node), FL_OK);
+  ck_assert_int_eq(node, 2);
+  fl_run_plan *p = plan_of(&o, node, FL_OK);
+  ck_assert_int_eq(p->n_trainers, 6);
+  ck_assert_str_eq(p->procs[0].endpoint, "10.77.0.1:29500");
+  ck_assert(!p->procs[0].local);
+  const fl_run_proc *t5 = &p->procs[5];
+  ck_assert(t5->local);
+  ck_assert_str_eq(t5->endpoint, "");
+  ck_assert_str_eq(env_of(t5, "FLOTILLA_MODE"), "collective");
+  ck_assert_str_eq(env_of(t5, "FLOTILLA_CLUSTER_ENV"), "torchrun");
+  ck_assert_str_eq(env_of(t5, "RANK"), "5");
+  ck_assert_str_eq(env_of(t5, "WORLD_SIZE"), "6");
+  ck_assert_str_eq(env_of(t5, "LOCAL_RANK"), "1");
+  ck_assert_str_eq(env_of(t5, "LOCAL_WORLD_SIZE"), "2");
+  ck_assert_str_eq(env_of(t5, "GROUP_RANK"), "2");
+  ck_assert_str_eq(env_of(t5, "MASTER_ADDR"), "10.77.0.1");
+  ck_assert_str_eq(env_of(t5, "MASTER_PORT"), "29500");
+  ck_assert_ptr_null(env_of(t5, "FLOTILLA_TRAINER_ID"));
+  ck_assert_ptr_null(env_of(t5, "FLOTILLA_TRAINER_ENDPOINTS"));
+  plan_free(p);
+
+  fl_run_opts_defaults(&o);
+  o.nnodes = 2;
+  o.mode = FL_RUN_PS;
+  snprintf(o.master_addr, sizeof o.master_addr, "10.77.0.1");
+  ck_assert_int_eq(fl_run_torchrun_opts(&o), FL_EINVAL); /* ps needs --servers */
+  fl_run_opts_defaults(&o);
+  o.nnodes = 2;
+  o.node_rank = 2;
+  snprintf(o.master_addr, sizeof o.master_addr, "10.77.0.1");
+  ck_assert_int_eq(fl_run_torchrun_opts(&o), FL_EINVAL); /* node rank out of range */
+  fl_run_opts_defaults(&o);
+  o.node_rank = 1; /* of one node */
+  ck_assert_int_eq(fl_run_torchrun_opts(&o), FL_EINVAL);
+  fl_run_opts_defaults(&o);
+  o.nnodes = 1;
+  o.master_port = 6500;
+  snprintf(o.master_addr, sizeof o.master_addr, "127.0.0.2");
+  ck_assert_int_eq(fl_run_torchrun_opts(&o), FL_OK); /* one node at that address */
+  ck_assert_int_eq(o.torchrun, 0);
+  ck_assert_str_eq(o.ips[0], "127.0.0.2");
+  ck_assert_int_eq(o.port, 6500);
+}
+END_TEST
+
 START_TEST(test_parse_lines) {
   fl_run_record r;
   ck_assert_int_eq(fl_run_parse_line("2026-01-01T00:00:00.000Z I [trainer 0] training mlp: 3 "
@@ -352,6 +451,7 @@ int main(void) {
   tcase_add_test(tc, test_explicit_servers_and_port);
   tcase_add_test(tc, test_bad_requests);
   tcase_add_test(tc, test_find_node);
+  tcase_add_test(tc, test_torchrun_opts);
   tcase_add_test(tc, test_parse_lines);
   tcase_add_test(tc, test_progress_and_csv);
   tcase_add_test(tc, test_progress_bursts);
