@@ -15,3 +15,4 @@ EXTRA_DIST += $(FL_CLUSTER_TESTS)
 check-cluster: all
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(FL_CLUSTER_TESTS)'
 .PHONY: check-cluster
+EXTRA_DIST += deploy/slurm/collective.sbatch deploy/slurm/ps.sbatch deploy/slurm/ps.multi-prog.conf
