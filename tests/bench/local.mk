@@ -56,3 +56,11 @@ EXTRA_DIST += tests/bench/large_batch.py deploy/examples/large_batch
 # reconciled with the servers' (tests/bench/soak_ps.sh; uses
 # tests/integration/ps_probe and faults_lib.sh).
 EXTRA_DIST += tests/bench/soak_ps.sh
+
+# One rank of an allreduce benchmark over machines or network namespaces
+# (tests/bench/run_bench_netns.sh): its place from FLOTILLA_* or a cluster
+# engine's variables, busbw per size printed by rank 0.
+noinst_PROGRAMS += tests/bench/bench_allreduce_rank
+tests_bench_bench_allreduce_rank_SOURCES = tests/bench/bench_allreduce_rank.c
+tests_bench_bench_allreduce_rank_CFLAGS = $(FL_TRAINER_CFLAGS)
+tests_bench_bench_allreduce_rank_LDADD = libfltrainer.la $(FL_LIBS)

@@ -8,8 +8,15 @@ cluster_tests = tests/integration/test_run_torchrun.sh
 dist_check_SCRIPTS += $(cluster_tests)
 TESTS += $(cluster_tests)
 
-FL_CLUSTER_TESTS = tests/integration/test_slurm.sh
-EXTRA_DIST += $(FL_CLUSTER_TESTS)
+FL_CLUSTER_TESTS = tests/integration/test_slurm.sh tests/integration/test_netns_cluster.sh
+EXTRA_DIST += $(FL_CLUSTER_TESTS) tests/integration/netns_lib.sh
+
+# The parity check of the shell tests: largest parameter difference of two
+# checkpoints.
+noinst_PROGRAMS += tests/integration/ckpt_maxdiff
+tests_integration_ckpt_maxdiff_SOURCES = tests/integration/ckpt_maxdiff.c
+tests_integration_ckpt_maxdiff_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS)
+tests_integration_ckpt_maxdiff_LDADD = $(FL_LIBS) -lm
 
 # The same harness as make check, on the cluster tests only.
 check-cluster: all

@@ -1,0 +1,212 @@
+#!/bin/bash
+# Multi-node jobs on real (virtual) networks: network namespaces as nodes
+# (tests/integration/netns_lib.sh: one address each on a private /24, veth
+# pairs to a bridge in a namespace of its own, links shaped by tc), the
+# launcher started in each node's namespace with `ip netns exec`, every
+# daemon bound to its node's address.
+#   hier_parity  3 nodes x 2 ranks, hierarchical allreduce (shm inside a
+#                node, tcp between), inter-node links capped at 1 Gbit/s,
+#                via flotilla-run --ips/--node_ip: the parameters after 20
+#                steps match one process at the same global batch within
+#                1e-5 (the bar of test_coll_train.c);
+#   ps_split     PS mode: 2 pservers on node 0, one trainer on each of
+#                nodes 1 and 2 (flotilla-run --mode ps --servers): trains
+#                to the end, both trainers and both pservers exit 0;
+#   link_cut     3 nodes x 1 rank placed by torchrun's spellings
+#                (flotilla-run --nnodes 3 --node_rank --master_addr, the
+#                trainers taking their place from RANK/WORLD_SIZE/MASTER_*);
+#                node 2's link taken down mid-job: every rank exits 1 within
+#                collective_timeout_s (+ margin) with the error naming the
+#                silent peer, no hang;
+#   lossy        3 nodes x 2 ranks with 1% loss and 2 ms delay on every
+#                link still complete.  Without sch_netem in the kernel the
+#                delay cannot be applied: the part then runs with the loss
+#                only and says so.
+# Needs root, iproute2, tc, nftables (without netem); SKIP (77) with the
+# reason when the namespaces cannot be made.  Cleans up on any exit;
+# every wait is bounded.
+set -u
+FL_BUILDDIR=${FL_BUILDDIR:-.}
+FL_SRCDIR=${FL_SRCDIR:-..}
+RUN=$FL_BUILDDIR/flotilla-run
+TRAINER=$FL_BUILDDIR/flotilla-trainer
+PSERVER=$FL_BUILDDIR/flotilla-pserver
+MAXDIFF=$FL_BUILDDIR/tests/integration/ckpt_maxdiff
+. "$FL_SRCDIR/tests/integration/netns_lib.sh"
+unset FLOTILLA_TOKEN_FILE FLOTILLA_CHECKPOINT_DIR
+export FLOTILLA_TOKEN=netns-cluster-token
+tmp=$(mktemp -d /tmp/fl_netns_cluster.XXXXXX)
+pids=""
+cleanup() {
+  for p in $pids; do kill -KILL "$p" 2> /dev/null; done
+  wait 2> /dev/null
+  fl_ns_cleanup
+  if [ -n "${FL_KEEP_TEST_DIR:-}" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+show() { for f in "$@"; do echo "--- $f"; tail -15 "$f"; done; }
+
+fl_ns_setup 3
+rc=$?
+[ $rc = 0 ] || exit $rc
+echo "# nodes: ${FL_IP[*]} (netem: $([ $FL_NS_NETEM = 1 ] && echo yes || echo no, tbf + nftables))"
+IPS=${FL_IP[0]},${FL_IP[1]},${FL_IP[2]}
+port() { echo $((20000 + (RANDOM % 20000))); }
+
+# job FILE BATCH CKPT MODE HIER [TIMEOUT]: the synthetic MLP of
+# test_coll_train.c (4 steps an epoch at 6 ranks x 8, 20 steps).
+job() {
+  cat > "$1" << JOB
+model: {kind: mlp, input_shape: [1, 6, 6], num_classes: 5, hidden: [24, 16]}
+data:
+  format: synthetic
+  synthetic: {train_samples: 192, test_samples: 40}
+optimizer: {name: momentum, lr: 0.05}
+train: {epochs: 100, batch_size: $2, max_steps: 20, eval: false, log_interval: 1,
+        num_threads: 1, checkpoint_dir: $3}
+cluster: {mode: $4, collective_timeout_s: ${6:-30}, rpc_timeout_s: 10, heartbeat_timeout_s: 10}
+strategy: {use_hierarchical_allreduce: $5, fuse_all_reduce_ops: true}
+JOB
+}
+
+# nodes_run NAME ARGS...: flotilla-run ARGS in each node's namespace, node k
+# with --node_ip of node k; waits (bounded) for all; exit codes in RC[k].
+nodes_run() {
+  local name=$1 k
+  shift
+  local p=()
+  for k in 0 1 2; do
+    timeout 150 ip netns exec ${FL_NS[k]} env FLOTILLA_CHECKPOINT_DIR="$tmp/$name.ck$k" \
+      "$RUN" --node_ip ${FL_IP[k]} --log_dir "$tmp/$name.log$k" "$@" > "$tmp/$name.out$k" 2>&1 &
+    p[k]=$!
+    pids="$pids ${p[k]}"
+  done
+  for k in 0 1 2; do
+    wait ${p[k]}
+    RC[k]=$?
+  done
+}
+
+# ------------------------------------------------------------ hier_parity
+n=hier_parity
+f0=$fails
+for k in 0 1 2; do fl_ns_shape $k 1gbit - - || fail "$n: cannot cap node $k's link"; done
+job "$tmp/$n.ranks.yaml" 8 "$tmp/$n.ck" collective true
+job "$tmp/$n.single.yaml" 48 "$tmp/$n.single" collective false
+nodes_run $n --ips $IPS --nproc_per_node 2 --port $(port) "$tmp/$n.ranks.yaml"
+for k in 0 1 2; do [ ${RC[k]} = 0 ] || fail "$n: flotilla-run on node $k exited ${RC[k]}"; done
+grep -q "all 6 ranks registered (3 nodes)" "$tmp/$n.log0/workerlog.0" || fail "$n: not 6 ranks on 3 nodes"
+grep -q "backend hier(shm+tcp)" "$tmp/$n.log0/workerlog.0" || fail "$n: not the hierarchical backend"
+FLOTILLA_MODE=local timeout 60 "$TRAINER" --config "$tmp/$n.single.yaml" > "$tmp/$n.single.out" 2>&1 ||
+  fail "$n: the single process failed"
+if "$MAXDIFF" "$tmp/$n.single" "$tmp/$n.ck0" 1e-5 > "$tmp/$n.diff" 2>&1; then
+  echo "ok: $n: $(cat "$tmp/$n.diff") (6 ranks on 3 nodes vs 1 process, batch 48)"
+else
+  fail "$n: parameters differ: $(cat "$tmp/$n.diff")"
+fi
+[ $fails = $f0 ] || show "$tmp/$n".out* "$tmp/$n".log0/workerlog.0
+
+# --------------------------------------------------------------- ps_split
+n=ps_split
+f0=$fails
+pp=$(port)
+SERVERS=${FL_IP[0]}:$pp,${FL_IP[0]}:$((pp + 1))
+job "$tmp/$n.yaml" 16 "$tmp/$n.ck" ps false
+printf 'pserver: {dense_block_size: 256}\nstrategy: {a_sync: false}\n' >> "$tmp/$n.yaml"
+sed -i 's/^strategy: {use_hier.*//' "$tmp/$n.yaml"
+ps_pids=()
+for s in 0 1; do
+  timeout 150 ip netns exec ${FL_NS[0]} env FLOTILLA_ROLE=PSERVER FLOTILLA_MODE=ps \
+    FLOTILLA_PSERVERS_IP_PORT_LIST=$SERVERS FLOTILLA_PSERVER_ID=$s FLOTILLA_TRAINERS_NUM=2 \
+    "$PSERVER" --config "$tmp/$n.yaml" > "$tmp/$n.ps$s.log" 2>&1 &
+  ps_pids[s]=$!
+  pids="$pids $!"
+done
+tr_pids=()
+for k in 1 2; do
+  timeout 150 ip netns exec ${FL_NS[k]} "$RUN" --mode ps --ips ${FL_IP[1]},${FL_IP[2]} \
+    --node_ip ${FL_IP[k]} --servers $SERVERS --nproc_per_node 1 --log_dir "$tmp/$n.log$k" \
+    "$tmp/$n.yaml" > "$tmp/$n.out$k" 2>&1 &
+  tr_pids[k]=$!
+  pids="$pids $!"
+done
+for k in 1 2; do wait ${tr_pids[k]} || fail "$n: flotilla-run on node $k exited $?"; done
+for s in 0 1; do wait ${ps_pids[s]} || fail "$n: pserver $s (node 0) exited $?"; done
+for t in 0 1; do
+  k=$((t + 1))
+  grep -q "done: 20 steps" "$tmp/$n.log$k/workerlog.$t" || fail "$n: trainer $t (node $k) did not do 20 steps"
+done
+grep -q "${FL_IP[0]}:$pp" "$tmp/$n.log1/workerlog.0" || fail "$n: trainer 0 does not name node 0's pserver"
+[ $fails = $f0 ] && echo "ok: $n: 2 pservers on node 0, trainers on nodes 1 and 2, 20 steps" ||
+  show "$tmp/$n".ps*.log "$tmp/$n".out* "$tmp/$n".log1/workerlog.0
+
+# --------------------------------------------------------------- link_cut
+n=link_cut
+f0=$fails
+TIMEOUT=6
+job "$tmp/$n.yaml" 8 "$tmp/$n.ck" collective false $TIMEOUT
+sed -i 's/max_steps: 20/max_steps: 0/; s/epochs: 100/epochs: 100000/' "$tmp/$n.yaml"
+mp=$(port)
+lc=()
+for k in 0 1 2; do
+  timeout 150 ip netns exec ${FL_NS[k]} "$RUN" --nnodes 3 --node_rank $k --master_addr ${FL_IP[0]} \
+    --master_port $mp --nproc-per-node 1 --grace 2 --log_dir "$tmp/$n.log$k" "$tmp/$n.yaml" \
+    > "$tmp/$n.out$k" 2>&1 &
+  lc[k]=$!
+  pids="$pids $!"
+done
+ok=0
+for ((i = 0; i < 300; i++)); do
+  grep -q '^\[Epoch 1, batch' "$tmp/$n.log2/workerlog.2" 2> /dev/null && ok=1 && break
+  sleep 0.1
+done
+[ $ok = 1 ] || fail "$n: rank 2 did not train"
+grep -q "place from torchrun: trainer 2 of 3 .* rendezvous ${FL_IP[0]}:$mp" "$tmp/$n.log2/workerlog.2" ||
+  fail "$n: rank 2 not placed by torchrun's variables"
+grep -q "all 3 ranks registered (3 nodes)" "$tmp/$n.log0/workerlog.0" || fail "$n: not 3 nodes"
+fl_ns_cut 2
+t_cut=$SECONDS
+for k in 0 1 2; do
+  wait ${lc[k]}
+  rc=$?
+  [ $rc != 0 ] && [ $rc != 124 ] || fail "$n: flotilla-run on node $k exited $rc (want the trainer's failure)"
+done
+took=$((SECONDS - t_cut))
+[ $took -le $((TIMEOUT + 12)) ] || fail "$n: the job took $took s to fail (timeout $TIMEOUT s)"
+grep -q "did not respond within $TIMEOUT.0 s" "$tmp/$n.log0/workerlog.0" ||
+  fail "$n: rank 0 does not name the timeout"
+grep -qE "rank 2 \(${FL_IP[2]//./\\.}:[0-9]+\)" "$tmp/$n.log0/workerlog.0" "$tmp/$n.log1/workerlog.1" ||
+  fail "$n: no error names rank 2 at ${FL_IP[2]}"
+fl_ns_heal 2
+[ $fails = $f0 ] && echo "ok: $n: every rank failed $took s after the cut (timeout $TIMEOUT s): $(grep -h -m1 'did not respond' "$tmp/$n.log0/workerlog.0" | cut -c1-200)" ||
+  show "$tmp/$n".out* "$tmp/$n".log0/workerlog.0
+
+# ------------------------------------------------------------------ lossy
+n=lossy
+f0=$fails
+note=""
+for k in 0 1 2; do
+  fl_ns_shape $k - 2ms 1 > "$tmp/$n.shape$k" 2>&1
+  src=$?
+  if [ $src = 3 ]; then note="$(cat "$tmp/$n.shape$k")"; elif [ $src != 0 ]; then
+    fail "$n: cannot shape node $k: $(cat "$tmp/$n.shape$k")"
+  fi
+done
+job "$tmp/$n.yaml" 8 "$tmp/$n.ck" collective true 60
+nodes_run $n --ips $IPS --nproc_per_node 2 --port $(port) "$tmp/$n.yaml"
+for k in 0 1 2; do [ ${RC[k]} = 0 ] || fail "$n: flotilla-run on node $k exited ${RC[k]}"; done
+for r in 0 1 2 3 4 5; do
+  grep -q "done: 20 steps" "$tmp/$n.log$((r / 2))/workerlog.$r" || fail "$n: rank $r did not finish"
+done
+if [ $fails = $f0 ]; then
+  echo "ok: $n: 1% loss$([ -z "$note" ] && echo " + 2 ms delay") on every link, 6 ranks completed"
+  [ -n "$note" ] && echo "NOTE: $note; the loss was applied (node 0 dropped $(fl_ns_dropped 0) packets), the delay was not"
+else
+  show "$tmp/$n".out* "$tmp/$n".log0/workerlog.0
+fi
+
+[ $fails = 0 ] || exit 1
+echo "PASS: multi-node jobs on network namespaces"
