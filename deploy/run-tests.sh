@@ -4,6 +4,7 @@
 #   build/      the default configuration (CUDA when nvcc is found;
 #               CUDA tests SKIP without a GPU);
 #   build-san/  CPU-only, with ASan + UBSan;
+# make check-cluster in build/ (Slurm, network namespaces);
 # and a short bounded libFuzzer pass over every harness (tests/fuzz).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,6 +13,9 @@ cd "$top"
 autoreconf -fi
 sh deploy/build.sh "$top/build"
 make -C "$top/build" check
+# Cluster engines on this host (root): a real Slurm and multi-node jobs on
+# network namespaces; each test SKIPs with its reason where it cannot run.
+make -C "$top/build" check-cluster
 # A short fuzzing pass: clang + libFuzzer in build/fuzz-clang, at most 20 s
 # and FL_FUZZ_RUNS inputs a harness, from a fixed seed, so that what CI
 # tries is a reproducible prefix of one sequence (run the same command with
