@@ -4,7 +4,7 @@
 # run): a real Slurm (slurmctld + slurmd + munge) running srun -n 2
 # flotilla-trainer, and multi-node jobs on namespaces linked by veth pairs
 # with netem delay, rate and loss.
-cluster_tests = tests/integration/test_run_torchrun.sh
+cluster_tests = tests/integration/test_run_torchrun.sh tests/integration/test_k8s_manifests.sh
 dist_check_SCRIPTS += $(cluster_tests)
 TESTS += $(cluster_tests)
 
@@ -22,4 +22,6 @@ tests_integration_ckpt_maxdiff_LDADD = $(FL_LIBS) -lm
 check-cluster: all
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(FL_CLUSTER_TESTS)'
 .PHONY: check-cluster
-EXTRA_DIST += deploy/slurm/collective.sbatch deploy/slurm/ps.sbatch deploy/slurm/ps.multi-prog.conf
+EXTRA_DIST += deploy/slurm/collective.sbatch deploy/slurm/ps.sbatch deploy/slurm/ps.multi-prog.conf \
+	deploy/k8s/secret.yaml deploy/k8s/rendezvous-service.yaml deploy/k8s/trainers-collective.yaml \
+	deploy/k8s/pservers.yaml deploy/k8s/trainers-ps.yaml
