@@ -64,3 +64,10 @@ noinst_PROGRAMS += tests/bench/bench_allreduce_rank
 tests_bench_bench_allreduce_rank_SOURCES = tests/bench/bench_allreduce_rank.c
 tests_bench_bench_allreduce_rank_CFLAGS = $(FL_TRAINER_CFLAGS)
 tests_bench_bench_allreduce_rank_LDADD = libfltrainer.la $(FL_LIBS)
+
+# Allreduce on capped links between network namespaces (root): ours (flat
+# ring, two rings, hierarchical) and OpenMPI's, then the alpha-beta model
+# fitted to them:
+#   bash tests/bench/run_bench_netns.sh BUILDDIR --out figures.txt
+#   tests/bench/allreduce_model.py figures.txt --png model.png
+EXTRA_DIST += tests/bench/run_bench_netns.sh tests/bench/allreduce_model.py

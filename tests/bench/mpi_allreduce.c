@@ -5,7 +5,7 @@
  * time in GB/s.  Built and run by run_bench_allreduce.sh with mpicc and
  * mpirun (not part of the make graph: it needs MPI).
  *   mpirun -np 2 mpi_allreduce LABEL [--quick] [--sizes 64K,1M,16M,64M]
- * prints `mpi_LABEL_busbw_2r_16MiB: 1.8 GB/s`. */
+ * prints `mpi_LABEL_busbw_2r_16MiB: 1.8 GB/s` and `mpi_LABEL_time_2r_16MiB: S s`. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,10 +53,13 @@ int main(int argc, char **argv) {
     if (rank == 0) {
       qsort(t, (size_t)it, sizeof(double), cmp_d);
       double bus = (double)bytes * 2.0 * (n - 1) / n / t[it / 2] / 1e9;
-      if (bytes >= (1u << 20))
-        printf("mpi_%s_busbw_%dr_%zuMiB: %.2f GB/s\n", label, n, bytes >> 20, bus);
-      else
-        printf("mpi_%s_busbw_%dr_%zuKiB: %.2f GB/s\n", label, n, bytes >> 10, bus);
+      if (bytes >= (1u << 20)) {
+        printf("mpi_%s_busbw_%dr_%zuMiB: %.4f GB/s\n", label, n, bytes >> 20, bus);
+        printf("mpi_%s_time_%dr_%zuMiB: %.6f s\n", label, n, bytes >> 20, t[it / 2]);
+      } else {
+        printf("mpi_%s_busbw_%dr_%zuKiB: %.4f GB/s\n", label, n, bytes >> 10, bus);
+        printf("mpi_%s_time_%dr_%zuKiB: %.6f s\n", label, n, bytes >> 10, t[it / 2]);
+      }
       fflush(stdout);
     }
     free(t);

@@ -92,12 +92,13 @@ fl_ns_exec() {
   ip netns exec "${FL_NS[i]}" "$@"
 }
 
-# tbf's burst must hold at least one timer tick of the rate.
+# tbf's bucket: about 1 ms of the rate (tbf's watchdog is an hrtimer, so
+# it need not hold a whole HZ tick), at least 64 KiB (one GSO packet);
+# a larger one lets messages below it pass at full speed.
 fl_ns_burst() {
   case $1 in
-    *gbit) echo $((${1%gbit} * 2))mb ;;
-    *mbit) echo 256kb ;;
-    *) echo 1mb ;;
+    *gbit) echo $((${1%gbit} * 128))kb ;;
+    *) echo 64kb ;;
   esac
 }
 

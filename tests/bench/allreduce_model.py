@@ -1,0 +1,216 @@
+#!/usr/bin/python3
+"""allreduce_model.py - an alpha-beta cost model of the allreduce Flotilla
+runs (flat ring over TCP, the hierarchical composition shm + ring between
+node leaders, nccl_comm_num parallel rings), fitted to the namespace
+measurements of tests/bench/run_bench_netns.sh, then used to predict bus
+bandwidth and time per step for a ResNet-50-sized gradient (25.6 M fp32
+parameters) at 8 .. 4096 nodes x 8 ranks on 100 and 400 Gbit/s links.
+
+Model (p ranks, N nodes of g ranks, S bytes, link rate L bytes/s):
+  flat ring       T = 2(p-1) a + 2(p-1)/p S / (e L)
+  k rings         T = 2(p-1) a + 2(p-1)/p S / min(e L, k s)
+  hierarchical    T = (g-1) c S + 2(N-1) a + 2(N-1)/N S / (e L)
+a: per-step latency of one ring step (send + receive of a chunk through
+the TCP stack); e: the fraction of the link rate one ring reaches; s: what
+one TCP stream moves when the link is not the limit; c: seconds per byte
+per extra rank of the intra-node shm reduce + broadcast.  a and e are
+fitted (weighted least squares on relative error) to ring_3x1 (one rank a
+node: every byte crosses a capped link) at every cap; s to ring_3x1 and
+ring2_3x1 where the cap is not reached; c to shm_1x2 (2 ranks of one node
+over shm), assuming the intra-node cost grows with g-1.
+The fit error is printed per point.
+
+Usage: allreduce_model.py FIGURES [--png OUT.png] [--table OUT.md]
+FIGURES: the --out file of run_bench_netns.sh.  Needs gnuplot for the PNG.
+"""
+import math
+import os
+import re
+import subprocess
+import sys
+
+GPUS = 8
+S_GRAD = 25.6e6 * 4          # bytes: 25.6 M fp32 gradients
+BUCKET = 32 * 2**20          # fuse_grad_size_in_MB default (32 MB)
+NODES = [8, 64, 512, 4096]
+LINKS_GBIT = [100, 400]
+
+
+def load(path):
+    fig = {}
+    for line in open(path):
+        m = re.match(r"^(time|busbw)_(\w+?)_(\d+)x(\d+)_(\d+)gbit_(\d+)(KiB|MiB): ([0-9.e+-]+)", line)
+        if m:
+            kind, name, nodes, per, cap, sz, unit, v = m.groups()
+            size = int(sz) * (1024 if unit == "KiB" else 2**20)
+            fig[(kind, name, int(nodes), int(per), int(cap), size)] = float(v)
+    return fig
+
+
+def lsq2(rows):
+    """Least squares for t ~ x1*u + x2*v with rows (u, v, t), weighted by
+    1/t (relative error).  Returns (u, v)."""
+    suu = suv = svv = sut = svt = 0.0
+    for x1, x2, t in rows:
+        w = 1.0 / (t * t)
+        suu += w * x1 * x1; suv += w * x1 * x2; svv += w * x2 * x2
+        sut += w * x1 * t; svt += w * x2 * t
+    det = suu * svv - suv * suv
+    return ((sut * svv - svt * suv) / det, (svt * suu - sut * suv) / det)
+
+
+def fit(fig):
+    """a, e, s1, c and the per-point errors (see the module comment)."""
+    ring = [(c, n, size, t) for (kind, name, n, per, c, size), t in fig.items()
+            if kind == "time" and name == "ring" and per == 1]
+    caps = sorted({r[0] for r in ring})
+    lo, hi = caps[0], caps[-1]
+    a = 0.0
+    for _ in range(3):
+        # e from the large messages at the lowest cap (link-bound there) ...
+        es = [(2 * (n - 1) / n * size / (c * 1e9 / 8)) / max(t - 2 * (n - 1) * a, 1e-9)
+              for c, n, size, t in ring if c == lo and size >= 2**24]
+        e = sum(es) / len(es)
+        # ... a from the smallest message at each cap.
+        small = min(r[2] for r in ring)
+        al = [(t - 2 * (n - 1) / n * size / (e * c * 1e9 / 8)) / (2 * (n - 1))
+              for c, n, size, t in ring if size == small]
+        a = max(0.0, sum(al) / len(al))
+    # One TCP ring's rate on these CPUs: the best large-message rate at the
+    # highest cap, if that cap was not reached.
+    s1 = max(2 * (n - 1) / n * size / (t - 2 * (n - 1) * a)
+             for c, n, size, t in ring if c == hi and size >= 2**24)
+    if s1 >= 0.98 * e * hi * 1e9 / 8:
+        s1 = float("inf")  # the stack kept up with the highest cap
+    errs = []
+    for c, n, size, t in ring:
+        pred = t_ring(n, size, c * 1e9 / 8, a, e, s1)
+        errs.append((c, size, t, pred, (pred - t) / t))
+    # Intra-node cost: the shm allreduce of 2 ranks of one node (shm_1x2);
+    # without it, hier_3x2 beyond its leaders' ring.
+    cs = [t / ((per - 1) * size) for (kind, name, n, per, c, size), t in fig.items()
+          if kind == "time" and name == "shm" and size >= 2**24]
+    if not cs:
+        for (kind, name, n, per, c, size), t in fig.items():
+            if kind == "time" and name == "hier" and size >= 2**24:
+                cs.append(max(t - t_ring(n, size, c * 1e9 / 8, a, e, s1), 0) / ((per - 1) * size))
+    c = sum(cs) / len(cs) if cs else 0.0
+    return a, e, s1, c, errs
+
+
+def t_ring(p, S, L, a, e, s1, k=1):
+    bw = min(e * L, k * s1)
+    return 2 * (p - 1) * a + 2 * (p - 1) / p * S / bw
+
+
+def t_hier(N, g, S, L, a, e, s1, c, k=1):
+    return (g - 1) * c * S + t_ring(N, S, L, a, e, s1, k)
+
+
+def busbw(p, S, t):
+    return 2 * (p - 1) / p * S / t
+
+
+def main():
+    args = sys.argv[1:]
+    if not args:
+        print(__doc__)
+        return 2
+    png = table = None
+    if "--png" in args:
+        png = args[args.index("--png") + 1]
+    if "--table" in args:
+        table = args[args.index("--table") + 1]
+    fig = load(args[0])
+    if not any(k[1] == "ring" for k in fig):
+        print("allreduce_model: no ring_3x1 figures in", args[0])
+        return 1
+    a, e, s1, c, errs = fit(fig)
+    out = []
+    say = lambda s="": out.append(s)
+    say("fit: alpha = %.1f us per ring step, link efficiency e = %.3f, one TCP ring on these CPUs "
+        "s = %s, intra-node c = %.3g ns/byte per extra rank" %
+        (a * 1e6, e, "above the highest cap" if s1 == float("inf") else "%.2f GB/s" % (s1 / 1e9), c * 1e9))
+    say("fit error (ring, 3 nodes x 1 rank):")
+    for cap, size, t, pred, rel in sorted(errs):
+        say("  %2d Gbit/s %6d KiB: measured %.6f s, model %.6f s, error %+.1f%%" %
+            (cap, size // 1024, t, pred, 100 * rel))
+    rms = math.sqrt(sum(r[4] ** 2 for r in errs) / len(errs))
+    say("  rms relative error %.1f%% over %d points" % (100 * rms, len(errs)))
+    say()
+    say("Prediction: %.1f MB fp32 gradient (25.6 M parameters), %d ranks a node" % (S_GRAD / 1e6, GPUS))
+    say("k = nccl_comm_num parallel rings needed for one ring's TCP rate s to fill e x link "
+        "(k = 1 when s is not limiting); the times below use that k")
+    hdr = ("| link | nodes | ranks | k | flat ring busbw | flat ring time | latency share (flat) | "
+           "hier busbw | hier time | latency share (hier) | exposed after overlap (hier) |")
+    rowsmd = [hdr, "|" + "---|" * 11]
+    plot = {}
+    for lg in LINKS_GBIT:
+        L = lg * 1e9 / 8
+        k = 1 if s1 == float("inf") else max(1, math.ceil(e * L / s1))
+        for N in NODES:
+            p = N * GPUS
+            tf = t_ring(p, S_GRAD, L, a, e, s1, k)
+            th = t_hier(N, GPUS, S_GRAD, L, a, e, s1, c, k)
+            # Overlap: buckets of BUCKET bytes go out while backward runs;
+            # only the last bucket's allreduce always shows.
+            tb = t_hier(N, GPUS, min(BUCKET, S_GRAD), L, a, e, s1, c, k)
+            rowsmd.append("| %d Gbit/s | %d | %d | %d | %.2f GB/s | %.4f s | %.0f%% | %.2f GB/s | %.4f s | "
+                          "%.0f%% | %.4f s (last 32 MB bucket) when backward >= %.4f s |" %
+                          (lg, N, p, k, busbw(p, S_GRAD, tf) / 1e9, tf, 100 * 2 * (p - 1) * a / tf,
+                           busbw(p, S_GRAD, th) / 1e9, th, 100 * 2 * (N - 1) * a / th, tb, th - tb))
+        xs = [2**i for i in range(0, 13)]
+        plot[lg] = [(n, busbw(n * GPUS, S_GRAD, t_ring(n * GPUS, S_GRAD, L, a, e, s1, k)) / 1e9,
+                     busbw(n * GPUS, S_GRAD, t_hier(n, GPUS, S_GRAD, L, a, e, s1, c, k)) / 1e9) for n in xs]
+        cross = next((n for n in range(2, 100000)
+                      if t_hier(n, GPUS, S_GRAD, L, a, e, s1, c, k) < t_ring(n * GPUS, S_GRAD, L, a, e, s1, k)),
+                     None)
+        say("  %d Gbit/s (k = %d): hierarchical overtakes the flat ring from %s nodes" %
+            (lg, k, cross if cross else "no node count below 100000"))
+    for r in rowsmd:
+        say(r)
+    p = NODES[-1] * GPUS
+    L = LINKS_GBIT[-1] * 1e9 / 8
+    k = 1 if s1 == float("inf") else max(1, math.ceil(e * L / s1))
+    tf = t_ring(p, S_GRAD, L, a, e, s1, k)
+    th = t_hier(NODES[-1], GPUS, S_GRAD, L, a, e, s1, c, k)
+    say()
+    say("At %d ranks on %d Gbit/s the flat ring's latency term 2(p-1)a = %.3f s is %.0f%% of its "
+        "%.3f s, the hierarchical ring's 2(N-1)a = %.3f s is %.0f%% of %.3f s." %
+        (p, LINKS_GBIT[-1], 2 * (p - 1) * a, 100 * 2 * (p - 1) * a / tf, tf,
+         2 * (NODES[-1] - 1) * a, 100 * 2 * (NODES[-1] - 1) * a / th, th))
+    if 2 * (p - 1) * a > 0.5 * tf:
+        say("The latency term dominates at scale: Flotilla would need an allreduce whose latency "
+            "grows with log p (recursive halving-doubling, or a tree / double binary tree between "
+            "node leaders) to go there - not built in this issue.")
+    text = "\n".join(out)
+    print(text)
+    if table:
+        open(table, "w").write(text + "\n")
+    if png:
+        dat = png + ".dat"
+        with open(dat, "w") as f:
+            for lg in LINKS_GBIT:
+                f.write("# %d Gbit/s: nodes flat_busbw hier_busbw\n" % lg)
+                for n, fb, hb in plot[lg]:
+                    f.write("%d %.4f %.4f\n" % (n, fb, hb))
+                f.write("\n\n")
+        gp = ("set terminal pngcairo size 900,560 noenhanced\nset output '%s'\n"
+              "set logscale x 2\nset xlabel 'nodes (8 ranks each)'\nset ylabel 'bus bandwidth (GB/s)'\n"
+              "set title 'Allreduce of 102.4 MB (25.6 M fp32), alpha-beta model fitted on netns'\n"
+              "set key outside right\nset grid\n"
+              "plot '%s' index 0 u 1:2 w lp t 'flat ring 100G', '' index 0 u 1:3 w lp t 'hierarchical 100G',"
+              " '' index 1 u 1:2 w lp t 'flat ring 400G', '' index 1 u 1:3 w lp t 'hierarchical 400G'\n"
+              % (png, dat))
+        try:
+            subprocess.run(["gnuplot"], input=gp.encode(), check=True)
+            print("plot:", png)
+        except (OSError, subprocess.CalledProcessError) as ex:
+            print("allreduce_model: gnuplot failed:", ex)
+        finally:
+            os.unlink(dat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
