@@ -6,10 +6,14 @@
  * Input: one byte choosing the job's mode (local, collective, ps), then
  * lines, each given to fl_cluster_apply_flag as an argument (so
  * "--trainer_endpoints=a:1,b:2"), to fl_endpoint_parse and to
- * fl_endpoint_list_parse.
+ * fl_endpoint_list_parse, and to the Slurm hostlist and task-count parsers
+ * (fl_slurm_hostlist_host, fl_slurm_tasks_on_node).
  * Invariants: a parsed endpoint has a non-empty host and a port in
  * 1..65535 and formats to text that parses back to the same endpoint;
- * list parsing never reports more entries than its capacity; a validated
+ * list parsing never reports more entries than its capacity; a Slurm
+ * hostlist that parses has 1 .. FL_SLURM_MAX_HOSTS hosts, its first and last
+ * hosts are non-empty and fit, and a reason is given for every refusal; a
+ * validated
  * cluster has its ids in range (trainer_id for a trainer, pserver_id for a
  * pserver), and its node map and local rank agree with
  * it. */
@@ -68,6 +72,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
       FUZZ_CHECK(st == FL_EINVAL && bad >= 0, "list status %d, bad index %d", (int)st, bad);
     }
+    char host[FL_HOST_MAX], why[160];
+    int count = -1, tasks = 0;
+    why[0] = '\0';
+    st = fl_slurm_hostlist_host(line, 0, host, sizeof host, &count, why, sizeof why);
+    if (st == FL_OK) {
+      FUZZ_CHECK(count >= 1 && count <= FL_SLURM_MAX_HOSTS && host[0], "hostlist: %d hosts, "
+                 "first \"%s\"", count, host);
+      st = fl_slurm_hostlist_host(line, count - 1, host, sizeof host, NULL, why, sizeof why);
+      FUZZ_CHECK(st == FL_OK || strstr(why, "longer than"), "last host of %d: %s", count, why);
+    } else {
+      FUZZ_CHECK(st == FL_EINVAL && why[0], "hostlist status %d without a reason", (int)st);
+    }
+    why[0] = '\0';
+    st = fl_slurm_tasks_on_node(line, 0, &tasks, why, sizeof why);
+    FUZZ_CHECK(st == FL_OK ? tasks >= 1 : why[0] != '\0', "tasks status %d, %d tasks", (int)st,
+               tasks);
     st = fl_cluster_apply_flag(&g_c, line, &matched);
     FUZZ_CHECK(st == FL_OK || (matched && st == FL_EINVAL), "flag status %d (matched %d)",
                (int)st, matched);
