@@ -16,10 +16,11 @@
  *             SLURM_JOB_NODELIST) : MASTER_PORT (else 20000 + SLURM_JOB_ID
  *             modulo 10000, so that two jobs on one node differ).
  * Other ranks listen on a free port of their own host, which they tell
- * rank 0 at the rendezvous: FLOTILLA_CURRENT_ENDPOINT when given, for
- * Slurm the node's name (SLURMD_NODENAME), else the local address of the
- * route to the rendezvous (the rendezvous host itself when that route is
- * local, so ranks on rank 0's node group with it). */
+ * rank 0 at the rendezvous: FLOTILLA_CURRENT_ENDPOINT when given, else the
+ * local address of the route to the rendezvous (the rendezvous host itself
+ * when that route is local, so ranks on rank 0's node group with it), and
+ * under Slurm, when no route is found, the node's name (SLURMD_NODENAME or
+ * its entry of the node list). */
 #include <config.h>
 
 #include <ctype.h>
@@ -550,17 +551,21 @@ static int read_slurm(eng_place *e, int need_rdv) {
 }
 
 /* This host's address as seen on the route to rdv, numeric, into out; the
- * rdv host itself when that route stays on this machine. */
-static fl_status route_host(const fl_endpoint *rdv, char *out, size_t cap, const char *eng) {
+ * rdv host itself when that route stays on this machine.  Errors are
+ * logged only when log is set. */
+static fl_status route_host(const fl_endpoint *rdv, char *out, size_t cap, const char *eng,
+                            int log) {
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof hints);
   hints.ai_socktype = SOCK_DGRAM;
   char port[8];
   snprintf(port, sizeof port, "%u", (unsigned)rdv->port);
   int rc = getaddrinfo(rdv->host, port, &hints, &res);
-  if (rc != 0 || !res)
+  if (rc != 0 || !res) {
+    if (!log) return FL_EINVAL;
     return FL_ERR(FL_EINVAL, "%s: cannot resolve the rendezvous host %s: %s", eng, rdv->host,
                   gai_strerror(rc));
+  }
   int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   struct sockaddr_storage ss;
   socklen_t len = sizeof ss;
@@ -568,7 +573,7 @@ static fl_status route_host(const fl_endpoint *rdv, char *out, size_t cap, const
   /* connect() on a datagram socket only picks the route: nothing is sent. */
   if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0 ||
       getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
-    st = FL_ERR(FL_EIO, "%s: no route to the rendezvous %s: %s (set FLOTILLA_CURRENT_ENDPOINT "
+    st = !log ? FL_EIO : FL_ERR(FL_EIO, "%s: no route to the rendezvous %s: %s (set FLOTILLA_CURRENT_ENDPOINT "
                 "to this process's host:port)", eng, rdv->host, strerror(errno));
   } else {
     char mine[INET6_ADDRSTRLEN] = "", theirs[INET6_ADDRSTRLEN] = "";
@@ -717,11 +722,13 @@ fl_status fl_cluster_from_engines(fl_cluster *c, fl_mode job_mode) {
         fl_endpoint *mine = &c->trainer_endpoints[p->rank];
         if (c->has_current_endpoint == 1) {
           *mine = c->current_endpoint;
-        } else if (p->own_host[0]) {
+        } else if ((st = route_host(&p->rdv, mine->host, sizeof mine->host, k_eng_name[used],
+                                    !p->own_host[0])) != FL_OK) {
+          if (!p->own_host[0]) goto out;
+          /* No route found here (the name may resolve on the nodes only):
+           * the node's own name. */
+          st = FL_OK;
           snprintf(mine->host, sizeof mine->host, "%s", p->own_host);
-        } else if ((st = route_host(&p->rdv, mine->host, sizeof mine->host, k_eng_name[used])) !=
-                   FL_OK) {
-          goto out;
         }
       }
     }
