@@ -70,4 +70,4 @@ tests_bench_bench_allreduce_rank_LDADD = libfltrainer.la $(FL_LIBS)
 # fitted to them:
 #   bash tests/bench/run_bench_netns.sh BUILDDIR --out figures.txt
 #   tests/bench/allreduce_model.py figures.txt --png model.png
-EXTRA_DIST += tests/bench/run_bench_netns.sh tests/bench/allreduce_model.py
+EXTRA_DIST += tests/bench/run_bench_netns.sh tests/bench/allreduce_model.py tests/bench/allreduce_model.png

@@ -23,6 +23,7 @@
 # FILE when given (for tests/bench/allreduce_model.py).
 # Usage (root): bash tests/bench/run_bench_netns.sh [BUILDDIR] [--out FILE]
 #   [--caps 1gbit,10gbit] [--iters N]
+# or, for the ratios of figures already taken: --ratios FILE.
 # Never pass/fail.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,8 +32,10 @@ build=.
 out=""
 caps=1gbit,10gbit
 iters=3
+ratios_of=""
 while [ $# -gt 0 ]; do
   case $1 in
+    --ratios) ratios_of=$2; shift ;;
     --out) out=$2; shift ;;
     --caps) caps=$2; shift ;;
     --iters) iters=$2; shift ;;
@@ -56,6 +59,33 @@ trap 'exit 1' INT TERM
 [ -n "$out" ] && : > "$out"
 say() { echo "$*"; [ -n "$out" ] && echo "$*" >> "$out"; return 0; }
 
+# ratios FILE: the ratios of the figures in FILE.
+ratios() {
+awk -F': ' '
+  /^busbw_/ { split($2, v, " "); bw[$1] = v[1] }
+  /^mpi_/   { split($2, v, " "); bw[$1] = v[1] }
+  END {
+    for (k in bw) {
+      if (k ~ /^busbw_ring2?_3x1_/) {
+        n = split(k, p, "_"); cap = p[4]; g = cap; sub(/gbit/, "", g)
+        printf "ratio_%s_to_link: %.3f\n", substr(k, 7), bw[k] * 8 / g
+      }
+    }
+    for (k in bw) if (k ~ /^busbw_hier_3x2_.*_64MiB$/) {
+      r = k; sub(/hier/, "ring", r)
+      if (bw[r] > 0) printf "ratio_hier_over_ring_%s: %.3f\n", substr(k, 16), bw[k] / bw[r]
+    }
+    for (k in bw) if (k ~ /^busbw_(ring|hier)_3x[12]_.*_64MiB$/) {
+      n = split(k, p, "_"); m = "mpi_" p[3] "_" p[4] "_busbw_" (p[3] == "3x1" ? 3 : 6) "r_64MiB"
+      if (bw[m] > 0) printf "ratio_%s_over_mpi: %.3f\n", substr(k, 7), bw[k] / bw[m]
+    }
+  }' "$1" | sort
+}
+
+if [ -n "$ratios_of" ]; then
+  ratios "$ratios_of"
+  exit 0
+fi
 fl_ns_setup 3 || exit 0
 export FLOTILLA_TOKEN=bench-netns-token
 SIZES=64K,1M,16M,64M
@@ -132,24 +162,9 @@ for cap in ${caps//,/ }; do
   mpi 3x2_$cap 2
 done
 
-# Ratios.
-if [ -n "$out" ]; then f=$out; else f=$tmp/all; : > "$f"; fi
-awk -F': ' '
-  /^busbw_/ { split($2, v, " "); bw[$1] = v[1] }
-  /^mpi_/   { split($2, v, " "); bw[$1] = v[1] }
-  END {
-    for (k in bw) {
-      if (k ~ /^busbw_ring2?_3x1_/) {
-        n = split(k, p, "_"); cap = p[4]; g = cap; sub(/gbit/, "", g)
-        printf "ratio_%s_to_link: %.3f\n", substr(k, 7), bw[k] * 8 / g
-      }
-    }
-    for (k in bw) if (k ~ /^busbw_hier_3x2_.*_64MiB$/) {
-      r = k; sub(/hier/, "ring", r)
-      if (bw[r] > 0) printf "ratio_hier_over_ring_%s: %.3f\n", substr(k, 16), bw[k] / bw[r]
-    }
-    for (k in bw) if (k ~ /^busbw_(ring|hier)_3x[12]_.*_64MiB$/) {
-      n = split(k, p, "_"); m = "mpi_" p[3] "_" p[4] "_busbw_" (p[3] == "3x1" ? 3 : 6) "r_64MiB"
-      if (bw[m] > 0) printf "ratio_%s_over_mpi: %.3f\n", substr(k, 7), bw[k] / bw[m]
-    }
-  }' "$f" | sort | while read -r l; do say "$l"; done
+if [ -n "$out" ]; then
+  ratios "$out" | while read -r l; do say "$l"; done
+else
+  grep -h -E '^(busbw|mpi)_' "$tmp"/*.[0-9] "$tmp"/mpi.* 2> /dev/null > "$tmp/all"
+  ratios "$tmp/all"
+fi
