@@ -196,14 +196,16 @@ for k in 0 1 2; do
   fi
 done
 job "$tmp/$n.yaml" 8 "$tmp/$n.ck" collective true 60
+# A wider model: about 1 MB of gradient a step, so that the loss bites.
+sed -i 's/input_shape: \[1, 6, 6\]/input_shape: [1, 16, 16]/; s/hidden: \[24, 16\]/hidden: [512, 256]/' "$tmp/$n.yaml"
 nodes_run $n --ips $IPS --nproc_per_node 2 --port $(port) "$tmp/$n.yaml"
 for k in 0 1 2; do [ ${RC[k]} = 0 ] || fail "$n: flotilla-run on node $k exited ${RC[k]}"; done
 for r in 0 1 2 3 4 5; do
   grep -q "done: 20 steps" "$tmp/$n.log$((r / 2))/workerlog.$r" || fail "$n: rank $r did not finish"
 done
 if [ $fails = $f0 ]; then
-  echo "ok: $n: 1% loss$([ -z "$note" ] && echo " + 2 ms delay") on every link, 6 ranks completed"
-  [ -n "$note" ] && echo "NOTE: $note; the loss was applied (node 0 dropped $(fl_ns_dropped 0) packets), the delay was not"
+  echo "ok: $n: 1% loss$([ -z "$note" ] && echo " + 2 ms delay") on every link, 6 ranks completed 20 steps"
+  [ -n "$note" ] && echo "NOTE: $note; the loss was applied (dropped: $(( $(fl_ns_dropped 0) + $(fl_ns_dropped 1) + $(fl_ns_dropped 2) )) packets), the delay was not"
 else
   show "$tmp/$n".out* "$tmp/$n".log0/workerlog.0
 fi
