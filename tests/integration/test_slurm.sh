@@ -6,7 +6,9 @@
 # `srun -n 2 flotilla-trainer` on a short collective job.  The two trainers
 # take their place from SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID /
 # SLURM_STEP_NODELIST (no FLOTILLA_* place), meet at the first node's
-# derived rendezvous and train to the end.  Every daemon is killed and the
+# derived rendezvous and train to the end.  Then deploy/slurm/ps.sbatch as
+# shipped (srun --multi-prog: 2 pservers + 4 trainers) trains a short PS
+# job to the end on the same node.  Every daemon is killed and the
 # directory removed on exit, whatever happens; the whole is bounded in
 # time.  SKIP (77) with the reason when Slurm cannot start here (not root,
 # binaries missing, daemons that do not come up).
@@ -131,10 +133,31 @@ else
   n=$(grep -c "done: 20 steps" "$out")
   [ "$n" = 2 ] || fail "want 2 trainers done with 20 steps, got $n"
 fi
+[ $fails -eq 0 ] && grep -E "place from slurm|all 2 ranks|done:" "$out"
+
+# PS: deploy/slurm/ps.sbatch as shipped (srun --multi-prog: 2 pservers and
+# 4 trainers in one step), on this one node (6 tasks on 2 CPUs: --overcommit).
+sed 's/^data:$/data:\n  limit_train: 1024\n  limit_test: 200/; s/^  epochs: .*/  epochs: 2/' \
+  "$EX/ps_sync_mlp_fmnist.yaml" > "$tmp/work/ps.yaml"
+ps_port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2> /dev/null || echo $((21000 + $$ % 1000)))
+PATH=$FL_BUILDDIR:$PATH FLOTILLA_SLURM_DIR=$FL_SRCDIR/deploy/slurm FLOTILLA_PS_PORT=$ps_port \
+  FLOTILLA_TOKEN=slurm-ps-token FLOTILLA_TOKEN_FILE= FLOTILLA_CHECKPOINT_DIR=$tmp/work/psckpt \
+  timeout 120 sbatch --wait --nodes=1 --overcommit --time=5 --chdir="$tmp/work" --output="$tmp/work/ps-%j.out" \
+  "$FL_SRCDIR/deploy/slurm/ps.sbatch" "$tmp/work/ps.yaml" > ps.sbatch.out 2>&1
+rc=$?
+psout=$(ls "$tmp"/work/ps-*.out 2> /dev/null | head -1)
+[ $rc = 0 ] || fail "ps.sbatch: sbatch --wait exited $rc: $(cat ps.sbatch.out) $(timeout 5 squeue -h -o '%i %T %r' 2> /dev/null)"
+if [ -z "$psout" ]; then
+  fail "ps.sbatch: no job output"
+else
+  n=$(grep -c "done: [0-9]* steps, 2 epochs" "$psout")
+  [ "$n" = 4 ] || fail "ps.sbatch: want 4 trainers done with 2 epochs, got $n"
+fi
 if [ $fails -ne 0 ]; then
-  [ -n "$out" ] && tail -40 "$out"
+  [ -n "$out" ] && tail -30 "$out"
+  [ -n "$psout" ] && tail -30 "$psout"
   tail -15 "$tmp/slurmctld.log" "$tmp/slurmd.log" 2> /dev/null
   exit 1
 fi
-grep -E "place from slurm|all 2 ranks|done:" "$out"
-echo "PASS: sbatch + srun -n 2 flotilla-trainer trained to the end under Slurm"
+grep -E "done:" "$psout"
+echo "PASS: sbatch + srun -n 2 flotilla-trainer (collective) and deploy/slurm/ps.sbatch (2 pservers + 4 trainers) trained to the end under Slurm"
