@@ -750,6 +750,15 @@ static void print_envs(const fl_run_proc *p) {
   fl_cluster_defaults(c);
   for (int i = 0; i < p->n_env; i++) {
     char key[64];
+    /* torchrun's variables (--nnodes without --ips) under their fields */
+    static const char *const tr[][2] = {{"RANK=", "trainer_id"}, {"WORLD_SIZE=", "trainers_num"},
+                                        {"LOCAL_RANK=", "local_rank"},
+                                        {"LOCAL_WORLD_SIZE=", "local_size"}};
+    for (size_t t = 0; t < sizeof tr / sizeof tr[0]; t++)
+      if (!strncmp(p->env[i], tr[t][0], strlen(tr[t][0])))
+        fl_cluster_set(c, tr[t][1], p->env[i] + strlen(tr[t][0]));
+    if (strncmp(p->env[i], "FLOTILLA_", 9) || !strncmp(p->env[i], "FLOTILLA_CLUSTER_ENV=", 21))
+      continue;
     const char *kv = p->env[i] + strlen("FLOTILLA_");
     const char *eq = strchr(kv, '=');
     size_t len = (size_t)(eq - kv);
