@@ -366,6 +366,11 @@ void fl_cluster_print_flag_help(FILE *out) {
             "", k_vars[i].help, 32, "", k_vars[i].env);
   }
   fprintf(out, "  FLOTILLA_TOKEN (environment only): the shared token itself\n");
+  fprintf(out, "  Without FLOTILLA_TRAINER_ID / _TRAINERS_NUM / _TRAINER_ENDPOINTS / _PSERVER_ID the\n"
+               "  place comes from the cluster engine's variables: Slurm (SLURM_PROCID, ...),\n"
+               "  torchrun (RANK, WORLD_SIZE, MASTER_ADDR, ...), OpenMPI (OMPI_COMM_WORLD_*) or\n"
+               "  Paddle (PADDLE_TRAINER_*); FLOTILLA_CLUSTER_ENV=auto|slurm|torchrun|openmpi|\n"
+               "  paddle|none picks one (see deploy/README.md, \"Cluster engines\")\n");
 }
 
 /* ------------------------------------------------------------ validation */
