@@ -18,6 +18,12 @@
 #                node 2's link taken down mid-job: every rank exits 1 within
 #                collective_timeout_s (+ margin) with the error naming the
 #                silent peer, no hang;
+#   mpirun       3 nodes x 2 ranks started by OpenMPI's mpirun (run in node
+#                0's namespace, reaching the others through a plm_rsh_agent
+#                that is `ip netns exec`): the trainers take their place
+#                from OMPI_COMM_WORLD_* and MASTER_ADDR/MASTER_PORT (mpirun
+#                -x), meet as 6 ranks on 3 nodes and train to the end
+#                (SKIPped when mpirun is not installed);
 #   lossy        3 nodes x 2 ranks with 1% loss and 2 ms delay on every
 #                link still complete.  Without sch_netem in the kernel the
 #                delay cannot be applied: the part then runs with the loss
@@ -183,6 +189,49 @@ grep -qE "rank 2 \(${FL_IP[2]//./\\.}:[0-9]+\)" "$tmp/$n.log0/workerlog.0" "$tmp
 fl_ns_heal 2
 [ $fails = $f0 ] && echo "ok: $n: every rank failed $took s after the cut (timeout $TIMEOUT s): $(grep -h -m1 'did not respond' "$tmp/$n.log0/workerlog.0" | cut -c1-200)" ||
   show "$tmp/$n".out* "$tmp/$n".log0/workerlog.0
+
+# ----------------------------------------------------------------- mpirun
+n=mpirun
+f0=$fails
+if command -v mpirun > /dev/null 2>&1; then
+  for k in 0 1 2; do tc -n ${FL_NS[k]} qdisc del dev eth0 root 2> /dev/null; done
+  job "$tmp/$n.yaml" 8 "$tmp/$n.ck" collective true
+  mkdir -p "$tmp/$n.mpitmp"
+  cat > "$tmp/$n.agent" << AGENT
+#!/bin/sh
+# plm_rsh_agent: the remote command in node HOST's namespace, with a
+# session directory of its own (every node is this same host).
+host=\$1
+shift
+case \$host in
+$(for k in 0 1 2; do echo "  ${FL_IP[k]}) ns=${FL_NS[k]} ;;"; done)
+  *) echo "agent: unknown host \$host" >&2; exit 1 ;;
+esac
+mkdir -p "$tmp/$n.mpitmp/\$host"
+exec ip netns exec \$ns sh -c "\$(printf '%s' "\$*" | sed "s|$tmp/$n.mpitmp|$tmp/$n.mpitmp/\$host|g")"
+AGENT
+  chmod +x "$tmp/$n.agent"
+  printf '%s slots=2\n' ${FL_IP[0]} ${FL_IP[1]} ${FL_IP[2]} > "$tmp/$n.hosts"
+  mp=$(port)
+  MASTER_ADDR=${FL_IP[0]} MASTER_PORT=$mp FLOTILLA_CHECKPOINT_DIR="$tmp/$n.ck" \
+    timeout 150 ip netns exec ${FL_NS[0]} mpirun --allow-run-as-root -np 6 --hostfile "$tmp/$n.hosts" \
+    --map-by slot --mca plm_rsh_agent "$tmp/$n.agent" --mca orte_tmpdir_base "$tmp/$n.mpitmp" \
+    --mca oob_tcp_if_include $FL_NET.0/24 -x MASTER_ADDR -x MASTER_PORT -x FLOTILLA_TOKEN \
+    -x FLOTILLA_CHECKPOINT_DIR --output-filename "$tmp/$n.out" "$TRAINER" --config "$tmp/$n.yaml" \
+    > "$tmp/$n.mpirun" 2>&1
+  rc=$?
+  [ $rc = 0 ] || fail "$n: mpirun exited $rc: $(tail -3 "$tmp/$n.mpirun")"
+  cat "$tmp/$n.out"/*/rank.*/std* > "$tmp/$n.all" 2> /dev/null
+  c=$(grep -c "place from openmpi: trainer [0-5] of 6" "$tmp/$n.all")
+  [ "$c" = 6 ] || fail "$n: $c of 6 trainers placed by openmpi's variables"
+  grep -q "all 6 ranks registered (3 nodes)" "$tmp/$n.all" || fail "$n: not 6 ranks on 3 nodes"
+  c=$(grep -c "done: 20 steps" "$tmp/$n.all")
+  [ "$c" = 6 ] || fail "$n: $c of 6 trainers did 20 steps"
+  [ $fails = $f0 ] && echo "ok: $n: mpirun -np 6 flotilla-trainer over 3 namespaces, placed by OMPI_COMM_WORLD_*" ||
+    { tail -20 "$tmp/$n.mpirun"; tail -20 "$tmp/$n.all"; }
+else
+  echo "SKIP (part): $n: no mpirun (apt-get install openmpi-bin)"
+fi
 
 # ------------------------------------------------------------------ lossy
 n=lossy
