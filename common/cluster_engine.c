@@ -631,12 +631,14 @@ fl_status fl_cluster_from_engines(fl_cluster *c, fl_mode job_mode) {
   if (only == ENG_N) return FL_OK;
   fl_mode mode = c->mode_set ? c->mode : job_mode;
   int trainer = c->role == FL_ROLE_TRAINER;
-  if (c->place_set) {
-    /* flotilla-run (or the user) gave the place: the engine that started
-     * flotilla-run is not asked, whatever its variables hold. */
+  if (c->place_set || (trainer && mode == FL_MODE_LOCAL)) {
+    /* flotilla-run (or the user) gave the place, or the job runs one
+     * trainer alone (say, inside a batch script whose allocation has
+     * several tasks): the engine's variables are not asked. */
     for (int i = 0; i < ENG_N; i++)
       if ((only < 0 || only == i) && getenv(k_eng_marker[i])) {
-        FL_LOGI("place from FLOTILLA_* / flags; %s's variables are not used", k_eng_name[i]);
+        FL_LOGI("%s; %s's variables are not used",
+                c->place_set ? "place from FLOTILLA_* / flags" : "mode local", k_eng_name[i]);
         break;
       }
     return FL_OK;

@@ -113,7 +113,8 @@ void fl_cluster_defaults(fl_cluster *c);
 fl_status fl_cluster_from_env(fl_cluster *c);
 
 /* Take the place from the cluster engine's environment when the FLOTILLA_*
- * variables and flags did not give it (c->place_set == 0); call it after
+ * variables and flags did not give it (c->place_set == 0) and the job is
+ * not a lone trainer in local mode; call it after
  * fl_cluster_from_env and the flags, before fl_cluster_validate.
  * FLOTILLA_CLUSTER_ENV picks the engine (auto (default), slurm, torchrun,
  * openmpi, paddle, none).  In auto, every engine whose variables are set is

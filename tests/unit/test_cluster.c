@@ -755,6 +755,15 @@ START_TEST(test_engine_conflicts) {
   ck_assert_int_eq(engines_logged(&c, FL_MODE_LOCAL, log, sizeof log), FL_OK);
   ck_assert_str_eq(c.source, "");
   ck_assert_ptr_nonnull(strstr(log, "variables are not used"));
+  /* A job in local mode is one trainer alone, whatever the engine says. */
+  unsetenv("FLOTILLA_TRAINER_ID");
+  unsetenv("FLOTILLA_TRAINERS_NUM");
+  setenv("SLURM_NTASKS", "4", 1);
+  ck_assert_int_eq(engines_logged(&c, FL_MODE_LOCAL, log, sizeof log), FL_OK);
+  ck_assert_str_eq(c.source, "");
+  ck_assert_int_eq(c.trainers_num, 1);
+  ck_assert_ptr_nonnull(strstr(log, "mode local; "));
+  ck_assert_int_eq(fl_cluster_validate(&c, FL_MODE_LOCAL), FL_OK);
   clear_env();
 
   /* A pserver takes its id from the engine when the sizes agree. */
