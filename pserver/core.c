@@ -114,6 +114,7 @@ struct fl_ps_core {
   uint64_t barrier_seq;
 
   _Atomic int64_t next_step; /* async/geo: one past the highest step pushed */
+  _Atomic int64_t horizon;   /* highest step a trainer declared in Register */
   _Atomic uint64_t pushes, pulls, bytes_in, bytes_out, duplicates, invalid, dense_updates,
       checkpoints;
 };
@@ -479,6 +480,9 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
   if (req->dense_block_size != c->o.job.pserver.dense_block_size)
     return bad(c, "register: trainer %d uses dense_block_size %" PRIu64 ", this server %zu", t,
                req->dense_block_size, c->o.job.pserver.dense_block_size);
+  if (req->step < 0 || req->step >= FL_PS_MAX_STEP)
+    return bad(c, "register: trainer %d declares step %" PRId64 " (must be in [0, %" PRId64 "))",
+               t, req->step, FL_PS_MAX_STEP);
   if (req->n_dense > FL_PS_MAX_BLOCKS) return bad(c, "register: too many dense parameters");
   for (size_t i = 0; i < req->n_dense; i++) {
     const Flotilla__DenseParamSpec *p = req->dense[i];
@@ -570,6 +574,12 @@ out:
   pthread_mutex_unlock(&c->mu);
   free(numel);
   if (st != FL_OK) return st;
+  {
+    /* The step window widens to what a registered trainer says it is at. */
+    int64_t cur = atomic_load(&c->horizon);
+    while (cur < req->step && !atomic_compare_exchange_weak(&c->horizon, &cur, req->step)) {
+    }
+  }
   if (joined) reevaluate(c);
   resp->step = fl_ps_core_step(c);
   resp->initialized = 1;
@@ -678,6 +688,25 @@ static const float *as_f32(const Flotilla__Tensor *x, size_t n, float *dst) {
   return dst;
 }
 
+/* The highest step a gradient or delta push to b may carry (the step
+ * window, see fl_ps.h); *at gets the step b is at (sync: the step it waits
+ * for; async/geo: one past the highest step pushed).  Takes b->mu.  The
+ * limit never shrinks, so a push checked against it stays acceptable. */
+static int64_t push_limit(fl_ps_core *c, ps_block *b, int64_t *at) {
+  int64_t lim, h = atomic_load(&c->horizon);
+  if (c->mode == FL_PS_SYNC) {
+    pthread_mutex_lock(&b->mu);
+    *at = b->step;
+    pthread_mutex_unlock(&b->mu);
+    lim = *at + 1;
+  } else {
+    int64_t k = c->o.job.strategy.a_sync_configs.k_steps;
+    *at = atomic_load(&c->next_step);
+    lim = *at + (c->mode == FL_PS_GEO && k > 1 ? k : 1);
+  }
+  return lim > h ? lim : h;
+}
+
 fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest *req,
                                 Flotilla__PushDenseResponse *resp) {
   int t = req->trainer_id, kind = req->kind, progress = 0;
@@ -697,6 +726,9 @@ fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest 
                kind == FLOTILLA__PUSH_KIND__PUSH_GRAD ? "gradient" : "delta",
                fl_ps_mode_name(c->mode));
   if (req->step < 0) return bad(c, "push from trainer %d: negative step", t);
+  if (kind != FLOTILLA__PUSH_KIND__PUSH_INIT && req->step >= FL_PS_MAX_STEP)
+    return bad(c, "push from trainer %d: step %" PRId64 " is not below the step limit %" PRId64, t,
+               req->step, FL_PS_MAX_STEP);
   if (req->n_blocks == 0 || req->n_blocks > c->n_my)
     return bad(c, "push from trainer %d: %zu blocks (this server holds %zu)", t, req->n_blocks,
                c->n_my);
@@ -715,6 +747,14 @@ fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest 
     for (size_t j = 0; j < i; j++)
       if (req->blocks[j]->block == db->block)
         return bad(c, "push from trainer %d: block %u twice", t, db->block);
+    if (kind != FLOTILLA__PUSH_KIND__PUSH_INIT) {
+      int64_t at, limit = push_limit(c, b, &at);
+      if (req->step > limit)
+        return bad(c, "push from trainer %d: step %" PRId64 " is ahead of the step window of "
+                   "block %u (%s), which is at step %" PRId64 " and takes steps up to %" PRId64
+                   " (register declaring the step to go further)",
+                   t, req->step, db->block, b->name, at, limit);
+    }
     if (db->value->dtype != FLOTILLA__DTYPE__DTYPE_FP32 && b->n > scratch_n) scratch_n = b->n;
     else if (((uintptr_t)db->value->data.data & 3u) && b->n > scratch_n) scratch_n = b->n;
   }

@@ -24,9 +24,16 @@
  *   async (a_sync true)           each gradient push is applied at once.
  *   geo   (a_sync, k_steps > 0)   pushes are parameter deltas, added.
  * Every push carries (trainer, step): a block takes at most one push per
- * (trainer, step), so a retried push is applied once.  A push for a later
- * step than the block waits for, with nothing pending, moves the block
- * forward (after a restart from a checkpoint the trainers are ahead); one
+ * (trainer, step), so a retried push is applied once.  Step window: a
+ * gradient or delta push may carry a step up to one past the block's step
+ * (sync; async: one past the highest step pushed, geo: k_steps past it),
+ * or up to the highest step a trainer declared in Register
+ * (RegisterRequest.step), and below FL_PS_MAX_STEP; a later step is
+ * INVALID_ARGUMENT and changes nothing (a stray huge step would otherwise
+ * make every real push a duplicate).  A push for a later step than the
+ * block waits for, with nothing pending, moves the block forward (after a
+ * restart from a checkpoint the trainers are ahead, and say so when they
+ * register again); one
  * that overtakes a partly collected step applies that step with what it
  * has first (only happens while recovering).  The dense optimizer is
  * pserver.optimizer (any kernels optimizer; LARS/LAMB trust ratios are per
@@ -50,6 +57,10 @@
 #include "fl_rpc.h"
 #include "fl_status.h"
 #include "flotilla.pb-c.h"
+
+/* Steps on the wire are below this (2^53: exact as a double; no step
+ * arithmetic can overflow). */
+#define FL_PS_MAX_STEP (INT64_C(1) << 53)
 
 /* ------------------------------------------------------------ sparse table */
 

@@ -102,6 +102,7 @@ struct fl_ps_client {
   fl_ps_sparse_spec *tables;
   size_t n_tables;
   _Atomic int64_t step_seen;
+  _Atomic int64_t step_pushed; /* highest step of a gradient/delta push */
 
   /* driver-thread scratch */
   fl_rpc_arena arena;
@@ -531,8 +532,10 @@ static fl_status unary(fl_ps_client *c, int server, const char *method,
   }
 }
 
-/* Register with server s; give it initial values when it has none. */
-static fl_status register_server(fl_ps_client *c, int s, int64_t *step) {
+/* Register with server s declaring `declare` as the step of the next push
+ * (a server behind it lets the pushes move its blocks forward); give it
+ * initial values when it has none. */
+static fl_status register_server(fl_ps_client *c, int s, int64_t declare, int64_t *step) {
   Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
   Flotilla__RegisterResponse *resp;
   Flotilla__DenseParamSpec *specs = NULL, **sp = NULL;
@@ -573,6 +576,7 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t *step) {
   r.n_sparse = c->n_tables;
   r.sparse = tp;
   r.total_steps = c->o.total_steps;
+  r.step = declare;
   st = unary(c, s, PATH("Register"), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code, details,
              sizeof details);
   if (st != FL_OK) {
@@ -783,10 +787,20 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
     free(numel);
     FL_TRY(st);
   }
-  for (int s = 0; s < c->o.n_servers; s++) {
-    int64_t st_s = 0;
-    FL_TRY(register_server(c, s, &st_s));
-    if (st_s > best) best = st_s;
+  st = FL_OK;
+  {
+    int64_t *at = calloc((size_t)c->o.n_servers, sizeof *at);
+    if (!at) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+    for (int s = 0; s < c->o.n_servers && st == FL_OK; s++) {
+      st = register_server(c, s, atomic_load(&c->step_pushed), &at[s]);
+      if (at[s] > best) best = at[s];
+    }
+    /* A server behind the others (it lost its state) is told where the job
+     * is, so that it takes the pushes of step `best`. */
+    for (int s = 0; s < c->o.n_servers && st == FL_OK; s++)
+      if (at[s] < best) st = register_server(c, s, best, NULL);
+    free(at);
+    FL_TRY(st);
   }
   if (step) *step = best;
   if (c->o.heartbeat_interval_s > 0 && !c->hb_started) {
@@ -814,6 +828,8 @@ fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int
   o->kind = kind;
   o->step = step;
   o->src = src;
+  if (kind != FLOTILLA__PUSH_KIND__PUSH_INIT && step > atomic_load(&c->step_pushed))
+    atomic_store(&c->step_pushed, step);
   op_submit(c, o);
   return FL_OK; /* a launch failure is reported by fl_ps_client_wait */
 }
@@ -867,7 +883,7 @@ fl_status fl_ps_client_wait(fl_ps_client *c) {
       if (!again[s]) continue;
       FL_LOGI("pserver %d (%s) does not know trainer %d: registering again", s, c->names[s],
               c->o.trainer_id);
-      if ((st = register_server(c, s, NULL)) != FL_OK) {
+      if ((st = register_server(c, s, atomic_load(&c->step_pushed), NULL)) != FL_OK) {
         free(again);
         c->n_ops = 0;
         return st;
@@ -1003,7 +1019,7 @@ fl_status fl_ps_client_complete(fl_ps_client *c) {
       st = unary(c, s, PATH("Complete"), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
                  details, sizeof details);
       if (st != FL_ESTATE || round >= 2) break;
-      FL_TRY(register_server(c, s, NULL));
+      FL_TRY(register_server(c, s, atomic_load(&c->step_pushed), NULL));
     }
     if (st != FL_OK)
       return FL_ERR(st, "pserver %d (%s) Complete: %s (%s)", s, c->names[s],

@@ -42,8 +42,8 @@ static fl_ps_core *mk(int nt, int a_sync, int k_steps, fl_optim_kind kind, float
 }
 
 /* Register trainer t with one dense parameter "w" of N floats and a sparse
- * table "emb" of dim 2. */
-static fl_status reg(fl_ps_core *c, int t, int nt, int mode, int64_t *step) {
+ * table "emb" of dim 2, declaring `declare` as its next push's step. */
+static fl_status reg_at(fl_ps_core *c, int t, int nt, int mode, int64_t declare, int64_t *step) {
   Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
   Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
   Flotilla__DenseParamSpec p = FLOTILLA__DENSE_PARAM_SPEC__INIT, *pp = &p;
@@ -64,9 +64,14 @@ static fl_status reg(fl_ps_core *c, int t, int nt, int mode, int64_t *step) {
   r.dense = &pp;
   r.n_sparse = 1;
   r.sparse = &sp;
+  r.step = declare;
   st = fl_ps_core_register(c, &r, &out);
   if (step) *step = out.step;
   return st;
+}
+
+static fl_status reg(fl_ps_core *c, int t, int nt, int mode, int64_t *step) {
+  return reg_at(c, t, nt, mode, 0, step);
 }
 
 typedef struct push_req {
@@ -196,8 +201,9 @@ START_TEST(test_duplicate_push_ignored) {
   ck_assert_int_eq(dup, 1);
   value(c, v, NULL);
   for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 1.0f);
-  /* Async: one application per (trainer, step), older steps ignored. */
-  ck_assert_int_eq(reg(a, 0, 1, 1, NULL), FL_OK);
+  /* Async: one application per (trainer, step), older steps ignored (the
+   * trainer says it is at step 5). */
+  ck_assert_int_eq(reg_at(a, 0, 1, 1, 5, NULL), FL_OK);
   ck_assert_int_eq(push(a, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
   ck_assert_int_eq(push(a, 0, 5, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
   ck_assert_int_eq(dup, 0);
@@ -364,6 +370,88 @@ START_TEST(test_bad_requests_change_nothing) {
   value(c, v, NULL);
   for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 1.0f);
   fl_ps_core_free(c);
+}
+END_TEST
+
+/* Issue 15, defect 1: a push beyond the step window (INT64_MAX used to
+ * wrap the block's step; a stray 10^12 made every later real push a
+ * duplicate) is INVALID_ARGUMENT naming both steps and changes nothing. */
+START_TEST(test_step_window) {
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  fl_ps_core *a = mk(1, 1, 0, FL_OPTIM_SGD, 1.0f, 0);
+  fl_ps_core *g = mk(1, 1, 4, FL_OPTIM_SGD, 1.0f, 0);
+  const float grad[N] = {1, 1, 1, 1};
+  Flotilla__StatsResponse stats = FLOTILLA__STATS_RESPONSE__INIT;
+  float v[N];
+  int64_t step;
+  int dup;
+  uint32_t blk = 0;
+
+  /* sync: the block waits for step 0, so steps up to 1 are taken */
+  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, INT64_MAX, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "9223372036854775807"));
+  ck_assert_int_eq(push(c, 0, 1000000000000LL, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL),
+                   FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "step 1000000000000"));
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "at step 0"));
+  ck_assert_int_eq(push(c, 1, 2, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "step 2 "));
+  value(c, v, &step);
+  ck_assert_mem_eq(v, init_v, sizeof v);
+  ck_assert_int_eq(step, 0);
+  fl_ps_core_stats(c, &stats);
+  ck_assert_int_eq(stats.step, 0);
+  ck_assert_uint_eq(stats.pushes, 1); /* the init only */
+  /* real steps go on as if nothing happened: not duplicates */
+  for (int s = 0; s < 3; s++) {
+    ck_assert_int_eq(push(c, 0, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, &dup), FL_OK);
+    ck_assert_int_eq(dup, 0);
+    ck_assert_int_eq(push(c, 1, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, &dup), FL_OK);
+    ck_assert_int_eq(dup, 0);
+  }
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 3, &blk, 1), FL_OK);
+  value(c, v, &step);
+  ck_assert_int_eq(step, 3);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 3.0f);
+  /* A trainer that registers declaring step 50 (it is ahead of a restarted
+   * server) moves the block there; the declaration itself is bounded. */
+  ck_assert_int_eq(reg_at(c, 0, 2, 0, INT64_MAX, NULL), FL_EINVAL);
+  ck_assert_int_eq(reg_at(c, 0, 2, 0, -1, NULL), FL_EINVAL);
+  ck_assert_int_eq(push(c, 0, 50, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_EINVAL);
+  ck_assert_int_eq(reg_at(c, 0, 2, 0, 50, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 50, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 1, 50, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 51, &blk, 1), FL_OK);
+  ck_assert_int_eq(push(c, 0, 53, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_EINVAL);
+
+  /* async: one past the highest step pushed */
+  ck_assert_int_eq(reg(a, 0, 1, 1, NULL), FL_OK);
+  ck_assert_int_eq(push(a, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(a, 0, INT64_MAX, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_EINVAL);
+  ck_assert_int_eq(push(a, 0, 1000000000000LL, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL),
+                   FL_EINVAL);
+  ck_assert_int_eq(fl_ps_core_step(a), 0);
+  for (int s = 0; s < 3; s++) {
+    ck_assert_int_eq(push(a, 0, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, &dup), FL_OK);
+    ck_assert_int_eq(dup, 0);
+  }
+  ck_assert_int_eq(fl_ps_core_step(a), 3);
+  value(a, v, NULL);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 3.0f);
+
+  /* geo: pushes come every k_steps = 4 steps */
+  ck_assert_int_eq(reg(g, 0, 1, 2, NULL), FL_OK);
+  ck_assert_int_eq(push(g, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(g, 0, 4, FLOTILLA__PUSH_KIND__PUSH_DELTA, grad, NULL), FL_OK);
+  ck_assert_int_eq(push(g, 0, 9, FLOTILLA__PUSH_KIND__PUSH_DELTA, grad, NULL), FL_OK);
+  ck_assert_int_eq(push(g, 0, 15, FLOTILLA__PUSH_KIND__PUSH_DELTA, grad, NULL), FL_EINVAL);
+  ck_assert_int_eq(fl_ps_core_step(g), 10);
+  fl_ps_core_free(c);
+  fl_ps_core_free(a);
+  fl_ps_core_free(g);
 }
 END_TEST
 
@@ -579,6 +667,7 @@ int main(void) {
   tcase_add_test(tc, test_dead_trainer_not_waited_for);
   tcase_add_test(tc, test_async_and_geo);
   tcase_add_test(tc, test_bad_requests_change_nothing);
+  tcase_add_test(tc, test_step_window);
   tcase_add_test(tc, test_barrier);
   tcase_add_test(tc, test_parked_trainer_not_waited_for);
   tcase_add_test(tc, test_sparse_calls);
