@@ -259,6 +259,12 @@ fl_status fl_ps_server_start(fl_ps_core *core, const fl_ps_server_opts *o, fl_ps
                              int *port);
 /* Look at the held calls again (the core's on_progress hook). */
 void fl_ps_server_progress(void *server);
+/* From now on the health check (grpc.health.v1.Health/Check) answers
+ * NOT_SERVING (the daemon is shutting down); the calls go on. */
+void fl_ps_server_not_serving(fl_ps_server *s);
+/* Entry i of the service's dispatch table into *out: 0 past the end.
+ * The ParameterServer methods and grpc.health.v1.Health/Check. */
+int fl_ps_server_method(size_t i, fl_rpc_method *out);
 /* Stop taking calls, cancel held ones, join the threads, free. */
 void fl_ps_server_stop(fl_ps_server *s);
 

@@ -154,6 +154,7 @@ static fl_status rpc_load(void *ctx, int64_t step, int64_t *loaded) {
 static void shutdown_loop(app *a, const char *why) {
   if (a->stopping) return;
   a->stopping = 1;
+  fl_ps_server_not_serving(a->srv); /* health checks see it at once */
   if (a->dir[0]) a->final_st = save(a, why, NULL, NULL, 0);
   uv_stop(&a->loop);
 }
