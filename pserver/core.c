@@ -190,6 +190,7 @@ fl_status fl_ps_core_create(const fl_ps_core_opts *o, fl_ps_core **out) {
   if (!c) return FL_ERR(FL_ENOMEM, "pserver: out of memory");
   c->o = *o;
   if (!c->o.max_sparse_keys) c->o.max_sparse_keys = 1u << 20;
+  if (!c->o.max_dense_elements) c->o.max_dense_elements = FL_PS_DEFAULT_MAX_DENSE;
   c->mode = fl_ps_mode_of(&c->o.job);
   c->nt = o->num_trainers;
   if ((st = fl_job_pserver_hparams(&c->o.job, &c->dense_hp, &c->sparse_hp, c->exclude)) != FL_OK) {
@@ -299,6 +300,26 @@ static fl_status make_layout(fl_ps_core *c, const uint64_t *numel, char **names,
   if ((st = fl_ps_layout_build(numel, np, c->o.job.pserver.dense_block_size, c->o.n_servers,
                                &l)) != FL_OK)
     return st;
+  {
+    /* Refuse what this server cannot or may not hold before reserving any
+     * of it: values and optimizer state, fp32. */
+    uint64_t mine = l->server_load[c->o.server_index];
+    uint64_t per = sizeof(float) * (1u + (unsigned)fl_optim_state_count(c->dense_hp.kind));
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    uint64_t phys = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : UINT64_MAX;
+    if (mine > c->o.max_dense_elements) {
+      fl_ps_layout_free(l);
+      return bad(c, "dense layout of %zu parameters puts %" PRIu64 " floats on this server, over "
+                 "its limit of %" PRIu64 " (flotilla-pserver --max_dense_elements)",
+                 np, mine, c->o.max_dense_elements);
+    }
+    if (mine > phys / per) {
+      fl_ps_layout_free(l);
+      return bad(c, "dense layout of %zu parameters puts %" PRIu64 " floats on this server: %"
+                 PRIu64 " bytes with the optimizer state, over this host's %" PRIu64
+                 " bytes of memory", np, mine, mine * per, phys);
+    }
+  }
   for (size_t b = 0; b < l->n_blocks; b++)
     if (l->blocks[b].server == c->o.server_index) n_my++;
   local = malloc(l->n_blocks * sizeof *local);

@@ -122,6 +122,10 @@ typedef enum fl_ps_mode {
 fl_ps_mode fl_ps_mode_of(const fl_job *job);
 const char *fl_ps_mode_name(fl_ps_mode m);
 
+/* Default limit of the dense floats on one server: 2^32 (16 GiB of fp32
+ * values, before optimizer state). */
+#define FL_PS_DEFAULT_MAX_DENSE (UINT64_C(1) << 32)
+
 typedef struct fl_ps_core_opts {
   fl_job job;             /* optimizer, schedule, pserver and strategy sections */
   int server_index;
@@ -129,6 +133,10 @@ typedef struct fl_ps_core_opts {
   int num_trainers;
   double heartbeat_timeout_s; /* <= 0: never declare a trainer dead */
   size_t max_sparse_keys;     /* most keys in one sparse call (0 = 1<<20) */
+  /* Most dense floats this server holds (0 = FL_PS_DEFAULT_MAX_DENSE): a
+   * Register (or checkpoint) whose layout puts more here, or more than the
+   * host's memory holds with the optimizer state, is refused. */
+  uint64_t max_dense_elements;
   /* Called (no core lock held) after anything that may let held calls go
    * on: a sync step applied, a barrier completed, trainers joined, died or
    * completed.  May be NULL. */

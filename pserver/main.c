@@ -63,6 +63,9 @@ static void usage(FILE *out) {
           "  --config=PATH      job file (optimizer, strategy, pserver section)\n"
           "  --threads=N        completion-queue threads (default 2)\n"
           "  --max_request_bytes=N  larger requests get INVALID_ARGUMENT (default 256 MiB)\n"
+          "  --max_dense_elements=N  most dense floats this server holds (default 2^32,\n"
+          "                     16 GiB as fp32); a Register declaring a layout that puts\n"
+          "                     more here, or more than this host's memory, is refused\n"
           "  --metrics_addr=A   serve Prometheus /metrics on host:port (default: the\n"
           "                     job's cluster.metrics_addr; none: no endpoint)\n"
           "  --help             this text\n"
@@ -202,6 +205,7 @@ int main(int argc, char **argv) {
   const char *config = NULL, *metrics_addr = NULL;
   int threads = 2, port = 0, rc = 1;
   size_t max_request = FL_RPC_DEFAULT_MAX_MESSAGE;
+  uint64_t max_dense = FL_PS_DEFAULT_MAX_DENSE;
   char ctx[64], bind[FL_HOST_MAX + 16];
   fl_ps_core_opts co;
   fl_ps_server_opts so;
@@ -237,6 +241,14 @@ int main(int argc, char **argv) {
         return 2;
       }
       max_request = (size_t)v;
+    } else if (!strncmp(argv[i], "--max_dense_elements=", 21)) {
+      char *end;
+      unsigned long long v = strtoull(argv[i] + 21, &end, 10);
+      if (!argv[i][21] || *end || v < 1 || v > (1ULL << 40)) {
+        FL_LOGE("%s: must be in [1, 2^40]", argv[i]);
+        return 2;
+      }
+      max_dense = (uint64_t)v;
     } else {
       if (fl_cluster_apply_flag(&a.cl, argv[i], &matched) != FL_OK) return 2;
       if (!matched) {
@@ -274,6 +286,7 @@ int main(int argc, char **argv) {
   co.n_servers = a.cl.n_pservers;
   co.num_trainers = a.cl.trainers_num;
   co.heartbeat_timeout_s = a.job.cluster.heartbeat_timeout_s;
+  co.max_dense_elements = max_dense;
   if (fl_ps_core_create(&co, &a.core) != FL_OK) return 1;
   if (a.dir[0]) {
     fl_ckpt *ck = NULL;

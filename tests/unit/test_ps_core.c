@@ -18,6 +18,9 @@
 
 #define N 4
 
+static uint64_t mk_max_dense; /* max_dense_elements of the next mk (0: default) */
+static size_t mk_block = N;   /* dense_block_size of the next mk */
+
 static fl_ps_core *mk(int nt, int a_sync, int k_steps, fl_optim_kind kind, float lr,
                       double hb_timeout) {
   fl_ps_core_opts o;
@@ -27,7 +30,7 @@ static fl_ps_core *mk(int nt, int a_sync, int k_steps, fl_optim_kind kind, float
   o.job.pserver.optimizer.kind = kind;
   o.job.pserver.optimizer.lr = lr;
   o.job.pserver.optimizer.momentum = 0.9f;
-  o.job.pserver.dense_block_size = N;
+  o.job.pserver.dense_block_size = mk_block;
   o.job.pserver.sparse.optimizer.kind = FL_OPTIM_SGD;
   o.job.pserver.sparse.optimizer.lr = 1.0f;
   o.job.pserver.sparse.max_rows = 100;
@@ -37,6 +40,7 @@ static fl_ps_core *mk(int nt, int a_sync, int k_steps, fl_optim_kind kind, float
   o.n_servers = 1;
   o.num_trainers = nt;
   o.heartbeat_timeout_s = hb_timeout;
+  o.max_dense_elements = mk_max_dense;
   ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
   return c;
 }
@@ -455,6 +459,59 @@ START_TEST(test_step_window) {
 }
 END_TEST
 
+/* Register a dense layout of one parameter of numel floats. */
+static fl_status reg_numel(fl_ps_core *c, uint64_t numel, uint64_t block) {
+  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
+  Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
+  Flotilla__DenseParamSpec p = FLOTILLA__DENSE_PARAM_SPEC__INIT, *pp = &p;
+  p.name = "huge";
+  p.numel = numel;
+  r.num_trainers = 1;
+  r.incarnation = 7;
+  r.dense_block_size = block;
+  r.num_servers = 1;
+  r.n_dense = 1;
+  r.dense = &pp;
+  return fl_ps_core_register(c, &r, &out);
+}
+
+/* Issue 15, defect 4: a first Register declaring 2^40 floats reserved
+ * 4 TiB of virtual memory; a layout over the configured limit or the
+ * host's memory is refused naming the limit, and the job can still start. */
+START_TEST(test_layout_limit) {
+  fl_ps_core *c, *d;
+  Flotilla__StatsResponse stats = FLOTILLA__STATS_RESPONSE__INIT;
+  /* blocks of 2^30 floats keep the block count legal: only size refuses */
+  mk_block = (size_t)1 << 30;
+  c = mk(1, 0, 0, FL_OPTIM_ADAM, 1.0f, 0);
+  ck_assert_int_eq(reg_numel(c, UINT64_C(1) << 40, mk_block), FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "limit of 4294967296"));
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "--max_dense_elements"));
+  fl_ps_core_stats(c, &stats);
+  ck_assert_int_eq(stats.dense_blocks, 0);
+  ck_assert_uint_eq(stats.dense_elements, 0);
+  ck_assert_int_eq(reg_numel(c, 1000, mk_block), FL_OK); /* the real job registers */
+  fl_ps_core_stats(c, &stats);
+  ck_assert_uint_eq(stats.dense_elements, 1000);
+  fl_ps_core_free(c);
+  /* over the host's memory though under a raised limit */
+  mk_max_dense = UINT64_C(1) << 40;
+  d = mk(1, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  mk_max_dense = 0;
+  mk_block = N;
+  ck_assert_int_eq(reg_numel(d, UINT64_C(1) << 40, (size_t)1 << 30), FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "bytes of memory"));
+  fl_ps_core_free(d);
+  /* a configured limit below the model */
+  mk_max_dense = N - 1;
+  d = mk(1, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  mk_max_dense = 0;
+  ck_assert_int_eq(reg(d, 0, 1, 0, NULL), FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "limit of 3"));
+  fl_ps_core_free(d);
+}
+END_TEST
+
 START_TEST(test_barrier) {
   fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
   Flotilla__BarrierRequest b = FLOTILLA__BARRIER_REQUEST__INIT;
@@ -668,6 +725,7 @@ int main(void) {
   tcase_add_test(tc, test_async_and_geo);
   tcase_add_test(tc, test_bad_requests_change_nothing);
   tcase_add_test(tc, test_step_window);
+  tcase_add_test(tc, test_layout_limit);
   tcase_add_test(tc, test_barrier);
   tcase_add_test(tc, test_parked_trainer_not_waited_for);
   tcase_add_test(tc, test_sparse_calls);
