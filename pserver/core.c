@@ -75,6 +75,8 @@ typedef struct ps_barrier {
   uint64_t seq;
   int nv;
   uint8_t *arrived;  /* [num_trainers] */
+  uint64_t *taken;   /* [num_trainers] incarnation that was answered this
+                        round's result, 0: not answered */
   double *vals;      /* [num_trainers * FL_PS_BARRIER_MAX_VALUES] */
   int64_t *mins;     /* [num_trainers] */
   double sums[FL_PS_BARRIER_MAX_VALUES];
@@ -261,6 +263,7 @@ void fl_ps_core_free(fl_ps_core *c) {
   }
   for (int i = 0; i < MAX_BARRIERS; i++) {
     free(c->barriers[i].arrived);
+    free(c->barriers[i].taken);
     free(c->barriers[i].vals);
     free(c->barriers[i].mins);
   }
@@ -1082,6 +1085,15 @@ static int barrier_try_complete(fl_ps_core *c, ps_barrier *b) {
   return 1;
 }
 
+/* Begin a new round of b (c->mu held): nobody arrived, nobody answered. */
+static void start_round(fl_ps_core *c, ps_barrier *b, const Flotilla__BarrierRequest *req) {
+  b->done = 0;
+  b->seq = ++c->barrier_seq;
+  b->nv = (int)req->n_values;
+  memset(b->arrived, 0, (size_t)c->nt);
+  memset(b->taken, 0, (size_t)c->nt * sizeof *b->taken);
+}
+
 fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req) {
   int t = req->trainer_id, done = 0, parked = 0;
   ps_barrier *b = NULL;
@@ -1098,6 +1110,13 @@ fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req)
   pthread_mutex_lock(&c->mu);
   if ((st = check_live(c, t)) != FL_OK) goto out;
   b = barrier_find(c, req->name);
+  if (b && b->done) {
+    /* The same trainer process, answered already: it calls the name again,
+     * which starts the next round.  Anyone else (a retry whose answer never
+     * came, a restarted or late trainer) gets the completed round's result. */
+    if (b->taken[t] == 0 || b->taken[t] != c->tr[t].incarnation) goto out;
+    start_round(c, b, req);
+  }
   if (!b) {
     ps_barrier *oldest = NULL;
     for (int i = 0; i < MAX_BARRIERS && !b; i++)
@@ -1113,19 +1132,17 @@ fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req)
     }
     if (!b->arrived) {
       b->arrived = calloc((size_t)c->nt, 1);
+      b->taken = calloc((size_t)c->nt, sizeof *b->taken);
       b->vals = calloc((size_t)c->nt * FL_PS_BARRIER_MAX_VALUES, sizeof *b->vals);
       b->mins = calloc((size_t)c->nt, sizeof *b->mins);
-      if (!b->arrived || !b->vals || !b->mins) {
+      if (!b->arrived || !b->taken || !b->vals || !b->mins) {
         st = FL_ERR(FL_ENOMEM, "pserver: out of memory for barrier %s", req->name);
         goto out;
       }
     }
     snprintf(b->name, sizeof b->name, "%s", req->name);
     b->used = 1;
-    b->done = 0;
-    b->seq = ++c->barrier_seq;
-    b->nv = (int)req->n_values;
-    memset(b->arrived, 0, (size_t)c->nt);
+    start_round(c, b, req);
   }
   if (b->done) goto out;
   if ((int)req->n_values != b->nv) {
@@ -1169,6 +1186,15 @@ fl_status fl_ps_core_barrier_result(fl_ps_core *c, const char *name, int32_t t,
   }
   pthread_mutex_unlock(&c->mu);
   return st;
+}
+
+void fl_ps_core_barrier_taken(fl_ps_core *c, const char *name, int32_t t) {
+  ps_barrier *b;
+  if (t < 0 || t >= c->nt) return;
+  pthread_mutex_lock(&c->mu);
+  b = barrier_find(c, name);
+  if (b && b->done) b->taken[t] = c->tr[t].incarnation;
+  pthread_mutex_unlock(&c->mu);
 }
 
 /* ------------------------------------------------------ membership, health */

@@ -193,6 +193,12 @@ fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req)
 #define FL_PS_BARRIER_MAX_VALUES 64
 fl_status fl_ps_core_barrier_result(fl_ps_core *c, const char *name, int32_t trainer_id,
                                     Flotilla__BarrierResponse *resp, double *buf);
+/* The service answered trainer_id the result of barrier `name`'s completed
+ * round.  The same trainer process calling `name` again then starts the
+ * next round; until then (a retry whose answer was lost), and for any
+ * other process of that trainer (it restarted), a call gets the completed
+ * round's result. */
+void fl_ps_core_barrier_taken(fl_ps_core *c, const char *name, int32_t trainer_id);
 fl_status fl_ps_core_heartbeat(fl_ps_core *c, const Flotilla__HeartbeatRequest *req,
                                Flotilla__HeartbeatResponse *resp);
 fl_status fl_ps_core_complete(fl_ps_core *c, const Flotilla__CompleteRequest *req,

@@ -144,7 +144,12 @@ static fl_status rpc_load(void *ctx, int64_t step, int64_t *loaded) {
     if (st == FL_ENOTFOUND) FL_LOGE("load on request: no checkpoint in %s", a->dir);
     snprintf(path, sizeof path, "%s/ckpt-%" PRId64 ".flc", a->dir, step);
   } else {
+    struct stat sb;
     st = fl_ckpt_dir_path(a->dir, step, path, sizeof path);
+    if (st == FL_OK && stat(path, &sb) != 0 && errno == ENOENT) {
+      FL_LOGW("load on request: no checkpoint of step %" PRId64 " (%s)", step, path);
+      st = FL_ENOTFOUND;
+    }
     if (st == FL_OK) st = fl_ckpt_load(path, &ck);
   }
   if (st == FL_OK) st = fl_ps_core_load(a->core, ck, path);
@@ -340,6 +345,7 @@ int main(int argc, char **argv) {
             "process that reaches %s can call this pserver", bind);
 
   if (!metrics_addr) metrics_addr = a.job.cluster.metrics_addr;
+  if (!strcmp(metrics_addr, "none")) metrics_addr = ""; /* as --help offers */
   if (metrics_addr[0]) {
     char mode[16];
     snprintf(mode, sizeof mode, "ps-%s", fl_ps_mode_name(fl_ps_mode_of(&a.job)));

@@ -311,6 +311,8 @@ static void answer_barrier(call *c, fl_status st) {
   if (st == FL_OK) st = fl_ps_core_barrier_result(c->w->s->core, c->bname, c->tid, &r, buf);
   if (st == FL_ENOTFOUND) respond_status(c, FL_ESTATE, "barrier forgotten (too many since)");
   else respond_msg(c, st, &r.base);
+  /* Its next call of this name is the next round. */
+  if (st == FL_OK) fl_ps_core_barrier_taken(c->w->s->core, c->bname, c->tid);
 }
 
 void fl_ps_server_progress(void *server) {
@@ -447,7 +449,16 @@ static void handle(call *c, int m, ProtobufCMessage *msg) {
       respond_status(c, FL_ENOTSUP, "this pserver has no checkpoint_dir");
       break;
     }
-    st = s->o.load(s->o.ckpt_ctx, ((Flotilla__LoadCheckpointRequest *)msg)->step, &r.step);
+    int64_t step = ((Flotilla__LoadCheckpointRequest *)msg)->step;
+    st = s->o.load(s->o.ckpt_ctx, step, &r.step);
+    if (st == FL_ENOTFOUND) {
+      char why[160];
+      if (step < 0) snprintf(why, sizeof why, "no checkpoint in this pserver's checkpoint_dir");
+      else snprintf(why, sizeof why, "no checkpoint of step %lld in this pserver's "
+                    "checkpoint_dir", (long long)step);
+      respond_status(c, st, why);
+      break;
+    }
     respond_msg(c, st, &r.base);
     break;
   }

@@ -547,6 +547,64 @@ START_TEST(test_barrier) {
 }
 END_TEST
 
+/* Issue 15, defect 5: a reused barrier name returned the old round's
+ * result at once.  Now the trainer process that was answered starts the
+ * next round; a retry before the answer, or a restarted trainer, still
+ * gets the completed round's result. */
+START_TEST(test_barrier_rounds) {
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  Flotilla__BarrierRequest b = FLOTILLA__BARRIER_REQUEST__INIT;
+  Flotilla__BarrierResponse r = FLOTILLA__BARRIER_RESPONSE__INIT;
+  double one = 1, ten = 10, buf[FL_PS_BARRIER_MAX_VALUES];
+  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  b.name = "round";
+  b.n_values = 1;
+  b.values = &one;
+  b.trainer_id = 0;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_EAGAIN);
+  b.trainer_id = 1;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_OK);
+  /* trainer 0's answer was lost: its retry gets round 1's result */
+  b.trainer_id = 0;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_OK);
+  ck_assert_int_eq(fl_ps_core_barrier_result(c, "round", 0, &r, buf), FL_OK);
+  ck_assert_double_eq(r.sums[0], 2);
+  fl_ps_core_barrier_taken(c, "round", 0);
+  fl_ps_core_barrier_taken(c, "round", 1);
+  /* both were answered: the name again is round 2, which waits */
+  b.values = &ten;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_EAGAIN);
+  ck_assert_int_eq(fl_ps_core_barrier_result(c, "round", 0, &r, buf), FL_EAGAIN);
+  b.trainer_id = 1;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_OK);
+  ck_assert_int_eq(fl_ps_core_barrier_result(c, "round", 1, &r, buf), FL_OK);
+  ck_assert_double_eq(r.sums[0], 20);
+  ck_assert_int_eq(r.count, 2);
+  fl_ps_core_barrier_taken(c, "round", 1);
+  /* trainer 1 restarted (a new process): it gets round 2's result */
+  {
+    Flotilla__RegisterRequest rr = FLOTILLA__REGISTER_REQUEST__INIT;
+    Flotilla__RegisterResponse ro = FLOTILLA__REGISTER_RESPONSE__INIT;
+    Flotilla__DenseParamSpec p = FLOTILLA__DENSE_PARAM_SPEC__INIT, *pp = &p;
+    p.name = "w";
+    p.numel = N;
+    rr.trainer_id = 1;
+    rr.num_trainers = 2;
+    rr.incarnation = 99; /* not 1001: another process */
+    rr.dense_block_size = N;
+    rr.num_servers = 1;
+    rr.n_dense = 1;
+    rr.dense = &pp;
+    ck_assert_int_eq(fl_ps_core_register(c, &rr, &ro), FL_OK);
+  }
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_OK);
+  ck_assert_int_eq(fl_ps_core_barrier_result(c, "round", 1, &r, buf), FL_OK);
+  ck_assert_double_eq(r.sums[0], 20);
+  fl_ps_core_free(c);
+}
+END_TEST
+
 START_TEST(test_sparse_calls) {
   fl_ps_core *c = mk(1, 1, 0, FL_OPTIM_SGD, 1.0f, 0);
   Flotilla__PullSparseRequest q = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
@@ -727,6 +785,7 @@ int main(void) {
   tcase_add_test(tc, test_step_window);
   tcase_add_test(tc, test_layout_limit);
   tcase_add_test(tc, test_barrier);
+  tcase_add_test(tc, test_barrier_rounds);
   tcase_add_test(tc, test_parked_trainer_not_waited_for);
   tcase_add_test(tc, test_sparse_calls);
   tcase_add_test(tc, test_sparse_key_sharding);
