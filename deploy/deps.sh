@@ -7,7 +7,8 @@ FL_PACKAGES="build-essential autoconf automake libtool pkg-config \
  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev check \
  libopenblas-dev libyaml-dev zlib1g-dev dataset-fashion-mnist \
  libmicrohttpd-dev libsystemd-dev gnuplot-nox systemd docker-compose \
- clang libclang-rt-14-dev openssl iproute2 procps python3"
+ clang libclang-rt-14-dev openssl iproute2 procps python3 \
+ python3-grpcio python3-grpc-tools python3-numpy"
 
 missing=
 for p in $FL_PACKAGES ${FL_EXTRA_PACKAGES:-}; do

@@ -519,6 +519,14 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
     if (!s->name || !s->name[0] || strlen(s->name) >= 128 || s->dim == 0 || s->dim > 65536)
       return bad(c, "register: trainer %d: sparse table %zu has a bad name or dim", t, i);
   }
+  {
+    /* The block count (the wire carries block ids as uint32). */
+    uint64_t bs = c->o.job.pserver.dense_block_size, nb = 0;
+    for (size_t i = 0; i < req->n_dense; i++) nb += (req->dense[i]->numel + bs - 1) / bs;
+    if (nb > FL_PS_MAX_BLOCKS)
+      return bad(c, "register: trainer %d declares %" PRIu64 " dense blocks of %" PRIu64
+                 " floats (at most %u)", t, nb, bs, FL_PS_MAX_BLOCKS);
+  }
   if (req->n_dense) {
     numel = malloc(req->n_dense * sizeof *numel);
     if (!numel) return FL_ERR(FL_ENOMEM, "pserver: out of memory registering trainer %d", t);
@@ -750,9 +758,6 @@ fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest 
                kind == FLOTILLA__PUSH_KIND__PUSH_GRAD ? "gradient" : "delta",
                fl_ps_mode_name(c->mode));
   if (req->step < 0) return bad(c, "push from trainer %d: negative step", t);
-  if (kind != FLOTILLA__PUSH_KIND__PUSH_INIT && req->step >= FL_PS_MAX_STEP)
-    return bad(c, "push from trainer %d: step %" PRId64 " is not below the step limit %" PRId64, t,
-               req->step, FL_PS_MAX_STEP);
   if (req->n_blocks == 0 || req->n_blocks > c->n_my)
     return bad(c, "push from trainer %d: %zu blocks (this server holds %zu)", t, req->n_blocks,
                c->n_my);
@@ -772,6 +777,7 @@ fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest 
       if (req->blocks[j]->block == db->block)
         return bad(c, "push from trainer %d: block %u twice", t, db->block);
     if (kind != FLOTILLA__PUSH_KIND__PUSH_INIT) {
+      /* Below FL_PS_MAX_STEP too: the block's step and the horizon are. */
       int64_t at, limit = push_limit(c, b, &at);
       if (req->step > limit)
         return bad(c, "push from trainer %d: step %" PRId64 " is ahead of the step window of "
