@@ -7,7 +7,10 @@
  * same files: every method of the service is served, under the path
  * "/<package>.<Service>/<Rpc>", with the request and answer types of the
  * proto; the server serves nothing else but grpc.health.v1.Health/Check;
- * every method the client calls is one of the service's, with its types. */
+ * every method the client calls is one of the service's, with its types.
+ * Also the health check of a service started in this process on
+ * 127.0.0.1: answered without the token, SERVING, then NOT_SERVING once the
+ * daemon says it is shutting down. */
 #include <config.h>
 
 #include <check.h>
@@ -85,12 +88,79 @@ START_TEST(test_client_table_matches_proto) {
 }
 END_TEST
 
+/* Check (no token) against the server on port: the serving status, or -1
+ * with the gRPC code in *code. */
+static int health(grpc_channel *ch, grpc_status_code *code) {
+  Grpc__Health__V1__HealthCheckRequest q = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+  Grpc__Health__V1__HealthCheckResponse *r;
+  fl_rpc_outbuf *ob = NULL;
+  fl_rpc_inbuf in = {0};
+  int status = -1;
+  ck_assert_int_eq(fl_rpc_outbuf_create(0, &ob), FL_OK);
+  if (fl_rpc_unary(ch, "/grpc.health.v1.Health/Check", &q.base, 5, NULL, ob, &in, code, NULL,
+                   0) == FL_OK) {
+    r = grpc__health__v1__health_check_response__unpack(NULL, in.len, in.data);
+    ck_assert_ptr_nonnull(r);
+    status = (int)r->status;
+    grpc__health__v1__health_check_response__free_unpacked(r, NULL);
+  }
+  fl_rpc_outbuf_free(ob);
+  fl_rpc_inbuf_free(&in);
+  return status;
+}
+
+START_TEST(test_health_check) {
+  fl_ps_core_opts co;
+  fl_ps_server_opts so;
+  fl_ps_core *core = NULL;
+  fl_ps_server *srv = NULL;
+  grpc_channel *ch = NULL;
+  Flotilla__StatsRequest q = FLOTILLA__STATS_REQUEST__INIT;
+  fl_rpc_outbuf *ob = NULL;
+  fl_rpc_inbuf in = {0};
+  grpc_status_code code;
+  char target[64];
+  int port = 0;
+
+  memset(&co, 0, sizeof co);
+  fl_job_defaults(&co.job);
+  co.n_servers = 1;
+  co.num_trainers = 1;
+  ck_assert_int_eq(fl_ps_core_create(&co, &core), FL_OK);
+  memset(&so, 0, sizeof so);
+  so.bind_addr = "127.0.0.1:0";
+  so.threads = 1;
+  so.calls_per_thread = 2;
+  so.rpc.token = "health-test-token";
+  fl_rpc_init();
+  ck_assert_int_eq(fl_ps_server_start(core, &so, &srv, &port), FL_OK);
+  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  ck_assert_int_eq(fl_rpc_channel_create(target, NULL, &ch), FL_OK);
+  ck_assert_int_eq(health(ch, &code), GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+  /* every other method still needs the token */
+  ck_assert_int_eq(fl_rpc_outbuf_create(0, &ob), FL_OK);
+  ck_assert_int_ne(fl_rpc_unary(ch, "/flotilla.ParameterServer/Stats", &q.base, 5, NULL, ob, &in,
+                                &code, NULL, 0), FL_OK);
+  ck_assert_int_eq(code, GRPC_STATUS_UNAUTHENTICATED);
+  fl_ps_server_not_serving(srv);
+  ck_assert_int_eq(health(ch, &code),
+                   GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING);
+  fl_rpc_outbuf_free(ob);
+  fl_rpc_inbuf_free(&in);
+  grpc_channel_destroy(ch);
+  fl_ps_server_stop(srv);
+  fl_ps_core_free(core);
+  fl_rpc_shutdown();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("wire_service");
   TCase *tc = tcase_create("service");
   tcase_add_test(tc, test_service_block_present);
   tcase_add_test(tc, test_server_table_matches_proto);
   tcase_add_test(tc, test_client_table_matches_proto);
+  tcase_add_test(tc, test_health_check);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
