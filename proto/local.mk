@@ -3,7 +3,7 @@
 # method after the method, and `register` is a C keyword: the generated
 # header gets it renamed to `register_` (the descriptors, which the tests
 # compare with the dispatch tables, are unchanged).
-EXTRA_DIST += proto/flotilla.proto proto/health.proto
+EXTRA_DIST += proto/flotilla.proto proto/health.proto docs/PROTOCOL.md
 nodist_libflotilla_la_SOURCES += proto/flotilla.pb-c.c proto/flotilla.pb-c.h \
 	proto/health.pb-c.c proto/health.pb-c.h
 BUILT_SOURCES += proto/flotilla.pb-c.h proto/health.pb-c.h

@@ -885,9 +885,9 @@ fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest 
 
 fl_status fl_ps_core_pull_check(fl_ps_core *c, int32_t t, int64_t min_step, const uint32_t *ids,
                                 size_t n) {
-  fl_status st;
+  fl_status st = FL_OK;
   int ready = 1;
-  if ((st = enter(c, t)) != FL_OK) return st;
+  if (t != FL_PS_OBSERVER && (st = enter(c, t)) != FL_OK) return st;
   if (!atomic_load(&c->layout)) return bad(c, "pull from trainer %d before any dense layout", t);
   if (n == 0 || n > c->n_my)
     return bad(c, "pull from trainer %d: %zu blocks (this server holds %zu)", t, n, c->n_my);
@@ -1356,6 +1356,35 @@ void fl_ps_core_stats(fl_ps_core *c, Flotilla__StatsResponse *r) {
     r->evicted_rows += fl_ps_table_evicted(c->tables[i].t);
     pthread_mutex_unlock(&c->tables[i].mu);
   }
+}
+
+fl_status fl_ps_core_stats_layout(fl_ps_core *c, Flotilla__StatsResponse *r,
+                                  Flotilla__DenseParamSpec **specs, Flotilla__DenseParamSpec ***ptrs) {
+  fl_ps_layout *l = atomic_load(&c->layout);
+  *specs = NULL;
+  *ptrs = NULL;
+  r->dense_block_size = c->o.job.pserver.dense_block_size;
+  r->num_servers = c->o.n_servers;
+  r->server_index = c->o.server_index;
+  if (!l) return FL_OK;
+  *specs = calloc(l->n_params, sizeof **specs);
+  *ptrs = calloc(l->n_params, sizeof **ptrs);
+  if (!*specs || !*ptrs) {
+    free(*specs);
+    free(*ptrs);
+    *specs = NULL;
+    *ptrs = NULL;
+    return FL_ERR(FL_ENOMEM, "pserver: out of memory describing %zu parameters", l->n_params);
+  }
+  for (size_t i = 0; i < l->n_params; i++) {
+    flotilla__dense_param_spec__init(&(*specs)[i]);
+    (*specs)[i].name = c->names[i];
+    (*specs)[i].numel = l->numel[i];
+    (*ptrs)[i] = &(*specs)[i];
+  }
+  r->n_dense = l->n_params;
+  r->dense = *ptrs;
+  return FL_OK;
 }
 
 fl_status fl_ps_core_block_value(fl_ps_core *c, uint32_t id, float *out, size_t n,

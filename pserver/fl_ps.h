@@ -169,7 +169,9 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
 fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest *req,
                                 Flotilla__PushDenseResponse *resp);
 /* FL_OK when the pull can be answered now, FL_EAGAIN when it must wait
- * (sync mode), or an error. */
+ * (sync mode), or an error.  trainer_id FL_PS_OBSERVER reads without being
+ * registered (monitoring tools). */
+#define FL_PS_OBSERVER (-1)
 fl_status fl_ps_core_pull_check(fl_ps_core *c, int32_t trainer_id, int64_t min_step,
                                 const uint32_t *blocks, size_t n);
 /* Pack the answer of a pull that fl_ps_core_pull_check cleared into a byte
@@ -204,6 +206,13 @@ fl_status fl_ps_core_heartbeat(fl_ps_core *c, const Flotilla__HeartbeatRequest *
 fl_status fl_ps_core_complete(fl_ps_core *c, const Flotilla__CompleteRequest *req,
                               Flotilla__CompleteResponse *resp);
 void fl_ps_core_stats(fl_ps_core *c, Flotilla__StatsResponse *resp);
+/* Add the dense layout (names and sizes as registered, block size, server
+ * count and index) to a Stats answer.  *specs and *ptrs (malloc'd, NULL
+ * before any layout) are the caller's to free once resp is packed; the
+ * names point into the core. */
+fl_status fl_ps_core_stats_layout(fl_ps_core *c, Flotilla__StatsResponse *resp,
+                                  Flotilla__DenseParamSpec **specs,
+                                  Flotilla__DenseParamSpec ***ptrs);
 /* Add to the byte counters of the statistics (the service counts). */
 void fl_ps_core_count_bytes(fl_ps_core *c, uint64_t in, uint64_t out);
 

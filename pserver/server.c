@@ -470,8 +470,12 @@ static void handle(call *c, int m, ProtobufCMessage *msg) {
   }
   case M_STATS: {
     Flotilla__StatsResponse r = FLOTILLA__STATS_RESPONSE__INIT;
+    Flotilla__DenseParamSpec *specs, **ptrs;
     fl_ps_core_stats(core, &r);
-    respond_msg(c, FL_OK, &r.base);
+    st = fl_ps_core_stats_layout(core, &r, &specs, &ptrs);
+    respond_msg(c, st, &r.base);
+    free(specs);
+    free(ptrs);
     break;
   }
   case M_HEALTH: {

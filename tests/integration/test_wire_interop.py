@@ -6,7 +6,9 @@ and proto/health.proto plus docs/PROTOCOL.md must be enough to write a
 client.  This test is such a client: it generates its stubs at test time
 with grpc_tools.protoc from proto/ into a temporary directory, starts real
 flotilla-pserver processes on 127.0.0.x (bounded, killed at the end) and
-drives the call sequence docs/PROTOCOL.md describes for two trainers:
+drives the call sequence docs/PROTOCOL.md describes for two trainers (and
+reads the parameters as an observer, also through the example client
+deploy/examples/ps_read_params.py):
 Register, PushDense(PUSH_INIT), sync steps of PushDense(PUSH_GRAD, fp32 and
 fp16) and held PullDense, a retried push, PullSparse / PushSparse, Barrier
 (two rounds of one name), Heartbeat, Stats, SaveCheckpoint and
@@ -275,6 +277,23 @@ def sequence(s):
         r = push(ps, 0, step, g0)
         check(r.duplicates == len(BLOCKS) and r.accepted == 0, f"step {step}: retry is a duplicate")
     check(close(params_of(pull(ps, 1, 3).result()), value), "the retries changed nothing")
+
+    # A reader of the running job: the layout from Stats, an observer pull,
+    # and the example client deploy/examples/ps_read_params.py.
+    st = ps.Stats(pb.StatsRequest(), metadata=MD, timeout=5)
+    check([(d.name, d.numel) for d in st.dense] == PARAMS and st.dense_block_size == BLOCK
+          and st.num_servers == 1 and st.server_index == 0, "Stats: the dense layout")
+    obs = ps.PullDense(pb.PullDenseRequest(trainer_id=-1, blocks=list(range(len(BLOCKS)))),
+                       metadata=MD, timeout=5)
+    check(close(params_of(obs), value), "an observer (trainer_id -1) reads the parameters")
+    npz = os.path.join(os.path.dirname(s.ckdir), "params.npz")
+    ex = subprocess.run([sys.executable, os.path.join(SRC, "deploy", "examples", "ps_read_params.py"),
+                         "--pservers", s.addr, "--proto_dir", os.path.join(SRC, "proto"),
+                         "--save", npz], env=dict(os.environ, FLOTILLA_TOKEN=TOKEN),
+                        capture_output=True, text=True, timeout=60)
+    saved = np.load(npz) if ex.returncode == 0 else {}
+    check(ex.returncode == 0 and close([saved.get("w"), saved.get("b")], value),
+          f"deploy/examples/ps_read_params.py reads them ({(ex.stdout + ex.stderr).strip()[-300:]})")
 
     # Defect 1: the step window.
     for bad in (2**63 - 1, 10**12, 5):

@@ -512,6 +512,40 @@ START_TEST(test_layout_limit) {
 }
 END_TEST
 
+/* A reader of a running job (deploy/examples/ps_read_params.py): Stats
+ * gives the layout, PullDense as FL_PS_OBSERVER reads without registering. */
+START_TEST(test_observer_reads) {
+  fl_ps_core *c = mk(1, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  Flotilla__StatsResponse st = FLOTILLA__STATS_RESPONSE__INIT;
+  Flotilla__DenseParamSpec *specs, **ptrs;
+  const float g[N] = {1, 1, 1, 1};
+  uint32_t blk = 0;
+  ck_assert_int_eq(fl_ps_core_stats_layout(c, &st, &specs, &ptrs), FL_OK);
+  ck_assert_uint_eq(st.n_dense, 0);
+  ck_assert_ptr_null(specs);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, FL_PS_OBSERVER, 0, &blk, 1), FL_EINVAL);
+  ck_assert_int_eq(reg(c, 0, 1, 0, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_stats_layout(c, &st, &specs, &ptrs), FL_OK);
+  ck_assert_uint_eq(st.n_dense, 1);
+  ck_assert_str_eq(st.dense[0]->name, "w");
+  ck_assert_uint_eq(st.dense[0]->numel, N);
+  ck_assert_uint_eq(st.dense_block_size, N);
+  ck_assert_int_eq(st.num_servers, 1);
+  free(specs);
+  free(ptrs);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, FL_PS_OBSERVER, 0, &blk, 1), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, FL_PS_OBSERVER, 1, &blk, 1), FL_EAGAIN);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, -2, 0, &blk, 1), FL_EINVAL);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, FL_PS_OBSERVER, 1, &blk, 1), FL_OK);
+  /* the observer is no trainer: the job's trainer count is unchanged */
+  fl_ps_core_stats(c, &st);
+  ck_assert_int_eq(st.live_trainers, 1);
+  fl_ps_core_free(c);
+}
+END_TEST
+
 START_TEST(test_barrier) {
   fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
   Flotilla__BarrierRequest b = FLOTILLA__BARRIER_REQUEST__INIT;
@@ -784,6 +818,7 @@ int main(void) {
   tcase_add_test(tc, test_bad_requests_change_nothing);
   tcase_add_test(tc, test_step_window);
   tcase_add_test(tc, test_layout_limit);
+  tcase_add_test(tc, test_observer_reads);
   tcase_add_test(tc, test_barrier);
   tcase_add_test(tc, test_barrier_rounds);
   tcase_add_test(tc, test_parked_trainer_not_waited_for);
