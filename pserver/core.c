@@ -1031,7 +1031,7 @@ fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseReques
   if ((why = check_tensor(req->grads, 2, dims)) != NULL)
     return bad(c, "sparse push from trainer %d, table %s, %zu keys: %s", t, req->table,
                req->n_keys, why);
-  if (req->step < 0 || req->seq >= MAX_SEQ)
+  if (req->step < 0 || req->step >= FL_PS_MAX_STEP || req->seq >= MAX_SEQ)
     return bad(c, "sparse push from trainer %d: step %lld / part %u out of range", t,
                (long long)req->step, req->seq);
   if (req->grads->dtype != FLOTILLA__DTYPE__DTYPE_FP32 ||

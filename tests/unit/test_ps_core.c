@@ -687,6 +687,13 @@ START_TEST(test_sparse_calls) {
   p.step = 4;
   gshape[1] = 3;
   ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_EINVAL);
+  gshape[1] = 2;
+  p.step = INT64_MAX; /* beyond the step range (issue 15) */
+  ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_EINVAL);
+  p.step = 4; /* and the trainer's real next step is no duplicate */
+  ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_OK);
+  ck_assert_int_eq(pr.accepted, 2);
+  for (int i = 0; i < 4; i++) after[i] -= g[i];
   q.table = "emb";
   ck_assert_int_eq(fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &r, &vals, shape), FL_OK);
   ck_assert_mem_eq(scratch, after, sizeof after);
