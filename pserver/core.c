@@ -1100,7 +1100,22 @@ static void start_round(fl_ps_core *c, ps_barrier *b, const Flotilla__BarrierReq
   memset(b->taken, 0, (size_t)c->nt * sizeof *b->taken);
 }
 
-fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req) {
+/* The result of completed barrier b for trainer t into resp (sums in buf),
+ * and, when take, t's current process counts as answered.  c->mu held. */
+static void barrier_fill(fl_ps_core *c, ps_barrier *b, int t, Flotilla__BarrierResponse *resp,
+                         double *buf, int take) {
+  memcpy(buf, b->sums, (size_t)b->nv * sizeof *buf);
+  resp->n_sums = (size_t)b->nv;
+  resp->sums = buf;
+  resp->min = b->min;
+  resp->count = b->count;
+  if (take && t >= 0 && t < c->nt) b->taken[t] = c->tr[t].incarnation;
+}
+
+/* fl_ps_core_barrier, and on FL_OK (when resp is not NULL) the result,
+ * taken under the same lock. */
+static fl_status barrier_call(fl_ps_core *c, const Flotilla__BarrierRequest *req,
+                              Flotilla__BarrierResponse *resp, double *buf) {
   int t = req->trainer_id, done = 0, parked = 0;
   ps_barrier *b = NULL;
   fl_status st;
@@ -1169,38 +1184,45 @@ fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req)
     set_parked(c, t, 1);
   }
 out:
+  /* The result goes with the call that gets it, before anyone (answered by
+   * the notify below) can start the next round. */
+  if (st == FL_OK && resp) barrier_fill(c, b, t, resp, buf, 1);
   pthread_mutex_unlock(&c->mu);
   if (parked) reevaluate(c); /* steps no longer wait for it */
   else if (st == FL_OK && done) notify(c);
   return st;
 }
 
-fl_status fl_ps_core_barrier_result(fl_ps_core *c, const char *name, int32_t t,
+fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req) {
+  return barrier_call(c, req, NULL, NULL);
+}
+
+fl_status fl_ps_core_barrier_answer(fl_ps_core *c, const Flotilla__BarrierRequest *req,
                                     Flotilla__BarrierResponse *resp, double *buf) {
+  return barrier_call(c, req, resp, buf);
+}
+
+static fl_status barrier_get(fl_ps_core *c, const char *name, int32_t t,
+                             Flotilla__BarrierResponse *resp, double *buf, int take) {
   ps_barrier *b;
   fl_status st = FL_OK;
   pthread_mutex_lock(&c->mu);
   b = barrier_find(c, name);
   if (!b) st = FL_ENOTFOUND;
   else if (!b->done) st = (t >= 0 && t < c->nt && c->tr[t].state == T_LIVE) ? FL_EAGAIN : FL_ESTATE;
-  else {
-    memcpy(buf, b->sums, (size_t)b->nv * sizeof *buf);
-    resp->n_sums = (size_t)b->nv;
-    resp->sums = buf;
-    resp->min = b->min;
-    resp->count = b->count;
-  }
+  else barrier_fill(c, b, t, resp, buf, take);
   pthread_mutex_unlock(&c->mu);
   return st;
 }
 
-void fl_ps_core_barrier_taken(fl_ps_core *c, const char *name, int32_t t) {
-  ps_barrier *b;
-  if (t < 0 || t >= c->nt) return;
-  pthread_mutex_lock(&c->mu);
-  b = barrier_find(c, name);
-  if (b && b->done) b->taken[t] = c->tr[t].incarnation;
-  pthread_mutex_unlock(&c->mu);
+fl_status fl_ps_core_barrier_result(fl_ps_core *c, const char *name, int32_t t,
+                                    Flotilla__BarrierResponse *resp, double *buf) {
+  return barrier_get(c, name, t, resp, buf, 0);
+}
+
+fl_status fl_ps_core_barrier_take(fl_ps_core *c, const char *name, int32_t t,
+                                  Flotilla__BarrierResponse *resp, double *buf) {
+  return barrier_get(c, name, t, resp, buf, 1);
 }
 
 /* ------------------------------------------------------ membership, health */

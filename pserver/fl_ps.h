@@ -186,8 +186,19 @@ fl_status fl_ps_core_pull_sparse(fl_ps_core *c, const Flotilla__PullSparseReques
 fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseRequest *req,
                                  Flotilla__PushSparseResponse *resp);
 /* FL_OK when the barrier is complete (answer with fl_ps_core_barrier_result),
- * FL_EAGAIN when it must wait. */
+ * FL_EAGAIN when it must wait.
+ * Rounds: once a trainer process was answered a completed round's result
+ * (fl_ps_core_barrier_answer / _take), its next call of the same name
+ * starts the next round; any other call (a retry whose answer never came,
+ * another process of that trainer after a restart) gets the completed
+ * round's result. */
 fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req);
+/* The same, and on FL_OK the result into resp (sums in buf, which holds
+ * FL_PS_BARRIER_MAX_VALUES doubles), the trainer counting as answered -
+ * all under one lock, so no other trainer can start the next round in
+ * between (the service answers with this). */
+fl_status fl_ps_core_barrier_answer(fl_ps_core *c, const Flotilla__BarrierRequest *req,
+                                    Flotilla__BarrierResponse *resp, double *buf);
 /* The result of barrier `name` for trainer_id: FL_OK and resp filled (sums
  * points into buf, which must hold FL_PS_BARRIER_MAX_VALUES doubles),
  * FL_EAGAIN when not complete yet, FL_ESTATE when the trainer is no longer
@@ -195,12 +206,10 @@ fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req)
 #define FL_PS_BARRIER_MAX_VALUES 64
 fl_status fl_ps_core_barrier_result(fl_ps_core *c, const char *name, int32_t trainer_id,
                                     Flotilla__BarrierResponse *resp, double *buf);
-/* The service answered trainer_id the result of barrier `name`'s completed
- * round.  The same trainer process calling `name` again then starts the
- * next round; until then (a retry whose answer was lost), and for any
- * other process of that trainer (it restarted), a call gets the completed
- * round's result. */
-void fl_ps_core_barrier_taken(fl_ps_core *c, const char *name, int32_t trainer_id);
+/* The same for a held call about to be answered: on FL_OK the trainer
+ * counts as answered. */
+fl_status fl_ps_core_barrier_take(fl_ps_core *c, const char *name, int32_t trainer_id,
+                                  Flotilla__BarrierResponse *resp, double *buf);
 fl_status fl_ps_core_heartbeat(fl_ps_core *c, const Flotilla__HeartbeatRequest *req,
                                Flotilla__HeartbeatResponse *resp);
 fl_status fl_ps_core_complete(fl_ps_core *c, const Flotilla__CompleteRequest *req,

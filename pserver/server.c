@@ -121,6 +121,8 @@ struct call {
   uint32_t *blocks;
   size_t n_blocks, cap_blocks;
   char bname[128];
+  Flotilla__BarrierResponse bres; /* a barrier's result, taken for this call */
+  double bbuf[FL_PS_BARRIER_MAX_VALUES];
   call *prev, *next;
   int ready_kind;
   fl_status ready_st;
@@ -305,14 +307,10 @@ static void answer_pull(call *c) {
   else respond_bb(c, GRPC_STATUS_OK, "", bb);
 }
 
+/* Answer a barrier call with the result taken into c->bres (st FL_OK). */
 static void answer_barrier(call *c, fl_status st) {
-  Flotilla__BarrierResponse r = FLOTILLA__BARRIER_RESPONSE__INIT;
-  double buf[FL_PS_BARRIER_MAX_VALUES];
-  if (st == FL_OK) st = fl_ps_core_barrier_result(c->w->s->core, c->bname, c->tid, &r, buf);
   if (st == FL_ENOTFOUND) respond_status(c, FL_ESTATE, "barrier forgotten (too many since)");
-  else respond_msg(c, st, &r.base);
-  /* Its next call of this name is the next round. */
-  if (st == FL_OK) fl_ps_core_barrier_taken(c->w->s->core, c->bname, c->tid);
+  else respond_msg(c, st, &c->bres.base);
 }
 
 void fl_ps_server_progress(void *server) {
@@ -329,9 +327,8 @@ void fl_ps_server_progress(void *server) {
     if (c->held == H_PULL) {
       st = fl_ps_core_pull_check(s->core, c->tid, c->min_step, c->blocks, c->n_blocks);
     } else {
-      Flotilla__BarrierResponse r = FLOTILLA__BARRIER_RESPONSE__INIT;
-      double buf[FL_PS_BARRIER_MAX_VALUES];
-      st = fl_ps_core_barrier_result(s->core, c->bname, c->tid, &r, buf);
+      flotilla__barrier_response__init(&c->bres);
+      st = fl_ps_core_barrier_take(s->core, c->bname, c->tid, &c->bres, c->bbuf);
     }
     if (st == FL_EAGAIN) continue;
     c->ready_kind = c->held;
@@ -414,7 +411,8 @@ static void handle(call *c, int m, ProtobufCMessage *msg) {
   }
   case M_BARRIER: {
     Flotilla__BarrierRequest *q = (Flotilla__BarrierRequest *)msg;
-    st = fl_ps_core_barrier(core, q);
+    flotilla__barrier_response__init(&c->bres);
+    st = fl_ps_core_barrier_answer(core, q, &c->bres, c->bbuf);
     if (st != FL_OK && st != FL_EAGAIN) {
       respond_status(c, st, NULL);
       break;
