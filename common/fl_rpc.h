@@ -36,6 +36,16 @@
 
 #include "fl_status.h"
 
+/* One unary method of a dispatch table: its path ("/package.Service/Rpc")
+ * and the protobuf-c descriptors of its request and answer.  The tables of
+ * flotilla-pserver and of the trainer's client are checked against the
+ * service blocks of proto/ by tests/unit/test_wire_service.c. */
+typedef struct fl_rpc_method {
+  const char *path;
+  const ProtobufCMessageDescriptor *req;
+  const ProtobufCMessageDescriptor *resp;
+} fl_rpc_method;
+
 /* Metadata key of the shared token (lower case, as HTTP/2 requires). */
 #define FL_RPC_TOKEN_KEY "x-flotilla-token"
 

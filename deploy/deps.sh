@@ -8,7 +8,8 @@ FL_PACKAGES="build-essential autoconf automake libtool pkg-config \
  libopenblas-dev libyaml-dev zlib1g-dev dataset-fashion-mnist \
  libmicrohttpd-dev libsystemd-dev gnuplot-nox systemd docker-compose \
  clang libclang-rt-14-dev openssl iproute2 procps python3 \
- slurm-wlm munge nftables openmpi-bin libopenmpi-dev"
+ slurm-wlm munge nftables openmpi-bin libopenmpi-dev \
+ python3-grpcio python3-grpc-tools python3-numpy"
 
 missing=
 for p in $FL_PACKAGES ${FL_EXTRA_PACKAGES:-}; do

@@ -75,6 +75,8 @@ typedef struct ps_barrier {
   uint64_t seq;
   int nv;
   uint8_t *arrived;  /* [num_trainers] */
+  uint64_t *taken;   /* [num_trainers] incarnation that was answered this
+                        round's result, 0: not answered */
   double *vals;      /* [num_trainers * FL_PS_BARRIER_MAX_VALUES] */
   int64_t *mins;     /* [num_trainers] */
   double sums[FL_PS_BARRIER_MAX_VALUES];
@@ -114,6 +116,7 @@ struct fl_ps_core {
   uint64_t barrier_seq;
 
   _Atomic int64_t next_step; /* async/geo: one past the highest step pushed */
+  _Atomic int64_t horizon;   /* highest step a trainer declared in Register */
   _Atomic uint64_t pushes, pulls, bytes_in, bytes_out, duplicates, invalid, dense_updates,
       checkpoints;
 };
@@ -189,6 +192,7 @@ fl_status fl_ps_core_create(const fl_ps_core_opts *o, fl_ps_core **out) {
   if (!c) return FL_ERR(FL_ENOMEM, "pserver: out of memory");
   c->o = *o;
   if (!c->o.max_sparse_keys) c->o.max_sparse_keys = 1u << 20;
+  if (!c->o.max_dense_elements) c->o.max_dense_elements = FL_PS_DEFAULT_MAX_DENSE;
   c->mode = fl_ps_mode_of(&c->o.job);
   c->nt = o->num_trainers;
   if ((st = fl_job_pserver_hparams(&c->o.job, &c->dense_hp, &c->sparse_hp, c->exclude)) != FL_OK) {
@@ -259,6 +263,7 @@ void fl_ps_core_free(fl_ps_core *c) {
   }
   for (int i = 0; i < MAX_BARRIERS; i++) {
     free(c->barriers[i].arrived);
+    free(c->barriers[i].taken);
     free(c->barriers[i].vals);
     free(c->barriers[i].mins);
   }
@@ -298,6 +303,26 @@ static fl_status make_layout(fl_ps_core *c, const uint64_t *numel, char **names,
   if ((st = fl_ps_layout_build(numel, np, c->o.job.pserver.dense_block_size, c->o.n_servers,
                                &l)) != FL_OK)
     return st;
+  {
+    /* Refuse what this server cannot or may not hold before reserving any
+     * of it: values and optimizer state, fp32. */
+    uint64_t mine = l->server_load[c->o.server_index];
+    uint64_t per = sizeof(float) * (1u + (unsigned)fl_optim_state_count(c->dense_hp.kind));
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    uint64_t phys = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : UINT64_MAX;
+    if (mine > c->o.max_dense_elements) {
+      fl_ps_layout_free(l);
+      return bad(c, "dense layout of %zu parameters puts %" PRIu64 " floats on this server, over "
+                 "its limit of %" PRIu64 " (flotilla-pserver --max_dense_elements)",
+                 np, mine, c->o.max_dense_elements);
+    }
+    if (mine > phys / per) {
+      fl_ps_layout_free(l);
+      return bad(c, "dense layout of %zu parameters puts %" PRIu64 " floats on this server: %"
+                 PRIu64 " bytes with the optimizer state, over this host's %" PRIu64
+                 " bytes of memory", np, mine, mine * per, phys);
+    }
+  }
   for (size_t b = 0; b < l->n_blocks; b++)
     if (l->blocks[b].server == c->o.server_index) n_my++;
   local = malloc(l->n_blocks * sizeof *local);
@@ -479,6 +504,9 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
   if (req->dense_block_size != c->o.job.pserver.dense_block_size)
     return bad(c, "register: trainer %d uses dense_block_size %" PRIu64 ", this server %zu", t,
                req->dense_block_size, c->o.job.pserver.dense_block_size);
+  if (req->step < 0 || req->step >= FL_PS_MAX_STEP)
+    return bad(c, "register: trainer %d declares step %" PRId64 " (must be in [0, %" PRId64 "))",
+               t, req->step, FL_PS_MAX_STEP);
   if (req->n_dense > FL_PS_MAX_BLOCKS) return bad(c, "register: too many dense parameters");
   for (size_t i = 0; i < req->n_dense; i++) {
     const Flotilla__DenseParamSpec *p = req->dense[i];
@@ -490,6 +518,14 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
     const Flotilla__SparseTableSpec *s = req->sparse[i];
     if (!s->name || !s->name[0] || strlen(s->name) >= 128 || s->dim == 0 || s->dim > 65536)
       return bad(c, "register: trainer %d: sparse table %zu has a bad name or dim", t, i);
+  }
+  {
+    /* The block count (the wire carries block ids as uint32). */
+    uint64_t bs = c->o.job.pserver.dense_block_size, nb = 0;
+    for (size_t i = 0; i < req->n_dense; i++) nb += (req->dense[i]->numel + bs - 1) / bs;
+    if (nb > FL_PS_MAX_BLOCKS)
+      return bad(c, "register: trainer %d declares %" PRIu64 " dense blocks of %" PRIu64
+                 " floats (at most %u)", t, nb, bs, FL_PS_MAX_BLOCKS);
   }
   if (req->n_dense) {
     numel = malloc(req->n_dense * sizeof *numel);
@@ -570,6 +606,12 @@ out:
   pthread_mutex_unlock(&c->mu);
   free(numel);
   if (st != FL_OK) return st;
+  {
+    /* The step window widens to what a registered trainer says it is at. */
+    int64_t cur = atomic_load(&c->horizon);
+    while (cur < req->step && !atomic_compare_exchange_weak(&c->horizon, &cur, req->step)) {
+    }
+  }
   if (joined) reevaluate(c);
   resp->step = fl_ps_core_step(c);
   resp->initialized = 1;
@@ -678,6 +720,25 @@ static const float *as_f32(const Flotilla__Tensor *x, size_t n, float *dst) {
   return dst;
 }
 
+/* The highest step a gradient or delta push to b may carry (the step
+ * window, see fl_ps.h); *at gets the step b is at (sync: the step it waits
+ * for; async/geo: one past the highest step pushed).  Takes b->mu.  The
+ * limit never shrinks, so a push checked against it stays acceptable. */
+static int64_t push_limit(fl_ps_core *c, ps_block *b, int64_t *at) {
+  int64_t lim, h = atomic_load(&c->horizon);
+  if (c->mode == FL_PS_SYNC) {
+    pthread_mutex_lock(&b->mu);
+    *at = b->step;
+    pthread_mutex_unlock(&b->mu);
+    lim = *at + 1;
+  } else {
+    int64_t k = c->o.job.strategy.a_sync_configs.k_steps;
+    *at = atomic_load(&c->next_step);
+    lim = *at + (c->mode == FL_PS_GEO && k > 1 ? k : 1);
+  }
+  return lim > h ? lim : h;
+}
+
 fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest *req,
                                 Flotilla__PushDenseResponse *resp) {
   int t = req->trainer_id, kind = req->kind, progress = 0;
@@ -715,6 +776,15 @@ fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest 
     for (size_t j = 0; j < i; j++)
       if (req->blocks[j]->block == db->block)
         return bad(c, "push from trainer %d: block %u twice", t, db->block);
+    if (kind != FLOTILLA__PUSH_KIND__PUSH_INIT) {
+      /* Below FL_PS_MAX_STEP too: the block's step and the horizon are. */
+      int64_t at, limit = push_limit(c, b, &at);
+      if (req->step > limit)
+        return bad(c, "push from trainer %d: step %" PRId64 " is ahead of the step window of "
+                   "block %u (%s), which is at step %" PRId64 " and takes steps up to %" PRId64
+                   " (register declaring the step to go further)",
+                   t, req->step, db->block, b->name, at, limit);
+    }
     if (db->value->dtype != FLOTILLA__DTYPE__DTYPE_FP32 && b->n > scratch_n) scratch_n = b->n;
     else if (((uintptr_t)db->value->data.data & 3u) && b->n > scratch_n) scratch_n = b->n;
   }
@@ -815,9 +885,9 @@ fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest 
 
 fl_status fl_ps_core_pull_check(fl_ps_core *c, int32_t t, int64_t min_step, const uint32_t *ids,
                                 size_t n) {
-  fl_status st;
+  fl_status st = FL_OK;
   int ready = 1;
-  if ((st = enter(c, t)) != FL_OK) return st;
+  if (t != FL_PS_OBSERVER && (st = enter(c, t)) != FL_OK) return st;
   if (!atomic_load(&c->layout)) return bad(c, "pull from trainer %d before any dense layout", t);
   if (n == 0 || n > c->n_my)
     return bad(c, "pull from trainer %d: %zu blocks (this server holds %zu)", t, n, c->n_my);
@@ -961,7 +1031,7 @@ fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseReques
   if ((why = check_tensor(req->grads, 2, dims)) != NULL)
     return bad(c, "sparse push from trainer %d, table %s, %zu keys: %s", t, req->table,
                req->n_keys, why);
-  if (req->step < 0 || req->seq >= MAX_SEQ)
+  if (req->step < 0 || req->step >= FL_PS_MAX_STEP || req->seq >= MAX_SEQ)
     return bad(c, "sparse push from trainer %d: step %lld / part %u out of range", t,
                (long long)req->step, req->seq);
   if (req->grads->dtype != FLOTILLA__DTYPE__DTYPE_FP32 ||
@@ -1021,7 +1091,31 @@ static int barrier_try_complete(fl_ps_core *c, ps_barrier *b) {
   return 1;
 }
 
-fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req) {
+/* Begin a new round of b (c->mu held): nobody arrived, nobody answered. */
+static void start_round(fl_ps_core *c, ps_barrier *b, const Flotilla__BarrierRequest *req) {
+  b->done = 0;
+  b->seq = ++c->barrier_seq;
+  b->nv = (int)req->n_values;
+  memset(b->arrived, 0, (size_t)c->nt);
+  memset(b->taken, 0, (size_t)c->nt * sizeof *b->taken);
+}
+
+/* The result of completed barrier b for trainer t into resp (sums in buf),
+ * and, when take, t's current process counts as answered.  c->mu held. */
+static void barrier_fill(fl_ps_core *c, ps_barrier *b, int t, Flotilla__BarrierResponse *resp,
+                         double *buf, int take) {
+  memcpy(buf, b->sums, (size_t)b->nv * sizeof *buf);
+  resp->n_sums = (size_t)b->nv;
+  resp->sums = buf;
+  resp->min = b->min;
+  resp->count = b->count;
+  if (take && t >= 0 && t < c->nt) b->taken[t] = c->tr[t].incarnation;
+}
+
+/* fl_ps_core_barrier, and on FL_OK (when resp is not NULL) the result,
+ * taken under the same lock. */
+static fl_status barrier_call(fl_ps_core *c, const Flotilla__BarrierRequest *req,
+                              Flotilla__BarrierResponse *resp, double *buf) {
   int t = req->trainer_id, done = 0, parked = 0;
   ps_barrier *b = NULL;
   fl_status st;
@@ -1037,6 +1131,13 @@ fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req)
   pthread_mutex_lock(&c->mu);
   if ((st = check_live(c, t)) != FL_OK) goto out;
   b = barrier_find(c, req->name);
+  if (b && b->done) {
+    /* The same trainer process, answered already: it calls the name again,
+     * which starts the next round.  Anyone else (a retry whose answer never
+     * came, a restarted or late trainer) gets the completed round's result. */
+    if (b->taken[t] == 0 || b->taken[t] != c->tr[t].incarnation) goto out;
+    start_round(c, b, req);
+  }
   if (!b) {
     ps_barrier *oldest = NULL;
     for (int i = 0; i < MAX_BARRIERS && !b; i++)
@@ -1052,19 +1153,17 @@ fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req)
     }
     if (!b->arrived) {
       b->arrived = calloc((size_t)c->nt, 1);
+      b->taken = calloc((size_t)c->nt, sizeof *b->taken);
       b->vals = calloc((size_t)c->nt * FL_PS_BARRIER_MAX_VALUES, sizeof *b->vals);
       b->mins = calloc((size_t)c->nt, sizeof *b->mins);
-      if (!b->arrived || !b->vals || !b->mins) {
+      if (!b->arrived || !b->taken || !b->vals || !b->mins) {
         st = FL_ERR(FL_ENOMEM, "pserver: out of memory for barrier %s", req->name);
         goto out;
       }
     }
     snprintf(b->name, sizeof b->name, "%s", req->name);
     b->used = 1;
-    b->done = 0;
-    b->seq = ++c->barrier_seq;
-    b->nv = (int)req->n_values;
-    memset(b->arrived, 0, (size_t)c->nt);
+    start_round(c, b, req);
   }
   if (b->done) goto out;
   if ((int)req->n_values != b->nv) {
@@ -1085,29 +1184,45 @@ fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req)
     set_parked(c, t, 1);
   }
 out:
+  /* The result goes with the call that gets it, before anyone (answered by
+   * the notify below) can start the next round. */
+  if (st == FL_OK && resp) barrier_fill(c, b, t, resp, buf, 1);
   pthread_mutex_unlock(&c->mu);
   if (parked) reevaluate(c); /* steps no longer wait for it */
   else if (st == FL_OK && done) notify(c);
   return st;
 }
 
-fl_status fl_ps_core_barrier_result(fl_ps_core *c, const char *name, int32_t t,
+fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req) {
+  return barrier_call(c, req, NULL, NULL);
+}
+
+fl_status fl_ps_core_barrier_answer(fl_ps_core *c, const Flotilla__BarrierRequest *req,
                                     Flotilla__BarrierResponse *resp, double *buf) {
+  return barrier_call(c, req, resp, buf);
+}
+
+static fl_status barrier_get(fl_ps_core *c, const char *name, int32_t t,
+                             Flotilla__BarrierResponse *resp, double *buf, int take) {
   ps_barrier *b;
   fl_status st = FL_OK;
   pthread_mutex_lock(&c->mu);
   b = barrier_find(c, name);
   if (!b) st = FL_ENOTFOUND;
   else if (!b->done) st = (t >= 0 && t < c->nt && c->tr[t].state == T_LIVE) ? FL_EAGAIN : FL_ESTATE;
-  else {
-    memcpy(buf, b->sums, (size_t)b->nv * sizeof *buf);
-    resp->n_sums = (size_t)b->nv;
-    resp->sums = buf;
-    resp->min = b->min;
-    resp->count = b->count;
-  }
+  else barrier_fill(c, b, t, resp, buf, take);
   pthread_mutex_unlock(&c->mu);
   return st;
+}
+
+fl_status fl_ps_core_barrier_result(fl_ps_core *c, const char *name, int32_t t,
+                                    Flotilla__BarrierResponse *resp, double *buf) {
+  return barrier_get(c, name, t, resp, buf, 0);
+}
+
+fl_status fl_ps_core_barrier_take(fl_ps_core *c, const char *name, int32_t t,
+                                  Flotilla__BarrierResponse *resp, double *buf) {
+  return barrier_get(c, name, t, resp, buf, 1);
 }
 
 /* ------------------------------------------------------ membership, health */
@@ -1263,6 +1378,35 @@ void fl_ps_core_stats(fl_ps_core *c, Flotilla__StatsResponse *r) {
     r->evicted_rows += fl_ps_table_evicted(c->tables[i].t);
     pthread_mutex_unlock(&c->tables[i].mu);
   }
+}
+
+fl_status fl_ps_core_stats_layout(fl_ps_core *c, Flotilla__StatsResponse *r,
+                                  Flotilla__DenseParamSpec **specs, Flotilla__DenseParamSpec ***ptrs) {
+  fl_ps_layout *l = atomic_load(&c->layout);
+  *specs = NULL;
+  *ptrs = NULL;
+  r->dense_block_size = c->o.job.pserver.dense_block_size;
+  r->num_servers = c->o.n_servers;
+  r->server_index = c->o.server_index;
+  if (!l) return FL_OK;
+  *specs = calloc(l->n_params, sizeof **specs);
+  *ptrs = calloc(l->n_params, sizeof **ptrs);
+  if (!*specs || !*ptrs) {
+    free(*specs);
+    free(*ptrs);
+    *specs = NULL;
+    *ptrs = NULL;
+    return FL_ERR(FL_ENOMEM, "pserver: out of memory describing %zu parameters", l->n_params);
+  }
+  for (size_t i = 0; i < l->n_params; i++) {
+    flotilla__dense_param_spec__init(&(*specs)[i]);
+    (*specs)[i].name = c->names[i];
+    (*specs)[i].numel = l->numel[i];
+    (*ptrs)[i] = &(*specs)[i];
+  }
+  r->n_dense = l->n_params;
+  r->dense = *ptrs;
+  return FL_OK;
 }
 
 fl_status fl_ps_core_block_value(fl_ps_core *c, uint32_t id, float *out, size_t n,

@@ -24,9 +24,16 @@
  *   async (a_sync true)           each gradient push is applied at once.
  *   geo   (a_sync, k_steps > 0)   pushes are parameter deltas, added.
  * Every push carries (trainer, step): a block takes at most one push per
- * (trainer, step), so a retried push is applied once.  A push for a later
- * step than the block waits for, with nothing pending, moves the block
- * forward (after a restart from a checkpoint the trainers are ahead); one
+ * (trainer, step), so a retried push is applied once.  Step window: a
+ * gradient or delta push may carry a step up to one past the block's step
+ * (sync; async: one past the highest step pushed, geo: k_steps past it),
+ * or up to the highest step a trainer declared in Register
+ * (RegisterRequest.step), and below FL_PS_MAX_STEP; a later step is
+ * INVALID_ARGUMENT and changes nothing (a stray huge step would otherwise
+ * make every real push a duplicate).  A push for a later step than the
+ * block waits for, with nothing pending, moves the block forward (after a
+ * restart from a checkpoint the trainers are ahead, and say so when they
+ * register again); one
  * that overtakes a partly collected step applies that step with what it
  * has first (only happens while recovering).  The dense optimizer is
  * pserver.optimizer (any kernels optimizer; LARS/LAMB trust ratios are per
@@ -50,6 +57,10 @@
 #include "fl_rpc.h"
 #include "fl_status.h"
 #include "flotilla.pb-c.h"
+
+/* Steps on the wire are below this (2^53: exact as a double; no step
+ * arithmetic can overflow). */
+#define FL_PS_MAX_STEP (INT64_C(1) << 53)
 
 /* ------------------------------------------------------------ sparse table */
 
@@ -111,6 +122,10 @@ typedef enum fl_ps_mode {
 fl_ps_mode fl_ps_mode_of(const fl_job *job);
 const char *fl_ps_mode_name(fl_ps_mode m);
 
+/* Default limit of the dense floats on one server: 2^32 (16 GiB of fp32
+ * values, before optimizer state). */
+#define FL_PS_DEFAULT_MAX_DENSE (UINT64_C(1) << 32)
+
 typedef struct fl_ps_core_opts {
   fl_job job;             /* optimizer, schedule, pserver and strategy sections */
   int server_index;
@@ -118,6 +133,10 @@ typedef struct fl_ps_core_opts {
   int num_trainers;
   double heartbeat_timeout_s; /* <= 0: never declare a trainer dead */
   size_t max_sparse_keys;     /* most keys in one sparse call (0 = 1<<20) */
+  /* Most dense floats this server holds (0 = FL_PS_DEFAULT_MAX_DENSE): a
+   * Register (or checkpoint) whose layout puts more here, or more than the
+   * host's memory holds with the optimizer state, is refused. */
+  uint64_t max_dense_elements;
   /* Called (no core lock held) after anything that may let held calls go
    * on: a sync step applied, a barrier completed, trainers joined, died or
    * completed.  May be NULL. */
@@ -150,7 +169,9 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
 fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest *req,
                                 Flotilla__PushDenseResponse *resp);
 /* FL_OK when the pull can be answered now, FL_EAGAIN when it must wait
- * (sync mode), or an error. */
+ * (sync mode), or an error.  trainer_id FL_PS_OBSERVER reads without being
+ * registered (monitoring tools). */
+#define FL_PS_OBSERVER (-1)
 fl_status fl_ps_core_pull_check(fl_ps_core *c, int32_t trainer_id, int64_t min_step,
                                 const uint32_t *blocks, size_t n);
 /* Pack the answer of a pull that fl_ps_core_pull_check cleared into a byte
@@ -165,8 +186,19 @@ fl_status fl_ps_core_pull_sparse(fl_ps_core *c, const Flotilla__PullSparseReques
 fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseRequest *req,
                                  Flotilla__PushSparseResponse *resp);
 /* FL_OK when the barrier is complete (answer with fl_ps_core_barrier_result),
- * FL_EAGAIN when it must wait. */
+ * FL_EAGAIN when it must wait.
+ * Rounds: once a trainer process was answered a completed round's result
+ * (fl_ps_core_barrier_answer / _take), its next call of the same name
+ * starts the next round; any other call (a retry whose answer never came,
+ * another process of that trainer after a restart) gets the completed
+ * round's result. */
 fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req);
+/* The same, and on FL_OK the result into resp (sums in buf, which holds
+ * FL_PS_BARRIER_MAX_VALUES doubles), the trainer counting as answered -
+ * all under one lock, so no other trainer can start the next round in
+ * between (the service answers with this). */
+fl_status fl_ps_core_barrier_answer(fl_ps_core *c, const Flotilla__BarrierRequest *req,
+                                    Flotilla__BarrierResponse *resp, double *buf);
 /* The result of barrier `name` for trainer_id: FL_OK and resp filled (sums
  * points into buf, which must hold FL_PS_BARRIER_MAX_VALUES doubles),
  * FL_EAGAIN when not complete yet, FL_ESTATE when the trainer is no longer
@@ -174,11 +206,22 @@ fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req)
 #define FL_PS_BARRIER_MAX_VALUES 64
 fl_status fl_ps_core_barrier_result(fl_ps_core *c, const char *name, int32_t trainer_id,
                                     Flotilla__BarrierResponse *resp, double *buf);
+/* The same for a held call about to be answered: on FL_OK the trainer
+ * counts as answered. */
+fl_status fl_ps_core_barrier_take(fl_ps_core *c, const char *name, int32_t trainer_id,
+                                  Flotilla__BarrierResponse *resp, double *buf);
 fl_status fl_ps_core_heartbeat(fl_ps_core *c, const Flotilla__HeartbeatRequest *req,
                                Flotilla__HeartbeatResponse *resp);
 fl_status fl_ps_core_complete(fl_ps_core *c, const Flotilla__CompleteRequest *req,
                               Flotilla__CompleteResponse *resp);
 void fl_ps_core_stats(fl_ps_core *c, Flotilla__StatsResponse *resp);
+/* Add the dense layout (names and sizes as registered, block size, server
+ * count and index) to a Stats answer.  *specs and *ptrs (malloc'd, NULL
+ * before any layout) are the caller's to free once resp is packed; the
+ * names point into the core. */
+fl_status fl_ps_core_stats_layout(fl_ps_core *c, Flotilla__StatsResponse *resp,
+                                  Flotilla__DenseParamSpec **specs,
+                                  Flotilla__DenseParamSpec ***ptrs);
 /* Add to the byte counters of the statistics (the service counts). */
 void fl_ps_core_count_bytes(fl_ps_core *c, uint64_t in, uint64_t out);
 
@@ -248,6 +291,12 @@ fl_status fl_ps_server_start(fl_ps_core *core, const fl_ps_server_opts *o, fl_ps
                              int *port);
 /* Look at the held calls again (the core's on_progress hook). */
 void fl_ps_server_progress(void *server);
+/* From now on the health check (grpc.health.v1.Health/Check) answers
+ * NOT_SERVING (the daemon is shutting down); the calls go on. */
+void fl_ps_server_not_serving(fl_ps_server *s);
+/* Entry i of the service's dispatch table into *out: 0 past the end.
+ * The ParameterServer methods and grpc.health.v1.Health/Check. */
+int fl_ps_server_method(size_t i, fl_rpc_method *out);
 /* Stop taking calls, cancel held ones, join the threads, free. */
 void fl_ps_server_stop(fl_ps_server *s);
 

@@ -37,6 +37,7 @@
 #include "fl_metrics.h"
 #include "fl_notify.h"
 #include "fl_ps.h"
+#include "health.pb-c.h"
 
 typedef struct app {
   fl_job job;
@@ -63,8 +64,15 @@ static void usage(FILE *out) {
           "  --config=PATH      job file (optimizer, strategy, pserver section)\n"
           "  --threads=N        completion-queue threads (default 2)\n"
           "  --max_request_bytes=N  larger requests get INVALID_ARGUMENT (default 256 MiB)\n"
+          "  --max_dense_elements=N  most dense floats this server holds (default 2^32,\n"
+          "                     16 GiB as fp32); a Register declaring a layout that puts\n"
+          "                     more here, or more than this host's memory, is refused\n"
           "  --metrics_addr=A   serve Prometheus /metrics on host:port (default: the\n"
           "                     job's cluster.metrics_addr; none: no endpoint)\n"
+          "  --health-check=HOST:PORT  do not serve: ask the pserver there for the\n"
+          "                     standard health check (grpc.health.v1.Health/Check, no\n"
+          "                     token needed; with --config, its cluster.tls settings);\n"
+          "                     print the answer, exit 0 when SERVING, else 1\n"
           "  --help             this text\n"
           "cluster flags (or FLOTILLA_* variables):\n");
   fl_cluster_print_flag_help(out);
@@ -141,7 +149,12 @@ static fl_status rpc_load(void *ctx, int64_t step, int64_t *loaded) {
     if (st == FL_ENOTFOUND) FL_LOGE("load on request: no checkpoint in %s", a->dir);
     snprintf(path, sizeof path, "%s/ckpt-%" PRId64 ".flc", a->dir, step);
   } else {
+    struct stat sb;
     st = fl_ckpt_dir_path(a->dir, step, path, sizeof path);
+    if (st == FL_OK && stat(path, &sb) != 0 && errno == ENOENT) {
+      FL_LOGW("load on request: no checkpoint of step %" PRId64 " (%s)", step, path);
+      st = FL_ENOTFOUND;
+    }
     if (st == FL_OK) st = fl_ckpt_load(path, &ck);
   }
   if (st == FL_OK) st = fl_ps_core_load(a->core, ck, path);
@@ -151,9 +164,58 @@ static fl_status rpc_load(void *ctx, int64_t step, int64_t *loaded) {
   return st;
 }
 
+/* --health-check: one Check call to addr (TLS settings from job, which may
+ * be NULL); prints the answer.  Returns the exit status: 0 SERVING, else 1. */
+static int health_check(const char *addr, const fl_job *job) {
+  Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+  Grpc__Health__V1__HealthCheckResponse *resp;
+  fl_rpc_opts o;
+  grpc_channel *ch = NULL;
+  fl_rpc_outbuf *ob = NULL;
+  fl_rpc_inbuf in = {0};
+  fl_rpc_arena arena;
+  grpc_status_code code;
+  char details[256];
+  int rc = 1;
+
+  memset(&o, 0, sizeof o);
+  if (job) {
+    o.tls_ca = job->cluster.tls.ca;
+    if (job->cluster.tls.mutual) {
+      o.tls_cert = job->cluster.tls.cert;
+      o.tls_key = job->cluster.tls.key;
+    }
+  }
+  fl_rpc_arena_init(&arena);
+  fl_rpc_init();
+  if (fl_rpc_channel_create(addr, &o, &ch) != FL_OK || fl_rpc_outbuf_create(0, &ob) != FL_OK)
+    goto out;
+  if (fl_rpc_unary(ch, "/grpc.health.v1.Health/Check", &req.base, 3.0, NULL, ob, &in, &code,
+                   details, sizeof details) != FL_OK) {
+    printf("%s: %s (%s)\n", addr, fl_rpc_code_name(code), details);
+    goto out;
+  }
+  resp = (Grpc__Health__V1__HealthCheckResponse *)fl_rpc_unpack(
+      &arena, &grpc__health__v1__health_check_response__descriptor, in.data, in.len);
+  if (!resp) {
+    printf("%s: malformed health answer\n", addr);
+    goto out;
+  }
+  rc = resp->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING ? 0 : 1;
+  printf("%s: %s\n", addr, rc == 0 ? "SERVING" : "NOT_SERVING");
+out:
+  fl_rpc_arena_free(&arena);
+  fl_rpc_inbuf_free(&in);
+  fl_rpc_outbuf_free(ob);
+  if (ch) grpc_channel_destroy(ch);
+  fl_rpc_shutdown();
+  return rc;
+}
+
 static void shutdown_loop(app *a, const char *why) {
   if (a->stopping) return;
   a->stopping = 1;
+  fl_ps_server_not_serving(a->srv); /* health checks see it at once */
   if (a->dir[0]) a->final_st = save(a, why, NULL, NULL, 0);
   uv_stop(&a->loop);
 }
@@ -198,9 +260,10 @@ static void close_cb(uv_handle_t *h, void *arg) {
 
 int main(int argc, char **argv) {
   app a;
-  const char *config = NULL, *metrics_addr = NULL;
+  const char *config = NULL, *metrics_addr = NULL, *health_addr = NULL;
   int threads = 2, port = 0, rc = 1;
   size_t max_request = FL_RPC_DEFAULT_MAX_MESSAGE;
+  uint64_t max_dense = FL_PS_DEFAULT_MAX_DENSE;
   char ctx[64], bind[FL_HOST_MAX + 16];
   fl_ps_core_opts co;
   fl_ps_server_opts so;
@@ -220,6 +283,8 @@ int main(int argc, char **argv) {
       config = argv[i] + 9;
     } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
       config = argv[++i];
+    } else if (!strncmp(argv[i], "--health-check=", 15)) {
+      health_addr = argv[i] + 15;
     } else if (!strncmp(argv[i], "--metrics_addr=", 15)) {
       metrics_addr = argv[i] + 15;
     } else if (!strncmp(argv[i], "--threads=", 10)) {
@@ -236,6 +301,14 @@ int main(int argc, char **argv) {
         return 2;
       }
       max_request = (size_t)v;
+    } else if (!strncmp(argv[i], "--max_dense_elements=", 21)) {
+      char *end;
+      unsigned long long v = strtoull(argv[i] + 21, &end, 10);
+      if (!argv[i][21] || *end || v < 1 || v > (1ULL << 40)) {
+        FL_LOGE("%s: must be in [1, 2^40]", argv[i]);
+        return 2;
+      }
+      max_dense = (uint64_t)v;
     } else {
       if (fl_cluster_apply_flag(&a.cl, argv[i], &matched) != FL_OK) return 2;
       if (!matched) {
@@ -249,6 +322,7 @@ int main(int argc, char **argv) {
   } else {
     fl_job_defaults(&a.job);
   }
+  if (health_addr) return health_check(health_addr, config ? &a.job : NULL);
   a.cl.mode = FL_MODE_PS;
   a.cl.mode_set = 1;
   if (fl_cluster_from_engines(&a.cl, FL_MODE_PS) != FL_OK) return 2;
@@ -274,6 +348,7 @@ int main(int argc, char **argv) {
   co.n_servers = a.cl.n_pservers;
   co.num_trainers = a.cl.trainers_num;
   co.heartbeat_timeout_s = a.job.cluster.heartbeat_timeout_s;
+  co.max_dense_elements = max_dense;
   if (fl_ps_core_create(&co, &a.core) != FL_OK) return 1;
   if (a.dir[0]) {
     fl_ckpt *ck = NULL;
@@ -327,6 +402,7 @@ int main(int argc, char **argv) {
             "process that reaches %s can call this pserver", bind);
 
   if (!metrics_addr) metrics_addr = a.job.cluster.metrics_addr;
+  if (!strcmp(metrics_addr, "none")) metrics_addr = ""; /* as --help offers */
   if (metrics_addr[0]) {
     char mode[16];
     snprintf(mode, sizeof mode, "ps-%s", fl_ps_mode_name(fl_ps_mode_of(&a.job)));

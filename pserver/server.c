@@ -4,9 +4,13 @@
  * Threads: `threads` workers, each with its own completion queue registered
  * with the server and `calls_per_thread` grpc_server_request_call armed on
  * it (a new one is armed as soon as one is taken).  A call goes through
- *   REQ    the call arrived: arm another, start RECV_CLOSE_ON_SERVER (tells
- *          us when the client cancels or goes away) and RECV_MESSAGE;
- *   RECV   the request is in: check the token, the size and the bytes, run
+ *   REQ    the call arrived with its metadata: arm another, start
+ *          RECV_CLOSE_ON_SERVER (tells us when the client cancels or goes
+ *          away), check the token and the method - a call failing them is
+ *          answered at once and its body is never read - then start
+ *          RECV_MESSAGE;
+ *   RECV   the request is in (a call without a message gets
+ *          INVALID_ARGUMENT): check the size and the bytes, run
  *          it on fl_ps_core, answer (SEND_* batch) - or, for a sync pull
  *          whose step is not applied yet or an incomplete barrier, put the
  *          call on the held list and return to the queue at once;
@@ -36,6 +40,7 @@
 
 #include "fl_log.h"
 #include "fl_ps.h"
+#include "health.pb-c.h"
 
 enum { K_REQ = 0, K_RECV, K_SEND, K_CLOSE };
 enum { H_NONE = 0, H_PULL, H_BARRIER };
@@ -52,6 +57,7 @@ enum {
   M_LOAD,
   M_COMPLETE,
   M_STATS,
+  M_HEALTH, /* grpc.health.v1.Health/Check: no token needed */
   M_COUNT
 };
 
@@ -61,7 +67,7 @@ static const char *const method_path[M_COUNT] = {
     "/flotilla.ParameterServer/PushSparse",     "/flotilla.ParameterServer/Barrier",
     "/flotilla.ParameterServer/Heartbeat",      "/flotilla.ParameterServer/SaveCheckpoint",
     "/flotilla.ParameterServer/LoadCheckpoint", "/flotilla.ParameterServer/Complete",
-    "/flotilla.ParameterServer/Stats"};
+    "/flotilla.ParameterServer/Stats",          "/grpc.health.v1.Health/Check"};
 
 static const ProtobufCMessageDescriptor *const method_req[M_COUNT] = {
     &flotilla__register_request__descriptor,        &flotilla__push_dense_request__descriptor,
@@ -69,7 +75,25 @@ static const ProtobufCMessageDescriptor *const method_req[M_COUNT] = {
     &flotilla__push_sparse_request__descriptor,     &flotilla__barrier_request__descriptor,
     &flotilla__heartbeat_request__descriptor,       &flotilla__save_checkpoint_request__descriptor,
     &flotilla__load_checkpoint_request__descriptor, &flotilla__complete_request__descriptor,
-    &flotilla__stats_request__descriptor};
+    &flotilla__stats_request__descriptor,           &grpc__health__v1__health_check_request__descriptor};
+
+/* What each method answers (handle() builds these; the service check in
+ * tests/unit/test_wire_service.c compares the table with proto/). */
+static const ProtobufCMessageDescriptor *const method_resp[M_COUNT] = {
+    &flotilla__register_response__descriptor,        &flotilla__push_dense_response__descriptor,
+    &flotilla__pull_dense_response__descriptor,      &flotilla__pull_sparse_response__descriptor,
+    &flotilla__push_sparse_response__descriptor,     &flotilla__barrier_response__descriptor,
+    &flotilla__heartbeat_response__descriptor,       &flotilla__save_checkpoint_response__descriptor,
+    &flotilla__load_checkpoint_response__descriptor, &flotilla__complete_response__descriptor,
+    &flotilla__stats_response__descriptor,           &grpc__health__v1__health_check_response__descriptor};
+
+int fl_ps_server_method(size_t i, fl_rpc_method *out) {
+  if (i >= M_COUNT) return 0;
+  out->path = method_path[i];
+  out->req = method_req[i];
+  out->resp = method_resp[i];
+  return 1;
+}
 
 typedef struct call call;
 typedef struct worker worker;
@@ -87,6 +111,7 @@ struct call {
   grpc_metadata_array md;
   grpc_byte_buffer *recv;
   grpc_byte_buffer *resp;
+  int method; /* index in method_path, set before RECV_MESSAGE starts */
   int cancelled;
   atomic_int refs;
   /* held */
@@ -96,6 +121,8 @@ struct call {
   uint32_t *blocks;
   size_t n_blocks, cap_blocks;
   char bname[128];
+  Flotilla__BarrierResponse bres; /* a barrier's result, taken for this call */
+  double bbuf[FL_PS_BARRIER_MAX_VALUES];
   call *prev, *next;
   int ready_kind;
   fl_status ready_st;
@@ -128,6 +155,7 @@ struct fl_ps_server {
   pthread_mutex_t held_mu;
   call held; /* sentinel of the held list */
   atomic_int stopping;
+  atomic_int not_serving; /* health: set when the daemon begins to shut down */
   tag t_shutdown;
 };
 
@@ -279,12 +307,10 @@ static void answer_pull(call *c) {
   else respond_bb(c, GRPC_STATUS_OK, "", bb);
 }
 
+/* Answer a barrier call with the result taken into c->bres (st FL_OK). */
 static void answer_barrier(call *c, fl_status st) {
-  Flotilla__BarrierResponse r = FLOTILLA__BARRIER_RESPONSE__INIT;
-  double buf[FL_PS_BARRIER_MAX_VALUES];
-  if (st == FL_OK) st = fl_ps_core_barrier_result(c->w->s->core, c->bname, c->tid, &r, buf);
   if (st == FL_ENOTFOUND) respond_status(c, FL_ESTATE, "barrier forgotten (too many since)");
-  else respond_msg(c, st, &r.base);
+  else respond_msg(c, st, &c->bres.base);
 }
 
 void fl_ps_server_progress(void *server) {
@@ -301,9 +327,8 @@ void fl_ps_server_progress(void *server) {
     if (c->held == H_PULL) {
       st = fl_ps_core_pull_check(s->core, c->tid, c->min_step, c->blocks, c->n_blocks);
     } else {
-      Flotilla__BarrierResponse r = FLOTILLA__BARRIER_RESPONSE__INIT;
-      double buf[FL_PS_BARRIER_MAX_VALUES];
-      st = fl_ps_core_barrier_result(s->core, c->bname, c->tid, &r, buf);
+      flotilla__barrier_response__init(&c->bres);
+      st = fl_ps_core_barrier_take(s->core, c->bname, c->tid, &c->bres, c->bbuf);
     }
     if (st == FL_EAGAIN) continue;
     c->ready_kind = c->held;
@@ -386,7 +411,8 @@ static void handle(call *c, int m, ProtobufCMessage *msg) {
   }
   case M_BARRIER: {
     Flotilla__BarrierRequest *q = (Flotilla__BarrierRequest *)msg;
-    st = fl_ps_core_barrier(core, q);
+    flotilla__barrier_response__init(&c->bres);
+    st = fl_ps_core_barrier_answer(core, q, &c->bres, c->bbuf);
     if (st != FL_OK && st != FL_EAGAIN) {
       respond_status(c, st, NULL);
       break;
@@ -421,7 +447,16 @@ static void handle(call *c, int m, ProtobufCMessage *msg) {
       respond_status(c, FL_ENOTSUP, "this pserver has no checkpoint_dir");
       break;
     }
-    st = s->o.load(s->o.ckpt_ctx, ((Flotilla__LoadCheckpointRequest *)msg)->step, &r.step);
+    int64_t step = ((Flotilla__LoadCheckpointRequest *)msg)->step;
+    st = s->o.load(s->o.ckpt_ctx, step, &r.step);
+    if (st == FL_ENOTFOUND) {
+      char why[160];
+      if (step < 0) snprintf(why, sizeof why, "no checkpoint in this pserver's checkpoint_dir");
+      else snprintf(why, sizeof why, "no checkpoint of step %lld in this pserver's "
+                    "checkpoint_dir", (long long)step);
+      respond_status(c, st, why);
+      break;
+    }
     respond_msg(c, st, &r.base);
     break;
   }
@@ -433,7 +468,24 @@ static void handle(call *c, int m, ProtobufCMessage *msg) {
   }
   case M_STATS: {
     Flotilla__StatsResponse r = FLOTILLA__STATS_RESPONSE__INIT;
+    Flotilla__DenseParamSpec *specs, **ptrs;
     fl_ps_core_stats(core, &r);
+    st = fl_ps_core_stats_layout(core, &r, &specs, &ptrs);
+    respond_msg(c, st, &r.base);
+    free(specs);
+    free(ptrs);
+    break;
+  }
+  case M_HEALTH: {
+    Grpc__Health__V1__HealthCheckRequest *q = (Grpc__Health__V1__HealthCheckRequest *)msg;
+    Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    if (q->service && q->service[0] && strcmp(q->service, "flotilla.ParameterServer") != 0) {
+      respond_status(c, FL_ENOTFOUND, "unknown service (\"\" or flotilla.ParameterServer)");
+      break;
+    }
+    r.status = atomic_load(&s->not_serving) || atomic_load(&s->stopping)
+                   ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+                   : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
     respond_msg(c, FL_OK, &r.base);
     break;
   }
@@ -445,18 +497,13 @@ static void on_recv(call *c, int ok) {
   fl_ps_server *s = w->s;
   ProtobufCMessage *msg;
   size_t len;
-  int m;
+  int m = c->method;
 
-  if (!ok || !c->recv) return; /* cancelled before the message came */
-  if (!fl_rpc_token_ok(&c->md, s->o.rpc.token)) {
-    FL_LOGW("rejected a call without the right token");
-    respond_status(c, FL_EAUTH, "missing or wrong token");
-    return;
-  }
-  for (m = 0; m < M_COUNT; m++)
-    if (grpc_slice_str_cmp(c->details.method, method_path[m]) == 0) break;
-  if (m == M_COUNT) {
-    respond_bb(c, GRPC_STATUS_UNIMPLEMENTED, "no such method", NULL);
+  if (!ok) return; /* cancelled before the message came */
+  if (!c->recv) {
+    /* The client half-closed without sending the request. */
+    FL_LOGW("rejected request: %s without a request message", method_path[m]);
+    respond_status(c, FL_EINVAL, "no request message (a unary call carries exactly one)");
     return;
   }
   len = grpc_byte_buffer_length(c->recv);
@@ -497,7 +544,9 @@ static void on_close(call *c) {
 }
 
 static void start_recv(call *c) {
+  fl_ps_server *s = c->w->s;
   grpc_op op;
+  int m;
   /* refs: the request's one becomes the close's; one more for recv. */
   memset(&op, 0, sizeof op);
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -507,6 +556,20 @@ static void start_recv(call *c) {
     call_release(c);
     return;
   }
+  /* The metadata came with the call: a caller without the right token is
+   * refused before a byte of its message is read. */
+  for (m = 0; m < M_COUNT; m++)
+    if (grpc_slice_str_cmp(c->details.method, method_path[m]) == 0) break;
+  if (m != M_HEALTH && !fl_rpc_token_ok(&c->md, s->o.rpc.token)) {
+    FL_LOGW("rejected a call without the right token");
+    respond_status(c, FL_EAUTH, "missing or wrong token");
+    return;
+  }
+  if (m == M_COUNT) {
+    respond_bb(c, GRPC_STATUS_UNIMPLEMENTED, "no such method", NULL);
+    return;
+  }
+  c->method = m;
   memset(&op, 0, sizeof op);
   op.op = GRPC_OP_RECV_MESSAGE;
   op.data.recv_message.recv_message = &c->recv;
@@ -645,6 +708,10 @@ fail:
   pthread_mutex_destroy(&s->held_mu);
   free(s);
   return st;
+}
+
+void fl_ps_server_not_serving(fl_ps_server *s) {
+  if (s) atomic_store(&s->not_serving, 1);
 }
 
 void fl_ps_server_stop(fl_ps_server *s) {

@@ -27,6 +27,7 @@
 #include "fl_config.h"
 #include "fl_model.h"
 #include "fl_ps_layout.h"
+#include "fl_rpc.h"
 #include "fl_status.h"
 #include "fl_sync.h"
 #include "fl_trainer.h"
@@ -63,6 +64,9 @@ typedef struct fl_ps_sparse_spec {
   const char *name;
   uint32_t dim;
 } fl_ps_sparse_spec;
+
+/* The ParameterServer methods the client calls (*n of them): static. */
+const fl_rpc_method *fl_ps_client_methods(size_t *n);
 
 /* Connect (lazily: channels connect on first use) and start the driver and
  * heartbeat threads.  The caller owns *out (fl_ps_client_destroy). */

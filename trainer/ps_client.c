@@ -28,7 +28,51 @@
 #define SPARSE_CHUNK 65536u
 #define MAX_RECOVERIES 8
 
-#define PATH(m) "/flotilla.ParameterServer/" m
+/* The ParameterServer methods this client calls (the service block of
+ * proto/flotilla.proto; tests/unit/test_wire_service.c checks the two
+ * agree). */
+enum {
+  CM_REGISTER = 0,
+  CM_PUSH_DENSE,
+  CM_PULL_DENSE,
+  CM_PULL_SPARSE,
+  CM_PUSH_SPARSE,
+  CM_BARRIER,
+  CM_HEARTBEAT,
+  CM_COMPLETE,
+  CM_COUNT
+};
+
+#define SVC "/flotilla.ParameterServer/"
+static const fl_rpc_method methods[CM_COUNT] = {
+    {SVC "Register", &flotilla__register_request__descriptor,
+     &flotilla__register_response__descriptor},
+    {SVC "PushDense", &flotilla__push_dense_request__descriptor,
+     &flotilla__push_dense_response__descriptor},
+    {SVC "PullDense", &flotilla__pull_dense_request__descriptor,
+     &flotilla__pull_dense_response__descriptor},
+    {SVC "PullSparse", &flotilla__pull_sparse_request__descriptor,
+     &flotilla__pull_sparse_response__descriptor},
+    {SVC "PushSparse", &flotilla__push_sparse_request__descriptor,
+     &flotilla__push_sparse_response__descriptor},
+    {SVC "Barrier", &flotilla__barrier_request__descriptor,
+     &flotilla__barrier_response__descriptor},
+    {SVC "Heartbeat", &flotilla__heartbeat_request__descriptor,
+     &flotilla__heartbeat_response__descriptor},
+    {SVC "Complete", &flotilla__complete_request__descriptor,
+     &flotilla__complete_response__descriptor}};
+#undef SVC
+
+#define PATH(m) (methods[CM_##m].path)
+#define ANSWER(m) (methods[CM_##m].resp)
+
+const fl_rpc_method *fl_ps_client_methods(size_t *n) {
+  *n = CM_COUNT;
+  return methods;
+}
+
+/* "PushDense" of "/flotilla.ParameterServer/PushDense". */
+static const char *short_name(const char *path) { return strrchr(path, '/') + 1; }
 
 enum { OP_PUSH = 0, OP_PULL, OP_SPULL, OP_SPUSH, OP_BARRIER };
 
@@ -102,6 +146,7 @@ struct fl_ps_client {
   fl_ps_sparse_spec *tables;
   size_t n_tables;
   _Atomic int64_t step_seen;
+  _Atomic int64_t step_pushed; /* highest step of a gradient/delta push */
 
   /* driver-thread scratch */
   fl_rpc_arena arena;
@@ -213,7 +258,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     r.n_blocks = 1;
     r.blocks = &bp;
     st = fl_rpc_pack(o->ob, &r.base, &bb);
-    method = PATH("PushDense");
+    method = PATH(PUSH_DENSE);
     break;
   }
   case OP_PULL: {
@@ -223,7 +268,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     r.n_blocks = 1;
     r.blocks = &o->block;
     st = fl_rpc_pack(o->ob, &r.base, &bb);
-    method = PATH("PullDense");
+    method = PATH(PULL_DENSE);
     break;
   }
   case OP_BARRIER: {
@@ -234,7 +279,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     r.values = (double *)o->values;
     r.value_min = o->value_min;
     st = fl_rpc_pack(o->ob, &r.base, &bb);
-    method = PATH("Barrier");
+    method = PATH(BARRIER);
     break;
   }
   case OP_SPULL: {
@@ -244,7 +289,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     r.n_keys = o->nkeys;
     r.keys = (uint64_t *)o->keys;
     st = fl_rpc_pack(o->ob, &r.base, &bb);
-    method = PATH("PullSparse");
+    method = PATH(PULL_SPARSE);
     break;
   }
   default: {
@@ -264,7 +309,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     r.grads = &t;
     r.seq = o->seq;
     st = fl_rpc_pack(o->ob, &r.base, &bb);
-    method = PATH("PushSparse");
+    method = PATH(PUSH_SPARSE);
     break;
   }
   }
@@ -344,7 +389,7 @@ static fl_status op_parse(fl_ps_client *c, op *o) {
                   c->names[o->server], op_name(o->type));
   if (o->type == OP_BARRIER) {
     Flotilla__BarrierResponse *r = (Flotilla__BarrierResponse *)fl_rpc_unpack(
-        &c->arena, &flotilla__barrier_response__descriptor, c->in.data, c->in.len);
+        &c->arena, ANSWER(BARRIER), c->in.data, c->in.len);
     if (!r || r->n_sums != o->nv) {
       st = FL_ERR(FL_EPROTO, "pserver %d (%s): malformed answer to barrier %s", o->server,
                   c->names[o->server], o->name);
@@ -355,7 +400,7 @@ static fl_status op_parse(fl_ps_client *c, op *o) {
   } else if (o->type == OP_PULL) {
     Flotilla__PullDenseResponse *r;
     const fl_ps_block *blk = &c->layout->blocks[o->block];
-    m = fl_rpc_unpack(&c->arena, &flotilla__pull_dense_response__descriptor, c->in.data,
+    m = fl_rpc_unpack(&c->arena, ANSWER(PULL_DENSE), c->in.data,
                       c->in.len);
     r = (Flotilla__PullDenseResponse *)m;
     if (!r || r->n_blocks != 1 || r->blocks[0]->block != o->block || !r->blocks[0]->value ||
@@ -370,7 +415,7 @@ static fl_status op_parse(fl_ps_client *c, op *o) {
     }
   } else {
     Flotilla__PullSparseResponse *r;
-    m = fl_rpc_unpack(&c->arena, &flotilla__pull_sparse_response__descriptor, c->in.data,
+    m = fl_rpc_unpack(&c->arena, ANSWER(PULL_SPARSE), c->in.data,
                       c->in.len);
     r = (Flotilla__PullSparseResponse *)m;
     if (!r || !r->values || r->values->dtype != FLOTILLA__DTYPE__DTYPE_FP32 ||
@@ -515,12 +560,12 @@ static fl_status unary(fl_ps_client *c, int server, const char *method,
                                 details, cap);
     int last = st == FL_OK || !retriable(*code) || now_s() - start > c->o.retry_budget_s;
     double back;
-    count_call(c, method + strlen(PATH("")), *code, fl_rpc_outbuf_len(ob),
+    count_call(c, short_name(method), *code, fl_rpc_outbuf_len(ob),
                st == FL_OK ? in->len : 0, !last);
     if (last) return st;
     if (!warned) {
       FL_LOGW("pserver %d (%s) %s: %s (%s); retrying for up to %.0f s", server, c->names[server],
-              method + strlen(PATH("")), fl_rpc_code_name(*code), details ? details : "",
+              short_name(method), fl_rpc_code_name(*code), details ? details : "",
               c->o.retry_budget_s);
       warned = 1;
     }
@@ -531,8 +576,10 @@ static fl_status unary(fl_ps_client *c, int server, const char *method,
   }
 }
 
-/* Register with server s; give it initial values when it has none. */
-static fl_status register_server(fl_ps_client *c, int s, int64_t *step) {
+/* Register with server s declaring `declare` as the step of the next push
+ * (a server behind it lets the pushes move its blocks forward); give it
+ * initial values when it has none. */
+static fl_status register_server(fl_ps_client *c, int s, int64_t declare, int64_t *step) {
   Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
   Flotilla__RegisterResponse *resp;
   Flotilla__DenseParamSpec *specs = NULL, **sp = NULL;
@@ -573,7 +620,8 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t *step) {
   r.n_sparse = c->n_tables;
   r.sparse = tp;
   r.total_steps = c->o.total_steps;
-  st = unary(c, s, PATH("Register"), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code, details,
+  r.step = declare;
+  st = unary(c, s, PATH(REGISTER), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code, details,
              sizeof details);
   if (st != FL_OK) {
     st = FL_ERR(st, "pserver %d (%s) refused to register trainer %d: %s (%s)", s, c->names[s],
@@ -581,7 +629,7 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t *step) {
     goto done;
   }
   resp = (Flotilla__RegisterResponse *)fl_rpc_unpack(
-      &c->uarena, &flotilla__register_response__descriptor, c->uin.data, c->uin.len);
+      &c->uarena, ANSWER(REGISTER), c->uin.data, c->uin.len);
   if (!resp) {
     st = FL_ERR(FL_EPROTO, "pserver %d (%s): malformed Register answer", s, c->names[s]);
     goto done;
@@ -607,7 +655,7 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t *step) {
       q.kind = FLOTILLA__PUSH_KIND__PUSH_INIT;
       q.n_blocks = 1;
       q.blocks = &dbp;
-      st = unary(c, s, PATH("PushDense"), &q.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
+      st = unary(c, s, PATH(PUSH_DENSE), &q.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
                  details, sizeof details);
       if (st != FL_OK)
         st = FL_ERR(st, "pserver %d (%s): initialising block %zu failed: %s (%s)", s, c->names[s],
@@ -729,7 +777,7 @@ static void *hb_main(void *arg) {
       r.trainer_id = c->o.trainer_id;
       r.incarnation = c->incarnation;
       r.step = atomic_load(&c->step_seen);
-      fl_status st = fl_rpc_unary(c->ch[s], PATH("Heartbeat"), &r.base, c->o.heartbeat_interval_s,
+      fl_status st = fl_rpc_unary(c->ch[s], PATH(HEARTBEAT), &r.base, c->o.heartbeat_interval_s,
                                   c->token, ob, &in, &code, NULL, 0);
       count_call(c, "Heartbeat", code, fl_rpc_outbuf_len(ob), st == FL_OK ? in.len : 0, 0);
       if (st != FL_OK && code == GRPC_STATUS_FAILED_PRECONDITION)
@@ -783,10 +831,20 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
     free(numel);
     FL_TRY(st);
   }
-  for (int s = 0; s < c->o.n_servers; s++) {
-    int64_t st_s = 0;
-    FL_TRY(register_server(c, s, &st_s));
-    if (st_s > best) best = st_s;
+  st = FL_OK;
+  {
+    int64_t *at = calloc((size_t)c->o.n_servers, sizeof *at);
+    if (!at) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+    for (int s = 0; s < c->o.n_servers && st == FL_OK; s++) {
+      st = register_server(c, s, atomic_load(&c->step_pushed), &at[s]);
+      if (at[s] > best) best = at[s];
+    }
+    /* A server behind the others (it lost its state) is told where the job
+     * is, so that it takes the pushes of step `best`. */
+    for (int s = 0; s < c->o.n_servers && st == FL_OK; s++)
+      if (at[s] < best) st = register_server(c, s, best, NULL);
+    free(at);
+    FL_TRY(st);
   }
   if (step) *step = best;
   if (c->o.heartbeat_interval_s > 0 && !c->hb_started) {
@@ -814,6 +872,8 @@ fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int
   o->kind = kind;
   o->step = step;
   o->src = src;
+  if (kind != FLOTILLA__PUSH_KIND__PUSH_INIT && step > atomic_load(&c->step_pushed))
+    atomic_store(&c->step_pushed, step);
   op_submit(c, o);
   return FL_OK; /* a launch failure is reported by fl_ps_client_wait */
 }
@@ -867,7 +927,7 @@ fl_status fl_ps_client_wait(fl_ps_client *c) {
       if (!again[s]) continue;
       FL_LOGI("pserver %d (%s) does not know trainer %d: registering again", s, c->names[s],
               c->o.trainer_id);
-      if ((st = register_server(c, s, NULL)) != FL_OK) {
+      if ((st = register_server(c, s, atomic_load(&c->step_pushed), NULL)) != FL_OK) {
         free(again);
         c->n_ops = 0;
         return st;
@@ -1000,10 +1060,10 @@ fl_status fl_ps_client_complete(fl_ps_client *c) {
     fl_status st;
     r.trainer_id = c->o.trainer_id;
     for (int round = 0;; round++) {
-      st = unary(c, s, PATH("Complete"), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
+      st = unary(c, s, PATH(COMPLETE), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
                  details, sizeof details);
       if (st != FL_ESTATE || round >= 2) break;
-      FL_TRY(register_server(c, s, NULL));
+      FL_TRY(register_server(c, s, atomic_load(&c->step_pushed), NULL));
     }
     if (st != FL_OK)
       return FL_ERR(st, "pserver %d (%s) Complete: %s (%s)", s, c->names[s],

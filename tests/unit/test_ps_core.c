@@ -18,6 +18,9 @@
 
 #define N 4
 
+static uint64_t mk_max_dense; /* max_dense_elements of the next mk (0: default) */
+static size_t mk_block = N;   /* dense_block_size of the next mk */
+
 static fl_ps_core *mk(int nt, int a_sync, int k_steps, fl_optim_kind kind, float lr,
                       double hb_timeout) {
   fl_ps_core_opts o;
@@ -27,7 +30,7 @@ static fl_ps_core *mk(int nt, int a_sync, int k_steps, fl_optim_kind kind, float
   o.job.pserver.optimizer.kind = kind;
   o.job.pserver.optimizer.lr = lr;
   o.job.pserver.optimizer.momentum = 0.9f;
-  o.job.pserver.dense_block_size = N;
+  o.job.pserver.dense_block_size = mk_block;
   o.job.pserver.sparse.optimizer.kind = FL_OPTIM_SGD;
   o.job.pserver.sparse.optimizer.lr = 1.0f;
   o.job.pserver.sparse.max_rows = 100;
@@ -37,13 +40,14 @@ static fl_ps_core *mk(int nt, int a_sync, int k_steps, fl_optim_kind kind, float
   o.n_servers = 1;
   o.num_trainers = nt;
   o.heartbeat_timeout_s = hb_timeout;
+  o.max_dense_elements = mk_max_dense;
   ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
   return c;
 }
 
 /* Register trainer t with one dense parameter "w" of N floats and a sparse
- * table "emb" of dim 2. */
-static fl_status reg(fl_ps_core *c, int t, int nt, int mode, int64_t *step) {
+ * table "emb" of dim 2, declaring `declare` as its next push's step. */
+static fl_status reg_at(fl_ps_core *c, int t, int nt, int mode, int64_t declare, int64_t *step) {
   Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
   Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
   Flotilla__DenseParamSpec p = FLOTILLA__DENSE_PARAM_SPEC__INIT, *pp = &p;
@@ -64,9 +68,14 @@ static fl_status reg(fl_ps_core *c, int t, int nt, int mode, int64_t *step) {
   r.dense = &pp;
   r.n_sparse = 1;
   r.sparse = &sp;
+  r.step = declare;
   st = fl_ps_core_register(c, &r, &out);
   if (step) *step = out.step;
   return st;
+}
+
+static fl_status reg(fl_ps_core *c, int t, int nt, int mode, int64_t *step) {
+  return reg_at(c, t, nt, mode, 0, step);
 }
 
 typedef struct push_req {
@@ -196,8 +205,9 @@ START_TEST(test_duplicate_push_ignored) {
   ck_assert_int_eq(dup, 1);
   value(c, v, NULL);
   for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 1.0f);
-  /* Async: one application per (trainer, step), older steps ignored. */
-  ck_assert_int_eq(reg(a, 0, 1, 1, NULL), FL_OK);
+  /* Async: one application per (trainer, step), older steps ignored (the
+   * trainer says it is at step 5). */
+  ck_assert_int_eq(reg_at(a, 0, 1, 1, 5, NULL), FL_OK);
   ck_assert_int_eq(push(a, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
   ck_assert_int_eq(push(a, 0, 5, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
   ck_assert_int_eq(dup, 0);
@@ -367,6 +377,175 @@ START_TEST(test_bad_requests_change_nothing) {
 }
 END_TEST
 
+/* Issue 15, defect 1: a push beyond the step window (INT64_MAX used to
+ * wrap the block's step; a stray 10^12 made every later real push a
+ * duplicate) is INVALID_ARGUMENT naming both steps and changes nothing. */
+START_TEST(test_step_window) {
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  fl_ps_core *a = mk(1, 1, 0, FL_OPTIM_SGD, 1.0f, 0);
+  fl_ps_core *g = mk(1, 1, 4, FL_OPTIM_SGD, 1.0f, 0);
+  const float grad[N] = {1, 1, 1, 1};
+  Flotilla__StatsResponse stats = FLOTILLA__STATS_RESPONSE__INIT;
+  float v[N];
+  int64_t step;
+  int dup;
+  uint32_t blk = 0;
+
+  /* sync: the block waits for step 0, so steps up to 1 are taken */
+  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, INT64_MAX, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "9223372036854775807"));
+  ck_assert_int_eq(push(c, 0, 1000000000000LL, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL),
+                   FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "step 1000000000000"));
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "at step 0"));
+  ck_assert_int_eq(push(c, 1, 2, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "step 2 "));
+  value(c, v, &step);
+  ck_assert_mem_eq(v, init_v, sizeof v);
+  ck_assert_int_eq(step, 0);
+  fl_ps_core_stats(c, &stats);
+  ck_assert_int_eq(stats.step, 0);
+  ck_assert_uint_eq(stats.pushes, 1); /* the init only */
+  /* real steps go on as if nothing happened: not duplicates */
+  for (int s = 0; s < 3; s++) {
+    ck_assert_int_eq(push(c, 0, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, &dup), FL_OK);
+    ck_assert_int_eq(dup, 0);
+    ck_assert_int_eq(push(c, 1, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, &dup), FL_OK);
+    ck_assert_int_eq(dup, 0);
+  }
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 3, &blk, 1), FL_OK);
+  value(c, v, &step);
+  ck_assert_int_eq(step, 3);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 3.0f);
+  /* A trainer that registers declaring step 50 (it is ahead of a restarted
+   * server) moves the block there; the declaration itself is bounded. */
+  ck_assert_int_eq(reg_at(c, 0, 2, 0, INT64_MAX, NULL), FL_EINVAL);
+  ck_assert_int_eq(reg_at(c, 0, 2, 0, -1, NULL), FL_EINVAL);
+  ck_assert_int_eq(push(c, 0, 50, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_EINVAL);
+  ck_assert_int_eq(reg_at(c, 0, 2, 0, 50, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 50, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 1, 50, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 51, &blk, 1), FL_OK);
+  ck_assert_int_eq(push(c, 0, 53, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_EINVAL);
+
+  /* async: one past the highest step pushed */
+  ck_assert_int_eq(reg(a, 0, 1, 1, NULL), FL_OK);
+  ck_assert_int_eq(push(a, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(a, 0, INT64_MAX, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_EINVAL);
+  ck_assert_int_eq(push(a, 0, 1000000000000LL, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL),
+                   FL_EINVAL);
+  ck_assert_int_eq(fl_ps_core_step(a), 0);
+  for (int s = 0; s < 3; s++) {
+    ck_assert_int_eq(push(a, 0, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, &dup), FL_OK);
+    ck_assert_int_eq(dup, 0);
+  }
+  ck_assert_int_eq(fl_ps_core_step(a), 3);
+  value(a, v, NULL);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 3.0f);
+
+  /* geo: pushes come every k_steps = 4 steps */
+  ck_assert_int_eq(reg(g, 0, 1, 2, NULL), FL_OK);
+  ck_assert_int_eq(push(g, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(g, 0, 4, FLOTILLA__PUSH_KIND__PUSH_DELTA, grad, NULL), FL_OK);
+  ck_assert_int_eq(push(g, 0, 9, FLOTILLA__PUSH_KIND__PUSH_DELTA, grad, NULL), FL_OK);
+  ck_assert_int_eq(push(g, 0, 15, FLOTILLA__PUSH_KIND__PUSH_DELTA, grad, NULL), FL_EINVAL);
+  ck_assert_int_eq(fl_ps_core_step(g), 10);
+  fl_ps_core_free(c);
+  fl_ps_core_free(a);
+  fl_ps_core_free(g);
+}
+END_TEST
+
+/* Register a dense layout of one parameter of numel floats. */
+static fl_status reg_numel(fl_ps_core *c, uint64_t numel, uint64_t block) {
+  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
+  Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
+  Flotilla__DenseParamSpec p = FLOTILLA__DENSE_PARAM_SPEC__INIT, *pp = &p;
+  p.name = "huge";
+  p.numel = numel;
+  r.num_trainers = 1;
+  r.incarnation = 7;
+  r.dense_block_size = block;
+  r.num_servers = 1;
+  r.n_dense = 1;
+  r.dense = &pp;
+  return fl_ps_core_register(c, &r, &out);
+}
+
+/* Issue 15, defect 4: a first Register declaring 2^40 floats reserved
+ * 4 TiB of virtual memory; a layout over the configured limit or the
+ * host's memory is refused naming the limit, and the job can still start. */
+START_TEST(test_layout_limit) {
+  fl_ps_core *c, *d;
+  Flotilla__StatsResponse stats = FLOTILLA__STATS_RESPONSE__INIT;
+  /* blocks of 2^30 floats keep the block count legal: only size refuses */
+  mk_block = (size_t)1 << 30;
+  c = mk(1, 0, 0, FL_OPTIM_ADAM, 1.0f, 0);
+  ck_assert_int_eq(reg_numel(c, UINT64_C(1) << 40, mk_block), FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "limit of 4294967296"));
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "--max_dense_elements"));
+  fl_ps_core_stats(c, &stats);
+  ck_assert_int_eq(stats.dense_blocks, 0);
+  ck_assert_uint_eq(stats.dense_elements, 0);
+  ck_assert_int_eq(reg_numel(c, 1000, mk_block), FL_OK); /* the real job registers */
+  fl_ps_core_stats(c, &stats);
+  ck_assert_uint_eq(stats.dense_elements, 1000);
+  fl_ps_core_free(c);
+  /* over the host's memory though under a raised limit */
+  mk_max_dense = UINT64_C(1) << 40;
+  d = mk(1, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  mk_max_dense = 0;
+  mk_block = N;
+  ck_assert_int_eq(reg_numel(d, UINT64_C(1) << 40, (size_t)1 << 30), FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "bytes of memory"));
+  fl_ps_core_free(d);
+  /* a configured limit below the model */
+  mk_max_dense = N - 1;
+  d = mk(1, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  mk_max_dense = 0;
+  ck_assert_int_eq(reg(d, 0, 1, 0, NULL), FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "limit of 3"));
+  fl_ps_core_free(d);
+}
+END_TEST
+
+/* A reader of a running job (deploy/examples/ps_read_params.py): Stats
+ * gives the layout, PullDense as FL_PS_OBSERVER reads without registering. */
+START_TEST(test_observer_reads) {
+  fl_ps_core *c = mk(1, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  Flotilla__StatsResponse st = FLOTILLA__STATS_RESPONSE__INIT;
+  Flotilla__DenseParamSpec *specs, **ptrs;
+  const float g[N] = {1, 1, 1, 1};
+  uint32_t blk = 0;
+  ck_assert_int_eq(fl_ps_core_stats_layout(c, &st, &specs, &ptrs), FL_OK);
+  ck_assert_uint_eq(st.n_dense, 0);
+  ck_assert_ptr_null(specs);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, FL_PS_OBSERVER, 0, &blk, 1), FL_EINVAL);
+  ck_assert_int_eq(reg(c, 0, 1, 0, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_stats_layout(c, &st, &specs, &ptrs), FL_OK);
+  ck_assert_uint_eq(st.n_dense, 1);
+  ck_assert_str_eq(st.dense[0]->name, "w");
+  ck_assert_uint_eq(st.dense[0]->numel, N);
+  ck_assert_uint_eq(st.dense_block_size, N);
+  ck_assert_int_eq(st.num_servers, 1);
+  free(specs);
+  free(ptrs);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, FL_PS_OBSERVER, 0, &blk, 1), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, FL_PS_OBSERVER, 1, &blk, 1), FL_EAGAIN);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, -2, 0, &blk, 1), FL_EINVAL);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, FL_PS_OBSERVER, 1, &blk, 1), FL_OK);
+  /* the observer is no trainer: the job's trainer count is unchanged */
+  fl_ps_core_stats(c, &st);
+  ck_assert_int_eq(st.live_trainers, 1);
+  fl_ps_core_free(c);
+}
+END_TEST
+
 START_TEST(test_barrier) {
   fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
   Flotilla__BarrierRequest b = FLOTILLA__BARRIER_REQUEST__INIT;
@@ -398,6 +577,66 @@ START_TEST(test_barrier) {
   b.trainer_id = 0;
   b.n_values = 1;
   ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_EINVAL);
+  fl_ps_core_free(c);
+}
+END_TEST
+
+/* Issue 15, defect 5: a reused barrier name returned the old round's
+ * result at once.  Now the trainer process that was answered starts the
+ * next round; a retry before the answer, or a restarted trainer, still
+ * gets the completed round's result. */
+START_TEST(test_barrier_rounds) {
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 1.0f, 0);
+  Flotilla__BarrierRequest b = FLOTILLA__BARRIER_REQUEST__INIT;
+  Flotilla__BarrierResponse r = FLOTILLA__BARRIER_RESPONSE__INIT;
+  double one = 1, ten = 10, buf[FL_PS_BARRIER_MAX_VALUES];
+  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  b.name = "round";
+  b.n_values = 1;
+  b.values = &one;
+  b.trainer_id = 0;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_EAGAIN);
+  b.trainer_id = 1;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_OK);
+  /* trainer 0's held call was cancelled before its answer: its retry gets
+   * round 1's result (looking does not count as answered) */
+  b.trainer_id = 0;
+  ck_assert_int_eq(fl_ps_core_barrier_result(c, "round", 0, &r, buf), FL_OK);
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_OK);
+  ck_assert_int_eq(fl_ps_core_barrier_take(c, "round", 0, &r, buf), FL_OK);
+  ck_assert_double_eq(r.sums[0], 2);
+  b.trainer_id = 1;
+  ck_assert_int_eq(fl_ps_core_barrier_answer(c, &b, &r, buf), FL_OK); /* retry, answered */
+  ck_assert_double_eq(r.sums[0], 2);
+  b.trainer_id = 0;
+  /* both were answered: the name again is round 2, which waits */
+  b.values = &ten;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_EAGAIN);
+  ck_assert_int_eq(fl_ps_core_barrier_result(c, "round", 0, &r, buf), FL_EAGAIN);
+  b.trainer_id = 1;
+  ck_assert_int_eq(fl_ps_core_barrier_answer(c, &b, &r, buf), FL_OK);
+  ck_assert_double_eq(r.sums[0], 20);
+  ck_assert_int_eq(r.count, 2);
+  /* trainer 1 restarted (a new process): it gets round 2's result */
+  {
+    Flotilla__RegisterRequest rr = FLOTILLA__REGISTER_REQUEST__INIT;
+    Flotilla__RegisterResponse ro = FLOTILLA__REGISTER_RESPONSE__INIT;
+    Flotilla__DenseParamSpec p = FLOTILLA__DENSE_PARAM_SPEC__INIT, *pp = &p;
+    p.name = "w";
+    p.numel = N;
+    rr.trainer_id = 1;
+    rr.num_trainers = 2;
+    rr.incarnation = 99; /* not 1001: another process */
+    rr.dense_block_size = N;
+    rr.num_servers = 1;
+    rr.n_dense = 1;
+    rr.dense = &pp;
+    ck_assert_int_eq(fl_ps_core_register(c, &rr, &ro), FL_OK);
+  }
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_OK);
+  ck_assert_int_eq(fl_ps_core_barrier_result(c, "round", 1, &r, buf), FL_OK);
+  ck_assert_double_eq(r.sums[0], 20);
   fl_ps_core_free(c);
 }
 END_TEST
@@ -450,6 +689,13 @@ START_TEST(test_sparse_calls) {
   p.step = 4;
   gshape[1] = 3;
   ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_EINVAL);
+  gshape[1] = 2;
+  p.step = INT64_MAX; /* beyond the step range (issue 15) */
+  ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_EINVAL);
+  p.step = 4; /* and the trainer's real next step is no duplicate */
+  ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_OK);
+  ck_assert_int_eq(pr.accepted, 2);
+  for (int i = 0; i < 4; i++) after[i] -= g[i];
   q.table = "emb";
   ck_assert_int_eq(fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &r, &vals, shape), FL_OK);
   ck_assert_mem_eq(scratch, after, sizeof after);
@@ -579,7 +825,11 @@ int main(void) {
   tcase_add_test(tc, test_dead_trainer_not_waited_for);
   tcase_add_test(tc, test_async_and_geo);
   tcase_add_test(tc, test_bad_requests_change_nothing);
+  tcase_add_test(tc, test_step_window);
+  tcase_add_test(tc, test_layout_limit);
+  tcase_add_test(tc, test_observer_reads);
   tcase_add_test(tc, test_barrier);
+  tcase_add_test(tc, test_barrier_rounds);
   tcase_add_test(tc, test_parked_trainer_not_waited_for);
   tcase_add_test(tc, test_sparse_calls);
   tcase_add_test(tc, test_sparse_key_sharding);
