@@ -45,7 +45,7 @@ const char *fl_job_last_error(void) { return g_err; }
 /* ------------------------------------------------------------ names */
 
 static const char *const k_modes[] = {"local", "collective", "ps", NULL};
-static const char *const k_formats[] = {"idx", "libsvm", "synthetic", NULL};
+static const char *const k_formats[] = {"idx", "libsvm", "synthetic", "npy", NULL};
 static const char *const k_optims[] = {"sgd",     "momentum", "adam", "adamw",
                                        "adagrad", "lars",     "lamb", NULL};
 static const char *const k_lrs[] = {"constant", "polynomial", "cosine", "piecewise", NULL};
@@ -173,6 +173,11 @@ static const field f_data[] = {
     E("test_labels", F_STR, fl_job_data, test_labels, STRCAP(fl_job_data, test_labels)),
     E("train_path", F_STR, fl_job_data, train_path, STRCAP(fl_job_data, train_path)),
     E("test_path", F_STR, fl_job_data, test_path, STRCAP(fl_job_data, test_path)),
+    E("train_x", F_STR, fl_job_data, train_x, STRCAP(fl_job_data, train_x)),
+    E("train_y", F_STR, fl_job_data, train_y, STRCAP(fl_job_data, train_y)),
+    E("test_x", F_STR, fl_job_data, test_x, STRCAP(fl_job_data, test_x)),
+    E("test_y", F_STR, fl_job_data, test_y, STRCAP(fl_job_data, test_y)),
+    E("scale", F_FLOAT, fl_job_data, scale, MINX(0)),
     {.key = "synthetic",
      .type = F_MAP,
      .off = 0,
@@ -489,6 +494,7 @@ void fl_job_defaults(fl_job *job) {
   d->synthetic.train_samples = 8192;
   d->synthetic.test_samples = 2048;
   d->synthetic.seed = 1;
+  d->scale = 1.0f / 255.0f;
   d->prefetch = 4;
   d->shuffle = 1;
 
@@ -1089,6 +1095,13 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
     if (!d->train_path[0]) return kerr(c, src, "data.train_path", "required with format libsvm");
     if (job->train.eval && !d->test_path[0])
       return kerr(c, src, "data.test_path", "required with train.eval: true");
+  } else if (d->format == FL_DATA_NPY) {
+    if (!d->train_x[0] || !d->train_y[0])
+      return kerr(c, src, d->train_x[0] ? "data.train_y" : "data.train_x",
+                  "required with data.format npy");
+    if (job->train.eval && (!d->test_x[0] || !d->test_y[0]))
+      return kerr(c, src, d->test_x[0] ? "data.test_y" : "data.test_x",
+                  "required with train.eval: true");
   }
 
   /* lr schedule */

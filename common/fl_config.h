@@ -63,7 +63,8 @@ fl_status fl_mode_parse(const char *name, fl_mode *out);
 typedef enum fl_data_format {
   FL_DATA_IDX = 0,      /* IDX images + labels (MNIST, Fashion-MNIST), gz or plain */
   FL_DATA_LIBSVM = 1,   /* libsvm / Criteo-style text for the CTR model */
-  FL_DATA_SYNTHETIC = 2 /* seeded generator (data.synthetic) */
+  FL_DATA_SYNTHETIC = 2, /* seeded generator (data.synthetic) */
+  FL_DATA_NPY = 3        /* numpy.save files: data.train_x/_y, test_x/_y */
 } fl_data_format;
 
 typedef enum fl_grad_compression {
@@ -113,6 +114,14 @@ typedef struct fl_job_data {
   char test_labels[FL_JOB_PATH_MAX];
   char train_path[FL_JOB_PATH_MAX];       /* libsvm ("") */
   char test_path[FL_JOB_PATH_MAX];        /* libsvm ("" = no test set) */
+  /* npy: features (n, ...) float32 or uint8, labels (n,) int64/int32 class
+   * ids or (n, ...) float32 targets for bce/mse; fed as stored */
+  char train_x[FL_JOB_PATH_MAX];          /* npy ("") */
+  char train_y[FL_JOB_PATH_MAX];
+  char test_x[FL_JOB_PATH_MAX];           /* npy ("", required with train.eval) */
+  char test_y[FL_JOB_PATH_MAX];
+  float scale; /* npy uint8 features are multiplied by it: 1/255 (ToTensor);
+                  float32 features need it left at the default */
   struct {
     char kind[8];          /* "image" (default) or "ctr" */
     int64_t train_samples; /* 8192 */

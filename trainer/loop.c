@@ -38,6 +38,7 @@ typedef struct trainer {
 
   fl_dataset train, test;
   int have_test;
+  float *evalx; /* eval_batch_size samples of uint8 test features as fp32 */
   fl_loader *loader;
   fl_model *model;
 
@@ -106,6 +107,22 @@ static fl_status load_data(trainer *t) {
     }
     break;
   }
+  case FL_DATA_NPY:
+    /* fed as stored: no mean/std normalisation, so the model sees what the
+     * user's PyTorch code feeds it; the model checks the sample size */
+    FL_TRY(fl_npy_load(d->train_x, d->train_y, nc, d->scale, (size_t)d->limit_train, &t->train));
+    if (t->have_test) {
+      FL_TRY(fl_npy_load(d->test_x, d->test_y, nc, d->scale, (size_t)d->limit_test, &t->test));
+      if (t->test.dim != t->train.dim || !t->test.y != !t->train.y ||
+          t->test.tdim != t->train.tdim)
+        return FL_ERR(FL_EINVAL, "%s: test samples have %zu values and %s, %s has %zu and %s",
+                      d->test_x, t->test.dim, t->test.y ? "class ids" : "float targets",
+                      d->train_x, t->train.dim, t->train.y ? "class ids" : "float targets");
+    }
+    FL_LOGI("data: %zu training and %zu test samples of %zu %s values, %s labels", t->train.n,
+            t->have_test ? t->test.n : 0, t->train.dim, t->train.x ? "float32" : "uint8",
+            t->train.y ? "class" : "float");
+    return FL_OK;
   default:
     return FL_ERR(FL_ENOTSUP, "%s: data.format libsvm feeds the CTR model, which trains in ps mode",
                   job->source);
@@ -484,7 +501,13 @@ static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
   for (size_t off = lo; off < hi; off += bs) {
     size_t cnt = hi - off < bs ? hi - off : bs;
     fl_model_result res = {0};
-    FL_TRY(fl_model_eval(t->model, t->test.x + off * t->test.dim, t->test.y + off, cnt, &res));
+    if (!t->test.x && !t->evalx) { /* uint8 features: converted per eval batch */
+      t->evalx = malloc(bs * t->test.dim * sizeof(float));
+      if (!t->evalx) return FL_ERR(FL_ENOMEM, "eval: cannot allocate %zu x %zu floats", bs,
+                                   t->test.dim);
+    }
+    const float *x = fl_dataset_rows(&t->test, off, cnt, t->evalx);
+    FL_TRY(fl_model_eval(t->model, x, t->test.y ? t->test.y + off : NULL, cnt, &res));
     v[0] += res.loss_sum;
     v[1] += (double)res.correct1;
     v[2] += (double)res.correct5;
@@ -531,6 +554,7 @@ static void trainer_free(trainer *t) {
   fl_model_destroy(t->model);
   fl_dataset_free(&t->train);
   fl_dataset_free(&t->test);
+  free(t->evalx);
   free(t->tens);
   free(t->tparam);
   free(t->gptr);

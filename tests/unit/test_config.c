@@ -649,6 +649,39 @@ START_TEST(test_examples) {
 }
 END_TEST
 
+/* data.format npy: its keys, defaults, dump and the required paths. */
+START_TEST(test_npy_keys) {
+  fl_job j;
+  fl_job_defaults(&j);
+  ck_assert(j.data.scale == 1.0f / 255.0f);
+  ck_assert_str_eq(j.data.train_x, "");
+  ck_assert_int_eq(fl_job_load_string("data:\n  format: npy\n  train_x: /d/x.npy\n"
+                                      "  train_y: /d/y.npy\n  test_x: /d/tx.npy\n"
+                                      "  test_y: /d/ty.npy\n  scale: 0.5\n",
+                                      "npy.yaml", &j),
+                   FL_OK);
+  ck_assert_int_eq(j.data.format, FL_DATA_NPY);
+  ck_assert_str_eq(j.data.train_x, "/d/x.npy");
+  ck_assert_str_eq(j.data.train_y, "/d/y.npy");
+  ck_assert_str_eq(j.data.test_x, "/d/tx.npy");
+  ck_assert_str_eq(j.data.test_y, "/d/ty.npy");
+  ck_assert(j.data.scale == 0.5f);
+  round_trip(&j);
+  ck_assert_int_eq(fl_job_load_string("data: {format: npy, train_x: a, train_y: b}\n"
+                                      "train: {eval: false}\n", "npy.yaml", &j),
+                   FL_OK);
+  EXPECT_ERROR("data:\n  format: npy\n  train_y: /y.npy\n",
+               "job.yaml: data.train_x: required with data.format npy");
+  EXPECT_ERROR("data:\n  format: npy\n  train_x: /x.npy\n",
+               "job.yaml: data.train_y: required with data.format npy");
+  EXPECT_ERROR("data:\n  format: npy\n  train_x: /x.npy\n  train_y: /y.npy\n  test_x: /t\n",
+               "data.test_y: required with train.eval: true");
+  EXPECT_ERROR("data:\n  scale: 0\n", "job.yaml:2:3: data.scale: must be > 0, got 0");
+  EXPECT_ERROR("data:\n  format: parquet\n", "job.yaml:2:3: data.format: must be one of idx, "
+               "libsvm, synthetic, npy");
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("job");
@@ -661,6 +694,7 @@ int main(void) {
   tcase_add_test(tc, test_lr_schedule);
   tcase_add_test(tc, test_overview);
   tcase_add_test(tc, test_examples);
+  tcase_add_test(tc, test_npy_keys);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
