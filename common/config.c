@@ -52,7 +52,9 @@ static const char *const k_lrs[] = {"constant", "polynomial", "cosine", "piecewi
 static const char *const k_compress[] = {"none", "fp16", "bf16", NULL};
 static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
 static const char *const k_devices[] = {"cpu", "gpu", NULL};
-static const char *const k_model_kinds[] = {"logreg", "mlp", "cnn", "plugin", "ctr", NULL};
+static const char *const k_model_kinds[] = {"logreg", "mlp", "cnn", "plugin", "ctr", "onnx",
+                                             NULL};
+static const char *const k_losses[] = {"softmax_cross_entropy", "bce_with_logits", "mse", NULL};
 static const char *const k_activations[] = {"relu", "tanh", NULL};
 static const char *const k_norms[] = {"none", "bn", "gn", NULL};
 static const char *const k_synth_kinds[] = {"image", "ctr", NULL};
@@ -154,6 +156,9 @@ static const field f_model[] = {
     E("bn_epsilon", F_FLOAT, fl_job_model, bn_epsilon, MINX(0)),
     E("plugin_path", F_STR, fl_job_model, plugin_path, STRCAP(fl_job_model, plugin_path)),
     E("plugin_args", F_STR, fl_job_model, plugin_args, STRCAP(fl_job_model, plugin_args)),
+    E("path", F_STR, fl_job_model, path, STRCAP(fl_job_model, path)),
+    E("output", F_STR, fl_job_model, output, STRCAP(fl_job_model, output)),
+    E("loss", F_CHOICE, fl_job_model, loss, STRCAP(fl_job_model, loss), .choices = k_losses),
     {.key = "ctr",
      .type = F_MAP,
      .off = 0,
@@ -231,6 +236,7 @@ static const field f_train[] = {
     E("num_threads", F_INT, fl_job_train, num_threads, RANGE(0, 1024)),
     E("max_steps", F_I64, fl_job_train, max_steps, MIN(0)),
     E("device", F_ENUM, fl_job_train, device, .choices = k_devices),
+    E("export_onnx", F_STR, fl_job_train, export_onnx, STRCAP(fl_job_train, export_onnx)),
     END};
 
 static const field f_cluster[] = {
@@ -479,6 +485,7 @@ void fl_job_defaults(fl_job *job) {
   m->gn_groups = 8;
   m->bn_momentum = 0.1f;
   m->bn_epsilon = 1e-5f;
+  SET_STR(m->loss, "softmax_cross_entropy");
   m->ctr.embedding_dim = 8;
   m->ctr.sparse_slots = 26;
   m->ctr.dense_features = 13;
@@ -1063,6 +1070,17 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   /* model */
   if (!strcmp(m->kind, "plugin") && !m->plugin_path[0])
     return kerr(c, src, "model.kind", "plugin needs model.plugin_path");
+  if (!strcmp(m->kind, "onnx") && !m->path[0])
+    return kerr(c, src, "model.kind", "onnx needs model.path (the .onnx file)");
+  if (strcmp(m->kind, "onnx") && (m->path[0] || m->output[0]))
+    return kerr(c, src, m->path[0] ? "model.path" : "model.output",
+                "only for model.kind onnx, the kind is %s", m->kind);
+  if (strcmp(m->kind, "onnx") && strcmp(m->loss, "softmax_cross_entropy"))
+    return kerr(c, src, "model.loss", "%s needs model.kind onnx; %s trains with "
+                "softmax_cross_entropy", m->loss, m->kind);
+  if (job->train.export_onnx[0] && (!strcmp(m->kind, "plugin") || !strcmp(m->kind, "ctr")))
+    return kerr(c, src, "train.export_onnx", "model.kind %s cannot be exported as ONNX "
+                "(logreg, mlp, cnn and onnx can)", m->kind);
   if (!strcmp(m->kind, "cnn")) {
     if (m->conv_kernel % 2 == 0)
       return kerr(c, src, "model.conv_kernel", "must be odd, got %d", m->conv_kernel);
