@@ -107,12 +107,21 @@ static fl_status load_data(trainer *t) {
     }
     break;
   }
-  case FL_DATA_NPY:
+  case FL_DATA_NPY: {
     /* fed as stored: no mean/std normalisation, so the model sees what the
-     * user's PyTorch code feeds it; the model checks the sample size */
-    FL_TRY(fl_npy_load(d->train_x, d->train_y, nc, d->scale, (size_t)d->limit_train, &t->train));
+     * user's PyTorch code feeds it; the model checks the sample size.  An
+     * onnx model's class count is its output width, known once it is built
+     * (check_labels); the presets' is model.num_classes. */
+    int lnc = strcmp(job->model.kind, "onnx") == 0 ? 0 : nc;
+    int want_float = job->model.loss[0] && strcmp(job->model.loss, "softmax_cross_entropy") != 0;
+    FL_TRY(fl_npy_load(d->train_x, d->train_y, lnc, d->scale, (size_t)d->limit_train, &t->train));
+    if (want_float != (t->train.t != NULL))
+      return FL_ERR(FL_EINVAL, "%s: %s, but model.loss %s needs %s", d->train_y,
+                    t->train.t ? "float32 targets" : "integer class ids",
+                    job->model.loss[0] ? job->model.loss : "softmax_cross_entropy",
+                    want_float ? "float32 targets" : "int64 or int32 class ids");
     if (t->have_test) {
-      FL_TRY(fl_npy_load(d->test_x, d->test_y, nc, d->scale, (size_t)d->limit_test, &t->test));
+      FL_TRY(fl_npy_load(d->test_x, d->test_y, lnc, d->scale, (size_t)d->limit_test, &t->test));
       if (t->test.dim != t->train.dim || !t->test.y != !t->train.y ||
           t->test.tdim != t->train.tdim)
         return FL_ERR(FL_EINVAL, "%s: test samples have %zu values and %s, %s has %zu and %s",
@@ -123,6 +132,7 @@ static fl_status load_data(trainer *t) {
             t->have_test ? t->test.n : 0, t->train.dim, t->train.x ? "float32" : "uint8",
             t->train.y ? "class" : "float");
     return FL_OK;
+  }
   default:
     return FL_ERR(FL_ENOTSUP, "%s: data.format libsvm feeds the CTR model, which trains in ps mode",
                   job->source);
@@ -144,6 +154,26 @@ static fl_status load_data(trainer *t) {
   }
   FL_LOGI("data: %zu training and %zu test samples of %zu values (mean %.4f, std %.4f)",
           t->train.n, t->have_test ? t->test.n : 0, t->train.dim, mean, std);
+  return FL_OK;
+}
+
+/* npy labels against the built model: class ids below its class count,
+ * or exactly its output width of float targets per sample. */
+static fl_status check_labels(const trainer *t) {
+  const fl_job_data *d = &t->job->data;
+  if (d->format != FL_DATA_NPY) return FL_OK;
+  size_t k = (size_t)fl_model_get_spec(t->model)->num_classes;
+  for (int s = 0; s < 1 + t->have_test; s++) {
+    const fl_dataset *ds = s ? &t->test : &t->train;
+    const char *name = s ? d->test_y : d->train_y;
+    if (ds->t && ds->tdim != k)
+      return FL_ERR(FL_EINVAL, "%s: %zu float targets per sample, the model's output has %zu",
+                    name, ds->tdim, k);
+    for (size_t i = 0; ds->y && i < ds->n; i++)
+      if ((size_t)ds->y[i] >= k)
+        return FL_ERR(FL_EINVAL, "%s: label %d of sample %zu outside [0, %zu) (the model's "
+                      "classes)", name, (int)ds->y[i], i, k);
+  }
   return FL_OK;
 }
 
@@ -662,6 +692,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   size_t max_batch = job->train.batch_size;
   if (t.have_test && job->train.eval_batch_size > max_batch) max_batch = job->train.eval_batch_size;
   if ((st = build_model(&t, max_batch)) != FL_OK) goto done;
+  if ((st = check_labels(&t)) != FL_OK) goto done;
   if ((st = build_optimizer(&t)) != FL_OK) goto done;
   rep.activation_bytes = fl_model_activation_bytes(t.model);
   rep.steps_per_epoch = t.steps_per_epoch;
