@@ -323,10 +323,6 @@ static fl_status convert_attrs(const loader *L, const Onnx__NodeProto *n, fl_gat
       free(data);
       break;
     }
-    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH:
-    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS:
-      return NODE_ERR(L, n, FL_ENOTSUP, "attribute '%s' holds a subgraph; control flow (If, "
-                      "Loop, Scan) is not supported", an);
     case 0:
       return NODE_ERR(L, n, FL_EINVAL, "attribute '%s' has no type", an);
     default:
@@ -351,6 +347,12 @@ static fl_status declare_node(loader *L, int ni) {
                       "and %zu", n->n_input, n->n_output);
     return fold_constant(L, n, find(L, n->output[0]));
   }
+  for (size_t i = 0; i < n->n_attribute; i++) /* control flow: say so before "unknown op" */
+    if (n->attribute[i] && n->attribute[i]->has_type &&
+        (n->attribute[i]->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH ||
+         n->attribute[i]->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS))
+      return NODE_ERR(L, n, FL_ENOTSUP, "attribute '%s' holds a subgraph; control flow (If, "
+                      "Loop, Scan) is not supported", S(n->attribute[i]->name));
   if (!fl_gop_find(op))
     return NODE_ERR(L, n, FL_ENOTSUP, "op type '%s' is not supported; supported: %s", op,
                     fl_gop_supported());
