@@ -51,7 +51,7 @@ typedef struct fl_model_result {
 
 /* What to build; filled from the job file's `model:` section. */
 typedef struct fl_model_spec {
-  char kind[16];            /* "logreg", "mlp", "cnn", "plugin" */
+  char kind[16];            /* "logreg", "mlp", "cnn", "onnx", "plugin" */
   int in_channels, in_height, in_width; /* input image geometry (1,28,28) */
   int num_classes;          /* 10 */
   size_t hidden[FL_MODEL_MAX_HIDDEN]; /* mlp hidden sizes */
@@ -74,6 +74,15 @@ typedef struct fl_model_spec {
   int device_id;            /* gpu: the CUDA device ordinal (0) */
   fl_math linear_math;      /* gpu: GEMM precision of linear layers (FP32; AMP: FP16/BF16) */
   fl_math conv_math;        /* gpu: GEMM precision of conv layers (FP32; AMP: FP16/BF16) */
+  /* Appended after the device fields (plugins never read them): */
+  char path[512];           /* onnx: the model file */
+  char output[128];         /* onnx: the tensor the loss reads ("" = the graph's only output) */
+  char loss[32];            /* onnx: softmax_cross_entropy (""), bce_with_logits or mse */
+  /* recompute: names of graph tensors that bound the segments (ONNX value
+   * names; the job's recompute_configs.checkpoints), read at create only;
+   * 0 = the model's own choice (see below). */
+  const char *const *checkpoints;
+  size_t n_checkpoints;
 } fl_model_spec;
 
 typedef struct fl_model fl_model;
@@ -153,6 +162,23 @@ fl_status fl_model_train_step(fl_model *m, const float *x, const int32_t *y, siz
  * argument checks as train_step.  Gradients and parameters are untouched. */
 fl_status fl_model_eval(fl_model *m, const float *x, const int32_t *y, size_t batch,
                         fl_model_result *res);
+
+/* The compiled graph behind a built-in or onnx model (for export: its
+ * parameters and buffers read as host values), NULL for a plugin; valid
+ * until fl_model_destroy.  fl_graph is opaque here (graph/fl_graph.h). */
+struct fl_graph;
+const struct fl_graph *fl_model_graph(const fl_model *m);
+
+/* Models whose loss takes float targets (kind onnx with loss
+ * bce_with_logits or mse): 1, and then train_step / eval refuse and the
+ * ...f calls below take batch * num_classes float targets (num_classes is
+ * the output's width K for these).  0 for class-label models. */
+int fl_model_float_targets(const fl_model *m);
+fl_status fl_model_train_stepf(fl_model *m, const float *x, const float *t, size_t batch,
+                               float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
+                               fl_model_result *res);
+fl_status fl_model_evalf(fl_model *m, const float *x, const float *t, size_t batch,
+                         fl_model_result *res);
 
 /* Bytes of activation memory a train_step of max_batch holds at its peak
  * (lower with recompute).  For the built-in models: every activation,

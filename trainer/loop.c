@@ -229,8 +229,18 @@ static fl_status build_model(trainer *t, size_t max_batch) {
   s.bn_momentum = jm->bn_momentum;
   s.bn_epsilon = jm->bn_epsilon;
   s.recompute = t->job->strategy.recompute;
+  /* recompute_configs.checkpoints: graph tensor names bounding the segments */
+  const char *ck[FL_JOB_MAX_LIST];
+  const size_t nck = t->job->strategy.recompute_configs.n_checkpoints;
+  for (size_t i = 0; i < nck && i < FL_JOB_MAX_LIST; i++)
+    ck[i] = t->job->strategy.recompute_configs.checkpoints[i];
+  s.checkpoints = ck;
+  s.n_checkpoints = nck < FL_JOB_MAX_LIST ? nck : FL_JOB_MAX_LIST;
   snprintf(s.plugin_path, sizeof s.plugin_path, "%s", jm->plugin_path);
   snprintf(s.plugin_args, sizeof s.plugin_args, "%s", jm->plugin_args);
+  snprintf(s.path, sizeof s.path, "%s", jm->path);
+  snprintf(s.output, sizeof s.output, "%s", jm->output);
+  snprintf(s.loss, sizeof s.loss, "%s", jm->loss);
   device_spec(t, &s);
   FL_TRY(fl_model_create(&s, max_batch, t->job->train.seed, &t->model));
   if (t->job->train.device == FL_DEVICE_GPU) {
@@ -477,8 +487,12 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
     FL_TRY(fl_loader_next(t->loader, &b));
     if (last) memset(t->ready, 0, t->np);
     t->cb_err = FL_OK;
-    FL_TRY(fl_model_train_step(t->model, b.x, b.y, b.size, scale, last ? on_grad_ready : NULL, t,
-                               &res));
+    if (b.t) /* float targets (bce / mse models) */
+      FL_TRY(fl_model_train_stepf(t->model, b.x, b.t, b.size, scale,
+                                  last ? on_grad_ready : NULL, t, &res));
+    else
+      FL_TRY(fl_model_train_step(t->model, b.x, b.y, b.size, scale,
+                                 last ? on_grad_ready : NULL, t, &res));
     if (!last) {
       FL_TRY(fl_gm_accumulate(t->accp, (const float *const *)t->gptr, t->gn, t->nt));
     } else {
@@ -537,7 +551,10 @@ static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
                                    t->test.dim);
     }
     const float *x = fl_dataset_rows(&t->test, off, cnt, t->evalx);
-    FL_TRY(fl_model_eval(t->model, x, t->test.y ? t->test.y + off : NULL, cnt, &res));
+    if (t->test.t)
+      FL_TRY(fl_model_evalf(t->model, x, t->test.t + off * t->test.tdim, cnt, &res));
+    else
+      FL_TRY(fl_model_eval(t->model, x, t->test.y ? t->test.y + off : NULL, cnt, &res));
     v[0] += res.loss_sum;
     v[1] += (double)res.correct1;
     v[2] += (double)res.correct5;

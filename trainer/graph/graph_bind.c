@@ -1,0 +1,453 @@
+/* graph_bind.c - binding a compiled graph to a batch size: every tensor's
+ * shape (integer shape subgraphs evaluated on the spot), then one plan of
+ * all activation, gradient and forward-to-backward buffers in one arena.
+ *
+ * Planning works on the step's timeline of events: each node's forward,
+ * the loss, then backward in reverse topological order, with the
+ * recomputing forwards of a segment right before that segment's first
+ * backward.  Every buffer gets the interval of events from its first write
+ * to its last read (both ends included, so a node's input and output
+ * buffers never alias), and buffers whose intervals overlap get disjoint
+ * places (largest first, lowest free offset).  With recompute a tensor
+ * inside a segment has two buffers: one for the forward, dead after its
+ * last forward reader, and one from its recomputation to its last
+ * backward reader; that is where the memory goes down.
+ *
+ * The gradient flow (which tensors get a gradient, the accum bits of each
+ * backward, which nodes recompute) is decided once, at the first bind. */
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fl_log.h"
+#include "graph_engine.h"
+
+static size_t round_up(size_t n) {
+  if (n == 0) n = 1;
+  return (n + FL_G_ALIGN - 1) / FL_G_ALIGN * FL_G_ALIGN;
+}
+
+static int is_f32_value(const fl_gtensor *t) { return t->kind == FL_GT_VALUE && t->dtype == FL_G_F32; }
+
+/* ------------------------------------------------------------ shapes */
+
+/* Whether node n's outputs can be computed at bind: all are int64, every
+ * int64 input is known, and float inputs only feed shape reads. */
+static int shape_domain(const fl_gnode *n, const fl_gtensor *t) {
+  const int shape_op = !strcmp(n->op->type, "Shape") || !strcmp(n->op->type, "Size");
+  for (int o = 0; o < n->n_out; o++)
+    if (t[n->out[o]].dtype != FL_G_I64) return 0;
+  for (int i = 0; i < n->n_in; i++) {
+    if (n->in[i] < 0) continue;
+    const fl_gtensor *x = &t[n->in[i]];
+    if (x->dtype == FL_G_I64 ? !x->known : !shape_op) return 0;
+  }
+  return 1;
+}
+
+static fl_status infer_all(fl_gmodel *m, size_t batch) {
+  fl_graph *g = m->g;
+  fl_gctx *c = &m->ctx;
+  c->batch = batch;
+  c->training = 0;
+  c->recomputing = 0;
+  for (int i = 0; i < g->nt; i++) {
+    fl_gtensor *t = &g->t[i];
+    if (t->kind == FL_GT_VALUE) {
+      t->known = 0;
+      continue;
+    }
+    size_t n = 1;
+    for (int d = 0; d < t->ndim; d++) {
+      t->shape[d] = (t->kind == FL_GT_INPUT && d == 0) ? (int64_t)batch : t->dims[d];
+      n *= (size_t)t->shape[d];
+    }
+    t->n = n;
+  }
+  for (int i = 0; i < g->nn; i++) {
+    fl_gnode *n = &g->nodes[i];
+    size_t ws = 0, saved = 0;
+    c->node_index = (size_t)i;
+    for (int o = 0; o < n->n_out; o++) g->t[n->out[o]].dtype = FL_G_F32;
+    FL_TRY(n->op->infer(n, c, &ws, &saved));
+    n->ws_floats = ws;
+    n->saved_floats = saved;
+    for (int o = 0; o < n->n_out; o++) {
+      fl_gtensor *t = &g->t[n->out[o]];
+      if (t->ndim < 0 || t->ndim > FL_G_MAX_DIMS)
+        return FL_ERR(FL_EINVAL, "graph %s: node %s (%s): output %s has rank %d", g->name,
+                      n->name, n->op->type, t->name, t->ndim);
+      size_t cnt = 1;
+      for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0)
+          return FL_ERR(FL_EINVAL, "graph %s: node %s (%s): output %s has dimension %d of "
+                        "size %lld", g->name, n->name, n->op->type, t->name, d,
+                        (long long)t->shape[d]);
+        if (t->shape[d] > 0 && cnt > ((size_t)1 << 40) / (size_t)t->shape[d])
+          return FL_ERR(FL_EINVAL, "graph %s: node %s (%s): output %s of %s elements is too "
+                        "large", g->name, n->name, n->op->type, t->name, "over 2^40");
+        cnt *= (size_t)t->shape[d];
+      }
+      t->n = cnt;
+      if (t->dtype == FL_G_I64) {
+        int64_t *p = realloc(t->idata, (cnt ? cnt : 1) * sizeof *p);
+        if (!p) return FL_ERR(FL_ENOMEM, "graph %s: out of memory for %s", g->name, t->name);
+        t->idata = p;
+      }
+    }
+    m->fwd_skip[i] = (unsigned char)shape_domain(n, g->t);
+    if (m->fwd_skip[i]) {
+      FL_TRY(n->op->forward(n, c));
+      for (int o = 0; o < n->n_out; o++) g->t[n->out[o]].known = 1;
+    }
+  }
+  const fl_gtensor *out = &g->t[g->output];
+  if (out->dtype != FL_G_F32 || out->ndim < 1 || out->shape[0] != (int64_t)batch)
+    return FL_ERR(FL_EINVAL, "graph %s: output %s must be float with the batch (%zu) as its "
+                  "first dimension", g->name, out->name, batch);
+  return FL_OK;
+}
+
+/* ------------------------------------------------------ gradient flow */
+
+static int input_nodiff(const fl_gnode *n, int i) { return i < 32 && (n->op->nodiff_in >> i) & 1u; }
+
+/* Which tensors get gradients, which backward runs, accum bits, param
+ * contributions, and the recompute segments. */
+static fl_status plan_static(fl_gmodel *m) {
+  fl_graph *g = m->g;
+  const int nt = g->nt, nn = g->nn;
+  unsigned char *req = calloc((size_t)nt, 1), *reach = calloc((size_t)nt, 1),
+                *written = calloc((size_t)nt, 1);
+  fl_status st = FL_OK;
+  if (!req || !reach || !written) {
+    st = FL_ERR(FL_ENOMEM, "graph %s: out of memory planning", g->name);
+    goto done;
+  }
+  for (int t = 0; t < nt; t++)
+    req[t] = g->t[t].kind == FL_GT_PARAM || (g->t[t].kind == FL_GT_INPUT && m->input_grad);
+  for (int i = 0; i < nn; i++) {
+    const fl_gnode *n = &g->nodes[i];
+    int r = 0;
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0 && !input_nodiff(n, k) && req[n->in[k]] && g->t[n->in[k]].dtype == FL_G_F32)
+        r = 1;
+    for (int o = 0; o < n->n_out; o++) req[n->out[o]] = (unsigned char)(r && g->t[n->out[o]].dtype == FL_G_F32);
+  }
+  reach[g->output] = 1;
+  for (int i = nn; i-- > 0;) {
+    const fl_gnode *n = &g->nodes[i];
+    int r = 0;
+    for (int o = 0; o < n->n_out; o++) r |= reach[n->out[o]] && g->t[n->out[o]].dtype == FL_G_F32;
+    if (!r) continue;
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0 && !input_nodiff(n, k)) reach[n->in[k]] = 1;
+  }
+  for (int t = 0; t < nt; t++) m->has_grad[t] = req[t] && reach[t] && g->t[t].dtype == FL_G_F32;
+  written[g->output] = 1; /* the loss writes it first */
+  for (int i = nn; i-- > 0;) {
+    const fl_gnode *n = &g->nodes[i];
+    int run = 0;
+    for (int o = 0; o < n->n_out; o++) run |= m->has_grad[n->out[o]];
+    m->run_bwd[i] = (unsigned char)(run && !m->fwd_skip[i]);
+    m->accum[i] = 0;
+    if (!m->run_bwd[i]) continue;
+    if (!n->op->backward) {
+      st = FL_ERR(FL_ENOTSUP, "graph %s: node %s: op %s has no gradient, but the loss depends "
+                  "on its inputs through it", g->name, n->name, n->op->type);
+      goto done;
+    }
+    for (int o = 0; o < n->n_out; o++) {
+      const int t = n->out[o];
+      m->zero_grad[t] = !m->has_grad[t] && g->t[t].dtype == FL_G_F32;
+    }
+    for (int k = 0; k < n->n_in; k++) {
+      const int t = n->in[k];
+      if (t < 0 || input_nodiff(n, k) || !m->has_grad[t]) continue;
+      if (k >= 32) {
+        st = FL_ERR(FL_ENOTSUP, "graph %s: node %s: a gradient into input %d (32 at most)",
+                    g->name, n->name, k);
+        goto done;
+      }
+      if (written[t]) m->accum[i] |= 1u << k;
+      written[t] = 1;
+      if (m->param_of[t] >= 0) m->contrib[m->param_of[t]]++;
+    }
+  }
+  m->n_zero_params = 0;
+  for (size_t p = 0; p < m->np; p++)
+    if (m->params[p].grad && m->contrib[p] == 0) m->zero_params[m->n_zero_params++] = p;
+
+  /* Recompute segments: a segment ends at each node that produces a
+   * checkpoint; the last segment is never recomputed (its values are
+   * still there when backward starts). */
+  int s = 0;
+  for (int i = 0; i < nn; i++) {
+    m->seg[i] = s;
+    for (int o = 0; o < g->nodes[i].n_out; o++)
+      if (m->ckpt[g->nodes[i].out[o]]) {
+        s++;
+        break;
+      }
+  }
+  m->n_seg = nn ? m->seg[nn - 1] + 1 : 0;
+  for (int t = 0; t < nt; t++) m->kept[t] = 1;
+  for (int i = 0; i < nn; i++) m->recomp[i] = 0;
+  if (m->recompute)
+    for (int i = 0; i < nn; i++) {
+      const fl_gnode *n = &g->nodes[i];
+      if (m->seg[i] == m->n_seg - 1 || m->fwd_skip[i]) continue;
+      for (int o = 0; o < n->n_out; o++) {
+        const int t = n->out[o];
+        if (!is_f32_value(&g->t[t]) || m->ckpt[t] || t == g->output) continue;
+        int cross = 0;
+        for (int j = i + 1; j < nn && !cross; j++)
+          for (int k = 0; k < g->nodes[j].n_in; k++)
+            if (g->nodes[j].in[k] == t && m->seg[j] != m->seg[i]) cross = 1;
+        if (!cross) {
+          m->kept[t] = 0;
+          m->recomp[i] = 1;
+        }
+      }
+    }
+done:
+  free(req);
+  free(reach);
+  free(written);
+  return st;
+}
+
+/* ------------------------------------------------------------ planning */
+
+typedef struct planner {
+  fl_gbuf *b;
+  size_t nb, cap;
+} planner;
+
+static int add_buf(planner *p, size_t floats, int start, int end) {
+  if (p->nb == p->cap) {
+    size_t cap = p->cap ? 2 * p->cap : 64;
+    fl_gbuf *b = realloc(p->b, cap * sizeof *b);
+    if (!b) return -1;
+    p->b = b;
+    p->cap = cap;
+  }
+  p->b[p->nb] = (fl_gbuf){.size = round_up(floats), .start = start, .end = end};
+  return (int)p->nb++;
+}
+
+static int cmp_size_desc(const void *a, const void *b) {
+  const fl_gbuf *x = *(fl_gbuf *const *)a, *y = *(fl_gbuf *const *)b;
+  if (x->size != y->size) return x->size < y->size ? 1 : -1;
+  return x->start - y->start;
+}
+
+static int cmp_off(const void *a, const void *b) {
+  const fl_gbuf *x = *(fl_gbuf *const *)a, *y = *(fl_gbuf *const *)b;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Place every buffer; returns the arena floats needed, or (size_t)-1 when
+ * out of memory. */
+static size_t pack(planner *p) {
+  fl_gbuf **order = malloc((p->nb + 1) * sizeof *order);
+  fl_gbuf **live = malloc((p->nb + 1) * sizeof *live);
+  size_t total = 0;
+  if (!order || !live) {
+    free(order);
+    free(live);
+    return (size_t)-1;
+  }
+  for (size_t i = 0; i < p->nb; i++) order[i] = &p->b[i];
+  qsort(order, p->nb, sizeof *order, cmp_size_desc);
+  for (size_t i = 0; i < p->nb; i++) {
+    fl_gbuf *b = order[i];
+    size_t nl = 0;
+    for (size_t j = 0; j < i; j++)
+      if (order[j]->start <= b->end && b->start <= order[j]->end) live[nl++] = order[j];
+    qsort(live, nl, sizeof *live, cmp_off);
+    size_t off = 0;
+    for (size_t j = 0; j < nl; j++) {
+      if (live[j]->off >= off + b->size) break;
+      if (live[j]->off + live[j]->size > off) off = live[j]->off + live[j]->size;
+    }
+    b->off = off;
+    if (off + b->size > total) total = off + b->size;
+  }
+  free(order);
+  free(live);
+  return total;
+}
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+static fl_status plan_buffers(fl_gmodel *m) {
+  fl_graph *g = m->g;
+  const int nt = g->nt, nn = g->nn;
+  int *tf = malloc((size_t)nn * sizeof *tf), *tr = malloc((size_t)nn * sizeof *tr),
+      *tb = malloc((size_t)nn * sizeof *tb);
+  int *bfwd = malloc((size_t)nt * sizeof *bfwd), *bbwd = malloc((size_t)nt * sizeof *bbwd),
+      *bgrad = malloc((size_t)nt * sizeof *bgrad);
+  int *sfwd = malloc((size_t)nn * sizeof *sfwd), *sbwd = malloc((size_t)nn * sizeof *sbwd);
+  planner p = {0};
+  fl_status st = FL_OK;
+  if (!tf || !tr || !tb || !bfwd || !bbwd || !bgrad || !sfwd || !sbwd) {
+    st = FL_ERR(FL_ENOMEM, "graph %s: out of memory planning buffers", g->name);
+    goto done;
+  }
+  /* the timeline */
+  int time = 0;
+  for (int i = 0; i < nn; i++) {
+    tf[i] = m->fwd_skip[i] ? -1 : time++;
+    tr[i] = tb[i] = -1;
+  }
+  const int tl = time++;
+  for (int i = nn; i-- > 0;) {
+    if (i == nn - 1 || m->seg[i + 1] != m->seg[i]) {
+      int j0 = i;
+      while (j0 > 0 && m->seg[j0 - 1] == m->seg[i]) j0--;
+      for (int j = j0; j <= i; j++)
+        if (m->recomp[j]) tr[j] = time++;
+    }
+    if (m->run_bwd[i]) tb[i] = time++;
+  }
+  /* value buffers */
+  for (int t = 0; t < nt; t++) bfwd[t] = bbwd[t] = bgrad[t] = -1;
+  for (int t = 0; t < nt; t++) {
+    const fl_gtensor *x = &g->t[t];
+    if (!is_f32_value(x)) continue;
+    const int pr = x->producer;
+    int fe = tf[pr], be = tr[pr];
+    if (t == g->output) fe = imax(fe, tl);
+    if (m->kept[t] && m->recomp[pr]) fe = imax(fe, tr[pr]);
+    for (int j = pr + 1; j < nn; j++) {
+      const fl_gnode *n = &g->nodes[j];
+      for (int k = 0; k < n->n_in; k++) {
+        if (n->in[k] != t) continue;
+        const int saved = k < 32 && ((n->op->save_in >> k) & 1u) && m->run_bwd[j];
+        if (tf[j] >= 0) fe = imax(fe, tf[j]);
+        if (m->kept[t]) {
+          if (tr[j] >= 0) fe = imax(fe, tr[j]);
+          if (saved) fe = imax(fe, tb[j]);
+        } else {
+          if (tr[j] >= 0) be = imax(be, tr[j]);
+          if (saved) be = imax(be, tb[j]);
+        }
+      }
+    }
+    const fl_gnode *pn = &g->nodes[pr];
+    for (int o = 0; o < pn->n_out && o < 32; o++)
+      if (pn->out[o] == t && ((pn->op->save_out >> o) & 1u) && m->run_bwd[pr]) {
+        if (m->kept[t]) fe = imax(fe, tb[pr]);
+        else be = imax(be, tb[pr]);
+      }
+    if ((bfwd[t] = add_buf(&p, x->n, tf[pr], fe)) < 0) goto nomem;
+    if (!m->kept[t] && (bbwd[t] = add_buf(&p, x->n, tr[pr], be)) < 0) goto nomem;
+  }
+  /* gradient buffers (params have theirs in the grad arena, the input its own) */
+  for (int t = 0; t < nt; t++) {
+    const fl_gtensor *x = &g->t[t];
+    if (x->kind != FL_GT_VALUE || !(m->has_grad[t] || m->zero_grad[t])) continue;
+    const int pr = x->producer;
+    int start = tb[pr];
+    if (t == g->output) start = tl;
+    else if (m->has_grad[t])
+      for (int j = pr + 1; j < nn; j++) {
+        if (!m->run_bwd[j]) continue;
+        const fl_gnode *n = &g->nodes[j];
+        for (int k = 0; k < n->n_in; k++)
+          if (n->in[k] == t && !input_nodiff(n, k) && (start < 0 || tb[j] < start)) start = tb[j];
+      }
+    if (start < 0 || tb[pr] < 0) continue; /* its producer's backward does not run */
+    if ((bgrad[t] = add_buf(&p, x->n, start, tb[pr])) < 0) goto nomem;
+  }
+  /* forward-to-backward buffers of the nodes */
+  size_t ws = 0;
+  for (int i = 0; i < nn; i++) {
+    const fl_gnode *n = &g->nodes[i];
+    sfwd[i] = sbwd[i] = -1;
+    if (n->ws_floats > ws) ws = n->ws_floats;
+    if (!n->saved_floats || m->fwd_skip[i]) continue;
+    if (m->recomp[i]) {
+      if ((sfwd[i] = add_buf(&p, n->saved_floats, tf[i], tf[i])) < 0) goto nomem;
+      if ((sbwd[i] = add_buf(&p, n->saved_floats, tr[i], imax(tr[i], tb[i]))) < 0) goto nomem;
+    } else if ((sfwd[i] = add_buf(&p, n->saved_floats, tf[i], imax(tf[i], tb[i]))) < 0)
+      goto nomem;
+  }
+  const size_t total = pack(&p);
+  if (total == (size_t)-1) goto nomem;
+  if (total > m->arena_floats) {
+    free(m->arena);
+    m->arena_floats = 0;
+    if (!(m->arena = aligned_alloc(64, total * sizeof(float)))) {
+      st = FL_ERR(FL_ENOMEM, "graph %s: out of memory for %zu activation bytes", g->name,
+                  total * sizeof(float));
+      goto done;
+    }
+    memset(m->arena, 0, total * sizeof(float)); /* touch the pages now, not in the first step */
+    m->arena_floats = total;
+  }
+  if (ws > m->ws_floats) {
+    free(m->ws);
+    m->ws_floats = 0;
+    if (!(m->ws = aligned_alloc(64, round_up(ws) * sizeof(float)))) {
+      st = FL_ERR(FL_ENOMEM, "graph %s: out of memory for %zu bytes of scratch", g->name,
+                  ws * sizeof(float));
+      goto done;
+    }
+    memset(m->ws, 0, round_up(ws) * sizeof(float));
+    m->ws_floats = round_up(ws);
+  }
+  m->plan_floats = total;
+  for (int t = 0; t < nt; t++) {
+    fl_gtensor *x = &g->t[t];
+    m->data_fwd[t] = bfwd[t] >= 0 ? m->arena + p.b[bfwd[t]].off : NULL;
+    m->data_bwd[t] = bbwd[t] >= 0 ? m->arena + p.b[bbwd[t]].off : m->data_fwd[t];
+    m->grad_buf[t] = bgrad[t] >= 0 ? m->arena + p.b[bgrad[t]].off : NULL;
+    if (x->kind == FL_GT_VALUE) {
+      if (x->dtype == FL_G_F32) x->data = m->data_fwd[t];
+      x->grad = m->grad_buf[t];
+    } else if (x->kind == FL_GT_PARAM) {
+      x->grad = m->has_grad[t] ? m->params[m->param_of[t]].grad : NULL;
+    } else if (x->kind == FL_GT_INPUT) {
+      x->grad = m->has_grad[t] ? m->dx : NULL;
+    } else {
+      x->grad = NULL;
+    }
+  }
+  for (int i = 0; i < nn; i++) {
+    fl_gnode *n = &g->nodes[i];
+    m->saved_fwd[i] = sfwd[i] >= 0 ? m->arena + p.b[sfwd[i]].off : NULL;
+    m->saved_bwd[i] = sbwd[i] >= 0 ? m->arena + p.b[sbwd[i]].off : m->saved_fwd[i];
+    n->saved = m->saved_fwd[i];
+    n->ws = n->ws_floats ? m->ws : NULL;
+  }
+  goto done;
+nomem:
+  st = FL_ERR(FL_ENOMEM, "graph %s: out of memory planning buffers", g->name);
+done:
+  free(tf);
+  free(tr);
+  free(tb);
+  free(bfwd);
+  free(bbwd);
+  free(bgrad);
+  free(sfwd);
+  free(sbwd);
+  free(p.b);
+  return st;
+}
+
+fl_status fl_gbind(fl_gmodel *m, size_t batch) {
+  if (m->bound == batch) return FL_OK;
+  m->bound = 0;
+  FL_TRY(infer_all(m, batch));
+  if (!m->static_done) {
+    FL_TRY(plan_static(m));
+    m->static_done = 1;
+  }
+  FL_TRY(plan_buffers(m));
+  m->bound = batch;
+  return FL_OK;
+}
