@@ -56,3 +56,8 @@ EXTRA_DIST += tests/bench/large_batch.py deploy/examples/large_batch
 # reconciled with the servers' (tests/bench/soak_ps.sh; uses
 # tests/integration/ps_probe and faults_lib.sh).
 EXTRA_DIST += tests/bench/soak_ps.sh
+
+# The ONNX examples (deploy/examples/onnx/: a ResNet and a ViT written in
+# PyTorch) trained by Flotilla beside the same modules in PyTorch, one
+# thread and 2 ranks against DDP: tests/bench/bench_onnx.sh.
+EXTRA_DIST += tests/bench/bench_onnx.sh tests/bench/torch_onnx_train.py deploy/examples/onnx

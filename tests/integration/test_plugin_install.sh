@@ -31,7 +31,9 @@ trainer=$(find "$root" -type f -name flotilla-trainer | head -1)
 libdir=$(dirname "$(find "$root" -name 'libflotilla.so*' | head -1)")
 
 # 2. compile the example plugin against the installed tree only
-export PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$root"
+PKG_CONFIG_PATH=$(dirname "$pc")
+PKG_CONFIG_SYSROOT_DIR=$root
+export PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 unset PKG_CONFIG_LIBDIR
 cflags=$(pkg-config --cflags flotilla) || fail "pkg-config --cflags flotilla"
 libs=$(pkg-config --libs flotilla) || fail "pkg-config --libs flotilla"
