@@ -6,3 +6,9 @@ TESTS += tests/unit/test_onnx
 tests_unit_test_onnx_SOURCES = tests/unit/test_onnx.c tests/unit/onnx_testutil.h
 tests_unit_test_onnx_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_onnx_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
+
+check_PROGRAMS += tests/unit/test_onnx_export
+TESTS += tests/unit/test_onnx_export
+tests_unit_test_onnx_export_SOURCES = tests/unit/test_onnx_export.c
+tests_unit_test_onnx_export_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_onnx_export_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
