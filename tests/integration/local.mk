@@ -5,4 +5,4 @@ include $(srcdir)/tests/integration/collective.mk
 include $(srcdir)/tests/integration/pserver.mk
 include $(srcdir)/tests/integration/deploy.mk
 include $(srcdir)/tests/integration/faults.mk
-include $(srcdir)/tests/integration/plugin.mk
+include $(srcdir)/tests/integration/byom.mk
