@@ -26,7 +26,7 @@
 #include "fl_optim.h"
 #include "fl_trainer.h"
 
-#define CKPT_FORMAT "flotilla-trainer-1"
+#define CKPT_FORMAT FL_TRAINER_CKPT_FORMAT
 
 typedef struct trainer {
   const fl_job *job;
@@ -195,11 +195,10 @@ static int amp_black_listed(const fl_job *job, const char *what) {
  * conv GEMMs in amp_configs.dtype (fp32 master weights are the host
  * parameters; the loss scaler below is the CPU's), except for an op type
  * on custom_black_list. */
-static void device_spec(trainer *t, fl_model_spec *s) {
-  const fl_job *job = t->job;
+static void device_spec(const fl_job *job, int device, fl_model_spec *s) {
   if (job->train.device != FL_DEVICE_GPU) return;
   snprintf(s->device, sizeof s->device, "gpu");
-  s->device_id = t->device;
+  s->device_id = device;
   if (job->strategy.amp) {
     const fl_math m16 =
         job->strategy.amp_configs.dtype == FL_AMP_BFLOAT16 ? FL_MATH_BF16 : FL_MATH_FP16;
@@ -208,8 +207,9 @@ static void device_spec(trainer *t, fl_model_spec *s) {
   }
 }
 
-static fl_status build_model(trainer *t, size_t max_batch) {
-  const fl_job_model *jm = &t->job->model;
+void fl_trainer_model_spec(const fl_job *job, int device, const char *ck[FL_JOB_MAX_LIST],
+                           fl_model_spec *out) {
+  const fl_job_model *jm = &job->model;
   fl_model_spec s;
   memset(&s, 0, sizeof s);
   snprintf(s.kind, sizeof s.kind, "%s", jm->kind);
@@ -228,12 +228,11 @@ static fl_status build_model(trainer *t, size_t max_batch) {
   s.gn_groups = jm->gn_groups;
   s.bn_momentum = jm->bn_momentum;
   s.bn_epsilon = jm->bn_epsilon;
-  s.recompute = t->job->strategy.recompute;
+  s.recompute = job->strategy.recompute;
   /* recompute_configs.checkpoints: graph tensor names bounding the segments */
-  const char *ck[FL_JOB_MAX_LIST];
-  const size_t nck = t->job->strategy.recompute_configs.n_checkpoints;
+  const size_t nck = job->strategy.recompute_configs.n_checkpoints;
   for (size_t i = 0; i < nck && i < FL_JOB_MAX_LIST; i++)
-    ck[i] = t->job->strategy.recompute_configs.checkpoints[i];
+    ck[i] = job->strategy.recompute_configs.checkpoints[i];
   s.checkpoints = ck;
   s.n_checkpoints = nck < FL_JOB_MAX_LIST ? nck : FL_JOB_MAX_LIST;
   snprintf(s.plugin_path, sizeof s.plugin_path, "%s", jm->plugin_path);
@@ -241,7 +240,15 @@ static fl_status build_model(trainer *t, size_t max_batch) {
   snprintf(s.path, sizeof s.path, "%s", jm->path);
   snprintf(s.output, sizeof s.output, "%s", jm->output);
   snprintf(s.loss, sizeof s.loss, "%s", jm->loss);
-  device_spec(t, &s);
+  device_spec(job, device, &s);
+  *out = s;
+}
+
+static fl_status build_model(trainer *t, size_t max_batch) {
+  const fl_job_model *jm = &t->job->model;
+  const char *ck[FL_JOB_MAX_LIST];
+  fl_model_spec s;
+  fl_trainer_model_spec(t->job, t->device, ck, &s);
   FL_TRY(fl_model_create(&s, max_batch, t->job->train.seed, &t->model));
   if (t->job->train.device == FL_DEVICE_GPU) {
     static const char *const math_names[] = {"fp32", "fp16", "bf16"};
@@ -726,6 +733,8 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   rep.steps = t.step;
   /* finish while the model still exists: geo pushes its last delta from it */
   if (st == FL_OK) st = t.ops->finish(t.self);
+  if (st == FL_OK && t.rank == 0 && job->train.export_onnx[0])
+    st = fl_trainer_export_onnx(job, t.model, job->train.export_onnx);
 done:
   trainer_free(&t);
   if (out) *out = rep;
