@@ -12,3 +12,10 @@ TESTS += tests/unit/test_onnx_export
 tests_unit_test_onnx_export_SOURCES = tests/unit/test_onnx_export.c
 tests_unit_test_onnx_export_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_onnx_export_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
+
+# Imported models against PyTorch's answers (tests/fixtures/onnx).
+check_PROGRAMS += tests/unit/test_onnx_fixtures
+TESTS += tests/unit/test_onnx_fixtures
+tests_unit_test_onnx_fixtures_SOURCES = tests/unit/test_onnx_fixtures.c
+tests_unit_test_onnx_fixtures_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_onnx_fixtures_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
