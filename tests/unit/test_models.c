@@ -341,7 +341,10 @@ static void check_recompute(fl_model_spec s, size_t n) {
   fl_model *a = make(&s, n, 3);
   s.recompute = 1;
   fl_model *b = make(&s, n, 3);
-  ck_assert_uint_lt(fl_model_activation_bytes(b), fl_model_activation_bytes(a));
+  /* never more memory; strictly less only where the values kept for
+   * backward outweigh the largest backward working set (the liveness
+   * plan already frees what the plain run does not need) */
+  ck_assert_uint_le(fl_model_activation_bytes(b), fl_model_activation_bytes(a));
   ready_log la = {.m = a}, lb = {.m = b};
   for (int step = 0; step < 3; step++) {
     batch bt = make_batch(a, n - (size_t)step, s.num_classes, 100 + (uint64_t)step);
@@ -380,7 +383,10 @@ START_TEST(recompute_bitwise_cnn) {
 }
 END_TEST
 
-/* The default models at batch 64 hold less with recompute. */
+/* The default models at batch 64 hold no more with recompute, and the CNN
+ * (whose conv maps kept for backward outweigh one layer's backward) less.
+ * The MLP's peak is fc1's backward (its input, output, their gradients),
+ * which recompute cannot lower. */
 START_TEST(recompute_saves_memory_default_models) {
   fl_model_spec s;
   fl_model_spec_defaults(&s);
@@ -391,7 +397,8 @@ START_TEST(recompute_saves_memory_default_models) {
     fl_model *a = make(&s, 64, 1);
     s.recompute = 1;
     fl_model *b = make(&s, 64, 1);
-    ck_assert_uint_lt(fl_model_activation_bytes(b), fl_model_activation_bytes(a));
+    if (k == 1) ck_assert_uint_lt(fl_model_activation_bytes(b), fl_model_activation_bytes(a));
+    else ck_assert_uint_le(fl_model_activation_bytes(b), fl_model_activation_bytes(a));
     fl_model_destroy(a);
     fl_model_destroy(b);
   }

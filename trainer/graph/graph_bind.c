@@ -3,15 +3,17 @@
  * all activation, gradient and forward-to-backward buffers in one arena.
  *
  * Planning works on the step's timeline of events: each node's forward,
- * the loss, then backward in reverse topological order, with the
- * recomputing forwards of a segment right before that segment's first
- * backward.  Every buffer gets the interval of events from its first write
- * to its last read (both ends included, so a node's input and output
- * buffers never alias), and buffers whose intervals overlap get disjoint
- * places (largest first, lowest free offset).  With recompute a tensor
- * inside a segment has two buffers: one for the forward, dead after its
- * last forward reader, and one from its recomputation to its last
- * backward reader; that is where the memory goes down.
+ * the loss, then the backwards in reverse topological order.  With
+ * recompute, the values inside a segment (between two checkpoints) are
+ * not kept: a node is re-run just before the first backward that reads
+ * one of its values (its inputs first, recursively, down to kept tensors),
+ * so a recomputed value lives only as long as backward needs it.  Every
+ * buffer gets the interval of events from its first write to its last
+ * read (both ends included, so a node's input and output buffers never
+ * alias), and buffers whose intervals overlap get disjoint places
+ * (largest first, lowest free offset).  A recomputed tensor has two
+ * buffers: one for the forward, dead after its last forward reader, and
+ * one from its recomputation to its last backward reader.
  *
  * The gradient flow (which tensors get a gradient, the accum bits of each
  * backward, which nodes recompute) is decided once, at the first bind. */
@@ -113,15 +115,29 @@ static fl_status infer_all(fl_gmodel *m, size_t batch) {
 
 static int input_nodiff(const fl_gnode *n, int i) { return i < 32 && (n->op->nodiff_in >> i) & 1u; }
 
+/* Schedule node j's recomputation (after its non-kept inputs') unless it
+ * is already scheduled; done[] marks scheduled nodes. */
+static void ensure(fl_gmodel *m, int j, unsigned char *done) {
+  if (done[j]) return;
+  done[j] = 1;
+  const fl_gnode *n = &m->g->nodes[j];
+  for (int k = 0; k < n->n_in; k++) {
+    const int t = n->in[k];
+    if (t >= 0 && !m->kept[t]) ensure(m, m->g->t[t].producer, done);
+  }
+  m->ev_kind[m->n_ev] = FL_GEV_RECOMP;
+  m->ev_node[m->n_ev++] = j;
+}
+
 /* Which tensors get gradients, which backward runs, accum bits, param
- * contributions, and the recompute segments. */
+ * contributions, the recompute segments and the backward events. */
 static fl_status plan_static(fl_gmodel *m) {
   fl_graph *g = m->g;
   const int nt = g->nt, nn = g->nn;
   unsigned char *req = calloc((size_t)nt, 1), *reach = calloc((size_t)nt, 1),
-                *written = calloc((size_t)nt, 1);
+                *written = calloc((size_t)nt, 1), *sched = calloc((size_t)nn + 1, 1);
   fl_status st = FL_OK;
-  if (!req || !reach || !written) {
+  if (!req || !reach || !written || !sched) {
     st = FL_ERR(FL_ENOMEM, "graph %s: out of memory planning", g->name);
     goto done;
   }
@@ -211,10 +227,24 @@ static fl_status plan_static(fl_gmodel *m) {
         }
       }
     }
+  /* the backward events, with each recomputation just in time */
+  m->n_ev = 0;
+  for (int i = nn; i-- > 0;) {
+    if (!m->run_bwd[i]) continue;
+    const fl_gnode *n = &g->nodes[i];
+    if (m->recomp[i]) ensure(m, i, sched);
+    for (int k = 0; k < n->n_in && k < 32; k++) {
+      const int t = n->in[k];
+      if (t >= 0 && !m->kept[t] && ((n->op->save_in >> k) & 1u)) ensure(m, g->t[t].producer, sched);
+    }
+    m->ev_kind[m->n_ev] = FL_GEV_BWD;
+    m->ev_node[m->n_ev++] = i;
+  }
 done:
   free(req);
   free(reach);
   free(written);
+  free(sched);
   return st;
 }
 
@@ -280,101 +310,87 @@ static size_t pack(planner *p) {
   return total;
 }
 
-static int imax(int a, int b) { return a > b ? a : b; }
+/* Extend buffer b's interval to cover event e. */
+static void touch(planner *p, int b, int e) {
+  if (b < 0) return;
+  fl_gbuf *x = &p->b[b];
+  if (x->start < 0 || e < x->start) x->start = e;
+  if (e > x->end) x->end = e;
+}
 
 static fl_status plan_buffers(fl_gmodel *m) {
   fl_graph *g = m->g;
   const int nt = g->nt, nn = g->nn;
-  int *tf = malloc((size_t)nn * sizeof *tf), *tr = malloc((size_t)nn * sizeof *tr),
-      *tb = malloc((size_t)nn * sizeof *tb);
   int *bfwd = malloc((size_t)nt * sizeof *bfwd), *bbwd = malloc((size_t)nt * sizeof *bbwd),
       *bgrad = malloc((size_t)nt * sizeof *bgrad);
   int *sfwd = malloc((size_t)nn * sizeof *sfwd), *sbwd = malloc((size_t)nn * sizeof *sbwd);
   planner p = {0};
   fl_status st = FL_OK;
-  if (!tf || !tr || !tb || !bfwd || !bbwd || !bgrad || !sfwd || !sbwd) {
-    st = FL_ERR(FL_ENOMEM, "graph %s: out of memory planning buffers", g->name);
-    goto done;
-  }
-  /* the timeline */
-  int time = 0;
-  for (int i = 0; i < nn; i++) {
-    tf[i] = m->fwd_skip[i] ? -1 : time++;
-    tr[i] = tb[i] = -1;
-  }
-  const int tl = time++;
-  for (int i = nn; i-- > 0;) {
-    if (i == nn - 1 || m->seg[i + 1] != m->seg[i]) {
-      int j0 = i;
-      while (j0 > 0 && m->seg[j0 - 1] == m->seg[i]) j0--;
-      for (int j = j0; j <= i; j++)
-        if (m->recomp[j]) tr[j] = time++;
-    }
-    if (m->run_bwd[i]) tb[i] = time++;
-  }
-  /* value buffers */
-  for (int t = 0; t < nt; t++) bfwd[t] = bbwd[t] = bgrad[t] = -1;
+  if (!bfwd || !bbwd || !bgrad || !sfwd || !sbwd) goto nomem;
+  /* the buffers, intervals empty for now */
   for (int t = 0; t < nt; t++) {
     const fl_gtensor *x = &g->t[t];
-    if (!is_f32_value(x)) continue;
-    const int pr = x->producer;
-    int fe = tf[pr], be = tr[pr];
-    if (t == g->output) fe = imax(fe, tl);
-    if (m->kept[t] && m->recomp[pr]) fe = imax(fe, tr[pr]);
-    for (int j = pr + 1; j < nn; j++) {
-      const fl_gnode *n = &g->nodes[j];
-      for (int k = 0; k < n->n_in; k++) {
-        if (n->in[k] != t) continue;
-        const int saved = k < 32 && ((n->op->save_in >> k) & 1u) && m->run_bwd[j];
-        if (tf[j] >= 0) fe = imax(fe, tf[j]);
-        if (m->kept[t]) {
-          if (tr[j] >= 0) fe = imax(fe, tr[j]);
-          if (saved) fe = imax(fe, tb[j]);
-        } else {
-          if (tr[j] >= 0) be = imax(be, tr[j]);
-          if (saved) be = imax(be, tb[j]);
-        }
-      }
+    bfwd[t] = bbwd[t] = bgrad[t] = -1;
+    if (is_f32_value(x) && !m->fwd_skip[x->producer]) {
+      if ((bfwd[t] = add_buf(&p, x->n, -1, -1)) < 0) goto nomem;
+      if (!m->kept[t] && (bbwd[t] = add_buf(&p, x->n, -1, -1)) < 0) goto nomem;
     }
-    const fl_gnode *pn = &g->nodes[pr];
-    for (int o = 0; o < pn->n_out && o < 32; o++)
-      if (pn->out[o] == t && ((pn->op->save_out >> o) & 1u) && m->run_bwd[pr]) {
-        if (m->kept[t]) fe = imax(fe, tb[pr]);
-        else be = imax(be, tb[pr]);
-      }
-    if ((bfwd[t] = add_buf(&p, x->n, tf[pr], fe)) < 0) goto nomem;
-    if (!m->kept[t] && (bbwd[t] = add_buf(&p, x->n, tr[pr], be)) < 0) goto nomem;
+    if (x->kind == FL_GT_VALUE && (m->has_grad[t] || m->zero_grad[t]) &&
+        (bgrad[t] = add_buf(&p, x->n, -1, -1)) < 0)
+      goto nomem;
   }
-  /* gradient buffers (params have theirs in the grad arena, the input its own) */
-  for (int t = 0; t < nt; t++) {
-    const fl_gtensor *x = &g->t[t];
-    if (x->kind != FL_GT_VALUE || !(m->has_grad[t] || m->zero_grad[t])) continue;
-    const int pr = x->producer;
-    int start = tb[pr];
-    if (t == g->output) start = tl;
-    else if (m->has_grad[t])
-      for (int j = pr + 1; j < nn; j++) {
-        if (!m->run_bwd[j]) continue;
-        const fl_gnode *n = &g->nodes[j];
-        for (int k = 0; k < n->n_in; k++)
-          if (n->in[k] == t && !input_nodiff(n, k) && (start < 0 || tb[j] < start)) start = tb[j];
-      }
-    if (start < 0 || tb[pr] < 0) continue; /* its producer's backward does not run */
-    if ((bgrad[t] = add_buf(&p, x->n, start, tb[pr])) < 0) goto nomem;
-  }
-  /* forward-to-backward buffers of the nodes */
   size_t ws = 0;
   for (int i = 0; i < nn; i++) {
     const fl_gnode *n = &g->nodes[i];
     sfwd[i] = sbwd[i] = -1;
     if (n->ws_floats > ws) ws = n->ws_floats;
     if (!n->saved_floats || m->fwd_skip[i]) continue;
-    if (m->recomp[i]) {
-      if ((sfwd[i] = add_buf(&p, n->saved_floats, tf[i], tf[i])) < 0) goto nomem;
-      if ((sbwd[i] = add_buf(&p, n->saved_floats, tr[i], imax(tr[i], tb[i]))) < 0) goto nomem;
-    } else if ((sfwd[i] = add_buf(&p, n->saved_floats, tf[i], imax(tf[i], tb[i]))) < 0)
-      goto nomem;
+    if ((sfwd[i] = add_buf(&p, n->saved_floats, -1, -1)) < 0) goto nomem;
+    if (m->recomp[i] && (sbwd[i] = add_buf(&p, n->saved_floats, -1, -1)) < 0) goto nomem;
   }
+  /* the timeline: forwards, the loss, then the backward events */
+  int e = 0;
+  for (int i = 0; i < nn; i++, e++) {
+    const fl_gnode *n = &g->nodes[i];
+    if (m->fwd_skip[i]) continue;
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0) touch(&p, bfwd[n->in[k]], e);
+    for (int o = 0; o < n->n_out; o++) touch(&p, bfwd[n->out[o]], e);
+    touch(&p, sfwd[i], e);
+  }
+  touch(&p, bfwd[g->output], e);
+  touch(&p, bgrad[g->output], e);
+  e++;
+  for (int v = 0; v < m->n_ev; v++, e++) {
+    const int i = m->ev_node[v];
+    const fl_gnode *n = &g->nodes[i];
+    /* a tensor's buffer as backward sees it: the recomputed copy if any */
+#define BWD_BUF(t) (bbwd[t] >= 0 ? bbwd[t] : bfwd[t])
+    if (m->ev_kind[v] == FL_GEV_RECOMP) {
+      for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] >= 0) touch(&p, BWD_BUF(n->in[k]), e);
+      for (int o = 0; o < n->n_out; o++) touch(&p, BWD_BUF(n->out[o]), e);
+      touch(&p, sbwd[i] >= 0 ? sbwd[i] : sfwd[i], e);
+      continue;
+    }
+    for (int k = 0; k < n->n_in; k++) {
+      const int t = n->in[k];
+      if (t < 0) continue;
+      if (k < 32 && ((n->op->save_in >> k) & 1u)) touch(&p, BWD_BUF(t), e);
+      if (!input_nodiff(n, k)) touch(&p, bgrad[t], e);
+    }
+    for (int o = 0; o < n->n_out; o++) {
+      const int t = n->out[o];
+      if (o < 32 && ((n->op->save_out >> o) & 1u)) touch(&p, BWD_BUF(t), e);
+      touch(&p, bgrad[t], e);
+    }
+    touch(&p, sbwd[i] >= 0 ? sbwd[i] : sfwd[i], e);
+#undef BWD_BUF
+  }
+  /* a buffer nothing touches (the output of a node whose forward never
+   * runs in a step) still needs a place: give it the first event */
+  for (size_t b = 0; b < p.nb; b++)
+    if (p.b[b].start < 0) p.b[b].start = p.b[b].end = 0;
   const size_t total = pack(&p);
   if (total == (size_t)-1) goto nomem;
   if (total > m->arena_floats) {
@@ -427,9 +443,6 @@ static fl_status plan_buffers(fl_gmodel *m) {
 nomem:
   st = FL_ERR(FL_ENOMEM, "graph %s: out of memory planning buffers", g->name);
 done:
-  free(tf);
-  free(tr);
-  free(tb);
   free(bfwd);
   free(bbwd);
   free(bgrad);

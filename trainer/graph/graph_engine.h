@@ -29,6 +29,8 @@ typedef struct fl_gbuf {
   int start, end;
 } fl_gbuf;
 
+enum { FL_GEV_FWD = 0, FL_GEV_LOSS = 1, FL_GEV_RECOMP = 2, FL_GEV_BWD = 3 };
+
 /* A compiled graph (the handle of fl_graph_model_ops). */
 typedef struct fl_gmodel {
   fl_graph *g;
@@ -59,6 +61,11 @@ typedef struct fl_gmodel {
   unsigned char *kept;       /* per tensor: not recomputed */
   unsigned char *recomp;     /* per node: re-run before its segment's backward */
   unsigned char *ckpt;       /* per tensor: named checkpoint */
+  /* the step's events after the forward and the loss: recomputing
+   * forwards and backwards, in order (fixed at the first bind) */
+  unsigned char *ev_kind;    /* FL_GEV_RECOMP or FL_GEV_BWD */
+  int *ev_node;
+  int n_ev;
   /* bound state (graph_bind.c) */
   size_t bound;              /* batch size bound, 0 = none */
   float *arena;

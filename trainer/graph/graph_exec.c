@@ -1,7 +1,8 @@
 /* graph_exec.c - running a bound graph: forward in topological order, and
  * reverse-mode backward, each node's vector-Jacobian product in reverse
- * topological order with the accum bits fixed at plan time, recomputing a
- * segment's values right before its first backward.
+ * topological order with the accum bits fixed at plan time, recomputing
+ * values that were not kept just before the first backward that reads
+ * them (the event list of graph_bind.c).
  *
  * Gradients of parameters are reported to on_ready in decreasing index
  * order, each as soon as it is final and every higher index has been
@@ -74,21 +75,17 @@ fl_status fl_gexec_backward(fl_gmodel *m, fl_grad_ready_fn on_ready, void *ctx) 
   }
   size_t next = m->np;
   report(m, &next, on_ready, ctx);
-  for (int i = g->nn; i-- > 0;) {
-    if (i == g->nn - 1 || m->seg[i + 1] != m->seg[i]) {
-      int j0 = i;
-      while (j0 > 0 && m->seg[j0 - 1] == m->seg[i]) j0--;
-      m->ctx.recomputing = 1;
-      for (int j = j0; j <= i; j++)
-        if (m->recomp[j]) {
-          g->nodes[j].saved = m->saved_bwd[j];
-          FL_TRY(node_forward(m, j));
-        }
-      m->ctx.recomputing = 0;
-    }
-    if (!m->run_bwd[i]) continue;
+  for (int v = 0; v < m->n_ev; v++) {
+    const int i = m->ev_node[v];
     fl_gnode *n = &g->nodes[i];
     n->saved = m->saved_bwd[i];
+    if (m->ev_kind[v] == FL_GEV_RECOMP) {
+      m->ctx.recomputing = 1;
+      const fl_status st = node_forward(m, i);
+      m->ctx.recomputing = 0;
+      FL_TRY(st);
+      continue;
+    }
     for (int o = 0; o < n->n_out; o++) {
       const fl_gtensor *t = &g->t[n->out[o]];
       if (m->zero_grad[n->out[o]] && t->grad) FL_TRY(fl_gdev_zero(m, t->grad, t->n));

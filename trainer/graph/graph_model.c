@@ -58,6 +58,8 @@ static void model_free(fl_gmodel *m) {
   free(m->kept);
   free(m->recomp);
   free(m->ckpt);
+  free(m->ev_kind);
+  free(m->ev_node);
   free(m->arena);
   free(m->ws);
   free(m->data_fwd);
@@ -215,9 +217,11 @@ fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void *
   m->seg = calloc(nn, sizeof *m->seg);
   m->saved_fwd = calloc(nn, sizeof *m->saved_fwd);
   m->saved_bwd = calloc(nn, sizeof *m->saved_bwd);
+  m->ev_kind = calloc(2 * nn, 1);
+  m->ev_node = calloc(2 * nn, sizeof *m->ev_node);
   if (!m->param_of || !m->has_grad || !m->zero_grad || !m->kept || !m->ckpt || !m->data_fwd ||
       !m->data_bwd || !m->grad_buf || !m->run_bwd || !m->fwd_skip || !m->recomp || !m->accum ||
-      !m->seg || !m->saved_fwd || !m->saved_bwd) {
+      !m->seg || !m->saved_fwd || !m->saved_bwd || !m->ev_kind || !m->ev_node) {
     st = FL_ERR(FL_ENOMEM, "graph %s: out of memory", g->name);
     goto fail;
   }
