@@ -10,6 +10,8 @@
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
 py=/usr/bin/python3
+PYTHONDONTWRITEBYTECODE=1 # no __pycache__ in the source tree
+export PYTHONDONTWRITEBYTECODE
 ex=$FL_SRCDIR/deploy/examples/onnx
 RUN=$FL_BUILDDIR/flotilla-run
 "$py" -c 'import torch, onnx' 2> /dev/null || { echo "SKIP: $py lacks torch or onnx"; exit 77; }
