@@ -286,10 +286,14 @@ fl_status fl_npy_open(const char *path, fl_npy **out) {
     return FL_ERR(FL_EIO, "%s: cannot open: %s", path, strerror(e));
   }
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+  if (fstat(fd, &sb) != 0) {
     int e = errno;
     close(fd);
-    return FL_ERR(FL_EIO, "%s: %s", path, S_ISREG(sb.st_mode) ? strerror(e) : "not a regular file");
+    return FL_ERR(FL_EIO, "%s: cannot stat: %s", path, strerror(e));
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    close(fd);
+    return FL_ERR(FL_EIO, "%s: not a regular file", path);
   }
   if ((uint64_t)sb.st_size > SIZE_MAX) {
     close(fd);
