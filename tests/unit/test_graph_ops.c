@@ -865,7 +865,8 @@ START_TEST(test_maxpool) {
     int64_t k[2] = {2, 2}, st[2] = {2, 2}, pd[4] = {0, 0, 0, 0}, dl[2] = {1, 1};
     int ceil_mode = 0;
     if (variant == 1) pd[0] = 1, pd[1] = 1, pd[2] = 1, pd[3] = 0, k[0] = 3, st[1] = 1;
-    if (variant == 2) ceil_mode = 1, dl[0] = 2, st[0] = 1, k[1] = 3; /* last column window half outside */
+    /* variant 2: the last column window lies half outside (ceil_mode) */
+    if (variant == 2) ceil_mode = 1, dl[0] = 2, st[0] = 1, k[1] = 3;
     h_ais(&h, "kernel_shape", k, 2);
     h_ais(&h, "strides", st, 2);
     h_ais(&h, "pads", pd, 4);
@@ -942,7 +943,8 @@ START_TEST(test_avgpool) {
             int cnt = 0;
             for (int64_t iy = hs; iy < he; iy++)
               for (int64_t ix = ws; ix < we; ix++)
-                if (iy >= 0 && iy < 5 && ix >= 0 && ix < 7) sum += x->data[(p * 5 + iy) * 7 + ix], cnt++;
+                if (iy >= 0 && iy < 5 && ix >= 0 && ix < 7)
+                  sum += x->data[(p * 5 + iy) * 7 + ix], cnt++;
             const double div = cip ? (double)((he - hs) * (we - ws)) : cnt;
             ck_assert_float_eq_tol(y->data[(p * oh + i) * ow + j], sum / div, 1e-6);
           }

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fl_device.h"
 #include "ops_internal.h"
 
 /* Window geometry of one 2-D conv or pool. */
@@ -178,6 +179,21 @@ static size_t conv_col_floats(const conv_p *p) {
   return (size_t)(p->Cg * p->g.kh * p->g.kw * p->g.oh * p->g.ow);
 }
 
+/* Device scratch of a gpu conv: the gradients that accumulate (dx, dw, db
+ * in that order), then the kernels' workspace (cuDNN's, rounded up to
+ * floats).  *need: all of it; *acc_floats (may be NULL): the first part. */
+static fl_status conv_gpu_ws(const fl_gnode *n, const fl_gctx *c, const conv_p *p, size_t *need,
+                             size_t *acc_floats) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *w = fl_gin(n, c, 1);
+  const fl_conv2d_desc d = conv_desc(p);
+  size_t bytes = 0;
+  FL_TRY(fl_gkernel(n, fl_conv2d_workspace_bytes_cuda(&d, &bytes), "conv2d workspace"));
+  const size_t acc = x->n + w->n + (size_t)p->O;
+  if (acc_floats) *acc_floats = acc;
+  *need = acc + (bytes + sizeof(float) - 1) / sizeof(float);
+  return FL_OK;
+}
+
 static fl_status conv_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   FL_TRY(fl_gneed(n, c, 0, FL_G_F32));
   FL_TRY(fl_gneed(n, c, 1, FL_G_F32));
@@ -192,6 +208,11 @@ static fl_status conv_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) 
     const fl_conv2d_desc d = conv_desc(&p);
     const size_t f = fl_conv2d_workspace_floats(&d);
     if (f > *ws) *ws = f;
+  }
+  if (c->stream && p.fast) { /* a gpu graph: conv_gpu_ws's layout */
+    size_t need;
+    FL_TRY(conv_gpu_ws(n, c, &p, &need, NULL));
+    if (need > *ws) *ws = need;
   }
   *saved = 0;
   return FL_OK;
@@ -331,6 +352,52 @@ static fl_status conv_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   return FL_OK;
 }
 
+/* Conv on the gpu: the kernels' geometry (fl_conv2d_*_cuda, cuDNN). */
+static fl_status conv_gpu_params(const fl_gnode *n, const fl_gctx *c, conv_p *p) {
+  FL_TRY(conv_params(n, c, p));
+  if (p->fast) return FL_OK;
+  return fl_gop_fail(n, FL_ENOTSUP,
+                     "on the gpu Conv takes only group=1, dilations 1 and symmetric pads");
+}
+
+static fl_status conv_forward_cuda(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *w = fl_gin(n, c, 1), *b = fl_gin(n, c, 2);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  conv_p p;
+  FL_TRY(conv_gpu_params(n, c, &p));
+  size_t need, acc;
+  FL_TRY(conv_gpu_ws(n, c, &p, &need, &acc));
+  FL_TRY(fl_gcu_need_ws(n, need));
+  const fl_conv2d_desc d = conv_desc(&p);
+  return fl_gkernel(n,
+                    fl_conv2d_forward_cuda(&d, x->data, w->data, b ? b->data : NULL, y->data,
+                                           n->ws + acc, p.act, n->math, c->stream),
+                    "conv2d");
+}
+
+static fl_status conv_backward_cuda(fl_gnode *n, fl_gctx *c, unsigned accum) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *w = fl_gin(n, c, 1), *b = fl_gin(n, c, 2);
+  const fl_gtensor *y = fl_gout(n, c, 0);
+  conv_p p;
+  FL_TRY(conv_gpu_params(n, c, &p));
+  size_t need, acc;
+  FL_TRY(conv_gpu_ws(n, c, &p, &need, &acc));
+  FL_TRY(fl_gcu_need_ws(n, need));
+  float *dx = x->grad, *dw = w->grad, *db = b ? b->grad : NULL;
+  const int ax = fl_gacc(accum, 0), aw = fl_gacc(accum, 1), ab = fl_gacc(accum, 2);
+  float *kx = dx && ax ? n->ws : dx, *kw = dw && aw ? n->ws + x->n : dw;
+  float *kb = db && ab ? n->ws + x->n + w->n : db;
+  const fl_conv2d_desc d = conv_desc(&p);
+  FL_TRY(fl_gkernel(n,
+                    fl_conv2d_backward_cuda(&d, x->data, w->data, y->data, y->grad, kx, kw, kb,
+                                            n->ws + acc, p.act, n->math, c->stream),
+                    "conv2d backward"));
+  if (dx && ax) FL_TRY(fl_gcu_put(n, c, dx, kx, x->n, 1));
+  if (dw && aw) FL_TRY(fl_gcu_put(n, c, dw, kw, w->n, 1));
+  if (db && ab) FL_TRY(fl_gcu_put(n, c, db, kb, b->n, 1));
+  return FL_OK;
+}
+
 /* ------------------------------------------------------------- MaxPool */
 
 static fl_status pool_params(const fl_gnode *n, const fl_gctx *c, int is_max, win2d *g) {
@@ -362,7 +429,7 @@ static fl_status maxpool_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *save
   int nd;
   win_out_shape(&g, g.C, ys, &nd);
   fl_gset_out(n, c, 0, FL_G_F32, nd, ys);
-  *ws = 0;
+  *ws = c->stream ? fl_gin(n, c, 0)->n : 0; /* gpu: dx when it accumulates */
   *saved = fl_gnumel(nd, ys); /* the argmax, int32 per output */
   return FL_OK;
 }
@@ -426,6 +493,45 @@ static fl_status maxpool_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
       if (ap[k] >= 0) dp[ap[k]] += gp[k];
   }
   return FL_OK;
+}
+
+/* MaxPool on the gpu: the kernels' geometry (no pads, no dilation, floor). */
+static fl_status maxpool_gpu_desc(const fl_gnode *n, const fl_gctx *c, fl_pool2d_desc *d) {
+  win2d g;
+  FL_TRY(pool_params(n, c, 1, &g));
+  if (!maxpool_fast(&g))
+    return fl_gop_fail(n, FL_ENOTSUP,
+                       "on the gpu MaxPool takes only no pads, dilations 1 and ceil_mode 0");
+  *d = (fl_pool2d_desc){.batch = (size_t)g.N, .channels = (size_t)g.C, .in_h = (size_t)g.H,
+                        .in_w = (size_t)g.W, .k_h = (size_t)g.kh, .k_w = (size_t)g.kw,
+                        .stride_h = (size_t)g.sh, .stride_w = (size_t)g.sw};
+  return FL_OK;
+}
+
+static fl_status maxpool_forward_cuda(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  fl_pool2d_desc d;
+  FL_TRY(maxpool_gpu_desc(n, c, &d));
+  return fl_gkernel(n,
+                    fl_maxpool2d_forward_cuda(&d, x->data, y->data, (int32_t *)n->saved,
+                                              c->stream),
+                    "max-pool");
+}
+
+static fl_status maxpool_backward_cuda(fl_gnode *n, fl_gctx *c, unsigned accum) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *y = fl_gout(n, c, 0);
+  if (!x->grad) return FL_OK;
+  fl_pool2d_desc d;
+  FL_TRY(maxpool_gpu_desc(n, c, &d));
+  const int ax = fl_gacc(accum, 0);
+  if (ax) FL_TRY(fl_gcu_need_ws(n, x->n));
+  float *kx = ax ? n->ws : x->grad;
+  FL_TRY(fl_gkernel(n,
+                    fl_maxpool2d_backward_cuda(&d, y->grad, (const int32_t *)n->saved, kx,
+                                               c->stream),
+                    "max-pool backward"));
+  return ax ? fl_gcu_put(n, c, x->grad, kx, x->n, 1) : FL_OK;
 }
 
 /* --------------------------------------------------------- AveragePool */
@@ -587,10 +693,12 @@ static const char *const no_attrs[] = {NULL};
 const fl_gop fl_gops_conv[] = {
     {.type = "Conv", .paddle = "conv2d", .min_in = 2, .max_in = 3, .min_out = 1, .max_out = 1,
      .attrs = conv_attrs, .infer = conv_infer, .forward = conv_forward,
-     .backward = conv_backward, .save_in = 3, .save_out = 1},
+     .backward = conv_backward, .save_in = 3, .save_out = 1,
+     .forward_cuda = conv_forward_cuda, .backward_cuda = conv_backward_cuda},
     {.type = "MaxPool", .paddle = "pool2d", .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 2, .attrs = maxpool_attrs, .infer = maxpool_infer, .forward = maxpool_forward,
-     .backward = maxpool_backward},
+     .backward = maxpool_backward, .forward_cuda = maxpool_forward_cuda,
+     .backward_cuda = maxpool_backward_cuda},
     {.type = "AveragePool", .paddle = NULL, .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 1, .attrs = avgpool_attrs, .infer = avgpool_infer, .forward = avgpool_forward,
      .backward = avgpool_backward},

@@ -42,7 +42,8 @@ static fl_status binary_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved
                        fl_gshape_str(b->ndim, b->shape, sb, sizeof sb), b->name);
   }
   fl_gset_out(n, c, 0, a->dtype, nd, shape);
-  *ws = 0;
+  /* A gpu graph's Add: scratch for a bias gradient that accumulates. */
+  *ws = c->stream ? (a->n < b->n ? a->n : b->n) : 0;
   *saved = 0;
   return FL_OK;
 }
@@ -196,6 +197,85 @@ static fl_status binary_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   return FL_OK;
 }
 
+/* Add on the gpu: two tensors of the output's shape, or one of them and a
+ * bias: a tensor that, aligned to the output, equals it on a run of
+ * consecutive dims [d0, d1) and is 1 elsewhere (Linear's [C] on [N, C] or
+ * [B, T, C], a conv bias [1, C, 1, 1] on [N, C, H, W]); then y[n, c, s] =
+ * big[n, c, s] + bias[c] with n over dims before d0 and s after d1. */
+typedef struct add_gpu {
+  int big;               /* input index of the full-shape operand */
+  int same;              /* both have the output's shape */
+  size_t N, C, inner;
+} add_gpu;
+
+static fl_status add_gpu_layout(const fl_gnode *n, const fl_gctx *c, add_gpu *g) {
+  const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1), *y = fl_gout(n, c, 0);
+  if (a->dtype != FL_G_F32)
+    return fl_gop_fail(n, FL_ENOTSUP, "int64 data on the gpu is not supported");
+  g->same = a->n == y->n && b->n == y->n;
+  g->big = a->n == y->n ? 0 : 1;
+  if (g->same) return FL_OK;
+  const fl_gtensor *big = g->big ? b : a, *sm = g->big ? a : b;
+  int ok = big->n == y->n && big->ndim == y->ndim && sm->ndim <= y->ndim;
+  int64_t ss[FL_G_MAX_DIMS];
+  int d0 = -1, d1 = -1;
+  for (int d = 0; ok && d < y->ndim; d++) {
+    const int sd = d - (y->ndim - sm->ndim);
+    ss[d] = sd >= 0 ? sm->shape[sd] : 1;
+    if (ss[d] != 1) {
+      if (d0 < 0) d0 = d;
+      ok = d1 < 0 || d1 == d; /* one run of kept dims */
+      d1 = d + 1;
+    }
+  }
+  if (ok && d0 >= 0)
+    for (int d = d0; d < d1; d++) ok = ok && ss[d] == y->shape[d];
+  if (!ok)
+    return fl_gop_fail(n, FL_ENOTSUP,
+                       "on the gpu Add takes two tensors of one shape or a tensor and a bias "
+                       "broadcast along leading and trailing dims");
+  if (d0 < 0) d0 = d1 = y->ndim; /* a scalar: one channel */
+  g->N = fl_gnumel(d0, y->shape);
+  g->C = fl_gnumel(d1 - d0, y->shape + d0);
+  g->inner = fl_gnumel(y->ndim - d1, y->shape + d1);
+  return FL_OK;
+}
+
+static fl_status add_forward_cuda(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  add_gpu g;
+  FL_TRY(add_gpu_layout(n, c, &g));
+  if (y->n == 0) return FL_OK;
+  const fl_gtensor *big = g.big ? b : a, *sm = g.big ? a : b;
+  FL_TRY(fl_gcu_put(n, c, y->data, big->data, y->n, 0));
+  if (g.same) return fl_gcu_put(n, c, y->data, sm->data, y->n, 1);
+  return fl_gkernel(n, fl_bias_forward_cuda(y->data, sm->data, g.N, g.C, g.inner, c->stream),
+                    "bias");
+}
+
+static fl_status add_backward_cuda(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *y = fl_gout(n, c, 0);
+  add_gpu g;
+  FL_TRY(add_gpu_layout(n, c, &g));
+  if (y->n == 0) return FL_OK;
+  for (int i = 0; i < 2; i++) {
+    const fl_gtensor *t = fl_gin(n, c, i);
+    if (!t->grad) continue;
+    const int ai = fl_gacc(acc, i);
+    if (g.same || i == g.big) {
+      FL_TRY(fl_gcu_put(n, c, t->grad, y->grad, y->n, ai));
+      continue;
+    }
+    if (ai) FL_TRY(fl_gcu_need_ws(n, g.C));
+    float *k = ai ? n->ws : t->grad;
+    FL_TRY(fl_gkernel(n, fl_bias_backward_cuda(y->grad, k, g.N, g.C, g.inner, c->stream),
+                      "bias backward"));
+    if (ai) FL_TRY(fl_gcu_put(n, c, t->grad, k, g.C, 1));
+  }
+  return FL_OK;
+}
+
 /* -------------------------------------------------------------- unary */
 
 enum un_kind { UN_RELU, UN_LEAKY, UN_SIGMOID, UN_TANH, UN_ERF, UN_NEG, UN_SQRT, UN_EXP, UN_LOG };
@@ -302,6 +382,40 @@ static fl_status unary_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   case UN_LOG: UN_GRAD(g[i] / x[i]); break;
   }
   return FL_OK;
+}
+
+/* Relu and Tanh on the gpu: the activation kernels. */
+static fl_status act_of(const fl_gnode *n, fl_act *act) {
+  const enum un_kind k = un_kind_of(n);
+  if (k != UN_RELU && k != UN_TANH)
+    return fl_gop_fail(n, FL_ENOTSUP, "no gpu kernel for %s", n->op->type);
+  *act = k == UN_RELU ? FL_ACT_RELU : FL_ACT_TANH;
+  return FL_OK;
+}
+
+static fl_status act_forward_cuda(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  fl_act act = FL_ACT_NONE;
+  FL_TRY(act_of(n, &act));
+  if (x->dtype != FL_G_F32)
+    return fl_gop_fail(n, FL_ENOTSUP, "int64 data on the gpu is not supported");
+  if (x->n == 0) return FL_OK;
+  return fl_gkernel(n, fl_act_forward_cuda(act, x->data, y->data, x->n, c->stream),
+                    "activation");
+}
+
+static fl_status act_backward_cuda(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *y = fl_gout(n, c, 0);
+  if (!x->grad || x->n == 0) return FL_OK;
+  fl_act act = FL_ACT_NONE;
+  FL_TRY(act_of(n, &act));
+  /* Accumulating: the output grad (scratch) becomes dx's addend. */
+  const int ax = fl_gacc(acc, 0);
+  float *k = ax ? y->grad : x->grad;
+  FL_TRY(fl_gkernel(n, fl_act_backward_cuda(act, y->data, y->grad, k, x->n, c->stream),
+                    "activation backward"));
+  return ax ? fl_gcu_put(n, c, x->grad, k, x->n, 1) : FL_OK;
 }
 
 /* ---------------------------------------------------- Identity, Cast */
@@ -476,17 +590,26 @@ static const char *const dropout_attrs[] = {"ratio", "seed", NULL};
    .backward = unary_backward, .save_in = SIN, .save_out = SOUT}
 
 const fl_gop fl_gops_elementwise[] = {
-    BINARY("Add", "elementwise_add", 0),
+    {.type = "Add", .paddle = "elementwise_add", .min_in = 2, .max_in = 2, .min_out = 1,
+     .max_out = 1, .attrs = no_attrs, .infer = binary_infer, .forward = binary_forward,
+     .backward = binary_backward, .forward_cuda = add_forward_cuda,
+     .backward_cuda = add_backward_cuda},
     BINARY("Sub", "elementwise_sub", 0),
     BINARY("Mul", "elementwise_mul", 3),
     BINARY("Div", "elementwise_div", 3),
     {.type = "Pow", .paddle = "elementwise_pow", .min_in = 2, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = binary_infer, .forward = binary_forward,
      .backward = binary_backward, .save_in = 3, .save_out = 1},
-    UNARY("Relu", "relu", 0, 1, no_attrs),
+    {.type = "Relu", .paddle = "relu", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+     .attrs = no_attrs, .infer = unary_infer, .forward = unary_forward,
+     .backward = unary_backward, .save_out = 1, .forward_cuda = act_forward_cuda,
+     .backward_cuda = act_backward_cuda},
     UNARY("LeakyRelu", "leaky_relu", 1, 0, leaky_attrs),
     UNARY("Sigmoid", "sigmoid", 0, 1, no_attrs),
-    UNARY("Tanh", "tanh", 0, 1, no_attrs),
+    {.type = "Tanh", .paddle = "tanh", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+     .attrs = no_attrs, .infer = unary_infer, .forward = unary_forward,
+     .backward = unary_backward, .save_out = 1, .forward_cuda = act_forward_cuda,
+     .backward_cuda = act_backward_cuda},
     UNARY("Erf", "erf", 1, 0, no_attrs),
     UNARY("Neg", NULL, 0, 0, no_attrs),
     UNARY("Sqrt", "sqrt", 0, 1, no_attrs),

@@ -60,6 +60,21 @@ fl_status fl_gaxis(const fl_gnode *n, int64_t a, int r, const char *what, int *o
 
 /* dst = src (accum 0) or dst += src (accum 1), n floats. */
 void fl_gput(float *dst, const float *src, size_t n, int accum);
+/* A kernel's status as the node's: CUDA and out-of-memory errors were
+ * logged where they happened; anything else is logged here naming what. */
+fl_status fl_gkernel(const fl_gnode *n, fl_status st, const char *what);
+
+/* The device twin of fl_gput on c->stream (device pointers). */
+fl_status fl_gcu_put(const fl_gnode *n, const fl_gctx *c, float *dst, const float *src,
+                     size_t count, int accum);
+/* Device copy of an output from its input for the ops that move no data
+ * (Identity, Flatten, Reshape, Squeeze, Unsqueeze): forward and backward. */
+fl_status fl_gcu_copy_forward(fl_gnode *n, fl_gctx *c);
+fl_status fl_gcu_copy_backward(fl_gnode *n, fl_gctx *c, unsigned accum);
+/* FL_EINVAL (logged) when the bound ws is smaller than need floats: a gpu
+ * graph bound without c->stream set (see NOTES-graph.md). */
+fl_status fl_gcu_need_ws(const fl_gnode *n, size_t need);
+
 /* Bit i of accum. */
 static inline int fl_gacc(unsigned accum, int i) { return (int)((accum >> i) & 1u); }
 /* The grad of input i when one is wanted, else NULL. */

@@ -86,7 +86,9 @@ static fl_status gemm_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) 
                          (long long)p.N);
   }
   fl_gset_out(n, c, 0, FL_G_F32, 2, yshape);
-  *ws = 0;
+  /* A gpu graph: scratch for gradients that accumulate (the device kernel
+   * overwrites its outputs). */
+  *ws = c->stream ? (size_t)(p.M * p.K + p.N * p.K + p.N) : 0;
   *saved = 0;
   return FL_OK;
 }
@@ -166,6 +168,54 @@ static fl_status gemm_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
       cblas_sgemm(CblasRowMajor, CblasTrans, p.ta ? CblasTrans : CblasNoTrans, N, K, M,
                   p.alpha, dz, N, a->data, lda, beta, b->grad, ldb);
   }
+  return FL_OK;
+}
+
+/* Gemm on the gpu: PyTorch Linear's layout, through fl_linear_*_cuda. */
+static fl_status gemm_gpu_layout(const fl_gnode *n, const fl_gctx *c, const gemm_p *p) {
+  const fl_gtensor *ct = fl_gin(n, c, 2);
+  const int bias_ok = !ct || (p->beta == 1.0f && ct->n == (size_t)p->N &&
+                              (ct->ndim == 1 || (ct->ndim == 2 && ct->shape[0] == 1)));
+  if (!p->ta && p->tb && p->alpha == 1.0f && bias_ok && p->M > 0 && p->N > 0 && p->K > 0)
+    return FL_OK;
+  return fl_gop_fail(n, FL_ENOTSUP,
+                     "on the gpu Gemm takes only transA=0, transB=1, alpha=1, non-empty "
+                     "matrices and C absent or a [N] bias with beta=1");
+}
+
+static fl_status gemm_forward_cuda(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1), *ct = fl_gin(n, c, 2);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  gemm_p p;
+  FL_TRY(gemm_params(n, c, &p));
+  FL_TRY(gemm_gpu_layout(n, c, &p));
+  return fl_gkernel(n,
+                    fl_linear_forward_cuda(a->data, b->data, ct ? ct->data : NULL, y->data,
+                                           (size_t)p.M, (size_t)p.K, (size_t)p.N, p.act,
+                                           n->math, c->stream),
+                    "linear");
+}
+
+static fl_status gemm_backward_cuda(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1), *ct = fl_gin(n, c, 2);
+  const fl_gtensor *y = fl_gout(n, c, 0);
+  gemm_p p;
+  FL_TRY(gemm_params(n, c, &p));
+  FL_TRY(gemm_gpu_layout(n, c, &p));
+  const size_t M = (size_t)p.M, N = (size_t)p.N, K = (size_t)p.K;
+  float *da = a->grad, *db = b->grad, *dc = ct ? ct->grad : NULL;
+  const int aa = fl_gacc(acc, 0), ab = fl_gacc(acc, 1), ac = fl_gacc(acc, 2);
+  if ((da && aa) || (db && ab) || (dc && ac)) FL_TRY(fl_gcu_need_ws(n, M * K + N * K + N));
+  /* Gradients that accumulate land in scratch first. */
+  float *ka = da && aa ? n->ws : da, *kb = db && ab ? n->ws + M * K : db;
+  float *kc = dc && ac ? n->ws + M * K + N * K : dc;
+  FL_TRY(fl_gkernel(n,
+                    fl_linear_backward_cuda(a->data, b->data, y->data, y->grad, ka, kb, kc, M,
+                                            K, N, p.act, n->math, c->stream),
+                    "linear backward"));
+  if (da && aa) FL_TRY(fl_gcu_put(n, c, da, ka, M * K, 1));
+  if (db && ab) FL_TRY(fl_gcu_put(n, c, db, kb, N * K, 1));
+  if (dc && ac) FL_TRY(fl_gcu_put(n, c, dc, kc, N, 1));
   return FL_OK;
 }
 
@@ -325,7 +375,8 @@ static const char *const no_attrs[] = {NULL};
 const fl_gop fl_gops_linalg[] = {
     {.type = "Gemm", .paddle = "fc", .min_in = 2, .max_in = 3, .min_out = 1, .max_out = 1,
      .attrs = gemm_attrs, .infer = gemm_infer, .forward = gemm_forward,
-     .backward = gemm_backward, .save_in = 3, .save_out = 1},
+     .backward = gemm_backward, .save_in = 3, .save_out = 1,
+     .forward_cuda = gemm_forward_cuda, .backward_cuda = gemm_backward_cuda},
     {.type = "MatMul", .paddle = "matmul_v2", .min_in = 2, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = matmul_infer, .forward = matmul_forward,
      .backward = matmul_backward, .save_in = 3},

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl_device.h"
 #include "ops_internal.h"
 
 static fl_status norm_kernel(const fl_gnode *n, fl_status st, const char *what) {
@@ -41,11 +42,13 @@ typedef struct bn_state {
   double *sum;    /* C + 1: sums, then the count */
   double *sqdev;  /* C */
   double *sums;   /* 2C */
+  double *dev;    /* a gpu graph: the same 4C + 1 doubles on the device */
 } bn_state;
 
 static void bn_free_state(fl_gnode *n) {
   bn_state *s = n->state;
   if (!s) return;
+  if (s->dev) fl_cuda_free(s->dev);
   free(s->sum);
   free(s);
   n->state = NULL;
@@ -221,6 +224,125 @@ static fl_status bn_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   return FL_OK;
 }
 
+/* Batch norm on the gpu: the CUDA twins of the same kernels.  With the
+ * norm-sync hook each exchange goes device -> host, the hook, host ->
+ * device (the hook takes host memory), as model_seq.c does. */
+static fl_status bn_dev_state(fl_gnode *n, bn_state **out) {
+  bn_state *s = n->state;
+  if (!s->dev) {
+    void *p = NULL;
+    FL_TRY(fl_gkernel(n, fl_cuda_malloc(&p, (4 * s->C + 1) * sizeof(double)),
+                      "device statistics allocation"));
+    s->dev = p;
+  }
+  *out = s;
+  return FL_OK;
+}
+
+/* Sum host[0..nh) over the ranks after bringing dev[0..n) to host (what
+ * lies beyond n the caller has set), then back to dev. */
+static fl_status bn_dev_exchange(const fl_gnode *n, const fl_gctx *c, double *dev, double *host,
+                                 size_t cnt, size_t nh) {
+  FL_TRY(fl_gkernel(n, fl_cuda_copy_to_host(host, dev, cnt * sizeof *host, c->stream),
+                    "statistics download"));
+  FL_TRY(c->norm_sync(c->norm_sync_ctx, host, nh));
+  return fl_gkernel(n, fl_cuda_copy_to_device(dev, host, nh * sizeof *host, c->stream),
+                    "statistics upload");
+}
+
+static fl_status bn_forward_cuda(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *gamma = fl_gin(n, c, 1), *beta = fl_gin(n, c, 2);
+  fl_gtensor *rm = fl_gin(n, c, 3), *rv = fl_gin(n, c, 4), *y = fl_gout(n, c, 0);
+  bn_p p;
+  FL_TRY(bn_params(n, c, &p));
+  const fl_norm_desc *d = &p.d;
+  const size_t C = d->channels;
+  if (y->n == 0) return FL_OK;
+  if (!c->training)
+    return fl_gkernel(n,
+                      fl_batchnorm_forward_eval_cuda(d, x->data, y->data, gamma->data,
+                                                     beta->data, rm->data, rv->data, p.act,
+                                                     c->stream),
+                      "batch-norm inference");
+  if (d->batch * d->inner < 2)
+    return fl_gop_fail(n, FL_EINVAL,
+                       "training needs at least 2 values per channel (batch %zu x %zu)",
+                       d->batch, d->inner);
+  float *save_mean = n->saved, *save_invstd = n->saved + C;
+  float *run_m = c->recomputing ? NULL : rm->data, *run_v = c->recomputing ? NULL : rv->data;
+  fl_status st;
+  if (c->norm_sync) {
+    bn_state *s;
+    FL_TRY(bn_dev_state(n, &s));
+    double *dsum = s->dev, *dsq = s->dev + C + 1;
+    if (!c->recomputing) {
+      FL_TRY(fl_gkernel(n, fl_batchnorm_stats_sum_cuda(d, x->data, dsum, c->stream),
+                        "batch-norm statistics"));
+      s->sum[C] = (double)(d->batch * d->inner);
+      FL_TRY(bn_dev_exchange(n, c, dsum, s->sum, C, C + 1));
+      FL_TRY(fl_gkernel(n, fl_batchnorm_stats_sqdev_cuda(d, x->data, dsum, s->sum[C], dsq,
+                                                         c->stream),
+                        "batch-norm statistics"));
+      FL_TRY(bn_dev_exchange(n, c, dsq, s->sqdev, C, C));
+    }
+    st = fl_batchnorm_forward_apply_cuda(d, x->data, y->data, gamma->data, beta->data, dsum,
+                                         dsq, s->sum[C], run_m, run_v, save_mean, save_invstd,
+                                         p.act, c->stream);
+  } else {
+    st = fl_batchnorm_forward_train_cuda(d, x->data, y->data, gamma->data, beta->data, run_m,
+                                         run_v, save_mean, save_invstd, p.act, c->stream);
+  }
+  FL_TRY(fl_gkernel(n, st, "batch-norm training"));
+  for (int o = 1; o < n->n_out; o++)
+    FL_TRY(fl_gcu_put(n, c, fl_gout(n, c, o)->data, (o == 1 ? rm : rv)->data, C, 0));
+  return FL_OK;
+}
+
+static fl_status bn_backward_cuda(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *gamma = fl_gin(n, c, 1), *beta = fl_gin(n, c, 2);
+  const fl_gtensor *y = fl_gout(n, c, 0);
+  bn_p p;
+  FL_TRY(bn_params(n, c, &p));
+  const fl_norm_desc *d = &p.d;
+  const size_t C = d->channels;
+  if (!c->training)
+    return fl_gop_fail(n, FL_ESTATE, "backward needs the training forward's statistics");
+  if (y->n == 0) return FL_OK;
+  const int ax = fl_gacc(acc, 0), ag = fl_gacc(acc, 1), ab = fl_gacc(acc, 2);
+  float *dx = x->grad, *dg = gamma->grad, *db = beta->grad, *dy = y->grad;
+  if ((dg && ag) || (db && ab)) FL_TRY(fl_gcu_need_ws(n, 2 * C));
+  float *dg_k = dg && ag ? n->ws : dg, *db_k = db && ab ? n->ws + C : db;
+  const float *save_mean = n->saved, *save_invstd = n->saved + C;
+  if (c->norm_sync) {
+    bn_state *s;
+    FL_TRY(bn_dev_state(n, &s));
+    double *dsums = s->dev + 2 * C + 1;
+    FL_TRY(fl_gkernel(n,
+                      fl_batchnorm_backward_reduce_cuda(d, x->data, y->data, dy, save_mean,
+                                                        save_invstd, dsums, dg_k, db_k, p.act,
+                                                        c->stream),
+                      "batch-norm backward"));
+    if (dx) {
+      FL_TRY(bn_dev_exchange(n, c, dsums, s->sums, 2 * C, 2 * C));
+      FL_TRY(fl_gkernel(n,
+                        fl_batchnorm_backward_apply_cuda(d, x->data, dy, gamma->data, save_mean,
+                                                         save_invstd, dsums, s->sum[C],
+                                                         ax ? dy : dx, c->stream),
+                        "batch-norm backward"));
+    }
+  } else {
+    FL_TRY(fl_gkernel(n,
+                      fl_batchnorm_backward_cuda(d, x->data, y->data, dy, gamma->data, save_mean,
+                                                 save_invstd, dx ? (ax ? dy : dx) : NULL, dg_k,
+                                                 db_k, p.act, c->stream),
+                      "batch-norm backward"));
+  }
+  if (dx && ax) FL_TRY(fl_gcu_put(n, c, dx, dy, x->n, 1));
+  if (dg && ag) FL_TRY(fl_gcu_put(n, c, dg, dg_k, C, 1));
+  if (db && ab) FL_TRY(fl_gcu_put(n, c, db, db_k, C, 1));
+  return FL_OK;
+}
+
 /* ------------------------------------------------- GroupNormalization */
 
 typedef struct gn_p {
@@ -342,6 +464,48 @@ static fl_status gn_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
     if (dg && ag) fl_gput(dg, dg_k, C, 1);
     if (db && ab) fl_gput(db, db_k, C, 1);
   }
+  return FL_OK;
+}
+
+/* Group norm on the gpu: per-channel scale and bias only. */
+static fl_status gn_gpu_params(const fl_gnode *n, const fl_gctx *c, gn_p *p) {
+  FL_TRY(gn_params(n, c, p));
+  if (!p->per_group) return FL_OK;
+  return fl_gop_fail(n, FL_ENOTSUP, "on the gpu scale and bias must be per channel [C]");
+}
+
+static fl_status gn_forward_cuda(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *s = fl_gin(n, c, 1), *b = fl_gin(n, c, 2);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  gn_p p;
+  FL_TRY(gn_gpu_params(n, c, &p));
+  if (y->n == 0) return FL_OK;
+  const size_t m = p.d.batch * p.d.groups;
+  return fl_gkernel(n,
+                    fl_groupnorm_forward_cuda(&p.d, x->data, y->data, s->data, b->data,
+                                              n->saved, n->saved + m, p.act, c->stream),
+                    "group-norm");
+}
+
+static fl_status gn_backward_cuda(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *s = fl_gin(n, c, 1), *bt = fl_gin(n, c, 2);
+  const fl_gtensor *y = fl_gout(n, c, 0);
+  gn_p p;
+  FL_TRY(gn_gpu_params(n, c, &p));
+  if (y->n == 0) return FL_OK;
+  const size_t C = p.d.channels, m = p.d.batch * p.d.groups;
+  const int ax = fl_gacc(acc, 0), ag = fl_gacc(acc, 1), ab = fl_gacc(acc, 2);
+  float *dx = x->grad, *dg = s->grad, *db = bt->grad, *dy = y->grad;
+  if ((dg && ag) || (db && ab)) FL_TRY(fl_gcu_need_ws(n, 4 * C));
+  float *dg_k = dg && ag ? n->ws + 2 * C : dg, *db_k = db && ab ? n->ws + 3 * C : db;
+  FL_TRY(fl_gkernel(n,
+                    fl_groupnorm_backward_cuda(&p.d, x->data, y->data, dy, s->data, n->saved,
+                                               n->saved + m, dx ? (ax ? dy : dx) : NULL, dg_k,
+                                               db_k, p.act, c->stream),
+                    "group-norm backward"));
+  if (dx && ax) FL_TRY(fl_gcu_put(n, c, dx, dy, x->n, 1));
+  if (dg && ag) FL_TRY(fl_gcu_put(n, c, dg, dg_k, C, 1));
+  if (db && ab) FL_TRY(fl_gcu_put(n, c, db, db_k, C, 1));
   return FL_OK;
 }
 
@@ -562,10 +726,12 @@ const fl_gop fl_gops_norm[] = {
     {.type = "BatchNormalization", .paddle = "batch_norm", .min_in = 5, .max_in = 5,
      .min_out = 1, .max_out = 3, .attrs = bn_attrs, .infer = bn_infer, .forward = bn_forward,
      .backward = bn_backward, .save_in = 3, .save_out = 1, .nodiff_in = 0x18,
+     .forward_cuda = bn_forward_cuda, .backward_cuda = bn_backward_cuda,
      .free_state = bn_free_state},
     {.type = "GroupNormalization", .paddle = "group_norm", .min_in = 3, .max_in = 3,
      .min_out = 1, .max_out = 1, .attrs = gn_attrs, .infer = gn_infer, .forward = gn_forward,
-     .backward = gn_backward, .save_in = 7, .save_out = 1},
+     .backward = gn_backward, .save_in = 7, .save_out = 1, .forward_cuda = gn_forward_cuda,
+     .backward_cuda = gn_backward_cuda},
     {.type = "LayerNormalization", .paddle = "layer_norm", .min_in = 2, .max_in = 3,
      .min_out = 1, .max_out = 3, .attrs = ln_attrs, .infer = ln_infer, .forward = ln_forward,
      .backward = ln_backward, .save_in = 3},

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fl_device.h"
 #include "fl_log.h"
+#include "fl_optim.h"
 #include "ops_internal.h"
 
 /* ------------------------------------------------------------- lookups */
@@ -358,4 +360,47 @@ void fl_gbc_reduce(const fl_gbc *b, int k, const float *g, float scale, float *d
         for (size_t i = 0; i < inner; i++) dr[i * sk] += scale * gr[i];
     }
   }
+}
+
+/* ------------------------------------------------------------- kernels */
+
+fl_status fl_gkernel(const fl_gnode *n, fl_status st, const char *what) {
+  if (st == FL_OK || st == FL_ECUDA || st == FL_ENOMEM) return st;
+  return fl_gop_fail(n, st, "%s kernel failed: %s", what, fl_strerror(st));
+}
+
+fl_status fl_gcu_put(const fl_gnode *n, const fl_gctx *c, float *dst, const float *src,
+                     size_t count, int accum) {
+  if (count == 0) return FL_OK;
+  if (accum) {
+    float *const acc[1] = {dst};
+    const float *const g[1] = {src};
+    const size_t cnt[1] = {count};
+    return fl_gkernel(n, fl_gm_accumulate_cuda(acc, g, cnt, 1, c->stream), "accumulate");
+  }
+  if (dst == src) return FL_OK;
+  return fl_gkernel(n, fl_cuda_copy_device_async(dst, src, count * sizeof *dst, c->stream),
+                    "device copy");
+}
+
+fl_status fl_gcu_copy_forward(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  if (x->dtype != FL_G_F32)
+    return fl_gop_fail(n, FL_ENOTSUP, "int64 data on the gpu is not supported");
+  return fl_gcu_put(n, c, y->data, x->data, x->n, 0);
+}
+
+fl_status fl_gcu_copy_backward(fl_gnode *n, fl_gctx *c, unsigned accum) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *y = fl_gout(n, c, 0);
+  if (!x->grad) return FL_OK;
+  return fl_gcu_put(n, c, x->grad, y->grad, x->n, fl_gacc(accum, 0));
+}
+
+fl_status fl_gcu_need_ws(const fl_gnode *n, size_t need) {
+  if (n->ws_floats >= need) return FL_OK;
+  return fl_gop_fail(n, FL_EINVAL,
+                     "device scratch of %zu floats is bound, %zu needed (a gpu graph must be "
+                     "bound with its stream set)",
+                     n->ws_floats, need);
 }
