@@ -383,6 +383,30 @@ START_TEST(recompute_bitwise_cnn) {
 }
 END_TEST
 
+/* recompute_configs.checkpoints names graph tensors: segment boundaries
+ * chosen by the job give the plain run's bits too; a name that is no
+ * tensor of the model is refused at create. */
+START_TEST(recompute_named_checkpoints) {
+  const char *mlp_ck[] = {"fc0", "fc2"}, *cnn_ck[] = {"bn0", "pool1", "fc0"};
+  fl_model_spec s = small_spec("mlp", "", "relu");
+  s.checkpoints = mlp_ck;
+  s.n_checkpoints = 2;
+  check_recompute(s, 8);
+  s = small_spec("cnn", "bn", "relu");
+  s.checkpoints = cnn_ck;
+  s.n_checkpoints = 3;
+  check_recompute(s, 6);
+  const char *bad[] = {"fc0", "no_such_tensor"};
+  s = small_spec("mlp", "", "relu");
+  s.recompute = 1;
+  s.checkpoints = bad;
+  s.n_checkpoints = 2;
+  fl_model *m = NULL;
+  ck_assert_int_eq(fl_model_create(&s, 4, 1, &m), FL_EINVAL);
+  ck_assert_ptr_null(m);
+}
+END_TEST
+
 /* The default models at batch 64 hold no more with recompute, and the CNN
  * (whose conv maps kept for backward outweigh one layer's backward) less.
  * The MLP's peak is fc1's backward (its input, output, their gradients),
@@ -748,6 +772,7 @@ static Suite *models_suite(void) {
   tcase_add_test(r, recompute_bitwise_mlp);
   tcase_add_loop_test(r, recompute_bitwise_cnn, 0, 3);
   tcase_add_test(r, recompute_saves_memory_default_models);
+  tcase_add_test(r, recompute_named_checkpoints);
   suite_add_tcase(s, r);
   TCase *m = tcase_create("merge");
   tcase_add_test(m, gradient_merge_momentum);

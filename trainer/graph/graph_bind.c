@@ -115,6 +115,15 @@ static fl_status infer_all(fl_gmodel *m, size_t batch) {
 
 static int input_nodiff(const fl_gnode *n, int i) { return i < 32 && (n->op->nodiff_in >> i) & 1u; }
 
+/* Make variant v (fl_gvariant) the one the plan and the steps use. */
+static void use_variant(fl_gmodel *m, int v) {
+  m->kept = m->var[v].kept;
+  m->recomp = m->var[v].recomp;
+  m->ev_kind = m->var[v].ev_kind;
+  m->ev_node = m->var[v].ev_node;
+  m->n_ev = m->var[v].n_ev;
+}
+
 /* Schedule node j's recomputation (after its non-kept inputs') unless it
  * is already scheduled; done[] marks scheduled nodes. */
 static void ensure(fl_gmodel *m, int j, unsigned char *done) {
@@ -208,38 +217,44 @@ static fl_status plan_static(fl_gmodel *m) {
       }
   }
   m->n_seg = nn ? m->seg[nn - 1] + 1 : 0;
-  for (int t = 0; t < nt; t++) m->kept[t] = 1;
-  for (int i = 0; i < nn; i++) m->recomp[i] = 0;
-  if (m->recompute)
-    for (int i = 0; i < nn; i++) {
-      const fl_gnode *n = &g->nodes[i];
-      if (m->seg[i] == m->n_seg - 1 || m->fwd_skip[i]) continue;
-      for (int o = 0; o < n->n_out; o++) {
-        const int t = n->out[o];
-        if (!is_f32_value(&g->t[t]) || m->ckpt[t] || t == g->output) continue;
-        int cross = 0;
-        for (int j = i + 1; j < nn && !cross; j++)
-          for (int k = 0; k < g->nodes[j].n_in; k++)
-            if (g->nodes[j].in[k] == t && m->seg[j] != m->seg[i]) cross = 1;
-        if (!cross) {
-          m->kept[t] = 0;
-          m->recomp[i] = 1;
+  for (int v = 0; v < 2; v++) {
+    use_variant(m, v);
+    for (int t = 0; t < nt; t++) m->kept[t] = 1;
+    if (v == 1)
+      for (int i = 0; i < nn; i++) {
+        const fl_gnode *n = &g->nodes[i];
+        if (m->seg[i] == m->n_seg - 1 || m->fwd_skip[i]) continue;
+        for (int o = 0; o < n->n_out; o++) {
+          const int t = n->out[o];
+          if (!is_f32_value(&g->t[t]) || m->ckpt[t] || t == g->output) continue;
+          int cross = 0;
+          for (int j = i + 1; j < nn && !cross; j++)
+            for (int k = 0; k < g->nodes[j].n_in; k++)
+              if (g->nodes[j].in[k] == t && m->seg[j] != m->seg[i]) cross = 1;
+          if (!cross) {
+            m->kept[t] = 0;
+            m->recomp[i] = 1;
+          }
         }
       }
+    /* the backward events, with each recomputation just in time */
+    memset(sched, 0, (size_t)nn);
+    m->n_ev = 0;
+    for (int i = nn; i-- > 0;) {
+      if (!m->run_bwd[i]) continue;
+      const fl_gnode *n = &g->nodes[i];
+      if (m->recomp[i]) ensure(m, i, sched);
+      for (int k = 0; k < n->n_in && k < 32; k++) {
+        const int t = n->in[k];
+        if (t >= 0 && !m->kept[t] && ((n->op->save_in >> k) & 1u))
+          ensure(m, g->t[t].producer, sched);
+      }
+      m->ev_kind[m->n_ev] = FL_GEV_BWD;
+      m->ev_node[m->n_ev++] = i;
     }
-  /* the backward events, with each recomputation just in time */
-  m->n_ev = 0;
-  for (int i = nn; i-- > 0;) {
-    if (!m->run_bwd[i]) continue;
-    const fl_gnode *n = &g->nodes[i];
-    if (m->recomp[i]) ensure(m, i, sched);
-    for (int k = 0; k < n->n_in && k < 32; k++) {
-      const int t = n->in[k];
-      if (t >= 0 && !m->kept[t] && ((n->op->save_in >> k) & 1u)) ensure(m, g->t[t].producer, sched);
-    }
-    m->ev_kind[m->n_ev] = FL_GEV_BWD;
-    m->ev_node[m->n_ev++] = i;
+    m->var[v].n_ev = m->n_ev;
   }
+  use_variant(m, 0);
 done:
   free(req);
   free(reach);
@@ -318,7 +333,9 @@ static void touch(planner *p, int b, int e) {
   if (e > x->end) x->end = e;
 }
 
-static fl_status plan_buffers(fl_gmodel *m) {
+/* Plan the buffers of the variant in use; with dry set only *need (the
+ * arena floats) is computed, nothing is allocated or pointed. */
+static fl_status plan_buffers(fl_gmodel *m, int dry, size_t *need) {
   fl_graph *g = m->g;
   const int nt = g->nt, nn = g->nn;
   int *bfwd = malloc((size_t)nt * sizeof *bfwd), *bbwd = malloc((size_t)nt * sizeof *bbwd),
@@ -393,26 +410,20 @@ static fl_status plan_buffers(fl_gmodel *m) {
     if (p.b[b].start < 0) p.b[b].start = p.b[b].end = 0;
   const size_t total = pack(&p);
   if (total == (size_t)-1) goto nomem;
+  *need = total;
+  if (dry) goto done;
   if (total > m->arena_floats) {
-    free(m->arena);
+    fl_gdev_free(m, m->arena);
+    m->arena = NULL;
     m->arena_floats = 0;
-    if (!(m->arena = aligned_alloc(64, total * sizeof(float)))) {
-      st = FL_ERR(FL_ENOMEM, "graph %s: out of memory for %zu activation bytes", g->name,
-                  total * sizeof(float));
-      goto done;
-    }
-    memset(m->arena, 0, total * sizeof(float)); /* touch the pages now, not in the first step */
+    if ((st = fl_gdev_alloc(m, total, &m->arena)) != FL_OK) goto done;
     m->arena_floats = total;
   }
   if (ws > m->ws_floats) {
-    free(m->ws);
+    fl_gdev_free(m, m->ws);
+    m->ws = NULL;
     m->ws_floats = 0;
-    if (!(m->ws = aligned_alloc(64, round_up(ws) * sizeof(float)))) {
-      st = FL_ERR(FL_ENOMEM, "graph %s: out of memory for %zu bytes of scratch", g->name,
-                  ws * sizeof(float));
-      goto done;
-    }
-    memset(m->ws, 0, round_up(ws) * sizeof(float));
+    if ((st = fl_gdev_alloc(m, round_up(ws), &m->ws)) != FL_OK) goto done;
     m->ws_floats = round_up(ws);
   }
   m->plan_floats = total;
@@ -460,7 +471,20 @@ fl_status fl_gbind(fl_gmodel *m, size_t batch) {
     FL_TRY(plan_static(m));
     m->static_done = 1;
   }
-  FL_TRY(plan_buffers(m));
+  size_t need[2] = {0, 0};
+  int v = 0;
+  if (m->recompute) {
+    for (int k = 0; k < 2; k++) {
+      use_variant(m, k);
+      FL_TRY(plan_buffers(m, 1, &need[k]));
+    }
+    v = need[1] < need[0];
+    if (!v)
+      FL_LOGD("graph %s: recompute would not lower the peak at batch %zu (%zu floats): values "
+              "kept", m->g->name, batch, need[0]);
+  }
+  use_variant(m, v);
+  FL_TRY(plan_buffers(m, 0, &need[v]));
   m->bound = batch;
   return FL_OK;
 }

@@ -31,6 +31,13 @@ typedef struct fl_gbuf {
 
 enum { FL_GEV_FWD = 0, FL_GEV_LOSS = 1, FL_GEV_RECOMP = 2, FL_GEV_BWD = 3 };
 
+/* Which values backward keeps and the events after forward and loss. */
+typedef struct fl_gvariant {
+  unsigned char *kept, *recomp, *ev_kind;
+  int *ev_node;
+  int n_ev;
+} fl_gvariant;
+
 /* A compiled graph (the handle of fl_graph_model_ops). */
 typedef struct fl_gmodel {
   fl_graph *g;
@@ -58,12 +65,15 @@ typedef struct fl_gmodel {
   /* recompute (fixed at create) */
   int *seg;                  /* per node: segment */
   int n_seg;
-  unsigned char *kept;       /* per tensor: not recomputed */
-  unsigned char *recomp;     /* per node: re-run before its segment's backward */
   unsigned char *ckpt;       /* per tensor: named checkpoint */
-  /* the step's events after the forward and the loss: recomputing
-   * forwards and backwards, in order (fixed at the first bind) */
-  unsigned char *ev_kind;    /* FL_GEV_RECOMP or FL_GEV_BWD */
+  /* two ways to run backward: var[0] keeps every value, var[1] (with
+   * recompute) recomputes the values inside segments; each bind uses the
+   * one whose plan is smaller (var[0] on a tie) */
+  fl_gvariant var[2];
+  /* the variant in use (aliases into var[]): */
+  unsigned char *kept;       /* per tensor: not recomputed */
+  unsigned char *recomp;     /* per node: recomputed in backward */
+  unsigned char *ev_kind;    /* backward events: FL_GEV_RECOMP or FL_GEV_BWD */
   int *ev_node;
   int n_ev;
   /* bound state (graph_bind.c) */
@@ -86,30 +96,36 @@ typedef struct fl_gmodel {
   float *dev_out, *dev_dout;      /* gpu: host copies of the output and its grad (bce, mse) */
 } fl_gmodel;
 
-/* graph_model.c: zero n floats at p (device memory on a gpu graph). */
+/* graph_dev.c: where the buffers live and the gpu path.
+ *  alloc/free: arena memory (host: 64-byte aligned and zeroed; gpu:
+ *    device memory); zero: n floats at p on the graph's device.
+ *  attach (create, after the max_batch bind): check every node that runs
+ *    in a step has CUDA twins (else FL_ENOTSUP naming the node and op; also
+ *    without CUDA), make the stream, the parameter mirrors, device copies
+ *    of constants, and re-bind with device arenas.
+ *  begin (each step): make the device current, upload all parameter values
+ *    and the micro-batch (*dx: its device copy) and labels, and point the
+ *    PARAM/BUFFER/CONST tensors at their device copies.
+ *  grad_ready: download parameter p's gradient to the host.
+ *  softmax_xent / download_output / upload_dout: the losses' traffic.
+ *  end (each step): bring BUFFERs (BN running statistics) back after a
+ *    training step, wait for the stream, and point every tensor at its
+ *    host memory again.
+ *  All log their errors. */
+fl_status fl_gdev_alloc(fl_gmodel *m, size_t floats, float **out);
+void fl_gdev_free(fl_gmodel *m, float *p);
 fl_status fl_gdev_zero(fl_gmodel *m, float *p, size_t n);
-
-/* graph_dev.c: the gpu path.  check: every node has CUDA twins (else
- * FL_ENOTSUP naming the node and op; FL_ENOTSUP without CUDA).  attach
- * (after the max_batch bind): device arenas, mirrors, stream.  begin: make
- * the device current, upload all parameter values and the micro-batch
- * (*x becomes the device copy).  grad_ready: download parameter p's grad.
- * The rest move the output and its grad for the host losses, zero device
- * memory, and bring buffers (BN running stats) back to the host.  All log
- * their errors. */
-fl_status fl_gdev_check(fl_gmodel *m);
-fl_status fl_gdev_attach(fl_gmodel *m, const fl_graph_options *opt);
+fl_status fl_gdev_attach(fl_gmodel *m, int device);
 void fl_gdev_release(fl_gmodel *m);
 fl_status fl_gdev_begin(fl_gmodel *m, const float *x, const int32_t *y, size_t batch,
                         const float **dx);
 void fl_gdev_grad_ready(fl_gmodel *m, size_t p);
-fl_status fl_gdev_memset0(fl_gmodel *m, float *p, size_t n);
 fl_status fl_gdev_softmax_xent(fl_gmodel *m, const float *logits, const int32_t *y, size_t batch,
                                size_t classes, float scale, float *dlogits, double *loss_sum,
                                size_t *c1, size_t *c5);
 fl_status fl_gdev_download_output(fl_gmodel *m, size_t batch);
 fl_status fl_gdev_upload_dout(fl_gmodel *m, size_t batch);
-fl_status fl_gdev_sync_host(fl_gmodel *m);
+fl_status fl_gdev_end(fl_gmodel *m, int training);
 
 /* graph.c */
 /* Sort g's nodes topologically (stable: declaration order among ready

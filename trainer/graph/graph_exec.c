@@ -52,9 +52,9 @@ static void report(fl_gmodel *m, size_t *next, fl_grad_ready_fn on_ready, void *
   while (*next > 0) {
     const size_t p = *next - 1;
     if (m->params[p].grad && !m->final[p]) return;
-    if (m->params[p].grad && on_ready) {
-      if (m->dev) fl_gdev_grad_ready(m, p);
-      on_ready(ctx, p);
+    if (m->params[p].grad) {
+      if (m->dev) fl_gdev_grad_ready(m, p); /* the host grad is what on_ready names */
+      if (on_ready) on_ready(ctx, p);
     }
     (*next)--;
   }
@@ -70,8 +70,8 @@ fl_status fl_gexec_backward(fl_gmodel *m, fl_grad_ready_fn on_ready, void *ctx) 
     m->final[p] = m->contrib[p] == 0;
   }
   for (size_t k = 0; k < m->n_zero_params; k++) {
-    const fl_param *p = &m->params[m->zero_params[k]];
-    FL_TRY(fl_gdev_zero(m, p->grad, p->n));
+    const fl_gtensor *t = &g->t[m->param_tensor[m->zero_params[k]]];
+    FL_TRY(fl_gdev_zero(m, t->grad, t->n)); /* the device mirror on a gpu graph */
   }
   size_t next = m->np;
   report(m, &next, on_ready, ctx);

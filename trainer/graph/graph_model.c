@@ -30,15 +30,9 @@ static float *alloc_floats(size_t n) {
   return p;
 }
 
-fl_status fl_gdev_zero(fl_gmodel *m, float *p, size_t n) {
-  if (m->dev) return fl_gdev_memset0(m, p, n);
-  memset(p, 0, n * sizeof(float));
-  return FL_OK;
-}
-
 static void model_free(fl_gmodel *m) {
   if (!m) return;
-  fl_gdev_release(m);
+  fl_gdev_release(m); /* the arenas first, while the device is known */
   fl_graph_free(m->g);
   free(m->params);
   free(m->param_tensor);
@@ -55,19 +49,23 @@ static void model_free(fl_gmodel *m) {
   free(m->final);
   free(m->zero_params);
   free(m->seg);
-  free(m->kept);
-  free(m->recomp);
+  for (int v = 0; v < 2; v++) {
+    free(m->var[v].kept);
+    free(m->var[v].recomp);
+    free(m->var[v].ev_kind);
+    free(m->var[v].ev_node);
+  }
   free(m->ckpt);
-  free(m->ev_kind);
-  free(m->ev_node);
-  free(m->arena);
-  free(m->ws);
+  fl_gdev_free(m, m->arena);
+  fl_gdev_free(m, m->ws);
   free(m->data_fwd);
   free(m->data_bwd);
   free(m->grad_buf);
   free(m->saved_fwd);
   free(m->saved_bwd);
   free(m->dx);
+  free(m->dev_out);
+  free(m->dev_dout);
   free(m);
 }
 
@@ -117,6 +115,8 @@ static fl_status make_params(fl_gmodel *m) {
     if (t->kind == FL_GT_PARAM) ng += round_up(t->n);
   }
   m->np = np;
+  m->n_values = nv;
+  m->n_grads = ng;
   m->params = calloc(np ? np : 1, sizeof *m->params);
   m->param_tensor = malloc((np ? np : 1) * sizeof *m->param_tensor);
   m->contrib = calloc(np ? np : 1, sizeof *m->contrib);
@@ -156,6 +156,27 @@ done:
   free(order);
   free(layer);
   return st;
+}
+
+/* AMP on a gpu graph: the GEMM precision of each node, amp_math for the
+ * op types of the white list (default MatMul, Gemm, Conv) not on the
+ * black list, fp32 for the rest and everywhere on the CPU. */
+static int listed(const fl_gop *op, const char *const *names, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (names[i] && (fl_gop_find(names[i]) == op || fl_gop_find_paddle(names[i]) == op)) return 1;
+  return 0;
+}
+
+static void set_math(fl_gmodel *m, const fl_graph_options *opt) {
+  static const char *const white[] = {"MatMul", "Gemm", "Conv"};
+  for (int i = 0; i < m->g->nn; i++) {
+    fl_gnode *n = &m->g->nodes[i];
+    n->math = FL_MATH_FP32;
+    if (opt->device < 0 || opt->amp_math == FL_MATH_FP32) continue;
+    const int w = opt->amp_white ? listed(n->op, opt->amp_white, opt->n_amp_white)
+                                 : listed(n->op, white, 3);
+    if (w && !listed(n->op, opt->amp_black, opt->n_amp_black)) n->math = opt->amp_math;
+  }
 }
 
 /* Checkpoints by name, or ~sqrt(nodes) evenly spaced ones. */
@@ -205,23 +226,27 @@ fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void *
   m->param_of = malloc(nt * sizeof *m->param_of);
   m->has_grad = calloc(nt, 1);
   m->zero_grad = calloc(nt, 1);
-  m->kept = calloc(nt, 1);
   m->ckpt = calloc(nt, 1);
   m->data_fwd = calloc(nt, sizeof *m->data_fwd);
   m->data_bwd = calloc(nt, sizeof *m->data_bwd);
   m->grad_buf = calloc(nt, sizeof *m->grad_buf);
   m->run_bwd = calloc(nn, 1);
   m->fwd_skip = calloc(nn, 1);
-  m->recomp = calloc(nn, 1);
   m->accum = calloc(nn, sizeof *m->accum);
   m->seg = calloc(nn, sizeof *m->seg);
   m->saved_fwd = calloc(nn, sizeof *m->saved_fwd);
   m->saved_bwd = calloc(nn, sizeof *m->saved_bwd);
-  m->ev_kind = calloc(2 * nn, 1);
-  m->ev_node = calloc(2 * nn, sizeof *m->ev_node);
-  if (!m->param_of || !m->has_grad || !m->zero_grad || !m->kept || !m->ckpt || !m->data_fwd ||
-      !m->data_bwd || !m->grad_buf || !m->run_bwd || !m->fwd_skip || !m->recomp || !m->accum ||
-      !m->seg || !m->saved_fwd || !m->saved_bwd || !m->ev_kind || !m->ev_node) {
+  int var_ok = 1;
+  for (int v = 0; v < 2; v++) {
+    m->var[v].kept = calloc(nt, 1);
+    m->var[v].recomp = calloc(nn, 1);
+    m->var[v].ev_kind = calloc(2 * nn, 1);
+    m->var[v].ev_node = calloc(2 * nn, sizeof *m->var[v].ev_node);
+    var_ok &= m->var[v].kept && m->var[v].recomp && m->var[v].ev_kind && m->var[v].ev_node;
+  }
+  if (!m->param_of || !m->has_grad || !m->zero_grad || !var_ok || !m->ckpt || !m->data_fwd ||
+      !m->data_bwd || !m->grad_buf || !m->run_bwd || !m->fwd_skip || !m->accum ||
+      !m->seg || !m->saved_fwd || !m->saved_bwd) {
     st = FL_ERR(FL_ENOMEM, "graph %s: out of memory", g->name);
     goto fail;
   }
@@ -237,10 +262,10 @@ fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void *
       goto fail;
     }
   }
-  if (opt->device >= 0 && (st = fl_gdev_check(m)) != FL_OK) goto fail;
+  set_math(m, opt);
   if ((st = fl_gbind(m, 1)) != FL_OK || (st = fl_gbind(m, opt->max_batch)) != FL_OK) goto fail;
+  if (opt->device >= 0 && (st = fl_gdev_attach(m, opt->device)) != FL_OK) goto fail;
   m->act_bytes = (m->plan_floats + m->ws_floats) * sizeof(float);
-  if (opt->device >= 0 && (st = fl_gdev_attach(m, opt)) != FL_OK) goto fail;
   *handle = m;
   return FL_OK;
 fail:
@@ -347,11 +372,16 @@ static fl_status step(fl_gmodel *m, const float *x, const int32_t *y, const floa
   if (st == FL_OK)
     st = loss(m, y, tg, batch, scale, m->g->t[m->g->output].grad, res);
   fl_timeline_end(tl, "compute", "forward");
-  if (st != FL_OK) return st;
-  fl_timeline_begin(tl, "compute", "backward");
-  st = fl_gexec_backward(m, on_ready, ctx);
-  fl_timeline_end(tl, "compute", "backward");
+  if (st == FL_OK) {
+    fl_timeline_begin(tl, "compute", "backward");
+    st = fl_gexec_backward(m, on_ready, ctx);
+    fl_timeline_end(tl, "compute", "backward");
+  }
   m->step++;
+  if (m->dev) {
+    const fl_status e = fl_gdev_end(m, 1);
+    if (st == FL_OK) st = e;
+  }
   return st;
 }
 
@@ -360,8 +390,13 @@ static fl_status evaluate(fl_gmodel *m, const float *x, const int32_t *y, const 
   FL_TRY(check_call(m, x, y ? (const void *)y : (const void *)tg, batch, "eval"));
   FL_TRY(fl_gbind(m, batch));
   if (m->dev) FL_TRY(fl_gdev_begin(m, x, y, batch, &x));
-  FL_TRY(fl_gexec_forward(m, x, 0));
-  return loss(m, y, tg, batch, 1.0f, NULL, res);
+  fl_status st = fl_gexec_forward(m, x, 0);
+  if (st == FL_OK) st = loss(m, y, tg, batch, 1.0f, NULL, res);
+  if (m->dev) {
+    const fl_status e = fl_gdev_end(m, 0);
+    if (st == FL_OK) st = e;
+  }
+  return st;
 }
 
 static fl_status gm_train_step(void *handle, const float *x, const int32_t *y, size_t batch,
@@ -438,8 +473,7 @@ fl_status fl_graph_model_set_norm_sync(void *handle, fl_norm_sync_fn fn, void *c
 
 const fl_graph *fl_graph_model_graph(void *handle) {
   fl_gmodel *m = handle;
-  if (m && m->dev) (void)fl_gdev_sync_host(m);
-  return m ? m->g : NULL;
+  return m ? m->g : NULL; /* between steps every PARAM/BUFFER/CONST points at host memory */
 }
 
 const float *fl_graph_value(const fl_graph *g, const char *name, size_t *n) {
