@@ -4,6 +4,7 @@
  * multidirectional broadcasting, and the attribute/shape helpers every
  * ops_*.c file uses (ops_internal.h).  Why one place: an op's error
  * messages and attribute checks read the same whatever the family. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -69,23 +70,23 @@ const fl_gop *fl_gop_find_paddle(const char *name) {
   return NULL;
 }
 
-const char *fl_gop_supported(void) {
-  /* Built once from the tables; the tables are constant, so concurrent
-   * first calls write the same bytes. */
-  static char list[2048];
-  if (list[0]) return list;
-  char buf[sizeof list];
+static char supported_list[2048];
+static pthread_once_t supported_once = PTHREAD_ONCE_INIT;
+
+static void supported_build(void) {
   size_t len = 0;
-  buf[0] = '\0';
   for (size_t f = 0; f < N_FAMILIES; f++)
     for (size_t i = 0; i < *families[f].n; i++) {
-      const int w = snprintf(buf + len, sizeof buf - len, "%s%s", len ? ", " : "",
-                             families[f].ops[i].type);
-      if (w < 0 || (size_t)w >= sizeof buf - len) break;
+      const int w = snprintf(supported_list + len, sizeof supported_list - len, "%s%s",
+                             len ? ", " : "", families[f].ops[i].type);
+      if (w < 0 || (size_t)w >= sizeof supported_list - len) return;
       len += (size_t)w;
     }
-  memcpy(list, buf, len + 1);
-  return list;
+}
+
+const char *fl_gop_supported(void) {
+  pthread_once(&supported_once, supported_build); /* built once from the tables */
+  return supported_list;
 }
 
 const fl_gattr *fl_gattr_find(const fl_gnode *n, const char *name) {
