@@ -225,7 +225,17 @@ static fl_status create_graph(fl_model *m, uint64_t seed) {
     opt.checkpoints = s->checkpoints;
     opt.n_checkpoints = s->n_checkpoints;
   }
+  /* AMP: the 16-bit precision for GEMMs, except the layer kinds the job
+   * black-listed (spec: linear_math / conv_math left fp32) */
+  static const char *const linear_ops[] = {"Gemm", "MatMul"}, *const conv_ops[] = {"Conv"};
+  const char *black[3];
+  size_t nb = 0;
   opt.amp_math = s->linear_math != FL_MATH_FP32 ? s->linear_math : s->conv_math;
+  if (opt.amp_math != FL_MATH_FP32 && s->linear_math == FL_MATH_FP32)
+    black[nb++] = linear_ops[0], black[nb++] = linear_ops[1];
+  if (opt.amp_math != FL_MATH_FP32 && s->conv_math == FL_MATH_FP32) black[nb++] = conv_ops[0];
+  opt.amp_black = black;
+  opt.n_amp_black = nb;
   opt.device = strcmp(s->device, "gpu") == 0 ? s->device_id : -1;
   FL_TRY(fl_graph_model_create(g, &opt, &m->handle));
   m->ops = &fl_graph_model_ops;
