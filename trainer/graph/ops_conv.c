@@ -181,14 +181,15 @@ static size_t conv_col_floats(const conv_p *p) {
 
 /* Device scratch of a gpu conv: the gradients that accumulate (dx, dw, db
  * in that order), then the kernels' workspace (cuDNN's, rounded up to
- * floats).  *need: all of it; *acc_floats (may be NULL): the first part. */
+ * floats).  The engine's scratch itself comes from fl_cuda_malloc.  *need: all of it; *acc_floats (may be NULL): the first part. */
 static fl_status conv_gpu_ws(const fl_gnode *n, const fl_gctx *c, const conv_p *p, size_t *need,
                              size_t *acc_floats) {
   const fl_gtensor *x = fl_gin(n, c, 0), *w = fl_gin(n, c, 1);
   const fl_conv2d_desc d = conv_desc(p);
   size_t bytes = 0;
   FL_TRY(fl_gkernel(n, fl_conv2d_workspace_bytes_cuda(&d, &bytes), "conv2d workspace"));
-  const size_t acc = x->n + w->n + (size_t)p->O;
+  /* The kernels' part starts 256 bytes aligned (cuDNN's workspace). */
+  const size_t acc = (x->n + w->n + (size_t)p->O + 63) / 64 * 64;
   if (acc_floats) *acc_floats = acc;
   *need = acc + (bytes + sizeof(float) - 1) / sizeof(float);
   return FL_OK;
