@@ -6,7 +6,8 @@ framing: bit 0 through a file, bits 1-2 the loss, bit 3 output named
 "output") and a small ONNX model: valid ones that reach every path of the
 importer (Gemm MLP, Conv/BN/pool CNN with int32 shape initializers,
 Constant and ConstantOfShape, a Shape->Gather->Concat->Reshape subgraph,
-initializers listed as inputs, several outputs) and hostile ones (cycle,
+initializers listed as inputs, several outputs, a bool Dropout
+training_mode) and hostile ones (cycle,
 missing input, subgraph, old opset, foreign domain, external data, short
 raw data, overflowing dims, symbolic feature dim, int8 data).
 
@@ -174,6 +175,17 @@ def symbolic_feature():
     return m
 
 
+def dropout_bool():
+    """PyTorch's training export: Dropout with a bool training_mode constant."""
+    m = mlp()
+    m.graph.node[2].input[0] = "hd"
+    m.graph.node.insert(2, helper.make_node("Dropout", ["hr", "ratio", "tmode"], ["hd"], "drop"))
+    m.graph.node.insert(0, helper.make_node("Constant", [], ["tmode"], "c_tm", value=
+                                            numpy_helper.from_array(np.array(True))))
+    m.graph.initializer.append(init("ratio", np.array(0.25, np.float32)))
+    return m
+
+
 def int8_init():
     m = mlp()
     m.graph.initializer[1].CopyFrom(init("fc1.bias", np.arange(6, dtype=np.int8)))
@@ -188,7 +200,7 @@ SEEDS = [
     ("old_opset", 0, old_opset), ("foreign_domain", 0, foreign_domain),
     ("external_data", 0, external), ("short_raw", 0, short_raw),
     ("overflow_dims", 0, overflow_dims), ("symbolic_feature", 0, symbolic_feature),
-    ("int8_init", 0, int8_init),
+    ("int8_init", 0, int8_init), ("dropout_bool", 0, dropout_bool),
 ]
 
 

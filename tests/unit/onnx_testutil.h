@@ -107,7 +107,7 @@ static inline Onnx__ValueInfoProto *tm_vi(tm *t, const char *name, int32_t elem,
 /* Graph input: float, dim 0 symbolic "N", the rest as given. */
 static inline Onnx__ValueInfoProto *tm_input(tm *t, const char *name, int ndim, const int64_t *dims) {
   int64_t d[8];
-  memcpy(d, dims, (size_t)ndim * sizeof *d);
+  if (ndim) memcpy(d, dims, (size_t)ndim * sizeof *d);
   d[0] = -1;
   Onnx__ValueInfoProto *vi = tm_vi(t, name, 1, ndim, d, "N");
   t->inputs[t->g.n_input++] = vi;
@@ -131,7 +131,7 @@ static inline Onnx__TensorProto *tm_tensor(tm *t, const char *name, int32_t dtyp
   x->data_type = dtype;
   x->n_dims = (size_t)ndim;
   x->dims = tm_alloc(t, (size_t)(ndim + 1) * sizeof(int64_t));
-  memcpy(x->dims, dims, (size_t)ndim * sizeof(int64_t));
+  if (ndim) memcpy(x->dims, dims, (size_t)ndim * sizeof(int64_t));
   x->has_raw_data = 1;
   x->raw_data.len = rawlen;
   x->raw_data.data = tm_alloc(t, rawlen);

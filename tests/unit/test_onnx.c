@@ -201,6 +201,57 @@ START_TEST(test_kinds_and_pruning) {
 }
 END_TEST
 
+/* Bool tensors (PyTorch's training exports give Dropout a bool
+ * training_mode) become int64 0 / 1 constants, from raw data and from
+ * int32_data alike; Dropout's float ratio initializer, which no gradient
+ * reaches, is a constant. */
+START_TEST(test_bool_constants) {
+  static tm t;
+  for (int typed = 0; typed < 2; typed++) {
+    tm_mlp(&t);
+    t.nodes[2]->input[0] = tm_str(&t, "hd");
+    const uint8_t on = 7;
+    Onnx__TensorProto *b = tm_tensor(&t, "train_mode", 9, 0, NULL, &on, 1);
+    if (typed) {
+      static int32_t v = 5;
+      b->has_raw_data = 0;
+      b->n_int32_data = 1;
+      b->int32_data = &v;
+      t.inits[t.g.n_initializer++] = b;
+    } else {
+      Onnx__NodeProto *c = tm_node(&t, "Constant", "tm", NULL, "train_mode");
+      Onnx__AttributeProto *a =
+          tm_attr(&t, c, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
+      a->t = b;
+    }
+    static const float ratio = 0.25f;
+    tm_init_f(&t, "ratio", 0, NULL, &ratio);
+    tm_node(&t, "Dropout", "drop", "hr,ratio,train_mode", "hd");
+    size_t len;
+    uint8_t *buf = tm_pack(&t, &len);
+    fl_graph *g = NULL;
+    ck_assert_int_eq(fl_onnx_load_mem(buf, len, "bool.onnx", NULL, FL_GLOSS_SOFTMAX_XENT, &g),
+                     FL_OK);
+    fl_gtensor_info ti;
+    ck_assert_int_eq(fl_graph_tensor_info(g, fl_graph_find(g, "train_mode"), &ti), FL_OK);
+    ck_assert_int_eq(ti.kind, FL_GT_CONST);
+    ck_assert_int_eq(ti.dtype, FL_G_I64);
+    ck_assert_int_eq(ti.ndim, 0);
+    ck_assert_int_eq(ti.idata[0], 1);
+    /* a float initializer no op differentiates is a constant, not trained */
+    ck_assert_int_eq(fl_graph_tensor_info(g, fl_graph_find(g, "ratio"), &ti), FL_OK);
+    ck_assert_int_eq(ti.kind, FL_GT_CONST);
+    ck_assert_int_eq(ti.dtype, FL_G_F32);
+    ck_assert(ti.data[0] == 0.25f);
+    ck_assert_int_eq(fl_graph_tensor_info(g, fl_graph_find(g, "fc1.weight"), &ti), FL_OK);
+    ck_assert_int_eq(ti.kind, FL_GT_PARAM);
+    fl_graph_free(g);
+    free(buf);
+    tm_free(&t);
+  }
+}
+END_TEST
+
 /* ------------------------------------------------------------ hostile */
 
 START_TEST(test_truncated) {
@@ -529,6 +580,7 @@ int main(void) {
   TCase *tc = tcase_create("import");
   tcase_add_test(tc, test_mlp_imports);
   tcase_add_test(tc, test_kinds_and_pruning);
+  tcase_add_test(tc, test_bool_constants);
   tcase_add_test(tc, test_truncated);
   tcase_add_test(tc, test_cycle_and_missing);
   tcase_add_test(tc, test_bad_tensors);

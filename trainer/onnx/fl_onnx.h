@@ -9,9 +9,10 @@
  * dimension is, which initializers are trainable) and refusing, with the
  * file, node name and op type, anything it would otherwise get wrong.
  *
- *   float initializers          -> trainable parameters
+ *   float initializers          -> trainable parameters (constants when
+ *                                  only inputs without a gradient read them)
  *   BatchNormalization mean/var -> buffers (checkpointed, never optimized)
- *   int64 / int32 initializers  -> int64 constants; Constant nodes folded
+ *   int64 / int32 / bool tensors -> int64 constants; Constant nodes folded
  *   the one float graph input   -> the data input, dim 0 = the batch
  *
  * Refused (FL_ENOTSUP, or FL_EINVAL / FL_EPROTO for a malformed file):

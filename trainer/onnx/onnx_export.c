@@ -231,7 +231,7 @@ static Onnx__TensorProto *initializer(pool *P, const fl_graph *g, const fl_gtens
   const size_t es = ti->dtype == FL_G_F32 ? 4 : 8;
   uint8_t *raw = palloc(P, n * es);
   if (!raw || !src) return NULL;
-  memcpy(raw, src, n * es);
+  if (n) memcpy(raw, src, n * es);
   t->name = pstr(P, ti->name);
   t->n_dims = (size_t)ti->ndim;
   t->dims = dims;

@@ -38,6 +38,7 @@ typedef struct val {
   int index;  /* the initializer, graph input or producing node */
   int id;     /* fl_graph tensor id once declared, -1 before */
   int buffer; /* initializer read as BatchNormalization mean / var */
+  int diff;   /* initializer read by an input that takes a gradient */
 } val;
 
 typedef struct loader {
@@ -115,7 +116,10 @@ static void fmt_dims(char *buf, size_t cap, size_t nd, const int64_t *dims) {
   if (o < cap) snprintf(buf + o, cap - o, "]");
 }
 
-/* The value of tensor t as the engine holds it: F32 or I64 (int32 widened),
+/* The value of tensor t as the engine holds it: F32 or I64 (int32 widened,
+ * bool as 0 / 1: PyTorch's training exports give Dropout a bool
+ * training_mode constant and attention bool masks; the ops read them as
+ * int64),
  * in *data (malloc'd, the caller frees) with its dims.  what names t in
  * messages ("initializer 'w'", "node 'c' (Constant)").  Logs what is
  * wrong: FL_ENOTSUP for external / segmented data, another dtype or too
@@ -138,9 +142,10 @@ static fl_status tensor_value(const loader *L, const Onnx__TensorProto *t, const
   if (src == FL_ONNX_FLOAT) elsize = 4, *dt = FL_G_F32;
   else if (src == FL_ONNX_INT64) elsize = 8, *dt = FL_G_I64;
   else if (src == FL_ONNX_INT32) elsize = 4, *dt = FL_G_I64;
+  else if (src == FL_ONNX_BOOL) elsize = 1, *dt = FL_G_I64;
   else
-    return FL_ERR(FL_ENOTSUP, "%s: %s has dtype %s; supported: float, int64, int32", L->path,
-                  what, fl_onnx_dtype_name(src));
+    return FL_ERR(FL_ENOTSUP, "%s: %s has dtype %s; supported: float, int64, int32, bool",
+                  L->path, what, fl_onnx_dtype_name(src));
   if (t->n_dims > FL_G_MAX_DIMS)
     return FL_ERR(FL_ENOTSUP, "%s: %s has %zu dims, at most %d are supported", L->path, what,
                   t->n_dims, FL_G_MAX_DIMS);
@@ -156,6 +161,7 @@ static fl_status tensor_value(const loader *L, const Onnx__TensorProto *t, const
                     L->path, what, t->raw_data.len, db, fl_onnx_dtype_name(src), bytes);
     from = t->raw_data.data;
   } else {
+    /* typed fields: bool and int32 both live in int32_data */
     size_t have = src == FL_ONNX_FLOAT ? t->n_float_data
                   : src == FL_ONNX_INT64 ? t->n_int64_data : t->n_int32_data;
     if (have != n)
@@ -163,10 +169,18 @@ static fl_status tensor_value(const loader *L, const Onnx__TensorProto *t, const
                     have, fl_onnx_dtype_name(src), db, n);
     from = src == FL_ONNX_FLOAT ? (const void *)t->float_data
            : src == FL_ONNX_INT64 ? (const void *)t->int64_data : (const void *)t->int32_data;
+    if (src == FL_ONNX_BOOL) elsize = 4; /* read as int32 below */
   }
   void *out = malloc(n ? n * (*dt == FL_G_F32 ? 4 : 8) : 1);
   if (!out) return FL_ERR(FL_ENOMEM, "%s: %s: out of memory", L->path, what);
-  if (src == FL_ONNX_INT32) {
+  if (src == FL_ONNX_BOOL) {
+    int64_t *o = out;
+    for (size_t i = 0; i < n; i++) {
+      int32_t x = 0;
+      memcpy(&x, (const char *)from + elsize * i, elsize); /* little-endian: low byte first */
+      o[i] = x != 0;
+    }
+  } else if (src == FL_ONNX_INT32) {
     int64_t *o = out;
     for (size_t i = 0; i < n; i++) {
       int32_t x;
@@ -184,7 +198,9 @@ static fl_status tensor_value(const loader *L, const Onnx__TensorProto *t, const
 }
 
 /* Declare initializer v (k = its value index): F32 -> parameter (buffer
- * for BatchNormalization statistics), I64 -> constant. */
+ * for BatchNormalization statistics; a constant when no op takes a
+ * gradient through it, e.g. Dropout's ratio: its gradient would be 0 and
+ * weight decay would still move it), I64 -> constant. */
 static fl_status declare_init(loader *L, int k) {
   val *v = &L->v[k];
   const Onnx__TensorProto *t = L->g->initializer[v->index];
@@ -197,7 +213,9 @@ static fl_status declare_init(loader *L, int k) {
   size_t n;
   FL_TRY(tensor_value(L, t, what, &dt, &ndim, dims, &data, &n));
   fl_status st;
-  if (dt == FL_G_F32) {
+  if (dt == FL_G_F32 && !v->buffer && !v->diff) {
+    st = fl_graph_const(L->fg, v->name, dt, ndim, dims, data, &v->id);
+  } else if (dt == FL_G_F32) {
     if (strlen(v->name) >= FL_MODEL_NAME_MAX)
       st = FL_ERR(FL_ENOTSUP, "%s: %s: the name is %zu bytes, parameter names may have at most "
                   "%d", L->path, what, strlen(v->name), FL_MODEL_NAME_MAX - 1);
@@ -685,13 +703,19 @@ static fl_status load_model(loader *L, const Onnx__ModelProto *m, const char *ou
   FL_TRY(pick_output(L, output, &out));
   FL_TRY(sort_nodes(L));
   FL_TRY(mark_needed(L, out));
-  /* BatchNormalization's running statistics are buffers */
+  /* BatchNormalization's running statistics are buffers; initializers no
+   * op differentiates are constants */
   for (size_t i = 0; i < g->n_node; i++) {
     const Onnx__NodeProto *n = g->node[i];
-    if (!L->need[i] || strcmp(S(n->op_type), "BatchNormalization")) continue;
-    for (size_t j = 3; j < 5 && j < n->n_input; j++) {
+    if (!L->need[i]) continue;
+    const fl_gop *op = fl_gop_find(S(n->op_type));
+    const int bn = !strcmp(S(n->op_type), "BatchNormalization");
+    for (size_t j = 0; j < n->n_input; j++) {
       int k = S(n->input[j])[0] ? find(L, n->input[j]) : -1;
-      if (k >= 0 && L->v[k].kind == V_INIT) L->v[k].buffer = 1;
+      if (k < 0 || L->v[k].kind != V_INIT) continue;
+      if (bn && (j == 3 || j == 4)) L->v[k].buffer = 1;
+      else if (!op || (op->backward && (j >= 32 || !((op->nodiff_in >> j) & 1u))))
+        L->v[k].diff = 1;
     }
   }
   FL_TRY(fl_graph_new(L->path, &L->fg));
