@@ -5,7 +5,9 @@
 # trained by two trainers in collective mode for 5 steps with flotilla-run
 # as the job's header says, exported back to ONNX, and that file loaded into
 # the PyTorch module by eval_onnx.py, whose test accuracy must be the one
-# flotilla-trainer logged for the same 1000 samples.  Skips (77) without
+# flotilla-trainer logged for the same 1000 samples.  Then float targets:
+# model.loss mse and bce_with_logits on float32 .npy labels must train.
+# EXAMPLES_ONNX="resnet" (or "") picks the examples.  Skips (77) without
 # Debian's python3-torch/python3-onnx or the Fashion-MNIST files.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
@@ -25,7 +27,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 timeout 120 "$py" "$ex/fmnist_to_npy.py" "$tmp/data" --limit 2048 > "$tmp/convert.out" 2>&1 ||
   { cat "$tmp/convert.out"; echo "FAIL: fmnist_to_npy.py"; exit 1; }
-for m in resnet vit; do
+for m in ${EXAMPLES_ONNX-resnet vit}; do
   timeout 120 "$py" "$ex/${m}_fmnist.py" export "$tmp/$m.onnx" > "$tmp/$m.export" 2>&1 ||
     { cat "$tmp/$m.export"; fail "$m: export"; continue; }
   job=$tmp/$m.yaml
@@ -53,5 +55,31 @@ for m in resnet vit; do
     fail "$m: flotilla logged acc1 $ours, PyTorch on the exported model $theirs"
   fi
 done
+
+# Float targets (model.loss mse and bce_with_logits) from float32 .npy
+# labels: a small PyTorch MLP on a learnable synthetic task
+# (float_targets.py); the test loss the trainer logs must fall.
+for loss in mse bce_with_logits; do
+  d=$tmp/$loss
+  timeout 120 "$py" "$FL_SRCDIR/tests/integration/float_targets.py" "$d" "$loss" \
+    > "$tmp/$loss.gen" 2>&1 || { cat "$tmp/$loss.gen"; fail "$loss: data and model"; continue; }
+  cat > "$d/job.yaml" << EOF
+model: {kind: onnx, path: $d/model.onnx, loss: $loss}
+data: {format: npy, train_x: $d/train_x.npy, train_y: $d/train_y.npy, test_x: $d/test_x.npy, test_y: $d/test_y.npy}
+optimizer: {name: momentum, lr: 0.05, momentum: 0.9}
+train: {epochs: 6, batch_size: 32, eval_batch_size: 256, log_interval: 1000, num_threads: 1}
+EOF
+  timeout 120 "$FL_BUILDDIR/flotilla-trainer" --config "$d/job.yaml" > "$d/out" 2>&1 ||
+    { cat "$d/out"; fail "$loss: flotilla-trainer exited non-zero"; continue; }
+  losses=$(sed -n 's/^\[Epoch [0-9]*\] test loss: \([0-9.]*\),.*/\1/p' "$d/out")
+  first=$(echo "$losses" | head -1)
+  last=$(echo "$losses" | tail -1)
+  if [ -n "$first" ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.6 * a) }'; then
+    echo "ok: $loss float targets (test loss $first after epoch 0, $last after the last)"
+  else
+    cat "$d/out"
+    fail "$loss: test loss did not fall (${first:-none} -> ${last:-none})"
+  fi
+done
 [ $fails -eq 0 ] || exit 1
-echo "PASS: both ONNX examples"
+echo "PASS: both ONNX examples, float targets"
