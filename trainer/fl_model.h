@@ -169,6 +169,12 @@ fl_status fl_model_eval(fl_model *m, const float *x, const int32_t *y, size_t ba
 struct fl_graph;
 const struct fl_graph *fl_model_graph(const fl_model *m);
 
+/* The step number Dropout masks are drawn from (with the seed and the
+ * node): the loop sets it before each micro-batch from its checkpointed
+ * position, so a resumed run draws the masks of an uninterrupted one.
+ * Without a call it counts train_steps from 0.  A no-op for plugins. */
+void fl_model_set_step(fl_model *m, uint64_t step);
+
 /* Models whose loss takes float targets (kind onnx with loss
  * bce_with_logits or mse): 1, and then train_step / eval refuse and the
  * ...f calls below take batch * num_classes float targets (num_classes is

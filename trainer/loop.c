@@ -494,6 +494,8 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
     FL_TRY(fl_loader_next(t->loader, &b));
     if (last) memset(t->ready, 0, t->np);
     t->cb_err = FL_OK;
+    /* dropout masks follow the checkpointed position (bitwise --resume) */
+    fl_model_set_step(t->model, (uint64_t)t->step * (uint64_t)t->k + (uint64_t)j);
     if (b.t) /* float targets (bce / mse models) */
       FL_TRY(fl_model_train_stepf(t->model, b.x, b.t, b.size, scale,
                                   last ? on_grad_ready : NULL, t, &res));

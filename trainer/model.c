@@ -316,6 +316,10 @@ fl_param *fl_model_param(fl_model *m, size_t index) {
 
 size_t fl_model_input_size(const fl_model *m) { return m ? m->ops->input_size(m->handle) : 0; }
 
+void fl_model_set_step(fl_model *m, uint64_t step) {
+  if (m && m->graph) fl_graph_model_set_step(m->handle, step);
+}
+
 const fl_graph *fl_model_graph(const fl_model *m) {
   return m && m->graph ? fl_graph_model_graph(m->handle) : NULL;
 }

@@ -4,7 +4,8 @@
  * does not reach the loss), the losses with float targets, on_ready order
  * and finality, recompute with named checkpoints bitwise equal to the
  * plain run with less memory, buffer reuse, re-binding to other batch
- * sizes, the input gradient of the forward/backward calls, and refusals
+ * sizes, the input gradient of the forward/backward calls, dropout masks
+ * that follow the step, and refusals
  * (unknown op, attribute, arity, duplicate names, unknown checkpoint, gpu
  * without CUDA). */
 #include <config.h>
@@ -340,6 +341,44 @@ START_TEST(input_gradient) {
 }
 END_TEST
 
+/* x -> Dropout -> Gemm: the masks are a function of (seed, step, node),
+ * so fl_graph_model_set_step reproduces a step's gradients and a later
+ * step draws other masks. */
+static void *dropout_model(void) {
+  fl_graph *g;
+  ck_assert_int_eq(fl_graph_new("drop", &g), FL_OK);
+  const int64_t xd[2] = {FL_G_BATCH, IN}, wd[2] = {K, IN};
+  float w[K * IN];
+  uint64_t s = 3;
+  gc_fill(w, K * IN, &s, -1, 1);
+  int x, W, d, y;
+  ck_assert_int_eq(fl_graph_input(g, "x", 2, xd, &x), FL_OK);
+  ck_assert_int_eq(fl_graph_param(g, "w", 2, wd, w, 1, &W), FL_OK);
+  const char *dn[] = {"d"}, *yn[] = {"y"};
+  ck_assert_int_eq(fl_graph_node(g, "drop", "Dropout", &x, 1, dn, 1, NULL, 0, &d), FL_OK);
+  ck_assert_int_eq(fl_graph_node(g, "fc", "Gemm", (int[]){d, W}, 2, yn, 1, &TRANS_B, 1, &y), FL_OK);
+  ck_assert_int_eq(fl_graph_set_output(g, y, FL_GLOSS_MSE), FL_OK);
+  return compile(g, B, 0, NULL, 0);
+}
+
+START_TEST(dropout_follows_the_step) {
+  void *a = dropout_model(), *b = dropout_model();
+  data d = make_data(4);
+  fl_param *pa = fl_graph_model_ops.param(a, 0), *pb = fl_graph_model_ops.param(b, 0);
+  float g0[K * IN];
+  ck_assert_int_eq(fl_graph_model_train_stepf(a, d.x, d.t, B, 1.0f, NULL, NULL, NULL), FL_OK);
+  memcpy(g0, pa->grad, sizeof g0);
+  for (int k = 0; k < 5; k++) /* b: steps 0..4, no update */
+    ck_assert_int_eq(fl_graph_model_train_stepf(b, d.x, d.t, B, 1.0f, NULL, NULL, NULL), FL_OK);
+  ck_assert(memcmp(g0, pb->grad, sizeof g0) != 0); /* step 4 drew other masks than step 0 */
+  fl_graph_model_set_step(a, 4);
+  ck_assert_int_eq(fl_graph_model_train_stepf(a, d.x, d.t, B, 1.0f, NULL, NULL, NULL), FL_OK);
+  ck_assert_mem_eq(pa->grad, pb->grad, sizeof g0);
+  fl_graph_model_ops.destroy(a);
+  fl_graph_model_ops.destroy(b);
+}
+END_TEST
+
 /* What the builder and create refuse. */
 START_TEST(refusals) {
   fl_graph *g;
@@ -401,6 +440,7 @@ int main(void) {
   tcase_add_test(tc, buffers_are_reused);
   tcase_add_test(tc, rebinding_other_batch_sizes);
   tcase_add_test(tc, input_gradient);
+  tcase_add_test(tc, dropout_follows_the_step);
   tcase_add_test(tc, refusals);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);

@@ -173,6 +173,10 @@ fl_status fl_graph_model_forward(void *handle, const float *x, size_t batch, int
 fl_status fl_graph_model_backward(void *handle, const float *dout, fl_grad_ready_fn on_ready,
                                   void *ctx, const float **dx);
 
+/* The step Dropout masks derive from (fl_model_set_step); train steps
+ * count on from it. */
+void fl_graph_model_set_step(void *handle, uint64_t step);
+
 /* fl_model_set_norm_sync for a compiled graph: every BatchNormalization
  * normalises over the global micro-batch through fn (NULL: local). */
 fl_status fl_graph_model_set_norm_sync(void *handle, fl_norm_sync_fn fn, void *ctx);

@@ -463,6 +463,10 @@ fl_status fl_graph_model_backward(void *handle, const float *dout, fl_grad_ready
   return st;
 }
 
+void fl_graph_model_set_step(void *handle, uint64_t step) {
+  if (handle) ((fl_gmodel *)handle)->step = step;
+}
+
 fl_status fl_graph_model_set_norm_sync(void *handle, fl_norm_sync_fn fn, void *ctx) {
   fl_gmodel *m = handle;
   if (!m) return FL_ERR(FL_EINVAL, "graph: NULL model");
