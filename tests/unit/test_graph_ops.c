@@ -40,7 +40,8 @@ START_TEST(test_registry) {
       "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization",
       "LayerNormalization", "GroupNormalization", "Flatten", "Reshape", "Transpose", "Squeeze",
       "Unsqueeze", "Concat", "Split", "Slice", "Gather", "Dropout", "Identity", "Constant",
-      "Cast", "Shape", "Expand", "Range", "ConstantOfShape"};
+      "Cast", "Shape", "Expand", "Range", "ConstantOfShape", "Equal", "Less", "Greater", "Not",
+      "Where"};
   for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
     const fl_gop *op = fl_gop_find(required[i]);
     ck_assert_msg(op != NULL, "%s missing", required[i]);
@@ -274,6 +275,75 @@ START_TEST(test_identity_cast_dropout) {
   h.c.training = 0;
   h_fwd(&h);
   ck_assert_mem_eq(y->data, x->data, x->n * sizeof(float));
+  h_free(&h);
+}
+END_TEST
+
+/* Comparisons give int64 0/1 with broadcasting; Where selects and sends
+ * the gradient to the chosen side. */
+START_TEST(test_compare_where) {
+  static const char *const ops[] = {"Equal", "Less", "Greater"};
+  const int64_t s23[] = {2, 3}, s3[] = {3};
+  const int64_t av[] = {1, 5, 3, 4, 2, 9}, bv[] = {4, 2, 3};
+  for (int k = 0; k < 3; k++) {
+    harness h;
+    h_init(&h, ops[k]);
+    h_i64(&h, "a", 2, s23, av);
+    h_i64(&h, "b", 1, s3, bv);
+    h_outs(&h, 1);
+    h_ready(&h);
+    ck_assert_int_eq(h_y(&h, 0)->dtype, FL_G_I64);
+    h_fwd(&h);
+    for (int i = 0; i < 6; i++) {
+      const int64_t u = av[i], v = bv[i % 3];
+      const int64_t want = k == 0 ? u == v : k == 1 ? u < v : u > v;
+      ck_assert_int_eq(h_y(&h, 0)->idata[i], want);
+    }
+    h_free(&h);
+  }
+  harness h;
+  uint64_t s = 181;
+  h_init(&h, "Equal"); /* floats */
+  h_f32(&h, "a", 2, s23, &s, -1, 1, 0);
+  h_f32(&h, "b", 1, s3, &s, -1, 1, 0);
+  h_x(&h, 1)->data[1] = h_x(&h, 0)->data[4];
+  h_outs(&h, 1);
+  h_ready(&h);
+  h_fwd(&h);
+  for (int i = 0; i < 6; i++) ck_assert_int_eq(h_y(&h, 0)->idata[i], i == 4);
+  h_free(&h);
+  h_init(&h, "Not");
+  const int64_t nv[] = {0, 1, 7};
+  h_i64(&h, "x", 1, s3, nv);
+  h_outs(&h, 1);
+  h_ready(&h);
+  h_fwd(&h);
+  ck_assert(h_y(&h, 0)->idata[0] == 1 && h_y(&h, 0)->idata[1] == 0 &&
+            h_y(&h, 0)->idata[2] == 0);
+  h_free(&h);
+  /* Where: condition [3] over X [2, 3] and a scalar Y. */
+  const int64_t cv[] = {1, 0, 1}, one[] = {1};
+  h_init(&h, "Where");
+  h_i64(&h, "cond", 1, s3, cv);
+  h_f32(&h, "x", 2, s23, &s, -1, 1, 0);
+  h_f32(&h, "y", 0, one, &s, -1, 1, 0);
+  h_outs(&h, 1);
+  h_ready(&h);
+  h_expect_shape(&h, 0, 2, s23);
+  h_fwd(&h);
+  for (int i = 0; i < 6; i++)
+    ck_assert_float_eq(h_y(&h, 0)->data[i],
+                       cv[i % 3] ? h_x(&h, 1)->data[i] : h_x(&h, 2)->data[0]);
+  h_gradcheck(&h, "Where", 1, 1e-3, 1e-4, 1e-3);
+  h_free(&h);
+  /* Mismatched shapes are refused. */
+  const int64_t s4[] = {4};
+  h_init(&h, "Where");
+  h_i64(&h, "cond", 1, s3, cv);
+  h_f32(&h, "x", 1, s4, &s, -1, 1, 0);
+  h_f32(&h, "y", 0, one, &s, -1, 1, 0);
+  h_outs(&h, 1);
+  ck_assert_int_eq(h_infer(&h), FL_EINVAL);
   h_free(&h);
 }
 END_TEST
@@ -1477,6 +1547,7 @@ int main(void) {
   tcase_add_test(tc, test_binary_int64_and_refusals);
   tcase_add_test(tc, test_unary);
   tcase_add_test(tc, test_identity_cast_dropout);
+  tcase_add_test(tc, test_compare_where);
   tcase_add_test(tc, test_gemm);
   tcase_add_test(tc, test_gemm_matches_linear_kernels);
   tcase_add_test(tc, test_gemm_refusals);

@@ -1,7 +1,8 @@
 /* ops_elementwise.c - the element-wise ops of the graph engine: the
  * broadcasting binary arithmetic (Add, Sub, Mul, Div, Pow; Add/Sub/Mul/Div
  * also on int64 for shape expressions), the activations (Relu, LeakyRelu,
- * Sigmoid, Tanh, Erf), Neg, Sqrt, Exp, Log, Identity, Cast and Dropout.
+ * Sigmoid, Tanh, Erf), Neg, Sqrt, Exp, Log, the comparisons (Equal, Less,
+ * Greater, Not, Where; booleans as int64 0/1), Identity, Cast and Dropout.
  *
  * Backward reduces a broadcast input's gradient over the broadcast
  * positions in output order, so results are deterministic.  Dropout's mask
@@ -418,6 +419,163 @@ static fl_status act_backward_cuda(fl_gnode *n, fl_gctx *c, unsigned acc) {
   return ax ? fl_gcu_put(n, c, x->grad, k, x->n, 1) : FL_OK;
 }
 
+/* ------------------------------------------ comparisons, Not, Where */
+
+/* Booleans are int64 0/1 here (the engine has no bool type): Equal, Less
+ * and Greater compare two float or two int64 tensors with broadcasting;
+ * Not negates; Where selects with a broadcast condition (nonzero = true). */
+enum cmp_kind { CMP_EQ, CMP_LT, CMP_GT };
+
+static enum cmp_kind cmp_kind_of(const fl_gnode *n) {
+  if (strcmp(n->op->type, "Less") == 0) return CMP_LT;
+  if (strcmp(n->op->type, "Greater") == 0) return CMP_GT;
+  return CMP_EQ;
+}
+
+static fl_status cmp_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
+  const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1);
+  if (!a || !b) return fl_gop_fail(n, FL_EINVAL, "needs two inputs");
+  if (a->dtype != b->dtype)
+    return fl_gop_fail(n, FL_EINVAL, "inputs %s and %s have different element types", a->name,
+                       b->name);
+  int nd;
+  int64_t shape[FL_G_MAX_DIMS];
+  if (fl_gbroadcast_shape(a->ndim, a->shape, b->ndim, b->shape, &nd, shape) != FL_OK) {
+    char sa[160], sb[160];
+    return fl_gop_fail(n, FL_EINVAL, "shapes %s and %s do not broadcast",
+                       fl_gshape_str(a->ndim, a->shape, sa, sizeof sa),
+                       fl_gshape_str(b->ndim, b->shape, sb, sizeof sb));
+  }
+  fl_gset_out(n, c, 0, FL_G_I64, nd, shape);
+  *ws = 0;
+  *saved = 0;
+  return FL_OK;
+}
+
+#define CMP_ROWS(T, A, B)                                                                  \
+  do {                                                                                     \
+    for (size_t r = 0; r < rows; r++) {                                                    \
+      size_t off[4];                                                                       \
+      fl_gbc_row(&bc, r, off);                                                             \
+      for (size_t i = 0; i < inner; i++) {                                                 \
+        const T u = (A)[off[1] + i * sa], v = (B)[off[2] + i * sb];                        \
+        Y[off[0] + i] = k == CMP_EQ ? u == v : k == CMP_LT ? u < v : u > v;                \
+      }                                                                                    \
+    }                                                                                      \
+  } while (0)
+
+static fl_status cmp_forward(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  fl_gbc bc;
+  const int ranks[2] = {a->ndim, b->ndim};
+  const int64_t *shapes[2] = {a->shape, b->shape};
+  fl_gbc_init(&bc, y->ndim, y->shape, 2, ranks, shapes);
+  const size_t inner = fl_gbc_inner(&bc), rows = inner ? bc.n / inner : 0;
+  const size_t sa = bc.nd ? (size_t)bc.st[1][bc.nd - 1] : 0;
+  const size_t sb = bc.nd ? (size_t)bc.st[2][bc.nd - 1] : 0;
+  const enum cmp_kind k = cmp_kind_of(n);
+  int64_t *Y = y->idata;
+  if (a->dtype == FL_G_I64)
+    CMP_ROWS(int64_t, a->idata, b->idata);
+  else
+    CMP_ROWS(float, a->data, b->data);
+  return FL_OK;
+}
+
+static fl_status not_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
+  FL_TRY(fl_gneed(n, c, 0, FL_G_I64));
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  fl_gset_out(n, c, 0, FL_G_I64, x->ndim, x->shape);
+  *ws = 0;
+  *saved = 0;
+  return FL_OK;
+}
+
+static fl_status not_forward(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  for (size_t i = 0; i < x->n; i++) y->idata[i] = x->idata[i] == 0;
+  return FL_OK;
+}
+
+static fl_status where_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
+  FL_TRY(fl_gneed(n, c, 0, FL_G_I64));
+  const fl_gtensor *k = fl_gin(n, c, 0), *x = fl_gin(n, c, 1), *yv = fl_gin(n, c, 2);
+  if (!x || !yv) return fl_gop_fail(n, FL_EINVAL, "needs three inputs");
+  if (x->dtype != yv->dtype)
+    return fl_gop_fail(n, FL_EINVAL, "X %s and Y %s have different element types", x->name,
+                       yv->name);
+  int nd;
+  int64_t shape[FL_G_MAX_DIMS];
+  char s1[160], s2[160], s3[160];
+  if (fl_gbroadcast_shape(k->ndim, k->shape, x->ndim, x->shape, &nd, shape) != FL_OK ||
+      fl_gbroadcast_shape(nd, shape, yv->ndim, yv->shape, &nd, shape) != FL_OK)
+    return fl_gop_fail(n, FL_EINVAL, "condition %s, X %s and Y %s do not broadcast",
+                       fl_gshape_str(k->ndim, k->shape, s1, sizeof s1),
+                       fl_gshape_str(x->ndim, x->shape, s2, sizeof s2),
+                       fl_gshape_str(yv->ndim, yv->shape, s3, sizeof s3));
+  fl_gset_out(n, c, 0, x->dtype, nd, shape);
+  *ws = 0;
+  *saved = 0;
+  return FL_OK;
+}
+
+static void where_bc(const fl_gnode *n, const fl_gctx *c, fl_gbc *bc) {
+  const fl_gtensor *k = fl_gin(n, c, 0), *x = fl_gin(n, c, 1), *yv = fl_gin(n, c, 2);
+  const fl_gtensor *o = fl_gout(n, c, 0);
+  const int ranks[3] = {k->ndim, x->ndim, yv->ndim};
+  const int64_t *shapes[3] = {k->shape, x->shape, yv->shape};
+  fl_gbc_init(bc, o->ndim, o->shape, 3, ranks, shapes);
+}
+
+static fl_status where_forward(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *k = fl_gin(n, c, 0), *x = fl_gin(n, c, 1), *yv = fl_gin(n, c, 2);
+  fl_gtensor *o = fl_gout(n, c, 0);
+  fl_gbc bc;
+  where_bc(n, c, &bc);
+  const size_t inner = fl_gbc_inner(&bc), rows = inner ? bc.n / inner : 0;
+  size_t st[4];
+  for (int q = 1; q <= 3; q++) st[q] = bc.nd ? (size_t)bc.st[q][bc.nd - 1] : 0;
+  for (size_t r = 0; r < rows; r++) {
+    size_t off[4];
+    fl_gbc_row(&bc, r, off);
+    for (size_t i = 0; i < inner; i++) {
+      const int pick = k->idata[off[1] + i * st[1]] != 0;
+      const size_t src = pick ? off[2] + i * st[2] : off[3] + i * st[3];
+      if (o->dtype == FL_G_I64)
+        o->idata[off[0] + i] = (pick ? x : yv)->idata[src];
+      else
+        o->data[off[0] + i] = (pick ? x : yv)->data[src];
+    }
+  }
+  return FL_OK;
+}
+
+static fl_status where_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *k = fl_gin(n, c, 0), *o = fl_gout(n, c, 0);
+  if (o->dtype != FL_G_F32) return FL_OK;
+  fl_gbc bc;
+  where_bc(n, c, &bc);
+  const size_t inner = fl_gbc_inner(&bc), rows = inner ? bc.n / inner : 0;
+  size_t st[4];
+  for (int q = 1; q <= 3; q++) st[q] = bc.nd ? (size_t)bc.st[q][bc.nd - 1] : 0;
+  for (int q = 2; q <= 3; q++) { /* X gets the gradient where true, Y where false */
+    const fl_gtensor *t = fl_gin(n, c, q - 1);
+    if (!t->grad) continue;
+    if (!fl_gacc(acc, q - 1)) memset(t->grad, 0, t->n * sizeof *t->grad);
+    for (size_t r = 0; r < rows; r++) {
+      size_t off[4];
+      fl_gbc_row(&bc, r, off);
+      for (size_t i = 0; i < inner; i++) {
+        const int pick = k->idata[off[1] + i * st[1]] != 0;
+        if (pick == (q == 2)) t->grad[off[q] + i * st[q]] += o->grad[off[0] + i];
+      }
+    }
+  }
+  return FL_OK;
+}
+
 /* ---------------------------------------------------- Identity, Cast */
 
 static fl_status identity_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
@@ -615,6 +773,21 @@ const fl_gop fl_gops_elementwise[] = {
     UNARY("Sqrt", "sqrt", 0, 1, no_attrs),
     UNARY("Exp", "exp", 0, 1, no_attrs),
     UNARY("Log", "log", 1, 0, no_attrs),
+    {.type = "Equal", .paddle = "equal", .min_in = 2, .max_in = 2, .min_out = 1,
+     .max_out = 1, .attrs = no_attrs, .infer = cmp_infer, .forward = cmp_forward,
+     .nodiff_in = 3},
+    {.type = "Less", .paddle = "less_than", .min_in = 2, .max_in = 2, .min_out = 1,
+     .max_out = 1, .attrs = no_attrs, .infer = cmp_infer, .forward = cmp_forward,
+     .nodiff_in = 3},
+    {.type = "Greater", .paddle = "greater_than", .min_in = 2, .max_in = 2, .min_out = 1,
+     .max_out = 1, .attrs = no_attrs, .infer = cmp_infer, .forward = cmp_forward,
+     .nodiff_in = 3},
+    {.type = "Not", .paddle = "logical_not", .min_in = 1, .max_in = 1, .min_out = 1,
+     .max_out = 1, .attrs = no_attrs, .infer = not_infer, .forward = not_forward,
+     .nodiff_in = 1},
+    {.type = "Where", .paddle = "where", .min_in = 3, .max_in = 3, .min_out = 1, .max_out = 1,
+     .attrs = no_attrs, .infer = where_infer, .forward = where_forward,
+     .backward = where_backward, .save_in = 1, .nodiff_in = 1},
     {.type = "Identity", .paddle = "share_data", .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = identity_infer, .forward = identity_forward,
      .backward = pass_backward},
