@@ -45,7 +45,8 @@ static inline void h_init(harness *h, const char *op) {
   h->c.node_index = 5;
 }
 
-static inline int h_tensor(harness *h, const char *name, fl_gdtype dt, int nd, const int64_t *shape) {
+static inline int h_tensor(harness *h, const char *name, fl_gdtype dt, int nd,
+                           const int64_t *shape) {
   ck_assert_int_lt(h->nt, MAXT);
   fl_gtensor *t = &h->t[h->nt];
   t->name = (char *)name;
@@ -64,8 +65,8 @@ static inline int h_tensor(harness *h, const char *name, fl_gdtype dt, int nd, c
 }
 
 /* A float input filled uniformly in [lo, hi) (away from 0 when away). */
-static inline int h_f32(harness *h, const char *name, int nd, const int64_t *shape, uint64_t *s,
-                 double lo, double hi, int away) {
+static inline int h_f32(harness *h, const char *name, int nd, const int64_t *shape,
+                        uint64_t *s, double lo, double hi, int away) {
   const int id = h_tensor(h, name, FL_G_F32, nd, shape);
   if (away)
     gc_fill_away(h->t[id].data, h->t[id].n, s, lo, hi);
@@ -76,7 +77,8 @@ static inline int h_f32(harness *h, const char *name, int nd, const int64_t *sha
 }
 
 /* A known int64 input (a constant of the shape domain). */
-static inline int h_i64(harness *h, const char *name, int nd, const int64_t *shape, const int64_t *v) {
+static inline int h_i64(harness *h, const char *name, int nd, const int64_t *shape,
+                        const int64_t *v) {
   const int id = h_tensor(h, name, FL_G_I64, nd, shape);
   memcpy(h->t[id].idata, v, h->t[id].n * sizeof *v);
   h->t[id].kind = FL_GT_CONST;
@@ -196,8 +198,8 @@ static inline void h_bwd(harness *h, unsigned accum) {
 /* Finite-difference check of every differentiable input's gradient, then
  * the accumulate path: grads pre-set to 0.25 must come out 0.25 + the
  * overwritten result.  nouts: how many outputs enter the objective. */
-static inline void h_gradcheck(harness *h, const char *what, int nouts, double eps, double atol,
-                        double rtol) {
+static inline void h_gradcheck(harness *h, const char *what, int nouts, double eps,
+                               double atol, double rtol) {
   uint64_t s = 777;
   for (int o = 0; o < nouts; o++) {
     fl_gtensor *y = h_y(h, o);
@@ -248,7 +250,7 @@ static inline void h_expect_shape(harness *h, int o, int nd, const int64_t *shap
 }
 
 static inline void expect_close(const float *got, const double *want, size_t n, double tol,
-                         const char *what) {
+                                const char *what) {
   for (size_t i = 0; i < n; i++)
     ck_assert_msg(fabs(got[i] - want[i]) <= tol * (1.0 + fabs(want[i])),
                   "%s[%zu]: %.9g, want %.9g", what, i, (double)got[i], want[i]);

@@ -181,7 +181,8 @@ static size_t conv_col_floats(const conv_p *p) {
 
 /* Device scratch of a gpu conv: the gradients that accumulate (dx, dw, db
  * in that order), then the kernels' workspace (cuDNN's, rounded up to
- * floats).  The engine's scratch itself comes from fl_cuda_malloc.  *need: all of it; *acc_floats (may be NULL): the first part. */
+ * floats).  The engine's scratch itself comes from fl_cuda_malloc.
+ * *need: all of it; *acc_floats (may be NULL): the first part. */
 static fl_status conv_gpu_ws(const fl_gnode *n, const fl_gctx *c, const conv_p *p, size_t *need,
                              size_t *acc_floats) {
   const fl_gtensor *x = fl_gin(n, c, 0), *w = fl_gin(n, c, 1);
