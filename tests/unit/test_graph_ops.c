@@ -348,6 +348,80 @@ START_TEST(test_compare_where) {
 }
 END_TEST
 
+/* A gpu graph binds with c->stream set: infer then refuses what the CUDA
+ * twins do not take, naming the node (checked here without a device: the
+ * refusals come before any device call), and sizes the device scratch. */
+START_TEST(test_gpu_bind_refusals) {
+  static int fake_stream;
+  harness h;
+  uint64_t s = 191;
+  const int64_t a[] = {3, 5}, b[] = {4, 5}, bt[] = {5, 4}, cN[] = {4};
+  h_init(&h, "Gemm"); /* Linear's layout: accepted, scratch for accumulation */
+  h_f32(&h, "A", 2, a, &s, 0, 1, 0);
+  h_f32(&h, "B", 2, b, &s, 0, 1, 0);
+  h_f32(&h, "C", 1, cN, &s, 0, 1, 0);
+  h_ai(&h, "transB", 1);
+  h_outs(&h, 1);
+  h.c.stream = &fake_stream;
+  ck_assert_int_eq(h_infer(&h), FL_OK);
+  ck_assert_uint_eq(h.node.ws_floats, 3 * 5 + 4 * 5 + 4);
+  h_free(&h);
+  h_init(&h, "Gemm"); /* transB 0: not on the gpu */
+  h_f32(&h, "A", 2, a, &s, 0, 1, 0);
+  h_f32(&h, "B", 2, bt, &s, 0, 1, 0);
+  h_outs(&h, 1);
+  ck_assert_int_eq(h_infer(&h), FL_OK);
+  h.c.stream = &fake_stream;
+  ck_assert_int_eq(h_infer(&h), FL_ENOTSUP);
+  h_free(&h);
+  const int64_t xs[] = {1, 4, 5, 5}, ws[] = {4, 2, 3, 3};
+  h_init(&h, "Conv"); /* two groups */
+  h_f32(&h, "x", 4, xs, &s, 0, 1, 0);
+  h_f32(&h, "w", 4, ws, &s, 0, 1, 0);
+  h_ai(&h, "group", 2);
+  h_outs(&h, 1);
+  h.c.stream = &fake_stream;
+  ck_assert_int_eq(h_infer(&h), FL_ENOTSUP);
+  h_free(&h);
+  const int64_t k[] = {2, 2}, pads[] = {1, 1, 1, 1};
+  h_init(&h, "MaxPool"); /* padded */
+  h_f32(&h, "x", 4, xs, &s, 0, 1, 0);
+  h_ais(&h, "kernel_shape", k, 2);
+  h_ais(&h, "pads", pads, 4);
+  h_outs(&h, 1);
+  h.c.stream = &fake_stream;
+  ck_assert_int_eq(h_infer(&h), FL_ENOTSUP);
+  h_free(&h);
+  const int64_t g2[] = {2};
+  h_init(&h, "GroupNormalization"); /* per-group scale */
+  h_f32(&h, "x", 4, xs, &s, 0, 1, 0);
+  h_f32(&h, "s", 1, g2, &s, 0, 1, 0);
+  h_f32(&h, "b", 1, g2, &s, 0, 1, 0);
+  h_ai(&h, "num_groups", 2);
+  h_outs(&h, 1);
+  h.c.stream = &fake_stream;
+  ck_assert_int_eq(h_infer(&h), FL_ENOTSUP);
+  h_free(&h);
+  const int64_t n1[] = {3, 1}, r4[] = {1, 4};
+  h_init(&h, "Add"); /* both operands broadcast */
+  h_f32(&h, "a", 2, n1, &s, 0, 1, 0);
+  h_f32(&h, "b", 2, r4, &s, 0, 1, 0);
+  h_outs(&h, 1);
+  ck_assert_int_eq(h_infer(&h), FL_OK);
+  h.c.stream = &fake_stream;
+  ck_assert_int_eq(h_infer(&h), FL_ENOTSUP);
+  h_free(&h);
+  const int64_t btd[] = {2, 3, 4};
+  h_init(&h, "Add"); /* a bias over the last dim: accepted */
+  h_f32(&h, "a", 1, cN, &s, 0, 1, 0);
+  h_f32(&h, "b", 3, btd, &s, 0, 1, 0);
+  h_outs(&h, 1);
+  h.c.stream = &fake_stream;
+  ck_assert_int_eq(h_infer(&h), FL_OK);
+  h_free(&h);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- Gemm */
 
 static void check_gemm(int ta, int tb, float alpha, float beta, int cnd, const int64_t *cs,
@@ -1549,6 +1623,7 @@ int main(void) {
   tcase_add_test(tc, test_identity_cast_dropout);
   tcase_add_test(tc, test_compare_where);
   tcase_add_test(tc, test_gemm);
+  tcase_add_test(tc, test_gpu_bind_refusals);
   tcase_add_test(tc, test_gemm_matches_linear_kernels);
   tcase_add_test(tc, test_gemm_refusals);
   tcase_add_test(tc, test_matmul);

@@ -196,6 +196,9 @@ static fl_status conv_gpu_ws(const fl_gnode *n, const fl_gctx *c, const conv_p *
   return FL_OK;
 }
 
+static fl_status conv_gpu_params(const fl_gnode *n, const fl_gctx *c, conv_p *p);
+static fl_status maxpool_gpu_desc(const fl_gnode *n, const fl_gctx *c, fl_pool2d_desc *d);
+
 static fl_status conv_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   FL_TRY(fl_gneed(n, c, 0, FL_G_F32));
   FL_TRY(fl_gneed(n, c, 1, FL_G_F32));
@@ -211,7 +214,8 @@ static fl_status conv_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) 
     const size_t f = fl_conv2d_workspace_floats(&d);
     if (f > *ws) *ws = f;
   }
-  if (c->stream && p.fast) { /* a gpu graph: conv_gpu_ws's layout */
+  if (c->stream) { /* a gpu bind: refuse what it lacks; conv_gpu_ws's layout */
+    FL_TRY(conv_gpu_params(n, c, &p));
     size_t need;
     FL_TRY(conv_gpu_ws(n, c, &p, &need, NULL));
     if (need > *ws) *ws = need;
@@ -431,6 +435,10 @@ static fl_status maxpool_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *save
   int nd;
   win_out_shape(&g, g.C, ys, &nd);
   fl_gset_out(n, c, 0, FL_G_F32, nd, ys);
+  if (c->stream) { /* a gpu bind: refuse what it lacks */
+    fl_pool2d_desc d;
+    FL_TRY(maxpool_gpu_desc(n, c, &d));
+  }
   *ws = c->stream ? fl_gin(n, c, 0)->n : 0; /* gpu: dx when it accumulates */
   *saved = fl_gnumel(nd, ys); /* the argmax, int32 per output */
   return FL_OK;

@@ -26,6 +26,14 @@ static enum bin_kind bin_kind_of(const fl_gnode *n) {
   return BIN_POW;
 }
 
+/* Add on the gpu (see add_gpu_layout). */
+typedef struct add_gpu {
+  int big;               /* input index of the full-shape operand */
+  int same;              /* both have the output's shape */
+  size_t N, C, inner;
+} add_gpu;
+static fl_status add_gpu_layout(const fl_gnode *n, const fl_gctx *c, add_gpu *g);
+
 static fl_status binary_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1);
   if (!a || !b) return fl_gop_fail(n, FL_EINVAL, "needs two inputs");
@@ -43,6 +51,10 @@ static fl_status binary_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved
                        fl_gshape_str(b->ndim, b->shape, sb, sizeof sb), b->name);
   }
   fl_gset_out(n, c, 0, a->dtype, nd, shape);
+  if (c->stream && bin_kind_of(n) == BIN_ADD) { /* a gpu bind: refuse what it lacks */
+    add_gpu g;
+    FL_TRY(add_gpu_layout(n, c, &g));
+  }
   /* A gpu graph's Add: scratch for a bias gradient that accumulates. */
   *ws = c->stream ? (a->n < b->n ? a->n : b->n) : 0;
   *saved = 0;
@@ -203,12 +215,6 @@ static fl_status binary_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
  * consecutive dims [d0, d1) and is 1 elsewhere (Linear's [C] on [N, C] or
  * [B, T, C], a conv bias [1, C, 1, 1] on [N, C, H, W]); then y[n, c, s] =
  * big[n, c, s] + bias[c] with n over dims before d0 and s after d1. */
-typedef struct add_gpu {
-  int big;               /* input index of the full-shape operand */
-  int same;              /* both have the output's shape */
-  size_t N, C, inner;
-} add_gpu;
-
 static fl_status add_gpu_layout(const fl_gnode *n, const fl_gctx *c, add_gpu *g) {
   const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1), *y = fl_gout(n, c, 0);
   if (a->dtype != FL_G_F32)

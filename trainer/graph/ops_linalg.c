@@ -57,6 +57,8 @@ static fl_status gemm_params(const fl_gnode *n, const fl_gctx *c, gemm_p *p) {
   return FL_OK;
 }
 
+static fl_status gemm_gpu_layout(const fl_gnode *n, const fl_gctx *c, const gemm_p *p);
+
 static fl_status gemm_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   FL_TRY(fl_gneed(n, c, 0, FL_G_F32));
   FL_TRY(fl_gneed(n, c, 1, FL_G_F32));
@@ -86,6 +88,7 @@ static fl_status gemm_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) 
                          (long long)p.N);
   }
   fl_gset_out(n, c, 0, FL_G_F32, 2, yshape);
+  if (c->stream) FL_TRY(gemm_gpu_layout(n, c, &p)); /* a gpu bind: refuse what it lacks */
   /* A gpu graph: scratch for gradients that accumulate (the device kernel
    * overwrites its outputs). */
   *ws = c->stream ? (size_t)(p.M * p.K + p.N * p.K + p.N) : 0;

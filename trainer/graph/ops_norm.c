@@ -387,10 +387,13 @@ static fl_status gn_params(const fl_gnode *n, const fl_gctx *c, gn_p *p) {
   return FL_OK;
 }
 
+static fl_status gn_gpu_params(const fl_gnode *n, const fl_gctx *c, gn_p *p);
+
 static fl_status gn_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   for (int i = 0; i < 3; i++) FL_TRY(fl_gneed(n, c, i, FL_G_F32));
   gn_p p;
   FL_TRY(gn_params(n, c, &p));
+  if (c->stream) FL_TRY(gn_gpu_params(n, c, &p)); /* a gpu bind: refuse what it lacks */
   const fl_gtensor *x = fl_gin(n, c, 0);
   fl_gset_out(n, c, 0, FL_G_F32, x->ndim, x->shape);
   *ws = 4 * p.d.channels;                  /* expanded scale, bias; their grads */
