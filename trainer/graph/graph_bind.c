@@ -238,7 +238,7 @@ static fl_status plan_static(fl_gmodel *m) {
         }
       }
     /* the backward events, with each recomputation just in time */
-    memset(sched, 0, (size_t)nn);
+    for (int i = 0; i < nn; i++) sched[i] = 0;
     m->n_ev = 0;
     for (int i = nn; i-- > 0;) {
       if (!m->run_bwd[i]) continue;
