@@ -676,15 +676,19 @@ static fl_status sm_forward(fl_gnode *n, fl_gctx *c) {
       float mx = -INFINITY;
       for (size_t k = 0; k < p.len; k++)
         if (xv[k * p.inner] > mx) mx = xv[k * p.inner];
+      /* One exp per value (kept in y), summed in double in index order. */
       double sum = 0.0;
-      for (size_t k = 0; k < p.len; k++) sum += exp((double)xv[k * p.inner] - (double)mx);
+      for (size_t k = 0; k < p.len; k++) {
+        const float e = expf(xv[k * p.inner] - mx);
+        yv[k * p.inner] = e;
+        sum += e;
+      }
       if (p.log) {
-        const double lse = (double)mx + log(sum);
-        for (size_t k = 0; k < p.len; k++)
-          yv[k * p.inner] = (float)((double)xv[k * p.inner] - lse);
+        const float lse = mx + (float)log(sum);
+        for (size_t k = 0; k < p.len; k++) yv[k * p.inner] = xv[k * p.inner] - lse;
       } else {
-        for (size_t k = 0; k < p.len; k++)
-          yv[k * p.inner] = (float)(exp((double)xv[k * p.inner] - (double)mx) / sum);
+        const float inv = (float)(1.0 / sum);
+        for (size_t k = 0; k < p.len; k++) yv[k * p.inner] *= inv;
       }
     }
   return FL_OK;

@@ -209,21 +209,26 @@ static fl_status transpose_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *sa
   return FL_OK;
 }
 
-/* Walk the output of a transpose in order: for output element i, the
- * input offset.  to_out 0: y[i] = x[src]; 1 (backward): dx[src] (+)= dy[i]. */
+/* Walk the output of a transpose in order, a row (the last output dim) at
+ * a time: for output element i, src is its input offset.  Forward: y[i] =
+ * x[src]; backward: dx[src] (+)= dy[i]. */
 #define TRANSPOSE_WALK(BODY)                                                              \
   do {                                                                                    \
     int64_t xs[FL_G_MAX_DIMS], st[FL_G_MAX_DIMS], idx[FL_G_MAX_DIMS] = {0};               \
     int64_t s = 1;                                                                        \
     for (int d = r - 1; d >= 0; d--) xs[d] = s, s *= x->shape[d];                         \
     for (int d = 0; d < r; d++) st[d] = xs[perm[d]];                                      \
-    size_t src = 0;                                                                       \
-    for (size_t i = 0; i < total; i++) {                                                  \
-      BODY;                                                                               \
-      for (int d = r - 1; d >= 0; d--) {                                                  \
-        src += (size_t)st[d];                                                             \
+    const size_t inner = r ? (size_t)y->shape[r - 1] : 1;                                 \
+    const size_t istep = r ? (size_t)st[r - 1] : 0;                                       \
+    size_t base = 0;                                                                      \
+    for (size_t row = 0; inner && row < total / inner; row++) {                           \
+      for (size_t k = 0, i = row * inner, src = base; k < inner; k++, i++, src += istep) {  \
+        BODY;                                                                             \
+      }                                                                                   \
+      for (int d = r - 2; d >= 0; d--) {                                                  \
+        base += (size_t)st[d];                                                            \
         if (++idx[d] < y->shape[d]) break;                                                \
-        src -= (size_t)(st[d] * y->shape[d]);                                             \
+        base -= (size_t)(st[d] * y->shape[d]);                                            \
         idx[d] = 0;                                                                       \
       }                                                                                   \
     }                                                                                     \
