@@ -2,7 +2,9 @@
  * tables of each family, error reporting that names the node, attribute
  * readers that check the attribute's kind, output-shape setters and the
  * broadcasting iterator of the element-wise ops.  Never installed; the
- * engine sees only graph_internal.h. */
+ * engine sees only graph_internal.h.  Nothing here allocates: every pointer
+ * taken or returned is into the engine's tensors and nodes (or the
+ * caller's buffers) and stays theirs. */
 #ifndef FL_GRAPH_OPS_INTERNAL_H
 #define FL_GRAPH_OPS_INTERNAL_H
 
