@@ -3,7 +3,7 @@
  * LogSoftmax.
  *
  * BatchNormalization and GroupNormalization run on the kernels of
- * fl_layers.h, exactly as trainer/model_seq.c calls them: batch norm in
+ * fl_layers.h, exactly as the sequential engine called them: batch norm in
  * training mode normalises with the batch's statistics and updates the
  * running mean/var buffers (its inputs 3 and 4) in place, except while a
  * recompute re-runs the forward; with a norm-sync hook (fl_gctx.norm_sync)
@@ -58,8 +58,8 @@ static void bn_free_state(fl_gnode *n) {
  * float such as 0.9f, written from PyTorch's 0.1 as 1 - 0.1; 1 - 0.9f in
  * float is 0.100000024, not 0.1f.  So the complement is taken of the
  * shortest decimal that reads back as the same float ("0.9" -> 0.1 ->
- * 0.1f): a graph then updates the running statistics with the bits of the
- * built-in models (momentum 0.1f). */
+ * 0.1f): PyTorch's momentum 0.1 (the presets' default) reaches the
+ * kernels as exactly 0.1f. */
 static float bn_momentum(float onnx) {
   char buf[32];
   for (int prec = 1; prec <= 9; prec++) {
@@ -226,7 +226,7 @@ static fl_status bn_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
 
 /* Batch norm on the gpu: the CUDA twins of the same kernels.  With the
  * norm-sync hook each exchange goes device -> host, the hook, host ->
- * device (the hook takes host memory), as model_seq.c does. */
+ * device (the hook takes host memory), as the sequential engine did. */
 static fl_status bn_dev_state(fl_gnode *n, bn_state **out) {
   bn_state *s = n->state;
   if (!s->dev) {
