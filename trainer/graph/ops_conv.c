@@ -5,8 +5,8 @@
  * Conv and MaxPool take the kernels of fl_layers.h (im2col + GEMM, the
  * window max with its argmax) when the geometry is theirs: one group, no
  * dilation, symmetric padding (Conv), no padding and floor rounding
- * (MaxPool); the built-in models' layers then give the same bits as a
- * graph.  Everything else ONNX allows with auto_pad NOTSET or VALID
+ * (MaxPool), so those layers give the kernels' bits (and the CUDA twins
+ * are the kernels' twins).  Everything else ONNX allows with auto_pad NOTSET or VALID
  * (groups, dilations, asymmetric pads, ceil_mode, count_include_pad) goes
  * through this file's own im2col/col2im and window loops, which also serve
  * a backward that must accumulate into an input's gradient. */

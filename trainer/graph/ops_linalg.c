@@ -4,8 +4,8 @@
  * one pass that adds beta*C and applies the fused activation (internal
  * attribute "flotilla_act", see NOTES-graph.md): with transB=1, alpha=1,
  * beta=1 and a bias C[N] (PyTorch's Linear) these are the operations, in
- * the order, of fl_linear_forward and fl_linear_backward, so a graph
- * reproduces the built-in models' bits.  Backward accumulates into input
+ * the order, of fl_linear_forward and fl_linear_backward, so a Linear
+ * gives that kernel's bits (test_graph_ops checks it).  Backward accumulates into input
  * grads through the GEMM's beta, so it needs no scratch.
  *
  * MatMul is numpy's matmul: 1-D operands promoted, batch dims broadcast; a
