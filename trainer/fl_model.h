@@ -99,7 +99,10 @@ void fl_model_spec_defaults(fl_model_spec *spec);
  *
  * Fields left 0 (or "") take the defaults above, except n_hidden and
  * fc_hidden, whose 0 means none (an mlp needs at least one hidden layer;
- * logreg ignores hidden).  The models:
+ * logreg ignores hidden).  Every model but a plugin is an op graph run by
+ * the graph engine (graph/fl_graph.h); a preset's tensors are named after
+ * its layers (fc0, conv0, bn0, gn0, pool0, flatten), which is what
+ * spec.checkpoints may name.  The models:
  *  - logreg: fc0 (input -> classes).
  *  - mlp: fc0..fc{n_hidden-1} with the activation, then fc{n_hidden} to
  *    the classes.  Recompute keeps every ceil(sqrt(layers))-th output.
@@ -108,7 +111,12 @@ void fl_model_spec_defaults(fl_model_spec *spec);
  *    activation -> 2x2 max-pool], then fc0 (fc_hidden, the activation) when
  *    fc_hidden > 0, then the fc to the classes.  Recompute keeps each
  *    block's output.
+ *  - onnx: the model in the file spec.path (trainer/onnx/fl_onnx.h), its
+ *    output spec.output, loss spec.loss; num_classes becomes the output's
+ *    width.  Recompute without named checkpoints bounds ~sqrt(nodes)
+ *    evenly spaced segments.
  *  - plugin: see the plugin ABI below.
+ * Recompute is used only where it lowers the planned activation peak.
  * Parameters are named as PyTorch names them ("conv0.weight", "bn0.bias",
  * "bn0.running_mean", "fc1.weight").  Weights are Kaiming-uniform before a
  * ReLU and Xavier-uniform otherwise, biases 0.
@@ -116,9 +124,10 @@ void fl_model_spec_defaults(fl_model_spec *spec);
  * bad spec or max_batch 0, FL_ENOTFOUND for a missing plugin file or
  * symbol, FL_ENOMEM.
  *
- * device "gpu" (logreg, mlp, cnn): the activations live on CUDA device
+ * device "gpu" (graph models): the activations live on CUDA device
  * device_id, with device mirrors of the parameters and gradients; train_step
- * and eval run the CUDA twins of fl_layers.h on one stream of the model's.
+ * and eval run the ops' CUDA twins on one stream of the model's (a graph
+ * holding an op without one is refused with FL_ENOTSUP naming it).
  * The host fl_param buffers stay the model's state: every train_step and
  * eval uploads the micro-batch and all parameter values (the loop, a
  * checkpoint or a peer may have changed them on the host), and train_step
