@@ -2,7 +2,8 @@
 # test_onnx_export.sh - flotilla-trainer's ONNX export end to end.
 #   1. --export-onnx refuses clearly: no value (exit 2), no checkpoint
 #      directory, an empty one (exit 1, naming it), a gn CNN (GroupNormalization
-#      is not in opset 17);
+#      is not in opset 17); a truncated model file and one with an unknown op
+#      stop training at start (exit 1) naming the file, node and op;
 #   2. an imported model (the cnn_bn fixture) trained with train.export_onnx
 #      and checkpoints: the file written at the end and the one --export-onnx
 #      writes from the newest checkpoint are the same bytes;
@@ -65,6 +66,15 @@ job gn "$gn" "epochs: 1, checkpoint_dir: $tmp/gnck"
 run gntrain 0 --config "$tmp/gn.yaml" &&
   run gn 1 --config "$tmp/gn.yaml" --export-onnx "$tmp/gn.onnx" &&
   expect_log gn "is a GroupNormalization (model.norm gn), which ONNX has only from opset 18"
+
+# a bad model file stops the trainer at start, naming the file (and the node)
+head -c 700 "$fx/cnn_bn.onnx" > "$tmp/cut.onnx"
+job cut "{kind: onnx, path: $tmp/cut.onnx, num_classes: 4}" "epochs: 1"
+run cut 1 --config "$tmp/cut.yaml" && expect_log cut "$tmp/cut.onnx: not an ONNX model"
+sed 's/MaxPool/MinPool/g' "$fx/cnn_bn.onnx" > "$tmp/minpool.onnx"
+job minpool "{kind: onnx, path: $tmp/minpool.onnx, num_classes: 4}" "epochs: 1"
+run minpool 1 --config "$tmp/minpool.yaml" &&
+  expect_log minpool "(MinPool): op type 'MinPool' is not supported; supported: "
 
 # 2. end of training and --export-onnx agree
 job imported "$onnx" "epochs: 2, checkpoint_dir: $tmp/ck, export_onnx: $tmp/end.onnx"
