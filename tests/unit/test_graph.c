@@ -5,7 +5,8 @@
  * and finality, recompute with named checkpoints bitwise equal to the
  * plain run with less memory, buffer reuse, re-binding to other batch
  * sizes, the input gradient of the forward/backward calls, dropout masks
- * that follow the step, and refusals
+ * that follow the step, and refusals (a gpu graph with an op without
+ * CUDA twins names it)
  * (unknown op, attribute, arity, duplicate names, unknown checkpoint, gpu
  * without CUDA). */
 #include <config.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fl_graph.h"
 #include "fl_log.h"
@@ -379,6 +381,42 @@ START_TEST(dropout_follows_the_step) {
 }
 END_TEST
 
+/* train.device gpu with an op that has no CUDA twin: refused at create,
+ * naming the node and the op (checked before any device is touched, so in
+ * every build). */
+START_TEST(gpu_refuses_op_without_twin) {
+  fl_graph *g;
+  ck_assert_int_eq(fl_graph_new("twins", &g), FL_OK);
+  const int64_t xd[2] = {FL_G_BATCH, IN}, wd[2] = {K, IN};
+  int x, w, e, y;
+  ck_assert_int_eq(fl_graph_input(g, "x", 2, xd, &x), FL_OK);
+  ck_assert_int_eq(fl_graph_param(g, "w", 2, wd, NULL, 1, &w), FL_OK);
+  const char *en[] = {"e"}, *yn[] = {"y"};
+  ck_assert_int_eq(fl_graph_node(g, "the_erf", "Erf", &x, 1, en, 1, NULL, 0, &e), FL_OK);
+  ck_assert_int_eq(fl_graph_node(g, "fc", "Gemm", (int[]){e, w}, 2, yn, 1, &TRANS_B, 1, &y), FL_OK);
+  ck_assert_int_eq(fl_graph_set_output(g, y, FL_GLOSS_MSE), FL_OK);
+  char tmpl[] = "/tmp/fl_test_graph_XXXXXX", log[4096];
+  const int fd = mkstemp(tmpl);
+  ck_assert_int_ge(fd, 0);
+  unlink(tmpl);
+  const int saved = dup(2);
+  dup2(fd, 2);
+  fl_log_set_level(FL_LOG_ERROR);
+  fl_graph_options o = {.max_batch = B, .device = 0};
+  void *h = NULL;
+  const fl_status st = fl_graph_model_create(g, &o, &h);
+  fl_log_set_level(FL_LOG_OFF);
+  dup2(saved, 2);
+  close(saved);
+  const ssize_t got = pread(fd, log, sizeof log - 1, 0);
+  log[got > 0 ? got : 0] = '\0';
+  close(fd);
+  ck_assert_int_eq(st, FL_ENOTSUP);
+  ck_assert_ptr_null(h);
+  ck_assert_msg(strstr(log, "the_erf") && strstr(log, "Erf"), "log: %s", log);
+}
+END_TEST
+
 /* What the builder and create refuse. */
 START_TEST(refusals) {
   fl_graph *g;
@@ -441,6 +479,7 @@ int main(void) {
   tcase_add_test(tc, rebinding_other_batch_sizes);
   tcase_add_test(tc, input_gradient);
   tcase_add_test(tc, dropout_follows_the_step);
+  tcase_add_test(tc, gpu_refuses_op_without_twin);
   tcase_add_test(tc, refusals);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);
