@@ -282,8 +282,9 @@ START_TEST(buffers_are_reused) {
 }
 END_TEST
 
-/* Batches of other sizes re-bind; each result is that of a model bound to
- * that size from the start. */
+/* Batches of other sizes re-bind (plans cached for max_batch and the last
+ * other size); each result is that of a model bound to that size from the
+ * start. */
 START_TEST(rebinding_other_batch_sizes) {
   void *a = compile(build(FL_GLOSS_MSE, 2, 8), 8, 0, NULL, 0);
   void *b = compile(build(FL_GLOSS_MSE, 2, 8), B, 0, NULL, 0);
@@ -300,6 +301,11 @@ START_TEST(rebinding_other_batch_sizes) {
     ck_assert(memcmp(&ra.loss_sum, &rb.loss_sum, sizeof ra.loss_sum) == 0);
     assert_same(a, b);
   }
+  /* a third size takes the second plan's place; 5 is planned again */
+  ck_assert_int_eq(fl_graph_model_train_stepf(a, big_x, big_t, 3, 1.0f, NULL, NULL, &ra), FL_OK);
+  ck_assert_int_eq(fl_graph_model_train_stepf(a, d.x, d.t, B, 1.0f, NULL, NULL, &ra), FL_OK);
+  ck_assert(memcmp(&ra.loss_sum, &rb.loss_sum, sizeof ra.loss_sum) == 0);
+  assert_same(a, b);
   ck_assert_int_eq(fl_graph_model_train_stepf(a, big_x, big_t, 9, 1.0f, NULL, NULL, &ra), FL_EINVAL);
   fl_graph_model_ops.destroy(a);
   fl_graph_model_ops.destroy(b);

@@ -333,9 +333,9 @@ static void touch(planner *p, int b, int e) {
   if (e > x->end) x->end = e;
 }
 
-/* Plan the buffers of the variant in use; with dry set only *need (the
- * arena floats) is computed, nothing is allocated or pointed. */
-static fl_status plan_buffers(fl_gmodel *m, int dry, size_t *need) {
+/* Plan the buffers of the variant in use: *need receives the arena floats;
+ * unless dry, pl receives the plan (offsets, scratch). */
+static fl_status plan_buffers(fl_gmodel *m, int dry, size_t *need, fl_gplan *pl) {
   fl_graph *g = m->g;
   const int nt = g->nt, nn = g->nn;
   int *bfwd = malloc((size_t)nt * sizeof *bfwd), *bbwd = malloc((size_t)nt * sizeof *bbwd),
@@ -412,44 +412,20 @@ static fl_status plan_buffers(fl_gmodel *m, int dry, size_t *need) {
   if (total == (size_t)-1) goto nomem;
   *need = total;
   if (dry) goto done;
-  if (total > m->arena_floats) {
-    fl_gdev_free(m, m->arena);
-    m->arena = NULL;
-    m->arena_floats = 0;
-    if ((st = fl_gdev_alloc(m, total, &m->arena)) != FL_OK) goto done;
-    m->arena_floats = total;
-  }
-  if (ws > m->ws_floats) {
-    fl_gdev_free(m, m->ws);
-    m->ws = NULL;
-    m->ws_floats = 0;
-    if ((st = fl_gdev_alloc(m, round_up(ws), &m->ws)) != FL_OK) goto done;
-    m->ws_floats = round_up(ws);
-  }
-  m->plan_floats = total;
+  /* the plan: offsets into the arena, FL_G_NONE where there is no buffer */
+  pl->floats = total;
+  pl->ws = round_up(ws);
+#define OFF(k) ((k) >= 0 ? p.b[k].off : FL_G_NONE)
   for (int t = 0; t < nt; t++) {
-    fl_gtensor *x = &g->t[t];
-    m->data_fwd[t] = bfwd[t] >= 0 ? m->arena + p.b[bfwd[t]].off : NULL;
-    m->data_bwd[t] = bbwd[t] >= 0 ? m->arena + p.b[bbwd[t]].off : m->data_fwd[t];
-    m->grad_buf[t] = bgrad[t] >= 0 ? m->arena + p.b[bgrad[t]].off : NULL;
-    if (x->kind == FL_GT_VALUE) {
-      if (x->dtype == FL_G_F32) x->data = m->data_fwd[t];
-      x->grad = m->grad_buf[t];
-    } else if (x->kind == FL_GT_PARAM) {
-      x->grad = m->has_grad[t] ? m->params[m->param_of[t]].grad : NULL;
-    } else if (x->kind == FL_GT_INPUT) {
-      x->grad = m->has_grad[t] ? m->dx : NULL;
-    } else {
-      x->grad = NULL;
-    }
+    pl->off[3 * t] = OFF(bfwd[t]);
+    pl->off[3 * t + 1] = OFF(bbwd[t]);
+    pl->off[3 * t + 2] = OFF(bgrad[t]);
   }
   for (int i = 0; i < nn; i++) {
-    fl_gnode *n = &g->nodes[i];
-    m->saved_fwd[i] = sfwd[i] >= 0 ? m->arena + p.b[sfwd[i]].off : NULL;
-    m->saved_bwd[i] = sbwd[i] >= 0 ? m->arena + p.b[sbwd[i]].off : m->saved_fwd[i];
-    n->saved = m->saved_fwd[i];
-    n->ws = n->ws_floats ? m->ws : NULL;
+    pl->off[3 * nt + 2 * i] = OFF(sfwd[i]);
+    pl->off[3 * nt + 2 * i + 1] = OFF(sbwd[i]);
   }
+#undef OFF
   goto done;
 nomem:
   st = FL_ERR(FL_ENOMEM, "graph %s: out of memory planning buffers", g->name);
@@ -463,6 +439,56 @@ done:
   return st;
 }
 
+/* Make plan pl current: arena and scratch large enough (they only grow),
+ * every tensor's and node's pointers set. */
+static fl_status apply_plan(fl_gmodel *m, const fl_gplan *pl) {
+  fl_graph *g = m->g;
+  const int nt = g->nt, nn = g->nn;
+  fl_status st;
+  if (pl->floats > m->arena_floats) {
+    fl_gdev_free(m, m->arena);
+    m->arena = NULL;
+    m->arena_floats = 0;
+    if ((st = fl_gdev_alloc(m, pl->floats, &m->arena)) != FL_OK) return st;
+    m->arena_floats = pl->floats;
+  }
+  if (pl->ws > m->ws_floats) {
+    fl_gdev_free(m, m->ws);
+    m->ws = NULL;
+    m->ws_floats = 0;
+    if ((st = fl_gdev_alloc(m, pl->ws, &m->ws)) != FL_OK) return st;
+    m->ws_floats = pl->ws;
+  }
+  m->plan_floats = pl->floats;
+#define PTR(o) ((o) == FL_G_NONE ? NULL : m->arena + (o))
+  for (int t = 0; t < nt; t++) {
+    fl_gtensor *x = &g->t[t];
+    m->data_fwd[t] = PTR(pl->off[3 * t]);
+    m->data_bwd[t] = pl->off[3 * t + 1] != FL_G_NONE ? PTR(pl->off[3 * t + 1]) : m->data_fwd[t];
+    m->grad_buf[t] = PTR(pl->off[3 * t + 2]);
+    if (x->kind == FL_GT_VALUE) {
+      if (x->dtype == FL_G_F32) x->data = m->data_fwd[t];
+      x->grad = m->grad_buf[t];
+    } else if (x->kind == FL_GT_PARAM) {
+      x->grad = m->has_grad[t] ? m->params[m->param_of[t]].grad : NULL;
+    } else if (x->kind == FL_GT_INPUT) {
+      x->grad = m->has_grad[t] ? m->dx : NULL;
+    } else {
+      x->grad = NULL;
+    }
+  }
+  for (int i = 0; i < nn; i++) {
+    fl_gnode *n = &g->nodes[i];
+    const size_t *o = &pl->off[3 * nt + 2 * i];
+    m->saved_fwd[i] = PTR(o[0]);
+    m->saved_bwd[i] = o[1] != FL_G_NONE ? PTR(o[1]) : m->saved_fwd[i];
+    n->saved = m->saved_fwd[i];
+    n->ws = n->ws_floats ? m->ws : NULL;
+  }
+#undef PTR
+  return FL_OK;
+}
+
 fl_status fl_gbind(fl_gmodel *m, size_t batch) {
   if (m->bound == batch) return FL_OK;
   m->bound = 0;
@@ -471,20 +497,29 @@ fl_status fl_gbind(fl_gmodel *m, size_t batch) {
     FL_TRY(plan_static(m));
     m->static_done = 1;
   }
-  size_t need[2] = {0, 0};
-  int v = 0;
-  if (m->recompute) {
-    for (int k = 0; k < 2; k++) {
-      use_variant(m, k);
-      FL_TRY(plan_buffers(m, 1, &need[k]));
+  /* the plan of max_batch, or of the last other batch, when cached */
+  fl_gplan *pl = &m->plans[batch == m->max_batch ? 0 : 1];
+  if (pl->batch != batch) {
+    size_t need[2] = {0, 0};
+    int v = 0;
+    pl->batch = 0;
+    if (m->recompute) {
+      for (int k = 0; k < 2; k++) {
+        use_variant(m, k);
+        FL_TRY(plan_buffers(m, 1, &need[k], NULL));
+      }
+      v = need[1] < need[0];
+      if (!v)
+        FL_LOGD("graph %s: recompute would not lower the peak at batch %zu (%zu floats): "
+                "values kept", m->g->name, batch, need[0]);
     }
-    v = need[1] < need[0];
-    if (!v)
-      FL_LOGD("graph %s: recompute would not lower the peak at batch %zu (%zu floats): values "
-              "kept", m->g->name, batch, need[0]);
+    use_variant(m, v);
+    FL_TRY(plan_buffers(m, 0, &need[v], pl));
+    pl->variant = v;
+    pl->batch = batch;
   }
-  use_variant(m, v);
-  FL_TRY(plan_buffers(m, 0, &need[v]));
+  use_variant(m, pl->variant);
+  FL_TRY(apply_plan(m, pl));
   m->bound = batch;
   return FL_OK;
 }

@@ -222,6 +222,7 @@ fl_status fl_gdev_attach(fl_gmodel *m, int device) {
   m->arena = m->ws = NULL;
   m->arena_floats = m->ws_floats = 0;
   m->bound = 0;
+  m->plans[0].batch = m->plans[1].batch = 0; /* a gpu bind sizes scratch anew */
   m->dev = d; /* from here on, fl_gdev_release frees what was made */
   if (!d->cdev || !d->host || !d->hgrad)
     return FL_ERR(FL_ENOMEM, "graph %s: out of memory", m->g->name);

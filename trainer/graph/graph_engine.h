@@ -38,6 +38,18 @@ typedef struct fl_gvariant {
   int n_ev;
 } fl_gvariant;
 
+/* A bound batch size's buffer plan: offsets into the arena (FL_G_NONE for
+ * none) of each tensor's forward value, recomputed value and gradient
+ * (3 per tensor), then each node's forward and backward saved floats (2
+ * per node); the arena and scratch floats it needs; its variant. */
+#define FL_G_NONE ((size_t)-1)
+typedef struct fl_gplan {
+  size_t batch; /* 0 = empty */
+  int variant;
+  size_t floats, ws;
+  size_t *off;
+} fl_gplan;
+
 /* A compiled graph (the handle of fl_graph_model_ops). */
 typedef struct fl_gmodel {
   fl_graph *g;
@@ -78,6 +90,7 @@ typedef struct fl_gmodel {
   int n_ev;
   /* bound state (graph_bind.c) */
   size_t bound;              /* batch size bound, 0 = none */
+  fl_gplan plans[2];         /* cached plans: [0] max_batch, [1] the last other batch */
   float *arena;
   size_t arena_floats;
   float *ws;

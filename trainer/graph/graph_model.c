@@ -6,8 +6,9 @@
  *
  * The plan is made at create for batch 1 (to check that small batches
  * bind) and then for max_batch, which stays bound; another batch size
- * re-binds (shapes and plan) on first use, and max_batch again when it
- * comes back. */
+ * re-binds on first use (shapes always; the buffer plan is cached for
+ * max_batch and for the last other batch size, so alternating between a
+ * training and an eval batch size plans each once). */
 #include <config.h>
 
 #include <math.h>
@@ -64,6 +65,8 @@ static void model_free(fl_gmodel *m) {
   free(m->saved_fwd);
   free(m->saved_bwd);
   free(m->dx);
+  free(m->plans[0].off);
+  free(m->plans[1].off);
   free(m->dev_out);
   free(m->dev_dout);
   free(m);
@@ -237,6 +240,10 @@ fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void *
   m->saved_fwd = calloc(nn, sizeof *m->saved_fwd);
   m->saved_bwd = calloc(nn, sizeof *m->saved_bwd);
   int var_ok = 1;
+  for (int k = 0; k < 2; k++) {
+    m->plans[k].off = malloc((3 * nt + 2 * nn + 1) * sizeof *m->plans[k].off);
+    var_ok &= m->plans[k].off != NULL;
+  }
   for (int v = 0; v < 2; v++) {
     m->var[v].kept = calloc(nt, 1);
     m->var[v].recomp = calloc(nn, 1);
