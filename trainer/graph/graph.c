@@ -260,6 +260,7 @@ fl_status fl_graph_node(fl_graph *g, const char *name, const char *op_type, cons
       char list[512] = "";
       size_t len = 0;
       for (const char *const *s = op->attrs; s && *s; s++) {
+        if (!strncmp(*s, "flotilla_", 9)) continue; /* internal (fused activation) */
         int w = snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", *s);
         if (w < 0 || (size_t)w >= sizeof list - len) break;
         len += (size_t)w;

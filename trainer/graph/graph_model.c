@@ -259,6 +259,7 @@ fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void *
   }
   if ((st = make_params(m)) != FL_OK || (st = resolve_checkpoints(m, opt)) != FL_OK) goto fail;
   m->ctx.t = g->t;
+  m->ctx.graph = g->name;
   m->ctx.seed = opt->seed;
   if (m->input_grad) {
     const fl_gtensor *in = &g->t[g->input];
