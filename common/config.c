@@ -45,14 +45,16 @@ const char *fl_job_last_error(void) { return g_err; }
 /* ------------------------------------------------------------ names */
 
 static const char *const k_modes[] = {"local", "collective", "ps", NULL};
-static const char *const k_formats[] = {"idx", "libsvm", "synthetic", NULL};
+static const char *const k_formats[] = {"idx", "libsvm", "synthetic", "npy", NULL};
 static const char *const k_optims[] = {"sgd",     "momentum", "adam", "adamw",
                                        "adagrad", "lars",     "lamb", NULL};
 static const char *const k_lrs[] = {"constant", "polynomial", "cosine", "piecewise", NULL};
 static const char *const k_compress[] = {"none", "fp16", "bf16", NULL};
 static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
 static const char *const k_devices[] = {"cpu", "gpu", NULL};
-static const char *const k_model_kinds[] = {"logreg", "mlp", "cnn", "plugin", "ctr", NULL};
+static const char *const k_model_kinds[] = {"logreg", "mlp", "cnn", "plugin", "ctr", "onnx",
+                                             NULL};
+static const char *const k_losses[] = {"softmax_cross_entropy", "bce_with_logits", "mse", NULL};
 static const char *const k_activations[] = {"relu", "tanh", NULL};
 static const char *const k_norms[] = {"none", "bn", "gn", NULL};
 static const char *const k_synth_kinds[] = {"image", "ctr", NULL};
@@ -154,6 +156,9 @@ static const field f_model[] = {
     E("bn_epsilon", F_FLOAT, fl_job_model, bn_epsilon, MINX(0)),
     E("plugin_path", F_STR, fl_job_model, plugin_path, STRCAP(fl_job_model, plugin_path)),
     E("plugin_args", F_STR, fl_job_model, plugin_args, STRCAP(fl_job_model, plugin_args)),
+    E("path", F_STR, fl_job_model, path, STRCAP(fl_job_model, path)),
+    E("output", F_STR, fl_job_model, output, STRCAP(fl_job_model, output)),
+    E("loss", F_CHOICE, fl_job_model, loss, STRCAP(fl_job_model, loss), .choices = k_losses),
     {.key = "ctr",
      .type = F_MAP,
      .off = 0,
@@ -173,6 +178,11 @@ static const field f_data[] = {
     E("test_labels", F_STR, fl_job_data, test_labels, STRCAP(fl_job_data, test_labels)),
     E("train_path", F_STR, fl_job_data, train_path, STRCAP(fl_job_data, train_path)),
     E("test_path", F_STR, fl_job_data, test_path, STRCAP(fl_job_data, test_path)),
+    E("train_x", F_STR, fl_job_data, train_x, STRCAP(fl_job_data, train_x)),
+    E("train_y", F_STR, fl_job_data, train_y, STRCAP(fl_job_data, train_y)),
+    E("test_x", F_STR, fl_job_data, test_x, STRCAP(fl_job_data, test_x)),
+    E("test_y", F_STR, fl_job_data, test_y, STRCAP(fl_job_data, test_y)),
+    E("scale", F_FLOAT, fl_job_data, scale, MINX(0)),
     {.key = "synthetic",
      .type = F_MAP,
      .off = 0,
@@ -226,6 +236,7 @@ static const field f_train[] = {
     E("num_threads", F_INT, fl_job_train, num_threads, RANGE(0, 1024)),
     E("max_steps", F_I64, fl_job_train, max_steps, MIN(0)),
     E("device", F_ENUM, fl_job_train, device, .choices = k_devices),
+    E("export_onnx", F_STR, fl_job_train, export_onnx, STRCAP(fl_job_train, export_onnx)),
     END};
 
 static const field f_cluster[] = {
@@ -474,6 +485,7 @@ void fl_job_defaults(fl_job *job) {
   m->gn_groups = 8;
   m->bn_momentum = 0.1f;
   m->bn_epsilon = 1e-5f;
+  SET_STR(m->loss, "softmax_cross_entropy");
   m->ctr.embedding_dim = 8;
   m->ctr.sparse_slots = 26;
   m->ctr.dense_features = 13;
@@ -489,6 +501,7 @@ void fl_job_defaults(fl_job *job) {
   d->synthetic.train_samples = 8192;
   d->synthetic.test_samples = 2048;
   d->synthetic.seed = 1;
+  d->scale = 1.0f / 255.0f;
   d->prefetch = 4;
   d->shuffle = 1;
 
@@ -1057,6 +1070,17 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   /* model */
   if (!strcmp(m->kind, "plugin") && !m->plugin_path[0])
     return kerr(c, src, "model.kind", "plugin needs model.plugin_path");
+  if (!strcmp(m->kind, "onnx") && !m->path[0])
+    return kerr(c, src, "model.kind", "onnx needs model.path (the .onnx file)");
+  if (strcmp(m->kind, "onnx") && (m->path[0] || m->output[0]))
+    return kerr(c, src, m->path[0] ? "model.path" : "model.output",
+                "only for model.kind onnx, the kind is %s", m->kind);
+  if (strcmp(m->kind, "onnx") && strcmp(m->loss, "softmax_cross_entropy"))
+    return kerr(c, src, "model.loss", "%s needs model.kind onnx; %s trains with "
+                "softmax_cross_entropy", m->loss, m->kind);
+  if (job->train.export_onnx[0] && (!strcmp(m->kind, "plugin") || !strcmp(m->kind, "ctr")))
+    return kerr(c, src, "train.export_onnx", "model.kind %s cannot be exported as ONNX "
+                "(logreg, mlp, cnn and onnx can)", m->kind);
   if (!strcmp(m->kind, "cnn")) {
     if (m->conv_kernel % 2 == 0)
       return kerr(c, src, "model.conv_kernel", "must be odd, got %d", m->conv_kernel);
@@ -1089,6 +1113,13 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
     if (!d->train_path[0]) return kerr(c, src, "data.train_path", "required with format libsvm");
     if (job->train.eval && !d->test_path[0])
       return kerr(c, src, "data.test_path", "required with train.eval: true");
+  } else if (d->format == FL_DATA_NPY) {
+    if (!d->train_x[0] || !d->train_y[0])
+      return kerr(c, src, d->train_x[0] ? "data.train_y" : "data.train_x",
+                  "required with data.format npy");
+    if (job->train.eval && (!d->test_x[0] || !d->test_y[0]))
+      return kerr(c, src, d->test_x[0] ? "data.test_y" : "data.test_x",
+                  "required with train.eval: true");
   }
 
   /* lr schedule */

@@ -63,7 +63,8 @@ fl_status fl_mode_parse(const char *name, fl_mode *out);
 typedef enum fl_data_format {
   FL_DATA_IDX = 0,      /* IDX images + labels (MNIST, Fashion-MNIST), gz or plain */
   FL_DATA_LIBSVM = 1,   /* libsvm / Criteo-style text for the CTR model */
-  FL_DATA_SYNTHETIC = 2 /* seeded generator (data.synthetic) */
+  FL_DATA_SYNTHETIC = 2, /* seeded generator (data.synthetic) */
+  FL_DATA_NPY = 3        /* numpy.save files: data.train_x/_y, test_x/_y */
 } fl_data_format;
 
 typedef enum fl_grad_compression {
@@ -81,7 +82,7 @@ typedef enum fl_train_device { FL_DEVICE_CPU = 0, FL_DEVICE_GPU = 1 } fl_train_d
 
 /* ------------------------------------------------------------------ model */
 typedef struct fl_job_model {
-  char kind[16];      /* "logreg", "mlp" (default), "cnn", "plugin", "ctr" */
+  char kind[16];      /* "logreg", "mlp" (default), "cnn", "plugin", "ctr", "onnx" */
   int input_shape[3]; /* [channels, height, width] of one sample: [1, 28, 28] */
   int num_classes;    /* 10 */
   size_t hidden[FL_JOB_MAX_HIDDEN]; /* mlp and ctr's deep part: [256, 128, 100] */
@@ -96,6 +97,10 @@ typedef struct fl_job_model {
   float bn_epsilon;   /* 1e-5 */
   char plugin_path[FL_JOB_PATH_MAX]; /* plugin: the shared library (required) */
   char plugin_args[256];             /* plugin: free-form string for it ("") */
+  char path[FL_JOB_PATH_MAX]; /* onnx: the model file (required) */
+  char output[128];   /* onnx: the value the loss reads ("" = the graph's only output) */
+  char loss[32];      /* "softmax_cross_entropy" (default; the only one of the presets),
+                         "bce_with_logits" or "mse" (onnx, float targets) */
   struct {
     int embedding_dim;    /* 8 */
     int sparse_slots;     /* sparse feature slots per sample: 26 */
@@ -113,6 +118,14 @@ typedef struct fl_job_data {
   char test_labels[FL_JOB_PATH_MAX];
   char train_path[FL_JOB_PATH_MAX];       /* libsvm ("") */
   char test_path[FL_JOB_PATH_MAX];        /* libsvm ("" = no test set) */
+  /* npy: features (n, ...) float32 or uint8, labels (n,) int64/int32 class
+   * ids or (n, ...) float32 targets for bce/mse; fed as stored */
+  char train_x[FL_JOB_PATH_MAX];          /* npy ("") */
+  char train_y[FL_JOB_PATH_MAX];
+  char test_x[FL_JOB_PATH_MAX];           /* npy ("", required with train.eval) */
+  char test_y[FL_JOB_PATH_MAX];
+  float scale; /* npy uint8 features are multiplied by it: 1/255 (ToTensor);
+                  float32 features need it left at the default */
   struct {
     char kind[8];          /* "image" (default) or "ctr" */
     int64_t train_samples; /* 8192 */
@@ -166,6 +179,8 @@ typedef struct fl_job_train {
   int checkpoint_keep;    /* newest checkpoints kept: 3 */
   int num_threads;        /* CPU threads of kernels; 0 = all cores (0) */
   int64_t max_steps;      /* stop after N optimizer steps, 0 = no cap */
+  char export_onnx[FL_JOB_PATH_MAX]; /* write the trained model as ONNX here at the
+                                       end of training ("" = no export) */
   fl_train_device device; /* cpu (default) or gpu: where forward/backward run;
                              gpu needs a CUDA build and a GPU (else the trainer
                              exits 1); with strategy.amp its GEMMs run in

@@ -5,11 +5,11 @@
 set -eu
 FL_PACKAGES="build-essential autoconf automake libtool pkg-config \
  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev check \
- libopenblas-dev libyaml-dev zlib1g-dev dataset-fashion-mnist \
+ libopenblas-dev libyaml-dev zlib1g-dev dataset-fashion-mnist libonnx-dev \
  libmicrohttpd-dev libsystemd-dev gnuplot-nox systemd docker-compose \
  clang libclang-rt-14-dev openssl iproute2 procps python3 \
  slurm-wlm munge nftables openmpi-bin libopenmpi-dev \
- python3-grpcio python3-grpc-tools python3-numpy"
+ python3-grpcio python3-grpc-tools python3-numpy python3-torch python3-onnx"
 
 missing=
 for p in $FL_PACKAGES ${FL_EXTRA_PACKAGES:-}; do

@@ -7,6 +7,7 @@ include $(srcdir)/tests/unit/cuda.mk
 include $(srcdir)/tests/unit/model_cuda.mk
 include $(srcdir)/tests/unit/layers.mk
 include $(srcdir)/tests/unit/trainer.mk
+include $(srcdir)/tests/unit/npy.mk
 include $(srcdir)/tests/unit/graph.mk
 include $(srcdir)/tests/unit/graph_ops.mk
 include $(srcdir)/tests/unit/onnx.mk

@@ -80,6 +80,7 @@ fl_status fl_shard_indices(const fl_shard_spec *s, int64_t epoch, size_t *idx) {
 typedef struct slot {
   float *x;
   int32_t *y;
+  float *t; /* float targets (batch * tdim), when the dataset has them */
   float *labels;
   size_t *offsets;
   fl_sparse_feature *feats;
@@ -119,10 +120,15 @@ static fl_status gather(fl_loader *l, size_t b, slot *sl) {
   const size_t *ix = l->idx + b * bs;
   sl->index = b;
   if (l->dense) {
-    size_t dim = l->dense->dim;
+    const fl_dataset *d = l->dense;
+    size_t dim = d->dim;
     for (size_t i = 0; i < bs; i++) {
-      memcpy(sl->x + i * dim, l->dense->x + ix[i] * dim, dim * sizeof(float));
-      sl->y[i] = l->dense->y[ix[i]];
+      if (d->x)
+        memcpy(sl->x + i * dim, d->x + ix[i] * dim, dim * sizeof(float));
+      else
+        fl_dataset_rows(d, ix[i], 1, sl->x + i * dim);
+      if (d->y) sl->y[i] = d->y[ix[i]];
+      if (d->t) memcpy(sl->t + i * d->tdim, d->t + ix[i] * d->tdim, d->tdim * sizeof(float));
     }
     return FL_OK;
   }
@@ -190,6 +196,7 @@ void fl_loader_destroy(fl_loader *l) {
   for (size_t i = 0; l->slots && i < l->nslots; i++) {
     free(l->slots[i].x);
     free(l->slots[i].y);
+    free(l->slots[i].t);
     free(l->slots[i].labels);
     free(l->slots[i].offsets);
     free(l->slots[i].feats);
@@ -231,8 +238,9 @@ fl_status fl_loader_create(const fl_dataset *dense, const fl_sparse_dataset *spa
     slot *sl = &l->slots[i];
     if (dense) {
       sl->x = malloc(bs * dense->dim * sizeof(float));
-      sl->y = malloc(bs * sizeof(int32_t));
-      if (!sl->x || !sl->y) goto nomem;
+      if (!sl->x) goto nomem;
+      if (dense->y && !(sl->y = malloc(bs * sizeof(int32_t)))) goto nomem;
+      if (dense->t && !(sl->t = malloc(bs * dense->tdim * sizeof(float)))) goto nomem;
     } else {
       sl->labels = malloc(bs * sizeof(float));
       sl->offsets = malloc((bs + 1) * sizeof(size_t));
@@ -286,6 +294,7 @@ static void fill_batch(const fl_loader *l, const slot *sl, fl_batch *out) {
   if (l->dense) {
     out->x = sl->x;
     out->y = sl->y;
+    out->t = sl->t;
   } else {
     out->sparse.labels = sl->labels;
     out->sparse.offsets = sl->offsets;

@@ -164,6 +164,10 @@ static fl_status load(src *img, src *lbl, int num_classes, size_t limit, fl_data
   out->channels = 1;
   out->height = (int)idims[1];
   out->width = (int)idims[2];
+  out->sample_ndim = 3;
+  out->sample_shape[0] = 1;
+  out->sample_shape[1] = (int64_t)idims[1];
+  out->sample_shape[2] = (int64_t)idims[2];
   out->num_classes = num_classes;
   if (n > SIZE_MAX / sizeof(float) / dim) {
     st = FL_ERR(FL_EPROTO, "%s: %zu samples of %zu pixels (header at offset 4) is implausible",
@@ -233,9 +237,19 @@ fail:
 
 void fl_dataset_free(fl_dataset *d) {
   if (!d) return;
-  free(d->x);
+  if (!d->maps[0]) free(d->x); /* else x / xq lie in that mapping */
+  if (!d->maps[1]) free(d->t);
   free(d->y);
+  fl_npy_close(d->maps[0]);
+  fl_npy_close(d->maps[1]);
   memset(d, 0, sizeof *d);
+}
+
+const float *fl_dataset_rows(const fl_dataset *d, size_t first, size_t count, float *scratch) {
+  if (d->x) return d->x + first * d->dim;
+  const uint8_t *q = d->xq + first * d->dim;
+  for (size_t i = 0, total = count * d->dim; i < total; i++) scratch[i] = (float)q[i] * d->xscale;
+  return scratch;
 }
 
 fl_status fl_idx_load(const char *images_path, const char *labels_path, int num_classes,

@@ -33,6 +33,10 @@ fl_status fl_synth_images(const fl_synth_image_config *cfg, uint32_t split, fl_d
   out->channels = cfg->channels;
   out->height = cfg->height;
   out->width = cfg->width;
+  out->sample_ndim = 3;
+  out->sample_shape[0] = cfg->channels;
+  out->sample_shape[1] = cfg->height;
+  out->sample_shape[2] = cfg->width;
   out->num_classes = cfg->num_classes;
 
   fl_drng_seed(&r, cfg->seed, 0x70726f746fULL, 0);

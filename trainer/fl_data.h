@@ -4,7 +4,9 @@
  * Two kinds of data:
  *   dense   - images with an integer class label (IDX files of MNIST and
  *             Fashion-MNIST, or the synthetic generator), held in memory as
- *             fp32 pixels scaled to [0,1];
+ *             fp32 pixels scaled to [0,1]; or .npy files as a Python user
+ *             writes them with numpy.save (features of any shape, float32 or
+ *             uint8, class ids or float targets), memory-mapped;
  *   sparse  - CTR-style samples: a float label and a list of
  *             (slot, u64 feature id, value) triples (libsvm / libffm /
  *             "label slot:feasign" text files, or the synthetic generator).
@@ -37,19 +39,41 @@
 
 /* ------------------------------------------------------------- dense images */
 
-/* n samples of dim = channels*height*width floats each, row-major (NCHW),
- * and n labels in [0, num_classes).  x and y are owned by the dataset. */
+#define FL_DATA_MAX_DIMS 8
+
+struct fl_npy;
+
+/* n samples of dim = channels*height*width values each, row-major (NCHW),
+ * and per sample either a class label in [0, num_classes) (y) or tdim float
+ * targets (t, for the BCE and MSE losses).  Everything is owned by the
+ * dataset.  Features are fp32 in x, or (npy uint8 files) bytes in xq with
+ * value xq*xscale, x then NULL: read them with fl_dataset_rows.  npy data
+ * lies in private mappings of the files (held in maps[]): x and t may point
+ * there, so never free them directly. */
 typedef struct fl_dataset {
   size_t n;
   size_t dim;
   int channels, height, width;
   int num_classes;
-  float *x;   /* n*dim */
-  int32_t *y; /* n */
+  float *x;   /* n*dim, or NULL when the features are xq */
+  int32_t *y; /* n class labels, or NULL when the labels are float targets t */
+  const uint8_t *xq; /* n*dim uint8 features (npy), or NULL */
+  float xscale;      /* feature value = xq * xscale */
+  float *t;          /* n*tdim float targets (npy float32 labels), or NULL */
+  size_t tdim;
+  int sample_ndim;   /* per-sample feature shape as stored (npy: the file's */
+  int64_t sample_shape[FL_DATA_MAX_DIMS]; /* shape minus dim 0; else C,H,W) */
+  struct fl_npy *maps[2]; /* files whose mappings x/xq/t point into */
 } fl_dataset;
 
-/* Free x and y and zero *d.  NULL or an already-freed dataset is fine. */
+/* Free what d holds (arrays and mappings) and zero *d.  NULL or an
+ * already-freed dataset is fine. */
 void fl_dataset_free(fl_dataset *d);
+
+/* Features of samples first .. first+count-1 as fp32: d->x + first*dim when
+ * the dataset holds fp32, else converted from xq into scratch (caller's
+ * buffer of count*dim floats) and scratch returned. */
+const float *fl_dataset_rows(const fl_dataset *d, size_t first, size_t count, float *scratch);
 
 /* Load an IDX image file (magic 0x00000803: unsigned bytes, dims n,rows,cols)
  * and its IDX label file (magic 0x00000801: unsigned bytes, dim n), gzip
@@ -92,6 +116,70 @@ typedef struct fl_synth_image_config {
   uint64_t seed;
 } fl_synth_image_config;
 fl_status fl_synth_images(const fl_synth_image_config *cfg, uint32_t split, fl_dataset *out);
+
+/* -------------------------------------------------------------------- npy */
+
+/* .npy files as numpy.save writes them (format versions 1.0, 2.0, 3.0):
+ * the magic "\x93NUMPY", a version, a little-endian header length, and a
+ * header that is a Python dict literal with exactly the keys 'descr',
+ * 'fortran_order' and 'shape', then the C-order payload.  Accepted descr:
+ * '<f4' (also '=f4' on this little-endian host), '|u1' ('<u1'), '<i8',
+ * '<i4'; fortran_order must be False.  The payload must be exactly
+ * prod(shape) elements (bytes after it are refused too). */
+typedef enum fl_npy_dtype {
+  FL_NPY_F32 = 0,
+  FL_NPY_U8 = 1,
+  FL_NPY_I64 = 2,
+  FL_NPY_I32 = 3
+} fl_npy_dtype;
+
+typedef struct fl_npy fl_npy;
+
+/* Map the file at path (private, read-only to the file).  Errors name the
+ * file and what is wrong: FL_ENOTFOUND no such file; FL_EIO cannot read or
+ * map it; FL_EPROTO bad magic, unknown version, header length past the end,
+ * malformed header dict, unsupported dtype, fortran order, a shape with more
+ * than FL_DATA_MAX_DIMS dims or whose byte size overflows, a payload shorter
+ * or longer than the shape says.  The caller owns *out (fl_npy_close). */
+fl_status fl_npy_open(const char *path, fl_npy **out);
+/* The same over an in-memory file image (tests, fuzzing); buf is copied,
+ * name is used in messages. */
+fl_status fl_npy_open_mem(const void *buf, size_t len, const char *name, fl_npy **out);
+void fl_npy_close(fl_npy *f);
+fl_npy_dtype fl_npy_dtype_of(const fl_npy *f);
+int fl_npy_ndim(const fl_npy *f);
+const int64_t *fl_npy_shape(const fl_npy *f); /* ndim entries */
+size_t fl_npy_count(const fl_npy *f);          /* elements: prod(shape) */
+/* The payload, aligned for its dtype, valid until fl_npy_close.  Writable
+ * (a private copy-on-write mapping: writes never reach the file). */
+void *fl_npy_data(fl_npy *f);
+const char *fl_npy_name(const fl_npy *f);
+/* "f4", "u1", "i8", "i4". */
+const char *fl_npy_dtype_name(fl_npy_dtype dt);
+
+/* Write data (prod(shape) elements of dt, C order) as a version 1.0 .npy
+ * file at path.  FL_EIO (logged, naming the file) when writing fails. */
+fl_status fl_npy_save(const char *path, fl_npy_dtype dt, int ndim, const int64_t *shape,
+                      const void *data);
+
+/* Default data.scale of uint8 features: 1/255, as torchvision's ToTensor. */
+#define FL_NPY_DEFAULT_SCALE (1.0f / 255.0f)
+
+/* Load features (x_path: n samples of any shape, float32 or uint8) and
+ * labels (y_path: shape (n) or (n,1) of int64/int32 class ids, or float32
+ * of shape (n, ...) as float targets) into *out.  Features stay in the
+ * mapping: float32 as x, uint8 as xq with xscale = scale (scale must be
+ * FL_NPY_DEFAULT_SCALE for float32 features, the caller passes data.scale).
+ * Class ids must lie in [0, num_classes) (num_classes > 0), and are copied
+ * to an int32 array.  limit > 0 uses only the first `limit` samples.
+ * Errors (logged, naming the file): those of fl_npy_open; FL_EINVAL a
+ * features dtype that is not f4/u1, a labels dtype that is not i8/i4/f4,
+ * feature and label counts that differ, a label out of range, a labels
+ * shape that is not (n) or (n,1) for class ids, a zero-sample file, scale
+ * set with float32 features.  The caller owns *out (fl_dataset_free); *out
+ * is zeroed on error. */
+fl_status fl_npy_load(const char *x_path, const char *y_path, int num_classes, float scale,
+                      size_t limit, fl_dataset *out);
 
 /* ------------------------------------------------------------ sparse (CTR) */
 
@@ -206,7 +294,8 @@ typedef struct fl_batch {
   size_t index;      /* batch number within the epoch */
   size_t size;       /* samples (== batch_size) */
   const float *x;    /* dense: size*dim floats; NULL for sparse */
-  const int32_t *y;  /* dense: size labels; NULL for sparse */
+  const int32_t *y;  /* dense: size labels; NULL for sparse and float targets */
+  const float *t;    /* dense float targets: size*tdim floats, else NULL */
   fl_sparse_batch sparse; /* sparse: the samples; zeroed for dense */
 } fl_batch;
 

@@ -51,7 +51,7 @@ typedef struct fl_model_result {
 
 /* What to build; filled from the job file's `model:` section. */
 typedef struct fl_model_spec {
-  char kind[16];            /* "logreg", "mlp", "cnn", "plugin" */
+  char kind[16];            /* "logreg", "mlp", "cnn", "onnx", "plugin" */
   int in_channels, in_height, in_width; /* input image geometry (1,28,28) */
   int num_classes;          /* 10 */
   size_t hidden[FL_MODEL_MAX_HIDDEN]; /* mlp hidden sizes */
@@ -74,6 +74,15 @@ typedef struct fl_model_spec {
   int device_id;            /* gpu: the CUDA device ordinal (0) */
   fl_math linear_math;      /* gpu: GEMM precision of linear layers (FP32; AMP: FP16/BF16) */
   fl_math conv_math;        /* gpu: GEMM precision of conv layers (FP32; AMP: FP16/BF16) */
+  /* Appended after the device fields (plugins never read them): */
+  char path[512];           /* onnx: the model file */
+  char output[128];         /* onnx: the tensor the loss reads ("" = the graph's only output) */
+  char loss[32];            /* onnx: softmax_cross_entropy (""), bce_with_logits or mse */
+  /* recompute: names of graph tensors that bound the segments (ONNX value
+   * names; the job's recompute_configs.checkpoints), read at create only;
+   * 0 = the model's own choice (see below). */
+  const char *const *checkpoints;
+  size_t n_checkpoints;
 } fl_model_spec;
 
 typedef struct fl_model fl_model;
@@ -90,7 +99,10 @@ void fl_model_spec_defaults(fl_model_spec *spec);
  *
  * Fields left 0 (or "") take the defaults above, except n_hidden and
  * fc_hidden, whose 0 means none (an mlp needs at least one hidden layer;
- * logreg ignores hidden).  The models:
+ * logreg ignores hidden).  Every model but a plugin is an op graph run by
+ * the graph engine (graph/fl_graph.h); a preset's tensors are named after
+ * its layers (fc0, conv0, bn0, gn0, pool0, flatten), which is what
+ * spec.checkpoints may name.  The models:
  *  - logreg: fc0 (input -> classes).
  *  - mlp: fc0..fc{n_hidden-1} with the activation, then fc{n_hidden} to
  *    the classes.  Recompute keeps every ceil(sqrt(layers))-th output.
@@ -99,7 +111,12 @@ void fl_model_spec_defaults(fl_model_spec *spec);
  *    activation -> 2x2 max-pool], then fc0 (fc_hidden, the activation) when
  *    fc_hidden > 0, then the fc to the classes.  Recompute keeps each
  *    block's output.
+ *  - onnx: the model in the file spec.path (trainer/onnx/fl_onnx.h), its
+ *    output spec.output, loss spec.loss; num_classes becomes the output's
+ *    width.  Recompute without named checkpoints bounds ~sqrt(nodes)
+ *    evenly spaced segments.
  *  - plugin: see the plugin ABI below.
+ * Recompute is used only where it lowers the planned activation peak.
  * Parameters are named as PyTorch names them ("conv0.weight", "bn0.bias",
  * "bn0.running_mean", "fc1.weight").  Weights are Kaiming-uniform before a
  * ReLU and Xavier-uniform otherwise, biases 0.
@@ -107,9 +124,10 @@ void fl_model_spec_defaults(fl_model_spec *spec);
  * bad spec or max_batch 0, FL_ENOTFOUND for a missing plugin file or
  * symbol, FL_ENOMEM.
  *
- * device "gpu" (logreg, mlp, cnn): the activations live on CUDA device
+ * device "gpu" (graph models): the activations live on CUDA device
  * device_id, with device mirrors of the parameters and gradients; train_step
- * and eval run the CUDA twins of fl_layers.h on one stream of the model's.
+ * and eval run the ops' CUDA twins on one stream of the model's (a graph
+ * holding an op without one is refused with FL_ENOTSUP naming it).
  * The host fl_param buffers stay the model's state: every train_step and
  * eval uploads the micro-batch and all parameter values (the loop, a
  * checkpoint or a peer may have changed them on the host), and train_step
@@ -153,6 +171,29 @@ fl_status fl_model_train_step(fl_model *m, const float *x, const int32_t *y, siz
  * argument checks as train_step.  Gradients and parameters are untouched. */
 fl_status fl_model_eval(fl_model *m, const float *x, const int32_t *y, size_t batch,
                         fl_model_result *res);
+
+/* The compiled graph behind a built-in or onnx model (for export: its
+ * parameters and buffers read as host values), NULL for a plugin; valid
+ * until fl_model_destroy.  fl_graph is opaque here (graph/fl_graph.h). */
+struct fl_graph;
+const struct fl_graph *fl_model_graph(const fl_model *m);
+
+/* The step number Dropout masks are drawn from (with the seed and the
+ * node): the loop sets it before each micro-batch from its checkpointed
+ * position, so a resumed run draws the masks of an uninterrupted one.
+ * Without a call it counts train_steps from 0.  A no-op for plugins. */
+void fl_model_set_step(fl_model *m, uint64_t step);
+
+/* Models whose loss takes float targets (kind onnx with loss
+ * bce_with_logits or mse): 1, and then train_step / eval refuse and the
+ * ...f calls below take batch * num_classes float targets (num_classes is
+ * the output's width K for these).  0 for class-label models. */
+int fl_model_float_targets(const fl_model *m);
+fl_status fl_model_train_stepf(fl_model *m, const float *x, const float *t, size_t batch,
+                               float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
+                               fl_model_result *res);
+fl_status fl_model_evalf(fl_model *m, const float *x, const float *t, size_t batch,
+                         fl_model_result *res);
 
 /* Bytes of activation memory a train_step of max_batch holds at its peak
  * (lower with recompute).  For the built-in models: every activation,

@@ -48,8 +48,12 @@
 
 #include "fl_cluster.h"
 #include "fl_config.h"
+#include "fl_model.h"
 #include "fl_status.h"
 #include "fl_sync.h"
+
+/* The meta/format record of the trainer's checkpoints. */
+#define FL_TRAINER_CKPT_FORMAT "flotilla-trainer-1"
 
 /* A mode's constructor, one entry per mode in flotilla-trainer's table.  On
  * success *out is a live instance; the caller ends it with ops->finish
@@ -107,5 +111,28 @@ typedef struct fl_trainer_report {
  * start (data files, checkpoint, model, a peer) and returned.  rep may be
  * NULL. */
 fl_status fl_trainer_run(const fl_trainer_options *opts, fl_sync *sync, fl_trainer_report *rep);
+
+/* The fl_model_spec fl_trainer_run builds for job: the model section,
+ * strategy.recompute and its checkpoints, and with train.device gpu the
+ * CUDA ordinal device and the AMP GEMM precision.  ck is caller storage
+ * the spec's checkpoint list points into (entries point into job), so ck
+ * and job must outlive *out. */
+void fl_trainer_model_spec(const fl_job *job, int device, const char *ck[FL_JOB_MAX_LIST],
+                           fl_model_spec *out);
+
+/* ONNX export (trainer/export.c).  Write model m, built from job, as ONNX
+ * to out_path: the job's model.path with the trained initializers for
+ * model.kind onnx, a fresh ModelProto for the presets (fl_onnx.h).
+ * FL_ENOTSUP (logged) for a model that is not a graph (plugin, ctr);
+ * errors of the export are logged there.  fl_trainer_run calls it on rank
+ * 0 at the end of a successful run when train.export_onnx is set. */
+fl_status fl_trainer_export_onnx(const fl_job *job, const fl_model *m, const char *out_path);
+
+/* flotilla-trainer --export-onnx: build job's model on the CPU, load its
+ * parameters and buffers from the newest checkpoint in ckdir (NULL or "":
+ * train.checkpoint_dir) and export it to out_path.  FL_ENOTFOUND (logged)
+ * when there is no checkpoint, FL_EINVAL when the checkpoint is not this
+ * job's model; other errors as fl_trainer_export_onnx. */
+fl_status fl_trainer_export_checkpoint(const fl_job *job, const char *ckdir, const char *out_path);
 
 #endif

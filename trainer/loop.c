@@ -26,7 +26,7 @@
 #include "fl_optim.h"
 #include "fl_trainer.h"
 
-#define CKPT_FORMAT "flotilla-trainer-1"
+#define CKPT_FORMAT FL_TRAINER_CKPT_FORMAT
 
 typedef struct trainer {
   const fl_job *job;
@@ -38,6 +38,7 @@ typedef struct trainer {
 
   fl_dataset train, test;
   int have_test;
+  float *evalx; /* eval_batch_size samples of uint8 test features as fp32 */
   fl_loader *loader;
   fl_model *model;
 
@@ -106,6 +107,32 @@ static fl_status load_data(trainer *t) {
     }
     break;
   }
+  case FL_DATA_NPY: {
+    /* fed as stored: no mean/std normalisation, so the model sees what the
+     * user's PyTorch code feeds it; the model checks the sample size.  An
+     * onnx model's class count is its output width, known once it is built
+     * (check_labels); the presets' is model.num_classes. */
+    int lnc = strcmp(job->model.kind, "onnx") == 0 ? 0 : nc;
+    int want_float = job->model.loss[0] && strcmp(job->model.loss, "softmax_cross_entropy") != 0;
+    FL_TRY(fl_npy_load(d->train_x, d->train_y, lnc, d->scale, (size_t)d->limit_train, &t->train));
+    if (want_float != (t->train.t != NULL))
+      return FL_ERR(FL_EINVAL, "%s: %s, but model.loss %s needs %s", d->train_y,
+                    t->train.t ? "float32 targets" : "integer class ids",
+                    job->model.loss[0] ? job->model.loss : "softmax_cross_entropy",
+                    want_float ? "float32 targets" : "int64 or int32 class ids");
+    if (t->have_test) {
+      FL_TRY(fl_npy_load(d->test_x, d->test_y, lnc, d->scale, (size_t)d->limit_test, &t->test));
+      if (t->test.dim != t->train.dim || !t->test.y != !t->train.y ||
+          t->test.tdim != t->train.tdim)
+        return FL_ERR(FL_EINVAL, "%s: test samples have %zu values and %s, %s has %zu and %s",
+                      d->test_x, t->test.dim, t->test.y ? "class ids" : "float targets",
+                      d->train_x, t->train.dim, t->train.y ? "class ids" : "float targets");
+    }
+    FL_LOGI("data: %zu training and %zu test samples of %zu %s values, %s labels", t->train.n,
+            t->have_test ? t->test.n : 0, t->train.dim, t->train.x ? "float32" : "uint8",
+            t->train.y ? "class" : "float");
+    return FL_OK;
+  }
   default:
     return FL_ERR(FL_ENOTSUP, "%s: data.format libsvm feeds the CTR model, which trains in ps mode",
                   job->source);
@@ -130,6 +157,26 @@ static fl_status load_data(trainer *t) {
   return FL_OK;
 }
 
+/* npy labels against the built model: class ids below its class count,
+ * or exactly its output width of float targets per sample. */
+static fl_status check_labels(const trainer *t) {
+  const fl_job_data *d = &t->job->data;
+  if (d->format != FL_DATA_NPY) return FL_OK;
+  size_t k = (size_t)fl_model_get_spec(t->model)->num_classes;
+  for (int s = 0; s < 1 + t->have_test; s++) {
+    const fl_dataset *ds = s ? &t->test : &t->train;
+    const char *name = s ? d->test_y : d->train_y;
+    if (ds->t && ds->tdim != k)
+      return FL_ERR(FL_EINVAL, "%s: %zu float targets per sample, the model's output has %zu",
+                    name, ds->tdim, k);
+    for (size_t i = 0; ds->y && i < ds->n; i++)
+      if ((size_t)ds->y[i] >= k)
+        return FL_ERR(FL_EINVAL, "%s: label %d of sample %zu outside [0, %zu) (the model's "
+                      "classes)", name, (int)ds->y[i], i, k);
+  }
+  return FL_OK;
+}
+
 /* ----------------------------------------------------------------- model */
 
 /* Is op type `what` ("linear" or "conv2d") in amp_configs.custom_black_list
@@ -148,11 +195,10 @@ static int amp_black_listed(const fl_job *job, const char *what) {
  * conv GEMMs in amp_configs.dtype (fp32 master weights are the host
  * parameters; the loss scaler below is the CPU's), except for an op type
  * on custom_black_list. */
-static void device_spec(trainer *t, fl_model_spec *s) {
-  const fl_job *job = t->job;
+static void device_spec(const fl_job *job, int device, fl_model_spec *s) {
   if (job->train.device != FL_DEVICE_GPU) return;
   snprintf(s->device, sizeof s->device, "gpu");
-  s->device_id = t->device;
+  s->device_id = device;
   if (job->strategy.amp) {
     const fl_math m16 =
         job->strategy.amp_configs.dtype == FL_AMP_BFLOAT16 ? FL_MATH_BF16 : FL_MATH_FP16;
@@ -161,8 +207,9 @@ static void device_spec(trainer *t, fl_model_spec *s) {
   }
 }
 
-static fl_status build_model(trainer *t, size_t max_batch) {
-  const fl_job_model *jm = &t->job->model;
+void fl_trainer_model_spec(const fl_job *job, int device, const char *ck[FL_JOB_MAX_LIST],
+                           fl_model_spec *out) {
+  const fl_job_model *jm = &job->model;
   fl_model_spec s;
   memset(&s, 0, sizeof s);
   snprintf(s.kind, sizeof s.kind, "%s", jm->kind);
@@ -181,10 +228,27 @@ static fl_status build_model(trainer *t, size_t max_batch) {
   s.gn_groups = jm->gn_groups;
   s.bn_momentum = jm->bn_momentum;
   s.bn_epsilon = jm->bn_epsilon;
-  s.recompute = t->job->strategy.recompute;
+  s.recompute = job->strategy.recompute;
+  /* recompute_configs.checkpoints: graph tensor names bounding the segments */
+  const size_t nck = job->strategy.recompute_configs.n_checkpoints;
+  for (size_t i = 0; i < nck && i < FL_JOB_MAX_LIST; i++)
+    ck[i] = job->strategy.recompute_configs.checkpoints[i];
+  s.checkpoints = ck;
+  s.n_checkpoints = nck < FL_JOB_MAX_LIST ? nck : FL_JOB_MAX_LIST;
   snprintf(s.plugin_path, sizeof s.plugin_path, "%s", jm->plugin_path);
   snprintf(s.plugin_args, sizeof s.plugin_args, "%s", jm->plugin_args);
-  device_spec(t, &s);
+  snprintf(s.path, sizeof s.path, "%s", jm->path);
+  snprintf(s.output, sizeof s.output, "%s", jm->output);
+  snprintf(s.loss, sizeof s.loss, "%s", jm->loss);
+  device_spec(job, device, &s);
+  *out = s;
+}
+
+static fl_status build_model(trainer *t, size_t max_batch) {
+  const fl_job_model *jm = &t->job->model;
+  const char *ck[FL_JOB_MAX_LIST];
+  fl_model_spec s;
+  fl_trainer_model_spec(t->job, t->device, ck, &s);
   FL_TRY(fl_model_create(&s, max_batch, t->job->train.seed, &t->model));
   if (t->job->train.device == FL_DEVICE_GPU) {
     static const char *const math_names[] = {"fp32", "fp16", "bf16"};
@@ -430,8 +494,14 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
     FL_TRY(fl_loader_next(t->loader, &b));
     if (last) memset(t->ready, 0, t->np);
     t->cb_err = FL_OK;
-    FL_TRY(fl_model_train_step(t->model, b.x, b.y, b.size, scale, last ? on_grad_ready : NULL, t,
-                               &res));
+    /* dropout masks follow the checkpointed position (bitwise --resume) */
+    fl_model_set_step(t->model, (uint64_t)t->step * (uint64_t)t->k + (uint64_t)j);
+    if (b.t) /* float targets (bce / mse models) */
+      FL_TRY(fl_model_train_stepf(t->model, b.x, b.t, b.size, scale,
+                                  last ? on_grad_ready : NULL, t, &res));
+    else
+      FL_TRY(fl_model_train_step(t->model, b.x, b.y, b.size, scale,
+                                 last ? on_grad_ready : NULL, t, &res));
     if (!last) {
       FL_TRY(fl_gm_accumulate(t->accp, (const float *const *)t->gptr, t->gn, t->nt));
     } else {
@@ -484,7 +554,16 @@ static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
   for (size_t off = lo; off < hi; off += bs) {
     size_t cnt = hi - off < bs ? hi - off : bs;
     fl_model_result res = {0};
-    FL_TRY(fl_model_eval(t->model, t->test.x + off * t->test.dim, t->test.y + off, cnt, &res));
+    if (!t->test.x && !t->evalx) { /* uint8 features: converted per eval batch */
+      t->evalx = malloc(bs * t->test.dim * sizeof(float));
+      if (!t->evalx) return FL_ERR(FL_ENOMEM, "eval: cannot allocate %zu x %zu floats", bs,
+                                   t->test.dim);
+    }
+    const float *x = fl_dataset_rows(&t->test, off, cnt, t->evalx);
+    if (t->test.t)
+      FL_TRY(fl_model_evalf(t->model, x, t->test.t + off * t->test.tdim, cnt, &res));
+    else
+      FL_TRY(fl_model_eval(t->model, x, t->test.y ? t->test.y + off : NULL, cnt, &res));
     v[0] += res.loss_sum;
     v[1] += (double)res.correct1;
     v[2] += (double)res.correct5;
@@ -531,6 +610,7 @@ static void trainer_free(trainer *t) {
   fl_model_destroy(t->model);
   fl_dataset_free(&t->train);
   fl_dataset_free(&t->test);
+  free(t->evalx);
   free(t->tens);
   free(t->tparam);
   free(t->gptr);
@@ -638,6 +718,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   size_t max_batch = job->train.batch_size;
   if (t.have_test && job->train.eval_batch_size > max_batch) max_batch = job->train.eval_batch_size;
   if ((st = build_model(&t, max_batch)) != FL_OK) goto done;
+  if ((st = check_labels(&t)) != FL_OK) goto done;
   if ((st = build_optimizer(&t)) != FL_OK) goto done;
   rep.activation_bytes = fl_model_activation_bytes(t.model);
   rep.steps_per_epoch = t.steps_per_epoch;
@@ -654,6 +735,8 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   rep.steps = t.step;
   /* finish while the model still exists: geo pushes its last delta from it */
   if (st == FL_OK) st = t.ops->finish(t.self);
+  if (st == FL_OK && t.rank == 0 && job->train.export_onnx[0])
+    st = fl_trainer_export_onnx(job, t.model, job->train.export_onnx);
 done:
   trainer_free(&t);
   if (out) *out = rep;

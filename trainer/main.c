@@ -51,6 +51,9 @@ static void usage(FILE *out) {
           "                       directory (train.checkpoint_dir, FLOTILLA_CHECKPOINT_DIR\n"
           "                       or --checkpoint_dir); none there: start from scratch\n"
           "  --dump-config FILE   write the resolved job as YAML to FILE ('-' = stdout)\n"
+          "  --export-onnx FILE   write the model of the newest checkpoint in the checkpoint\n"
+          "                       directory as ONNX to FILE and exit (logreg, mlp, cnn and\n"
+          "                       onnx models; nothing is trained)\n"
           "  --max-steps N        stop after optimizer step N (N >= 1); the learning-rate\n"
           "                       schedule still spans the whole job, so a run stopped\n"
           "                       here and resumed equals an uninterrupted one\n"
@@ -144,7 +147,7 @@ static int take_value(int argc, char **argv, int *i, const char *name, const cha
 }
 
 int main(int argc, char **argv) {
-  const char *config = NULL, *dump = NULL, *val;
+  const char *config = NULL, *dump = NULL, *export_onnx = NULL, *val;
   int resume = 0;
   int64_t max_steps = 0;
   fl_cluster cl;
@@ -168,6 +171,9 @@ int main(int argc, char **argv) {
     } else if (take_value(argc, argv, &i, "--dump-config", &val)) {
       if (!val || !*val) goto missing;
       dump = val;
+    } else if (take_value(argc, argv, &i, "--export-onnx", &val)) {
+      if (!val || !*val) goto missing;
+      export_onnx = val;
     } else if (take_value(argc, argv, &i, "--max-steps", &val)) {
       char *end;
       if (!val) goto missing;
@@ -214,6 +220,9 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (fl_job_load_file(config, &job) != FL_OK) return EXIT_USAGE; /* logged with file:line */
+  if (export_onnx) /* no cluster: read the checkpoint, write the model, done */
+    return fl_trainer_export_checkpoint(&job, cl.checkpoint_dir[0] ? cl.checkpoint_dir : NULL,
+                                        export_onnx) == FL_OK ? 0 : EXIT_RUN;
   if (cl.role != FL_ROLE_TRAINER) {
     FL_LOGE("FLOTILLA_ROLE is %s: flotilla-trainer runs trainers only", fl_role_name(cl.role));
     return EXIT_USAGE;

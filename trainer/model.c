@@ -5,8 +5,9 @@
  * picks the table by kind, checks the arguments of every call before the
  * model sees them (so a bad batch changes nothing, and plugins get clean
  * input), and owns the seeded generator the built-in models initialise
- * their parameters with.  A gpu model is built on the host like any other
- * and then moved to its device (fl_seq_to_device), as model.to(device). */
+ * their parameters with.  The built-in kinds are op graphs (the presets of
+ * graph/graph_presets.c) and kind onnx loads one from a file; both run on
+ * the graph engine, on the host or, with device gpu, on a CUDA device. */
 #include <config.h>
 
 #include <dlfcn.h>
@@ -16,12 +17,16 @@
 
 #include "fl_device.h"
 #include "fl_log.h"
+#include "fl_graph_inspect.h"
+#include "fl_onnx.h"
 #include "model_internal.h"
 
 struct fl_model {
   const fl_model_ops *ops;
   void *handle;
   void *dl; /* plugins: the dlopen handle */
+  int graph; /* handle is a compiled graph (fl_graph.h) */
+  fl_gloss loss; /* graphs: what train_step's targets are */
   fl_model_spec spec;
   size_t max_batch;
 };
@@ -101,6 +106,11 @@ static fl_status resolve_spec(const fl_model_spec *spec, fl_model_spec *r) {
   r->norm[sizeof r->norm - 1] = '\0';
   r->plugin_path[sizeof r->plugin_path - 1] = '\0';
   r->plugin_args[sizeof r->plugin_args - 1] = '\0';
+  r->path[sizeof r->path - 1] = '\0';
+  r->output[sizeof r->output - 1] = '\0';
+  r->loss[sizeof r->loss - 1] = '\0';
+  if (r->n_checkpoints > 0 && !r->checkpoints)
+    return FL_ERR(FL_EINVAL, "model: %zu recompute checkpoints but no names", r->n_checkpoints);
   if (!r->kind[0]) strcpy(r->kind, "mlp");
   if (!r->in_channels) r->in_channels = 1;
   if (!r->in_height) r->in_height = 28;
@@ -167,6 +177,83 @@ static fl_status check_params(const fl_model *m) {
   return FL_OK;
 }
 
+/* ----------------------------------------------------------------- graphs */
+
+/* The graph of kind onnx: spec->path, its output and loss.  Logs. */
+static fl_status load_onnx(const fl_model_spec *s, fl_graph **g) {
+  fl_gloss loss = FL_GLOSS_SOFTMAX_XENT;
+  if (!s->path[0]) return FL_ERR(FL_EINVAL, "model: kind onnx needs path (the .onnx file)");
+  if (s->loss[0] && fl_onnx_loss_parse(s->loss, &loss) != FL_OK)
+    return FL_ERR(FL_EINVAL, "model: loss '%s' must be softmax_cross_entropy, bce_with_logits "
+                  "or mse", s->loss);
+  return fl_onnx_load(s->path, s->output, loss, g);
+}
+
+/* Values per sample of a compiled graph's output (the classes of a
+ * softmax model, K targets otherwise). */
+static size_t graph_width(const fl_model *m) {
+  const fl_graph *g = fl_graph_model_graph(m->handle);
+  fl_gtensor_info ti;
+  if (fl_graph_tensor_info(g, fl_graph_output_id(g, NULL), &ti) != FL_OK) return 0;
+  size_t k = 1;
+  for (int d = 1; d < ti.ndim; d++) k *= (size_t)ti.dims[d];
+  return k;
+}
+
+/* Build m's graph (a preset, or the ONNX file of kind onnx) and compile it
+ * for m->max_batch on m's device.  Logs what is wrong. */
+static fl_status create_graph(fl_model *m, uint64_t seed) {
+  const fl_model_spec *s = &m->spec;
+  char ck[FL_MODEL_MAX_CKPT][FL_MODEL_NAME_MAX];
+  const char *ckp[FL_MODEL_MAX_CKPT];
+  size_t n_ck = 0;
+  fl_graph *g = NULL;
+  fl_graph_options opt;
+  memset(&opt, 0, sizeof opt);
+  if (!strcmp(s->kind, "onnx")) {
+    FL_TRY(load_onnx(s, &g));
+  } else {
+    FL_TRY(fl_graph_preset(s, seed, &g, ck, &n_ck));
+  }
+  for (size_t i = 0; i < n_ck; i++) ckp[i] = ck[i];
+  opt.max_batch = m->max_batch;
+  opt.seed = seed;
+  opt.recompute = s->recompute;
+  opt.checkpoints = ckp;
+  opt.n_checkpoints = n_ck;
+  if (s->recompute && s->n_checkpoints > 0) { /* the job's names win over the preset's */
+    opt.checkpoints = s->checkpoints;
+    opt.n_checkpoints = s->n_checkpoints;
+  }
+  /* AMP: the 16-bit precision for GEMMs, except the layer kinds the job
+   * black-listed (spec: linear_math / conv_math left fp32) */
+  static const char *const linear_ops[] = {"Gemm", "MatMul"}, *const conv_ops[] = {"Conv"};
+  const char *black[3];
+  size_t nb = 0;
+  opt.amp_math = s->linear_math != FL_MATH_FP32 ? s->linear_math : s->conv_math;
+  if (opt.amp_math != FL_MATH_FP32 && s->linear_math == FL_MATH_FP32)
+    black[nb++] = linear_ops[0], black[nb++] = linear_ops[1];
+  if (opt.amp_math != FL_MATH_FP32 && s->conv_math == FL_MATH_FP32) black[nb++] = conv_ops[0];
+  opt.amp_black = black;
+  opt.n_amp_black = nb;
+  opt.device = strcmp(s->device, "gpu") == 0 ? s->device_id : -1;
+  FL_TRY(fl_graph_model_create(g, &opt, &m->handle));
+  m->ops = &fl_graph_model_ops;
+  m->graph = 1;
+  /* an imported model's classes (or targets) are its output's width */
+  if (!strcmp(s->kind, "onnx")) {
+    const size_t k = graph_width(m);
+    fl_gloss loss = FL_GLOSS_SOFTMAX_XENT;
+    (void)fl_graph_output_id(fl_graph_model_graph(m->handle), &loss);
+    m->loss = loss;
+    if (k == 0 || k > INT32_MAX || (loss == FL_GLOSS_SOFTMAX_XENT && k < 2))
+      return FL_ERR(FL_EINVAL, "model %s: output of %zu values per sample (a softmax needs at "
+                    "least 2 classes)", s->path, k);
+    m->spec.num_classes = (int)k;
+  }
+  return FL_OK;
+}
+
 /* ------------------------------------------------------------- lifecycle */
 
 fl_status fl_model_create(const fl_model_spec *spec, size_t max_batch, uint64_t seed,
@@ -180,32 +267,28 @@ fl_status fl_model_create(const fl_model_spec *spec, size_t max_batch, uint64_t 
   if (st != FL_OK) goto fail;
   m->max_batch = max_batch;
   const char *kind = m->spec.kind;
-  if (strcmp(kind, "logreg") == 0) m->ops = &fl_model_logreg_ops;
-  else if (strcmp(kind, "mlp") == 0) m->ops = &fl_model_mlp_ops;
-  else if (strcmp(kind, "cnn") == 0) m->ops = &fl_model_cnn_ops;
-  else if (strcmp(kind, "plugin") == 0) {
+  if (!strcmp(kind, "logreg") || !strcmp(kind, "mlp") || !strcmp(kind, "cnn") ||
+      !strcmp(kind, "onnx")) {
+    st = create_graph(m, seed);
+    if (st != FL_OK) goto fail;
+  } else if (strcmp(kind, "plugin") == 0) {
     if (!m->spec.plugin_path[0]) {
       st = FL_ERR(FL_EINVAL, "model: kind plugin needs plugin_path");
       goto fail;
     }
     st = fl_model_plugin_open(m->spec.plugin_path, &m->ops, &m->dl);
     if (st != FL_OK) goto fail;
+    st = m->ops->create(&m->spec, max_batch, seed, &m->handle);
+    if (st != FL_OK) {
+      FL_LOGE("model plugin %s: create failed: %s", m->spec.plugin_path, fl_strerror(st));
+      m->handle = NULL;
+      goto fail;
+    }
+    if ((st = check_params(m)) != FL_OK) goto fail;
   } else {
-    st = FL_ERR(FL_EINVAL, "model: unknown kind '%s' (logreg, mlp, cnn or plugin)", kind);
+    st = FL_ERR(FL_EINVAL, "model: unknown kind '%s' (logreg, mlp, cnn, onnx or plugin)", kind);
     goto fail;
   }
-  st = m->ops->create(&m->spec, max_batch, seed, &m->handle);
-  if (st != FL_OK) {
-    if (m->dl) FL_LOGE("model plugin %s: create failed: %s", m->spec.plugin_path,
-                       fl_strerror(st));
-    m->handle = NULL;
-    goto fail;
-  }
-  if (m->dl && (st = check_params(m)) != FL_OK) goto fail;
-  if (strcmp(m->spec.device, "gpu") == 0 &&
-      (st = fl_seq_to_device(m->handle, m->spec.device_id, m->spec.linear_math,
-                             m->spec.conv_math)) != FL_OK)
-    goto fail;
   *out = m;
   return FL_OK;
 fail:
@@ -233,24 +316,44 @@ fl_param *fl_model_param(fl_model *m, size_t index) {
 
 size_t fl_model_input_size(const fl_model *m) { return m ? m->ops->input_size(m->handle) : 0; }
 
+void fl_model_set_step(fl_model *m, uint64_t step) {
+  if (m && m->graph) fl_graph_model_set_step(m->handle, step);
+}
+
+const fl_graph *fl_model_graph(const fl_model *m) {
+  return m && m->graph ? fl_graph_model_graph(m->handle) : NULL;
+}
+
 size_t fl_model_activation_bytes(const fl_model *m) {
   return m ? m->ops->activation_bytes(m->handle) : 0;
 }
 
 fl_status fl_model_set_norm_sync(fl_model *m, fl_norm_sync_fn fn, void *ctx) {
   if (!m) return FL_ERR(FL_EINVAL, "model: set_norm_sync on NULL");
-  if (m->dl) return FL_ENOTSUP; /* plugins have no hook (fl_model.h) */
-  return fl_seq_set_norm_sync(m->handle, fn, ctx);
+  if (!m->graph) return FL_ENOTSUP; /* plugins have no hook (fl_model.h) */
+  return fl_graph_model_set_norm_sync(m->handle, fn, ctx);
 }
 
 /* ----------------------------------------------------------------- steps */
 
-static fl_status check_batch(const fl_model *m, const float *x, const int32_t *y, size_t batch,
+int fl_model_float_targets(const fl_model *m) {
+  return m && m->graph && m->loss != FL_GLOSS_SOFTMAX_XENT;
+}
+
+static fl_status check_batch(const fl_model *m, const float *x, const void *y, size_t batch,
                              const char *what) {
   if (!m || !x || !y) return FL_ERR(FL_EINVAL, "model %s: NULL model, input or labels", what);
   if (batch == 0 || batch > m->max_batch)
     return FL_ERR(FL_EINVAL, "model %s: batch %zu outside [1, %zu]", what, batch,
                   m->max_batch);
+  return FL_OK;
+}
+
+static fl_status check_labels(const fl_model *m, const int32_t *y, size_t batch,
+                              const char *what) {
+  if (fl_model_float_targets(m))
+    return FL_ERR(FL_EINVAL, "model %s: loss %s takes float targets, not class labels", what,
+                  fl_onnx_loss_name(m->loss));
   for (size_t i = 0; i < batch; i++)
     if (y[i] < 0 || y[i] >= m->spec.num_classes)
       return FL_ERR(FL_EINVAL, "model %s: label %d of sample %zu outside [0, %d)", what,
@@ -258,13 +361,19 @@ static fl_status check_batch(const fl_model *m, const float *x, const int32_t *y
   return FL_OK;
 }
 
+static fl_status check_scale(float loss_scale) {
+  if (!(loss_scale > 0.0f) || !isfinite(loss_scale))
+    return FL_ERR(FL_EINVAL, "model train_step: loss scale %g must be finite and > 0",
+                  (double)loss_scale);
+  return FL_OK;
+}
+
 fl_status fl_model_train_step(fl_model *m, const float *x, const int32_t *y, size_t batch,
                               float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
                               fl_model_result *res) {
   FL_TRY(check_batch(m, x, y, batch, "train_step"));
-  if (!(loss_scale > 0.0f) || !isfinite(loss_scale))
-    return FL_ERR(FL_EINVAL, "model train_step: loss scale %g must be finite and > 0",
-                  (double)loss_scale);
+  FL_TRY(check_labels(m, y, batch, "train_step"));
+  FL_TRY(check_scale(loss_scale));
   fl_status st = m->ops->train_step(m->handle, x, y, batch, loss_scale, on_ready, ctx, res);
   if (st != FL_OK && m->dl)
     FL_LOGE("model plugin %s: train_step failed: %s", m->spec.plugin_path, fl_strerror(st));
@@ -274,8 +383,38 @@ fl_status fl_model_train_step(fl_model *m, const float *x, const int32_t *y, siz
 fl_status fl_model_eval(fl_model *m, const float *x, const int32_t *y, size_t batch,
                         fl_model_result *res) {
   FL_TRY(check_batch(m, x, y, batch, "eval"));
+  FL_TRY(check_labels(m, y, batch, "eval"));
   fl_status st = m->ops->eval(m->handle, x, y, batch, res);
   if (st != FL_OK && m->dl)
     FL_LOGE("model plugin %s: eval failed: %s", m->spec.plugin_path, fl_strerror(st));
   return st;
+}
+
+/* Float targets must be finite (a NaN target would poison the loss). */
+static fl_status check_targets(const fl_model *m, const float *t, size_t batch,
+                               const char *what) {
+  if (!fl_model_float_targets(m))
+    return FL_ERR(FL_EINVAL, "model %s: this model takes class labels, not float targets", what);
+  const size_t n = batch * (size_t)m->spec.num_classes;
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(t[i]))
+      return FL_ERR(FL_EINVAL, "model %s: target %zu of sample %zu is not finite", what,
+                    i % (size_t)m->spec.num_classes, i / (size_t)m->spec.num_classes);
+  return FL_OK;
+}
+
+fl_status fl_model_train_stepf(fl_model *m, const float *x, const float *t, size_t batch,
+                               float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
+                               fl_model_result *res) {
+  FL_TRY(check_batch(m, x, t, batch, "train_step"));
+  FL_TRY(check_targets(m, t, batch, "train_step"));
+  FL_TRY(check_scale(loss_scale));
+  return fl_graph_model_train_stepf(m->handle, x, t, batch, loss_scale, on_ready, ctx, res);
+}
+
+fl_status fl_model_evalf(fl_model *m, const float *x, const float *t, size_t batch,
+                         fl_model_result *res) {
+  FL_TRY(check_batch(m, x, t, batch, "eval"));
+  FL_TRY(check_targets(m, t, batch, "eval"));
+  return fl_graph_model_evalf(m->handle, x, t, batch, res);
 }

@@ -11,6 +11,8 @@
  *            slot's D inputs, S slots give an S*D input to an MLP with
  *            model.hidden ReLU layers and one output
  *   logit = wide + deep, p = sigmoid(logit), loss = mean log loss.
+ * The MLP is an op graph (graph/) run with the engine's forward/backward
+ * calls, its gradient with respect to its input giving the embeddings'.
  * The dense part (bias and MLP) travels like any model's parameters through
  * the ps-mode fl_sync (sync, async or geo); the sparse rows of a batch are
  * pulled before forward and their gradients pushed after backward (every
@@ -34,6 +36,7 @@
 #include <time.h>
 
 #include "fl_data.h"
+#include "fl_graph.h"
 #include "fl_layers.h"
 #include "fl_log.h"
 #include "fl_optim.h"
@@ -52,13 +55,15 @@ typedef struct ctr {
   uint64_t buckets;
   size_t L;                   /* linear layers */
   size_t dims[MAX_LAYERS + 1];
-  fl_param params[2 * MAX_LAYERS + 1];
-  fl_param *pp[2 * MAX_LAYERS + 1];
+  fl_param bias;              /* ctr.bias: the wide part's bias */
+  float bias_v, bias_g;
+  void *mlp;                  /* the compiled MLP graph (fl_graph_model_*) */
+  fl_param *pp[2 * MAX_LAYERS + 1]; /* ctr.bias, then the MLP's in first-use order */
   size_t np;
-  float *mem;                 /* values and grads of all dense params */
   size_t max_b;
-  float *acts[MAX_LAYERS + 1];
-  float *dbuf[2];
+  float *x;                   /* the MLP's input: max_b * S * D */
+  const float *deep;          /* the MLP's output of the last forward */
+  float *dz;                  /* d loss / d logit */
   float *wide;                /* per sample */
   float *logit;
   /* per batch: unique keys and rows */
@@ -81,9 +86,12 @@ static uint64_t rng_next(uint64_t *s) {
   return fl_ps_mix64(*s);
 }
 
+/* The dense part: ctr.bias and the MLP graph over the S*D embedding
+ * inputs (ReLU hidden layers, one output), weights Kaiming-uniform before
+ * a ReLU and Xavier for the output, drawn from the job's seed in layer
+ * order as before the graph engine. */
 static fl_status ctr_build(ctr *c, uint32_t slots, size_t max_b) {
   const fl_job_model *m = &c->job->model;
-  size_t total = 1, off = 0;
   uint64_t rs = c->job->train.seed ^ 0x43545221ULL;
 
   c->S = slots;
@@ -94,63 +102,80 @@ static fl_status ctr_build(ctr *c, uint32_t slots, size_t max_b) {
   c->dims[0] = (size_t)c->S * c->D;
   for (size_t l = 0; l < m->n_hidden; l++) c->dims[l + 1] = m->hidden[l];
   c->dims[c->L] = 1;
-  for (size_t l = 0; l < c->L; l++) total += c->dims[l] * c->dims[l + 1] + c->dims[l + 1];
-  c->mem = calloc(2 * total, sizeof(float));
-  if (!c->mem) return FL_ERR(FL_ENOMEM, "ctr: out of memory for %zu parameters", total);
-  /* bias first, then fc<l>.weight [out, in], fc<l>.bias [out] */
-  for (size_t i = 0; i <= 2 * c->L; i++) {
-    fl_param *p = &c->params[i];
-    size_t l = (i - 1) / 2;
-    if (i == 0) {
-      snprintf(p->name, sizeof p->name, "ctr.bias");
-      p->ndim = 1;
-      p->shape[0] = 1;
-    } else if (i % 2) {
-      snprintf(p->name, sizeof p->name, "ctr.fc%zu.weight", l);
-      p->ndim = 2;
-      p->shape[0] = (int64_t)c->dims[l + 1];
-      p->shape[1] = (int64_t)c->dims[l];
-    } else {
-      snprintf(p->name, sizeof p->name, "ctr.fc%zu.bias", l);
-      p->ndim = 1;
-      p->shape[0] = (int64_t)c->dims[l + 1];
+
+  snprintf(c->bias.name, sizeof c->bias.name, "ctr.bias");
+  c->bias.ndim = 1;
+  c->bias.shape[0] = 1;
+  c->bias.n = 1;
+  c->bias.value = &c->bias_v;
+  c->bias.grad = &c->bias_g;
+  c->pp[0] = &c->bias;
+
+  fl_graph *g = NULL;
+  FL_TRY(fl_graph_new("ctr", &g));
+  const int64_t in_dims[2] = {FL_G_BATCH, (int64_t)c->dims[0]};
+  int x;
+  fl_status st = fl_graph_input(g, "input", 2, in_dims, &x);
+  float *w = NULL;
+  for (size_t l = 0; st == FL_OK && l < c->L; l++) {
+    char wn[48], bn[48], on[48];
+    snprintf(wn, sizeof wn, "ctr.fc%zu.weight", l);
+    snprintf(bn, sizeof bn, "ctr.fc%zu.bias", l);
+    snprintf(on, sizeof on, "ctr.fc%zu", l);
+    const int64_t wd[2] = {(int64_t)c->dims[l + 1], (int64_t)c->dims[l]};
+    const size_t n = c->dims[l + 1] * c->dims[l];
+    float *nw = realloc(w, n * sizeof *w);
+    if (!nw) {
+      st = FL_ERR(FL_ENOMEM, "ctr: out of memory for %zu parameters", n);
+      break;
     }
-    p->n = p->ndim == 1 ? (size_t)p->shape[0] : (size_t)(p->shape[0] * p->shape[1]);
-    p->value = c->mem + off;
-    p->grad = c->mem + total + off;
-    p->layer = (int)(i == 0 ? 0 : l);
-    off += p->n;
-    if (i % 2) { /* Kaiming-uniform for ReLU layers, Xavier for the output */
-      double fan_in = (double)c->dims[l], fan_out = (double)c->dims[l + 1];
-      double a = l + 1 < c->L ? sqrt(6.0 / fan_in) : sqrt(6.0 / (fan_in + fan_out));
-      for (size_t k = 0; k < p->n; k++)
-        p->value[k] = (float)(a * (2.0 * (double)(rng_next(&rs) >> 11) * 0x1p-53 - 1.0));
-    }
-    c->pp[i] = p;
+    w = nw;
+    /* Kaiming-uniform for ReLU layers, Xavier for the output */
+    double fan_in = (double)c->dims[l], fan_out = (double)c->dims[l + 1];
+    double a = l + 1 < c->L ? sqrt(6.0 / fan_in) : sqrt(6.0 / (fan_in + fan_out));
+    for (size_t k = 0; k < n; k++)
+      w[k] = (float)(a * (2.0 * (double)(rng_next(&rs) >> 11) * 0x1p-53 - 1.0));
+    int wi, bi;
+    if ((st = fl_graph_param(g, wn, 2, wd, w, 1, &wi)) != FL_OK ||
+        (st = fl_graph_param(g, bn, 1, &wd[0], NULL, 1, &bi)) != FL_OK)
+      break;
+    const int ins[3] = {x, wi, bi};
+    const char *outs[1] = {on};
+    fl_gattr at[2] = {{.name = "transB", .kind = FL_GA_INT, .i = 1},
+                      {.name = "flotilla_act", .kind = FL_GA_STRING, .s = "relu"}};
+    st = fl_graph_node(g, on, "Gemm", ins, 3, outs, 1, at, l + 1 < c->L ? 2 : 1, &x);
   }
-  c->np = 2 * c->L + 1;
-  for (size_t l = 0; l <= c->L; l++) {
-    c->acts[l] = malloc(max_b * c->dims[l] * sizeof(float));
-    if (!c->acts[l]) return FL_ERR(FL_ENOMEM, "ctr: out of memory for activations");
+  free(w);
+  if (st == FL_OK) st = fl_graph_set_output(g, x, FL_GLOSS_BCE_LOGITS);
+  if (st != FL_OK) {
+    fl_graph_free(g);
+    return st;
   }
-  {
-    size_t mx = 1;
-    for (size_t l = 0; l <= c->L; l++) mx = c->dims[l] > mx ? c->dims[l] : mx;
-    c->dbuf[0] = malloc(max_b * mx * sizeof(float));
-    c->dbuf[1] = malloc(max_b * mx * sizeof(float));
+  fl_graph_options opt;
+  memset(&opt, 0, sizeof opt);
+  opt.max_batch = max_b;
+  opt.seed = c->job->train.seed;
+  opt.device = -1;
+  opt.input_grad = 1;
+  FL_TRY(fl_graph_model_create(g, &opt, &c->mlp));
+  c->np = 1 + fl_graph_model_ops.num_params(c->mlp);
+  for (size_t i = 1; i < c->np; i++) {
+    c->pp[i] = fl_graph_model_ops.param(c->mlp, i - 1);
+    c->pp[i]->layer = (int)((i - 1) / 2);
   }
+  c->x = malloc(max_b * c->dims[0] * sizeof(float));
+  c->dz = malloc(max_b * sizeof(float));
   c->wide = malloc(max_b * sizeof(float));
   c->logit = malloc(max_b * sizeof(float));
-  if (!c->dbuf[0] || !c->dbuf[1] || !c->wide || !c->logit)
+  if (!c->x || !c->dz || !c->wide || !c->logit)
     return FL_ERR(FL_ENOMEM, "ctr: out of memory for buffers");
   return FL_OK;
 }
 
 static void ctr_free(ctr *c) {
-  free(c->mem);
-  for (size_t l = 0; l <= c->L; l++) free(c->acts[l]);
-  free(c->dbuf[0]);
-  free(c->dbuf[1]);
+  if (c->mlp) fl_graph_model_ops.destroy(c->mlp);
+  free(c->x);
+  free(c->dz);
   free(c->wide);
   free(c->logit);
   free(c->keys);
@@ -214,17 +239,17 @@ static fl_status collect_keys(ctr *c, const fl_sparse_feature *feats, size_t nf,
 }
 
 /* Forward of n samples: c->logit[i].  Pulls the batch's rows. */
-static fl_status forward(ctr *c, const fl_sparse_batch *sb, size_t n) {
+static fl_status forward(ctr *c, const fl_sparse_batch *sb, size_t n, int training) {
   size_t nf = sb->offsets[n] - sb->offsets[0], nk, D = c->D;
   const fl_sparse_feature *feats = sb->feats + sb->offsets[0];
-  float *x = c->acts[0];
+  float *x = c->x;
 
   FL_TRY(collect_keys(c, feats, nf, &nk));
   FL_TRY(fl_ps_client_pull_sparse(c->client, WIDE, 1, c->keys, nk, c->w_rows));
   FL_TRY(fl_ps_client_pull_sparse(c->client, EMB, c->D, c->keys, nk, c->e_rows));
   memset(x, 0, n * c->dims[0] * sizeof(float));
   for (size_t i = 0; i < n; i++) {
-    double w = c->params[0].value[0];
+    double w = c->bias_v;
     for (size_t f = sb->offsets[i] - sb->offsets[0]; f < sb->offsets[i + 1] - sb->offsets[0]; f++) {
       const fl_sparse_feature *ft = &feats[f];
       const float *e = c->e_rows + (size_t)c->kidx[f] * D;
@@ -234,11 +259,8 @@ static fl_status forward(ctr *c, const fl_sparse_batch *sb, size_t n) {
     }
     c->wide[i] = (float)w;
   }
-  for (size_t l = 0; l < c->L; l++)
-    FL_TRY(fl_linear_forward(c->acts[l], c->params[1 + 2 * l].value, c->params[2 + 2 * l].value,
-                             c->acts[l + 1], n, c->dims[l], c->dims[l + 1],
-                             l + 1 < c->L ? FL_ACT_RELU : FL_ACT_NONE));
-  for (size_t i = 0; i < n; i++) c->logit[i] = c->wide[i] + c->acts[c->L][i];
+  FL_TRY(fl_graph_model_forward(c->mlp, x, n, training, &c->deep));
+  for (size_t i = 0; i < n; i++) c->logit[i] = c->wide[i] + c->deep[i];
   return FL_OK;
 }
 
@@ -254,7 +276,8 @@ static double logloss(double z, int y) {
 static fl_status backward(ctr *c, const fl_sparse_batch *sb, size_t n, double *loss) {
   size_t nf = sb->offsets[n] - sb->offsets[0], D = c->D, nk = 0;
   const fl_sparse_feature *feats = sb->feats + sb->offsets[0];
-  float *dz = c->dbuf[0], *dx = c->dbuf[1];
+  float *dz = c->dz;
+  const float *dx = NULL;
   double db = 0;
 
   *loss = 0;
@@ -264,20 +287,10 @@ static fl_status backward(ctr *c, const fl_sparse_batch *sb, size_t n, double *l
     dz[i] = (float)((sigmoid(c->logit[i]) - y) / (double)n);
     db += dz[i];
   }
-  c->params[0].grad[0] = (float)db;
-  for (size_t l = c->L; l-- > 0;) {
-    FL_TRY(fl_linear_backward(c->acts[l], c->params[1 + 2 * l].value, c->acts[l + 1], dz, dx,
-                              c->params[1 + 2 * l].grad, c->params[2 + 2 * l].grad, n,
-                              c->dims[l], c->dims[l + 1],
-                              l + 1 < c->L ? FL_ACT_RELU : FL_ACT_NONE));
-    if (l > 0) {
-      float *t = dz;
-      dz = dx;
-      dx = t;
-    }
-  }
-  /* dx now holds d loss / d (MLP input); the logit gradients were used as
-   * scratch, so the wide part recomputes them per sample below. */
+  c->bias_g = (float)db;
+  FL_TRY(fl_graph_model_backward(c->mlp, dz, NULL, NULL, &dx));
+  /* dx now holds d loss / d (MLP input); the wide part recomputes the
+   * logit gradients per sample below. */
   for (size_t k = 0; k < nf; k++) nk = (size_t)c->kidx[k] + 1 > nk ? (size_t)c->kidx[k] + 1 : nk;
   memset(c->w_grad, 0, nk * sizeof(float));
   memset(c->e_grad, 0, nk * D * sizeof(float));
@@ -342,7 +355,7 @@ static fl_status evaluate(ctr *c, const fl_sparse_dataset *test, int64_t epoch, 
   for (size_t off = 0; off < n; off += bs) {
     size_t cnt = n - off < bs ? n - off : bs;
     fl_sparse_batch sb = {test->labels + off, test->offsets + off, test->feats};
-    fl_status st = forward(c, &sb, cnt);
+    fl_status st = forward(c, &sb, cnt, 0);
     if (st != FL_OK) {
       free(s);
       free(o);
@@ -453,14 +466,14 @@ fl_status fl_ctr_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_repo
   {
     size_t total = 0, off = 0;
     int ns = fl_optim_state_count(c.hp.kind);
-    for (size_t i = 0; i < c.np; i++) total += c.params[i].n;
+    for (size_t i = 0; i < c.np; i++) total += c.pp[i]->n;
     c.state = calloc(total * (size_t)(ns ? ns : 1), sizeof(float));
     if (!c.state) {
       st = FL_ERR(FL_ENOMEM, "ctr: out of memory for optimizer state");
       goto done;
     }
     for (size_t i = 0; i < c.np; i++) {
-      fl_param *p = &c.params[i];
+      fl_param *p = c.pp[i];
       c.tens[i] = (fl_optim_tensor){p->name, p->value, p->grad, ns >= 1 ? c.state + off : NULL,
                                     ns >= 2 ? c.state + off + p->n : NULL, p->n};
       off += p->n * (size_t)(ns ? ns : 1);
@@ -482,7 +495,7 @@ fl_status fl_ctr_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_repo
       if (job->train.max_steps > 0 && step >= job->train.max_steps) break;
       if ((st = fl_loader_next(loader, &b)) != FL_OK) goto done;
       if ((st = sync->ops->step_begin(sync->self, NULL, step)) != FL_OK) goto done;
-      if ((st = forward(&c, &b.sparse, b.size)) != FL_OK) goto done;
+      if ((st = forward(&c, &b.sparse, b.size, 1)) != FL_OK) goto done;
       if ((st = backward(&c, &b.sparse, b.size, &loss)) != FL_OK) goto done;
       for (size_t i = c.np; i-- > 0;) sync->ops->grad_ready(sync->self, NULL, i);
       if ((st = sync->ops->step_end(sync->self, NULL, step, &apply)) != FL_OK) goto done;

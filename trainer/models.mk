@@ -1,6 +1,6 @@
-# Models (logreg, mlp, cnn, plugin) and recompute.
-libfltrainer_la_SOURCES += trainer/model.c trainer/model_seq.c trainer/model_mlp.c \
-	trainer/model_cnn.c trainer/model_plugin.c trainer/model_internal.h
+# Models: the front (model.c) over the graph engine's presets and imported
+# ONNX models, and plugins.
+libfltrainer_la_SOURCES += trainer/model.c trainer/model_plugin.c trainer/model_internal.h
 
 # The example model plugin: a loadable module (never installed) that the
 # tests load and that shows a plugin's whole shape.

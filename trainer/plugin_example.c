@@ -8,9 +8,14 @@
  *
  * made of the kernels of fl_layers.h.  plugin_args may say "hidden=N"
  * (default 32).  Load it with `model: {kind: plugin, plugin_path: ...}`.
+ * Outside the tree, build it against an installed Flotilla with
+ *   cc -shared -fPIC $(pkg-config --cflags flotilla) plugin_example.c \
+ *      -o plugin_example.so $(pkg-config --libs flotilla) -lm
  * It owns everything it allocates and keeps no global state, so several
  * instances can coexist. */
+#ifdef HAVE_CONFIG_H /* in the tree; an installed Flotilla has no config.h */
 #include <config.h>
+#endif
 
 #include <math.h>
 #include <stdio.h>

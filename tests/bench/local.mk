@@ -71,3 +71,7 @@ tests_bench_bench_allreduce_rank_LDADD = libfltrainer.la $(FL_LIBS)
 #   bash tests/bench/run_bench_netns.sh BUILDDIR --out figures.txt
 #   tests/bench/allreduce_model.py figures.txt --png model.png
 EXTRA_DIST += tests/bench/run_bench_netns.sh tests/bench/allreduce_model.py tests/bench/allreduce_model.png
+# The ONNX examples (deploy/examples/onnx/: a ResNet and a ViT written in
+# PyTorch) trained by Flotilla beside the same modules in PyTorch, one
+# thread and 2 ranks against DDP: tests/bench/bench_onnx.sh.
+EXTRA_DIST += tests/bench/bench_onnx.sh tests/bench/torch_onnx_train.py deploy/examples/onnx

@@ -7,13 +7,14 @@
 #               tree of its own (fuzz-clang/ under the build tree) and fuzzes
 #               each for FUZZ_SECONDS seconds; any crash, leak, UB report,
 #               timeout or out-of-memory fails (tests/fuzz/run.sh).
-FL_FUZZ_TARGETS = config ckpt cluster idx libsvm proto ps_core ps_ckpt rendezvous
+FL_FUZZ_TARGETS = config ckpt cluster idx libsvm proto ps_core ps_ckpt rendezvous onnx npy
 FL_FUZZ_PROGS = tests/fuzz/fuzz_config tests/fuzz/fuzz_ckpt tests/fuzz/fuzz_cluster \
 	tests/fuzz/fuzz_idx tests/fuzz/fuzz_libsvm tests/fuzz/fuzz_proto tests/fuzz/fuzz_ps_core \
-	tests/fuzz/fuzz_ps_ckpt tests/fuzz/fuzz_rendezvous
+	tests/fuzz/fuzz_ps_ckpt tests/fuzz/fuzz_rendezvous tests/fuzz/fuzz_onnx tests/fuzz/fuzz_npy
 check_PROGRAMS += $(FL_FUZZ_PROGS) tests/unit/test_hostile
 TESTS += $(FL_FUZZ_PROGS) tests/unit/test_hostile
-EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/README.md tests/fuzz/corpus tests/fuzz/dict
+EXTRA_DIST += tests/fuzz/run.sh tests/fuzz/README.md tests/fuzz/corpus tests/fuzz/dict \
+	tests/fuzz/make_onnx_corpus.py
 
 FL_FUZZ_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests/fuzz
 FL_FUZZ_TRAINER_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests/fuzz
@@ -57,6 +58,14 @@ tests_fuzz_fuzz_rendezvous_SOURCES = tests/fuzz/fuzz_rendezvous.c tests/fuzz/rep
 	tests/fuzz/fuzz.h
 tests_fuzz_fuzz_rendezvous_CFLAGS = $(FL_FUZZ_TRAINER_CFLAGS) -DFUZZ_NAME=rendezvous
 tests_fuzz_fuzz_rendezvous_LDADD = libfltrainer.la $(FL_FUZZ_LDADD) $(UV_LIBS)
+
+tests_fuzz_fuzz_onnx_SOURCES = tests/fuzz/fuzz_onnx.c tests/fuzz/replay.c tests/fuzz/fuzz.h
+tests_fuzz_fuzz_onnx_CFLAGS = $(FL_FUZZ_TRAINER_CFLAGS) -DFUZZ_NAME=onnx
+tests_fuzz_fuzz_onnx_LDADD = libfltrainer.la $(FL_FUZZ_LDADD)
+
+tests_fuzz_fuzz_npy_SOURCES = tests/fuzz/fuzz_npy.c tests/fuzz/replay.c tests/fuzz/fuzz.h
+tests_fuzz_fuzz_npy_CFLAGS = $(FL_FUZZ_TRAINER_CFLAGS) -DFUZZ_NAME=npy
+tests_fuzz_fuzz_npy_LDADD = libfltrainer.la $(FL_FUZZ_LDADD)
 
 # Hostile input refused with a status (job file, checkpoints, PServer wire).
 tests_unit_test_hostile_SOURCES = tests/unit/test_hostile.c

@@ -6,3 +6,5 @@ include $(srcdir)/tests/integration/pserver.mk
 include $(srcdir)/tests/integration/deploy.mk
 include $(srcdir)/tests/integration/faults.mk
 include $(srcdir)/tests/integration/cluster.mk
+include $(srcdir)/tests/integration/byom.mk
+include $(srcdir)/tests/integration/onnx.mk

@@ -1,1 +1,21 @@
-# Tests of trainer/ (onnx).
+# Tests of trainer/ (onnx): the importer on valid and hostile models built
+# with protobuf-c (test_onnx), export and the round trip through a trained
+# graph (test_onnx_export).
+check_PROGRAMS += tests/unit/test_onnx
+TESTS += tests/unit/test_onnx
+tests_unit_test_onnx_SOURCES = tests/unit/test_onnx.c tests/unit/onnx_testutil.h
+tests_unit_test_onnx_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_onnx_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
+
+check_PROGRAMS += tests/unit/test_onnx_export
+TESTS += tests/unit/test_onnx_export
+tests_unit_test_onnx_export_SOURCES = tests/unit/test_onnx_export.c
+tests_unit_test_onnx_export_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_onnx_export_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
+
+# Imported models against PyTorch's answers (tests/fixtures/onnx).
+check_PROGRAMS += tests/unit/test_onnx_fixtures
+TESTS += tests/unit/test_onnx_fixtures
+tests_unit_test_onnx_fixtures_SOURCES = tests/unit/test_onnx_fixtures.c
+tests_unit_test_onnx_fixtures_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_onnx_fixtures_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm

@@ -366,7 +366,7 @@ START_TEST(test_errors) {
   EXPECT_ERROR("model:\n  hidden: [256, x]\n", "model.hidden[1]: expected an integer");
   EXPECT_ERROR("model: [1, 2]\n", "job.yaml:1:8: model: expected a mapping, got a sequence");
   EXPECT_ERROR("model:\n  kind: [mlp]\n", "model.kind: expected a string, got a sequence");
-  EXPECT_ERROR("model:\n  kind: rnn\n", "model.kind: must be one of logreg, mlp, cnn, plugin, ctr",
+  EXPECT_ERROR("model:\n  kind: rnn\n", "model.kind: must be one of logreg, mlp, cnn, plugin, ctr, onnx",
                "\"rnn\"");
   EXPECT_ERROR("- a\n- b\n", "expected a mapping");
   /* out of range */
@@ -649,6 +649,79 @@ START_TEST(test_examples) {
 }
 END_TEST
 
+/* model.kind onnx: its keys (path, output, loss), train.export_onnx, their
+ * defaults, dump, and the cross-field rules. */
+START_TEST(test_onnx_keys) {
+  fl_job j;
+  fl_job_defaults(&j);
+  ck_assert_str_eq(j.model.loss, "softmax_cross_entropy");
+  ck_assert_str_eq(j.model.path, "");
+  ck_assert_str_eq(j.model.output, "");
+  ck_assert_str_eq(j.train.export_onnx, "");
+  ck_assert_int_eq(fl_job_load_string("model:\n  kind: onnx\n  path: /m/net.onnx\n"
+                                      "  output: logits\n  loss: bce_with_logits\n"
+                                      "train:\n  export_onnx: /out/trained.onnx\n",
+                                      "onnx.yaml", &j),
+                   FL_OK);
+  ck_assert_str_eq(j.model.kind, "onnx");
+  ck_assert_str_eq(j.model.path, "/m/net.onnx");
+  ck_assert_str_eq(j.model.output, "logits");
+  ck_assert_str_eq(j.model.loss, "bce_with_logits");
+  ck_assert_str_eq(j.train.export_onnx, "/out/trained.onnx");
+  round_trip(&j);
+  /* the presets export too, with their only loss */
+  ck_assert_int_eq(fl_job_load_string("model: {kind: cnn, loss: softmax_cross_entropy}\n"
+                                      "train: {export_onnx: c.onnx}\n", "cnn.yaml", &j),
+                   FL_OK);
+  round_trip(&j);
+  EXPECT_ERROR("model:\n  kind: onnx\n", "job.yaml:2:3: model.kind: onnx needs model.path");
+  EXPECT_ERROR("model:\n  kind: onnx\n  path: m.onnx\n  loss: hinge\n",
+               "job.yaml:4:3: model.loss: must be one of softmax_cross_entropy, "
+               "bce_with_logits, mse", "\"hinge\"");
+  EXPECT_ERROR("model:\n  kind: mlp\n  loss: mse\n",
+               "job.yaml:3:3: model.loss: mse needs model.kind onnx; mlp trains with "
+               "softmax_cross_entropy");
+  EXPECT_ERROR("model:\n  kind: cnn\n  path: m.onnx\n",
+               "job.yaml:3:3: model.path: only for model.kind onnx, the kind is cnn");
+  EXPECT_ERROR("model: {output: y}\n", "job.yaml:1:9: model.output: only for model.kind onnx");
+  EXPECT_ERROR("model: {kind: plugin, plugin_path: p.so}\ntrain: {export_onnx: o.onnx}\n",
+               "job.yaml:2:9: train.export_onnx: model.kind plugin cannot be exported as ONNX");
+}
+END_TEST
+
+/* data.format npy: its keys, defaults, dump and the required paths. */
+START_TEST(test_npy_keys) {
+  fl_job j;
+  fl_job_defaults(&j);
+  ck_assert(j.data.scale == 1.0f / 255.0f);
+  ck_assert_str_eq(j.data.train_x, "");
+  ck_assert_int_eq(fl_job_load_string("data:\n  format: npy\n  train_x: /d/x.npy\n"
+                                      "  train_y: /d/y.npy\n  test_x: /d/tx.npy\n"
+                                      "  test_y: /d/ty.npy\n  scale: 0.5\n",
+                                      "npy.yaml", &j),
+                   FL_OK);
+  ck_assert_int_eq(j.data.format, FL_DATA_NPY);
+  ck_assert_str_eq(j.data.train_x, "/d/x.npy");
+  ck_assert_str_eq(j.data.train_y, "/d/y.npy");
+  ck_assert_str_eq(j.data.test_x, "/d/tx.npy");
+  ck_assert_str_eq(j.data.test_y, "/d/ty.npy");
+  ck_assert(j.data.scale == 0.5f);
+  round_trip(&j);
+  ck_assert_int_eq(fl_job_load_string("data: {format: npy, train_x: a, train_y: b}\n"
+                                      "train: {eval: false}\n", "npy.yaml", &j),
+                   FL_OK);
+  EXPECT_ERROR("data:\n  format: npy\n  train_y: /y.npy\n",
+               "job.yaml: data.train_x: required with data.format npy");
+  EXPECT_ERROR("data:\n  format: npy\n  train_x: /x.npy\n",
+               "job.yaml: data.train_y: required with data.format npy");
+  EXPECT_ERROR("data:\n  format: npy\n  train_x: /x.npy\n  train_y: /y.npy\n  test_x: /t\n",
+               "data.test_y: required with train.eval: true");
+  EXPECT_ERROR("data:\n  scale: 0\n", "job.yaml:2:3: data.scale: must be > 0, got 0");
+  EXPECT_ERROR("data:\n  format: parquet\n", "job.yaml:2:3: data.format: must be one of idx, "
+               "libsvm, synthetic, npy");
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("job");
@@ -661,6 +734,8 @@ int main(void) {
   tcase_add_test(tc, test_lr_schedule);
   tcase_add_test(tc, test_overview);
   tcase_add_test(tc, test_examples);
+  tcase_add_test(tc, test_npy_keys);
+  tcase_add_test(tc, test_onnx_keys);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -132,6 +132,7 @@ typedef struct fl_graph_options {
   const char *const *amp_black;
   size_t n_amp_black;
   int device;        /* -1 = cpu, else the CUDA device ordinal */
+  int input_grad;    /* 1: backward also computes d loss / d input (fl_graph_model_backward) */
 } fl_graph_options;
 
 /* Compile g (taken: freed here on failure too) into a model handle for the
@@ -155,6 +156,30 @@ fl_status fl_graph_model_train_stepf(void *handle, const float *x, const float *
                                      fl_model_result *res);
 fl_status fl_graph_model_evalf(void *handle, const float *x, const float *t, size_t batch,
                                fl_model_result *res);
+
+/* The output of a forward of batch samples of x (training 1: as in
+ * train_step, batch norm on batch statistics, dropout on; 0: as eval), for
+ * callers that compute their own loss (the CTR model).  *out points at the
+ * batch*K output floats (host), valid until the next call.  Host graphs
+ * only (FL_ENOTSUP on a gpu graph).  Errors logged. */
+fl_status fl_graph_model_forward(void *handle, const float *x, size_t batch, int training,
+                                 const float **out);
+/* Backward after a training fl_graph_model_forward: dout holds d loss /
+ * d output (batch*K floats, any loss scale already applied); gradients are
+ * overwritten and reported as in train_step.  With options.input_grad,
+ * *dx (may be NULL) points at d loss / d input, batch*input_size floats
+ * owned by the model, valid until the next call.  FL_ESTATE (logged)
+ * without a training forward before it. */
+fl_status fl_graph_model_backward(void *handle, const float *dout, fl_grad_ready_fn on_ready,
+                                  void *ctx, const float **dx);
+
+/* The step Dropout masks derive from (fl_model_set_step); train steps
+ * count on from it. */
+void fl_graph_model_set_step(void *handle, uint64_t step);
+
+/* fl_model_set_norm_sync for a compiled graph: every BatchNormalization
+ * normalises over the global micro-batch through fn (NULL: local). */
+fl_status fl_graph_model_set_norm_sync(void *handle, fl_norm_sync_fn fn, void *ctx);
 
 /* The compiled graph, for export (onnx/): its tensors by name with their
  * current values (params and buffers are the trained state). */

@@ -61,6 +61,7 @@ typedef struct fl_gctx {
   fl_norm_sync_fn norm_sync;    /* fl_model_set_norm_sync's hook (NULL = local statistics) */
   void *norm_sync_ctx;
   void *stream;                 /* gpu graphs: the cudaStream_t; NULL on the CPU */
+  const char *graph;            /* the graph's name (an imported model's path), for messages */
 } fl_gctx;
 
 /* Accessors ops use. */

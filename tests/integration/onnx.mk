@@ -1,0 +1,7 @@
+# Integration test of the ONNX export: flotilla-trainer's refusals,
+# end-of-training export against --export-onnx from a checkpoint, and the
+# exported presets loaded into their PyTorch modules (that part needs
+# Debian's python3-torch/python3-onnx and is skipped without them).
+dist_check_SCRIPTS += tests/integration/test_onnx_export.sh
+EXTRA_DIST += tests/integration/onnx_presets_torch.py
+TESTS += tests/integration/test_onnx_export.sh

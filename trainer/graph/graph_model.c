@@ -1,0 +1,501 @@
+/* graph_model.c - a compiled graph as an fl_model: parameters in first-use
+ * order in one value arena and one gradient arena (64-byte aligned, as the
+ * loop, optimizer and checkpoints expect), the losses the engine appends
+ * to the output (softmax cross-entropy, BCE with logits, MSE), and the
+ * train_step / eval of fl_model_ops.
+ *
+ * The plan is made at create for batch 1 (to check that small batches
+ * bind) and then for max_batch, which stays bound; another batch size
+ * re-binds on first use (shapes always; the buffer plan is cached for
+ * max_batch and for the last other batch size, so alternating between a
+ * training and an eval batch size plans each once). */
+#include <config.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fl_log.h"
+#include "fl_timeline.h"
+#include "graph_engine.h"
+
+static size_t round_up(size_t n) {
+  if (n == 0) n = 1;
+  return (n + FL_G_ALIGN - 1) / FL_G_ALIGN * FL_G_ALIGN;
+}
+
+static float *alloc_floats(size_t n) {
+  float *p = aligned_alloc(64, round_up(n) * sizeof(float));
+  if (p) memset(p, 0, round_up(n) * sizeof(float));
+  return p;
+}
+
+static void model_free(fl_gmodel *m) {
+  if (!m) return;
+  fl_gdev_release(m); /* the arenas first, while the device is known */
+  fl_graph_free(m->g);
+  free(m->params);
+  free(m->param_tensor);
+  free(m->param_of);
+  free(m->values);
+  free(m->grads);
+  free(m->has_grad);
+  free(m->zero_grad);
+  free(m->run_bwd);
+  free(m->fwd_skip);
+  free(m->accum);
+  free(m->contrib);
+  free(m->left);
+  free(m->final);
+  free(m->zero_params);
+  free(m->seg);
+  for (int v = 0; v < 2; v++) {
+    free(m->var[v].kept);
+    free(m->var[v].recomp);
+    free(m->var[v].ev_kind);
+    free(m->var[v].ev_node);
+  }
+  free(m->ckpt);
+  fl_gdev_free(m, m->arena);
+  fl_gdev_free(m, m->ws);
+  free(m->data_fwd);
+  free(m->data_bwd);
+  free(m->grad_buf);
+  free(m->saved_fwd);
+  free(m->saved_bwd);
+  free(m->dx);
+  free(m->plans[0].off);
+  free(m->plans[1].off);
+  free(m->dev_out);
+  free(m->dev_dout);
+  free(m);
+}
+
+/* The parameter list: every PARAM and BUFFER in first-use order (then any
+ * unused ones in declaration order), values and grads moved into arenas. */
+static fl_status make_params(fl_gmodel *m) {
+  fl_graph *g = m->g;
+  size_t np = 0, nv = 0, ng = 0;
+  for (int t = 0; t < g->nt; t++) m->param_of[t] = -1;
+  int *order = malloc(((size_t)g->nt + 1) * sizeof *order);
+  int *layer = malloc(((size_t)g->nt + 1) * sizeof *layer);
+  if (!order || !layer) {
+    free(order);
+    free(layer);
+    return FL_ERR(FL_ENOMEM, "graph %s: out of memory", g->name);
+  }
+  for (int i = 0; i <= g->nn; i++) {
+    if (i < g->nn) {
+      const fl_gnode *n = &g->nodes[i];
+      for (int k = 0; k < n->n_in; k++) {
+        const int t = n->in[k];
+        if (t < 0 || m->param_of[t] >= 0) continue;
+        if (g->t[t].kind != FL_GT_PARAM && g->t[t].kind != FL_GT_BUFFER) continue;
+        m->param_of[t] = (int)np;
+        layer[np] = i;
+        order[np++] = t;
+      }
+    } else {
+      for (int t = 0; t < g->nt; t++)
+        if ((g->t[t].kind == FL_GT_PARAM || g->t[t].kind == FL_GT_BUFFER) && m->param_of[t] < 0) {
+          m->param_of[t] = (int)np;
+          layer[np] = g->nn;
+          order[np++] = t;
+        }
+    }
+  }
+  fl_status st = FL_OK;
+  for (size_t p = 0; p < np; p++) {
+    const fl_gtensor *t = &g->t[order[p]];
+    if (strlen(t->name) >= FL_MODEL_NAME_MAX || t->ndim > FL_MODEL_MAX_DIMS) {
+      st = FL_ERR(FL_ENOTSUP, "graph %s: parameter '%s': names of at most %d characters and "
+                  "at most %d dimensions (it has %d)", g->name, t->name, FL_MODEL_NAME_MAX - 1,
+                  FL_MODEL_MAX_DIMS, t->ndim);
+      goto done;
+    }
+    nv += round_up(t->n);
+    if (t->kind == FL_GT_PARAM) ng += round_up(t->n);
+  }
+  m->np = np;
+  m->n_values = nv;
+  m->n_grads = ng;
+  m->params = calloc(np ? np : 1, sizeof *m->params);
+  m->param_tensor = malloc((np ? np : 1) * sizeof *m->param_tensor);
+  m->contrib = calloc(np ? np : 1, sizeof *m->contrib);
+  m->left = calloc(np ? np : 1, sizeof *m->left);
+  m->final = calloc(np ? np : 1, 1);
+  m->zero_params = calloc(np ? np : 1, sizeof *m->zero_params);
+  m->values = alloc_floats(nv);
+  m->grads = alloc_floats(ng);
+  if (!m->params || !m->param_tensor || !m->contrib || !m->left || !m->final ||
+      !m->zero_params || !m->values || !m->grads) {
+    st = FL_ERR(FL_ENOMEM, "graph %s: out of memory for %zu parameter floats", g->name, nv + ng);
+    goto done;
+  }
+  size_t vo = 0, go = 0;
+  for (size_t p = 0; p < np; p++) {
+    fl_gtensor *t = &g->t[order[p]];
+    fl_param *q = &m->params[p];
+    snprintf(q->name, sizeof q->name, "%s", t->name);
+    q->ndim = t->ndim ? t->ndim : 1;
+    q->shape[0] = 1;
+    for (int d = 0; d < t->ndim; d++) q->shape[d] = t->dims[d];
+    q->n = t->n;
+    q->value = m->values + vo;
+    vo += round_up(t->n);
+    memcpy(q->value, t->data, t->n * sizeof(float));
+    free(t->data);
+    t->data = q->value;
+    t->producer = -1;
+    if (t->kind == FL_GT_PARAM) {
+      q->grad = m->grads + go;
+      go += round_up(t->n);
+    }
+    q->layer = layer[p];
+    m->param_tensor[p] = order[p];
+  }
+done:
+  free(order);
+  free(layer);
+  return st;
+}
+
+/* AMP on a gpu graph: the GEMM precision of each node, amp_math for the
+ * op types of the white list (default MatMul, Gemm, Conv) not on the
+ * black list, fp32 for the rest and everywhere on the CPU. */
+static int listed(const fl_gop *op, const char *const *names, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (names[i] && (fl_gop_find(names[i]) == op || fl_gop_find_paddle(names[i]) == op)) return 1;
+  return 0;
+}
+
+static void set_math(fl_gmodel *m, const fl_graph_options *opt) {
+  static const char *const white[] = {"MatMul", "Gemm", "Conv"};
+  for (int i = 0; i < m->g->nn; i++) {
+    fl_gnode *n = &m->g->nodes[i];
+    n->math = FL_MATH_FP32;
+    if (opt->device < 0 || opt->amp_math == FL_MATH_FP32) continue;
+    const int w = opt->amp_white ? listed(n->op, opt->amp_white, opt->n_amp_white)
+                                 : listed(n->op, white, 3);
+    if (w && !listed(n->op, opt->amp_black, opt->n_amp_black)) n->math = opt->amp_math;
+  }
+}
+
+/* Checkpoints by name, or ~sqrt(nodes) evenly spaced ones. */
+static fl_status resolve_checkpoints(fl_gmodel *m, const fl_graph_options *opt) {
+  fl_graph *g = m->g;
+  if (!opt->recompute) return FL_OK;
+  if (opt->n_checkpoints > 0) {
+    for (size_t k = 0; k < opt->n_checkpoints; k++) {
+      const int t = opt->checkpoints ? fl_graph_find(g, opt->checkpoints[k]) : -1;
+      if (t < 0)
+        return FL_ERR(FL_EINVAL, "graph %s: recompute checkpoint '%s' names no tensor of the "
+                      "graph", g->name, opt->checkpoints && opt->checkpoints[k]
+                                        ? opt->checkpoints[k] : "(null)");
+      m->ckpt[t] = 1;
+    }
+    return FL_OK;
+  }
+  const int len = (int)ceil(sqrt((double)g->nn));
+  for (int i = len - 1; i < g->nn - 1; i += len) m->ckpt[g->nodes[i].out[0]] = 1;
+  return FL_OK;
+}
+
+fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void **handle) {
+  if (!handle) {
+    fl_graph_free(g);
+    return FL_ERR(FL_EINVAL, "graph: NULL handle");
+  }
+  *handle = NULL;
+  if (!g || !opt || opt->max_batch == 0) {
+    fl_graph_free(g);
+    return FL_ERR(FL_EINVAL, "graph: NULL graph or options, or max_batch 0");
+  }
+  fl_gmodel *m = calloc(1, sizeof *m);
+  if (!m) {
+    fl_graph_free(g);
+    return FL_ERR(FL_ENOMEM, "graph: out of memory");
+  }
+  m->g = g;
+  m->max_batch = opt->max_batch;
+  m->seed = opt->seed;
+  m->recompute = opt->recompute != 0;
+  m->input_grad = opt->input_grad != 0;
+  fl_status st = fl_graph_check(g);
+  if (st == FL_OK) st = fl_graph_sort(g);
+  if (st != FL_OK) goto fail;
+  const size_t nt = (size_t)g->nt, nn = (size_t)g->nn;
+  m->param_of = malloc(nt * sizeof *m->param_of);
+  m->has_grad = calloc(nt, 1);
+  m->zero_grad = calloc(nt, 1);
+  m->ckpt = calloc(nt, 1);
+  m->data_fwd = calloc(nt, sizeof *m->data_fwd);
+  m->data_bwd = calloc(nt, sizeof *m->data_bwd);
+  m->grad_buf = calloc(nt, sizeof *m->grad_buf);
+  m->run_bwd = calloc(nn, 1);
+  m->fwd_skip = calloc(nn, 1);
+  m->accum = calloc(nn, sizeof *m->accum);
+  m->seg = calloc(nn, sizeof *m->seg);
+  m->saved_fwd = calloc(nn, sizeof *m->saved_fwd);
+  m->saved_bwd = calloc(nn, sizeof *m->saved_bwd);
+  int var_ok = 1;
+  for (int k = 0; k < 2; k++) {
+    m->plans[k].off = malloc((3 * nt + 2 * nn + 1) * sizeof *m->plans[k].off);
+    var_ok &= m->plans[k].off != NULL;
+  }
+  for (int v = 0; v < 2; v++) {
+    m->var[v].kept = calloc(nt, 1);
+    m->var[v].recomp = calloc(nn, 1);
+    m->var[v].ev_kind = calloc(2 * nn, 1);
+    m->var[v].ev_node = calloc(2 * nn, sizeof *m->var[v].ev_node);
+    var_ok &= m->var[v].kept && m->var[v].recomp && m->var[v].ev_kind && m->var[v].ev_node;
+  }
+  if (!m->param_of || !m->has_grad || !m->zero_grad || !var_ok || !m->ckpt || !m->data_fwd ||
+      !m->data_bwd || !m->grad_buf || !m->run_bwd || !m->fwd_skip || !m->accum ||
+      !m->seg || !m->saved_fwd || !m->saved_bwd) {
+    st = FL_ERR(FL_ENOMEM, "graph %s: out of memory", g->name);
+    goto fail;
+  }
+  if ((st = make_params(m)) != FL_OK || (st = resolve_checkpoints(m, opt)) != FL_OK) goto fail;
+  m->ctx.t = g->t;
+  m->ctx.graph = g->name;
+  m->ctx.seed = opt->seed;
+  if (m->input_grad) {
+    const fl_gtensor *in = &g->t[g->input];
+    size_t per = 1;
+    for (int d = 1; d < in->ndim; d++) per *= (size_t)in->dims[d];
+    if (!(m->dx = alloc_floats(per * opt->max_batch))) {
+      st = FL_ERR(FL_ENOMEM, "graph %s: out of memory for the input gradient", g->name);
+      goto fail;
+    }
+  }
+  set_math(m, opt);
+  if ((st = fl_gbind(m, 1)) != FL_OK || (st = fl_gbind(m, opt->max_batch)) != FL_OK) goto fail;
+  if (opt->device >= 0 && (st = fl_gdev_attach(m, opt->device)) != FL_OK) goto fail;
+  m->act_bytes = (m->plan_floats + m->ws_floats) * sizeof(float);
+  *handle = m;
+  return FL_OK;
+fail:
+  model_free(m);
+  return st;
+}
+
+/* ---------------------------------------------------------------- ops */
+
+static void gm_destroy(void *handle) { model_free(handle); }
+
+static size_t gm_num_params(void *handle) { return ((fl_gmodel *)handle)->np; }
+
+static fl_param *gm_param(void *handle, size_t index) {
+  fl_gmodel *m = handle;
+  return index < m->np ? &m->params[index] : NULL;
+}
+
+static size_t gm_input_size(void *handle) {
+  const fl_gmodel *m = handle;
+  const fl_gtensor *in = &m->g->t[m->g->input];
+  size_t per = 1;
+  for (int d = 1; d < in->ndim; d++) per *= (size_t)in->dims[d];
+  return per;
+}
+
+static size_t gm_activation_bytes(void *handle) { return ((fl_gmodel *)handle)->act_bytes; }
+
+/* Values per sample of the bound output. */
+static size_t out_k(const fl_gmodel *m, size_t batch) {
+  return m->g->t[m->g->output].n / batch;
+}
+
+static fl_status check_call(fl_gmodel *m, const float *x, const void *y, size_t batch,
+                            const char *what) {
+  if (!m || !x || !y) return FL_ERR(FL_EINVAL, "graph %s: NULL input or targets", what);
+  if (batch == 0 || batch > m->max_batch)
+    return FL_ERR(FL_EINVAL, "graph %s %s: batch %zu outside [1, %zu]", m->g->name, what, batch,
+                  m->max_batch);
+  return FL_OK;
+}
+
+/* The loss of the bound output against int32 labels (softmax) or float
+ * targets (bce, mse); d(scale * mean loss)/d output into dout when set. */
+static fl_status loss(fl_gmodel *m, const int32_t *y, const float *tg, size_t batch, float scale,
+                      float *dout, fl_model_result *res) {
+  const fl_gtensor *o = &m->g->t[m->g->output];
+  const size_t K = out_k(m, batch);
+  double ls = 0.0;
+  size_t c1 = 0, c5 = 0;
+  if (m->g->loss == FL_GLOSS_SOFTMAX_XENT) {
+    if (!y) return FL_ERR(FL_EINVAL, "graph %s: softmax cross-entropy needs int labels", m->g->name);
+    for (size_t i = 0; i < batch; i++)
+      if (y[i] < 0 || (size_t)y[i] >= K)
+        return FL_ERR(FL_EINVAL, "graph %s: label %d of sample %zu outside [0, %zu)", m->g->name,
+                      (int)y[i], i, K);
+    fl_status st = m->dev ? fl_gdev_softmax_xent(m, o->data, y, batch, K, scale, dout, &ls, &c1, &c5)
+                          : fl_softmax_xent(o->data, y, batch, K, scale, dout, &ls, &c1, &c5);
+    if (st != FL_OK) return FL_ERR(st, "graph %s: softmax cross-entropy failed", m->g->name);
+  } else {
+    if (!tg) return FL_ERR(FL_EINVAL, "graph %s: this loss needs float targets", m->g->name);
+    if (m->dev) FL_TRY(fl_gdev_download_output(m, batch));
+    const float *z = m->dev ? m->dev_out : o->data;
+    float *dz = m->dev ? (dout ? m->dev_dout : NULL) : dout;
+    const double inv = 1.0 / (double)(batch * K);
+    size_t ok = 0;
+    for (size_t i = 0; i < batch * K; i++) {
+      const double v = z[i], t = tg[i];
+      if (m->g->loss == FL_GLOSS_BCE_LOGITS) {
+        const double mx = v > 0 ? v : 0;
+        ls += (mx - v * t + log1p(exp(-fabs(v)))) / (double)K;
+        const double sg = v >= 0 ? 1.0 / (1.0 + exp(-v)) : exp(v) / (1.0 + exp(v));
+        if (dz) dz[i] = (float)((double)scale * (sg - t) * inv);
+        ok += (v > 0) == (t > 0.5);
+      } else {
+        ls += (v - t) * (v - t) / (double)K;
+        if (dz) dz[i] = (float)((double)scale * 2.0 * (v - t) * inv);
+      }
+    }
+    if (m->g->loss == FL_GLOSS_BCE_LOGITS) c1 = ok / K;
+    if (m->dev && dout) FL_TRY(fl_gdev_upload_dout(m, batch));
+  }
+  if (res) {
+    res->loss_sum = ls;
+    res->correct1 = c1;
+    res->correct5 = c5;
+    res->count = batch;
+  }
+  return FL_OK;
+}
+
+static fl_status step(fl_gmodel *m, const float *x, const int32_t *y, const float *tg,
+                      size_t batch, float scale, fl_grad_ready_fn on_ready, void *ctx,
+                      fl_model_result *res) {
+  FL_TRY(check_call(m, x, y ? (const void *)y : (const void *)tg, batch, "train_step"));
+  if (!(scale > 0.0f) || !isfinite(scale))
+    return FL_ERR(FL_EINVAL, "graph %s: loss scale %g must be finite and > 0", m->g->name,
+                  (double)scale);
+  FL_TRY(fl_gbind(m, batch));
+  if (m->dev) FL_TRY(fl_gdev_begin(m, x, y, batch, &x));
+  fl_timeline *tl = fl_timeline_default();
+  fl_timeline_begin(tl, "compute", "forward");
+  fl_status st = fl_gexec_forward(m, x, 1);
+  if (st == FL_OK)
+    st = loss(m, y, tg, batch, scale, m->g->t[m->g->output].grad, res);
+  fl_timeline_end(tl, "compute", "forward");
+  if (st == FL_OK) {
+    fl_timeline_begin(tl, "compute", "backward");
+    st = fl_gexec_backward(m, on_ready, ctx);
+    fl_timeline_end(tl, "compute", "backward");
+  }
+  m->step++;
+  if (m->dev) {
+    const fl_status e = fl_gdev_end(m, 1);
+    if (st == FL_OK) st = e;
+  }
+  return st;
+}
+
+static fl_status evaluate(fl_gmodel *m, const float *x, const int32_t *y, const float *tg,
+                          size_t batch, fl_model_result *res) {
+  FL_TRY(check_call(m, x, y ? (const void *)y : (const void *)tg, batch, "eval"));
+  FL_TRY(fl_gbind(m, batch));
+  if (m->dev) FL_TRY(fl_gdev_begin(m, x, y, batch, &x));
+  fl_status st = fl_gexec_forward(m, x, 0);
+  if (st == FL_OK) st = loss(m, y, tg, batch, 1.0f, NULL, res);
+  if (m->dev) {
+    const fl_status e = fl_gdev_end(m, 0);
+    if (st == FL_OK) st = e;
+  }
+  return st;
+}
+
+static fl_status gm_train_step(void *handle, const float *x, const int32_t *y, size_t batch,
+                               float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
+                               fl_model_result *res) {
+  fl_gmodel *m = handle;
+  if (m->g->loss != FL_GLOSS_SOFTMAX_XENT)
+    return FL_ERR(FL_EINVAL, "graph %s: its loss takes float targets (train_stepf)", m->g->name);
+  return step(m, x, y, NULL, batch, loss_scale, on_ready, ctx, res);
+}
+
+static fl_status gm_eval(void *handle, const float *x, const int32_t *y, size_t batch,
+                         fl_model_result *res) {
+  fl_gmodel *m = handle;
+  if (m->g->loss != FL_GLOSS_SOFTMAX_XENT)
+    return FL_ERR(FL_EINVAL, "graph %s: its loss takes float targets (evalf)", m->g->name);
+  return evaluate(m, x, y, NULL, batch, res);
+}
+
+fl_status fl_graph_model_train_stepf(void *handle, const float *x, const float *t, size_t batch,
+                                     float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
+                                     fl_model_result *res) {
+  fl_gmodel *m = handle;
+  if (!m) return FL_ERR(FL_EINVAL, "graph: NULL model");
+  if (m->g->loss == FL_GLOSS_SOFTMAX_XENT)
+    return FL_ERR(FL_EINVAL, "graph %s: softmax cross-entropy takes int labels", m->g->name);
+  return step(m, x, NULL, t, batch, loss_scale, on_ready, ctx, res);
+}
+
+fl_status fl_graph_model_evalf(void *handle, const float *x, const float *t, size_t batch,
+                               fl_model_result *res) {
+  fl_gmodel *m = handle;
+  if (!m) return FL_ERR(FL_EINVAL, "graph: NULL model");
+  if (m->g->loss == FL_GLOSS_SOFTMAX_XENT)
+    return FL_ERR(FL_EINVAL, "graph %s: softmax cross-entropy takes int labels", m->g->name);
+  return evaluate(m, x, NULL, t, batch, res);
+}
+
+fl_status fl_graph_model_forward(void *handle, const float *x, size_t batch, int training,
+                                 const float **out) {
+  fl_gmodel *m = handle;
+  if (!m || !out) return FL_ERR(FL_EINVAL, "graph: NULL model or output");
+  if (m->dev) return FL_ERR(FL_ENOTSUP, "graph %s: forward/backward calls are host only", m->g->name);
+  FL_TRY(check_call(m, x, x, batch, "forward"));
+  FL_TRY(fl_gbind(m, batch));
+  FL_TRY(fl_gexec_forward(m, x, training != 0));
+  m->pending = training != 0;
+  *out = m->g->t[m->g->output].data;
+  return FL_OK;
+}
+
+fl_status fl_graph_model_backward(void *handle, const float *dout, fl_grad_ready_fn on_ready,
+                                  void *ctx, const float **dx) {
+  fl_gmodel *m = handle;
+  if (!m || !dout) return FL_ERR(FL_EINVAL, "graph: NULL model or output gradient");
+  if (!m->pending)
+    return FL_ERR(FL_ESTATE, "graph %s: backward without a training forward", m->g->name);
+  m->pending = 0;
+  const fl_gtensor *o = &m->g->t[m->g->output];
+  memcpy(o->grad, dout, o->n * sizeof(float));
+  fl_status st = fl_gexec_backward(m, on_ready, ctx);
+  m->step++;
+  if (dx) *dx = m->dx;
+  return st;
+}
+
+void fl_graph_model_set_step(void *handle, uint64_t step) {
+  if (handle) ((fl_gmodel *)handle)->step = step;
+}
+
+fl_status fl_graph_model_set_norm_sync(void *handle, fl_norm_sync_fn fn, void *ctx) {
+  fl_gmodel *m = handle;
+  if (!m) return FL_ERR(FL_EINVAL, "graph: NULL model");
+  m->norm_sync = fn;
+  m->norm_sync_ctx = fn ? ctx : NULL;
+  return FL_OK;
+}
+
+const fl_graph *fl_graph_model_graph(void *handle) {
+  fl_gmodel *m = handle;
+  return m ? m->g : NULL; /* between steps every PARAM/BUFFER/CONST points at host memory */
+}
+
+const float *fl_graph_value(const fl_graph *g, const char *name, size_t *n) {
+  const int t = fl_graph_find(g, name);
+  if (t < 0 || (g->t[t].kind != FL_GT_PARAM && g->t[t].kind != FL_GT_BUFFER)) return NULL;
+  if (n) *n = g->t[t].n;
+  return g->t[t].data;
+}
+
+const fl_model_ops fl_graph_model_ops = {
+    .abi_version = FL_MODEL_PLUGIN_ABI, .create = NULL, .destroy = gm_destroy,
+    .num_params = gm_num_params, .param = gm_param, .input_size = gm_input_size,
+    .train_step = gm_train_step, .eval = gm_eval, .activation_bytes = gm_activation_bytes};

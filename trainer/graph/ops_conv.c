@@ -1,0 +1,719 @@
+/* ops_conv.c - the convolution and pooling ops of the graph engine: Conv,
+ * MaxPool, AveragePool and GlobalAveragePool over NCHW images (a 1-D
+ * [N, C, L] input is taken as an image of height 1).
+ *
+ * Conv and MaxPool take the kernels of fl_layers.h (im2col + GEMM, the
+ * window max with its argmax) when the geometry is theirs: one group, no
+ * dilation, symmetric padding (Conv), no padding and floor rounding
+ * (MaxPool), so those layers give the kernels' bits (and the CUDA twins
+ * are the kernels' twins).  Everything else ONNX allows with auto_pad NOTSET or VALID
+ * (groups, dilations, asymmetric pads, ceil_mode, count_include_pad) goes
+ * through this file's own im2col/col2im and window loops, which also serve
+ * a backward that must accumulate into an input's gradient. */
+#include <config.h>
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "fl_device.h"
+#include "ops_internal.h"
+
+/* Window geometry of one 2-D conv or pool. */
+typedef struct win2d {
+  int64_t N, C, H, W;     /* input */
+  int64_t kh, kw, sh, sw, dh, dw;
+  int64_t pt, pl, pb, pr; /* pads: top, left, bottom, right */
+  int64_t oh, ow;
+  int ceil_mode;
+  int one_d;              /* the input was [N, C, L] */
+} win2d;
+
+/* Read kernel_shape (or kernel, from a weight), strides, dilations, pads,
+ * auto_pad and ceil_mode for input x into g; check everything. */
+static fl_status win_parse(const fl_gnode *n, const fl_gtensor *x, const int64_t *kernel,
+                           int allow_ceil, int allow_dil, win2d *g) {
+  char sx[160];
+  if (x->ndim != 3 && x->ndim != 4)
+    return fl_gop_fail(n, FL_EINVAL, "input %s %s must be [N,C,H,W] or [N,C,L] (2-D or 1-D)",
+                       x->name, fl_gshape_str(x->ndim, x->shape, sx, sizeof sx));
+  const int sp = x->ndim - 2;
+  g->one_d = sp == 1;
+  g->N = x->shape[0];
+  g->C = x->shape[1];
+  g->H = sp == 2 ? x->shape[2] : 1;
+  g->W = x->shape[x->ndim - 1];
+  int64_t ks[2], st[2] = {1, 1}, dl[2] = {1, 1}, pd[4] = {0, 0, 0, 0}, v[4];
+  int cnt;
+  FL_TRY(fl_ga_ints(n, "kernel_shape", v, 2, &cnt));
+  if (cnt >= 0 && cnt != sp)
+    return fl_gop_fail(n, FL_EINVAL, "kernel_shape has %d values for %d spatial dims", cnt, sp);
+  if (kernel) {
+    for (int i = 0; i < sp; i++) {
+      ks[i] = kernel[i];
+      if (cnt == sp && v[i] != kernel[i])
+        return fl_gop_fail(n, FL_EINVAL, "kernel_shape does not match the weight's shape");
+    }
+  } else {
+    if (cnt != sp) return fl_gop_fail(n, FL_EINVAL, "kernel_shape is required");
+    memcpy(ks, v, (size_t)sp * sizeof *ks);
+  }
+  FL_TRY(fl_ga_ints(n, "strides", v, 2, &cnt));
+  if (cnt >= 0) {
+    if (cnt != sp) return fl_gop_fail(n, FL_EINVAL, "strides needs %d values", sp);
+    memcpy(st, v, (size_t)sp * sizeof *st);
+  }
+  if (allow_dil) {
+    FL_TRY(fl_ga_ints(n, "dilations", v, 2, &cnt));
+    if (cnt >= 0) {
+      if (cnt != sp) return fl_gop_fail(n, FL_EINVAL, "dilations needs %d values", sp);
+      memcpy(dl, v, (size_t)sp * sizeof *dl);
+    }
+  }
+  FL_TRY(fl_ga_ints(n, "pads", v, 4, &cnt));
+  if (cnt >= 0) {
+    if (cnt != 2 * sp) return fl_gop_fail(n, FL_EINVAL, "pads needs %d values", 2 * sp);
+    memcpy(pd, v, (size_t)cnt * sizeof *pd);
+  }
+  const char *ap;
+  FL_TRY(fl_ga_str(n, "auto_pad", "NOTSET", &ap));
+  if (strcmp(ap, "VALID") == 0) {
+    if (cnt > 0)
+      for (int i = 0; i < 2 * sp; i++)
+        if (pd[i]) return fl_gop_fail(n, FL_EINVAL, "auto_pad VALID with non-zero pads");
+  } else if (strcmp(ap, "NOTSET") != 0) {
+    return fl_gop_fail(n, FL_EINVAL, "auto_pad %s is not supported (NOTSET, VALID; give pads)",
+                       ap);
+  }
+  int64_t cm = 0;
+  if (allow_ceil) FL_TRY(fl_ga_int(n, "ceil_mode", 0, &cm));
+  if (cm != 0 && cm != 1) return fl_gop_fail(n, FL_EINVAL, "ceil_mode must be 0 or 1");
+  g->ceil_mode = (int)cm;
+  if (sp == 1) {
+    g->kh = 1, g->kw = ks[0], g->sh = 1, g->sw = st[0], g->dh = 1, g->dw = dl[0];
+    g->pt = 0, g->pb = 0, g->pl = pd[0], g->pr = pd[1];
+  } else {
+    g->kh = ks[0], g->kw = ks[1], g->sh = st[0], g->sw = st[1], g->dh = dl[0], g->dw = dl[1];
+    g->pt = pd[0], g->pl = pd[1], g->pb = pd[2], g->pr = pd[3];
+  }
+  if (g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 ||
+      g->pt < 0 || g->pl < 0 || g->pb < 0 || g->pr < 0)
+    return fl_gop_fail(n, FL_EINVAL,
+                       "kernel, strides and dilations must be >= 1 and pads >= 0");
+  const int64_t eh = (g->kh - 1) * g->dh + 1, ew = (g->kw - 1) * g->dw + 1;
+  const int64_t spanh = g->H + g->pt + g->pb - eh, spanw = g->W + g->pl + g->pr - ew;
+  if (spanh < 0 || spanw < 0)
+    return fl_gop_fail(n, FL_EINVAL, "window %lldx%lld is larger than the padded input %s",
+                       (long long)eh, (long long)ew,
+                       fl_gshape_str(x->ndim, x->shape, sx, sizeof sx));
+  if (g->ceil_mode) {
+    g->oh = (spanh + g->sh - 1) / g->sh + 1;
+    g->ow = (spanw + g->sw - 1) / g->sw + 1;
+    /* The last window must start inside the input or its top/left pad. */
+    if ((g->oh - 1) * g->sh >= g->H + g->pt) g->oh--;
+    if ((g->ow - 1) * g->sw >= g->W + g->pl) g->ow--;
+  } else {
+    g->oh = spanh / g->sh + 1;
+    g->ow = spanw / g->sw + 1;
+  }
+  return FL_OK;
+}
+
+static void win_out_shape(const win2d *g, int64_t C, int64_t *ys, int *nd) {
+  ys[0] = g->N;
+  ys[1] = C;
+  if (g->one_d) {
+    ys[2] = g->ow;
+    *nd = 3;
+  } else {
+    ys[2] = g->oh;
+    ys[3] = g->ow;
+    *nd = 4;
+  }
+}
+
+/* ---------------------------------------------------------------- Conv */
+
+typedef struct conv_p {
+  win2d g;
+  int64_t O, group, Cg, Og;
+  fl_act act;
+  int fast;           /* fl_conv2d_* applies */
+} conv_p;
+
+static fl_status conv_params(const fl_gnode *n, const fl_gctx *c, conv_p *p) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *w = fl_gin(n, c, 1), *b = fl_gin(n, c, 2);
+  char sx[160], sw[160];
+  if (w->ndim != x->ndim)
+    return fl_gop_fail(n, FL_EINVAL, "weight %s %s must have the input's rank %d", w->name,
+                       fl_gshape_str(w->ndim, w->shape, sw, sizeof sw), x->ndim);
+  FL_TRY(win_parse(n, x, w->shape + 2, 0, 1, &p->g));
+  FL_TRY(fl_ga_int(n, "group", 1, &p->group));
+  FL_TRY(fl_ga_act(n, &p->act));
+  p->O = w->shape[0];
+  if (p->group < 1 || p->g.C % p->group || p->O % p->group ||
+      w->shape[1] * p->group != p->g.C)
+    return fl_gop_fail(n, FL_EINVAL, "input %s and weight %s do not fit group=%lld",
+                       fl_gshape_str(x->ndim, x->shape, sx, sizeof sx),
+                       fl_gshape_str(w->ndim, w->shape, sw, sizeof sw), (long long)p->group);
+  p->Cg = p->g.C / p->group;
+  p->Og = p->O / p->group;
+  if (b && (b->dtype != FL_G_F32 || b->ndim != 1 || b->shape[0] != p->O))
+    return fl_gop_fail(n, FL_EINVAL, "bias %s must be float [%lld]", b->name, (long long)p->O);
+  const win2d *g = &p->g;
+  p->fast = p->group == 1 && g->dh == 1 && g->dw == 1 && g->pt == g->pb && g->pl == g->pr &&
+            g->N > 0 && g->C > 0 && p->O > 0;
+  return FL_OK;
+}
+
+static fl_conv2d_desc conv_desc(const conv_p *p) {
+  fl_conv2d_desc d = {
+      .batch = (size_t)p->g.N, .in_c = (size_t)p->g.C, .in_h = (size_t)p->g.H,
+      .in_w = (size_t)p->g.W, .out_c = (size_t)p->O, .k_h = (size_t)p->g.kh,
+      .k_w = (size_t)p->g.kw, .stride_h = (size_t)p->g.sh, .stride_w = (size_t)p->g.sw,
+      .pad_h = (size_t)p->g.pt, .pad_w = (size_t)p->g.pl};
+  return d;
+}
+
+static size_t conv_col_floats(const conv_p *p) {
+  return (size_t)(p->Cg * p->g.kh * p->g.kw * p->g.oh * p->g.ow);
+}
+
+/* Device scratch of a gpu conv: the gradients that accumulate (dx, dw, db
+ * in that order), then the kernels' workspace (cuDNN's, rounded up to
+ * floats).  The engine's scratch itself comes from fl_cuda_malloc.
+ * *need: all of it; *acc_floats (may be NULL): the first part. */
+static fl_status conv_gpu_ws(const fl_gnode *n, const fl_gctx *c, const conv_p *p, size_t *need,
+                             size_t *acc_floats) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *w = fl_gin(n, c, 1);
+  const fl_conv2d_desc d = conv_desc(p);
+  size_t bytes = 0;
+  FL_TRY(fl_gkernel(n, fl_conv2d_workspace_bytes_cuda(&d, &bytes), "conv2d workspace"));
+  /* The kernels' part starts 256 bytes aligned (cuDNN's workspace). */
+  const size_t acc = (x->n + w->n + (size_t)p->O + 63) / 64 * 64;
+  if (acc_floats) *acc_floats = acc;
+  *need = acc + (bytes + sizeof(float) - 1) / sizeof(float);
+  return FL_OK;
+}
+
+static fl_status conv_gpu_params(const fl_gnode *n, const fl_gctx *c, conv_p *p);
+static fl_status maxpool_gpu_desc(const fl_gnode *n, const fl_gctx *c, fl_pool2d_desc *d);
+
+static fl_status conv_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
+  FL_TRY(fl_gneed(n, c, 0, FL_G_F32));
+  FL_TRY(fl_gneed(n, c, 1, FL_G_F32));
+  conv_p p;
+  FL_TRY(conv_params(n, c, &p));
+  int64_t ys[4];
+  int nd;
+  win_out_shape(&p.g, p.O, ys, &nd);
+  fl_gset_out(n, c, 0, FL_G_F32, nd, ys);
+  *ws = conv_col_floats(&p);
+  if (p.fast) {
+    const fl_conv2d_desc d = conv_desc(&p);
+    const size_t f = fl_conv2d_workspace_floats(&d);
+    if (f > *ws) *ws = f;
+  }
+  if (c->stream) { /* a gpu bind: refuse what it lacks; conv_gpu_ws's layout */
+    FL_TRY(conv_gpu_params(n, c, &p));
+    size_t need;
+    FL_TRY(conv_gpu_ws(n, c, &p, &need, NULL));
+    if (need > *ws) *ws = need;
+  }
+  *saved = 0;
+  return FL_OK;
+}
+
+/* col[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - pt + i*dh][ox*sw - pl + j*dw]
+ * (0 outside the image). */
+static void im2col(const win2d *g, int64_t Cg, const float *x, float *col) {
+  const int64_t ohw = g->oh * g->ow;
+  for (int64_t ch = 0; ch < Cg; ch++)
+    for (int64_t i = 0; i < g->kh; i++)
+      for (int64_t j = 0; j < g->kw; j++) {
+        float *row = col + ((ch * g->kh + i) * g->kw + j) * ohw;
+        const float *xc = x + ch * g->H * g->W;
+        for (int64_t oy = 0; oy < g->oh; oy++) {
+          const int64_t iy = oy * g->sh - g->pt + i * g->dh;
+          float *r = row + oy * g->ow;
+          if (iy < 0 || iy >= g->H) {
+            memset(r, 0, (size_t)g->ow * sizeof *r);
+            continue;
+          }
+          for (int64_t ox = 0; ox < g->ow; ox++) {
+            const int64_t ix = ox * g->sw - g->pl + j * g->dw;
+            r[ox] = (ix >= 0 && ix < g->W) ? xc[iy * g->W + ix] : 0.0f;
+          }
+        }
+      }
+}
+
+/* dx += the adjoint of im2col applied to col. */
+static void col2im_add(const win2d *g, int64_t Cg, const float *col, float *dx) {
+  const int64_t ohw = g->oh * g->ow;
+  for (int64_t ch = 0; ch < Cg; ch++)
+    for (int64_t i = 0; i < g->kh; i++)
+      for (int64_t j = 0; j < g->kw; j++) {
+        const float *row = col + ((ch * g->kh + i) * g->kw + j) * ohw;
+        float *xc = dx + ch * g->H * g->W;
+        for (int64_t oy = 0; oy < g->oh; oy++) {
+          const int64_t iy = oy * g->sh - g->pt + i * g->dh;
+          if (iy < 0 || iy >= g->H) continue;
+          const float *r = row + oy * g->ow;
+          for (int64_t ox = 0; ox < g->ow; ox++) {
+            const int64_t ix = ox * g->sw - g->pl + j * g->dw;
+            if (ix >= 0 && ix < g->W) xc[iy * g->W + ix] += r[ox];
+          }
+        }
+      }
+}
+
+static fl_status conv_forward(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *w = fl_gin(n, c, 1), *b = fl_gin(n, c, 2);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  conv_p p;
+  FL_TRY(conv_params(n, c, &p));
+  if (y->n == 0) return FL_OK;
+  if (p.fast) {
+    const fl_conv2d_desc d = conv_desc(&p);
+    const fl_status st =
+        fl_conv2d_forward(&d, x->data, w->data, b ? b->data : NULL, y->data, n->ws, p.act);
+    return st == FL_OK ? FL_OK : fl_gop_fail(n, st, "conv2d kernel failed");
+  }
+  const win2d *g = &p.g;
+  const int64_t ohw = g->oh * g->ow, ckk = p.Cg * g->kh * g->kw;
+  for (int64_t in = 0; in < g->N; in++)
+    for (int64_t gr = 0; gr < p.group; gr++) {
+      const float *xg = x->data + (in * g->C + gr * p.Cg) * g->H * g->W;
+      float *yg = y->data + (in * p.O + gr * p.Og) * ohw;
+      const float *wg = w->data + gr * p.Og * ckk;
+      if (ckk > 0) {
+        im2col(g, p.Cg, xg, n->ws);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)p.Og, (int)ohw, (int)ckk,
+                    1.0f, wg, (int)ckk, n->ws, (int)ohw, 0.0f, yg, (int)ohw);
+      } else {
+        memset(yg, 0, (size_t)(p.Og * ohw) * sizeof *yg);
+      }
+      if (b)
+        for (int64_t o = 0; o < p.Og; o++) {
+          const float bv = b->data[gr * p.Og + o];
+          float *r = yg + o * ohw;
+          for (int64_t s = 0; s < ohw; s++) r[s] += bv;
+        }
+    }
+  if (p.act != FL_ACT_NONE) return fl_act_forward(p.act, y->data, y->data, y->n);
+  return FL_OK;
+}
+
+static fl_status conv_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *w = fl_gin(n, c, 1), *b = fl_gin(n, c, 2);
+  const fl_gtensor *y = fl_gout(n, c, 0);
+  conv_p p;
+  FL_TRY(conv_params(n, c, &p));
+  float *dx = x->grad, *dw = w->grad, *db = b ? b->grad : NULL;
+  const int ax = fl_gacc(acc, 0), aw = fl_gacc(acc, 1), ab = fl_gacc(acc, 2);
+  if (y->n == 0) {
+    if (dx && !ax) memset(dx, 0, x->n * sizeof *dx);
+    if (dw && !aw) memset(dw, 0, w->n * sizeof *dw);
+    if (db && !ab) memset(db, 0, b->n * sizeof *db);
+    return FL_OK;
+  }
+  float *dz = y->grad;
+  if (p.fast && !(dx && ax) && !(dw && aw) && !(db && ab)) {
+    const fl_conv2d_desc d = conv_desc(&p);
+    const fl_status st = fl_conv2d_backward(&d, x->data, w->data, y->data, dz, dx, dw, db,
+                                            n->ws, p.act);
+    return st == FL_OK ? FL_OK : fl_gop_fail(n, st, "conv2d backward kernel failed");
+  }
+  if (p.act != FL_ACT_NONE) FL_TRY(fl_act_backward(p.act, y->data, dz, dz, y->n));
+  const win2d *g = &p.g;
+  const int64_t ohw = g->oh * g->ow, ckk = p.Cg * g->kh * g->kw;
+  if (dx && !ax) memset(dx, 0, x->n * sizeof *dx);
+  if (dw && !aw) memset(dw, 0, w->n * sizeof *dw);
+  if (db && !ab) memset(db, 0, b->n * sizeof *db);
+  for (int64_t in = 0; in < g->N; in++)
+    for (int64_t gr = 0; gr < p.group; gr++) {
+      const float *xg = x->data + (in * g->C + gr * p.Cg) * g->H * g->W;
+      const float *zg = dz + (in * p.O + gr * p.Og) * ohw;
+      const float *wg = w->data + gr * p.Og * ckk;
+      if (db)
+        for (int64_t o = 0; o < p.Og; o++) {
+          const float *r = zg + o * ohw;
+          float s = 0.0f;
+          for (int64_t k = 0; k < ohw; k++) s += r[k];
+          db[gr * p.Og + o] += s;
+        }
+      if (ckk == 0) continue;
+      if (dw) { /* dW_g[Og, ckk] += dz_g . col^T */
+        im2col(g, p.Cg, xg, n->ws);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p.Og, (int)ckk, (int)ohw,
+                    1.0f, zg, (int)ohw, n->ws, (int)ohw, 1.0f, dw + gr * p.Og * ckk, (int)ckk);
+      }
+      if (dx) { /* dcol = W_g^T . dz_g, then scattered back */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ckk, (int)ohw, (int)p.Og,
+                    1.0f, wg, (int)ckk, zg, (int)ohw, 0.0f, n->ws, (int)ohw);
+        col2im_add(g, p.Cg, n->ws, dx + (in * g->C + gr * p.Cg) * g->H * g->W);
+      }
+    }
+  return FL_OK;
+}
+
+/* Conv on the gpu: the kernels' geometry (fl_conv2d_*_cuda, cuDNN). */
+static fl_status conv_gpu_params(const fl_gnode *n, const fl_gctx *c, conv_p *p) {
+  FL_TRY(conv_params(n, c, p));
+  if (p->fast) return FL_OK;
+  return fl_gop_fail(n, FL_ENOTSUP,
+                     "on the gpu Conv takes only group=1, dilations 1 and symmetric pads");
+}
+
+static fl_status conv_forward_cuda(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *w = fl_gin(n, c, 1), *b = fl_gin(n, c, 2);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  conv_p p;
+  FL_TRY(conv_gpu_params(n, c, &p));
+  size_t need, acc;
+  FL_TRY(conv_gpu_ws(n, c, &p, &need, &acc));
+  FL_TRY(fl_gcu_need_ws(n, need));
+  const fl_conv2d_desc d = conv_desc(&p);
+  return fl_gkernel(n,
+                    fl_conv2d_forward_cuda(&d, x->data, w->data, b ? b->data : NULL, y->data,
+                                           n->ws + acc, p.act, n->math, c->stream),
+                    "conv2d");
+}
+
+static fl_status conv_backward_cuda(fl_gnode *n, fl_gctx *c, unsigned accum) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *w = fl_gin(n, c, 1), *b = fl_gin(n, c, 2);
+  const fl_gtensor *y = fl_gout(n, c, 0);
+  conv_p p;
+  FL_TRY(conv_gpu_params(n, c, &p));
+  size_t need, acc;
+  FL_TRY(conv_gpu_ws(n, c, &p, &need, &acc));
+  FL_TRY(fl_gcu_need_ws(n, need));
+  float *dx = x->grad, *dw = w->grad, *db = b ? b->grad : NULL;
+  const int ax = fl_gacc(accum, 0), aw = fl_gacc(accum, 1), ab = fl_gacc(accum, 2);
+  float *kx = dx && ax ? n->ws : dx, *kw = dw && aw ? n->ws + x->n : dw;
+  float *kb = db && ab ? n->ws + x->n + w->n : db;
+  const fl_conv2d_desc d = conv_desc(&p);
+  FL_TRY(fl_gkernel(n,
+                    fl_conv2d_backward_cuda(&d, x->data, w->data, y->data, y->grad, kx, kw, kb,
+                                            n->ws + acc, p.act, n->math, c->stream),
+                    "conv2d backward"));
+  if (dx && ax) FL_TRY(fl_gcu_put(n, c, dx, kx, x->n, 1));
+  if (dw && aw) FL_TRY(fl_gcu_put(n, c, dw, kw, w->n, 1));
+  if (db && ab) FL_TRY(fl_gcu_put(n, c, db, kb, b->n, 1));
+  return FL_OK;
+}
+
+/* ------------------------------------------------------------- MaxPool */
+
+static fl_status pool_params(const fl_gnode *n, const fl_gctx *c, int is_max, win2d *g) {
+  FL_TRY(win_parse(n, fl_gin(n, c, 0), NULL, 1, is_max, g));
+  if (g->pt >= g->kh || g->pb >= g->kh || g->pl >= g->kw || g->pr >= g->kw)
+    return fl_gop_fail(n, FL_EINVAL, "pads must be smaller than the kernel");
+  if (is_max) {
+    int64_t so;
+    FL_TRY(fl_ga_int(n, "storage_order", 0, &so));
+    if (so != 0) return fl_gop_fail(n, FL_EINVAL, "storage_order %lld is not supported (0)",
+                                    (long long)so);
+  }
+  return FL_OK;
+}
+
+static int maxpool_fast(const win2d *g) {
+  return g->dh == 1 && g->dw == 1 && !g->pt && !g->pl && !g->pb && !g->pr && !g->ceil_mode &&
+         g->N > 0 && g->C > 0;
+}
+
+static fl_status maxpool_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
+  FL_TRY(fl_gneed(n, c, 0, FL_G_F32));
+  if (n->n_out > 1)
+    return fl_gop_fail(n, FL_EINVAL, "the Indices output is not supported (Y only)");
+  win2d g;
+  FL_TRY(pool_params(n, c, 1, &g));
+  if (g.H * g.W > INT32_MAX) return fl_gop_fail(n, FL_EINVAL, "image plane too large");
+  int64_t ys[4];
+  int nd;
+  win_out_shape(&g, g.C, ys, &nd);
+  fl_gset_out(n, c, 0, FL_G_F32, nd, ys);
+  if (c->stream) { /* a gpu bind: refuse what it lacks */
+    fl_pool2d_desc d;
+    FL_TRY(maxpool_gpu_desc(n, c, &d));
+  }
+  *ws = c->stream ? fl_gin(n, c, 0)->n : 0; /* gpu: dx when it accumulates */
+  *saved = fl_gnumel(nd, ys); /* the argmax, int32 per output */
+  return FL_OK;
+}
+
+static fl_status maxpool_forward(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  win2d g;
+  FL_TRY(pool_params(n, c, 1, &g));
+  int32_t *am = (int32_t *)n->saved;
+  if (y->n == 0) return FL_OK;
+  if (maxpool_fast(&g)) {
+    const fl_pool2d_desc d = {.batch = (size_t)g.N, .channels = (size_t)g.C,
+                              .in_h = (size_t)g.H, .in_w = (size_t)g.W,
+                              .k_h = (size_t)g.kh, .k_w = (size_t)g.kw,
+                              .stride_h = (size_t)g.sh, .stride_w = (size_t)g.sw};
+    const fl_status st = fl_maxpool2d_forward(&d, x->data, y->data, am);
+    return st == FL_OK ? FL_OK : fl_gop_fail(n, st, "max-pool kernel failed");
+  }
+  /* Padding takes no part (as -inf); the first maximum in row-major window
+   * order wins, a NaN propagates, as in fl_maxpool2d_forward. */
+  const int64_t planes = g.N * g.C;
+  for (int64_t pl = 0; pl < planes; pl++) {
+    const float *xp = x->data + pl * g.H * g.W;
+    float *yp = y->data + pl * g.oh * g.ow;
+    int32_t *ap = am ? am + pl * g.oh * g.ow : NULL;
+    for (int64_t oy = 0; oy < g.oh; oy++)
+      for (int64_t ox = 0; ox < g.ow; ox++) {
+        int64_t bi = -1;
+        float bv = -INFINITY;
+        for (int64_t i = 0; i < g.kh; i++) {
+          const int64_t iy = oy * g.sh - g.pt + i * g.dh;
+          if (iy < 0 || iy >= g.H) continue;
+          for (int64_t j = 0; j < g.kw; j++) {
+            const int64_t ix = ox * g.sw - g.pl + j * g.dw;
+            if (ix < 0 || ix >= g.W) continue;
+            const float v = xp[iy * g.W + ix];
+            if (bi < 0 || v > bv || (isnan(v) && !isnan(bv))) bv = v, bi = iy * g.W + ix;
+          }
+        }
+        yp[oy * g.ow + ox] = bv;
+        if (ap) ap[oy * g.ow + ox] = (int32_t)bi;
+      }
+  }
+  return FL_OK;
+}
+
+static fl_status maxpool_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *y = fl_gout(n, c, 0);
+  if (!x->grad) return FL_OK;
+  win2d g;
+  FL_TRY(pool_params(n, c, 1, &g));
+  if (!fl_gacc(acc, 0)) memset(x->grad, 0, x->n * sizeof *x->grad);
+  const int32_t *am = (const int32_t *)n->saved;
+  const int64_t planes = g.N * g.C, ohw = g.oh * g.ow;
+  for (int64_t pl = 0; pl < planes; pl++) {
+    float *dp = x->grad + pl * g.H * g.W;
+    const float *gp = y->grad + pl * ohw;
+    const int32_t *ap = am + pl * ohw;
+    for (int64_t k = 0; k < ohw; k++)
+      if (ap[k] >= 0) dp[ap[k]] += gp[k];
+  }
+  return FL_OK;
+}
+
+/* MaxPool on the gpu: the kernels' geometry (no pads, no dilation, floor). */
+static fl_status maxpool_gpu_desc(const fl_gnode *n, const fl_gctx *c, fl_pool2d_desc *d) {
+  win2d g;
+  FL_TRY(pool_params(n, c, 1, &g));
+  if (!maxpool_fast(&g))
+    return fl_gop_fail(n, FL_ENOTSUP,
+                       "on the gpu MaxPool takes only no pads, dilations 1 and ceil_mode 0");
+  *d = (fl_pool2d_desc){.batch = (size_t)g.N, .channels = (size_t)g.C, .in_h = (size_t)g.H,
+                        .in_w = (size_t)g.W, .k_h = (size_t)g.kh, .k_w = (size_t)g.kw,
+                        .stride_h = (size_t)g.sh, .stride_w = (size_t)g.sw};
+  return FL_OK;
+}
+
+static fl_status maxpool_forward_cuda(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  fl_pool2d_desc d;
+  FL_TRY(maxpool_gpu_desc(n, c, &d));
+  return fl_gkernel(n,
+                    fl_maxpool2d_forward_cuda(&d, x->data, y->data, (int32_t *)n->saved,
+                                              c->stream),
+                    "max-pool");
+}
+
+static fl_status maxpool_backward_cuda(fl_gnode *n, fl_gctx *c, unsigned accum) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *y = fl_gout(n, c, 0);
+  if (!x->grad) return FL_OK;
+  fl_pool2d_desc d;
+  FL_TRY(maxpool_gpu_desc(n, c, &d));
+  const int ax = fl_gacc(accum, 0);
+  if (ax) FL_TRY(fl_gcu_need_ws(n, x->n));
+  float *kx = ax ? n->ws : x->grad;
+  FL_TRY(fl_gkernel(n,
+                    fl_maxpool2d_backward_cuda(&d, y->grad, (const int32_t *)n->saved, kx,
+                                               c->stream),
+                    "max-pool backward"));
+  return ax ? fl_gcu_put(n, c, x->grad, kx, x->n, 1) : FL_OK;
+}
+
+/* --------------------------------------------------------- AveragePool */
+
+typedef struct avg_p {
+  win2d g;
+  int include_pad;
+} avg_p;
+
+static fl_status avg_params(const fl_gnode *n, const fl_gctx *c, avg_p *p) {
+  FL_TRY(pool_params(n, c, 0, &p->g));
+  int64_t cip;
+  FL_TRY(fl_ga_int(n, "count_include_pad", 0, &cip));
+  if (cip != 0 && cip != 1) return fl_gop_fail(n, FL_EINVAL, "count_include_pad must be 0 or 1");
+  p->include_pad = (int)cip;
+  return FL_OK;
+}
+
+/* Window of output (oy, ox): its clipped input ranges and divisor.  With
+ * count_include_pad the divisor counts the padded positions, but not
+ * what a ceil_mode window reaches beyond the padding (PyTorch's rule). */
+static void avg_window(const avg_p *p, int64_t oy, int64_t ox, int64_t *y0, int64_t *y1,
+                       int64_t *x0, int64_t *x1, float *div) {
+  const win2d *g = &p->g;
+  int64_t hs = oy * g->sh - g->pt, ws = ox * g->sw - g->pl;
+  int64_t he = hs + g->kh, we = ws + g->kw;
+  if (he > g->H + g->pb) he = g->H + g->pb;
+  if (we > g->W + g->pr) we = g->W + g->pr;
+  const int64_t padded = (he - hs) * (we - ws);
+  *y0 = hs < 0 ? 0 : hs;
+  *x0 = ws < 0 ? 0 : ws;
+  *y1 = he > g->H ? g->H : he;
+  *x1 = we > g->W ? g->W : we;
+  const int64_t inside = (*y1 - *y0) * (*x1 - *x0);
+  *div = (float)(p->include_pad ? padded : inside);
+}
+
+static fl_status avgpool_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
+  FL_TRY(fl_gneed(n, c, 0, FL_G_F32));
+  avg_p p;
+  FL_TRY(avg_params(n, c, &p));
+  int64_t ys[4];
+  int nd;
+  win_out_shape(&p.g, p.g.C, ys, &nd);
+  fl_gset_out(n, c, 0, FL_G_F32, nd, ys);
+  *ws = 0;
+  *saved = 0;
+  return FL_OK;
+}
+
+static fl_status avgpool_forward(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  avg_p p;
+  FL_TRY(avg_params(n, c, &p));
+  const win2d *g = &p.g;
+  for (int64_t pl = 0; pl < g->N * g->C; pl++) {
+    const float *xp = x->data + pl * g->H * g->W;
+    float *yp = y->data + pl * g->oh * g->ow;
+    for (int64_t oy = 0; oy < g->oh; oy++)
+      for (int64_t ox = 0; ox < g->ow; ox++) {
+        int64_t y0, y1, x0, x1;
+        float div;
+        avg_window(&p, oy, ox, &y0, &y1, &x0, &x1, &div);
+        float s = 0.0f;
+        for (int64_t iy = y0; iy < y1; iy++)
+          for (int64_t ix = x0; ix < x1; ix++) s += xp[iy * g->W + ix];
+        yp[oy * g->ow + ox] = div > 0.0f ? s / div : 0.0f;
+      }
+  }
+  return FL_OK;
+}
+
+static fl_status avgpool_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *y = fl_gout(n, c, 0);
+  if (!x->grad) return FL_OK;
+  avg_p p;
+  FL_TRY(avg_params(n, c, &p));
+  const win2d *g = &p.g;
+  if (!fl_gacc(acc, 0)) memset(x->grad, 0, x->n * sizeof *x->grad);
+  for (int64_t pl = 0; pl < g->N * g->C; pl++) {
+    float *dp = x->grad + pl * g->H * g->W;
+    const float *gp = y->grad + pl * g->oh * g->ow;
+    for (int64_t oy = 0; oy < g->oh; oy++)
+      for (int64_t ox = 0; ox < g->ow; ox++) {
+        int64_t y0, y1, x0, x1;
+        float div;
+        avg_window(&p, oy, ox, &y0, &y1, &x0, &x1, &div);
+        if (div <= 0.0f) continue;
+        const float v = gp[oy * g->ow + ox] / div;
+        for (int64_t iy = y0; iy < y1; iy++)
+          for (int64_t ix = x0; ix < x1; ix++) dp[iy * g->W + ix] += v;
+      }
+  }
+  return FL_OK;
+}
+
+/* --------------------------------------------------- GlobalAveragePool */
+
+static fl_status gap_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
+  FL_TRY(fl_gneed(n, c, 0, FL_G_F32));
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  char sx[160];
+  if (x->ndim < 3)
+    return fl_gop_fail(n, FL_EINVAL, "input %s %s must be [N,C,spatial...]", x->name,
+                       fl_gshape_str(x->ndim, x->shape, sx, sizeof sx));
+  int64_t ys[FL_G_MAX_DIMS];
+  ys[0] = x->shape[0];
+  ys[1] = x->shape[1];
+  for (int d = 2; d < x->ndim; d++) ys[d] = 1;
+  fl_gset_out(n, c, 0, FL_G_F32, x->ndim, ys);
+  *ws = 0;
+  *saved = 0;
+  return FL_OK;
+}
+
+static size_t gap_inner(const fl_gtensor *x) { return fl_gnumel(x->ndim - 2, x->shape + 2); }
+
+static fl_status gap_forward(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  const size_t inner = gap_inner(x);
+  for (size_t pl = 0; pl < y->n; pl++) {
+    const float *xp = x->data + pl * inner;
+    double s = 0.0;
+    for (size_t k = 0; k < inner; k++) s += xp[k];
+    y->data[pl] = inner ? (float)(s / (double)inner) : 0.0f;
+  }
+  return FL_OK;
+}
+
+static fl_status gap_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *y = fl_gout(n, c, 0);
+  if (!x->grad) return FL_OK;
+  const size_t inner = gap_inner(x);
+  const int accum = fl_gacc(acc, 0);
+  for (size_t pl = 0; pl < y->n; pl++) {
+    const float v = y->grad[pl] / (float)inner;
+    float *dp = x->grad + pl * inner;
+    if (accum)
+      for (size_t k = 0; k < inner; k++) dp[k] += v;
+    else
+      for (size_t k = 0; k < inner; k++) dp[k] = v;
+  }
+  return FL_OK;
+}
+
+/* --------------------------------------------------------------- table */
+
+static const char *const conv_attrs[] = {"auto_pad", "dilations", "group", "kernel_shape",
+                                         "pads", "strides", "flotilla_act", NULL};
+static const char *const maxpool_attrs[] = {"auto_pad", "ceil_mode", "dilations",
+                                            "kernel_shape", "pads", "storage_order",
+                                            "strides", NULL};
+static const char *const avgpool_attrs[] = {"auto_pad", "ceil_mode", "count_include_pad",
+                                            "kernel_shape", "pads", "strides", NULL};
+static const char *const no_attrs[] = {NULL};
+
+const fl_gop fl_gops_conv[] = {
+    {.type = "Conv", .paddle = "conv2d", .min_in = 2, .max_in = 3, .min_out = 1, .max_out = 1,
+     .attrs = conv_attrs, .infer = conv_infer, .forward = conv_forward,
+     .backward = conv_backward, .save_in = 3, .save_out = 1,
+     .forward_cuda = conv_forward_cuda, .backward_cuda = conv_backward_cuda},
+    {.type = "MaxPool", .paddle = "pool2d", .min_in = 1, .max_in = 1, .min_out = 1,
+     .max_out = 2, .attrs = maxpool_attrs, .infer = maxpool_infer, .forward = maxpool_forward,
+     .backward = maxpool_backward, .forward_cuda = maxpool_forward_cuda,
+     .backward_cuda = maxpool_backward_cuda},
+    {.type = "AveragePool", .paddle = NULL, .min_in = 1, .max_in = 1, .min_out = 1,
+     .max_out = 1, .attrs = avgpool_attrs, .infer = avgpool_infer, .forward = avgpool_forward,
+     .backward = avgpool_backward},
+    {.type = "GlobalAveragePool", .paddle = NULL, .min_in = 1, .max_in = 1, .min_out = 1,
+     .max_out = 1, .attrs = no_attrs, .infer = gap_infer, .forward = gap_forward,
+     .backward = gap_backward},
+};
+const size_t fl_gops_conv_n = sizeof fl_gops_conv / sizeof fl_gops_conv[0];
