@@ -102,6 +102,7 @@ struct fl_ps_core {
   _Atomic uint64_t parked[MAX_TRAINERS / 64]; /* waiting in a barrier */
 
   _Atomic(fl_ps_layout *) layout; /* set once */
+  char layout_from[FL_JOB_PATH_MAX + 64]; /* who declared it, for messages */
   char **names;
   ps_block *blocks;   /* the blocks placed here */
   size_t n_my;
@@ -476,6 +477,14 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
   if ((int)req->mode != (int)c->mode)
     return bad(c, "register: trainer %d runs PS mode %d, this server %s", t, (int)req->mode,
                fl_ps_mode_name(c->mode));
+  /* A trainer of another run (another job on the same ports sharing the
+   * token, or a stale process) must not join this one. */
+  if (c->o.run_id[0] && req->run_id && req->run_id[0] &&
+      (strcmp(req->run_id, c->o.run_id) != 0 ||
+       (req->job_hash && c->o.job_hash && req->job_hash != c->o.job_hash)))
+    return bad(c, "register: trainer %d belongs to run %s (job %016" PRIx64 "), this pserver "
+               "serves run %s (job %016" PRIx64 "): another job on the same address?", t,
+               req->run_id, req->job_hash, c->o.run_id, c->o.job_hash);
   if (req->dense_block_size != c->o.job.pserver.dense_block_size)
     return bad(c, "register: trainer %d uses dense_block_size %" PRIu64 ", this server %zu", t,
                req->dense_block_size, c->o.job.pserver.dense_block_size);
@@ -514,6 +523,7 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
       free_names(names, req->n_dense);
       goto out;
     }
+    snprintf(c->layout_from, sizeof c->layout_from, "trainer %d, the first to register", t);
     if (req->total_steps > 0) {
       fl_lr_schedule s;
       if (fl_job_lr_schedule_for(&c->o.job, &c->o.job.pserver.optimizer, req->total_steps, &s) ==
@@ -525,8 +535,9 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
     for (size_t i = 0; same && i < req->n_dense; i++)
       same = l->numel[i] == numel[i] && !strcmp(c->names[i], req->dense[i]->name);
     if (!same) {
-      st = bad(c, "register: trainer %d declares dense parameters that differ from the "
-               "first trainer's (%zu parameters here)", t, l->n_params);
+      st = bad(c, "register: trainer %d declares dense parameters that differ from those this "
+               "server holds (%zu parameters, declared by %s): is the model of the job file "
+               "the same everywhere?", t, l->n_params, c->layout_from);
       goto out;
     }
   }
@@ -1042,7 +1053,8 @@ fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req)
     for (int i = 0; i < MAX_BARRIERS && !b; i++)
       if (!c->barriers[i].used) b = &c->barriers[i];
     for (int i = 0; i < MAX_BARRIERS && !b; i++)
-      if (c->barriers[i].done && (!oldest || c->barriers[i].seq < oldest->seq))
+      if (c->barriers[i].done && strncmp(c->barriers[i].name, "job/", 4) != 0 &&
+          (!oldest || c->barriers[i].seq < oldest->seq))
         oldest = &c->barriers[i];
     if (!b) b = oldest;
     if (!b) {
@@ -1296,6 +1308,11 @@ static fl_status write_state(fl_ps_core *c, fl_ckpt_writer *w, int64_t *step) {
 
 #define I64(key, v)                                                          \
   if ((st = fl_ckpt_put_i64(w, key, v)) != FL_OK) return st
+  if (c->o.run_id[0]) {
+    if ((st = fl_ckpt_put(w, "meta/job_hash", FL_CKPT_U64, 0, NULL, &c->o.job_hash)) != FL_OK ||
+        (st = fl_ckpt_put_blob(w, "meta/run_id", c->o.run_id, strlen(c->o.run_id))) != FL_OK)
+      return st;
+  }
   I64("ps/mode", (int64_t)c->mode);
   I64("ps/server_index", c->o.server_index);
   I64("ps/n_servers", c->o.n_servers);
@@ -1553,6 +1570,8 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
     if (!atomic_load(&c->layout)) {
       st = make_layout(c, numel, names, np);
       if (st == FL_OK) names = NULL; /* the core owns them now */
+      if (st == FL_OK)
+        snprintf(c->layout_from, sizeof c->layout_from, "the checkpoint %s", file);
     }
     pthread_mutex_unlock(&c->mu);
     if (st != FL_OK) goto out;

@@ -118,6 +118,11 @@ typedef struct fl_ps_core_opts {
   int num_trainers;
   double heartbeat_timeout_s; /* <= 0: never declare a trainer dead */
   size_t max_sparse_keys;     /* most keys in one sparse call (0 = 1<<20) */
+  /* The run this server belongs to (fl_identity.h): recorded in its
+   * checkpoints; a trainer registering with another run id or job hash is
+   * refused.  "" = not checked, not recorded. */
+  char run_id[64];
+  uint64_t job_hash;
   /* Called (no core lock held) after anything that may let held calls go
    * on: a sync step applied, a barrier completed, trainers joined, died or
    * completed.  May be NULL. */
@@ -165,7 +170,10 @@ fl_status fl_ps_core_pull_sparse(fl_ps_core *c, const Flotilla__PullSparseReques
 fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseRequest *req,
                                  Flotilla__PushSparseResponse *resp);
 /* FL_OK when the barrier is complete (answer with fl_ps_core_barrier_result),
- * FL_EAGAIN when it must wait. */
+ * FL_EAGAIN when it must wait.  A completed barrier answers later arrivals
+ * with its result; the oldest completed one is forgotten when all slots are
+ * used, except those named "job/..." (kept for the whole job, so that a
+ * trainer that rejoins a running job finds e.g. job/agree_steps). */
 fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req);
 /* The result of barrier `name` for trainer_id: FL_OK and resp filled (sums
  * points into buf, which must hold FL_PS_BARRIER_MAX_VALUES doubles),

@@ -13,8 +13,11 @@
  * eviction logs, checkpoints every N steps or seconds, the end of the job)
  * and SIGTERM/SIGINT (final checkpoint, then shutdown).  The gRPC service
  * runs on its own completion-queue threads (server.c).  Checkpoints go to
- * <checkpoint_dir>/pserver-<id>/ckpt-<step>.flc; at start the newest valid
- * one there is loaded.  A checkpoint that cannot be written (full disk)
+ * <checkpoint_dir>/pserver-<id>/ckpt-<step>.flc, each with the run's
+ * identity (fl_identity.h); at start the newest valid one there is loaded
+ * when it is this run's (a restart) or --resume is given; another run's
+ * makes the pserver refuse to start (exit 2), unless --fresh moves them
+ * aside.  A checkpoint that cannot be written (full disk)
  * leaves the previous one intact; the daemon says which step stays and goes
  * on serving, trying again at the next interval.  The process exits 0 after
  * a clean shutdown: every trainer completed (or died), or a signal; 1 when
@@ -33,9 +36,11 @@
 
 #include "fl_cluster.h"
 #include "fl_config.h"
+#include "fl_identity.h"
 #include "fl_log.h"
 #include "fl_metrics.h"
 #include "fl_notify.h"
+#include "fl_proc.h"
 #include "fl_ps.h"
 
 typedef struct app {
@@ -65,6 +70,12 @@ static void usage(FILE *out) {
           "  --max_request_bytes=N  larger requests get INVALID_ARGUMENT (default 256 MiB)\n"
           "  --metrics_addr=A   serve Prometheus /metrics on host:port (default: the\n"
           "                     job's cluster.metrics_addr; none: no endpoint)\n"
+          "  --resume           continue from the newest checkpoint in the checkpoint\n"
+          "                     directory even when another run wrote it\n"
+          "  --fresh            move the checkpoints of another run aside (into\n"
+          "                     <dir>/old-<time>/) and start from scratch\n"
+          "  FLOTILLA_RUN_ID    this run's id (flotilla-run sets it); without it one is\n"
+          "                     derived from the job and the cluster\n"
           "  --help             this text\n"
           "cluster flags (or FLOTILLA_* variables):\n");
   fl_cluster_print_flag_help(out);
@@ -205,10 +216,13 @@ int main(int argc, char **argv) {
   fl_ps_core_opts co;
   fl_ps_server_opts so;
   fl_status st;
+  fl_ckpt_start start = FL_CKPT_START_AUTO;
+  fl_run_identity id;
 
   memset(&a, 0, sizeof a);
   a.saved_step = -1;
   signal(SIGPIPE, SIG_IGN);
+  if (fl_proc_init() != FL_OK) return 1; /* open-file limit, dying with flotilla-run */
   if (fl_cluster_from_env(&a.cl) != FL_OK) return 2;
   a.cl.role = FL_ROLE_PSERVER;
   for (int i = 1; i < argc; i++) {
@@ -220,6 +234,13 @@ int main(int argc, char **argv) {
       config = argv[i] + 9;
     } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
       config = argv[++i];
+    } else if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--fresh")) {
+      fl_ckpt_start want = argv[i][2] == 'r' ? FL_CKPT_START_RESUME : FL_CKPT_START_FRESH;
+      if (start != FL_CKPT_START_AUTO && start != want) {
+        FL_LOGE("--resume and --fresh exclude each other");
+        return 2;
+      }
+      start = want;
     } else if (!strncmp(argv[i], "--metrics_addr=", 15)) {
       metrics_addr = argv[i] + 15;
     } else if (!strncmp(argv[i], "--threads=", 10)) {
@@ -253,8 +274,15 @@ int main(int argc, char **argv) {
   a.cl.mode_set = 1;
   if (fl_cluster_validate(&a.cl, FL_MODE_PS) != FL_OK) return 2;
   if (fl_cluster_load_token(&a.cl, a.job.cluster.token_file) != FL_OK) return 2;
+  if (fl_run_identity_resolve(&a.job, &a.cl, &id) != FL_OK) return 2;
   snprintf(ctx, sizeof ctx, "pserver %d", a.cl.pserver_id);
   fl_log_set_context(ctx);
+  {
+    char ids[160];
+    FL_LOGI("%s%s", fl_run_identity_str(&id, ids, sizeof ids),
+            id.derived ? " (no FLOTILLA_RUN_ID: the run id is derived from the job and cluster)"
+                       : "");
+  }
   fl_cluster_print_envs(&a.cl, stderr);
   fl_strategy_print_overview(&a.job, stderr);
 
@@ -273,21 +301,22 @@ int main(int argc, char **argv) {
   co.n_servers = a.cl.n_pservers;
   co.num_trainers = a.cl.trainers_num;
   co.heartbeat_timeout_s = a.job.cluster.heartbeat_timeout_s;
+  snprintf(co.run_id, sizeof co.run_id, "%s", id.run_id);
+  co.job_hash = id.job_hash;
   if (fl_ps_core_create(&co, &a.core) != FL_OK) return 1;
   if (a.dir[0]) {
     fl_ckpt *ck = NULL;
     int64_t step = 0;
-    st = fl_ckpt_dir_load_latest(a.dir, &ck, &step);
-    if (st == FL_OK) {
+    st = fl_ckpt_dir_claim(a.dir, &id, start, 1, &ck, &step);
+    if (st == FL_ESTATE) rc = 2; /* another run's: the operator decides */
+    if (st != FL_OK) goto out_core;
+    if (ck) {
       char path[FL_JOB_PATH_MAX + 64];
       fl_ckpt_dir_path(a.dir, step, path, sizeof path);
       st = fl_ps_core_load(a.core, ck, path);
       fl_ckpt_free(ck);
       if (st != FL_OK) goto out_core;
       a.last_step = a.saved_step = fl_ps_core_step(a.core);
-    } else if (st != FL_ENOTFOUND) {
-      FL_LOGE("no valid checkpoint in %s; refusing to start from scratch over it", a.dir);
-      goto out_core;
     } else {
       FL_LOGI("no checkpoint in %s: starting fresh", a.dir);
     }

@@ -46,6 +46,8 @@ typedef struct fl_ps_client_opts {
   double heartbeat_interval_s; /* <= 0: no heartbeats */
   const char *token;          /* copied; NULL/"" = none */
   const char *tls_ca, *tls_cert, *tls_key; /* copied; NULL/"" = insecure */
+  const char *run_id;         /* copied; the run this trainer belongs to (fl_identity.h) */
+  uint64_t job_hash;          /* its job hash: a pserver of another run refuses us */
   int wire_dtype;             /* FLOTILLA__DTYPE__*: gradient/delta pushes are
                                  cast to fp16 or bf16 on the wire (values,
                                  initial values and pulls stay fp32) */
@@ -146,6 +148,10 @@ fl_status fl_sync_ps_bind(fl_sync *s, fl_param *const *params, size_t n,
 fl_ps_client *fl_sync_ps_client(const fl_sync *s);
 /* The step number pushes of the current step carry. */
 int64_t fl_sync_ps_step(const fl_sync *s);
+/* The servers' step when this process first registered: 0 when it joined
+ * the job at its start, > 0 when it rejoins a running job (a restart); the
+ * loop then catches up to fl_sync_ps_step.  0 for another mode. */
+int64_t fl_sync_ps_join_step(const fl_sync *s);
 
 /* Train and evaluate the CTR model (model.kind ctr) with a ps-mode sync:
  * flotilla-trainer runs this instead of fl_trainer_run for that kind.  The

@@ -34,8 +34,14 @@
  *     epoch end (after the eval) and when stopped by max_steps; only rank 0
  *     writes.  A checkpoint holds every parameter and buffer, optimizer
  *     state, gradient accumulators, loss scaler, the step / epoch / batch
- *     position and the shuffle seed; resuming from it gives parameters
- *     bitwise equal to an uninterrupted run's.
+ *     position, the shuffle seed and the run's identity; resuming from it
+ *     gives parameters bitwise equal to an uninterrupted run's.  At start a
+ *     directory holding this run's checkpoints is resumed from, one holding
+ *     another run's is refused unless resume or fresh says what to do
+ *     (fl_ckpt_dir_claim);
+ *   - in ps mode a trainer that rejoins a running job (a restart,
+ *     fl_sync_ps_join_step) goes on from the servers' current step and
+ *     parameters, with or without a checkpoint of its own.
  * Image data is normalised with the mean and std of the training pixels.
  * With train.device gpu the model computes on CUDA device opts->device
  * (fl_model.h; with strategy.amp its GEMMs take amp_configs.dtype unless
@@ -48,6 +54,7 @@
 
 #include "fl_cluster.h"
 #include "fl_config.h"
+#include "fl_identity.h"
 #include "fl_status.h"
 #include "fl_sync.h"
 
@@ -81,7 +88,11 @@ typedef void (*fl_step_fn)(void *ctx, const fl_step_report *r);
 
 typedef struct fl_trainer_options {
   const fl_job *job;          /* resolved and validated; read only */
-  int resume;                 /* continue from the newest checkpoint, if any */
+  int resume;                 /* continue from the newest checkpoint, if any, even
+                                 another run's (fl_identity.h) */
+  int fresh;                  /* move another run's checkpoints aside, start anew */
+  const fl_run_identity *identity; /* this run's, recorded in every checkpoint;
+                                 NULL: none recorded, none checked */
   int64_t max_steps;          /* > 0: stop after this global step (see above) */
   const char *checkpoint_dir; /* NULL or "": train.checkpoint_dir */
   FILE *log;                  /* log and eval lines; NULL = stdout */

@@ -21,6 +21,7 @@
 #include "fl_log.h"
 #include "fl_notify.h"
 #include "fl_obs.h"
+#include "fl_proc.h"
 #include "fl_ps_client.h"
 #include "fl_sync_collective.h"
 #include "fl_trainer.h"
@@ -49,7 +50,11 @@ static void usage(FILE *out) {
           "  --config FILE        the YAML job file (required)\n"
           "  --resume             continue from the newest checkpoint in the checkpoint\n"
           "                       directory (train.checkpoint_dir, FLOTILLA_CHECKPOINT_DIR\n"
-          "                       or --checkpoint_dir); none there: start from scratch\n"
+          "                       or --checkpoint_dir), even one of another run; none\n"
+          "                       there: start from scratch.  Without it, this run's own\n"
+          "                       checkpoints are resumed and another run's refused\n"
+          "  --fresh              move another run's checkpoints aside (into\n"
+          "                       <dir>/old-<time>/) and start from scratch\n"
           "  --dump-config FILE   write the resolved job as YAML to FILE ('-' = stdout)\n"
           "  --max-steps N        stop after optimizer step N (N >= 1); the learning-rate\n"
           "                       schedule still spans the whole job, so a run stopped\n"
@@ -70,6 +75,9 @@ static void usage(FILE *out) {
           "Environment: each cluster flag's FLOTILLA_* variable (above), and\n"
           "  FLOTILLA_TOKEN                 the shared secret (never a flag)\n"
           "  FLOTILLA_LOG_LEVEL             as --log-level\n"
+          "  FLOTILLA_RUN_ID                this run's id, recorded in its checkpoints\n"
+          "                                 (flotilla-run sets it; default: random in local\n"
+          "                                 mode, else derived from the job and cluster)\n"
           "\n"
           "Exit status: 0 done; 1 failed while running (data, checkpoint, peers);\n"
           "2 bad command line, job file or environment.\n");
@@ -145,7 +153,7 @@ static int take_value(int argc, char **argv, int *i, const char *name, const cha
 
 int main(int argc, char **argv) {
   const char *config = NULL, *dump = NULL, *val;
-  int resume = 0;
+  int resume = 0, fresh = 0;
   int64_t max_steps = 0;
   fl_cluster cl;
   static fl_job job; /* large; no need for it on the stack */
@@ -159,6 +167,7 @@ int main(int argc, char **argv) {
       usage(stdout);
       return 0;
     }
+  if (fl_proc_init() != FL_OK) return EXIT_RUN; /* open-file limit, dying with flotilla-run */
   if (fl_cluster_from_env(&cl) != FL_OK) return EXIT_USAGE;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -194,6 +203,8 @@ int main(int argc, char **argv) {
       timeline = val;
     } else if (!strcmp(a, "--resume")) {
       resume = 1;
+    } else if (!strcmp(a, "--fresh")) {
+      fresh = 1;
     } else {
       int matched = 0;
       if (!strncmp(a, "--", 2) && strchr(a, '=')) {
@@ -211,6 +222,10 @@ int main(int argc, char **argv) {
   }
   if (!config) {
     FL_LOGE("--config FILE is required (see flotilla-trainer --help)");
+    return EXIT_USAGE;
+  }
+  if (resume && fresh) {
+    FL_LOGE("--resume and --fresh exclude each other");
     return EXIT_USAGE;
   }
   if (fl_job_load_file(config, &job) != FL_OK) return EXIT_USAGE; /* logged with file:line */
@@ -238,6 +253,17 @@ int main(int argc, char **argv) {
     if (st != FL_OK) return EXIT_USAGE;
   }
 
+  fl_run_identity identity;
+  if (fl_run_identity_resolve(&job, &cl, &identity) != FL_OK) return EXIT_USAGE;
+  {
+    char ids[160];
+    FL_LOGI("%s%s", fl_run_identity_str(&identity, ids, sizeof ids),
+            !identity.derived         ? ""
+            : cl.mode == FL_MODE_LOCAL ? " (no FLOTILLA_RUN_ID: a random run id)"
+                                       : " (no FLOTILLA_RUN_ID: the run id is derived from the "
+                                         "job and cluster)");
+  }
+
   int device;
   if (pick_device(&job, &cl, &device) != FL_OK) return EXIT_RUN;
 
@@ -259,7 +285,8 @@ int main(int argc, char **argv) {
   fl_notify_ready(NULL); /* joined the job: systemd's Type=notify start is done */
   step_obs so = {obs, (int64_t)job.train.batch_size * fl_job_merge_steps(&job)};
 
-  fl_trainer_options opts = {.job = &job, .resume = resume, .max_steps = max_steps,
+  fl_trainer_options opts = {.job = &job, .resume = resume, .fresh = fresh,
+                             .identity = &identity, .max_steps = max_steps,
                              .on_step = on_step, .on_step_ctx = &so, .device = device,
                              .checkpoint_dir = cl.checkpoint_dir[0] ? cl.checkpoint_dir : NULL};
   fl_trainer_report rep;

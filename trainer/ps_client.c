@@ -81,6 +81,7 @@ struct fl_ps_client {
   fl_endpoint *eps;
   char (*names)[FL_HOST_MAX + 16];
   char *token, *tls_ca, *tls_cert, *tls_key;
+  char run_id[64];
   uint64_t incarnation;
   grpc_channel **ch;
   grpc_completion_queue *cq;
@@ -573,6 +574,8 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t *step) {
   r.n_sparse = c->n_tables;
   r.sparse = tp;
   r.total_steps = c->o.total_steps;
+  r.run_id = c->run_id;
+  r.job_hash = c->o.job_hash;
   st = unary(c, s, PATH("Register"), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code, details,
              sizeof details);
   if (st != FL_OK) {
@@ -644,6 +647,8 @@ fl_status fl_ps_client_create(const fl_ps_client_opts *o, fl_ps_client **out) {
   c->ch = calloc((size_t)o->n_servers, sizeof *c->ch);
   c->sb = calloc((size_t)o->n_servers, sizeof *c->sb);
   c->token = dup_opt(o->token);
+  snprintf(c->run_id, sizeof c->run_id, "%s", o->run_id ? o->run_id : "");
+  c->o.run_id = c->run_id;
   c->tls_ca = dup_opt(o->tls_ca);
   c->tls_cert = dup_opt(o->tls_cert);
   c->tls_key = dup_opt(o->tls_key);
