@@ -59,6 +59,8 @@ typedef struct ps_block {
   float **pend;     /* [num_trainers] gradient buffers, made on first use */
   float *acc;
   int64_t *last;    /* [num_trainers] async/geo: last step taken */
+  float *prev;      /* sync: the value before the last step applied ... */
+  int64_t prev_step; /* ... i.e. as of this step (-1: none) */
 } ps_block;
 
 typedef struct ps_table {
@@ -235,6 +237,7 @@ static void free_blocks(ps_block *b, size_t n, int nt) {
     free(b[i].pend);
     free(b[i].acc);
     free(b[i].last);
+    free(b[i].prev);
   }
   free(b);
 }
@@ -320,6 +323,10 @@ static fl_status make_layout(fl_ps_core *c, const uint64_t *numel, char **names,
     x->have = calloc((size_t)c->nt, 1);
     x->pend = calloc((size_t)c->nt, sizeof *x->pend);
     x->last = malloc((size_t)c->nt * sizeof *x->last);
+    x->prev_step = -1;
+    /* A trainer that rejoins while a sync step is applied on some blocks
+     * and not yet on others computes that step from the values before it. */
+    if (c->mode == FL_PS_SYNC && !(x->prev = malloc(x->n * sizeof(float)))) goto nomem;
     if (!x->value || (fl_optim_state_count(c->dense_hp.kind) >= 1 && !x->s1) ||
         (fl_optim_state_count(c->dense_hp.kind) >= 2 && !x->s2) || !x->have || !x->pend ||
         !x->last)
@@ -433,6 +440,8 @@ static void sync_apply(fl_ps_core *c, ps_block *b) {
     float inv = 1.0f / (float)cnt;
     for (uint64_t i = 0; i < b->n; i++) b->acc[i] *= inv;
   }
+  memcpy(b->prev, b->value, b->n * sizeof(float));
+  b->prev_step = b->pend_step;
   x.name = b->name;
   x.param = b->value;
   x.grad = g;
@@ -584,9 +593,12 @@ out:
   if (joined) reevaluate(c);
   resp->step = fl_ps_core_step(c);
   resp->initialized = 1;
+  resp->trainer_next_step = c->n_my ? INT64_MAX : -1;
   for (size_t i = 0; i < c->n_my; i++) {
     pthread_mutex_lock(&c->blocks[i].mu);
     if (!c->blocks[i].initialized) resp->initialized = 0;
+    if (c->blocks[i].last[t] + 1 < resp->trainer_next_step)
+      resp->trainer_next_step = c->blocks[i].last[t] + 1;
     pthread_mutex_unlock(&c->blocks[i].mu);
   }
   resp->server_incarnation = c->incarnation;
@@ -843,6 +855,10 @@ fl_status fl_ps_core_pull_check(fl_ps_core *c, int32_t t, int64_t min_step, cons
     pthread_mutex_lock(&b->mu);
     if (!b->initialized) st = FL_ESTATE;
     else if (c->mode == FL_PS_SYNC && b->step < min_step) ready = 0;
+    else if (c->mode == FL_PS_SYNC && min_step < 0 && b->step != -min_step - 1 &&
+             b->prev_step != -min_step - 1)
+      FL_LOGW("pull from trainer %d as of step %lld: block %u is at step %lld; answering its "
+              "current value", t, (long long)(-min_step - 1), b->id, (long long)b->step);
     pthread_mutex_unlock(&b->mu);
   }
   if (st != FL_OK) return st;
@@ -854,8 +870,8 @@ static int cmp_u32(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-fl_status fl_ps_core_pull_pack(fl_ps_core *c, const uint32_t *ids, size_t n, fl_rpc_outbuf *ob,
-                               grpc_byte_buffer **out) {
+fl_status fl_ps_core_pull_pack(fl_ps_core *c, int64_t min_step, const uint32_t *ids, size_t n,
+                               fl_rpc_outbuf *ob, grpc_byte_buffer **out) {
   Flotilla__PullDenseResponse resp = FLOTILLA__PULL_DENSE_RESPONSE__INIT;
   Flotilla__DenseBlock *dbs = calloc(n, sizeof *dbs);
   Flotilla__DenseBlock **dbp = calloc(n, sizeof *dbp);
@@ -886,6 +902,10 @@ fl_status fl_ps_core_pull_pack(fl_ps_core *c, const uint32_t *ids, size_t n, fl_
     dbs[i].value = &ts[i];
     dbp[i] = &dbs[i];
     if (b->step < step) step = b->step;
+    if (min_step < 0 && b->step == -min_step && b->prev_step == -min_step - 1) {
+      ts[i].data.data = (uint8_t *)b->prev; /* as of the step asked for */
+      step = -min_step - 1;
+    }
   }
   resp.n_blocks = n;
   resp.blocks = dbp;
@@ -1593,6 +1613,7 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
     fl_ckpt_find(ck, name, &r);
     meta = r.data;
     b->step = meta[0];
+    b->prev_step = -1;
     b->updates = meta[1];
     b->initialized = meta[2] != 0;
     b->n_pend = 0;

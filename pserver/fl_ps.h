@@ -155,12 +155,18 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
 fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest *req,
                                 Flotilla__PushDenseResponse *resp);
 /* FL_OK when the pull can be answered now, FL_EAGAIN when it must wait
- * (sync mode), or an error. */
+ * (sync mode), or an error.  min_step > 0: the values once step min_step
+ * is applied (held until then); 0: the current values; -(s+1): sync mode,
+ * the values as of step s (the ones step s's gradients are computed from;
+ * a trainer rejoining a running job asks for them, since the step may be
+ * applied on some blocks and not on others: a block already past s answers
+ * the value it kept from before s was applied), never held. */
 fl_status fl_ps_core_pull_check(fl_ps_core *c, int32_t trainer_id, int64_t min_step,
                                 const uint32_t *blocks, size_t n);
-/* Pack the answer of a pull that fl_ps_core_pull_check cleared into a byte
- * buffer (the blocks are copied under their locks). */
-fl_status fl_ps_core_pull_pack(fl_ps_core *c, const uint32_t *blocks, size_t n,
+/* Pack the answer of a pull that fl_ps_core_pull_check cleared (with the
+ * same min_step) into a byte buffer (the blocks are copied under their
+ * locks). */
+fl_status fl_ps_core_pull_pack(fl_ps_core *c, int64_t min_step, const uint32_t *blocks, size_t n,
                                fl_rpc_outbuf *ob, grpc_byte_buffer **out);
 /* Sparse pull: *scratch (malloc'd, *cap floats, grown as needed, owned by
  * the caller) receives the rows; resp->values points into it. */

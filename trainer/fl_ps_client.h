@@ -75,7 +75,8 @@ void fl_ps_client_destroy(fl_ps_client *c);
  * dense parameters and sparse tables (arrays copied; values stay the
  * caller's).  A server whose blocks have no value yet gets them from
  * params (the first trainer's values win).  *step gets the step to go on
- * from (the highest the servers report). */
+ * from: sync - the lowest the servers report (the step they all still take
+ * pushes for), async/geo - the highest. */
 fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params, size_t n,
                                 const fl_ps_sparse_spec *tables, size_t n_tables,
                                 int64_t *step);
@@ -93,7 +94,8 @@ const fl_ps_layout *fl_ps_client_layout(const fl_ps_client *c);
 fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int64_t step,
                                   const float *src);
 /* Queue a pull of dense block `block` into its parameter's value memory,
- * answered once the server applied every step < min_step (sync). */
+ * answered once the server applied every step < min_step (sync); min_step
+ * -(s+1): the values as of step s (sync, see pserver/fl_ps.h). */
 fl_status fl_ps_client_pull_block(fl_ps_client *c, uint32_t block, int64_t min_step);
 /* Wait for every queued call (repeating them after a re-registration when
  * needed).  Returns the first error. */
@@ -146,6 +148,11 @@ fl_status fl_sync_ps_bind(fl_sync *s, fl_param *const *params, size_t n,
 /* The client of a ps-mode fl_sync (NULL for another mode or before
  * init_params). */
 fl_ps_client *fl_sync_ps_client(const fl_sync *s);
+/* async/geo: after a registration, the step this trainer id pushes next
+ * (one past the last the servers took from it, the lowest over the servers
+ * that hold dense blocks); -1 when unknown. */
+int64_t fl_ps_client_own_next_step(const fl_ps_client *c);
+
 /* The step number pushes of the current step carry. */
 int64_t fl_sync_ps_step(const fl_sync *s);
 /* The servers' step when this process first registered: 0 when it joined

@@ -547,7 +547,7 @@ static fl_status catch_up(trainer *t, int64_t step) {
   }
   t->updates = step;
   t->last_saved = -1;
-  FL_LOGI("rejoining the running job at the pservers' step %" PRId64 " (epoch %" PRId64
+  FL_LOGI("rejoining the running job at step %" PRId64 " (epoch %" PRId64
           ", batch %" PRId64 "), from step %" PRId64 " of %s", step, t->epoch, t->batch, from,
           from ? "this trainer's checkpoint" : "a fresh start");
   return FL_OK;

@@ -103,6 +103,7 @@ struct fl_ps_client {
   fl_ps_sparse_spec *tables;
   size_t n_tables;
   _Atomic int64_t step_seen;
+  int64_t own_next; /* async/geo: min over servers of trainer_next_step, -1 unknown */
 
   /* driver-thread scratch */
   fl_rpc_arena arena;
@@ -533,7 +534,7 @@ static fl_status unary(fl_ps_client *c, int server, const char *method,
 }
 
 /* Register with server s; give it initial values when it has none. */
-static fl_status register_server(fl_ps_client *c, int s, int64_t *step) {
+static fl_status register_server(fl_ps_client *c, int s, int64_t *step, int64_t *own) {
   Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
   Flotilla__RegisterResponse *resp;
   Flotilla__DenseParamSpec *specs = NULL, **sp = NULL;
@@ -590,6 +591,7 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t *step) {
     goto done;
   }
   if (step) *step = resp->step;
+  if (own) *own = resp->trainer_next_step;
   if (!resp->initialized && c->layout) {
     /* Our values become the server's (the first trainer's win). */
     for (size_t b = 0; b < c->layout->n_blocks && st == FL_OK; b++) {
@@ -789,9 +791,14 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
     FL_TRY(st);
   }
   for (int s = 0; s < c->o.n_servers; s++) {
-    int64_t st_s = 0;
-    FL_TRY(register_server(c, s, &st_s));
-    if (st_s > best) best = st_s;
+    int64_t st_s = 0, own = -1;
+    FL_TRY(register_server(c, s, &st_s, &own));
+    if (s == 0) c->own_next = -1;
+    if (own >= 0 && (c->own_next < 0 || own < c->own_next)) c->own_next = own;
+    /* sync: the step every server still takes pushes for (a server may
+     * have applied it already); async/geo: the newest */
+    if (s == 0 || (c->o.mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC ? st_s < best : st_s > best))
+      best = st_s;
   }
   if (step) *step = best;
   if (c->o.heartbeat_interval_s > 0 && !c->hb_started) {
@@ -803,6 +810,8 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
 }
 
 const fl_ps_layout *fl_ps_client_layout(const fl_ps_client *c) { return c->layout; }
+
+int64_t fl_ps_client_own_next_step(const fl_ps_client *c) { return c->own_next; }
 
 void fl_ps_client_set_total_steps(fl_ps_client *c, int64_t total_steps) {
   c->o.total_steps = total_steps;
@@ -872,7 +881,7 @@ fl_status fl_ps_client_wait(fl_ps_client *c) {
       if (!again[s]) continue;
       FL_LOGI("pserver %d (%s) does not know trainer %d: registering again", s, c->names[s],
               c->o.trainer_id);
-      if ((st = register_server(c, s, NULL)) != FL_OK) {
+      if ((st = register_server(c, s, NULL, NULL)) != FL_OK) {
         free(again);
         c->n_ops = 0;
         return st;
@@ -1008,7 +1017,7 @@ fl_status fl_ps_client_complete(fl_ps_client *c) {
       st = unary(c, s, PATH("Complete"), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
                  details, sizeof details);
       if (st != FL_ESTATE || round >= 2) break;
-      FL_TRY(register_server(c, s, NULL));
+      FL_TRY(register_server(c, s, NULL, NULL));
     }
     if (st != FL_OK)
       return FL_ERR(st, "pserver %d (%s) Complete: %s (%s)", s, c->names[s],

@@ -21,8 +21,8 @@
  * (a restarted trainer joins at the servers' current step).  Only trainable
  * parameters travel; buffers (batch-norm statistics) stay local.
  * agree_steps is a barrier (minimum) kept by the servers for the whole job
- * ("job/agree_steps"), reduce_metrics a barrier (sum) named by the step it
- * is called at and its rank among the calls at that step
+ * ("job/agree_steps"), reduce_metrics a barrier (sum) named by the loop's
+ * step it is called at and its rank among the calls at that step
  * ("metrics/<step>/<n>"), so that a trainer restarted into a running job
  * (its first registration finds the servers past step 0: it rejoins and
  * the loop catches up to their step, fl_sync_ps_join_step) meets the
@@ -49,7 +49,8 @@ typedef struct sync_ps {
   int rank, world;
   int64_t step;        /* step number of the pushes of the current step */
   int64_t local_steps; /* steps done by this process (geo period) */
-  int64_t metrics_step; /* step of the last reduce_metrics */
+  int64_t loop_step;    /* the loop's step (optimizer steps done), for barrier names */
+  int64_t metrics_step; /* loop step of the last reduce_metrics */
   int64_t metrics_seq;  /* calls at that step */
   int64_t join_step;    /* servers' step at the first registration */
   /* the parameters that travel */
@@ -136,10 +137,18 @@ static fl_status ps_init_params(void *self, fl_model *m) {
   FL_TRY(st);
   s->registered = 1;
   s->step = step;
+  /* async/geo: a trainer rejoining goes on from its own last push, so that
+   * its share of the data is not skipped (the others went on meanwhile) */
+  if (s->join_step > 0 && s->mode != FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC &&
+      fl_ps_client_own_next_step(s->client) >= 0)
+    s->step = fl_ps_client_own_next_step(s->client);
+  if (s->join_step > 0) s->loop_step = s->step; /* where the loop catches up to */
   s->pushed = calloc(s->np, 1);
   if (!s->pushed) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
-  /* Everyone starts from the servers' values. */
-  FL_TRY(pull_all(s, 0));
+  /* Everyone starts from the servers' values; in sync mode those as of the
+   * step to push next (a rejoining trainer may find it applied on some
+   * blocks already: they answer the values from before it). */
+  FL_TRY(pull_all(s, s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC ? -(s->step + 1) : 0));
   FL_TRY(fl_ps_client_wait(s->client));
   if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_GEO) {
     size_t off = 0;
@@ -203,7 +212,7 @@ static fl_status geo_exchange(sync_ps *s) {
 static fl_status ps_step_begin(void *self, fl_model *m, int64_t step) {
   sync_ps *s = self;
   (void)m;
-  (void)step;
+  s->loop_step = step;
   if (s->finished) return FL_ERR(FL_ESTATE, "ps mode: a step begun after finish");
   if (!s->pushed) return FL_ERR(FL_ESTATE, "ps mode: a step begun before init_params");
   s->err = FL_OK;
@@ -240,7 +249,7 @@ static void ps_grad_ready(void *self, fl_model *m, size_t index) {
 static fl_status ps_step_end(void *self, fl_model *m, int64_t step, int *apply) {
   sync_ps *s = self;
   (void)m;
-  (void)step;
+  s->loop_step = step + 1;
   if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_GEO) {
     *apply = 1;
     s->step++;
@@ -271,11 +280,11 @@ static fl_status ps_reduce_metrics(void *self, double *v, size_t n) {
   if (n > 64) return FL_ERR(FL_EINVAL, "ps mode: %zu metrics in one reduction (at most 64)", n);
   sums = malloc((n + 1) * sizeof *sums);
   if (!sums) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
-  if (s->metrics_step != s->step) {
-    s->metrics_step = s->step;
+  if (s->metrics_step != s->loop_step) {
+    s->metrics_step = s->loop_step;
     s->metrics_seq = 0;
   }
-  snprintf(name, sizeof name, "metrics/%" PRId64 "/%" PRId64, s->step, s->metrics_seq++);
+  snprintf(name, sizeof name, "metrics/%" PRId64 "/%" PRId64, s->loop_step, s->metrics_seq++);
   st = fl_ps_client_barrier(s->client, name, v, n, 0, sums, NULL);
   if (st == FL_OK) memcpy(v, sums, n * sizeof *v);
   free(sums);
