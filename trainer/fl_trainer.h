@@ -49,6 +49,7 @@
 #ifndef FL_TRAINER_H
 #define FL_TRAINER_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -99,7 +100,16 @@ typedef struct fl_trainer_options {
   fl_step_fn on_step;         /* called after every optimizer step (may be NULL) */
   void *on_step_ctx;
   int device;                 /* train.device gpu: the CUDA ordinal to use (0) */
+  /* Set (non-zero) by a SIGTERM/SIGINT handler; NULL: never.  The loop
+   * finishes the step it is in, agrees with the other ranks on a step to
+   * stop at (collective: they compare flags every FL_TRAINER_STOP_EVERY
+   * steps; local and ps trainers stop on their own), checkpoints there and
+   * returns FL_OK with report.stopped set, without sync->ops->finish (the
+   * job is not complete; --resume continues it). */
+  volatile sig_atomic_t *stop;
 } fl_trainer_options;
+
+#define FL_TRAINER_STOP_EVERY 4
 
 /* What a run did (this rank). */
 typedef struct fl_trainer_report {
@@ -111,6 +121,7 @@ typedef struct fl_trainer_report {
   int64_t train_samples;   /* samples trained on in this run */
   size_t activation_bytes; /* fl_model_activation_bytes */
   int64_t steps_per_epoch;
+  int stopped;             /* 1: ended early by opts->stop (checkpointed) */
 } fl_trainer_report;
 
 /* Train the job with the mode in sync (which stays the caller's); a

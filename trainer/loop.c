@@ -581,6 +581,19 @@ static void trainer_free(trainer *t) {
   free(t->accbuf);
 }
 
+/* A stop was asked (opts->stop) and, in collective mode, the ranks agree
+ * on this step: every rank asks at the same steps (a multiple of
+ * FL_TRAINER_STOP_EVERY), and they stop when any rank was asked. */
+static int stop_agreed(trainer *t, const fl_trainer_options *o, fl_status *st) {
+  if (!o->stop) return 0;
+  int mine = *o->stop != 0;
+  if (t->world == 1 || t->ps) return mine;
+  if (t->step % FL_TRAINER_STOP_EVERY != 0) return 0;
+  double v = mine;
+  *st = t->ops->reduce_metrics(t->self, &v, 1);
+  return *st == FL_OK && v > 0;
+}
+
 /* Train epochs from the current position until the end or max_steps. */
 static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_report *rep) {
   const fl_job *job = t->job;
@@ -604,6 +617,18 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
       samples += (int64_t)(t->k * job->train.batch_size);
       steps++;
       if (o->on_step) o->on_step(o->on_step_ctx, &r);
+      fl_status sst = FL_OK;
+      if (stop_agreed(t, o, &sst)) {
+        FL_TRY(save_checkpoint(t));
+        FL_LOGI("stopped by a signal at step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64
+                ")%s", t->step, t->epoch, t->batch,
+                t->rank == 0 && t->ckdir[0] ? "; --resume continues from its checkpoint"
+                : t->ckdir[0]               ? ""
+                                            : "; no checkpoint_dir: the progress is not kept");
+        rep->stopped = 1;
+        return FL_OK;
+      }
+      FL_TRY(sst);
       if (interval > 0 && t->step % interval == 0 && s + 1 < t->steps_per_epoch)
         FL_TRY(save_checkpoint(t));
     }
@@ -702,8 +727,9 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   rep.epochs_done = t.epoch;
   st = run_epochs(&t, o, &rep);
   rep.steps = t.step;
-  /* finish while the model still exists: geo pushes its last delta from it */
-  if (st == FL_OK) st = t.ops->finish(t.self);
+  /* finish while the model still exists: geo pushes its last delta from it;
+   * a run stopped by a signal is not finished (not complete) */
+  if (st == FL_OK && !rep.stopped) st = t.ops->finish(t.self);
 done:
   trainer_free(&t);
   if (out) *out = rep;

@@ -3,17 +3,24 @@
  * to the training loop (loop.c).  Kept thin on purpose: everything that
  * trains lives behind fl_trainer_run.
  *
- * Exit status: 0 the run finished; 1 it failed while running (data files,
- * checkpoints, model, peers); 2 the command line, the job file or the
- * FLOTILLA_* environment is wrong (nothing was trained). */
+ * SIGTERM or SIGINT: the step in progress is finished, the ranks agree on
+ * a step to stop at, rank 0 checkpoints there and the trainer exits 0
+ * (--resume continues); a second signal exits at once (128 + signal).
+ *
+ * Exit status: 0 the run finished, or was stopped by a signal and
+ * checkpointed; 1 it failed while running (data files, checkpoints, model,
+ * peers); 2 the command line, the job file or the FLOTILLA_* environment is
+ * wrong (nothing was trained). */
 #include <config.h>
 
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "fl_cluster.h"
 #include "fl_config.h"
@@ -110,6 +117,29 @@ static fl_status pick_device(const fl_job *job, const fl_cluster *cl, int *devic
           *device, n);
   return FL_OK;
 #endif
+}
+
+/* SIGTERM / SIGINT: the first asks the loop to stop (fl_trainer_options.stop),
+ * a second one ends the process at once. */
+static volatile sig_atomic_t g_stop;
+
+static void on_stop_signal(int sig) {
+  static const char first[] = "flotilla-trainer: stop requested: finishing the step, then a "
+                              "checkpoint (a second signal exits at once)\n";
+  if (g_stop) _exit(128 + sig);
+  g_stop = sig;
+  ssize_t n = write(STDERR_FILENO, first, sizeof first - 1);
+  (void)n;
+}
+
+static void catch_stop_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
 }
 
 /* Per-step figures for /metrics and the timeline (fl_obs.h). */
@@ -286,16 +316,22 @@ int main(int argc, char **argv) {
   step_obs so = {obs, (int64_t)job.train.batch_size * fl_job_merge_steps(&job)};
 
   fl_trainer_options opts = {.job = &job, .resume = resume, .fresh = fresh,
-                             .identity = &identity, .max_steps = max_steps,
+                             .identity = &identity, .max_steps = max_steps, .stop = &g_stop,
                              .on_step = on_step, .on_step_ctx = &so, .device = device,
                              .checkpoint_dir = cl.checkpoint_dir[0] ? cl.checkpoint_dir : NULL};
   fl_trainer_report rep;
+  memset(&rep, 0, sizeof rep);
+  if (strcmp(job.model.kind, "ctr")) catch_stop_signals(); /* fl_ctr_run does not stop early */
   st = strcmp(job.model.kind, "ctr") ? fl_trainer_run(&opts, &sync, &rep) : fl_ctr_run(&opts, &sync, &rep);
-  if (st == FL_OK) st = sync.ops->finish(sync.self);
+  if (st == FL_OK && !rep.stopped) st = sync.ops->finish(sync.self);
   sync.ops->destroy(sync.self);
   fl_status obs_st = fl_obs_stop(obs);
   if (st == FL_OK) st = obs_st;
   if (st != FL_OK) return EXIT_RUN; /* logged where it happened */
+  if (rep.stopped) {
+    FL_LOGI("stopped by %s after %" PRId64 " steps", strsignal((int)g_stop), rep.steps);
+    return 0;
+  }
   FL_LOGI("done: %" PRId64 " steps, %" PRId64 " epochs", rep.steps, rep.epochs_done);
   return 0;
 }
