@@ -1127,6 +1127,43 @@ fl_status fl_job_validate(const fl_job *job) {
 
 /* ------------------------------------------------------------ loading */
 
+static void put_elem(FILE *out, ftype et, const field *f, const char *p);
+
+/* The startup summary: the sections the file leaves out, and the keys of
+ * model, data, optimizer and train it leaves to their defaults, with the
+ * values they take (one info line). */
+static void log_defaults(const ctx *c, const fl_job *job) {
+  static const char *const detailed[] = {"model", "data", "optimizer", "train", NULL};
+  char *text = NULL, path[PATH_BUF];
+  size_t len = 0;
+  int n = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return;
+  for (const field *s = f_job; s->key; s++) {
+    if (!has(c, s->key)) {
+      fprintf(f, "%s%s (whole section)", n++ ? ", " : "", s->key);
+      continue;
+    }
+    int d = 0;
+    for (size_t k = 0; detailed[k]; k++) d |= !strcmp(detailed[k], s->key);
+    if (!d) continue;
+    for (const field *g = s->sub; g->key; g++) {
+      if (g->type == F_MAP || g->type == F_FP16AR || g->type == F_UNSUP_BOOL ||
+          g->type == F_UNSUP_NUM || g->type == F_UNSUP_MAP)
+        continue;
+      snprintf(path, sizeof path, "%s.%s", s->key, g->key);
+      if (has(c, path)) continue;
+      fprintf(f, "%s%s", n++ ? ", " : "", path);
+      if (g->type < F_INT_ARRAY || g->type > F_STR_LIST) {
+        fputc('=', f);
+        put_elem(f, g->type, g, (const char *)job + s->off + g->off);
+      }
+    }
+  }
+  if (fclose(f) == 0 && n) FL_LOGI("%s relies on defaults for: %s", c->name, text);
+  free(text);
+}
+
 static fl_status load_text(const char *text, size_t len, const char *name, fl_job *job) {
   yaml_parser_t parser;
   yaml_document_t doc, extra;
@@ -1155,12 +1192,18 @@ static fl_status load_text(const char *text, size_t len, const char *name, fl_jo
     goto out;
   }
   const yaml_node_t *root = yaml_document_get_root_node(&doc);
-  if (root) {
-    st = walk_map(&c, f_job, root, (char *)job, "");
-    if (st != FL_OK) goto out;
+  /* An empty file would train a default job without a word. */
+  if (!root || (root->type == YAML_MAPPING_NODE &&
+                root->data.mapping.pairs.start == root->data.mapping.pairs.top)) {
+    st = perr(&c, NULL, NULL, "the job file has no section (model, data, optimizer, lr_schedule, "
+              "train, cluster, pserver, strategy): nothing to train");
+    goto out;
   }
+  st = walk_map(&c, f_job, root, (char *)job, "");
+  if (st != FL_OK) goto out;
   st = normalise(&c);
   if (st == FL_OK) st = check_job(&c, job);
+  if (st == FL_OK) log_defaults(&c, job);
   goto out;
 
 syntax:

@@ -14,7 +14,9 @@
 #     with both run ids named, and a pserver that loaded a checkpoint of
 #     another model names that checkpoint, not "the first trainer";
 #   temporary files left by a writer killed during a write (fault 7) are
-#     removed at start, with a message.
+#     removed at start, with a message;
+#   an empty job file is an error (fault 9), and the defaults a file relies
+#     on are named at start.
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
 
 # job FILE EPOCHS CHECKPOINT_DIR [HIDDEN [MODE]]
@@ -171,6 +173,22 @@ has "$tmp/$n.tr0.log" "differ from those this server holds \([0-9]+ parameters, 
 hasnt "$tmp/$n.tr0.log" "first trainer" "$n: trainer"
 kill -TERM "$PS0"
 wait_exit "$PS0" 20
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
+
+# ------------------------- an empty job file (fault 9), the defaults used
+n=jobfile
+f0=$fails
+: > "$tmp/$n.empty.yaml"
+local_run $n.empty "$tmp/$n.empty.log" --
+[ "$rc" = 2 ] || fail "$n: empty job file: exit $rc (want 2)"
+has "$tmp/$n.empty.log" "$n.empty.yaml: the job file has no section .*nothing to train" "$n: empty"
+hasnt "$tmp/$n.empty.log" '^\[Epoch' "$n: empty job file trained"
+job "$tmp/$n.yaml" 1 "$tmp/$n.ck"
+sed -i '/^optimizer:/d' "$tmp/$n.yaml"
+local_run $n "$tmp/$n.log" --
+[ "$rc" = 0 ] || fail "$n: exit $rc"
+has "$tmp/$n.log" "$n.yaml relies on defaults for: .*data.limit_train=0.*optimizer \(whole section\).*strategy \(whole section\)" "$n"
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
 
