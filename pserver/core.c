@@ -1243,15 +1243,34 @@ void fl_ps_core_tick(fl_ps_core *c, double now) {
 }
 
 int fl_ps_core_finished(fl_ps_core *c) {
-  int done = 0, open = 0;
+  int done = 0, open = 0, never = 0;
   pthread_mutex_lock(&c->mu);
   for (int t = 0; t < c->nt; t++) {
     if (c->tr[t].state == T_DONE) done++;
     else if (c->tr[t].state == T_LIVE || (c->tr[t].state == T_UNKNOWN && is_counted(c, t)))
       open++;
+    else if (c->tr[t].state == T_UNKNOWN)
+      never++;
   }
   pthread_mutex_unlock(&c->mu);
-  return done > 0 && open == 0;
+  if (done == 0 || open > 0) return 0;
+  return never ? -1 : 1;
+}
+
+size_t fl_ps_core_unregistered(fl_ps_core *c, char *out, size_t cap) {
+  size_t n = 0, len = 0;
+  if (cap) out[0] = '\0';
+  pthread_mutex_lock(&c->mu);
+  for (int t = 0; t < c->nt; t++) {
+    if (c->tr[t].state != T_UNKNOWN) continue;
+    if (len < cap) {
+      int k = snprintf(out + len, cap - len, "%s%d", n ? ", " : "", t);
+      if (k > 0) len += (size_t)k;
+    }
+    n++;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return n;
 }
 
 int64_t fl_ps_core_step(fl_ps_core *c) {

@@ -208,9 +208,16 @@ int fl_ps_core_trainer_live(fl_ps_core *c, int32_t trainer_id);
  * the grace period is over; also logs sparse evictions since the last tick. */
 void fl_ps_core_tick(fl_ps_core *c, double now);
 
-/* 1 when the job is over for this server: every trainer completed or is
- * dead, and at least one completed. */
+/* The job is over for this server when every trainer that registered
+ * completed or is dead, at least one completed, and no trainer is still
+ * expected: 1 when every trainer registered (the job is complete), -1 when
+ * some never did (given up after heartbeat_timeout_s: the job is NOT
+ * complete - e.g. the server ran out of file descriptors and refused their
+ * connections), 0 while not over. */
 int fl_ps_core_finished(fl_ps_core *c);
+/* The trainers that never registered: count, and their ids ("7, 8, 9")
+ * into out (cap bytes, caller's buffer). */
+size_t fl_ps_core_unregistered(fl_ps_core *c, char *out, size_t cap);
 
 /* The server's step: sync - the lowest step any of its blocks waits for;
  * async/geo - one past the highest step pushed.  0 before any layout. */

@@ -24,6 +24,7 @@
  * the checkpoint at shutdown could not be written. */
 #include <config.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -59,6 +60,9 @@ typedef struct app {
   uv_timer_t tick;
   uv_signal_t sig_term, sig_int;
   int stopping;
+  int incomplete;     /* ended without every trainer: exit 1 */
+  int files_short;    /* ran out of file descriptors (logged once) */
+  double files_checked;
   fl_metrics_server *metrics;
 } app;
 
@@ -169,6 +173,30 @@ static void shutdown_loop(app *a, const char *why) {
   uv_stop(&a->loop);
 }
 
+/* Every second: descriptors in use against RLIMIT_NOFILE.  gRPC refuses
+ * connections it cannot accept (EMFILE) with a line of its own; say what
+ * it means, once. */
+static void check_files(app *a, double now) {
+  if (a->files_short || now - a->files_checked < 1.0) return;
+  a->files_checked = now;
+  size_t limit = fl_proc_max_files(), open = 0;
+  if (limit == 0 || limit == (size_t)-1) return;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d && errno != EMFILE) return;
+  if (d) {
+    while (readdir(d)) open++;
+    closedir(d);
+    open = open > 3 ? open - 3 : 0; /* ".", ".." and the directory's own */
+    if (open + 2 < limit) return;
+  } else {
+    open = limit; /* not even one more */
+  }
+  a->files_short = 1;
+  FL_LOGE("out of file descriptors: %zu open of the limit %zu (RLIMIT_NOFILE, ulimit -n): new "
+          "trainer connections fail with EMFILE (Too many open files); raise the limit", open,
+          limit);
+}
+
 static void on_tick(uv_timer_t *t) {
   app *a = t->data;
   double now = fl_ps_now();
@@ -189,9 +217,20 @@ static void on_tick(uv_timer_t *t) {
       else a->last_time = now;
     }
   }
-  if (fl_ps_core_finished(a->core)) {
+  check_files(a, now);
+  int fin = fl_ps_core_finished(a->core);
+  if (fin > 0) {
     FL_LOGI("every trainer completed; shutting down");
     shutdown_loop(a, "job complete");
+  } else if (fin < 0) {
+    char ids[512];
+    size_t n = fl_ps_core_unregistered(a->core, ids, sizeof ids);
+    FL_LOGE("the job is NOT complete: %zu of %d trainers never registered (trainer %s) within "
+            "heartbeat_timeout_s %.0f%s; the others completed; shutting down with exit 1", n,
+            a->cl.trainers_num, ids, a->job.cluster.heartbeat_timeout_s,
+            a->files_short ? " - this server ran out of file descriptors" : "");
+    a->incomplete = 1;
+    shutdown_loop(a, "job incomplete");
   }
 }
 
@@ -377,7 +416,7 @@ int main(int argc, char **argv) {
   uv_run(&a.loop, UV_RUN_DEFAULT);
   uv_loop_close(&a.loop);
   /* The job's last state could not be kept: say so in the exit status. */
-  rc = a.final_st == FL_OK ? 0 : 1;
+  rc = a.final_st == FL_OK && !a.incomplete ? 0 : 1;
 
   fl_metrics_server_stop(a.metrics);
 out_srv:

@@ -7,7 +7,10 @@
  * different blocks overlap each other and the rest of backward).  Every
  * call has a deadline (cluster.rpc_timeout_s); UNAVAILABLE and an expired
  * deadline are retried with exponential backoff (50 ms doubling to 2 s)
- * for up to retry_budget_s - pushes carry (trainer, step) so a retried push
+ * for up to retry_budget_s (a held call - a sync pull, a barrier - waits
+ * longer for the other trainers, as long as the server answers something:
+ * one that answers nothing for server_timeout_s is hung, and the call
+ * fails naming it) - pushes carry (trainer, step) so a retried push
  * is applied once.  FAILED_PRECONDITION means the server does not know this
  * trainer (it restarted, or declared the trainer dead): the client
  * registers again, gives the server its current parameter values if the
@@ -44,6 +47,9 @@ typedef struct fl_ps_client_opts {
   double rpc_timeout_s;       /* deadline of one call */
   double retry_budget_s;      /* how long UNAVAILABLE is retried */
   double heartbeat_interval_s; /* <= 0: no heartbeats */
+  double server_timeout_s;    /* > 0: a server that answers nothing (no call, no
+                                 heartbeat) for this long while calls wait on it
+                                 is hung: they fail naming it (heartbeat_timeout_s) */
   const char *token;          /* copied; NULL/"" = none */
   const char *tls_ca, *tls_cert, *tls_key; /* copied; NULL/"" = insecure */
   const char *run_id;         /* copied; the run this trainer belongs to (fl_identity.h) */

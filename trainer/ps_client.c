@@ -64,7 +64,7 @@ typedef struct op {
   size_t req_bytes; /* of the request in flight */
   int attempt;
   int warned;
-  double start, due;
+  double start, due, said; /* said: when the last "still retrying" went out */
   fl_status st;
   struct op *next_retry;
 } op;
@@ -121,6 +121,10 @@ struct fl_ps_client {
   pthread_cond_t hb_cv;
   int hb_stop;
 
+  /* when each server last answered anything (now_s clock, as bits) */
+  _Atomic uint64_t *last_answer;
+  _Atomic int *hung_said; /* the "hung" error was logged for this server */
+
   /* totals (fl_ps_client_counters) */
   _Atomic uint64_t n_calls, n_pushes, n_pulls, n_sent, n_received, n_retries, n_failed;
 };
@@ -142,6 +146,22 @@ static const char *op_name(int type) {
 }
 
 static char *dup_opt(const char *s) { return s && s[0] ? strdup(s) : NULL; }
+
+/* Server s answered (any status but a transport failure): it is alive. */
+static void heard_from(fl_ps_client *c, int s) {
+  double now = now_s();
+  uint64_t bits;
+  memcpy(&bits, &now, sizeof bits);
+  atomic_store(&c->last_answer[s], bits);
+}
+
+/* Seconds since server s last answered. */
+static double silent_for(fl_ps_client *c, int s) {
+  uint64_t bits = atomic_load(&c->last_answer[s]);
+  double t;
+  memcpy(&t, &bits, sizeof t);
+  return now_s() - t;
+}
 
 static int retriable(grpc_status_code code) {
   return code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED;
@@ -413,7 +433,18 @@ static void on_complete(fl_ps_client *c, op *o) {
   fl_status st;
 
   fl_rpc_call_details(&o->call, details, sizeof details);
-  if (code == GRPC_STATUS_OK) {
+  if (!retriable(code)) heard_from(c, o->server);
+  if (code == GRPC_STATUS_DEADLINE_EXCEEDED && c->o.server_timeout_s > 0 && !c->shutting &&
+      silent_for(c, o->server) > c->o.server_timeout_s) {
+    /* Not slow trainers: the server itself answers nothing, heartbeats
+     * included (stopped, hung, or cut off). */
+    count_call(c, op_name(o->type), code, o->req_bytes, 0, 0);
+    st = FL_ETIMEDOUT;
+    if (!atomic_exchange(&c->hung_said[o->server], 1))
+      FL_LOGE("pserver %d (%s) has answered nothing for %.0f s (heartbeat_timeout_s %.0f): it "
+              "is hung or unreachable; giving up %s", o->server, c->names[o->server],
+              silent_for(c, o->server), c->o.server_timeout_s, op_name(o->type));
+  } else if (code == GRPC_STATUS_OK) {
     count_call(c, op_name(o->type), code, o->req_bytes,
                o->call.recv ? grpc_byte_buffer_length(o->call.recv) : 0, 0);
     st = op_parse(c, o);
@@ -428,10 +459,19 @@ static void on_complete(fl_ps_client *c, op *o) {
     if (back > 2.0) back = 2.0;
     back *= 0.75 + 0.5 * ((double)rand() / RAND_MAX);
     if (!o->warned) {
-      FL_LOGW("pserver %d (%s) %s: %s (%s); retrying for up to %.0f s", o->server,
-              c->names[o->server], op_name(o->type), fl_rpc_code_name(code), details,
-              c->o.retry_budget_s);
+      if (code == GRPC_STATUS_DEADLINE_EXCEEDED && held_call(o))
+        FL_LOGI("pserver %d (%s) %s: still waiting for the other trainers; waiting on while "
+                "the server answers", o->server, c->names[o->server], op_name(o->type));
+      else
+        FL_LOGW("pserver %d (%s) %s: %s (%s); retrying for up to %.0f s", o->server,
+                c->names[o->server], op_name(o->type), fl_rpc_code_name(code), details,
+                c->o.retry_budget_s);
       o->warned = 1;
+      o->said = now;
+    } else if (now - o->said >= 5) {
+      FL_LOGI("pserver %d (%s) %s: %s, still retrying after %.0f s", o->server,
+              c->names[o->server], op_name(o->type), fl_rpc_code_name(code), now - o->start);
+      o->said = now;
     }
     o->attempt++;
     count_call(c, op_name(o->type), code, 0, 0, 1);
@@ -510,13 +550,18 @@ static void *driver_main(void *arg) {
 static fl_status unary(fl_ps_client *c, int server, const char *method,
                        const ProtobufCMessage *req, double timeout, fl_rpc_outbuf *ob,
                        fl_rpc_inbuf *in, grpc_status_code *code, char *details, size_t cap) {
-  double start = now_s();
+  double start = now_s(), said = start;
   int attempt = 0, warned = 0;
   for (;;) {
     fl_status st = fl_rpc_unary(c->ch[server], method, req, timeout, c->token, ob, in, code,
                                 details, cap);
     int last = st == FL_OK || !retriable(*code) || now_s() - start > c->o.retry_budget_s;
     double back;
+    if (!retriable(*code)) heard_from(c, server);
+    /* a server that answers nothing at all is hung: bounded by its timeout */
+    if (*code == GRPC_STATUS_DEADLINE_EXCEEDED && c->o.server_timeout_s > 0 &&
+        silent_for(c, server) > c->o.server_timeout_s)
+      last = 1;
     count_call(c, method + strlen(PATH("")), *code, fl_rpc_outbuf_len(ob),
                st == FL_OK ? in->len : 0, !last);
     if (last) return st;
@@ -525,6 +570,12 @@ static fl_status unary(fl_ps_client *c, int server, const char *method,
               method + strlen(PATH("")), fl_rpc_code_name(*code), details ? details : "",
               c->o.retry_budget_s);
       warned = 1;
+      said = now_s();
+    } else if (now_s() - said >= 5) {
+      FL_LOGI("pserver %d (%s) %s: %s, still retrying after %.0f s of %.0f", server,
+              c->names[server], method + strlen(PATH("")), fl_rpc_code_name(*code),
+              now_s() - start, c->o.retry_budget_s);
+      said = now_s();
     }
     back = 0.05 * pow(2.0, attempt < 6 ? attempt : 6);
     if (back > 2.0) back = 2.0;
@@ -580,8 +631,13 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t *step, int64_t 
   st = unary(c, s, PATH("Register"), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code, details,
              sizeof details);
   if (st != FL_OK) {
-    st = FL_ERR(st, "pserver %d (%s) refused to register trainer %d: %s (%s)", s, c->names[s],
-                c->o.trainer_id, fl_rpc_code_name(code), details);
+    if (code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED)
+      st = FL_ERR(st, "pserver %d (%s) is not reachable: trainer %d could not register within "
+                  "%.0f s (%s: %s)", s, c->names[s], c->o.trainer_id, c->o.retry_budget_s,
+                  fl_rpc_code_name(code), details);
+    else
+      st = FL_ERR(st, "pserver %d (%s) refused to register trainer %d: %s (%s)", s, c->names[s],
+                  c->o.trainer_id, fl_rpc_code_name(code), details);
     goto done;
   }
   resp = (Flotilla__RegisterResponse *)fl_rpc_unpack(
@@ -648,6 +704,8 @@ fl_status fl_ps_client_create(const fl_ps_client_opts *o, fl_ps_client **out) {
   c->names = calloc((size_t)o->n_servers, sizeof *c->names);
   c->ch = calloc((size_t)o->n_servers, sizeof *c->ch);
   c->sb = calloc((size_t)o->n_servers, sizeof *c->sb);
+  c->last_answer = calloc((size_t)o->n_servers, sizeof *c->last_answer);
+  c->hung_said = calloc((size_t)o->n_servers, sizeof *c->hung_said);
   c->token = dup_opt(o->token);
   snprintf(c->run_id, sizeof c->run_id, "%s", o->run_id ? o->run_id : "");
   c->o.run_id = c->run_id;
@@ -660,10 +718,11 @@ fl_status fl_ps_client_create(const fl_ps_client_opts *o, fl_ps_client **out) {
   pthread_cond_init(&c->hb_cv, NULL);
   fl_rpc_arena_init(&c->arena);
   fl_rpc_arena_init(&c->uarena);
-  if (!c->eps || !c->names || !c->ch || !c->sb) {
+  if (!c->eps || !c->names || !c->ch || !c->sb || !c->last_answer || !c->hung_said) {
     st = FL_ERR(FL_ENOMEM, "ps client: out of memory");
     goto fail;
   }
+  for (int s = 0; s < o->n_servers; s++) heard_from(c, s);
   {
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20) ^ (uint64_t)(now_s() * 1e9);
     c->incarnation = fl_ps_mix64(seed ^ ((uint64_t)o->trainer_id << 48)) | 1u;
@@ -703,6 +762,8 @@ fail:
   free(c->names);
   free(c->ch);
   free(c->sb);
+  free((void *)c->last_answer);
+  free((void *)c->hung_said);
   free(c->token);
   free(c->tls_ca);
   free(c->tls_cert);
@@ -739,6 +800,7 @@ static void *hb_main(void *arg) {
       fl_status st = fl_rpc_unary(c->ch[s], PATH("Heartbeat"), &r.base, c->o.heartbeat_interval_s,
                                   c->token, ob, &in, &code, NULL, 0);
       count_call(c, "Heartbeat", code, fl_rpc_outbuf_len(ob), st == FL_OK ? in.len : 0, 0);
+      if (!retriable(code)) heard_from(c, s);
       if (st != FL_OK && code == GRPC_STATUS_FAILED_PRECONDITION)
         FL_LOGI("pserver %d (%s) does not know trainer %d (any more); its next call registers "
                 "again", s, c->names[s], c->o.trainer_id);
@@ -1092,6 +1154,8 @@ void fl_ps_client_destroy(fl_ps_client *c) {
   free(c->names);
   free(c->ch);
   free(c->sb);
+  free((void *)c->last_answer);
+  free((void *)c->hung_said);
   free(c->token);
   free(c->tls_ca);
   free(c->tls_cert);

@@ -367,6 +367,7 @@ fl_status fl_sync_ps_create(const fl_job *job, const fl_cluster *cl, fl_sync *ou
   o.rpc_timeout_s = job->cluster.rpc_timeout_s;
   o.retry_budget_s = hb * 3 > 60 ? hb * 3 : 60;
   o.heartbeat_interval_s = hb > 0 ? (hb / 4 < 5 ? hb / 4 : 5) : 0;
+  o.server_timeout_s = hb > 0 ? hb : 0;
   {
     /* The shared token: FLOTILLA_TOKEN, else the token file. */
     fl_cluster tmp = *cl;
