@@ -6,11 +6,13 @@
  *   - a child of flotilla-run dies with it: flotilla-run puts its pid in
  *     FLOTILLA_LAUNCHER_PID, and the child asks the kernel for SIGKILL when
  *     its parent exits (PR_SET_PDEATHSIG), then checks that the parent is
- *     still that pid (it may have died before the request). */
+ *     still that pid (it may have died before the request).
+ * Also the --version text of the three programs. */
 #ifndef FL_PROC_H
 #define FL_PROC_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "fl_status.h"
 
@@ -25,6 +27,10 @@ fl_status fl_proc_init(void);
 
 /* The soft limit on open files after fl_proc_init (0 before). */
 size_t fl_proc_max_files(void);
+
+/* --version: "<program> <version>" and the features this build has (CUDA,
+ * NCCL, TLS), onto out. */
+void fl_print_version(FILE *out, const char *program);
 
 #ifdef __cplusplus
 }

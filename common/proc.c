@@ -17,6 +17,22 @@ static size_t g_max_files;
 
 size_t fl_proc_max_files(void) { return g_max_files; }
 
+void fl_print_version(FILE *out, const char *program) {
+  fprintf(out, "%s %s\n", program, PACKAGE_VERSION);
+#ifdef FL_HAVE_CUDA
+  fputs("  CUDA: yes (train.device: gpu)\n", out);
+#else
+  fputs("  CUDA: no (configured --without-cuda or no nvcc)\n", out);
+#endif
+#ifdef FL_HAVE_NCCL
+  fputs("  NCCL: yes (FLOTILLA_COLLECTIVE_BACKEND=nccl)\n", out);
+#else
+  fputs("  NCCL: no\n", out);
+#endif
+  /* gRPC's SSL credentials are always built in (libgrpc) */
+  fputs("  TLS: yes (cluster.tls, PServer mode)\n", out);
+}
+
 static void raise_nofile(void) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {

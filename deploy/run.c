@@ -40,6 +40,7 @@
 #include "fl_cluster.h"
 #include "fl_config.h"
 #include "fl_log.h"
+#include "fl_proc.h"
 #include "run_internal.h"
 
 extern char **environ;
@@ -209,7 +210,7 @@ static void usage(FILE *out) {
       "it is passed on (FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE, FLOTILLA_LOG_LEVEL,\n"
       "FLOTILLA_CHECKPOINT_DIR included).  A one-node job with no shared secret\n"
       "(FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE or the job's cluster.token_file) gets\n"
-      "a random FLOTILLA_TOKEN of its own; a multi-node job needs one given.\n"
+      "a random FLOTILLA_TOKEN of its own; a multi-node job without one is refused.\n"
       "\n"
       "Environment read by flotilla-run:\n"
       "  FLOTILLA_TRAINER_BIN, FLOTILLA_PSERVER_BIN   like --trainer_bin, --pserver_bin\n"
@@ -869,7 +870,11 @@ static void write_outputs(run *r) {
  * Several nodes must share one: there the user provides it. */
 static fl_status make_token(run *r, const fl_run_opts *o, const fl_job *job) {
   const char *t = getenv("FLOTILLA_TOKEN"), *tf = getenv("FLOTILLA_TOKEN_FILE");
-  if (o->n_ips > 1 || (t && *t) || (tf && *tf) || job->cluster.token_file[0]) return FL_OK;
+  if ((t && *t) || (tf && *tf) || job->cluster.token_file[0]) return FL_OK;
+  if (o->n_ips > 1)
+    return FL_ERR(FL_EINVAL, "a job on %d nodes needs a shared token, the same on every node: "
+                  "FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE or the job's cluster.token_file (see "
+                  "README, Security)", o->n_ips);
   unsigned char raw[24];
   if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
     return FL_ERR(FL_EIO, "cannot make a job token: getrandom: %s", strerror(errno));
@@ -991,7 +996,7 @@ static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
       r->start_flag = ch == OPT_RESUME ? "--resume" : "--fresh";
       break;
     case OPT_HELP: usage(stdout); return -1;
-    case OPT_VERSION: printf("flotilla-run %s\n", PACKAGE_VERSION); return -1;
+    case OPT_VERSION: fl_print_version(stdout, "flotilla-run"); return -1;
     case ':':
       FL_LOGE("%s needs a value (see flotilla-run --help)", argv[optind - 1]);
       return 2;

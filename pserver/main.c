@@ -80,6 +80,7 @@ static void usage(FILE *out) {
           "                     <dir>/old-<time>/) and start from scratch\n"
           "  FLOTILLA_RUN_ID    this run's id (flotilla-run sets it); without it one is\n"
           "                     derived from the job and the cluster\n"
+          "  --version          the version and the features of this build\n"
           "  --help             this text\n"
           "cluster flags (or FLOTILLA_* variables):\n");
   fl_cluster_print_flag_help(out);
@@ -268,6 +269,9 @@ int main(int argc, char **argv) {
     int matched = 0;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
+      return 0;
+    } else if (!strcmp(argv[i], "--version")) {
+      fl_print_version(stdout, "flotilla-pserver");
       return 0;
     } else if (!strncmp(argv[i], "--config=", 9)) {
       config = argv[i] + 9;

@@ -63,6 +63,7 @@ static void usage(FILE *out) {
           "  --fresh              move another run's checkpoints aside (into\n"
           "                       <dir>/old-<time>/) and start from scratch\n"
           "  --dump-config FILE   write the resolved job as YAML to FILE ('-' = stdout)\n"
+          "                       and exit (it loads again as the same job)\n"
           "  --max-steps N        stop after optimizer step N (N >= 1); the learning-rate\n"
           "                       schedule still spans the whole job, so a run stopped\n"
           "                       here and resumed equals an uninterrupted one\n"
@@ -72,6 +73,7 @@ static void usage(FILE *out) {
           "  --timeline FILE      write a Chrome-tracing JSON timeline of this rank\n"
           "                       (forward, backward, allreduce buckets, push, pull, wait)\n"
           "                       (also FLOTILLA_LOG_LEVEL)\n"
+          "  --version            the version and the features of this build\n"
           "  --help               this text\n"
           "Options take their value as the next argument or after '='.\n"
           "\n"
@@ -196,6 +198,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
       return 0;
+    } else if (!strcmp(argv[i], "--version")) {
+      fl_print_version(stdout, "flotilla-trainer");
+      return 0;
     }
   if (fl_proc_init() != FL_OK) return EXIT_RUN; /* open-file limit, dying with flotilla-run */
   if (fl_cluster_from_env(&cl) != FL_OK) return EXIT_USAGE;
@@ -268,10 +273,8 @@ int main(int argc, char **argv) {
   snprintf(ctx, sizeof ctx, "trainer %d", cl.trainer_id);
   fl_log_set_context(ctx);
 
-  fl_cluster_print_envs(&cl, stdout);
-  fl_strategy_print_overview(&job, stdout);
-  fflush(stdout);
   if (dump) {
+    /* Dump and exit: nothing else on stdout, so the dump loads again. */
     FILE *f = strcmp(dump, "-") ? fopen(dump, "w") : stdout;
     if (!f) {
       FL_LOGE("--dump-config %s: %s", dump, strerror(errno));
@@ -280,8 +283,11 @@ int main(int argc, char **argv) {
     st = fl_job_write_yaml(&job, f);
     if (f != stdout && fclose(f) != 0 && st == FL_OK)
       st = FL_ERR(FL_EIO, "--dump-config %s: %s", dump, strerror(errno));
-    if (st != FL_OK) return EXIT_USAGE;
+    return st == FL_OK ? 0 : EXIT_USAGE;
   }
+  fl_cluster_print_envs(&cl, stdout);
+  fl_strategy_print_overview(&job, stdout);
+  fflush(stdout);
 
   fl_run_identity identity;
   if (fl_run_identity_resolve(&job, &cl, &identity) != FL_OK) return EXIT_USAGE;

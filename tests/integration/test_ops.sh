@@ -1,0 +1,94 @@
+#!/bin/bash
+# What an operator meets first (issue 14, "operator experience"), with the
+# real programs on 127.0.0.1 (faults_lib.sh), bounded in time:
+#   --version of all three programs names the build's features;
+#   flotilla-trainer --dump-config - writes the resolved job and nothing
+#     else to stdout, and exits without training; the dump loads again and
+#     dumps to the same text (a fixed point);
+#   a pserver's /metrics holds its own families only (no
+#     flotilla_steps_total), /healthz answers 200 and /readyz 200 once it
+#     serves; no libmicrohttpd warning about the order of its options.
+. "$FL_SRCDIR/tests/integration/faults_lib.sh"
+RUN=$FL_BUILDDIR/flotilla-run
+
+# ------------------------------------------------------------ --version
+n=version
+f0=$fails
+for p in "$TRAINER" "$PSERVER" "$RUN"; do
+  name=${p##*/}
+  "$p" --version > "$tmp/$n.$name" 2>&1 || fail "$n: $name --version exit $?"
+  has "$tmp/$n.$name" "^$name [0-9]" "$n: $name"
+  for feat in CUDA NCCL TLS; do has "$tmp/$n.$name" "^  $feat: (yes|no)" "$n: $name"; done
+done
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*
+
+# ------------------------------------------------------- --dump-config
+n=dump
+f0=$fails
+cat > "$tmp/$n.yaml" << EOF
+model: {kind: mlp, input_shape: [1, 8, 8], num_classes: 10, hidden: [32, 16]}
+data:
+  format: synthetic
+  synthetic: {kind: image, train_samples: 256, test_samples: 64, seed: 3}
+optimizer: {name: lamb, lr: 0.002}
+train: {epochs: 1, batch_size: 16, log_interval: 1}
+strategy: {gradient_merge: true, gradient_merge_configs: {k_steps: 2}}
+EOF
+FLOTILLA_MODE=local timeout 30 "$TRAINER" --config "$tmp/$n.yaml" --dump-config - \
+  > "$tmp/$n.1.yaml" 2> "$tmp/$n.err"
+rc=$?
+[ $rc = 0 ] || fail "$n: exit $rc"
+head -1 "$tmp/$n.1.yaml" | grep -q '^# Flotilla job' || fail "$n: the dump does not start the output"
+hasnt "$tmp/$n.1.yaml" '^\+|^\||\[Epoch' "$n: stdout"
+hasnt "$tmp/$n.err" '\[Epoch|training ' "$n: trained"
+FLOTILLA_MODE=local timeout 30 "$TRAINER" --config "$tmp/$n.1.yaml" --dump-config "$tmp/$n.2.yaml" \
+  > /dev/null 2> "$tmp/$n.err2" || fail "$n: the dump does not load: $(cat "$tmp/$n.err2")"
+# the first line names the file it was resolved from
+if ! diff <(tail -n +2 "$tmp/$n.1.yaml") <(tail -n +2 "$tmp/$n.2.yaml") > "$tmp/$n.diff"; then
+  fail "$n: dump -> load -> dump is not a fixed point"
+  cat "$tmp/$n.diff"
+fi
+has "$tmp/$n.1.yaml" '^  lamb: true' "$n: the resolved strategy"
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*
+
+# --------------------------------------- /metrics, /healthz, /readyz
+n=http
+f0=$fails
+cat > "$tmp/$n.yaml" << EOF
+model: {kind: mlp, input_shape: [1, 8, 8], num_classes: 10, hidden: [16]}
+optimizer: {name: sgd, lr: 0.05}
+cluster: {mode: ps}
+EOF
+mport=$(free_port)
+PSLIST="127.0.0.1:$(free_port)"
+spawn PS0 "$tmp/$n.ps0.log" FLOTILLA_MODE=ps FLOTILLA_ROLE=PSERVER FLOTILLA_PSERVERS_IP_PORT_LIST="$PSLIST" \
+  FLOTILLA_PSERVER_ID=0 FLOTILLA_TRAINERS_NUM=1 -- "$PSERVER" --config "$tmp/$n.yaml" \
+  --metrics_addr=127.0.0.1:$mport
+wait_log "$tmp/$n.ps0.log" '\] serving ' 20 || fail "$n: pserver does not serve"
+python3 - "$mport" > "$tmp/$n.scrape" 2>&1 << 'PY' || fail "$n: $(cat "$tmp/$n.scrape")"
+import sys, urllib.request, urllib.error
+port = int(sys.argv[1])
+def get(path):
+    try:
+        r = urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5)
+        return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+st, text = get("/metrics")
+assert st == 200, st
+assert 'flotilla_info{role="pserver",rank="0",mode="ps-sync"} 1' in text, text
+assert "flotilla_live_trainers" in text, text
+for other in ("flotilla_steps_total", "flotilla_loss ", "flotilla_push_seconds"):
+    assert other not in text, other
+assert get("/healthz")[0] == 200
+assert get("/readyz")[0] == 200
+PY
+hasnt "$tmp/$n.ps0.log" 'MHD_OPTION_EXTERNAL_LOGGER' "$n: pserver"
+kill -TERM "$PS0"
+wait_exit "$PS0" 20
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*
+
+finish
