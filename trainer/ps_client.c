@@ -104,6 +104,7 @@ struct fl_ps_client {
   size_t n_tables;
   _Atomic int64_t step_seen;
   int64_t own_next; /* async/geo: min over servers of trainer_next_step, -1 unknown */
+  int warned_spread; /* async/geo: the servers' spread of steps was reported */
 
   /* driver-thread scratch */
   fl_rpc_arena arena;
@@ -852,15 +853,33 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
     free(numel);
     FL_TRY(st);
   }
+  int64_t lo = INT64_MAX, hi = -1;
+  int s_lo = 0, s_hi = 0;
   for (int s = 0; s < c->o.n_servers; s++) {
     int64_t st_s = 0, own = -1;
     FL_TRY(register_server(c, s, &st_s, &own));
+    if (st_s < lo) lo = st_s, s_lo = s;
+    if (st_s > hi) hi = st_s, s_hi = s;
     if (s == 0) c->own_next = -1;
     if (own >= 0 && (c->own_next < 0 || own < c->own_next)) c->own_next = own;
     /* sync: the step every server still takes pushes for (a server may
      * have applied it already); async/geo: the newest */
     if (s == 0 || (c->o.mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC ? st_s < best : st_s > best))
       best = st_s;
+  }
+  /* The shards of one job move together: in sync mode no server can be
+   * more than the step in flight ahead of another; more means they loaded
+   * checkpoints of different steps. */
+  if (hi - lo > 1 && c->o.mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC)
+    return FL_ERR(FL_ESTATE, "the pservers stand at different steps: pserver %d (%s) at step %" PRId64
+                  ", pserver %d (%s) at step %" PRId64 "; in sync mode they must agree (were "
+                  "their checkpoints taken at different steps?); refusing to train on a mix",
+                  s_lo, c->names[s_lo], lo, s_hi, c->names[s_hi], hi);
+  if (hi - lo > 1 && !c->warned_spread) {
+    FL_LOGW("the pservers stand %" PRId64 " steps apart: pserver %d (%s) at step %" PRId64
+            ", pserver %d (%s) at step %" PRId64, hi - lo, s_lo, c->names[s_lo], lo, s_hi,
+            c->names[s_hi], hi);
+    c->warned_spread = 1;
   }
   if (step) *step = best;
   if (c->o.heartbeat_interval_s > 0 && !c->hb_started) {

@@ -15,6 +15,8 @@
 #     another model names that checkpoint, not "the first trainer";
 #   temporary files left by a writer killed during a write (fault 7) are
 #     removed at start, with a message;
+#   pserver shards loaded from checkpoints of different steps (fault 6):
+#     in sync mode the trainer refuses to train on them, naming both steps;
 #   an empty job file is an error (fault 9), and the defaults a file relies
 #     on are named at start.
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
@@ -175,6 +177,35 @@ kill -TERM "$PS0"
 wait_exit "$PS0" 20
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
+
+# ------------------- shards loaded from different steps (fault 6), sync
+n=shards
+job "$tmp/$n.yaml" 1 "$tmp/$n.ck" 16 ps
+sed -i 's/checkpoint_interval_steps: 10/checkpoint_interval_steps: 10, dense_block_size: 100/' "$tmp/$n.yaml"
+f0=$fails
+JOB_ENV=FLOTILLA_RUN_ID=sh ps_job $n "$tmp/$n.yaml" 2 1
+wait_exit "$TR0" 60
+[ "$rc" = 0 ] || fail "$n: first run's trainer exit $rc"
+for s in 0 1; do
+  wait_exit "$(eval echo \$PS$s)" 20
+  mv "$tmp/$n.ps$s.log" "$tmp/$n.ps$s.first.log"
+done
+mv "$tmp/$n.tr0.log" "$tmp/$n.tr0.first.log"
+# pserver 1 loses its newest checkpoint: it loads an older step
+newest=$(ls "$tmp/$n.ck/pserver-1" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -1)
+rm -f "$tmp/$n.ck/pserver-1/ckpt-$newest.flc"
+older=$(ls "$tmp/$n.ck/pserver-1" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -1)
+for s in 0 1; do JOB_ENV=FLOTILLA_RUN_ID=sh start_pserver $n "$tmp/$n.yaml" $s 1; done
+JOB_ENV=FLOTILLA_RUN_ID=sh start_trainer $n "$tmp/$n.yaml" 0 1
+wait_exit "$TR0" 60
+[ "$rc" = 1 ] || fail "$n: trainer exit $rc over shards of steps $newest and $older (want 1)"
+has "$tmp/$n.tr0.log" "the pservers stand at different steps: pserver 1 \(127\.0\.0\.1:[0-9]+\) at step $older, pserver 0 \(127\.0\.0\.1:[0-9]+\) at step $newest" "$n: trainer"
+for s in 0 1; do
+  kill -TERM "$(eval echo \$PS$s)"
+  wait_exit "$(eval echo \$PS$s)" 20
+done
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n (steps $newest and $older)" || show "$tmp/$n".*.log
 
 # ------------------------- an empty job file (fault 9), the defaults used
 n=jobfile
