@@ -26,6 +26,9 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -242,6 +245,54 @@ static void on_signal(uv_signal_t *h, int signum) {
   shutdown_loop(a, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
+/* The shutdown after the loop (gRPC's included) has SHUTDOWN_DEADLINE_S:
+ * past it the process exits with the status it was going to have, saying
+ * why (gRPC's shutdown was seen to hang after a refused registration). */
+#define SHUTDOWN_DEADLINE_S 15
+static volatile sig_atomic_t g_exit_rc = 1;
+
+static void on_shutdown_deadline(int sig) {
+  static const char msg[] = "flotilla-pserver: shutdown did not finish within 15 s (gRPC "
+                            "shutdown stuck); exiting without waiting for it\n";
+  (void)sig;
+  ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)n;
+  _exit(g_exit_rc);
+}
+
+/* 1 (logged) when another process listens at addr ("host:port"): gRPC's
+ * own bind failure does not say why. */
+static int address_in_use(const char *addr) {
+  char host[FL_HOST_MAX + 16];
+  snprintf(host, sizeof host, "%s", addr);
+  char *colon = strrchr(host, ':');
+  if (!colon) return 0;
+  *colon = '\0';
+  const char *h = host;
+  size_t hl = strlen(host);
+  if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+    host[hl - 1] = '\0';
+    h = host + 1;
+  }
+  struct addrinfo hints, *ai = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  if (getaddrinfo(h, colon + 1, &hints, &ai) != 0 || !ai) return 0;
+  int in_use = 0, fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno == EADDRINUSE) in_use = 1;
+    close(fd);
+  }
+  freeaddrinfo(ai);
+  if (in_use)
+    FL_LOGE("cannot serve %s: address in use (another pserver, of this job or another one, "
+            "listens there)", addr);
+  return in_use;
+}
+
 static void close_cb(uv_handle_t *h, void *arg) {
   (void)arg;
   if (!uv_is_closing(h)) uv_close(h, NULL);
@@ -385,6 +436,7 @@ int main(int argc, char **argv) {
     so.load = rpc_load;
     so.ckpt_ctx = &a;
   }
+  if (address_in_use(bind)) goto out_core;
   fl_rpc_init();
   if (fl_ps_server_start(a.core, &so, &a.srv, &port) != FL_OK) goto out_rpc;
   fl_ps_core_set_progress(a.core, fl_ps_server_progress, a.srv);
@@ -421,6 +473,9 @@ int main(int argc, char **argv) {
   uv_loop_close(&a.loop);
   /* The job's last state could not be kept: say so in the exit status. */
   rc = a.final_st == FL_OK && !a.incomplete ? 0 : 1;
+  g_exit_rc = rc;
+  signal(SIGALRM, on_shutdown_deadline);
+  alarm(SHUTDOWN_DEADLINE_S);
 
   fl_metrics_server_stop(a.metrics);
 out_srv:

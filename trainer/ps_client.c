@@ -636,6 +636,10 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t *step, int64_t 
       st = FL_ERR(st, "pserver %d (%s) is not reachable: trainer %d could not register within "
                   "%.0f s (%s: %s)", s, c->names[s], c->o.trainer_id, c->o.retry_budget_s,
                   fl_rpc_code_name(code), details);
+    else if (code == GRPC_STATUS_UNAUTHENTICATED)
+      st = FL_ERR(st, "pserver %d (%s) refused trainer %d's token (%s): another job's pserver "
+                  "at this address, or a different FLOTILLA_TOKEN?", s, c->names[s],
+                  c->o.trainer_id, details);
     else
       st = FL_ERR(st, "pserver %d (%s) refused to register trainer %d: %s (%s)", s, c->names[s],
                   c->o.trainer_id, fl_rpc_code_name(code), details);

@@ -7,7 +7,9 @@
 #     dumps to the same text (a fixed point);
 #   a pserver's /metrics holds its own families only (no
 #     flotilla_steps_total), /healthz answers 200 and /readyz 200 once it
-#     serves; no libmicrohttpd warning about the order of its options.
+#     serves; no libmicrohttpd warning about the order of its options;
+#   a second pserver on a used address says "address in use", and a
+#     trainer with another job's token is told so.
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
 RUN=$FL_BUILDDIR/flotilla-run
 
@@ -86,6 +88,37 @@ assert get("/healthz")[0] == 200
 assert get("/readyz")[0] == 200
 PY
 hasnt "$tmp/$n.ps0.log" 'MHD_OPTION_EXTERNAL_LOGGER' "$n: pserver"
+kill -TERM "$PS0"
+wait_exit "$PS0" 20
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*
+
+# ------------------- a second job on the same address (issue 14, fault 10)
+n=inuse
+f0=$fails
+cat > "$tmp/$n.yaml" << EOF
+model: {kind: mlp, input_shape: [1, 8, 8], num_classes: 10, hidden: [16]}
+data:
+  format: synthetic
+  synthetic: {kind: image, train_samples: 256, test_samples: 64, seed: 3}
+optimizer: {name: sgd, lr: 0.05}
+train: {epochs: 1, batch_size: 16, log_interval: 100}
+cluster: {mode: ps, rpc_timeout_s: 5, heartbeat_timeout_s: 5}
+EOF
+PSLIST="127.0.0.1:$(free_port)"
+spawn PS0 "$tmp/$n.ps0.log" FLOTILLA_MODE=ps FLOTILLA_ROLE=PSERVER FLOTILLA_PSERVERS_IP_PORT_LIST="$PSLIST" \
+  FLOTILLA_PSERVER_ID=0 FLOTILLA_TRAINERS_NUM=1 FLOTILLA_TOKEN=first-job -- "$PSERVER" --config "$tmp/$n.yaml"
+wait_log "$tmp/$n.ps0.log" '\] serving ' 20 || fail "$n: first pserver does not serve"
+spawn PS1 "$tmp/$n.second.log" FLOTILLA_MODE=ps FLOTILLA_ROLE=PSERVER FLOTILLA_PSERVERS_IP_PORT_LIST="$PSLIST" \
+  FLOTILLA_PSERVER_ID=0 FLOTILLA_TRAINERS_NUM=1 FLOTILLA_TOKEN=second-job -- "$PSERVER" --config "$tmp/$n.yaml"
+wait_exit "$PS1" 20
+[ "$rc" = 1 ] || fail "$n: second pserver exit $rc (want 1)"
+has "$tmp/$n.second.log" "cannot serve $PSLIST: address in use" "$n: second pserver"
+spawn TR0 "$tmp/$n.tr0.log" FLOTILLA_MODE=ps FLOTILLA_ROLE=TRAINER FLOTILLA_PSERVERS_IP_PORT_LIST="$PSLIST" \
+  FLOTILLA_TRAINER_ID=0 FLOTILLA_TRAINERS_NUM=1 FLOTILLA_TOKEN=second-job -- "$TRAINER" --config "$tmp/$n.yaml"
+wait_exit "$TR0" 30
+[ "$rc" = 1 ] || fail "$n: second job's trainer exit $rc (want 1)"
+has "$tmp/$n.tr0.log" "pserver 0 \($PSLIST\) refused trainer 0's token .*another job's pserver at this address" "$n: trainer"
 kill -TERM "$PS0"
 wait_exit "$PS0" 20
 ran=$((ran + 1))
