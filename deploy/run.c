@@ -106,6 +106,7 @@ struct run {
   char run_id_env[96]; /* "FLOTILLA_RUN_ID=..." made here, or "" (the user's is passed on) */
   char launcher_env[48]; /* "FLOTILLA_LAUNCHER_PID=<our pid>" */
   const char *start_flag; /* "--resume", "--fresh" or NULL: for the first start */
+  char last_line[256];    /* the last progress line printed (not a terminal) */
 };
 
 /* ---- command line ---- */
@@ -283,8 +284,9 @@ static void status_draw(run *r) {
   if (r->tty) {
     printf("\r\033[K\033[1m[flotilla-run] %s\033[0m", line);
     r->status_shown = 1;
-  } else {
+  } else if (strcmp(line, r->last_line) != 0) { /* a log: no line twice */
     printf("[flotilla-run] %s\n", line);
+    snprintf(r->last_line, sizeof r->last_line, "%s", line);
   }
   fflush(stdout);
 }
@@ -1043,7 +1045,15 @@ static void supervise(run *r) {
   for (int i = 0; i < r->n_children; i++)
     if (r->children[i].log_fd >= 0) close(r->children[i].log_fd);
 
-  status_clear(r);
+  /* A job that went through keeps its last progress line, whole (100%),
+   * above the summary. */
+  if (r->exit_code == 0 && r->progress && fl_run_progress_count(r->progress) > 0) {
+    status_draw(r);
+    if (r->tty) fputc('\n', stdout);
+    r->status_shown = 0;
+  } else {
+    status_clear(r);
+  }
   write_outputs(r);
   if (r->timeline) merge_timelines(r);
   if (r->failed) print_tail(r->failed->spec->log_path);

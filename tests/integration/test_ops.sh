@@ -9,7 +9,9 @@
 #     flotilla_steps_total), /healthz answers 200 and /readyz 200 once it
 #     serves; no libmicrohttpd warning about the order of its options;
 #   a second pserver on a used address says "address in use", and a
-#     trainer with another job's token is told so.
+#     trainer with another job's token is told so;
+#   flotilla-run's progress line reaches 100% (its records come every
+#     log_interval batches) above the final summary.
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
 RUN=$FL_BUILDDIR/flotilla-run
 
@@ -121,6 +123,26 @@ wait_exit "$TR0" 30
 has "$tmp/$n.tr0.log" "pserver 0 \($PSLIST\) refused trainer 0's token .*another job's pserver at this address" "$n: trainer"
 kill -TERM "$PS0"
 wait_exit "$PS0" 20
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*
+
+# ------------------------------------------- the progress line ends whole
+n=progress
+f0=$fails
+cat > "$tmp/$n.yaml" << EOF
+model: {kind: mlp, input_shape: [1, 8, 8], num_classes: 10, hidden: [16]}
+data:
+  format: synthetic
+  synthetic: {kind: image, train_samples: 512, test_samples: 64, seed: 3}
+optimizer: {name: sgd, lr: 0.05}
+train: {epochs: 2, batch_size: 16, log_interval: 7}
+EOF
+# 32 batches an epoch, logged every 7: the last line logged is batch 28
+timeout 120 "$RUN" --log_dir "$tmp/$n" "$tmp/$n.yaml" > "$tmp/$n.out" 2>&1
+rc=$?
+[ $rc = 0 ] || fail "$n: flotilla-run exit $rc"
+has "$tmp/$n.out" '^\[flotilla-run\] epoch 2/2  step 32/32 \(100%\)' "$n"
+tail -1 "$tmp/$n.out" | grep -q 'job done in' || fail "$n: the summary is not the last line"
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*
 
