@@ -183,18 +183,27 @@ n=shards
 job "$tmp/$n.yaml" 1 "$tmp/$n.ck" 16 ps
 sed -i 's/checkpoint_interval_steps: 10/checkpoint_interval_steps: 10, dense_block_size: 100/' "$tmp/$n.yaml"
 f0=$fails
-JOB_ENV=FLOTILLA_RUN_ID=sh ps_job $n "$tmp/$n.yaml" 2 1
-wait_exit "$TR0" 60
-[ "$rc" = 0 ] || fail "$n: first run's trainer exit $rc"
-for s in 0 1; do
-  wait_exit "$(eval echo \$PS$s)" 20
-  mv "$tmp/$n.ps$s.log" "$tmp/$n.ps$s.first.log"
-done
-mv "$tmp/$n.tr0.log" "$tmp/$n.tr0.first.log"
-# pserver 1 loses its newest checkpoint: it loads an older step
-newest=$(ls "$tmp/$n.ck/pserver-1" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -1)
-rm -f "$tmp/$n.ck/pserver-1/ckpt-$newest.flc"
+# shards_run TAG: the job (2 pservers, 1 trainer) to its end
+shards_run() {
+  JOB_ENV=FLOTILLA_RUN_ID=sh ps_job $n "$tmp/$n.yaml" 2 1
+  wait_exit "$TR0" 60
+  [ "$rc" = 0 ] || fail "$n: $1 run's trainer exit $rc"
+  for s in 0 1; do
+    wait_exit "$(eval echo \$PS$s)" 20
+    mv "$tmp/$n.ps$s.log" "$tmp/$n.ps$s.$1.log"
+  done
+  mv "$tmp/$n.tr0.log" "$tmp/$n.tr0.$1.log"
+}
+shards_run first
 older=$(ls "$tmp/$n.ck/pserver-1" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -1)
+cp "$tmp/$n.ck/pserver-1/ckpt-$older.flc" "$tmp/$n.saved.flc"
+# one more epoch (the same run resumes its own checkpoints)
+sed -i 's/epochs: 1,/epochs: 2,/' "$tmp/$n.yaml"
+shards_run second
+newest=$(ls "$tmp/$n.ck/pserver-0" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -1)
+# pserver 1 gets back its checkpoint of the first epoch's end only
+rm -f "$tmp/$n.ck/pserver-1"/ckpt-*.flc
+cp "$tmp/$n.saved.flc" "$tmp/$n.ck/pserver-1/ckpt-$older.flc"
 for s in 0 1; do JOB_ENV=FLOTILLA_RUN_ID=sh start_pserver $n "$tmp/$n.yaml" $s 1; done
 JOB_ENV=FLOTILLA_RUN_ID=sh start_trainer $n "$tmp/$n.yaml" 0 1
 wait_exit "$TR0" 60
