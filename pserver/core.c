@@ -1273,6 +1273,21 @@ size_t fl_ps_core_unregistered(fl_ps_core *c, char *out, size_t cap) {
   return n;
 }
 
+int fl_ps_core_settled(fl_ps_core *c) {
+  int64_t step = -1;
+  int settled = 1;
+  if (c->mode != FL_PS_SYNC) return 1;
+  for (int t = 0; t < c->nt; t++)
+    if (is_parked(c, t)) return 0; /* a barrier still waits */
+  for (size_t i = 0; i < c->n_my && settled; i++) {
+    pthread_mutex_lock(&c->blocks[i].mu);
+    if (c->blocks[i].n_pend || (step >= 0 && c->blocks[i].step != step)) settled = 0;
+    step = c->blocks[i].step;
+    pthread_mutex_unlock(&c->blocks[i].mu);
+  }
+  return settled;
+}
+
 int64_t fl_ps_core_step(fl_ps_core *c) {
   int64_t s = INT64_MAX;
   if (c->mode != FL_PS_SYNC || c->n_my == 0) return atomic_load(&c->next_step);

@@ -222,6 +222,11 @@ size_t fl_ps_core_unregistered(fl_ps_core *c, char *out, size_t cap);
 /* The server's step: sync - the lowest step any of its blocks waits for;
  * async/geo - one past the highest step pushed.  0 before any layout. */
 int64_t fl_ps_core_step(fl_ps_core *c);
+/* Sync mode: 1 when no step is in flight here (every block at one step,
+ * no push collected for the next) and no trainer waits in a barrier: a
+ * checkpoint now holds one step.
+ * Always 1 in async and geo mode. */
+int fl_ps_core_settled(fl_ps_core *c);
 uint64_t fl_ps_core_incarnation(const fl_ps_core *c);
 
 /* Write a checkpoint of every table to path (atomic, checksummed).  Blocks

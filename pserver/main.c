@@ -64,6 +64,10 @@ typedef struct app {
   uv_signal_t sig_term, sig_int;
   int stopping;
   int incomplete;     /* ended without every trainer: exit 1 */
+  int draining;       /* a signal: waiting for the step in flight (sync) */
+  double drain_until, drain_limit, quiet_since;
+  uint64_t drain_pushes;
+  const char *drain_why;
   int files_short;    /* ran out of file descriptors (logged once) */
   double files_checked;
   fl_metrics_server *metrics;
@@ -201,6 +205,8 @@ static void check_files(app *a, double now) {
           limit);
 }
 
+static void drain_tick(app *a, double now);
+
 static void on_tick(uv_timer_t *t) {
   app *a = t->data;
   double now = fl_ps_now();
@@ -222,6 +228,7 @@ static void on_tick(uv_timer_t *t) {
     }
   }
   check_files(a, now);
+  if (a->draining && !a->stopping) drain_tick(a, now);
   int fin = fl_ps_core_finished(a->core);
   if (fin > 0) {
     FL_LOGI("every trainer completed; shutting down");
@@ -238,11 +245,62 @@ static void on_tick(uv_timer_t *t) {
   }
 }
 
+/* Sync mode, after SIGTERM/SIGINT: the trainers (stopped by the same
+ * launcher) finish the step they are in, which every shard must take
+ * before its final checkpoint, or the shards' checkpoints hold different
+ * steps.  So: serve on until no step is in flight here and no push or pull
+ * came for DRAIN_QUIET_S, at most 2 x rpc_timeout_s or heartbeat_timeout_s + 2
+ * (a trainer waiting for one that stopped first is let go once that one is
+ * declared dead), and never more than DRAIN_MAX_S (below flotilla-run's
+ * default --grace of 10 s, after which it would SIGKILL us before the
+ * checkpoint); then checkpoint and stop.
+ * A second signal stops at once. */
+#define DRAIN_QUIET_S 0.5
+#define DRAIN_MAX_S 8.0
+static void drain_tick(app *a, double now) {
+  Flotilla__StatsResponse st = FLOTILLA__STATS_RESPONSE__INIT;
+  fl_ps_core_stats(a->core, &st);
+  if (st.pushes + st.pulls != a->drain_pushes) { /* a held pull answered counts too */
+    a->drain_pushes = st.pushes + st.pulls;
+    a->quiet_since = now;
+  }
+  int settled = fl_ps_core_settled(a->core);
+  /* quiet counts from the moment it settled: the held pulls a step just
+   * applied lets go are answered on the service's threads */
+  if (!settled) a->quiet_since = now;
+  if (settled && now - a->quiet_since >= DRAIN_QUIET_S) {
+    shutdown_loop(a, a->drain_why);
+  } else if (now >= a->drain_until) {
+    FL_LOGW("the trainers did not settle within %.0f s of the signal; checkpointing as it "
+            "stands%s", a->drain_limit,
+            settled ? "" : " (a step partly applied)");
+    shutdown_loop(a, a->drain_why);
+  }
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   app *a = h->data;
-  FL_LOGI("%s: final checkpoint, then shutdown", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  const char *why = signum == SIGTERM ? "SIGTERM" : "SIGINT";
   fl_notify_stopping();
-  shutdown_loop(a, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (a->draining || fl_ps_mode_of(&a->job) != FL_PS_SYNC || !a->dir[0]) {
+    FL_LOGI("%s: final checkpoint, then shutdown", why);
+    shutdown_loop(a, why);
+    return;
+  }
+  double now = fl_ps_now();
+  double limit = 2 * a->job.cluster.rpc_timeout_s;
+  if (a->job.cluster.heartbeat_timeout_s + 2 > limit) limit = a->job.cluster.heartbeat_timeout_s + 2;
+  if (limit > DRAIN_MAX_S) limit = DRAIN_MAX_S;
+  FL_LOGI("%s: finishing the step in flight (at most %.0f s), then the final checkpoint and "
+          "shutdown (again to stop at once)", why, limit);
+  a->draining = 1;
+  a->drain_why = why;
+  a->drain_limit = limit;
+  a->drain_until = now + limit;
+  a->quiet_since = now;
+  Flotilla__StatsResponse st = FLOTILLA__STATS_RESPONSE__INIT;
+  fl_ps_core_stats(a->core, &st);
+  a->drain_pushes = st.pushes + st.pulls;
 }
 
 /* The shutdown after the loop (gRPC's included) has SHUTDOWN_DEADLINE_S:

@@ -11,7 +11,9 @@
 #     at, rank 0 checkpoints it and both exit 0 at the same step;
 #   ps: SIGTERM of the trainer: it checkpoints and exits 0 without telling
 #     the pserver it completed (the job is not over: the pserver goes on
-#     serving until its own SIGTERM).
+#     serving until its own SIGTERM);
+#   ps sync, SIGTERM to every process at once (fault 6): the two pservers'
+#     final checkpoints hold the same step, in each of three rounds.
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
 
 # job FILE MODE CHECKPOINT_DIR
@@ -110,5 +112,35 @@ wait_exit "$PS0" 30
 [ "$rc" = 0 ] || fail "$n: pserver exit $rc after SIGTERM"
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
+
+# ----------------- ps sync: SIGTERM to everybody, shards agree (fault 6)
+# As flotilla-run stops a job: every process gets SIGTERM at once.  The
+# trainers finish their step, the pservers take it before their final
+# checkpoints, which then hold the same step (the audit saw 210 and 211).
+n=pssync
+f0=$fails
+job "$tmp/$n.yaml" ps "$tmp/$n.tck"
+cat >> "$tmp/$n.yaml" << EOF
+pserver: {checkpoint_dir: $tmp/$n.ck, dense_block_size: 100}
+EOF
+steps=""
+for round in 1 2 3; do
+  JOB_ENV=FLOTILLA_RUN_ID=pssync$round ps_job $n.$round "$tmp/$n.yaml" 2 2
+  wait_log "$tmp/$n.$round.tr1.log" "^\[Epoch $round, batch" 60 || fail "$n: round $round: no training"
+  kill -TERM "$PS0" "$PS1" "$TR0" "$TR1"
+  for p in TR0 TR1 PS0 PS1; do
+    wait_exit "$(eval echo \$$p)" 60
+    [ "$rc" = 0 ] || fail "$n: round $round: $p exit $rc"
+  done
+  s0=$("$PROBE" latest "$tmp/$n.ck/pserver-0" 2> /dev/null | sed -n 's/^step //p')
+  s1=$("$PROBE" latest "$tmp/$n.ck/pserver-1" 2> /dev/null | sed -n 's/^step //p')
+  [ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "$n: round $round: the shards' checkpoints hold steps '$s0' and '$s1'"
+  steps="$steps $s0"
+  has "$tmp/$n.$round.ps0.log" 'SIGTERM: finishing the step in flight' "$n: round $round: pserver 0"
+  mv "$tmp/$n.ck" "$tmp/$n.ck.$round"
+  rm -rf "$tmp/$n.tck"
+done
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n (steps$steps)" || show "$tmp/$n".*.log
 
 finish
