@@ -1130,10 +1130,10 @@ fl_status fl_job_validate(const fl_job *job) {
 static void put_elem(FILE *out, ftype et, const field *f, const char *p);
 
 /* The startup summary: the sections the file leaves out, and the keys of
- * model, data, optimizer and train it leaves to their defaults, with the
- * values they take (one info line). */
+ * optimizer and train it leaves to their defaults, with the values they
+ * take (one info line; strings and lists, paths mostly, are left out). */
 static void log_defaults(const ctx *c, const fl_job *job) {
-  static const char *const detailed[] = {"model", "data", "optimizer", "train", NULL};
+  static const char *const detailed[] = {"optimizer", "train", NULL};
   char *text = NULL, path[PATH_BUF];
   size_t len = 0;
   int n = 0;
@@ -1151,13 +1151,11 @@ static void log_defaults(const ctx *c, const fl_job *job) {
       if (g->type == F_MAP || g->type == F_FP16AR || g->type == F_UNSUP_BOOL ||
           g->type == F_UNSUP_NUM || g->type == F_UNSUP_MAP)
         continue;
+      if (g->type == F_STR || (g->type >= F_INT_ARRAY && g->type <= F_STR_LIST)) continue;
       snprintf(path, sizeof path, "%s.%s", s->key, g->key);
       if (has(c, path)) continue;
-      fprintf(f, "%s%s", n++ ? ", " : "", path);
-      if (g->type < F_INT_ARRAY || g->type > F_STR_LIST) {
-        fputc('=', f);
-        put_elem(f, g->type, g, (const char *)job + s->off + g->off);
-      }
+      fprintf(f, "%s%s=", n++ ? ", " : "", path);
+      put_elem(f, g->type, g, (const char *)job + s->off + g->off);
     }
   }
   if (fclose(f) == 0 && n) FL_LOGI("%s relies on defaults for: %s", c->name, text);

@@ -228,7 +228,7 @@ job "$tmp/$n.yaml" 1 "$tmp/$n.ck"
 sed -i '/^optimizer:/d' "$tmp/$n.yaml"
 local_run $n "$tmp/$n.log" --
 [ "$rc" = 0 ] || fail "$n: exit $rc"
-has "$tmp/$n.log" "$n.yaml relies on defaults for: .*data.limit_train=0.*optimizer \(whole section\).*strategy \(whole section\)" "$n"
+has "$tmp/$n.log" "$n.yaml relies on defaults for: optimizer \(whole section\), lr_schedule \(whole section\), train\.eval=true, .*strategy \(whole section\)" "$n"
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
 
