@@ -6,10 +6,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -806,12 +808,104 @@ fl_status fl_ckpt_dir_load_latest(const char *dir, fl_ckpt **out, int64_t *step)
   return FL_ENOTFOUND;
 }
 
+/* The writer's pid of a temporary name ".<name>.tmp.<pid>.<n>", or -1. */
+static long tmp_writer(const char *name) {
+  const char *t = strstr(name, ".tmp.");
+  if (name[0] != '.' || !t) return -1;
+  const char *d = t + 5;
+  size_t np = strspn(d, "0123456789");
+  if (np == 0 || np > 9 || d[np] != '.') return -1;
+  const char *e = d + np + 1;
+  size_t nc = strspn(e, "0123456789");
+  if (nc == 0 || e[nc] != '\0') return -1;
+  return strtol(d, NULL, 10);
+}
+
+fl_status fl_ckpt_dir_clean_tmp(const char *dir, int include_self, size_t *removed) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  char path[4096];
+  size_t n = 0;
+  if (removed) *removed = 0;
+  if (!d) {
+    if (errno == ENOENT) return FL_OK;
+    return FL_ERR(FL_EIO, "checkpoint dir %s: %s", dir, strerror(errno));
+  }
+  while ((e = readdir(d))) {
+    long pid = tmp_writer(e->d_name);
+    if (pid <= 0) continue;
+    if (pid == (long)getpid() ? !include_self : !(kill((pid_t)pid, 0) != 0 && errno == ESRCH))
+      continue; /* a live writer's (or our own, during a run) */
+    int len = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (len < 0 || (size_t)len >= sizeof path) continue;
+    if (unlink(path) == 0) {
+      FL_LOGI("checkpoint dir %s: removed %s, left by process %ld which is gone", dir, e->d_name,
+              pid);
+      n++;
+    } else if (errno != ENOENT) {
+      FL_LOGW("checkpoint dir %s: cannot remove the stale %s: %s", dir, e->d_name,
+              strerror(errno));
+    }
+  }
+  closedir(d);
+  if (removed) *removed = n;
+  return FL_OK;
+}
+
+fl_status fl_ckpt_dir_move_aside(const char *dir, char *moved_to, size_t cap, size_t *moved) {
+  int64_t *all;
+  size_t n;
+  char sub[4096], from[4096], to[4096 + 64];
+  fl_status st = FL_OK;
+  *moved = 0;
+  if (moved_to && cap) moved_to[0] = '\0';
+  FL_TRY(list_all(dir, &all, &n));
+  if (n == 0) {
+    free(all);
+    return FL_OK;
+  }
+  time_t now = time(NULL);
+  struct tm tm;
+  char stamp[32];
+  gmtime_r(&now, &tm);
+  strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  for (int k = 0;; k++) {
+    int len = k ? snprintf(sub, sizeof sub, "%s/old-%s-%d", dir, stamp, k)
+                : snprintf(sub, sizeof sub, "%s/old-%s", dir, stamp);
+    if (len < 0 || (size_t)len >= sizeof sub) {
+      free(all);
+      return FL_ERR(FL_EINVAL, "checkpoint dir %s: path too long", dir);
+    }
+    if (mkdir(sub, 0755) == 0) break;
+    if (errno != EEXIST || k > 100) {
+      st = FL_ERR(FL_EIO, "checkpoint dir %s: cannot create %s: %s", dir, sub, strerror(errno));
+      free(all);
+      return st;
+    }
+  }
+  for (size_t i = 0; i < n && st == FL_OK; i++) {
+    st = fl_ckpt_dir_path(dir, all[i], from, sizeof from);
+    if (st != FL_OK) break;
+    snprintf(to, sizeof to, "%s/ckpt-%lld.flc", sub, (long long)all[i]);
+    if (rename(from, to) != 0 && errno != ENOENT)
+      st = FL_ERR(FL_EIO, "checkpoint dir %s: cannot move %s to %s: %s", dir, from, sub,
+                  strerror(errno));
+    else
+      (*moved)++;
+  }
+  free(all);
+  if (st == FL_OK) st = fsync_dir(from);
+  if (moved_to) snprintf(moved_to, cap, "%s", sub);
+  return st;
+}
+
 fl_status fl_ckpt_dir_prune(const char *dir, int keep) {
   int64_t *all;
   size_t n;
   char path[4096];
   fl_status st = FL_OK;
   if (keep < 1) return FL_ERR(FL_EINVAL, "checkpoint dir %s: keep must be >= 1, got %d", dir, keep);
+  fl_ckpt_dir_clean_tmp(dir, 0, NULL);
   FL_TRY(list_all(dir, &all, &n));
   for (size_t i = (size_t)keep; i < n && st == FL_OK; i++) {
     st = fl_ckpt_dir_path(dir, all[i], path, sizeof path);

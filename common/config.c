@@ -1158,6 +1158,41 @@ fl_status fl_job_validate(const fl_job *job) {
 
 /* ------------------------------------------------------------ loading */
 
+static void put_elem(FILE *out, ftype et, const field *f, const char *p);
+
+/* The startup summary: the sections the file leaves out, and the keys of
+ * optimizer and train it leaves to their defaults, with the values they
+ * take (one info line; strings and lists, paths mostly, are left out). */
+static void log_defaults(const ctx *c, const fl_job *job) {
+  static const char *const detailed[] = {"optimizer", "train", NULL};
+  char *text = NULL, path[PATH_BUF];
+  size_t len = 0;
+  int n = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return;
+  for (const field *s = f_job; s->key; s++) {
+    if (!has(c, s->key)) {
+      fprintf(f, "%s%s (whole section)", n++ ? ", " : "", s->key);
+      continue;
+    }
+    int d = 0;
+    for (size_t k = 0; detailed[k]; k++) d |= !strcmp(detailed[k], s->key);
+    if (!d) continue;
+    for (const field *g = s->sub; g->key; g++) {
+      if (g->type == F_MAP || g->type == F_FP16AR || g->type == F_UNSUP_BOOL ||
+          g->type == F_UNSUP_NUM || g->type == F_UNSUP_MAP)
+        continue;
+      if (g->type == F_STR || (g->type >= F_INT_ARRAY && g->type <= F_STR_LIST)) continue;
+      snprintf(path, sizeof path, "%s.%s", s->key, g->key);
+      if (has(c, path)) continue;
+      fprintf(f, "%s%s=", n++ ? ", " : "", path);
+      put_elem(f, g->type, g, (const char *)job + s->off + g->off);
+    }
+  }
+  if (fclose(f) == 0 && n) FL_LOGI("%s relies on defaults for: %s", c->name, text);
+  free(text);
+}
+
 static fl_status load_text(const char *text, size_t len, const char *name, fl_job *job) {
   yaml_parser_t parser;
   yaml_document_t doc, extra;
@@ -1186,12 +1221,18 @@ static fl_status load_text(const char *text, size_t len, const char *name, fl_jo
     goto out;
   }
   const yaml_node_t *root = yaml_document_get_root_node(&doc);
-  if (root) {
-    st = walk_map(&c, f_job, root, (char *)job, "");
-    if (st != FL_OK) goto out;
+  /* An empty file would train a default job without a word. */
+  if (!root || (root->type == YAML_MAPPING_NODE &&
+                root->data.mapping.pairs.start == root->data.mapping.pairs.top)) {
+    st = perr(&c, NULL, NULL, "the job file has no section (model, data, optimizer, lr_schedule, "
+              "train, cluster, pserver, strategy): nothing to train");
+    goto out;
   }
+  st = walk_map(&c, f_job, root, (char *)job, "");
+  if (st != FL_OK) goto out;
   st = normalise(&c);
   if (st == FL_OK) st = check_job(&c, job);
+  if (st == FL_OK) log_defaults(&c, job);
   goto out;
 
 syntax:
@@ -1318,7 +1359,42 @@ static void put_elem(FILE *out, ftype et, const field *f, const char *p) {
   }
 }
 
-static void write_map(FILE *out, const field *table, const char *base, int indent) {
+/* One scalar event: plain (numbers, booleans, names) or double-quoted
+ * (strings; the emitter escapes what YAML does not take raw). */
+static int emit_scalar(yaml_emitter_t *em, const char *v, int quoted) {
+  yaml_event_t ev;
+  if (!yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)v, (int)strlen(v), !quoted,
+                                    quoted,
+                                    quoted ? YAML_DOUBLE_QUOTED_SCALAR_STYLE : YAML_PLAIN_SCALAR_STYLE))
+    return 0;
+  return yaml_emitter_emit(em, &ev);
+}
+
+/* Element p (of type et) as text: into buf for the plain types, or the
+ * string itself (*quoted = 1). */
+static const char *elem_text(ftype et, const field *f, const char *p, char *buf, size_t cap,
+                             int *quoted) {
+  *quoted = 0;
+  if (et == F_STR) {
+    *quoted = 1;
+    return p;
+  }
+  if (et == F_CHOICE) return p;
+  FILE *m = fmemopen(buf, cap, "w");
+  if (!m) return "";
+  put_elem(m, et, f, p);
+  fclose(m);
+  buf[cap - 1] = '\0';
+  return buf;
+}
+
+static int emit_map(yaml_emitter_t *em, const field *table, const char *base) {
+  yaml_event_t ev;
+  char buf[64];
+  int quoted;
+  if (!yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE) ||
+      !yaml_emitter_emit(em, &ev))
+    return 0;
   for (const field *f = table; f->key; f++) {
     const char *p = base + f->off;
     switch (f->type) {
@@ -1332,13 +1408,12 @@ static void write_map(FILE *out, const field *table, const char *base, int inden
       for (const field *g = f->sub; g->key; g++)
         if (g->type != F_UNSUP_BOOL && g->type != F_UNSUP_NUM && g->type != F_UNSUP_MAP) any = 1;
       if (!any) continue;
-      fprintf(out, "%*s%s:\n", indent, "", f->key);
-      write_map(out, f->sub, p, indent + 2);
+      if (!emit_scalar(em, f->key, 0) || !emit_map(em, f->sub, p)) return 0;
       continue;
     }
     default: break;
     }
-    fprintf(out, "%*s%s: ", indent, "", f->key);
+    if (!emit_scalar(em, f->key, 0)) return 0;
     if (f->type >= F_INT_ARRAY && f->type <= F_STR_LIST) {
       size_t cnt = f->type == F_INT_ARRAY ? f->cap : *(const size_t *)(base + f->count_off);
       ftype et = f->type == F_INT_ARRAY ? F_INT
@@ -1351,24 +1426,49 @@ static void write_map(FILE *out, const field *table, const char *base, int inden
                    : et == F_I64  ? sizeof(int64_t)
                    : et == F_FLOAT ? sizeof(float)
                                    : FL_JOB_NAME_MAX;
-      fputc('[', out);
+      if (!yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1, YAML_FLOW_SEQUENCE_STYLE) ||
+          !yaml_emitter_emit(em, &ev))
+        return 0;
       for (size_t i = 0; i < cnt; i++) {
-        if (i) fputs(", ", out);
-        put_elem(out, et, f, p + i * esz);
+        const char *t = elem_text(et, f, p + i * esz, buf, sizeof buf, &quoted);
+        if (!emit_scalar(em, t, quoted)) return 0;
       }
-      fputs("]\n", out);
+      if (!yaml_sequence_end_event_initialize(&ev) || !yaml_emitter_emit(em, &ev)) return 0;
     } else {
-      put_elem(out, f->type, f, p);
-      fputc('\n', out);
+      const char *t = elem_text(f->type, f, p, buf, sizeof buf, &quoted);
+      if (!emit_scalar(em, t, quoted)) return 0;
     }
   }
+  return yaml_mapping_end_event_initialize(&ev) && yaml_emitter_emit(em, &ev);
 }
 
+/* The dump is written by libyaml's emitter (which quotes and escapes
+ * strings as YAML wants), after a comment line naming the source. */
 fl_status fl_job_write_yaml(const fl_job *job, FILE *out) {
+  yaml_emitter_t em;
+  yaml_event_t ev;
   if (!job || !out) return FL_ERR(FL_EINVAL, "fl_job_write_yaml: NULL argument");
-  fprintf(out, "# Flotilla job, resolved from %s\n", job->source);
-  write_map(out, f_job, (const char *)job, 0);
-  if (fflush(out) != 0 || ferror(out))
-    return FL_ERR(FL_EIO, "writing the resolved job: %s", strerror(errno));
-  return FL_OK;
+  fprintf(out, "# Flotilla job, resolved from ");
+  for (const char *c = job->source; *c; c++) fputc(*c == '\n' || *c == '\r' ? ' ' : *c, out);
+  fputc('\n', out);
+  fflush(out);
+  if (!yaml_emitter_initialize(&em)) return FL_ERR(FL_ENOMEM, "writing the resolved job: out of memory");
+  yaml_emitter_set_output_file(&em, out);
+  yaml_emitter_set_unicode(&em, 1);
+  yaml_emitter_set_width(&em, 100);
+  int ok = yaml_stream_start_event_initialize(&ev, YAML_UTF8_ENCODING) &&
+           yaml_emitter_emit(&em, &ev) &&
+           yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1) &&
+           yaml_emitter_emit(&em, &ev) && emit_map(&em, f_job, (const char *)job) &&
+           yaml_document_end_event_initialize(&ev, 1) && yaml_emitter_emit(&em, &ev) &&
+           yaml_stream_end_event_initialize(&ev) && yaml_emitter_emit(&em, &ev) &&
+           yaml_emitter_flush(&em);
+  fl_status st = FL_OK;
+  if (!ok)
+    st = FL_ERR(FL_EIO, "writing the resolved job: %s",
+                em.problem ? em.problem : strerror(errno));
+  yaml_emitter_delete(&em);
+  if (st == FL_OK && (fflush(out) != 0 || ferror(out)))
+    st = FL_ERR(FL_EIO, "writing the resolved job: %s", strerror(errno));
+  return st;
 }

@@ -159,8 +159,22 @@ fl_status fl_ckpt_dir_list(const char *dir, int64_t *steps, size_t cap, size_t *
  * has some but none verifies, FL_EIO on a read error. */
 fl_status fl_ckpt_dir_load_latest(const char *dir, fl_ckpt **out, int64_t *step);
 
-/* Delete all but the newest keep (>= 1) checkpoints of dir. */
+/* Delete all but the newest keep (>= 1) checkpoints of dir, and the
+ * temporary files of writers that are gone (fl_ckpt_dir_clean_tmp). */
 fl_status fl_ckpt_dir_prune(const char *dir, int keep);
+
+/* Remove the temporary files (".ckpt-N.flc.tmp.<pid>.<n>") whose writer
+ * process no longer exists - left by a kill -9 during a write - and, with
+ * include_self, this process's own (at start, before it writes any).  Each
+ * removal is logged; *removed (may be NULL) gets the count.  A missing dir
+ * is no error. */
+fl_status fl_ckpt_dir_clean_tmp(const char *dir, int include_self, size_t *removed);
+
+/* Move every ckpt-<step>.flc of dir into a new subdirectory
+ * <dir>/old-<UTC yyyymmddThhmmssZ>[-k] (never deleting anything); its path
+ * into moved_to (cap bytes, may be NULL), the count into *moved (0: nothing
+ * to move, no subdirectory made).  FL_EIO (logged) when a move fails. */
+fl_status fl_ckpt_dir_move_aside(const char *dir, char *moved_to, size_t cap, size_t *moved);
 
 #ifdef __cplusplus
 }

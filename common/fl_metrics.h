@@ -107,6 +107,10 @@ int fl_metrics_server_port(const fl_metrics_server *srv);
 /* Stop serving and free the server.  NULL is accepted. */
 void fl_metrics_server_stop(fl_metrics_server *srv);
 
+/* What /readyz answers (200 once set, 503 before); process-wide.
+ * fl_notify_ready sets it. */
+void fl_metrics_set_ready(int ready);
+
 /* The well-known Flotilla metrics, registered on fl_metrics_default().
  * Names (all prefixed flotilla_):
  *   info{role,rank,mode}               gauge 1, set by fl_metrics_std_info
@@ -148,7 +152,11 @@ typedef struct fl_std_metrics {
 const fl_std_metrics *fl_metrics_std(void);
 
 /* Set flotilla_info{role,rank,mode} = 1 for this process (role "trainer"
- * or "pserver", rank its id, mode "collective", "ps-sync", ...). */
+ * or "pserver", rank its id, mode "collective", "ps-sync", ...).  From then
+ * on the default registry renders only the well-known families of that
+ * role (a pserver has no flotilla_steps_total, a trainer no
+ * flotilla_live_trainers); the others' and every family made elsewhere
+ * still show. */
 fl_status fl_metrics_std_info(const char *role, int rank, const char *mode);
 
 #ifdef __cplusplus

@@ -45,9 +45,11 @@ void fl_timeline_begin(fl_timeline *tl, const char *cat, const char *name);
 void fl_timeline_end(fl_timeline *tl, const char *cat, const char *name);
 
 /* A finished span from t0_us to t1_us ("X" event) on the calling thread's
- * row, for work whose start was noted elsewhere (e.g. an allreduce bucket
- * completed on the comm thread).  arg_name, when not NULL, adds one integer
- * argument (e.g. "bytes"). */
+ * row - or, for cat "comm", on the "communication" track of its own, so
+ * that it never interleaves with the compute spans of the thread that
+ * finished it - for work whose start was noted elsewhere (e.g. an
+ * allreduce bucket completed on the comm thread).  arg_name, when not
+ * NULL, adds one integer argument (e.g. "bytes"). */
 void fl_timeline_span(fl_timeline *tl, const char *cat, const char *name, int64_t t0_us,
                       int64_t t1_us, const char *arg_name, int64_t arg_value);
 

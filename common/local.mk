@@ -6,3 +6,4 @@ EXTRA_DIST += common/flotilla.pc.in
 include $(srcdir)/common/config.mk
 include $(srcdir)/common/rpc.mk
 include $(srcdir)/common/obs.mk
+include $(srcdir)/common/identity.mk

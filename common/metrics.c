@@ -40,12 +40,16 @@ struct fl_metric {
   pthread_mutex_t mu;
   fl_series *series, *series_tail;
   fl_metric *next;
+  unsigned roles; /* well-known families: ROLE_* bits of the roles that have it; 0 = all */
 };
 
 struct fl_metrics {
   pthread_mutex_t mu;
   fl_metric *head, *tail;
+  unsigned role; /* the process's ROLE_* (fl_metrics_std_info); 0 = show every family */
 };
+
+enum { ROLE_TRAINER = 1, ROLE_PSERVER = 2 };
 
 static const double default_bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                         0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
@@ -454,6 +458,7 @@ fl_status fl_metrics_render(fl_metrics *reg, char **out, size_t *len) {
   buf_put(&b, "", 0);
   pthread_mutex_lock(&reg->mu);
   for (fl_metric *m = reg->head; m; m = m->next) {
+    if (reg->role && m->roles && !(m->roles & reg->role)) continue; /* another role's */
     buf_printf(&b, "# HELP %s ", m->name);
     buf_escaped(&b, m->help, 0);
     buf_printf(&b, "\n# TYPE %s %s\n", m->name, type_names[m->type]);
@@ -477,12 +482,14 @@ static fl_std_metrics std_metrics;
 static pthread_once_t std_once = PTHREAD_ONCE_INIT;
 
 static fl_series *std_plain(fl_metrics *reg, fl_metric_type type, const char *name,
-                            const char *help) {
+                            const char *help, unsigned roles) {
   fl_metric *m = NULL;
   fl_status st = type == FL_METRIC_COUNTER ? fl_metrics_counter(reg, name, help, NULL, &m)
                  : type == FL_METRIC_GAUGE ? fl_metrics_gauge(reg, name, help, NULL, &m)
                        : fl_metrics_histogram(reg, name, help, NULL, NULL, 0, &m);
-  return st == FL_OK ? fl_metric_plain(m) : NULL;
+  if (st != FL_OK) return NULL;
+  m->roles = roles;
+  return fl_metric_plain(m);
 }
 
 static void std_init(void) {
@@ -493,33 +500,37 @@ static void std_init(void) {
                        "role,rank,mode", &s->info) != FL_OK)
     s->info = NULL;
   s->steps = std_plain(reg, FL_METRIC_COUNTER, "flotilla_steps_total",
-                       "Optimizer steps done by this trainer.");
+                       "Optimizer steps done by this trainer.", ROLE_TRAINER);
   s->samples = std_plain(reg, FL_METRIC_COUNTER, "flotilla_samples_total",
-                         "Training samples consumed by this trainer.");
+                         "Training samples consumed by this trainer.", ROLE_TRAINER);
   s->samples_per_second = std_plain(reg, FL_METRIC_GAUGE, "flotilla_samples_per_second",
-                                    "Training throughput over the last logging interval.");
-  s->loss = std_plain(reg, FL_METRIC_GAUGE, "flotilla_loss", "Last training loss.");
+                                    "Training throughput over the last logging interval.",
+                                    ROLE_TRAINER);
+  s->loss = std_plain(reg, FL_METRIC_GAUGE, "flotilla_loss", "Last training loss.", ROLE_TRAINER);
   s->loss_scale = std_plain(reg, FL_METRIC_GAUGE, "flotilla_loss_scale",
-                            "Current AMP dynamic loss scale.");
+                            "Current AMP dynamic loss scale.", ROLE_TRAINER);
   s->push_seconds = std_plain(reg, FL_METRIC_HISTOGRAM, "flotilla_push_seconds",
-                              "Latency of one push to the parameter servers.");
+                              "Latency of one push to the parameter servers.", ROLE_TRAINER);
   s->pull_seconds = std_plain(reg, FL_METRIC_HISTOGRAM, "flotilla_pull_seconds",
-                              "Latency of one pull from the parameter servers.");
+                              "Latency of one pull from the parameter servers.", ROLE_TRAINER);
   s->allreduce_seconds = std_plain(reg, FL_METRIC_HISTOGRAM, "flotilla_allreduce_seconds",
-                                   "Latency of one fusion bucket's allreduce.");
+                                   "Latency of one fusion bucket's allreduce.", ROLE_TRAINER);
   s->wait_seconds = std_plain(reg, FL_METRIC_HISTOGRAM, "flotilla_wait_seconds",
-                              "Time spent blocked on other ranks (barriers, held pulls).");
+                              "Time spent blocked on other ranks (barriers, held pulls).",
+                              ROLE_TRAINER);
   s->bytes_sent = std_plain(reg, FL_METRIC_COUNTER, "flotilla_bytes_sent_total",
-                            "Payload bytes sent on the wire (gRPC and collective).");
+                            "Payload bytes sent on the wire (gRPC and collective).", 0);
   s->bytes_received = std_plain(reg, FL_METRIC_COUNTER, "flotilla_bytes_received_total",
-                                "Payload bytes received from the wire.");
+                                "Payload bytes received from the wire.", 0);
   s->live_trainers = std_plain(reg, FL_METRIC_GAUGE, "flotilla_live_trainers",
-                               "Trainers with a recent heartbeat (pserver).");
+                               "Trainers with a recent heartbeat (pserver).", ROLE_PSERVER);
   s->checkpoints = std_plain(reg, FL_METRIC_COUNTER, "flotilla_checkpoints_total",
-                             "Checkpoints written by this process.");
+                             "Checkpoints written by this process.", 0);
   if (fl_metrics_gauge(reg, "flotilla_table_rows", "Rows held in each sparse table (pserver).",
                        "table", &s->table_rows) != FL_OK)
     s->table_rows = NULL;
+  else
+    s->table_rows->roles = ROLE_PSERVER;
 }
 
 const fl_std_metrics *fl_metrics_std(void) {
@@ -535,5 +546,10 @@ fl_status fl_metrics_std_info(const char *role, int rank, const char *mode) {
   fl_series *ser = NULL;
   FL_TRY(fl_metric_series(s->info, values, &ser));
   fl_series_set(ser, 1);
+  /* from now on /metrics shows this role's families only */
+  fl_metrics *reg = fl_metrics_default();
+  pthread_mutex_lock(&reg->mu);
+  reg->role = role && !strcmp(role, "pserver") ? ROLE_PSERVER : ROLE_TRAINER;
+  pthread_mutex_unlock(&reg->mu);
   return FL_OK;
 }

@@ -1,14 +1,18 @@
 /* metrics_http.c - the /metrics HTTP endpoint (fl_metrics_serve).
  *
  * libmicrohttpd runs the listener on its own internal thread; each GET
- * /metrics renders the registry afresh.  Only GET and HEAD of /metrics are
- * answered (404 elsewhere, 405 for other methods), request bodies are
- * refused, and the daemon binds exactly the address it is given. */
+ * /metrics renders the registry afresh.  /healthz answers 200 while the
+ * process serves at all; /readyz 200 once it has joined its job
+ * (fl_metrics_set_ready: the daemons' fl_notify_ready), 503 before.  Only
+ * GET and HEAD of these are answered (404 elsewhere, 405 for other
+ * methods), request bodies are refused, and the daemon binds exactly the
+ * address it is given. */
 #include <config.h>
 
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +29,10 @@ struct fl_metrics_server {
   int port;
   char addr[128];
 };
+
+static atomic_int g_ready;
+
+void fl_metrics_set_ready(int ready) { atomic_store(&g_ready, ready != 0); }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
   const fl_metrics_server *srv = cls;
@@ -58,7 +66,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
   if (*upload_data_size != 0) return reply_text(c, MHD_HTTP_BAD_REQUEST, "no body expected\n");
   if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
     return reply_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n");
-  if (strcmp(url, "/metrics") != 0) return reply_text(c, MHD_HTTP_NOT_FOUND, "see /metrics\n");
+  if (strcmp(url, "/healthz") == 0) return reply_text(c, MHD_HTTP_OK, "ok\n");
+  if (strcmp(url, "/readyz") == 0)
+    return atomic_load(&g_ready) ? reply_text(c, MHD_HTTP_OK, "ready\n")
+                                 : reply_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "not ready\n");
+  if (strcmp(url, "/metrics") != 0)
+    return reply_text(c, MHD_HTTP_NOT_FOUND, "see /metrics, /healthz, /readyz\n");
 
   char *text = NULL;
   size_t len = 0;
@@ -127,8 +140,9 @@ fl_status fl_metrics_serve(fl_metrics *reg, const char *addr, fl_metrics_server 
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   srv->daemon = MHD_start_daemon(flags, (uint16_t)atoi(port), NULL, NULL, handle, srv,
-                                 MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                 /* the logger first: MHD warns otherwise */
                                  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
+                                 MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
                                  MHD_OPTION_END);

@@ -7,6 +7,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "fl_log.h"
+#include "fl_metrics.h"
 #include "fl_notify.h"
 
 /* Send one notification; status lines lose newlines (one line each). */
@@ -28,7 +29,10 @@ static fl_status send_state(const char *state, const char *status) {
   return FL_OK;
 }
 
-fl_status fl_notify_ready(const char *status) { return send_state("READY=1", status); }
+fl_status fl_notify_ready(const char *status) {
+  fl_metrics_set_ready(1); /* /readyz */
+  return send_state("READY=1", status);
+}
 
 fl_status fl_notify_status(const char *status) { return send_state("", status ? status : ""); }
 

@@ -11,13 +11,29 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include "fl_log.h"
 #include "fl_metrics.h"
 #include "fl_rpc.h"
 
-void fl_rpc_init(void) { grpc_init(); }
+/* gRPC's own log lines go through ours (same format, same stream, our
+ * level), errors only: its warnings are about states we report ourselves. */
+static void grpc_log_route(gpr_log_func_args *a) {
+  const char *file = a->file ? strrchr(a->file, '/') : NULL;
+  fl_log(a->severity == GPR_LOG_SEVERITY_ERROR ? FL_LOG_ERROR
+         : a->severity == GPR_LOG_SEVERITY_INFO ? FL_LOG_INFO
+                                                : FL_LOG_DEBUG,
+         "grpc (%s:%d): %s", file ? file + 1 : a->file ? a->file : "?", a->line,
+         a->message ? a->message : "");
+}
+
+void fl_rpc_init(void) {
+  gpr_set_log_function(grpc_log_route);
+  gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);
+  grpc_init();
+}
 void fl_rpc_shutdown(void) { grpc_shutdown(); }
 
 fl_status fl_rpc_status_from_grpc(grpc_status_code code) {

@@ -2,7 +2,10 @@
  *
  * Events go through one stdio buffer under a mutex; the first event line
  * starts without a comma and every later one with ",", so the file is valid
- * JSON as soon as the footer is written.  Names are JSON-escaped. */
+ * JSON as soon as the footer is written.  Names are JSON-escaped.
+ * Communication spans (cat "comm") go on a track of their own, named
+ * "communication": finished on the thread that also runs backward, they
+ * overlapped its B/E spans on one row, which Chrome's viewer mis-nests. */
 #include <config.h>
 
 #include <errno.h>
@@ -26,7 +29,10 @@ struct fl_timeline {
   int rank;
   int nevents;
   int failed; /* a write failed; reported once at close */
+  int comm_named; /* the communication track's name was written */
 };
+
+#define COMM_TID 1000000000L /* the communication track (no real thread id) */
 
 int64_t fl_timeline_now_us(void) {
   struct timespec ts;
@@ -56,10 +62,14 @@ static void put_escaped(FILE *f, const char *s) {
 
 /* Start one event line: separator, then {"ph":..,"pid":..,"tid":..,"ts":..
  * The caller holds the mutex and finishes the object with "}\n". */
-static void event_head(fl_timeline *tl, char ph, int64_t ts) {
+static void event_head_tid(fl_timeline *tl, char ph, long tid, int64_t ts) {
   fputs(tl->nevents++ ? "," : " ", tl->f);
-  fprintf(tl->f, "{\"ph\":\"%c\",\"pid\":%d,\"tid\":%ld,\"ts\":%lld", ph, tl->rank,
-          thread_id(), (long long)ts);
+  fprintf(tl->f, "{\"ph\":\"%c\",\"pid\":%d,\"tid\":%ld,\"ts\":%lld", ph, tl->rank, tid,
+          (long long)ts);
+}
+
+static void event_head(fl_timeline *tl, char ph, int64_t ts) {
+  event_head_tid(tl, ph, thread_id(), ts);
 }
 
 static void put_field(FILE *f, const char *key, const char *value) {
@@ -141,8 +151,16 @@ void fl_timeline_end(fl_timeline *tl, const char *cat, const char *name) {
 void fl_timeline_span(fl_timeline *tl, const char *cat, const char *name, int64_t t0_us,
                       int64_t t1_us, const char *arg_name, int64_t arg_value) {
   if (!tl) return;
+  int comm = cat && strcmp(cat, "comm") == 0;
   pthread_mutex_lock(&tl->mu);
-  event_head(tl, 'X', t0_us);
+  if (comm && !tl->comm_named) {
+    event_head_tid(tl, 'M', COMM_TID, 0);
+    put_field(tl->f, "name", "thread_name");
+    fputs(",\"args\":{\"name\":\"communication\"}", tl->f);
+    event_end(tl);
+    tl->comm_named = 1;
+  }
+  event_head_tid(tl, 'X', comm ? COMM_TID : thread_id(), t0_us);
   fprintf(tl->f, ",\"dur\":%lld", (long long)(t1_us > t0_us ? t1_us - t0_us : 0));
   put_field(tl->f, "cat", cat);
   put_field(tl->f, "name", name);

@@ -12,7 +12,13 @@
  * trainer is restarted with --resume instead (collective mode restarts
  * every trainer, since the ring needs all ranks; PS mode restarts only the
  * failed one, the pservers keep the parameters).  At the end it writes
- * log/metrics.csv and log/curve.png. */
+ * log/metrics.csv and log/curve.png.
+ *
+ * Every child gets FLOTILLA_RUN_ID (the user's, else a fresh one per
+ * invocation, kept across restarts: checkpoints of this run are resumed,
+ * another run's refused unless --resume or --fresh is passed on) and
+ * FLOTILLA_LAUNCHER_PID, so that it dies with flotilla-run even when this
+ * process is killed with SIGKILL (fl_proc.h). */
 #include <config.h>
 
 #include <errno.h>
@@ -26,6 +32,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -33,6 +40,7 @@
 #include "fl_cluster.h"
 #include "fl_config.h"
 #include "fl_log.h"
+#include "fl_proc.h"
 #include "run_internal.h"
 
 extern char **environ;
@@ -95,6 +103,10 @@ struct run {
   int multi_node;
   const char *log_dir;
   char token_env[80]; /* "FLOTILLA_TOKEN=<hex>" made for a one-node job, or "" */
+  char run_id_env[96]; /* "FLOTILLA_RUN_ID=..." made here, or "" (the user's is passed on) */
+  char launcher_env[48]; /* "FLOTILLA_LAUNCHER_PID=<our pid>" */
+  const char *start_flag; /* "--resume", "--fresh" or NULL: for the first start */
+  char last_line[256];    /* the last progress line printed (not a terminal) */
 };
 
 /* ---- command line ---- */
@@ -103,7 +115,7 @@ enum {
   OPT_MODE = 1000, OPT_IPS, OPT_NODE_IP, OPT_NPROC, OPT_GPUS, OPT_SERVER_NUM, OPT_SERVERS,
   OPT_LOG_DIR, OPT_MAX_RESTART, OPT_PORT, OPT_GRACE, OPT_TIMELINE, OPT_METRICS_PORT,
   OPT_TRAINER_BIN, OPT_PSERVER_BIN, OPT_HELP, OPT_VERSION, OPT_NNODES, OPT_NODE_RANK,
-  OPT_MASTER_ADDR, OPT_MASTER_PORT
+  OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_RESUME, OPT_FRESH
 };
 
 static const struct option long_opts[] = {
@@ -131,6 +143,8 @@ static const struct option long_opts[] = {
     {"master-addr", required_argument, NULL, OPT_MASTER_ADDR},
     {"master_port", required_argument, NULL, OPT_MASTER_PORT},
     {"master-port", required_argument, NULL, OPT_MASTER_PORT},
+    {"resume", no_argument, NULL, OPT_RESUME},
+    {"fresh", no_argument, NULL, OPT_FRESH},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0}};
@@ -166,6 +180,12 @@ static void usage(FILE *out) {
       "  --log_dir DIR            logs, metrics.csv, curve.png (default log)\n"
       "  --max_restart N          restart failed trainers up to N times in all, with\n"
       "                           --resume from the last checkpoint (default 0)\n"
+      "  --resume                 every process continues from the newest checkpoint\n"
+      "                           in its checkpoint directory, even another run's\n"
+      "  --fresh                  every process moves another run's checkpoints aside\n"
+      "                           (into <dir>/old-<time>/) and starts from scratch;\n"
+      "                           without either, another run's checkpoints make the\n"
+      "                           job refuse to start\n"
       "  --grace S                seconds between SIGTERM and SIGKILL when stopping,\n"
       "                           and for pservers to exit after the trainers\n"
       "                           (default 10)\n"
@@ -210,13 +230,16 @@ static void usage(FILE *out) {
       "  FLOTILLA_LOCAL_RANK, FLOTILLA_LOCAL_SIZE   trainer's place on its node\n"
       "  FLOTILLA_SELECTED_GPUS           with --gpus: this trainer's GPU\n"
       "  FLOTILLA_LOG_DIR                 --log_dir\n"
+      "  FLOTILLA_RUN_ID                  this run's id (the one flotilla-run was given,\n"
+      "                                   else a fresh one; the same after a restart)\n"
+      "  FLOTILLA_LAUNCHER_PID            flotilla-run's pid: the child dies with it\n"
       "These (and torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
       "GROUP_RANK, MASTER_ADDR, MASTER_PORT, FLOTILLA_CLUSTER_ENV) are never\n"
       "inherited from flotilla-run's own environment; the rest of\n"
       "it is passed on (FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE, FLOTILLA_LOG_LEVEL,\n"
       "FLOTILLA_CHECKPOINT_DIR included).  A one-node job with no shared secret\n"
       "(FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE or the job's cluster.token_file) gets\n"
-      "a random FLOTILLA_TOKEN of its own; a multi-node job needs one given.\n"
+      "a random FLOTILLA_TOKEN of its own; a multi-node job without one is refused.\n"
       "\n"
       "Environment read by flotilla-run:\n"
       "  FLOTILLA_TRAINER_BIN, FLOTILLA_PSERVER_BIN   like --trainer_bin, --pserver_bin\n"
@@ -289,8 +312,9 @@ static void status_draw(run *r) {
   if (r->tty) {
     printf("\r\033[K\033[1m[flotilla-run] %s\033[0m", line);
     r->status_shown = 1;
-  } else {
+  } else if (strcmp(line, r->last_line) != 0) { /* a log: no line twice */
     printf("[flotilla-run] %s\n", line);
+    snprintf(r->last_line, sizeof r->last_line, "%s", line);
   }
   fflush(stdout);
 }
@@ -597,7 +621,7 @@ static int is_cluster_var(const char *kv) {
       "FLOTILLA_LOCAL_SIZE=", "FLOTILLA_SELECTED_GPUS=", "FLOTILLA_LOG_DIR=",
       /* torchrun's, given instead in --nnodes mode (fl_run_torchrun_opts) */
       "FLOTILLA_CLUSTER_ENV=", "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
-      "GROUP_RANK=", "MASTER_ADDR=", "MASTER_PORT="};
+      "GROUP_RANK=", "MASTER_ADDR=", "MASTER_PORT=", "FLOTILLA_LAUNCHER_PID="};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
     if (strncmp(kv, vars[i], strlen(vars[i])) == 0) return 1;
   return 0;
@@ -635,19 +659,22 @@ static int spawn_child(run *r, child *c, int resume) {
   argv[argc++] = "--config";
   argv[argc++] = (char *)r->job_path;
   if (resume) argv[argc++] = "--resume";
+  else if (r->start_flag) argv[argc++] = (char *)r->start_flag;
   if (p->role == FL_RUN_TRAINER)
     for (int i = 0; i < r->n_extra && argc < 62; i++) argv[argc++] = r->extra[i];
   argv[argc] = NULL;
 
   size_t nenv = 0;
   while (environ[nenv]) nenv++;
-  char **env = calloc(nenv + (size_t)p->n_env + 2, sizeof *env);
+  char **env = calloc(nenv + (size_t)p->n_env + 4, sizeof *env);
   if (!env) return FL_ERR(FL_ENOMEM, "out of memory starting %s %d", role_name(c), p->id);
   size_t k = 0;
   for (size_t i = 0; i < nenv; i++)
     if (!is_cluster_var(environ[i])) env[k++] = environ[i];
   for (int i = 0; i < p->n_env; i++) env[k++] = p->env[i];
   if (r->token_env[0]) env[k++] = r->token_env;
+  if (r->run_id_env[0]) env[k++] = r->run_id_env;
+  env[k++] = r->launcher_env;
   env[k] = NULL;
 
   int fds[2];
@@ -783,6 +810,11 @@ static void print_layout(run *r, const fl_run_opts *o) {
   if (pl->mode == FL_RUN_PS) printf("  pservers       %d\n", pl->n_pservers);
   printf("  log_dir        %s\n", o->log_dir);
   printf("  max_restart    %d\n", r->max_restart);
+  const char *rid = getenv("FLOTILLA_RUN_ID");
+  printf("  run id         %s\n", r->run_id_env[0] ? r->run_id_env + strlen("FLOTILLA_RUN_ID=")
+                                 : rid && *rid   ? rid
+                                                 : "(derived from the job and cluster: several "
+                                                   "nodes and no FLOTILLA_RUN_ID)");
   printf("  trainer        %s\n", r->trainer_bin);
   if (pl->mode == FL_RUN_PS) printf("  pserver        %s\n", r->pserver_bin);
   printf("+----------------------------------------------------------------+\n");
@@ -879,13 +911,39 @@ static void write_outputs(run *r) {
  * Several nodes must share one: there the user provides it. */
 static fl_status make_token(run *r, const fl_run_opts *o, const fl_job *job) {
   const char *t = getenv("FLOTILLA_TOKEN"), *tf = getenv("FLOTILLA_TOKEN_FILE");
-  if (o->n_ips > 1 || (t && *t) || (tf && *tf) || job->cluster.token_file[0]) return FL_OK;
+  if ((t && *t) || (tf && *tf) || job->cluster.token_file[0]) return FL_OK;
+  if (o->n_ips > 1)
+    return FL_ERR(FL_EINVAL, "a job on %d nodes needs a shared token, the same on every node: "
+                  "FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE or the job's cluster.token_file (see "
+                  "README, Security)", o->n_ips);
   unsigned char raw[24];
   if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
     return FL_ERR(FL_EIO, "cannot make a job token: getrandom: %s", strerror(errno));
   size_t n = (size_t)snprintf(r->token_env, sizeof r->token_env, "FLOTILLA_TOKEN=");
   for (size_t i = 0; i < sizeof raw; i++)
     n += (size_t)snprintf(r->token_env + n, sizeof r->token_env - n, "%02x", raw[i]);
+  return FL_OK;
+}
+
+/* This run's id: the user's FLOTILLA_RUN_ID, else a fresh one that every
+ * child (and every restart of it) gets; FLOTILLA_LAUNCHER_PID too. */
+static fl_status make_run_id(run *r, int multi_node) {
+  snprintf(r->launcher_env, sizeof r->launcher_env, "FLOTILLA_LAUNCHER_PID=%ld", (long)getpid());
+  const char *e = getenv("FLOTILLA_RUN_ID");
+  if (e && *e) return FL_OK;
+  /* Several nodes: each node's flotilla-run would draw another id; the
+   * processes derive one from the job and cluster instead. */
+  if (multi_node) return FL_OK;
+  unsigned char raw[4];
+  if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+    return FL_ERR(FL_EIO, "cannot make a run id: getrandom: %s", strerror(errno));
+  time_t now = time(NULL);
+  struct tm tm;
+  char stamp[32];
+  gmtime_r(&now, &tm);
+  strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  snprintf(r->run_id_env, sizeof r->run_id_env, "FLOTILLA_RUN_ID=%s-%02x%02x%02x%02x", stamp,
+           raw[0], raw[1], raw[2], raw[3]);
   return FL_OK;
 }
 
@@ -992,8 +1050,16 @@ static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
       break;
     case OPT_TRAINER_BIN: snprintf(r->trainer_bin, sizeof r->trainer_bin, "%s", optarg); break;
     case OPT_PSERVER_BIN: snprintf(r->pserver_bin, sizeof r->pserver_bin, "%s", optarg); break;
+    case OPT_RESUME:
+    case OPT_FRESH:
+      if (r->start_flag && strcmp(r->start_flag, ch == OPT_RESUME ? "--resume" : "--fresh")) {
+        FL_LOGE("--resume and --fresh exclude each other");
+        return 2;
+      }
+      r->start_flag = ch == OPT_RESUME ? "--resume" : "--fresh";
+      break;
     case OPT_HELP: usage(stdout); return -1;
-    case OPT_VERSION: printf("flotilla-run %s\n", PACKAGE_VERSION); return -1;
+    case OPT_VERSION: fl_print_version(stdout, "flotilla-run"); return -1;
     case ':':
       FL_LOGE("%s needs a value (see flotilla-run --help)", argv[optind - 1]);
       return 2;
@@ -1040,7 +1106,15 @@ static void supervise(run *r) {
   for (int i = 0; i < r->n_children; i++)
     if (r->children[i].log_fd >= 0) close(r->children[i].log_fd);
 
-  status_clear(r);
+  /* A job that went through keeps its last progress line, whole (100%),
+   * above the summary. */
+  if (r->exit_code == 0 && r->progress && fl_run_progress_count(r->progress) > 0) {
+    status_draw(r);
+    if (r->tty) fputc('\n', stdout);
+    r->status_shown = 0;
+  } else {
+    status_clear(r);
+  }
   write_outputs(r);
   if (r->timeline) merge_timelines(r);
   if (r->failed) print_tail(r->failed->spec->log_path);
@@ -1090,7 +1164,7 @@ int main(int argc, char **argv) {
       fl_run_local_addrs(local, FL_RUN_MAX_NODES * 4, &n_local) != FL_OK ||
       fl_run_find_node(&o, local, n_local, &node) != FL_OK ||
       fl_run_make_plan(&o, node, r.plan) != FL_OK || make_dirs(o.log_dir) != FL_OK ||
-      make_token(&r, &o, &job) != FL_OK)
+      make_token(&r, &o, &job) != FL_OK || make_run_id(&r, o.n_ips > 1) != FL_OK)
     goto done;
   r.multi_node = o.n_ips > 1;
 

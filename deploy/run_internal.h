@@ -129,7 +129,8 @@ void fl_run_plan_clear(fl_run_plan *p);
 typedef enum fl_run_rec_kind {
   FL_RUN_REC_TRAIN = 0, /* "[Epoch e, batch b] loss: ..., acc1: ..." */
   FL_RUN_REC_TEST = 1,  /* "[Epoch e] test loss: ..., acc1: ..." */
-  FL_RUN_REC_PLAN = 2   /* "training mlp: E epochs of S steps (K x B samples, ..." */
+  FL_RUN_REC_PLAN = 2,  /* "training mlp: E epochs of S steps (K x B samples, ..." */
+  FL_RUN_REC_EPOCH_END = 3 /* "[Epoch e] train: S steps, N samples, ...": e trained in full */
 } fl_run_rec_kind;
 
 /* One parsed line of a trainer's log. */

@@ -52,6 +52,7 @@ struct fl_run_progress {
   double rate;               /* smoothed samples/s, 0 = unknown */
   int have_test;
   row last_test;
+  int ended; /* epoch + 1 of the last "[Epoch e] train:" line, 0 = none */
 };
 
 /* ---- parsing ---- */
@@ -136,6 +137,11 @@ int fl_run_parse_line(const char *line, fl_run_record *r) {
       if (*p != ']') return 0;
     }
   } else if (*p == ']') {
+    if (strncmp(skip_sp(p + 1), "train:", 6) == 0) { /* the epoch's training is over */
+      rec.kind = FL_RUN_REC_EPOCH_END;
+      *r = rec;
+      return 1;
+    }
     if (!starts_test(skip_sp(p + 1))) return 0;
     rec.kind = FL_RUN_REC_TEST;
   } else {
@@ -181,6 +187,10 @@ fl_status fl_run_progress_feed(fl_run_progress *p, const fl_run_record *r, doubl
   if (r->batches > 0) p->batches_per_epoch = r->batches;
   if (r->kind == FL_RUN_REC_PLAN) {
     if (r->epoch > 0) p->epochs = r->epoch;
+    return FL_OK;
+  }
+  if (r->kind == FL_RUN_REC_EPOCH_END) {
+    p->ended = r->epoch + 1; /* the progress line shows the epoch whole */
     return FL_OK;
   }
   if (p->n == 0) p->t0 = now;
@@ -271,15 +281,19 @@ char *fl_run_progress_line(const fl_run_progress *p, char *out, size_t cap) {
     put(out, cap, &len, "epoch %d", epoch + 1);
   if (last) {
     int64_t per = p->batches_per_epoch;
+    /* lines come every log_interval batches: the epoch's end says it is whole */
+    int whole = per > 0 && p->ended == last->epoch + 1;
+    int64_t shown = whole ? per : last->batch + 1;
+    int64_t global = whole ? (int64_t)(last->epoch + 1) * per : last->global;
     if (per > 0)
-      put(out, cap, &len, "  step %lld/%lld (%d%%)", (long long)(last->batch + 1),
-          (long long)per, (int)(100 * (last->batch + 1) / per));
+      put(out, cap, &len, "  step %lld/%lld (%d%%)", (long long)shown, (long long)per,
+          (int)(100 * shown / per));
     else
-      put(out, cap, &len, "  step %lld", (long long)(last->batch + 1));
+      put(out, cap, &len, "  step %lld", (long long)shown);
     if (p->rate > 0) {
       put(out, cap, &len, "  %.0f samples/s", p->rate);
       if (per > 0 && p->epochs > 0) {
-        int64_t left = (int64_t)p->epochs * per - last->global;
+        int64_t left = (int64_t)p->epochs * per - global;
         char eta[32];
         fmt_duration(eta, sizeof eta, left > 0 ? (double)left * p->samples_per_batch / p->rate : 0);
         put(out, cap, &len, "  ETA %s", eta);

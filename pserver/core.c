@@ -59,6 +59,8 @@ typedef struct ps_block {
   float **pend;     /* [num_trainers] gradient buffers, made on first use */
   float *acc;
   int64_t *last;    /* [num_trainers] async/geo: last step taken */
+  float *prev;      /* sync: the value before the last step applied ... */
+  int64_t prev_step; /* ... i.e. as of this step (-1: none) */
 } ps_block;
 
 typedef struct ps_table {
@@ -104,6 +106,7 @@ struct fl_ps_core {
   _Atomic uint64_t parked[MAX_TRAINERS / 64]; /* waiting in a barrier */
 
   _Atomic(fl_ps_layout *) layout; /* set once */
+  char layout_from[FL_JOB_PATH_MAX + 64]; /* who declared it, for messages */
   char **names;
   ps_block *blocks;   /* the blocks placed here */
   size_t n_my;
@@ -238,6 +241,7 @@ static void free_blocks(ps_block *b, size_t n, int nt) {
     free(b[i].pend);
     free(b[i].acc);
     free(b[i].last);
+    free(b[i].prev);
   }
   free(b);
 }
@@ -344,6 +348,10 @@ static fl_status make_layout(fl_ps_core *c, const uint64_t *numel, char **names,
     x->have = calloc((size_t)c->nt, 1);
     x->pend = calloc((size_t)c->nt, sizeof *x->pend);
     x->last = malloc((size_t)c->nt * sizeof *x->last);
+    x->prev_step = -1;
+    /* A trainer that rejoins while a sync step is applied on some blocks
+     * and not yet on others computes that step from the values before it. */
+    if (c->mode == FL_PS_SYNC && !(x->prev = malloc(x->n * sizeof(float)))) goto nomem;
     if (!x->value || (fl_optim_state_count(c->dense_hp.kind) >= 1 && !x->s1) ||
         (fl_optim_state_count(c->dense_hp.kind) >= 2 && !x->s2) || !x->have || !x->pend ||
         !x->last)
@@ -457,6 +465,8 @@ static void sync_apply(fl_ps_core *c, ps_block *b) {
     float inv = 1.0f / (float)cnt;
     for (uint64_t i = 0; i < b->n; i++) b->acc[i] *= inv;
   }
+  memcpy(b->prev, b->value, b->n * sizeof(float));
+  b->prev_step = b->pend_step;
   x.name = b->name;
   x.param = b->value;
   x.grad = g;
@@ -501,6 +511,14 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
   if ((int)req->mode != (int)c->mode)
     return bad(c, "register: trainer %d runs PS mode %d, this server %s", t, (int)req->mode,
                fl_ps_mode_name(c->mode));
+  /* A trainer of another run (another job on the same ports sharing the
+   * token, or a stale process) must not join this one. */
+  if (c->o.run_id[0] && req->run_id && req->run_id[0] &&
+      (strcmp(req->run_id, c->o.run_id) != 0 ||
+       (req->job_hash && c->o.job_hash && req->job_hash != c->o.job_hash)))
+    return bad(c, "register: trainer %d belongs to run %s (job %016" PRIx64 "), this pserver "
+               "serves run %s (job %016" PRIx64 "): another job on the same address?", t,
+               req->run_id, req->job_hash, c->o.run_id, c->o.job_hash);
   if (req->dense_block_size != c->o.job.pserver.dense_block_size)
     return bad(c, "register: trainer %d uses dense_block_size %" PRIu64 ", this server %zu", t,
                req->dense_block_size, c->o.job.pserver.dense_block_size);
@@ -550,6 +568,7 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
       free_names(names, req->n_dense);
       goto out;
     }
+    snprintf(c->layout_from, sizeof c->layout_from, "trainer %d, the first to register", t);
     if (req->total_steps > 0) {
       fl_lr_schedule s;
       if (fl_job_lr_schedule_for(&c->o.job, &c->o.job.pserver.optimizer, req->total_steps, &s) ==
@@ -561,8 +580,9 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
     for (size_t i = 0; same && i < req->n_dense; i++)
       same = l->numel[i] == numel[i] && !strcmp(c->names[i], req->dense[i]->name);
     if (!same) {
-      st = bad(c, "register: trainer %d declares dense parameters that differ from the "
-               "first trainer's (%zu parameters here)", t, l->n_params);
+      st = bad(c, "register: trainer %d declares dense parameters that differ from those this "
+               "server holds (%zu parameters, declared by %s): is the model of the job file "
+               "the same everywhere?", t, l->n_params, c->layout_from);
       goto out;
     }
   }
@@ -615,9 +635,12 @@ out:
   if (joined) reevaluate(c);
   resp->step = fl_ps_core_step(c);
   resp->initialized = 1;
+  resp->trainer_next_step = c->n_my ? INT64_MAX : -1;
   for (size_t i = 0; i < c->n_my; i++) {
     pthread_mutex_lock(&c->blocks[i].mu);
     if (!c->blocks[i].initialized) resp->initialized = 0;
+    if (c->blocks[i].last[t] + 1 < resp->trainer_next_step)
+      resp->trainer_next_step = c->blocks[i].last[t] + 1;
     pthread_mutex_unlock(&c->blocks[i].mu);
   }
   resp->server_incarnation = c->incarnation;
@@ -902,6 +925,10 @@ fl_status fl_ps_core_pull_check(fl_ps_core *c, int32_t t, int64_t min_step, cons
     pthread_mutex_lock(&b->mu);
     if (!b->initialized) st = FL_ESTATE;
     else if (c->mode == FL_PS_SYNC && b->step < min_step) ready = 0;
+    else if (c->mode == FL_PS_SYNC && min_step < 0 && b->step != -min_step - 1 &&
+             b->prev_step != -min_step - 1)
+      FL_LOGW("pull from trainer %d as of step %lld: block %u is at step %lld; answering its "
+              "current value", t, (long long)(-min_step - 1), b->id, (long long)b->step);
     pthread_mutex_unlock(&b->mu);
   }
   if (st != FL_OK) return st;
@@ -913,8 +940,8 @@ static int cmp_u32(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-fl_status fl_ps_core_pull_pack(fl_ps_core *c, const uint32_t *ids, size_t n, fl_rpc_outbuf *ob,
-                               grpc_byte_buffer **out) {
+fl_status fl_ps_core_pull_pack(fl_ps_core *c, int64_t min_step, const uint32_t *ids, size_t n,
+                               fl_rpc_outbuf *ob, grpc_byte_buffer **out) {
   Flotilla__PullDenseResponse resp = FLOTILLA__PULL_DENSE_RESPONSE__INIT;
   Flotilla__DenseBlock *dbs = calloc(n, sizeof *dbs);
   Flotilla__DenseBlock **dbp = calloc(n, sizeof *dbp);
@@ -945,6 +972,10 @@ fl_status fl_ps_core_pull_pack(fl_ps_core *c, const uint32_t *ids, size_t n, fl_
     dbs[i].value = &ts[i];
     dbp[i] = &dbs[i];
     if (b->step < step) step = b->step;
+    if (min_step < 0 && b->step == -min_step && b->prev_step == -min_step - 1) {
+      ts[i].data.data = (uint8_t *)b->prev; /* as of the step asked for */
+      step = -min_step - 1;
+    }
   }
   resp.n_blocks = n;
   resp.blocks = dbp;
@@ -1143,7 +1174,8 @@ static fl_status barrier_call(fl_ps_core *c, const Flotilla__BarrierRequest *req
     for (int i = 0; i < MAX_BARRIERS && !b; i++)
       if (!c->barriers[i].used) b = &c->barriers[i];
     for (int i = 0; i < MAX_BARRIERS && !b; i++)
-      if (c->barriers[i].done && (!oldest || c->barriers[i].seq < oldest->seq))
+      if (c->barriers[i].done && strncmp(c->barriers[i].name, "job/", 4) != 0 &&
+          (!oldest || c->barriers[i].seq < oldest->seq))
         oldest = &c->barriers[i];
     if (!b) b = oldest;
     if (!b) {
@@ -1326,15 +1358,49 @@ void fl_ps_core_tick(fl_ps_core *c, double now) {
 }
 
 int fl_ps_core_finished(fl_ps_core *c) {
-  int done = 0, open = 0;
+  int done = 0, open = 0, never = 0;
   pthread_mutex_lock(&c->mu);
   for (int t = 0; t < c->nt; t++) {
     if (c->tr[t].state == T_DONE) done++;
     else if (c->tr[t].state == T_LIVE || (c->tr[t].state == T_UNKNOWN && is_counted(c, t)))
       open++;
+    else if (c->tr[t].state == T_UNKNOWN)
+      never++;
   }
   pthread_mutex_unlock(&c->mu);
-  return done > 0 && open == 0;
+  if (done == 0 || open > 0) return 0;
+  return never ? -1 : 1;
+}
+
+size_t fl_ps_core_unregistered(fl_ps_core *c, char *out, size_t cap) {
+  size_t n = 0, len = 0;
+  if (cap) out[0] = '\0';
+  pthread_mutex_lock(&c->mu);
+  for (int t = 0; t < c->nt; t++) {
+    if (c->tr[t].state != T_UNKNOWN) continue;
+    if (len < cap) {
+      int k = snprintf(out + len, cap - len, "%s%d", n ? ", " : "", t);
+      if (k > 0) len += (size_t)k;
+    }
+    n++;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return n;
+}
+
+int fl_ps_core_settled(fl_ps_core *c) {
+  int64_t step = -1;
+  int settled = 1;
+  if (c->mode != FL_PS_SYNC) return 1;
+  for (int t = 0; t < c->nt; t++)
+    if (is_parked(c, t)) return 0; /* a barrier still waits */
+  for (size_t i = 0; i < c->n_my && settled; i++) {
+    pthread_mutex_lock(&c->blocks[i].mu);
+    if (c->blocks[i].n_pend || (step >= 0 && c->blocks[i].step != step)) settled = 0;
+    step = c->blocks[i].step;
+    pthread_mutex_unlock(&c->blocks[i].mu);
+  }
+  return settled;
 }
 
 int64_t fl_ps_core_step(fl_ps_core *c) {
@@ -1440,6 +1506,11 @@ static fl_status write_state(fl_ps_core *c, fl_ckpt_writer *w, int64_t *step) {
 
 #define I64(key, v)                                                          \
   if ((st = fl_ckpt_put_i64(w, key, v)) != FL_OK) return st
+  if (c->o.run_id[0]) {
+    if ((st = fl_ckpt_put(w, "meta/job_hash", FL_CKPT_U64, 0, NULL, &c->o.job_hash)) != FL_OK ||
+        (st = fl_ckpt_put_blob(w, "meta/run_id", c->o.run_id, strlen(c->o.run_id))) != FL_OK)
+      return st;
+  }
   I64("ps/mode", (int64_t)c->mode);
   I64("ps/server_index", c->o.server_index);
   I64("ps/n_servers", c->o.n_servers);
@@ -1697,6 +1768,8 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
     if (!atomic_load(&c->layout)) {
       st = make_layout(c, numel, names, np);
       if (st == FL_OK) names = NULL; /* the core owns them now */
+      if (st == FL_OK)
+        snprintf(c->layout_from, sizeof c->layout_from, "the checkpoint %s", file);
     }
     pthread_mutex_unlock(&c->mu);
     if (st != FL_OK) goto out;
@@ -1718,6 +1791,7 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
     fl_ckpt_find(ck, name, &r);
     meta = r.data;
     b->step = meta[0];
+    b->prev_step = -1;
     b->updates = meta[1];
     b->initialized = meta[2] != 0;
     b->n_pend = 0;

@@ -137,6 +137,11 @@ typedef struct fl_ps_core_opts {
    * Register (or checkpoint) whose layout puts more here, or more than the
    * host's memory holds with the optimizer state, is refused. */
   uint64_t max_dense_elements;
+  /* The run this server belongs to (fl_identity.h): recorded in its
+   * checkpoints; a trainer registering with another run id or job hash is
+   * refused.  "" = not checked, not recorded. */
+  char run_id[64];
+  uint64_t job_hash;
   /* Called (no core lock held) after anything that may let held calls go
    * on: a sync step applied, a barrier completed, trainers joined, died or
    * completed.  May be NULL. */
@@ -169,14 +174,20 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
 fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest *req,
                                 Flotilla__PushDenseResponse *resp);
 /* FL_OK when the pull can be answered now, FL_EAGAIN when it must wait
- * (sync mode), or an error.  trainer_id FL_PS_OBSERVER reads without being
- * registered (monitoring tools). */
+ * (sync mode), or an error.  min_step > 0: the values once step min_step
+ * is applied (held until then); 0: the current values; -(s+1): sync mode,
+ * the values as of step s (the ones step s's gradients are computed from;
+ * a trainer rejoining a running job asks for them, since the step may be
+ * applied on some blocks and not on others: a block already past s answers
+ * the value it kept from before s was applied), never held.  trainer_id
+ * FL_PS_OBSERVER reads without being registered (monitoring tools). */
 #define FL_PS_OBSERVER (-1)
 fl_status fl_ps_core_pull_check(fl_ps_core *c, int32_t trainer_id, int64_t min_step,
                                 const uint32_t *blocks, size_t n);
-/* Pack the answer of a pull that fl_ps_core_pull_check cleared into a byte
- * buffer (the blocks are copied under their locks). */
-fl_status fl_ps_core_pull_pack(fl_ps_core *c, const uint32_t *blocks, size_t n,
+/* Pack the answer of a pull that fl_ps_core_pull_check cleared (with the
+ * same min_step) into a byte buffer (the blocks are copied under their
+ * locks). */
+fl_status fl_ps_core_pull_pack(fl_ps_core *c, int64_t min_step, const uint32_t *blocks, size_t n,
                                fl_rpc_outbuf *ob, grpc_byte_buffer **out);
 /* Sparse pull: *scratch (malloc'd, *cap floats, grown as needed, owned by
  * the caller) receives the rows; resp->values points into it. */
@@ -191,7 +202,9 @@ fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseReques
  * (fl_ps_core_barrier_answer / _take), its next call of the same name
  * starts the next round; any other call (a retry whose answer never came,
  * another process of that trainer after a restart) gets the completed
- * round's result. */
+ * round's result.  The oldest completed barrier is forgotten when all
+ * slots are used, except those named "job/..." (kept for the whole job,
+ * so that a trainer that rejoins a running job finds job/agree_steps). */
 fl_status fl_ps_core_barrier(fl_ps_core *c, const Flotilla__BarrierRequest *req);
 /* The same, and on FL_OK the result into resp (sums in buf, which holds
  * FL_PS_BARRIER_MAX_VALUES doubles), the trainer counting as answered -
@@ -237,13 +250,25 @@ int fl_ps_core_trainer_live(fl_ps_core *c, int32_t trainer_id);
  * the grace period is over; also logs sparse evictions since the last tick. */
 void fl_ps_core_tick(fl_ps_core *c, double now);
 
-/* 1 when the job is over for this server: every trainer completed or is
- * dead, and at least one completed. */
+/* The job is over for this server when every trainer that registered
+ * completed or is dead, at least one completed, and no trainer is still
+ * expected: 1 when every trainer registered (the job is complete), -1 when
+ * some never did (given up after heartbeat_timeout_s: the job is NOT
+ * complete - e.g. the server ran out of file descriptors and refused their
+ * connections), 0 while not over. */
 int fl_ps_core_finished(fl_ps_core *c);
+/* The trainers that never registered: count, and their ids ("7, 8, 9")
+ * into out (cap bytes, caller's buffer). */
+size_t fl_ps_core_unregistered(fl_ps_core *c, char *out, size_t cap);
 
 /* The server's step: sync - the lowest step any of its blocks waits for;
  * async/geo - one past the highest step pushed.  0 before any layout. */
 int64_t fl_ps_core_step(fl_ps_core *c);
+/* Sync mode: 1 when no step is in flight here (every block at one step,
+ * no push collected for the next) and no trainer waits in a barrier: a
+ * checkpoint now holds one step.
+ * Always 1 in async and geo mode. */
+int fl_ps_core_settled(fl_ps_core *c);
 uint64_t fl_ps_core_incarnation(const fl_ps_core *c);
 
 /* Write a checkpoint of every table to path (atomic, checksummed).  Blocks

@@ -13,15 +13,22 @@
  * eviction logs, checkpoints every N steps or seconds, the end of the job)
  * and SIGTERM/SIGINT (final checkpoint, then shutdown).  The gRPC service
  * runs on its own completion-queue threads (server.c).  Checkpoints go to
- * <checkpoint_dir>/pserver-<id>/ckpt-<step>.flc; at start the newest valid
- * one there is loaded.  A checkpoint that cannot be written (full disk)
+ * <checkpoint_dir>/pserver-<id>/ckpt-<step>.flc, each with the run's
+ * identity (fl_identity.h); at start the newest valid one there is loaded
+ * when it is this run's (a restart) or --resume is given; another run's
+ * makes the pserver refuse to start (exit 2), unless --fresh moves them
+ * aside.  A checkpoint that cannot be written (full disk)
  * leaves the previous one intact; the daemon says which step stays and goes
  * on serving, trying again at the next interval.  The process exits 0 after
  * a clean shutdown: every trainer completed (or died), or a signal; 1 when
  * the checkpoint at shutdown could not be written. */
 #include <config.h>
 
+#include <dirent.h>
 #include <errno.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -33,9 +40,11 @@
 
 #include "fl_cluster.h"
 #include "fl_config.h"
+#include "fl_identity.h"
 #include "fl_log.h"
 #include "fl_metrics.h"
 #include "fl_notify.h"
+#include "fl_proc.h"
 #include "fl_ps.h"
 #include "health.pb-c.h"
 
@@ -55,6 +64,13 @@ typedef struct app {
   uv_timer_t tick;
   uv_signal_t sig_term, sig_int;
   int stopping;
+  int incomplete;     /* ended without every trainer: exit 1 */
+  int draining;       /* a signal: waiting for the step in flight (sync) */
+  double drain_until, drain_limit, quiet_since;
+  uint64_t drain_pushes;
+  const char *drain_why;
+  int files_short;    /* ran out of file descriptors (logged once) */
+  double files_checked;
   fl_metrics_server *metrics;
 } app;
 
@@ -73,6 +89,13 @@ static void usage(FILE *out) {
           "                     standard health check (grpc.health.v1.Health/Check, no\n"
           "                     token needed; with --config, its cluster.tls settings);\n"
           "                     print the answer, exit 0 when SERVING, else 1\n"
+          "  --resume           continue from the newest checkpoint in the checkpoint\n"
+          "                     directory even when another run wrote it\n"
+          "  --fresh            move the checkpoints of another run aside (into\n"
+          "                     <dir>/old-<time>/) and start from scratch\n"
+          "  FLOTILLA_RUN_ID    this run's id (flotilla-run sets it); without it one is\n"
+          "                     derived from the job and the cluster\n"
+          "  --version          the version and the features of this build\n"
           "  --help             this text\n"
           "cluster flags (or FLOTILLA_* variables):\n");
   fl_cluster_print_flag_help(out);
@@ -220,6 +243,32 @@ static void shutdown_loop(app *a, const char *why) {
   uv_stop(&a->loop);
 }
 
+/* Every second: descriptors in use against RLIMIT_NOFILE.  gRPC refuses
+ * connections it cannot accept (EMFILE) with a line of its own; say what
+ * it means, once. */
+static void check_files(app *a, double now) {
+  if (a->files_short || now - a->files_checked < 1.0) return;
+  a->files_checked = now;
+  size_t limit = fl_proc_max_files(), open = 0;
+  if (limit == 0 || limit == (size_t)-1) return;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d && errno != EMFILE) return;
+  if (d) {
+    while (readdir(d)) open++;
+    closedir(d);
+    open = open > 3 ? open - 3 : 0; /* ".", ".." and the directory's own */
+    if (open + 2 < limit) return;
+  } else {
+    open = limit; /* not even one more */
+  }
+  a->files_short = 1;
+  FL_LOGE("out of file descriptors: %zu open of the limit %zu (RLIMIT_NOFILE, ulimit -n): new "
+          "trainer connections fail with EMFILE (Too many open files); raise the limit", open,
+          limit);
+}
+
+static void drain_tick(app *a, double now);
+
 static void on_tick(uv_timer_t *t) {
   app *a = t->data;
   double now = fl_ps_now();
@@ -240,17 +289,128 @@ static void on_tick(uv_timer_t *t) {
       else a->last_time = now;
     }
   }
-  if (fl_ps_core_finished(a->core)) {
+  check_files(a, now);
+  if (a->draining && !a->stopping) drain_tick(a, now);
+  int fin = fl_ps_core_finished(a->core);
+  if (fin > 0) {
     FL_LOGI("every trainer completed; shutting down");
     shutdown_loop(a, "job complete");
+  } else if (fin < 0) {
+    char ids[512];
+    size_t n = fl_ps_core_unregistered(a->core, ids, sizeof ids);
+    FL_LOGE("the job is NOT complete: %zu of %d trainers never registered (trainer %s) within "
+            "heartbeat_timeout_s %.0f%s; the others completed; shutting down with exit 1", n,
+            a->cl.trainers_num, ids, a->job.cluster.heartbeat_timeout_s,
+            a->files_short ? " - this server ran out of file descriptors" : "");
+    a->incomplete = 1;
+    shutdown_loop(a, "job incomplete");
+  }
+}
+
+/* Sync mode, after SIGTERM/SIGINT: the trainers (stopped by the same
+ * launcher) finish the step they are in, which every shard must take
+ * before its final checkpoint, or the shards' checkpoints hold different
+ * steps.  So: serve on until no step is in flight here and no push or pull
+ * came for DRAIN_QUIET_S, at most 2 x rpc_timeout_s or heartbeat_timeout_s + 2
+ * (a trainer waiting for one that stopped first is let go once that one is
+ * declared dead), and never more than DRAIN_MAX_S (below flotilla-run's
+ * default --grace of 10 s, after which it would SIGKILL us before the
+ * checkpoint); then checkpoint and stop.
+ * A second signal stops at once. */
+#define DRAIN_QUIET_S 0.5
+#define DRAIN_MAX_S 8.0
+static void drain_tick(app *a, double now) {
+  Flotilla__StatsResponse st = FLOTILLA__STATS_RESPONSE__INIT;
+  fl_ps_core_stats(a->core, &st);
+  if (st.pushes + st.pulls != a->drain_pushes) { /* a held pull answered counts too */
+    a->drain_pushes = st.pushes + st.pulls;
+    a->quiet_since = now;
+  }
+  int settled = fl_ps_core_settled(a->core);
+  /* quiet counts from the moment it settled: the held pulls a step just
+   * applied lets go are answered on the service's threads */
+  if (!settled) a->quiet_since = now;
+  if (settled && now - a->quiet_since >= DRAIN_QUIET_S) {
+    shutdown_loop(a, a->drain_why);
+  } else if (now >= a->drain_until) {
+    FL_LOGW("the trainers did not settle within %.0f s of the signal; checkpointing as it "
+            "stands%s", a->drain_limit,
+            settled ? "" : " (a step partly applied)");
+    shutdown_loop(a, a->drain_why);
   }
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
   app *a = h->data;
-  FL_LOGI("%s: final checkpoint, then shutdown", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  const char *why = signum == SIGTERM ? "SIGTERM" : "SIGINT";
   fl_notify_stopping();
-  shutdown_loop(a, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (a->draining || fl_ps_mode_of(&a->job) != FL_PS_SYNC || !a->dir[0]) {
+    FL_LOGI("%s: final checkpoint, then shutdown", why);
+    shutdown_loop(a, why);
+    return;
+  }
+  double now = fl_ps_now();
+  double limit = 2 * a->job.cluster.rpc_timeout_s;
+  if (a->job.cluster.heartbeat_timeout_s + 2 > limit) limit = a->job.cluster.heartbeat_timeout_s + 2;
+  if (limit > DRAIN_MAX_S) limit = DRAIN_MAX_S;
+  FL_LOGI("%s: finishing the step in flight (at most %.0f s), then the final checkpoint and "
+          "shutdown (again to stop at once)", why, limit);
+  a->draining = 1;
+  a->drain_why = why;
+  a->drain_limit = limit;
+  a->drain_until = now + limit;
+  a->quiet_since = now;
+  Flotilla__StatsResponse st = FLOTILLA__STATS_RESPONSE__INIT;
+  fl_ps_core_stats(a->core, &st);
+  a->drain_pushes = st.pushes + st.pulls;
+}
+
+/* The shutdown after the loop (gRPC's included) has SHUTDOWN_DEADLINE_S:
+ * past it the process exits with the status it was going to have, saying
+ * why (gRPC's shutdown was seen to hang after a refused registration). */
+#define SHUTDOWN_DEADLINE_S 15
+static volatile sig_atomic_t g_exit_rc = 1;
+
+static void on_shutdown_deadline(int sig) {
+  static const char msg[] = "flotilla-pserver: shutdown did not finish within 15 s (gRPC "
+                            "shutdown stuck); exiting without waiting for it\n";
+  (void)sig;
+  ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)n;
+  _exit(g_exit_rc);
+}
+
+/* 1 (logged) when another process listens at addr ("host:port"): gRPC's
+ * own bind failure does not say why. */
+static int address_in_use(const char *addr) {
+  char host[FL_HOST_MAX + 16];
+  snprintf(host, sizeof host, "%s", addr);
+  char *colon = strrchr(host, ':');
+  if (!colon) return 0;
+  *colon = '\0';
+  const char *h = host;
+  size_t hl = strlen(host);
+  if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+    host[hl - 1] = '\0';
+    h = host + 1;
+  }
+  struct addrinfo hints, *ai = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  if (getaddrinfo(h, colon + 1, &hints, &ai) != 0 || !ai) return 0;
+  int in_use = 0, fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno == EADDRINUSE) in_use = 1;
+    close(fd);
+  }
+  freeaddrinfo(ai);
+  if (in_use)
+    FL_LOGE("cannot serve %s: address in use (another pserver, of this job or another one, "
+            "listens there)", addr);
+  return in_use;
 }
 
 static void close_cb(uv_handle_t *h, void *arg) {
@@ -268,10 +428,13 @@ int main(int argc, char **argv) {
   fl_ps_core_opts co;
   fl_ps_server_opts so;
   fl_status st;
+  fl_ckpt_start start = FL_CKPT_START_AUTO;
+  fl_run_identity id;
 
   memset(&a, 0, sizeof a);
   a.saved_step = -1;
   signal(SIGPIPE, SIG_IGN);
+  if (fl_proc_init() != FL_OK) return 1; /* open-file limit, dying with flotilla-run */
   if (fl_cluster_from_env(&a.cl) != FL_OK) return 2;
   a.cl.role = FL_ROLE_PSERVER;
   for (int i = 1; i < argc; i++) {
@@ -279,12 +442,22 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
       return 0;
+    } else if (!strcmp(argv[i], "--version")) {
+      fl_print_version(stdout, "flotilla-pserver");
+      return 0;
     } else if (!strncmp(argv[i], "--config=", 9)) {
       config = argv[i] + 9;
     } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
       config = argv[++i];
     } else if (!strncmp(argv[i], "--health-check=", 15)) {
       health_addr = argv[i] + 15;
+    } else if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--fresh")) {
+      fl_ckpt_start want = argv[i][2] == 'r' ? FL_CKPT_START_RESUME : FL_CKPT_START_FRESH;
+      if (start != FL_CKPT_START_AUTO && start != want) {
+        FL_LOGE("--resume and --fresh exclude each other");
+        return 2;
+      }
+      start = want;
     } else if (!strncmp(argv[i], "--metrics_addr=", 15)) {
       metrics_addr = argv[i] + 15;
     } else if (!strncmp(argv[i], "--threads=", 10)) {
@@ -328,8 +501,15 @@ int main(int argc, char **argv) {
   if (fl_cluster_from_engines(&a.cl, FL_MODE_PS) != FL_OK) return 2;
   if (fl_cluster_validate(&a.cl, FL_MODE_PS) != FL_OK) return 2;
   if (fl_cluster_load_token(&a.cl, a.job.cluster.token_file) != FL_OK) return 2;
+  if (fl_run_identity_resolve(&a.job, &a.cl, &id) != FL_OK) return 2;
   snprintf(ctx, sizeof ctx, "pserver %d", a.cl.pserver_id);
   fl_log_set_context(ctx);
+  {
+    char ids[160];
+    FL_LOGI("%s%s", fl_run_identity_str(&id, ids, sizeof ids),
+            id.derived ? " (no FLOTILLA_RUN_ID: the run id is derived from the job and cluster)"
+                       : "");
+  }
   fl_cluster_print_envs(&a.cl, stderr);
   fl_strategy_print_overview(&a.job, stderr);
 
@@ -349,21 +529,22 @@ int main(int argc, char **argv) {
   co.num_trainers = a.cl.trainers_num;
   co.heartbeat_timeout_s = a.job.cluster.heartbeat_timeout_s;
   co.max_dense_elements = max_dense;
+  snprintf(co.run_id, sizeof co.run_id, "%s", id.run_id);
+  co.job_hash = id.job_hash;
   if (fl_ps_core_create(&co, &a.core) != FL_OK) return 1;
   if (a.dir[0]) {
     fl_ckpt *ck = NULL;
     int64_t step = 0;
-    st = fl_ckpt_dir_load_latest(a.dir, &ck, &step);
-    if (st == FL_OK) {
+    st = fl_ckpt_dir_claim(a.dir, &id, start, 1, &ck, &step);
+    if (st == FL_ESTATE) rc = 2; /* another run's: the operator decides */
+    if (st != FL_OK) goto out_core;
+    if (ck) {
       char path[FL_JOB_PATH_MAX + 64];
       fl_ckpt_dir_path(a.dir, step, path, sizeof path);
       st = fl_ps_core_load(a.core, ck, path);
       fl_ckpt_free(ck);
       if (st != FL_OK) goto out_core;
       a.last_step = a.saved_step = fl_ps_core_step(a.core);
-    } else if (st != FL_ENOTFOUND) {
-      FL_LOGE("no valid checkpoint in %s; refusing to start from scratch over it", a.dir);
-      goto out_core;
     } else {
       FL_LOGI("no checkpoint in %s: starting fresh", a.dir);
     }
@@ -389,6 +570,7 @@ int main(int argc, char **argv) {
     so.load = rpc_load;
     so.ckpt_ctx = &a;
   }
+  if (address_in_use(bind)) goto out_core;
   fl_rpc_init();
   if (fl_ps_server_start(a.core, &so, &a.srv, &port) != FL_OK) goto out_rpc;
   fl_ps_core_set_progress(a.core, fl_ps_server_progress, a.srv);
@@ -425,7 +607,10 @@ int main(int argc, char **argv) {
   uv_run(&a.loop, UV_RUN_DEFAULT);
   uv_loop_close(&a.loop);
   /* The job's last state could not be kept: say so in the exit status. */
-  rc = a.final_st == FL_OK ? 0 : 1;
+  rc = a.final_st == FL_OK && !a.incomplete ? 0 : 1;
+  g_exit_rc = rc;
+  signal(SIGALRM, on_shutdown_deadline);
+  alarm(SHUTDOWN_DEADLINE_S);
 
   fl_metrics_server_stop(a.metrics);
 out_srv:

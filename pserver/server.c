@@ -302,7 +302,7 @@ static void unlink_held(call *c) {
 static void answer_pull(call *c) {
   fl_ps_server *s = c->w->s;
   grpc_byte_buffer *bb = NULL;
-  fl_status st = fl_ps_core_pull_pack(s->core, c->blocks, c->n_blocks, c->ob, &bb);
+  fl_status st = fl_ps_core_pull_pack(s->core, c->min_step, c->blocks, c->n_blocks, c->ob, &bb);
   if (st != FL_OK) respond_status(c, st, NULL);
   else respond_bb(c, GRPC_STATUS_OK, "", bb);
 }

@@ -7,7 +7,10 @@
  * different blocks overlap each other and the rest of backward).  Every
  * call has a deadline (cluster.rpc_timeout_s); UNAVAILABLE and an expired
  * deadline are retried with exponential backoff (50 ms doubling to 2 s)
- * for up to retry_budget_s - pushes carry (trainer, step) so a retried push
+ * for up to retry_budget_s (a held call - a sync pull, a barrier - waits
+ * longer for the other trainers, as long as the server answers something:
+ * one that answers nothing for server_timeout_s is hung, and the call
+ * fails naming it) - pushes carry (trainer, step) so a retried push
  * is applied once.  FAILED_PRECONDITION means the server does not know this
  * trainer (it restarted, or declared the trainer dead): the client
  * registers again, gives the server its current parameter values if the
@@ -45,8 +48,13 @@ typedef struct fl_ps_client_opts {
   double rpc_timeout_s;       /* deadline of one call */
   double retry_budget_s;      /* how long UNAVAILABLE is retried */
   double heartbeat_interval_s; /* <= 0: no heartbeats */
+  double server_timeout_s;    /* > 0: a server that answers nothing (no call, no
+                                 heartbeat) for this long while calls wait on it
+                                 is hung: they fail naming it (heartbeat_timeout_s) */
   const char *token;          /* copied; NULL/"" = none */
   const char *tls_ca, *tls_cert, *tls_key; /* copied; NULL/"" = insecure */
+  const char *run_id;         /* copied; the run this trainer belongs to (fl_identity.h) */
+  uint64_t job_hash;          /* its job hash: a pserver of another run refuses us */
   int wire_dtype;             /* FLOTILLA__DTYPE__*: gradient/delta pushes are
                                  cast to fp16 or bf16 on the wire (values,
                                  initial values and pulls stay fp32) */
@@ -77,7 +85,8 @@ void fl_ps_client_destroy(fl_ps_client *c);
  * dense parameters and sparse tables (arrays copied; values stay the
  * caller's).  A server whose blocks have no value yet gets them from
  * params (the first trainer's values win).  *step gets the step to go on
- * from (the highest the servers report). */
+ * from: sync - the lowest the servers report (the step they all still take
+ * pushes for), async/geo - the highest. */
 fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params, size_t n,
                                 const fl_ps_sparse_spec *tables, size_t n_tables,
                                 int64_t *step);
@@ -95,7 +104,8 @@ const fl_ps_layout *fl_ps_client_layout(const fl_ps_client *c);
 fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int64_t step,
                                   const float *src);
 /* Queue a pull of dense block `block` into its parameter's value memory,
- * answered once the server applied every step < min_step (sync). */
+ * answered once the server applied every step < min_step (sync); min_step
+ * -(s+1): the values as of step s (sync, see pserver/fl_ps.h). */
 fl_status fl_ps_client_pull_block(fl_ps_client *c, uint32_t block, int64_t min_step);
 /* Wait for every queued call (repeating them after a re-registration when
  * needed).  Returns the first error. */
@@ -148,8 +158,17 @@ fl_status fl_sync_ps_bind(fl_sync *s, fl_param *const *params, size_t n,
 /* The client of a ps-mode fl_sync (NULL for another mode or before
  * init_params). */
 fl_ps_client *fl_sync_ps_client(const fl_sync *s);
+/* async/geo: after a registration, the step this trainer id pushes next
+ * (one past the last the servers took from it, the lowest over the servers
+ * that hold dense blocks); -1 when unknown. */
+int64_t fl_ps_client_own_next_step(const fl_ps_client *c);
+
 /* The step number pushes of the current step carry. */
 int64_t fl_sync_ps_step(const fl_sync *s);
+/* The servers' step when this process first registered: 0 when it joined
+ * the job at its start, > 0 when it rejoins a running job (a restart); the
+ * loop then catches up to fl_sync_ps_step.  0 for another mode. */
+int64_t fl_sync_ps_join_step(const fl_sync *s);
 
 /* Train and evaluate the CTR model (model.kind ctr) with a ps-mode sync:
  * flotilla-trainer runs this instead of fl_trainer_run for that kind.  The

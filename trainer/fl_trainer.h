@@ -34,8 +34,14 @@
  *     epoch end (after the eval) and when stopped by max_steps; only rank 0
  *     writes.  A checkpoint holds every parameter and buffer, optimizer
  *     state, gradient accumulators, loss scaler, the step / epoch / batch
- *     position and the shuffle seed; resuming from it gives parameters
- *     bitwise equal to an uninterrupted run's.
+ *     position, the shuffle seed and the run's identity; resuming from it
+ *     gives parameters bitwise equal to an uninterrupted run's.  At start a
+ *     directory holding this run's checkpoints is resumed from, one holding
+ *     another run's is refused unless resume or fresh says what to do
+ *     (fl_ckpt_dir_claim);
+ *   - in ps mode a trainer that rejoins a running job (a restart,
+ *     fl_sync_ps_join_step) goes on from the servers' current step and
+ *     parameters, with or without a checkpoint of its own.
  * Image data is normalised with the mean and std of the training pixels.
  * With train.device gpu the model computes on CUDA device opts->device
  * (fl_model.h; with strategy.amp its GEMMs take amp_configs.dtype unless
@@ -43,12 +49,14 @@
 #ifndef FL_TRAINER_H
 #define FL_TRAINER_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "fl_cluster.h"
 #include "fl_config.h"
 #include "fl_model.h"
+#include "fl_identity.h"
 #include "fl_status.h"
 #include "fl_sync.h"
 
@@ -85,14 +93,27 @@ typedef void (*fl_step_fn)(void *ctx, const fl_step_report *r);
 
 typedef struct fl_trainer_options {
   const fl_job *job;          /* resolved and validated; read only */
-  int resume;                 /* continue from the newest checkpoint, if any */
+  int resume;                 /* continue from the newest checkpoint, if any, even
+                                 another run's (fl_identity.h) */
+  int fresh;                  /* move another run's checkpoints aside, start anew */
+  const fl_run_identity *identity; /* this run's, recorded in every checkpoint;
+                                 NULL: none recorded, none checked */
   int64_t max_steps;          /* > 0: stop after this global step (see above) */
   const char *checkpoint_dir; /* NULL or "": train.checkpoint_dir */
   FILE *log;                  /* log and eval lines; NULL = stdout */
   fl_step_fn on_step;         /* called after every optimizer step (may be NULL) */
   void *on_step_ctx;
   int device;                 /* train.device gpu: the CUDA ordinal to use (0) */
+  /* Set (non-zero) by a SIGTERM/SIGINT handler; NULL: never.  The loop
+   * finishes the step it is in, agrees with the other ranks on a step to
+   * stop at (collective: they compare flags every FL_TRAINER_STOP_EVERY
+   * steps; local and ps trainers stop on their own), checkpoints there and
+   * returns FL_OK with report.stopped set, without sync->ops->finish (the
+   * job is not complete; --resume continues it). */
+  volatile sig_atomic_t *stop;
 } fl_trainer_options;
+
+#define FL_TRAINER_STOP_EVERY 4
 
 /* What a run did (this rank). */
 typedef struct fl_trainer_report {
@@ -104,6 +125,7 @@ typedef struct fl_trainer_report {
   int64_t train_samples;   /* samples trained on in this run */
   size_t activation_bytes; /* fl_model_activation_bytes */
   int64_t steps_per_epoch;
+  int stopped;             /* 1: ended early by opts->stop (checkpointed) */
 } fl_trainer_report;
 
 /* Train the job with the mode in sync (which stays the caller's); a

@@ -24,6 +24,7 @@
 #include "fl_log.h"
 #include "fl_model.h"
 #include "fl_optim.h"
+#include "fl_ps_client.h"
 #include "fl_trainer.h"
 
 #define CKPT_FORMAT FL_TRAINER_CKPT_FORMAT
@@ -69,6 +70,8 @@ typedef struct trainer {
   int64_t batch;   /* next micro-batch of the epoch */
   int64_t last_saved;
   char ckdir[FL_JOB_PATH_MAX];
+  const fl_run_identity *id;
+  int ps; /* ps mode: the servers hold the parameters and the step */
 } trainer;
 
 static double clock_s(clockid_t id) {
@@ -314,6 +317,7 @@ static fl_status save_checkpoint(trainer *t) {
   if (t->rank != 0 || !t->ckdir[0] || t->last_saved == t->step) return FL_OK;
   FL_TRY(fl_ckpt_dir_begin(t->ckdir, t->step, &w));
   fl_ckpt_put_blob(w, "meta/format", CKPT_FORMAT, strlen(CKPT_FORMAT));
+  if (t->id) fl_run_identity_put(w, t->id);
   fl_ckpt_put_blob(w, "meta/model", t->job->model.kind, strlen(t->job->model.kind));
   fl_ckpt_put_i64(w, "meta/step", t->step);
   fl_ckpt_put_i64(w, "meta/updates", t->updates);
@@ -360,22 +364,34 @@ static fl_status get_i64(const fl_ckpt *c, const char *path, const char *name, i
   return st;
 }
 
-/* Restore everything save_checkpoint wrote from the newest checkpoint. */
-static fl_status load_checkpoint(trainer *t) {
+/* Restore everything save_checkpoint wrote from the newest checkpoint, when
+ * the directory's checkpoints are this run's or `start` says to take them
+ * (fl_ckpt_dir_claim). */
+static fl_status load_checkpoint(trainer *t, fl_ckpt_start start) {
   fl_ckpt *c = NULL;
   int64_t step = 0, v;
   char path[FL_JOB_PATH_MAX + 64], name[FL_MODEL_NAME_MAX + 16];
   fl_ckpt_record rec;
   fl_status st;
 
-  if (!t->ckdir[0])
+  if (!t->ckdir[0]) {
+    if (start != FL_CKPT_START_RESUME) return FL_OK;
+    /* ps mode: the servers hold the parameters and the step */
+    if (t->ps) return FL_OK;
     return FL_ERR(FL_EINVAL, "--resume needs train.checkpoint_dir (or FLOTILLA_CHECKPOINT_DIR)");
-  st = fl_ckpt_dir_load_latest(t->ckdir, &c, &step);
-  if (st == FL_ENOTFOUND) {
-    FL_LOGW("--resume: no checkpoint in %s, starting from scratch", t->ckdir);
-    return FL_OK;
   }
-  FL_TRY(st);
+  if (t->id) {
+    FL_TRY(fl_ckpt_dir_claim(t->ckdir, t->id, start, t->rank == 0, &c, &step));
+    if (!c) return FL_OK;
+  } else {
+    if (start != FL_CKPT_START_RESUME) return FL_OK;
+    st = fl_ckpt_dir_load_latest(t->ckdir, &c, &step);
+    if (st == FL_ENOTFOUND) {
+      FL_LOGW("--resume: no checkpoint in %s, starting from scratch", t->ckdir);
+      return FL_OK;
+    }
+    FL_TRY(st);
+  }
   fl_ckpt_dir_path(t->ckdir, step, path, sizeof path);
   st = fl_ckpt_find(c, "meta/format", &rec);
   if (st != FL_OK || rec.nbytes != strlen(CKPT_FORMAT) || memcmp(rec.data, CKPT_FORMAT, rec.nbytes)) {
@@ -593,6 +609,29 @@ static fl_status check_same_position(trainer *t) {
   return FL_OK;
 }
 
+/* ps mode, a trainer rejoining a running job: go on from the servers' step
+ * (their parameters were pulled by init_params), whatever the checkpoint
+ * said.  A step at an epoch's end stands before that epoch's evaluation, so
+ * that this trainer meets the others in it. */
+static fl_status catch_up(trainer *t, int64_t step) {
+  if (step < 0) return FL_ERR(FL_EPROTO, "the pservers report step %" PRId64, step);
+  if (step == t->step) return FL_OK;
+  int64_t from = t->step;
+  t->step = step;
+  t->epoch = step / t->steps_per_epoch;
+  t->batch = (step % t->steps_per_epoch) * t->k;
+  if (t->batch == 0 && t->epoch > 0) {
+    t->epoch--;
+    t->batch = t->steps_per_epoch * t->k;
+  }
+  t->updates = step;
+  t->last_saved = -1;
+  FL_LOGI("rejoining the running job at step %" PRId64 " (epoch %" PRId64
+          ", batch %" PRId64 "), from step %" PRId64 " of %s", step, t->epoch, t->batch, from,
+          from ? "this trainer's checkpoint" : "a fresh start");
+  return FL_OK;
+}
+
 static void set_threads(int n) {
   if (n <= 0) {
     long c = sysconf(_SC_NPROCESSORS_ONLN);
@@ -622,6 +661,19 @@ static void trainer_free(trainer *t) {
   free(t->accbuf);
 }
 
+/* A stop was asked (opts->stop) and, in collective mode, the ranks agree
+ * on this step: every rank asks at the same steps (a multiple of
+ * FL_TRAINER_STOP_EVERY), and they stop when any rank was asked. */
+static int stop_agreed(trainer *t, const fl_trainer_options *o, fl_status *st) {
+  if (!o->stop) return 0;
+  int mine = *o->stop != 0;
+  if (t->world == 1 || t->ps) return mine;
+  if (t->step % FL_TRAINER_STOP_EVERY != 0) return 0;
+  double v = mine;
+  *st = t->ops->reduce_metrics(t->self, &v, 1);
+  return *st == FL_OK && v > 0;
+}
+
 /* Train epochs from the current position until the end or max_steps. */
 static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_report *rep) {
   const fl_job *job = t->job;
@@ -645,6 +697,18 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
       samples += (int64_t)(t->k * job->train.batch_size);
       steps++;
       if (o->on_step) o->on_step(o->on_step_ctx, &r);
+      fl_status sst = FL_OK;
+      if (stop_agreed(t, o, &sst)) {
+        FL_TRY(save_checkpoint(t));
+        FL_LOGI("stopped by a signal at step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64
+                ")%s", t->step, t->epoch, t->batch,
+                t->rank == 0 && t->ckdir[0] ? "; --resume continues from its checkpoint"
+                : t->ckdir[0]               ? ""
+                                            : "; no checkpoint_dir: the progress is not kept");
+        rep->stopped = 1;
+        return FL_OK;
+      }
+      FL_TRY(sst);
       if (interval > 0 && t->step % interval == 0 && s + 1 < t->steps_per_epoch)
         FL_TRY(save_checkpoint(t));
     }
@@ -690,6 +754,8 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   t.avg = job->strategy.gradient_merge_configs.avg;
   t.amp = job->strategy.amp;
   t.last_saved = -1;
+  t.id = o->identity;
+  t.ps = fl_sync_ps_client(sync) != NULL;
   snprintf(t.ckdir, sizeof t.ckdir, "%s",
            o->checkpoint_dir && o->checkpoint_dir[0] ? o->checkpoint_dir : job->train.checkpoint_dir);
   set_threads(job->train.num_threads);
@@ -722,9 +788,18 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   if ((st = build_optimizer(&t)) != FL_OK) goto done;
   rep.activation_bytes = fl_model_activation_bytes(t.model);
   rep.steps_per_epoch = t.steps_per_epoch;
-  if (o->resume && (st = load_checkpoint(&t)) != FL_OK) goto done;
-  if (o->resume && t.world > 1 && (st = check_same_position(&t)) != FL_OK) goto done;
+  fl_ckpt_start start = o->fresh    ? FL_CKPT_START_FRESH
+                        : o->resume ? FL_CKPT_START_RESUME
+                                    : FL_CKPT_START_AUTO;
+  if ((st = load_checkpoint(&t, start)) != FL_OK) goto done;
+  /* the ranks start together, from the same checkpoint (ps mode restarts
+   * one trainer alone) */
+  if (t.world > 1 && !t.ps && t.ckdir[0] && start != FL_CKPT_START_FRESH &&
+      (st = check_same_position(&t)) != FL_OK)
+    goto done;
   if ((st = t.ops->init_params(t.self, t.model)) != FL_OK) goto done;
+  if (t.ps && fl_sync_ps_join_step(sync) > 0 && (st = catch_up(&t, fl_sync_ps_step(sync))) != FL_OK)
+    goto done;
   FL_LOGI("training %s: %" PRId64 " epochs of %" PRId64 " steps (%d x %zu samples, rank %d of %d), "
           "optimizer %s, activations %zu bytes",
           job->model.kind, (int64_t)job->train.epochs, t.steps_per_epoch, t.k,
@@ -733,9 +808,10 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   rep.epochs_done = t.epoch;
   st = run_epochs(&t, o, &rep);
   rep.steps = t.step;
-  /* finish while the model still exists: geo pushes its last delta from it */
-  if (st == FL_OK) st = t.ops->finish(t.self);
-  if (st == FL_OK && t.rank == 0 && job->train.export_onnx[0])
+  /* finish while the model still exists: geo pushes its last delta from it;
+   * a run stopped by a signal is not finished (not complete) */
+  if (st == FL_OK && !rep.stopped) st = t.ops->finish(t.self);
+  if (st == FL_OK && !rep.stopped && t.rank == 0 && job->train.export_onnx[0])
     st = fl_trainer_export_onnx(job, t.model, job->train.export_onnx);
 done:
   trainer_free(&t);

@@ -3,17 +3,24 @@
  * to the training loop (loop.c).  Kept thin on purpose: everything that
  * trains lives behind fl_trainer_run.
  *
- * Exit status: 0 the run finished; 1 it failed while running (data files,
- * checkpoints, model, peers); 2 the command line, the job file or the
- * FLOTILLA_* environment is wrong (nothing was trained). */
+ * SIGTERM or SIGINT: the step in progress is finished, the ranks agree on
+ * a step to stop at, rank 0 checkpoints there and the trainer exits 0
+ * (--resume continues); a second signal exits at once (128 + signal).
+ *
+ * Exit status: 0 the run finished, or was stopped by a signal and
+ * checkpointed; 1 it failed while running (data files, checkpoints, model,
+ * peers); 2 the command line, the job file or the FLOTILLA_* environment is
+ * wrong (nothing was trained). */
 #include <config.h>
 
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "fl_cluster.h"
 #include "fl_config.h"
@@ -21,6 +28,7 @@
 #include "fl_log.h"
 #include "fl_notify.h"
 #include "fl_obs.h"
+#include "fl_proc.h"
 #include "fl_ps_client.h"
 #include "fl_sync_collective.h"
 #include "fl_trainer.h"
@@ -49,8 +57,13 @@ static void usage(FILE *out) {
           "  --config FILE        the YAML job file (required)\n"
           "  --resume             continue from the newest checkpoint in the checkpoint\n"
           "                       directory (train.checkpoint_dir, FLOTILLA_CHECKPOINT_DIR\n"
-          "                       or --checkpoint_dir); none there: start from scratch\n"
+          "                       or --checkpoint_dir), even one of another run; none\n"
+          "                       there: start from scratch.  Without it, this run's own\n"
+          "                       checkpoints are resumed and another run's refused\n"
+          "  --fresh              move another run's checkpoints aside (into\n"
+          "                       <dir>/old-<time>/) and start from scratch\n"
           "  --dump-config FILE   write the resolved job as YAML to FILE ('-' = stdout)\n"
+          "                       and exit (it loads again as the same job)\n"
           "  --export-onnx FILE   write the model of the newest checkpoint in the checkpoint\n"
           "                       directory as ONNX to FILE and exit (logreg, mlp, cnn and\n"
           "                       onnx models; nothing is trained)\n"
@@ -63,6 +76,7 @@ static void usage(FILE *out) {
           "  --timeline FILE      write a Chrome-tracing JSON timeline of this rank\n"
           "                       (forward, backward, allreduce buckets, push, pull, wait)\n"
           "                       (also FLOTILLA_LOG_LEVEL)\n"
+          "  --version            the version and the features of this build\n"
           "  --help               this text\n"
           "Options take their value as the next argument or after '='.\n"
           "\n"
@@ -73,6 +87,9 @@ static void usage(FILE *out) {
           "Environment: each cluster flag's FLOTILLA_* variable (above), and\n"
           "  FLOTILLA_TOKEN                 the shared secret (never a flag)\n"
           "  FLOTILLA_LOG_LEVEL             as --log-level\n"
+          "  FLOTILLA_RUN_ID                this run's id, recorded in its checkpoints\n"
+          "                                 (flotilla-run sets it; default: random in local\n"
+          "                                 mode, else derived from the job and cluster)\n"
           "\n"
           "Exit status: 0 done; 1 failed while running (data, checkpoint, peers);\n"
           "2 bad command line, job file or environment.\n");
@@ -105,6 +122,29 @@ static fl_status pick_device(const fl_job *job, const fl_cluster *cl, int *devic
           *device, n);
   return FL_OK;
 #endif
+}
+
+/* SIGTERM / SIGINT: the first asks the loop to stop (fl_trainer_options.stop),
+ * a second one ends the process at once. */
+static volatile sig_atomic_t g_stop;
+
+static void on_stop_signal(int sig) {
+  static const char first[] = "flotilla-trainer: stop requested: finishing the step, then a "
+                              "checkpoint (a second signal exits at once)\n";
+  if (g_stop) _exit(128 + sig);
+  g_stop = sig;
+  ssize_t n = write(STDERR_FILENO, first, sizeof first - 1);
+  (void)n;
+}
+
+static void catch_stop_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
 }
 
 /* Per-step figures for /metrics and the timeline (fl_obs.h). */
@@ -148,7 +188,7 @@ static int take_value(int argc, char **argv, int *i, const char *name, const cha
 
 int main(int argc, char **argv) {
   const char *config = NULL, *dump = NULL, *export_onnx = NULL, *val;
-  int resume = 0;
+  int resume = 0, fresh = 0;
   int64_t max_steps = 0;
   fl_cluster cl;
   static fl_job job; /* large; no need for it on the stack */
@@ -161,7 +201,11 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
       return 0;
+    } else if (!strcmp(argv[i], "--version")) {
+      fl_print_version(stdout, "flotilla-trainer");
+      return 0;
     }
+  if (fl_proc_init() != FL_OK) return EXIT_RUN; /* open-file limit, dying with flotilla-run */
   if (fl_cluster_from_env(&cl) != FL_OK) return EXIT_USAGE;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -200,6 +244,8 @@ int main(int argc, char **argv) {
       timeline = val;
     } else if (!strcmp(a, "--resume")) {
       resume = 1;
+    } else if (!strcmp(a, "--fresh")) {
+      fresh = 1;
     } else {
       int matched = 0;
       if (!strncmp(a, "--", 2) && strchr(a, '=')) {
@@ -219,6 +265,10 @@ int main(int argc, char **argv) {
     FL_LOGE("--config FILE is required (see flotilla-trainer --help)");
     return EXIT_USAGE;
   }
+  if (resume && fresh) {
+    FL_LOGE("--resume and --fresh exclude each other");
+    return EXIT_USAGE;
+  }
   if (fl_job_load_file(config, &job) != FL_OK) return EXIT_USAGE; /* logged with file:line */
   if (export_onnx) /* no cluster: read the checkpoint, write the model, done */
     return fl_trainer_export_checkpoint(&job, cl.checkpoint_dir[0] ? cl.checkpoint_dir : NULL,
@@ -233,10 +283,8 @@ int main(int argc, char **argv) {
   snprintf(ctx, sizeof ctx, "trainer %d", cl.trainer_id);
   fl_log_set_context(ctx);
 
-  fl_cluster_print_envs(&cl, stdout);
-  fl_strategy_print_overview(&job, stdout);
-  fflush(stdout);
   if (dump) {
+    /* Dump and exit: nothing else on stdout, so the dump loads again. */
     FILE *f = strcmp(dump, "-") ? fopen(dump, "w") : stdout;
     if (!f) {
       FL_LOGE("--dump-config %s: %s", dump, strerror(errno));
@@ -245,7 +293,21 @@ int main(int argc, char **argv) {
     st = fl_job_write_yaml(&job, f);
     if (f != stdout && fclose(f) != 0 && st == FL_OK)
       st = FL_ERR(FL_EIO, "--dump-config %s: %s", dump, strerror(errno));
-    if (st != FL_OK) return EXIT_USAGE;
+    return st == FL_OK ? 0 : EXIT_USAGE;
+  }
+  fl_cluster_print_envs(&cl, stdout);
+  fl_strategy_print_overview(&job, stdout);
+  fflush(stdout);
+
+  fl_run_identity identity;
+  if (fl_run_identity_resolve(&job, &cl, &identity) != FL_OK) return EXIT_USAGE;
+  {
+    char ids[160];
+    FL_LOGI("%s%s", fl_run_identity_str(&identity, ids, sizeof ids),
+            !identity.derived         ? ""
+            : cl.mode == FL_MODE_LOCAL ? " (no FLOTILLA_RUN_ID: a random run id)"
+                                       : " (no FLOTILLA_RUN_ID: the run id is derived from the "
+                                         "job and cluster)");
   }
 
   int device;
@@ -269,16 +331,23 @@ int main(int argc, char **argv) {
   fl_notify_ready(NULL); /* joined the job: systemd's Type=notify start is done */
   step_obs so = {obs, (int64_t)job.train.batch_size * fl_job_merge_steps(&job)};
 
-  fl_trainer_options opts = {.job = &job, .resume = resume, .max_steps = max_steps,
+  fl_trainer_options opts = {.job = &job, .resume = resume, .fresh = fresh,
+                             .identity = &identity, .max_steps = max_steps, .stop = &g_stop,
                              .on_step = on_step, .on_step_ctx = &so, .device = device,
                              .checkpoint_dir = cl.checkpoint_dir[0] ? cl.checkpoint_dir : NULL};
   fl_trainer_report rep;
+  memset(&rep, 0, sizeof rep);
+  if (strcmp(job.model.kind, "ctr")) catch_stop_signals(); /* fl_ctr_run does not stop early */
   st = strcmp(job.model.kind, "ctr") ? fl_trainer_run(&opts, &sync, &rep) : fl_ctr_run(&opts, &sync, &rep);
-  if (st == FL_OK) st = sync.ops->finish(sync.self);
+  if (st == FL_OK && !rep.stopped) st = sync.ops->finish(sync.self);
   sync.ops->destroy(sync.self);
   fl_status obs_st = fl_obs_stop(obs);
   if (st == FL_OK) st = obs_st;
   if (st != FL_OK) return EXIT_RUN; /* logged where it happened */
+  if (rep.stopped) {
+    FL_LOGI("stopped by %s after %" PRId64 " steps", strsignal((int)g_stop), rep.steps);
+    return 0;
+  }
   FL_LOGI("done: %" PRId64 " steps, %" PRId64 " epochs", rep.steps, rep.epochs_done);
   return 0;
 }

@@ -108,7 +108,7 @@ typedef struct op {
   size_t req_bytes; /* of the request in flight */
   int attempt;
   int warned;
-  double start, due;
+  double start, due, said; /* said: when the last "still retrying" went out */
   fl_status st;
   struct op *next_retry;
 } op;
@@ -125,6 +125,7 @@ struct fl_ps_client {
   fl_endpoint *eps;
   char (*names)[FL_HOST_MAX + 16];
   char *token, *tls_ca, *tls_cert, *tls_key;
+  char run_id[64];
   uint64_t incarnation;
   grpc_channel **ch;
   grpc_completion_queue *cq;
@@ -147,6 +148,8 @@ struct fl_ps_client {
   size_t n_tables;
   _Atomic int64_t step_seen;
   _Atomic int64_t step_pushed; /* highest step of a gradient/delta push */
+  int64_t own_next; /* async/geo: min over servers of trainer_next_step, -1 unknown */
+  int warned_spread; /* async/geo: the servers' spread of steps was reported */
 
   /* driver-thread scratch */
   fl_rpc_arena arena;
@@ -163,6 +166,10 @@ struct fl_ps_client {
   pthread_mutex_t hb_mu;
   pthread_cond_t hb_cv;
   int hb_stop;
+
+  /* when each server last answered anything (now_s clock, as bits) */
+  _Atomic uint64_t *last_answer;
+  _Atomic int *hung_said; /* the "hung" error was logged for this server */
 
   /* totals (fl_ps_client_counters) */
   _Atomic uint64_t n_calls, n_pushes, n_pulls, n_sent, n_received, n_retries, n_failed;
@@ -185,6 +192,22 @@ static const char *op_name(int type) {
 }
 
 static char *dup_opt(const char *s) { return s && s[0] ? strdup(s) : NULL; }
+
+/* Server s answered (any status but a transport failure): it is alive. */
+static void heard_from(fl_ps_client *c, int s) {
+  double now = now_s();
+  uint64_t bits;
+  memcpy(&bits, &now, sizeof bits);
+  atomic_store(&c->last_answer[s], bits);
+}
+
+/* Seconds since server s last answered. */
+static double silent_for(fl_ps_client *c, int s) {
+  uint64_t bits = atomic_load(&c->last_answer[s]);
+  double t;
+  memcpy(&t, &bits, sizeof t);
+  return now_s() - t;
+}
 
 static int retriable(grpc_status_code code) {
   return code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED;
@@ -456,7 +479,18 @@ static void on_complete(fl_ps_client *c, op *o) {
   fl_status st;
 
   fl_rpc_call_details(&o->call, details, sizeof details);
-  if (code == GRPC_STATUS_OK) {
+  if (!retriable(code)) heard_from(c, o->server);
+  if (code == GRPC_STATUS_DEADLINE_EXCEEDED && c->o.server_timeout_s > 0 && !c->shutting &&
+      silent_for(c, o->server) > c->o.server_timeout_s) {
+    /* Not slow trainers: the server itself answers nothing, heartbeats
+     * included (stopped, hung, or cut off). */
+    count_call(c, op_name(o->type), code, o->req_bytes, 0, 0);
+    st = FL_ETIMEDOUT;
+    if (!atomic_exchange(&c->hung_said[o->server], 1))
+      FL_LOGE("pserver %d (%s) has answered nothing for %.0f s (heartbeat_timeout_s %.0f): it "
+              "is hung or unreachable; giving up %s", o->server, c->names[o->server],
+              silent_for(c, o->server), c->o.server_timeout_s, op_name(o->type));
+  } else if (code == GRPC_STATUS_OK) {
     count_call(c, op_name(o->type), code, o->req_bytes,
                o->call.recv ? grpc_byte_buffer_length(o->call.recv) : 0, 0);
     st = op_parse(c, o);
@@ -471,10 +505,19 @@ static void on_complete(fl_ps_client *c, op *o) {
     if (back > 2.0) back = 2.0;
     back *= 0.75 + 0.5 * ((double)rand() / RAND_MAX);
     if (!o->warned) {
-      FL_LOGW("pserver %d (%s) %s: %s (%s); retrying for up to %.0f s", o->server,
-              c->names[o->server], op_name(o->type), fl_rpc_code_name(code), details,
-              c->o.retry_budget_s);
+      if (code == GRPC_STATUS_DEADLINE_EXCEEDED && held_call(o))
+        FL_LOGI("pserver %d (%s) %s: still waiting for the other trainers; waiting on while "
+                "the server answers", o->server, c->names[o->server], op_name(o->type));
+      else
+        FL_LOGW("pserver %d (%s) %s: %s (%s); retrying for up to %.0f s", o->server,
+                c->names[o->server], op_name(o->type), fl_rpc_code_name(code), details,
+                c->o.retry_budget_s);
       o->warned = 1;
+      o->said = now;
+    } else if (now - o->said >= 5) {
+      FL_LOGI("pserver %d (%s) %s: %s, still retrying after %.0f s", o->server,
+              c->names[o->server], op_name(o->type), fl_rpc_code_name(code), now - o->start);
+      o->said = now;
     }
     o->attempt++;
     count_call(c, op_name(o->type), code, 0, 0, 1);
@@ -553,13 +596,18 @@ static void *driver_main(void *arg) {
 static fl_status unary(fl_ps_client *c, int server, const char *method,
                        const ProtobufCMessage *req, double timeout, fl_rpc_outbuf *ob,
                        fl_rpc_inbuf *in, grpc_status_code *code, char *details, size_t cap) {
-  double start = now_s();
+  double start = now_s(), said = start;
   int attempt = 0, warned = 0;
   for (;;) {
     fl_status st = fl_rpc_unary(c->ch[server], method, req, timeout, c->token, ob, in, code,
                                 details, cap);
     int last = st == FL_OK || !retriable(*code) || now_s() - start > c->o.retry_budget_s;
     double back;
+    if (!retriable(*code)) heard_from(c, server);
+    /* a server that answers nothing at all is hung: bounded by its timeout */
+    if (*code == GRPC_STATUS_DEADLINE_EXCEEDED && c->o.server_timeout_s > 0 &&
+        silent_for(c, server) > c->o.server_timeout_s)
+      last = 1;
     count_call(c, short_name(method), *code, fl_rpc_outbuf_len(ob),
                st == FL_OK ? in->len : 0, !last);
     if (last) return st;
@@ -568,6 +616,12 @@ static fl_status unary(fl_ps_client *c, int server, const char *method,
               short_name(method), fl_rpc_code_name(*code), details ? details : "",
               c->o.retry_budget_s);
       warned = 1;
+      said = now_s();
+    } else if (now_s() - said >= 5) {
+      FL_LOGI("pserver %d (%s) %s: %s, still retrying after %.0f s of %.0f", server,
+              c->names[server], short_name(method), fl_rpc_code_name(*code),
+              now_s() - start, c->o.retry_budget_s);
+      said = now_s();
     }
     back = 0.05 * pow(2.0, attempt < 6 ? attempt : 6);
     if (back > 2.0) back = 2.0;
@@ -578,8 +632,11 @@ static fl_status unary(fl_ps_client *c, int server, const char *method,
 
 /* Register with server s declaring `declare` as the step of the next push
  * (a server behind it lets the pushes move its blocks forward); give it
- * initial values when it has none. */
-static fl_status register_server(fl_ps_client *c, int s, int64_t declare, int64_t *step) {
+ * initial values when it has none.  *step receives the server's step and
+ * *own this trainer's next step as the server knows it (either may be
+ * NULL). */
+static fl_status register_server(fl_ps_client *c, int s, int64_t declare, int64_t *step,
+                                 int64_t *own) {
   Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
   Flotilla__RegisterResponse *resp;
   Flotilla__DenseParamSpec *specs = NULL, **sp = NULL;
@@ -621,11 +678,22 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t declare, int64_
   r.sparse = tp;
   r.total_steps = c->o.total_steps;
   r.step = declare;
+  r.run_id = c->run_id;
+  r.job_hash = c->o.job_hash;
   st = unary(c, s, PATH(REGISTER), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code, details,
              sizeof details);
   if (st != FL_OK) {
-    st = FL_ERR(st, "pserver %d (%s) refused to register trainer %d: %s (%s)", s, c->names[s],
-                c->o.trainer_id, fl_rpc_code_name(code), details);
+    if (code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED)
+      st = FL_ERR(st, "pserver %d (%s) is not reachable: trainer %d could not register within "
+                  "%.0f s (%s: %s)", s, c->names[s], c->o.trainer_id, c->o.retry_budget_s,
+                  fl_rpc_code_name(code), details);
+    else if (code == GRPC_STATUS_UNAUTHENTICATED)
+      st = FL_ERR(st, "pserver %d (%s) refused trainer %d's token (%s): another job's pserver "
+                  "at this address, or a different FLOTILLA_TOKEN?", s, c->names[s],
+                  c->o.trainer_id, details);
+    else
+      st = FL_ERR(st, "pserver %d (%s) refused to register trainer %d: %s (%s)", s, c->names[s],
+                  c->o.trainer_id, fl_rpc_code_name(code), details);
     goto done;
   }
   resp = (Flotilla__RegisterResponse *)fl_rpc_unpack(
@@ -635,6 +703,7 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t declare, int64_
     goto done;
   }
   if (step) *step = resp->step;
+  if (own) *own = resp->trainer_next_step;
   if (!resp->initialized && c->layout) {
     /* Our values become the server's (the first trainer's win). */
     for (size_t b = 0; b < c->layout->n_blocks && st == FL_OK; b++) {
@@ -691,7 +760,11 @@ fl_status fl_ps_client_create(const fl_ps_client_opts *o, fl_ps_client **out) {
   c->names = calloc((size_t)o->n_servers, sizeof *c->names);
   c->ch = calloc((size_t)o->n_servers, sizeof *c->ch);
   c->sb = calloc((size_t)o->n_servers, sizeof *c->sb);
+  c->last_answer = calloc((size_t)o->n_servers, sizeof *c->last_answer);
+  c->hung_said = calloc((size_t)o->n_servers, sizeof *c->hung_said);
   c->token = dup_opt(o->token);
+  snprintf(c->run_id, sizeof c->run_id, "%s", o->run_id ? o->run_id : "");
+  c->o.run_id = c->run_id;
   c->tls_ca = dup_opt(o->tls_ca);
   c->tls_cert = dup_opt(o->tls_cert);
   c->tls_key = dup_opt(o->tls_key);
@@ -701,10 +774,11 @@ fl_status fl_ps_client_create(const fl_ps_client_opts *o, fl_ps_client **out) {
   pthread_cond_init(&c->hb_cv, NULL);
   fl_rpc_arena_init(&c->arena);
   fl_rpc_arena_init(&c->uarena);
-  if (!c->eps || !c->names || !c->ch || !c->sb) {
+  if (!c->eps || !c->names || !c->ch || !c->sb || !c->last_answer || !c->hung_said) {
     st = FL_ERR(FL_ENOMEM, "ps client: out of memory");
     goto fail;
   }
+  for (int s = 0; s < o->n_servers; s++) heard_from(c, s);
   {
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20) ^ (uint64_t)(now_s() * 1e9);
     c->incarnation = fl_ps_mix64(seed ^ ((uint64_t)o->trainer_id << 48)) | 1u;
@@ -744,6 +818,8 @@ fail:
   free(c->names);
   free(c->ch);
   free(c->sb);
+  free((void *)c->last_answer);
+  free((void *)c->hung_said);
   free(c->token);
   free(c->tls_ca);
   free(c->tls_cert);
@@ -780,6 +856,7 @@ static void *hb_main(void *arg) {
       fl_status st = fl_rpc_unary(c->ch[s], PATH(HEARTBEAT), &r.base, c->o.heartbeat_interval_s,
                                   c->token, ob, &in, &code, NULL, 0);
       count_call(c, "Heartbeat", code, fl_rpc_outbuf_len(ob), st == FL_OK ? in.len : 0, 0);
+      if (!retriable(code)) heard_from(c, s);
       if (st != FL_OK && code == GRPC_STATUS_FAILED_PRECONDITION)
         FL_LOGI("pserver %d (%s) does not know trainer %d (any more); its next call registers "
                 "again", s, c->names[s], c->o.trainer_id);
@@ -831,21 +908,51 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
     free(numel);
     FL_TRY(st);
   }
+  int64_t *at = calloc((size_t)c->o.n_servers, sizeof *at);
+  if (!at) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
   st = FL_OK;
-  {
-    int64_t *at = calloc((size_t)c->o.n_servers, sizeof *at);
-    if (!at) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
-    for (int s = 0; s < c->o.n_servers && st == FL_OK; s++) {
-      st = register_server(c, s, atomic_load(&c->step_pushed), &at[s]);
-      if (at[s] > best) best = at[s];
-    }
-    /* A server behind the others (it lost its state) is told where the job
-     * is, so that it takes the pushes of step `best`. */
-    for (int s = 0; s < c->o.n_servers && st == FL_OK; s++)
-      if (at[s] < best) st = register_server(c, s, best, NULL);
-    free(at);
-    FL_TRY(st);
+  int64_t lo = INT64_MAX, hi = -1;
+  int s_lo = 0, s_hi = 0;
+  for (int s = 0; s < c->o.n_servers; s++) {
+    int64_t st_s = 0, own = -1;
+    st = register_server(c, s, atomic_load(&c->step_pushed), &st_s, &own);
+    if (st != FL_OK) break;
+    at[s] = st_s;
+    if (st_s < lo) lo = st_s, s_lo = s;
+    if (st_s > hi) hi = st_s, s_hi = s;
+    if (s == 0) c->own_next = -1;
+    if (own >= 0 && (c->own_next < 0 || own < c->own_next)) c->own_next = own;
+    /* sync: the step every server still takes pushes for (a server may
+     * have applied it already); async/geo: the newest */
+    if (s == 0 || (c->o.mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC ? st_s < best : st_s > best))
+      best = st_s;
   }
+  if (st != FL_OK) {
+    free(at);
+    return st;
+  }
+  /* The shards of one job move together: in sync mode no server can be
+   * more than the step in flight ahead of another; more means they loaded
+   * checkpoints of different steps. */
+  if (hi - lo > 1 && c->o.mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC) {
+    free(at);
+    return FL_ERR(FL_ESTATE, "the pservers stand at different steps: pserver %d (%s) at step %" PRId64
+                  ", pserver %d (%s) at step %" PRId64 "; in sync mode they must agree (were "
+                  "their checkpoints taken at different steps?); refusing to train on a mix",
+                  s_lo, c->names[s_lo], lo, s_hi, c->names[s_hi], hi);
+  }
+  if (hi - lo > 1 && !c->warned_spread) {
+    FL_LOGW("the pservers stand %" PRId64 " steps apart: pserver %d (%s) at step %" PRId64
+            ", pserver %d (%s) at step %" PRId64, hi - lo, s_lo, c->names[s_lo], lo, s_hi,
+            c->names[s_hi], hi);
+    c->warned_spread = 1;
+  }
+  /* A server behind the others (it lost its state) is told where the job
+   * is, so that it takes the pushes of step `best`. */
+  for (int s = 0; s < c->o.n_servers && st == FL_OK; s++)
+    if (at[s] < best) st = register_server(c, s, best, NULL, NULL);
+  free(at);
+  FL_TRY(st);
   if (step) *step = best;
   if (c->o.heartbeat_interval_s > 0 && !c->hb_started) {
     if (pthread_create(&c->hb, NULL, hb_main, c) != 0)
@@ -856,6 +963,8 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
 }
 
 const fl_ps_layout *fl_ps_client_layout(const fl_ps_client *c) { return c->layout; }
+
+int64_t fl_ps_client_own_next_step(const fl_ps_client *c) { return c->own_next; }
 
 void fl_ps_client_set_total_steps(fl_ps_client *c, int64_t total_steps) {
   c->o.total_steps = total_steps;
@@ -927,7 +1036,7 @@ fl_status fl_ps_client_wait(fl_ps_client *c) {
       if (!again[s]) continue;
       FL_LOGI("pserver %d (%s) does not know trainer %d: registering again", s, c->names[s],
               c->o.trainer_id);
-      if ((st = register_server(c, s, atomic_load(&c->step_pushed), NULL)) != FL_OK) {
+      if ((st = register_server(c, s, atomic_load(&c->step_pushed), NULL, NULL)) != FL_OK) {
         free(again);
         c->n_ops = 0;
         return st;
@@ -1063,7 +1172,7 @@ fl_status fl_ps_client_complete(fl_ps_client *c) {
       st = unary(c, s, PATH(COMPLETE), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
                  details, sizeof details);
       if (st != FL_ESTATE || round >= 2) break;
-      FL_TRY(register_server(c, s, atomic_load(&c->step_pushed), NULL));
+      FL_TRY(register_server(c, s, atomic_load(&c->step_pushed), NULL, NULL));
     }
     if (st != FL_OK)
       return FL_ERR(st, "pserver %d (%s) Complete: %s (%s)", s, c->names[s],
@@ -1138,6 +1247,8 @@ void fl_ps_client_destroy(fl_ps_client *c) {
   free(c->names);
   free(c->ch);
   free(c->sb);
+  free((void *)c->last_answer);
+  free((void *)c->hung_said);
   free(c->token);
   free(c->tls_ca);
   free(c->tls_cert);

@@ -20,9 +20,15 @@
  * Steps on the wire count from the step the servers report at registration
  * (a restarted trainer joins at the servers' current step).  Only trainable
  * parameters travel; buffers (batch-norm statistics) stay local.
- * agree_steps is a barrier (minimum), reduce_metrics a barrier (sum) named
- * by the call's sequence number; a trainer waiting in a barrier is not
- * waited for by sync steps (see pserver/fl_ps.h). */
+ * agree_steps is a barrier (minimum) kept by the servers for the whole job
+ * ("job/agree_steps"), reduce_metrics a barrier (sum) named by the loop's
+ * step it is called at and its rank among the calls at that step
+ * ("metrics/<step>/<n>"), so that a trainer restarted into a running job
+ * (its first registration finds the servers past step 0: it rejoins and
+ * the loop catches up to their step, fl_sync_ps_join_step) meets the
+ * others' barriers under the same names and never an older one's; a
+ * trainer waiting in a barrier is not waited for by sync steps (see
+ * pserver/fl_ps.h). */
 #include <config.h>
 
 #include <inttypes.h>
@@ -30,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl_identity.h"
 #include "fl_log.h"
 #include "fl_ps_client.h"
 #include "flotilla.pb-c.h"
@@ -42,7 +49,10 @@ typedef struct sync_ps {
   int rank, world;
   int64_t step;        /* step number of the pushes of the current step */
   int64_t local_steps; /* steps done by this process (geo period) */
-  int64_t metrics_seq;
+  int64_t loop_step;    /* the loop's step (optimizer steps done), for barrier names */
+  int64_t metrics_step; /* loop step of the last reduce_metrics */
+  int64_t metrics_seq;  /* calls at that step */
+  int64_t join_step;    /* servers' step at the first registration */
   /* the parameters that travel */
   fl_param **params;
   size_t np;
@@ -59,6 +69,7 @@ typedef struct sync_ps {
   int registered;
   int finished;
   char token[FL_TOKEN_MAX];
+  char run_id[64];
 } sync_ps;
 
 static const fl_sync_ops ps_ops;
@@ -70,6 +81,12 @@ static fl_status ensure_registered(sync_ps *s) {
   if (s->registered) return FL_OK;
   FL_TRY(fl_ps_client_register(s->client, NULL, 0, s->tables, s->n_tables, &step));
   s->registered = 1;
+  /* Nobody trains before every trainer passed agree_steps: a step past 0
+   * now means this process joins a job that is already running. */
+  s->join_step = step;
+  if (step > 0)
+    FL_LOGI("trainer %d: the pservers are at step %" PRId64 ": rejoining the running job", s->rank,
+            step);
   return FL_OK;
 }
 
@@ -120,10 +137,18 @@ static fl_status ps_init_params(void *self, fl_model *m) {
   FL_TRY(st);
   s->registered = 1;
   s->step = step;
+  /* async/geo: a trainer rejoining goes on from its own last push, so that
+   * its share of the data is not skipped (the others went on meanwhile) */
+  if (s->join_step > 0 && s->mode != FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC &&
+      fl_ps_client_own_next_step(s->client) >= 0)
+    s->step = fl_ps_client_own_next_step(s->client);
+  if (s->join_step > 0) s->loop_step = s->step; /* where the loop catches up to */
   s->pushed = calloc(s->np, 1);
   if (!s->pushed) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
-  /* Everyone starts from the servers' values. */
-  FL_TRY(pull_all(s, 0));
+  /* Everyone starts from the servers' values; in sync mode those as of the
+   * step to push next (a rejoining trainer may find it applied on some
+   * blocks already: they answer the values from before it). */
+  FL_TRY(pull_all(s, s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC ? -(s->step + 1) : 0));
   FL_TRY(fl_ps_client_wait(s->client));
   if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_GEO) {
     size_t off = 0;
@@ -146,7 +171,7 @@ static fl_status ps_agree_steps(void *self, int64_t local_steps, int64_t *global
   sync_ps *s = self;
   int64_t total;
   FL_TRY(ensure_registered(s));
-  FL_TRY(fl_ps_client_barrier(s->client, "agree_steps", NULL, 0, local_steps, NULL,
+  FL_TRY(fl_ps_client_barrier(s->client, "job/agree_steps", NULL, 0, local_steps, NULL,
                               global_steps));
   total = *global_steps * s->job->train.epochs;
   if (s->job->train.max_steps > 0 && s->job->train.max_steps < total)
@@ -187,7 +212,7 @@ static fl_status geo_exchange(sync_ps *s) {
 static fl_status ps_step_begin(void *self, fl_model *m, int64_t step) {
   sync_ps *s = self;
   (void)m;
-  (void)step;
+  s->loop_step = step;
   if (s->finished) return FL_ERR(FL_ESTATE, "ps mode: a step begun after finish");
   if (!s->pushed) return FL_ERR(FL_ESTATE, "ps mode: a step begun before init_params");
   s->err = FL_OK;
@@ -224,7 +249,7 @@ static void ps_grad_ready(void *self, fl_model *m, size_t index) {
 static fl_status ps_step_end(void *self, fl_model *m, int64_t step, int *apply) {
   sync_ps *s = self;
   (void)m;
-  (void)step;
+  s->loop_step = step + 1;
   if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_GEO) {
     *apply = 1;
     s->step++;
@@ -255,7 +280,11 @@ static fl_status ps_reduce_metrics(void *self, double *v, size_t n) {
   if (n > 64) return FL_ERR(FL_EINVAL, "ps mode: %zu metrics in one reduction (at most 64)", n);
   sums = malloc((n + 1) * sizeof *sums);
   if (!sums) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
-  snprintf(name, sizeof name, "metrics/%" PRId64, s->metrics_seq++);
+  if (s->metrics_step != s->loop_step) {
+    s->metrics_step = s->loop_step;
+    s->metrics_seq = 0;
+  }
+  snprintf(name, sizeof name, "metrics/%" PRId64 "/%" PRId64, s->loop_step, s->metrics_seq++);
   st = fl_ps_client_barrier(s->client, name, v, n, 0, sums, NULL);
   if (st == FL_OK) memcpy(v, sums, n * sizeof *v);
   free(sums);
@@ -338,6 +367,7 @@ fl_status fl_sync_ps_create(const fl_job *job, const fl_cluster *cl, fl_sync *ou
   o.rpc_timeout_s = job->cluster.rpc_timeout_s;
   o.retry_budget_s = hb * 3 > 60 ? hb * 3 : 60;
   o.heartbeat_interval_s = hb > 0 ? (hb / 4 < 5 ? hb / 4 : 5) : 0;
+  o.server_timeout_s = hb > 0 ? hb : 0;
   {
     /* The shared token: FLOTILLA_TOKEN, else the token file. */
     fl_cluster tmp = *cl;
@@ -348,6 +378,16 @@ fl_status fl_sync_ps_create(const fl_job *job, const fl_cluster *cl, fl_sync *ou
     snprintf(s->token, sizeof s->token, "%s", tmp.token);
   }
   o.token = s->token;
+  {
+    fl_run_identity id;
+    if ((st = fl_run_identity_resolve(job, cl, &id)) != FL_OK) {
+      free(s);
+      return st;
+    }
+    snprintf(s->run_id, sizeof s->run_id, "%s", id.run_id);
+    o.run_id = s->run_id;
+    o.job_hash = id.job_hash;
+  }
   o.wire_dtype = job->strategy.grad_compression == FL_COMPRESS_FP16   ? FLOTILLA__DTYPE__DTYPE_FP16
                  : job->strategy.grad_compression == FL_COMPRESS_BF16 ? FLOTILLA__DTYPE__DTYPE_BF16
                                                                       : FLOTILLA__DTYPE__DTYPE_FP32;
@@ -393,4 +433,9 @@ fl_ps_client *fl_sync_ps_client(const fl_sync *sync) {
 int64_t fl_sync_ps_step(const fl_sync *sync) {
   if (!sync || sync->ops != &ps_ops) return 0;
   return ((sync_ps *)sync->self)->step;
+}
+
+int64_t fl_sync_ps_join_step(const fl_sync *sync) {
+  if (!sync || sync->ops != &ps_ops) return 0;
+  return ((sync_ps *)sync->self)->join_step;
 }

@@ -114,7 +114,7 @@ static void pack_response(fuzz_state *f, const ProtobufCMessage *m) {
 /* A cleared pull, answered as the service does, read back and compared. */
 static void answer_pull(fuzz_state *f, const uint32_t *ids, size_t n) {
   grpc_byte_buffer *bb = NULL;
-  FUZZ_CHECK(fl_ps_core_pull_pack(f->core, ids, n, f->ob, &bb) == FL_OK, "pull_pack");
+  FUZZ_CHECK(fl_ps_core_pull_pack(f->core, 0, ids, n, f->ob, &bb) == FL_OK, "pull_pack");
   FUZZ_CHECK(fl_rpc_inbuf_read(&f->in, bb) == FL_OK, "inbuf_read");
   grpc_byte_buffer_destroy(bb);
   Flotilla__PullDenseResponse *r =

@@ -24,11 +24,15 @@ run_example() {
   [ -s "$ex_tmp/$name.cmds" ] || echo "deploy/examples/$name.yaml" > "$ex_tmp/$name.cmds"
   k=0
   pids=
+  # several nodes need one shared token (the header says to export one)
+  token=
+  [ "$(wc -l < "$ex_tmp/$name.cmds")" -gt 1 ] && token=examples-shared-secret-$$
   while IFS= read -r args; do
     k=$((k + 1))
     # shellcheck disable=SC2086 # the documented arguments, word-split
     set -- $(echo "$args" | sed "s|deploy/examples/$name.yaml|$job|")
-    FLOTILLA_CHECKPOINT_DIR="$ex_tmp/$name.ckpt" timeout 120 "$RUN" --log_dir "$ex_tmp/$name.log$k" "$@" -- --max-steps 5 \
+    FLOTILLA_TOKEN=${token:-${FLOTILLA_TOKEN:-}} FLOTILLA_CHECKPOINT_DIR="$ex_tmp/$name.ckpt" \
+      timeout 120 "$RUN" --log_dir "$ex_tmp/$name.log$k" "$@" -- --max-steps 5 \
       > "$ex_tmp/$name.out$k" 2>&1 &
     pids="$pids $!"
   done < "$ex_tmp/$name.cmds"

@@ -130,13 +130,21 @@ has "$tmp/sig/log/workerlog.0" "fake TRAINER 0: SIGTERM"
 has "$tmp/sig/log/workerlog.1" "fake TRAINER 1: SIGTERM"
 
 # 7. Two nodes on one machine: each flotilla-run starts its own share of
-#    the same layout.
+#    the same layout.  Without a shared token it refuses to start.
 FAKE_DIR=$tmp/nodes FAKE_MODE=ok
 base=$((20000 + $$ % 20000))
 mkdir -p "$FAKE_DIR"
+timeout 60 "$RUN" --ips 127.0.0.1,127.0.0.2 --node_ip 127.0.0.1 --port $base \
+  --nproc_per_node 2 --log_dir "$FAKE_DIR/log0" --trainer_bin "$FAKE" "$JOB" > "$tmp/notoken.out" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "notoken: exit $rc, want 2"
+has "$tmp/notoken.out" "a job on 2 nodes needs a shared token"
+[ -f "$FAKE_DIR/TRAINER.0.env" ] && fail "notoken: a trainer was started"
+printf 'shared-secret-7\n' > "$tmp/token"
+chmod 600 "$tmp/token"
 for n in 1 2; do
-  timeout 60 "$RUN" --ips 127.0.0.1,127.0.0.2 --node_ip 127.0.0.$n --port $base \
-    --nproc_per_node 2 --log_dir "$FAKE_DIR/log$n" --trainer_bin "$FAKE" "$JOB" \
+  FLOTILLA_TOKEN_FILE=$tmp/token timeout 60 "$RUN" --ips 127.0.0.1,127.0.0.2 --node_ip 127.0.0.$n \
+    --port $base --nproc_per_node 2 --log_dir "$FAKE_DIR/log$n" --trainer_bin "$FAKE" "$JOB" \
     > "$tmp/nodes$n.out" 2>&1 &
 done
 wait
@@ -147,7 +155,8 @@ for r in 0 1 2 3; do
 done
 has "$FAKE_DIR/TRAINER.3.env" "FLOTILLA_CURRENT_ENDPOINT=127.0.0.2:$((base + 1))"
 has "$FAKE_DIR/TRAINER.3.env" "FLOTILLA_LOCAL_RANK=1"
-grep -q FLOTILLA_TOKEN "$FAKE_DIR/TRAINER.3.env" && fail "a multi-node job made up a token"
+grep -q '^FLOTILLA_TOKEN=' "$FAKE_DIR/TRAINER.3.env" && fail "a multi-node job made up a token"
+has "$FAKE_DIR/TRAINER.3.env" "FLOTILLA_TOKEN_FILE=$tmp/token"
 [ -f "$FAKE_DIR/log2/workerlog.2" ] || fail "node 2 did not start rank 2"
 [ -f "$FAKE_DIR/log2/workerlog.0" ] && fail "node 2 started rank 0"
 

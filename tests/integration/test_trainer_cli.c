@@ -1,7 +1,7 @@
 /* test_trainer_cli.c - the real flotilla-trainer binary: flags, exit status
  * and stderr for bad command lines, bad job files and bad data files; a
  * short training run's stdout (strategy table, log and eval lines);
- * --dump-config round trip; --max-steps then --resume. */
+ * --dump-config round trip (it dumps and exits); --max-steps then --resume. */
 #include <config.h>
 
 #include <check.h>
@@ -178,6 +178,8 @@ START_TEST(trains_and_logs) {
   write_text("job.yaml", k_small_job, job, sizeof job);
   snprintf(dump, sizeof dump, "%s/dump.yaml", g_dir);
   ck_assert_int_eq(run((const char *[]){"--config", job, "--dump-config", dump, NULL}), 0);
+  ck_assert_ptr_null(strstr(g_out, "[Epoch")); /* --dump-config dumps and exits */
+  ck_assert_int_eq(run((const char *[]){"--config", job, NULL}), 0);
   HAS(g_out, "DistributedStrategy Overview");
   /* 256/16 = 16 batches per epoch, logged every 4 */
   HAS(g_out, "[Epoch 1, batch 12] loss: ");

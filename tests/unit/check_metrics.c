@@ -199,8 +199,18 @@ START_TEST(test_std_metrics) {
   ck_assert_ptr_nonnull(strstr(text, "\nflotilla_push_seconds_bucket{le=\"0.005\"} 1\n"));
   ck_assert_ptr_nonnull(strstr(text, "\nflotilla_push_seconds_bucket{le=\"0.0025\"} 0\n"));
   ck_assert_ptr_nonnull(strstr(text, "\nflotilla_bytes_sent_total 4096\n"));
+  /* a trainer does not show the pserver's families */
+  ck_assert_ptr_null(strstr(text, "flotilla_table_rows"));
+  ck_assert_ptr_null(strstr(text, "flotilla_live_trainers"));
+  free(text);
+  /* and a pserver not the trainer's */
+  ck_assert_int_eq(fl_metrics_std_info("pserver", 0, "ps-sync"), FL_OK);
+  text = render(fl_metrics_default());
   ck_assert_ptr_nonnull(strstr(text, "\nflotilla_table_rows{table=\"emb\"} 12\n"));
   ck_assert_ptr_nonnull(strstr(text, "# TYPE flotilla_live_trainers gauge\n"));
+  ck_assert_ptr_null(strstr(text, "flotilla_steps_total"));
+  ck_assert_ptr_null(strstr(text, "flotilla_push_seconds"));
+  ck_assert_ptr_nonnull(strstr(text, "\nflotilla_bytes_sent_total 4096\n"));
   free(text);
 }
 END_TEST
@@ -304,6 +314,18 @@ START_TEST(test_http_endpoint) {
   resp = http(port, "GET /other HTTP/1.0\r\n\r\n");
   ck_assert_ptr_nonnull(strstr(resp, " 404 "));
   free(resp);
+  /* /healthz: alive; /readyz: 503 until the process says it is ready */
+  resp = http(port, "GET /healthz HTTP/1.0\r\n\r\n");
+  ck_assert_ptr_nonnull(strstr(resp, " 200 "));
+  free(resp);
+  fl_metrics_set_ready(0);
+  resp = http(port, "GET /readyz HTTP/1.0\r\n\r\n");
+  ck_assert_ptr_nonnull(strstr(resp, " 503 "));
+  free(resp);
+  fl_metrics_set_ready(1);
+  resp = http(port, "GET /readyz HTTP/1.0\r\n\r\n");
+  ck_assert_ptr_nonnull(strstr(resp, " 200 "));
+  free(resp);
   resp = http(port, "DELETE /metrics HTTP/1.0\r\n\r\n");
   ck_assert_ptr_nonnull(strstr(resp, " 405 "));
   free(resp);
@@ -329,7 +351,7 @@ START_TEST(test_obs) {
   ck_assert_int_ge(fd, 0);
   close(fd);
   double steps0 = fl_series_value(fl_metrics_std()->steps, NULL);
-  ck_assert_int_eq(fl_obs_start("pserver", 1, "ps", "127.0.0.1:0", path, &o), FL_OK);
+  ck_assert_int_eq(fl_obs_start("trainer", 1, "ps", "127.0.0.1:0", path, &o), FL_OK);
   ck_assert_ptr_nonnull(fl_timeline_default());
   int port = fl_obs_metrics_port(o);
   ck_assert_int_gt(port, 0);
@@ -339,7 +361,7 @@ START_TEST(test_obs) {
   char *body = strstr(resp, "\r\n\r\n");
   ck_assert_ptr_nonnull(body);
   ck_assert_int_gt(parse_exposition(body + 4), 10);
-  ck_assert_ptr_nonnull(strstr(body, "flotilla_info{role=\"pserver\",rank=\"1\",mode=\"ps\"} 1\n"));
+  ck_assert_ptr_nonnull(strstr(body, "flotilla_info{role=\"trainer\",rank=\"1\",mode=\"ps\"} 1\n"));
   ck_assert_ptr_nonnull(strstr(body, "\nflotilla_loss 0.3\n"));
   ck_assert_ptr_nonnull(strstr(body, "\nflotilla_loss_scale 1024\n"));
   free(resp);
@@ -350,7 +372,7 @@ START_TEST(test_obs) {
   size_t n = fread(buf, 1, sizeof buf - 1, f);
   buf[n] = '\0';
   fclose(f);
-  ck_assert_ptr_nonnull(strstr(buf, "\"name\":\"pserver 1\""));
+  ck_assert_ptr_nonnull(strstr(buf, "\"name\":\"trainer 1\""));
   ck_assert_ptr_nonnull(strstr(buf, "\"ph\":\"C\""));
   ck_assert_ptr_nonnull(strstr(buf, "]}\n"));
   unlink(path);

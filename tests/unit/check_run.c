@@ -333,7 +333,9 @@ START_TEST(test_parse_lines) {
   ck_assert_int_eq(r.kind, FL_RUN_REC_TEST);
   ck_assert_double_eq(r.acc, 0.75);
   /* Not progress: the epoch summary, a loss_scale key, other text. */
-  ck_assert_int_eq(fl_run_parse_line("[Epoch 1] train: 468 steps, 29952 samples", &r), 0);
+  ck_assert_int_eq(fl_run_parse_line("[Epoch 1] train: 468 steps, 29952 samples", &r), 1);
+  ck_assert_int_eq(r.kind, FL_RUN_REC_EPOCH_END);
+  ck_assert_int_eq(r.epoch, 1);
   ck_assert_int_eq(fl_run_parse_line("[Epoch 1, batch 3] loss_scale: 8", &r), 0);
   ck_assert_int_eq(fl_run_parse_line("[Epoch x, batch 3] loss: 1", &r), 0);
   ck_assert_int_eq(fl_run_parse_line("[Epoch 1, batch 3 loss: 1", &r), 0);
@@ -368,6 +370,12 @@ START_TEST(test_progress_and_csv) {
   fl_run_progress_line(p, line, sizeof line);
   /* EMA: 0.7 * 1000 + 0.3 * 2500 = 1450; 49 batches left -> 3.4 s. */
   ck_assert_str_eq(line, "epoch 2/2  step 51/100 (51%)  1450 samples/s  ETA 3s  loss 0.7000  "
+                         "acc 0.8000  test acc 0.7000 (epoch 1)");
+  /* the last logged batch is not the last one: the epoch's end line says
+   * it is whole (the line reaches 100%) */
+  feed(p, "[Epoch 1] train: 100 steps, 10000 samples, 5.00 s, 2000.0 samples/s, cpu 5.00 s", 33);
+  fl_run_progress_line(p, line, sizeof line);
+  ck_assert_str_eq(line, "epoch 2/2  step 100/100 (100%)  1450 samples/s  ETA 0s  loss 0.7000  "
                          "acc 0.8000  test acc 0.7000 (epoch 1)");
   int epoch;
   double loss, acc;

@@ -196,7 +196,7 @@ START_TEST(test_threads_valid_json) {
   if (python_ok()) {
     /* Independent check: python's json module parses it, and the B/E events
      * of every thread nest (each E closes the innermost open B). */
-    char cmd[512];
+    char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "python3 -c 'import json,sys\n"
              "d=json.load(open(sys.argv[1]))\n"
@@ -206,8 +206,13 @@ START_TEST(test_threads_valid_json) {
              " if e[\"ph\"]==\"B\": s.append(e[\"name\"])\n"
              " if e[\"ph\"]==\"E\": assert s.pop()==e[\"name\"]\n"
              "assert all(not s for s in st.values())\n"
+             "comm={e[\"tid\"] for e in d[\"traceEvents\"] if e.get(\"cat\")==\"comm\"}\n"
+             "be={e[\"tid\"] for e in d[\"traceEvents\"] if e[\"ph\"] in \"BE\"}\n"
+             "assert len(comm)==1 and not (comm & be), (comm, be)\n"
+             "assert any(e[\"ph\"]==\"M\" and e[\"tid\"] in comm and "
+             "e[\"args\"][\"name\"]==\"communication\" for e in d[\"traceEvents\"])\n"
              "assert len(st)==%d' %s",
-             NWORKERS + 1, path);
+             NWORKERS + 2, path);
     ck_assert_int_eq(system(cmd), 0);
   } else {
     fprintf(stderr, "check_timeline: python3 not found, cross-check skipped\n");

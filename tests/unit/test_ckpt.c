@@ -1,6 +1,8 @@
 /* test_ckpt.c - the checkpoint format: round trip, every truncation and
  * every flipped byte refused, newest-valid selection in a directory,
- * pruning, and atomicity (a failed write leaves the previous file intact). */
+ * pruning, and atomicity (a failed write leaves the previous file intact);
+ * stale temporary files of dead writers removed; run identities and the
+ * start-up decision about a used directory (fl_identity.h). */
 #include <config.h>
 
 #include <check.h>
@@ -13,9 +15,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fl_ckpt.h"
+#include "fl_identity.h"
 #include "fl_log.h"
 
 static char g_dir[64];
@@ -396,6 +400,169 @@ START_TEST(test_atomic_failed_write) {
 }
 END_TEST
 
+static int exists(const char *dir, const char *name) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return access(p, F_OK) == 0;
+}
+
+/* The pid of a process that has exited (and was reaped). */
+static pid_t dead_pid(void) {
+  pid_t p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) _exit(0);
+  ck_assert_int_eq(waitpid(p, NULL, 0), p);
+  return p;
+}
+
+/* Fault 7: kill -9 during a write left .ckpt-N.flc.tmp.PID.0 forever.  Start
+ * (include_self) and prune remove those of dead writers, never a live
+ * writer's. */
+START_TEST(test_stale_tmp_removed) {
+  char dir[256], dead[128], live[128], mine[128];
+  size_t n;
+  fl_ckpt_writer *w;
+  quiet();
+  snprintf(dir, sizeof dir, "%s/ck", g_dir);
+  ck_assert_int_eq(mkdir(dir, 0755), 0);
+  snprintf(dead, sizeof dead, ".ckpt-40.flc.tmp.%ld.0", (long)dead_pid());
+  snprintf(live, sizeof live, ".ckpt-50.flc.tmp.%ld.3", (long)getppid());
+  snprintf(mine, sizeof mine, ".ckpt-60.flc.tmp.%ld.7", (long)getpid());
+  const char *names[] = {dead, live, mine, ".ckpt-7.flc.tmp.x.0", "notes.txt"};
+  for (int i = 0; i < 5; i++) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+    fclose(fopen(p, "w"));
+  }
+  /* a prune (during a run) keeps our own: it may be a write in progress */
+  ck_assert_int_eq(fl_ckpt_dir_begin(dir, 10, &w), FL_OK);
+  fill(w, 10);
+  ck_assert_int_eq(fl_ckpt_writer_commit(w), FL_OK);
+  ck_assert_int_eq(fl_ckpt_dir_prune(dir, 1), FL_OK);
+  ck_assert(!exists(dir, dead));
+  ck_assert(exists(dir, live));
+  ck_assert(exists(dir, mine));
+  ck_assert(exists(dir, ".ckpt-7.flc.tmp.x.0"));
+  ck_assert(exists(dir, "notes.txt"));
+  ck_assert(exists(dir, "ckpt-10.flc"));
+  /* at start nothing of ours is being written */
+  ck_assert_int_eq(fl_ckpt_dir_clean_tmp(dir, 1, &n), FL_OK);
+  ck_assert_uint_eq(n, 1);
+  ck_assert(!exists(dir, mine));
+  ck_assert(exists(dir, live));
+  ck_assert_int_eq(fl_ckpt_dir_clean_tmp("/nonexistent/fl", 1, &n), FL_OK);
+  ck_assert_uint_eq(n, 0);
+}
+END_TEST
+
+/* A checkpoint of step `step` in dir with identity id (NULL: none, as
+ * written before identities existed). */
+static void write_run(const char *dir, int64_t step, const fl_run_identity *id) {
+  fl_ckpt_writer *w;
+  ck_assert_int_eq(fl_ckpt_dir_begin(dir, step, &w), FL_OK);
+  if (id) ck_assert_int_eq(fl_run_identity_put(w, id), FL_OK);
+  fill(w, step);
+  ck_assert_int_eq(fl_ckpt_writer_commit(w), FL_OK);
+}
+
+static fl_run_identity ident(uint64_t hash, const char *run) {
+  fl_run_identity id;
+  memset(&id, 0, sizeof id);
+  id.job_hash = hash;
+  snprintf(id.run_id, sizeof id.run_id, "%s", run);
+  return id;
+}
+
+/* Fault 1: a new run meeting another run's checkpoints refuses (nothing
+ * changed), resumes its own, continues another's only with --resume, and
+ * --fresh moves them aside without deleting; a checkpoint without identity
+ * is another run's. */
+START_TEST(test_claim_identity) {
+  char dir[256], old[512];
+  fl_run_identity a = ident(0x1111, "run-a"), b = ident(0x1111, "run-b"), got;
+  fl_run_identity c2 = ident(0x2222, "run-a");
+  fl_ckpt *c;
+  int64_t step, steps[8];
+  size_t n;
+  quiet();
+  snprintf(dir, sizeof dir, "%s/ck", g_dir);
+  /* empty (missing) directory: start from scratch */
+  ck_assert_int_eq(fl_ckpt_dir_claim(dir, &a, FL_CKPT_START_AUTO, 1, &c, &step), FL_OK);
+  ck_assert_ptr_null(c);
+  write_run(dir, 1000, &a);
+  write_run(dir, 2000, &a);
+  /* our own: resume from the newest */
+  ck_assert_int_eq(fl_ckpt_dir_claim(dir, &a, FL_CKPT_START_AUTO, 1, &c, &step), FL_OK);
+  ck_assert_ptr_nonnull(c);
+  ck_assert_int_eq(step, 2000);
+  ck_assert_int_eq(fl_run_identity_get(c, "x", &got), FL_OK);
+  ck_assert(fl_run_identity_same(&got, &a));
+  fl_ckpt_free(c);
+  /* another run (same job, or same run id with a changed job): refused */
+  ck_assert_int_eq(fl_ckpt_dir_claim(dir, &b, FL_CKPT_START_AUTO, 1, &c, &step), FL_ESTATE);
+  ck_assert_ptr_null(c);
+  ck_assert_int_eq(fl_ckpt_dir_claim(dir, &c2, FL_CKPT_START_AUTO, 1, &c, &step), FL_ESTATE);
+  ck_assert_int_eq(fl_ckpt_dir_list(dir, steps, 8, &n), FL_OK);
+  ck_assert_uint_eq(n, 2);
+  /* --resume takes it */
+  ck_assert_int_eq(fl_ckpt_dir_claim(dir, &b, FL_CKPT_START_RESUME, 1, &c, &step), FL_OK);
+  ck_assert_ptr_nonnull(c);
+  ck_assert_int_eq(step, 2000);
+  fl_ckpt_free(c);
+  /* --fresh on a rank that does not own the directory: nothing moves */
+  ck_assert_int_eq(fl_ckpt_dir_claim(dir, &b, FL_CKPT_START_FRESH, 0, &c, &step), FL_OK);
+  ck_assert_ptr_null(c);
+  ck_assert_int_eq(fl_ckpt_dir_list(dir, steps, 8, &n), FL_OK);
+  ck_assert_uint_eq(n, 2);
+  /* --fresh: moved aside, nothing deleted */
+  ck_assert_int_eq(fl_ckpt_dir_claim(dir, &b, FL_CKPT_START_FRESH, 1, &c, &step), FL_OK);
+  ck_assert_ptr_null(c);
+  ck_assert_int_eq(fl_ckpt_dir_list(dir, steps, 8, &n), FL_OK);
+  ck_assert_uint_eq(n, 0);
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  old[0] = '\0';
+  while ((e = readdir(d)))
+    if (!strncmp(e->d_name, "old-", 4)) snprintf(old, sizeof old, "%s/%s", dir, e->d_name);
+  closedir(d);
+  ck_assert(old[0]);
+  ck_assert_int_eq(fl_ckpt_dir_list(old, steps, 8, &n), FL_OK);
+  ck_assert_uint_eq(n, 2);
+  ck_assert_int_eq(steps[0], 2000);
+  /* the new run's checkpoints, small steps, are its own now */
+  write_run(dir, 5, &b);
+  ck_assert_int_eq(fl_ckpt_dir_claim(dir, &b, FL_CKPT_START_AUTO, 1, &c, &step), FL_OK);
+  ck_assert_int_eq(step, 5);
+  fl_ckpt_free(c);
+  /* a checkpoint from before identities: another run's */
+  write_run(dir, 9, NULL);
+  ck_assert_int_eq(fl_ckpt_dir_claim(dir, &b, FL_CKPT_START_AUTO, 1, &c, &step), FL_ESTATE);
+  ck_assert_int_eq(fl_ckpt_dir_claim(dir, &b, FL_CKPT_START_RESUME, 1, &c, &step), FL_OK);
+  ck_assert_int_eq(step, 9);
+  ck_assert_int_eq(fl_run_identity_get(c, "x", &got), FL_ENOTFOUND);
+  fl_ckpt_free(c);
+}
+END_TEST
+
+/* The job hash covers the model and optimizer sections only. */
+START_TEST(test_job_hash) {
+  fl_job j;
+  uint64_t h0, h;
+  fl_job_defaults(&j);
+  ck_assert_int_eq(fl_job_hash(&j, &h0), FL_OK);
+  j.train.epochs += 3; /* another section: same job */
+  ck_assert_int_eq(fl_job_hash(&j, &h), FL_OK);
+  ck_assert_uint_eq(h, h0);
+  j.optimizer.lr *= 2.0f;
+  ck_assert_int_eq(fl_job_hash(&j, &h), FL_OK);
+  ck_assert_uint_ne(h, h0);
+  fl_job_defaults(&j);
+  j.model.num_classes += 1;
+  ck_assert_int_eq(fl_job_hash(&j, &h), FL_OK);
+  ck_assert_uint_ne(h, h0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ckpt");
   TCase *tc = tcase_create("format");
@@ -407,6 +574,9 @@ int main(void) {
   tcase_add_test(tc, test_dir_newest_valid);
   tcase_add_test(tc, test_commit_as);
   tcase_add_test(tc, test_atomic_failed_write);
+  tcase_add_test(tc, test_stale_tmp_removed);
+  tcase_add_test(tc, test_claim_identity);
+  tcase_add_test(tc, test_job_hash);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

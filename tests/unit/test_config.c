@@ -148,10 +148,13 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(a.cluster.mode, FL_MODE_LOCAL);
   ck_assert_int_eq(a.train.batch_size, 64);
   ck_assert_int_eq(fl_job_merge_steps(&a), 1);
-  /* an empty file and a file of empty sections give the defaults */
-  ck_assert_int_eq(fl_job_load_string("", "empty.yaml", &b), FL_OK);
-  memcpy(b.source, a.source, sizeof a.source);
-  ck_assert(memcmp(&a, &b, sizeof a) == 0);
+  /* an empty or section-less file is an error (it would train a default
+   * job without a word); a file of empty sections gives the defaults */
+  ck_assert_int_eq(fl_job_load_string("", "empty.yaml", &b), FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_job_last_error(), "empty.yaml: the job file has no section"));
+  ck_assert_int_eq(fl_job_load_string("# only a comment\n", "c.yaml", &b), FL_EINVAL);
+  ck_assert_int_eq(fl_job_load_string("{}\n", "m.yaml", &b), FL_EINVAL);
+  ck_assert_ptr_nonnull(strstr(fl_job_last_error(), "has no section"));
   ck_assert_int_eq(fl_job_load_string("model:\nstrategy:\n", "e.yaml", &b), FL_OK);
   memcpy(b.source, a.source, sizeof a.source);
   ck_assert(memcmp(&a, &b, sizeof a) == 0);
@@ -303,6 +306,15 @@ static void round_trip(const fl_job *a) {
   ck_assert_int_eq(st, FL_OK);
   memcpy(b.source, a->source, sizeof b.source);
   ck_assert_msg(memcmp(a, &b, sizeof b) == 0, "reloaded dump differs:\n%s", buf);
+  /* dump -> load -> dump is a fixed point (libyaml's emitter writes it) */
+  char *buf2 = NULL;
+  size_t len2 = 0;
+  f = open_memstream(&buf2, &len2);
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(fl_job_write_yaml(&b, f), FL_OK);
+  fclose(f);
+  ck_assert_str_eq(strchr(buf2, '\n'), strchr(buf, '\n')); /* after the "resolved from" line */
+  free(buf2);
   free(buf);
 }
 

@@ -268,8 +268,30 @@ START_TEST(test_dead_trainer_not_waited_for) {
     cr.trainer_id = 1;
     ck_assert_int_eq(fl_ps_core_complete(c, &cr, &co), FL_OK);
     ck_assert_int_eq(co.remaining, 0);
-    ck_assert(fl_ps_core_finished(c));
+    ck_assert_int_eq(fl_ps_core_finished(c), 1);
   }
+  fl_ps_core_free(c);
+}
+END_TEST
+
+/* Fault 5: a trainer that never registered (its connection refused, e.g.
+ * EMFILE) is not waited for after heartbeat_timeout_s, but the job does not
+ * count as complete when the others are done. */
+START_TEST(test_incomplete_without_every_trainer) {
+  fl_ps_core *c = mk(3, 0, 0, FL_OPTIM_SGD, 0.1f, 0.2);
+  Flotilla__CompleteRequest cr = FLOTILLA__COMPLETE_REQUEST__INIT;
+  Flotilla__CompleteResponse co = FLOTILLA__COMPLETE_RESPONSE__INIT;
+  char ids[64];
+  ck_assert_int_eq(reg(c, 0, 3, 0, NULL), FL_OK);
+  usleep(300000);
+  fl_ps_core_tick(c, fl_ps_now()); /* 1 and 2 never came: not waited for */
+  ck_assert_int_eq(reg(c, 0, 3, 0, NULL), FL_OK); /* 0 was silent as well */
+  ck_assert_int_eq(fl_ps_core_finished(c), 0);
+  cr.trainer_id = 0;
+  ck_assert_int_eq(fl_ps_core_complete(c, &cr, &co), FL_OK);
+  ck_assert_int_eq(fl_ps_core_finished(c), -1);
+  ck_assert_uint_eq(fl_ps_core_unregistered(c, ids, sizeof ids), 2);
+  ck_assert_str_eq(ids, "1, 2");
   fl_ps_core_free(c);
 }
 END_TEST
@@ -820,6 +842,7 @@ int main(void) {
   Suite *s = suite_create("ps_core");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_sync_order);
+  tcase_add_test(tc, test_incomplete_without_every_trainer);
   tcase_add_test(tc, test_sync_pull_waits_and_steps);
   tcase_add_test(tc, test_duplicate_push_ignored);
   tcase_add_test(tc, test_dead_trainer_not_waited_for);

@@ -1,0 +1,107 @@
+#!/bin/bash
+# Hung pservers, a killed launcher, and a pserver out of file descriptors
+# (issue 14, faults 3, 4 and 5), with the real daemons on 127.0.0.1
+# (faults_lib.sh), each part bounded in time:
+#   SIGSTOP of a pserver with rpc_timeout_s 5 and heartbeat_timeout_s 5:
+#     the trainers fail within about twice the timeout, naming the pserver
+#     (not after ten times the retry budget);
+#   SIGKILL of flotilla-run in ps mode: every pserver and trainer it
+#     started dies with it (PR_SET_PDEATHSIG) and the pservers' ports are
+#     free again;
+#   a pserver whose open-file limit is too low for its trainers: it says it
+#     ran out of file descriptors, and when the trainers that got in are
+#     done it does not call the job complete: it names the trainers that
+#     never registered and exits 1.
+. "$FL_SRCDIR/tests/integration/faults_lib.sh"
+RUN=$FL_BUILDDIR/flotilla-run
+
+# job FILE EPOCHS [TRAIN_SAMPLES]
+job() {
+  cat > "$1" << EOF
+model: {kind: mlp, input_shape: [1, 8, 8], num_classes: 10, hidden: [32]}
+data:
+  format: synthetic
+  synthetic: {kind: image, train_samples: ${3:-2048}, test_samples: 64, seed: 3}
+optimizer: {name: sgd, lr: 0.05}
+train: {epochs: $2, batch_size: 16, seed: 7, log_interval: 20, num_threads: 1, eval: false}
+cluster: {mode: ps, heartbeat_timeout_s: 5, rpc_timeout_s: 5}
+pserver: {dense_block_size: 200}
+strategy: {a_sync: false}
+EOF
+}
+
+# ------------------------------------------------- SIGSTOP of a pserver
+n=pstop
+job "$tmp/$n.yaml" 100000
+f0=$fails
+ps_job $n "$tmp/$n.yaml" 2 2
+wait_log "$tmp/$n.tr0.log" '^\[Epoch 0, batch 40\]' 60 || fail "$n: no training"
+kill -STOP "$PS1"
+t0=$SECONDS
+for t in 0 1; do
+  wait_exit "$(eval echo \$TR$t)" 60
+  [ "$rc" = 1 ] || fail "$n: trainer $t exit $rc (want 1)"
+  has "$tmp/$n.tr$t.log" "pserver 1 \(127\.0\.0\.1:[0-9]+\) has answered nothing for [0-9]+ s \(heartbeat_timeout_s 5\): it is hung" "$n: trainer $t"
+done
+took=$((SECONDS - t0))
+[ $took -le 20 ] || fail "$n: the trainers took $took s to give up (timeout 5 s)"
+kill -CONT "$PS1"
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n (trainers gave up after $took s)" || show "$tmp/$n".*.log
+
+# ------------------------------------------- SIGKILL of flotilla-run
+n=launcher
+job "$tmp/$n.yaml" 100000
+f0=$fails
+spawn RUNP "$tmp/$n.out" -- "$RUN" --mode ps --server_num 2 --nproc_per_node 2 \
+  --log_dir "$tmp/$n" "$tmp/$n.yaml"
+wait_log "$tmp/$n/workerlog.1" '^\[Epoch 0, batch 40\]' 60 || fail "$n: no training"
+kids=$(ps -o pid= --ppid "$RUNP" | tr '\n' ' ')
+ports=$(sed -n 's/^  pserver  *[0-9]  *127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$tmp/$n.out" | tr '\n' ' ')
+[ "$(echo $kids | wc -w)" = 4 ] || fail "$n: flotilla-run has children '$kids' (want 4)"
+[ "$(echo $ports | wc -w)" = 2 ] || fail "$n: pserver ports '$ports' not found in the layout"
+kill -KILL "$RUNP"
+for p in $kids; do
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "$p" 2> /dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$p" 2> /dev/null; then
+    fail "$n: process $p ($(tr '\0' ' ' < "/proc/$p/cmdline" 2> /dev/null)) outlived flotilla-run"
+    kill -KILL "$p"
+  fi
+done
+for port in $ports; do
+  # as a server binds it (SO_REUSEADDR: connections in TIME_WAIT do not count)
+  python3 -c 'import socket,sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1)' "$port" 2> /dev/null ||
+    fail "$n: port $port is still held"
+done
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n.out" "$tmp/$n"/*log.*
+
+# ------------------------------------- a pserver out of file descriptors
+n=emfile
+job "$tmp/$n.yaml" 2 512
+f0=$fails
+PSLIST="127.0.0.1:$(free_port)"
+# soft and hard limit: flotilla-pserver cannot raise it
+spawn PS0 "$tmp/$n.ps0.log" FLOTILLA_MODE=ps FLOTILLA_ROLE=PSERVER FLOTILLA_PSERVERS_IP_PORT_LIST="$PSLIST" \
+  FLOTILLA_PSERVER_ID=0 FLOTILLA_TRAINERS_NUM=12 -- bash -c "ulimit -n ${FL_EMFILE_LIMIT:-24} && exec \"\$0\" --config \"\$1\"" \
+  "$PSERVER" "$tmp/$n.yaml"
+wait_log "$tmp/$n.ps0.log" '\] serving ' 20 || fail "$n: pserver does not serve"
+for ((t = 0; t < 12; t++)); do start_trainer $n "$tmp/$n.yaml" $t 12; done
+wait_exit "$PS0" 120
+[ "$rc" = 1 ] || fail "$n: pserver exit $rc (want 1: the job is not complete)"
+has "$tmp/$n.ps0.log" 'open files: limit [0-9]+' "$n: pserver"
+has "$tmp/$n.ps0.log" 'out of file descriptors: [0-9]+ open of the limit [0-9]+ .*EMFILE' "$n: pserver"
+has "$tmp/$n.ps0.log" 'the job is NOT complete: [0-9]+ of 12 trainers never registered \(trainer [0-9, ]+\)' "$n: pserver"
+hasnt "$tmp/$n.ps0.log" 'every trainer completed' "$n: pserver"
+# gRPC's own line about it comes through our log, in our format (fault 10)
+has "$tmp/$n.ps0.log" '^[0-9T:.-]+Z E \[pserver 0\] grpc \([a-z_]+\.cc:[0-9]+\): Failed accept4: Too many open files' "$n: pserver"
+hasnt "$tmp/$n.ps0.log" '^E[0-9]{4} ' "$n: pserver (a raw gRPC log line)"
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
+
+finish
