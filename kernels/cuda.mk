@@ -17,8 +17,8 @@ FL_NVCCFLAGS = $(FL_NVCC_ARCH) --fmad=false --Werror=all-warnings \
 	--compiler-options=-Wall,-Wextra,-Werror
 
 # The .cu.lo suffix rule tracks no header dependencies; list them.
-FL_CUDA_DEPS = $(srcdir)/kernels/cuda_internal.h $(srcdir)/common/fl_status.h \
-	$(srcdir)/common/fl_log.h config.h
+FL_CUDA_DEPS = $(srcdir)/kernels/cuda_internal.h $(srcdir)/base/fl_status.h \
+	$(srcdir)/base/fl_log.h config.h
 kernels/device.lo: $(FL_CUDA_DEPS) $(srcdir)/kernels/fl_device.h $(srcdir)/kernels/fl_optim.h
 kernels/optim.lo: $(FL_CUDA_DEPS) $(srcdir)/kernels/fl_optim.h
 kernels/layers.lo: $(FL_CUDA_DEPS) $(srcdir)/kernels/fl_layers.h
