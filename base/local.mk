@@ -4,4 +4,4 @@
 # and needs only the C library and pthreads, so it can sit inside
 # libflkernels, the kernels library that links no gRPC, HTTP or YAML.
 flotillainclude_HEADERS += base/fl_status.h base/fl_log.h
-libflotilla_la_SOURCES += base/log.c
+libflkernels_la_SOURCES += base/log.c
