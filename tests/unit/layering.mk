@@ -6,6 +6,6 @@ check_PROGRAMS += tests/unit/kernels_only
 tests_unit_kernels_only_SOURCES = tests/unit/kernels_only.c
 tests_unit_kernels_only_CFLAGS = $(AM_CFLAGS)
 tests_unit_kernels_only_LDADD = libflkernels.la -lm
-layering_tests = tests/unit/test_libflkernels.sh
+layering_tests = tests/unit/test_layering.sh tests/unit/test_libflkernels.sh
 dist_check_SCRIPTS += $(layering_tests)
 TESTS += $(layering_tests)
