@@ -1,7 +1,6 @@
-# common/: status codes, logging (here), config + strategy + cluster +
-# checkpoints (config.mk), gRPC wrappers (rpc.mk).
-flotillainclude_HEADERS += common/fl_status.h common/fl_log.h
-libflotilla_la_SOURCES += common/log.c
+# common/: config + strategy + cluster + checkpoints (config.mk), gRPC
+# wrappers (rpc.mk), metrics and service notification (obs.mk).  Status
+# codes and logging live one layer down, in base/.
 EXTRA_DIST += common/flotilla.pc.in
 include $(srcdir)/common/config.mk
 include $(srcdir)/common/rpc.mk

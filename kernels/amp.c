@@ -5,7 +5,7 @@
  * element is non-finite exactly when x - x is not 0 (inf - inf and nan - nan
  * are nan), a test that vectorizes.  The state machine follows Paddle's
  * update_loss_scaling: consecutive good/bad step counters, a skipped update
- * on overflow, a floor of 1 on the scale (shared/DESIGN.md section 5). */
+ * on overflow, a floor of 1 on the scale (docs/DESIGN.md section 5). */
 #include <config.h>
 
 #include <math.h>

@@ -3,9 +3,9 @@
 # fl_device.h (device memory helpers for C and FFI callers) is installed in
 # both trees so that programs using it build either way.
 flotillainclude_HEADERS += kernels/fl_device.h
-libflotilla_la_SOURCES += kernels/cuda_internal.h
+libflkernels_la_SOURCES += kernels/cuda_internal.h
 if HAVE_CUDA
-libflotilla_la_SOURCES += kernels/device.cu kernels/optim.cu kernels/layers.cu
+libflkernels_la_SOURCES += kernels/device.cu kernels/optim.cu kernels/layers.cu
 
 # nvcc flags of this tree (NVCC_COMPILE in Makefile.am uses them; NVCCFLAGS
 # stays the user's).  SASS for Hopper (sm_90) plus compute_90 PTX for newer
@@ -17,11 +17,11 @@ FL_NVCCFLAGS = $(FL_NVCC_ARCH) --fmad=false --Werror=all-warnings \
 	--compiler-options=-Wall,-Wextra,-Werror
 
 # The .cu.lo suffix rule tracks no header dependencies; list them.
-FL_CUDA_DEPS = $(srcdir)/kernels/cuda_internal.h $(srcdir)/common/fl_status.h \
-	$(srcdir)/common/fl_log.h config.h
+FL_CUDA_DEPS = $(srcdir)/kernels/cuda_internal.h $(srcdir)/base/fl_status.h \
+	$(srcdir)/base/fl_log.h config.h
 kernels/device.lo: $(FL_CUDA_DEPS) $(srcdir)/kernels/fl_device.h $(srcdir)/kernels/fl_optim.h
 kernels/optim.lo: $(FL_CUDA_DEPS) $(srcdir)/kernels/fl_optim.h
 kernels/layers.lo: $(FL_CUDA_DEPS) $(srcdir)/kernels/fl_layers.h
 else
-libflotilla_la_SOURCES += kernels/nocuda.c
+libflkernels_la_SOURCES += kernels/nocuda.c
 endif

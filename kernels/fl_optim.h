@@ -8,7 +8,7 @@
  * It is a plain C ABI: pointers, sizes and structs of scalars, no callbacks
  * and no hidden allocation, so other languages can call it through an FFI.
  * The caller owns every buffer; no function keeps a pointer after it returns.
- * The numerics are those of shared/DESIGN.md section 5 (PyTorch conventions
+ * The numerics are those of docs/DESIGN.md section 5 (PyTorch conventions
  * for the plain optimizers, Paddle's for LARS and LAMB). */
 #ifndef FL_OPTIM_H
 #define FL_OPTIM_H
@@ -70,7 +70,7 @@ typedef struct fl_optim_tensor {
   size_t n;
 } fl_optim_tensor;
 
-/* Defaults of shared/DESIGN.md section 5 for kind. */
+/* Defaults of docs/DESIGN.md section 5 for kind. */
 fl_optim_hparams fl_optim_hparams_default(fl_optim_kind kind);
 
 /* Number of n-float state buffers kind needs per tensor (0, 1 or 2). */
@@ -196,7 +196,7 @@ fl_status fl_amp_check_finite_and_unscale(float *const *t, const size_t *n, size
 fl_status fl_amp_check_finite_and_unscale_cuda(float *const *t, const size_t *n, size_t nt,
                                                float scale, int *found_inf, void *stream);
 
-/* Dynamic loss scaling state (shared/DESIGN.md section 5). */
+/* Dynamic loss scaling state (docs/DESIGN.md section 5). */
 typedef struct fl_loss_scaler {
   float scale;            /* current loss scale (init_loss_scaling, 32768) */
   int incr_every_n_steps; /* 1000 */

@@ -3,8 +3,8 @@
 # build, and a CPU-only tree gets layers_nocuda.c, whose twins say
 # FL_ENOTSUP.
 flotillainclude_HEADERS += kernels/fl_layers.h
-libflotilla_la_SOURCES += kernels/layers.c kernels/conv.c kernels/norm.c \
+libflkernels_la_SOURCES += kernels/layers.c kernels/conv.c kernels/norm.c \
 	kernels/layers_internal.h
 if !HAVE_CUDA
-libflotilla_la_SOURCES += kernels/layers_nocuda.c
+libflkernels_la_SOURCES += kernels/layers_nocuda.c
 endif

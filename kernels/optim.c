@@ -9,7 +9,7 @@
  * split the flattened element space of all tensors evenly, so many small
  * tensors cost no more than one big one.  Norms are summed in double with a
  * blocking that depends only on the tensor length, so results are the same
- * bits at any thread count.  The formulas are those of shared/DESIGN.md
+ * bits at any thread count.  The formulas are those of docs/DESIGN.md
  * section 5; the exact float evaluation order is documented in fl_optim.h. */
 #include <config.h>
 

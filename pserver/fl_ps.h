@@ -9,7 +9,7 @@
  * FAILED_PRECONDITION: "register again").  That keeps the rules unit-
  * testable without a network.
  *
- * Rules (Paddle's names; see also shared/DESIGN.md section 2):
+ * Rules (Paddle's names; see also docs/DESIGN.md section 2):
  *   sync  (a_sync false)          a block collects one gradient push per
  *         counted trainer for step s; when the last one is in, they are
  *         summed in trainer-id order, divided by their count (the global

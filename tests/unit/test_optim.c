@@ -3,7 +3,7 @@
  * Each optimizer is checked two ways: against a few numbers worked out by
  * hand (in the comments), and, over several steps and a list of tensors of
  * awkward sizes, against a straightforward scalar double-precision
- * reference written here from the formulas of shared/DESIGN.md section 5.
+ * reference written here from the formulas of docs/DESIGN.md section 5.
  * Also: LARS/LAMB with zero norms and excluded parameters, bit-identical
  * results at any thread count, and argument checks that change nothing. */
 #include <config.h>

@@ -1,5 +1,5 @@
 /* fl_coll.h - the collective engine: allreduce, broadcast, allgather and
- * barrier among the trainers of a job (shared/DESIGN.md section 4).
+ * barrier among the trainers of a job (docs/DESIGN.md section 4).
  *
  * A communicator (fl_coll) is made once per job by every rank.  Creating it
  *   1. binds this rank's endpoint (libuv, on a loop thread of its own);

@@ -1,0 +1,11 @@
+# The layers and the library split (issue 13): test_layering.sh fails on a
+# forbidden #include arrow between directories; test_libflkernels.sh checks
+# that libflkernels needs no RPC/HTTP/YAML library, through kernels_only, a
+# program that links libflkernels and nothing else of ours.
+check_PROGRAMS += tests/unit/kernels_only
+tests_unit_kernels_only_SOURCES = tests/unit/kernels_only.c
+tests_unit_kernels_only_CFLAGS = $(AM_CFLAGS)
+tests_unit_kernels_only_LDADD = libflkernels.la -lm
+layering_tests = tests/unit/test_layering.sh tests/unit/test_libflkernels.sh
+dist_check_SCRIPTS += $(layering_tests)
+TESTS += $(layering_tests)
