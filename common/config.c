@@ -445,7 +445,7 @@ static void set_str(char *dst, size_t cap, const char *src) {
 }
 #define SET_STR(dst, src) set_str((dst), sizeof(dst), (src))
 
-/* Adam-family and Adagrad epsilon; LAMB's is 1e-6 (shared/DESIGN.md 5). */
+/* Adam-family and Adagrad epsilon; LAMB's is 1e-6 (docs/DESIGN.md 5). */
 static float eps_default(int lamb) { return lamb ? 1e-6f : 1e-8f; }
 
 static void optimizer_defaults(fl_job_optimizer *o, fl_optim_kind kind, float lr) {

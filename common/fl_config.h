@@ -27,7 +27,7 @@
  *
  * Deviation from Paddle, on purpose: strategy.a_sync defaults to false (PS
  * mode is synchronous unless asked), and fuse_grad_size_in_TFLOPS to 50
- * (shared/DESIGN.md section 6); hierarchical_allreduce_inter_nranks 0 means
+ * (docs/DESIGN.md section 6); hierarchical_allreduce_inter_nranks 0 means
  * "ranks per node, from the cluster". */
 #ifndef FL_CONFIG_H
 #define FL_CONFIG_H
