@@ -11,6 +11,9 @@
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "fl_layers.h"
 #include "layers_internal.h"
@@ -39,9 +42,35 @@ int fl_act_valid(fl_act act) {
 
 /* ------------------------------------------------------------ element-wise */
 
+/* Relu in place.  With SSE2, four at a time: the mask of y > 0 (false for
+ * NaN) ANDed with y gives the scalar select's bits (+0 where not > 0). */
+static void relu_inplace(float *y, size_t n) {
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128 zero = _mm_setzero_ps();
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(y + i);
+    _mm_storeu_ps(y + i, _mm_and_ps(_mm_cmpgt_ps(v, zero), v));
+  }
+#endif
+  for (; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+}
+
+/* dy = y > 0 ? dy : +0, in place; the same mask trick as relu_inplace. */
+static void relu_grad_inplace(const float *y, float *dy, size_t n) {
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128 zero = _mm_setzero_ps();
+  for (; i + 4 <= n; i += 4)
+    _mm_storeu_ps(dy + i, _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(y + i), zero),
+                                     _mm_loadu_ps(dy + i)));
+#endif
+  for (; i < n; i++) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
 void fl_act_apply(fl_act act, float *y, size_t n) {
   if (act == FL_ACT_RELU) {
-    for (size_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+    relu_inplace(y, n);
   } else if (act == FL_ACT_TANH) {
     for (size_t i = 0; i < n; i++) y[i] = tanhf(y[i]);
   }
@@ -49,7 +78,7 @@ void fl_act_apply(fl_act act, float *y, size_t n) {
 
 void fl_act_grad_inplace(fl_act act, const float *y, float *dy, size_t n) {
   if (act == FL_ACT_RELU) {
-    for (size_t i = 0; i < n; i++) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    relu_grad_inplace(y, dy, n);
   } else if (act == FL_ACT_TANH) {
     for (size_t i = 0; i < n; i++) dy[i] *= 1.0f - y[i] * y[i];
   }

@@ -224,6 +224,18 @@ static fl_status conv_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) 
   return FL_OK;
 }
 
+/* The output columns ox in [*lo, *hi) whose input column
+ * ox*sw - pl + j*dw lies inside the image (0 <= ix < W). */
+static void win_cols(const win2d *g, int64_t j, int64_t *lo, int64_t *hi) {
+  const int64_t off = j * g->dw - g->pl; /* ix = ox*sw + off */
+  int64_t a = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;
+  int64_t b = g->W - off <= 0 ? 0 : (g->W - off + g->sw - 1) / g->sw;
+  if (b > g->ow) b = g->ow;
+  if (a > b) a = b;
+  *lo = a;
+  *hi = b;
+}
+
 /* col[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - pt + i*dh][ox*sw - pl + j*dw]
  * (0 outside the image). */
 static void im2col(const win2d *g, int64_t Cg, const float *x, float *col) {
@@ -233,6 +245,9 @@ static void im2col(const win2d *g, int64_t Cg, const float *x, float *col) {
       for (int64_t j = 0; j < g->kw; j++) {
         float *row = col + ((ch * g->kh + i) * g->kw + j) * ohw;
         const float *xc = x + ch * g->H * g->W;
+        const int64_t off = j * g->dw - g->pl;
+        int64_t lo, hi;
+        win_cols(g, j, &lo, &hi);
         for (int64_t oy = 0; oy < g->oh; oy++) {
           const int64_t iy = oy * g->sh - g->pt + i * g->dh;
           float *r = row + oy * g->ow;
@@ -240,15 +255,20 @@ static void im2col(const win2d *g, int64_t Cg, const float *x, float *col) {
             memset(r, 0, (size_t)g->ow * sizeof *r);
             continue;
           }
-          for (int64_t ox = 0; ox < g->ow; ox++) {
-            const int64_t ix = ox * g->sw - g->pl + j * g->dw;
-            r[ox] = (ix >= 0 && ix < g->W) ? xc[iy * g->W + ix] : 0.0f;
+          const float *xr = xc + iy * g->W;
+          for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
+          if (g->sw == 1) {
+            if (hi > lo) memcpy(r + lo, xr + lo + off, (size_t)(hi - lo) * sizeof *r);
+          } else {
+            for (int64_t ox = lo; ox < hi; ox++) r[ox] = xr[ox * g->sw + off];
           }
+          for (int64_t ox = hi; ox < g->ow; ox++) r[ox] = 0.0f;
         }
       }
 }
 
-/* dx += the adjoint of im2col applied to col. */
+/* dx += the adjoint of im2col applied to col (each dx element gets its
+ * terms in the same order as an element-by-element scatter). */
 static void col2im_add(const win2d *g, int64_t Cg, const float *col, float *dx) {
   const int64_t ohw = g->oh * g->ow;
   for (int64_t ch = 0; ch < Cg; ch++)
@@ -256,13 +276,18 @@ static void col2im_add(const win2d *g, int64_t Cg, const float *col, float *dx) 
       for (int64_t j = 0; j < g->kw; j++) {
         const float *row = col + ((ch * g->kh + i) * g->kw + j) * ohw;
         float *xc = dx + ch * g->H * g->W;
+        const int64_t off = j * g->dw - g->pl;
+        int64_t lo, hi;
+        win_cols(g, j, &lo, &hi);
         for (int64_t oy = 0; oy < g->oh; oy++) {
           const int64_t iy = oy * g->sh - g->pt + i * g->dh;
           if (iy < 0 || iy >= g->H) continue;
           const float *r = row + oy * g->ow;
-          for (int64_t ox = 0; ox < g->ow; ox++) {
-            const int64_t ix = ox * g->sw - g->pl + j * g->dw;
-            if (ix >= 0 && ix < g->W) xc[iy * g->W + ix] += r[ox];
+          float *xr = xc + iy * g->W;
+          if (g->sw == 1) {
+            for (int64_t ox = lo; ox < hi; ox++) xr[ox + off] += r[ox];
+          } else {
+            for (int64_t ox = lo; ox < hi; ox++) xr[ox * g->sw + off] += r[ox];
           }
         }
       }

@@ -10,6 +10,9 @@
  * regenerate it instead of keeping it. */
 #include <math.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "ops_internal.h"
 
@@ -361,6 +364,24 @@ static fl_status unary_forward(fl_gnode *n, fl_gctx *c) {
       for (size_t i = 0; i < N; i++) dx[i] = (EXPR);                                      \
   } while (0)
 
+/* dx (+)= g where y > 0, else +0 (Relu's gradient); dx may be g.  With
+ * SSE2, four at a time: the mask of y > 0 (false for NaN) ANDed with g is
+ * the scalar select's bits, and the add is the same single add. */
+static void relu_grad(const float *y, const float *g, float *dx, size_t N, int accum) {
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128 zero = _mm_setzero_ps();
+  for (; i + 4 <= N; i += 4) {
+    const __m128 t = _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(y + i), zero), _mm_loadu_ps(g + i));
+    _mm_storeu_ps(dx + i, accum ? _mm_add_ps(_mm_loadu_ps(dx + i), t) : t);
+  }
+#endif
+  for (; i < N; i++) {
+    const float t = y[i] > 0.0f ? g[i] : 0.0f;
+    dx[i] = accum ? dx[i] + t : t;
+  }
+}
+
 static fl_status unary_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   const fl_gtensor *xt = fl_gin(n, c, 0), *yt = fl_gout(n, c, 0);
   float *dx = xt->grad;
@@ -369,7 +390,7 @@ static fl_status unary_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   const size_t N = xt->n;
   const int accum = fl_gacc(acc, 0);
   switch (un_kind_of(n)) {
-  case UN_RELU: UN_GRAD(y[i] > 0.0f ? g[i] : 0.0f); break;
+  case UN_RELU: relu_grad(y, g, dx, N, accum); break;
   case UN_TANH: UN_GRAD(g[i] * (1.0f - y[i] * y[i])); break;
   case UN_LEAKY: {
     float alpha;
