@@ -18,10 +18,14 @@ tests_integration_ckpt_maxdiff_SOURCES = tests/integration/ckpt_maxdiff.c
 tests_integration_ckpt_maxdiff_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS)
 tests_integration_ckpt_maxdiff_LDADD = $(FL_LIBS) -lm
 
+# The namespace harness's userspace link (delay and loss without sch_netem).
+noinst_PROGRAMS += tests/integration/netns_wire
+tests_integration_netns_wire_SOURCES = tests/integration/netns_wire.c
+
 # The same harness as make check, on the cluster tests only.
 check-cluster: all
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(FL_CLUSTER_TESTS)'
 .PHONY: check-cluster
-EXTRA_DIST += deploy/slurm/collective.sbatch deploy/slurm/ps.sbatch deploy/slurm/ps.multi-prog.conf \
+EXTRA_DIST += deploy/slurm/collective.sbatch deploy/slurm/ps.sbatch \
 	deploy/k8s/secret.yaml deploy/k8s/rendezvous-service.yaml deploy/k8s/trainers-collective.yaml \
 	deploy/k8s/pservers.yaml deploy/k8s/trainers-ps.yaml
