@@ -53,7 +53,7 @@ tmp=$(mktemp -d /tmp/fl_bench_netns.XXXXXX)
 pids=""
 cleanup() {
   for p in $pids; do kill -KILL "$p" 2> /dev/null; done
-  wait 2> /dev/null
+  for p in $pids; do wait "$p" 2> /dev/null; done
   fl_ns_cleanup
   rm -rf "$tmp"
 }

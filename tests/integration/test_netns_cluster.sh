@@ -25,10 +25,13 @@
 #                -x), meet as 6 ranks on 3 nodes and train to the end
 #                (SKIPped when mpirun is not installed);
 #   lossy        3 nodes x 2 ranks with 1% loss and 2 ms delay on every
-#                link still complete.  Without sch_netem in the kernel the
-#                delay cannot be applied: the part then runs with the loss
-#                only and says so.
-# Needs root, iproute2, tc, nftables (without netem); SKIP (77) with the
+#                node's egress still complete (the round trip of a TCP
+#                handshake is checked to be >= 2 x 2 ms, and packets to
+#                have been dropped).  tc netem where the kernel has it;
+#                without sch_netem (this project's VMs) the node's link is
+#                netns_wire, a userspace wire of two TAP devices that
+#                holds and drops the frames itself; the part prints which.
+# Needs root, iproute2, tc, /dev/net/tun (without netem); SKIP (77) with the
 # reason when the namespaces cannot be made.  Cleans up on any exit;
 # every wait is bounded.
 set -u
@@ -45,7 +48,8 @@ tmp=$(mktemp -d /tmp/fl_netns_cluster.XXXXXX)
 pids=""
 cleanup() {
   for p in $pids; do kill -KILL "$p" 2> /dev/null; done
-  wait 2> /dev/null
+  # Only our own jobs: the harness's wires run until fl_ns_cleanup.
+  for p in $pids; do wait "$p" 2> /dev/null; done
   fl_ns_cleanup
   if [ -n "${FL_KEEP_TEST_DIR:-}" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
 }
@@ -58,7 +62,7 @@ show() { for f in "$@"; do echo "--- $f"; tail -15 "$f"; done; }
 fl_ns_setup 3
 rc=$?
 [ $rc = 0 ] || exit $rc
-echo "# nodes: ${FL_IP[*]} (netem: $([ $FL_NS_NETEM = 1 ] && echo yes || echo no, tbf + nftables))"
+echo "# nodes: ${FL_IP[*]} (netem: $([ $FL_NS_NETEM = 1 ] && echo yes || echo "no: tbf for a rate, netns_wire for a delay, nftables for a loss alone"))"
 IPS=${FL_IP[0]},${FL_IP[1]},${FL_IP[2]}
 port() { echo $((20000 + (RANDOM % 20000))); }
 
@@ -237,24 +241,37 @@ fi
 n=lossy
 f0=$fails
 note=""
+rtt0=$(fl_ns_rtt_ms 0 1)
 for k in 0 1 2; do
   fl_ns_shape $k - 2ms 1 > "$tmp/$n.shape$k" 2>&1
   src=$?
+  echo "# $(cat "$tmp/$n.shape$k")"
   if [ $src = 3 ]; then note="$(cat "$tmp/$n.shape$k")"; elif [ $src != 0 ]; then
     fail "$n: cannot shape node $k: $(cat "$tmp/$n.shape$k")"
   fi
 done
+# The delay is there: a TCP handshake node 0 -> node 1 crosses two egress
+# delays (SYN out of node 0, RST out of node 1), so at least 2 x 2 ms.
+rtt=$(fl_ns_rtt_ms 0 1)
+if [ -z "$note" ]; then
+  awk -v r="${rtt:-0}" 'BEGIN { exit !(r >= 3.9) }' ||
+    fail "$n: round trip node 0 -> 1 is ${rtt:-unreachable} ms with 2 ms egress delays (want >= 3.9; ${rtt0} ms unshaped)"
+fi
 job "$tmp/$n.yaml" 8 "$tmp/$n.ck" collective true 60
 # A wider model: about 1 MB of gradient a step, so that the loss bites.
 sed -i 's/input_shape: \[1, 6, 6\]/input_shape: [1, 16, 16]/; s/hidden: \[24, 16\]/hidden: [512, 256]/' "$tmp/$n.yaml"
+t_lossy=$SECONDS
 nodes_run $n --ips $IPS --nproc_per_node 2 --port $(port) "$tmp/$n.yaml"
+t_lossy=$((SECONDS - t_lossy))
 for k in 0 1 2; do [ ${RC[k]} = 0 ] || fail "$n: flotilla-run on node $k exited ${RC[k]}"; done
 for r in 0 1 2 3 4 5; do
   grep -q "done: 20 steps" "$tmp/$n.log$((r / 2))/workerlog.$r" || fail "$n: rank $r did not finish"
 done
+dropped=$(( $(fl_ns_dropped 0) + $(fl_ns_dropped 1) + $(fl_ns_dropped 2) ))
+[ "$dropped" -gt 0 ] || fail "$n: the loss dropped no packet"
 if [ $fails = $f0 ]; then
-  echo "ok: $n: 1% loss$([ -z "$note" ] && echo " + 2 ms delay") on every link, 6 ranks completed 20 steps"
-  [ -n "$note" ] && echo "NOTE: $note; the loss was applied (dropped: $(( $(fl_ns_dropped 0) + $(fl_ns_dropped 1) + $(fl_ns_dropped 2) )) packets), the delay was not"
+  echo "ok: $n: 1% loss$([ -z "$note" ] && echo " + 2 ms delay") on every node's egress, 6 ranks completed 20 steps in $t_lossy s ($dropped packets dropped; handshake round trip ${rtt} ms, ${rtt0} ms unshaped)"
+  [ -n "$note" ] && echo "NOTE: $note; the loss was applied, the delay was not"
 else
   show "$tmp/$n".out* "$tmp/$n".log0/workerlog.0
 fi

@@ -1,0 +1,221 @@
+/* netns_wire.c - a node's link of the namespace harness (netns_lib.sh) as
+ * a userspace wire, for kernels without sch_netem: it delays and drops the
+ * node's outgoing frames as `tc netem delay D loss L` on the node's eth0
+ * would.
+ *
+ *   netns_wire NODE_NS NODE_IF SWITCH_NS SWITCH_IF DELAY_US LOSS_PPM SEED STATS
+ *
+ * It makes a TAP device NODE_IF in the namespace NODE_NS (the node's end)
+ * and SWITCH_IF in SWITCH_NS (the bridge's end; the caller gives them
+ * addresses, MTU 1500 and the bridge), then copies Ethernet frames between
+ * them until SIGTERM / SIGINT:
+ *   node -> switch: each frame dropped with probability LOSS_PPM / 1e6
+ *                   (xorshift64 from SEED), else held DELAY_US microseconds
+ *                   (in order; a full queue of 8192 frames drops, as netem's
+ *                   limit does);
+ *   switch -> node: at once.
+ * The devices go away with the process (non-persistent TAPs).  Every
+ * 100 ms, and at exit, STATS is rewritten (by rename) with one line:
+ *   frames_out N lost N overflow N frames_in N delay_us D loss_ppm P
+ * Exit 0 on a signal, 1 on a setup error (a message on stderr). */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOT 2048  /* bytes a queued frame may take: MTU 1500 + header */
+#define SLOTS 8192 /* frames the delay queue holds */
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Enter the named network namespace (ip netns: /run/netns/NAME). */
+static int enter_ns(const char *name) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "/run/netns/%s", name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    fprintf(stderr, "netns_wire: %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  int rc = setns(fd, CLONE_NEWNET);
+  if (rc != 0) fprintf(stderr, "netns_wire: setns %s: %s\n", name, strerror(errno));
+  close(fd);
+  return rc;
+}
+
+/* A TAP device named ifname in the current namespace; its fd, -1 on error. */
+static int open_tap(const char *ifname) {
+  struct ifreq ifr;
+  if (strlen(ifname) >= sizeof ifr.ifr_name) {
+    fprintf(stderr, "netns_wire: interface name %s too long\n", ifname);
+    return -1;
+  }
+  int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    fprintf(stderr, "netns_wire: /dev/net/tun: %s\n", strerror(errno));
+    return -1;
+  }
+  memset(&ifr, 0, sizeof ifr);
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+  memcpy(ifr.ifr_name, ifname, strlen(ifname));
+  if (ioctl(fd, TUNSETIFF, &ifr) != 0) {
+    fprintf(stderr, "netns_wire: TUNSETIFF %s: %s\n", ifname, strerror(errno));
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || errno || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+typedef struct counters {
+  unsigned long long out, lost, overflow, in;
+} counters;
+
+static void write_stats(const char *path, const counters *c, long delay_us, long loss_ppm) {
+  char tmp[PATH_MAX];
+  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) return;
+  FILE *f = fopen(tmp, "w");
+  if (!f) return;
+  fprintf(f, "frames_out %llu lost %llu overflow %llu frames_in %llu delay_us %ld loss_ppm %ld\n",
+          c->out, c->lost, c->overflow, c->in, delay_us, loss_ppm);
+  if (fclose(f) == 0) rename(tmp, path);
+}
+
+int main(int argc, char **argv) {
+  long delay_us, loss_ppm, seed;
+  if (argc != 9 || parse_long(argv[5], 0, 10000000, &delay_us) ||
+      parse_long(argv[6], 0, 1000000, &loss_ppm) || parse_long(argv[7], 0, LONG_MAX, &seed)) {
+    fprintf(stderr, "usage: netns_wire NODE_NS NODE_IF SWITCH_NS SWITCH_IF DELAY_US LOSS_PPM "
+                    "SEED STATS\n");
+    return 1;
+  }
+  const char *stats = argv[8];
+  if (enter_ns(argv[1]) != 0) return 1;
+  int node = open_tap(argv[2]);
+  if (node < 0) return 1;
+  if (enter_ns(argv[3]) != 0) return 1;
+  int sw = open_tap(argv[4]);
+  if (sw < 0) return 1;
+
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+
+  unsigned char *q = malloc((size_t)SLOTS * SLOT);
+  int64_t *due = malloc(SLOTS * sizeof *due);
+  unsigned short *qlen = malloc(SLOTS * sizeof *qlen);
+  unsigned char buf[65536];
+  if (!q || !due || !qlen) {
+    fprintf(stderr, "netns_wire: out of memory\n");
+    return 1;
+  }
+  size_t head = 0, count = 0; /* the queue: count frames from head */
+  uint64_t rng = (uint64_t)seed * 0x9E3779B97F4A7C15ull + 1;
+  const int64_t delay_ns = (int64_t)delay_us * 1000;
+  counters c = {0, 0, 0, 0};
+  int64_t next_stats = 0;
+  write_stats(stats, &c, delay_us, loss_ppm);
+
+  while (!g_stop) {
+    int64_t t = now_ns();
+    /* Send what is due. */
+    while (count && due[head] <= t) {
+      if (write(sw, q + head * SLOT, qlen[head]) == (ssize_t)qlen[head])
+        c.out++;
+      else
+        c.lost++; /* the bridge's end is down (a cut link) */
+      head = (head + 1) % SLOTS;
+      count--;
+    }
+    if (t >= next_stats) {
+      write_stats(stats, &c, delay_us, loss_ppm);
+      next_stats = t + 100000000;
+    }
+    /* Wait for a frame, the next due time or the next stats update. */
+    int64_t wait = next_stats - t;
+    if (count && due[head] - t < wait) wait = due[head] - t;
+    if (wait < 0) wait = 0;
+    struct timespec ts = {(time_t)(wait / 1000000000), (long)(wait % 1000000000)};
+    struct pollfd pf[2] = {{node, POLLIN, 0}, {sw, POLLIN, 0}};
+    int n = ppoll(pf, 2, &ts, NULL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fprintf(stderr, "netns_wire: poll: %s\n", strerror(errno));
+      break;
+    }
+    if (pf[0].revents & (POLLERR | POLLHUP | POLLNVAL) ||
+        pf[1].revents & (POLLERR | POLLHUP | POLLNVAL)) {
+      fprintf(stderr, "netns_wire: a TAP device went away\n");
+      break;
+    }
+    /* node -> switch: drop or queue, at most 256 frames a turn. */
+    for (int i = 0; i < 256 && (pf[0].revents & POLLIN); i++) {
+      ssize_t len = read(node, buf, sizeof buf);
+      if (len <= 0) break;
+      rng ^= rng << 13;
+      rng ^= rng >> 7;
+      rng ^= rng << 17;
+      if ((long)(rng % 1000000) < loss_ppm) {
+        c.lost++;
+        continue;
+      }
+      if (count == SLOTS || len > SLOT) {
+        c.overflow++;
+        continue;
+      }
+      size_t tail = (head + count) % SLOTS;
+      memcpy(q + tail * SLOT, buf, (size_t)len);
+      qlen[tail] = (unsigned short)len;
+      due[tail] = now_ns() + delay_ns;
+      count++;
+    }
+    /* switch -> node: at once. */
+    for (int i = 0; i < 256 && (pf[1].revents & POLLIN); i++) {
+      ssize_t len = read(sw, buf, sizeof buf);
+      if (len <= 0) break;
+      if (write(node, buf, (size_t)len) == len) c.in++;
+    }
+  }
+  write_stats(stats, &c, delay_us, loss_ppm);
+  free(q);
+  free(due);
+  free(qlen);
+  close(node);
+  close(sw);
+  return 0;
+}
