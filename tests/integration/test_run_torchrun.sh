@@ -21,7 +21,9 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 sed 's/^data:$/data:\n  limit_train: 2048\n  limit_test: 500/' "$EX/collective_mlp_fmnist.yaml" > job.yaml
-port=$((20000 + $$ % 20000))
+# A free port from the kernel (runs side by side must not share one).
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2> /dev/null) ||
+  port=$((20000 + $$ % 20000))
 export FLOTILLA_TOKEN=torchrun-test-token
 for n in 0 1; do
   FLOTILLA_CHECKPOINT_DIR="$tmp/ck$n" timeout 120 "$RUN" --nnodes 2 --node_rank $n \
