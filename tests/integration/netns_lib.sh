@@ -81,7 +81,6 @@ fl_ns_add() {
 
 fl_ns_setup() {
   local n=$1 i err
-  err=$(mktemp)
   if [ "$(id -u)" != 0 ]; then
     echo "SKIP: network namespaces need root"
     return 77
@@ -90,6 +89,7 @@ fl_ns_setup() {
     echo "SKIP: no ip command (apt-get install iproute2)"
     return 77
   fi
+  err=$(mktemp)
   # A tag whose switch name is free (at most 20 tries); the node names
   # carry the same tag.
   local try rc
