@@ -18,6 +18,7 @@
 #include "config_int.h"
 #include "fl_config.h"
 #include "fl_log.h"
+#include "fl_protocol.h"
 
 /* Enums are stored through int pointers by the schema walker. */
 _Static_assert(sizeof(fl_optim_kind) == sizeof(int) && sizeof(fl_lr_kind) == sizeof(int) &&
@@ -1052,8 +1053,8 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
                 k_optims[job->pserver.optimizer.kind]);
   {
     fl_optim_kind sk = job->pserver.sparse.optimizer.kind;
-    if (sk != FL_OPTIM_SGD && sk != FL_OPTIM_ADAGRAD && sk != FL_OPTIM_ADAM)
-      return kerr(c, src, "pserver.sparse.optimizer.name", "must be sgd, adagrad or adam, got %s",
+    if (!fl_proto_sparse_optim_ok(sk))
+      return kerr(c, src, "pserver.sparse.optimizer.name", "must be " FL_PROTO_SPARSE_OPTIMS ", got %s",
                   k_optims[sk]);
   }
   if (s->a_sync_configs.k_steps > 0 && !s->a_sync)
