@@ -532,7 +532,8 @@ static void on_recv(call *c, int ok) {
   }
   msg = fl_rpc_unpack(&w->arena, fl_proto_methods[m].rpc.req, w->in.data, w->in.len);
   if (!msg) {
-    FL_LOGW("rejected request: malformed %s message (%zu bytes)", fl_proto_methods[m].rpc.path, w->in.len);
+    FL_LOGW("rejected request: malformed %s message (%zu bytes)", fl_proto_methods[m].rpc.path,
+            w->in.len);
     respond_status(c, FL_EINVAL, "malformed message");
   } else {
     handlers[m](c, msg);
