@@ -16,6 +16,7 @@
 #include <yaml.h>
 
 #include "config_int.h"
+#include "fl_args.h"
 #include "fl_config.h"
 #include "fl_log.h"
 #include "fl_protocol.h"
@@ -809,24 +810,6 @@ static fl_status parse_elem(ctx *c, const field *f, ftype et, const yaml_node_t 
   }
 }
 
-static size_t levenshtein(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b), row[65];
-  if (la > 64 || lb > 64) return 99;
-  for (size_t j = 0; j <= lb; j++) row[j] = j;
-  for (size_t i = 1; i <= la; i++) {
-    size_t prev = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= lb; j++) {
-      size_t cur = row[j];
-      size_t sub = prev + (a[i - 1] != b[j - 1]);
-      size_t best = row[j] + 1 < row[j - 1] + 1 ? row[j] + 1 : row[j - 1] + 1;
-      row[j] = sub < best ? sub : best;
-      prev = cur;
-    }
-  }
-  return row[lb];
-}
-
 static fl_status walk_map(ctx *c, const field *table, const yaml_node_t *n, char *base,
                           const char *path);
 
@@ -947,7 +930,7 @@ static fl_status walk_map(ctx *c, const field *table, const yaml_node_t *n, char
       const char *best = NULL;
       size_t bd = 3;
       for (size_t j = 0; table[j].key; j++) {
-        size_t d = levenshtein(key, table[j].key);
+        size_t d = fl_edit_distance(key, table[j].key);
         if (d < bd) bd = d, best = table[j].key;
       }
       if (best) return perr(c, &k->start_mark, kpath, "unknown key (did you mean \"%s\"?)", best);
