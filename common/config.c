@@ -48,8 +48,6 @@ const char *fl_job_last_error(void) { return g_err; }
 
 static const char *const k_modes[] = {"local", "collective", "ps", NULL};
 static const char *const k_formats[] = {"idx", "libsvm", "synthetic", "npy", NULL};
-static const char *const k_optims[] = {"sgd",     "momentum", "adam", "adamw",
-                                       "adagrad", "lars",     "lamb", NULL};
 static const char *const k_lrs[] = {"constant", "polynomial", "cosine", "piecewise", NULL};
 static const char *const k_compress[] = {"none", "fp16", "bf16", NULL};
 static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
@@ -76,7 +74,7 @@ fl_status fl_mode_parse(const char *name, fl_mode *out) {
 }
 
 const char *fl_cfg_optim_name(fl_optim_kind k) {
-  if ((unsigned)k <= FL_OPTIM_LAMB) return k_optims[k];
+  if ((unsigned)k <= FL_OPTIM_LAMB) return fl_optim_kind_names[k];
   return "?";
 }
 
@@ -235,7 +233,8 @@ static const field f_data[] = {
     END};
 
 static const field f_optimizer[] = {
-    E("name", F_ENUM, fl_job_optimizer, kind, .choices = k_optims, DEF(FL_OPTIM_MOMENTUM)),
+    E("name", F_ENUM, fl_job_optimizer, kind, .choices = fl_optim_kind_names,
+      DEF(FL_OPTIM_MOMENTUM)),
     E("lr", F_FLOAT, fl_job_optimizer, lr, MIN(0), DEF(0.01)),
     E("momentum", F_FLOAT, fl_job_optimizer, momentum, RANGE(0, 1), DEF(0.9)),
     E("nesterov", F_BOOL, fl_job_optimizer, nesterov),
@@ -1003,13 +1002,13 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   if (s->lars) {
     if (o->kind != FL_OPTIM_MOMENTUM)
       return kerr(c, src, "strategy.lars", "needs optimizer.name momentum (LARS's inner "
-                  "optimizer), got %s", k_optims[o->kind]);
+                  "optimizer), got %s", fl_optim_kind_names[o->kind]);
     if (o->nesterov)
       return kerr(c, src, "optimizer.nesterov", "must be false with strategy.lars");
   }
   if (s->lamb && o->kind != FL_OPTIM_ADAM && o->kind != FL_OPTIM_ADAMW)
     return kerr(c, src, "strategy.lamb", "needs optimizer.name adam or adamw (LAMB's inner "
-                "optimizer), got %s", k_optims[o->kind]);
+                "optimizer), got %s", fl_optim_kind_names[o->kind]);
   if ((s->lars || s->lamb) && o->weight_decay != 0.0f)
     return kerr(c, src, "optimizer.weight_decay", "must be 0 with strategy.%s (set %s instead)",
                 s->lars ? "lars" : "lamb",
@@ -1021,16 +1020,16 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
                 "must be a plain optimizer (strategy.lars/lamb apply on the server too)");
   if (s->lars && job->pserver.optimizer.kind != FL_OPTIM_MOMENTUM)
     return kerr(c, src, "pserver.optimizer.name", "needs momentum with strategy.lars, got %s",
-                k_optims[job->pserver.optimizer.kind]);
+                fl_optim_kind_names[job->pserver.optimizer.kind]);
   if (s->lamb && job->pserver.optimizer.kind != FL_OPTIM_ADAM &&
       job->pserver.optimizer.kind != FL_OPTIM_ADAMW)
     return kerr(c, src, "pserver.optimizer.name", "needs adam or adamw with strategy.lamb, got %s",
-                k_optims[job->pserver.optimizer.kind]);
+                fl_optim_kind_names[job->pserver.optimizer.kind]);
   {
     fl_optim_kind sk = job->pserver.sparse.optimizer.kind;
     if (!fl_proto_sparse_optim_ok(sk))
-      return kerr(c, src, "pserver.sparse.optimizer.name", "must be " FL_PROTO_SPARSE_OPTIMS ", got %s",
-                  k_optims[sk]);
+      return kerr(c, src, "pserver.sparse.optimizer.name",
+                  "must be " FL_PROTO_SPARSE_OPTIMS ", got %s", fl_optim_kind_names[sk]);
   }
   if (s->a_sync_configs.k_steps > 0 && !s->a_sync)
     return kerr(c, src, "strategy.a_sync_configs.k_steps",
