@@ -214,13 +214,13 @@ static int health_check(const char *addr, const fl_job *job) {
   fl_rpc_init();
   if (fl_rpc_channel_create(addr, &o, &ch) != FL_OK || fl_rpc_outbuf_create(0, &ob) != FL_OK)
     goto out;
-  if (fl_rpc_unary(ch, "/grpc.health.v1.Health/Check", &req.base, 3.0, NULL, ob, &in, &code,
-                   details, sizeof details) != FL_OK) {
+  if (fl_rpc_unary(ch, fl_proto_methods[FL_PROTO_HEALTH_CHECK].rpc.path, &req.base, 3.0, NULL,
+                   ob, &in, &code, details, sizeof details) != FL_OK) {
     printf("%s: %s (%s)\n", addr, fl_rpc_code_name(code), details);
     goto out;
   }
   resp = (Grpc__Health__V1__HealthCheckResponse *)fl_rpc_unpack(
-      &arena, &grpc__health__v1__health_check_response__descriptor, in.data, in.len);
+      &arena, fl_proto_methods[FL_PROTO_HEALTH_CHECK].rpc.resp, in.data, in.len);
   if (!resp) {
     printf("%s: malformed health answer\n", addr);
     goto out;
