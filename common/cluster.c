@@ -359,6 +359,11 @@ fl_status fl_cluster_apply_flag(fl_cluster *c, const char *arg, int *matched) {
   return fl_cluster_set(c, key, eq ? eq + 1 : "");
 }
 
+const char *fl_cluster_flag_name(size_t i) {
+  if (i < N_VARS) return k_vars[i].flag;
+  return i == N_VARS ? "token" : NULL;
+}
+
 void fl_cluster_print_flag_help(FILE *out) {
   for (size_t i = 0; i < N_VARS; i++) {
     int pad = 24 - (int)strlen(k_vars[i].flag);

@@ -16,8 +16,10 @@
 #include <yaml.h>
 
 #include "config_int.h"
+#include "fl_args.h"
 #include "fl_config.h"
 #include "fl_log.h"
+#include "fl_protocol.h"
 
 /* Enums are stored through int pointers by the schema walker. */
 _Static_assert(sizeof(fl_optim_kind) == sizeof(int) && sizeof(fl_lr_kind) == sizeof(int) &&
@@ -46,8 +48,6 @@ const char *fl_job_last_error(void) { return g_err; }
 
 static const char *const k_modes[] = {"local", "collective", "ps", NULL};
 static const char *const k_formats[] = {"idx", "libsvm", "synthetic", "npy", NULL};
-static const char *const k_optims[] = {"sgd",     "momentum", "adam", "adamw",
-                                       "adagrad", "lars",     "lamb", NULL};
 static const char *const k_lrs[] = {"constant", "polynomial", "cosine", "piecewise", NULL};
 static const char *const k_compress[] = {"none", "fp16", "bf16", NULL};
 static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
@@ -74,7 +74,7 @@ fl_status fl_mode_parse(const char *name, fl_mode *out) {
 }
 
 const char *fl_cfg_optim_name(fl_optim_kind k) {
-  if ((unsigned)k <= FL_OPTIM_LAMB) return k_optims[k];
+  if ((unsigned)k <= FL_OPTIM_LAMB) return fl_optim_kind_names[k];
   return "?";
 }
 
@@ -125,8 +125,23 @@ typedef struct field {
   unsigned lim;
   const struct field *sub;
   const char *const *choices;
+  /* The default, written here once: fl_job_defaults() applies the table.
+   * Numbers, booleans and enum values in dflt; strings (F_STR, F_CHOICE) in
+   * dstr; arrays and lists (F_INT_ARRAY, F_SIZE_LIST) in dlist[dn].  A field
+   * without one is 0 / empty.  F_UNSUP_*: the only value accepted. */
   double dflt;
+  const char *dstr;
+  const double *dlist;
+  size_t dn;
+  /* F_MAP rows sharing a sub-table: defaults of this place that differ
+   * from the sub-table's (key, value; key NULL ends). */
+  const struct field_over *over;
 } field;
+
+typedef struct field_over {
+  const char *key;
+  double dflt;
+} field_over;
 
 #define E(k, ty, T, m, ...) {.key = (k), .type = (ty), .off = offsetof(T, m), __VA_ARGS__}
 #define RANGE(a, b) .lo = (a), .hi = (b), .lim = LIM_LO | LIM_HI
@@ -138,85 +153,106 @@ typedef struct field {
 #define UNSUP_N(k, d) {.key = (k), .type = F_UNSUP_NUM, .dflt = (d)}
 #define UNSUP_M(k) {.key = (k), .type = F_UNSUP_MAP}
 #define END {.key = NULL}
+#define DEF(v) .dflt = (v)
+#define DEFS(v) .dstr = (v)
+#define DEFL(...) .dlist = (const double[]){__VA_ARGS__}, \
+    .dn = sizeof((const double[]){__VA_ARGS__}) / sizeof(double)
+
+#define FMNIST "/usr/share/datasets/fashion-mnist/"
+/* optimizer.epsilon: Adam-family and Adagrad; LAMB's is 1e-6 (docs/DESIGN.md
+ * 5), applied once the file says whether it is LAMB. */
+#define OPTIM_EPS 1e-8
 
 static const field f_model[] = {
-    E("kind", F_CHOICE, fl_job_model, kind, STRCAP(fl_job_model, kind), .choices = k_model_kinds),
-    E("input_shape", F_INT_ARRAY, fl_job_model, input_shape, .cap = 3, RANGE(1, 65536)),
-    E("num_classes", F_INT, fl_job_model, num_classes, RANGE(2, 1e6)),
+    E("kind", F_CHOICE, fl_job_model, kind, STRCAP(fl_job_model, kind), .choices = k_model_kinds,
+      DEFS("mlp")),
+    E("input_shape", F_INT_ARRAY, fl_job_model, input_shape, .cap = 3, RANGE(1, 65536),
+      DEFL(1, 28, 28)),
+    E("num_classes", F_INT, fl_job_model, num_classes, RANGE(2, 1e6), DEF(10)),
     E("hidden", F_SIZE_LIST, fl_job_model, hidden, LIST(fl_job_model, hidden, n_hidden),
-      RANGE(1, 1 << 24)),
+      RANGE(1, 1 << 24), DEFL(256, 128, 100)),
     E("activation", F_CHOICE, fl_job_model, activation, STRCAP(fl_job_model, activation),
-      .choices = k_activations),
-    E("conv_channels", F_INT_ARRAY, fl_job_model, conv_channels, .cap = 2, RANGE(1, 4096)),
-    E("conv_kernel", F_INT, fl_job_model, conv_kernel, RANGE(1, 15)),
+      .choices = k_activations, DEFS("relu")),
+    E("conv_channels", F_INT_ARRAY, fl_job_model, conv_channels, .cap = 2, RANGE(1, 4096),
+      DEFL(32, 64)),
+    E("conv_kernel", F_INT, fl_job_model, conv_kernel, RANGE(1, 15), DEF(5)),
     E("fc_hidden", F_SIZE, fl_job_model, fc_hidden, RANGE(0, 1 << 24)),
-    E("norm", F_CHOICE, fl_job_model, norm, STRCAP(fl_job_model, norm), .choices = k_norms),
-    E("gn_groups", F_INT, fl_job_model, gn_groups, RANGE(1, 4096)),
-    E("bn_momentum", F_FLOAT, fl_job_model, bn_momentum, RANGE(0, 1)),
-    E("bn_epsilon", F_FLOAT, fl_job_model, bn_epsilon, MINX(0)),
+    E("norm", F_CHOICE, fl_job_model, norm, STRCAP(fl_job_model, norm), .choices = k_norms,
+      DEFS("none")),
+    E("gn_groups", F_INT, fl_job_model, gn_groups, RANGE(1, 4096), DEF(8)),
+    E("bn_momentum", F_FLOAT, fl_job_model, bn_momentum, RANGE(0, 1), DEF(0.1)),
+    E("bn_epsilon", F_FLOAT, fl_job_model, bn_epsilon, MINX(0), DEF(1e-5)),
     E("plugin_path", F_STR, fl_job_model, plugin_path, STRCAP(fl_job_model, plugin_path)),
     E("plugin_args", F_STR, fl_job_model, plugin_args, STRCAP(fl_job_model, plugin_args)),
     E("path", F_STR, fl_job_model, path, STRCAP(fl_job_model, path)),
     E("output", F_STR, fl_job_model, output, STRCAP(fl_job_model, output)),
-    E("loss", F_CHOICE, fl_job_model, loss, STRCAP(fl_job_model, loss), .choices = k_losses),
+    E("loss", F_CHOICE, fl_job_model, loss, STRCAP(fl_job_model, loss), .choices = k_losses,
+      DEFS("softmax_cross_entropy")),
     {.key = "ctr",
      .type = F_MAP,
      .off = 0,
      .sub = (const field[]){
-         E("embedding_dim", F_INT, fl_job_model, ctr.embedding_dim, RANGE(1, 4096)),
-         E("sparse_slots", F_INT, fl_job_model, ctr.sparse_slots, RANGE(1, 1024)),
-         E("dense_features", F_INT, fl_job_model, ctr.dense_features, RANGE(0, 4096)),
-         E("hash_buckets", F_I64, fl_job_model, ctr.hash_buckets, RANGE(1, 1e12)),
+         E("embedding_dim", F_INT, fl_job_model, ctr.embedding_dim, RANGE(1, 4096), DEF(8)),
+         E("sparse_slots", F_INT, fl_job_model, ctr.sparse_slots, RANGE(1, 1024), DEF(26)),
+         E("dense_features", F_INT, fl_job_model, ctr.dense_features, RANGE(0, 4096), DEF(13)),
+         E("hash_buckets", F_I64, fl_job_model, ctr.hash_buckets, RANGE(1, 1e12), DEF(1000003)),
          END}},
     END};
 
 static const field f_data[] = {
-    E("format", F_ENUM, fl_job_data, format, .choices = k_formats),
-    E("train_images", F_STR, fl_job_data, train_images, STRCAP(fl_job_data, train_images)),
-    E("train_labels", F_STR, fl_job_data, train_labels, STRCAP(fl_job_data, train_labels)),
-    E("test_images", F_STR, fl_job_data, test_images, STRCAP(fl_job_data, test_images)),
-    E("test_labels", F_STR, fl_job_data, test_labels, STRCAP(fl_job_data, test_labels)),
+    E("format", F_ENUM, fl_job_data, format, .choices = k_formats, DEF(FL_DATA_IDX)),
+    E("train_images", F_STR, fl_job_data, train_images, STRCAP(fl_job_data, train_images),
+      DEFS(FMNIST "train-images-idx3-ubyte.gz")),
+    E("train_labels", F_STR, fl_job_data, train_labels, STRCAP(fl_job_data, train_labels),
+      DEFS(FMNIST "train-labels-idx1-ubyte.gz")),
+    E("test_images", F_STR, fl_job_data, test_images, STRCAP(fl_job_data, test_images),
+      DEFS(FMNIST "t10k-images-idx3-ubyte.gz")),
+    E("test_labels", F_STR, fl_job_data, test_labels, STRCAP(fl_job_data, test_labels),
+      DEFS(FMNIST "t10k-labels-idx1-ubyte.gz")),
     E("train_path", F_STR, fl_job_data, train_path, STRCAP(fl_job_data, train_path)),
     E("test_path", F_STR, fl_job_data, test_path, STRCAP(fl_job_data, test_path)),
     E("train_x", F_STR, fl_job_data, train_x, STRCAP(fl_job_data, train_x)),
     E("train_y", F_STR, fl_job_data, train_y, STRCAP(fl_job_data, train_y)),
     E("test_x", F_STR, fl_job_data, test_x, STRCAP(fl_job_data, test_x)),
     E("test_y", F_STR, fl_job_data, test_y, STRCAP(fl_job_data, test_y)),
-    E("scale", F_FLOAT, fl_job_data, scale, MINX(0)),
+    E("scale", F_FLOAT, fl_job_data, scale, MINX(0), DEF(1.0f / 255.0f)),
     {.key = "synthetic",
      .type = F_MAP,
      .off = 0,
      .sub = (const field[]){
          E("kind", F_CHOICE, fl_job_data, synthetic.kind, STRCAP(fl_job_data, synthetic.kind),
-           .choices = k_synth_kinds),
-         E("train_samples", F_I64, fl_job_data, synthetic.train_samples, RANGE(1, 1e9)),
-         E("test_samples", F_I64, fl_job_data, synthetic.test_samples, RANGE(0, 1e9)),
-         E("seed", F_U64, fl_job_data, synthetic.seed),
+           .choices = k_synth_kinds, DEFS("image")),
+         E("train_samples", F_I64, fl_job_data, synthetic.train_samples, RANGE(1, 1e9), DEF(8192)),
+         E("test_samples", F_I64, fl_job_data, synthetic.test_samples, RANGE(0, 1e9), DEF(2048)),
+         E("seed", F_U64, fl_job_data, synthetic.seed, DEF(1)),
          END}},
     E("limit_train", F_I64, fl_job_data, limit_train, MIN(0)),
     E("limit_test", F_I64, fl_job_data, limit_test, MIN(0)),
-    E("prefetch", F_INT, fl_job_data, prefetch, RANGE(0, 1024)),
-    E("shuffle", F_BOOL, fl_job_data, shuffle),
+    E("prefetch", F_INT, fl_job_data, prefetch, RANGE(0, 1024), DEF(4)),
+    E("shuffle", F_BOOL, fl_job_data, shuffle, DEF(1)),
     END};
 
 static const field f_optimizer[] = {
-    E("name", F_ENUM, fl_job_optimizer, kind, .choices = k_optims),
-    E("lr", F_FLOAT, fl_job_optimizer, lr, MIN(0)),
-    E("momentum", F_FLOAT, fl_job_optimizer, momentum, RANGE(0, 1)),
+    E("name", F_ENUM, fl_job_optimizer, kind, .choices = fl_optim_kind_names,
+      DEF(FL_OPTIM_MOMENTUM)),
+    E("lr", F_FLOAT, fl_job_optimizer, lr, MIN(0), DEF(0.01)),
+    E("momentum", F_FLOAT, fl_job_optimizer, momentum, RANGE(0, 1), DEF(0.9)),
     E("nesterov", F_BOOL, fl_job_optimizer, nesterov),
-    E("beta1", F_FLOAT, fl_job_optimizer, beta1, .lo = 0, .hi = 1, .lim = LIM_LO | LIM_HI | LIM_HIX),
-    E("beta2", F_FLOAT, fl_job_optimizer, beta2, .lo = 0, .hi = 1, .lim = LIM_LO | LIM_HI | LIM_HIX),
-    E("epsilon", F_FLOAT, fl_job_optimizer, epsilon, MIN(0)),
+    E("beta1", F_FLOAT, fl_job_optimizer, beta1, .lo = 0, .hi = 1, .lim = LIM_LO | LIM_HI | LIM_HIX,
+      DEF(0.9)),
+    E("beta2", F_FLOAT, fl_job_optimizer, beta2, .lo = 0, .hi = 1, .lim = LIM_LO | LIM_HI | LIM_HIX,
+      DEF(0.999)),
+    E("epsilon", F_FLOAT, fl_job_optimizer, epsilon, MIN(0), DEF(OPTIM_EPS)),
     E("weight_decay", F_FLOAT, fl_job_optimizer, weight_decay, MIN(0)),
     E("initial_accumulator", F_FLOAT, fl_job_optimizer, initial_accumulator, MIN(0)),
     END};
 
 static const field f_lr[] = {
-    E("kind", F_ENUM, fl_job_lr, kind, .choices = k_lrs),
+    E("kind", F_ENUM, fl_job_lr, kind, .choices = k_lrs, DEF(FL_LR_CONSTANT)),
     E("warmup_steps", F_I64, fl_job_lr, warmup_steps, MIN(0)),
     E("warmup_start_lr", F_FLOAT, fl_job_lr, warmup_start_lr, MIN(0)),
     E("end_lr", F_FLOAT, fl_job_lr, end_lr, MIN(0)),
-    E("power", F_FLOAT, fl_job_lr, power, MINX(0)),
+    E("power", F_FLOAT, fl_job_lr, power, MINX(0), DEF(1)),
     E("decay_steps", F_I64, fl_job_lr, decay_steps, MIN(0)),
     E("boundaries", F_I64_LIST, fl_job_lr, boundaries, LIST(fl_job_lr, boundaries, n_boundaries),
       MIN(1)),
@@ -224,15 +260,15 @@ static const field f_lr[] = {
     END};
 
 static const field f_train[] = {
-    E("epochs", F_INT, fl_job_train, epochs, RANGE(1, 1e6)),
-    E("batch_size", F_SIZE, fl_job_train, batch_size, RANGE(1, 1 << 20)),
-    E("seed", F_U64, fl_job_train, seed),
-    E("eval", F_BOOL, fl_job_train, eval),
-    E("eval_batch_size", F_SIZE, fl_job_train, eval_batch_size, RANGE(1, 1 << 20)),
-    E("log_interval", F_INT, fl_job_train, log_interval, RANGE(1, 1e9)),
+    E("epochs", F_INT, fl_job_train, epochs, RANGE(1, 1e6), DEF(10)),
+    E("batch_size", F_SIZE, fl_job_train, batch_size, RANGE(1, 1 << 20), DEF(64)),
+    E("seed", F_U64, fl_job_train, seed, DEF(1)),
+    E("eval", F_BOOL, fl_job_train, eval, DEF(1)),
+    E("eval_batch_size", F_SIZE, fl_job_train, eval_batch_size, RANGE(1, 1 << 20), DEF(1000)),
+    E("log_interval", F_INT, fl_job_train, log_interval, RANGE(1, 1e9), DEF(100)),
     E("checkpoint_dir", F_STR, fl_job_train, checkpoint_dir, STRCAP(fl_job_train, checkpoint_dir)),
     E("checkpoint_interval", F_I64, fl_job_train, checkpoint_interval, MIN(0)),
-    E("checkpoint_keep", F_INT, fl_job_train, checkpoint_keep, RANGE(1, 1000)),
+    E("checkpoint_keep", F_INT, fl_job_train, checkpoint_keep, RANGE(1, 1000), DEF(3)),
     E("num_threads", F_INT, fl_job_train, num_threads, RANGE(0, 1024)),
     E("max_steps", F_I64, fl_job_train, max_steps, MIN(0)),
     E("device", F_ENUM, fl_job_train, device, .choices = k_devices),
@@ -240,13 +276,13 @@ static const field f_train[] = {
     END};
 
 static const field f_cluster[] = {
-    E("mode", F_ENUM, fl_job_cluster, mode, .choices = k_modes),
+    E("mode", F_ENUM, fl_job_cluster, mode, .choices = k_modes, DEF(FL_MODE_LOCAL)),
     E("collective_timeout_s", F_DOUBLE, fl_job_cluster, collective_timeout_s, .lo = 0,
-      .hi = 1e6, .lim = LIM_LO | LIM_LOX | LIM_HI),
+      .hi = 1e6, .lim = LIM_LO | LIM_LOX | LIM_HI, DEF(120)),
     E("heartbeat_timeout_s", F_DOUBLE, fl_job_cluster, heartbeat_timeout_s, .lo = 0, .hi = 1e6,
-      .lim = LIM_LO | LIM_LOX | LIM_HI),
+      .lim = LIM_LO | LIM_LOX | LIM_HI, DEF(30)),
     E("rpc_timeout_s", F_DOUBLE, fl_job_cluster, rpc_timeout_s, .lo = 0, .hi = 1e6,
-      .lim = LIM_LO | LIM_LOX | LIM_HI),
+      .lim = LIM_LO | LIM_LOX | LIM_HI, DEF(30)),
     E("token_file", F_STR, fl_job_cluster, token_file, STRCAP(fl_job_cluster, token_file)),
     {.key = "tls",
      .type = F_MAP,
@@ -262,14 +298,15 @@ static const field f_cluster[] = {
 
 static const field f_pserver[] = {
     E("optimizer", F_MAP, fl_job_pserver, optimizer, .sub = f_optimizer),
-    E("dense_block_size", F_SIZE, fl_job_pserver, dense_block_size, RANGE(1, 1 << 28)),
+    E("dense_block_size", F_SIZE, fl_job_pserver, dense_block_size, RANGE(1, 1 << 28), DEF(262144)),
     {.key = "sparse",
      .type = F_MAP,
      .off = 0,
      .sub = (const field[]){
-         E("optimizer", F_MAP, fl_job_pserver, sparse.optimizer, .sub = f_optimizer),
-         E("init_range", F_FLOAT, fl_job_pserver, sparse.init_range, RANGE(0, 1e3)),
-         E("max_rows", F_I64, fl_job_pserver, sparse.max_rows, RANGE(1, 1e12)),
+         E("optimizer", F_MAP, fl_job_pserver, sparse.optimizer, .sub = f_optimizer,
+           .over = (const field_over[]){{"name", FL_OPTIM_ADAGRAD}, {"lr", 0.05}, {NULL, 0}}),
+         E("init_range", F_FLOAT, fl_job_pserver, sparse.init_range, RANGE(0, 1e3), DEF(0.01)),
+         E("max_rows", F_I64, fl_job_pserver, sparse.max_rows, RANGE(1, 1e12), DEF(1000000)),
          END}},
     E("checkpoint_dir", F_STR, fl_job_pserver, checkpoint_dir,
       STRCAP(fl_job_pserver, checkpoint_dir)),
@@ -303,16 +340,17 @@ static const field f_strategy[] = {
      .type = F_MAP,
      .off = 0,
      .sub = (const field[]){
-         E("k_steps", F_INT, fl_strategy, gradient_merge_configs.k_steps, MIN(1)),
-         E("avg", F_BOOL, fl_strategy, gradient_merge_configs.avg),
+         E("k_steps", F_INT, fl_strategy, gradient_merge_configs.k_steps, MIN(1), DEF(1)),
+         E("avg", F_BOOL, fl_strategy, gradient_merge_configs.avg, DEF(1)),
          END}},
     E("lars", F_BOOL, fl_strategy, lars),
     {.key = "lars_configs",
      .type = F_MAP,
      .off = 0,
      .sub = (const field[]){
-         E("lars_coeff", F_FLOAT, fl_strategy, lars_configs.lars_coeff, MINX(0)),
-         E("lars_weight_decay", F_FLOAT, fl_strategy, lars_configs.lars_weight_decay, MIN(0)),
+         E("lars_coeff", F_FLOAT, fl_strategy, lars_configs.lars_coeff, MINX(0), DEF(0.001)),
+         E("lars_weight_decay", F_FLOAT, fl_strategy, lars_configs.lars_weight_decay, MIN(0),
+           DEF(0.0005)),
          E("epsilon", F_FLOAT, fl_strategy, lars_configs.epsilon, MIN(0)),
          E("exclude_from_weight_decay", F_STR_LIST, fl_strategy,
            lars_configs.exclude_from_weight_decay,
@@ -323,7 +361,8 @@ static const field f_strategy[] = {
      .type = F_MAP,
      .off = 0,
      .sub = (const field[]){
-         E("lamb_weight_decay", F_FLOAT, fl_strategy, lamb_configs.lamb_weight_decay, MIN(0)),
+         E("lamb_weight_decay", F_FLOAT, fl_strategy, lamb_configs.lamb_weight_decay, MIN(0),
+           DEF(0.01)),
          E("exclude_from_weight_decay", F_STR_LIST, fl_strategy,
            lamb_configs.exclude_from_weight_decay,
            LIST(fl_strategy, lamb_configs.exclude_from_weight_decay, lamb_configs.n_exclude)),
@@ -334,21 +373,23 @@ static const field f_strategy[] = {
      .off = 0,
      .sub = (const field[]){
          E("init_loss_scaling", F_FLOAT, fl_strategy, amp_configs.init_loss_scaling,
-           RANGE(1, 1e30)),
+           RANGE(1, 1e30), DEF(32768)),
          E("incr_every_n_steps", F_INT, fl_strategy, amp_configs.incr_every_n_steps,
-           RANGE(1, 1e9)),
+           RANGE(1, 1e9), DEF(1000)),
          E("decr_every_n_nan_or_inf", F_INT, fl_strategy, amp_configs.decr_every_n_nan_or_inf,
-           RANGE(1, 1e9)),
+           RANGE(1, 1e9), DEF(2)),
          E("incr_ratio", F_FLOAT, fl_strategy, amp_configs.incr_ratio, .lo = 1, .hi = 1e6,
-           .lim = LIM_LO | LIM_LOX | LIM_HI),
+           .lim = LIM_LO | LIM_LOX | LIM_HI, DEF(2)),
          E("decr_ratio", F_FLOAT, fl_strategy, amp_configs.decr_ratio, .lo = 0, .hi = 1,
-           .lim = LIM_LO | LIM_LOX | LIM_HI | LIM_HIX),
-         E("use_dynamic_loss_scaling", F_BOOL, fl_strategy, amp_configs.use_dynamic_loss_scaling),
+           .lim = LIM_LO | LIM_LOX | LIM_HI | LIM_HIX, DEF(0.8)),
+         E("use_dynamic_loss_scaling", F_BOOL, fl_strategy, amp_configs.use_dynamic_loss_scaling,
+           DEF(1)),
          E("custom_white_list", F_STR_LIST, fl_strategy, amp_configs.custom_white_list,
            LIST(fl_strategy, amp_configs.custom_white_list, amp_configs.n_white)),
          E("custom_black_list", F_STR_LIST, fl_strategy, amp_configs.custom_black_list,
            LIST(fl_strategy, amp_configs.custom_black_list, amp_configs.n_black)),
-         E("dtype", F_ENUM, fl_strategy, amp_configs.dtype, .choices = k_amp_dtypes),
+         E("dtype", F_ENUM, fl_strategy, amp_configs.dtype, .choices = k_amp_dtypes,
+           DEF(FL_AMP_FLOAT16)),
          UNSUP_B("use_pure_fp16", 0),
          UNSUP_B("use_fp16_guard", 1),
          END}},
@@ -361,14 +402,15 @@ static const field f_strategy[] = {
            LIST(fl_strategy, recompute_configs.checkpoints, recompute_configs.n_checkpoints)),
          UNSUP_B("enable_offload", 0),
          END}},
-    E("fuse_all_reduce_ops", F_BOOL, fl_strategy, fuse_all_reduce_ops),
-    E("fuse_grad_size_in_MB", F_INT, fl_strategy, fuse_grad_size_in_MB, RANGE(1, 65536)),
-    E("fuse_grad_size_in_TFLOPS", F_INT, fl_strategy, fuse_grad_size_in_TFLOPS, RANGE(1, 1e6)),
+    E("fuse_all_reduce_ops", F_BOOL, fl_strategy, fuse_all_reduce_ops, DEF(1)),
+    E("fuse_grad_size_in_MB", F_INT, fl_strategy, fuse_grad_size_in_MB, RANGE(1, 65536), DEF(32)),
+    E("fuse_grad_size_in_TFLOPS", F_INT, fl_strategy, fuse_grad_size_in_TFLOPS, RANGE(1, 1e6),
+      DEF(50)),
     E("use_hierarchical_allreduce", F_BOOL, fl_strategy, use_hierarchical_allreduce),
     E("hierarchical_allreduce_inter_nranks", F_INT, fl_strategy,
       hierarchical_allreduce_inter_nranks, RANGE(0, 4096)),
-    E("nccl_comm_num", F_INT, fl_strategy, nccl_comm_num, RANGE(1, 16)),
-    E("sync_nccl_allreduce", F_BOOL, fl_strategy, sync_nccl_allreduce),
+    E("nccl_comm_num", F_INT, fl_strategy, nccl_comm_num, RANGE(1, 16), DEF(1)),
+    E("sync_nccl_allreduce", F_BOOL, fl_strategy, sync_nccl_allreduce, DEF(1)),
     E("sync_batch_norm", F_BOOL, fl_strategy, sync_batch_norm),
     E("grad_compression", F_ENUM, fl_strategy, grad_compression, .choices = k_compress),
     {.key = "fp16_allreduce", .type = F_FP16AR},
@@ -445,115 +487,66 @@ static void set_str(char *dst, size_t cap, const char *src) {
 }
 #define SET_STR(dst, src) set_str((dst), sizeof(dst), (src))
 
-/* Adam-family and Adagrad epsilon; LAMB's is 1e-6 (docs/DESIGN.md 5). */
-static float eps_default(int lamb) { return lamb ? 1e-6f : 1e-8f; }
+/* optimizer.epsilon when the file leaves it out (see OPTIM_EPS). */
+static float eps_default(int lamb) { return lamb ? 1e-6f : (float)OPTIM_EPS; }
 
-static void optimizer_defaults(fl_job_optimizer *o, fl_optim_kind kind, float lr) {
-  o->kind = kind;
-  o->lr = lr;
-  o->momentum = 0.9f;
-  o->nesterov = 0;
-  o->beta1 = 0.9f;
-  o->beta2 = 0.999f;
-  o->epsilon = eps_default(0);
-  o->weight_decay = 0.0f;
-  o->initial_accumulator = 0.0f;
+/* Store number x into a field of type t. */
+static void put_default(ftype t, void *dst, double x) {
+  switch (t) {
+  case F_BOOL:
+  case F_INT:
+  case F_ENUM: *(int *)dst = (int)x; break;
+  case F_I64: *(int64_t *)dst = (int64_t)x; break;
+  case F_U64: *(uint64_t *)dst = (uint64_t)x; break;
+  case F_SIZE: *(size_t *)dst = (size_t)x; break;
+  case F_FLOAT: *(float *)dst = (float)x; break;
+  case F_DOUBLE: *(double *)dst = x; break;
+  default: break;
+  }
 }
 
-#define FMNIST "/usr/share/datasets/fashion-mnist/"
+/* The defaults of table t (and its sub-tables) into the struct at base. */
+static void apply_defaults(const field *t, char *base) {
+  for (const field *f = t; f->key; f++) {
+    char *dst = base + f->off;
+    switch (f->type) {
+    case F_MAP:
+      apply_defaults(f->sub, dst);
+      for (const field_over *o = f->over; o && o->key; o++)
+        for (const field *g = f->sub; g->key; g++)
+          if (!strcmp(g->key, o->key)) put_default(g->type, dst + g->off, o->dflt);
+      break;
+    case F_STR:
+    case F_CHOICE:
+      if (f->dstr) set_str(dst, f->cap, f->dstr);
+      break;
+    case F_INT_ARRAY:
+      for (size_t i = 0; i < f->dn && i < f->cap; i++) ((int *)dst)[i] = (int)f->dlist[i];
+      break;
+    case F_SIZE_LIST:
+      for (size_t i = 0; i < f->dn && i < f->cap; i++) ((size_t *)dst)[i] = (size_t)f->dlist[i];
+      *(size_t *)(base + f->count_off) = f->dn < f->cap ? f->dn : f->cap;
+      break;
+    case F_BOOL:
+    case F_INT:
+    case F_ENUM:
+    case F_I64:
+    case F_U64:
+    case F_SIZE:
+    case F_FLOAT:
+    case F_DOUBLE:
+      put_default(f->type, dst, f->dflt);
+      break;
+    default: /* lists start empty; F_FP16AR and F_UNSUP_* store nothing */
+      break;
+    }
+  }
+}
 
 void fl_job_defaults(fl_job *job) {
   memset(job, 0, sizeof *job);
   SET_STR(job->source, "<defaults>");
-
-  fl_job_model *m = &job->model;
-  SET_STR(m->kind, "mlp");
-  m->input_shape[0] = 1;
-  m->input_shape[1] = 28;
-  m->input_shape[2] = 28;
-  m->num_classes = 10;
-  m->hidden[0] = 256;
-  m->hidden[1] = 128;
-  m->hidden[2] = 100;
-  m->n_hidden = 3;
-  SET_STR(m->activation, "relu");
-  m->conv_channels[0] = 32;
-  m->conv_channels[1] = 64;
-  m->conv_kernel = 5;
-  m->fc_hidden = 0;
-  SET_STR(m->norm, "none");
-  m->gn_groups = 8;
-  m->bn_momentum = 0.1f;
-  m->bn_epsilon = 1e-5f;
-  SET_STR(m->loss, "softmax_cross_entropy");
-  m->ctr.embedding_dim = 8;
-  m->ctr.sparse_slots = 26;
-  m->ctr.dense_features = 13;
-  m->ctr.hash_buckets = 1000003;
-
-  fl_job_data *d = &job->data;
-  d->format = FL_DATA_IDX;
-  SET_STR(d->train_images, FMNIST "train-images-idx3-ubyte.gz");
-  SET_STR(d->train_labels, FMNIST "train-labels-idx1-ubyte.gz");
-  SET_STR(d->test_images, FMNIST "t10k-images-idx3-ubyte.gz");
-  SET_STR(d->test_labels, FMNIST "t10k-labels-idx1-ubyte.gz");
-  SET_STR(d->synthetic.kind, "image");
-  d->synthetic.train_samples = 8192;
-  d->synthetic.test_samples = 2048;
-  d->synthetic.seed = 1;
-  d->scale = 1.0f / 255.0f;
-  d->prefetch = 4;
-  d->shuffle = 1;
-
-  optimizer_defaults(&job->optimizer, FL_OPTIM_MOMENTUM, 0.01f);
-
-  fl_job_lr *l = &job->lr_schedule;
-  l->kind = FL_LR_CONSTANT;
-  l->power = 1.0f;
-
-  fl_job_train *t = &job->train;
-  t->epochs = 10;
-  t->batch_size = 64;
-  t->seed = 1;
-  t->eval = 1;
-  t->eval_batch_size = 1000;
-  t->log_interval = 100;
-  t->checkpoint_keep = 3;
-
-  fl_job_cluster *c = &job->cluster;
-  c->mode = FL_MODE_LOCAL;
-  c->collective_timeout_s = 120.0;
-  c->heartbeat_timeout_s = 30.0;
-  c->rpc_timeout_s = 30.0;
-
-  fl_job_pserver *p = &job->pserver;
-  p->optimizer = job->optimizer;
-  p->dense_block_size = 262144;
-  optimizer_defaults(&p->sparse.optimizer, FL_OPTIM_ADAGRAD, 0.05f);
-  p->sparse.init_range = 0.01f;
-  p->sparse.max_rows = 1000000;
-
-  fl_strategy *s = &job->strategy;
-  s->gradient_merge_configs.k_steps = 1;
-  s->gradient_merge_configs.avg = 1;
-  s->lars_configs.lars_coeff = 0.001f;
-  s->lars_configs.lars_weight_decay = 0.0005f;
-  s->lars_configs.epsilon = 0.0f;
-  s->lamb_configs.lamb_weight_decay = 0.01f;
-  s->amp_configs.init_loss_scaling = 32768.0f;
-  s->amp_configs.incr_every_n_steps = 1000;
-  s->amp_configs.decr_every_n_nan_or_inf = 2;
-  s->amp_configs.incr_ratio = 2.0f;
-  s->amp_configs.decr_ratio = 0.8f;
-  s->amp_configs.use_dynamic_loss_scaling = 1;
-  s->amp_configs.dtype = FL_AMP_FLOAT16;
-  s->fuse_all_reduce_ops = 1;
-  s->fuse_grad_size_in_MB = 32;
-  s->fuse_grad_size_in_TFLOPS = 50;
-  s->hierarchical_allreduce_inter_nranks = 0;
-  s->nccl_comm_num = 1;
-  s->sync_nccl_allreduce = 1;
-  s->grad_compression = FL_COMPRESS_NONE;
+  apply_defaults(f_job, (char *)job);
 }
 
 /* ------------------------------------------------------------ parse context */
@@ -816,24 +809,6 @@ static fl_status parse_elem(ctx *c, const field *f, ftype et, const yaml_node_t 
   }
 }
 
-static size_t levenshtein(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b), row[65];
-  if (la > 64 || lb > 64) return 99;
-  for (size_t j = 0; j <= lb; j++) row[j] = j;
-  for (size_t i = 1; i <= la; i++) {
-    size_t prev = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= lb; j++) {
-      size_t cur = row[j];
-      size_t sub = prev + (a[i - 1] != b[j - 1]);
-      size_t best = row[j] + 1 < row[j - 1] + 1 ? row[j] + 1 : row[j - 1] + 1;
-      row[j] = sub < best ? sub : best;
-      prev = cur;
-    }
-  }
-  return row[lb];
-}
-
 static fl_status walk_map(ctx *c, const field *table, const yaml_node_t *n, char *base,
                           const char *path);
 
@@ -954,7 +929,7 @@ static fl_status walk_map(ctx *c, const field *table, const yaml_node_t *n, char
       const char *best = NULL;
       size_t bd = 3;
       for (size_t j = 0; table[j].key; j++) {
-        size_t d = levenshtein(key, table[j].key);
+        size_t d = fl_edit_distance(key, table[j].key);
         if (d < bd) bd = d, best = table[j].key;
       }
       if (best) return perr(c, &k->start_mark, kpath, "unknown key (did you mean \"%s\"?)", best);
@@ -1027,13 +1002,13 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   if (s->lars) {
     if (o->kind != FL_OPTIM_MOMENTUM)
       return kerr(c, src, "strategy.lars", "needs optimizer.name momentum (LARS's inner "
-                  "optimizer), got %s", k_optims[o->kind]);
+                  "optimizer), got %s", fl_optim_kind_names[o->kind]);
     if (o->nesterov)
       return kerr(c, src, "optimizer.nesterov", "must be false with strategy.lars");
   }
   if (s->lamb && o->kind != FL_OPTIM_ADAM && o->kind != FL_OPTIM_ADAMW)
     return kerr(c, src, "strategy.lamb", "needs optimizer.name adam or adamw (LAMB's inner "
-                "optimizer), got %s", k_optims[o->kind]);
+                "optimizer), got %s", fl_optim_kind_names[o->kind]);
   if ((s->lars || s->lamb) && o->weight_decay != 0.0f)
     return kerr(c, src, "optimizer.weight_decay", "must be 0 with strategy.%s (set %s instead)",
                 s->lars ? "lars" : "lamb",
@@ -1045,16 +1020,16 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
                 "must be a plain optimizer (strategy.lars/lamb apply on the server too)");
   if (s->lars && job->pserver.optimizer.kind != FL_OPTIM_MOMENTUM)
     return kerr(c, src, "pserver.optimizer.name", "needs momentum with strategy.lars, got %s",
-                k_optims[job->pserver.optimizer.kind]);
+                fl_optim_kind_names[job->pserver.optimizer.kind]);
   if (s->lamb && job->pserver.optimizer.kind != FL_OPTIM_ADAM &&
       job->pserver.optimizer.kind != FL_OPTIM_ADAMW)
     return kerr(c, src, "pserver.optimizer.name", "needs adam or adamw with strategy.lamb, got %s",
-                k_optims[job->pserver.optimizer.kind]);
+                fl_optim_kind_names[job->pserver.optimizer.kind]);
   {
     fl_optim_kind sk = job->pserver.sparse.optimizer.kind;
-    if (sk != FL_OPTIM_SGD && sk != FL_OPTIM_ADAGRAD && sk != FL_OPTIM_ADAM)
-      return kerr(c, src, "pserver.sparse.optimizer.name", "must be sgd, adagrad or adam, got %s",
-                  k_optims[sk]);
+    if (!fl_proto_sparse_optim_ok(sk))
+      return kerr(c, src, "pserver.sparse.optimizer.name",
+                  "must be " FL_PROTO_SPARSE_OPTIMS ", got %s", fl_optim_kind_names[sk]);
   }
   if (s->a_sync_configs.k_steps > 0 && !s->a_sync)
     return kerr(c, src, "strategy.a_sync_configs.k_steps",

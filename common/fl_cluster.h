@@ -158,6 +158,10 @@ fl_status fl_cluster_set(fl_cluster *c, const char *key, const char *value);
  * outcome), 0 when it is someone else's (then FL_OK is returned). */
 fl_status fl_cluster_apply_flag(fl_cluster *c, const char *arg, int *matched);
 
+/* The i-th cluster flag's name ("trainer_id"; "token" too, which is always
+ * refused), NULL past the last: fl_args.h accepts them. */
+const char *fl_cluster_flag_name(size_t i);
+
 /* Print the cluster flags with one line of help each (for --help). */
 void fl_cluster_print_flag_help(FILE *out);
 

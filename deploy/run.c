@@ -23,7 +23,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -37,6 +36,7 @@
 
 #include <uv.h>
 
+#include "fl_args.h"
 #include "fl_cluster.h"
 #include "fl_config.h"
 #include "fl_log.h"
@@ -118,36 +118,33 @@ enum {
   OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_RESUME, OPT_FRESH
 };
 
-static const struct option long_opts[] = {
-    {"mode", required_argument, NULL, OPT_MODE},
-    {"ips", required_argument, NULL, OPT_IPS},
-    {"node_ip", required_argument, NULL, OPT_NODE_IP},
-    {"nproc_per_node", required_argument, NULL, OPT_NPROC},
-    {"gpus", required_argument, NULL, OPT_GPUS},
-    {"server_num", required_argument, NULL, OPT_SERVER_NUM},
-    {"servers", required_argument, NULL, OPT_SERVERS},
-    {"log_dir", required_argument, NULL, OPT_LOG_DIR},
-    {"max_restart", required_argument, NULL, OPT_MAX_RESTART},
-    {"port", required_argument, NULL, OPT_PORT},
-    {"grace", required_argument, NULL, OPT_GRACE},
-    {"timeline", no_argument, NULL, OPT_TIMELINE},
-    {"metrics_port", required_argument, NULL, OPT_METRICS_PORT},
-    {"trainer_bin", required_argument, NULL, OPT_TRAINER_BIN},
-    {"pserver_bin", required_argument, NULL, OPT_PSERVER_BIN},
-    /* torchrun's spellings, with its dashed variants */
-    {"nproc-per-node", required_argument, NULL, OPT_NPROC},
-    {"nnodes", required_argument, NULL, OPT_NNODES},
-    {"node_rank", required_argument, NULL, OPT_NODE_RANK},
-    {"node-rank", required_argument, NULL, OPT_NODE_RANK},
-    {"master_addr", required_argument, NULL, OPT_MASTER_ADDR},
-    {"master-addr", required_argument, NULL, OPT_MASTER_ADDR},
-    {"master_port", required_argument, NULL, OPT_MASTER_PORT},
-    {"master-port", required_argument, NULL, OPT_MASTER_PORT},
-    {"resume", no_argument, NULL, OPT_RESUME},
-    {"fresh", no_argument, NULL, OPT_FRESH},
-    {"help", no_argument, NULL, OPT_HELP},
-    {"version", no_argument, NULL, OPT_VERSION},
-    {NULL, 0, NULL, 0}};
+/* torchrun's dashed spellings (--nproc-per-node, --node-rank, --master-addr,
+ * --master-port) come with every option from fl_args.h. */
+static const fl_arg_opt k_opts[] = {
+    {"mode", 1, OPT_MODE},
+    {"ips", 1, OPT_IPS},
+    {"node_ip", 1, OPT_NODE_IP},
+    {"nproc_per_node", 1, OPT_NPROC},
+    {"gpus", 1, OPT_GPUS},
+    {"server_num", 1, OPT_SERVER_NUM},
+    {"servers", 1, OPT_SERVERS},
+    {"log_dir", 1, OPT_LOG_DIR},
+    {"max_restart", 1, OPT_MAX_RESTART},
+    {"port", 1, OPT_PORT},
+    {"grace", 1, OPT_GRACE},
+    {"timeline", 0, OPT_TIMELINE},
+    {"metrics_port", 1, OPT_METRICS_PORT},
+    {"trainer_bin", 1, OPT_TRAINER_BIN},
+    {"pserver_bin", 1, OPT_PSERVER_BIN},
+    {"nnodes", 1, OPT_NNODES},
+    {"node_rank", 1, OPT_NODE_RANK},
+    {"master_addr", 1, OPT_MASTER_ADDR},
+    {"master_port", 1, OPT_MASTER_PORT},
+    {"resume", 0, OPT_RESUME},
+    {"fresh", 0, OPT_FRESH},
+    {"help", 0, OPT_HELP},
+    {"version", 0, OPT_VERSION},
+    {NULL, 0, 0}};
 
 static void usage(FILE *out) {
   fputs(
@@ -196,8 +193,8 @@ static void usage(FILE *out) {
       "  --trainer_bin PATH       the trainer program (default: flotilla-trainer next\n"
       "                           to flotilla-run, else from PATH)\n"
       "  --pserver_bin PATH       the pserver program (likewise flotilla-pserver)\n"
-      "torchrun's spellings (also with dashes: --nproc-per-node, --node-rank, ...):\n"
-      "  --nproc-per-node N       as --nproc_per_node\n"
+      "torchrun's options (every option is also accepted with dashes, as torchrun\n"
+      "spells them: --nproc-per-node, --node-rank, --master-addr, --master-port):\n"
       "  --nnodes N               number of nodes; with --ips it must be their number\n"
       "  --node_rank R            this node's number, 0 .. N-1 (with --ips: as\n"
       "                           --node_ip of the R-th address; default 0)\n"
@@ -962,94 +959,96 @@ static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
   if (e && *e) snprintf(o->node_ip, sizeof o->node_ip, "%s", e);
   find_sibling("FLOTILLA_TRAINER_BIN", "flotilla-trainer", r->trainer_bin, sizeof r->trainer_bin);
   find_sibling("FLOTILLA_PSERVER_BIN", "flotilla-pserver", r->pserver_bin, sizeof r->pserver_bin);
-  opterr = 0;
+  fl_args args = {.prog = "flotilla-run", .unknown_fmt = "unknown option %s", .opts = k_opts};
   int ch;
   char gpus[64][FL_RUN_EP_MAX];
-  while ((ch = getopt_long(dd, argv, ":", long_opts, NULL)) != -1) {
+  fl_args_init(&args, dd, argv);
+  while ((ch = fl_args_next(&args)) != FL_ARGS_END) {
+    const char *val = args.val;
     switch (ch) {
     case OPT_MODE:
-      if (strcmp(optarg, "collective") == 0)
+      if (strcmp(val, "collective") == 0)
         o->mode = FL_RUN_COLLECTIVE;
-      else if (strcmp(optarg, "ps") == 0)
+      else if (strcmp(val, "ps") == 0)
         o->mode = FL_RUN_PS;
       else {
-        FL_LOGE("--mode %s: want collective or ps", optarg);
+        FL_LOGE("--mode %s: want collective or ps", val);
         return 2;
       }
       o->mode_given = 1;
       break;
     case OPT_IPS:
-      if (fl_run_split_list("--ips", optarg, o->ips, FL_RUN_MAX_NODES, &o->n_ips) != FL_OK)
+      if (fl_run_split_list("--ips", val, o->ips, FL_RUN_MAX_NODES, &o->n_ips) != FL_OK)
         return 2;
       o->ips_given = 1;
       break;
     case OPT_NNODES:
-      if (strchr(optarg, ':')) {
+      if (strchr(val, ':')) {
         FL_LOGE("--nnodes %s: elastic MIN:MAX node counts are not supported; give one number",
-                optarg);
+                val);
         return 2;
       }
-      if (parse_int("--nnodes", optarg, 1, FL_RUN_MAX_NODES, &o->nnodes)) return 2;
+      if (parse_int("--nnodes", val, 1, FL_RUN_MAX_NODES, &o->nnodes)) return 2;
       break;
     case OPT_NODE_RANK:
-      if (parse_int("--node_rank", optarg, 0, FL_RUN_MAX_NODES - 1, &o->node_rank)) return 2;
+      if (parse_int("--node_rank", val, 0, FL_RUN_MAX_NODES - 1, &o->node_rank)) return 2;
       break;
     case OPT_MASTER_ADDR:
-      if (!*optarg || strlen(optarg) >= sizeof o->master_addr || strchr(optarg, ',')) {
-        FL_LOGE("--master_addr %s: want one host name or address", optarg);
+      if (!*val || strlen(val) >= sizeof o->master_addr || strchr(val, ',')) {
+        FL_LOGE("--master_addr %s: want one host name or address", val);
         return 2;
       }
-      snprintf(o->master_addr, sizeof o->master_addr, "%s", optarg);
+      snprintf(o->master_addr, sizeof o->master_addr, "%s", val);
       break;
     case OPT_MASTER_PORT:
-      if (parse_int("--master_port", optarg, 1, 65535, &o->master_port)) return 2;
+      if (parse_int("--master_port", val, 1, 65535, &o->master_port)) return 2;
       break;
-    case OPT_NODE_IP: snprintf(o->node_ip, sizeof o->node_ip, "%s", optarg); break;
+    case OPT_NODE_IP: snprintf(o->node_ip, sizeof o->node_ip, "%s", val); break;
     case OPT_NPROC:
-      if (parse_int("--nproc_per_node", optarg, 1, FL_RUN_MAX_PROCS, &o->nproc_per_node)) return 2;
+      if (parse_int("--nproc_per_node", val, 1, FL_RUN_MAX_PROCS, &o->nproc_per_node)) return 2;
       break;
     case OPT_GPUS:
-      if (fl_run_split_list("--gpus", optarg, gpus, 64, &o->n_gpus) != FL_OK) return 2;
+      if (fl_run_split_list("--gpus", val, gpus, 64, &o->n_gpus) != FL_OK) return 2;
       for (int i = 0; i < o->n_gpus; i++)
         if (parse_int("--gpus", gpus[i], 0, 1023, &o->gpus[i])) return 2;
       break;
     case OPT_SERVER_NUM:
-      if (parse_int("--server_num", optarg, 1, FL_RUN_MAX_PROCS, &o->server_num)) return 2;
+      if (parse_int("--server_num", val, 1, FL_RUN_MAX_PROCS, &o->server_num)) return 2;
       break;
     case OPT_SERVERS:
-      if (fl_run_split_list("--servers", optarg, o->servers, FL_RUN_MAX_PROCS, &o->n_servers) !=
+      if (fl_run_split_list("--servers", val, o->servers, FL_RUN_MAX_PROCS, &o->n_servers) !=
           FL_OK)
         return 2;
       break;
     case OPT_LOG_DIR:
-      if (!*optarg || strlen(optarg) >= sizeof o->log_dir - 32) {
+      if (!*val || strlen(val) >= sizeof o->log_dir - 32) {
         FL_LOGE("--log_dir: want a directory name of at most %zu bytes",
                 sizeof o->log_dir - 33);
         return 2;
       }
-      snprintf(o->log_dir, sizeof o->log_dir, "%s", optarg);
+      snprintf(o->log_dir, sizeof o->log_dir, "%s", val);
       break;
     case OPT_MAX_RESTART:
-      if (parse_int("--max_restart", optarg, 0, 1000, &r->max_restart)) return 2;
+      if (parse_int("--max_restart", val, 0, 1000, &r->max_restart)) return 2;
       break;
     case OPT_PORT:
-      if (parse_int("--port", optarg, 1, 65535, &o->port)) return 2;
+      if (parse_int("--port", val, 1, 65535, &o->port)) return 2;
       break;
     case OPT_GRACE: {
       char *end;
-      r->grace_s = strtod(optarg, &end);
-      if (end == optarg || *end || !(r->grace_s >= 0 && r->grace_s <= 3600)) {
-        FL_LOGE("--grace %s: want seconds in [0, 3600]", optarg);
+      r->grace_s = strtod(val, &end);
+      if (end == val || *end || !(r->grace_s >= 0 && r->grace_s <= 3600)) {
+        FL_LOGE("--grace %s: want seconds in [0, 3600]", val);
         return 2;
       }
       break;
     }
     case OPT_TIMELINE: r->timeline = 1; break;
     case OPT_METRICS_PORT:
-      if (parse_int("--metrics_port", optarg, 1, 65535, &r->metrics_port)) return 2;
+      if (parse_int("--metrics_port", val, 1, 65535, &r->metrics_port)) return 2;
       break;
-    case OPT_TRAINER_BIN: snprintf(r->trainer_bin, sizeof r->trainer_bin, "%s", optarg); break;
-    case OPT_PSERVER_BIN: snprintf(r->pserver_bin, sizeof r->pserver_bin, "%s", optarg); break;
+    case OPT_TRAINER_BIN: snprintf(r->trainer_bin, sizeof r->trainer_bin, "%s", val); break;
+    case OPT_PSERVER_BIN: snprintf(r->pserver_bin, sizeof r->pserver_bin, "%s", val); break;
     case OPT_RESUME:
     case OPT_FRESH:
       if (r->start_flag && strcmp(r->start_flag, ch == OPT_RESUME ? "--resume" : "--fresh")) {
@@ -1060,24 +1059,17 @@ static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
       break;
     case OPT_HELP: usage(stdout); return -1;
     case OPT_VERSION: fl_print_version(stdout, "flotilla-run"); return -1;
-    case ':':
-      FL_LOGE("%s needs a value (see flotilla-run --help)", argv[optind - 1]);
-      return 2;
-    default:
-      if (optopt >= OPT_MODE)
-        FL_LOGE("%s takes no value (see flotilla-run --help)", argv[optind - 1]);
-      else
-        FL_LOGE("unknown option %s (see flotilla-run --help)", argv[optind - 1]);
-      return 2;
+    default: return 2; /* FL_ARGS_ERROR: logged */
     }
   }
-  if (dd - optind != 1) {
-    FL_LOGE(dd == optind ? "no job file given (see flotilla-run --help)"
+  int first = fl_args_rest(&args);
+  if (dd - first != 1) {
+    FL_LOGE(dd == first ? "no job file given (see flotilla-run --help)"
                          : "one job file expected, got %d arguments; arguments for the "
-                           "trainers go after --", dd - optind);
+                           "trainers go after --", dd - first);
     return 2;
   }
-  r->job_path = argv[optind];
+  r->job_path = argv[first];
   return 0;
 }
 

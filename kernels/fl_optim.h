@@ -80,6 +80,9 @@ int fl_optim_state_count(fl_optim_kind kind);
  * "lamb"), and the reverse; fl_optim_kind_parse returns FL_EINVAL for an
  * unknown name. */
 const char *fl_optim_kind_name(fl_optim_kind kind);
+/* The names, indexed by fl_optim_kind, NULL-terminated (the job file's
+ * optimizer.name takes these). */
+extern const char *const fl_optim_kind_names[];
 fl_status fl_optim_kind_parse(const char *name, fl_optim_kind *out);
 
 /* Check hparams for values outside their domain: unknown kind, betas

@@ -78,21 +78,21 @@ int fl_optim_state_count(fl_optim_kind kind) {
   return 0;
 }
 
-static const char *const kind_names[] = {"sgd", "momentum", "adam", "adamw", "adagrad", "lars",
-                                         "lamb"};
-#define N_KINDS (sizeof kind_names / sizeof kind_names[0])
+const char *const fl_optim_kind_names[] = {"sgd",     "momentum", "adam", "adamw",
+                                           "adagrad", "lars",     "lamb", NULL};
+#define N_KINDS (sizeof fl_optim_kind_names / sizeof fl_optim_kind_names[0] - 1)
 
 const char *fl_optim_kind_name(fl_optim_kind kind) {
   if ((unsigned)kind >= N_KINDS)
     return "unknown";
-  return kind_names[kind];
+  return fl_optim_kind_names[kind];
 }
 
 fl_status fl_optim_kind_parse(const char *name, fl_optim_kind *out) {
   if (!name || !out)
     return FL_EINVAL;
   for (size_t i = 0; i < N_KINDS; i++)
-    if (strcmp(name, kind_names[i]) == 0) {
+    if (strcmp(name, fl_optim_kind_names[i]) == 0) {
       *out = (fl_optim_kind)i;
       return FL_OK;
     }

@@ -23,11 +23,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fl_cluster.h"
 #include "fl_log.h"
 #include "fl_ps.h"
 #include "fl_ps_layout.h"
 
-#define MAX_TRAINERS 256
 #define MAX_TABLES 64
 #define MAX_BARRIERS 64
 #define BARRIER_NAME_MAX 128
@@ -101,9 +101,9 @@ struct fl_ps_core {
   void *progress_ctx;
 
   pthread_mutex_t mu;
-  ps_trainer tr[MAX_TRAINERS];
-  _Atomic uint64_t counted[MAX_TRAINERS / 64];
-  _Atomic uint64_t parked[MAX_TRAINERS / 64]; /* waiting in a barrier */
+  ps_trainer tr[FL_CLUSTER_MAX_TRAINERS];
+  _Atomic uint64_t counted[FL_CLUSTER_MAX_TRAINERS / 64];
+  _Atomic uint64_t parked[FL_CLUSTER_MAX_TRAINERS / 64]; /* waiting in a barrier */
 
   _Atomic(fl_ps_layout *) layout; /* set once */
   char layout_from[FL_JOB_PATH_MAX + 64]; /* who declared it, for messages */
@@ -131,18 +131,10 @@ double fl_ps_now(void) {
 }
 
 fl_ps_mode fl_ps_mode_of(const fl_job *job) {
-  if (!job->strategy.a_sync) return FL_PS_SYNC;
-  return job->strategy.a_sync_configs.k_steps > 0 ? FL_PS_GEO : FL_PS_ASYNC;
+  return (fl_ps_mode)fl_proto_mode(job->strategy.a_sync, job->strategy.a_sync_configs.k_steps);
 }
 
-const char *fl_ps_mode_name(fl_ps_mode m) {
-  switch (m) {
-  case FL_PS_SYNC: return "sync";
-  case FL_PS_ASYNC: return "async";
-  case FL_PS_GEO: return "geo";
-  }
-  return "?";
-}
+const char *fl_ps_mode_name(fl_ps_mode m) { return fl_proto_mode_name((int)m); }
 
 static void set_counted(fl_ps_core *c, int t, int on) {
   uint64_t bit = 1ULL << (t % 64);
@@ -187,7 +179,7 @@ fl_status fl_ps_core_create(const fl_ps_core_opts *o, fl_ps_core **out) {
   fl_status st;
 
   *out = NULL;
-  if (o->num_trainers < 1 || o->num_trainers > MAX_TRAINERS || o->n_servers < 1 ||
+  if (o->num_trainers < 1 || o->num_trainers > FL_CLUSTER_MAX_TRAINERS || o->n_servers < 1 ||
       o->server_index < 0 || o->server_index >= o->n_servers)
     return FL_ERR(FL_EINVAL, "pserver: %d trainers, server %d of %d: out of range",
                   o->num_trainers, o->server_index, o->n_servers);
@@ -203,11 +195,10 @@ fl_status fl_ps_core_create(const fl_ps_core_opts *o, fl_ps_core **out) {
     return st;
   }
   c->dense_hp.num_threads = 1; /* blocks are applied by several CQ threads at once */
-  if (c->sparse_hp.kind != FL_OPTIM_SGD && c->sparse_hp.kind != FL_OPTIM_ADAGRAD &&
-      c->sparse_hp.kind != FL_OPTIM_ADAM) {
+  if (!fl_proto_sparse_optim_ok(c->sparse_hp.kind)) {
     fl_optim_kind k = c->sparse_hp.kind;
     free(c);
-    return FL_ERR(FL_EINVAL, "pserver.sparse.optimizer: %s (sgd, adagrad or adam only)",
+    return FL_ERR(FL_EINVAL, "pserver.sparse.optimizer: %s (" FL_PROTO_SPARSE_OPTIMS " only)",
                   fl_optim_kind_name(k));
   }
   /* Until the trainers say how long the run is, a schedule over a very long
@@ -290,8 +281,6 @@ void fl_ps_core_set_progress(fl_ps_core *c, void (*fn)(void *), void *ctx) {
   c->progress_ctx = ctx;
   pthread_mutex_unlock(&c->cb_mu);
 }
-
-uint64_t fl_ps_core_incarnation(const fl_ps_core *c) { return c->incarnation; }
 
 /* ---------------------------------------------------------------- layout */
 
@@ -661,15 +650,6 @@ static fl_status enter(fl_ps_core *c, int t) {
   st = check_live(c, t);
   pthread_mutex_unlock(&c->mu);
   return st;
-}
-
-int fl_ps_core_trainer_live(fl_ps_core *c, int32_t t) {
-  int live;
-  if (t < 0 || t >= c->nt) return 0;
-  pthread_mutex_lock(&c->mu);
-  live = c->tr[t].state == T_LIVE;
-  pthread_mutex_unlock(&c->mu);
-  return live;
 }
 
 /* ------------------------------------------------------------ dense tables */

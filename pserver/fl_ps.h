@@ -54,6 +54,7 @@
 #include "fl_ckpt.h"
 #include "fl_config.h"
 #include "fl_optim.h"
+#include "fl_protocol.h"
 #include "fl_rpc.h"
 #include "fl_status.h"
 #include "flotilla.pb-c.h"
@@ -241,10 +242,6 @@ void fl_ps_core_count_bytes(fl_ps_core *c, uint64_t in, uint64_t out);
 /* The message of this thread's last FL_EINVAL from a core call. */
 const char *fl_ps_core_last_error(void);
 
-/* 1 while trainer_id may be waited for by a held call (registered, alive,
- * not completed). */
-int fl_ps_core_trainer_live(fl_ps_core *c, int32_t trainer_id);
-
 /* Heartbeat check at time now (fl_ps_now clock): trainers silent for more
  * than heartbeat_timeout_s are declared dead (logged), never-seen ones once
  * the grace period is over; also logs sparse evictions since the last tick. */
@@ -269,7 +266,6 @@ int64_t fl_ps_core_step(fl_ps_core *c);
  * checkpoint now holds one step.
  * Always 1 in async and geo mode. */
 int fl_ps_core_settled(fl_ps_core *c);
-uint64_t fl_ps_core_incarnation(const fl_ps_core *c);
 
 /* Write a checkpoint of every table to path (atomic, checksummed).  Blocks
  * are copied one at a time under their lock, so training goes on. */

@@ -38,6 +38,7 @@
 #include <sys/stat.h>
 #include <uv.h>
 
+#include "fl_args.h"
 #include "fl_cluster.h"
 #include "fl_config.h"
 #include "fl_identity.h"
@@ -85,7 +86,7 @@ static void usage(FILE *out) {
           "                     more here, or more than this host's memory, is refused\n"
           "  --metrics_addr=A   serve Prometheus /metrics on host:port (default: the\n"
           "                     job's cluster.metrics_addr; none: no endpoint)\n"
-          "  --health-check=HOST:PORT  do not serve: ask the pserver there for the\n"
+          "  --health_check=HOST:PORT  do not serve: ask the pserver there for the\n"
           "                     standard health check (grpc.health.v1.Health/Check, no\n"
           "                     token needed; with --config, its cluster.tls settings);\n"
           "                     print the answer, exit 0 when SERVING, else 1\n"
@@ -213,13 +214,13 @@ static int health_check(const char *addr, const fl_job *job) {
   fl_rpc_init();
   if (fl_rpc_channel_create(addr, &o, &ch) != FL_OK || fl_rpc_outbuf_create(0, &ob) != FL_OK)
     goto out;
-  if (fl_rpc_unary(ch, "/grpc.health.v1.Health/Check", &req.base, 3.0, NULL, ob, &in, &code,
-                   details, sizeof details) != FL_OK) {
+  if (fl_rpc_unary(ch, fl_proto_methods[FL_PROTO_HEALTH_CHECK].rpc.path, &req.base, 3.0, NULL,
+                   ob, &in, &code, details, sizeof details) != FL_OK) {
     printf("%s: %s (%s)\n", addr, fl_rpc_code_name(code), details);
     goto out;
   }
   resp = (Grpc__Health__V1__HealthCheckResponse *)fl_rpc_unpack(
-      &arena, &grpc__health__v1__health_check_response__descriptor, in.data, in.len);
+      &arena, fl_proto_methods[FL_PROTO_HEALTH_CHECK].rpc.resp, in.data, in.len);
   if (!resp) {
     printf("%s: malformed health answer\n", addr);
     goto out;
@@ -418,17 +419,101 @@ static void close_cb(uv_handle_t *h, void *arg) {
   if (!uv_is_closing(h)) uv_close(h, NULL);
 }
 
+/* What the command line says. */
+typedef struct cli {
+  const char *config, *metrics_addr, *health_addr;
+  int threads;
+  size_t max_request;
+  uint64_t max_dense;
+  fl_ckpt_start start;
+} cli_opts;
+
+enum { O_HELP = 1, O_VERSION, O_CONFIG, O_HEALTH, O_RESUME, O_FRESH, O_METRICS, O_THREADS,
+       O_MAX_REQUEST, O_MAX_DENSE };
+
+static const fl_arg_opt k_opts[] = {
+    {"help", 0, O_HELP},           {"version", 0, O_VERSION},
+    {"config", 1, O_CONFIG},       {"health_check", 1, O_HEALTH},
+    {"resume", 0, O_RESUME},       {"fresh", 0, O_FRESH},
+    {"metrics_addr", 1, O_METRICS}, {"threads", 1, O_THREADS},
+    {"max_request_bytes", 1, O_MAX_REQUEST}, {"max_dense_elements", 1, O_MAX_DENSE},
+    {NULL, 0, 0}};
+
+/* The command line (fl_args.h) into o, cluster flags into cl: -1 to go
+ * on, else the exit status (0 after --help / --version, 2 on an error). */
+static int parse_args(int argc, char **argv, fl_cluster *cl, cli_opts *o) {
+  fl_args p = {.prog = "flotilla-pserver", .unknown_fmt = "unknown argument %s",
+               .opts = k_opts, .cluster = 1, .short_help = O_HELP};
+  int id;
+  memset(o, 0, sizeof *o);
+  o->threads = 2;
+  o->max_request = FL_RPC_DEFAULT_MAX_MESSAGE;
+  o->max_dense = FL_PS_DEFAULT_MAX_DENSE;
+  o->start = FL_CKPT_START_AUTO;
+  fl_args_init(&p, argc, argv);
+  while ((id = fl_args_next(&p)) != FL_ARGS_END) {
+    char *end;
+    unsigned long long v;
+    switch (id) {
+    case FL_ARGS_ERROR: return 2;
+    case FL_ARGS_CLUSTER:
+      if (fl_cluster_set(cl, p.name, p.val) != FL_OK) return 2;
+      break;
+    case O_HELP: usage(stdout); return 0;
+    case O_VERSION: fl_print_version(stdout, "flotilla-pserver"); return 0;
+    case O_CONFIG: o->config = p.val; break;
+    case O_HEALTH: o->health_addr = p.val; break;
+    case O_RESUME:
+    case O_FRESH: {
+      fl_ckpt_start want = id == O_RESUME ? FL_CKPT_START_RESUME : FL_CKPT_START_FRESH;
+      if (o->start != FL_CKPT_START_AUTO && o->start != want) {
+        FL_LOGE("--resume and --fresh exclude each other");
+        return 2;
+      }
+      o->start = want;
+      break;
+    }
+    case O_METRICS: o->metrics_addr = p.val; break;
+    case O_THREADS:
+      o->threads = atoi(p.val);
+      if (o->threads < 1 || o->threads > 64) {
+        FL_LOGE("%s=%s: must be in [1, 64]", p.given, p.val);
+        return 2;
+      }
+      break;
+    case O_MAX_REQUEST:
+      v = strtoull(p.val, &end, 10);
+      if (*end || v < 1024 || v > FL_RPC_DEFAULT_MAX_MESSAGE) {
+        FL_LOGE("%s=%s: must be in [1024, %u]", p.given, p.val, FL_RPC_DEFAULT_MAX_MESSAGE);
+        return 2;
+      }
+      o->max_request = (size_t)v;
+      break;
+    case O_MAX_DENSE:
+      v = strtoull(p.val, &end, 10);
+      if (!p.val[0] || *end || v < 1 || v > (1ULL << 40)) {
+        FL_LOGE("%s=%s: must be in [1, 2^40]", p.given, p.val);
+        return 2;
+      }
+      o->max_dense = (uint64_t)v;
+      break;
+    }
+  }
+  if (fl_args_rest(&p) < argc) {
+    FL_LOGE("unknown argument %s (see flotilla-pserver --help)", argv[fl_args_rest(&p)]);
+    return 2;
+  }
+  return -1;
+}
+
 int main(int argc, char **argv) {
+  cli_opts cli;
   app a;
-  const char *config = NULL, *metrics_addr = NULL, *health_addr = NULL;
-  int threads = 2, port = 0, rc = 1;
-  size_t max_request = FL_RPC_DEFAULT_MAX_MESSAGE;
-  uint64_t max_dense = FL_PS_DEFAULT_MAX_DENSE;
+  int port = 0, rc = 1;
   char ctx[64], bind[FL_HOST_MAX + 16];
   fl_ps_core_opts co;
   fl_ps_server_opts so;
   fl_status st;
-  fl_ckpt_start start = FL_CKPT_START_AUTO;
   fl_run_identity id;
 
   memset(&a, 0, sizeof a);
@@ -437,65 +522,16 @@ int main(int argc, char **argv) {
   if (fl_proc_init() != FL_OK) return 1; /* open-file limit, dying with flotilla-run */
   if (fl_cluster_from_env(&a.cl) != FL_OK) return 2;
   a.cl.role = FL_ROLE_PSERVER;
-  for (int i = 1; i < argc; i++) {
-    int matched = 0;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return 0;
-    } else if (!strcmp(argv[i], "--version")) {
-      fl_print_version(stdout, "flotilla-pserver");
-      return 0;
-    } else if (!strncmp(argv[i], "--config=", 9)) {
-      config = argv[i] + 9;
-    } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-      config = argv[++i];
-    } else if (!strncmp(argv[i], "--health-check=", 15)) {
-      health_addr = argv[i] + 15;
-    } else if (!strcmp(argv[i], "--resume") || !strcmp(argv[i], "--fresh")) {
-      fl_ckpt_start want = argv[i][2] == 'r' ? FL_CKPT_START_RESUME : FL_CKPT_START_FRESH;
-      if (start != FL_CKPT_START_AUTO && start != want) {
-        FL_LOGE("--resume and --fresh exclude each other");
-        return 2;
-      }
-      start = want;
-    } else if (!strncmp(argv[i], "--metrics_addr=", 15)) {
-      metrics_addr = argv[i] + 15;
-    } else if (!strncmp(argv[i], "--threads=", 10)) {
-      threads = atoi(argv[i] + 10);
-      if (threads < 1 || threads > 64) {
-        FL_LOGE("--threads=%s: must be in [1, 64]", argv[i] + 10);
-        return 2;
-      }
-    } else if (!strncmp(argv[i], "--max_request_bytes=", 20)) {
-      char *end;
-      unsigned long long v = strtoull(argv[i] + 20, &end, 10);
-      if (*end || v < 1024 || v > FL_RPC_DEFAULT_MAX_MESSAGE) {
-        FL_LOGE("%s: must be in [1024, %u]", argv[i], FL_RPC_DEFAULT_MAX_MESSAGE);
-        return 2;
-      }
-      max_request = (size_t)v;
-    } else if (!strncmp(argv[i], "--max_dense_elements=", 21)) {
-      char *end;
-      unsigned long long v = strtoull(argv[i] + 21, &end, 10);
-      if (!argv[i][21] || *end || v < 1 || v > (1ULL << 40)) {
-        FL_LOGE("%s: must be in [1, 2^40]", argv[i]);
-        return 2;
-      }
-      max_dense = (uint64_t)v;
-    } else {
-      if (fl_cluster_apply_flag(&a.cl, argv[i], &matched) != FL_OK) return 2;
-      if (!matched) {
-        FL_LOGE("unknown argument %s (see --help)", argv[i]);
-        return 2;
-      }
-    }
+  {
+    int rc_args = parse_args(argc, argv, &a.cl, &cli);
+    if (rc_args >= 0) return rc_args;
   }
-  if (config) {
-    if (fl_job_load_file(config, &a.job) != FL_OK) return 2;
+  if (cli.config) {
+    if (fl_job_load_file(cli.config, &a.job) != FL_OK) return 2;
   } else {
     fl_job_defaults(&a.job);
   }
-  if (health_addr) return health_check(health_addr, config ? &a.job : NULL);
+  if (cli.health_addr) return health_check(cli.health_addr, cli.config ? &a.job : NULL);
   a.cl.mode = FL_MODE_PS;
   a.cl.mode_set = 1;
   if (fl_cluster_from_engines(&a.cl, FL_MODE_PS) != FL_OK) return 2;
@@ -528,14 +564,14 @@ int main(int argc, char **argv) {
   co.n_servers = a.cl.n_pservers;
   co.num_trainers = a.cl.trainers_num;
   co.heartbeat_timeout_s = a.job.cluster.heartbeat_timeout_s;
-  co.max_dense_elements = max_dense;
+  co.max_dense_elements = cli.max_dense;
   snprintf(co.run_id, sizeof co.run_id, "%s", id.run_id);
   co.job_hash = id.job_hash;
   if (fl_ps_core_create(&co, &a.core) != FL_OK) return 1;
   if (a.dir[0]) {
     fl_ckpt *ck = NULL;
     int64_t step = 0;
-    st = fl_ckpt_dir_claim(a.dir, &id, start, 1, &ck, &step);
+    st = fl_ckpt_dir_claim(a.dir, &id, cli.start, 1, &ck, &step);
     if (st == FL_ESTATE) rc = 2; /* another run's: the operator decides */
     if (st != FL_OK) goto out_core;
     if (ck) {
@@ -554,7 +590,7 @@ int main(int argc, char **argv) {
   fl_endpoint_format(&a.cl.pserver_endpoints[a.cl.pserver_id], bind, sizeof bind);
   memset(&so, 0, sizeof so);
   so.bind_addr = bind;
-  so.threads = threads;
+  so.threads = cli.threads;
   so.calls_per_thread = 16;
   so.rpc.token = a.cl.token;
   so.rpc.tls_cert = a.job.cluster.tls.cert;
@@ -563,7 +599,7 @@ int main(int argc, char **argv) {
   so.rpc.tls_mutual = a.job.cluster.tls.mutual;
   /* gRPC's own limit sits above ours so an oversized request still gets our
    * INVALID_ARGUMENT with a reason instead of a bare RESOURCE_EXHAUSTED. */
-  so.max_request_bytes = max_request;
+  so.max_request_bytes = cli.max_request;
   so.rpc.max_message_bytes = FL_RPC_DEFAULT_MAX_MESSAGE + (16u << 20);
   if (a.dir[0]) {
     so.save = rpc_save;
@@ -575,7 +611,7 @@ int main(int argc, char **argv) {
   if (fl_ps_server_start(a.core, &so, &a.srv, &port) != FL_OK) goto out_rpc;
   fl_ps_core_set_progress(a.core, fl_ps_server_progress, a.srv);
   FL_LOGI("serving %s with %d threads: %s mode, %d trainers, %d servers, step %" PRId64
-          "; %s, %s", bind, threads, fl_ps_mode_name(fl_ps_mode_of(&a.job)), a.cl.trainers_num,
+          "; %s, %s", bind, cli.threads, fl_ps_mode_name(fl_ps_mode_of(&a.job)), a.cl.trainers_num,
           a.cl.n_pservers, fl_ps_core_step(a.core),
           !a.job.cluster.tls.cert[0] ? "no TLS" : a.job.cluster.tls.mutual ? "mutual TLS" : "TLS",
           a.cl.token[0] ? "token checked on every call" : "no token");
@@ -583,13 +619,13 @@ int main(int argc, char **argv) {
     FL_LOGW("no shared token (FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE or cluster.token_file): any "
             "process that reaches %s can call this pserver", bind);
 
-  if (!metrics_addr) metrics_addr = a.job.cluster.metrics_addr;
-  if (!strcmp(metrics_addr, "none")) metrics_addr = ""; /* as --help offers */
-  if (metrics_addr[0]) {
+  if (!cli.metrics_addr) cli.metrics_addr = a.job.cluster.metrics_addr;
+  if (!strcmp(cli.metrics_addr, "none")) cli.metrics_addr = ""; /* as --help offers */
+  if (cli.metrics_addr[0]) {
     char mode[16];
     snprintf(mode, sizeof mode, "ps-%s", fl_ps_mode_name(fl_ps_mode_of(&a.job)));
     fl_metrics_std_info("pserver", a.cl.pserver_id, mode);
-    if (fl_metrics_serve(fl_metrics_default(), metrics_addr, &a.metrics) != FL_OK)
+    if (fl_metrics_serve(fl_metrics_default(), cli.metrics_addr, &a.metrics) != FL_OK)
       goto out_srv;
   }
   fl_notify_ready(NULL); /* serving: systemd's Type=notify start is done */

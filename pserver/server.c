@@ -45,54 +45,20 @@
 enum { K_REQ = 0, K_RECV, K_SEND, K_CLOSE };
 enum { H_NONE = 0, H_PULL, H_BARRIER };
 
-enum {
-  M_REGISTER = 0,
-  M_PUSH_DENSE,
-  M_PULL_DENSE,
-  M_PULL_SPARSE,
-  M_PUSH_SPARSE,
-  M_BARRIER,
-  M_HEARTBEAT,
-  M_SAVE,
-  M_LOAD,
-  M_COMPLETE,
-  M_STATS,
-  M_HEALTH, /* grpc.health.v1.Health/Check: no token needed */
-  M_COUNT
-};
-
-static const char *const method_path[M_COUNT] = {
-    "/flotilla.ParameterServer/Register",       "/flotilla.ParameterServer/PushDense",
-    "/flotilla.ParameterServer/PullDense",      "/flotilla.ParameterServer/PullSparse",
-    "/flotilla.ParameterServer/PushSparse",     "/flotilla.ParameterServer/Barrier",
-    "/flotilla.ParameterServer/Heartbeat",      "/flotilla.ParameterServer/SaveCheckpoint",
-    "/flotilla.ParameterServer/LoadCheckpoint", "/flotilla.ParameterServer/Complete",
-    "/flotilla.ParameterServer/Stats",          "/grpc.health.v1.Health/Check"};
-
-static const ProtobufCMessageDescriptor *const method_req[M_COUNT] = {
-    &flotilla__register_request__descriptor,        &flotilla__push_dense_request__descriptor,
-    &flotilla__pull_dense_request__descriptor,      &flotilla__pull_sparse_request__descriptor,
-    &flotilla__push_sparse_request__descriptor,     &flotilla__barrier_request__descriptor,
-    &flotilla__heartbeat_request__descriptor,       &flotilla__save_checkpoint_request__descriptor,
-    &flotilla__load_checkpoint_request__descriptor, &flotilla__complete_request__descriptor,
-    &flotilla__stats_request__descriptor,           &grpc__health__v1__health_check_request__descriptor};
-
-/* What each method answers (handle() builds these; the service check in
- * tests/unit/test_wire_service.c compares the table with proto/). */
-static const ProtobufCMessageDescriptor *const method_resp[M_COUNT] = {
-    &flotilla__register_response__descriptor,        &flotilla__push_dense_response__descriptor,
-    &flotilla__pull_dense_response__descriptor,      &flotilla__pull_sparse_response__descriptor,
-    &flotilla__push_sparse_response__descriptor,     &flotilla__barrier_response__descriptor,
-    &flotilla__heartbeat_response__descriptor,       &flotilla__save_checkpoint_response__descriptor,
-    &flotilla__load_checkpoint_response__descriptor, &flotilla__complete_response__descriptor,
-    &flotilla__stats_response__descriptor,           &grpc__health__v1__health_check_response__descriptor};
+/* The i-th method this server has a handler for (its table below is
+ * indexed by the wire's fl_proto_id; tests/unit/test_wire_service.c checks
+ * that every method of the service blocks of proto/ has one). */
+static int served(int m);
 
 int fl_ps_server_method(size_t i, fl_rpc_method *out) {
-  if (i >= M_COUNT) return 0;
-  out->path = method_path[i];
-  out->req = method_req[i];
-  out->resp = method_resp[i];
-  return 1;
+  for (int m = 0; m < FL_PROTO_COUNT; m++) {
+    if (!served(m)) continue;
+    if (i-- == 0) {
+      *out = fl_proto_methods[m].rpc;
+      return 1;
+    }
+  }
+  return 0;
 }
 
 typedef struct call call;
@@ -111,7 +77,7 @@ struct call {
   grpc_metadata_array md;
   grpc_byte_buffer *recv;
   grpc_byte_buffer *resp;
-  int method; /* index in method_path, set before RECV_MESSAGE starts */
+  int method; /* fl_proto_id, set before RECV_MESSAGE starts */
   int cancelled;
   atomic_int refs;
   /* held */
@@ -352,145 +318,189 @@ void fl_ps_server_progress(void *server) {
 
 /* ----------------------------------------------------------------- dispatch */
 
-static void handle(call *c, int m, ProtobufCMessage *msg) {
+/* One handler per method of the wire: it answers the call (or holds it). */
+static void h_register(call *c, ProtobufCMessage *msg) {
   fl_ps_server *s = c->w->s;
   fl_ps_core *core = s->core;
   fl_status st;
-
-  switch (m) {
-  case M_REGISTER: {
-    Flotilla__RegisterResponse r = FLOTILLA__REGISTER_RESPONSE__INIT;
-    st = fl_ps_core_register(core, (Flotilla__RegisterRequest *)msg, &r);
-    respond_msg(c, st, &r.base);
-    break;
-  }
-  case M_PUSH_DENSE: {
-    Flotilla__PushDenseResponse r = FLOTILLA__PUSH_DENSE_RESPONSE__INIT;
-    st = fl_ps_core_push_dense(core, (Flotilla__PushDenseRequest *)msg, &r);
-    respond_msg(c, st, &r.base);
-    break;
-  }
-  case M_PULL_DENSE: {
-    Flotilla__PullDenseRequest *q = (Flotilla__PullDenseRequest *)msg;
-    st = fl_ps_core_pull_check(core, q->trainer_id, q->min_step, q->blocks, q->n_blocks);
-    if (st != FL_OK && st != FL_EAGAIN) {
-      respond_status(c, st, NULL);
-      break;
-    }
-    if (q->n_blocks > c->cap_blocks) {
-      uint32_t *nb = realloc(c->blocks, q->n_blocks * sizeof *nb);
-      if (!nb) {
-        respond_status(c, FL_ENOMEM, "pserver out of memory");
-        break;
-      }
-      c->blocks = nb;
-      c->cap_blocks = q->n_blocks;
-    }
-    memcpy(c->blocks, q->blocks, q->n_blocks * sizeof *c->blocks);
-    c->n_blocks = q->n_blocks;
-    c->tid = q->trainer_id;
-    c->min_step = q->min_step;
-    if (st == FL_OK) answer_pull(c);
-    else hold(c, H_PULL);
-    break;
-  }
-  case M_PULL_SPARSE: {
-    Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
-    Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
-    int64_t shape[2];
-    st = fl_ps_core_pull_sparse(core, (Flotilla__PullSparseRequest *)msg, &c->scratch,
-                                &c->scratch_cap, &r, &v, shape);
-    respond_msg(c, st, &r.base);
-    break;
-  }
-  case M_PUSH_SPARSE: {
-    Flotilla__PushSparseResponse r = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
-    st = fl_ps_core_push_sparse(core, (Flotilla__PushSparseRequest *)msg, &r);
-    respond_msg(c, st, &r.base);
-    break;
-  }
-  case M_BARRIER: {
-    Flotilla__BarrierRequest *q = (Flotilla__BarrierRequest *)msg;
-    flotilla__barrier_response__init(&c->bres);
-    st = fl_ps_core_barrier_answer(core, q, &c->bres, c->bbuf);
-    if (st != FL_OK && st != FL_EAGAIN) {
-      respond_status(c, st, NULL);
-      break;
-    }
-    snprintf(c->bname, sizeof c->bname, "%s", q->name);
-    c->tid = q->trainer_id;
-    if (st == FL_OK) answer_barrier(c, FL_OK);
-    else hold(c, H_BARRIER);
-    break;
-  }
-  case M_HEARTBEAT: {
-    Flotilla__HeartbeatResponse r = FLOTILLA__HEARTBEAT_RESPONSE__INIT;
-    st = fl_ps_core_heartbeat(core, (Flotilla__HeartbeatRequest *)msg, &r);
-    respond_msg(c, st, &r.base);
-    break;
-  }
-  case M_SAVE: {
-    Flotilla__SaveCheckpointResponse r = FLOTILLA__SAVE_CHECKPOINT_RESPONSE__INIT;
-    char path[1024] = "";
-    if (!s->o.save) {
-      respond_status(c, FL_ENOTSUP, "this pserver has no checkpoint_dir");
-      break;
-    }
-    st = s->o.save(s->o.ckpt_ctx, &r.step, path, sizeof path);
-    r.path = path;
-    respond_msg(c, st, &r.base);
-    break;
-  }
-  case M_LOAD: {
-    Flotilla__LoadCheckpointResponse r = FLOTILLA__LOAD_CHECKPOINT_RESPONSE__INIT;
-    if (!s->o.load) {
-      respond_status(c, FL_ENOTSUP, "this pserver has no checkpoint_dir");
-      break;
-    }
-    int64_t step = ((Flotilla__LoadCheckpointRequest *)msg)->step;
-    st = s->o.load(s->o.ckpt_ctx, step, &r.step);
-    if (st == FL_ENOTFOUND) {
-      char why[160];
-      if (step < 0) snprintf(why, sizeof why, "no checkpoint in this pserver's checkpoint_dir");
-      else snprintf(why, sizeof why, "no checkpoint of step %lld in this pserver's "
-                    "checkpoint_dir", (long long)step);
-      respond_status(c, st, why);
-      break;
-    }
-    respond_msg(c, st, &r.base);
-    break;
-  }
-  case M_COMPLETE: {
-    Flotilla__CompleteResponse r = FLOTILLA__COMPLETE_RESPONSE__INIT;
-    st = fl_ps_core_complete(core, (Flotilla__CompleteRequest *)msg, &r);
-    respond_msg(c, st, &r.base);
-    break;
-  }
-  case M_STATS: {
-    Flotilla__StatsResponse r = FLOTILLA__STATS_RESPONSE__INIT;
-    Flotilla__DenseParamSpec *specs, **ptrs;
-    fl_ps_core_stats(core, &r);
-    st = fl_ps_core_stats_layout(core, &r, &specs, &ptrs);
-    respond_msg(c, st, &r.base);
-    free(specs);
-    free(ptrs);
-    break;
-  }
-  case M_HEALTH: {
-    Grpc__Health__V1__HealthCheckRequest *q = (Grpc__Health__V1__HealthCheckRequest *)msg;
-    Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-    if (q->service && q->service[0] && strcmp(q->service, "flotilla.ParameterServer") != 0) {
-      respond_status(c, FL_ENOTFOUND, "unknown service (\"\" or flotilla.ParameterServer)");
-      break;
-    }
-    r.status = atomic_load(&s->not_serving) || atomic_load(&s->stopping)
-                   ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
-                   : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-    respond_msg(c, FL_OK, &r.base);
-    break;
-  }
-  }
+  Flotilla__RegisterResponse r = FLOTILLA__REGISTER_RESPONSE__INIT;
+  st = fl_ps_core_register(core, (Flotilla__RegisterRequest *)msg, &r);
+  respond_msg(c, st, &r.base);
 }
+
+static void h_push_dense(call *c, ProtobufCMessage *msg) {
+  fl_ps_server *s = c->w->s;
+  fl_ps_core *core = s->core;
+  fl_status st;
+  Flotilla__PushDenseResponse r = FLOTILLA__PUSH_DENSE_RESPONSE__INIT;
+  st = fl_ps_core_push_dense(core, (Flotilla__PushDenseRequest *)msg, &r);
+  respond_msg(c, st, &r.base);
+}
+
+static void h_pull_dense(call *c, ProtobufCMessage *msg) {
+  fl_ps_server *s = c->w->s;
+  fl_ps_core *core = s->core;
+  fl_status st;
+  Flotilla__PullDenseRequest *q = (Flotilla__PullDenseRequest *)msg;
+  st = fl_ps_core_pull_check(core, q->trainer_id, q->min_step, q->blocks, q->n_blocks);
+  if (st != FL_OK && st != FL_EAGAIN) {
+    respond_status(c, st, NULL);
+    return;
+  }
+  if (q->n_blocks > c->cap_blocks) {
+    uint32_t *nb = realloc(c->blocks, q->n_blocks * sizeof *nb);
+    if (!nb) {
+      respond_status(c, FL_ENOMEM, "pserver out of memory");
+      return;
+    }
+    c->blocks = nb;
+    c->cap_blocks = q->n_blocks;
+  }
+  memcpy(c->blocks, q->blocks, q->n_blocks * sizeof *c->blocks);
+  c->n_blocks = q->n_blocks;
+  c->tid = q->trainer_id;
+  c->min_step = q->min_step;
+  if (st == FL_OK) answer_pull(c);
+  else hold(c, H_PULL);
+}
+
+static void h_pull_sparse(call *c, ProtobufCMessage *msg) {
+  fl_ps_server *s = c->w->s;
+  fl_ps_core *core = s->core;
+  fl_status st;
+  Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
+  Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
+  int64_t shape[2];
+  st = fl_ps_core_pull_sparse(core, (Flotilla__PullSparseRequest *)msg, &c->scratch,
+                              &c->scratch_cap, &r, &v, shape);
+  respond_msg(c, st, &r.base);
+}
+
+static void h_push_sparse(call *c, ProtobufCMessage *msg) {
+  fl_ps_server *s = c->w->s;
+  fl_ps_core *core = s->core;
+  fl_status st;
+  Flotilla__PushSparseResponse r = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
+  st = fl_ps_core_push_sparse(core, (Flotilla__PushSparseRequest *)msg, &r);
+  respond_msg(c, st, &r.base);
+}
+
+static void h_barrier(call *c, ProtobufCMessage *msg) {
+  fl_ps_server *s = c->w->s;
+  fl_ps_core *core = s->core;
+  fl_status st;
+  Flotilla__BarrierRequest *q = (Flotilla__BarrierRequest *)msg;
+  flotilla__barrier_response__init(&c->bres);
+  st = fl_ps_core_barrier_answer(core, q, &c->bres, c->bbuf);
+  if (st != FL_OK && st != FL_EAGAIN) {
+    respond_status(c, st, NULL);
+    return;
+  }
+  snprintf(c->bname, sizeof c->bname, "%s", q->name);
+  c->tid = q->trainer_id;
+  if (st == FL_OK) answer_barrier(c, FL_OK);
+  else hold(c, H_BARRIER);
+}
+
+static void h_heartbeat(call *c, ProtobufCMessage *msg) {
+  fl_ps_server *s = c->w->s;
+  fl_ps_core *core = s->core;
+  fl_status st;
+  Flotilla__HeartbeatResponse r = FLOTILLA__HEARTBEAT_RESPONSE__INIT;
+  st = fl_ps_core_heartbeat(core, (Flotilla__HeartbeatRequest *)msg, &r);
+  respond_msg(c, st, &r.base);
+}
+
+static void h_save_checkpoint(call *c, ProtobufCMessage *msg) {
+  (void)msg; /* SaveCheckpointRequest has no field */
+  fl_ps_server *s = c->w->s;
+  fl_status st;
+  Flotilla__SaveCheckpointResponse r = FLOTILLA__SAVE_CHECKPOINT_RESPONSE__INIT;
+  char path[1024] = "";
+  if (!s->o.save) {
+    respond_status(c, FL_ENOTSUP, "this pserver has no checkpoint_dir");
+    return;
+  }
+  st = s->o.save(s->o.ckpt_ctx, &r.step, path, sizeof path);
+  r.path = path;
+  respond_msg(c, st, &r.base);
+}
+
+static void h_load_checkpoint(call *c, ProtobufCMessage *msg) {
+  fl_ps_server *s = c->w->s;
+  fl_status st;
+  Flotilla__LoadCheckpointResponse r = FLOTILLA__LOAD_CHECKPOINT_RESPONSE__INIT;
+  if (!s->o.load) {
+    respond_status(c, FL_ENOTSUP, "this pserver has no checkpoint_dir");
+    return;
+  }
+  int64_t step = ((Flotilla__LoadCheckpointRequest *)msg)->step;
+  st = s->o.load(s->o.ckpt_ctx, step, &r.step);
+  if (st == FL_ENOTFOUND) {
+    char why[160];
+    if (step < 0) snprintf(why, sizeof why, "no checkpoint in this pserver's checkpoint_dir");
+    else snprintf(why, sizeof why, "no checkpoint of step %lld in this pserver's "
+                  "checkpoint_dir", (long long)step);
+    respond_status(c, st, why);
+    return;
+  }
+  respond_msg(c, st, &r.base);
+}
+
+static void h_complete(call *c, ProtobufCMessage *msg) {
+  fl_ps_server *s = c->w->s;
+  fl_ps_core *core = s->core;
+  fl_status st;
+  Flotilla__CompleteResponse r = FLOTILLA__COMPLETE_RESPONSE__INIT;
+  st = fl_ps_core_complete(core, (Flotilla__CompleteRequest *)msg, &r);
+  respond_msg(c, st, &r.base);
+}
+
+static void h_stats(call *c, ProtobufCMessage *msg) {
+  (void)msg; /* StatsRequest has no field */
+  fl_ps_server *s = c->w->s;
+  fl_ps_core *core = s->core;
+  fl_status st;
+  Flotilla__StatsResponse r = FLOTILLA__STATS_RESPONSE__INIT;
+  Flotilla__DenseParamSpec *specs, **ptrs;
+  fl_ps_core_stats(core, &r);
+  st = fl_ps_core_stats_layout(core, &r, &specs, &ptrs);
+  respond_msg(c, st, &r.base);
+  free(specs);
+  free(ptrs);
+}
+
+static void h_health_check(call *c, ProtobufCMessage *msg) {
+  fl_ps_server *s = c->w->s;
+  Grpc__Health__V1__HealthCheckRequest *q = (Grpc__Health__V1__HealthCheckRequest *)msg;
+  Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+  if (q->service && q->service[0] && strcmp(q->service, FL_PROTO_SERVICE) != 0) {
+    respond_status(c, FL_ENOTFOUND, "unknown service (\"\" or " FL_PROTO_SERVICE ")");
+    return;
+  }
+  r.status = atomic_load(&s->not_serving) || atomic_load(&s->stopping)
+                 ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+                 : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+  respond_msg(c, FL_OK, &r.base);
+}
+
+typedef void handler_fn(call *c, ProtobufCMessage *msg);
+static handler_fn *const handlers[FL_PROTO_COUNT] = {
+    [FL_PROTO_REGISTER] = h_register,
+    [FL_PROTO_PUSH_DENSE] = h_push_dense,
+    [FL_PROTO_PULL_DENSE] = h_pull_dense,
+    [FL_PROTO_PULL_SPARSE] = h_pull_sparse,
+    [FL_PROTO_PUSH_SPARSE] = h_push_sparse,
+    [FL_PROTO_BARRIER] = h_barrier,
+    [FL_PROTO_HEARTBEAT] = h_heartbeat,
+    [FL_PROTO_SAVE_CHECKPOINT] = h_save_checkpoint,
+    [FL_PROTO_LOAD_CHECKPOINT] = h_load_checkpoint,
+    [FL_PROTO_COMPLETE] = h_complete,
+    [FL_PROTO_STATS] = h_stats,
+    [FL_PROTO_HEALTH_CHECK] = h_health_check,
+};
+
+static int served(int m) { return m >= 0 && m < FL_PROTO_COUNT && handlers[m] != NULL; }
 
 static void on_recv(call *c, int ok) {
   worker *w = c->w;
@@ -502,7 +512,7 @@ static void on_recv(call *c, int ok) {
   if (!ok) return; /* cancelled before the message came */
   if (!c->recv) {
     /* The client half-closed without sending the request. */
-    FL_LOGW("rejected request: %s without a request message", method_path[m]);
+    FL_LOGW("rejected request: %s without a request message", fl_proto_methods[m].rpc.path);
     respond_status(c, FL_EINVAL, "no request message (a unary call carries exactly one)");
     return;
   }
@@ -520,12 +530,13 @@ static void on_recv(call *c, int ok) {
     respond_status(c, FL_EINVAL, "unreadable message");
     return;
   }
-  msg = fl_rpc_unpack(&w->arena, method_req[m], w->in.data, w->in.len);
+  msg = fl_rpc_unpack(&w->arena, fl_proto_methods[m].rpc.req, w->in.data, w->in.len);
   if (!msg) {
-    FL_LOGW("rejected request: malformed %s message (%zu bytes)", method_path[m], w->in.len);
+    FL_LOGW("rejected request: malformed %s message (%zu bytes)", fl_proto_methods[m].rpc.path,
+            w->in.len);
     respond_status(c, FL_EINVAL, "malformed message");
   } else {
-    handle(c, m, msg);
+    handlers[m](c, msg);
   }
   fl_rpc_arena_reset(&w->arena);
 }
@@ -558,14 +569,16 @@ static void start_recv(call *c) {
   }
   /* The metadata came with the call: a caller without the right token is
    * refused before a byte of its message is read. */
-  for (m = 0; m < M_COUNT; m++)
-    if (grpc_slice_str_cmp(c->details.method, method_path[m]) == 0) break;
-  if (m != M_HEALTH && !fl_rpc_token_ok(&c->md, s->o.rpc.token)) {
+  m = fl_proto_find((const char *)GRPC_SLICE_START_PTR(c->details.method),
+                    GRPC_SLICE_LENGTH(c->details.method));
+  if (!served(m)) m = -1;
+  if (!(m >= 0 && (fl_proto_methods[m].flags & FL_PROTO_NO_TOKEN)) &&
+      !fl_rpc_token_ok(&c->md, s->o.rpc.token)) {
     FL_LOGW("rejected a call without the right token");
     respond_status(c, FL_EAUTH, "missing or wrong token");
     return;
   }
-  if (m == M_COUNT) {
+  if (m < 0) {
     respond_bb(c, GRPC_STATUS_UNIMPLEMENTED, "no such method", NULL);
     return;
   }

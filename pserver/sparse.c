@@ -64,8 +64,8 @@ fl_status fl_ps_table_create(const fl_ps_table_opts *o, fl_ps_table **out) {
   if (o->max_rows < 1 || o->max_rows > INT32_MAX / 2)
     return FL_ERR(FL_EINVAL, "sparse table %s: max_rows %lld not in [1, %d]", o->name,
                   (long long)o->max_rows, INT32_MAX / 2);
-  if (o->hp.kind != FL_OPTIM_SGD && o->hp.kind != FL_OPTIM_ADAGRAD && o->hp.kind != FL_OPTIM_ADAM)
-    return FL_ERR(FL_EINVAL, "sparse table %s: optimizer %s (sgd, adagrad or adam only)", o->name,
+  if (!fl_proto_sparse_optim_ok(o->hp.kind))
+    return FL_ERR(FL_EINVAL, "sparse table %s: optimizer %s (" FL_PROTO_SPARSE_OPTIMS " only)", o->name,
                   fl_optim_kind_name(o->hp.kind));
   if (fl_optim_hparams_check(&o->hp) != FL_OK || !(o->lr >= 0) || !(o->init_range >= 0))
     return FL_ERR(FL_EINVAL, "sparse table %s: bad optimizer settings or init range", o->name);

@@ -73,9 +73,6 @@ typedef struct fl_ps_sparse_spec {
   uint32_t dim;
 } fl_ps_sparse_spec;
 
-/* The ParameterServer methods the client calls (*n of them): static. */
-const fl_rpc_method *fl_ps_client_methods(size_t *n);
-
 /* Connect (lazily: channels connect on first use) and start the driver and
  * heartbeat threads.  The caller owns *out (fl_ps_client_destroy). */
 fl_status fl_ps_client_create(const fl_ps_client_opts *o, fl_ps_client **out);

@@ -22,6 +22,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "fl_args.h"
 #include "fl_cluster.h"
 #include "fl_config.h"
 #include "fl_device.h"
@@ -62,15 +63,15 @@ static void usage(FILE *out) {
           "                       checkpoints are resumed and another run's refused\n"
           "  --fresh              move another run's checkpoints aside (into\n"
           "                       <dir>/old-<time>/) and start from scratch\n"
-          "  --dump-config FILE   write the resolved job as YAML to FILE ('-' = stdout)\n"
+          "  --dump_config FILE   write the resolved job as YAML to FILE ('-' = stdout)\n"
           "                       and exit (it loads again as the same job)\n"
-          "  --export-onnx FILE   write the model of the newest checkpoint in the checkpoint\n"
+          "  --export_onnx FILE   write the model of the newest checkpoint in the checkpoint\n"
           "                       directory as ONNX to FILE and exit (logreg, mlp, cnn and\n"
           "                       onnx models; nothing is trained)\n"
-          "  --max-steps N        stop after optimizer step N (N >= 1); the learning-rate\n"
+          "  --max_steps N        stop after optimizer step N (N >= 1); the learning-rate\n"
           "                       schedule still spans the whole job, so a run stopped\n"
           "                       here and resumed equals an uninterrupted one\n"
-          "  --log-level LEVEL    debug, info (default), warn, error or off\n"
+          "  --log_level LEVEL    debug, info (default), warn, error or off\n"
           "  --metrics_addr ADDR  serve Prometheus /metrics on host:port (default: the\n"
           "                       job's cluster.metrics_addr; none: no endpoint)\n"
           "  --timeline FILE      write a Chrome-tracing JSON timeline of this rank\n"
@@ -78,7 +79,9 @@ static void usage(FILE *out) {
           "                       (also FLOTILLA_LOG_LEVEL)\n"
           "  --version            the version and the features of this build\n"
           "  --help               this text\n"
-          "Options take their value as the next argument or after '='.\n"
+          "Options take their value as the next argument or after '='.  Every option\n"
+          "and cluster flag is also accepted in kebab-case (--max-steps, --dump-config,\n"
+          "--export-onnx, --log-level, --metrics-addr, --trainer-id=...).\n"
           "\n"
           "Cluster flags (--name=value; each overrides its FLOTILLA_* variable):\n");
   fl_cluster_print_flag_help(out);
@@ -86,7 +89,7 @@ static void usage(FILE *out) {
           "\n"
           "Environment: each cluster flag's FLOTILLA_* variable (above), and\n"
           "  FLOTILLA_TOKEN                 the shared secret (never a flag)\n"
-          "  FLOTILLA_LOG_LEVEL             as --log-level\n"
+          "  FLOTILLA_LOG_LEVEL             as --log_level\n"
           "  FLOTILLA_RUN_ID                this run's id, recorded in its checkpoints\n"
           "                                 (flotilla-run sets it; default: random in local\n"
           "                                 mode, else derived from the job and cluster)\n"
@@ -168,99 +171,118 @@ static int parse_level(const char *s, fl_log_level *out) {
   return -1;
 }
 
-/* "--name value" or "--name=value": *val gets the value, *i advances. */
-static int take_value(int argc, char **argv, int *i, const char *name, const char **val) {
-  const char *a = argv[*i];
-  size_t n = strlen(name);
-  if (strncmp(a, name, n) != 0) return 0;
-  if (a[n] == '=') {
-    *val = a + n + 1;
-    return 1;
-  }
-  if (a[n] != '\0') return 0;
-  if (*i + 1 >= argc) {
-    *val = NULL;
-    return 1;
-  }
-  *val = argv[++*i];
-  return 1;
-}
+/* What the command line says; cluster flags are applied after the
+ * environment, which they override. */
+typedef struct cli {
+  const char *config, *dump, *export_onnx, *metrics_addr, *timeline;
+  int resume, fresh;
+  int64_t max_steps;
+  size_t n_cluster;
+  const char *cluster_name[64], *cluster_val[64];
+} cli_opts;
 
-int main(int argc, char **argv) {
-  const char *config = NULL, *dump = NULL, *export_onnx = NULL, *val;
-  int resume = 0, fresh = 0;
-  int64_t max_steps = 0;
-  fl_cluster cl;
-  static fl_job job; /* large; no need for it on the stack */
-  fl_sync sync = {0};
-  const char *metrics_addr = NULL, *timeline = NULL;
-  fl_obs *obs = NULL;
-  fl_status st;
+enum { O_HELP = 1, O_VERSION, O_CONFIG, O_DUMP, O_EXPORT, O_MAX_STEPS, O_LOG_LEVEL, O_METRICS,
+       O_TIMELINE, O_RESUME, O_FRESH };
 
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+static const fl_arg_opt k_opts[] = {
+    {"help", 0, O_HELP},         {"version", 0, O_VERSION},      {"config", 1, O_CONFIG},
+    {"dump_config", 1, O_DUMP},  {"export_onnx", 1, O_EXPORT},   {"max_steps", 1, O_MAX_STEPS},
+    {"log_level", 1, O_LOG_LEVEL}, {"metrics_addr", 1, O_METRICS}, {"timeline", 1, O_TIMELINE},
+    {"resume", 0, O_RESUME},     {"fresh", 0, O_FRESH},          {NULL, 0, 0}};
+
+/* The command line (fl_args.h) into o: -1 to go on, else the exit status
+ * (0 after --help / --version). */
+static int parse_args(int argc, char **argv, cli_opts *o) {
+  fl_args p = {.prog = "flotilla-trainer", .unknown_fmt = "unknown argument '%s'",
+               .opts = k_opts, .cluster = 1, .short_help = O_HELP};
+  int id;
+  memset(o, 0, sizeof *o);
+  fl_args_init(&p, argc, argv);
+  while ((id = fl_args_next(&p)) != FL_ARGS_END) {
+    if (id == FL_ARGS_ERROR) return EXIT_USAGE;
+    if (id == O_HELP) {
       usage(stdout);
       return 0;
-    } else if (!strcmp(argv[i], "--version")) {
+    }
+    if (id == O_VERSION) {
       fl_print_version(stdout, "flotilla-trainer");
       return 0;
     }
-  if (fl_proc_init() != FL_OK) return EXIT_RUN; /* open-file limit, dying with flotilla-run */
-  if (fl_cluster_from_env(&cl) != FL_OK) return EXIT_USAGE;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (take_value(argc, argv, &i, "--config", &val)) {
-      if (!val || !*val) goto missing;
-      config = val;
-    } else if (take_value(argc, argv, &i, "--dump-config", &val)) {
-      if (!val || !*val) goto missing;
-      dump = val;
-    } else if (take_value(argc, argv, &i, "--export-onnx", &val)) {
-      if (!val || !*val) goto missing;
-      export_onnx = val;
-    } else if (take_value(argc, argv, &i, "--max-steps", &val)) {
-      char *end;
-      if (!val) goto missing;
-      errno = 0;
-      long long v = strtoll(val, &end, 10);
-      if (errno || end == val || *end || v < 1) {
-        FL_LOGE("--max-steps %s: want an integer >= 1", val);
+    if (p.val && !*p.val && id != O_MAX_STEPS && id != O_LOG_LEVEL && id != FL_ARGS_CLUSTER) {
+      FL_LOGE("%s needs a value (see flotilla-trainer --help)", p.given);
+      return EXIT_USAGE;
+    }
+    switch (id) {
+    case FL_ARGS_CLUSTER:
+      if (o->n_cluster == sizeof o->cluster_name / sizeof o->cluster_name[0]) {
+        FL_LOGE("%s: too many cluster flags", p.given);
         return EXIT_USAGE;
       }
-      max_steps = v;
-    } else if (take_value(argc, argv, &i, "--log-level", &val)) {
+      o->cluster_name[o->n_cluster] = p.name;
+      o->cluster_val[o->n_cluster++] = p.val;
+      break;
+    case O_CONFIG: o->config = p.val; break;
+    case O_DUMP: o->dump = p.val; break;
+    case O_EXPORT: o->export_onnx = p.val; break;
+    case O_METRICS: o->metrics_addr = p.val; break;
+    case O_TIMELINE: o->timeline = p.val; break;
+    case O_RESUME: o->resume = 1; break;
+    case O_FRESH: o->fresh = 1; break;
+    case O_MAX_STEPS: {
+      char *end;
+      errno = 0;
+      long long v = strtoll(p.val, &end, 10);
+      if (errno || end == p.val || *end || v < 1) {
+        FL_LOGE("%s %s: want an integer >= 1", p.given, p.val);
+        return EXIT_USAGE;
+      }
+      o->max_steps = v;
+      break;
+    }
+    case O_LOG_LEVEL: {
       fl_log_level lv;
-      if (!val) goto missing;
-      if (parse_level(val, &lv)) {
-        FL_LOGE("--log-level %s: want debug, info, warn, error or off", val);
+      if (parse_level(p.val, &lv)) {
+        FL_LOGE("%s %s: want debug, info, warn, error or off", p.given, p.val);
         return EXIT_USAGE;
       }
       fl_log_set_level(lv);
-    } else if (take_value(argc, argv, &i, "--metrics_addr", &val)) {
-      if (!val || !*val) goto missing;
-      metrics_addr = val;
-    } else if (take_value(argc, argv, &i, "--timeline", &val)) {
-      if (!val || !*val) goto missing;
-      timeline = val;
-    } else if (!strcmp(a, "--resume")) {
-      resume = 1;
-    } else if (!strcmp(a, "--fresh")) {
-      fresh = 1;
-    } else {
-      int matched = 0;
-      if (!strncmp(a, "--", 2) && strchr(a, '=')) {
-        if (fl_cluster_apply_flag(&cl, a, &matched) != FL_OK) return EXIT_USAGE;
-      }
-      if (!matched) {
-        FL_LOGE("unknown argument '%s' (see flotilla-trainer --help)", a);
-        return EXIT_USAGE;
-      }
+      break;
     }
-    continue;
-  missing:
-    FL_LOGE("%s needs a value (see flotilla-trainer --help)", a);
+    }
+  }
+  if (fl_args_rest(&p) < argc) {
+    FL_LOGE("unknown argument '%s' (see flotilla-trainer --help)", argv[fl_args_rest(&p)]);
     return EXIT_USAGE;
   }
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  cli_opts cli;
+  const char *config, *dump, *export_onnx;
+  int resume, fresh;
+  int64_t max_steps;
+  fl_cluster cl;
+  static fl_job job; /* large; no need for it on the stack */
+  fl_sync sync = {0};
+  const char *metrics_addr, *timeline;
+  fl_obs *obs = NULL;
+  fl_status st;
+
+  int rc_args = parse_args(argc, argv, &cli);
+  if (rc_args >= 0) return rc_args;
+  if (fl_proc_init() != FL_OK) return EXIT_RUN; /* open-file limit, dying with flotilla-run */
+  if (fl_cluster_from_env(&cl) != FL_OK) return EXIT_USAGE;
+  for (size_t i = 0; i < cli.n_cluster; i++)
+    if (fl_cluster_set(&cl, cli.cluster_name[i], cli.cluster_val[i]) != FL_OK) return EXIT_USAGE;
+  config = cli.config;
+  dump = cli.dump;
+  export_onnx = cli.export_onnx;
+  metrics_addr = cli.metrics_addr;
+  timeline = cli.timeline;
+  resume = cli.resume;
+  fresh = cli.fresh;
+  max_steps = cli.max_steps;
   if (!config) {
     FL_LOGE("--config FILE is required (see flotilla-trainer --help)");
     return EXIT_USAGE;

@@ -21,6 +21,7 @@
 #include "fl_optim.h"
 #include "fl_ps_client.h"
 #include "fl_rpc.h"
+#include "fl_protocol.h"
 #include "fl_timeline.h"
 #include "flotilla.pb-c.h"
 
@@ -28,48 +29,9 @@
 #define SPARSE_CHUNK 65536u
 #define MAX_RECOVERIES 8
 
-/* The ParameterServer methods this client calls (the service block of
- * proto/flotilla.proto; tests/unit/test_wire_service.c checks the two
- * agree). */
-enum {
-  CM_REGISTER = 0,
-  CM_PUSH_DENSE,
-  CM_PULL_DENSE,
-  CM_PULL_SPARSE,
-  CM_PUSH_SPARSE,
-  CM_BARRIER,
-  CM_HEARTBEAT,
-  CM_COMPLETE,
-  CM_COUNT
-};
-
-#define SVC "/flotilla.ParameterServer/"
-static const fl_rpc_method methods[CM_COUNT] = {
-    {SVC "Register", &flotilla__register_request__descriptor,
-     &flotilla__register_response__descriptor},
-    {SVC "PushDense", &flotilla__push_dense_request__descriptor,
-     &flotilla__push_dense_response__descriptor},
-    {SVC "PullDense", &flotilla__pull_dense_request__descriptor,
-     &flotilla__pull_dense_response__descriptor},
-    {SVC "PullSparse", &flotilla__pull_sparse_request__descriptor,
-     &flotilla__pull_sparse_response__descriptor},
-    {SVC "PushSparse", &flotilla__push_sparse_request__descriptor,
-     &flotilla__push_sparse_response__descriptor},
-    {SVC "Barrier", &flotilla__barrier_request__descriptor,
-     &flotilla__barrier_response__descriptor},
-    {SVC "Heartbeat", &flotilla__heartbeat_request__descriptor,
-     &flotilla__heartbeat_response__descriptor},
-    {SVC "Complete", &flotilla__complete_request__descriptor,
-     &flotilla__complete_response__descriptor}};
-#undef SVC
-
-#define PATH(m) (methods[CM_##m].path)
-#define ANSWER(m) (methods[CM_##m].resp)
-
-const fl_rpc_method *fl_ps_client_methods(size_t *n) {
-  *n = CM_COUNT;
-  return methods;
-}
+/* Methods are called by their row of the wire's table (fl_protocol.h). */
+#define PATH(m) (fl_proto_methods[FL_PROTO_##m].rpc.path)
+#define ANSWER(m) (fl_proto_methods[FL_PROTO_##m].rpc.resp)
 
 /* "PushDense" of "/flotilla.ParameterServer/PushDense". */
 static const char *short_name(const char *path) { return strrchr(path, '/') + 1; }

@@ -38,6 +38,7 @@
 
 #include "fl_identity.h"
 #include "fl_log.h"
+#include "fl_protocol.h"
 #include "fl_ps_client.h"
 #include "flotilla.pb-c.h"
 
@@ -161,7 +162,7 @@ static fl_status ps_init_params(void *self, fl_model *m) {
     }
   }
   FL_LOGI("ps mode (%s): %zu parameters in %zu blocks over %d pservers; starting at step %" PRId64,
-          s->mode == 0 ? "sync" : s->mode == 1 ? "async" : "geo", s->np,
+          fl_proto_mode_name(s->mode), s->np,
           fl_ps_client_layout(s->client)->n_blocks, fl_ps_client_layout(s->client)->n_servers,
           s->step);
   return FL_OK;
@@ -344,18 +345,17 @@ fl_status fl_sync_ps_create(const fl_job *job, const fl_cluster *cl, fl_sync *ou
   /* The servers apply the pushed gradients themselves, so loss-scaled
    * gradients, and a step to skip on overflow, would reach them; geo
    * trains locally through the loop's scaler and pushes parameter deltas. */
-  if (job->strategy.amp && !(job->strategy.a_sync && job->strategy.a_sync_configs.k_steps > 0))
+  int mode = fl_proto_mode(job->strategy.a_sync, job->strategy.a_sync_configs.k_steps);
+  if (job->strategy.amp && mode != FLOTILLA__SYNC_MODE__SYNC_MODE_GEO)
     return FL_ERR(FL_EINVAL, "trainer %d: strategy.amp needs collective mode or geo ps mode "
                   "(a_sync with a_sync_configs.k_steps > 0): in %s ps mode the servers apply "
-                  "raw gradients", cl->trainer_id, job->strategy.a_sync ? "async" : "sync");
+                  "raw gradients", cl->trainer_id, fl_proto_mode_name(mode));
   s = calloc(1, sizeof *s);
   if (!s) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
   s->job = job;
   s->rank = cl->trainer_id;
   s->world = cl->trainers_num;
-  s->mode = !job->strategy.a_sync ? FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC
-            : job->strategy.a_sync_configs.k_steps > 0 ? FLOTILLA__SYNC_MODE__SYNC_MODE_GEO
-                                                       : FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC;
+  s->mode = fl_proto_mode(job->strategy.a_sync, job->strategy.a_sync_configs.k_steps);
   s->k_geo = job->strategy.a_sync_configs.k_steps;
   memset(&o, 0, sizeof o);
   o.servers = cl->pserver_endpoints;

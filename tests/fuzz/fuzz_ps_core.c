@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "fl_ps.h"
+#include "fl_protocol.h"
 #include "fl_ps_layout.h"
 #include "fl_rpc.h"
 #include "fuzz.h"
@@ -31,28 +32,9 @@
 #define BLOCK 4
 #define MAX_DENSE_FLOATS 4096
 
-enum {
-  M_REGISTER,
-  M_PUSH_DENSE,
-  M_PULL_DENSE,
-  M_PULL_SPARSE,
-  M_PUSH_SPARSE,
-  M_BARRIER,
-  M_HEARTBEAT,
-  M_SAVE,
-  M_LOAD,
-  M_COMPLETE,
-  M_STATS,
-  M_COUNT
-};
-
-static const ProtobufCMessageDescriptor *const k_req[M_COUNT] = {
-    &flotilla__register_request__descriptor,     &flotilla__push_dense_request__descriptor,
-    &flotilla__pull_dense_request__descriptor,   &flotilla__pull_sparse_request__descriptor,
-    &flotilla__push_sparse_request__descriptor,  &flotilla__barrier_request__descriptor,
-    &flotilla__heartbeat_request__descriptor,    &flotilla__save_checkpoint_request__descriptor,
-    &flotilla__load_checkpoint_request__descriptor, &flotilla__complete_request__descriptor,
-    &flotilla__stats_request__descriptor};
+/* Methods and their request types come from the wire's table
+ * (fl_protocol.h), as in pserver/server.c: a method byte picks row
+ * byte % FL_PROTO_COUNT. */
 
 /* What a refused request must not change. */
 typedef struct snapshot {
@@ -138,7 +120,7 @@ static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
   fl_status st = FL_OK;
   snapshot before, after;
 
-  if (m == M_REGISTER) {
+  if (m == FL_PROTO_REGISTER) {
     const Flotilla__RegisterRequest *q = (const Flotilla__RegisterRequest *)msg;
     uint64_t total = 0;
     for (size_t i = 0; i < q->n_dense; i++) {
@@ -148,25 +130,25 @@ static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
   }
   snap(core, &before);
   switch (m) {
-  case M_REGISTER: {
+  case FL_PROTO_REGISTER: {
     Flotilla__RegisterResponse r = FLOTILLA__REGISTER_RESPONSE__INIT;
     st = fl_ps_core_register(core, (Flotilla__RegisterRequest *)msg, &r);
     if (st == FL_OK) pack_response(f, &r.base);
     break;
   }
-  case M_PUSH_DENSE: {
+  case FL_PROTO_PUSH_DENSE: {
     Flotilla__PushDenseResponse r = FLOTILLA__PUSH_DENSE_RESPONSE__INIT;
     st = fl_ps_core_push_dense(core, (Flotilla__PushDenseRequest *)msg, &r);
     if (st == FL_OK) pack_response(f, &r.base);
     break;
   }
-  case M_PULL_DENSE: {
+  case FL_PROTO_PULL_DENSE: {
     const Flotilla__PullDenseRequest *q = (const Flotilla__PullDenseRequest *)msg;
     st = fl_ps_core_pull_check(core, q->trainer_id, q->min_step, q->blocks, q->n_blocks);
     if (st == FL_OK) answer_pull(f, q->blocks, q->n_blocks);
     break;
   }
-  case M_PULL_SPARSE: {
+  case FL_PROTO_PULL_SPARSE: {
     Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
     Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
     int64_t shape[2];
@@ -175,13 +157,13 @@ static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
     if (st == FL_OK) pack_response(f, &r.base);
     break;
   }
-  case M_PUSH_SPARSE: {
+  case FL_PROTO_PUSH_SPARSE: {
     Flotilla__PushSparseResponse r = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
     st = fl_ps_core_push_sparse(core, (Flotilla__PushSparseRequest *)msg, &r);
     if (st == FL_OK) pack_response(f, &r.base);
     break;
   }
-  case M_BARRIER: {
+  case FL_PROTO_BARRIER: {
     const Flotilla__BarrierRequest *q = (const Flotilla__BarrierRequest *)msg;
     st = fl_ps_core_barrier(core, q);
     if (st == FL_OK || st == FL_EAGAIN) {
@@ -194,25 +176,26 @@ static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
     }
     break;
   }
-  case M_HEARTBEAT: {
+  case FL_PROTO_HEARTBEAT: {
     Flotilla__HeartbeatResponse r = FLOTILLA__HEARTBEAT_RESPONSE__INIT;
     st = fl_ps_core_heartbeat(core, (Flotilla__HeartbeatRequest *)msg, &r);
     if (st == FL_OK) pack_response(f, &r.base);
     break;
   }
-  case M_COMPLETE: {
+  case FL_PROTO_COMPLETE: {
     Flotilla__CompleteResponse r = FLOTILLA__COMPLETE_RESPONSE__INIT;
     st = fl_ps_core_complete(core, (Flotilla__CompleteRequest *)msg, &r);
     if (st == FL_OK) pack_response(f, &r.base);
     break;
   }
-  case M_STATS: {
+  case FL_PROTO_STATS: {
     Flotilla__StatsResponse r = FLOTILLA__STATS_RESPONSE__INIT;
     fl_ps_core_stats(core, &r);
     pack_response(f, &r.base);
     break;
   }
-  default: /* Save / Load: the service hands only the step to its callbacks */
+  default: /* Save / Load: the service hands only the step to its callbacks; Health: no
+            * state (the request is unpacked all the same) */
     break;
   }
   FUZZ_CHECK(st == FL_OK || st == FL_EINVAL || st == FL_ESTATE || st == FL_EAGAIN,
@@ -326,16 +309,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   size_t pos = 1;
   while (size - pos >= 3) {
-    int m = data[pos] % M_COUNT;
+    int m = data[pos] % FL_PROTO_COUNT;
     size_t len = fuzz_u16(data + pos + 1);
     pos += 3;
     if (len > size - pos) len = size - pos;
     ProtobufCMessage *msg;
     if (setup & 8) {
-      msg = protobuf_c_message_unpack(k_req[m], NULL, len, data + pos);
+      msg = protobuf_c_message_unpack(fl_proto_methods[m].rpc.req, NULL, len, data + pos);
     } else {
       fl_rpc_arena_reset(&arena);
-      msg = fl_rpc_unpack(&arena, k_req[m], data + pos, len);
+      msg = fl_rpc_unpack(&arena, fl_proto_methods[m].rpc.req, data + pos, len);
     }
     pos += len;
     if (!msg) continue; /* the service answers INVALID_ARGUMENT "malformed message" */

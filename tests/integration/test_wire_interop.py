@@ -246,6 +246,12 @@ def sequence(s):
     check(code == grpc.StatusCode.UNAUTHENTICATED, "Stats without the token: UNAUTHENTICATED")
     code, _ = code_of(s.health.Check, health_pb2.HealthCheckRequest(service="nope"), timeout=5)
     check(code == grpc.StatusCode.NOT_FOUND, "health check of an unknown service: NOT_FOUND")
+    # The C client of the same check (Dockerfile HEALTHCHECK), in both spellings.
+    for flag in ("--health_check", "--health-check"):
+        hc = subprocess.run([PSERVER, f"{flag}={s.addr}"], capture_output=True, text=True,
+                            timeout=30)
+        check(hc.returncode == 0 and hc.stdout.strip() == f"{s.addr}: SERVING",
+              f"flotilla-pserver {flag}: exit {hc.returncode}, {hc.stdout.strip()!r}")
 
     r0 = register(ps, 0, 1001)
     r1 = register(ps, 1, 1002)

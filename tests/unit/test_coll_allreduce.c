@@ -15,6 +15,7 @@
 #include <check.h>
 #include <math.h>
 
+#include "coll_internal.h"
 #include "coll_testutil.h"
 #include "fl_optim.h"
 
@@ -436,6 +437,38 @@ START_TEST(bad_options) {
 }
 END_TEST
 
+/* The transport table selection walks (coll.c): every name a job may give
+ * has a row, in the order auto tries them (shm before tcp); nccl is a row
+ * even in a build without it (then it says why); the hierarchical backend
+ * is no row, and composes shm and tcp through their public ops (shm's
+ * reduce is one of them). */
+START_TEST(transport_table) {
+  const coll_transport *nccl = coll_transport_find("nccl");
+  const coll_transport *shm = coll_transport_find("shm");
+  const coll_transport *tcp = coll_transport_find("tcp");
+  ck_assert_ptr_nonnull(nccl);
+  ck_assert_ptr_nonnull(shm);
+  ck_assert_ptr_nonnull(tcp);
+  ck_assert_ptr_null(coll_transport_find("auto"));
+  ck_assert_ptr_null(coll_transport_find("hier"));
+  ck_assert_ptr_eq(shm->be, &fl_coll_shm_backend);
+  ck_assert_ptr_eq(tcp->be, &fl_coll_tcp_backend);
+  ck_assert(shm < tcp);
+  ck_assert((shm->flags & COLL_T_AUTO) && (tcp->flags & COLL_T_AUTO));
+  ck_assert(!(nccl->flags & COLL_T_AUTO));
+  ck_assert(shm->flags & COLL_T_ONE_HOST);
+  ck_assert(nccl->flags & COLL_T_OWN_HIERARCHY);
+#ifdef FL_HAVE_NCCL
+  ck_assert_ptr_nonnull(nccl->be);
+  ck_assert_ptr_nonnull(nccl->make_id);
+#else
+  ck_assert_ptr_null(nccl->be);
+  ck_assert_ptr_nonnull(nccl->missing);
+#endif
+  ck_assert_ptr_nonnull(fl_coll_shm_backend.reduce);
+}
+END_TEST
+
 START_TEST(shm_across_hosts_refused) {
   /* Both ranks must fail the same way: shm needs one host. */
   const char *hosts[] = {N2, N3};
@@ -477,6 +510,7 @@ static Suite *suite(void) {
   ADD(hier_2_nodes_x_3_two_rings);
   ADD(hier_one_node);
   ADD(shm_across_hosts_refused);
+  ADD(transport_table);
   ADD(tcp_2_ranks_64mib);
   ADD(shm_2_ranks_64mib);
   ADD(hier_2_nodes_x_1_64mib);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "fl_ps.h"
+#include "fl_protocol.h"
 #include "fl_ps_client.h"
 #include "flotilla.pb-c.h"
 #include "health.pb-c.h"
@@ -80,11 +81,28 @@ START_TEST(test_server_table_matches_proto) {
 END_TEST
 
 START_TEST(test_client_table_matches_proto) {
-  size_t n = 0;
-  const fl_rpc_method *m = fl_ps_client_methods(&n);
+  /* The client calls methods by their row of the wire's table
+   * (fl_protocol.h): every row is a method of one of the two services, with
+   * its types; every method of both services has a row; only Check goes
+   * without the token. */
+  const ProtobufCServiceDescriptor *ps = &flotilla__parameter_server__descriptor;
+  const ProtobufCServiceDescriptor *h = &grpc__health__v1__health__descriptor;
+  size_t n = 0, n_h = 0;
+  for (int i = 0; i < FL_PROTO_COUNT; i++) {
+    const fl_proto_method *m = &fl_proto_methods[i];
+    const ProtobufCMethodDescriptor *md = find(ps, m->rpc.path);
+    if (md) n++;
+    else if ((md = find(h, m->rpc.path)) != NULL) n_h++;
+    check_entry(&m->rpc, md, "ps client");
+    ck_assert_str_eq(m->name, md->name);
+    ck_assert_int_eq(fl_proto_find(m->rpc.path, strlen(m->rpc.path)), i);
+    ck_assert_msg(!(m->flags & FL_PROTO_NO_TOKEN) == (md != find(h, m->rpc.path)),
+                  "%s: only the health check goes without the token", m->rpc.path);
+  }
   ck_assert_uint_ge(n, 8);
-  for (size_t i = 0; i < n; i++)
-    check_entry(&m[i], find(&flotilla__parameter_server__descriptor, m[i].path), "ps client");
+  ck_assert_uint_eq(n, ps->n_methods);
+  ck_assert_uint_eq(n_h, h->n_methods);
+  ck_assert_int_eq(fl_proto_find("/flotilla.ParameterServer/Nope", 30), -1);
 }
 END_TEST
 

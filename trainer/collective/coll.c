@@ -568,37 +568,67 @@ fl_coll_options fl_coll_options_default(void) {
   return o;
 }
 
-static fl_status pick_backend(fl_coll *c) {
-  const char *b = c->backend_req;
-  if (strcmp(b, "nccl") == 0) {
+/* The transports, in the order "auto" walks them (coll_internal.h). */
+static const coll_transport transports[] = {
 #ifdef FL_HAVE_NCCL
-    c->be = &fl_coll_nccl_backend;
-    if (c->hierarchical)
-      FL_LOGI("collective: nccl builds its own hierarchy; use_hierarchical_allreduce ignored");
-    return FL_OK;
+    {"nccl", &fl_coll_nccl_backend, NULL, COLL_T_OWN_HIERARCHY | COLL_T_EVEN_ALONE,
+     fl_coll_nccl_make_id},
 #else
-    return FL_ERR(FL_ENOTSUP, "collective: backend nccl: this build has no NCCL (configure "
-                              "--with-cuda with NCCL installed)");
+    {"nccl", NULL, "this build has no NCCL (configure --with-cuda with NCCL installed)",
+     COLL_T_OWN_HIERARCHY | COLL_T_EVEN_ALONE, NULL},
 #endif
-  }
-  if (c->hierarchical) {
-    if (strcmp(b, "shm") == 0)
-      return FL_ERR(FL_EINVAL, "collective: use_hierarchical_allreduce needs the tcp backend "
-                               "between nodes, not shm alone");
-    c->be = &fl_coll_hier_backend;
-    return FL_OK;
-  }
-  if (strcmp(b, "tcp") == 0) {
-    c->be = &fl_coll_tcp_backend;
-  } else if (strcmp(b, "shm") == 0) {
-    if (c->n_nodes != 1)
-      return FL_ERR(FL_EINVAL, "collective: backend shm needs every rank on one host; the ranks "
-                               "span %d hosts",
-                    c->n_nodes);
-    c->be = &fl_coll_shm_backend;
+    {"shm", &fl_coll_shm_backend, NULL, COLL_T_AUTO | COLL_T_ONE_HOST | COLL_T_NOT_HIER_ALONE,
+     NULL},
+    {"tcp", &fl_coll_tcp_backend, NULL, COLL_T_AUTO, NULL},
+};
+#define N_TRANSPORTS (sizeof transports / sizeof transports[0])
+
+const coll_transport *coll_transport_find(const char *name) {
+  for (size_t i = 0; i < N_TRANSPORTS; i++)
+    if (strcmp(transports[i].name, name) == 0) return &transports[i];
+  return NULL;
+}
+
+/* "tcp, shm, nccl or auto": the names a job may give, for messages (the
+ * table backwards, as the message always listed them). */
+static void transport_names(char *out, size_t cap) {
+  size_t o = 0;
+  out[0] = 0;
+  for (size_t i = N_TRANSPORTS; i-- > 0 && o < cap;)
+    o += (size_t)snprintf(out + o, cap - o, "%s, ", transports[i].name);
+  if (o < cap) snprintf(out + o - 2, cap - o + 2, " or auto");
+}
+
+static fl_status pick_backend(fl_coll *c) {
+  const coll_transport *t = NULL;
+  int named = strcmp(c->backend_req, "auto") != 0;
+  if (named) {
+    t = coll_transport_find(c->backend_req); /* checked at create */
   } else {
-    c->be = c->n_nodes == 1 ? &fl_coll_shm_backend : &fl_coll_tcp_backend;
+    for (size_t i = 0; i < N_TRANSPORTS && !t; i++) {
+      const coll_transport *r = &transports[i];
+      if ((r->flags & COLL_T_AUTO) && r->be && !((r->flags & COLL_T_ONE_HOST) && c->n_nodes != 1))
+        t = r;
+    }
   }
+  if (!t->be) return FL_ERR(FL_ENOTSUP, "collective: backend %s: %s", t->name, t->missing);
+  if (c->hierarchical) {
+    if (t->flags & COLL_T_OWN_HIERARCHY) {
+      FL_LOGI("collective: %s builds its own hierarchy; use_hierarchical_allreduce ignored",
+              t->name);
+    } else {
+      if (named && (t->flags & COLL_T_NOT_HIER_ALONE))
+        return FL_ERR(FL_EINVAL, "collective: use_hierarchical_allreduce needs the tcp backend "
+                                 "between nodes, not %s alone", t->name);
+      c->be = &fl_coll_hier_backend;
+      return FL_OK;
+    }
+  }
+  if ((t->flags & COLL_T_ONE_HOST) && c->n_nodes != 1)
+    return FL_ERR(FL_EINVAL, "collective: backend %s needs every rank on one host; the ranks "
+                             "span %d hosts",
+                  t->name, c->n_nodes);
+  c->be = t->be;
   return FL_OK;
 }
 
@@ -690,10 +720,9 @@ static fl_status setup_unstarted(fl_coll *c, const fl_coll_options *opt) {
   fl_status st = coll_listen(c); /* takes listen_fd over, even on failure */
   int stage = c->listener.loop ? 3 : 2; /* uv_tcp_init ran */
   if (st == FL_OK && c->rank != 0) st = coll_resolve_root(c);
-#ifdef FL_HAVE_NCCL
-  if (st == FL_OK && c->rank == 0 && strcmp(c->backend_req, "nccl") == 0)
-    st = fl_coll_nccl_make_id(c->blob, sizeof(c->blob), &c->blob_len);
-#endif
+  const coll_transport *t = coll_transport_find(c->backend_req);
+  if (st == FL_OK && c->rank == 0 && t && t->be && t->make_id)
+    st = t->make_id(c->blob, sizeof(c->blob), &c->blob_len);
   if (st != FL_OK) {
     free_unstarted(c, stage);
     return st;
@@ -720,8 +749,11 @@ fl_status fl_coll_create(const fl_coll_options *opt, fl_coll **out) {
                 opt->world_size);
     goto fail_fd;
   }
-  if (strcmp(be, "auto") && strcmp(be, "tcp") && strcmp(be, "shm") && strcmp(be, "nccl")) {
-    st = FL_ERR(FL_EINVAL, "collective: unknown backend '%s' (tcp, shm, nccl or auto)", be);
+  const coll_transport *named = strcmp(be, "auto") ? coll_transport_find(be) : NULL;
+  if (strcmp(be, "auto") && !named) {
+    char names[96];
+    transport_names(names, sizeof names);
+    st = FL_ERR(FL_EINVAL, "collective: unknown backend '%s' (%s)", be, names);
     goto fail_fd;
   }
   if (!(opt->timeout_s > 0) || opt->nrings < 1 || opt->nrings > 16 ||
@@ -756,7 +788,7 @@ fl_status fl_coll_create(const fl_coll_options *opt, fl_coll **out) {
   c->token_len = tl;
   atomic_init(&c->entered, 0);
   /* One rank needs no network, except to exercise NCCL on one GPU. */
-  if (c->world == 1 && strcmp(be, "nccl") != 0) {
+  if (c->world == 1 && !(named && (named->flags & COLL_T_EVEN_ALONE))) {
     c->local = 1;
     if (fd >= 0) close(fd);
     snprintf(c->be_name, sizeof(c->be_name), "local");

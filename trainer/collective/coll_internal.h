@@ -185,18 +185,46 @@ typedef struct coll_backend {
    * the caller's buffers.  Called on the loop thread. */
   void (*abort)(void *st);
   void (*destroy)(void *st);
+  /* Optional (NULL where a backend has none): sum over the group, the result
+   * copied out on group member root only. */
+  fl_status (*reduce)(void *st, void *buf, size_t count, fl_coll_dtype dt, int root);
 } coll_backend;
 
 extern const coll_backend fl_coll_tcp_backend;
 extern const coll_backend fl_coll_shm_backend;
+/* Composes shm (inside a node) and tcp (between node leaders) through
+ * their coll_backend ops only. */
 extern const coll_backend fl_coll_hier_backend;
-/* shm: sum over the group, result copied out on group member root only. */
-fl_status coll_shm_reduce(void *st, void *buf, size_t count, fl_coll_dtype dt, int root);
 #ifdef FL_HAVE_NCCL
 extern const coll_backend fl_coll_nccl_backend;
 /* Rank 0, before the rendezvous: make the NCCL unique id into blob. */
 fl_status fl_coll_nccl_make_id(uint8_t *blob, size_t cap, size_t *len);
 #endif
+
+/* The transports a job can name (cluster.collective backend), in the order
+ * selection walks them (coll.c's transports[], as NCCL's ncclTransports[]):
+ * a name picks its row; "auto" takes the first row marked COLL_T_AUTO whose
+ * conditions hold.  The hierarchical backend is not a row: with
+ * use_hierarchical_allreduce, a row without COLL_T_OWN_HIERARCHY is
+ * replaced by it. */
+enum {
+  COLL_T_AUTO = 1u << 0,           /* "auto" may choose it */
+  COLL_T_ONE_HOST = 1u << 1,       /* every rank on one host */
+  COLL_T_OWN_HIERARCHY = 1u << 2,  /* builds its own; hierarchical ignored */
+  COLL_T_EVEN_ALONE = 1u << 3,     /* runs even with one rank (no local shortcut) */
+  COLL_T_NOT_HIER_ALONE = 1u << 4, /* cannot stand for the hierarchy's inter-node part */
+};
+typedef struct coll_transport {
+  const char *name;
+  const coll_backend *be; /* NULL: not in this build (`missing` says why) */
+  const char *missing;
+  unsigned flags;
+  /* Rank 0, before the rendezvous: the blob the table carries to every
+   * rank (NCCL's unique id), or NULL. */
+  fl_status (*make_id)(uint8_t *blob, size_t cap, size_t *len);
+} coll_transport;
+/* The row named `name`, or NULL. */
+const coll_transport *coll_transport_find(const char *name);
 
 /* --------------------------------------------------------- communicator */
 

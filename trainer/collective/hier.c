@@ -100,7 +100,7 @@ static int local_index(hier_state *h, int node, int rank) {
 static fl_status hier_allreduce(void *vs, void *buf, size_t count, fl_coll_dtype dt) {
   hier_state *h = vs;
   if (count == 0) return FL_OK;
-  FL_TRY(coll_shm_reduce(h->shm, buf, count, dt, 0));
+  FL_TRY(fl_coll_shm_backend.reduce(h->shm, buf, count, dt, 0));
   if (h->is_leader && h->tcp) FL_TRY(fl_coll_tcp_backend.allreduce(h->tcp, buf, count, dt));
   return fl_coll_shm_backend.broadcast(h->shm, buf, count * fl_coll_dtype_size(dt), 0);
 }
@@ -172,4 +172,4 @@ static void hier_destroy(void *vs) {
 
 const coll_backend fl_coll_hier_backend = {
     "hier(shm+tcp)", hier_init,  hier_allreduce, hier_broadcast, hier_allgather,
-    hier_barrier,    hier_abort, hier_destroy};
+    hier_barrier,    hier_abort, hier_destroy, NULL};

@@ -335,7 +335,7 @@ static fl_status shm_allreduce(void *vs, void *buf, size_t count, fl_coll_dtype 
   return reduce(vs, buf, count, dt, -1);
 }
 
-fl_status coll_shm_reduce(void *vs, void *buf, size_t count, fl_coll_dtype dt, int root) {
+static fl_status shm_reduce(void *vs, void *buf, size_t count, fl_coll_dtype dt, int root) {
   return reduce(vs, buf, count, dt, root);
 }
 
@@ -402,4 +402,4 @@ static void shm_destroy(void *vs) {
 
 const coll_backend fl_coll_shm_backend = {
     "shm", shm_init, shm_allreduce, shm_broadcast, shm_allgather, shm_barrier, shm_abort,
-    shm_destroy};
+    shm_destroy, shm_reduce};

@@ -602,4 +602,4 @@ static void tcp_destroy(void *vs) {
 
 const coll_backend fl_coll_tcp_backend = {
     "tcp", tcp_init, tcp_allreduce, tcp_broadcast, tcp_allgather, tcp_barrier, tcp_abort,
-    tcp_destroy};
+    tcp_destroy, NULL};
