@@ -16,7 +16,9 @@
 #   5. recompute with recompute_configs.checkpoints naming ONNX values
 #      ends with the bits of the plain run, and holds fewer activation
 #      bytes; a name that is no value of the graph stops the trainer at
-#      start, naming it.
+#      start, naming it;
+#   6. the amp_configs lists reach the model: an op type on both lists is
+#      refused at start, a name of no op type is reported.
 # Each run is a few dozen steps of a tiny model: seconds in all.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
@@ -82,9 +84,13 @@ res="residual [2,6,6] 3" # (N, 2, 6, 6) -> 3: Conv, 6 x BatchNormalization, Add,
 }
 dist_run ps_mlp --mode ps --server_num 2 --nproc_per_node 2 && local_run local_mlp &&
   same ps_mlp local_mlp 1e-5
-dist_run geo_mlp --mode ps --server_num 2 --nproc_per_node 2 &&
-  { grep -q "done: 48 steps, 2 epochs" "$tmp/geo_mlp.out" && echo "ok: geo_mlp trained 48 steps" ||
-    fail "geo_mlp: did not train 48 steps"; }
+if dist_run geo_mlp --mode ps --server_num 2 --nproc_per_node 2; then
+  if grep -q "done: 48 steps, 2 epochs" "$tmp/geo_mlp.out"; then
+    echo "ok: geo_mlp trained 48 steps"
+  else
+    fail "geo_mlp: did not train 48 steps"
+  fi
+fi
 
 # 2. collective
 # shellcheck disable=SC2086
@@ -144,6 +150,30 @@ else
   grep -q "recompute checkpoint '/no/such/value' names no tensor of the graph" "$tmp/rc_bad.out" ||
     { cat "$tmp/rc_bad.out"; fail "rc_bad: no message naming the value"; }
   echo "ok: a checkpoint naming no value is refused at start"
+fi
+
+# 6. amp_configs lists reach the model (the GEMM precision they choose is
+#    a gpu matter, tested in test_graph): an op type on both lists stops
+#    the trainer at start naming both; a name of no op type is reported
+# shellcheck disable=SC2086
+{
+  job amp_both $mlp 32 local "amp: true, amp_configs: {custom_white_list: [Gemm], custom_black_list: [mul]}"
+  job amp_unknown $mlp 32 local "amp: true, amp_configs: {custom_white_list: [matmul_v2, fused_gemm_epilogue]}"
+}
+if timeout 60 "$T" --config "$tmp/amp_both.yaml" > "$tmp/amp_both.out" 2>&1; then
+  fail "amp_both: an op type on both AMP lists was accepted"
+elif grep -q "'Gemm' (custom_white_list) and 'mul' (custom_black_list) name the same op type" "$tmp/amp_both.out"; then
+  echo "ok: an op type on both AMP lists is refused at start"
+else
+  cat "$tmp/amp_both.out"
+  fail "amp_both: no message naming both lists"
+fi
+if local_run amp_unknown; then
+  if grep -q "custom_white_list: 'fused_gemm_epilogue' is no op type Flotilla knows" "$tmp/amp_unknown.out"; then
+    echo "ok: an AMP list name of no op type is reported"
+  else
+    fail "amp_unknown: no warning naming fused_gemm_epilogue"
+  fi
 fi
 
 [ $fails -eq 0 ] || exit 1
