@@ -331,7 +331,12 @@ fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void *
   }
   if ((st = check_amp_lists(g, opt)) != FL_OK) goto fail;
   set_math(m, opt);
-  if ((st = fl_gbind(m, 1)) != FL_OK || (st = fl_gbind(m, opt->max_batch)) != FL_OK) goto fail;
+  if ((st = fl_gbind(m, 1)) != FL_OK || (st = fl_gbind(m, opt->max_batch)) != FL_OK) {
+    /* the ops' own bind-time messages name the node and op, not the file */
+    FL_LOGE("graph %s: not compiled: shapes, attributes or types of a node are not supported "
+            "(the line above names it)", g->name);
+    goto fail;
+  }
   if (opt->device >= 0 && (st = fl_gdev_attach(m, opt->device)) != FL_OK) goto fail;
   m->act_bytes = (m->plan_floats + m->ws_floats) * sizeof(float);
   *handle = m;
