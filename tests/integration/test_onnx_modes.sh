@@ -17,7 +17,9 @@
 #      ends with the bits of the plain run, and holds fewer activation
 #      bytes; a name that is no value of the graph stops the trainer at
 #      start, naming it;
-#   6. the amp_configs lists reach the model: an op type on both lists is
+#   6. --resume from step 30 of 48 ends with the bits of the uninterrupted
+#      run (batch-norm statistics included);
+#   7. the amp_configs lists reach the model: an op type on both lists is
 #      refused at start, a name of no op type is reported.
 # Each run is a few dozen steps of a tiny model: seconds in all.
 set -u
@@ -152,7 +154,20 @@ else
   echo "ok: a checkpoint naming no value is refused at start"
 fi
 
-# 6. amp_configs lists reach the model (the GEMM precision they choose is
+# 6. --resume: stopped at step 30 (mid-epoch) and resumed, the residual
+#    model (batch-norm statistics in the checkpoint) ends with the bits of
+#    the uninterrupted run
+# shellcheck disable=SC2086
+job resume_res $res 32 local ""
+if timeout 60 "$T" --config "$tmp/resume_res.yaml" --max-steps 30 > "$tmp/resume_res.1.out" 2>&1 &&
+   timeout 60 "$T" --config "$tmp/resume_res.yaml" --resume > "$tmp/resume_res.out" 2>&1; then
+  same resume_res local_res 0
+else
+  tail -20 "$tmp/resume_res.1.out" "$tmp/resume_res.out"
+  fail "resume_res: a run stopped at step 30 or its --resume failed"
+fi
+
+# 7. amp_configs lists reach the model (the GEMM precision they choose is
 #    a gpu matter, tested in test_graph): an op type on both lists stops
 #    the trainer at start naming both; a name of no op type is reported
 # shellcheck disable=SC2086
@@ -177,4 +192,4 @@ if local_run amp_unknown; then
 fi
 
 [ $fails -eq 0 ] || exit 1
-echo "PASS: ONNX models in ps, collective, sync_batch_norm and recompute"
+echo "PASS: ONNX models in ps, collective, sync_batch_norm, recompute, resume and AMP lists"
