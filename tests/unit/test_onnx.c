@@ -496,6 +496,16 @@ START_TEST(test_refused_at_compile) {
   EXPECT_COMPILE(&t, "node dyn_reshape (Reshape): input 1 (shape, shp) must be computable when "
                  "shapes are bound (a constant or a shape expression), not data-dependent");
   tm_free(&t);
+  /* dims whose product overflows, computed at bind: Expand(x, [2^62, 2^62, 1, 1]) */
+  tm_mlp(&t);
+  static const int64_t huge[4] = {(int64_t)1 << 62, (int64_t)1 << 62, 1, 1};
+  t.inits[t.g.n_initializer++] = tm_tensor(&t, "huge", 7, 1, (const int64_t[]){4}, huge, 32);
+  tm_node(&t, "Expand", "blow_up", "x,huge", "e");
+  tm_node(&t, "ReduceSum", "total", "e", "s");
+  tm_node(&t, "Add", "plus", "hr,s", "hr2");
+  t.nodes[2]->input[0] = tm_str(&t, "hr2");
+  EXPECT_COMPILE(&t, "node blow_up (Expand): output e of over 2^40 elements is too large");
+  tm_free(&t);
   /* an attribute no op takes is refused at import already */
   tm_mlp(&t);
   tm_attr_i(&t, t.nodes[1], "weird", 3);
