@@ -445,7 +445,8 @@ static fl_status create_logged(fl_graph *g, const fl_graph_options *o, void **h,
 
 /* AMP (amp_configs lists): which op types get the 16-bit GEMM on a gpu
  * graph.  The white list, given, replaces the default (Gemm, MatMul,
- * Conv); the black list wins; names are ONNX's, Paddle's or "linear";
+ * Conv); the black list wins; names are ONNX's, Paddle's or "linear"
+ * (Paddle's matmul_v2 / matmul / mul mean a linear layer: Gemm and MatMul);
  * only Gemm and Conv have a 16-bit GEMM.  On any device, create refuses an
  * op type on both lists and warns about a name of no op. */
 START_TEST(amp_lists) {
@@ -461,7 +462,10 @@ START_TEST(amp_lists) {
   o.n_amp_white = 1;
   ck_assert_int_eq(fl_graph_amp_math("Conv", &o), FL_MATH_FP16);
   ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP32);
-  o.amp_white = (const char *const[]){"matmul_v2", "mul"}; /* Paddle: mul is a Gemm */
+  o.amp_white = (const char *const[]){"matmul_v2"}; /* Paddle's linear layer: Gemm, MatMul */
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP16);
+  ck_assert_int_eq(fl_graph_amp_math("Conv", &o), FL_MATH_FP32);
+  o.amp_white = (const char *const[]){"matmul_v2", "mul"};
   o.n_amp_white = 2;
   ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP16);
   ck_assert_int_eq(fl_graph_amp_math("Conv", &o), FL_MATH_FP32);
@@ -473,6 +477,10 @@ START_TEST(amp_lists) {
   o.n_amp_black = 1;
   ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP32);
   ck_assert_int_eq(fl_graph_amp_math("Conv", &o), FL_MATH_FP16);
+  o.amp_black = (const char *const[]){"matmul_v2"}; /* keeps linear layers fp32, as before */
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP32);
+  o.amp_black = (const char *const[]){"MatMul"}; /* an ONNX name is just that op type */
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP16);
   o.n_amp_white = 0;
   o.amp_black = (const char *const[]){"Conv"};
   ck_assert_int_eq(fl_graph_amp_math("conv2d", &o), FL_MATH_FP32);
@@ -491,7 +499,7 @@ START_TEST(amp_lists) {
   ck_assert_int_eq(create_logged(build(FL_GLOSS_MSE, 0, 1), &c, &h, log, sizeof log), FL_EINVAL);
   ck_assert_ptr_null(h);
   ck_assert_msg(strstr(log, "graph t: amp_configs: 'matmul_v2' (custom_white_list) and 'linear' "
-                            "(custom_black_list) name the same op type"), "log: %s", log);
+                            "(custom_black_list) name the same op type (Gemm)"), "log: %s", log);
   /* a name of no op: a warning, and the model is made */
   c.amp_white = (const char *const[]){"Gemm", "no_such_op"};
   c.amp_black = (const char *const[]){"softmax"};

@@ -124,8 +124,8 @@ typedef struct fl_graph_options {
   int recompute;
   const char *const *checkpoints;
   size_t n_checkpoints;
-  /* AMP on gpu: op types (ONNX or Paddle names, or "linear" for Gemm and
-   * MatMul) computed in amp_math (white: when given, it replaces the
+  /* AMP on gpu: op types (ONNX or Paddle names; Paddle's matmul_v2,
+   * matmul, mul and "linear" mean both Gemm and MatMul) computed in amp_math (white: when given, it replaces the
    * default MatMul/Gemm/Conv) or kept in fp32 (black, which wins).  Only
    * Gemm and Conv have 16-bit GEMMs.  Create refuses an op type on both
    * lists and warns about names of no op type (fl_graph_amp_math). */

@@ -162,19 +162,43 @@ done:
 }
 
 /* AMP on a gpu graph: the GEMM precision of each node.  The lists name op
- * types in ONNX's spelling ("MatMul"), Paddle's ("matmul_v2", "conv2d";
- * fl_gop_find_paddle) or "linear" (a linear layer: Gemm and MatMul).  The
- * white list, when given, is the set of op types computed in amp_math (it
- * replaces the default MatMul, Gemm, Conv); the black list keeps op types
- * in fp32 whatever the white list says.  Only Gemm and Conv have a 16-bit
- * GEMM on the gpu (their CUDA twins take n->math); the CPU computes
- * everything in fp32. */
+ * types in ONNX's spelling ("MatMul", "Gemm", "Conv"), Paddle's
+ * ("conv2d"; fl_gop_find_paddle) or "linear".  Paddle's names of a linear
+ * layer's GEMM (matmul_v2, matmul, mul) and "linear" stand for both ONNX
+ * GEMM ops, Gemm and MatMul: a Paddle model has no Gemm, and PyTorch's
+ * Linear exports as either.  The white list, when given, is the set of op
+ * types computed in amp_math (it replaces the default MatMul, Gemm, Conv);
+ * the black list keeps op types in fp32 whatever the white list says.
+ * Only Gemm and Conv have a 16-bit GEMM on the gpu (their CUDA twins take
+ * n->math); the CPU computes everything in fp32. */
 static const char *const amp_default_white[] = {"MatMul", "Gemm", "Conv"};
 
+static int amp_linear_name(const char *name) {
+  static const char *const names[] = {"linear", "matmul_v2", "matmul", "mul"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(name, names[i])) return 1;
+  return 0;
+}
+
+/* The op types name stands for (0, 1 or 2 of them) into out. */
+static int amp_targets(const char *name, const fl_gop *out[2]) {
+  if (!name) return 0;
+  if (amp_linear_name(name)) {
+    out[0] = fl_gop_find("Gemm");
+    out[1] = fl_gop_find("MatMul");
+    return 2;
+  }
+  out[0] = fl_gop_find(name);
+  if (!out[0]) out[0] = fl_gop_find_paddle(name);
+  return out[0] != NULL;
+}
+
 static int amp_names(const fl_gop *op, const char *name) {
-  if (!op || !name) return 0;
-  if (!strcmp(name, "linear")) return !strcmp(op->type, "Gemm") || !strcmp(op->type, "MatMul");
-  return fl_gop_find(name) == op || fl_gop_find_paddle(name) == op;
+  const fl_gop *t[2];
+  const int n = amp_targets(name, t);
+  for (int i = 0; op && i < n; i++)
+    if (t[i] == op) return 1;
+  return 0;
 }
 
 static int listed(const fl_gop *op, const char *const *names, size_t n) {
@@ -211,24 +235,25 @@ static fl_status check_amp_lists(const fl_graph *g, const fl_graph_options *opt)
     const char *what = l ? "custom_black_list" : "custom_white_list";
     for (size_t i = 0; names && i < n; i++) {
       const char *nm = names[i] ? names[i] : "";
-      const fl_gop *op = fl_gop_find(nm);
-      if (!op) op = fl_gop_find_paddle(nm);
-      if (!op && strcmp(nm, "linear") != 0) {
+      const fl_gop *t[2];
+      const int nt = amp_targets(nm, t);
+      if (nt == 0) {
         FL_LOGW("graph %s: amp_configs.%s: '%s' is no op type Flotilla knows (ONNX or Paddle "
                 "name); it has no effect", g->name, what, nm);
         continue;
       }
       for (size_t k = 0; !l && opt->amp_black && k < opt->n_amp_black; k++) {
         const char *b = opt->amp_black[k] ? opt->amp_black[k] : "";
-        const int both = op ? amp_names(op, b)
-                            : amp_names(fl_gop_find("Gemm"), b) || amp_names(fl_gop_find("MatMul"), b);
-        if (both)
-          return FL_ERR(FL_EINVAL, "graph %s: amp_configs: '%s' (custom_white_list) and '%s' "
-                        "(custom_black_list) name the same op type", g->name, nm, b);
+        for (int j = 0; j < nt; j++)
+          if (amp_names(t[j], b))
+            return FL_ERR(FL_EINVAL, "graph %s: amp_configs: '%s' (custom_white_list) and '%s' "
+                          "(custom_black_list) name the same op type (%s)", g->name, nm, b,
+                          t[j]->type);
       }
-      if (!l && opt->device >= 0 && opt->amp_math != FL_MATH_FP32 && op && !amp_has_16bit(op))
-        FL_LOGW("graph %s: amp_configs.custom_white_list: %s has no 16-bit kernel (only Gemm and "
-                "Conv do); it computes in fp32", g->name, op->type);
+      for (int j = 0; !l && opt->device >= 0 && opt->amp_math != FL_MATH_FP32 && j < nt; j++)
+        if (!amp_has_16bit(t[j]) && !(nt == 2 && !strcmp(t[j]->type, "MatMul")))
+          FL_LOGW("graph %s: amp_configs.custom_white_list: %s has no 16-bit kernel (only Gemm "
+                  "and Conv do); it computes in fp32", g->name, t[j]->type);
     }
   }
   return FL_OK;
