@@ -394,6 +394,12 @@ START_TEST(test_unsupported) {
   t.nodes[1]->domain = tm_str(&t, "com.microsoft");
   EXPECT(&t, NULL, FL_ENOTSUP, "node 'relu0' (Relu): domain 'com.microsoft' is not supported");
   tm_free(&t);
+  for (int64_t v = 13; v <= 17; v++) { /* every supported opset imports */
+    tm_mlp(&t);
+    t.opset.version = v;
+    EXPECT(&t, NULL, FL_OK, "");
+    tm_free(&t);
+  }
   for (int64_t v = 11; v <= 18; v += 7) {
     tm_mlp(&t);
     t.opset.version = v;
