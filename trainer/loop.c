@@ -229,8 +229,9 @@ void fl_trainer_model_spec(const fl_job *job, int device, const char *ck[FL_TRAI
   if (job->strategy.amp) {
     const fl_strategy *st = &job->strategy;
     const char **white = ck + FL_JOB_MAX_LIST, **black = ck + 2 * FL_JOB_MAX_LIST;
-    s.n_amp_white = st->amp_configs.n_white < FL_JOB_MAX_LIST ? st->amp_configs.n_white : FL_JOB_MAX_LIST;
-    s.n_amp_black = st->amp_configs.n_black < FL_JOB_MAX_LIST ? st->amp_configs.n_black : FL_JOB_MAX_LIST;
+    const size_t nw = st->amp_configs.n_white, nb = st->amp_configs.n_black;
+    s.n_amp_white = nw < FL_JOB_MAX_LIST ? nw : FL_JOB_MAX_LIST;
+    s.n_amp_black = nb < FL_JOB_MAX_LIST ? nb : FL_JOB_MAX_LIST;
     for (size_t i = 0; i < s.n_amp_white; i++) white[i] = st->amp_configs.custom_white_list[i];
     for (size_t i = 0; i < s.n_amp_black; i++) black[i] = st->amp_configs.custom_black_list[i];
     s.amp_white = white;

@@ -125,10 +125,11 @@ typedef struct fl_graph_options {
   const char *const *checkpoints;
   size_t n_checkpoints;
   /* AMP on gpu: op types (ONNX or Paddle names; Paddle's matmul_v2,
-   * matmul, mul and "linear" mean both Gemm and MatMul) computed in amp_math (white: when given, it replaces the
-   * default MatMul/Gemm/Conv) or kept in fp32 (black, which wins).  Only
-   * Gemm and Conv have 16-bit GEMMs.  Create refuses an op type on both
-   * lists and warns about names of no op type (fl_graph_amp_math). */
+   * matmul, mul and "linear" mean both Gemm and MatMul) computed in
+   * amp_math (white: when given, it replaces the default MatMul/Gemm/Conv)
+   * or kept in fp32 (black, which wins).  Only Gemm and Conv have 16-bit
+   * GEMMs.  Create refuses an op type on both lists and warns about names
+   * of no op type (fl_graph_amp_math). */
   fl_math amp_math;
   const char *const *amp_white;
   size_t n_amp_white;
