@@ -83,6 +83,16 @@ typedef struct fl_model_spec {
    * 0 = the model's own choice (see below). */
   const char *const *checkpoints;
   size_t n_checkpoints;
+  /* AMP on the gpu (graph models; the job's amp_configs lists, read at
+   * create only): op types in ONNX's or Paddle's names (matmul_v2,
+   * matmul, mul and "linear": a linear layer, Gemm and MatMul).  White,
+   * when given: the op types whose GEMMs take the 16-bit linear_math /
+   * conv_math (default: Gemm, MatMul, Conv); black: kept in fp32 (it
+   * wins).  At most 16 names each; an op type on both lists is refused. */
+  const char *const *amp_white;
+  size_t n_amp_white;
+  const char *const *amp_black;
+  size_t n_amp_black;
 } fl_model_spec;
 
 typedef struct fl_model fl_model;

@@ -135,11 +135,12 @@ typedef struct fl_trainer_report {
 fl_status fl_trainer_run(const fl_trainer_options *opts, fl_sync *sync, fl_trainer_report *rep);
 
 /* The fl_model_spec fl_trainer_run builds for job: the model section,
- * strategy.recompute and its checkpoints, and with train.device gpu the
- * CUDA ordinal device and the AMP GEMM precision.  ck is caller storage
- * the spec's checkpoint list points into (entries point into job), so ck
- * and job must outlive *out. */
-void fl_trainer_model_spec(const fl_job *job, int device, const char *ck[FL_JOB_MAX_LIST],
+ * strategy.recompute and its checkpoints, the amp_configs op lists (with
+ * strategy.amp), and with train.device gpu the CUDA ordinal device and the
+ * AMP GEMM precision.  names is caller storage the spec's name lists point
+ * into (entries point into job), so names and job must outlive *out. */
+#define FL_TRAINER_SPEC_NAMES (3 * FL_JOB_MAX_LIST)
+void fl_trainer_model_spec(const fl_job *job, int device, const char *names[FL_TRAINER_SPEC_NAMES],
                            fl_model_spec *out);
 
 /* ONNX export (trainer/export.c).  Write model m, built from job, as ONNX

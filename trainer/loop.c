@@ -21,6 +21,7 @@
 
 #include "fl_ckpt.h"
 #include "fl_data.h"
+#include "fl_graph.h"
 #include "fl_log.h"
 #include "fl_model.h"
 #include "fl_optim.h"
@@ -182,35 +183,21 @@ static fl_status check_labels(const trainer *t) {
 
 /* ----------------------------------------------------------------- model */
 
-/* Is op type `what` ("linear" or "conv2d") in amp_configs.custom_black_list
- * (Paddle's op names: linear layers are matmul / matmul_v2 / mul there)? */
-static int amp_black_listed(const fl_job *job, const char *what) {
-  static const char *const linear_names[] = {"linear", "matmul", "matmul_v2", "mul", NULL};
-  static const char *const conv_names[] = {"conv2d", NULL};
-  const char *const *names = strcmp(what, "linear") == 0 ? linear_names : conv_names;
-  for (size_t i = 0; i < job->strategy.amp_configs.n_black; i++)
-    for (size_t k = 0; names[k]; k++)
-      if (strcmp(job->strategy.amp_configs.custom_black_list[i], names[k]) == 0) return 1;
-  return 0;
-}
-
-/* train.device gpu: the model's device fields.  AMP runs the linear and
- * conv GEMMs in amp_configs.dtype (fp32 master weights are the host
- * parameters; the loss scaler below is the CPU's), except for an op type
- * on custom_black_list. */
+/* train.device gpu: the model's device fields.  AMP runs GEMMs in
+ * amp_configs.dtype (fp32 master weights are the host parameters; the loss
+ * scaler below is the CPU's) for the op types of the white list, except
+ * those of the black list (fl_model_spec.amp_white / amp_black, set from
+ * the job whatever the device, so that the names are checked everywhere). */
 static void device_spec(const fl_job *job, int device, fl_model_spec *s) {
   if (job->train.device != FL_DEVICE_GPU) return;
   snprintf(s->device, sizeof s->device, "gpu");
   s->device_id = device;
-  if (job->strategy.amp) {
-    const fl_math m16 =
+  if (job->strategy.amp)
+    s->linear_math = s->conv_math =
         job->strategy.amp_configs.dtype == FL_AMP_BFLOAT16 ? FL_MATH_BF16 : FL_MATH_FP16;
-    s->linear_math = amp_black_listed(job, "linear") ? FL_MATH_FP32 : m16;
-    s->conv_math = amp_black_listed(job, "conv2d") ? FL_MATH_FP32 : m16;
-  }
 }
 
-void fl_trainer_model_spec(const fl_job *job, int device, const char *ck[FL_JOB_MAX_LIST],
+void fl_trainer_model_spec(const fl_job *job, int device, const char *ck[FL_TRAINER_SPEC_NAMES],
                            fl_model_spec *out) {
   const fl_job_model *jm = &job->model;
   fl_model_spec s;
@@ -238,6 +225,18 @@ void fl_trainer_model_spec(const fl_job *job, int device, const char *ck[FL_JOB_
     ck[i] = job->strategy.recompute_configs.checkpoints[i];
   s.checkpoints = ck;
   s.n_checkpoints = nck < FL_JOB_MAX_LIST ? nck : FL_JOB_MAX_LIST;
+  /* amp_configs lists: op types (ONNX or Paddle names) */
+  if (job->strategy.amp) {
+    const fl_strategy *st = &job->strategy;
+    const char **white = ck + FL_JOB_MAX_LIST, **black = ck + 2 * FL_JOB_MAX_LIST;
+    const size_t nw = st->amp_configs.n_white, nb = st->amp_configs.n_black;
+    s.n_amp_white = nw < FL_JOB_MAX_LIST ? nw : FL_JOB_MAX_LIST;
+    s.n_amp_black = nb < FL_JOB_MAX_LIST ? nb : FL_JOB_MAX_LIST;
+    for (size_t i = 0; i < s.n_amp_white; i++) white[i] = st->amp_configs.custom_white_list[i];
+    for (size_t i = 0; i < s.n_amp_black; i++) black[i] = st->amp_configs.custom_black_list[i];
+    s.amp_white = white;
+    s.amp_black = black;
+  }
   snprintf(s.plugin_path, sizeof s.plugin_path, "%s", jm->plugin_path);
   snprintf(s.plugin_args, sizeof s.plugin_args, "%s", jm->plugin_args);
   snprintf(s.path, sizeof s.path, "%s", jm->path);
@@ -249,14 +248,17 @@ void fl_trainer_model_spec(const fl_job *job, int device, const char *ck[FL_JOB_
 
 static fl_status build_model(trainer *t, size_t max_batch) {
   const fl_job_model *jm = &t->job->model;
-  const char *ck[FL_JOB_MAX_LIST];
+  const char *ck[FL_TRAINER_SPEC_NAMES];
   fl_model_spec s;
   fl_trainer_model_spec(t->job, t->device, ck, &s);
   FL_TRY(fl_model_create(&s, max_batch, t->job->train.seed, &t->model));
   if (t->job->train.device == FL_DEVICE_GPU) {
     static const char *const math_names[] = {"fp32", "fp16", "bf16"};
-    FL_LOGI("device: CUDA GPU %d; GEMMs: linear %s, conv2d %s", t->device,
-            math_names[s.linear_math], math_names[s.conv_math]);
+    const fl_graph_options o = {.amp_math = s.linear_math, .amp_white = s.amp_white,
+                                .n_amp_white = s.n_amp_white, .amp_black = s.amp_black,
+                                .n_amp_black = s.n_amp_black};
+    FL_LOGI("device: CUDA GPU %d; GEMMs: Gemm %s, Conv %s", t->device,
+            math_names[fl_graph_amp_math("Gemm", &o)], math_names[fl_graph_amp_math("Conv", &o)]);
   }
   if (fl_model_input_size(t->model) != t->train.dim)
     return FL_ERR(FL_EINVAL, "%s: model %s takes %zu inputs per sample, the data has %zu",

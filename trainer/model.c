@@ -111,6 +111,11 @@ static fl_status resolve_spec(const fl_model_spec *spec, fl_model_spec *r) {
   r->loss[sizeof r->loss - 1] = '\0';
   if (r->n_checkpoints > 0 && !r->checkpoints)
     return FL_ERR(FL_EINVAL, "model: %zu recompute checkpoints but no names", r->n_checkpoints);
+  if ((r->n_amp_white > 0 && !r->amp_white) || (r->n_amp_black > 0 && !r->amp_black))
+    return FL_ERR(FL_EINVAL, "model: an AMP op list with entries but no names");
+  if (r->n_amp_white > FL_MODEL_MAX_AMP_LIST || r->n_amp_black > FL_MODEL_MAX_AMP_LIST)
+    return FL_ERR(FL_EINVAL, "model: AMP op lists of %zu and %zu names (at most %d each)",
+                  r->n_amp_white, r->n_amp_black, FL_MODEL_MAX_AMP_LIST);
   if (!r->kind[0]) strcpy(r->kind, "mlp");
   if (!r->in_channels) r->in_channels = 1;
   if (!r->in_height) r->in_height = 28;
@@ -225,17 +230,20 @@ static fl_status create_graph(fl_model *m, uint64_t seed) {
     opt.checkpoints = s->checkpoints;
     opt.n_checkpoints = s->n_checkpoints;
   }
-  /* AMP: the 16-bit precision for GEMMs, except the layer kinds the job
-   * black-listed (spec: linear_math / conv_math left fp32) */
-  static const char *const linear_ops[] = {"Gemm", "MatMul"}, *const conv_ops[] = {"Conv"};
-  const char *black[3];
+  /* AMP: the 16-bit precision for GEMMs, for the op types of the job's
+   * white list (default Gemm, MatMul, Conv) except those of its black list
+   * and the layer kinds the spec leaves fp32 (linear_math / conv_math) */
+  const char *black[FL_MODEL_MAX_AMP_LIST + 3];
   size_t nb = 0;
   opt.amp_math = s->linear_math != FL_MATH_FP32 ? s->linear_math : s->conv_math;
   if (opt.amp_math != FL_MATH_FP32 && s->linear_math == FL_MATH_FP32)
-    black[nb++] = linear_ops[0], black[nb++] = linear_ops[1];
-  if (opt.amp_math != FL_MATH_FP32 && s->conv_math == FL_MATH_FP32) black[nb++] = conv_ops[0];
+    black[nb++] = "Gemm", black[nb++] = "MatMul";
+  if (opt.amp_math != FL_MATH_FP32 && s->conv_math == FL_MATH_FP32) black[nb++] = "Conv";
+  for (size_t i = 0; i < s->n_amp_black; i++) black[nb++] = s->amp_black[i];
   opt.amp_black = black;
   opt.n_amp_black = nb;
+  opt.amp_white = s->amp_white;
+  opt.n_amp_white = s->n_amp_white;
   opt.device = strcmp(s->device, "gpu") == 0 ? s->device_id : -1;
   FL_TRY(fl_graph_model_create(g, &opt, &m->handle));
   m->ops = &fl_graph_model_ops;

@@ -20,6 +20,8 @@
 
 /* Checkpoints a preset names: at most one per linear layer. */
 #define FL_MODEL_MAX_CKPT (FL_MODEL_MAX_HIDDEN + 2)
+/* Names in each of fl_model_spec.amp_white / amp_black. */
+#define FL_MODEL_MAX_AMP_LIST 16
 
 /* The graph of a built-in kind (logreg, mlp, cnn) for a resolved spec,
  * parameters initialised from seed (graph/graph_presets.c).  ckpt[0..*n_ckpt)

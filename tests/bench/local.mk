@@ -20,6 +20,10 @@ tests_bench_bench_optim_LDADD = $(FL_LIBS)
 EXTRA_DIST += tests/bench/bench_train.sh tests/bench/torch_mlp.py \
 	deploy/examples/mlp_fmnist.yaml deploy/examples/cnn_fmnist.yaml
 
+# The graph engine's MLP training speed beside the deleted sequential
+# engine (a build of 8c73758), alternating runs: bench_engine_vs_seq.sh.
+EXTRA_DIST += tests/bench/bench_engine_vs_seq.sh
+
 # PServer mode: push+pull of a 64 MB model with 2 pservers x 2 trainers,
 # beside raw loopback TCP and a bare gRPC echo of the same bytes; sparse
 # pull rows/s (64-float rows, batches of 4096 ids).

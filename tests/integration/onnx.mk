@@ -5,3 +5,11 @@
 dist_check_SCRIPTS += tests/integration/test_onnx_export.sh
 EXTRA_DIST += tests/integration/onnx_presets_torch.py
 TESTS += tests/integration/test_onnx_export.sh
+
+# An imported model in every mode: PS sync (and geo) and collective against
+# one local trainer of the global batch, sync_batch_norm on every
+# BatchNormalization, PS with batch-norm buffers and the export, recompute
+# segments bounded by ONNX value names (bitwise), --resume (bitwise), the
+# AMP lists.  Seconds.
+dist_check_SCRIPTS += tests/integration/test_onnx_modes.sh
+TESTS += tests/integration/test_onnx_modes.sh

@@ -48,8 +48,9 @@ for m in ${EXAMPLES_ONNX-resnet vit}; do
   timeout 120 "$py" "$ex/eval_onnx.py" "$m" "$tmp/${m}_trained.onnx" "$tmp/data" --limit 1000 \
     > "$tmp/$m.eval" 2>&1 || { cat "$tmp/$m.eval"; fail "$m: eval_onnx.py refused the export"; continue; }
   theirs=$(sed -n 's/^test acc1: \([0-9.]*\).*/\1/p' "$tmp/$m.eval")
-  # the same weights on the same 1000 samples: at most an argmax tie apart
-  if awk -v a="$ours" -v b="$theirs" 'BEGIN { d = a - b; exit !(d <= 0.002 && d >= -0.002) }'; then
+  # the same weights on the same 1000 samples: at most one argmax tie apart
+  # (the issue's +-0.001: one sample of 1000; 0.0015 for the float compare)
+  if awk -v a="$ours" -v b="$theirs" 'BEGIN { d = a - b; exit !(d < 0.0015 && d > -0.0015) }'; then
     echo "ok: $m (flotilla acc1 $ours, PyTorch on the export $theirs)"
   else
     fail "$m: flotilla logged acc1 $ours, PyTorch on the exported model $theirs"

@@ -5,7 +5,7 @@
  * and finality, recompute with named checkpoints bitwise equal to the
  * plain run with less memory, buffer reuse, re-binding to other batch
  * sizes, the input gradient of the forward/backward calls, dropout masks
- * that follow the step, and refusals (a gpu graph with an op without
+ * that follow the step, the AMP white and black lists, and refusals (a gpu graph with an op without
  * CUDA twins names it)
  * (unknown op, attribute, arity, duplicate names, unknown checkpoint, gpu
  * without CUDA). */
@@ -423,6 +423,95 @@ START_TEST(gpu_refuses_op_without_twin) {
 }
 END_TEST
 
+/* Run create on g with opt, its log (warnings and errors) in log. */
+static fl_status create_logged(fl_graph *g, const fl_graph_options *o, void **h, char *log,
+                               size_t cap) {
+  char tmpl[] = "/tmp/fl_test_graph_XXXXXX";
+  const int fd = mkstemp(tmpl);
+  ck_assert_int_ge(fd, 0);
+  unlink(tmpl);
+  const int saved = dup(2);
+  dup2(fd, 2);
+  fl_log_set_level(FL_LOG_WARN);
+  const fl_status st = fl_graph_model_create(g, o, h);
+  fl_log_set_level(FL_LOG_OFF);
+  dup2(saved, 2);
+  close(saved);
+  const ssize_t got = pread(fd, log, cap - 1, 0);
+  log[got > 0 ? got : 0] = '\0';
+  close(fd);
+  return st;
+}
+
+/* AMP (amp_configs lists): which op types get the 16-bit GEMM on a gpu
+ * graph.  The white list, given, replaces the default (Gemm, MatMul,
+ * Conv); the black list wins; names are ONNX's, Paddle's or "linear"
+ * (Paddle's matmul_v2 / matmul / mul mean a linear layer: Gemm and MatMul);
+ * only Gemm and Conv have a 16-bit GEMM.  On any device, create refuses an
+ * op type on both lists and warns about a name of no op. */
+START_TEST(amp_lists) {
+  fl_graph_options o = {.amp_math = FL_MATH_FP16};
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP16); /* the default white list */
+  ck_assert_int_eq(fl_graph_amp_math("Conv", &o), FL_MATH_FP16);
+  ck_assert_int_eq(fl_graph_amp_math("conv2d", &o), FL_MATH_FP16);
+  ck_assert_int_eq(fl_graph_amp_math("MatMul", &o), FL_MATH_FP32); /* no 16-bit GEMM */
+  ck_assert_int_eq(fl_graph_amp_math("Relu", &o), FL_MATH_FP32);
+  ck_assert_int_eq(fl_graph_amp_math("NoSuchOp", &o), FL_MATH_FP32);
+  /* the white list has an effect: only what it names */
+  o.amp_white = (const char *const[]){"conv2d"};
+  o.n_amp_white = 1;
+  ck_assert_int_eq(fl_graph_amp_math("Conv", &o), FL_MATH_FP16);
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP32);
+  o.amp_white = (const char *const[]){"matmul_v2"}; /* Paddle's linear layer: Gemm, MatMul */
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP16);
+  ck_assert_int_eq(fl_graph_amp_math("Conv", &o), FL_MATH_FP32);
+  o.amp_white = (const char *const[]){"matmul_v2", "mul"};
+  o.n_amp_white = 2;
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP16);
+  ck_assert_int_eq(fl_graph_amp_math("Conv", &o), FL_MATH_FP32);
+  o.amp_white = (const char *const[]){"Gemm", "Conv"}; /* ONNX names */
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP16);
+  ck_assert_int_eq(fl_graph_amp_math("Conv", &o), FL_MATH_FP16);
+  /* the black list wins, in either spelling; "linear" is Gemm and MatMul */
+  o.amp_black = (const char *const[]){"linear"};
+  o.n_amp_black = 1;
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP32);
+  ck_assert_int_eq(fl_graph_amp_math("Conv", &o), FL_MATH_FP16);
+  o.amp_black = (const char *const[]){"matmul_v2"}; /* keeps linear layers fp32, as before */
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP32);
+  o.amp_black = (const char *const[]){"MatMul"}; /* an ONNX name is just that op type */
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP16);
+  o.n_amp_white = 0;
+  o.amp_black = (const char *const[]){"Conv"};
+  ck_assert_int_eq(fl_graph_amp_math("conv2d", &o), FL_MATH_FP32);
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP16);
+  o.amp_math = FL_MATH_BF16;
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_BF16);
+  o.amp_math = FL_MATH_FP32; /* no AMP */
+  ck_assert_int_eq(fl_graph_amp_math("Gemm", &o), FL_MATH_FP32);
+
+  /* create (on the CPU): an op type on both lists is refused, naming both */
+  char log[4096];
+  fl_graph_options c = {.max_batch = B, .device = -1, .amp_math = FL_MATH_FP32,
+                        .amp_white = (const char *const[]){"matmul_v2", "Gemm"}, .n_amp_white = 2,
+                        .amp_black = (const char *const[]){"linear"}, .n_amp_black = 1};
+  void *h = (void *)1;
+  ck_assert_int_eq(create_logged(build(FL_GLOSS_MSE, 0, 1), &c, &h, log, sizeof log), FL_EINVAL);
+  ck_assert_ptr_null(h);
+  ck_assert_msg(strstr(log, "graph t: amp_configs: 'matmul_v2' (custom_white_list) and 'linear' "
+                            "(custom_black_list) name the same op type (Gemm)"), "log: %s", log);
+  /* a name of no op: a warning, and the model is made */
+  c.amp_white = (const char *const[]){"Gemm", "no_such_op"};
+  c.amp_black = (const char *const[]){"softmax"};
+  ck_assert_int_eq(create_logged(build(FL_GLOSS_MSE, 0, 1), &c, &h, log, sizeof log), FL_OK);
+  ck_assert_ptr_nonnull(h);
+  ck_assert_msg(strstr(log, "amp_configs.custom_white_list: 'no_such_op' is no op type Flotilla "
+                            "knows (ONNX or Paddle name); it has no effect"), "log: %s", log);
+  ck_assert_msg(!strstr(log, "softmax"), "log: %s", log);
+  fl_graph_model_ops.destroy(h);
+}
+END_TEST
+
 /* What the builder and create refuse. */
 START_TEST(refusals) {
   fl_graph *g;
@@ -486,6 +575,7 @@ int main(void) {
   tcase_add_test(tc, input_gradient);
   tcase_add_test(tc, dropout_follows_the_step);
   tcase_add_test(tc, gpu_refuses_op_without_twin);
+  tcase_add_test(tc, amp_lists);
   tcase_add_test(tc, refusals);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);

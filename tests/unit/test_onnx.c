@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fl_graph.h"
 #include "fl_graph_inspect.h"
 #include "fl_log.h"
 #include "fl_onnx.h"
@@ -393,6 +394,12 @@ START_TEST(test_unsupported) {
   t.nodes[1]->domain = tm_str(&t, "com.microsoft");
   EXPECT(&t, NULL, FL_ENOTSUP, "node 'relu0' (Relu): domain 'com.microsoft' is not supported");
   tm_free(&t);
+  for (int64_t v = 13; v <= 17; v++) { /* every supported opset imports */
+    tm_mlp(&t);
+    t.opset.version = v;
+    EXPECT(&t, NULL, FL_OK, "");
+    tm_free(&t);
+  }
   for (int64_t v = 11; v <= 18; v += 7) {
     tm_mlp(&t);
     t.opset.version = v;
@@ -431,6 +438,85 @@ START_TEST(test_unsupported) {
   t.nodes[2]->input[2] = tm_str(&t, "k");
   EXPECT(&t, NULL, FL_ENOTSUP, "node 'names' (Constant): attribute 'value_strings' is not "
          "supported");
+  tm_free(&t);
+}
+END_TEST
+
+/* The model t describes imports, and compiling it fails with every
+ * fragment in the log: an attribute value, a dtype or a data-dependent
+ * shape that only binding finds, named by node, op type, what is
+ * supported, and the file. */
+static void expect_compile_refused(const tm *t, const char *const *frags) {
+  size_t len;
+  uint8_t *b = tm_pack(t, &len);
+  fl_graph *g = NULL;
+  capture_begin();
+  fl_status st = fl_onnx_load_mem(b, len, "model.onnx", NULL, FL_GLOSS_SOFTMAX_XENT, &g);
+  void *h = (void *)1;
+  fl_status cst = FL_OK;
+  if (st == FL_OK) {
+    fl_graph_options o = {.max_batch = 8, .seed = 1, .device = -1};
+    cst = fl_graph_model_create(g, &o, &h); /* takes g */
+  }
+  const char *log = capture_end();
+  free(b);
+  ck_assert_msg(st == FL_OK, "import failed (%d):\n%s", st, log);
+  ck_assert_msg(cst != FL_OK, "compiled; log:\n%s", log);
+  ck_assert_ptr_null(h);
+  for (int i = 0; frags[i]; i++)
+    ck_assert_msg(strstr(log, frags[i]), "log lacks \"%s\":\n%s", frags[i], log);
+  ck_assert_msg(strstr(log, "graph model.onnx: not compiled"), "log does not name the file:\n%s",
+                log);
+}
+#define EXPECT_COMPILE(t, ...) expect_compile_refused((t), (const char *const[]){__VA_ARGS__, NULL})
+
+START_TEST(test_refused_at_compile) {
+  static tm t;
+  /* a dtype: Cast to double */
+  tm_mlp(&t);
+  Onnx__NodeProto *n = tm_node(&t, "Cast", "to_double", "x", "xd");
+  tm_attr_i(&t, n, "to", 11);
+  t.nodes[0]->input[0] = tm_str(&t, "xd");
+  EXPECT_COMPILE(&t, "node to_double (Cast): cast to element type 11 is not supported (1 = float, "
+                 "7 = int64)");
+  tm_free(&t);
+  /* an attribute value: Gemm's transA must be 0 or 1 */
+  tm_mlp(&t);
+  tm_attr_i(&t, t.nodes[2], "transA", 2);
+  EXPECT_COMPILE(&t, "node fc1 (Gemm)", "transA");
+  tm_free(&t);
+  /* a shape that depends on the data: Reshape(hr, [-1, int(sum(x))]) */
+  tm_mlp(&t);
+  static const int64_t m1[1] = {-1}, zero[1] = {0};
+  t.inits[t.g.n_initializer++] = tm_tensor(&t, "m1", 7, 1, (const int64_t[]){1}, m1, 8);
+  t.inits[t.g.n_initializer++] = tm_tensor(&t, "ax0", 7, 1, (const int64_t[]){1}, zero, 8);
+  n = tm_node(&t, "ReduceSum", "total", "x", "s");
+  tm_attr_i(&t, n, "keepdims", 0);
+  n = tm_node(&t, "Cast", "to_int", "s", "si");
+  tm_attr_i(&t, n, "to", 7);
+  tm_node(&t, "Unsqueeze", "us", "si,ax0", "su");
+  n = tm_node(&t, "Concat", "cc", "m1,su", "shp");
+  tm_attr_i(&t, n, "axis", 0);
+  tm_node(&t, "Reshape", "dyn_reshape", "hr,shp", "hr2");
+  t.nodes[2]->input[0] = tm_str(&t, "hr2");
+  EXPECT_COMPILE(&t, "node dyn_reshape (Reshape): input 1 (shape, shp) must be computable when "
+                 "shapes are bound (a constant or a shape expression), not data-dependent");
+  tm_free(&t);
+  /* dims whose product overflows, computed at bind: Expand(x, [2^62, 2^62, 1, 1]) */
+  tm_mlp(&t);
+  static const int64_t huge[4] = {(int64_t)1 << 62, (int64_t)1 << 62, 1, 1};
+  t.inits[t.g.n_initializer++] = tm_tensor(&t, "huge", 7, 1, (const int64_t[]){4}, huge, 32);
+  tm_node(&t, "Expand", "blow_up", "x,huge", "e");
+  tm_node(&t, "ReduceSum", "total", "e", "s");
+  tm_node(&t, "Add", "plus", "hr,s", "hr2");
+  t.nodes[2]->input[0] = tm_str(&t, "hr2");
+  EXPECT_COMPILE(&t, "node blow_up (Expand): output e of over 2^40 elements is too large");
+  tm_free(&t);
+  /* an attribute no op takes is refused at import already */
+  tm_mlp(&t);
+  tm_attr_i(&t, t.nodes[1], "weird", 3);
+  EXPECT(&t, NULL, FL_EINVAL, "graph model.onnx: node relu0 (Relu): attribute weird is not "
+         "supported (it takes: none)");
   tm_free(&t);
 }
 END_TEST
@@ -585,6 +671,7 @@ int main(void) {
   tcase_add_test(tc, test_cycle_and_missing);
   tcase_add_test(tc, test_bad_tensors);
   tcase_add_test(tc, test_unsupported);
+  tcase_add_test(tc, test_refused_at_compile);
   tcase_add_test(tc, test_inputs_outputs);
   tcase_add_test(tc, test_deep_nesting);
   tcase_add_test(tc, test_garbage);

@@ -5,14 +5,18 @@
  * compared with what PyTorch computed for it: the eval-mode output (batch
  * norm on the file's running statistics), the loss, the gradient of every
  * trainable initializer, the batch-norm running statistics after the step,
- * and the train-mode output.  Each tensor must agree within 1e-5 of its
- * largest magnitude, plus 1e-7 for tensors that are zero up to rounding
+ * and the train-mode output (and that each reference file was compared).
+ * Recompute with segments bounded by ONNX value names gives the same bits
+ * on the residual and Transformer fixtures.  Each tensor must agree within
+ * 1e-5 of its largest magnitude, plus 1e-7 for tensors that are zero up to
+ * rounding
  * (a conv bias before batch norm has gradient 0: both sides hold float32
  * noise of ~1e-8 there).  No Python runs here: the .npy files are
  * committed. */
 #include <config.h>
 
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +76,26 @@ static void compare(const char *model, const char *what, const float *a, size_t 
   fl_npy_close(f);
 }
 
+/* The fixture's grad.* and buf.* reference files. */
+static void count_refs(const char *model, size_t *grads, size_t *bufs) {
+  char dir[512], g[160], b[160];
+  path_of(dir, sizeof dir, "", "");
+  char *slash = strrchr(dir, '/');
+  ck_assert_ptr_nonnull(slash);
+  *slash = '\0';
+  snprintf(g, sizeof g, "%s.grad.", model);
+  snprintf(b, sizeof b, "%s.buf.", model);
+  DIR *d = opendir(dir);
+  ck_assert_msg(d != NULL, "cannot list %s", dir);
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    const size_t len = strlen(e->d_name);
+    if (len < 4 || strcmp(e->d_name + len - 4, ".npy") != 0) continue;
+    *grads += strncmp(e->d_name, g, strlen(g)) == 0;
+    *bufs += strncmp(e->d_name, b, strlen(b)) == 0;
+  }
+  closedir(d);
+}
+
 START_TEST(test_fixture) {
   const char *name = k_fixtures[_i].name;
   const fl_gloss lossk = k_fixtures[_i].loss;
@@ -127,6 +151,14 @@ START_TEST(test_fixture) {
     }
   }
   ck_assert_uint_gt(grads, 0);
+  /* every reference file was compared: one per trainable initializer and
+   * batch-norm statistic PyTorch has */
+  size_t want_grads = 0, want_bufs = 0;
+  count_refs(name, &want_grads, &want_bufs);
+  ck_assert_msg(grads == want_grads, "%s: %zu gradients compared, PyTorch has %zu", name, grads,
+                want_grads);
+  ck_assert_msg(bufs == want_bufs, "%s: %zu buffers compared, PyTorch has %zu", name, bufs,
+                want_bufs);
   if (!strcmp(name, "cnn_bn")) ck_assert_uint_eq(bufs, 4);
 
   /* train mode: batch statistics (parameters are unchanged: no optimizer) */
@@ -139,11 +171,80 @@ START_TEST(test_fixture) {
 }
 END_TEST
 
+/* Recompute with segments bounded by ONNX value names: one train step on
+ * the committed batch gives the loss, every gradient and the batch-norm
+ * statistics of the plain run bit for bit, and the plan holds less. */
+static const struct {
+  const char *name;
+  fl_gloss loss;
+  const char *ck[3];
+} k_recompute[] = {
+    {"residual", FL_GLOSS_MSE, {"/Relu_output_0", "/Relu_2_output_0", "/Relu_4_output_0"}},
+    {"transformer", FL_GLOSS_SOFTMAX_XENT,
+     {"/Add_output_0", "/Softmax_output_0", "/Transpose_3_output_0"}},
+};
+
+static void *compile_fixture(const char *name, fl_gloss loss, size_t B, const char *const *ck) {
+  char p[512];
+  path_of(p, sizeof p, name, "onnx");
+  fl_graph *g = NULL;
+  ck_assert_int_eq(fl_onnx_load(p, NULL, loss, &g), FL_OK);
+  fl_graph_options opt = {.max_batch = B, .seed = 1, .device = -1, .recompute = ck != NULL,
+                          .checkpoints = ck, .n_checkpoints = ck ? 3 : 0};
+  void *h = NULL;
+  ck_assert_int_eq(fl_graph_model_create(g, &opt, &h), FL_OK);
+  return h;
+}
+
+START_TEST(test_recompute_by_onnx_names) {
+  const char *name = k_recompute[_i].name;
+  const fl_gloss lossk = k_recompute[_i].loss;
+  fl_npy *fx = npy(name, "x"), *fy = npy(name, "y");
+  const size_t B = (size_t)fl_npy_shape(fx)[0];
+  const fl_model_ops *ops = &fl_graph_model_ops;
+  void *h[2] = {compile_fixture(name, lossk, B, NULL),
+                compile_fixture(name, lossk, B, k_recompute[_i].ck)};
+  ck_assert_uint_lt(ops->activation_bytes(h[1]), ops->activation_bytes(h[0]));
+  fl_model_result r[2];
+  int32_t y[64];
+  ck_assert_uint_le(B, 64);
+  for (int k = 0; k < 2; k++) {
+    memset(&r[k], 0, sizeof r[k]);
+    if (lossk == FL_GLOSS_SOFTMAX_XENT) {
+      const int64_t *y64 = fl_npy_data(fy);
+      for (size_t i = 0; i < B; i++) y[i] = (int32_t)y64[i];
+      ck_assert_int_eq(ops->train_step(h[k], fl_npy_data(fx), y, B, 1.0f, NULL, NULL, &r[k]),
+                       FL_OK);
+    } else {
+      ck_assert_int_eq(fl_graph_model_train_stepf(h[k], fl_npy_data(fx), fl_npy_data(fy), B, 1.0f,
+                                                  NULL, NULL, &r[k]), FL_OK);
+    }
+  }
+  ck_assert(memcmp(&r[0].loss_sum, &r[1].loss_sum, sizeof r[0].loss_sum) == 0);
+  ck_assert_uint_eq(ops->num_params(h[0]), ops->num_params(h[1]));
+  for (size_t i = 0; i < ops->num_params(h[0]); i++) {
+    const fl_param *a = ops->param(h[0], i), *b = ops->param(h[1], i);
+    ck_assert_str_eq(a->name, b->name);
+    ck_assert_msg(memcmp(a->value, b->value, a->n * sizeof(float)) == 0, "%s: %s differs", name,
+                  a->name);
+    if (a->grad)
+      ck_assert_msg(memcmp(a->grad, b->grad, a->n * sizeof(float)) == 0,
+                    "%s: gradient of %s differs with recompute", name, a->name);
+  }
+  ops->destroy(h[0]);
+  ops->destroy(h[1]);
+  fl_npy_close(fx);
+  fl_npy_close(fy);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("onnx_fixtures");
   TCase *tc = tcase_create("pytorch");
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, test_fixture, 0, (int)(sizeof k_fixtures / sizeof k_fixtures[0]));
+  tcase_add_loop_test(tc, test_recompute_by_onnx_names, 0,
+                      (int)(sizeof k_recompute / sizeof k_recompute[0]));
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

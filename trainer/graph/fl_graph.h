@@ -124,8 +124,12 @@ typedef struct fl_graph_options {
   int recompute;
   const char *const *checkpoints;
   size_t n_checkpoints;
-  /* AMP on gpu: op types (ONNX or Paddle names) computed in amp_math /
-   * kept in fp32; NULL lists = the defaults (MatMul/Gemm/Conv white). */
+  /* AMP on gpu: op types (ONNX or Paddle names; Paddle's matmul_v2,
+   * matmul, mul and "linear" mean both Gemm and MatMul) computed in
+   * amp_math (white: when given, it replaces the default MatMul/Gemm/Conv)
+   * or kept in fp32 (black, which wins).  Only Gemm and Conv have 16-bit
+   * GEMMs.  Create refuses an op type on both lists and warns about names
+   * of no op type (fl_graph_amp_math). */
   fl_math amp_math;
   const char *const *amp_white;
   size_t n_amp_white;
@@ -142,6 +146,12 @@ typedef struct fl_graph_options {
  * graph has a CUDA twin for every op (else FL_ENOTSUP naming the node and
  * op).  Errors are logged here. */
 fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void **handle);
+
+/* The GEMM precision a node of op type op_type (ONNX or Paddle name) gets
+ * on a gpu graph compiled with opt's AMP fields (amp_math, the lists);
+ * FL_MATH_FP32 for op types without a 16-bit GEMM or unknown ones.  What
+ * create applies on the gpu; the CPU computes every node in fp32. */
+fl_math fl_graph_amp_math(const char *op_type, const fl_graph_options *opt);
 
 /* The fl_model_ops table of a compiled graph (create is NULL: graphs are
  * made by fl_graph_model_create).  train_step/eval take int32 class labels

@@ -161,24 +161,108 @@ done:
   return st;
 }
 
-/* AMP on a gpu graph: the GEMM precision of each node, amp_math for the
- * op types of the white list (default MatMul, Gemm, Conv) not on the
- * black list, fp32 for the rest and everywhere on the CPU. */
-static int listed(const fl_gop *op, const char *const *names, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (names[i] && (fl_gop_find(names[i]) == op || fl_gop_find_paddle(names[i]) == op)) return 1;
+/* AMP on a gpu graph: the GEMM precision of each node.  The lists name op
+ * types in ONNX's spelling ("MatMul", "Gemm", "Conv"), Paddle's
+ * ("conv2d"; fl_gop_find_paddle) or "linear".  Paddle's names of a linear
+ * layer's GEMM (matmul_v2, matmul, mul) and "linear" stand for both ONNX
+ * GEMM ops, Gemm and MatMul: a Paddle model has no Gemm, and PyTorch's
+ * Linear exports as either.  The white list, when given, is the set of op
+ * types computed in amp_math (it replaces the default MatMul, Gemm, Conv);
+ * the black list keeps op types in fp32 whatever the white list says.
+ * Only Gemm and Conv have a 16-bit GEMM on the gpu (their CUDA twins take
+ * n->math); the CPU computes everything in fp32. */
+static const char *const amp_default_white[] = {"MatMul", "Gemm", "Conv"};
+
+static int amp_linear_name(const char *name) {
+  static const char *const names[] = {"linear", "matmul_v2", "matmul", "mul"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(name, names[i])) return 1;
   return 0;
 }
 
+/* The op types name stands for (0, 1 or 2 of them) into out. */
+static int amp_targets(const char *name, const fl_gop *out[2]) {
+  if (!name) return 0;
+  if (amp_linear_name(name)) {
+    out[0] = fl_gop_find("Gemm");
+    out[1] = fl_gop_find("MatMul");
+    return 2;
+  }
+  out[0] = fl_gop_find(name);
+  if (!out[0]) out[0] = fl_gop_find_paddle(name);
+  return out[0] != NULL;
+}
+
+static int amp_names(const fl_gop *op, const char *name) {
+  const fl_gop *t[2];
+  const int n = amp_targets(name, t);
+  for (int i = 0; op && i < n; i++)
+    if (t[i] == op) return 1;
+  return 0;
+}
+
+static int listed(const fl_gop *op, const char *const *names, size_t n) {
+  for (size_t i = 0; names && i < n; i++)
+    if (amp_names(op, names[i])) return 1;
+  return 0;
+}
+
+static int amp_has_16bit(const fl_gop *op) {
+  return op && (!strcmp(op->type, "Gemm") || !strcmp(op->type, "Conv"));
+}
+
+static fl_math amp_math_of(const fl_gop *op, const fl_graph_options *opt) {
+  if (!op || opt->amp_math == FL_MATH_FP32 || !amp_has_16bit(op)) return FL_MATH_FP32;
+  const int w = opt->n_amp_white ? listed(op, opt->amp_white, opt->n_amp_white)
+                                 : listed(op, amp_default_white, 3);
+  return w && !listed(op, opt->amp_black, opt->n_amp_black) ? opt->amp_math : FL_MATH_FP32;
+}
+
+fl_math fl_graph_amp_math(const char *op_type, const fl_graph_options *opt) {
+  if (!op_type || !opt) return FL_MATH_FP32;
+  const fl_gop *op = fl_gop_find(op_type);
+  return amp_math_of(op ? op : fl_gop_find_paddle(op_type), opt);
+}
+
+/* The lists' names: one that names no op type is reported (it can have no
+ * effect: a Paddle list may name ops Flotilla lacks); an op type on both
+ * lists is refused, as Paddle refuses it; a white-listed op type without a
+ * 16-bit GEMM is reported on a gpu graph (it stays fp32). */
+static fl_status check_amp_lists(const fl_graph *g, const fl_graph_options *opt) {
+  for (int l = 0; l < 2; l++) {
+    const char *const *names = l ? opt->amp_black : opt->amp_white;
+    const size_t n = l ? opt->n_amp_black : opt->n_amp_white;
+    const char *what = l ? "custom_black_list" : "custom_white_list";
+    for (size_t i = 0; names && i < n; i++) {
+      const char *nm = names[i] ? names[i] : "";
+      const fl_gop *t[2];
+      const int nt = amp_targets(nm, t);
+      if (nt == 0) {
+        FL_LOGW("graph %s: amp_configs.%s: '%s' is no op type Flotilla knows (ONNX or Paddle "
+                "name); it has no effect", g->name, what, nm);
+        continue;
+      }
+      for (size_t k = 0; !l && opt->amp_black && k < opt->n_amp_black; k++) {
+        const char *b = opt->amp_black[k] ? opt->amp_black[k] : "";
+        for (int j = 0; j < nt; j++)
+          if (amp_names(t[j], b))
+            return FL_ERR(FL_EINVAL, "graph %s: amp_configs: '%s' (custom_white_list) and '%s' "
+                          "(custom_black_list) name the same op type (%s)", g->name, nm, b,
+                          t[j]->type);
+      }
+      for (int j = 0; !l && opt->device >= 0 && opt->amp_math != FL_MATH_FP32 && j < nt; j++)
+        if (!amp_has_16bit(t[j]) && !(nt == 2 && !strcmp(t[j]->type, "MatMul")))
+          FL_LOGW("graph %s: amp_configs.custom_white_list: %s has no 16-bit kernel (only Gemm "
+                  "and Conv do); it computes in fp32", g->name, t[j]->type);
+    }
+  }
+  return FL_OK;
+}
+
 static void set_math(fl_gmodel *m, const fl_graph_options *opt) {
-  static const char *const white[] = {"MatMul", "Gemm", "Conv"};
   for (int i = 0; i < m->g->nn; i++) {
     fl_gnode *n = &m->g->nodes[i];
-    n->math = FL_MATH_FP32;
-    if (opt->device < 0 || opt->amp_math == FL_MATH_FP32) continue;
-    const int w = opt->amp_white ? listed(n->op, opt->amp_white, opt->n_amp_white)
-                                 : listed(n->op, white, 3);
-    if (w && !listed(n->op, opt->amp_black, opt->n_amp_black)) n->math = opt->amp_math;
+    n->math = opt->device < 0 ? FL_MATH_FP32 : amp_math_of(n->op, opt);
   }
 }
 
@@ -270,8 +354,14 @@ fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void *
       goto fail;
     }
   }
+  if ((st = check_amp_lists(g, opt)) != FL_OK) goto fail;
   set_math(m, opt);
-  if ((st = fl_gbind(m, 1)) != FL_OK || (st = fl_gbind(m, opt->max_batch)) != FL_OK) goto fail;
+  if ((st = fl_gbind(m, 1)) != FL_OK || (st = fl_gbind(m, opt->max_batch)) != FL_OK) {
+    /* the ops' own bind-time messages name the node and op, not the file */
+    FL_LOGE("graph %s: not compiled: shapes, attributes or types of a node are not supported "
+            "(the line above names it)", g->name);
+    goto fail;
+  }
   if (opt->device >= 0 && (st = fl_gdev_attach(m, opt->device)) != FL_OK) goto fail;
   m->act_bytes = (m->plan_floats + m->ws_floats) * sizeof(float);
   *handle = m;

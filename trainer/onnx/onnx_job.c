@@ -70,7 +70,7 @@ fl_status fl_trainer_export_checkpoint(const fl_job *job, const char *ckdir, con
   if ((st = check_meta(c, path, job)) != FL_OK) goto done;
   *cpu = *job; /* the export computes nothing: the model is built on the CPU */
   cpu->train.device = FL_DEVICE_CPU;
-  const char *ck[FL_JOB_MAX_LIST];
+  const char *ck[FL_TRAINER_SPEC_NAMES];
   fl_model_spec spec;
   fl_trainer_model_spec(cpu, 0, ck, &spec);
   if ((st = fl_model_create(&spec, 1, cpu->train.seed, &m)) != FL_OK) goto done;
