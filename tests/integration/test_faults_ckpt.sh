@@ -17,6 +17,9 @@
 #     removed at start, with a message;
 #   pserver shards loaded from checkpoints of different steps (fault 6):
 #     in sync mode the trainer refuses to train on them, naming both steps;
+#   a sync job killed with kill -9 (fault 6): every shard's checkpoints hold
+#     the same steps (multiples of checkpoint_interval_steps), and the job
+#     started again rejoins at that step and completes;
 #   an empty job file is an error (fault 9), and the defaults a file relies
 #     on are named at start.
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
@@ -215,6 +218,77 @@ for s in 0 1; do
 done
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n (steps $newest and $older)" || show "$tmp/$n".*.log
+
+# ------------- kill -9 of a whole sync job, started again (fault 6)
+# The audit's case: after a kill -9 the shards loaded checkpoints of
+# different steps (each was taken at whatever step its own timer saw).  In
+# sync mode the interval checkpoints now hold the multiples of
+# checkpoint_interval_steps on every shard, so the job killed at any point
+# starts again from one step: the same run started again rejoins there and
+# completes.  (The trainers are killed first, the pservers once they have
+# taken what the trainers pushed: the crash of a whole node.  Should the
+# trainers die inside the one step whose pushes reach one shard but not the
+# other, at a checkpoint step, the shards stand 10 steps apart and the
+# restart must be refused naming both: checked too, if it happens.)
+n=crash
+job "$tmp/$n.yaml" 30 "$tmp/$n.ck" 16 ps
+sed -i 's/checkpoint_interval_steps: 10/checkpoint_interval_steps: 10, dense_block_size: 100/' "$tmp/$n.yaml"
+f0=$fails
+JOB_ENV=FLOTILLA_RUN_ID=crash ps_job $n "$tmp/$n.yaml" 2 2
+for s in 0 1; do
+  wait_log "$tmp/$n.ps$s.log" 'checkpoint of step (5|6|7|8|9)0 written' 60 ||
+    fail "$n: pserver $s wrote no checkpoint of step 50..90"
+done
+kill -KILL "$TR0" "$TR1"
+for t in 0 1; do wait_exit "$(eval echo \$TR$t)" 10; done
+sleep 0.5
+kill -KILL "$PS0" "$PS1"
+for s in 0 1; do
+  wait_exit "$(eval echo \$PS$s)" 10
+  mv "$tmp/$n.ps$s.log" "$tmp/$n.ps$s.first.log"
+done
+for t in 0 1; do mv "$tmp/$n.tr$t.log" "$tmp/$n.tr$t.first.log"; done
+s0=$(steps_of "$tmp/$n.ck/pserver-0")
+s1=$(steps_of "$tmp/$n.ck/pserver-1")
+for s in $s0 $s1; do
+  [ $((s % 10)) = 0 ] || fail "$n: a checkpoint of step $s (not a multiple of checkpoint_interval_steps 10)"
+done
+new0=${s0% }
+new0=${new0##* }
+new1=${s1% }
+new1=${new1##* }
+[ "$s0" = "$s1" ] || [ "$new0" != "$new1" ] ||
+  fail "$n: the shards' checkpoints hold steps '$s0' and '$s1'"
+[ -n "$new0" ] && [ "$new0" -lt 480 ] || fail "$n: newest checkpoint of pserver 0 '$new0' (the job was not killed mid-way)"
+for s in 0 1; do JOB_ENV=FLOTILLA_RUN_ID=crash start_pserver $n "$tmp/$n.yaml" $s 2; done
+for t in 0 1; do JOB_ENV=FLOTILLA_RUN_ID=crash start_trainer $n "$tmp/$n.yaml" $t 2; done
+if [ "$new0" = "$new1" ]; then
+  for t in 0 1; do
+    wait_exit "$(eval echo \$TR$t)" 60
+    [ "$rc" = 0 ] || fail "$n: trainer $t exit $rc after the restart"
+    has "$tmp/$n.tr$t.log" "the pservers are at step $new0: rejoining the running job" "$n: trainer $t"
+    has "$tmp/$n.tr$t.log" 'done: 480 steps' "$n: trainer $t"
+  done
+  for s in 0 1; do
+    wait_exit "$(eval echo \$PS$s)" 20
+    [ "$rc" = 0 ] || fail "$n: pserver $s exit $rc after the restart"
+    has "$tmp/$n.ps$s.log" "loaded checkpoint .*ckpt-$new0.flc: step $new0\$" "$n: pserver $s"
+  done
+  what="both shards at step $new0"
+else
+  for t in 0 1; do
+    wait_exit "$(eval echo \$TR$t)" 60
+    [ "$rc" = 1 ] || fail "$n: trainer $t exit $rc over shards of steps $new0 and $new1 (want 1)"
+    has "$tmp/$n.tr$t.log" "the pservers stand at different steps: .* at step ($new0|$new1), .* at step ($new0|$new1)" "$n: trainer $t"
+  done
+  for s in 0 1; do
+    kill -TERM "$(eval echo \$PS$s)"
+    wait_exit "$(eval echo \$PS$s)" 20
+  done
+  what="shards at steps $new0 and $new1: refused"
+fi
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n ($what)" || show "$tmp/$n".*.log
 
 # ------------------------- an empty job file (fault 9), the defaults used
 n=jobfile
