@@ -5,6 +5,8 @@
 #   SIGSTOP of a pserver with rpc_timeout_s 5 and heartbeat_timeout_s 5:
 #     the trainers fail within about twice the timeout, naming the pserver
 #     (not after ten times the retry budget);
+#   a trainer started before its pserver: the wait is logged at once and
+#     every few seconds (fault 10), and the job runs once the pserver is up;
 #   SIGKILL of flotilla-run in ps mode: every pserver and trainer it
 #     started dies with it (PR_SET_PDEATHSIG) and the pservers' ports are
 #     free again;
@@ -48,6 +50,34 @@ took=$((SECONDS - t0))
 kill -CONT "$PS1"
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n (trainers gave up after $took s)" || show "$tmp/$n".*.log
+
+# ------------------------- a pserver not there yet (fault 10: the waits)
+# A trainer started before its pserver: the refused connection is named at
+# once with the time it will keep trying, every wait after says so again
+# within a few seconds (not 90 silent seconds), and once the pserver is
+# there the trainer registers and the job completes.  (Never there: after
+# the 60 s budget the trainer says "pserver 0 (...) is not reachable" -
+# checked by hand, 60 s is too long for make check.)
+n=late
+job "$tmp/$n.yaml" 1 256
+f0=$fails
+PSLIST="127.0.0.1:$(free_port)"
+start_trainer $n "$tmp/$n.yaml" 0 1
+t0=$SECONDS
+wait_log "$tmp/$n.tr0.log" "pserver 0 \($PSLIST\) Register: UNAVAILABLE .*retrying for up to [0-9]+ s" 10 ||
+  fail "$n: the first refused Register was not logged"
+wait_log "$tmp/$n.tr0.log" "pserver 0 \($PSLIST\) Register: UNAVAILABLE, still retrying after [0-9]+ s of [0-9]+" 10 ||
+  fail "$n: no progress line within 10 s of waiting"
+said=$((SECONDS - t0))
+start_pserver $n "$tmp/$n.yaml" 0 1
+wait_exit "$TR0" 60
+[ "$rc" = 0 ] || fail "$n: trainer exit $rc once the pserver came"
+has "$tmp/$n.tr0.log" 'done: 16 steps' "$n: trainer"
+hasnt "$tmp/$n.tr0.log" 'refused to register|not reachable' "$n: trainer"
+wait_exit "$PS0" 20
+[ "$rc" = 0 ] || fail "$n: pserver exit $rc"
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n (a progress line after ${said} s of waiting)" || show "$tmp/$n".*.log
 
 # ------------------------------------------- SIGKILL of flotilla-run
 n=launcher
