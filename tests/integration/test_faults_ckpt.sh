@@ -8,6 +8,8 @@
 #     and the new run keeps its own (small-step) checkpoints; --resume
 #     continues another run's; a restart of the same run (same
 #     FLOTILLA_RUN_ID) resumes its own without being asked;
+#   flotilla-run twice in one directory (collective): the second run is
+#     refused and changes nothing, --fresh and --resume pass through;
 #   a pserver re-run (another run id) over the previous run's pserver
 #     checkpoints refuses to start (exit 2) naming its directory; --fresh
 #     moves them aside; a trainer of another run is refused at registration
@@ -99,6 +101,47 @@ local_run $n "$tmp/$n.f.log" FLOTILLA_RUN_ID=fourth -- --resume
 has "$tmp/$n.f.log" 'the model or optimizer section changed since' "$n: changed job"
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
+
+# ------------------- flotilla-run twice in one directory (fault 1)
+# As running the main job twice did: flotilla-run gives each invocation a
+# run id of its own, so the second run (2 collective trainers) refuses the
+# first one's checkpoints and changes nothing; flotilla-run --fresh moves
+# them aside and trains anew; --resume continues from them.
+n=runtwice
+RUN=$FL_BUILDDIR/flotilla-run
+job "$tmp/$n.yaml" 2 "$tmp/$n.ck"
+sed -i 's/mode: local/mode: collective/' "$tmp/$n.yaml"
+f0=$fails
+# run_job TAG [ARGS...]: flotilla-run of 2 trainers; exit in $rc
+run_job() {
+  _t=$1
+  shift
+  spawn RUNP "$tmp/$n.$_t.out" -- "$RUN" --nproc_per_node 2 --log_dir "$tmp/$n.$_t" "$@" "$tmp/$n.yaml"
+  wait_exit "$RUNP" 90
+}
+run_job first
+[ "$rc" = 0 ] || fail "$n: first run exit $rc"
+before=$(steps_of "$tmp/$n.ck")
+sum=$(cat "$tmp/$n.ck"/ckpt-*.flc 2> /dev/null | md5sum)
+[ -n "$before" ] || fail "$n: the first run left no checkpoint"
+run_job second
+[ "$rc" != 0 ] || fail "$n: the second run in the same directory exit 0 (want refused)"
+has "$tmp/$n.second/workerlog.0" "checkpoint dir $tmp/$n.ck holds the checkpoints of another run .*Pass --resume .* or --fresh" "$n: second run"
+hasnt "$tmp/$n.second/workerlog.0" '^\[Epoch' "$n: second run (trained although refused)"
+[ "$(steps_of "$tmp/$n.ck")" = "$before" ] && [ "$(cat "$tmp/$n.ck"/ckpt-*.flc | md5sum)" = "$sum" ] ||
+  fail "$n: the refused run changed the checkpoints"
+run_job fresh --fresh
+[ "$rc" = 0 ] || fail "$n: --fresh run exit $rc"
+old=$(ls -d "$tmp/$n.ck"/old-* 2> /dev/null | head -1)
+[ -n "$old" ] && [ "$(steps_of "$old")" = "$before" ] || fail "$n: --fresh: the first run's checkpoints are not in old-*/"
+[ "$(steps_of "$tmp/$n.ck")" = "$before" ] || fail "$n: --fresh run's own checkpoints '$(steps_of "$tmp/$n.ck")' (want $before)"
+sed -i 's/epochs: 2,/epochs: 3,/' "$tmp/$n.yaml"
+run_job resume --resume
+[ "$rc" = 0 ] || fail "$n: --resume run exit $rc"
+has "$tmp/$n.resume/workerlog.0" "--resume: continuing from $tmp/$n.ck/ckpt-$(echo $before | awk '{ print $NF }')\\.flc, a checkpoint of another run" "$n: --resume"
+has "$tmp/$n.resume/workerlog.0" 'done: 48 steps' "$n: --resume"
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.out "$tmp/$n".*/workerlog.0
 
 # -------------------------------------------- stale temporary files
 n=staletmp
