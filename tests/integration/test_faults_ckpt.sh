@@ -19,6 +19,7 @@
 #     removed at start, with a message;
 #   pserver shards loaded from checkpoints of different steps (fault 6):
 #     in sync mode the trainer refuses to train on them, naming both steps;
+#     in async mode it warns, naming the spread, and trains;
 #   a sync job killed with kill -9 (fault 6): every shard's checkpoints hold
 #     the same steps (multiples of checkpoint_interval_steps), and the job
 #     started again rejoins at that step and completes;
@@ -261,6 +262,32 @@ for s in 0 1; do
 done
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n (steps $newest and $older)" || show "$tmp/$n".*.log
+
+# The same in async mode: a warning naming the spread, and the job runs.
+n=shards_async
+job "$tmp/$n.yaml" 1 "$tmp/$n.ck" 16 ps
+sed -i 's/checkpoint_interval_steps: 10/checkpoint_interval_steps: 10, dense_block_size: 100/' "$tmp/$n.yaml"
+echo 'strategy: {a_sync: true}' >> "$tmp/$n.yaml"
+f0=$fails
+shards_run first
+older=$(ls "$tmp/$n.ck/pserver-1" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -1)
+cp "$tmp/$n.ck/pserver-1/ckpt-$older.flc" "$tmp/$n.saved.flc"
+sed -i 's/epochs: 1,/epochs: 2,/' "$tmp/$n.yaml"
+shards_run second
+newest=$(ls "$tmp/$n.ck/pserver-0" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -1)
+rm -f "$tmp/$n.ck/pserver-1"/ckpt-*.flc
+cp "$tmp/$n.saved.flc" "$tmp/$n.ck/pserver-1/ckpt-$older.flc"
+for s in 0 1; do JOB_ENV=FLOTILLA_RUN_ID=sh start_pserver $n "$tmp/$n.yaml" $s 1; done
+JOB_ENV=FLOTILLA_RUN_ID=sh start_trainer $n "$tmp/$n.yaml" 0 1
+wait_exit "$TR0" 60
+[ "$rc" = 0 ] || fail "$n: trainer exit $rc over async shards of steps $newest and $older (want 0: a warning)"
+has "$tmp/$n.tr0.log" " W .*the pservers stand $((newest - older)) steps apart: pserver 1 \(127\.0\.0\.1:[0-9]+\) at step $older, pserver 0 \(127\.0\.0\.1:[0-9]+\) at step $newest" "$n: trainer"
+for s in 0 1; do
+  wait_exit "$(eval echo \$PS$s)" 20
+  [ "$rc" = 0 ] || fail "$n: pserver $s exit $rc"
+done
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n (steps $newest and $older: warned)" || show "$tmp/$n".*.log
 
 # ------------- kill -9 of a whole sync job, started again (fault 6)
 # The audit's case: after a kill -9 the shards loaded checkpoints of
