@@ -448,15 +448,20 @@ static int all_counted_pushed(fl_ps_core *c, const ps_block *b) {
 }
 
 /* b->mu held: its pending step can be applied now (every push in, and the
- * step is not held at the gate). */
+ * block does not stand at the gate's step).  A block moved forward to the
+ * gate's step by trainers ahead of it (after a restart from a checkpoint)
+ * never stood there: it goes on, and the gate moves past it
+ * (pserver/main.c gate_check), else it would wait for a checkpoint of a
+ * step it does not hold. */
 static int may_apply(fl_ps_core *c, const ps_block *b) {
-  return b->pend_step != atomic_load(&c->gate) && all_counted_pushed(c, b);
+  int64_t g = atomic_load(&c->gate);
+  return !(b->pend_step == g && b->step == g) && all_counted_pushed(c, b);
 }
 
 /* Call the gate hook (no core lock held) when every block stands at the
  * gate's step (called when a block came to stand there). */
 static void gate_reached(fl_ps_core *c) {
-  if (!fl_ps_core_at_gate(c)) return;
+  if (fl_ps_core_at_gate(c) <= 0) return;
   pthread_mutex_lock(&c->cb_mu);
   if (c->on_gate) c->on_gate(c->gate_ctx);
   pthread_mutex_unlock(&c->cb_mu);
@@ -1450,10 +1455,12 @@ int fl_ps_core_at_gate(fl_ps_core *c) {
   int64_t g = atomic_load(&c->gate);
   int at = c->n_my > 0;
   if (c->mode != FL_PS_SYNC || g < 0) return 0;
-  for (size_t i = 0; i < c->n_my && at; i++) {
+  for (size_t i = 0; i < c->n_my; i++) {
     pthread_mutex_lock(&c->blocks[i].mu);
-    if (c->blocks[i].step != g) at = 0;
+    int64_t s = c->blocks[i].step;
     pthread_mutex_unlock(&c->blocks[i].mu);
+    if (s > g) return -1;
+    if (s != g) at = 0;
   }
   return at;
 }

@@ -281,7 +281,10 @@ uint64_t fl_ps_core_incarnation(const fl_ps_core *c);
  * on.  No effect in async and geo mode. */
 void fl_ps_core_set_gate(fl_ps_core *c, int64_t step);
 int64_t fl_ps_core_gate(fl_ps_core *c);
-/* 1 when a gate is set and every block of this server stands at its step. */
+/* 1 when a gate is set and every block of this server stands at its step;
+ * -1 when some block is past it (moved forward by trainers ahead of it,
+ * after a restart): no checkpoint can hold that step any more, the gate
+ * must move on; 0 otherwise. */
 int fl_ps_core_at_gate(fl_ps_core *c);
 /* Called (no core lock held, on the thread of the call that made it so)
  * when every block came to stand at the gate's step; NULL: none.  When it

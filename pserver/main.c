@@ -283,12 +283,13 @@ static void gate_check(app *a) {
   if (!a->gated || a->stopping) return;
   int64_t every = a->job.pserver.checkpoint_interval_steps;
   int64_t g = fl_ps_core_gate(a->core);
-  if (fl_ps_core_at_gate(a->core)) {
+  int at = fl_ps_core_at_gate(a->core);
+  if (at > 0) {
     save(a, "interval_steps", NULL, NULL, 0);
     fl_ps_core_set_gate(a->core, g + every);
-  } else {
+  } else if (at < 0) { /* a block was moved past it: no checkpoint of step g */
     int64_t step = fl_ps_core_step(a->core);
-    if (step > g) fl_ps_core_set_gate(a->core, next_gate(step, every)); /* jumped past it */
+    fl_ps_core_set_gate(a->core, next_gate(step > g ? step : g, every));
   }
 }
 

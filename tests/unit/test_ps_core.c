@@ -817,6 +817,19 @@ START_TEST(test_sync_gate) {
   ck_assert_int_eq(gate_calls, 1);
   fl_ps_core_set_gate_hook(c, NULL, NULL);
   fl_ps_core_free(c);
+
+  /* A block moved forward onto the gate's step by a trainer ahead of it
+   * (a server restarted from an older checkpoint) never stood there: its
+   * step is applied, not held for ever. */
+  c = mk(1, 0, 0, FL_OPTIM_SGD, 0.5f, 0);
+  fl_ps_core_set_gate(c, 5);
+  ck_assert_int_eq(reg_at(c, 0, 1, 0, 5, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 5, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 6, &blk, 1), FL_OK);
+  ck_assert_int_eq(fl_ps_core_step(c), 6);
+  ck_assert_int_eq(fl_ps_core_at_gate(c), -1); /* past it: the gate must move on */
+  fl_ps_core_free(c);
 }
 END_TEST
 
