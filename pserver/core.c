@@ -96,9 +96,16 @@ struct fl_ps_core {
   uint64_t incarnation;
   double start;
 
-  pthread_mutex_t cb_mu; /* guards the progress hook (see notify) */
+  pthread_mutex_t cb_mu; /* guards the progress and gate hooks (see notify) */
   void (*on_progress)(void *);
   void *progress_ctx;
+  void (*on_gate)(void *);
+  void *gate_ctx;
+  /* sync: a block whose pending step is this one holds it (does not apply
+   * it) until the gate moves: every block of the server then stands at this
+   * step, and a checkpoint taken there holds exactly it, the same step on
+   * every shard (fl_ps_core_set_gate).  -1: no gate. */
+  _Atomic int64_t gate;
 
   pthread_mutex_t mu;
   ps_trainer tr[FL_CLUSTER_MAX_TRAINERS];
@@ -216,6 +223,7 @@ fl_status fl_ps_core_create(const fl_ps_core_opts *o, fl_ps_core **out) {
   c->on_progress = o->on_progress;
   c->progress_ctx = o->progress_ctx;
   for (int t = 0; t < c->nt; t++) set_counted(c, t, 1);
+  atomic_init(&c->gate, -1);
   *out = c;
   return FL_OK;
 }
@@ -426,6 +434,26 @@ static int all_counted_pushed(fl_ps_core *c, const ps_block *b) {
   for (int t = 0; t < c->nt; t++)
     if (is_counted(c, t) && !is_parked(c, t) && !b->have[t]) return 0;
   return 1;
+}
+
+/* b->mu held: its pending step can be applied now (every push in, and the
+ * block does not stand at the gate's step).  A block moved forward to the
+ * gate's step by trainers ahead of it (after a restart from a checkpoint)
+ * never stood there: it goes on, and the gate moves past it
+ * (pserver/main.c gate_check), else it would wait for a checkpoint of a
+ * step it does not hold. */
+static int may_apply(fl_ps_core *c, const ps_block *b) {
+  int64_t g = atomic_load(&c->gate);
+  return !(b->pend_step == g && b->step == g) && all_counted_pushed(c, b);
+}
+
+/* Call the gate hook (no core lock held) when every block stands at the
+ * gate's step (called when a block came to stand there). */
+static void gate_reached(fl_ps_core *c) {
+  if (fl_ps_core_at_gate(c) <= 0) return;
+  pthread_mutex_lock(&c->cb_mu);
+  if (c->on_gate) c->on_gate(c->gate_ctx);
+  pthread_mutex_unlock(&c->cb_mu);
 }
 
 /* Sum the pushes of b's pending step in trainer-id order, average, run the
@@ -744,7 +772,7 @@ static int64_t push_limit(fl_ps_core *c, ps_block *b, int64_t *at) {
 
 fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest *req,
                                 Flotilla__PushDenseResponse *resp) {
-  int t = req->trainer_id, kind = req->kind, progress = 0;
+  int t = req->trainer_id, kind = req->kind, progress = 0, at_gate = 0;
   fl_ps_layout *l = atomic_load(&c->layout);
   float *scratch = NULL;
   size_t scratch_n = 0;
@@ -842,9 +870,10 @@ fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest 
           if (g != b->pend[t]) memcpy(b->pend[t], g, b->n * sizeof(float));
           b->have[t] = 1;
           b->n_pend++;
-          if (all_counted_pushed(c, b)) {
+          if (may_apply(c, b)) {
             sync_apply(c, b);
             progress = 1;
+            if (b->step == atomic_load(&c->gate)) at_gate = 1;
           }
         }
       }
@@ -877,6 +906,7 @@ fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest 
     }
   }
   free(scratch);
+  if (at_gate) gate_reached(c);
   if (kind != FLOTILLA__PUSH_KIND__PUSH_INIT && c->mode != FL_PS_SYNC) {
     int64_t want = req->step + 1, cur = atomic_load(&c->next_step);
     while (cur < want && !atomic_compare_exchange_weak(&c->next_step, &cur, want)) {
@@ -1241,14 +1271,17 @@ fl_status fl_ps_core_barrier_take(fl_ps_core *c, const char *name, int32_t t,
 
 static void reevaluate(fl_ps_core *c) {
   if (c->mode == FL_PS_SYNC) {
+    int at_gate = 0;
     for (size_t i = 0; i < c->n_my; i++) {
       ps_block *b = &c->blocks[i];
       pthread_mutex_lock(&b->mu);
-      if (b->n_pend && all_counted_pushed(c, b)) {
+      if (b->n_pend && may_apply(c, b)) {
         sync_apply(c, b);
+        if (b->step == atomic_load(&c->gate)) at_gate = 1;
       }
       pthread_mutex_unlock(&b->mu);
     }
+    if (at_gate) gate_reached(c);
   }
   pthread_mutex_lock(&c->mu);
   for (int i = 0; i < MAX_BARRIERS; i++)
@@ -1381,6 +1414,35 @@ int fl_ps_core_settled(fl_ps_core *c) {
     pthread_mutex_unlock(&c->blocks[i].mu);
   }
   return settled;
+}
+
+void fl_ps_core_set_gate_hook(fl_ps_core *c, void (*fn)(void *), void *ctx) {
+  pthread_mutex_lock(&c->cb_mu);
+  c->on_gate = fn;
+  c->gate_ctx = ctx;
+  pthread_mutex_unlock(&c->cb_mu);
+}
+
+void fl_ps_core_set_gate(fl_ps_core *c, int64_t step) {
+  if (c->mode != FL_PS_SYNC) return;
+  atomic_store(&c->gate, step < 0 ? -1 : step);
+  reevaluate(c); /* the steps held at the old gate go on */
+}
+
+int64_t fl_ps_core_gate(fl_ps_core *c) { return atomic_load(&c->gate); }
+
+int fl_ps_core_at_gate(fl_ps_core *c) {
+  int64_t g = atomic_load(&c->gate);
+  int at = c->n_my > 0;
+  if (c->mode != FL_PS_SYNC || g < 0) return 0;
+  for (size_t i = 0; i < c->n_my; i++) {
+    pthread_mutex_lock(&c->blocks[i].mu);
+    int64_t s = c->blocks[i].step;
+    pthread_mutex_unlock(&c->blocks[i].mu);
+    if (s > g) return -1;
+    if (s != g) at = 0;
+  }
+  return at;
 }
 
 int64_t fl_ps_core_step(fl_ps_core *c) {

@@ -267,6 +267,26 @@ int64_t fl_ps_core_step(fl_ps_core *c);
  * Always 1 in async and geo mode. */
 int fl_ps_core_settled(fl_ps_core *c);
 
+/* Sync mode: checkpoints at one step on every shard (issue 14, fault 6).
+ * With a gate at step g, a block whose pending step is g does not apply it
+ * (its pulls of step g+1 wait) until the gate moves: every block of this
+ * server comes to stand at step g, fl_ps_core_at_gate turns 1, and a
+ * checkpoint taken then holds exactly step g - on every shard, since every
+ * shard gates the same steps (multiples of checkpoint_interval_steps).
+ * Moving the gate (to the next step, or -1: none) lets the held steps go
+ * on.  No effect in async and geo mode. */
+void fl_ps_core_set_gate(fl_ps_core *c, int64_t step);
+int64_t fl_ps_core_gate(fl_ps_core *c);
+/* 1 when a gate is set and every block of this server stands at its step;
+ * -1 when some block is past it (moved forward by trainers ahead of it,
+ * after a restart): no checkpoint can hold that step any more, the gate
+ * must move on; 0 otherwise. */
+int fl_ps_core_at_gate(fl_ps_core *c);
+/* Called (no core lock held, on the thread of the call that made it so)
+ * when every block came to stand at the gate's step; NULL: none.  When it
+ * returns, the old hook is not running and will not run again. */
+void fl_ps_core_set_gate_hook(fl_ps_core *c, void (*fn)(void *), void *ctx);
+
 /* Write a checkpoint of every table to path (atomic, checksummed).  Blocks
  * are copied one at a time under their lock, so training goes on. */
 fl_status fl_ps_core_save(fl_ps_core *c, const char *path);

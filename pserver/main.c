@@ -64,6 +64,8 @@ typedef struct app {
   uv_loop_t loop;
   uv_timer_t tick;
   uv_signal_t sig_term, sig_int;
+  uv_async_t gate_async; /* the core's gate hook wakes the loop (gate_check) */
+  int gated;             /* sync + checkpoint_interval_steps: checkpoints at gated steps */
   int stopping;
   int incomplete;     /* ended without every trainer: exit 1 */
   int draining;       /* a signal: waiting for the step in flight (sync) */
@@ -270,6 +272,32 @@ static void check_files(app *a, double now) {
 
 static void drain_tick(app *a, double now);
 
+/* Sync mode with checkpoint_interval_steps N: the checkpoints hold the
+ * steps that are multiples of N, on every shard alike (issue 14, fault 6:
+ * a checkpoint begun at whatever step the tick saw left the shards at
+ * different steps, and a job killed with kill -9 could not start again).
+ * The core holds every block at the gate's step (fl_ps_core_set_gate);
+ * once all stand there, the checkpoint is written and the gate moves on. */
+static int64_t next_gate(int64_t step, int64_t every) { return (step / every + 1) * every; }
+
+static void gate_check(app *a) {
+  if (!a->gated || a->stopping) return;
+  int64_t every = a->job.pserver.checkpoint_interval_steps;
+  int64_t g = fl_ps_core_gate(a->core);
+  int at = fl_ps_core_at_gate(a->core);
+  if (at > 0) {
+    save(a, "interval_steps", NULL, NULL, 0);
+    fl_ps_core_set_gate(a->core, g + every);
+  } else if (at < 0) { /* a block was moved past it: no checkpoint of step g */
+    int64_t step = fl_ps_core_step(a->core);
+    fl_ps_core_set_gate(a->core, next_gate(step > g ? step : g, every));
+  }
+}
+
+static void on_gate_async(uv_async_t *h) { gate_check(h->data); }
+
+static void on_gate_hook(void *ctx) { uv_async_send(&((app *)ctx)->gate_async); }
+
 static void on_tick(uv_timer_t *t) {
   app *a = t->data;
   double now = fl_ps_now();
@@ -281,7 +309,8 @@ static void on_tick(uv_timer_t *t) {
     int64_t step = fl_ps_core_step(a->core);
     int64_t every = a->job.pserver.checkpoint_interval_steps;
     double every_s = a->job.pserver.checkpoint_interval_s;
-    if (every > 0 && step >= a->last_step + every) {
+    if (a->gated) gate_check(a);
+    if (!a->gated && every > 0 && step >= a->last_step + every) {
       save(a, "interval_steps", NULL, NULL, 0);
     } else if (every_s > 0 && now - a->last_time >= every_s) {
       Flotilla__StatsResponse stats = FLOTILLA__STATS_RESPONSE__INIT;
@@ -638,7 +667,27 @@ int main(int argc, char **argv) {
   a.sig_term.data = a.sig_int.data = &a;
   uv_signal_start(&a.sig_term, on_signal, SIGTERM);
   uv_signal_start(&a.sig_int, on_signal, SIGINT);
+  if (a.dir[0] && a.job.pserver.checkpoint_interval_s > 0 && a.cl.n_pservers > 1 &&
+      fl_ps_mode_of(&a.job) == FL_PS_SYNC)
+    FL_LOGW("pserver.checkpoint_interval_s in sync mode: the shards take those checkpoints at "
+            "different steps, and a job whose shards stand at different steps does not start "
+            "again from them; checkpoint_interval_steps takes them at one step on every shard");
+  uv_async_init(&a.loop, &a.gate_async, on_gate_async);
+  a.gate_async.data = &a;
+  if (a.dir[0] && a.job.pserver.checkpoint_interval_steps > 0 &&
+      fl_ps_mode_of(&a.job) == FL_PS_SYNC) {
+    a.gated = 1;
+    FL_LOGI("sync mode: checkpoints at the steps that are multiples of "
+            "checkpoint_interval_steps %" PRId64 ", the same on every shard",
+            a.job.pserver.checkpoint_interval_steps);
+    fl_ps_core_set_gate_hook(a.core, on_gate_hook, &a);
+    fl_ps_core_set_gate(a.core, next_gate(fl_ps_core_step(a.core),
+                                          a.job.pserver.checkpoint_interval_steps));
+  }
   uv_run(&a.loop, UV_RUN_DEFAULT);
+  /* no hook may touch the loop's handles any more; nothing waits at the gate */
+  fl_ps_core_set_gate_hook(a.core, NULL, NULL);
+  fl_ps_core_set_gate(a.core, -1);
   uv_walk(&a.loop, close_cb, NULL);
   uv_run(&a.loop, UV_RUN_DEFAULT);
   uv_loop_close(&a.loop);

@@ -8,6 +8,8 @@
 #     and the new run keeps its own (small-step) checkpoints; --resume
 #     continues another run's; a restart of the same run (same
 #     FLOTILLA_RUN_ID) resumes its own without being asked;
+#   flotilla-run twice in one directory (collective): the second run is
+#     refused and changes nothing, --fresh and --resume pass through;
 #   a pserver re-run (another run id) over the previous run's pserver
 #     checkpoints refuses to start (exit 2) naming its directory; --fresh
 #     moves them aside; a trainer of another run is refused at registration
@@ -17,6 +19,10 @@
 #     removed at start, with a message;
 #   pserver shards loaded from checkpoints of different steps (fault 6):
 #     in sync mode the trainer refuses to train on them, naming both steps;
+#     in async mode it warns, naming the spread, and trains;
+#   a sync job killed with kill -9 (fault 6): every shard's checkpoints hold
+#     the same steps (multiples of checkpoint_interval_steps), and the job
+#     started again rejoins at that step and completes;
 #   an empty job file is an error (fault 9), and the defaults a file relies
 #     on are named at start.
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
@@ -96,6 +102,47 @@ local_run $n "$tmp/$n.f.log" FLOTILLA_RUN_ID=fourth -- --resume
 has "$tmp/$n.f.log" 'the model or optimizer section changed since' "$n: changed job"
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
+
+# ------------------- flotilla-run twice in one directory (fault 1)
+# As running the main job twice did: flotilla-run gives each invocation a
+# run id of its own, so the second run (2 collective trainers) refuses the
+# first one's checkpoints and changes nothing; flotilla-run --fresh moves
+# them aside and trains anew; --resume continues from them.
+n=runtwice
+RUN=$FL_BUILDDIR/flotilla-run
+job "$tmp/$n.yaml" 2 "$tmp/$n.ck"
+sed -i 's/mode: local/mode: collective/' "$tmp/$n.yaml"
+f0=$fails
+# run_job TAG [ARGS...]: flotilla-run of 2 trainers; exit in $rc
+run_job() {
+  _t=$1
+  shift
+  spawn RUNP "$tmp/$n.$_t.out" -- "$RUN" --nproc_per_node 2 --log_dir "$tmp/$n.$_t" "$@" "$tmp/$n.yaml"
+  wait_exit "$RUNP" 90
+}
+run_job first
+[ "$rc" = 0 ] || fail "$n: first run exit $rc"
+before=$(steps_of "$tmp/$n.ck")
+sum=$(cat "$tmp/$n.ck"/ckpt-*.flc 2> /dev/null | md5sum)
+[ -n "$before" ] || fail "$n: the first run left no checkpoint"
+run_job second
+[ "$rc" != 0 ] || fail "$n: the second run in the same directory exit 0 (want refused)"
+has "$tmp/$n.second/workerlog.0" "checkpoint dir $tmp/$n.ck holds the checkpoints of another run .*Pass --resume .* or --fresh" "$n: second run"
+hasnt "$tmp/$n.second/workerlog.0" '^\[Epoch' "$n: second run (trained although refused)"
+[ "$(steps_of "$tmp/$n.ck")" = "$before" ] && [ "$(cat "$tmp/$n.ck"/ckpt-*.flc | md5sum)" = "$sum" ] ||
+  fail "$n: the refused run changed the checkpoints"
+run_job fresh --fresh
+[ "$rc" = 0 ] || fail "$n: --fresh run exit $rc"
+old=$(ls -d "$tmp/$n.ck"/old-* 2> /dev/null | head -1)
+[ -n "$old" ] && [ "$(steps_of "$old")" = "$before" ] || fail "$n: --fresh: the first run's checkpoints are not in old-*/"
+[ "$(steps_of "$tmp/$n.ck")" = "$before" ] || fail "$n: --fresh run's own checkpoints '$(steps_of "$tmp/$n.ck")' (want $before)"
+sed -i 's/epochs: 2,/epochs: 3,/' "$tmp/$n.yaml"
+run_job resume --resume
+[ "$rc" = 0 ] || fail "$n: --resume run exit $rc"
+has "$tmp/$n.resume/workerlog.0" "--resume: continuing from $tmp/$n.ck/ckpt-$(echo $before | awk '{ print $NF }')\\.flc, a checkpoint of another run" "$n: --resume"
+has "$tmp/$n.resume/workerlog.0" 'done: 48 steps' "$n: --resume"
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.out "$tmp/$n".*/workerlog.0
 
 # -------------------------------------------- stale temporary files
 n=staletmp
@@ -215,6 +262,103 @@ for s in 0 1; do
 done
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n (steps $newest and $older)" || show "$tmp/$n".*.log
+
+# The same in async mode: a warning naming the spread, and the job runs.
+n=shards_async
+job "$tmp/$n.yaml" 1 "$tmp/$n.ck" 16 ps
+sed -i 's/checkpoint_interval_steps: 10/checkpoint_interval_steps: 10, dense_block_size: 100/' "$tmp/$n.yaml"
+echo 'strategy: {a_sync: true}' >> "$tmp/$n.yaml"
+f0=$fails
+shards_run first
+older=$(ls "$tmp/$n.ck/pserver-1" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -1)
+cp "$tmp/$n.ck/pserver-1/ckpt-$older.flc" "$tmp/$n.saved.flc"
+sed -i 's/epochs: 1,/epochs: 2,/' "$tmp/$n.yaml"
+shards_run second
+newest=$(ls "$tmp/$n.ck/pserver-0" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -1)
+rm -f "$tmp/$n.ck/pserver-1"/ckpt-*.flc
+cp "$tmp/$n.saved.flc" "$tmp/$n.ck/pserver-1/ckpt-$older.flc"
+for s in 0 1; do JOB_ENV=FLOTILLA_RUN_ID=sh start_pserver $n "$tmp/$n.yaml" $s 1; done
+JOB_ENV=FLOTILLA_RUN_ID=sh start_trainer $n "$tmp/$n.yaml" 0 1
+wait_exit "$TR0" 60
+[ "$rc" = 0 ] || fail "$n: trainer exit $rc over async shards of steps $newest and $older (want 0: a warning)"
+has "$tmp/$n.tr0.log" " W .*the pservers stand $((newest - older)) steps apart: pserver 1 \(127\.0\.0\.1:[0-9]+\) at step $older, pserver 0 \(127\.0\.0\.1:[0-9]+\) at step $newest" "$n: trainer"
+for s in 0 1; do
+  wait_exit "$(eval echo \$PS$s)" 20
+  [ "$rc" = 0 ] || fail "$n: pserver $s exit $rc"
+done
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n (steps $newest and $older: warned)" || show "$tmp/$n".*.log
+
+# ------------- kill -9 of a whole sync job, started again (fault 6)
+# The audit's case: after a kill -9 the shards loaded checkpoints of
+# different steps (each was taken at whatever step its own timer saw).  In
+# sync mode the interval checkpoints now hold the multiples of
+# checkpoint_interval_steps on every shard, so the job killed at any point
+# starts again from one step: the same run started again rejoins there and
+# completes.  (The trainers are killed first, the pservers once they have
+# taken what the trainers pushed: the crash of a whole node.  Should the
+# trainers die inside the one step whose pushes reach one shard but not the
+# other, at a checkpoint step, the shards stand 10 steps apart and the
+# restart must be refused naming both: checked too, if it happens.)
+n=crash
+job "$tmp/$n.yaml" 30 "$tmp/$n.ck" 16 ps
+sed -i 's/checkpoint_interval_steps: 10/checkpoint_interval_steps: 10, dense_block_size: 100/' "$tmp/$n.yaml"
+f0=$fails
+JOB_ENV=FLOTILLA_RUN_ID=crash ps_job $n "$tmp/$n.yaml" 2 2
+for s in 0 1; do
+  wait_log "$tmp/$n.ps$s.log" 'checkpoint of step (5|6|7|8|9)0 written' 60 ||
+    fail "$n: pserver $s wrote no checkpoint of step 50..90"
+done
+kill -KILL "$TR0" "$TR1"
+for t in 0 1; do wait_exit "$(eval echo \$TR$t)" 10; done
+sleep 0.5
+kill -KILL "$PS0" "$PS1"
+for s in 0 1; do
+  wait_exit "$(eval echo \$PS$s)" 10
+  mv "$tmp/$n.ps$s.log" "$tmp/$n.ps$s.first.log"
+done
+for t in 0 1; do mv "$tmp/$n.tr$t.log" "$tmp/$n.tr$t.first.log"; done
+s0=$(steps_of "$tmp/$n.ck/pserver-0")
+s1=$(steps_of "$tmp/$n.ck/pserver-1")
+for s in $s0 $s1; do
+  [ $((s % 10)) = 0 ] || fail "$n: a checkpoint of step $s (not a multiple of checkpoint_interval_steps 10)"
+done
+new0=${s0% }
+new0=${new0##* }
+new1=${s1% }
+new1=${new1##* }
+[ "$s0" = "$s1" ] || [ "$new0" != "$new1" ] ||
+  fail "$n: the shards' checkpoints hold steps '$s0' and '$s1'"
+[ -n "$new0" ] && [ "$new0" -lt 480 ] || fail "$n: newest checkpoint of pserver 0 '$new0' (the job was not killed mid-way)"
+for s in 0 1; do JOB_ENV=FLOTILLA_RUN_ID=crash start_pserver $n "$tmp/$n.yaml" $s 2; done
+for t in 0 1; do JOB_ENV=FLOTILLA_RUN_ID=crash start_trainer $n "$tmp/$n.yaml" $t 2; done
+if [ "$new0" = "$new1" ]; then
+  for t in 0 1; do
+    wait_exit "$(eval echo \$TR$t)" 60
+    [ "$rc" = 0 ] || fail "$n: trainer $t exit $rc after the restart"
+    has "$tmp/$n.tr$t.log" "the pservers are at step $new0: rejoining the running job" "$n: trainer $t"
+    has "$tmp/$n.tr$t.log" 'done: 480 steps' "$n: trainer $t"
+  done
+  for s in 0 1; do
+    wait_exit "$(eval echo \$PS$s)" 20
+    [ "$rc" = 0 ] || fail "$n: pserver $s exit $rc after the restart"
+    has "$tmp/$n.ps$s.log" "loaded checkpoint .*ckpt-$new0.flc: step $new0\$" "$n: pserver $s"
+  done
+  what="both shards at step $new0"
+else
+  for t in 0 1; do
+    wait_exit "$(eval echo \$TR$t)" 60
+    [ "$rc" = 1 ] || fail "$n: trainer $t exit $rc over shards of steps $new0 and $new1 (want 1)"
+    has "$tmp/$n.tr$t.log" "the pservers stand at different steps: .* at step ($new0|$new1), .* at step ($new0|$new1)" "$n: trainer $t"
+  done
+  for s in 0 1; do
+    kill -TERM "$(eval echo \$PS$s)"
+    wait_exit "$(eval echo \$PS$s)" 20
+  done
+  what="shards at steps $new0 and $new1: refused"
+fi
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n ($what)" || show "$tmp/$n".*.log
 
 # ------------------------- an empty job file (fault 9), the defaults used
 n=jobfile

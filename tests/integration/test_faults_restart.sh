@@ -9,7 +9,7 @@
 # that step, so the run is the same as an uninterrupted one), within 0.5
 # point in async and geo mode - there two uninterrupted runs differ too
 # (the order of the pushes is the scheduler's), so the restarted run must
-# lie within 0.5 point of the range of two uninterrupted ones.  The barriers of the restarted trainer never
+# lie within 0.5 point of the range of three uninterrupted ones.  The barriers of the restarted trainer never
 # meet an older one's (no INVALID_ARGUMENT).  The jobs are the shipped
 # examples cut short (limit_train, 2 epochs); each part waits on log lines,
 # bounded.
@@ -25,12 +25,18 @@ fi
 # short EXAMPLE OUT CKDIR [TRAIN_CKPT]: the example, 2 epochs of 16384
 # samples evaluated on the whole test set (less makes the spread of async
 # runs too wide), a line every 10 batches, pserver checkpoints in CKDIR;
-# with TRAIN_CKPT, trainer checkpoints there every 20 steps.
+# with TRAIN_CKPT, trainer checkpoints there every 20 steps.  The learning
+# rate decays to 0 (cosine over the run; the servers apply it at each
+# pushed step): with the examples' constant rate the final accuracy of
+# uninterrupted async runs spread over 1.2 points on a loaded 2-core
+# machine (0.8248 to 0.8369 in 30 runs), so a 0.5-point bar failed one run
+# in ten with no restart at all; decayed, 6 runs spread 0.37 point.
 short() {
   sed -e 's/log_interval: [0-9]*/log_interval: 10/' -e 's/epochs: [0-9]*/epochs: 2/' \
     -e 's/^data:$/data:\n  limit_train: 16384\n  limit_test: 10000/' \
     -e "s|  checkpoint_dir: .*|  checkpoint_dir: $3|" "$EX/$1.yaml" > "$2"
   [ -n "${4:-}" ] && sed -i "s|^train:$|train:\n  checkpoint_dir: $4\n  checkpoint_interval: 20|" "$2"
+  printf 'lr_schedule: {kind: cosine}\n' >> "$2"
   grep -q 'limit_train: 16384' "$2" || fail "short: $1 has no data section to cut"
 }
 
@@ -68,13 +74,16 @@ part() {
   wait_exit "$RUNP" 300
   [ "$rc" = 0 ] || fail "$_name: uninterrupted run exit $rc"
   base=$(acc_of "$tmp/$_name.base.out")
-  base2=$base
+  base2=$base base3=$base
   if [ "$_tol" != 0 ]; then
-    short "$_ex" "$tmp/$_name.base2.yaml" "$tmp/$_name.base2.ck"
-    job "$_name.base2" "$tmp/$_name.base2.yaml"
-    wait_exit "$RUNP" 300
-    [ "$rc" = 0 ] || fail "$_name: second uninterrupted run exit $rc"
+    for k in 2 3; do
+      short "$_ex" "$tmp/$_name.base$k.yaml" "$tmp/$_name.base$k.ck"
+      job "$_name.base$k" "$tmp/$_name.base$k.yaml"
+      wait_exit "$RUNP" 300
+      [ "$rc" = 0 ] || fail "$_name: uninterrupted run $k exit $rc"
+    done
     base2=$(acc_of "$tmp/$_name.base2.out")
+    base3=$(acc_of "$tmp/$_name.base3.out")
   fi
   job "$_name" "$tmp/$_name.yaml" --max_restart 1
   if wait_log "$tmp/$_name/workerlog.$_victim" '^\[Epoch 0, batch (3|4|5)0\]' 120; then
@@ -86,20 +95,20 @@ part() {
   wait_exit "$RUNP" 300
   [ "$rc" = 0 ] || fail "$_name: flotilla-run exit $rc after trainer $_victim was killed"
   has "$tmp/$_name.out" "trainer $_victim was killed by signal 9 .*; restart 1 of 1" "$_name"
-  has "$tmp/$_name/workerlog.$_victim" 'rejoining the running job at step [0-9]+' "$_name: restarted trainer"
+  has "$tmp/$_name/workerlog.$_victim" 'the pservers are at step [1-9][0-9]*: rejoining the running job' "$_name: restarted trainer"
   for t in 0 1; do has "$tmp/$_name/workerlog.$t" 'done: 256 steps, 2 epochs' "$_name: trainer $t"; done
   for f in "$tmp/$_name"/*log.*; do
     hasnt "$f" 'INVALID_ARGUMENT|--resume needs' "$_name: $f"
   done
   got=$(acc_of "$tmp/$_name.out")
-  if [ -z "$base" ] || [ -z "$base2" ] || [ -z "$got" ]; then
-    fail "$_name: no final accuracy (uninterrupted '$base' '$base2', restarted '$got')"
+  if [ -z "$base" ] || [ -z "$base2" ] || [ -z "$base3" ] || [ -z "$got" ]; then
+    fail "$_name: no final accuracy (uninterrupted '$base' '$base2' '$base3', restarted '$got')"
   else
-    awk -v a="$base" -v a2="$base2" -v b="$got" -v t="$_tol" 'BEGIN {
-        lo = a < a2 ? a : a2; hi = a < a2 ? a2 : a;
+    awk -v a="$base" -v a2="$base2" -v a3="$base3" -v b="$got" -v t="$_tol" 'BEGIN {
+        lo = a; hi = a; if (a2 < lo) lo = a2; if (a2 > hi) hi = a2; if (a3 < lo) lo = a3; if (a3 > hi) hi = a3;
         exit !(b * 100 >= lo * 100 - t - 1e-9 && b * 100 <= hi * 100 + t + 1e-9) }' ||
-      fail "$_name: final accuracy $got after the restart, $base and $base2 uninterrupted (tolerance $_tol point)"
-    echo "$_name: final test accuracy $got after a kill -9 and restart; uninterrupted: $base $base2"
+      fail "$_name: final accuracy $got after the restart, $base $base2 $base3 uninterrupted (tolerance $_tol point)"
+    echo "$_name: final test accuracy $got after a kill -9 and restart; uninterrupted: $base $base2 $base3"
   fi
   ran=$((ran + 1))
   [ $fails = "$f0" ] && ok "$_name" || show "$tmp/$_name.out" "$tmp/$_name"/*log.*

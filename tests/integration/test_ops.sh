@@ -11,7 +11,10 @@
 #   a second pserver on a used address says "address in use", and a
 #     trainer with another job's token is told so;
 #   flotilla-run's progress line reaches 100% (its records come every
-#     log_interval batches) above the final summary.
+#     log_interval batches) above the final summary;
+#   the Dockerfile's stages install what configure requires and what the
+#     programs link (checked against this machine's Debian packages), on a
+#     pinned base, without an in-tree build's configure output.
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
 RUN=$FL_BUILDDIR/flotilla-run
 
@@ -125,6 +128,77 @@ kill -TERM "$PS0"
 wait_exit "$PS0" 20
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*
+
+# --------------------------------------------------- the Dockerfile's packages
+# No Docker engine here: what can be checked without one is that each
+# stage installs what the tree needs (the image's configure stopped for
+# want of onnx.proto, libonnx-dev), that the base images are pinned and
+# that an in-tree build's configure output stays out of the build stage.
+# build: the owner of every file configure.ac requires (pkg-config modules,
+# onnx.proto, protoc-c); runtime: the owner of every library the installed
+# programs and libraries link.  A package counts as installed when listed,
+# when a listed package depends on it, or when Debian's base image holds it
+# (priority required).  dpkg and apt-cache read this machine's Debian.
+n=dockerfile
+f0=$fails
+df=$FL_SRCDIR/deploy/Dockerfile
+if command -v dpkg-query > /dev/null && command -v apt-cache > /dev/null; then
+  # the packages after `apt-get install` in stage $1 (build or runtime)
+  stage_pkgs() {
+    awk -v st="$1" '/^FROM / { cur = ($NF == st) } cur' "$df" |
+      sed -n '/apt-get install/,/rm -rf/p' | tr ' \\' '\n\n' | grep -E '^[a-z0-9][a-z0-9.+-]+$' |
+      grep -vE '^(apt-get|install|rm|no-install-recommends|var|lib|apt|lists)$' | sort -u
+  }
+  # with_deps PKG...: the packages and their direct dependencies (one call)
+  with_deps() {
+    { printf '%s\n' "$@"; apt-cache depends "$@" 2> /dev/null | sed -n 's/^ *|\{0,1\}Depends: //p'; } |
+      sort -u
+  }
+  # covered PKG FILE: PKG is in FILE (with_deps) or in the base image
+  covered() {
+    grep -qx -- "$1" "$2" || [ "$(dpkg-query -W -f='${Priority}' "$1" 2> /dev/null)" = required ]
+  }
+  owner() { dpkg -S "$1" 2> /dev/null | head -1 | cut -d: -f1; }
+  mapfile -t build < <(stage_pkgs build)
+  mapfile -t runtime < <(stage_pkgs runtime)
+  [ ${#build[@]} -gt 5 ] && [ ${#runtime[@]} -gt 5 ] ||
+    fail "$n: cannot read the package lists (build: ${build[*]}; runtime: ${runtime[*]})"
+  with_deps "${build[@]}" > "$tmp/$n.build"
+  with_deps "${runtime[@]}" > "$tmp/$n.runtime"
+  need=()
+  for m in $(sed -n 's/^PKG_CHECK_MODULES(\[[A-Z]*\], \[\([a-z0-9_.+-]*\) .*/\1/p' "$FL_SRCDIR/configure.ac"); do
+    pc=$(pkg-config --variable=pcfiledir "$m" 2> /dev/null)/$m.pc
+    need+=("$m:$(owner "$(readlink -f "$pc")")")
+  done
+  need+=("onnx.proto:$(owner /usr/include/onnx/onnx.proto)")
+  need+=("protoc-c:$(owner "$(readlink -f "$(command -v protoc-c)")")")
+  for x in "${need[@]}"; do
+    [ -n "${x#*:}" ] || { fail "$n: no Debian package here owns ${x%%:*}"; continue; }
+    covered "${x#*:}" "$tmp/$n.build" || fail "$n: the build stage lacks ${x#*:} (for ${x%%:*})"
+  done
+  for b in flotilla-trainer flotilla-pserver flotilla-run libflotilla.so libflkernels.so; do
+    objdump -p "$FL_BUILDDIR/.libs/$b" 2> /dev/null | awk '/NEEDED/ { print $2 }'
+  done | sort -u > "$tmp/$n.needed"
+  [ -s "$tmp/$n.needed" ] || fail "$n: no NEEDED entries read from $FL_BUILDDIR/.libs"
+  while read -r lib; do
+    case $lib in libflotilla.* | libflkernels.*) continue ;; esac
+    real=$(readlink -f "$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')")
+    pkg=$(owner "$real")
+    # merged /usr: dpkg may know the file under /lib or /usr/lib only
+    [ -n "$pkg" ] || pkg=$(owner "/lib/${real#/usr/lib/}")
+    [ -n "$pkg" ] || pkg=$(owner "/usr/lib/${real#/lib/}")
+    [ -n "$pkg" ] || { fail "$n: no Debian package here owns $lib"; continue; }
+    covered "$pkg" "$tmp/$n.runtime" || fail "$n: the runtime stage lacks $pkg (for $lib)"
+  done < "$tmp/$n.needed"
+  has "$df" '^ARG DEBIAN_VERSION=[0-9]+\.[0-9]+$' "$n: Dockerfile (base image pinned to a point release)"
+  [ "$(grep -c '^FROM debian:\${DEBIAN_VERSION}' "$df")" = 2 ] || fail "$n: a stage not on the pinned base"
+  has "$FL_SRCDIR/deploy/Dockerfile.dockerignore" '^config\.status$' "$n: Dockerfile.dockerignore"
+  has "$df" 'rm -f config.status' "$n: Dockerfile (configure output removed before configure)"
+  ran=$((ran + 1))
+  [ $fails = "$f0" ] && ok "$n (build: ${#need[@]} requirements, runtime: $(wc -l < "$tmp/$n.needed") libraries)" || show "$df"
+else
+  echo "SKIP: $n (no dpkg-query / apt-cache: not Debian)"
+fi
 
 # ------------------------------------------- the progress line ends whole
 n=progress

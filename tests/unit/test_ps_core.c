@@ -769,6 +769,70 @@ START_TEST(test_sparse_key_sharding) {
 }
 END_TEST
 
+/* Sync mode, issue 14 fault 6: a gate at step 2 holds the block there
+ * (pulls of step 3 wait, every push in) until the gate moves; the hook says
+ * when the server stands at the gate; the step then goes on. */
+static int gate_calls;
+static void count_gate(void *ctx) {
+  (void)ctx;
+  gate_calls++;
+}
+
+START_TEST(test_sync_gate) {
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 0.5f, 0);
+  const float g[N] = {1, 1, 1, 1};
+  float v[N];
+  int64_t step;
+  uint32_t blk = 0;
+  gate_calls = 0;
+  fl_ps_core_set_gate_hook(c, count_gate, NULL);
+  fl_ps_core_set_gate(c, 2);
+  ck_assert_int_eq(fl_ps_core_gate(c), 2);
+  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_at_gate(c), 0);
+  for (int s = 0; s < 3; s++)
+    for (int t = 0; t < 2; t++)
+      ck_assert_int_eq(push(c, t, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  /* steps 0 and 1 applied, step 2 held with both pushes in */
+  ck_assert_int_eq(gate_calls, 1);
+  ck_assert_int_eq(fl_ps_core_at_gate(c), 1);
+  ck_assert_int_eq(fl_ps_core_step(c), 2);
+  ck_assert_int_eq(fl_ps_core_settled(c), 0);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 3, &blk, 1), FL_EAGAIN);
+  value(c, v, &step);
+  ck_assert_int_eq(step, 2);
+  for (int i = 0; i < N; i++) ck_assert_float_eq_tol(v[i], init_v[i] - 2 * 0.5f, 1e-6f);
+  fl_ps_core_set_gate(c, 4);
+  ck_assert_int_eq(fl_ps_core_at_gate(c), 0);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 3, &blk, 1), FL_OK);
+  ck_assert_int_eq(fl_ps_core_step(c), 3);
+  /* no gate: nothing held */
+  fl_ps_core_set_gate(c, -1);
+  for (int t = 0; t < 2; t++)
+    ck_assert_int_eq(push(c, t, 3, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_step(c), 4);
+  ck_assert_int_eq(fl_ps_core_at_gate(c), 0);
+  ck_assert_int_eq(gate_calls, 1);
+  fl_ps_core_set_gate_hook(c, NULL, NULL);
+  fl_ps_core_free(c);
+
+  /* A block moved forward onto the gate's step by a trainer ahead of it
+   * (a server restarted from an older checkpoint) never stood there: its
+   * step is applied, not held for ever. */
+  c = mk(1, 0, 0, FL_OPTIM_SGD, 0.5f, 0);
+  fl_ps_core_set_gate(c, 5);
+  ck_assert_int_eq(reg_at(c, 0, 1, 0, 5, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 5, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 6, &blk, 1), FL_OK);
+  ck_assert_int_eq(fl_ps_core_step(c), 6);
+  ck_assert_int_eq(fl_ps_core_at_gate(c), -1); /* past it: the gate must move on */
+  fl_ps_core_free(c);
+}
+END_TEST
+
 START_TEST(test_core_checkpoint) {
   char path[] = "/tmp/fl_test_pscore_XXXXXX";
   int fd = mkstemp(path);
@@ -857,6 +921,7 @@ int main(void) {
   tcase_add_test(tc, test_sparse_calls);
   tcase_add_test(tc, test_sparse_key_sharding);
   tcase_add_test(tc, test_core_checkpoint);
+  tcase_add_test(tc, test_sync_gate);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
