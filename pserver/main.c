@@ -535,118 +535,208 @@ static int parse_args(int argc, char **argv, fl_cluster *cl, cli_opts *o) {
   return -1;
 }
 
+/* The process, the cluster, the command line and the job, and this
+ * pserver's checkpoint directory: -1 to go on, else the exit status. */
+static int setup(int argc, char **argv, app *a, cli_opts *cli, fl_run_identity *id) {
+  char ctx[64];
+
+  signal(SIGPIPE, SIG_IGN);
+  if (fl_proc_init() != FL_OK) return 1; /* open-file limit, dying with flotilla-run */
+  if (fl_cluster_from_env(&a->cl) != FL_OK) return 2;
+  a->cl.role = FL_ROLE_PSERVER;
+  {
+    int rc_args = parse_args(argc, argv, &a->cl, cli);
+    if (rc_args >= 0) return rc_args;
+  }
+  if (cli->config) {
+    if (fl_job_load_file(cli->config, &a->job) != FL_OK) return 2;
+  } else {
+    fl_job_defaults(&a->job);
+  }
+  if (cli->health_addr) return health_check(cli->health_addr, cli->config ? &a->job : NULL);
+  a->cl.mode = FL_MODE_PS;
+  a->cl.mode_set = 1;
+  if (fl_cluster_from_engines(&a->cl, FL_MODE_PS) != FL_OK) return 2;
+  if (fl_cluster_validate(&a->cl, FL_MODE_PS) != FL_OK) return 2;
+  if (fl_cluster_load_token(&a->cl, a->job.cluster.token_file) != FL_OK) return 2;
+  if (fl_run_identity_resolve(&a->job, &a->cl, id) != FL_OK) return 2;
+  snprintf(ctx, sizeof ctx, "pserver %d", a->cl.pserver_id);
+  fl_log_set_context(ctx);
+  {
+    char ids[160];
+    FL_LOGI("%s%s", fl_run_identity_str(id, ids, sizeof ids),
+            id->derived ? " (no FLOTILLA_RUN_ID: the run id is derived from the job and cluster)"
+                       : "");
+  }
+  fl_cluster_print_envs(&a->cl, stderr);
+  fl_strategy_print_overview(&a->job, stderr);
+
+  {
+    const char *base =
+        a->cl.checkpoint_dir[0] ? a->cl.checkpoint_dir : a->job.pserver.checkpoint_dir;
+    if (base[0]) {
+      snprintf(a->dir, sizeof a->dir, "%s/pserver-%d", base, a->cl.pserver_id);
+      if (mkdir_p(a->dir) != FL_OK) return 1;
+    }
+  }
+  return -1;
+}
+
+/* The core of this job (its options from the job, the cluster and the
+ * command line). */
+static fl_status make_core(app *a, const cli_opts *cli, const fl_run_identity *id) {
+  fl_ps_core_opts co;
+
+  memset(&co, 0, sizeof co);
+  co.job = a->job;
+  co.server_index = a->cl.pserver_id;
+  co.n_servers = a->cl.n_pservers;
+  co.num_trainers = a->cl.trainers_num;
+  co.heartbeat_timeout_s = a->job.cluster.heartbeat_timeout_s;
+  co.max_dense_elements = cli->max_dense;
+  snprintf(co.run_id, sizeof co.run_id, "%s", id->run_id);
+  co.job_hash = id->job_hash;
+  return fl_ps_core_create(&co, &a->core);
+}
+
+/* The state of the latest checkpoint of this run, if any (*rc 2 when the
+ * directory is another run's). */
+static fl_status resume(app *a, const cli_opts *cli, const fl_run_identity *id, int *rc) {
+  fl_status st = FL_OK;
+
+  if (a->dir[0]) {
+    fl_ckpt *ck = NULL;
+    int64_t step = 0;
+    st = fl_ckpt_dir_claim(a->dir, id, cli->start, 1, &ck, &step);
+    if (st == FL_ESTATE) *rc = 2; /* another run's: the operator decides */
+    if (st != FL_OK) return st;
+    if (ck) {
+      char path[FL_JOB_PATH_MAX + 64];
+      fl_ckpt_dir_path(a->dir, step, path, sizeof path);
+      st = fl_ps_core_load(a->core, ck, path);
+      fl_ckpt_free(ck);
+      if (st != FL_OK) return st;
+      a->last_step = a->saved_step = fl_ps_core_step(a->core);
+    } else {
+      FL_LOGI("no checkpoint in %s: starting fresh", a->dir);
+    }
+  }
+  return st;
+}
+
+/* The service's options: address, threads, credentials, limits, the
+ * checkpoint RPCs. */
+static void server_opts(app *a, const cli_opts *cli, const char *bind, fl_ps_server_opts *so) {
+  memset(so, 0, sizeof *so);
+  so->bind_addr = bind;
+  so->threads = cli->threads;
+  so->calls_per_thread = 16;
+  so->rpc.token = a->cl.token;
+  so->rpc.tls_cert = a->job.cluster.tls.cert;
+  so->rpc.tls_key = a->job.cluster.tls.key;
+  so->rpc.tls_ca = a->job.cluster.tls.ca;
+  so->rpc.tls_mutual = a->job.cluster.tls.mutual;
+  /* gRPC's own limit sits above ours so an oversized request still gets our
+   * INVALID_ARGUMENT with a reason instead of a bare RESOURCE_EXHAUSTED. */
+  so->max_request_bytes = cli->max_request;
+  so->rpc.max_message_bytes = FL_RPC_DEFAULT_MAX_MESSAGE + (16u << 20);
+  if (a->dir[0]) {
+    so->save = rpc_save;
+    so->load = rpc_load;
+    so->ckpt_ctx = a;
+  }
+}
+
+/* Say what is served, and how safely. */
+static void log_serving(app *a, const cli_opts *cli, const char *bind) {
+  FL_LOGI("serving %s with %d threads: %s mode, %d trainers, %d servers, step %" PRId64
+          "; %s, %s", bind, cli->threads, fl_ps_mode_name(fl_ps_mode_of(&a->job)),
+          a->cl.trainers_num, a->cl.n_pservers, fl_ps_core_step(a->core),
+          !a->job.cluster.tls.cert[0] ? "no TLS" : a->job.cluster.tls.mutual ? "mutual TLS" : "TLS",
+          a->cl.token[0] ? "token checked on every call" : "no token");
+  if (!a->cl.token[0])
+    FL_LOGW("no shared token (FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE or cluster.token_file): any "
+            "process that reaches %s can call this pserver", bind);
+}
+
+/* The event loop: ticks, signals, the sync gate; it runs until the drain
+ * ends it, then its handles are closed. */
+static void run_loop(app *a) {
+  fl_notify_ready(NULL); /* serving: systemd's Type=notify start is done */
+  uv_loop_init(&a->loop);
+  uv_timer_init(&a->loop, &a->tick);
+  a->tick.data = a;
+  uv_timer_start(&a->tick, on_tick, 100, 100);
+  uv_signal_init(&a->loop, &a->sig_term);
+  uv_signal_init(&a->loop, &a->sig_int);
+  a->sig_term.data = a->sig_int.data = a;
+  uv_signal_start(&a->sig_term, on_signal, SIGTERM);
+  uv_signal_start(&a->sig_int, on_signal, SIGINT);
+  if (a->dir[0] && a->job.pserver.checkpoint_interval_s > 0 && a->cl.n_pservers > 1 &&
+      fl_ps_mode_of(&a->job) == FL_PS_SYNC)
+    FL_LOGW("pserver.checkpoint_interval_s in sync mode: the shards take those checkpoints at "
+            "different steps, and a job whose shards stand at different steps does not start "
+            "again from them; checkpoint_interval_steps takes them at one step on every shard");
+  uv_async_init(&a->loop, &a->gate_async, on_gate_async);
+  a->gate_async.data = a;
+  if (a->dir[0] && a->job.pserver.checkpoint_interval_steps > 0 &&
+      fl_ps_mode_of(&a->job) == FL_PS_SYNC) {
+    a->gated = 1;
+    FL_LOGI("sync mode: checkpoints at the steps that are multiples of "
+            "checkpoint_interval_steps %" PRId64 ", the same on every shard",
+            a->job.pserver.checkpoint_interval_steps);
+    fl_ps_core_set_gate_hook(a->core, on_gate_hook, a);
+    fl_ps_core_set_gate(a->core, next_gate(fl_ps_core_step(a->core),
+                                          a->job.pserver.checkpoint_interval_steps));
+  }
+  uv_run(&a->loop, UV_RUN_DEFAULT);
+  /* no hook may touch the loop's handles any more; nothing waits at the gate */
+  fl_ps_core_set_gate_hook(a->core, NULL, NULL);
+  fl_ps_core_set_gate(a->core, -1);
+  uv_walk(&a->loop, close_cb, NULL);
+  uv_run(&a->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&a->loop);
+}
+
+/* The final Stats (tests/bench/soak_ps.sh reconciles them with the
+ * trainers' totals). */
+static void log_totals(app *a) {
+  Flotilla__StatsResponse t = FLOTILLA__STATS_RESPONSE__INIT;
+  fl_ps_core_stats(a->core, &t);
+  FL_LOGI("totals: step %" PRId64 ", %" PRIu64 " pushes, %" PRIu64 " pulls, %" PRIu64
+          " bytes in, %" PRIu64 " bytes out, %" PRIu64 " duplicates, %" PRIu64
+          " invalid, %" PRIu64 " dense updates",
+          t.step, t.pushes, t.pulls, t.bytes_in, t.bytes_out, t.duplicates, t.invalid,
+          t.dense_updates);
+}
+
 int main(int argc, char **argv) {
   cli_opts cli;
   app a;
   int port = 0, rc = 1;
-  char ctx[64], bind[FL_HOST_MAX + 16];
-  fl_ps_core_opts co;
+  char bind[FL_HOST_MAX + 16];
   fl_ps_server_opts so;
-  fl_status st;
   fl_run_identity id;
 
   memset(&a, 0, sizeof a);
   a.saved_step = -1;
-  signal(SIGPIPE, SIG_IGN);
-  if (fl_proc_init() != FL_OK) return 1; /* open-file limit, dying with flotilla-run */
-  if (fl_cluster_from_env(&a.cl) != FL_OK) return 2;
-  a.cl.role = FL_ROLE_PSERVER;
   {
-    int rc_args = parse_args(argc, argv, &a.cl, &cli);
-    if (rc_args >= 0) return rc_args;
-  }
-  if (cli.config) {
-    if (fl_job_load_file(cli.config, &a.job) != FL_OK) return 2;
-  } else {
-    fl_job_defaults(&a.job);
-  }
-  if (cli.health_addr) return health_check(cli.health_addr, cli.config ? &a.job : NULL);
-  a.cl.mode = FL_MODE_PS;
-  a.cl.mode_set = 1;
-  if (fl_cluster_from_engines(&a.cl, FL_MODE_PS) != FL_OK) return 2;
-  if (fl_cluster_validate(&a.cl, FL_MODE_PS) != FL_OK) return 2;
-  if (fl_cluster_load_token(&a.cl, a.job.cluster.token_file) != FL_OK) return 2;
-  if (fl_run_identity_resolve(&a.job, &a.cl, &id) != FL_OK) return 2;
-  snprintf(ctx, sizeof ctx, "pserver %d", a.cl.pserver_id);
-  fl_log_set_context(ctx);
-  {
-    char ids[160];
-    FL_LOGI("%s%s", fl_run_identity_str(&id, ids, sizeof ids),
-            id.derived ? " (no FLOTILLA_RUN_ID: the run id is derived from the job and cluster)"
-                       : "");
-  }
-  fl_cluster_print_envs(&a.cl, stderr);
-  fl_strategy_print_overview(&a.job, stderr);
-
-  {
-    const char *base = a.cl.checkpoint_dir[0] ? a.cl.checkpoint_dir : a.job.pserver.checkpoint_dir;
-    if (base[0]) {
-      snprintf(a.dir, sizeof a.dir, "%s/pserver-%d", base, a.cl.pserver_id);
-      if (mkdir_p(a.dir) != FL_OK) return 1;
-    }
+    int rc_setup = setup(argc, argv, &a, &cli, &id);
+    if (rc_setup >= 0) return rc_setup;
   }
   pthread_mutex_init(&a.ckpt_mu, NULL);
 
-  memset(&co, 0, sizeof co);
-  co.job = a.job;
-  co.server_index = a.cl.pserver_id;
-  co.n_servers = a.cl.n_pservers;
-  co.num_trainers = a.cl.trainers_num;
-  co.heartbeat_timeout_s = a.job.cluster.heartbeat_timeout_s;
-  co.max_dense_elements = cli.max_dense;
-  snprintf(co.run_id, sizeof co.run_id, "%s", id.run_id);
-  co.job_hash = id.job_hash;
-  if (fl_ps_core_create(&co, &a.core) != FL_OK) return 1;
-  if (a.dir[0]) {
-    fl_ckpt *ck = NULL;
-    int64_t step = 0;
-    st = fl_ckpt_dir_claim(a.dir, &id, cli.start, 1, &ck, &step);
-    if (st == FL_ESTATE) rc = 2; /* another run's: the operator decides */
-    if (st != FL_OK) goto out_core;
-    if (ck) {
-      char path[FL_JOB_PATH_MAX + 64];
-      fl_ckpt_dir_path(a.dir, step, path, sizeof path);
-      st = fl_ps_core_load(a.core, ck, path);
-      fl_ckpt_free(ck);
-      if (st != FL_OK) goto out_core;
-      a.last_step = a.saved_step = fl_ps_core_step(a.core);
-    } else {
-      FL_LOGI("no checkpoint in %s: starting fresh", a.dir);
-    }
-  }
+  if (make_core(&a, &cli, &id) != FL_OK) return 1;
+  if (resume(&a, &cli, &id, &rc) != FL_OK) goto out_core;
   a.last_time = fl_ps_now();
 
   fl_endpoint_format(&a.cl.pserver_endpoints[a.cl.pserver_id], bind, sizeof bind);
-  memset(&so, 0, sizeof so);
-  so.bind_addr = bind;
-  so.threads = cli.threads;
-  so.calls_per_thread = 16;
-  so.rpc.token = a.cl.token;
-  so.rpc.tls_cert = a.job.cluster.tls.cert;
-  so.rpc.tls_key = a.job.cluster.tls.key;
-  so.rpc.tls_ca = a.job.cluster.tls.ca;
-  so.rpc.tls_mutual = a.job.cluster.tls.mutual;
-  /* gRPC's own limit sits above ours so an oversized request still gets our
-   * INVALID_ARGUMENT with a reason instead of a bare RESOURCE_EXHAUSTED. */
-  so.max_request_bytes = cli.max_request;
-  so.rpc.max_message_bytes = FL_RPC_DEFAULT_MAX_MESSAGE + (16u << 20);
-  if (a.dir[0]) {
-    so.save = rpc_save;
-    so.load = rpc_load;
-    so.ckpt_ctx = &a;
-  }
+  server_opts(&a, &cli, bind, &so);
   if (address_in_use(bind)) goto out_core;
   fl_rpc_init();
   if (fl_ps_server_start(a.core, &so, &a.srv, &port) != FL_OK) goto out_rpc;
   fl_ps_core_set_progress(a.core, fl_ps_server_progress, a.srv);
-  FL_LOGI("serving %s with %d threads: %s mode, %d trainers, %d servers, step %" PRId64
-          "; %s, %s", bind, cli.threads, fl_ps_mode_name(fl_ps_mode_of(&a.job)), a.cl.trainers_num,
-          a.cl.n_pservers, fl_ps_core_step(a.core),
-          !a.job.cluster.tls.cert[0] ? "no TLS" : a.job.cluster.tls.mutual ? "mutual TLS" : "TLS",
-          a.cl.token[0] ? "token checked on every call" : "no token");
-  if (!a.cl.token[0])
-    FL_LOGW("no shared token (FLOTILLA_TOKEN, FLOTILLA_TOKEN_FILE or cluster.token_file): any "
-            "process that reaches %s can call this pserver", bind);
+  log_serving(&a, &cli, bind);
 
   if (!cli.metrics_addr) cli.metrics_addr = a.job.cluster.metrics_addr;
   if (!strcmp(cli.metrics_addr, "none")) cli.metrics_addr = ""; /* as --help offers */
@@ -657,40 +747,7 @@ int main(int argc, char **argv) {
     if (fl_metrics_serve(fl_metrics_default(), cli.metrics_addr, &a.metrics) != FL_OK)
       goto out_srv;
   }
-  fl_notify_ready(NULL); /* serving: systemd's Type=notify start is done */
-  uv_loop_init(&a.loop);
-  uv_timer_init(&a.loop, &a.tick);
-  a.tick.data = &a;
-  uv_timer_start(&a.tick, on_tick, 100, 100);
-  uv_signal_init(&a.loop, &a.sig_term);
-  uv_signal_init(&a.loop, &a.sig_int);
-  a.sig_term.data = a.sig_int.data = &a;
-  uv_signal_start(&a.sig_term, on_signal, SIGTERM);
-  uv_signal_start(&a.sig_int, on_signal, SIGINT);
-  if (a.dir[0] && a.job.pserver.checkpoint_interval_s > 0 && a.cl.n_pservers > 1 &&
-      fl_ps_mode_of(&a.job) == FL_PS_SYNC)
-    FL_LOGW("pserver.checkpoint_interval_s in sync mode: the shards take those checkpoints at "
-            "different steps, and a job whose shards stand at different steps does not start "
-            "again from them; checkpoint_interval_steps takes them at one step on every shard");
-  uv_async_init(&a.loop, &a.gate_async, on_gate_async);
-  a.gate_async.data = &a;
-  if (a.dir[0] && a.job.pserver.checkpoint_interval_steps > 0 &&
-      fl_ps_mode_of(&a.job) == FL_PS_SYNC) {
-    a.gated = 1;
-    FL_LOGI("sync mode: checkpoints at the steps that are multiples of "
-            "checkpoint_interval_steps %" PRId64 ", the same on every shard",
-            a.job.pserver.checkpoint_interval_steps);
-    fl_ps_core_set_gate_hook(a.core, on_gate_hook, &a);
-    fl_ps_core_set_gate(a.core, next_gate(fl_ps_core_step(a.core),
-                                          a.job.pserver.checkpoint_interval_steps));
-  }
-  uv_run(&a.loop, UV_RUN_DEFAULT);
-  /* no hook may touch the loop's handles any more; nothing waits at the gate */
-  fl_ps_core_set_gate_hook(a.core, NULL, NULL);
-  fl_ps_core_set_gate(a.core, -1);
-  uv_walk(&a.loop, close_cb, NULL);
-  uv_run(&a.loop, UV_RUN_DEFAULT);
-  uv_loop_close(&a.loop);
+  run_loop(&a);
   /* The job's last state could not be kept: say so in the exit status. */
   rc = a.final_st == FL_OK && !a.incomplete ? 0 : 1;
   g_exit_rc = rc;
@@ -701,17 +758,7 @@ int main(int argc, char **argv) {
 out_srv:
   fl_ps_core_set_progress(a.core, NULL, NULL);
   fl_ps_server_stop(a.srv);
-  {
-    /* Every call is answered: the final Stats (tests/bench/soak_ps.sh
-     * reconciles them with the trainers' totals). */
-    Flotilla__StatsResponse t = FLOTILLA__STATS_RESPONSE__INIT;
-    fl_ps_core_stats(a.core, &t);
-    FL_LOGI("totals: step %" PRId64 ", %" PRIu64 " pushes, %" PRIu64 " pulls, %" PRIu64
-            " bytes in, %" PRIu64 " bytes out, %" PRIu64 " duplicates, %" PRIu64
-            " invalid, %" PRIu64 " dense updates",
-            t.step, t.pushes, t.pulls, t.bytes_in, t.bytes_out, t.duplicates, t.invalid,
-            t.dense_updates);
-  }
+  log_totals(&a); /* every call is answered */
 out_rpc:
   fl_rpc_shutdown();
 out_core:

@@ -11,16 +11,10 @@ set -u
 S=${FL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 LIMIT=80
 # Functions over the limit today without a written reason, each with why it
-# is still here.  Format: "file function".  The three core.c ones go when
-# core.c is split along membership, update modes (an ops table per mode),
-# barriers and checkpoints (issue 13); that split waits for the fault-6
-# work on the same functions (the sync gate) to land, so the two do not
-# collide.  main.c's main goes with it (the daemon's setup in steps).
+# is still here.  Format: "file function".  None since core.c was split
+# along membership, update modes (an ops table per mode), barriers and
+# checkpoints, and main.c's main into the daemon's setup steps (issue 13).
 EXCEPTIONS='
-pserver/core.c fl_ps_core_register
-pserver/core.c fl_ps_core_push_dense
-pserver/core.c fl_ps_core_load
-pserver/main.c main
 '
 tmp=$(mktemp -d /tmp/fl_funclen.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT

@@ -1,0 +1,241 @@
+/* core_internal.h - what the pserver core's files (core*.c) share: the
+ * state of a fl_ps_core, the ops table of the update modes, and the helpers
+ * more than one of them calls.  Private to pserver/core*.c; the service and
+ * the tests use fl_ps.h.
+ *
+ * Ownership: a fl_ps_core owns everything below: the trainer registry, the
+ * layout and its dense blocks (made once, by the first Register or by a
+ * checkpoint load, never freed before fl_ps_core_free), the sparse tables
+ * (added, never removed) and the barriers.
+ *
+ * Locking: c->mu guards the trainer registry, the layout's creation, the
+ * table list and the barriers; each dense block and each sparse table has
+ * its own mutex, so pushes to different blocks run in parallel.  Order:
+ * c->mu before a block or table lock, block locks in ascending id.  The set
+ * of trainers a sync step waits for is kept in atomic bit words as well,
+ * written before blocks are looked at again after a membership change, so
+ * that a push and a death racing each other cannot both miss the step.
+ * c->cb_mu guards the progress and gate hooks only and is taken with no
+ * other core lock held.  Each helper below says which lock it expects. */
+#ifndef FL_PS_CORE_INTERNAL_H
+#define FL_PS_CORE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <pthread.h>
+
+#include "fl_cluster.h"
+#include "fl_ps.h"
+#include "fl_ps_layout.h"
+
+#define MAX_TABLES 64
+#define MAX_BARRIERS 64
+#define BARRIER_NAME_MAX 128
+#define PARAM_NAME_MAX 256
+#define MAX_NUMEL (1ULL << 40)
+#define MAX_SEQ 64
+
+enum { T_UNKNOWN = 0, T_LIVE, T_DEAD, T_DONE };
+
+typedef struct ps_trainer {
+  int state;
+  uint64_t incarnation;
+  double last_seen;
+  int64_t step;
+} ps_trainer;
+
+typedef struct ps_block {
+  pthread_mutex_t mu;
+  uint32_t id;
+  uint64_t n;
+  const char *name; /* of its parameter */
+  float *value, *s1, *s2;
+  int initialized;
+  int64_t step;     /* sync: the step it waits for; others: pushes applied */
+  int64_t updates;  /* optimizer steps applied (Adam's bias correction) */
+  int64_t pend_step;
+  int n_pend;
+  uint8_t *have;    /* [num_trainers] */
+  float **pend;     /* [num_trainers] gradient buffers, made on first use */
+  float *acc;
+  int64_t *last;    /* [num_trainers] async/geo: last step taken */
+  float *prev;      /* sync: the value before the last step applied ... */
+  int64_t prev_step; /* ... i.e. as of this step (-1: none) */
+} ps_block;
+
+typedef struct ps_table {
+  fl_ps_table *t;
+  pthread_mutex_t mu;
+  int64_t *cur_step; /* [num_trainers] push dedup: step and the parts seen */
+  uint64_t *seqmask;
+  uint64_t evicted_logged;
+} ps_table;
+
+typedef struct ps_barrier {
+  char name[BARRIER_NAME_MAX];
+  int used, done;
+  uint64_t seq;
+  int nv;
+  uint8_t *arrived;  /* [num_trainers] */
+  uint64_t *taken;   /* [num_trainers] incarnation that was answered this
+                        round's result, 0: not answered */
+  double *vals;      /* [num_trainers * FL_PS_BARRIER_MAX_VALUES] */
+  int64_t *mins;     /* [num_trainers] */
+  double sums[FL_PS_BARRIER_MAX_VALUES];
+  int64_t min;
+  int count;
+} ps_barrier;
+
+/* The update rules of a mode (sync, async, geo): where the modes differ,
+ * the core calls through c->ops, chosen once at create (fl_ps_mode_ops_of).
+ * Each hook says which lock it expects. */
+typedef struct fl_ps_mode_ops {
+  fl_ps_mode mode;
+  int push_kind;    /* the gradient/delta push kind it takes (besides init) */
+  int keeps_prev;   /* blocks keep their value before the last step applied */
+  int uses_scratch; /* a push is converted into one scratch buffer per call */
+  int gated;        /* checkpoints at one step on every shard (the gate) */
+  /* The highest step a push to b may carry before the horizon is taken
+   * into account; *at gets the step b is at.  May take b->mu. */
+  int64_t (*push_limit)(fl_ps_core *c, ps_block *b, int64_t *at);
+  /* Apply trainer t's gradient or delta push v of step to b (initialized);
+   * *dup when it was taken before, *progress when a step was applied,
+   * *at_gate when b came to stand at the gate's step.  b->mu held; scratch
+   * is the call's conversion buffer (uses_scratch). */
+  fl_status (*apply)(fl_ps_core *c, ps_block *b, int t, int64_t step, const Flotilla__Tensor *v,
+                     float *scratch, int *dup, int *progress, int *at_gate);
+  /* After a gradient or delta push of step (no lock held). */
+  void (*pushed)(fl_ps_core *c, int64_t step);
+  /* 1 when a pull of b by trainer t asking for min_step may be answered
+   * now.  b->mu held, b initialized. */
+  int (*pull_ready)(fl_ps_core *c, const ps_block *b, int32_t t, int64_t min_step);
+  /* Apply what may be applied now after the counted set or the gate
+   * changed.  No lock held. */
+  void (*reevaluate)(fl_ps_core *c);
+  /* fl_ps_core_settled (takes block locks). */
+  int (*settled)(fl_ps_core *c);
+  /* fl_ps_core_step, and the step a checkpoint holds given next_step and
+   * the lowest block step copied (low).  Take block locks / none. */
+  int64_t (*step)(fl_ps_core *c);
+  int64_t (*ckpt_step)(const fl_ps_core *c, int64_t next, int64_t low);
+} fl_ps_mode_ops;
+
+struct fl_ps_core {
+  fl_ps_core_opts o;
+  const fl_ps_mode_ops *ops; /* mode's rules, chosen once at create (core_modes.c) */
+  fl_optim_hparams dense_hp, sparse_hp;
+  const char *exclude[FL_JOB_MAX_LIST];
+  fl_lr_schedule lr;
+  int nt;
+  uint64_t incarnation;
+  double start;
+
+  pthread_mutex_t cb_mu; /* guards the progress and gate hooks (see notify) */
+  void (*on_progress)(void *);
+  void *progress_ctx;
+  void (*on_gate)(void *);
+  void *gate_ctx;
+  /* sync: a block whose pending step is this one holds it (does not apply
+   * it) until the gate moves: every block of the server then stands at this
+   * step, and a checkpoint taken there holds exactly it, the same step on
+   * every shard (fl_ps_core_set_gate).  -1: no gate. */
+  _Atomic int64_t gate;
+
+  pthread_mutex_t mu;
+  ps_trainer tr[FL_CLUSTER_MAX_TRAINERS];
+  _Atomic uint64_t counted[FL_CLUSTER_MAX_TRAINERS / 64];
+  _Atomic uint64_t parked[FL_CLUSTER_MAX_TRAINERS / 64]; /* waiting in a barrier */
+
+  _Atomic(fl_ps_layout *) layout; /* set once */
+  char layout_from[FL_JOB_PATH_MAX + 64]; /* who declared it, for messages */
+  char **names;
+  ps_block *blocks;   /* the blocks placed here */
+  size_t n_my;
+  uint32_t *local;    /* global block id -> index in blocks, or UINT32_MAX */
+
+  ps_table tables[MAX_TABLES];
+  _Atomic size_t n_tables;
+
+  ps_barrier barriers[MAX_BARRIERS];
+  uint64_t barrier_seq;
+
+  _Atomic int64_t next_step; /* async/geo: one past the highest step pushed */
+  _Atomic int64_t horizon;   /* highest step a trainer declared in Register */
+  _Atomic uint64_t pushes, pulls, bytes_in, bytes_out, duplicates, invalid, dense_updates,
+      checkpoints;
+};
+
+/* core_modes.c: the rules of mode m. */
+const fl_ps_mode_ops *fl_ps_mode_ops_of(fl_ps_mode m);
+
+static inline void psc_set_counted(fl_ps_core *c, int t, int on) {
+  uint64_t bit = 1ULL << (t % 64);
+  if (on) atomic_fetch_or(&c->counted[t / 64], bit);
+  else atomic_fetch_and(&c->counted[t / 64], ~bit);
+}
+
+static inline int psc_is_counted(fl_ps_core *c, int t) {
+  return (int)((atomic_load(&c->counted[t / 64]) >> (t % 64)) & 1u);
+}
+
+static inline void psc_set_parked(fl_ps_core *c, int t, int on) {
+  uint64_t bit = 1ULL << (t % 64);
+  if (on) atomic_fetch_or(&c->parked[t / 64], bit);
+  else atomic_fetch_and(&c->parked[t / 64], ~bit);
+}
+
+static inline int psc_is_parked(fl_ps_core *c, int t) {
+  return (int)((atomic_load(&c->parked[t / 64]) >> (t % 64)) & 1u);
+}
+
+/* The block of global id id when this server holds it, else NULL. */
+static inline ps_block *psc_block_of(fl_ps_core *c, uint32_t id) {
+  fl_ps_layout *l = atomic_load(&c->layout);
+  if (!l || id >= l->n_blocks || c->local[id] == UINT32_MAX) return NULL;
+  return &c->blocks[c->local[id]];
+}
+
+/* core.c */
+/* A rejected request: counted, logged at warn level, and kept for the
+ * service to send back as the status details (the client gets
+ * INVALID_ARGUMENT; the server itself is fine). */
+fl_status psc_bad(fl_ps_core *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void psc_free_blocks(ps_block *b, size_t n, int nt);
+void psc_free_names(char **names, size_t n);
+/* Call the progress hook (no core lock held). */
+void psc_notify(fl_ps_core *c);
+/* Make the layout and this server's blocks.  c->mu held, no layout yet. */
+fl_status psc_make_layout(fl_ps_core *c, const uint64_t *numel, char **names, size_t np);
+/* The sparse table called name, or NULL (c->mu held, or tables not added
+ * meanwhile: the list only grows). */
+ps_table *psc_table_of(fl_ps_core *c, const char *name);
+/* Add a sparse table (c->mu held). */
+fl_status psc_add_table(fl_ps_core *c, const char *name, uint32_t dim);
+
+/* core_members.c */
+/* The trainer may call (registered, this process, alive).  c->mu held. */
+fl_status psc_check_live(fl_ps_core *c, int t);
+/* psc_check_live under c->mu (takes it). */
+fl_status psc_enter(fl_ps_core *c, int t);
+/* Look at every block and barrier again after the counted set changed,
+ * then wake the service.  No lock held. */
+void psc_reevaluate(fl_ps_core *c);
+
+/* core_dense.c */
+/* Check one tensor: dtype known, shape exactly dims, bytes matching, all
+ * finite.  Returns a message or NULL. */
+const char *psc_check_tensor(const Flotilla__Tensor *x, int nd, const int64_t *dims);
+/* The tensor's values as floats: its own bytes when fp32 and aligned, else
+ * converted (or copied) into dst (n floats, not overlapping the tensor). */
+const float *psc_as_f32(const Flotilla__Tensor *x, size_t n, float *dst);
+
+/* core_barrier.c */
+/* Complete b when every counted trainer arrived.  c->mu held. */
+int psc_barrier_try_complete(fl_ps_core *c, ps_barrier *b);
+
+/* core_ckpt.c */
+/* Call the gate hook (no core lock held) when every block stands at the
+ * gate's step. */
+void psc_gate_reached(fl_ps_core *c);
+
+#endif

@@ -1,0 +1,111 @@
+/* core_sparse.c - the sparse tables' RPCs: the keys checked (their table,
+ * their count, that they belong to this server), pulls, and pushes with
+ * their per-trainer dedup by step and part.  The tables themselves are
+ * sparse.c; each is used under its own lock (core_internal.h). */
+#include <config.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fl_log.h"
+#include "core_internal.h"
+
+static fl_status check_keys(fl_ps_core *c, int t, const char *what, const char *table,
+                            const uint64_t *keys, size_t n, ps_table **pt) {
+  *pt = table ? psc_table_of(c, table) : NULL;
+  if (!*pt)
+    return psc_bad(c, "%s from trainer %d: unknown table '%s'", what, t, table ? table : "");
+  if (n > c->o.max_sparse_keys)
+    return psc_bad(c, "%s from trainer %d: %zu keys (at most %zu per call)", what, t, n,
+                   c->o.max_sparse_keys);
+  if (n && !keys) return psc_bad(c, "%s from trainer %d: keys missing", what, t);
+  for (size_t i = 0; i < n; i++)
+    if (fl_ps_key_server(keys[i], c->o.n_servers) != c->o.server_index)
+      return psc_bad(c, "%s from trainer %d: key %" PRIu64 " of table %s belongs to server %d",
+                     what, t, keys[i], table, fl_ps_key_server(keys[i], c->o.n_servers));
+  return FL_OK;
+}
+
+fl_status fl_ps_core_pull_sparse(fl_ps_core *c, const Flotilla__PullSparseRequest *req,
+                                 float **scratch, size_t *cap, Flotilla__PullSparseResponse *resp,
+                                 Flotilla__Tensor *values, int64_t shape[2]) {
+  ps_table *pt;
+  size_t need, dim;
+  fl_status st;
+
+  if ((st = psc_enter(c, req->trainer_id)) != FL_OK) return st;
+  FL_TRY(check_keys(c, req->trainer_id, "sparse pull", req->table, req->keys, req->n_keys, &pt));
+  dim = fl_ps_table_dim(pt->t);
+  need = req->n_keys * dim;
+  if (need > *cap) {
+    float *ns = realloc(*scratch, need * sizeof(float));
+    if (!ns) return FL_ERR(FL_ENOMEM, "pserver: out of memory for %zu sparse rows", req->n_keys);
+    *scratch = ns;
+    *cap = need;
+  }
+  pthread_mutex_lock(&pt->mu);
+  st = fl_ps_table_pull(pt->t, req->keys, req->n_keys, *scratch);
+  pthread_mutex_unlock(&pt->mu);
+  if (st != FL_OK) return st;
+  atomic_fetch_add(&c->pulls, 1);
+  shape[0] = (int64_t)req->n_keys;
+  shape[1] = (int64_t)dim;
+  values->dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+  values->n_shape = 2;
+  values->shape = shape;
+  values->data.data = (uint8_t *)*scratch;
+  values->data.len = need * sizeof(float);
+  resp->values = values;
+  return FL_OK;
+}
+
+fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseRequest *req,
+                                 Flotilla__PushSparseResponse *resp) {
+  int t = req->trainer_id;
+  ps_table *pt;
+  int64_t dims[2];
+  const char *why;
+  float *conv = NULL;
+  const float *g;
+  fl_status st;
+  int dup;
+
+  if ((st = psc_enter(c, t)) != FL_OK) return st;
+  FL_TRY(check_keys(c, t, "sparse push", req->table, req->keys, req->n_keys, &pt));
+  dims[0] = (int64_t)req->n_keys;
+  dims[1] = (int64_t)fl_ps_table_dim(pt->t);
+  if ((why = psc_check_tensor(req->grads, 2, dims)) != NULL)
+    return psc_bad(c, "sparse push from trainer %d, table %s, %zu keys: %s", t, req->table,
+                   req->n_keys, why);
+  if (req->step < 0 || req->step >= FL_PS_MAX_STEP || req->seq >= MAX_SEQ)
+    return psc_bad(c, "sparse push from trainer %d: step %lld / part %u out of range", t,
+                   (long long)req->step, req->seq);
+  if (req->grads->dtype != FLOTILLA__DTYPE__DTYPE_FP32 ||
+      ((uintptr_t)req->grads->data.data & 3u)) {
+    conv = malloc((req->n_keys * (size_t)dims[1] + 1) * sizeof(float));
+    if (!conv) return FL_ERR(FL_ENOMEM, "pserver: out of memory converting a sparse push");
+  }
+  g = req->n_keys ? psc_as_f32(req->grads, req->n_keys * (size_t)dims[1], conv) : NULL;
+  pthread_mutex_lock(&pt->mu);
+  dup = req->step < pt->cur_step[t] ||
+        (req->step == pt->cur_step[t] && ((pt->seqmask[t] >> req->seq) & 1u));
+  if (!dup) {
+    if (req->step > pt->cur_step[t]) {
+      pt->cur_step[t] = req->step;
+      pt->seqmask[t] = 0;
+    }
+    pt->seqmask[t] |= 1ULL << req->seq;
+    st = fl_ps_table_push(pt->t, req->keys, req->n_keys, g);
+  }
+  pthread_mutex_unlock(&pt->mu);
+  free(conv);
+  if (st != FL_OK) return st;
+  atomic_fetch_add(&c->pushes, 1);
+  if (dup) atomic_fetch_add(&c->duplicates, 1);
+  resp->accepted = dup ? 0 : (int32_t)req->n_keys;
+  return FL_OK;
+}
+
