@@ -691,8 +691,10 @@ static void check_conv(const conv_case *k) {
 }
 
 START_TEST(test_conv) {
-  /* The kernels' geometry (fast path), then groups, dilations, asymmetric
-   * pads, strides, a 1-D conv, a fused tanh. */
+  /* The kernels' geometry, then groups, dilations, asymmetric pads,
+   * strides, a 1-D conv, a fused tanh; images in several chunks, a dilated
+   * conv as wide as its input, a pointwise conv, stride 2 over rows
+   * wide enough for the vector gather. */
   const conv_case cases[] = {
       {2, 3, 6, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL},
       {2, 3, 6, 5, 4, 3, 3, 1, 2, 2, 1, 1, 1, 1, 1, 1, 0, "tanh"},
@@ -700,6 +702,11 @@ START_TEST(test_conv) {
       {2, 2, 7, 7, 2, 3, 3, 1, 1, 1, 2, 2, 2, 1, 1, 2, 0, NULL},
       {1, 4, 5, 5, 4, 3, 3, 4, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL}, /* depthwise */
       {2, 3, 1, 9, 2, 1, 3, 1, 1, 2, 1, 1, 0, 1, 0, 1, 1, NULL}, /* 1-D */
+      {3, 2, 24, 24, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL}, /* chunks of 2 + 1 */
+      {2, 2, 7, 6, 3, 3, 3, 1, 1, 1, 2, 2, 2, 2, 2, 2, 0, "tanh"}, /* dilated, ow == W */
+      {2, 3, 4, 5, 4, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, NULL},   /* pointwise */
+      {2, 2, 14, 14, 3, 3, 3, 1, 2, 2, 1, 1, 1, 1, 1, 1, 0, NULL}, /* stride 2, wide */
+      {2, 3, 12, 12, 2, 1, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 0, NULL}, /* 1x1 stride 2 */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_conv(&cases[i]);
 }
