@@ -21,8 +21,9 @@
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
-
+#ifdef __SSE2__
 #include <emmintrin.h>
+#endif
 
 #include "fl_device.h"
 #include "ops_internal.h"
@@ -291,9 +292,11 @@ static int win_plane(const win2d *g) { return g->sh == 1 && g->sw == 1 && g->ow 
  * before reading past s[2*len - 2]). */
 static void gather2(float *restrict d, const float *restrict s, int64_t len) {
   int64_t k = 0;
+#ifdef __SSE2__
   for (; k + 4 < len; k += 4)
     _mm_storeu_ps(d + k, _mm_shuffle_ps(_mm_loadu_ps(s + 2 * k), _mm_loadu_ps(s + 2 * k + 4),
                                         _MM_SHUFFLE(2, 0, 2, 0)));
+#endif
   for (; k < len; k++) d[k] = s[2 * k];
 }
 
@@ -345,8 +348,10 @@ static void im2col(const win2d *g, int64_t Cg, const float *x, float *col, int64
 /* d[k] += s[k], k < len, four at a time with SSE2 (the scalar sums' bits). */
 static void add_row(float *restrict d, const float *restrict s, int64_t len) {
   int64_t k = 0;
+#ifdef __SSE2__
   for (; k + 4 <= len; k += 4)
     _mm_storeu_ps(d + k, _mm_add_ps(_mm_loadu_ps(d + k), _mm_loadu_ps(s + k)));
+#endif
   for (; k < len; k++) d[k] += s[k];
 }
 

@@ -103,6 +103,37 @@ static void bc_binary(const fl_gnode *n, const fl_gctx *c, fl_gbc *bc) {
     }                                                                                     \
   } while (0)
 
+/* One row of a float Add/Sub/Mul/Div: py[i] = pa[i*sa] op pb[i*sb] (sa, sb
+ * 0 or 1: a broadcast operand repeats its one value).  With SSE2 four at a
+ * time: the same single IEEE operation per element as the scalar loop. */
+static void bin_row_f32(enum bin_kind k, const float *pa, int sa, const float *pb, int sb,
+                        float *py, size_t len) {
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128 a0 = _mm_set1_ps(pa[0]), b0 = _mm_set1_ps(pb[0]);
+  for (; i + 4 <= len; i += 4) {
+    const __m128 u = sa ? _mm_loadu_ps(pa + i) : a0, v = sb ? _mm_loadu_ps(pb + i) : b0;
+    __m128 r;
+    switch (k) {
+    case BIN_ADD: r = _mm_add_ps(u, v); break;
+    case BIN_SUB: r = _mm_sub_ps(u, v); break;
+    case BIN_MUL: r = _mm_mul_ps(u, v); break;
+    default: r = _mm_div_ps(u, v); break;
+    }
+    _mm_storeu_ps(py + i, r);
+  }
+#endif
+  for (; i < len; i++) {
+    const float u = pa[sa ? i : 0], v = pb[sb ? i : 0];
+    switch (k) {
+    case BIN_ADD: py[i] = u + v; break;
+    case BIN_SUB: py[i] = u - v; break;
+    case BIN_MUL: py[i] = u * v; break;
+    default: py[i] = u / v; break;
+    }
+  }
+}
+
 static fl_status binary_forward(fl_gnode *n, fl_gctx *c) {
   const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1);
   fl_gtensor *y = fl_gout(n, c, 0);
@@ -127,12 +158,14 @@ static fl_status binary_forward(fl_gnode *n, fl_gctx *c) {
   }
   const float *A = a->data, *B = b->data;
   float *Y = y->data;
-  switch (k) {
-  case BIN_ADD: BIN_ROWS(float, u + v); break;
-  case BIN_SUB: BIN_ROWS(float, u - v); break;
-  case BIN_MUL: BIN_ROWS(float, u * v); break;
-  case BIN_DIV: BIN_ROWS(float, u / v); break;
-  case BIN_POW: BIN_ROWS(float, powf(u, v)); break;
+  if (k == BIN_POW) {
+    BIN_ROWS(float, powf(u, v));
+    return FL_OK;
+  }
+  for (size_t r = 0; r < rows; r++) {
+    size_t off[4];
+    fl_gbc_row(&bc, r, off);
+    bin_row_f32(k, A + off[1], sa, B + off[2], sb, Y + off[0], inner);
   }
   return FL_OK;
 }

@@ -25,8 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
+#ifdef __SSE2__
 #include <emmintrin.h>
+#endif
 
 #include "fl_device.h"
 #include "ops_internal.h"
@@ -155,8 +156,10 @@ static fl_status bn_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
 /* Sum in double of n floats: lane k%8 for the first n/8*8, then the rest
  * in order, the lanes added in a fixed order. */
 static double bn_sum(const float *p, size_t n) {
-  __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
   size_t i = 0;
+  double lanes = 0.0;
+#ifdef __SSE2__
+  __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
   for (; i + 8 <= n; i += 8) {
     const __m128 u = _mm_loadu_ps(p + i), v = _mm_loadu_ps(p + i + 4);
     a0 = _mm_add_pd(a0, _mm_cvtps_pd(u));
@@ -164,18 +167,22 @@ static double bn_sum(const float *p, size_t n) {
     a2 = _mm_add_pd(a2, _mm_cvtps_pd(v));
     a3 = _mm_add_pd(a3, _mm_cvtps_pd(_mm_movehl_ps(v, v)));
   }
-  double t = 0.0;
-  for (; i < n; i++) t += p[i];
   double l[2];
   _mm_storeu_pd(l, _mm_add_pd(_mm_add_pd(a0, a1), _mm_add_pd(a2, a3)));
-  return (l[0] + l[1]) + t;
+  lanes = l[0] + l[1];
+#endif
+  double t = 0.0;
+  for (; i < n; i++) t += p[i];
+  return lanes + t;
 }
 
 /* Sum in double of (p[i] - mu)^2, lanes as bn_sum. */
 static double bn_sqdev(const float *p, size_t n, double mu) {
+  size_t i = 0;
+  double lanes = 0.0;
+#ifdef __SSE2__
   const __m128d m = _mm_set1_pd(mu);
   __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
-  size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128 u = _mm_loadu_ps(p + i), v = _mm_loadu_ps(p + i + 4);
     const __m128d d0 = _mm_sub_pd(_mm_cvtps_pd(u), m);
@@ -187,14 +194,16 @@ static double bn_sqdev(const float *p, size_t n, double mu) {
     a2 = _mm_add_pd(a2, _mm_mul_pd(d2, d2));
     a3 = _mm_add_pd(a3, _mm_mul_pd(d3, d3));
   }
+  double l[2];
+  _mm_storeu_pd(l, _mm_add_pd(_mm_add_pd(a0, a1), _mm_add_pd(a2, a3)));
+  lanes = l[0] + l[1];
+#endif
   double t = 0.0;
   for (; i < n; i++) {
     const double d = (double)p[i] - mu;
     t += d * d;
   }
-  double l[2];
-  _mm_storeu_pd(l, _mm_add_pd(_mm_add_pd(a0, a1), _mm_add_pd(a2, a3)));
-  return (l[0] + l[1]) + t;
+  return lanes + t;
 }
 
 /* Channel c's sum (or its sum of squared deviations from mu) over the
@@ -230,24 +239,30 @@ static void bn_chan_apply(const fl_norm_desc *d, size_t c, const float *x, float
   }
   const float g = gamma ? gamma[c] : 1.0f, be = beta ? beta[c] : 0.0f;
   const float a = (float)(g * invstd), b = (float)(be - g * invstd * mu);
+#ifdef __SSE2__
   const __m128 va = _mm_set1_ps(a), vb = _mm_set1_ps(b), zero = _mm_setzero_ps();
+#endif
   const size_t S = d->inner;
   for (size_t i = 0; i < d->batch; i++) {
     const float *xp = x + (i * d->channels + c) * S;
     float *yp = y + (i * d->channels + c) * S;
     size_t k = 0;
     if (act == FL_ACT_RELU) { /* max(v, +0) is v > 0 ? v : 0, NaN included */
+#ifdef __SSE2__
       for (; k + 4 <= S; k += 4)
         _mm_storeu_ps(yp + k,
                       _mm_max_ps(_mm_add_ps(_mm_mul_ps(va, _mm_loadu_ps(xp + k)), vb), zero));
+#endif
       for (; k < S; k++) {
         const float v = a * xp[k] + b;
         yp[k] = v > 0.0f ? v : 0.0f;
       }
       continue;
     }
+#ifdef __SSE2__
     for (; k + 4 <= S; k += 4)
       _mm_storeu_ps(yp + k, _mm_add_ps(_mm_mul_ps(va, _mm_loadu_ps(xp + k)), vb));
+#endif
     for (; k < S; k++) yp[k] = a * xp[k] + b;
   }
 }
@@ -257,12 +272,16 @@ static void bn_chan_apply(const fl_norm_desc *d, size_t c, const float *x, float
 static void bn_chan_sums(const fl_norm_desc *d, size_t c, const float *x, const float *dz,
                          float mu, float is, double *sdz_out, double *sdzx_out) {
   const size_t S = d->inner;
+#ifdef __SSE2__
   const __m128 vm = _mm_set1_ps(mu), vi = _mm_set1_ps(is);
+#endif
   double sdz = 0.0, sdzx = 0.0;
   for (size_t i = 0; i < d->batch; i++) {
     const float *xp = x + (i * d->channels + c) * S, *gp = dz + (i * d->channels + c) * S;
-    __m128d a0 = _mm_setzero_pd(), a1 = a0, b0 = a0, b1 = a0;
     size_t k = 0;
+    double t = 0.0, u = 0.0;
+#ifdef __SSE2__
+    __m128d a0 = _mm_setzero_pd(), a1 = a0, b0 = a0, b1 = a0;
     for (; k + 4 <= S; k += 4) {
       const __m128 g = _mm_loadu_ps(gp + k);
       const __m128 h = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xp + k), vm), vi);
@@ -272,16 +291,18 @@ static void bn_chan_sums(const fl_norm_desc *d, size_t c, const float *x, const 
       b0 = _mm_add_pd(b0, _mm_mul_pd(g0, _mm_cvtps_pd(h)));
       b1 = _mm_add_pd(b1, _mm_mul_pd(g1, _mm_cvtps_pd(_mm_movehl_ps(h, h))));
     }
-    double t = 0.0, u = 0.0;
+    double l[2], m[2];
+    _mm_storeu_pd(l, _mm_add_pd(a0, a1));
+    _mm_storeu_pd(m, _mm_add_pd(b0, b1));
+    t = l[0] + l[1];
+    u = m[0] + m[1];
+#endif
     for (; k < S; k++) {
       t += gp[k];
       u += (double)gp[k] * (double)((xp[k] - mu) * is);
     }
-    double l[2], m[2];
-    _mm_storeu_pd(l, _mm_add_pd(a0, a1));
-    _mm_storeu_pd(m, _mm_add_pd(b0, b1));
-    sdz += (l[0] + l[1]) + t;
-    sdzx += (m[0] + m[1]) + u;
+    sdz += t;
+    sdzx += u;
   }
   *sdz_out = sdz;
   *sdzx_out = sdzx;
@@ -297,17 +318,21 @@ static void bn_chan_dx(const fl_norm_desc *d, size_t c, const float *x, const fl
   const float g = gamma ? gamma[c] : 1.0f;
   const float k = g * is;
   const float mdz = (float)(sdz / count), mdzx = (float)(sdzx / count);
+#ifdef __SSE2__
   const __m128 vk = _mm_set1_ps(k), vmdz = _mm_set1_ps(mdz), vmdzx = _mm_set1_ps(mdzx);
   const __m128 vm = _mm_set1_ps(mu), vi = _mm_set1_ps(is);
+#endif
   for (size_t i = 0; i < d->batch; i++) {
     const float *xp = x + (i * d->channels + c) * S, *gp = dz + (i * d->channels + c) * S;
     float *dp = dx + (i * d->channels + c) * S;
     size_t s = 0;
+#ifdef __SSE2__
     for (; s + 4 <= S; s += 4) {
       const __m128 h = _mm_mul_ps(_mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xp + s), vm), vi), vmdzx);
       const __m128 u = _mm_sub_ps(_mm_sub_ps(_mm_loadu_ps(gp + s), vmdz), h);
       _mm_storeu_ps(dp + s, _mm_mul_ps(vk, u));
     }
+#endif
     for (; s < S; s++) dp[s] = k * (gp[s] - mdz - (xp[s] - mu) * is * mdzx);
   }
 }
@@ -859,11 +884,55 @@ static fl_status sm_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   return FL_OK;
 }
 
+/* Softmax over one contiguous row (inner 1, the common case): the same
+ * values as the strided loop but the max and the scaling four at a time,
+ * and the double sum of the exps in four lanes by index (a fixed order). */
+static void sm_row(const float *xv, float *yv, size_t len, int log_sm) {
+  size_t k = 0;
+  float mx = -INFINITY;
+#ifdef __SSE2__
+  if (len >= 4) { /* max(x, m) keeps m for a NaN x, as the scalar test does */
+    __m128 m = _mm_set1_ps(-INFINITY);
+    for (; k + 4 <= len; k += 4) m = _mm_max_ps(_mm_loadu_ps(xv + k), m);
+    float l[4];
+    _mm_storeu_ps(l, m);
+    for (int j = 0; j < 4; j++)
+      if (l[j] > mx) mx = l[j];
+  }
+#endif
+  for (; k < len; k++)
+    if (xv[k] > mx) mx = xv[k];
+  double s4[4] = {0.0, 0.0, 0.0, 0.0};
+  for (k = 0; k < len; k++) {
+    const float e = expf(xv[k] - mx);
+    yv[k] = e;
+    s4[k & 3] += e;
+  }
+  const double sum = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+  if (log_sm) {
+    const float lse = mx + (float)log(sum);
+    for (k = 0; k < len; k++) yv[k] = xv[k] - lse;
+    return;
+  }
+  const float inv = (float)(1.0 / sum);
+  k = 0;
+#ifdef __SSE2__
+  const __m128 vi = _mm_set1_ps(inv);
+  for (; k + 4 <= len; k += 4) _mm_storeu_ps(yv + k, _mm_mul_ps(_mm_loadu_ps(yv + k), vi));
+#endif
+  for (; k < len; k++) yv[k] *= inv;
+}
+
 static fl_status sm_forward(fl_gnode *n, fl_gctx *c) {
   const fl_gtensor *x = fl_gin(n, c, 0);
   fl_gtensor *y = fl_gout(n, c, 0);
   sm_p p;
   FL_TRY(sm_params(n, c, &p));
+  if (p.inner == 1) {
+    for (size_t o = 0; o < p.outer; o++)
+      sm_row(x->data + o * p.len, y->data + o * p.len, p.len, p.log);
+    return FL_OK;
+  }
   for (size_t o = 0; o < p.outer; o++)
     for (size_t i = 0; i < p.inner; i++) {
       const float *xv = x->data + o * p.len * p.inner + i;
@@ -895,6 +964,28 @@ static fl_status sm_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   sm_p p;
   FL_TRY(sm_params(n, c, &p));
   const int ax = fl_gacc(acc, 0);
+  if (p.inner == 1 && !p.log) { /* contiguous rows: dx = y*(g - sum g*y) */
+    for (size_t o = 0; o < p.outer; o++) {
+      const float *yv = y->data + o * p.len, *gv = y->grad + o * p.len;
+      float *dv = x->grad + o * p.len;
+      double s4[4] = {0.0, 0.0, 0.0, 0.0};
+      for (size_t k = 0; k < p.len; k++) s4[k & 3] += (double)gv[k] * yv[k];
+      const float sf = (float)((s4[0] + s4[1]) + (s4[2] + s4[3]));
+      size_t k = 0;
+#ifdef __SSE2__
+      const __m128 vs = _mm_set1_ps(sf);
+      for (; k + 4 <= p.len; k += 4) {
+        const __m128 v = _mm_mul_ps(_mm_loadu_ps(yv + k), _mm_sub_ps(_mm_loadu_ps(gv + k), vs));
+        _mm_storeu_ps(dv + k, ax ? _mm_add_ps(_mm_loadu_ps(dv + k), v) : v);
+      }
+#endif
+      for (; k < p.len; k++) {
+        const float v = yv[k] * (gv[k] - sf);
+        dv[k] = ax ? dv[k] + v : v;
+      }
+    }
+    return FL_OK;
+  }
   for (size_t o = 0; o < p.outer; o++)
     for (size_t i = 0; i < p.inner; i++) {
       const size_t base = o * p.len * p.inner + i;
