@@ -95,12 +95,15 @@ static void check_binary(const char *op, int na, const int64_t *sa, int nb, cons
 START_TEST(test_binary_broadcast) {
   static const char *const ops[] = {"Add", "Sub", "Mul", "Div", "Pow"};
   const int64_t s234[] = {2, 3, 4}, s214[] = {2, 1, 4}, s31[] = {3, 1}, s4[] = {4}, s1[] = {1};
+  const int64_t s37[] = {3, 7}, s7[] = {7};
   for (size_t k = 0; k < 5; k++) {
     const double lo = 0.5, hi = 2.0; /* positive: Div and Pow stay smooth */
     check_binary(ops[k], 3, s234, 3, s234, lo, hi);
     check_binary(ops[k], 3, s214, 2, s31, lo, hi);
     check_binary(ops[k], 1, s4, 3, s234, lo, hi);
     check_binary(ops[k], 3, s234, 0, s1, lo, hi);
+    check_binary(ops[k], 2, s37, 2, s37, lo, hi); /* rows of 7: SSE and a tail */
+    check_binary(ops[k], 1, s7, 2, s37, lo, hi);
   }
 }
 END_TEST
@@ -1086,10 +1089,10 @@ START_TEST(test_layernorm) {
   for (int variant = 0; variant < 2; variant++) {
     harness h;
     uint64_t s = 101;
-    const int64_t xs[] = {2, 3, 4};
-    const int64_t cs_last[] = {4}, cs_12[] = {3, 4};
+    const int64_t xs[] = {2, 3, 6}; /* rows with an SSE tail */
+    const int64_t cs_last[] = {6}, cs_12[] = {3, 6};
     const int axis = variant ? 1 : -1;
-    const int64_t cols = variant ? 12 : 4, rows = variant ? 2 : 6;
+    const int64_t cols = variant ? 18 : 6, rows = variant ? 2 : 6;
     h_init(&h, "LayerNormalization");
     h_f32(&h, "x", 3, xs, &s, -1, 2, 0);
     h_f32(&h, "scale", variant ? 2 : 1, variant ? cs_12 : cs_last, &s, 0.5, 1.5, 0);
@@ -1100,7 +1103,7 @@ START_TEST(test_layernorm) {
     h_ready(&h);
     h_fwd(&h);
     const float *x = h_x(&h, 0)->data, *g = h_x(&h, 1)->data, *b = h_x(&h, 2)->data;
-    double want[24];
+    double want[36];
     for (int64_t r = 0; r < rows; r++) {
       double m = 0, v = 0;
       for (int64_t k = 0; k < cols; k++) m += x[r * cols + k];
@@ -1110,7 +1113,7 @@ START_TEST(test_layernorm) {
       for (int64_t k = 0; k < cols; k++)
         want[r * cols + k] = (x[r * cols + k] - m) / sqrt(v + 1e-5) * g[k] + b[k];
     }
-    expect_close(h_y(&h, 0)->data, want, 24, 2e-5, "LayerNormalization");
+    expect_close(h_y(&h, 0)->data, want, 36, 2e-5, "LayerNormalization");
     h_gradcheck(&h, "LayerNormalization", 1, 1e-3, 2e-3, 3e-3);
     h_free(&h);
   }

@@ -193,6 +193,27 @@ static fl_status binary_forward(fl_gnode *n, fl_gctx *c) {
     }                                                                                     \
   } while (0)
 
+/* One row of Mul's (div 0) or Div's first operand's (div 1) gradient:
+ * pd[i] = (add ? pd[i] : 0) + pg[i] op pv[i*sv] (sv 0 or 1), four at a
+ * time with SSE2 (the scalar expression's one multiply or divide, then the
+ * add).  !add stores the term itself: +0 + t is t but for t = -0. */
+static void bin_grad_row(float *pd, const float *pg, const float *pv, size_t sv, int div,
+                         int add, size_t len) {
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128 v0 = _mm_set1_ps(pv[0]);
+  for (; i + 4 <= len; i += 4) {
+    const __m128 g = _mm_loadu_ps(pg + i), v = sv ? _mm_loadu_ps(pv + i) : v0;
+    const __m128 t = div ? _mm_div_ps(g, v) : _mm_mul_ps(g, v);
+    _mm_storeu_ps(pd + i, add ? _mm_add_ps(_mm_loadu_ps(pd + i), t) : t);
+  }
+#endif
+  for (; i < len; i++) {
+    const float t = div ? pg[i] / pv[i * sv] : pg[i] * pv[i * sv];
+    pd[i] = add ? pd[i] + t : t;
+  }
+}
+
 static fl_status binary_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1), *y = fl_gout(n, c, 0);
   if (y->dtype != FL_G_F32) return FL_OK;
@@ -222,13 +243,23 @@ static fl_status binary_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
       break;
     }
     case BIN_MUL:
-      if (k == 1)
-        BIN_GRAD(g * v);
-      else
-        BIN_GRAD(g * u);
-      break;
     case BIN_DIV:
-      if (k == 1)
+      if (sd == 1 && (kind == BIN_MUL || k == 1)) { /* dst contiguous in its rows */
+        const size_t so = k == 1 ? sb : sa;       /* the other operand's stride */
+        const float *O = k == 1 ? B : A;
+        if (!accum && !same) memset(dst, 0, dst_n * sizeof *dst);
+        for (size_t r = 0; r < rows; r++) {
+          size_t off[4];
+          fl_gbc_row(&bc, r, off);
+          bin_grad_row(dst + off[k], G + off[0], O + off[3 - k], so, kind == BIN_DIV,
+                       accum || !same, inner);
+        }
+      } else if (kind == BIN_MUL) {
+        if (k == 1)
+          BIN_GRAD(g * v);
+        else
+          BIN_GRAD(g * u);
+      } else if (k == 1)
         BIN_GRAD(g / v);
       else
         BIN_GRAD(-g * (u / v) / v);

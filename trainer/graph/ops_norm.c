@@ -798,16 +798,21 @@ static fl_status ln_forward(fl_gnode *n, fl_gctx *c) {
   for (size_t r = 0; r < p.rows; r++) {
     const float *xr = x->data + r * p.cols;
     float *yr = y->data + r * p.cols;
-    double m = 0.0, v = 0.0;
-    for (size_t k = 0; k < p.cols; k++) m += xr[k];
-    m /= (double)p.cols;
-    for (size_t k = 0; k < p.cols; k++) {
-      const double dv = (double)xr[k] - m;
-      v += dv * dv;
-    }
-    v /= (double)p.cols;
+    /* mean and biased variance in double (bn_sum's lanes), then
+     * y = xhat*scale + bias four at a time (the scalar formula's bits) */
+    const double m = bn_sum(xr, p.cols) / (double)p.cols;
+    const double v = bn_sqdev(xr, p.cols, m) / (double)p.cols;
     const float mf = (float)m, is = (float)(1.0 / sqrt(v + (double)p.eps));
-    for (size_t k = 0; k < p.cols; k++) {
+    size_t k = 0;
+#ifdef __SSE2__
+    const __m128 vm = _mm_set1_ps(mf), vi = _mm_set1_ps(is);
+    for (; k + 4 <= p.cols; k += 4) {
+      const __m128 xh = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xr + k), vm), vi);
+      const __m128 bb = b ? _mm_loadu_ps(b->data + k) : _mm_setzero_ps();
+      _mm_storeu_ps(yr + k, _mm_add_ps(_mm_mul_ps(xh, _mm_loadu_ps(s->data + k)), bb));
+    }
+#endif
+    for (; k < p.cols; k++) {
       const float xh = (xr[k] - mf) * is;
       yr[k] = xh * s->data[k] + (b ? b->data[k] : 0.0f);
     }
@@ -832,8 +837,32 @@ static fl_status ln_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   for (size_t r = 0; r < p.rows; r++) {
     const float *xr = x->data + r * p.cols, *gr = y->grad + r * p.cols;
     const float mf = mean[r], is = invstd[r];
-    double s1 = 0.0, s2 = 0.0; /* sum dxhat, sum dxhat*xhat */
-    for (size_t k = 0; k < p.cols; k++) {
+    /* sum dxhat, sum dxhat*xhat in double (two lanes each with SSE2);
+     * ds, db and dx element by element as the scalar formulas */
+    double s1 = 0.0, s2 = 0.0;
+    size_t k = 0;
+#ifdef __SSE2__
+    const __m128 vm = _mm_set1_ps(mf), vi = _mm_set1_ps(is);
+    __m128d a1 = _mm_setzero_pd(), a2 = a1, b1 = a1, b2 = a1;
+    for (; k + 4 <= p.cols; k += 4) {
+      const __m128 g = _mm_loadu_ps(gr + k);
+      const __m128 xh = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xr + k), vm), vi);
+      const __m128 dxh = _mm_mul_ps(g, _mm_loadu_ps(sc + k));
+      const __m128d d0 = _mm_cvtps_pd(dxh), d1 = _mm_cvtps_pd(_mm_movehl_ps(dxh, dxh));
+      a1 = _mm_add_pd(a1, d0);
+      a2 = _mm_add_pd(a2, d1);
+      b1 = _mm_add_pd(b1, _mm_mul_pd(d0, _mm_cvtps_pd(xh)));
+      b2 = _mm_add_pd(b2, _mm_mul_pd(d1, _mm_cvtps_pd(_mm_movehl_ps(xh, xh))));
+      if (ds) _mm_storeu_ps(ds + k, _mm_add_ps(_mm_loadu_ps(ds + k), _mm_mul_ps(g, xh)));
+      if (db) _mm_storeu_ps(db + k, _mm_add_ps(_mm_loadu_ps(db + k), g));
+    }
+    double l1[2], l2[2];
+    _mm_storeu_pd(l1, _mm_add_pd(a1, a2));
+    _mm_storeu_pd(l2, _mm_add_pd(b1, b2));
+    s1 = l1[0] + l1[1];
+    s2 = l2[0] + l2[1];
+#endif
+    for (; k < p.cols; k++) {
       const float xh = (xr[k] - mf) * is, dxh = gr[k] * sc[k];
       s1 += dxh;
       s2 += (double)dxh * xh;
@@ -843,7 +872,17 @@ static fl_status ln_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
     if (!dx) continue;
     const float m1 = (float)(s1 / (double)p.cols), m2 = (float)(s2 / (double)p.cols);
     float *dr = dx + r * p.cols;
-    for (size_t k = 0; k < p.cols; k++) {
+    k = 0;
+#ifdef __SSE2__
+    const __m128 v1 = _mm_set1_ps(m1), v2 = _mm_set1_ps(m2);
+    for (; k + 4 <= p.cols; k += 4) {
+      const __m128 xh = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xr + k), vm), vi);
+      const __m128 t = _mm_sub_ps(_mm_mul_ps(_mm_loadu_ps(gr + k), _mm_loadu_ps(sc + k)), v1);
+      const __m128 v = _mm_mul_ps(vi, _mm_sub_ps(t, _mm_mul_ps(xh, v2)));
+      _mm_storeu_ps(dr + k, ax ? _mm_add_ps(_mm_loadu_ps(dr + k), v) : v);
+    }
+#endif
+    for (; k < p.cols; k++) {
       const float xh = (xr[k] - mf) * is;
       const float v = is * (gr[k] * sc[k] - m1 - xh * m2);
       dr[k] = ax ? dr[k] + v : v;
