@@ -1334,6 +1334,21 @@ START_TEST(test_transpose_concat_split) {
                            h_x(&h, 0)->data[(a * 3 + b) * 4 + c]);
   h_gradcheck(&h, "Transpose", 1, 1e-3, 1e-4, 1e-3);
   h_free(&h);
+  /* A permutation that keeps the last dim (contiguous rows). */
+  const int64_t perm_k[] = {1, 0, 2};
+  h_init(&h, "Transpose");
+  h_f32(&h, "x", 3, xs, &s, -1, 1, 0);
+  h_ais(&h, "perm", perm_k, 3);
+  h_outs(&h, 1);
+  h_ready(&h);
+  h_fwd(&h);
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 3; b++)
+      for (int c = 0; c < 4; c++)
+        ck_assert_float_eq(h_y(&h, 0)->data[(b * 2 + a) * 4 + c],
+                           h_x(&h, 0)->data[(a * 3 + b) * 4 + c]);
+  h_gradcheck(&h, "Transpose (last dim kept)", 1, 1e-3, 1e-4, 1e-3);
+  h_free(&h);
   /* Concat on axis 1 of [2,3,4] and [2,1,4]. */
   const int64_t x2[] = {2, 1, 4};
   h_init(&h, "Concat");
