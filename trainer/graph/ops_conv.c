@@ -355,6 +355,23 @@ static void add_row(float *restrict d, const float *restrict s, int64_t len) {
   for (; k < len; k++) d[k] += s[k];
 }
 
+/* d[2k] += s[k], k < len; with SSE2 four at a time, adding +0 to the odd
+ * elements between (no value changes but a -0's sign); the vector loads
+ * stop before reaching past d[2*len - 2]. */
+static void scatter2_add(float *restrict d, const float *restrict s, int64_t len) {
+  int64_t k = 0;
+#ifdef __SSE2__
+  const __m128 zero = _mm_setzero_ps();
+  for (; k + 4 < len; k += 4) {
+    const __m128 v = _mm_loadu_ps(s + k);
+    _mm_storeu_ps(d + 2 * k, _mm_add_ps(_mm_loadu_ps(d + 2 * k), _mm_unpacklo_ps(v, zero)));
+    _mm_storeu_ps(d + 2 * k + 4,
+                  _mm_add_ps(_mm_loadu_ps(d + 2 * k + 4), _mm_unpackhi_ps(v, zero)));
+  }
+#endif
+  for (; k < len; k++) d[2 * k] += s[k];
+}
+
 /* dx += the adjoint of im2col applied to col (rows ld floats apart; each
  * dx element gets its terms in the same order as an element-by-element
  * scatter).  In win_plane geometry col's entries that stand for padding
@@ -388,6 +405,8 @@ static void col2im_add(const win2d *g, int64_t Cg, float *col, int64_t ld, float
           float *xr = xc + (oy * g->sh - g->pt + i * g->dh) * g->W;
           if (g->sw == 1) {
             add_row(xr + lo + off, r + lo, hi - lo);
+          } else if (g->sw == 2) {
+            scatter2_add(xr + 2 * lo + off, r + lo, hi - lo);
           } else {
             for (int64_t ox = lo; ox < hi; ox++) xr[ox * g->sw + off] += r[ox];
           }
