@@ -193,6 +193,17 @@ static fl_status binary_forward(fl_gnode *n, fl_gctx *c) {
     }                                                                                     \
   } while (0)
 
+/* d[i] += s[i], i < len; with SSE2 four at a time (the scalar adds' bits,
+ * so the same as fl_gbc_reduce's row loop). */
+static void add_row_f32(float *d, const float *s, size_t len) {
+  size_t i = 0;
+#ifdef __SSE2__
+  for (; i + 4 <= len; i += 4)
+    _mm_storeu_ps(d + i, _mm_add_ps(_mm_loadu_ps(d + i), _mm_loadu_ps(s + i)));
+#endif
+  for (; i < len; i++) d[i] += s[i];
+}
+
 /* One row of Mul's (div 0) or Div's first operand's (div 1) gradient:
  * pd[i] = (add ? pd[i] : 0) + pg[i] op pv[i*sv] (sv 0 or 1), four at a
  * time with SSE2 (the scalar expression's one multiply or divide, then the
@@ -236,10 +247,18 @@ static fl_status binary_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
     case BIN_ADD:
     case BIN_SUB: {
       const float s = (kind == BIN_SUB && k == 2) ? -1.0f : 1.0f;
-      if (same && s == 1.0f)
+      if (same && s == 1.0f) {
         fl_gput(dst, G, dst_n, accum);
-      else
+      } else if (s == 1.0f && sd == 1) { /* a bias: rows added in output order */
+        if (!accum) memset(dst, 0, dst_n * sizeof *dst);
+        for (size_t r = 0; r < rows; r++) {
+          size_t off[4];
+          fl_gbc_row(&bc, r, off);
+          add_row_f32(dst + off[k], G + off[0], inner);
+        }
+      } else {
         fl_gbc_reduce(&bc, k, G, s, dst, dst_n, accum);
+      }
       break;
     }
     case BIN_MUL:
