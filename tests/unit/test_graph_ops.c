@@ -95,12 +95,15 @@ static void check_binary(const char *op, int na, const int64_t *sa, int nb, cons
 START_TEST(test_binary_broadcast) {
   static const char *const ops[] = {"Add", "Sub", "Mul", "Div", "Pow"};
   const int64_t s234[] = {2, 3, 4}, s214[] = {2, 1, 4}, s31[] = {3, 1}, s4[] = {4}, s1[] = {1};
+  const int64_t s37[] = {3, 7}, s7[] = {7};
   for (size_t k = 0; k < 5; k++) {
     const double lo = 0.5, hi = 2.0; /* positive: Div and Pow stay smooth */
     check_binary(ops[k], 3, s234, 3, s234, lo, hi);
     check_binary(ops[k], 3, s214, 2, s31, lo, hi);
     check_binary(ops[k], 1, s4, 3, s234, lo, hi);
     check_binary(ops[k], 3, s234, 0, s1, lo, hi);
+    check_binary(ops[k], 2, s37, 2, s37, lo, hi); /* rows of 7: SSE and a tail */
+    check_binary(ops[k], 1, s7, 2, s37, lo, hi);
   }
 }
 END_TEST
@@ -691,8 +694,10 @@ static void check_conv(const conv_case *k) {
 }
 
 START_TEST(test_conv) {
-  /* The kernels' geometry (fast path), then groups, dilations, asymmetric
-   * pads, strides, a 1-D conv, a fused tanh. */
+  /* The kernels' geometry, then groups, dilations, asymmetric pads,
+   * strides, a 1-D conv, a fused tanh; images in several chunks, a dilated
+   * conv as wide as its input, a pointwise conv, stride 2 over rows
+   * wide enough for the vector gather. */
   const conv_case cases[] = {
       {2, 3, 6, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL},
       {2, 3, 6, 5, 4, 3, 3, 1, 2, 2, 1, 1, 1, 1, 1, 1, 0, "tanh"},
@@ -700,6 +705,11 @@ START_TEST(test_conv) {
       {2, 2, 7, 7, 2, 3, 3, 1, 1, 1, 2, 2, 2, 1, 1, 2, 0, NULL},
       {1, 4, 5, 5, 4, 3, 3, 4, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL}, /* depthwise */
       {2, 3, 1, 9, 2, 1, 3, 1, 1, 2, 1, 1, 0, 1, 0, 1, 1, NULL}, /* 1-D */
+      {3, 2, 24, 24, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL}, /* chunks of 2 + 1 */
+      {2, 2, 7, 6, 3, 3, 3, 1, 1, 1, 2, 2, 2, 2, 2, 2, 0, "tanh"}, /* dilated, ow == W */
+      {2, 3, 4, 5, 4, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, NULL},   /* pointwise */
+      {2, 2, 14, 14, 3, 3, 3, 1, 2, 2, 1, 1, 1, 1, 1, 1, 0, NULL}, /* stride 2, wide */
+      {2, 3, 12, 12, 2, 1, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 0, NULL}, /* 1x1 stride 2 */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_conv(&cases[i]);
 }
@@ -1079,10 +1089,10 @@ START_TEST(test_layernorm) {
   for (int variant = 0; variant < 2; variant++) {
     harness h;
     uint64_t s = 101;
-    const int64_t xs[] = {2, 3, 4};
-    const int64_t cs_last[] = {4}, cs_12[] = {3, 4};
+    const int64_t xs[] = {2, 3, 6}; /* rows with an SSE tail */
+    const int64_t cs_last[] = {6}, cs_12[] = {3, 6};
     const int axis = variant ? 1 : -1;
-    const int64_t cols = variant ? 12 : 4, rows = variant ? 2 : 6;
+    const int64_t cols = variant ? 18 : 6, rows = variant ? 2 : 6;
     h_init(&h, "LayerNormalization");
     h_f32(&h, "x", 3, xs, &s, -1, 2, 0);
     h_f32(&h, "scale", variant ? 2 : 1, variant ? cs_12 : cs_last, &s, 0.5, 1.5, 0);
@@ -1093,7 +1103,7 @@ START_TEST(test_layernorm) {
     h_ready(&h);
     h_fwd(&h);
     const float *x = h_x(&h, 0)->data, *g = h_x(&h, 1)->data, *b = h_x(&h, 2)->data;
-    double want[24];
+    double want[36];
     for (int64_t r = 0; r < rows; r++) {
       double m = 0, v = 0;
       for (int64_t k = 0; k < cols; k++) m += x[r * cols + k];
@@ -1103,7 +1113,7 @@ START_TEST(test_layernorm) {
       for (int64_t k = 0; k < cols; k++)
         want[r * cols + k] = (x[r * cols + k] - m) / sqrt(v + 1e-5) * g[k] + b[k];
     }
-    expect_close(h_y(&h, 0)->data, want, 24, 2e-5, "LayerNormalization");
+    expect_close(h_y(&h, 0)->data, want, 36, 2e-5, "LayerNormalization");
     h_gradcheck(&h, "LayerNormalization", 1, 1e-3, 2e-3, 3e-3);
     h_free(&h);
   }
@@ -1124,7 +1134,7 @@ START_TEST(test_softmax) {
     for (int axis = 0; axis < 3; axis++) {
       harness h;
       uint64_t s = 111;
-      const int64_t xs[] = {2, 3, 4};
+      const int64_t xs[] = {2, 3, 6}; /* last axis: SSE and tail */
       h_init(&h, lg ? "LogSoftmax" : "Softmax");
       h_f32(&h, "x", 3, xs, &s, -2, 2, 0);
       h_ai(&h, "axis", axis == 2 ? -1 : axis);
@@ -1133,8 +1143,8 @@ START_TEST(test_softmax) {
       h_fwd(&h);
       const float *x = h_x(&h, 0)->data;
       const size_t outer = axis == 0 ? 1 : axis == 1 ? 2 : 6, len = (size_t)xs[axis];
-      const size_t inner = 24 / outer / len;
-      double want[24];
+      const size_t inner = 36 / outer / len;
+      double want[36];
       for (size_t o = 0; o < outer; o++)
         for (size_t i = 0; i < inner; i++) {
           double sum = 0;
@@ -1144,7 +1154,7 @@ START_TEST(test_softmax) {
             want[(o * len + k) * inner + i] = lg ? v - log(sum) : exp(v) / sum;
           }
         }
-      expect_close(h_y(&h, 0)->data, want, 24, 1e-6, "Softmax");
+      expect_close(h_y(&h, 0)->data, want, 36, 1e-6, "Softmax");
       h_gradcheck(&h, lg ? "LogSoftmax" : "Softmax", 1, 1e-3, 1e-3, 2e-3);
       h_free(&h);
     }
@@ -1323,6 +1333,21 @@ START_TEST(test_transpose_concat_split) {
         ck_assert_float_eq(h_y(&h, 0)->data[(c * 2 + a) * 3 + b],
                            h_x(&h, 0)->data[(a * 3 + b) * 4 + c]);
   h_gradcheck(&h, "Transpose", 1, 1e-3, 1e-4, 1e-3);
+  h_free(&h);
+  /* A permutation that keeps the last dim (contiguous rows). */
+  const int64_t perm_k[] = {1, 0, 2};
+  h_init(&h, "Transpose");
+  h_f32(&h, "x", 3, xs, &s, -1, 1, 0);
+  h_ais(&h, "perm", perm_k, 3);
+  h_outs(&h, 1);
+  h_ready(&h);
+  h_fwd(&h);
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 3; b++)
+      for (int c = 0; c < 4; c++)
+        ck_assert_float_eq(h_y(&h, 0)->data[(b * 2 + a) * 4 + c],
+                           h_x(&h, 0)->data[(a * 3 + b) * 4 + c]);
+  h_gradcheck(&h, "Transpose (last dim kept)", 1, 1e-3, 1e-4, 1e-3);
   h_free(&h);
   /* Concat on axis 1 of [2,3,4] and [2,1,4]. */
   const int64_t x2[] = {2, 1, 4};

@@ -2,19 +2,28 @@
  * MaxPool, AveragePool and GlobalAveragePool over NCHW images (a 1-D
  * [N, C, L] input is taken as an image of height 1).
  *
- * Conv and MaxPool take the kernels of fl_layers.h (im2col + GEMM, the
- * window max with its argmax) when the geometry is theirs: one group, no
- * dilation, symmetric padding (Conv), no padding and floor rounding
- * (MaxPool), so those layers give the kernels' bits (and the CUDA twins
- * are the kernels' twins).  Everything else ONNX allows with auto_pad NOTSET or VALID
- * (groups, dilations, asymmetric pads, ceil_mode, count_include_pad) goes
- * through this file's own im2col/col2im and window loops, which also serve
- * a backward that must accumulate into an input's gradient. */
+ * Conv on the CPU is im2col + GEMM in this file.  With one group it works
+ * on chunks of several images at once (conv_chunk): the chunk's columns sit
+ * side by side in one column matrix, so each GEMM is wide (about CONV_COLS
+ * output positions) even for small late-stage images, dW is one GEMM per
+ * chunk over all its positions, and a gradient that accumulates is
+ * accumulated in place (GEMM beta, col2im adds).  A 1x1 stride-1 unpadded
+ * conv takes the image as its column matrix.  Groups go one image and one
+ * group at a time.  MaxPool takes the kernels of fl_layers.h (the window
+ * max with its argmax) when the geometry is theirs: no padding and floor
+ * rounding.  The CUDA twins are the kernels' (cuDNN) in the kernels'
+ * geometry: one group, no dilation, symmetric padding (Conv).  Everything
+ * else ONNX allows with auto_pad NOTSET or VALID (dilations, asymmetric
+ * pads, ceil_mode, count_include_pad) goes through this file's window
+ * loops. */
 #include <config.h>
 
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "fl_device.h"
 #include "ops_internal.h"
@@ -138,7 +147,7 @@ typedef struct conv_p {
   win2d g;
   int64_t O, group, Cg, Og;
   fl_act act;
-  int fast;           /* fl_conv2d_* applies */
+  int fast;           /* the CUDA twins (fl_conv2d_*_cuda) apply */
 } conv_p;
 
 static fl_status conv_params(const fl_gnode *n, const fl_gctx *c, conv_p *p) {
@@ -175,8 +184,38 @@ static fl_conv2d_desc conv_desc(const conv_p *p) {
   return d;
 }
 
-static size_t conv_col_floats(const conv_p *p) {
-  return (size_t)(p->Cg * p->g.kh * p->g.kw * p->g.oh * p->g.ow);
+/* A one-group CPU conv takes images in chunks of conv_chunk(p): enough of
+ * them for about CONV_COLS output positions per GEMM, fewer when the
+ * column matrix would pass CONV_COL_FLOATS (it should stay in cache). */
+#define CONV_COLS 1024
+#define CONV_COL_FLOATS ((int64_t)1 << 19)
+
+/* 1x1, stride 1, no padding: the image is its own column matrix. */
+static int conv_pointwise(const conv_p *p) {
+  const win2d *g = &p->g;
+  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && !g->pt && !g->pl && !g->pb &&
+         !g->pr;
+}
+
+/* Images per chunk of the one-group path (1 for a pointwise conv, which
+ * needs no column matrix). */
+static int64_t conv_chunk(const conv_p *p) {
+  const int64_t ohw = p->g.oh * p->g.ow, ckk = p->Cg * p->g.kh * p->g.kw;
+  if (conv_pointwise(p) || ohw == 0) return 1;
+  int64_t b = (CONV_COLS + ohw - 1) / ohw;
+  if (b * ohw * ckk > CONV_COL_FLOATS) b = CONV_COL_FLOATS / (ohw * ckk);
+  if (b > p->g.N) b = p->g.N;
+  return b < 1 ? 1 : b;
+}
+
+/* CPU scratch: the column matrix of a chunk (or of one image and group),
+ * then, with chunks of several images, their output (forward) or output
+ * gradient (backward) gathered as one [O, chunk*ohw] matrix. */
+static size_t conv_cpu_ws(const conv_p *p) {
+  const int64_t ohw = p->g.oh * p->g.ow, ckk = p->Cg * p->g.kh * p->g.kw;
+  if (p->group != 1) return (size_t)(ckk * ohw);
+  const int64_t b = conv_chunk(p);
+  return (size_t)((conv_pointwise(p) ? 0 : ckk * b * ohw) + (b > 1 ? p->O * b * ohw : 0));
 }
 
 /* Device scratch of a gpu conv: the gradients that accumulate (dx, dw, db
@@ -208,12 +247,7 @@ static fl_status conv_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) 
   int nd;
   win_out_shape(&p.g, p.O, ys, &nd);
   fl_gset_out(n, c, 0, FL_G_F32, nd, ys);
-  *ws = conv_col_floats(&p);
-  if (p.fast) {
-    const fl_conv2d_desc d = conv_desc(&p);
-    const size_t f = fl_conv2d_workspace_floats(&d);
-    if (f > *ws) *ws = f;
-  }
+  *ws = conv_cpu_ws(&p);
   if (c->stream) { /* a gpu bind: refuse what it lacks; conv_gpu_ws's layout */
     FL_TRY(conv_gpu_params(n, c, &p));
     size_t need;
@@ -236,29 +270,73 @@ static void win_cols(const win2d *g, int64_t j, int64_t *lo, int64_t *hi) {
   *hi = b;
 }
 
+/* The rows [*oy0, *oy1) of kernel row i whose input row
+ * oy*sh - pt + i*dh lies inside the image. */
+static void win_rows(const win2d *g, int64_t i, int64_t *oy0, int64_t *oy1) {
+  const int64_t off = i * g->dh - g->pt; /* iy = oy*sh + off */
+  int64_t a = off >= 0 ? 0 : (-off + g->sh - 1) / g->sh;
+  int64_t b = g->H - off <= 0 ? 0 : (g->H - off + g->sh - 1) / g->sh;
+  if (b > g->oh) b = g->oh;
+  if (a > b) a = b;
+  *oy0 = a;
+  *oy1 = b;
+}
+
+/* Stride 1 and an output as wide as the input: one kernel position's
+ * column row is the input plane shifted by a constant, so its valid rows
+ * are one contiguous range of both (the pad columns inside it wrap to the
+ * neighbouring input row and are fixed up separately). */
+static int win_plane(const win2d *g) { return g->sh == 1 && g->sw == 1 && g->ow == g->W; }
+
+/* d[k] = s[2k], k < len, four at a time with SSE2 (the vector loads stop
+ * before reading past s[2*len - 2]). */
+static void gather2(float *restrict d, const float *restrict s, int64_t len) {
+  int64_t k = 0;
+#ifdef __SSE2__
+  for (; k + 4 < len; k += 4)
+    _mm_storeu_ps(d + k, _mm_shuffle_ps(_mm_loadu_ps(s + 2 * k), _mm_loadu_ps(s + 2 * k + 4),
+                                        _MM_SHUFFLE(2, 0, 2, 0)));
+#endif
+  for (; k < len; k++) d[k] = s[2 * k];
+}
+
 /* col[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - pt + i*dh][ox*sw - pl + j*dw]
- * (0 outside the image). */
-static void im2col(const win2d *g, int64_t Cg, const float *x, float *col) {
-  const int64_t ohw = g->oh * g->ow;
+ * (0 outside the image); col's rows are ld floats apart (ld >= oh*ow: an
+ * image's columns within a chunk's column matrix). */
+static void im2col(const win2d *g, int64_t Cg, const float *x, float *col, int64_t ld) {
+  const int plane = win_plane(g);
   for (int64_t ch = 0; ch < Cg; ch++)
     for (int64_t i = 0; i < g->kh; i++)
       for (int64_t j = 0; j < g->kw; j++) {
-        float *row = col + ((ch * g->kh + i) * g->kw + j) * ohw;
+        float *row = col + ((ch * g->kh + i) * g->kw + j) * ld;
         const float *xc = x + ch * g->H * g->W;
         const int64_t off = j * g->dw - g->pl;
-        int64_t lo, hi;
+        int64_t lo, hi, oy0, oy1;
         win_cols(g, j, &lo, &hi);
-        for (int64_t oy = 0; oy < g->oh; oy++) {
-          const int64_t iy = oy * g->sh - g->pt + i * g->dh;
-          float *r = row + oy * g->ow;
-          if (iy < 0 || iy >= g->H) {
-            memset(r, 0, (size_t)g->ow * sizeof *r);
-            continue;
+        win_rows(g, i, &oy0, &oy1);
+        if (hi <= lo) oy1 = oy0; /* no column inside: all zero */
+        memset(row, 0, (size_t)(oy0 * g->ow) * sizeof *row);
+        memset(row + oy1 * g->ow, 0, (size_t)((g->oh - oy1) * g->ow) * sizeof *row);
+        if (oy1 == oy0) continue;
+        if (plane) { /* rows oy0..oy1-1 in one copy, then the pad columns */
+          const int64_t d0 = oy0 * g->ow + lo, d1 = (oy1 - 1) * g->ow + hi;
+          memcpy(row + d0, xc + d0 + (i * g->dh - g->pt) * g->W + off,
+                 (size_t)(d1 - d0) * sizeof *row);
+          for (int64_t oy = oy0; oy < oy1; oy++) {
+            float *r = row + oy * g->ow;
+            for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
+            for (int64_t ox = hi; ox < g->ow; ox++) r[ox] = 0.0f;
           }
-          const float *xr = xc + iy * g->W;
+          continue;
+        }
+        for (int64_t oy = oy0; oy < oy1; oy++) {
+          const float *xr = xc + (oy * g->sh - g->pt + i * g->dh) * g->W;
+          float *r = row + oy * g->ow;
           for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
           if (g->sw == 1) {
-            if (hi > lo) memcpy(r + lo, xr + lo + off, (size_t)(hi - lo) * sizeof *r);
+            memcpy(r + lo, xr + lo + off, (size_t)(hi - lo) * sizeof *r);
+          } else if (g->sw == 2) {
+            gather2(r + lo, xr + 2 * lo + off, hi - lo);
           } else {
             for (int64_t ox = lo; ox < hi; ox++) r[ox] = xr[ox * g->sw + off];
           }
@@ -267,30 +345,105 @@ static void im2col(const win2d *g, int64_t Cg, const float *x, float *col) {
       }
 }
 
-/* dx += the adjoint of im2col applied to col (each dx element gets its
- * terms in the same order as an element-by-element scatter). */
-static void col2im_add(const win2d *g, int64_t Cg, const float *col, float *dx) {
-  const int64_t ohw = g->oh * g->ow;
+/* d[k] += s[k], k < len, four at a time with SSE2 (the scalar sums' bits). */
+static void add_row(float *restrict d, const float *restrict s, int64_t len) {
+  int64_t k = 0;
+#ifdef __SSE2__
+  for (; k + 4 <= len; k += 4)
+    _mm_storeu_ps(d + k, _mm_add_ps(_mm_loadu_ps(d + k), _mm_loadu_ps(s + k)));
+#endif
+  for (; k < len; k++) d[k] += s[k];
+}
+
+/* d[2k] += s[k], k < len; with SSE2 four at a time, adding +0 to the odd
+ * elements between (no value changes but a -0's sign); the vector loads
+ * stop before reaching past d[2*len - 2]. */
+static void scatter2_add(float *restrict d, const float *restrict s, int64_t len) {
+  int64_t k = 0;
+#ifdef __SSE2__
+  const __m128 zero = _mm_setzero_ps();
+  for (; k + 4 < len; k += 4) {
+    const __m128 v = _mm_loadu_ps(s + k);
+    _mm_storeu_ps(d + 2 * k, _mm_add_ps(_mm_loadu_ps(d + 2 * k), _mm_unpacklo_ps(v, zero)));
+    _mm_storeu_ps(d + 2 * k + 4,
+                  _mm_add_ps(_mm_loadu_ps(d + 2 * k + 4), _mm_unpackhi_ps(v, zero)));
+  }
+#endif
+  for (; k < len; k++) d[2 * k] += s[k];
+}
+
+/* dx += the adjoint of im2col applied to col (rows ld floats apart; each
+ * dx element gets its terms in the same order as an element-by-element
+ * scatter).  In win_plane geometry col's entries that stand for padding
+ * are set to 0 first and added with their row's contiguous range (a +0
+ * on the wrapped-to element, which changes no value but a -0's sign). */
+static void col2im_add(const win2d *g, int64_t Cg, float *col, int64_t ld, float *dx) {
+  const int plane = win_plane(g);
   for (int64_t ch = 0; ch < Cg; ch++)
     for (int64_t i = 0; i < g->kh; i++)
       for (int64_t j = 0; j < g->kw; j++) {
-        const float *row = col + ((ch * g->kh + i) * g->kw + j) * ohw;
+        float *row = col + ((ch * g->kh + i) * g->kw + j) * ld;
         float *xc = dx + ch * g->H * g->W;
         const int64_t off = j * g->dw - g->pl;
-        int64_t lo, hi;
+        int64_t lo, hi, oy0, oy1;
         win_cols(g, j, &lo, &hi);
-        for (int64_t oy = 0; oy < g->oh; oy++) {
-          const int64_t iy = oy * g->sh - g->pt + i * g->dh;
-          if (iy < 0 || iy >= g->H) continue;
+        win_rows(g, i, &oy0, &oy1);
+        if (hi <= lo) continue;
+        if (plane) {
+          if (oy1 == oy0) continue;
+          for (int64_t oy = oy0; oy < oy1; oy++) {
+            float *r = row + oy * g->ow;
+            for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
+            for (int64_t ox = hi; ox < g->ow; ox++) r[ox] = 0.0f;
+          }
+          const int64_t d0 = oy0 * g->ow + lo, d1 = (oy1 - 1) * g->ow + hi;
+          add_row(xc + d0 + (i * g->dh - g->pt) * g->W + off, row + d0, d1 - d0);
+          continue;
+        }
+        for (int64_t oy = oy0; oy < oy1; oy++) {
           const float *r = row + oy * g->ow;
-          float *xr = xc + iy * g->W;
+          float *xr = xc + (oy * g->sh - g->pt + i * g->dh) * g->W;
           if (g->sw == 1) {
-            for (int64_t ox = lo; ox < hi; ox++) xr[ox + off] += r[ox];
+            add_row(xr + lo + off, r + lo, hi - lo);
+          } else if (g->sw == 2) {
+            scatter2_add(xr + 2 * lo + off, r + lo, hi - lo);
           } else {
             for (int64_t ox = lo; ox < hi; ox++) xr[ox * g->sw + off] += r[ox];
           }
         }
       }
+}
+
+/* One-group forward of images [i0, i0+nb) (a chunk): their column matrix
+ * [ckk, nb*ohw] in ws, one GEMM, and with nb > 1 the [O, nb*ohw] result
+ * (in ws after the columns) put back image by image with the bias. */
+static void conv_forward_chunk(const conv_p *p, const float *x, const float *w, const float *b,
+                               float *y, int64_t i0, int64_t nb, float *ws) {
+  const win2d *g = &p->g;
+  const int64_t ohw = g->oh * g->ow, ckk = p->Cg * g->kh * g->kw, cols = nb * ohw;
+  const int64_t in_img = g->C * g->H * g->W, out_img = p->O * ohw;
+  const float *col = x + i0 * in_img; /* pointwise: nb == 1, the image */
+  float *out = ws;
+  if (!conv_pointwise(p)) {
+    for (int64_t k = 0; k < nb; k++) im2col(g, g->C, x + (i0 + k) * in_img, ws + k * ohw, cols);
+    col = ws;
+    out = ws + ckk * cols;
+  }
+  if (nb == 1) out = y + i0 * out_img;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)p->O, (int)cols, (int)ckk, 1.0f, w,
+              (int)ckk, col, (int)cols, 0.0f, out, (int)cols);
+  for (int64_t k = 0; k < nb; k++)
+    for (int64_t o = 0; o < p->O; o++) {
+      float *r = y + (i0 + k) * out_img + o * ohw;
+      const float *t = out + o * cols + k * ohw;
+      const float bv = b ? b[o] : 0.0f;
+      if (nb > 1 && b)
+        for (int64_t s = 0; s < ohw; s++) r[s] = t[s] + bv;
+      else if (nb > 1)
+        memcpy(r, t, (size_t)ohw * sizeof *r);
+      else if (b)
+        for (int64_t s = 0; s < ohw; s++) r[s] += bv;
+    }
 }
 
 static fl_status conv_forward(fl_gnode *n, fl_gctx *c) {
@@ -299,35 +452,82 @@ static fl_status conv_forward(fl_gnode *n, fl_gctx *c) {
   conv_p p;
   FL_TRY(conv_params(n, c, &p));
   if (y->n == 0) return FL_OK;
-  if (p.fast) {
-    const fl_conv2d_desc d = conv_desc(&p);
-    const fl_status st =
-        fl_conv2d_forward(&d, x->data, w->data, b ? b->data : NULL, y->data, n->ws, p.act);
-    return st == FL_OK ? FL_OK : fl_gop_fail(n, st, "conv2d kernel failed");
-  }
   const win2d *g = &p.g;
   const int64_t ohw = g->oh * g->ow, ckk = p.Cg * g->kh * g->kw;
-  for (int64_t in = 0; in < g->N; in++)
-    for (int64_t gr = 0; gr < p.group; gr++) {
-      const float *xg = x->data + (in * g->C + gr * p.Cg) * g->H * g->W;
-      float *yg = y->data + (in * p.O + gr * p.Og) * ohw;
-      const float *wg = w->data + gr * p.Og * ckk;
-      if (ckk > 0) {
-        im2col(g, p.Cg, xg, n->ws);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)p.Og, (int)ohw, (int)ckk,
-                    1.0f, wg, (int)ckk, n->ws, (int)ohw, 0.0f, yg, (int)ohw);
-      } else {
-        memset(yg, 0, (size_t)(p.Og * ohw) * sizeof *yg);
-      }
-      if (b)
-        for (int64_t o = 0; o < p.Og; o++) {
-          const float bv = b->data[gr * p.Og + o];
-          float *r = yg + o * ohw;
-          for (int64_t s = 0; s < ohw; s++) r[s] += bv;
+  if (p.group == 1 && ckk > 0) {
+    const int64_t chunk = conv_chunk(&p);
+    for (int64_t i0 = 0; i0 < g->N; i0 += chunk)
+      conv_forward_chunk(&p, x->data, w->data, b ? b->data : NULL, y->data, i0,
+                         g->N - i0 < chunk ? g->N - i0 : chunk, n->ws);
+  } else {
+    for (int64_t in = 0; in < g->N; in++)
+      for (int64_t gr = 0; gr < p.group; gr++) {
+        const float *xg = x->data + (in * g->C + gr * p.Cg) * g->H * g->W;
+        float *yg = y->data + (in * p.O + gr * p.Og) * ohw;
+        const float *wg = w->data + gr * p.Og * ckk;
+        if (ckk > 0) {
+          im2col(g, p.Cg, xg, n->ws, ohw);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)p.Og, (int)ohw, (int)ckk,
+                      1.0f, wg, (int)ckk, n->ws, (int)ohw, 0.0f, yg, (int)ohw);
+        } else {
+          memset(yg, 0, (size_t)(p.Og * ohw) * sizeof *yg);
         }
-    }
+        if (b)
+          for (int64_t o = 0; o < p.Og; o++) {
+            const float bv = b->data[gr * p.Og + o];
+            float *r = yg + o * ohw;
+            for (int64_t s = 0; s < ohw; s++) r[s] += bv;
+          }
+      }
+  }
   if (p.act != FL_ACT_NONE) return fl_act_forward(p.act, y->data, y->data, y->n);
   return FL_OK;
+}
+
+/* One-group backward of images [i0, i0+nb) (a chunk), dz already through
+ * the activation: their output gradient as one [O, nb*ohw] matrix (dz
+ * itself for one image, else gathered into ws after the columns),
+ * dW (+)= dZ . col^T over all the chunk's positions (beta 0 only for the
+ * first chunk of a dW that does not accumulate), then dcol = W^T . dZ
+ * added back into dx (zeroed by the caller unless it accumulates; a
+ * pointwise conv's dcol is dx itself, beta 1). */
+static void conv_backward_chunk(const conv_p *p, const float *x, const float *w, const float *dz,
+                                float *dx, float *dw, int dw_beta, int64_t i0, int64_t nb,
+                                float *ws) {
+  const win2d *g = &p->g;
+  const int64_t ohw = g->oh * g->ow, ckk = p->Cg * g->kh * g->kw, cols = nb * ohw;
+  const int64_t in_img = g->C * g->H * g->W, out_img = p->O * ohw;
+  const int pw = conv_pointwise(p);
+  const float *dzm = dz + i0 * out_img;
+  if (nb > 1) {
+    float *t = ws + ckk * cols; /* nb > 1: not pointwise */
+    for (int64_t k = 0; k < nb; k++)
+      for (int64_t o = 0; o < p->O; o++)
+        memcpy(t + o * cols + k * ohw, dz + (i0 + k) * out_img + o * ohw,
+               (size_t)ohw * sizeof *t);
+    dzm = t;
+  }
+  if (dw) {
+    const float *col = x + i0 * in_img;
+    if (!pw) {
+      for (int64_t k = 0; k < nb; k++)
+        im2col(g, g->C, x + (i0 + k) * in_img, ws + k * ohw, cols);
+      col = ws;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->O, (int)ckk, (int)cols, 1.0f,
+                dzm, (int)cols, col, (int)cols, dw_beta ? 1.0f : 0.0f, dw, (int)ckk);
+  }
+  if (dx) {
+    if (pw) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ckk, (int)cols, (int)p->O, 1.0f,
+                  w, (int)ckk, dzm, (int)cols, 1.0f, dx + i0 * in_img, (int)cols);
+      return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ckk, (int)cols, (int)p->O, 1.0f, w,
+                (int)ckk, dzm, (int)cols, 0.0f, ws, (int)cols);
+    for (int64_t k = 0; k < nb; k++)
+      col2im_add(g, g->C, ws + k * ohw, cols, dx + (i0 + k) * in_img);
+  }
 }
 
 static fl_status conv_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
@@ -344,40 +544,43 @@ static fl_status conv_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
     return FL_OK;
   }
   float *dz = y->grad;
-  if (p.fast && !(dx && ax) && !(dw && aw) && !(db && ab)) {
-    const fl_conv2d_desc d = conv_desc(&p);
-    const fl_status st = fl_conv2d_backward(&d, x->data, w->data, y->data, dz, dx, dw, db,
-                                            n->ws, p.act);
-    return st == FL_OK ? FL_OK : fl_gop_fail(n, st, "conv2d backward kernel failed");
-  }
   if (p.act != FL_ACT_NONE) FL_TRY(fl_act_backward(p.act, y->data, dz, dz, y->n));
   const win2d *g = &p.g;
   const int64_t ohw = g->oh * g->ow, ckk = p.Cg * g->kh * g->kw;
   if (dx && !ax) memset(dx, 0, x->n * sizeof *dx);
+  if (db) { /* per image and channel a float sum, added in image order */
+    if (!ab) memset(db, 0, b->n * sizeof *db);
+    for (int64_t in = 0; in < g->N; in++)
+      for (int64_t o = 0; o < p.O; o++) {
+        const float *r = dz + (in * p.O + o) * ohw;
+        float s = 0.0f;
+        for (int64_t k = 0; k < ohw; k++) s += r[k];
+        db[o] += s;
+      }
+  }
+  if (p.group == 1 && ckk > 0) {
+    const int64_t chunk = conv_chunk(&p);
+    for (int64_t i0 = 0; i0 < g->N; i0 += chunk)
+      conv_backward_chunk(&p, x->data, w->data, dz, dx, dw, aw || i0 > 0, i0,
+                          g->N - i0 < chunk ? g->N - i0 : chunk, n->ws);
+    return FL_OK;
+  }
   if (dw && !aw) memset(dw, 0, w->n * sizeof *dw);
-  if (db && !ab) memset(db, 0, b->n * sizeof *db);
+  if (ckk == 0) return FL_OK;
   for (int64_t in = 0; in < g->N; in++)
     for (int64_t gr = 0; gr < p.group; gr++) {
       const float *xg = x->data + (in * g->C + gr * p.Cg) * g->H * g->W;
       const float *zg = dz + (in * p.O + gr * p.Og) * ohw;
       const float *wg = w->data + gr * p.Og * ckk;
-      if (db)
-        for (int64_t o = 0; o < p.Og; o++) {
-          const float *r = zg + o * ohw;
-          float s = 0.0f;
-          for (int64_t k = 0; k < ohw; k++) s += r[k];
-          db[gr * p.Og + o] += s;
-        }
-      if (ckk == 0) continue;
       if (dw) { /* dW_g[Og, ckk] += dz_g . col^T */
-        im2col(g, p.Cg, xg, n->ws);
+        im2col(g, p.Cg, xg, n->ws, ohw);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p.Og, (int)ckk, (int)ohw,
                     1.0f, zg, (int)ohw, n->ws, (int)ohw, 1.0f, dw + gr * p.Og * ckk, (int)ckk);
       }
       if (dx) { /* dcol = W_g^T . dz_g, then scattered back */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ckk, (int)ohw, (int)p.Og,
                     1.0f, wg, (int)ckk, zg, (int)ohw, 0.0f, n->ws, (int)ohw);
-        col2im_add(g, p.Cg, n->ws, dx + (in * g->C + gr * p.Cg) * g->H * g->W);
+        col2im_add(g, p.Cg, n->ws, ohw, dx + (in * g->C + gr * p.Cg) * g->H * g->W);
       }
     }
   return FL_OK;

@@ -103,6 +103,37 @@ static void bc_binary(const fl_gnode *n, const fl_gctx *c, fl_gbc *bc) {
     }                                                                                     \
   } while (0)
 
+/* One row of a float Add/Sub/Mul/Div: py[i] = pa[i*sa] op pb[i*sb] (sa, sb
+ * 0 or 1: a broadcast operand repeats its one value).  With SSE2 four at a
+ * time: the same single IEEE operation per element as the scalar loop. */
+static void bin_row_f32(enum bin_kind k, const float *pa, int sa, const float *pb, int sb,
+                        float *py, size_t len) {
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128 a0 = _mm_set1_ps(pa[0]), b0 = _mm_set1_ps(pb[0]);
+  for (; i + 4 <= len; i += 4) {
+    const __m128 u = sa ? _mm_loadu_ps(pa + i) : a0, v = sb ? _mm_loadu_ps(pb + i) : b0;
+    __m128 r;
+    switch (k) {
+    case BIN_ADD: r = _mm_add_ps(u, v); break;
+    case BIN_SUB: r = _mm_sub_ps(u, v); break;
+    case BIN_MUL: r = _mm_mul_ps(u, v); break;
+    default: r = _mm_div_ps(u, v); break;
+    }
+    _mm_storeu_ps(py + i, r);
+  }
+#endif
+  for (; i < len; i++) {
+    const float u = pa[sa ? i : 0], v = pb[sb ? i : 0];
+    switch (k) {
+    case BIN_ADD: py[i] = u + v; break;
+    case BIN_SUB: py[i] = u - v; break;
+    case BIN_MUL: py[i] = u * v; break;
+    default: py[i] = u / v; break;
+    }
+  }
+}
+
 static fl_status binary_forward(fl_gnode *n, fl_gctx *c) {
   const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1);
   fl_gtensor *y = fl_gout(n, c, 0);
@@ -127,12 +158,14 @@ static fl_status binary_forward(fl_gnode *n, fl_gctx *c) {
   }
   const float *A = a->data, *B = b->data;
   float *Y = y->data;
-  switch (k) {
-  case BIN_ADD: BIN_ROWS(float, u + v); break;
-  case BIN_SUB: BIN_ROWS(float, u - v); break;
-  case BIN_MUL: BIN_ROWS(float, u * v); break;
-  case BIN_DIV: BIN_ROWS(float, u / v); break;
-  case BIN_POW: BIN_ROWS(float, powf(u, v)); break;
+  if (k == BIN_POW) {
+    BIN_ROWS(float, powf(u, v));
+    return FL_OK;
+  }
+  for (size_t r = 0; r < rows; r++) {
+    size_t off[4];
+    fl_gbc_row(&bc, r, off);
+    bin_row_f32(k, A + off[1], sa, B + off[2], sb, Y + off[0], inner);
   }
   return FL_OK;
 }
@@ -160,6 +193,38 @@ static fl_status binary_forward(fl_gnode *n, fl_gctx *c) {
     }                                                                                     \
   } while (0)
 
+/* d[i] += s[i], i < len; with SSE2 four at a time (the scalar adds' bits,
+ * so the same as fl_gbc_reduce's row loop). */
+static void add_row_f32(float *d, const float *s, size_t len) {
+  size_t i = 0;
+#ifdef __SSE2__
+  for (; i + 4 <= len; i += 4)
+    _mm_storeu_ps(d + i, _mm_add_ps(_mm_loadu_ps(d + i), _mm_loadu_ps(s + i)));
+#endif
+  for (; i < len; i++) d[i] += s[i];
+}
+
+/* One row of Mul's (div 0) or Div's first operand's (div 1) gradient:
+ * pd[i] = (add ? pd[i] : 0) + pg[i] op pv[i*sv] (sv 0 or 1), four at a
+ * time with SSE2 (the scalar expression's one multiply or divide, then the
+ * add).  !add stores the term itself: +0 + t is t but for t = -0. */
+static void bin_grad_row(float *pd, const float *pg, const float *pv, size_t sv, int div,
+                         int add, size_t len) {
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128 v0 = _mm_set1_ps(pv[0]);
+  for (; i + 4 <= len; i += 4) {
+    const __m128 g = _mm_loadu_ps(pg + i), v = sv ? _mm_loadu_ps(pv + i) : v0;
+    const __m128 t = div ? _mm_div_ps(g, v) : _mm_mul_ps(g, v);
+    _mm_storeu_ps(pd + i, add ? _mm_add_ps(_mm_loadu_ps(pd + i), t) : t);
+  }
+#endif
+  for (; i < len; i++) {
+    const float t = div ? pg[i] / pv[i * sv] : pg[i] * pv[i * sv];
+    pd[i] = add ? pd[i] + t : t;
+  }
+}
+
 static fl_status binary_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1), *y = fl_gout(n, c, 0);
   if (y->dtype != FL_G_F32) return FL_OK;
@@ -182,20 +247,38 @@ static fl_status binary_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
     case BIN_ADD:
     case BIN_SUB: {
       const float s = (kind == BIN_SUB && k == 2) ? -1.0f : 1.0f;
-      if (same && s == 1.0f)
+      if (same && s == 1.0f) {
         fl_gput(dst, G, dst_n, accum);
-      else
+      } else if (s == 1.0f && sd == 1) { /* a bias: rows added in output order */
+        if (!accum) memset(dst, 0, dst_n * sizeof *dst);
+        for (size_t r = 0; r < rows; r++) {
+          size_t off[4];
+          fl_gbc_row(&bc, r, off);
+          add_row_f32(dst + off[k], G + off[0], inner);
+        }
+      } else {
         fl_gbc_reduce(&bc, k, G, s, dst, dst_n, accum);
+      }
       break;
     }
     case BIN_MUL:
-      if (k == 1)
-        BIN_GRAD(g * v);
-      else
-        BIN_GRAD(g * u);
-      break;
     case BIN_DIV:
-      if (k == 1)
+      if (sd == 1 && (kind == BIN_MUL || k == 1)) { /* dst contiguous in its rows */
+        const size_t so = k == 1 ? sb : sa;       /* the other operand's stride */
+        const float *O = k == 1 ? B : A;
+        if (!accum && !same) memset(dst, 0, dst_n * sizeof *dst);
+        for (size_t r = 0; r < rows; r++) {
+          size_t off[4];
+          fl_gbc_row(&bc, r, off);
+          bin_grad_row(dst + off[k], G + off[0], O + off[3 - k], so, kind == BIN_DIV,
+                       accum || !same, inner);
+        }
+      } else if (kind == BIN_MUL) {
+        if (k == 1)
+          BIN_GRAD(g * v);
+        else
+          BIN_GRAD(g * u);
+      } else if (k == 1)
         BIN_GRAD(g / v);
       else
         BIN_GRAD(-g * (u / v) / v);

@@ -2,17 +2,19 @@
  * BatchNormalization, GroupNormalization, LayerNormalization, Softmax and
  * LogSoftmax.
  *
- * BatchNormalization and GroupNormalization run on the kernels of
- * fl_layers.h, exactly as the sequential engine called them: batch norm in
- * training mode normalises with the batch's statistics and updates the
- * running mean/var buffers (its inputs 3 and 4) in place, except while a
- * recompute re-runs the forward; with a norm-sync hook (fl_gctx.norm_sync)
- * it normalises with the statistics of the global batch through the phase
- * kernels, and a recompute reuses the statistics the step's forward kept
- * (per-node state), so every rank makes the same hook calls in the same
- * order.  ONNX's momentum weighs the running value (running =
- * momentum*running + (1-momentum)*batch), PyTorch's the batch value: the
- * kernels take PyTorch's, 1 - ONNX's (see bn_momentum).
+ * GroupNormalization and batch norm's inference run on the kernels of
+ * fl_layers.h, as the sequential engine called them; batch norm's CPU
+ * training forward and backward are this file's (bn_chan_*: the kernels'
+ * formulas, faster sums).  Batch norm in training mode normalises with
+ * the batch's statistics and updates the running mean/var buffers (its
+ * inputs 3 and 4) in place, except while a recompute re-runs the forward;
+ * with a norm-sync hook (fl_gctx.norm_sync) it normalises with the
+ * statistics of the global batch, summed per phase, and a recompute reuses
+ * the statistics the step's forward kept (per-node state), so every rank
+ * makes the same hook calls in the same order.  ONNX's momentum weighs the
+ * running value (running = momentum*running + (1-momentum)*batch),
+ * PyTorch's the batch value: the kernels take PyTorch's, 1 - ONNX's (see
+ * bn_momentum).
  *
  * GroupNormalization takes per-channel scale and bias [C] as PyTorch's
  * GroupNorm (and ONNX opset 21) do; a [num_groups] scale/bias (opset 18's
@@ -23,6 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "fl_device.h"
 #include "ops_internal.h"
@@ -139,6 +144,199 @@ static fl_status bn_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   return FL_OK;
 }
 
+/* Batch norm's CPU training path, written here (rather than the kernels'
+ * fl_batchnorm_forward_train / _backward and phase kernels) for speed: the
+ * same formulas, with the double sums kept in eight lanes by element
+ * index (a fixed order: deterministic) instead of one serial chain, and
+ * the per-element float work four at a time with SSE2 (each element's
+ * float operations as the scalar formula orders them).  The local path
+ * and the norm-sync phases share every per-channel function, so an
+ * identity exchange gives the local bits (test_batchnorm_sync). */
+
+/* Sum in double of n floats: lane k%8 for the first n/8*8, then the rest
+ * in order, the lanes added in a fixed order. */
+static double bn_sum(const float *p, size_t n) {
+  size_t i = 0;
+  double lanes = 0.0;
+#ifdef __SSE2__
+  __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128 u = _mm_loadu_ps(p + i), v = _mm_loadu_ps(p + i + 4);
+    a0 = _mm_add_pd(a0, _mm_cvtps_pd(u));
+    a1 = _mm_add_pd(a1, _mm_cvtps_pd(_mm_movehl_ps(u, u)));
+    a2 = _mm_add_pd(a2, _mm_cvtps_pd(v));
+    a3 = _mm_add_pd(a3, _mm_cvtps_pd(_mm_movehl_ps(v, v)));
+  }
+  double l[2];
+  _mm_storeu_pd(l, _mm_add_pd(_mm_add_pd(a0, a1), _mm_add_pd(a2, a3)));
+  lanes = l[0] + l[1];
+#endif
+  double t = 0.0;
+  for (; i < n; i++) t += p[i];
+  return lanes + t;
+}
+
+/* Sum in double of (p[i] - mu)^2, lanes as bn_sum. */
+static double bn_sqdev(const float *p, size_t n, double mu) {
+  size_t i = 0;
+  double lanes = 0.0;
+#ifdef __SSE2__
+  const __m128d m = _mm_set1_pd(mu);
+  __m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128 u = _mm_loadu_ps(p + i), v = _mm_loadu_ps(p + i + 4);
+    const __m128d d0 = _mm_sub_pd(_mm_cvtps_pd(u), m);
+    const __m128d d1 = _mm_sub_pd(_mm_cvtps_pd(_mm_movehl_ps(u, u)), m);
+    const __m128d d2 = _mm_sub_pd(_mm_cvtps_pd(v), m);
+    const __m128d d3 = _mm_sub_pd(_mm_cvtps_pd(_mm_movehl_ps(v, v)), m);
+    a0 = _mm_add_pd(a0, _mm_mul_pd(d0, d0));
+    a1 = _mm_add_pd(a1, _mm_mul_pd(d1, d1));
+    a2 = _mm_add_pd(a2, _mm_mul_pd(d2, d2));
+    a3 = _mm_add_pd(a3, _mm_mul_pd(d3, d3));
+  }
+  double l[2];
+  _mm_storeu_pd(l, _mm_add_pd(_mm_add_pd(a0, a1), _mm_add_pd(a2, a3)));
+  lanes = l[0] + l[1];
+#endif
+  double t = 0.0;
+  for (; i < n; i++) {
+    const double d = (double)p[i] - mu;
+    t += d * d;
+  }
+  return lanes + t;
+}
+
+/* Channel c's sum (or its sum of squared deviations from mu) over the
+ * batch: image by image, in image order. */
+static double bn_chan_sum(const fl_norm_desc *d, size_t c, const float *x) {
+  double s = 0.0;
+  for (size_t i = 0; i < d->batch; i++)
+    s += bn_sum(x + (i * d->channels + c) * d->inner, d->inner);
+  return s;
+}
+
+static double bn_chan_sqdev(const fl_norm_desc *d, size_t c, const float *x, double mu) {
+  double s = 0.0;
+  for (size_t i = 0; i < d->batch; i++)
+    s += bn_sqdev(x + (i * d->channels + c) * d->inner, d->inner, mu);
+  return s;
+}
+
+/* Channel c with mean mu and biased variance var of count values: the
+ * saved and (when run_m is set) running statistics, y = act(a*x + b) with
+ * a = gamma*invstd, b = beta - gamma*invstd*mu (the kernels' formulas). */
+static void bn_chan_apply(const fl_norm_desc *d, size_t c, const float *x, float *y,
+                          const float *gamma, const float *beta, double mu, double var,
+                          double count, float *run_m, float *run_v, float *save_mean,
+                          float *save_invstd, fl_act act) {
+  const double invstd = 1.0 / sqrt(var + (double)d->eps);
+  save_mean[c] = (float)mu;
+  save_invstd[c] = (float)invstd;
+  if (run_m) {
+    const double mom = d->momentum;
+    run_m[c] = (float)((1.0 - mom) * run_m[c] + mom * mu);
+    run_v[c] = (float)((1.0 - mom) * run_v[c] + mom * var * count / (count - 1.0));
+  }
+  const float g = gamma ? gamma[c] : 1.0f, be = beta ? beta[c] : 0.0f;
+  const float a = (float)(g * invstd), b = (float)(be - g * invstd * mu);
+#ifdef __SSE2__
+  const __m128 va = _mm_set1_ps(a), vb = _mm_set1_ps(b), zero = _mm_setzero_ps();
+#endif
+  const size_t S = d->inner;
+  for (size_t i = 0; i < d->batch; i++) {
+    const float *xp = x + (i * d->channels + c) * S;
+    float *yp = y + (i * d->channels + c) * S;
+    size_t k = 0;
+    if (act == FL_ACT_RELU) { /* max(v, +0) is v > 0 ? v : 0, NaN included */
+#ifdef __SSE2__
+      for (; k + 4 <= S; k += 4)
+        _mm_storeu_ps(yp + k,
+                      _mm_max_ps(_mm_add_ps(_mm_mul_ps(va, _mm_loadu_ps(xp + k)), vb), zero));
+#endif
+      for (; k < S; k++) {
+        const float v = a * xp[k] + b;
+        yp[k] = v > 0.0f ? v : 0.0f;
+      }
+      continue;
+    }
+#ifdef __SSE2__
+    for (; k + 4 <= S; k += 4)
+      _mm_storeu_ps(yp + k, _mm_add_ps(_mm_mul_ps(va, _mm_loadu_ps(xp + k)), vb));
+#endif
+    for (; k < S; k++) yp[k] = a * xp[k] + b;
+  }
+}
+
+/* Channel c's sum dz and sum dz*xhat in double (xhat = (x - mu)*is in
+ * float, as the dx pass computes it), lanes as bn_sum, image by image. */
+static void bn_chan_sums(const fl_norm_desc *d, size_t c, const float *x, const float *dz,
+                         float mu, float is, double *sdz_out, double *sdzx_out) {
+  const size_t S = d->inner;
+#ifdef __SSE2__
+  const __m128 vm = _mm_set1_ps(mu), vi = _mm_set1_ps(is);
+#endif
+  double sdz = 0.0, sdzx = 0.0;
+  for (size_t i = 0; i < d->batch; i++) {
+    const float *xp = x + (i * d->channels + c) * S, *gp = dz + (i * d->channels + c) * S;
+    size_t k = 0;
+    double t = 0.0, u = 0.0;
+#ifdef __SSE2__
+    __m128d a0 = _mm_setzero_pd(), a1 = a0, b0 = a0, b1 = a0;
+    for (; k + 4 <= S; k += 4) {
+      const __m128 g = _mm_loadu_ps(gp + k);
+      const __m128 h = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xp + k), vm), vi);
+      const __m128d g0 = _mm_cvtps_pd(g), g1 = _mm_cvtps_pd(_mm_movehl_ps(g, g));
+      a0 = _mm_add_pd(a0, g0);
+      a1 = _mm_add_pd(a1, g1);
+      b0 = _mm_add_pd(b0, _mm_mul_pd(g0, _mm_cvtps_pd(h)));
+      b1 = _mm_add_pd(b1, _mm_mul_pd(g1, _mm_cvtps_pd(_mm_movehl_ps(h, h))));
+    }
+    double l[2], m[2];
+    _mm_storeu_pd(l, _mm_add_pd(a0, a1));
+    _mm_storeu_pd(m, _mm_add_pd(b0, b1));
+    t = l[0] + l[1];
+    u = m[0] + m[1];
+#endif
+    for (; k < S; k++) {
+      t += gp[k];
+      u += (double)gp[k] * (double)((xp[k] - mu) * is);
+    }
+    sdz += t;
+    sdzx += u;
+  }
+  *sdz_out = sdz;
+  *sdzx_out = sdzx;
+}
+
+/* Channel c of dx = gamma*invstd*(dz - sum dz/m - xhat*sum(dz*xhat)/m),
+ * m = count; dx == dz is fine (each element is read before it is
+ * written). */
+static void bn_chan_dx(const fl_norm_desc *d, size_t c, const float *x, const float *dz,
+                       const float *gamma, float mu, float is, double sdz, double sdzx,
+                       double count, float *dx) {
+  const size_t S = d->inner;
+  const float g = gamma ? gamma[c] : 1.0f;
+  const float k = g * is;
+  const float mdz = (float)(sdz / count), mdzx = (float)(sdzx / count);
+#ifdef __SSE2__
+  const __m128 vk = _mm_set1_ps(k), vmdz = _mm_set1_ps(mdz), vmdzx = _mm_set1_ps(mdzx);
+  const __m128 vm = _mm_set1_ps(mu), vi = _mm_set1_ps(is);
+#endif
+  for (size_t i = 0; i < d->batch; i++) {
+    const float *xp = x + (i * d->channels + c) * S, *gp = dz + (i * d->channels + c) * S;
+    float *dp = dx + (i * d->channels + c) * S;
+    size_t s = 0;
+#ifdef __SSE2__
+    for (; s + 4 <= S; s += 4) {
+      const __m128 h = _mm_mul_ps(_mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xp + s), vm), vi), vmdzx);
+      const __m128 u = _mm_sub_ps(_mm_sub_ps(_mm_loadu_ps(gp + s), vmdz), h);
+      _mm_storeu_ps(dp + s, _mm_mul_ps(vk, u));
+    }
+#endif
+    for (; s < S; s++) dp[s] = k * (gp[s] - mdz - (xp[s] - mu) * is * mdzx);
+  }
+}
+
 static fl_status bn_forward(fl_gnode *n, fl_gctx *c) {
   const fl_gtensor *x = fl_gin(n, c, 0), *gamma = fl_gin(n, c, 1), *beta = fl_gin(n, c, 2);
   fl_gtensor *rm = fl_gin(n, c, 3), *rv = fl_gin(n, c, 4), *y = fl_gout(n, c, 0);
@@ -159,25 +357,33 @@ static fl_status bn_forward(fl_gnode *n, fl_gctx *c) {
                        d->batch, d->inner);
   float *save_mean = n->saved, *save_invstd = n->saved + C;
   float *run_m = c->recomputing ? NULL : rm->data, *run_v = c->recomputing ? NULL : rv->data;
+  const double m = (double)(d->batch * d->inner);
   if (c->norm_sync) {
     bn_state *s = n->state;
     if (!c->recomputing) {
-      st = fl_batchnorm_stats_sum(d, x->data, s->sum);
-      if (st != FL_OK) return norm_kernel(n, st, "batch-norm statistics");
-      s->sum[C] = (double)(d->batch * d->inner);
+      for (size_t ch = 0; ch < C; ch++) s->sum[ch] = bn_chan_sum(d, ch, x->data);
+      s->sum[C] = m;
       FL_TRY(c->norm_sync(c->norm_sync_ctx, s->sum, C + 1));
-      st = fl_batchnorm_stats_sqdev(d, x->data, s->sum, s->sum[C], s->sqdev);
-      if (st != FL_OK) return norm_kernel(n, st, "batch-norm statistics");
+      for (size_t ch = 0; ch < C; ch++)
+        s->sqdev[ch] = bn_chan_sqdev(d, ch, x->data, s->sum[ch] / s->sum[C]);
       FL_TRY(c->norm_sync(c->norm_sync_ctx, s->sqdev, C));
     }
-    st = fl_batchnorm_forward_apply(d, x->data, y->data, gamma->data, beta->data, s->sum,
-                                    s->sqdev, s->sum[C], run_m, run_v, save_mean, save_invstd,
-                                    p.act);
+    const double count = s->sum[C];
+    for (size_t ch = 0; ch < C; ch++)
+      bn_chan_apply(d, ch, x->data, y->data, gamma->data, beta->data, s->sum[ch] / count,
+                    s->sqdev[ch] / count, count, run_m, run_v, save_mean, save_invstd, p.act);
   } else {
-    st = fl_batchnorm_forward_train(d, x->data, y->data, gamma->data, beta->data, run_m, run_v,
-                                    save_mean, save_invstd, p.act);
+    for (size_t ch = 0; ch < C; ch++) {
+      const double mu = bn_chan_sum(d, ch, x->data) / m;
+      bn_chan_apply(d, ch, x->data, y->data, gamma->data, beta->data, mu,
+                    bn_chan_sqdev(d, ch, x->data, mu) / m, m, run_m, run_v, save_mean,
+                    save_invstd, p.act);
+    }
   }
-  if (st != FL_OK) return norm_kernel(n, st, "batch-norm training");
+  if (p.act != FL_ACT_NONE && p.act != FL_ACT_RELU) {
+    st = fl_act_forward(p.act, y->data, y->data, y->n);
+    if (st != FL_OK) return norm_kernel(n, st, "batch-norm activation");
+  }
   /* The optional outputs running_mean and running_var: the updated values. */
   for (int o = 1; o < n->n_out; o++) {
     fl_gtensor *t = fl_gout(n, c, o);
@@ -201,22 +407,36 @@ static fl_status bn_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   float *dg_k = dg && ag ? n->ws : dg, *db_k = db && ab ? n->ws + C : db;
   float *dy = y->grad;
   const float *save_mean = n->saved, *save_invstd = n->saved + C;
-  fl_status st;
+  if (p.act != FL_ACT_NONE) { /* dy becomes the pre-activation gradient in place */
+    const fl_status st = fl_act_backward(p.act, y->data, dy, dy, y->n);
+    if (st != FL_OK) return norm_kernel(n, st, "batch-norm activation backward");
+  }
+  float *dxk = ax ? dy : dx; /* dx == dz in bn_chan_dx is fine */
   if (c->norm_sync) {
     bn_state *s = n->state;
-    st = fl_batchnorm_backward_reduce(d, x->data, y->data, dy, save_mean, save_invstd, s->sums,
-                                      dg_k, db_k, p.act);
-    if (st != FL_OK) return norm_kernel(n, st, "batch-norm backward");
+    for (size_t ch = 0; ch < C; ch++) {
+      bn_chan_sums(d, ch, x->data, dy, save_mean[ch], save_invstd[ch], &s->sums[ch],
+                   &s->sums[C + ch]);
+      if (dg_k) dg_k[ch] = (float)s->sums[C + ch];
+      if (db_k) db_k[ch] = (float)s->sums[ch];
+    }
     if (dx) {
       FL_TRY(c->norm_sync(c->norm_sync_ctx, s->sums, 2 * C));
-      st = fl_batchnorm_backward_apply(d, x->data, dy, gamma->data, save_mean, save_invstd,
-                                       s->sums, s->sum[C], ax ? dy : dx);
-      if (st != FL_OK) return norm_kernel(n, st, "batch-norm backward");
+      for (size_t ch = 0; ch < C; ch++)
+        bn_chan_dx(d, ch, x->data, dy, gamma->data, save_mean[ch], save_invstd[ch], s->sums[ch],
+                   s->sums[C + ch], s->sum[C], dxk);
     }
   } else {
-    st = fl_batchnorm_backward(d, x->data, y->data, dy, gamma->data, save_mean, save_invstd,
-                               dx ? (ax ? dy : dx) : NULL, dg_k, db_k, p.act);
-    if (st != FL_OK) return norm_kernel(n, st, "batch-norm backward");
+    const double m = (double)(d->batch * d->inner);
+    for (size_t ch = 0; ch < C; ch++) {
+      double sdz, sdzx;
+      bn_chan_sums(d, ch, x->data, dy, save_mean[ch], save_invstd[ch], &sdz, &sdzx);
+      if (dg_k) dg_k[ch] = (float)sdzx;
+      if (db_k) db_k[ch] = (float)sdz;
+      if (dx)
+        bn_chan_dx(d, ch, x->data, dy, gamma->data, save_mean[ch], save_invstd[ch], sdz, sdzx,
+                   m, dxk);
+    }
   }
   if (dx && ax) fl_gput(dx, dy, x->n, 1);
   if (dg && ag) fl_gput(dg, dg_k, C, 1);
@@ -578,16 +798,21 @@ static fl_status ln_forward(fl_gnode *n, fl_gctx *c) {
   for (size_t r = 0; r < p.rows; r++) {
     const float *xr = x->data + r * p.cols;
     float *yr = y->data + r * p.cols;
-    double m = 0.0, v = 0.0;
-    for (size_t k = 0; k < p.cols; k++) m += xr[k];
-    m /= (double)p.cols;
-    for (size_t k = 0; k < p.cols; k++) {
-      const double dv = (double)xr[k] - m;
-      v += dv * dv;
-    }
-    v /= (double)p.cols;
+    /* mean and biased variance in double (bn_sum's lanes), then
+     * y = xhat*scale + bias four at a time (the scalar formula's bits) */
+    const double m = bn_sum(xr, p.cols) / (double)p.cols;
+    const double v = bn_sqdev(xr, p.cols, m) / (double)p.cols;
     const float mf = (float)m, is = (float)(1.0 / sqrt(v + (double)p.eps));
-    for (size_t k = 0; k < p.cols; k++) {
+    size_t k = 0;
+#ifdef __SSE2__
+    const __m128 vm = _mm_set1_ps(mf), vi = _mm_set1_ps(is);
+    for (; k + 4 <= p.cols; k += 4) {
+      const __m128 xh = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xr + k), vm), vi);
+      const __m128 bb = b ? _mm_loadu_ps(b->data + k) : _mm_setzero_ps();
+      _mm_storeu_ps(yr + k, _mm_add_ps(_mm_mul_ps(xh, _mm_loadu_ps(s->data + k)), bb));
+    }
+#endif
+    for (; k < p.cols; k++) {
       const float xh = (xr[k] - mf) * is;
       yr[k] = xh * s->data[k] + (b ? b->data[k] : 0.0f);
     }
@@ -612,8 +837,32 @@ static fl_status ln_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   for (size_t r = 0; r < p.rows; r++) {
     const float *xr = x->data + r * p.cols, *gr = y->grad + r * p.cols;
     const float mf = mean[r], is = invstd[r];
-    double s1 = 0.0, s2 = 0.0; /* sum dxhat, sum dxhat*xhat */
-    for (size_t k = 0; k < p.cols; k++) {
+    /* sum dxhat, sum dxhat*xhat in double (two lanes each with SSE2);
+     * ds, db and dx element by element as the scalar formulas */
+    double s1 = 0.0, s2 = 0.0;
+    size_t k = 0;
+#ifdef __SSE2__
+    const __m128 vm = _mm_set1_ps(mf), vi = _mm_set1_ps(is);
+    __m128d a1 = _mm_setzero_pd(), a2 = a1, b1 = a1, b2 = a1;
+    for (; k + 4 <= p.cols; k += 4) {
+      const __m128 g = _mm_loadu_ps(gr + k);
+      const __m128 xh = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xr + k), vm), vi);
+      const __m128 dxh = _mm_mul_ps(g, _mm_loadu_ps(sc + k));
+      const __m128d d0 = _mm_cvtps_pd(dxh), d1 = _mm_cvtps_pd(_mm_movehl_ps(dxh, dxh));
+      a1 = _mm_add_pd(a1, d0);
+      a2 = _mm_add_pd(a2, d1);
+      b1 = _mm_add_pd(b1, _mm_mul_pd(d0, _mm_cvtps_pd(xh)));
+      b2 = _mm_add_pd(b2, _mm_mul_pd(d1, _mm_cvtps_pd(_mm_movehl_ps(xh, xh))));
+      if (ds) _mm_storeu_ps(ds + k, _mm_add_ps(_mm_loadu_ps(ds + k), _mm_mul_ps(g, xh)));
+      if (db) _mm_storeu_ps(db + k, _mm_add_ps(_mm_loadu_ps(db + k), g));
+    }
+    double l1[2], l2[2];
+    _mm_storeu_pd(l1, _mm_add_pd(a1, a2));
+    _mm_storeu_pd(l2, _mm_add_pd(b1, b2));
+    s1 = l1[0] + l1[1];
+    s2 = l2[0] + l2[1];
+#endif
+    for (; k < p.cols; k++) {
       const float xh = (xr[k] - mf) * is, dxh = gr[k] * sc[k];
       s1 += dxh;
       s2 += (double)dxh * xh;
@@ -623,7 +872,17 @@ static fl_status ln_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
     if (!dx) continue;
     const float m1 = (float)(s1 / (double)p.cols), m2 = (float)(s2 / (double)p.cols);
     float *dr = dx + r * p.cols;
-    for (size_t k = 0; k < p.cols; k++) {
+    k = 0;
+#ifdef __SSE2__
+    const __m128 v1 = _mm_set1_ps(m1), v2 = _mm_set1_ps(m2);
+    for (; k + 4 <= p.cols; k += 4) {
+      const __m128 xh = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xr + k), vm), vi);
+      const __m128 t = _mm_sub_ps(_mm_mul_ps(_mm_loadu_ps(gr + k), _mm_loadu_ps(sc + k)), v1);
+      const __m128 v = _mm_mul_ps(vi, _mm_sub_ps(t, _mm_mul_ps(xh, v2)));
+      _mm_storeu_ps(dr + k, ax ? _mm_add_ps(_mm_loadu_ps(dr + k), v) : v);
+    }
+#endif
+    for (; k < p.cols; k++) {
       const float xh = (xr[k] - mf) * is;
       const float v = is * (gr[k] * sc[k] - m1 - xh * m2);
       dr[k] = ax ? dr[k] + v : v;
@@ -664,11 +923,55 @@ static fl_status sm_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   return FL_OK;
 }
 
+/* Softmax over one contiguous row (inner 1, the common case): the same
+ * values as the strided loop but the max and the scaling four at a time,
+ * and the double sum of the exps in four lanes by index (a fixed order). */
+static void sm_row(const float *xv, float *yv, size_t len, int log_sm) {
+  size_t k = 0;
+  float mx = -INFINITY;
+#ifdef __SSE2__
+  if (len >= 4) { /* max(x, m) keeps m for a NaN x, as the scalar test does */
+    __m128 m = _mm_set1_ps(-INFINITY);
+    for (; k + 4 <= len; k += 4) m = _mm_max_ps(_mm_loadu_ps(xv + k), m);
+    float l[4];
+    _mm_storeu_ps(l, m);
+    for (int j = 0; j < 4; j++)
+      if (l[j] > mx) mx = l[j];
+  }
+#endif
+  for (; k < len; k++)
+    if (xv[k] > mx) mx = xv[k];
+  double s4[4] = {0.0, 0.0, 0.0, 0.0};
+  for (k = 0; k < len; k++) {
+    const float e = expf(xv[k] - mx);
+    yv[k] = e;
+    s4[k & 3] += e;
+  }
+  const double sum = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+  if (log_sm) {
+    const float lse = mx + (float)log(sum);
+    for (k = 0; k < len; k++) yv[k] = xv[k] - lse;
+    return;
+  }
+  const float inv = (float)(1.0 / sum);
+  k = 0;
+#ifdef __SSE2__
+  const __m128 vi = _mm_set1_ps(inv);
+  for (; k + 4 <= len; k += 4) _mm_storeu_ps(yv + k, _mm_mul_ps(_mm_loadu_ps(yv + k), vi));
+#endif
+  for (; k < len; k++) yv[k] *= inv;
+}
+
 static fl_status sm_forward(fl_gnode *n, fl_gctx *c) {
   const fl_gtensor *x = fl_gin(n, c, 0);
   fl_gtensor *y = fl_gout(n, c, 0);
   sm_p p;
   FL_TRY(sm_params(n, c, &p));
+  if (p.inner == 1) {
+    for (size_t o = 0; o < p.outer; o++)
+      sm_row(x->data + o * p.len, y->data + o * p.len, p.len, p.log);
+    return FL_OK;
+  }
   for (size_t o = 0; o < p.outer; o++)
     for (size_t i = 0; i < p.inner; i++) {
       const float *xv = x->data + o * p.len * p.inner + i;
@@ -700,6 +1003,28 @@ static fl_status sm_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   sm_p p;
   FL_TRY(sm_params(n, c, &p));
   const int ax = fl_gacc(acc, 0);
+  if (p.inner == 1 && !p.log) { /* contiguous rows: dx = y*(g - sum g*y) */
+    for (size_t o = 0; o < p.outer; o++) {
+      const float *yv = y->data + o * p.len, *gv = y->grad + o * p.len;
+      float *dv = x->grad + o * p.len;
+      double s4[4] = {0.0, 0.0, 0.0, 0.0};
+      for (size_t k = 0; k < p.len; k++) s4[k & 3] += (double)gv[k] * yv[k];
+      const float sf = (float)((s4[0] + s4[1]) + (s4[2] + s4[3]));
+      size_t k = 0;
+#ifdef __SSE2__
+      const __m128 vs = _mm_set1_ps(sf);
+      for (; k + 4 <= p.len; k += 4) {
+        const __m128 v = _mm_mul_ps(_mm_loadu_ps(yv + k), _mm_sub_ps(_mm_loadu_ps(gv + k), vs));
+        _mm_storeu_ps(dv + k, ax ? _mm_add_ps(_mm_loadu_ps(dv + k), v) : v);
+      }
+#endif
+      for (; k < p.len; k++) {
+        const float v = yv[k] * (gv[k] - sf);
+        dv[k] = ax ? dv[k] + v : v;
+      }
+    }
+    return FL_OK;
+  }
   for (size_t o = 0; o < p.outer; o++)
     for (size_t i = 0; i < p.inner; i++) {
       const size_t base = o * p.len * p.inner + i;

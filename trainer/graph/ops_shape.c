@@ -211,8 +211,10 @@ static fl_status transpose_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *sa
 
 /* Walk the output of a transpose in order, a row (the last output dim) at
  * a time: for output element i, src is its input offset.  Forward: y[i] =
- * x[src]; backward: dx[src] (+)= dy[i]. */
-#define TRANSPOSE_WALK(BODY)                                                              \
+ * x[src]; backward: dx[src] (+)= dy[i].  A row whose input is contiguous
+ * (the permutation keeps the last dim) runs CONTIG once with i and src at
+ * its start (a copy or an add of inner elements). */
+#define TRANSPOSE_WALK(BODY, CONTIG)                                                              \
   do {                                                                                    \
     int64_t xs[FL_G_MAX_DIMS], st[FL_G_MAX_DIMS], idx[FL_G_MAX_DIMS] = {0};               \
     int64_t s = 1;                                                                        \
@@ -222,8 +224,12 @@ static fl_status transpose_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *sa
     const size_t istep = r ? (size_t)st[r - 1] : 0;                                       \
     size_t base = 0;                                                                      \
     for (size_t row = 0; inner && row < total / inner; row++) {                           \
-      for (size_t k = 0, i = row * inner, src = base; k < inner; k++, i++, src += istep) {  \
-        BODY;                                                                             \
+      if (istep == 1) { /* the last dim stays last: a contiguous run */                   \
+        const size_t i = row * inner, src = base;                                         \
+        CONTIG;                                                                           \
+      } else {                                                                            \
+        for (size_t k = 0, i = row * inner, src = base; k < inner; k++, i++, src += istep) \
+          BODY;                                                                           \
       }                                                                                   \
       for (int d = r - 2; d >= 0; d--) {                                                  \
         base += (size_t)st[d];                                                            \
@@ -242,9 +248,11 @@ static fl_status transpose_forward(fl_gnode *n, fl_gctx *c) {
   const int r = x->ndim;
   const size_t total = y->n;
   if (x->dtype == FL_G_I64)
-    TRANSPOSE_WALK(y->idata[i] = x->idata[src]);
+    TRANSPOSE_WALK(y->idata[i] = x->idata[src],
+                   memcpy(y->idata + i, x->idata + src, inner * sizeof *y->idata));
   else
-    TRANSPOSE_WALK(y->data[i] = x->data[src]);
+    TRANSPOSE_WALK(y->data[i] = x->data[src],
+                   memcpy(y->data + i, x->data + src, inner * sizeof *y->data));
   return FL_OK;
 }
 
@@ -258,9 +266,9 @@ static fl_status transpose_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   float *dx = x->grad;
   const float *g = y->grad;
   if (fl_gacc(acc, 0))
-    TRANSPOSE_WALK(dx[src] += g[i]);
+    TRANSPOSE_WALK(dx[src] += g[i], fl_gput(dx + src, g + i, inner, 1));
   else
-    TRANSPOSE_WALK(dx[src] = g[i]);
+    TRANSPOSE_WALK(dx[src] = g[i], memcpy(dx + src, g + i, inner * sizeof *dx));
   return FL_OK;
 }
 
