@@ -103,10 +103,19 @@ train: {epochs: 1, batch_size: 16, log_interval: 100, num_threads: 1}
 cluster: {mode: ps, heartbeat_timeout_s: 5, rpc_timeout_s: 5}
 EOF
   PSLIST="127.0.0.1:$(free_port)"
-  # about 680 MB of address space idle; the 25M floats with Adam's state
-  # (400 MB) do not fit in 800 MB
-  spawn PS0 "$tmp/$n.ps0.log" FLOTILLA_MODE=ps FLOTILLA_ROLE=PSERVER FLOTILLA_PSERVERS_IP_PORT_LIST="$PSLIST" \
-    FLOTILLA_PSERVER_ID=0 FLOTILLA_TRAINERS_NUM=1 -- bash -c "ulimit -v 800000 && exec \"\$0\" --config \"\$1\"" \
+  # The limit is the idle pserver's address space (measured: it depends on
+  # the build, a CUDA one maps NVIDIA's libraries) plus 200 MB, so that it
+  # serves but the 25M floats with Adam's state (400 MB) do not fit.
+  psenv=(FLOTILLA_MODE=ps FLOTILLA_ROLE=PSERVER FLOTILLA_PSERVERS_IP_PORT_LIST="$PSLIST"
+    FLOTILLA_PSERVER_ID=0 FLOTILLA_TRAINERS_NUM=1)
+  spawn PS0 "$tmp/$n.probe.log" "${psenv[@]}" -- "$PSERVER" --config "$tmp/$n.yaml"
+  wait_log "$tmp/$n.probe.log" '\] serving ' 20 || fail "$n: the probe pserver does not serve"
+  idle_kb=$(awk '/^VmSize:/ { print $2 }' "/proc/$PS0/status" 2> /dev/null)
+  kill -TERM "$PS0"
+  wait_exit "$PS0" 25
+  [ -n "$idle_kb" ] || { fail "$n: no VmSize of the idle pserver"; idle_kb=800000; }
+  limit_kb=$((idle_kb + 200000))
+  spawn PS0 "$tmp/$n.ps0.log" "${psenv[@]}" -- bash -c "ulimit -v $limit_kb && exec \"\$0\" --config \"\$1\"" \
     "$PSERVER" "$tmp/$n.yaml"
   wait_log "$tmp/$n.ps0.log" '\] serving ' 20 || fail "$n: pserver does not serve"
   start_trainer $n "$tmp/$n.yaml" 0 1
@@ -122,7 +131,7 @@ EOF
   [ $took -le 20 ] || fail "$n: the pserver took $took s to stop"
   if [ $took -ge 14 ]; then has "$tmp/$n.ps0.log" 'shutdown did not finish within 15 s' "$n: pserver"; fi
   ran=$((ran + 1))
-  [ $fails = "$f0" ] && ok "$n (stopped in $took s)" || show "$tmp/$n".*.log
+  [ $fails = "$f0" ] && ok "$n (idle $idle_kb kB, limit $limit_kb kB; stopped in $took s)" || show "$tmp/$n".*.log
 fi
 
 # ------------------------------------------- SIGKILL of flotilla-run

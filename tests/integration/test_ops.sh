@@ -183,6 +183,9 @@ if command -v dpkg-query > /dev/null && command -v apt-cache > /dev/null; then
   while read -r lib; do
     case $lib in libflotilla.* | libflkernels.*) continue ;; esac
     real=$(readlink -f "$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')")
+    # a CUDA build links NVIDIA's libraries (not in Debian's archive); the
+    # image builds --without-cuda, so they are not the image's to carry
+    case $lib:$real in libcuda* | libcublas* | libcudnn* | libnccl* | *:/usr/local/cuda*) continue ;; esac
     pkg=$(owner "$real")
     # merged /usr: dpkg may know the file under /lib or /usr/lib only
     [ -n "$pkg" ] || pkg=$(owner "/lib/${real#/usr/lib/}")
