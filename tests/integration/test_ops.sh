@@ -180,12 +180,18 @@ if command -v dpkg-query > /dev/null && command -v apt-cache > /dev/null; then
     objdump -p "$FL_BUILDDIR/.libs/$b" 2> /dev/null | awk '/NEEDED/ { print $2 }'
   done | sort -u > "$tmp/$n.needed"
   [ -s "$tmp/$n.needed" ] || fail "$n: no NEEDED entries read from $FL_BUILDDIR/.libs"
+  san=$(sed -n 's/^SAN_FLAGS = \(-fsanitize.*\)/\1/p' "$FL_BUILDDIR/Makefile" 2> /dev/null)
   while read -r lib; do
     case $lib in libflotilla.* | libflkernels.*) continue ;; esac
     real=$(readlink -f "$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')")
     # a CUDA build links NVIDIA's libraries (not in Debian's archive); the
     # image builds --without-cuda, so they are not the image's to carry
     case $lib:$real in libcuda* | libcublas* | libcudnn* | libnccl* | *:/usr/local/cuda*) continue ;; esac
+    # likewise a --enable-sanitizers tree links the sanitizers' runtimes
+    # (and libatomic for their instrumented atomics); the image has none
+    if [ -n "$san" ]; then
+      case $lib in libasan.* | libubsan.* | liblsan.* | libtsan.* | libatomic.*) continue ;; esac
+    fi
     pkg=$(owner "$real")
     # merged /usr: dpkg may know the file under /lib or /usr/lib only
     [ -n "$pkg" ] || pkg=$(owner "/lib/${real#/usr/lib/}")
