@@ -276,4 +276,17 @@ fl_ns_rtt_ms() {
 }
 
 fl_ns_cut() { ip -n $FL_NS_SW link set p$1 down; }
-fl_ns_heal() { ip -n $FL_NS_SW link set p$1 up; }
+# fl_ns_heal I: the link up again, and back only once a TCP handshake from
+# another node reaches node I (a refused connection to port 9 answers),
+# at most 5 s, so that the next part starts on a working network.
+fl_ns_heal() {
+  local i=$1 j=$(($1 == 0 ? 1 : 0)) t e=""
+  ip -n $FL_NS_SW link set p$i up || return 1
+  for ((t = 0; t < 50; t++)); do
+    e=$(ip netns exec ${FL_NS[j]} timeout 1 bash -c ": 3<> /dev/tcp/${FL_IP[i]}/9" 2>&1)
+    case $e in *refused*) return 0 ;; esac
+    sleep 0.1
+  done
+  echo "netns_lib: node $i unreachable from node $j 5 s after its link came up: $e" >&2
+  return 1
+}
