@@ -5,7 +5,9 @@
  *
  * SIGTERM or SIGINT: the step in progress is finished, the ranks agree on
  * a step to stop at, rank 0 checkpoints there and the trainer exits 0
- * (--resume continues); a second signal exits at once (128 + signal).
+ * (--resume continues); a second signal exits at once (128 + signal).  A
+ * ctr trainer stops after its step without a checkpoint of its own: its
+ * model lives on the pservers.
  *
  * Exit status: 0 the run finished, or was stopped by a signal and
  * checkpointed; 1 it failed while running (data files, checkpoints, model,
@@ -359,7 +361,7 @@ int main(int argc, char **argv) {
                              .checkpoint_dir = cl.checkpoint_dir[0] ? cl.checkpoint_dir : NULL};
   fl_trainer_report rep;
   memset(&rep, 0, sizeof rep);
-  if (strcmp(job.model.kind, "ctr")) catch_stop_signals(); /* fl_ctr_run does not stop early */
+  catch_stop_signals();
   st = strcmp(job.model.kind, "ctr") ? fl_trainer_run(&opts, &sync, &rep) : fl_ctr_run(&opts, &sync, &rep);
   if (st == FL_OK && !rep.stopped) st = sync.ops->finish(sync.self);
   sync.ops->destroy(sync.self);

@@ -508,6 +508,17 @@ fl_status fl_ctr_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_repo
       if (job->train.log_interval > 0 && s % job->train.log_interval == 0)
         fprintf(log, "[Epoch %" PRId64 ", batch %" PRId64 "] loss: %.5f\n", e, s,
                 loss / (double)b.size);
+      if (o->stop && *o->stop) {
+        /* The tables and the dense blocks are the pservers' (they checkpoint
+         * on their own SIGTERM; in geo mode the steps since the last push
+         * stay here); the trainer leaves without finish, so the pservers do
+         * not count the job as complete. */
+        FL_LOGI("stopped by a signal at step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64
+                "); the ctr model's state is the pservers'", step, e, s + 1);
+        rep->steps = step;
+        rep->stopped = 1;
+        goto done;
+      }
     }
     clock_gettime(CLOCK_MONOTONIC, &ts1);
     rep->train_seconds += (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);

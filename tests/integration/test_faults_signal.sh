@@ -12,6 +12,8 @@
 #   ps: SIGTERM of the trainer: it checkpoints and exits 0 without telling
 #     the pserver it completed (the job is not over: the pserver goes on
 #     serving until its own SIGTERM);
+#   ctr (ps): SIGTERM of the trainer of the sparse model: it stops after
+#     its step and exits 0, the pserver goes on serving;
 #   ps sync, SIGTERM to every process at once (fault 6): the two pservers'
 #     final checkpoints hold the same step, in each of three rounds.
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
@@ -105,6 +107,29 @@ wait_exit "$TR0" 60
 [ "$rc" = 0 ] || fail "$n: trainer exit $rc (want 0)"
 s=$(stop_step "$tmp/$n.tr0.log")
 [ -n "$s" ] && [ -f "$tmp/$n.ck/ckpt-$s.flc" ] || fail "$n: no trainer checkpoint of step '$s'"
+hasnt "$tmp/$n.ps0.log" 'trainer 0 completed' "$n: pserver"
+running "$PS0" || fail "$n: the pserver ended with the stopped trainer"
+kill -TERM "$PS0"
+wait_exit "$PS0" 30
+[ "$rc" = 0 ] || fail "$n: pserver exit $rc after SIGTERM"
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
+
+# -------------------------------------------------- ctr (ps), SIGTERM
+# The ctr model's state is the pservers': its trainer stops after the step
+# in flight, exits 0 without telling the pserver it completed.
+n=ctr
+f0=$fails
+sed -e 's/train_samples: 65536/train_samples: 200000/; s/epochs: 2/epochs: 100/' \
+  -e 's/log_interval: 50/log_interval: 10/' \
+  "$FL_SRCDIR/deploy/examples/ctr_ps_synthetic.yaml" > "$tmp/$n.yaml"
+JOB_ENV=FLOTILLA_RUN_ID=ctrsig ps_job $n "$tmp/$n.yaml" 1 1
+wait_log "$tmp/$n.tr0.log" '^\[Epoch 0, batch 20\]' 60 || fail "$n: no training"
+kill -TERM "$TR0"
+wait_exit "$TR0" 60
+[ "$rc" = 0 ] || fail "$n: trainer exit $rc (want 0)"
+has "$tmp/$n.tr0.log" "stopped by a signal at step [0-9]* .*the ctr model's state is the pservers'" "$n: trainer"
+hasnt "$tmp/$n.tr0.log" 'done: ' "$n: trainer"
 hasnt "$tmp/$n.ps0.log" 'trainer 0 completed' "$n: pserver"
 running "$PS0" || fail "$n: the pserver ended with the stopped trainer"
 kill -TERM "$PS0"
