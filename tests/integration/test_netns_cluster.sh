@@ -202,16 +202,18 @@ if command -v mpirun > /dev/null 2>&1; then
   job "$tmp/$n.yaml" 8 "$tmp/$n.ck" collective true
   cat > "$tmp/$n.agent" << AGENT
 #!/bin/sh
-# plm_rsh_agent: the remote command in node HOST's namespace, with a
-# session directory of its own (every node is this same host).
+# plm_rsh_agent: the remote command in node HOST's namespace, under a
+# host name of its own (a UTS namespace), with a session directory of its
+# own: every node is this same host, as a real cluster's nodes are not.
 host=\$1
 shift
 case \$host in
-$(for k in 0 1 2; do echo "  ${FL_IP[k]}) ns=${FL_NS[k]} ;;"; done)
+$(for k in 0 1 2; do echo "  ${FL_IP[k]}) ns=${FL_NS[k]} name=flnode$k ;;"; done)
   *) echo "agent: unknown host \$host" >&2; exit 1 ;;
 esac
 mkdir -p "$tmp/$n.mpitmp/\$host"
-exec ip netns exec \$ns sh -c "\$(printf '%s' "\$*" | sed "s|$tmp/$n.mpitmp|$tmp/$n.mpitmp/\$host|g")"
+cmd=\$(printf '%s' "\$*" | sed "s|$tmp/$n.mpitmp|$tmp/$n.mpitmp/\$host|g")
+exec ip netns exec \$ns unshare --uts sh -c 'hostname "\$1" && exec sh -c "\$2"' agent \$name "\$cmd"
 AGENT
   chmod +x "$tmp/$n.agent"
   printf '%s slots=2\n' ${FL_IP[0]} ${FL_IP[1]} ${FL_IP[2]} > "$tmp/$n.hosts"
@@ -228,7 +230,8 @@ AGENT
     mkdir -p "$tmp/$n.mpitmp"
     mp=$(port)
     MASTER_ADDR=${FL_IP[0]} MASTER_PORT=$mp FLOTILLA_CHECKPOINT_DIR="$tmp/$n.ck" \
-      timeout 150 ip netns exec ${FL_NS[0]} mpirun --allow-run-as-root -np 6 --hostfile "$tmp/$n.hosts" \
+      timeout 150 ip netns exec ${FL_NS[0]} unshare --uts sh -c 'hostname flnode0 && exec "$@"' mpirun \
+      mpirun --allow-run-as-root -np 6 --hostfile "$tmp/$n.hosts" \
       --map-by slot --mca plm_rsh_agent "$tmp/$n.agent" --mca plm_rsh_no_tree_spawn 1 \
       --mca orte_tmpdir_base "$tmp/$n.mpitmp" \
       --mca oob_tcp_if_include $FL_NET.0/24 -x MASTER_ADDR -x MASTER_PORT -x FLOTILLA_TOKEN \
