@@ -230,6 +230,13 @@ static const field f_data[] = {
     E("limit_test", F_I64, fl_job_data, limit_test, MIN(0)),
     E("prefetch", F_INT, fl_job_data, prefetch, RANGE(0, 1024), DEF(4)),
     E("shuffle", F_BOOL, fl_job_data, shuffle, DEF(1)),
+    {.key = "augment",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("random_horizontal_flip", F_BOOL, fl_job_data, augment.hflip),
+         E("random_crop_padding", F_INT, fl_job_data, augment.crop_padding, RANGE(0, 1024)),
+         END}},
     END};
 
 static const field f_optimizer[] = {

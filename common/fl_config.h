@@ -136,6 +136,10 @@ typedef struct fl_job_data {
   int64_t limit_test;  /* 0 = all */
   int prefetch;        /* batches read ahead by the reader thread: 4 (0 = none) */
   int shuffle;         /* per-epoch shuffle from train.seed: 1 */
+  struct {             /* training images only (fl_augment in fl_data.h) */
+    int hflip;         /* random_horizontal_flip: 0 */
+    int crop_padding;  /* random_crop_padding: shift up to this many pixels: 0 */
+  } augment;
 } fl_job_data;
 
 /* ---------------------------------------------------- optimizer (3 places) */

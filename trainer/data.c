@@ -6,7 +6,8 @@
  * consumer (the training loop) holds one slot at a time, released by its
  * next call.  Restarting an epoch cancels and joins the producer first, so
  * a resumed run sees exactly the batches an uninterrupted one would.  With
- * depth 0 there is no thread: fl_loader_next gathers the batch itself. */
+ * depth 0 there is no thread: fl_loader_next gathers the batch itself.
+ * A dense loader may augment what it gathers (data_augment.c). */
 #include <config.h>
 
 #include <pthread.h>
@@ -86,6 +87,7 @@ typedef struct slot {
   fl_sparse_feature *feats;
   size_t feats_cap;
   size_t index;
+  float *scratch; /* one sample, for the augmentation (dense only) */
 } slot;
 
 struct fl_loader {
@@ -98,6 +100,7 @@ struct fl_loader {
   slot *slots;
   size_t depth; /* prefetch depth; 0 = no thread (one slot) */
   size_t nslots;
+  fl_augment aug; /* zero: none */
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -129,6 +132,7 @@ static fl_status gather(fl_loader *l, size_t b, slot *sl) {
         fl_dataset_rows(d, ix[i], 1, sl->x + i * dim);
       if (d->y) sl->y[i] = d->y[ix[i]];
       if (d->t) memcpy(sl->t + i * d->tdim, d->t + ix[i] * d->tdim, d->tdim * sizeof(float));
+      if (sl->scratch) fl_augment_sample(&l->aug, l->epoch, ix[i], sl->x + i * dim, sl->scratch);
     }
     return FL_OK;
   }
@@ -200,6 +204,7 @@ void fl_loader_destroy(fl_loader *l) {
     free(l->slots[i].labels);
     free(l->slots[i].offsets);
     free(l->slots[i].feats);
+    free(l->slots[i].scratch);
   }
   free(l->slots);
   free(l->perm);
@@ -255,6 +260,23 @@ nomem:
 }
 
 size_t fl_loader_batches(const fl_loader *l) { return l->batches; }
+
+fl_status fl_loader_set_augment(fl_loader *l, const fl_augment *a, const char *what) {
+  if (!a->hflip && !a->crop_padding) return FL_OK;
+  if (!l->dense) return FL_ERR(FL_EINVAL, "%s: data.augment applies to dense images only", what);
+  FL_TRY(fl_augment_check(a, what));
+  size_t dim = (size_t)a->channels * (size_t)a->height * (size_t)a->width;
+  if (dim != l->dense->dim)
+    return FL_ERR(FL_EINVAL, "%s: samples of %zu values are not %d x %d x %d images", what,
+                  l->dense->dim, a->channels, a->height, a->width);
+  stop_producer(l);
+  for (size_t i = 0; i < l->nslots; i++)
+    if (!l->slots[i].scratch && !(l->slots[i].scratch = malloc(dim * sizeof(float))))
+      return FL_ERR(FL_ENOMEM, "loader: cannot allocate the augmentation's %zu floats", dim);
+  l->aug = *a;
+  l->started = 0;
+  return FL_OK;
+}
 
 fl_status fl_loader_start(fl_loader *l, int64_t epoch, size_t first_batch) {
   stop_producer(l);

@@ -309,6 +309,32 @@ fl_status fl_loader_create(const fl_dataset *dense, const fl_sparse_dataset *spa
                            const fl_shard_spec *spec, size_t depth, fl_loader **out);
 /* Batches per epoch (fl_shard_batches of the spec). */
 size_t fl_loader_batches(const fl_loader *l);
+
+/* Training-time augmentation of image samples (channels x height x width
+ * floats, channel after channel), torchvision's RandomCrop(padding) and
+ * RandomHorizontalFlip: the image is shifted by (dy, dx), each uniform in
+ * [-crop_padding, crop_padding], pixels from outside it set to fill (the
+ * value a raw 0 pixel has after the dataset's scaling), then mirrored left
+ * to right with probability 1/2 when hflip.  Draws depend only on (seed,
+ * epoch, sample index). */
+typedef struct fl_augment {
+  int hflip;
+  int crop_padding;
+  int channels, height, width;
+  float fill;
+  uint64_t seed;
+} fl_augment;
+/* FL_EINVAL, naming `what` (the data file), when an augmentation is asked
+ * of samples that are not images or padding >= the image's height/width. */
+fl_status fl_augment_check(const fl_augment *a, const char *what);
+/* Augment sample `sample` of `epoch` in place; scratch holds as many
+ * floats as x. */
+void fl_augment_sample(const fl_augment *a, int64_t epoch, size_t sample, float *x,
+                       float *scratch);
+/* Augment every training batch the dense loader l gathers from now on
+ * (checked with fl_augment_check; call before fl_loader_start).  The
+ * caller keeps a; the loader copies it. */
+fl_status fl_loader_set_augment(fl_loader *l, const fl_augment *a, const char *what);
 /* Begin (or restart) an epoch at batch first_batch (0, or where a resumed
  * run left off): stops any prefetch in progress and starts gathering. */
 fl_status fl_loader_start(fl_loader *l, int64_t epoch, size_t first_batch);

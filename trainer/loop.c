@@ -42,6 +42,7 @@ typedef struct trainer {
   int have_test;
   float *evalx; /* eval_batch_size samples of uint8 test features as fp32 */
   fl_loader *loader;
+  fl_augment aug; /* data.augment, with the images' shape and fill value */
   fl_model *model;
 
   size_t np;              /* model params incl. buffers */
@@ -82,6 +83,18 @@ static double clock_s(clockid_t id) {
 }
 
 /* ------------------------------------------------------------------ data */
+
+/* t->aug from data.augment and the training images' shape; images: 0
+ * when the samples are not (npy of one dimension); fill: what a raw 0
+ * pixel became (padding is black, as torchvision pads before Normalize). */
+static void set_augment(trainer *t, int images, float fill) {
+  const fl_job_data *d = &t->job->data;
+  t->aug = (fl_augment){.hflip = d->augment.hflip, .crop_padding = d->augment.crop_padding,
+                        .channels = images ? t->train.channels : 0,
+                        .height = images ? t->train.height : 0,
+                        .width = images ? t->train.width : 0,
+                        .fill = fill, .seed = t->job->train.seed};
+}
 
 static fl_status load_data(trainer *t) {
   const fl_job *job = t->job;
@@ -135,6 +148,7 @@ static fl_status load_data(trainer *t) {
     FL_LOGI("data: %zu training and %zu test samples of %zu %s values, %s labels", t->train.n,
             t->have_test ? t->test.n : 0, t->train.dim, t->train.x ? "float32" : "uint8",
             t->train.y ? "class" : "float");
+    set_augment(t, t->train.sample_ndim >= 2, 0.0f);
     return FL_OK;
   }
   default:
@@ -156,6 +170,7 @@ static fl_status load_data(trainer *t) {
     FL_TRY(fl_dataset_normalize(&t->train, mean, std));
     if (t->have_test) FL_TRY(fl_dataset_normalize(&t->test, mean, std));
   }
+  set_augment(t, 1, std > 0.0 ? (float)(-mean / std) : 0.0f);
   FL_LOGI("data: %zu training and %zu test samples of %zu values (mean %.4f, std %.4f)",
           t->train.n, t->have_test ? t->test.n : 0, t->train.dim, mean, std);
   return FL_OK;
@@ -769,7 +784,9 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
                         .world_size = t.world, .seed = job->train.seed,
                         .shuffle = job->data.shuffle, .remainder = FL_REMAINDER_DROP};
   if ((st = fl_shard_check(&spec)) != FL_OK) goto done;
-  if ((st = fl_loader_create(&t.train, NULL, &spec, (size_t)job->data.prefetch, &t.loader)) != FL_OK)
+  if ((st = fl_loader_create(&t.train, NULL, &spec, (size_t)job->data.prefetch, &t.loader)) != FL_OK ||
+      (st = fl_loader_set_augment(t.loader, &t.aug, job->data.format == FL_DATA_NPY
+                                                        ? job->data.train_x : job->source)) != FL_OK)
     goto done;
   int64_t local_steps = (int64_t)fl_loader_batches(t.loader) / t.k;
   /* every epoch has the same shard sizes, so the ranks agree once */

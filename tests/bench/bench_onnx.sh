@@ -18,7 +18,8 @@
 #   M_exported_torch_acc1         the model Flotilla exported, loaded back into
 #                                 the PyTorch module (eval_onnx.py)
 #   M_samples_per_s               one trainer, one thread (BLAS, kernels),
-#                                 batch 128, no prefetch thread, no eval:
+#                                 batch 128, no prefetch thread, no eval,
+#                                 no augmentation (the PyTorch side has none):
 #                                 median over the runs of the epoch line's rate
 #   torch_M_samples_per_s         the same module in PyTorch, one thread,
 #                                 OpenBLAS, batch 128, same optimizer (median)
@@ -95,7 +96,7 @@ for m in ${BENCH_MODELS:-resnet vit}; do
   job_copy "$job" "$speed_job" "$tmp/$m.onnx" "s/^  mode: collective/  mode: local/" \
     "s/^  batch_size: .*/  batch_size: 128/" "s/^  prefetch: .*/  prefetch: 0/" \
     "s/^  num_threads: .*/  num_threads: 1/" "s/^  eval: .*/  eval: false/" \
-    "s/^  epochs: .*/  epochs: 1/" "/^  export_onnx: /d"
+    "s/^  epochs: .*/  epochs: 1/" "/^  export_onnx: /d" "/^  augment: /d"
   : > "$tmp/ours"
   : > "$tmp/theirs"
   i=0
@@ -118,7 +119,7 @@ for m in ${BENCH_MODELS:-resnet vit}; do
   # ------------------------------------------- two ranks, one thread each
   coll_job=$tmp/${m}_2r.yaml
   job_copy "$job" "$coll_job" "$tmp/$m.onnx" "s/^  eval: .*/  eval: false/" \
-    "s/^  epochs: .*/  epochs: 1/" "/^  export_onnx: /d"
+    "s/^  epochs: .*/  epochs: 1/" "/^  export_onnx: /d" "/^  augment: /d"
   "$run" --nproc_per_node 2 --log_dir "$tmp/${m}_2r.log" "$coll_job" -- --max-steps "$ddp_steps" \
     > "$tmp/${m}_2r.out" 2>&1 || { tail -40 "$tmp/${m}_2r.out" "$tmp/${m}_2r.log"/workerlog.* >&2; exit 1; }
   r0=$(train_rate "$tmp/${m}_2r.log/workerlog.0")

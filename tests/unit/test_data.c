@@ -1,7 +1,7 @@
 /* test_data.c - the trainer's data layer: IDX and sparse text readers (good
  * files and every documented error, with the file and offset or line in the
  * message), synthetic generators, sharding, shuffle determinism and the
- * prefetching loader. */
+ * prefetching loader, with and without augmentation. */
 #include <config.h>
 
 #include <check.h>
@@ -657,6 +657,111 @@ START_TEST(loader_sparse) {
 }
 END_TEST
 
+/* The pixel the augmentation must put at (c, i, j) for one draw (dy, dx,
+ * flip) of the 2 x 4 x 5 test image whose pixel is 100c + 10i + j. */
+static float aug_expect(int c, int i, int j, int dy, int dx, int flip, float fill) {
+  int si = i + dy, sj = (flip ? 4 - j : j) + dx;
+  return si < 0 || si >= 4 || sj < 0 || sj >= 5 ? fill : (float)(100 * c + 10 * si + sj);
+}
+
+START_TEST(augment_sample_geometry) {
+  const fl_augment a = {.hflip = 1, .crop_padding = 2, .channels = 2, .height = 4, .width = 5,
+                        .fill = -7.0f, .seed = 3};
+  float x[40], again[40], scratch[40];
+  int seen_flip[2] = {0, 0}, seen_dy[5] = {0}, seen_dx[5] = {0};
+  for (size_t sample = 0; sample < 400; sample++) {
+    for (int k = 0; k < 40; k++) x[k] = (float)(100 * (k / 20) + 10 * (k % 20 / 5) + k % 5);
+    memcpy(again, x, sizeof x);
+    fl_augment_sample(&a, 1, sample, x, scratch);
+    fl_augment_sample(&a, 1, sample, again, scratch);
+    ck_assert_mem_eq(x, again, sizeof x); /* a pure function of (seed, epoch, sample) */
+    int found = 0;
+    for (int dy = -2; dy <= 2 && !found; dy++)
+      for (int dx = -2; dx <= 2 && !found; dx++)
+        for (int f = 0; f < 2 && !found; f++) {
+          int ok = 1;
+          for (int k = 0; k < 40 && ok; k++)
+            ok = x[k] == aug_expect(k / 20, k % 20 / 5, k % 5, dy, dx, f, -7.0f);
+          if (ok) {
+            found = 1;
+            seen_flip[f]++;
+            seen_dy[dy + 2]++;
+            seen_dx[dx + 2]++;
+          }
+        }
+    ck_assert_msg(found, "sample %zu: not a shift by at most 2 and an optional mirror", sample);
+  }
+  /* every draw happens: both flips about half the time, every offset */
+  ck_assert_int_gt(seen_flip[0], 150);
+  ck_assert_int_gt(seen_flip[1], 150);
+  for (int k = 0; k < 5; k++) {
+    ck_assert_int_gt(seen_dy[k], 40);
+    ck_assert_int_gt(seen_dx[k], 40);
+  }
+}
+END_TEST
+
+START_TEST(loader_augment_deterministic) {
+  make_dir();
+  fl_synth_image_config c = {.n = 97, .channels = 2, .height = 4, .width = 3, .num_classes = 5,
+                             .seed = 1};
+  fl_dataset d;
+  ck_assert_int_eq(fl_synth_images(&c, 0, &d), FL_OK);
+  fl_shard_spec s = {.n = d.n, .batch_size = 4, .rank = 1, .world_size = 2, .seed = 9,
+                     .shuffle = 1};
+  const fl_augment a = {.hflip = 1, .crop_padding = 1, .channels = 2, .height = 4, .width = 3,
+                        .fill = 0.0f, .seed = 5};
+  size_t nb = fl_shard_batches(&s);
+  size_t *idx = malloc(nb * 4 * sizeof *idx);
+  float want[24], scratch[24];
+  int changed = 0;
+  ck_assert_int_eq(fl_shard_indices(&s, 2, idx), FL_OK);
+  for (size_t depth = 0; depth <= 3; depth += 3) {
+    fl_loader *l;
+    ck_assert_int_eq(fl_loader_create(&d, NULL, &s, depth, &l), FL_OK);
+    ck_assert_int_eq(fl_loader_set_augment(l, &a, "test"), FL_OK);
+    /* from the start, and resumed at batch 5: the same bits either way */
+    for (size_t first = 0; first <= 5; first += 5) {
+      ck_assert_int_eq(fl_loader_start(l, 2, first), FL_OK);
+      for (size_t b = first; b < nb; b++) {
+        fl_batch bt;
+        ck_assert_int_eq(fl_loader_next(l, &bt), FL_OK);
+        for (size_t i = 0; i < 4; i++) {
+          memcpy(want, d.x + idx[b * 4 + i] * 24, sizeof want);
+          fl_augment_sample(&a, 2, idx[b * 4 + i], want, scratch);
+          ck_assert_mem_eq(bt.x + i * 24, want, sizeof want);
+          changed += memcmp(want, d.x + idx[b * 4 + i] * 24, sizeof want) != 0;
+        }
+      }
+    }
+    fl_loader_destroy(l);
+  }
+  ck_assert_int_gt(changed, 0);
+  /* refused: padding as large as the image, samples that are not images */
+  fl_loader *l;
+  ck_assert_int_eq(fl_loader_create(&d, NULL, &s, 0, &l), FL_OK);
+  fl_augment bad = a;
+  bad.crop_padding = 3;
+  capture_begin();
+  ck_assert_int_eq(fl_loader_set_augment(l, &bad, "pad.npy"), FL_EINVAL);
+  bad = a;
+  bad.height = 1;
+  bad.width = 24;
+  ck_assert_int_eq(fl_loader_set_augment(l, &bad, "flat.npy"), FL_EINVAL);
+  bad = a;
+  bad.channels = 1;
+  ck_assert_int_eq(fl_loader_set_augment(l, &bad, "shape.npy"), FL_EINVAL);
+  const char *log = capture_end();
+  ck_assert_ptr_nonnull(strstr(log, "pad.npy: data.augment.random_crop_padding 3 must be below"));
+  ck_assert_ptr_nonnull(strstr(log, "flat.npy: data.augment needs image samples"));
+  ck_assert_ptr_nonnull(strstr(log, "shape.npy: samples of 24 values are not 1 x 4 x 3 images"));
+  fl_loader_destroy(l);
+  free(idx);
+  fl_dataset_free(&d);
+  remove_dir();
+}
+END_TEST
+
 static Suite *data_suite(void) {
   Suite *s = suite_create("data");
   TCase *t = tcase_create("idx");
@@ -683,6 +788,8 @@ static Suite *data_suite(void) {
   tcase_add_test(t, shuffle_deterministic);
   tcase_add_test(t, loader_dense_order_and_restart);
   tcase_add_test(t, loader_sparse);
+  tcase_add_test(t, augment_sample_geometry);
+  tcase_add_test(t, loader_augment_deterministic);
   suite_add_tcase(s, t);
   return s;
 }

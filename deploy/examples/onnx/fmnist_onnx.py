@@ -102,11 +102,29 @@ def lr_at(step, total, base, warmup=0):
     return 0.5 * base * (1.0 + math.cos(math.pi * t))
 
 
+def augment(xb, g, hflip, crop_padding):
+    """torchvision's RandomCrop(28, padding=P) then RandomHorizontalFlip on
+    a batch [B,C,H,W], drawn from generator g (as data.augment does; the
+    draws themselves differ from Flotilla's)."""
+    if crop_padding:
+        p = crop_padding
+        h, w = xb.shape[2], xb.shape[3]
+        padded = F.pad(xb, (p, p, p, p))
+        off = torch.randint(0, 2 * p + 1, (len(xb), 2), generator=g)
+        xb = torch.stack([padded[i, :, a:a + h, b:b + w]
+                          for i, (a, b) in enumerate(off.tolist())])
+    if hflip:
+        flip = torch.rand(len(xb), generator=g) < 0.5
+        xb = torch.where(flip[:, None, None, None], xb.flip(3), xb)
+    return xb
+
+
 def train(model, x, y, xt, yt, epochs, batch, opt_name, lr, momentum=0.9, weight_decay=0.0,
-          warmup_steps=0, seed=1, log=print):
+          warmup_steps=0, seed=1, hflip=False, crop_padding=0, log=print):
     """Plain PyTorch training as the Flotilla job describes it: one shuffle
-    per epoch, full batches only, cosine learning rate per step.  Returns
-    (test accuracy, samples per second of the training steps)."""
+    per epoch, full batches only, cosine learning rate per step, the job's
+    augmentation.  Returns (test accuracy, samples per second of the
+    training steps)."""
     if opt_name == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     else:
@@ -124,7 +142,7 @@ def train(model, x, y, xt, yt, epochs, batch, opt_name, lr, momentum=0.9, weight
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, total, lr, warmup_steps)
             idx = perm[s * batch:(s + 1) * batch]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
+            loss = F.cross_entropy(model(augment(x[idx], g, hflip, crop_padding)), y[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
