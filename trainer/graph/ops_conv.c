@@ -300,6 +300,16 @@ static void gather2(float *restrict d, const float *restrict s, int64_t len) {
   for (; k < len; k++) d[k] = s[2 * k];
 }
 
+/* p[0..n) = +0: a single store for the one pad column of a 3x3 window
+ * (gcc makes the plain loop a memset call, which costs more than the row's
+ * copy for small images), memset for more, nothing for n <= 0. */
+static inline void zero_few(float *p, int64_t n) {
+  if (n == 1)
+    p[0] = 0.0f;
+  else if (n > 1)
+    memset(p, 0, (size_t)n * sizeof *p);
+}
+
 /* col[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - pt + i*dh][ox*sw - pl + j*dw]
  * (0 outside the image); col's rows are ld floats apart (ld >= oh*ow: an
  * image's columns within a chunk's column matrix). */
@@ -315,8 +325,8 @@ static void im2col(const win2d *g, int64_t Cg, const float *x, float *col, int64
         win_cols(g, j, &lo, &hi);
         win_rows(g, i, &oy0, &oy1);
         if (hi <= lo) oy1 = oy0; /* no column inside: all zero */
-        memset(row, 0, (size_t)(oy0 * g->ow) * sizeof *row);
-        memset(row + oy1 * g->ow, 0, (size_t)((g->oh - oy1) * g->ow) * sizeof *row);
+        zero_few(row, oy0 * g->ow);
+        zero_few(row + oy1 * g->ow, (g->oh - oy1) * g->ow);
         if (oy1 == oy0) continue;
         if (plane) { /* rows oy0..oy1-1 in one copy, then the pad columns */
           const int64_t d0 = oy0 * g->ow + lo, d1 = (oy1 - 1) * g->ow + hi;
@@ -324,15 +334,15 @@ static void im2col(const win2d *g, int64_t Cg, const float *x, float *col, int64
                  (size_t)(d1 - d0) * sizeof *row);
           for (int64_t oy = oy0; oy < oy1; oy++) {
             float *r = row + oy * g->ow;
-            for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
-            for (int64_t ox = hi; ox < g->ow; ox++) r[ox] = 0.0f;
+            zero_few(r, lo);
+            zero_few(r + hi, g->ow - hi);
           }
           continue;
         }
         for (int64_t oy = oy0; oy < oy1; oy++) {
           const float *xr = xc + (oy * g->sh - g->pt + i * g->dh) * g->W;
           float *r = row + oy * g->ow;
-          for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
+          zero_few(r, lo);
           if (g->sw == 1) {
             memcpy(r + lo, xr + lo + off, (size_t)(hi - lo) * sizeof *r);
           } else if (g->sw == 2) {
@@ -340,7 +350,7 @@ static void im2col(const win2d *g, int64_t Cg, const float *x, float *col, int64
           } else {
             for (int64_t ox = lo; ox < hi; ox++) r[ox] = xr[ox * g->sw + off];
           }
-          for (int64_t ox = hi; ox < g->ow; ox++) r[ox] = 0.0f;
+          zero_few(r + hi, g->ow - hi);
         }
       }
 }
@@ -393,8 +403,8 @@ static void col2im_add(const win2d *g, int64_t Cg, float *col, int64_t ld, float
           if (oy1 == oy0) continue;
           for (int64_t oy = oy0; oy < oy1; oy++) {
             float *r = row + oy * g->ow;
-            for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
-            for (int64_t ox = hi; ox < g->ow; ox++) r[ox] = 0.0f;
+            zero_few(r, lo);
+            zero_few(r + hi, g->ow - hi);
           }
           const int64_t d0 = oy0 * g->ow + lo, d1 = (oy1 - 1) * g->ow + hi;
           add_row(xc + d0 + (i * g->dh - g->pt) * g->W + off, row + d0, d1 - d0);
