@@ -267,23 +267,39 @@ static void bn_chan_apply(const fl_norm_desc *d, size_t c, const float *x, float
   }
 }
 
+/* dz of a fused Relu, read from the output grad dy where the output ym
+ * is > 0 (+0 elsewhere, as fl_act_backward writes it); dy itself without
+ * ym.  Reading it this way saves the activation's own pass over dy. */
+static inline float bn_dz(const float *ym, const float *dy, size_t k) {
+  return ym && !(ym[k] > 0.0f) ? 0.0f : dy[k];
+}
+#ifdef __SSE2__
+static inline __m128 bn_dz4(const float *ym, const float *dy, size_t k) {
+  const __m128 g = _mm_loadu_ps(dy + k);
+  return ym ? _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(ym + k), _mm_setzero_ps()), g) : g;
+}
+#endif
+
 /* Channel c's sum dz and sum dz*xhat in double (xhat = (x - mu)*is in
- * float, as the dx pass computes it), lanes as bn_sum, image by image. */
-static void bn_chan_sums(const fl_norm_desc *d, size_t c, const float *x, const float *dz,
-                         float mu, float is, double *sdz_out, double *sdzx_out) {
+ * float, as the dx pass computes it), lanes as bn_sum, image by image; dz
+ * as bn_dz reads it from dy (ym: the Relu's output, or NULL). */
+static void bn_chan_sums(const fl_norm_desc *d, size_t c, const float *x, const float *ym,
+                         const float *dy, float mu, float is, double *sdz_out,
+                         double *sdzx_out) {
   const size_t S = d->inner;
 #ifdef __SSE2__
   const __m128 vm = _mm_set1_ps(mu), vi = _mm_set1_ps(is);
 #endif
   double sdz = 0.0, sdzx = 0.0;
   for (size_t i = 0; i < d->batch; i++) {
-    const float *xp = x + (i * d->channels + c) * S, *gp = dz + (i * d->channels + c) * S;
+    const size_t o = (i * d->channels + c) * S;
+    const float *xp = x + o, *gp = dy + o, *yp = ym ? ym + o : NULL;
     size_t k = 0;
     double t = 0.0, u = 0.0;
 #ifdef __SSE2__
     __m128d a0 = _mm_setzero_pd(), a1 = a0, b0 = a0, b1 = a0;
     for (; k + 4 <= S; k += 4) {
-      const __m128 g = _mm_loadu_ps(gp + k);
+      const __m128 g = bn_dz4(yp, gp, k);
       const __m128 h = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xp + k), vm), vi);
       const __m128d g0 = _mm_cvtps_pd(g), g1 = _mm_cvtps_pd(_mm_movehl_ps(g, g));
       a0 = _mm_add_pd(a0, g0);
@@ -298,8 +314,9 @@ static void bn_chan_sums(const fl_norm_desc *d, size_t c, const float *x, const 
     u = m[0] + m[1];
 #endif
     for (; k < S; k++) {
-      t += gp[k];
-      u += (double)gp[k] * (double)((xp[k] - mu) * is);
+      const float g = bn_dz(yp, gp, k);
+      t += g;
+      u += (double)g * (double)((xp[k] - mu) * is);
     }
     sdz += t;
     sdzx += u;
@@ -309,11 +326,11 @@ static void bn_chan_sums(const fl_norm_desc *d, size_t c, const float *x, const 
 }
 
 /* Channel c of dx = gamma*invstd*(dz - sum dz/m - xhat*sum(dz*xhat)/m),
- * m = count; dx == dz is fine (each element is read before it is
- * written). */
-static void bn_chan_dx(const fl_norm_desc *d, size_t c, const float *x, const float *dz,
-                       const float *gamma, float mu, float is, double sdz, double sdzx,
-                       double count, float *dx) {
+ * m = count, dz read from dy as bn_dz does; dx == dy is fine (each
+ * element is read before it is written). */
+static void bn_chan_dx(const fl_norm_desc *d, size_t c, const float *x, const float *ym,
+                       const float *dy, const float *gamma, float mu, float is, double sdz,
+                       double sdzx, double count, float *dx) {
   const size_t S = d->inner;
   const float g = gamma ? gamma[c] : 1.0f;
   const float k = g * is;
@@ -323,17 +340,18 @@ static void bn_chan_dx(const fl_norm_desc *d, size_t c, const float *x, const fl
   const __m128 vm = _mm_set1_ps(mu), vi = _mm_set1_ps(is);
 #endif
   for (size_t i = 0; i < d->batch; i++) {
-    const float *xp = x + (i * d->channels + c) * S, *gp = dz + (i * d->channels + c) * S;
-    float *dp = dx + (i * d->channels + c) * S;
+    const size_t o = (i * d->channels + c) * S;
+    const float *xp = x + o, *gp = dy + o, *yp = ym ? ym + o : NULL;
+    float *dp = dx + o;
     size_t s = 0;
 #ifdef __SSE2__
     for (; s + 4 <= S; s += 4) {
       const __m128 h = _mm_mul_ps(_mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xp + s), vm), vi), vmdzx);
-      const __m128 u = _mm_sub_ps(_mm_sub_ps(_mm_loadu_ps(gp + s), vmdz), h);
+      const __m128 u = _mm_sub_ps(_mm_sub_ps(bn_dz4(yp, gp, s), vmdz), h);
       _mm_storeu_ps(dp + s, _mm_mul_ps(vk, u));
     }
 #endif
-    for (; s < S; s++) dp[s] = k * (gp[s] - mdz - (xp[s] - mu) * is * mdzx);
+    for (; s < S; s++) dp[s] = k * (bn_dz(yp, gp, s) - mdz - (xp[s] - mu) * is * mdzx);
   }
 }
 
@@ -407,15 +425,16 @@ static fl_status bn_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   float *dg_k = dg && ag ? n->ws : dg, *db_k = db && ab ? n->ws + C : db;
   float *dy = y->grad;
   const float *save_mean = n->saved, *save_invstd = n->saved + C;
-  if (p.act != FL_ACT_NONE) { /* dy becomes the pre-activation gradient in place */
+  if (p.act != FL_ACT_NONE && p.act != FL_ACT_RELU) { /* dy becomes dz in place */
     const fl_status st = fl_act_backward(p.act, y->data, dy, dy, y->n);
     if (st != FL_OK) return norm_kernel(n, st, "batch-norm activation backward");
   }
-  float *dxk = ax ? dy : dx; /* dx == dz in bn_chan_dx is fine */
+  const float *ym = p.act == FL_ACT_RELU ? y->data : NULL; /* Relu: dz read masked */
+  float *dxk = ax ? dy : dx; /* dx == dy in bn_chan_dx is fine */
   if (c->norm_sync) {
     bn_state *s = n->state;
     for (size_t ch = 0; ch < C; ch++) {
-      bn_chan_sums(d, ch, x->data, dy, save_mean[ch], save_invstd[ch], &s->sums[ch],
+      bn_chan_sums(d, ch, x->data, ym, dy, save_mean[ch], save_invstd[ch], &s->sums[ch],
                    &s->sums[C + ch]);
       if (dg_k) dg_k[ch] = (float)s->sums[C + ch];
       if (db_k) db_k[ch] = (float)s->sums[ch];
@@ -423,19 +442,19 @@ static fl_status bn_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
     if (dx) {
       FL_TRY(c->norm_sync(c->norm_sync_ctx, s->sums, 2 * C));
       for (size_t ch = 0; ch < C; ch++)
-        bn_chan_dx(d, ch, x->data, dy, gamma->data, save_mean[ch], save_invstd[ch], s->sums[ch],
-                   s->sums[C + ch], s->sum[C], dxk);
+        bn_chan_dx(d, ch, x->data, ym, dy, gamma->data, save_mean[ch], save_invstd[ch],
+                   s->sums[ch], s->sums[C + ch], s->sum[C], dxk);
     }
   } else {
     const double m = (double)(d->batch * d->inner);
     for (size_t ch = 0; ch < C; ch++) {
       double sdz, sdzx;
-      bn_chan_sums(d, ch, x->data, dy, save_mean[ch], save_invstd[ch], &sdz, &sdzx);
+      bn_chan_sums(d, ch, x->data, ym, dy, save_mean[ch], save_invstd[ch], &sdz, &sdzx);
       if (dg_k) dg_k[ch] = (float)sdzx;
       if (db_k) db_k[ch] = (float)sdz;
       if (dx)
-        bn_chan_dx(d, ch, x->data, dy, gamma->data, save_mean[ch], save_invstd[ch], sdz, sdzx,
-                   m, dxk);
+        bn_chan_dx(d, ch, x->data, ym, dy, gamma->data, save_mean[ch], save_invstd[ch], sdz,
+                   sdzx, m, dxk);
     }
   }
   if (dx && ax) fl_gput(dx, dy, x->n, 1);
