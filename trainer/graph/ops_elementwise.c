@@ -415,9 +415,34 @@ static fl_status add_relu_forward(fl_gnode *n, fl_gctx *c) {
   return fl_gkernel(n, fl_act_forward(FL_ACT_RELU, y->data, y->data, y->n), "relu");
 }
 
+/* d[i] = t or d[i] += t (add), t = y[i] > 0 ? g[i] : +0, for each of d0
+ * and d1 that is set, in that order (d0 == d1 is fine): Relu's gradient
+ * then Add's copies, in one pass. */
+static void add_relu_grad(const float *y, const float *g, float *d0, int add0, float *d1,
+                          int add1, size_t len) {
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128 zero = _mm_setzero_ps();
+  for (; i + 4 <= len; i += 4) {
+    const __m128 t = _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(y + i), zero), _mm_loadu_ps(g + i));
+    if (d0) _mm_storeu_ps(d0 + i, add0 ? _mm_add_ps(_mm_loadu_ps(d0 + i), t) : t);
+    if (d1) _mm_storeu_ps(d1 + i, add1 ? _mm_add_ps(_mm_loadu_ps(d1 + i), t) : t);
+  }
+#endif
+  for (; i < len; i++) {
+    const float t = y[i] > 0.0f ? g[i] : 0.0f;
+    if (d0) d0[i] = add0 ? d0[i] + t : t;
+    if (d1) d1[i] = add1 ? d1[i] + t : t;
+  }
+}
+
 static fl_status add_relu_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
-  const fl_gtensor *y = fl_gout(n, c, 0);
+  const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1), *y = fl_gout(n, c, 0);
   if (y->n == 0) return FL_OK;
+  if (a->n == y->n && b->n == y->n) {
+    add_relu_grad(y->data, y->grad, a->grad, fl_gacc(acc, 0), b->grad, fl_gacc(acc, 1), y->n);
+    return FL_OK;
+  }
   FL_TRY(fl_gkernel(n, fl_act_backward(FL_ACT_RELU, y->data, y->grad, y->grad, y->n),
                     "relu backward"));
   return binary_backward(n, c, acc);
