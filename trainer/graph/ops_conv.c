@@ -208,14 +208,32 @@ static int64_t conv_chunk(const conv_p *p) {
   return b < 1 ? 1 : b;
 }
 
+/* Whether backward takes dx as a convolution of dz (conv_dx_chunk): one
+ * group, stride and dilation 1, an output as large as the input (so the
+ * pads fit the flipped kernel) and no more output channels than input
+ * ones (its columns fit the forward's), not pointwise.  Why: the usual
+ * dcol = W^T . dz is a GEMM of inner size O that writes the whole column
+ * matrix, which col2im then reads back and adds up; as a convolution the
+ * columns are written by a copy (im2col of dz) and the GEMM's inner size
+ * is O*kh*kw. */
+static int conv_dx_as_conv(const conv_p *p) {
+  const win2d *g = &p->g;
+  return p->group == 1 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 &&
+         g->oh == g->H && g->ow == g->W && p->O <= g->C && !conv_pointwise(p);
+}
+
 /* CPU scratch: the column matrix of a chunk (or of one image and group),
  * then, with chunks of several images, their output (forward) or output
- * gradient (backward) gathered as one [O, chunk*ohw] matrix. */
+ * gradient (backward) gathered as one [O, chunk*ohw] matrix (with
+ * conv_dx_as_conv, [C, chunk*ohw]: dx's chunk), then with conv_dx_as_conv
+ * the flipped weight [C, O*kh*kw] at the end. */
 static size_t conv_cpu_ws(const conv_p *p) {
   const int64_t ohw = p->g.oh * p->g.ow, ckk = p->Cg * p->g.kh * p->g.kw;
   if (p->group != 1) return (size_t)(ckk * ohw);
-  const int64_t b = conv_chunk(p);
-  return (size_t)((conv_pointwise(p) ? 0 : ckk * b * ohw) + (b > 1 ? p->O * b * ohw : 0));
+  const int64_t b = conv_chunk(p), dxc = conv_dx_as_conv(p);
+  const int64_t rows = dxc && p->g.C > p->O ? p->g.C : p->O;
+  return (size_t)((conv_pointwise(p) ? 0 : ckk * b * ohw) + (b > 1 ? rows * b * ohw : 0) +
+                  (dxc ? p->g.C * p->O * p->g.kh * p->g.kw : 0));
 }
 
 /* Device scratch of a gpu conv: the gradients that accumulate (dx, dw, db
@@ -494,16 +512,63 @@ static fl_status conv_forward(fl_gnode *n, fl_gctx *c) {
   return FL_OK;
 }
 
+/* dx as a convolution (conv_dx_as_conv): the geometry of dz's windows,
+ * dz [N, O, oh, ow] as the input, pads the flipped kernel's, dx's size
+ * out. */
+static win2d conv_dx_geom(const conv_p *p) {
+  win2d t = p->g;
+  t.C = p->O;
+  t.H = p->g.oh;
+  t.W = p->g.ow;
+  t.pt = t.kh - 1 - p->g.pt;
+  t.pb = t.kh - 1 - p->g.pb;
+  t.pl = t.kw - 1 - p->g.pl;
+  t.pr = t.kw - 1 - p->g.pr;
+  t.oh = p->g.H;
+  t.ow = p->g.W;
+  return t;
+}
+
+/* wt[c][(o*kh + i)*kw + j] = w[o][c][kh-1-i][kw-1-j]: the weight of
+ * conv_dx_geom, [C, O*kh*kw]. */
+static void conv_flip_w(const conv_p *p, const float *w, float *wt) {
+  const int64_t kh = p->g.kh, kw = p->g.kw, C = p->g.C, O = p->O;
+  for (int64_t o = 0; o < O; o++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t i = 0; i < kh; i++)
+        for (int64_t j = 0; j < kw; j++)
+          wt[((c * O + o) * kh + (kh - 1 - i)) * kw + (kw - 1 - j)] =
+              w[((o * C + c) * kh + i) * kw + j];
+}
+
+/* dx (+)= the convolution of dz's images [i0, i0+nb) with wt (conv_flip_w):
+ * their dz columns [O*kh*kw, nb*hw] in ws, one GEMM into dx itself for one
+ * image, else into ws after the columns, added back image by image. */
+static void conv_dx_chunk(const conv_p *p, const float *wt, const float *dz, float *dx,
+                          int64_t i0, int64_t nb, float *ws) {
+  const win2d t = conv_dx_geom(p);
+  const int64_t hw = t.oh * t.ow, okk = p->O * t.kh * t.kw, cols = nb * hw;
+  const int64_t in_img = p->g.C * hw, out_img = p->O * hw;
+  for (int64_t k = 0; k < nb; k++) im2col(&t, p->O, dz + (i0 + k) * out_img, ws + k * hw, cols);
+  float *out = nb > 1 ? ws + p->g.C * t.kh * t.kw * cols : dx + i0 * in_img;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)p->g.C, (int)cols, (int)okk, 1.0f,
+              wt, (int)okk, ws, (int)cols, nb > 1 ? 0.0f : 1.0f, out, (int)cols);
+  for (int64_t k = 0; nb > 1 && k < nb; k++)
+    for (int64_t c = 0; c < p->g.C; c++)
+      add_row(dx + (i0 + k) * in_img + c * hw, out + c * cols + k * hw, hw);
+}
+
 /* One-group backward of images [i0, i0+nb) (a chunk), dz already through
  * the activation: their output gradient as one [O, nb*ohw] matrix (dz
  * itself for one image, else gathered into ws after the columns),
  * dW (+)= dZ . col^T over all the chunk's positions (beta 0 only for the
  * first chunk of a dW that does not accumulate), then dcol = W^T . dZ
  * added back into dx (zeroed by the caller unless it accumulates; a
- * pointwise conv's dcol is dx itself, beta 1). */
+ * pointwise conv's dcol is dx itself, beta 1), or with wt (the flipped
+ * weight, conv_dx_as_conv) dx by conv_dx_chunk. */
 static void conv_backward_chunk(const conv_p *p, const float *x, const float *w, const float *dz,
                                 float *dx, float *dw, int dw_beta, int64_t i0, int64_t nb,
-                                float *ws) {
+                                float *ws, const float *wt) {
   const win2d *g = &p->g;
   const int64_t ohw = g->oh * g->ow, ckk = p->Cg * g->kh * g->kw, cols = nb * ohw;
   const int64_t in_img = g->C * g->H * g->W, out_img = p->O * ohw;
@@ -527,7 +592,9 @@ static void conv_backward_chunk(const conv_p *p, const float *x, const float *w,
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->O, (int)ckk, (int)cols, 1.0f,
                 dzm, (int)cols, col, (int)cols, dw_beta ? 1.0f : 0.0f, dw, (int)ckk);
   }
-  if (dx) {
+  if (dx && wt) {
+    conv_dx_chunk(p, wt, dz, dx, i0, nb, ws);
+  } else if (dx) {
     if (pw) {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ckk, (int)cols, (int)p->O, 1.0f,
                   w, (int)ckk, dzm, (int)cols, 1.0f, dx + i0 * in_img, (int)cols);
@@ -570,9 +637,14 @@ static fl_status conv_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   }
   if (p.group == 1 && ckk > 0) {
     const int64_t chunk = conv_chunk(&p);
+    float *wt = NULL;
+    if (dx && conv_dx_as_conv(&p)) { /* the flipped weight: the end of ws */
+      wt = n->ws + conv_cpu_ws(&p) - (size_t)(g->C * p.O * g->kh * g->kw);
+      conv_flip_w(&p, w->data, wt);
+    }
     for (int64_t i0 = 0; i0 < g->N; i0 += chunk)
       conv_backward_chunk(&p, x->data, w->data, dz, dx, dw, aw || i0 > 0, i0,
-                          g->N - i0 < chunk ? g->N - i0 : chunk, n->ws);
+                          g->N - i0 < chunk ? g->N - i0 : chunk, n->ws, wt);
     return FL_OK;
   }
   if (dw && !aw) memset(dw, 0, w->n * sizeof *dw);
