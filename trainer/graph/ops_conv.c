@@ -8,7 +8,9 @@
  * output positions) even for small late-stage images, dW is one GEMM per
  * chunk over all its positions, and a gradient that accumulates is
  * accumulated in place (GEMM beta, col2im adds).  A 1x1 stride-1 unpadded
- * conv takes the image as its column matrix.  Groups go one image and one
+ * conv takes the image as its column matrix; a stride-1 conv whose output
+ * is as large as its input takes dx as a convolution of dz with the
+ * flipped kernel (conv_dx_as_conv).  Groups go one image and one
  * group at a time.  MaxPool takes the kernels of fl_layers.h (the window
  * max with its argmax) when the geometry is theirs: no padding and floor
  * rounding.  The CUDA twins are the kernels' (cuDNN) in the kernels'
@@ -184,9 +186,11 @@ static fl_conv2d_desc conv_desc(const conv_p *p) {
   return d;
 }
 
-/* A one-group CPU conv takes images in chunks of conv_chunk(p): enough of
- * them for about CONV_COLS output positions per GEMM, fewer when the
- * column matrix would pass CONV_COL_FLOATS (it should stay in cache). */
+/* A one-group CPU conv takes images in chunks of conv_chunk(p): as many as
+ * fit CONV_COLS output positions per GEMM (at least one; an image that
+ * alone fills more than half of it goes alone, straight into y without
+ * the chunk's copies), fewer when the column matrix would pass
+ * CONV_COL_FLOATS (it should stay in cache). */
 #define CONV_COLS 1024
 #define CONV_COL_FLOATS ((int64_t)1 << 19)
 
@@ -202,7 +206,7 @@ static int conv_pointwise(const conv_p *p) {
 static int64_t conv_chunk(const conv_p *p) {
   const int64_t ohw = p->g.oh * p->g.ow, ckk = p->Cg * p->g.kh * p->g.kw;
   if (conv_pointwise(p) || ohw == 0) return 1;
-  int64_t b = (CONV_COLS + ohw - 1) / ohw;
+  int64_t b = CONV_COLS / ohw;
   if (b * ohw * ckk > CONV_COL_FLOATS) b = CONV_COL_FLOATS / (ohw * ckk);
   if (b > p->g.N) b = p->g.N;
   return b < 1 ? 1 : b;
