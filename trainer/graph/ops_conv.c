@@ -332,49 +332,67 @@ static inline void zero_few(float *p, int64_t n) {
     memset(p, 0, (size_t)n * sizeof *p);
 }
 
+/* Kernel position (i, j)'s part of every channel's column row: the
+ * output columns [lo, hi) and rows [oy0, oy1) that read inside the image
+ * (win_cols, win_rows; no rows when no column is inside), and the input
+ * column offset off (ix = ox*sw + off).  The same for every channel, so
+ * im2col and col2im_add work it out once per position. */
+typedef struct win_span {
+  int64_t i, off, lo, hi, oy0, oy1;
+} win_span;
+
+static win_span win_span_of(const win2d *g, int64_t i, int64_t j) {
+  win_span s = {.i = i, .off = j * g->dw - g->pl};
+  win_cols(g, j, &s.lo, &s.hi);
+  win_rows(g, i, &s.oy0, &s.oy1);
+  if (s.hi <= s.lo) s.oy1 = s.oy0;
+  return s;
+}
+
+/* One column row of channel xc (plane: win_plane(g)), zeros outside. */
+static void im2col_row(const win2d *g, const win_span *s, int plane, const float *xc,
+                       float *row) {
+  const int64_t lo = s->lo, hi = s->hi, oy0 = s->oy0, oy1 = s->oy1, off = s->off;
+  zero_few(row, oy0 * g->ow);
+  zero_few(row + oy1 * g->ow, (g->oh - oy1) * g->ow);
+  if (oy1 == oy0) return;
+  if (plane) { /* rows oy0..oy1-1 in one copy, then the pad columns */
+    const int64_t d0 = oy0 * g->ow + lo, d1 = (oy1 - 1) * g->ow + hi;
+    memcpy(row + d0, xc + d0 + (s->i * g->dh - g->pt) * g->W + off,
+           (size_t)(d1 - d0) * sizeof *row);
+    for (int64_t oy = oy0; (lo > 0 || hi < g->ow) && oy < oy1; oy++) {
+      float *r = row + oy * g->ow;
+      zero_few(r, lo);
+      zero_few(r + hi, g->ow - hi);
+    }
+    return;
+  }
+  for (int64_t oy = oy0; oy < oy1; oy++) {
+    const float *xr = xc + (oy * g->sh - g->pt + s->i * g->dh) * g->W;
+    float *r = row + oy * g->ow;
+    zero_few(r, lo);
+    if (g->sw == 1) {
+      memcpy(r + lo, xr + lo + off, (size_t)(hi - lo) * sizeof *r);
+    } else if (g->sw == 2) {
+      gather2(r + lo, xr + 2 * lo + off, hi - lo);
+    } else {
+      for (int64_t ox = lo; ox < hi; ox++) r[ox] = xr[ox * g->sw + off];
+    }
+    zero_few(r + hi, g->ow - hi);
+  }
+}
+
 /* col[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - pt + i*dh][ox*sw - pl + j*dw]
  * (0 outside the image); col's rows are ld floats apart (ld >= oh*ow: an
  * image's columns within a chunk's column matrix). */
 static void im2col(const win2d *g, int64_t Cg, const float *x, float *col, int64_t ld) {
   const int plane = win_plane(g);
-  for (int64_t ch = 0; ch < Cg; ch++)
-    for (int64_t i = 0; i < g->kh; i++)
-      for (int64_t j = 0; j < g->kw; j++) {
-        float *row = col + ((ch * g->kh + i) * g->kw + j) * ld;
-        const float *xc = x + ch * g->H * g->W;
-        const int64_t off = j * g->dw - g->pl;
-        int64_t lo, hi, oy0, oy1;
-        win_cols(g, j, &lo, &hi);
-        win_rows(g, i, &oy0, &oy1);
-        if (hi <= lo) oy1 = oy0; /* no column inside: all zero */
-        zero_few(row, oy0 * g->ow);
-        zero_few(row + oy1 * g->ow, (g->oh - oy1) * g->ow);
-        if (oy1 == oy0) continue;
-        if (plane) { /* rows oy0..oy1-1 in one copy, then the pad columns */
-          const int64_t d0 = oy0 * g->ow + lo, d1 = (oy1 - 1) * g->ow + hi;
-          memcpy(row + d0, xc + d0 + (i * g->dh - g->pt) * g->W + off,
-                 (size_t)(d1 - d0) * sizeof *row);
-          for (int64_t oy = oy0; oy < oy1; oy++) {
-            float *r = row + oy * g->ow;
-            zero_few(r, lo);
-            zero_few(r + hi, g->ow - hi);
-          }
-          continue;
-        }
-        for (int64_t oy = oy0; oy < oy1; oy++) {
-          const float *xr = xc + (oy * g->sh - g->pt + i * g->dh) * g->W;
-          float *r = row + oy * g->ow;
-          zero_few(r, lo);
-          if (g->sw == 1) {
-            memcpy(r + lo, xr + lo + off, (size_t)(hi - lo) * sizeof *r);
-          } else if (g->sw == 2) {
-            gather2(r + lo, xr + 2 * lo + off, hi - lo);
-          } else {
-            for (int64_t ox = lo; ox < hi; ox++) r[ox] = xr[ox * g->sw + off];
-          }
-          zero_few(r + hi, g->ow - hi);
-        }
-      }
+  for (int64_t i = 0; i < g->kh; i++)
+    for (int64_t j = 0; j < g->kw; j++) {
+      const win_span sp = win_span_of(g, i, j);
+      for (int64_t ch = 0; ch < Cg; ch++)
+        im2col_row(g, &sp, plane, x + ch * g->H * g->W, col + ((ch * g->kh + i) * g->kw + j) * ld);
+    }
 }
 
 /* d[k] += s[k], k < len, four at a time with SSE2 (the scalar sums' bits). */
@@ -404,46 +422,49 @@ static void scatter2_add(float *restrict d, const float *restrict s, int64_t len
   for (; k < len; k++) d[2 * k] += s[k];
 }
 
+/* col2im_add's part of one column row of channel xc. */
+static void col2im_row(const win2d *g, const win_span *s, int plane, float *row, float *xc) {
+  const int64_t lo = s->lo, hi = s->hi, oy0 = s->oy0, oy1 = s->oy1, off = s->off;
+  if (oy1 == oy0) return;
+  if (plane) {
+    for (int64_t oy = oy0; (lo > 0 || hi < g->ow) && oy < oy1; oy++) {
+      float *r = row + oy * g->ow;
+      zero_few(r, lo);
+      zero_few(r + hi, g->ow - hi);
+    }
+    const int64_t d0 = oy0 * g->ow + lo, d1 = (oy1 - 1) * g->ow + hi;
+    add_row(xc + d0 + (s->i * g->dh - g->pt) * g->W + off, row + d0, d1 - d0);
+    return;
+  }
+  for (int64_t oy = oy0; oy < oy1; oy++) {
+    const float *r = row + oy * g->ow;
+    float *xr = xc + (oy * g->sh - g->pt + s->i * g->dh) * g->W;
+    if (g->sw == 1) {
+      add_row(xr + lo + off, r + lo, hi - lo);
+    } else if (g->sw == 2) {
+      scatter2_add(xr + 2 * lo + off, r + lo, hi - lo);
+    } else {
+      for (int64_t ox = lo; ox < hi; ox++) xr[ox * g->sw + off] += r[ox];
+    }
+  }
+}
+
 /* dx += the adjoint of im2col applied to col (rows ld floats apart; each
  * dx element gets its terms in the same order as an element-by-element
  * scatter).  In win_plane geometry col's entries that stand for padding
  * are set to 0 first and added with their row's contiguous range (a +0
- * on the wrapped-to element, which changes no value but a -0's sign). */
+ * on the wrapped-to element, which changes no value but a -0's sign).
+ * Positions outer, channels inner: a dx element still gets its terms in
+ * kernel-position order (a channel's rows touch its own plane only). */
 static void col2im_add(const win2d *g, int64_t Cg, float *col, int64_t ld, float *dx) {
   const int plane = win_plane(g);
-  for (int64_t ch = 0; ch < Cg; ch++)
-    for (int64_t i = 0; i < g->kh; i++)
-      for (int64_t j = 0; j < g->kw; j++) {
-        float *row = col + ((ch * g->kh + i) * g->kw + j) * ld;
-        float *xc = dx + ch * g->H * g->W;
-        const int64_t off = j * g->dw - g->pl;
-        int64_t lo, hi, oy0, oy1;
-        win_cols(g, j, &lo, &hi);
-        win_rows(g, i, &oy0, &oy1);
-        if (hi <= lo) continue;
-        if (plane) {
-          if (oy1 == oy0) continue;
-          for (int64_t oy = oy0; oy < oy1; oy++) {
-            float *r = row + oy * g->ow;
-            zero_few(r, lo);
-            zero_few(r + hi, g->ow - hi);
-          }
-          const int64_t d0 = oy0 * g->ow + lo, d1 = (oy1 - 1) * g->ow + hi;
-          add_row(xc + d0 + (i * g->dh - g->pt) * g->W + off, row + d0, d1 - d0);
-          continue;
-        }
-        for (int64_t oy = oy0; oy < oy1; oy++) {
-          const float *r = row + oy * g->ow;
-          float *xr = xc + (oy * g->sh - g->pt + i * g->dh) * g->W;
-          if (g->sw == 1) {
-            add_row(xr + lo + off, r + lo, hi - lo);
-          } else if (g->sw == 2) {
-            scatter2_add(xr + 2 * lo + off, r + lo, hi - lo);
-          } else {
-            for (int64_t ox = lo; ox < hi; ox++) xr[ox * g->sw + off] += r[ox];
-          }
-        }
-      }
+  for (int64_t i = 0; i < g->kh; i++)
+    for (int64_t j = 0; j < g->kw; j++) {
+      const win_span sp = win_span_of(g, i, j);
+      for (int64_t ch = 0; ch < Cg; ch++)
+        col2im_row(g, &sp, plane, col + ((ch * g->kh + i) * g->kw + j) * ld,
+                   dx + ch * g->H * g->W);
+    }
 }
 
 /* One-group forward of images [i0, i0+nb) (a chunk): their column matrix
