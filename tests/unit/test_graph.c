@@ -515,17 +515,17 @@ START_TEST(amp_lists) {
 END_TEST
 
 /* What the builder and create refuse. */
-/* x -> fc (Gemm) -> h -> bn -> z -> Relu -> a; Add(a, h) -> s -> Relu
- * -> out, and with extra a second reader of z (Mul(z, z) added to the
+/* x -> fc (Gemm) -> h [B,K] -> bn -> z -> Relu -> a; Add(a, h) -> s ->
+ * Relu -> out, and with extra a second reader of z (Mul(z, z) added to the
  * Add's input).  The engine folds each Relu into the node before it when
  * the sum has no other reader and is no checkpoint. */
 static fl_graph *build_fusable(int extra) {
   fl_graph *g;
-  float w[IN * IN];
+  float w[K * IN];
   uint64_t s = 7;
-  gc_fill(w, IN * IN, &s, -0.8, 0.8);
+  gc_fill(w, K * IN, &s, -0.8, 0.8);
   ck_assert_int_eq(fl_graph_new("fuse", &g), FL_OK);
-  const int64_t xd[2] = {FL_G_BATCH, IN}, wd[2] = {IN, IN}, cd[1] = {IN};
+  const int64_t xd[2] = {FL_G_BATCH, IN}, wd[2] = {K, IN}, cd[1] = {K};
   int x, W, sc, bi, rm, rv, h, z, a, sum, out, zz;
   ck_assert_int_eq(fl_graph_input(g, "x", 2, xd, &x), FL_OK);
   ck_assert_int_eq(fl_graph_param(g, "w", 2, wd, w, 1, &W), FL_OK);
