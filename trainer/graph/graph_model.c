@@ -287,6 +287,14 @@ static fl_status resolve_checkpoints(fl_gmodel *m, const fl_graph_options *opt, 
   return FL_OK;
 }
 
+/* The named checkpoints, the Relu fusion (which keeps them), then the
+ * evenly spaced checkpoints of the fused graph. */
+static fl_status rewrite(fl_gmodel *m, const fl_graph_options *opt) {
+  FL_TRY(resolve_checkpoints(m, opt, 0));
+  FL_TRY(fl_gfuse(m, opt->device));
+  return resolve_checkpoints(m, opt, 1);
+}
+
 fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void **handle) {
   if (!handle) {
     fl_graph_free(g);
@@ -342,9 +350,7 @@ fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void *
     st = FL_ERR(FL_ENOMEM, "graph %s: out of memory", g->name);
     goto fail;
   }
-  if ((st = resolve_checkpoints(m, opt, 0)) != FL_OK || (st = fl_gfuse(m, opt->device)) != FL_OK ||
-      (st = resolve_checkpoints(m, opt, 1)) != FL_OK || (st = make_params(m)) != FL_OK)
-    goto fail;
+  if ((st = rewrite(m, opt)) != FL_OK || (st = make_params(m)) != FL_OK) goto fail;
   m->ctx.t = g->t;
   m->ctx.graph = g->name;
   m->ctx.seed = opt->seed;
