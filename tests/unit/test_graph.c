@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "fl_graph.h"
+#include "fl_graph_inspect.h"
 #include "fl_log.h"
 #include "gradcheck.h"
 
@@ -231,14 +232,15 @@ static void assert_same(void *a, void *b) {
   for (size_t i = 0; i < np; i++) {
     fl_param *p = fl_graph_model_ops.param(a, i), *q = fl_graph_model_ops.param(b, i);
     ck_assert_mem_eq(p->value, q->value, p->n * sizeof(float));
-    ck_assert_mem_eq(p->grad, q->grad, p->n * sizeof(float));
+    ck_assert(!p->grad == !q->grad); /* a buffer (BN statistics) has none */
+    if (p->grad) ck_assert_mem_eq(p->grad, q->grad, p->n * sizeof(float));
   }
 }
 
 static void sgd(void *h) {
   for (size_t i = 0; i < fl_graph_model_ops.num_params(h); i++) {
     fl_param *p = fl_graph_model_ops.param(h, i);
-    for (size_t j = 0; j < p->n; j++) p->value[j] -= 0.1f * p->grad[j];
+    for (size_t j = 0; p->grad && j < p->n; j++) p->value[j] -= 0.1f * p->grad[j];
   }
 }
 
@@ -513,6 +515,92 @@ START_TEST(amp_lists) {
 END_TEST
 
 /* What the builder and create refuse. */
+/* x -> fc (Gemm) -> h [B,K] -> bn -> z -> Relu -> a; Add(a, h) -> s ->
+ * Relu -> out, and with extra a second reader of z (Mul(z, z) added to the
+ * Add's input).  The engine folds each Relu into the node before it when
+ * the sum has no other reader and is no checkpoint. */
+static fl_graph *build_fusable(int extra) {
+  fl_graph *g;
+  float w[K * IN];
+  uint64_t s = 7;
+  gc_fill(w, K * IN, &s, -0.8, 0.8);
+  ck_assert_int_eq(fl_graph_new("fuse", &g), FL_OK);
+  const int64_t xd[2] = {FL_G_BATCH, IN}, wd[2] = {K, IN}, cd[1] = {K};
+  int x, W, sc, bi, rm, rv, h, z, a, sum, out, zz;
+  ck_assert_int_eq(fl_graph_input(g, "x", 2, xd, &x), FL_OK);
+  ck_assert_int_eq(fl_graph_param(g, "w", 2, wd, w, 1, &W), FL_OK);
+  ck_assert_int_eq(fl_graph_param(g, "bn.scale", 1, cd, NULL, 1, &sc), FL_OK);
+  ck_assert_int_eq(fl_graph_param(g, "bn.bias", 1, cd, NULL, 1, &bi), FL_OK);
+  ck_assert_int_eq(fl_graph_param(g, "bn.mean", 1, cd, NULL, 0, &rm), FL_OK);
+  ck_assert_int_eq(fl_graph_param(g, "bn.var", 1, cd, NULL, 0, &rv), FL_OK);
+  const char *nh[] = {"h"}, *nz[] = {"z"}, *na[] = {"a"}, *ns[] = {"s"}, *no[] = {"out"},
+             *nzz[] = {"zz"}, *na2[] = {"a2"};
+  ck_assert_int_eq(fl_graph_node(g, "fc", "Gemm", (int[]){x, W}, 2, nh, 1, &TRANS_B, 1, &h),
+                   FL_OK);
+  ck_assert_int_eq(fl_graph_node(g, "bn", "BatchNormalization", (int[]){h, sc, bi, rm, rv}, 5, nz,
+                                 1, NULL, 0, &z), FL_OK);
+  ck_assert_int_eq(fl_graph_node(g, "r1", "Relu", &z, 1, na, 1, NULL, 0, &a), FL_OK);
+  if (extra) {
+    ck_assert_int_eq(fl_graph_node(g, "sq", "Mul", (int[]){z, z}, 2, nzz, 1, NULL, 0, &zz), FL_OK);
+    ck_assert_int_eq(fl_graph_node(g, "add0", "Add", (int[]){a, zz}, 2, na2, 1, NULL, 0, &a),
+                     FL_OK);
+  }
+  ck_assert_int_eq(fl_graph_node(g, "add", "Add", (int[]){a, h}, 2, ns, 1, NULL, 0, &sum), FL_OK);
+  ck_assert_int_eq(fl_graph_node(g, "r2", "Relu", &sum, 1, no, 1, NULL, 0, &out), FL_OK);
+  ck_assert_int_eq(fl_graph_set_output(g, out, FL_GLOSS_MSE), FL_OK);
+  return g;
+}
+
+/* The names of h's nodes, comma-separated, "+act" after a node that took
+ * the attribute flotilla_act. */
+static void node_names(void *h, char *buf, size_t cap) {
+  const fl_graph *g = fl_graph_model_graph(h);
+  buf[0] = 0;
+  for (int i = 0; i < fl_graph_num_nodes(g); i++) {
+    fl_gnode_info ni;
+    ck_assert_int_eq(fl_graph_node_info(g, i, &ni), FL_OK);
+    int act = 0;
+    for (int k = 0; k < ni.n_attrs; k++) act |= !strcmp(ni.attrs[k].name, "flotilla_act");
+    snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s%s", i ? "," : "", ni.name,
+             act ? "+act" : "");
+  }
+}
+
+START_TEST(relu_fusion) {
+  char buf[256];
+  const char *ck_z[] = {"z"};
+  void *h = compile(build_fusable(0), B, 0, NULL, 0);
+  node_names(h, buf, sizeof buf);
+  ck_assert_str_eq(buf, "fc,bn+act,add");
+  fl_graph_model_ops.destroy(h);
+  h = compile(build_fusable(0), B, 1, ck_z, 1); /* z is a checkpoint: kept */
+  node_names(h, buf, sizeof buf);
+  ck_assert_str_eq(buf, "fc,bn,r1,add");
+  fl_graph_model_ops.destroy(h);
+  h = compile(build_fusable(1), B, 0, NULL, 0); /* z has a second reader */
+  node_names(h, buf, sizeof buf);
+  ck_assert_str_eq(buf, "fc,bn,r1,sq,add0,add");
+  fl_graph_model_ops.destroy(h);
+  /* fused and separate ops: the same bits (z and s checkpoints keep them
+   * apart; recompute changes no bit) */
+  const char *ck_zs[] = {"z", "s"};
+  void *a = compile(build_fusable(0), B, 0, NULL, 0), *b = compile(build_fusable(0), B, 1, ck_zs, 2);
+  node_names(b, buf, sizeof buf);
+  ck_assert_str_eq(buf, "fc,bn,r1,add,r2");
+  for (int step = 0; step < 2; step++) {
+    data d = make_data(30 + (uint64_t)step);
+    fl_model_result ra, rb;
+    train(a, FL_GLOSS_MSE, &d, NULL, NULL, &ra);
+    train(b, FL_GLOSS_MSE, &d, NULL, NULL, &rb);
+    ck_assert(memcmp(&ra.loss_sum, &rb.loss_sum, sizeof ra.loss_sum) == 0);
+    assert_same(a, b);
+    sgd(a), sgd(b);
+  }
+  fl_graph_model_ops.destroy(a);
+  fl_graph_model_ops.destroy(b);
+}
+END_TEST
+
 START_TEST(refusals) {
   fl_graph *g;
   ck_assert_int_eq(fl_graph_new("bad", &g), FL_OK);
@@ -576,6 +664,7 @@ int main(void) {
   tcase_add_test(tc, dropout_follows_the_step);
   tcase_add_test(tc, gpu_refuses_op_without_twin);
   tcase_add_test(tc, amp_lists);
+  tcase_add_test(tc, relu_fusion);
   tcase_add_test(tc, refusals);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);

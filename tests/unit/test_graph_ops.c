@@ -705,11 +705,17 @@ START_TEST(test_conv) {
       {2, 2, 7, 7, 2, 3, 3, 1, 1, 1, 2, 2, 2, 1, 1, 2, 0, NULL},
       {1, 4, 5, 5, 4, 3, 3, 4, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL}, /* depthwise */
       {2, 3, 1, 9, 2, 1, 3, 1, 1, 2, 1, 1, 0, 1, 0, 1, 1, NULL}, /* 1-D */
-      {3, 2, 24, 24, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL}, /* chunks of 2 + 1 */
+      {5, 2, 16, 16, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL}, /* chunks of 4 + 1 */
       {2, 2, 7, 6, 3, 3, 3, 1, 1, 1, 2, 2, 2, 2, 2, 2, 0, "tanh"}, /* dilated, ow == W */
       {2, 3, 4, 5, 4, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, NULL},   /* pointwise */
       {2, 2, 14, 14, 3, 3, 3, 1, 2, 2, 1, 1, 1, 1, 1, 1, 0, NULL}, /* stride 2, wide */
       {2, 3, 12, 12, 2, 1, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 0, NULL}, /* 1x1 stride 2 */
+      /* dx as a convolution of dz (stride 1, output as large as the input,
+       * O <= C): one chunk of two images, chunks of 4 + 1 (the last one
+       * image), an asymmetric 2x3 kernel with a fused tanh */
+      {2, 4, 6, 5, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL},
+      {5, 3, 16, 16, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL},
+      {2, 3, 5, 6, 2, 2, 3, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, "tanh"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_conv(&cases[i]);
 }

@@ -30,7 +30,10 @@ static size_t round_up(size_t n) {
   return (n + FL_G_ALIGN - 1) / FL_G_ALIGN * FL_G_ALIGN;
 }
 
-static int is_f32_value(const fl_gtensor *t) { return t->kind == FL_GT_VALUE && t->dtype == FL_G_F32; }
+/* A float VALUE some node writes (a rewrite may leave one without). */
+static int is_f32_value(const fl_gtensor *t) {
+  return t->kind == FL_GT_VALUE && t->dtype == FL_G_F32 && t->producer >= 0;
+}
 
 /* ------------------------------------------------------------ shapes */
 

@@ -148,6 +148,13 @@ fl_status fl_graph_sort(fl_graph *g);
 /* Check the graph's wiring: one input, one output, inputs declared. */
 fl_status fl_graph_check(const fl_graph *g);
 
+/* graph_fuse.c */
+/* Fold each Relu into the BatchNormalization or (device < 0: CPU) Add
+ * whose output only it reads, unless that output is g's output or a
+ * checkpoint in m->ckpt; nodes stay in topological order.  FL_ENOMEM
+ * logged. */
+fl_status fl_gfuse(fl_gmodel *m, int device);
+
 /* graph_bind.c */
 /* Bind every shape for batch and plan the buffers (a no-op when batch is
  * already bound); the first bind also decides the gradient flow and the

@@ -112,6 +112,10 @@ const fl_gop *fl_gop_find_paddle(const char *name);
 /* A comma-separated list of every supported ONNX op type, for messages. */
 const char *fl_gop_supported(void);
 
+/* Add and the Relu after it as one op (type "Add", CPU only), for the
+ * engine's rewrite (graph_fuse.c): see ops_elementwise.c. */
+extern const fl_gop fl_gop_add_relu;
+
 /* Numpy/ONNX multidirectional broadcasting of a and b into out; FL_EINVAL
  * (not logged) when they do not broadcast. */
 fl_status fl_gbroadcast_shape(int na, const int64_t *a, int nb, const int64_t *b, int *nout,

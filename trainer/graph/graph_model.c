@@ -266,10 +266,11 @@ static void set_math(fl_gmodel *m, const fl_graph_options *opt) {
   }
 }
 
-/* Checkpoints by name, or ~sqrt(nodes) evenly spaced ones. */
-static fl_status resolve_checkpoints(fl_gmodel *m, const fl_graph_options *opt) {
+/* Checkpoints by name (before the rewrite, which keeps them), or, after
+ * it (late 1), ~sqrt(nodes) evenly spaced ones. */
+static fl_status resolve_checkpoints(fl_gmodel *m, const fl_graph_options *opt, int late) {
   fl_graph *g = m->g;
-  if (!opt->recompute) return FL_OK;
+  if (!opt->recompute || (opt->n_checkpoints > 0) == late) return FL_OK;
   if (opt->n_checkpoints > 0) {
     for (size_t k = 0; k < opt->n_checkpoints; k++) {
       const int t = opt->checkpoints ? fl_graph_find(g, opt->checkpoints[k]) : -1;
@@ -284,6 +285,14 @@ static fl_status resolve_checkpoints(fl_gmodel *m, const fl_graph_options *opt) 
   const int len = (int)ceil(sqrt((double)g->nn));
   for (int i = len - 1; i < g->nn - 1; i += len) m->ckpt[g->nodes[i].out[0]] = 1;
   return FL_OK;
+}
+
+/* The named checkpoints, the Relu fusion (which keeps them), then the
+ * evenly spaced checkpoints of the fused graph. */
+static fl_status rewrite(fl_gmodel *m, const fl_graph_options *opt) {
+  FL_TRY(resolve_checkpoints(m, opt, 0));
+  FL_TRY(fl_gfuse(m, opt->device));
+  return resolve_checkpoints(m, opt, 1);
 }
 
 fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void **handle) {
@@ -341,7 +350,7 @@ fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void *
     st = FL_ERR(FL_ENOMEM, "graph %s: out of memory", g->name);
     goto fail;
   }
-  if ((st = make_params(m)) != FL_OK || (st = resolve_checkpoints(m, opt)) != FL_OK) goto fail;
+  if ((st = rewrite(m, opt)) != FL_OK || (st = make_params(m)) != FL_OK) goto fail;
   m->ctx.t = g->t;
   m->ctx.graph = g->name;
   m->ctx.seed = opt->seed;

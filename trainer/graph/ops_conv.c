@@ -8,7 +8,9 @@
  * output positions) even for small late-stage images, dW is one GEMM per
  * chunk over all its positions, and a gradient that accumulates is
  * accumulated in place (GEMM beta, col2im adds).  A 1x1 stride-1 unpadded
- * conv takes the image as its column matrix.  Groups go one image and one
+ * conv takes the image as its column matrix; a stride-1 conv whose output
+ * is as large as its input takes dx as a convolution of dz with the
+ * flipped kernel (conv_dx_as_conv).  Groups go one image and one
  * group at a time.  MaxPool takes the kernels of fl_layers.h (the window
  * max with its argmax) when the geometry is theirs: no padding and floor
  * rounding.  The CUDA twins are the kernels' (cuDNN) in the kernels'
@@ -184,9 +186,11 @@ static fl_conv2d_desc conv_desc(const conv_p *p) {
   return d;
 }
 
-/* A one-group CPU conv takes images in chunks of conv_chunk(p): enough of
- * them for about CONV_COLS output positions per GEMM, fewer when the
- * column matrix would pass CONV_COL_FLOATS (it should stay in cache). */
+/* A one-group CPU conv takes images in chunks of conv_chunk(p): as many as
+ * fit CONV_COLS output positions per GEMM (at least one; an image that
+ * alone fills more than half of it goes alone, straight into y without
+ * the chunk's copies), fewer when the column matrix would pass
+ * CONV_COL_FLOATS (it should stay in cache). */
 #define CONV_COLS 1024
 #define CONV_COL_FLOATS ((int64_t)1 << 19)
 
@@ -202,20 +206,38 @@ static int conv_pointwise(const conv_p *p) {
 static int64_t conv_chunk(const conv_p *p) {
   const int64_t ohw = p->g.oh * p->g.ow, ckk = p->Cg * p->g.kh * p->g.kw;
   if (conv_pointwise(p) || ohw == 0) return 1;
-  int64_t b = (CONV_COLS + ohw - 1) / ohw;
+  int64_t b = CONV_COLS / ohw;
   if (b * ohw * ckk > CONV_COL_FLOATS) b = CONV_COL_FLOATS / (ohw * ckk);
   if (b > p->g.N) b = p->g.N;
   return b < 1 ? 1 : b;
 }
 
+/* Whether backward takes dx as a convolution of dz (conv_dx_chunk): one
+ * group, stride and dilation 1, an output as large as the input (so the
+ * pads fit the flipped kernel) and no more output channels than input
+ * ones (its columns fit the forward's), not pointwise.  Why: the usual
+ * dcol = W^T . dz is a GEMM of inner size O that writes the whole column
+ * matrix, which col2im then reads back and adds up; as a convolution the
+ * columns are written by a copy (im2col of dz) and the GEMM's inner size
+ * is O*kh*kw. */
+static int conv_dx_as_conv(const conv_p *p) {
+  const win2d *g = &p->g;
+  return p->group == 1 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 &&
+         g->oh == g->H && g->ow == g->W && p->O <= g->C && !conv_pointwise(p);
+}
+
 /* CPU scratch: the column matrix of a chunk (or of one image and group),
  * then, with chunks of several images, their output (forward) or output
- * gradient (backward) gathered as one [O, chunk*ohw] matrix. */
+ * gradient (backward) gathered as one [O, chunk*ohw] matrix (with
+ * conv_dx_as_conv, [C, chunk*ohw]: dx's chunk), then with conv_dx_as_conv
+ * the flipped weight [C, O*kh*kw] at the end. */
 static size_t conv_cpu_ws(const conv_p *p) {
   const int64_t ohw = p->g.oh * p->g.ow, ckk = p->Cg * p->g.kh * p->g.kw;
   if (p->group != 1) return (size_t)(ckk * ohw);
-  const int64_t b = conv_chunk(p);
-  return (size_t)((conv_pointwise(p) ? 0 : ckk * b * ohw) + (b > 1 ? p->O * b * ohw : 0));
+  const int64_t b = conv_chunk(p), dxc = conv_dx_as_conv(p);
+  const int64_t rows = dxc && p->g.C > p->O ? p->g.C : p->O;
+  return (size_t)((conv_pointwise(p) ? 0 : ckk * b * ohw) + (b > 1 ? rows * b * ohw : 0) +
+                  (dxc ? p->g.C * p->O * p->g.kh * p->g.kw : 0));
 }
 
 /* Device scratch of a gpu conv: the gradients that accumulate (dx, dw, db
@@ -300,49 +322,77 @@ static void gather2(float *restrict d, const float *restrict s, int64_t len) {
   for (; k < len; k++) d[k] = s[2 * k];
 }
 
+/* p[0..n) = +0: a single store for the one pad column of a 3x3 window
+ * (gcc makes the plain loop a memset call, which costs more than the row's
+ * copy for small images), memset for more, nothing for n <= 0. */
+static inline void zero_few(float *p, int64_t n) {
+  if (n == 1)
+    p[0] = 0.0f;
+  else if (n > 1)
+    memset(p, 0, (size_t)n * sizeof *p);
+}
+
+/* Kernel position (i, j)'s part of every channel's column row: the
+ * output columns [lo, hi) and rows [oy0, oy1) that read inside the image
+ * (win_cols, win_rows; no rows when no column is inside), and the input
+ * column offset off (ix = ox*sw + off).  The same for every channel, so
+ * im2col and col2im_add work it out once per position. */
+typedef struct win_span {
+  int64_t i, off, lo, hi, oy0, oy1;
+} win_span;
+
+static win_span win_span_of(const win2d *g, int64_t i, int64_t j) {
+  win_span s = {.i = i, .off = j * g->dw - g->pl};
+  win_cols(g, j, &s.lo, &s.hi);
+  win_rows(g, i, &s.oy0, &s.oy1);
+  if (s.hi <= s.lo) s.oy1 = s.oy0;
+  return s;
+}
+
+/* One column row of channel xc (plane: win_plane(g)), zeros outside. */
+static void im2col_row(const win2d *g, const win_span *s, int plane, const float *xc,
+                       float *row) {
+  const int64_t lo = s->lo, hi = s->hi, oy0 = s->oy0, oy1 = s->oy1, off = s->off;
+  zero_few(row, oy0 * g->ow);
+  zero_few(row + oy1 * g->ow, (g->oh - oy1) * g->ow);
+  if (oy1 == oy0) return;
+  if (plane) { /* rows oy0..oy1-1 in one copy, then the pad columns */
+    const int64_t d0 = oy0 * g->ow + lo, d1 = (oy1 - 1) * g->ow + hi;
+    memcpy(row + d0, xc + d0 + (s->i * g->dh - g->pt) * g->W + off,
+           (size_t)(d1 - d0) * sizeof *row);
+    for (int64_t oy = oy0; (lo > 0 || hi < g->ow) && oy < oy1; oy++) {
+      float *r = row + oy * g->ow;
+      zero_few(r, lo);
+      zero_few(r + hi, g->ow - hi);
+    }
+    return;
+  }
+  for (int64_t oy = oy0; oy < oy1; oy++) {
+    const float *xr = xc + (oy * g->sh - g->pt + s->i * g->dh) * g->W;
+    float *r = row + oy * g->ow;
+    zero_few(r, lo);
+    if (g->sw == 1) {
+      memcpy(r + lo, xr + lo + off, (size_t)(hi - lo) * sizeof *r);
+    } else if (g->sw == 2) {
+      gather2(r + lo, xr + 2 * lo + off, hi - lo);
+    } else {
+      for (int64_t ox = lo; ox < hi; ox++) r[ox] = xr[ox * g->sw + off];
+    }
+    zero_few(r + hi, g->ow - hi);
+  }
+}
+
 /* col[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - pt + i*dh][ox*sw - pl + j*dw]
  * (0 outside the image); col's rows are ld floats apart (ld >= oh*ow: an
  * image's columns within a chunk's column matrix). */
 static void im2col(const win2d *g, int64_t Cg, const float *x, float *col, int64_t ld) {
   const int plane = win_plane(g);
-  for (int64_t ch = 0; ch < Cg; ch++)
-    for (int64_t i = 0; i < g->kh; i++)
-      for (int64_t j = 0; j < g->kw; j++) {
-        float *row = col + ((ch * g->kh + i) * g->kw + j) * ld;
-        const float *xc = x + ch * g->H * g->W;
-        const int64_t off = j * g->dw - g->pl;
-        int64_t lo, hi, oy0, oy1;
-        win_cols(g, j, &lo, &hi);
-        win_rows(g, i, &oy0, &oy1);
-        if (hi <= lo) oy1 = oy0; /* no column inside: all zero */
-        memset(row, 0, (size_t)(oy0 * g->ow) * sizeof *row);
-        memset(row + oy1 * g->ow, 0, (size_t)((g->oh - oy1) * g->ow) * sizeof *row);
-        if (oy1 == oy0) continue;
-        if (plane) { /* rows oy0..oy1-1 in one copy, then the pad columns */
-          const int64_t d0 = oy0 * g->ow + lo, d1 = (oy1 - 1) * g->ow + hi;
-          memcpy(row + d0, xc + d0 + (i * g->dh - g->pt) * g->W + off,
-                 (size_t)(d1 - d0) * sizeof *row);
-          for (int64_t oy = oy0; oy < oy1; oy++) {
-            float *r = row + oy * g->ow;
-            for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
-            for (int64_t ox = hi; ox < g->ow; ox++) r[ox] = 0.0f;
-          }
-          continue;
-        }
-        for (int64_t oy = oy0; oy < oy1; oy++) {
-          const float *xr = xc + (oy * g->sh - g->pt + i * g->dh) * g->W;
-          float *r = row + oy * g->ow;
-          for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
-          if (g->sw == 1) {
-            memcpy(r + lo, xr + lo + off, (size_t)(hi - lo) * sizeof *r);
-          } else if (g->sw == 2) {
-            gather2(r + lo, xr + 2 * lo + off, hi - lo);
-          } else {
-            for (int64_t ox = lo; ox < hi; ox++) r[ox] = xr[ox * g->sw + off];
-          }
-          for (int64_t ox = hi; ox < g->ow; ox++) r[ox] = 0.0f;
-        }
-      }
+  for (int64_t i = 0; i < g->kh; i++)
+    for (int64_t j = 0; j < g->kw; j++) {
+      const win_span sp = win_span_of(g, i, j);
+      for (int64_t ch = 0; ch < Cg; ch++)
+        im2col_row(g, &sp, plane, x + ch * g->H * g->W, col + ((ch * g->kh + i) * g->kw + j) * ld);
+    }
 }
 
 /* d[k] += s[k], k < len, four at a time with SSE2 (the scalar sums' bits). */
@@ -372,46 +422,49 @@ static void scatter2_add(float *restrict d, const float *restrict s, int64_t len
   for (; k < len; k++) d[2 * k] += s[k];
 }
 
+/* col2im_add's part of one column row of channel xc. */
+static void col2im_row(const win2d *g, const win_span *s, int plane, float *row, float *xc) {
+  const int64_t lo = s->lo, hi = s->hi, oy0 = s->oy0, oy1 = s->oy1, off = s->off;
+  if (oy1 == oy0) return;
+  if (plane) {
+    for (int64_t oy = oy0; (lo > 0 || hi < g->ow) && oy < oy1; oy++) {
+      float *r = row + oy * g->ow;
+      zero_few(r, lo);
+      zero_few(r + hi, g->ow - hi);
+    }
+    const int64_t d0 = oy0 * g->ow + lo, d1 = (oy1 - 1) * g->ow + hi;
+    add_row(xc + d0 + (s->i * g->dh - g->pt) * g->W + off, row + d0, d1 - d0);
+    return;
+  }
+  for (int64_t oy = oy0; oy < oy1; oy++) {
+    const float *r = row + oy * g->ow;
+    float *xr = xc + (oy * g->sh - g->pt + s->i * g->dh) * g->W;
+    if (g->sw == 1) {
+      add_row(xr + lo + off, r + lo, hi - lo);
+    } else if (g->sw == 2) {
+      scatter2_add(xr + 2 * lo + off, r + lo, hi - lo);
+    } else {
+      for (int64_t ox = lo; ox < hi; ox++) xr[ox * g->sw + off] += r[ox];
+    }
+  }
+}
+
 /* dx += the adjoint of im2col applied to col (rows ld floats apart; each
  * dx element gets its terms in the same order as an element-by-element
  * scatter).  In win_plane geometry col's entries that stand for padding
  * are set to 0 first and added with their row's contiguous range (a +0
- * on the wrapped-to element, which changes no value but a -0's sign). */
+ * on the wrapped-to element, which changes no value but a -0's sign).
+ * Positions outer, channels inner: a dx element still gets its terms in
+ * kernel-position order (a channel's rows touch its own plane only). */
 static void col2im_add(const win2d *g, int64_t Cg, float *col, int64_t ld, float *dx) {
   const int plane = win_plane(g);
-  for (int64_t ch = 0; ch < Cg; ch++)
-    for (int64_t i = 0; i < g->kh; i++)
-      for (int64_t j = 0; j < g->kw; j++) {
-        float *row = col + ((ch * g->kh + i) * g->kw + j) * ld;
-        float *xc = dx + ch * g->H * g->W;
-        const int64_t off = j * g->dw - g->pl;
-        int64_t lo, hi, oy0, oy1;
-        win_cols(g, j, &lo, &hi);
-        win_rows(g, i, &oy0, &oy1);
-        if (hi <= lo) continue;
-        if (plane) {
-          if (oy1 == oy0) continue;
-          for (int64_t oy = oy0; oy < oy1; oy++) {
-            float *r = row + oy * g->ow;
-            for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
-            for (int64_t ox = hi; ox < g->ow; ox++) r[ox] = 0.0f;
-          }
-          const int64_t d0 = oy0 * g->ow + lo, d1 = (oy1 - 1) * g->ow + hi;
-          add_row(xc + d0 + (i * g->dh - g->pt) * g->W + off, row + d0, d1 - d0);
-          continue;
-        }
-        for (int64_t oy = oy0; oy < oy1; oy++) {
-          const float *r = row + oy * g->ow;
-          float *xr = xc + (oy * g->sh - g->pt + i * g->dh) * g->W;
-          if (g->sw == 1) {
-            add_row(xr + lo + off, r + lo, hi - lo);
-          } else if (g->sw == 2) {
-            scatter2_add(xr + 2 * lo + off, r + lo, hi - lo);
-          } else {
-            for (int64_t ox = lo; ox < hi; ox++) xr[ox * g->sw + off] += r[ox];
-          }
-        }
-      }
+  for (int64_t i = 0; i < g->kh; i++)
+    for (int64_t j = 0; j < g->kw; j++) {
+      const win_span sp = win_span_of(g, i, j);
+      for (int64_t ch = 0; ch < Cg; ch++)
+        col2im_row(g, &sp, plane, col + ((ch * g->kh + i) * g->kw + j) * ld,
+                   dx + ch * g->H * g->W);
+    }
 }
 
 /* One-group forward of images [i0, i0+nb) (a chunk): their column matrix
@@ -484,16 +537,63 @@ static fl_status conv_forward(fl_gnode *n, fl_gctx *c) {
   return FL_OK;
 }
 
+/* dx as a convolution (conv_dx_as_conv): the geometry of dz's windows,
+ * dz [N, O, oh, ow] as the input, pads the flipped kernel's, dx's size
+ * out. */
+static win2d conv_dx_geom(const conv_p *p) {
+  win2d t = p->g;
+  t.C = p->O;
+  t.H = p->g.oh;
+  t.W = p->g.ow;
+  t.pt = t.kh - 1 - p->g.pt;
+  t.pb = t.kh - 1 - p->g.pb;
+  t.pl = t.kw - 1 - p->g.pl;
+  t.pr = t.kw - 1 - p->g.pr;
+  t.oh = p->g.H;
+  t.ow = p->g.W;
+  return t;
+}
+
+/* wt[c][(o*kh + i)*kw + j] = w[o][c][kh-1-i][kw-1-j]: the weight of
+ * conv_dx_geom, [C, O*kh*kw]. */
+static void conv_flip_w(const conv_p *p, const float *w, float *wt) {
+  const int64_t kh = p->g.kh, kw = p->g.kw, C = p->g.C, O = p->O;
+  for (int64_t o = 0; o < O; o++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t i = 0; i < kh; i++)
+        for (int64_t j = 0; j < kw; j++)
+          wt[((c * O + o) * kh + (kh - 1 - i)) * kw + (kw - 1 - j)] =
+              w[((o * C + c) * kh + i) * kw + j];
+}
+
+/* dx (+)= the convolution of dz's images [i0, i0+nb) with wt (conv_flip_w):
+ * their dz columns [O*kh*kw, nb*hw] in ws, one GEMM into dx itself for one
+ * image, else into ws after the columns, added back image by image. */
+static void conv_dx_chunk(const conv_p *p, const float *wt, const float *dz, float *dx,
+                          int64_t i0, int64_t nb, float *ws) {
+  const win2d t = conv_dx_geom(p);
+  const int64_t hw = t.oh * t.ow, okk = p->O * t.kh * t.kw, cols = nb * hw;
+  const int64_t in_img = p->g.C * hw, out_img = p->O * hw;
+  for (int64_t k = 0; k < nb; k++) im2col(&t, p->O, dz + (i0 + k) * out_img, ws + k * hw, cols);
+  float *out = nb > 1 ? ws + p->g.C * t.kh * t.kw * cols : dx + i0 * in_img;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)p->g.C, (int)cols, (int)okk, 1.0f,
+              wt, (int)okk, ws, (int)cols, nb > 1 ? 0.0f : 1.0f, out, (int)cols);
+  for (int64_t k = 0; nb > 1 && k < nb; k++)
+    for (int64_t c = 0; c < p->g.C; c++)
+      add_row(dx + (i0 + k) * in_img + c * hw, out + c * cols + k * hw, hw);
+}
+
 /* One-group backward of images [i0, i0+nb) (a chunk), dz already through
  * the activation: their output gradient as one [O, nb*ohw] matrix (dz
  * itself for one image, else gathered into ws after the columns),
  * dW (+)= dZ . col^T over all the chunk's positions (beta 0 only for the
  * first chunk of a dW that does not accumulate), then dcol = W^T . dZ
  * added back into dx (zeroed by the caller unless it accumulates; a
- * pointwise conv's dcol is dx itself, beta 1). */
+ * pointwise conv's dcol is dx itself, beta 1), or with wt (the flipped
+ * weight, conv_dx_as_conv) dx by conv_dx_chunk. */
 static void conv_backward_chunk(const conv_p *p, const float *x, const float *w, const float *dz,
                                 float *dx, float *dw, int dw_beta, int64_t i0, int64_t nb,
-                                float *ws) {
+                                float *ws, const float *wt) {
   const win2d *g = &p->g;
   const int64_t ohw = g->oh * g->ow, ckk = p->Cg * g->kh * g->kw, cols = nb * ohw;
   const int64_t in_img = g->C * g->H * g->W, out_img = p->O * ohw;
@@ -517,7 +617,9 @@ static void conv_backward_chunk(const conv_p *p, const float *x, const float *w,
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->O, (int)ckk, (int)cols, 1.0f,
                 dzm, (int)cols, col, (int)cols, dw_beta ? 1.0f : 0.0f, dw, (int)ckk);
   }
-  if (dx) {
+  if (dx && wt) {
+    conv_dx_chunk(p, wt, dz, dx, i0, nb, ws);
+  } else if (dx) {
     if (pw) {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ckk, (int)cols, (int)p->O, 1.0f,
                   w, (int)ckk, dzm, (int)cols, 1.0f, dx + i0 * in_img, (int)cols);
@@ -560,9 +662,14 @@ static fl_status conv_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   }
   if (p.group == 1 && ckk > 0) {
     const int64_t chunk = conv_chunk(&p);
+    float *wt = NULL;
+    if (dx && conv_dx_as_conv(&p)) { /* the flipped weight: the end of ws */
+      wt = n->ws + conv_cpu_ws(&p) - (size_t)(g->C * p.O * g->kh * g->kw);
+      conv_flip_w(&p, w->data, wt);
+    }
     for (int64_t i0 = 0; i0 < g->N; i0 += chunk)
       conv_backward_chunk(&p, x->data, w->data, dz, dx, dw, aw || i0 > 0, i0,
-                          g->N - i0 < chunk ? g->N - i0 : chunk, n->ws);
+                          g->N - i0 < chunk ? g->N - i0 : chunk, n->ws, wt);
     return FL_OK;
   }
   if (dw && !aw) memset(dw, 0, w->n * sizeof *dw);

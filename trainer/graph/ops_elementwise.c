@@ -369,6 +369,92 @@ static fl_status add_backward_cuda(fl_gnode *n, fl_gctx *c, unsigned acc) {
   return FL_OK;
 }
 
+/* ---------------------------------------------------------- Add + Relu */
+
+/* Add followed by a Relu that alone reads its sum, as one node: the
+ * rewrite of graph_fuse.c gives the Add node this op, which keeps the type
+ * "Add" (messages name the node and ONNX type; the export writes the
+ * imported graph's own nodes).  y = relu(a + b) in one pass when a and b
+ * have y's shape (the separate ops' bits: one add, then y > 0 ? y : +0),
+ * else Add's rows then Relu in place.  Backward turns dy into the
+ * pre-activation gradient in place (an output grad is the op's scratch,
+ * NOTES-graph.md), then runs Add's.  No CUDA twins: the rewrite leaves gpu
+ * graphs alone. */
+static fl_status add_relu_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
+  FL_TRY(binary_infer(n, c, ws, saved));
+  if (fl_gout(n, c, 0)->dtype != FL_G_F32)
+    return fl_gop_fail(n, FL_EINVAL, "Add followed by Relu takes float tensors");
+  return FL_OK;
+}
+
+/* y[i] = relu(a[i] + b[i]), i < len; SSE2 as relu_inplace of fl_layers. */
+static void add_relu_row(const float *a, const float *b, float *y, size_t len) {
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128 zero = _mm_setzero_ps();
+  for (; i + 4 <= len; i += 4) {
+    const __m128 v = _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i));
+    _mm_storeu_ps(y + i, _mm_and_ps(_mm_cmpgt_ps(v, zero), v));
+  }
+#endif
+  for (; i < len; i++) {
+    const float v = a[i] + b[i];
+    y[i] = v > 0.0f ? v : 0.0f;
+  }
+}
+
+static fl_status add_relu_forward(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  if (y->n == 0) return FL_OK;
+  if (a->n == y->n && b->n == y->n) {
+    add_relu_row(a->data, b->data, y->data, y->n);
+    return FL_OK;
+  }
+  FL_TRY(binary_forward(n, c));
+  return fl_gkernel(n, fl_act_forward(FL_ACT_RELU, y->data, y->data, y->n), "relu");
+}
+
+/* d[i] = t or d[i] += t (add), t = y[i] > 0 ? g[i] : +0, for each of d0
+ * and d1 that is set, in that order (d0 == d1 is fine): Relu's gradient
+ * then Add's copies, in one pass. */
+static void add_relu_grad(const float *y, const float *g, float *d0, int add0, float *d1,
+                          int add1, size_t len) {
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128 zero = _mm_setzero_ps();
+  for (; i + 4 <= len; i += 4) {
+    const __m128 t = _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(y + i), zero), _mm_loadu_ps(g + i));
+    if (d0) _mm_storeu_ps(d0 + i, add0 ? _mm_add_ps(_mm_loadu_ps(d0 + i), t) : t);
+    if (d1) _mm_storeu_ps(d1 + i, add1 ? _mm_add_ps(_mm_loadu_ps(d1 + i), t) : t);
+  }
+#endif
+  for (; i < len; i++) {
+    const float t = y[i] > 0.0f ? g[i] : 0.0f;
+    if (d0) d0[i] = add0 ? d0[i] + t : t;
+    if (d1) d1[i] = add1 ? d1[i] + t : t;
+  }
+}
+
+static fl_status add_relu_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1), *y = fl_gout(n, c, 0);
+  if (y->n == 0) return FL_OK;
+  if (a->n == y->n && b->n == y->n) {
+    add_relu_grad(y->data, y->grad, a->grad, fl_gacc(acc, 0), b->grad, fl_gacc(acc, 1), y->n);
+    return FL_OK;
+  }
+  FL_TRY(fl_gkernel(n, fl_act_backward(FL_ACT_RELU, y->data, y->grad, y->grad, y->n),
+                    "relu backward"));
+  return binary_backward(n, c, acc);
+}
+
+static const char *const add_relu_attrs[] = {NULL};
+const fl_gop fl_gop_add_relu = {.type = "Add", .paddle = "elementwise_add", .min_in = 2,
+                                .max_in = 2, .min_out = 1, .max_out = 1,
+                                .attrs = add_relu_attrs, .infer = add_relu_infer,
+                                .forward = add_relu_forward, .backward = add_relu_backward,
+                                .save_out = 1};
+
 /* -------------------------------------------------------------- unary */
 
 enum un_kind { UN_RELU, UN_LEAKY, UN_SIGMOID, UN_TANH, UN_ERF, UN_NEG, UN_SQRT, UN_EXP, UN_LOG };

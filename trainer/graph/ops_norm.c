@@ -140,7 +140,7 @@ static fl_status bn_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
     n->state = s;
   }
   *ws = 2 * (size_t)C;      /* dgamma, dbeta when they accumulate */
-  *saved = 2 * (size_t)C;   /* save_mean, save_invstd */
+  *saved = 4 * (size_t)C;   /* save_mean, save_invstd; the CPU's a, b (bn_chan_apply) */
   return FL_OK;
 }
 
@@ -224,11 +224,13 @@ static double bn_chan_sqdev(const fl_norm_desc *d, size_t c, const float *x, dou
 
 /* Channel c with mean mu and biased variance var of count values: the
  * saved and (when run_m is set) running statistics, y = act(a*x + b) with
- * a = gamma*invstd, b = beta - gamma*invstd*mu (the kernels' formulas). */
+ * a = gamma*invstd, b = beta - gamma*invstd*mu (the kernels' formulas).
+ * saved[4C]: mean, invstd, then a and b, from which backward tells where
+ * a fused Relu's output was > 0 (bn_mask) without reading the output. */
 static void bn_chan_apply(const fl_norm_desc *d, size_t c, const float *x, float *y,
                           const float *gamma, const float *beta, double mu, double var,
-                          double count, float *run_m, float *run_v, float *save_mean,
-                          float *save_invstd, fl_act act) {
+                          double count, float *run_m, float *run_v, float *saved, fl_act act) {
+  float *save_mean = saved, *save_invstd = saved + d->channels;
   const double invstd = 1.0 / sqrt(var + (double)d->eps);
   save_mean[c] = (float)mu;
   save_invstd[c] = (float)invstd;
@@ -239,6 +241,8 @@ static void bn_chan_apply(const fl_norm_desc *d, size_t c, const float *x, float
   }
   const float g = gamma ? gamma[c] : 1.0f, be = beta ? beta[c] : 0.0f;
   const float a = (float)(g * invstd), b = (float)(be - g * invstd * mu);
+  saved[2 * d->channels + c] = a;
+  saved[3 * d->channels + c] = b;
 #ifdef __SSE2__
   const __m128 va = _mm_set1_ps(a), vb = _mm_set1_ps(b), zero = _mm_setzero_ps();
 #endif
@@ -267,24 +271,57 @@ static void bn_chan_apply(const fl_norm_desc *d, size_t c, const float *x, float
   }
 }
 
+/* A fused Relu's mask for one channel: its output a*x + b (float, as
+ * bn_chan_apply computed it, so the same bits) was > 0.  Computing it from
+ * x, which backward reads anyway, instead of reading the output keeps a
+ * channel's backward streams (x, dy) small enough for the dx pass to find
+ * them in cache. */
+typedef struct bn_mask {
+  int on;
+  float a, b;
+} bn_mask;
+
+/* Channel c's mask from the saved a, b (bn_chan_apply); off without a
+ * Relu. */
+static bn_mask bn_mask_of(const fl_gnode *n, fl_act act, size_t C, size_t c) {
+  return (bn_mask){act == FL_ACT_RELU, n->saved[2 * C + c], n->saved[3 * C + c]};
+}
+
+/* dz: dy where the mask holds (+0 elsewhere, as fl_act_backward writes
+ * it), dy itself without a Relu; saves the activation's own pass. */
+static inline float bn_dz(const bn_mask *m, float x, float dy) {
+  return m->on && !(m->a * x + m->b > 0.0f) ? 0.0f : dy;
+}
+#ifdef __SSE2__
+static inline __m128 bn_dz4(const bn_mask *m, __m128 x, __m128 dy) {
+  if (!m->on) return dy;
+  const __m128 v = _mm_add_ps(_mm_mul_ps(_mm_set1_ps(m->a), x), _mm_set1_ps(m->b));
+  return _mm_and_ps(_mm_cmpgt_ps(v, _mm_setzero_ps()), dy);
+}
+#endif
+
 /* Channel c's sum dz and sum dz*xhat in double (xhat = (x - mu)*is in
- * float, as the dx pass computes it), lanes as bn_sum, image by image. */
-static void bn_chan_sums(const fl_norm_desc *d, size_t c, const float *x, const float *dz,
-                         float mu, float is, double *sdz_out, double *sdzx_out) {
+ * float, as the dx pass computes it), lanes as bn_sum, image by image; dz
+ * as bn_dz reads it from dy. */
+static void bn_chan_sums(const fl_norm_desc *d, size_t c, const float *x, const bn_mask *msk,
+                         const float *dy, float mu, float is, double *sdz_out,
+                         double *sdzx_out) {
   const size_t S = d->inner;
 #ifdef __SSE2__
   const __m128 vm = _mm_set1_ps(mu), vi = _mm_set1_ps(is);
 #endif
   double sdz = 0.0, sdzx = 0.0;
   for (size_t i = 0; i < d->batch; i++) {
-    const float *xp = x + (i * d->channels + c) * S, *gp = dz + (i * d->channels + c) * S;
+    const size_t o = (i * d->channels + c) * S;
+    const float *xp = x + o, *gp = dy + o;
     size_t k = 0;
     double t = 0.0, u = 0.0;
 #ifdef __SSE2__
     __m128d a0 = _mm_setzero_pd(), a1 = a0, b0 = a0, b1 = a0;
     for (; k + 4 <= S; k += 4) {
-      const __m128 g = _mm_loadu_ps(gp + k);
-      const __m128 h = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xp + k), vm), vi);
+      const __m128 xv = _mm_loadu_ps(xp + k);
+      const __m128 g = bn_dz4(msk, xv, _mm_loadu_ps(gp + k));
+      const __m128 h = _mm_mul_ps(_mm_sub_ps(xv, vm), vi);
       const __m128d g0 = _mm_cvtps_pd(g), g1 = _mm_cvtps_pd(_mm_movehl_ps(g, g));
       a0 = _mm_add_pd(a0, g0);
       a1 = _mm_add_pd(a1, g1);
@@ -298,8 +335,9 @@ static void bn_chan_sums(const fl_norm_desc *d, size_t c, const float *x, const 
     u = m[0] + m[1];
 #endif
     for (; k < S; k++) {
-      t += gp[k];
-      u += (double)gp[k] * (double)((xp[k] - mu) * is);
+      const float g = bn_dz(msk, xp[k], gp[k]);
+      t += g;
+      u += (double)g * (double)((xp[k] - mu) * is);
     }
     sdz += t;
     sdzx += u;
@@ -309,11 +347,11 @@ static void bn_chan_sums(const fl_norm_desc *d, size_t c, const float *x, const 
 }
 
 /* Channel c of dx = gamma*invstd*(dz - sum dz/m - xhat*sum(dz*xhat)/m),
- * m = count; dx == dz is fine (each element is read before it is
- * written). */
-static void bn_chan_dx(const fl_norm_desc *d, size_t c, const float *x, const float *dz,
-                       const float *gamma, float mu, float is, double sdz, double sdzx,
-                       double count, float *dx) {
+ * m = count, dz read from dy as bn_dz does; dx == dy is fine (each
+ * element is read before it is written). */
+static void bn_chan_dx(const fl_norm_desc *d, size_t c, const float *x, const bn_mask *msk,
+                       const float *dy, const float *gamma, float mu, float is, double sdz,
+                       double sdzx, double count, float *dx) {
   const size_t S = d->inner;
   const float g = gamma ? gamma[c] : 1.0f;
   const float k = g * is;
@@ -323,17 +361,20 @@ static void bn_chan_dx(const fl_norm_desc *d, size_t c, const float *x, const fl
   const __m128 vm = _mm_set1_ps(mu), vi = _mm_set1_ps(is);
 #endif
   for (size_t i = 0; i < d->batch; i++) {
-    const float *xp = x + (i * d->channels + c) * S, *gp = dz + (i * d->channels + c) * S;
-    float *dp = dx + (i * d->channels + c) * S;
+    const size_t o = (i * d->channels + c) * S;
+    const float *xp = x + o, *gp = dy + o;
+    float *dp = dx + o;
     size_t s = 0;
 #ifdef __SSE2__
     for (; s + 4 <= S; s += 4) {
-      const __m128 h = _mm_mul_ps(_mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(xp + s), vm), vi), vmdzx);
-      const __m128 u = _mm_sub_ps(_mm_sub_ps(_mm_loadu_ps(gp + s), vmdz), h);
+      const __m128 xv = _mm_loadu_ps(xp + s);
+      const __m128 h = _mm_mul_ps(_mm_mul_ps(_mm_sub_ps(xv, vm), vi), vmdzx);
+      const __m128 u = _mm_sub_ps(_mm_sub_ps(bn_dz4(msk, xv, _mm_loadu_ps(gp + s)), vmdz), h);
       _mm_storeu_ps(dp + s, _mm_mul_ps(vk, u));
     }
 #endif
-    for (; s < S; s++) dp[s] = k * (gp[s] - mdz - (xp[s] - mu) * is * mdzx);
+    for (; s < S; s++)
+      dp[s] = k * (bn_dz(msk, xp[s], gp[s]) - mdz - (xp[s] - mu) * is * mdzx);
   }
 }
 
@@ -355,7 +396,6 @@ static fl_status bn_forward(fl_gnode *n, fl_gctx *c) {
     return fl_gop_fail(n, FL_EINVAL,
                        "training needs at least 2 values per channel (batch %zu x %zu)",
                        d->batch, d->inner);
-  float *save_mean = n->saved, *save_invstd = n->saved + C;
   float *run_m = c->recomputing ? NULL : rm->data, *run_v = c->recomputing ? NULL : rv->data;
   const double m = (double)(d->batch * d->inner);
   if (c->norm_sync) {
@@ -371,13 +411,12 @@ static fl_status bn_forward(fl_gnode *n, fl_gctx *c) {
     const double count = s->sum[C];
     for (size_t ch = 0; ch < C; ch++)
       bn_chan_apply(d, ch, x->data, y->data, gamma->data, beta->data, s->sum[ch] / count,
-                    s->sqdev[ch] / count, count, run_m, run_v, save_mean, save_invstd, p.act);
+                    s->sqdev[ch] / count, count, run_m, run_v, n->saved, p.act);
   } else {
     for (size_t ch = 0; ch < C; ch++) {
       const double mu = bn_chan_sum(d, ch, x->data) / m;
       bn_chan_apply(d, ch, x->data, y->data, gamma->data, beta->data, mu,
-                    bn_chan_sqdev(d, ch, x->data, mu) / m, m, run_m, run_v, save_mean,
-                    save_invstd, p.act);
+                    bn_chan_sqdev(d, ch, x->data, mu) / m, m, run_m, run_v, n->saved, p.act);
     }
   }
   if (p.act != FL_ACT_NONE && p.act != FL_ACT_RELU) {
@@ -407,35 +446,39 @@ static fl_status bn_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   float *dg_k = dg && ag ? n->ws : dg, *db_k = db && ab ? n->ws + C : db;
   float *dy = y->grad;
   const float *save_mean = n->saved, *save_invstd = n->saved + C;
-  if (p.act != FL_ACT_NONE) { /* dy becomes the pre-activation gradient in place */
+  if (p.act != FL_ACT_NONE && p.act != FL_ACT_RELU) { /* dy becomes dz in place */
     const fl_status st = fl_act_backward(p.act, y->data, dy, dy, y->n);
     if (st != FL_OK) return norm_kernel(n, st, "batch-norm activation backward");
   }
-  float *dxk = ax ? dy : dx; /* dx == dz in bn_chan_dx is fine */
+  float *dxk = ax ? dy : dx; /* dx == dy in bn_chan_dx is fine */
   if (c->norm_sync) {
     bn_state *s = n->state;
     for (size_t ch = 0; ch < C; ch++) {
-      bn_chan_sums(d, ch, x->data, dy, save_mean[ch], save_invstd[ch], &s->sums[ch],
+      const bn_mask mk = bn_mask_of(n, p.act, C, ch);
+      bn_chan_sums(d, ch, x->data, &mk, dy, save_mean[ch], save_invstd[ch], &s->sums[ch],
                    &s->sums[C + ch]);
       if (dg_k) dg_k[ch] = (float)s->sums[C + ch];
       if (db_k) db_k[ch] = (float)s->sums[ch];
     }
     if (dx) {
       FL_TRY(c->norm_sync(c->norm_sync_ctx, s->sums, 2 * C));
-      for (size_t ch = 0; ch < C; ch++)
-        bn_chan_dx(d, ch, x->data, dy, gamma->data, save_mean[ch], save_invstd[ch], s->sums[ch],
-                   s->sums[C + ch], s->sum[C], dxk);
+      for (size_t ch = 0; ch < C; ch++) {
+        const bn_mask mk = bn_mask_of(n, p.act, C, ch);
+        bn_chan_dx(d, ch, x->data, &mk, dy, gamma->data, save_mean[ch], save_invstd[ch],
+                   s->sums[ch], s->sums[C + ch], s->sum[C], dxk);
+      }
     }
   } else {
     const double m = (double)(d->batch * d->inner);
     for (size_t ch = 0; ch < C; ch++) {
       double sdz, sdzx;
-      bn_chan_sums(d, ch, x->data, dy, save_mean[ch], save_invstd[ch], &sdz, &sdzx);
+      const bn_mask mk = bn_mask_of(n, p.act, C, ch);
+      bn_chan_sums(d, ch, x->data, &mk, dy, save_mean[ch], save_invstd[ch], &sdz, &sdzx);
       if (dg_k) dg_k[ch] = (float)sdzx;
       if (db_k) db_k[ch] = (float)sdz;
       if (dx)
-        bn_chan_dx(d, ch, x->data, dy, gamma->data, save_mean[ch], save_invstd[ch], sdz, sdzx,
-                   m, dxk);
+        bn_chan_dx(d, ch, x->data, &mk, dy, gamma->data, save_mean[ch], save_invstd[ch], sdz,
+                   sdzx, m, dxk);
     }
   }
   if (dx && ax) fl_gput(dx, dy, x->n, 1);

@@ -1,0 +1,109 @@
+/* graph_fuse.c - the engine's graph rewrite: a Relu whose input is the
+ * output of a BatchNormalization or an Add that nothing else reads is
+ * folded into that node, which then writes the Relu's output itself.
+ *
+ * Why: in a ResNet every BatchNormalization + Relu and Add + Relu pair
+ * costs a separate pass over a tensor forward, two backward, and a buffer
+ * for the sum; the fused node applies the activation while the value is
+ * in registers.  The results are the separate ops' bits.
+ *
+ * fl_graph_model_create calls fl_gfuse after the named recompute
+ * checkpoints are known and before the first bind.  A sum that is the
+ * graph's output or a named checkpoint is not folded.  Batch norm takes
+ * the internal attribute "flotilla_act" = "relu" (its CPU and CUDA
+ * kernels apply it); an Add gets the op fl_gop_add_relu (type "Add", CPU
+ * only, so gpu graphs keep Add and Relu apart).  The fused node keeps its
+ * name (messages), and the tensor between the two is left with neither
+ * producer nor consumer (the planner gives it no buffer).  An imported
+ * model's export writes the file's own nodes, so the rewrite never shows
+ * there; a preset's export splits "flotilla_act" out again. */
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fl_log.h"
+#include "graph_engine.h"
+
+/* How many node inputs read tensor t. */
+static int readers(const fl_graph *g, int t) {
+  int r = 0;
+  for (int i = 0; i < g->nn; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++) r += g->nodes[i].in[k] == t;
+  return r;
+}
+
+/* Whether node p (the producer of Relu r's input) takes the Relu: batch
+ * norm without an activation yet, or a float Add on the CPU. */
+static int foldable(const fl_gnode *p, int device) {
+  if (!strcmp(p->op->type, "BatchNormalization")) return !fl_gattr_find(p, "flotilla_act");
+  return p->op == fl_gop_find("Add") && device < 0;
+}
+
+/* Append the attribute flotilla_act = "relu" to node p (owned copies, as
+ * the builder's; fl_graph_free frees them). */
+static fl_status add_act(fl_gnode *p) {
+  fl_gattr *a = realloc(p->attrs, ((size_t)p->n_attrs + 1) * sizeof *a);
+  if (!a) return FL_ENOMEM;
+  p->attrs = a;
+  char *name = malloc(sizeof "flotilla_act"), *s = malloc(sizeof "relu");
+  if (!name || !s) {
+    free(name);
+    free(s);
+    return FL_ENOMEM;
+  }
+  memcpy(name, "flotilla_act", sizeof "flotilla_act");
+  memcpy(s, "relu", sizeof "relu");
+  a[p->n_attrs++] = (fl_gattr){.name = name, .kind = FL_GA_STRING, .s = s};
+  return FL_OK;
+}
+
+/* Remove node r (a Relu: no attributes, state or outputs left to it) from
+ * the topological order, renumbering the producers after it. */
+static void drop_node(fl_graph *g, int r) {
+  fl_gnode *n = &g->nodes[r];
+  free(n->name);
+  free(n->in);
+  free(n->out);
+  free(n->attrs);
+  memmove(n, n + 1, (size_t)(g->nn - r - 1) * sizeof *n);
+  g->nn--;
+  for (int t = 0; t < g->nt; t++)
+    if (g->t[t].producer > r) g->t[t].producer--;
+}
+
+/* Fold Relu node r into its input's producer when allowed; *done = 1 when
+ * it was. */
+static fl_status fold(fl_gmodel *m, int r, int device, int *done) {
+  fl_graph *g = m->g;
+  const fl_gnode *relu = &g->nodes[r];
+  const int mid = relu->in[0];
+  *done = 0;
+  if (mid < 0 || g->t[mid].kind != FL_GT_VALUE || g->t[mid].producer < 0 || mid == g->output ||
+      m->ckpt[mid] || readers(g, mid) != 1 || relu->n_attrs)
+    return FL_OK;
+  const int pi = g->t[mid].producer;
+  fl_gnode *p = &g->nodes[pi];
+  if (p->out[0] != mid || !foldable(p, device)) return FL_OK;
+  if (p->op == fl_gop_find("Add"))
+    p->op = &fl_gop_add_relu;
+  else if (add_act(p) != FL_OK)
+    return FL_ERR(FL_ENOMEM, "graph %s: out of memory fusing node %s", g->name, p->name);
+  const int y = relu->out[0];
+  p->out[0] = y;
+  g->t[y].producer = pi;
+  g->t[mid].producer = -1;
+  drop_node(g, r);
+  *done = 1;
+  return FL_OK;
+}
+
+fl_status fl_gfuse(fl_gmodel *m, int device) {
+  fl_graph *g = m->g;
+  for (int r = 0; r < g->nn;) {
+    int done = 0;
+    if (!strcmp(g->nodes[r].op->type, "Relu")) FL_TRY(fold(m, r, device, &done));
+    if (!done) r++;
+  }
+  return FL_OK;
+}
