@@ -617,6 +617,11 @@ static fl_status resume(app *a, const cli_opts *cli, const fl_run_identity *id, 
       fl_ckpt_free(ck);
       if (st != FL_OK) return st;
       a->last_step = a->saved_step = fl_ps_core_step(a->core);
+      if (id->derived && cli->start == FL_CKPT_START_AUTO)
+        FL_LOGW("no FLOTILLA_RUN_ID: taken as a restart of the same run (same job and "
+                "endpoints), continuing from step %lld; to start a new run instead set "
+                "FLOTILLA_RUN_ID or pass --fresh (moves %s's checkpoints aside)",
+                (long long)a->last_step, a->dir);
     } else {
       FL_LOGI("no checkpoint in %s: starting fresh", a->dir);
     }

@@ -139,6 +139,8 @@ mv "$tmp/$n.ps1.log" "$tmp/$n.ps1.first.log"
 start_pserver $n "$tmp/$n.yaml" 1 2
 if wait_log "$tmp/$n.ps1.log" '\] serving ' 20; then
   has "$tmp/$n.ps1.log" "loaded checkpoint .*ckpt-$loaded.flc: step $loaded" "$n: restarted pserver"
+  # started by hand without FLOTILLA_RUN_ID: it says why it continues
+  has "$tmp/$n.ps1.log" "no FLOTILLA_RUN_ID: taken as a restart of the same run .*continuing from step $loaded; .*--fresh" "$n: restarted pserver"
   "$PROBE" save "${PSLIST#*,}" > "$tmp/$n.save" 2>&1 || fail "$n: SaveCheckpoint: $(cat "$tmp/$n.save")"
   has "$tmp/$n.save" "^step $loaded\$" "$n: SaveCheckpoint answer"
   cmp -s "$tmp/$n.loaded.flc" "$tmp/$n.ck/pserver-1/ckpt-$loaded.flc" ||
