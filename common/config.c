@@ -1082,6 +1082,8 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   if (ctr_model && m->num_classes != 2)
     return kerr(c, src, "model.num_classes", "the ctr model is binary: must be 2, got %d",
                 m->num_classes);
+  if (ctr_data && (d->augment.hflip || d->augment.crop_padding))
+    return kerr(c, src, "data.augment", "transforms images; sparse (ctr) data has none");
 
   /* data */
   if (d->format == FL_DATA_IDX) {

@@ -439,9 +439,6 @@ fl_status fl_ctr_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_repo
   if (fl_job_merge_steps(job) > 1)
     return FL_ERR(FL_ENOTSUP, "%s: the ctr model does not do gradient merge (k_steps %d)",
                   job->source, fl_job_merge_steps(job));
-  if (job->data.augment.hflip || job->data.augment.crop_padding)
-    return FL_ERR(FL_EINVAL, "%s: data.augment transforms images; the ctr model's features are "
-                  "sparse", job->source);
   if ((st = load(job, &train, &test)) != FL_OK) goto done;
   {
     fl_shard_spec spec = {.n = train.n, .batch_size = job->train.batch_size,

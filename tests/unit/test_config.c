@@ -429,6 +429,10 @@ START_TEST(test_errors) {
                "lr_schedule.values: piecewise needs 2 values");
   EXPECT_ERROR("cluster: {tls: {cert: /a.pem}}\n", "cluster.tls.key: cluster.tls.cert and");
   EXPECT_ERROR("model: {kind: ctr, num_classes: 2}\n", "data.format: the ctr model needs");
+  EXPECT_ERROR("model: {kind: ctr, num_classes: 2}\n"
+               "data: {format: synthetic, synthetic: {kind: ctr}, augment: {random_crop_padding: 2}}\n",
+               "data.augment: transforms images; sparse (ctr) data has none");
+  EXPECT_ERROR("data: {augment: {random_crop_padding: -1}}\n", "data.augment.random_crop_padding");
   EXPECT_ERROR("pserver: {sparse: {optimizer: {name: momentum}}}\n",
                "pserver.sparse.optimizer.name: must be sgd, adagrad or adam");
 }
