@@ -280,28 +280,17 @@ static fl_status conv_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) 
   return FL_OK;
 }
 
-/* The output columns ox in [*lo, *hi) whose input column
- * ox*sw - pl + j*dw lies inside the image (0 <= ix < W). */
-static void win_cols(const win2d *g, int64_t j, int64_t *lo, int64_t *hi) {
-  const int64_t off = j * g->dw - g->pl; /* ix = ox*sw + off */
-  int64_t a = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;
-  int64_t b = g->W - off <= 0 ? 0 : (g->W - off + g->sw - 1) / g->sw;
-  if (b > g->ow) b = g->ow;
+/* The outputs o in [*lo, *hi) (of n_out along one axis) whose input
+ * o*stride + off lies inside [0, n_in): kernel tap k's window along that
+ * axis, off = k*dilation - pad_begin. */
+static void win_axis(int64_t off, int64_t stride, int64_t n_in, int64_t n_out, int64_t *lo,
+                     int64_t *hi) {
+  int64_t a = off >= 0 ? 0 : (-off + stride - 1) / stride;
+  int64_t b = n_in - off <= 0 ? 0 : (n_in - off + stride - 1) / stride;
+  if (b > n_out) b = n_out;
   if (a > b) a = b;
   *lo = a;
   *hi = b;
-}
-
-/* The rows [*oy0, *oy1) of kernel row i whose input row
- * oy*sh - pt + i*dh lies inside the image. */
-static void win_rows(const win2d *g, int64_t i, int64_t *oy0, int64_t *oy1) {
-  const int64_t off = i * g->dh - g->pt; /* iy = oy*sh + off */
-  int64_t a = off >= 0 ? 0 : (-off + g->sh - 1) / g->sh;
-  int64_t b = g->H - off <= 0 ? 0 : (g->H - off + g->sh - 1) / g->sh;
-  if (b > g->oh) b = g->oh;
-  if (a > b) a = b;
-  *oy0 = a;
-  *oy1 = b;
 }
 
 /* Stride 1 and an output as wide as the input: one kernel position's
@@ -334,7 +323,7 @@ static inline void zero_few(float *p, int64_t n) {
 
 /* Kernel position (i, j)'s part of every channel's column row: the
  * output columns [lo, hi) and rows [oy0, oy1) that read inside the image
- * (win_cols, win_rows; no rows when no column is inside), and the input
+ * (win_axis for each axis; no rows when no column is inside), and the input
  * column offset off (ix = ox*sw + off).  The same for every channel, so
  * im2col and col2im_add work it out once per position. */
 typedef struct win_span {
@@ -343,8 +332,8 @@ typedef struct win_span {
 
 static win_span win_span_of(const win2d *g, int64_t i, int64_t j) {
   win_span s = {.i = i, .off = j * g->dw - g->pl};
-  win_cols(g, j, &s.lo, &s.hi);
-  win_rows(g, i, &s.oy0, &s.oy1);
+  win_axis(s.off, g->sw, g->W, g->ow, &s.lo, &s.hi);
+  win_axis(i * g->dh - g->pt, g->sh, g->H, g->oh, &s.oy0, &s.oy1);
   if (s.hi <= s.lo) s.oy1 = s.oy0;
   return s;
 }
