@@ -1,11 +1,14 @@
 /* fl_graph.h - the op-graph engine: every model the trainer trains is a
  * static DAG of ONNX-named ops over named tensors.
  *
- * Builders (the presets in graph_presets.c, the ONNX importer in onnx/)
- * describe a graph with the fl_graph_* calls below: one data input, the
+ * Builders (the presets in graph_presets.c, the ONNX importer in onnx/,
+ * the CTR model) describe a graph with the fl_graph_* calls below: at most
+ * one data input, rows inputs (rows pulled from sparse tables), the
  * initializers (trainable parameters, buffers such as batch-norm running
  * statistics, and constants), and nodes whose op types and attributes are
- * ONNX's (opsets 13 to 17).  The engine then derives the backward pass by
+ * ONNX's (opsets 13 to 17) or, for the sparse ops, Flotilla's own
+ * (EmbeddingBagSum, fed per step with fl_graph_model_set_sparse_feed).
+ * The engine then derives the backward pass by
  * reverse-mode automatic differentiation (each op has a vector-Jacobian
  * product; the graph runs them in reverse topological order), binds shapes
  * once per batch size (evaluating integer shape subgraphs such as
@@ -38,12 +41,27 @@ typedef enum fl_gdtype {
 
 /* What a tensor is. */
 typedef enum fl_gtensor_kind {
-  FL_GT_INPUT = 0,  /* the data input (exactly one), fp32, first dim FL_G_BATCH */
+  FL_GT_INPUT = 0,  /* the data input (at most one), fp32, first dim FL_G_BATCH */
   FL_GT_PARAM = 1,  /* trainable fp32 initializer: an fl_param with a grad */
   FL_GT_BUFFER = 2, /* fp32 state that is saved but never optimized (BN running stats) */
   FL_GT_CONST = 3,  /* fixed data (fp32 or int64), neither saved nor trained */
-  FL_GT_VALUE = 4   /* produced by a node */
+  FL_GT_VALUE = 4,  /* produced by a node */
+  FL_GT_ROWS = 5    /* rows of a sparse table, fp32 [capacity, width], handed per step
+                       (fl_graph_model_set_rows); the engine computes their gradient */
 } fl_gtensor_kind;
+
+/* One entry of a sparse feed: the feature adds value * rows[row] into
+ * group slot of sample sample (see EmbeddingBagSum in ops_sparse.c). */
+typedef struct fl_graph_sparse_entry {
+  uint32_t sample, slot, row;
+  float value;
+} fl_graph_sparse_entry;
+
+/* The sparse feed of one batch: n entries, in the order they are summed. */
+typedef struct fl_graph_sparse_feed {
+  const fl_graph_sparse_entry *e;
+  size_t n;
+} fl_graph_sparse_feed;
 
 /* A node attribute, as ONNX's AttributeProto (the kinds the ops need). */
 typedef enum fl_gattr_kind {
@@ -86,6 +104,10 @@ void fl_graph_free(fl_graph *g);
  * entries (0..FL_G_MAX_DIMS); only an INPUT's dims may hold FL_G_BATCH,
  * and only as dims[0].  Data is copied; the caller keeps its buffers. */
 fl_status fl_graph_input(fl_graph *g, const char *name, int ndim, const int64_t *dims, int *id);
+/* A rows input: capacity rows of width floats (both > 0), of which a step
+ * uses those its sparse feeds name.  A graph may have several, and needs
+ * no data input beside them (its batch size is then the call's). */
+fl_status fl_graph_rows(fl_graph *g, const char *name, int64_t capacity, int64_t width, int *id);
 /* An fp32 initializer: trainable 1 gives a PARAM, 0 a BUFFER.  init may be
  * NULL (zeros). */
 fl_status fl_graph_param(fl_graph *g, const char *name, int ndim, const int64_t *dims,
@@ -140,8 +162,9 @@ typedef struct fl_graph_options {
 } fl_graph_options;
 
 /* Compile g (taken: freed here on failure too) into a model handle for the
- * fl_graph_model_ops table below.  Checks: exactly one input and one
- * output, no cycle, every node's inputs declared, all shapes bindable at
+ * fl_graph_model_ops table below.  Checks: one output, at most one input
+ * (input_grad needs one; a graph without one, or with rows inputs, is host
+ * only), no cycle, every node's inputs declared, all shapes bindable at
  * batch 1 and max_batch, every recompute checkpoint names a tensor, a gpu
  * graph has a CUDA twin for every op (else FL_ENOTSUP naming the node and
  * op).  Errors are logged here. */
@@ -156,7 +179,8 @@ fl_math fl_graph_amp_math(const char *op_type, const fl_graph_options *opt);
 /* The fl_model_ops table of a compiled graph (create is NULL: graphs are
  * made by fl_graph_model_create).  train_step/eval take int32 class labels
  * for FL_GLOSS_SOFTMAX_XENT; see fl_graph_model_train_stepf for the float
- * targets of the other losses. */
+ * targets of the other losses.  x is the data input (batch * input_size
+ * floats), NULL for a graph without one. */
 extern const fl_model_ops fl_graph_model_ops;
 
 /* train_step / eval with float targets (K per sample, K = the output's
@@ -169,7 +193,8 @@ fl_status fl_graph_model_evalf(void *handle, const float *x, const float *t, siz
 
 /* The output of a forward of batch samples of x (training 1: as in
  * train_step, batch norm on batch statistics, dropout on; 0: as eval), for
- * callers that compute their own loss (the CTR model).  *out points at the
+ * callers that compute their own loss (the tests' fixtures; the models
+ * all use the engine's losses).  *out points at the
  * batch*K output floats (host), valid until the next call.  Host graphs
  * only (FL_ENOTSUP on a gpu graph).  Errors logged. */
 fl_status fl_graph_model_forward(void *handle, const float *x, size_t batch, int training,
@@ -182,6 +207,29 @@ fl_status fl_graph_model_forward(void *handle, const float *x, size_t batch, int
  * without a training forward before it. */
 fl_status fl_graph_model_backward(void *handle, const float *dout, fl_grad_ready_fn on_ready,
                                   void *ctx, const float **dx);
+
+/* The output of the last forward, train step or eval (host graphs: batch*K
+ * floats owned by the model, valid until the next call), or NULL. */
+const float *fl_graph_model_output(void *handle);
+
+/* The value of the rows input called name for the following steps: rows
+ * (borrowed: kept valid and unchanged by the caller until the last call
+ * that reads it has returned) holds its capacity * width floats, of which
+ * only the rows a feed names are read.  *grad (may be NULL) receives the
+ * model's buffer of d loss / d rows (capacity * width floats, valid until
+ * destroy): each training step writes it, rows no entry names hold 0.
+ * FL_EINVAL (logged) when name is no rows input or rows is NULL. */
+fl_status fl_graph_model_set_rows(void *handle, const char *name, const float *rows,
+                                  const float **grad);
+
+/* The sparse feed of the node called node (an op that reads one, such as
+ * EmbeddingBagSum) for the following steps: *feed is copied, its entries
+ * are borrowed (kept valid and unchanged by the caller until the last call
+ * that reads them has returned).  Entries are checked when the node runs
+ * (sample < batch, row < the rows' capacity).  FL_EINVAL (logged) when node
+ * names no such node. */
+fl_status fl_graph_model_set_sparse_feed(void *handle, const char *node,
+                                         const fl_graph_sparse_feed *feed);
 
 /* The step Dropout masks derive from (fl_model_set_step); train steps
  * count on from it. */

@@ -83,6 +83,7 @@ static const char *origin(const fl_graph *g, int id) {
   case FL_GT_PARAM: return "a parameter";
   case FL_GT_BUFFER: return "a buffer";
   case FL_GT_CONST: return "a constant";
+  case FL_GT_ROWS: return "a rows input";
   default: return t->producer >= 0 && t->producer < g->nn ? g->nodes[t->producer].name : "a node";
   }
 }
@@ -143,6 +144,15 @@ fl_status fl_graph_input(fl_graph *g, const char *name, int ndim, const int64_t 
   int i;
   FL_TRY(add_tensor(g, name, FL_GT_INPUT, FL_G_F32, ndim, dims, "the input", &i));
   g->input = i;
+  if (id) *id = i;
+  return FL_OK;
+}
+
+fl_status fl_graph_rows(fl_graph *g, const char *name, int64_t capacity, int64_t width, int *id) {
+  if (!g) return FL_ERR(FL_EINVAL, "graph: NULL graph");
+  const int64_t dims[2] = {capacity, width};
+  int i;
+  FL_TRY(add_tensor(g, name, FL_GT_ROWS, FL_G_F32, 2, dims, "a rows input", &i));
   if (id) *id = i;
   return FL_OK;
 }
@@ -336,7 +346,6 @@ fl_status fl_graph_set_output(fl_graph *g, int id, fl_gloss loss) {
 }
 
 fl_status fl_graph_check(const fl_graph *g) {
-  if (g->input < 0) return FL_ERR(FL_EINVAL, "graph %s: no input declared", g->name);
   if (g->output < 0) return FL_ERR(FL_EINVAL, "graph %s: no output set", g->name);
   if (g->nn == 0) return FL_ERR(FL_EINVAL, "graph %s: no nodes", g->name);
   return FL_OK;

@@ -100,6 +100,7 @@ typedef struct fl_gmodel {
   float **saved_fwd, **saved_bwd; /* per node */
   size_t plan_floats;             /* arena floats the bound plan uses */
   float *dx;                      /* input_grad: d loss / d input, max_batch rows */
+  float **rows_grad;              /* per tensor: a ROWS input's gradient (its n floats), else NULL */
   size_t act_bytes;               /* at max_batch */
   fl_gctx ctx;
   fl_norm_sync_fn norm_sync;
@@ -145,7 +146,7 @@ fl_status fl_gdev_end(fl_gmodel *m, int training);
  * nodes), fixing producer indices; FL_EINVAL (logged, naming a node on
  * the cycle) when there is a cycle. */
 fl_status fl_graph_sort(fl_graph *g);
-/* Check the graph's wiring: one input, one output, inputs declared. */
+/* Check the graph's wiring: one output, some nodes. */
 fl_status fl_graph_check(const fl_graph *g);
 
 /* graph_fuse.c */

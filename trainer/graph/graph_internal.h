@@ -48,6 +48,9 @@ typedef struct fl_gnode {
   float *saved;                 /* kept from forward to this node's backward: saved_floats */
   size_t saved_floats;
   fl_math math;                 /* GEMM precision chosen for this node (AMP; FP32 on the CPU) */
+  /* Set by fl_graph_model_set_sparse_feed for the ops that read one: */
+  fl_graph_sparse_feed feed;    /* entries borrowed from the caller */
+  int fed;                      /* 1 once a feed was set */
 } fl_gnode;
 
 /* What an op call sees besides its node. */
@@ -79,6 +82,10 @@ const fl_gattr *fl_gattr_find(const fl_gnode *n, const char *name);
 typedef struct fl_gop {
   const char *type;             /* ONNX op type, e.g. "Conv" */
   const char *paddle;           /* Paddle's name for AMP lists ("conv2d"), or NULL */
+  const char *domain;           /* NULL: ONNX's default domain; "flotilla": Flotilla's own op,
+                                   built by Flotilla's models only (never imported from an ONNX
+                                   file nor listed among the ONNX op types) */
+  int sparse_feed;              /* 1: forward reads the node's sparse feed (fl_gnode.feed) */
   int min_in, max_in, min_out, max_out;
   const char *const *attrs;     /* NULL-terminated names of the attributes it supports */
   /* At each bind: check the input dtypes/shapes (and attributes), set each
@@ -109,7 +116,8 @@ typedef struct fl_gop {
  * paddle is 1), or NULL. */
 const fl_gop *fl_gop_find(const char *type);
 const fl_gop *fl_gop_find_paddle(const char *name);
-/* A comma-separated list of every supported ONNX op type, for messages. */
+/* A comma-separated list of every supported ONNX op type (Flotilla's own
+ * ops left out), for messages. */
 const char *fl_gop_supported(void);
 
 /* Add and the Relu after it as one op (type "Add", CPU only), for the

@@ -8,7 +8,11 @@
  * bind) and then for max_batch, which stays bound; another batch size
  * re-binds on first use (shapes always; the buffer plan is cached for
  * max_batch and for the last other batch size, so alternating between a
- * training and an eval batch size plans each once). */
+ * training and an eval batch size plans each once).
+ *
+ * Rows inputs (FL_GT_ROWS) and sparse feeds are handed per step by the
+ * caller (fl_graph_model_set_rows / _set_sparse_feed) and borrowed; each
+ * rows input's gradient lives in a buffer of the model's own. */
 #include <config.h>
 
 #include <math.h>
@@ -34,6 +38,8 @@ static float *alloc_floats(size_t n) {
 static void model_free(fl_gmodel *m) {
   if (!m) return;
   fl_gdev_release(m); /* the arenas first, while the device is known */
+  for (int t = 0; m->rows_grad && t < m->g->nt; t++) free(m->rows_grad[t]);
+  free(m->rows_grad);
   fl_graph_free(m->g);
   free(m->params);
   free(m->param_tensor);
@@ -295,6 +301,35 @@ static fl_status rewrite(fl_gmodel *m, const fl_graph_options *opt) {
   return resolve_checkpoints(m, opt, 1);
 }
 
+/* The gradient buffers of the data input (input_grad) and of every rows
+ * input; a graph without a data input or with rows inputs is host only. */
+static fl_status make_input_grads(fl_gmodel *m, const fl_graph_options *opt) {
+  const fl_graph *g = m->g;
+  int rows = 0;
+  if (!(m->rows_grad = calloc((size_t)g->nt, sizeof *m->rows_grad)))
+    return FL_ERR(FL_ENOMEM, "graph %s: out of memory", g->name);
+  for (int t = 0; t < g->nt; t++) {
+    if (g->t[t].kind != FL_GT_ROWS) continue;
+    rows = 1;
+    const size_t n = (size_t)g->t[t].dims[0] * (size_t)g->t[t].dims[1];
+    if (!(m->rows_grad[t] = alloc_floats(n)))
+      return FL_ERR(FL_ENOMEM, "graph %s: out of memory for the gradient of rows input %s "
+                    "(%zu floats)", g->name, g->t[t].name, n);
+  }
+  if (opt->device >= 0 && (rows || g->input < 0))
+    return FL_ERR(FL_ENOTSUP, "graph %s: a graph %s runs on the cpu only (train.device: cpu)",
+                  g->name, rows ? "with rows inputs" : "without a data input");
+  if (!m->input_grad) return FL_OK;
+  if (g->input < 0)
+    return FL_ERR(FL_EINVAL, "graph %s: input_grad without a data input", g->name);
+  const fl_gtensor *in = &g->t[g->input];
+  size_t per = 1;
+  for (int d = 1; d < in->ndim; d++) per *= (size_t)in->dims[d];
+  if (!(m->dx = alloc_floats(per * opt->max_batch)))
+    return FL_ERR(FL_ENOMEM, "graph %s: out of memory for the input gradient", g->name);
+  return FL_OK;
+}
+
 fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void **handle) {
   if (!handle) {
     fl_graph_free(g);
@@ -354,15 +389,7 @@ fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void *
   m->ctx.t = g->t;
   m->ctx.graph = g->name;
   m->ctx.seed = opt->seed;
-  if (m->input_grad) {
-    const fl_gtensor *in = &g->t[g->input];
-    size_t per = 1;
-    for (int d = 1; d < in->ndim; d++) per *= (size_t)in->dims[d];
-    if (!(m->dx = alloc_floats(per * opt->max_batch))) {
-      st = FL_ERR(FL_ENOMEM, "graph %s: out of memory for the input gradient", g->name);
-      goto fail;
-    }
-  }
+  if ((st = make_input_grads(m, opt)) != FL_OK) goto fail;
   if ((st = check_amp_lists(g, opt)) != FL_OK) goto fail;
   set_math(m, opt);
   if ((st = fl_gbind(m, 1)) != FL_OK || (st = fl_gbind(m, opt->max_batch)) != FL_OK) {
@@ -393,6 +420,7 @@ static fl_param *gm_param(void *handle, size_t index) {
 
 static size_t gm_input_size(void *handle) {
   const fl_gmodel *m = handle;
+  if (m->g->input < 0) return 0;
   const fl_gtensor *in = &m->g->t[m->g->input];
   size_t per = 1;
   for (int d = 1; d < in->ndim; d++) per *= (size_t)in->dims[d];
@@ -406,12 +434,18 @@ static size_t out_k(const fl_gmodel *m, size_t batch) {
   return m->g->t[m->g->output].n / batch;
 }
 
+/* The call's arguments, and every rows input handed (fl_graph_model_set_rows). */
 static fl_status check_call(fl_gmodel *m, const float *x, const void *y, size_t batch,
                             const char *what) {
-  if (!m || !x || !y) return FL_ERR(FL_EINVAL, "graph %s: NULL input or targets", what);
+  if (!m || (!x && m->g->input >= 0) || !y)
+    return FL_ERR(FL_EINVAL, "graph %s: NULL input or targets", what);
   if (batch == 0 || batch > m->max_batch)
     return FL_ERR(FL_EINVAL, "graph %s %s: batch %zu outside [1, %zu]", m->g->name, what, batch,
                   m->max_batch);
+  for (int t = 0; t < m->g->nt; t++)
+    if (m->g->t[t].kind == FL_GT_ROWS && !m->g->t[t].data)
+      return FL_ERR(FL_ESTATE, "graph %s %s: rows input %s was not handed its rows "
+                    "(fl_graph_model_set_rows)", m->g->name, what, m->g->t[t].name);
   return FL_OK;
 }
 
@@ -547,7 +581,7 @@ fl_status fl_graph_model_forward(void *handle, const float *x, size_t batch, int
   fl_gmodel *m = handle;
   if (!m || !out) return FL_ERR(FL_EINVAL, "graph: NULL model or output");
   if (m->dev) return FL_ERR(FL_ENOTSUP, "graph %s: forward/backward calls are host only", m->g->name);
-  FL_TRY(check_call(m, x, x, batch, "forward"));
+  FL_TRY(check_call(m, x, out, batch, "forward"));
   FL_TRY(fl_gbind(m, batch));
   FL_TRY(fl_gexec_forward(m, x, training != 0));
   m->pending = training != 0;
@@ -568,6 +602,42 @@ fl_status fl_graph_model_backward(void *handle, const float *dout, fl_grad_ready
   m->step++;
   if (dx) *dx = m->dx;
   return st;
+}
+
+const float *fl_graph_model_output(void *handle) {
+  fl_gmodel *m = handle;
+  return m && !m->dev && m->bound ? m->g->t[m->g->output].data : NULL;
+}
+
+fl_status fl_graph_model_set_rows(void *handle, const char *name, const float *rows,
+                                  const float **grad) {
+  fl_gmodel *m = handle;
+  if (!m) return FL_ERR(FL_EINVAL, "graph: NULL model");
+  const int t = fl_graph_find(m->g, name);
+  if (t < 0 || m->g->t[t].kind != FL_GT_ROWS || !rows)
+    return FL_ERR(FL_EINVAL, "graph %s: set_rows: %s", m->g->name,
+                  t < 0 || m->g->t[t].kind != FL_GT_ROWS ? "no rows input of that name" : "NULL rows");
+  m->g->t[t].data = (float *)rows; /* ops never write an input */
+  if (grad) *grad = m->rows_grad[t];
+  return FL_OK;
+}
+
+fl_status fl_graph_model_set_sparse_feed(void *handle, const char *node,
+                                         const fl_graph_sparse_feed *feed) {
+  fl_gmodel *m = handle;
+  if (!m || !node || !feed || (feed->n && !feed->e))
+    return FL_ERR(FL_EINVAL, "graph: set_sparse_feed: NULL model, node name or entries");
+  for (int i = 0; i < m->g->nn; i++) {
+    fl_gnode *n = &m->g->nodes[i];
+    if (strcmp(n->name, node)) continue;
+    if (!n->op->sparse_feed)
+      return FL_ERR(FL_EINVAL, "graph %s: node %s (%s) reads no sparse feed", m->g->name, node,
+                    n->op->type);
+    n->feed = *feed;
+    n->fed = 1;
+    return FL_OK;
+  }
+  return FL_ERR(FL_EINVAL, "graph %s: set_sparse_feed: no node called %s", m->g->name, node);
 }
 
 void fl_graph_model_set_step(void *handle, uint64_t step) {
