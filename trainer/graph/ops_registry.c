@@ -28,6 +28,7 @@ static const family families[] = {
     {fl_gops_norm, &fl_gops_norm_n},
     {fl_gops_reduce, &fl_gops_reduce_n},
     {fl_gops_shape, &fl_gops_shape_n},
+    {fl_gops_sparse, &fl_gops_sparse_n},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -77,6 +78,7 @@ static void supported_build(void) {
   size_t len = 0;
   for (size_t f = 0; f < N_FAMILIES; f++)
     for (size_t i = 0; i < *families[f].n; i++) {
+      if (families[f].ops[i].domain) continue; /* Flotilla's own: not an ONNX op type */
       const int w = snprintf(supported_list + len, sizeof supported_list - len, "%s%s",
                              len ? ", " : "", families[f].ops[i].type);
       if (w < 0 || (size_t)w >= sizeof supported_list - len) return;

@@ -371,7 +371,7 @@ static fl_status declare_node(loader *L, int ni) {
          n->attribute[i]->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS))
       return NODE_ERR(L, n, FL_ENOTSUP, "attribute '%s' holds a subgraph; control flow (If, "
                       "Loop, Scan) is not supported", S(n->attribute[i]->name));
-  if (!fl_gop_find(op))
+  if (!fl_gop_find(op) || fl_gop_find(op)->domain) /* Flotilla's own ops are not ONNX's */
     return NODE_ERR(L, n, FL_ENOTSUP, "op type '%s' is not supported; supported: %s", op,
                     fl_gop_supported());
   /* omitted trailing outputs are dropped; an omitted middle one gets a

@@ -1,0 +1,131 @@
+/* ops_sparse.c - Flotilla's own sparse op (domain "flotilla", not ONNX):
+ * EmbeddingBagSum pools rows pulled from a sparse table into per-sample
+ * groups, by a feed of (sample, slot, row, value) entries that the caller
+ * hands the node each step (fl_graph_model_set_sparse_feed).
+ *
+ *   input 0  rows [R, D] float (a rows input: the batch's pulled rows)
+ *   mode "slots" (default), num_slots S >= 1: output [batch, S*D],
+ *            out[i, s*D + d] += v * rows[r, d] per entry (i, s, r, v);
+ *            entries of slot >= S are skipped
+ *   mode "all": output [batch, D], every entry summed into one group
+ *            (the slot is ignored): out[i, d] += v * rows[r, d]
+ *   backward: drows[r, d] += v * dout[i, group*D + d]; the feed gets none.
+ * Entries are summed in feed order, so results are deterministic, and a
+ * row named by several entries gets the sum of their gradients: what a
+ * sparse table's push wants.  Why an op: with it the CTR model's wide and
+ * deep parts are one graph whose backward the engine derives.  No CUDA
+ * twin: a graph holding it runs on the cpu. */
+#include <config.h>
+
+#include <string.h>
+
+#include "ops_internal.h"
+
+/* The node's groups: S slots, or one group (mode "all", *all = 1). */
+static fl_status pool_groups(const fl_gnode *n, int64_t *groups, int *all) {
+  const char *mode;
+  int64_t s;
+  FL_TRY(fl_ga_str(n, "mode", "slots", &mode));
+  FL_TRY(fl_ga_int(n, "num_slots", 0, &s));
+  *all = !strcmp(mode, "all");
+  if (!*all && strcmp(mode, "slots"))
+    return fl_gop_fail(n, FL_EINVAL, "mode '%s' (it takes slots or all)", mode);
+  if (*all && fl_gattr_find(n, "num_slots"))
+    return fl_gop_fail(n, FL_EINVAL, "num_slots with mode all (every entry is one group)");
+  if (!*all && s < 1)
+    return fl_gop_fail(n, FL_EINVAL, "num_slots %lld (mode slots needs at least 1)",
+                       (long long)s);
+  *groups = *all ? 1 : s;
+  return FL_OK;
+}
+
+static fl_status pool_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
+  FL_TRY(fl_gneed(n, c, 0, FL_G_F32));
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  char buf[64];
+  if (x->ndim != 2)
+    return fl_gop_fail(n, FL_EINVAL, "rows %s of shape %s (it takes [rows, width])", x->name,
+                       fl_gshape_str(x->ndim, x->shape, buf, sizeof buf));
+  int64_t groups;
+  int all;
+  FL_TRY(pool_groups(n, &groups, &all));
+  const int64_t ys[2] = {(int64_t)c->batch, groups * x->shape[1]};
+  fl_gset_out(n, c, 0, FL_G_F32, 2, ys);
+  *ws = 0;
+  *saved = 0;
+  return FL_OK;
+}
+
+/* The feed, each entry checked against the bound batch and the rows. */
+static fl_status pool_feed(const fl_gnode *n, const fl_gctx *c, const fl_graph_sparse_feed **f) {
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  if (!n->fed)
+    return fl_gop_fail(n, FL_ESTATE, "no sparse feed was set (fl_graph_model_set_sparse_feed)");
+  for (size_t k = 0; k < n->feed.n; k++) {
+    const fl_graph_sparse_entry *e = &n->feed.e[k];
+    if ((size_t)e->sample >= c->batch || (int64_t)e->row >= x->shape[0])
+      return fl_gop_fail(n, FL_EINVAL, "feed entry %zu: sample %u of a batch of %zu, row %u "
+                         "of %lld rows", k, e->sample, c->batch, e->row,
+                         (long long)x->shape[0]);
+  }
+  *f = &n->feed;
+  return FL_OK;
+}
+
+/* The output offset of entry e's group, or -1 when it is skipped. */
+static int64_t pool_at(const fl_graph_sparse_entry *e, int64_t groups, int all, int64_t D) {
+  if (all) return (int64_t)e->sample * D;
+  if ((int64_t)e->slot >= groups) return -1;
+  return ((int64_t)e->sample * groups + e->slot) * D;
+}
+
+static fl_status pool_forward(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  const fl_graph_sparse_feed *f;
+  int64_t groups;
+  int all;
+  FL_TRY(pool_groups(n, &groups, &all));
+  FL_TRY(pool_feed(n, c, &f));
+  const int64_t D = x->shape[1];
+  memset(y->data, 0, y->n * sizeof *y->data);
+  for (size_t k = 0; k < f->n; k++) {
+    const fl_graph_sparse_entry *e = &f->e[k];
+    const int64_t at = pool_at(e, groups, all, D);
+    if (at < 0) continue;
+    const float *r = x->data + (size_t)e->row * (size_t)D;
+    float *o = y->data + at;
+    for (int64_t d = 0; d < D; d++) o[d] += e->value * r[d];
+  }
+  return FL_OK;
+}
+
+static fl_status pool_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *y = fl_gout(n, c, 0);
+  if (!x->grad) return FL_OK;
+  const fl_graph_sparse_feed *f;
+  int64_t groups;
+  int all;
+  FL_TRY(pool_groups(n, &groups, &all));
+  FL_TRY(pool_feed(n, c, &f));
+  const int64_t D = x->shape[1];
+  if (!fl_gacc(acc, 0)) memset(x->grad, 0, x->n * sizeof *x->grad);
+  for (size_t k = 0; k < f->n; k++) {
+    const fl_graph_sparse_entry *e = &f->e[k];
+    const int64_t at = pool_at(e, groups, all, D);
+    if (at < 0) continue;
+    float *g = x->grad + (size_t)e->row * (size_t)D;
+    const float *dy = y->grad + at;
+    for (int64_t d = 0; d < D; d++) g[d] += e->value * dy[d];
+  }
+  return FL_OK;
+}
+
+static const char *const pool_attrs[] = {"mode", "num_slots", NULL};
+
+const fl_gop fl_gops_sparse[] = {
+    {.type = "EmbeddingBagSum", .domain = "flotilla", .sparse_feed = 1, .min_in = 1,
+     .max_in = 1, .min_out = 1, .max_out = 1, .attrs = pool_attrs, .infer = pool_infer,
+     .forward = pool_forward, .backward = pool_backward},
+};
+const size_t fl_gops_sparse_n = sizeof fl_gops_sparse / sizeof fl_gops_sparse[0];
