@@ -174,4 +174,32 @@ int64_t fl_sync_ps_join_step(const fl_sync *s);
  * a successful run ends with sync->ops->finish. */
 fl_status fl_ctr_run(const fl_trainer_options *opts, fl_sync *sync, fl_trainer_report *rep);
 
+/* The CTR model's graph (what fl_ctr_run trains), for fl_ctr_graph. */
+typedef struct fl_ctr_shape {
+  uint32_t slots, dim;    /* S slots of D-float embeddings: the MLP's input is S*D */
+  const int64_t *hidden;  /* n_hidden ReLU layer widths (at most FL_JOB_MAX_HIDDEN) */
+  size_t n_hidden;
+  size_t rows;            /* the rows inputs' capacity: unique keys of a batch at most */
+  size_t max_batch;
+  uint64_t seed;          /* the MLP's initial weights derive from it (train.seed) */
+} fl_ctr_shape;
+
+/* Names in the CTR graph: the rows inputs (the wide table's rows [rows, 1],
+ * the embeddings [rows, D]) and the EmbeddingBagSum nodes that read the
+ * batch's sparse feed (the wide sum, and the per-slot pooling). */
+#define FL_CTR_WIDE_ROWS "ctr.wide_rows"
+#define FL_CTR_EMB_ROWS "ctr.emb_rows"
+#define FL_CTR_WIDE_NODE "ctr.wide"
+#define FL_CTR_POOL_NODE "ctr.pool"
+
+/* Compile the CTR graph into *handle (the caller owns it: destroy with
+ * fl_graph_model_ops.destroy): logit = EmbeddingBagSum(wide rows, all) +
+ * ctr.bias + MLP(EmbeddingBagSum(embedding rows, S slots)), loss BCE with
+ * logits; no data input (fl_graph_model_train_stepf / evalf take x NULL),
+ * the rows and the feeds handed per step (fl_graph_model_set_rows,
+ * fl_graph_model_set_sparse_feed).  Parameters in order: ctr.bias, then
+ * ctr.fc<l>.weight and .bias per layer.  FL_EINVAL (logged) for a shape
+ * with a zero size. */
+fl_status fl_ctr_graph(const fl_ctr_shape *shape, void **handle);
+
 #endif

@@ -11,12 +11,16 @@
  *            slot's D inputs, S slots give an S*D input to an MLP with
  *            model.hidden ReLU layers and one output
  *   logit = wide + deep, p = sigmoid(logit), loss = mean log loss.
- * The MLP is an op graph (graph/) run with the engine's forward/backward
- * calls, its gradient with respect to its input giving the embeddings'.
- * The dense part (bias and MLP) travels like any model's parameters through
- * the ps-mode fl_sync (sync, async or geo); the sparse rows of a batch are
- * pulled before forward and their gradients pushed after backward (every
- * micro-batch, summed over the batch's duplicates of a key).
+ * The whole model is one op graph (fl_ctr_graph) run by the graph engine,
+ * which derives its backward: the batch's pulled rows are its rows inputs,
+ * the two sums are EmbeddingBagSum nodes fed the batch's features (sample,
+ * slot, unique-key index, value), and the loss is the engine's BCE with
+ * logits; the rows' gradients (summed over the batch's duplicates of a
+ * key by the op) are what the trainer pushes.
+ * The dense part (ctr.bias and the MLP) travels like any model's parameters
+ * through the ps-mode fl_sync (sync, async or geo); the sparse rows of a
+ * batch are pulled before the step and their gradients pushed after it
+ * (every micro-batch).
  * Data: libsvm files (data.train_path / test_path; labels > 0 are clicks,
  * all features in slot 0) or the synthetic CTR generator of fl_data.h
  * (data.synthetic.kind: ctr, model.ctr.sparse_slots slots of which half
@@ -54,24 +58,19 @@ typedef struct ctr {
   uint32_t S, D;
   uint64_t buckets;
   size_t L;                   /* linear layers */
-  size_t dims[MAX_LAYERS + 1];
-  fl_param bias;              /* ctr.bias: the wide part's bias */
-  float bias_v, bias_g;
-  void *mlp;                  /* the compiled MLP graph (fl_graph_model_*) */
+  void *model;                /* the compiled graph (fl_graph_model_*) */
   fl_param *pp[2 * MAX_LAYERS + 1]; /* ctr.bias, then the MLP's in first-use order */
   size_t np;
-  size_t max_b;
-  float *x;                   /* the MLP's input: max_b * S * D */
-  const float *deep;          /* the MLP's output of the last forward */
-  float *dz;                  /* d loss / d logit */
-  float *wide;                /* per sample */
-  float *logit;
-  /* per batch: unique keys and rows */
+  size_t max_b, max_rows;     /* the rows inputs' capacity: unique keys of a batch at most */
+  float *target;              /* max_b click targets (0 or 1) */
+  /* per batch: unique keys, rows and the feed */
   uint64_t *keys;
   int32_t *kidx;              /* feature -> unique key index */
   int32_t *slots;             /* hash of keys -> unique index + 1 */
-  size_t nslots, cap_keys, cap_feats;
-  float *w_rows, *e_rows, *w_grad, *e_grad;
+  size_t nslots, cap_feats;
+  float *w_rows, *e_rows;     /* max_rows rows each */
+  const float *w_grad, *e_grad; /* the graph's rows gradients */
+  fl_graph_sparse_entry *feed;
   /* local optimizer (geo) */
   fl_optim_hparams hp;
   const char *exclude[FL_JOB_MAX_LIST];
@@ -86,53 +85,32 @@ static uint64_t rng_next(uint64_t *s) {
   return fl_ps_mix64(*s);
 }
 
-/* The dense part: ctr.bias and the MLP graph over the S*D embedding
- * inputs (ReLU hidden layers, one output), weights Kaiming-uniform before
- * a ReLU and Xavier for the output, drawn from the job's seed in layer
- * order as before the graph engine. */
-static fl_status ctr_build(ctr *c, uint32_t slots, size_t max_b) {
-  const fl_job_model *m = &c->job->model;
-  uint64_t rs = c->job->train.seed ^ 0x43545221ULL;
-
-  c->S = slots;
-  c->D = (uint32_t)m->ctr.embedding_dim;
-  c->buckets = (uint64_t)m->ctr.hash_buckets;
-  c->max_b = max_b;
-  c->L = m->n_hidden + 1;
-  c->dims[0] = (size_t)c->S * c->D;
-  for (size_t l = 0; l < m->n_hidden; l++) c->dims[l + 1] = m->hidden[l];
-  c->dims[c->L] = 1;
-
-  snprintf(c->bias.name, sizeof c->bias.name, "ctr.bias");
-  c->bias.ndim = 1;
-  c->bias.shape[0] = 1;
-  c->bias.n = 1;
-  c->bias.value = &c->bias_v;
-  c->bias.grad = &c->bias_g;
-  c->pp[0] = &c->bias;
-
-  fl_graph *g = NULL;
-  FL_TRY(fl_graph_new("ctr", &g));
-  const int64_t in_dims[2] = {FL_G_BATCH, (int64_t)c->dims[0]};
-  int x;
-  fl_status st = fl_graph_input(g, "input", 2, in_dims, &x);
+/* The MLP's layers over x: Gemms with ReLU but the last, weights
+ * Kaiming-uniform before a ReLU and Xavier for the output, drawn from the
+ * seed in layer order (the draws of the model before the graph engine). */
+static fl_status ctr_mlp(fl_graph *g, const fl_ctr_shape *sh, int x, int *out) {
+  uint64_t rs = sh->seed ^ 0x43545221ULL;
+  size_t dims[MAX_LAYERS + 1], L = sh->n_hidden + 1;
+  dims[0] = (size_t)sh->slots * sh->dim;
+  for (size_t l = 0; l < sh->n_hidden; l++) dims[l + 1] = sh->hidden[l];
+  dims[L] = 1;
+  fl_status st = FL_OK;
   float *w = NULL;
-  for (size_t l = 0; st == FL_OK && l < c->L; l++) {
+  for (size_t l = 0; st == FL_OK && l < L; l++) {
     char wn[48], bn[48], on[48];
     snprintf(wn, sizeof wn, "ctr.fc%zu.weight", l);
     snprintf(bn, sizeof bn, "ctr.fc%zu.bias", l);
     snprintf(on, sizeof on, "ctr.fc%zu", l);
-    const int64_t wd[2] = {(int64_t)c->dims[l + 1], (int64_t)c->dims[l]};
-    const size_t n = c->dims[l + 1] * c->dims[l];
+    const int64_t wd[2] = {(int64_t)dims[l + 1], (int64_t)dims[l]};
+    const size_t n = dims[l + 1] * dims[l];
     float *nw = realloc(w, n * sizeof *w);
     if (!nw) {
       st = FL_ERR(FL_ENOMEM, "ctr: out of memory for %zu parameters", n);
       break;
     }
     w = nw;
-    /* Kaiming-uniform for ReLU layers, Xavier for the output */
-    double fan_in = (double)c->dims[l], fan_out = (double)c->dims[l + 1];
-    double a = l + 1 < c->L ? sqrt(6.0 / fan_in) : sqrt(6.0 / (fan_in + fan_out));
+    double fan_in = (double)dims[l], fan_out = (double)dims[l + 1];
+    double a = l + 1 < L ? sqrt(6.0 / fan_in) : sqrt(6.0 / (fan_in + fan_out));
     for (size_t k = 0; k < n; k++)
       w[k] = (float)(a * (2.0 * (double)(rng_next(&rs) >> 11) * 0x1p-53 - 1.0));
     int wi, bi;
@@ -143,48 +121,110 @@ static fl_status ctr_build(ctr *c, uint32_t slots, size_t max_b) {
     const char *outs[1] = {on};
     fl_gattr at[2] = {{.name = "transB", .kind = FL_GA_INT, .i = 1},
                       {.name = "flotilla_act", .kind = FL_GA_STRING, .s = "relu"}};
-    st = fl_graph_node(g, on, "Gemm", ins, 3, outs, 1, at, l + 1 < c->L ? 2 : 1, &x);
+    st = fl_graph_node(g, on, "Gemm", ins, 3, outs, 1, at, l + 1 < L ? 2 : 1, &x);
   }
   free(w);
-  if (st == FL_OK) st = fl_graph_set_output(g, x, FL_GLOSS_BCE_LOGITS);
+  *out = x;
+  return st;
+}
+
+/* The graph's nodes: wide = EmbeddingBagSum(wide rows, all) + ctr.bias;
+ * deep = MLP(EmbeddingBagSum(emb rows, S slots)); logit = wide + deep.
+ * ctr.bias is used first, so the parameters keep their order. */
+static fl_status ctr_nodes(fl_graph *g, const fl_ctr_shape *sh) {
+  int wr, er, bias, wide, wb, x, deep, logit;
+  const int64_t one = 1;
+  const fl_gattr all = {.name = "mode", .kind = FL_GA_STRING, .s = "all"};
+  const fl_gattr slots = {.name = "num_slots", .kind = FL_GA_INT, .i = (int64_t)sh->slots};
+  const char *o_wide[1] = {"ctr.wide_sum"}, *o_wb[1] = {"ctr.wide_bias"}, *o_pool[1] = {"ctr.pooled"},
+             *o_logit[1] = {"ctr.logit"};
+  FL_TRY(fl_graph_rows(g, FL_CTR_WIDE_ROWS, (int64_t)sh->rows, 1, &wr));
+  FL_TRY(fl_graph_rows(g, FL_CTR_EMB_ROWS, (int64_t)sh->rows, (int64_t)sh->dim, &er));
+  FL_TRY(fl_graph_param(g, "ctr.bias", 1, &one, NULL, 1, &bias));
+  FL_TRY(fl_graph_node(g, FL_CTR_WIDE_NODE, "EmbeddingBagSum", &wr, 1, o_wide, 1, &all, 1, &wide));
+  const int in_wb[2] = {wide, bias};
+  FL_TRY(fl_graph_node(g, "ctr.wide_bias", "Add", in_wb, 2, o_wb, 1, NULL, 0, &wb));
+  FL_TRY(fl_graph_node(g, FL_CTR_POOL_NODE, "EmbeddingBagSum", &er, 1, o_pool, 1, &slots, 1, &x));
+  FL_TRY(ctr_mlp(g, sh, x, &deep));
+  const int in_l[2] = {wb, deep};
+  FL_TRY(fl_graph_node(g, "ctr.logit", "Add", in_l, 2, o_logit, 1, NULL, 0, &logit));
+  return fl_graph_set_output(g, logit, FL_GLOSS_BCE_LOGITS);
+}
+
+fl_status fl_ctr_graph(const fl_ctr_shape *sh, void **handle) {
+  if (!sh || !handle || sh->slots == 0 || sh->dim == 0 || sh->rows == 0 ||
+      sh->max_batch == 0 || sh->n_hidden > FL_JOB_MAX_HIDDEN || (sh->n_hidden && !sh->hidden))
+    return FL_ERR(FL_EINVAL, "ctr: graph of %u slots, width %u, %zu rows, batch %zu, %zu hidden "
+                  "layers (all but the hidden layers must be > 0; at most %d of those)",
+                  sh ? sh->slots : 0, sh ? sh->dim : 0, sh ? sh->rows : 0,
+                  sh ? sh->max_batch : 0, sh ? sh->n_hidden : 0, FL_JOB_MAX_HIDDEN);
+  fl_graph *g = NULL;
+  FL_TRY(fl_graph_new("ctr", &g));
+  const fl_status st = ctr_nodes(g, sh);
   if (st != FL_OK) {
     fl_graph_free(g);
     return st;
   }
   fl_graph_options opt;
   memset(&opt, 0, sizeof opt);
-  opt.max_batch = max_b;
-  opt.seed = c->job->train.seed;
+  opt.max_batch = sh->max_batch;
+  opt.seed = sh->seed;
   opt.device = -1;
-  opt.input_grad = 1;
-  FL_TRY(fl_graph_model_create(g, &opt, &c->mlp));
-  c->np = 1 + fl_graph_model_ops.num_params(c->mlp);
-  for (size_t i = 1; i < c->np; i++) {
-    c->pp[i] = fl_graph_model_ops.param(c->mlp, i - 1);
-    c->pp[i]->layer = (int)((i - 1) / 2);
+  return fl_graph_model_create(g, &opt, handle);
+}
+
+/* The unique keys of a batch are at most its features (max_b samples of
+ * the most features a sample has) and at most the buckets. */
+static size_t max_rows(const fl_sparse_dataset *a, const fl_sparse_dataset *b, size_t max_b,
+                       uint64_t buckets) {
+  size_t most = 1;
+  for (int k = 0; k < 2; k++) {
+    const fl_sparse_dataset *d = k ? b : a;
+    for (size_t i = 0; i < d->n; i++)
+      if (d->offsets[i + 1] - d->offsets[i] > most) most = d->offsets[i + 1] - d->offsets[i];
   }
-  c->x = malloc(max_b * c->dims[0] * sizeof(float));
-  c->dz = malloc(max_b * sizeof(float));
-  c->wide = malloc(max_b * sizeof(float));
-  c->logit = malloc(max_b * sizeof(float));
-  if (!c->x || !c->dz || !c->wide || !c->logit)
-    return FL_ERR(FL_ENOMEM, "ctr: out of memory for buffers");
-  return FL_OK;
+  return (uint64_t)most * max_b < buckets ? most * max_b : (size_t)buckets;
+}
+
+/* The compiled graph, its parameters (ctr.bias, then the MLP's), and the
+ * batch buffers. */
+static fl_status ctr_build(ctr *c, uint32_t slots, size_t max_b, size_t rows) {
+  const fl_job_model *m = &c->job->model;
+  int64_t hidden[FL_JOB_MAX_HIDDEN];
+  for (size_t l = 0; l < m->n_hidden; l++) hidden[l] = (int64_t)m->hidden[l];
+  const fl_ctr_shape sh = {.slots = slots, .dim = (uint32_t)m->ctr.embedding_dim,
+                           .hidden = hidden, .n_hidden = m->n_hidden, .rows = rows,
+                           .max_batch = max_b, .seed = c->job->train.seed};
+  c->S = slots;
+  c->D = sh.dim;
+  c->buckets = (uint64_t)m->ctr.hash_buckets;
+  c->max_b = max_b;
+  c->max_rows = rows;
+  c->L = m->n_hidden + 1;
+  FL_TRY(fl_ctr_graph(&sh, &c->model));
+  c->np = fl_graph_model_ops.num_params(c->model);
+  for (size_t i = 0; i < c->np; i++) {
+    c->pp[i] = fl_graph_model_ops.param(c->model, i);
+    c->pp[i]->layer = i ? (int)((i - 1) / 2) : 0; /* bias with the first layer */
+  }
+  c->target = malloc(max_b * sizeof(float));
+  c->w_rows = calloc(rows, sizeof(float));
+  c->e_rows = calloc(rows * c->D, sizeof(float));
+  if (!c->target || !c->w_rows || !c->e_rows)
+    return FL_ERR(FL_ENOMEM, "ctr: out of memory for buffers of %zu rows", rows);
+  FL_TRY(fl_graph_model_set_rows(c->model, FL_CTR_WIDE_ROWS, c->w_rows, &c->w_grad));
+  return fl_graph_model_set_rows(c->model, FL_CTR_EMB_ROWS, c->e_rows, &c->e_grad);
 }
 
 static void ctr_free(ctr *c) {
-  if (c->mlp) fl_graph_model_ops.destroy(c->mlp);
-  free(c->x);
-  free(c->dz);
-  free(c->wide);
-  free(c->logit);
+  if (c->model) fl_graph_model_ops.destroy(c->model);
+  free(c->target);
   free(c->keys);
   free(c->kidx);
   free(c->slots);
   free(c->w_rows);
   free(c->e_rows);
-  free(c->w_grad);
-  free(c->e_grad);
+  free(c->feed);
   free(c->state);
 }
 
@@ -192,16 +232,18 @@ static uint64_t feat_key(const ctr *c, const fl_sparse_feature *f) {
   return fl_ps_mix64(((uint64_t)f->slot << 48) ^ f->id ^ 0x5bd1e995ULL) % c->buckets;
 }
 
-/* Unique keys of the features [0, nf), and each feature's key index. */
-static fl_status collect_keys(ctr *c, const fl_sparse_feature *feats, size_t nf, size_t *nk) {
+/* Room for nf features: keys, key indices, the feed and the hash slots. */
+static fl_status reserve(ctr *c, size_t nf) {
   size_t ns = 16;
   while (ns < 2 * nf + 2) ns *= 2;
   if (nf > c->cap_feats) {
     int32_t *ki = realloc(c->kidx, nf * sizeof *ki);
-    uint64_t *ks = ki ? realloc(c->keys, nf * sizeof *ks) : NULL;
     if (ki) c->kidx = ki;
+    uint64_t *ks = ki ? realloc(c->keys, nf * sizeof *ks) : NULL;
     if (ks) c->keys = ks;
-    if (!ki || !ks) return FL_ERR(FL_ENOMEM, "ctr: out of memory for %zu features", nf);
+    fl_graph_sparse_entry *fe = ks ? realloc(c->feed, nf * sizeof *fe) : NULL;
+    if (fe) c->feed = fe;
+    if (!fe) return FL_ERR(FL_ENOMEM, "ctr: out of memory for %zu features", nf);
     c->cap_feats = nf;
   }
   if (ns > c->nslots) {
@@ -210,6 +252,12 @@ static fl_status collect_keys(ctr *c, const fl_sparse_feature *feats, size_t nf,
     c->slots = s;
     c->nslots = ns;
   }
+  return FL_OK;
+}
+
+/* Unique keys of the features [0, nf), and each feature's key index. */
+static fl_status collect_keys(ctr *c, const fl_sparse_feature *feats, size_t nf, size_t *nk) {
+  FL_TRY(reserve(c, nf));
   memset(c->slots, 0, c->nslots * sizeof *c->slots);
   *nk = 0;
   for (size_t i = 0; i < nf; i++) {
@@ -222,89 +270,38 @@ static fl_status collect_keys(ctr *c, const fl_sparse_feature *feats, size_t nf,
     }
     c->kidx[i] = c->slots[h] - 1;
   }
-  if (*nk > c->cap_keys) {
-    size_t D = c->D;
-    float *a = realloc(c->w_rows, *nk * sizeof *a);
-    float *b = a ? realloc(c->e_rows, *nk * D * sizeof *b) : NULL;
-    float *g = b ? realloc(c->w_grad, *nk * sizeof *g) : NULL;
-    float *h = g ? realloc(c->e_grad, *nk * D * sizeof *h) : NULL;
-    if (a) c->w_rows = a;
-    if (b) c->e_rows = b;
-    if (g) c->w_grad = g;
-    if (h) c->e_grad = h;
-    if (!a || !b || !g || !h) return FL_ERR(FL_ENOMEM, "ctr: out of memory for %zu rows", *nk);
-    c->cap_keys = *nk;
-  }
+  if (*nk > c->max_rows)
+    return FL_ERR(FL_EINVAL, "ctr: a batch of %zu unique keys, over the %zu rows planned",
+                  *nk, c->max_rows);
   return FL_OK;
 }
 
-/* Forward of n samples: c->logit[i].  Pulls the batch's rows. */
-static fl_status forward(ctr *c, const fl_sparse_batch *sb, size_t n, int training) {
-  size_t nf = sb->offsets[n] - sb->offsets[0], nk, D = c->D;
-  const fl_sparse_feature *feats = sb->feats + sb->offsets[0];
-  float *x = c->x;
-
-  FL_TRY(collect_keys(c, feats, nf, &nk));
-  FL_TRY(fl_ps_client_pull_sparse(c->client, WIDE, 1, c->keys, nk, c->w_rows));
-  FL_TRY(fl_ps_client_pull_sparse(c->client, EMB, c->D, c->keys, nk, c->e_rows));
-  memset(x, 0, n * c->dims[0] * sizeof(float));
+/* Pull the rows of n samples and feed them to the graph, with the targets. */
+static fl_status feed(ctr *c, const fl_sparse_batch *sb, size_t n, size_t *nk) {
+  const size_t f0 = sb->offsets[0], nf = sb->offsets[n] - f0;
+  const fl_sparse_feature *feats = sb->feats + f0;
+  FL_TRY(collect_keys(c, feats, nf, nk));
+  FL_TRY(fl_ps_client_pull_sparse(c->client, WIDE, 1, c->keys, *nk, c->w_rows));
+  FL_TRY(fl_ps_client_pull_sparse(c->client, EMB, c->D, c->keys, *nk, c->e_rows));
   for (size_t i = 0; i < n; i++) {
-    double w = c->bias_v;
-    for (size_t f = sb->offsets[i] - sb->offsets[0]; f < sb->offsets[i + 1] - sb->offsets[0]; f++) {
-      const fl_sparse_feature *ft = &feats[f];
-      const float *e = c->e_rows + (size_t)c->kidx[f] * D;
-      w += (double)ft->value * c->w_rows[c->kidx[f]];
-      if (ft->slot >= c->S) continue;
-      for (size_t d = 0; d < D; d++) x[i * c->dims[0] + ft->slot * D + d] += ft->value * e[d];
-    }
-    c->wide[i] = (float)w;
+    c->target[i] = sb->labels[i] > 0 ? 1.0f : 0.0f;
+    for (size_t f = sb->offsets[i] - f0; f < sb->offsets[i + 1] - f0; f++)
+      c->feed[f] = (fl_graph_sparse_entry){.sample = (uint32_t)i, .slot = feats[f].slot,
+                                           .row = (uint32_t)c->kidx[f], .value = feats[f].value};
   }
-  FL_TRY(fl_graph_model_forward(c->mlp, x, n, training, &c->deep));
-  for (size_t i = 0; i < n; i++) c->logit[i] = c->wide[i] + c->deep[i];
-  return FL_OK;
+  const fl_graph_sparse_feed fd = {c->feed, nf};
+  FL_TRY(fl_graph_model_set_sparse_feed(c->model, FL_CTR_WIDE_NODE, &fd));
+  return fl_graph_model_set_sparse_feed(c->model, FL_CTR_POOL_NODE, &fd);
 }
 
-static double sigmoid(double z) { return z >= 0 ? 1 / (1 + exp(-z)) : exp(z) / (1 + exp(z)); }
-
-/* log loss of one sample, computed stably from the logit. */
-static double logloss(double z, int y) {
-  double m = z > 0 ? z : 0;
-  return m - (y ? z : 0) + log(exp(-m) + exp(z - m));
-}
-
-/* Backward of the batch after forward: dense grads, then sparse pushes. */
-static fl_status backward(ctr *c, const fl_sparse_batch *sb, size_t n, double *loss) {
-  size_t nf = sb->offsets[n] - sb->offsets[0], D = c->D, nk = 0;
-  const fl_sparse_feature *feats = sb->feats + sb->offsets[0];
-  float *dz = c->dz;
-  const float *dx = NULL;
-  double db = 0;
-
-  *loss = 0;
-  for (size_t i = 0; i < n; i++) {
-    int y = sb->labels[i] > 0;
-    *loss += logloss(c->logit[i], y);
-    dz[i] = (float)((sigmoid(c->logit[i]) - y) / (double)n);
-    db += dz[i];
-  }
-  c->bias_g = (float)db;
-  FL_TRY(fl_graph_model_backward(c->mlp, dz, NULL, NULL, &dx));
-  /* dx now holds d loss / d (MLP input); the wide part recomputes the
-   * logit gradients per sample below. */
-  for (size_t k = 0; k < nf; k++) nk = (size_t)c->kidx[k] + 1 > nk ? (size_t)c->kidx[k] + 1 : nk;
-  memset(c->w_grad, 0, nk * sizeof(float));
-  memset(c->e_grad, 0, nk * D * sizeof(float));
-  for (size_t i = 0; i < n; i++) {
-    int y = sb->labels[i] > 0;
-    float g = (float)((sigmoid(c->logit[i]) - y) / (double)n);
-    for (size_t f = sb->offsets[i] - sb->offsets[0]; f < sb->offsets[i + 1] - sb->offsets[0]; f++) {
-      const fl_sparse_feature *ft = &feats[f];
-      float *eg = c->e_grad + (size_t)c->kidx[f] * D;
-      c->w_grad[c->kidx[f]] += g * ft->value;
-      if (ft->slot >= c->S) continue;
-      for (size_t d = 0; d < D; d++) eg[d] += dx[i * c->dims[0] + ft->slot * D + d] * ft->value;
-    }
-  }
+/* One training step of n samples: pull, the graph's step (dense grads),
+ * then push the rows' gradients. */
+static fl_status train_step(ctr *c, const fl_sparse_batch *sb, size_t n, double *loss) {
+  size_t nk;
+  fl_model_result res;
+  FL_TRY(feed(c, sb, n, &nk));
+  FL_TRY(fl_graph_model_train_stepf(c->model, NULL, c->target, n, 1.0f, NULL, NULL, &res));
+  *loss = res.loss_sum;
   FL_TRY(fl_ps_client_push_sparse(c->client, WIDE, 1, c->push_seq, c->keys, nk, c->w_grad));
   FL_TRY(fl_ps_client_push_sparse(c->client, EMB, c->D, c->push_seq, c->keys, nk, c->e_grad));
   c->push_seq++;
@@ -342,37 +339,41 @@ static double auc(scored *s, size_t n) {
   return (rank_sum - pos * (pos + 1) / 2) / (pos * neg);
 }
 
+/* The test set's logits into s[] (scores and labels), and the engine's
+ * loss and accuracy sums. */
+static fl_status score(ctr *c, const fl_sparse_dataset *test, scored *s, double *loss,
+                       double *correct) {
+  for (size_t off = 0; off < test->n; off += c->max_b) {
+    const size_t cnt = test->n - off < c->max_b ? test->n - off : c->max_b;
+    const fl_sparse_batch sb = {test->labels + off, test->offsets + off, test->feats};
+    fl_model_result res;
+    size_t nk;
+    FL_TRY(feed(c, &sb, cnt, &nk));
+    FL_TRY(fl_graph_model_evalf(c->model, NULL, c->target, cnt, &res));
+    const float *logit = fl_graph_model_output(c->model);
+    for (size_t i = 0; i < cnt; i++) s[off + i] = (scored){logit[i], c->target[i] > 0};
+    *loss += res.loss_sum;
+    *correct += (double)res.correct1;
+  }
+  return FL_OK;
+}
+
 static fl_status evaluate(ctr *c, const fl_sparse_dataset *test, int64_t epoch, FILE *out,
                           fl_trainer_report *rep) {
-  size_t bs = c->max_b, n = test->n;
+  size_t n = test->n;
   scored *s = malloc(n * sizeof *s), *o = test->prob ? malloc(n * sizeof *o) : NULL;
   double loss = 0, pos = 0, correct = 0, base, const_loss = 0, a, oracle = 0;
-  if (!s || (test->prob && !o)) {
+  fl_status st = !s || (test->prob && !o)
+                     ? FL_ERR(FL_ENOMEM, "ctr: out of memory evaluating %zu samples", n)
+                     : score(c, test, s, &loss, &correct);
+  if (st != FL_OK) {
     free(s);
     free(o);
-    return FL_ERR(FL_ENOMEM, "ctr: out of memory evaluating %zu samples", n);
+    return st;
   }
-  for (size_t off = 0; off < n; off += bs) {
-    size_t cnt = n - off < bs ? n - off : bs;
-    fl_sparse_batch sb = {test->labels + off, test->offsets + off, test->feats};
-    fl_status st = forward(c, &sb, cnt, 0);
-    if (st != FL_OK) {
-      free(s);
-      free(o);
-      return st;
-    }
-    for (size_t i = 0; i < cnt; i++) {
-      int y = test->labels[off + i] > 0;
-      s[off + i].score = c->logit[i];
-      s[off + i].y = y;
-      loss += logloss(c->logit[i], y);
-      correct += (c->logit[i] > 0) == y;
-      pos += y;
-      if (o) {
-        o[off + i].score = test->prob[off + i];
-        o[off + i].y = y;
-      }
-    }
+  for (size_t i = 0; i < n; i++) {
+    pos += s[i].y;
+    if (o) o[i] = (scored){test->prob[i], s[i].y};
   }
   base = pos / (double)n;
   if (base > 0 && base < 1) const_loss = -(base * log(base) + (1 - base) * log(1 - base));
@@ -450,10 +451,15 @@ fl_status fl_ctr_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_repo
     if ((st = fl_loader_create(NULL, &train, &spec, (size_t)(job->data.prefetch > 0 ? job->data.prefetch : 1), &loader)) != FL_OK)
       goto done;
   }
-  if ((st = ctr_build(&c, train.num_slots, job->train.batch_size > job->train.eval_batch_size
-                                               ? job->train.batch_size
-                                               : job->train.eval_batch_size)) != FL_OK)
-    goto done;
+  {
+    const size_t max_b = (size_t)(job->train.batch_size > job->train.eval_batch_size
+                                      ? job->train.batch_size
+                                      : job->train.eval_batch_size);
+    if ((st = ctr_build(&c, train.num_slots, max_b,
+                        max_rows(&train, &test, max_b, (uint64_t)job->model.ctr.hash_buckets))) !=
+        FL_OK)
+      goto done;
+  }
   tables[0] = (fl_ps_sparse_spec){WIDE, 1};
   tables[1] = (fl_ps_sparse_spec){EMB, c.D};
   if ((st = fl_sync_ps_bind(sync, c.pp, c.np, tables, 2)) != FL_OK) goto done;
@@ -495,8 +501,7 @@ fl_status fl_ctr_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_repo
       if (job->train.max_steps > 0 && step >= job->train.max_steps) break;
       if ((st = fl_loader_next(loader, &b)) != FL_OK) goto done;
       if ((st = sync->ops->step_begin(sync->self, NULL, step)) != FL_OK) goto done;
-      if ((st = forward(&c, &b.sparse, b.size, 1)) != FL_OK) goto done;
-      if ((st = backward(&c, &b.sparse, b.size, &loss)) != FL_OK) goto done;
+      if ((st = train_step(&c, &b.sparse, b.size, &loss)) != FL_OK) goto done;
       for (size_t i = c.np; i-- > 0;) sync->ops->grad_ready(sync->self, NULL, i);
       if ((st = sync->ops->step_end(sync->self, NULL, step, &apply)) != FL_OK) goto done;
       if (apply) {
