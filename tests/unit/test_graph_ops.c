@@ -5,7 +5,8 @@
  * it matters) and the backward against central finite differences of a
  * fixed random weighting of the outputs (gradcheck.h), then that backward
  * accumulates into input grads when told to.  The refusals (bad
- * attributes, shapes, modes) are tested too. */
+ * attributes, shapes, modes) are tested too.  Flotilla's own sparse op
+ * (EmbeddingBagSum) is fed its entries by hand. */
 #include <config.h>
 
 #include <check.h>
@@ -1545,6 +1546,105 @@ START_TEST(test_gather) {
 }
 END_TEST
 
+/* ----------------------------------------------------- EmbeddingBagSum */
+
+/* Reference: out[i, g*D + d] = sum over entries of sample i in group g
+ * (slot, or 0 with all; slots >= groups skipped) of value * rows[row, d]. */
+static void bag_reference(const fl_graph_sparse_entry *e, size_t ne, const float *rows, size_t D,
+                          size_t nb, size_t groups, int all, double *out) {
+  memset(out, 0, nb * groups * D * sizeof *out);
+  for (size_t k = 0; k < ne; k++) {
+    if (!all && e[k].slot >= groups) continue;
+    const size_t g = all ? 0 : e[k].slot;
+    for (size_t d = 0; d < D; d++)
+      out[(e[k].sample * groups + g) * D + d] += (double)e[k].value * rows[e[k].row * D + d];
+  }
+}
+
+/* One EmbeddingBagSum of rows [5, D] on a batch of 4 by entries; mode
+ * "all" when slots is 0. */
+static void bag_check(const fl_graph_sparse_entry *e, size_t ne, int64_t D, int64_t slots) {
+  harness h;
+  uint64_t s = 171;
+  const int64_t rs[] = {5, D}, groups = slots ? slots : 1;
+  h_init(&h, "EmbeddingBagSum");
+  h.c.batch = 4;
+  h_f32(&h, "rows", 2, rs, &s, -1, 1, 0);
+  if (slots)
+    h_ai(&h, "num_slots", slots);
+  else
+    h_as(&h, "mode", "all");
+  h.node.feed = (fl_graph_sparse_feed){e, ne};
+  h.node.fed = 1;
+  h_outs(&h, 1);
+  h_ready(&h);
+  const int64_t ys[] = {4, groups * D};
+  h_expect_shape(&h, 0, 2, ys);
+  h_fwd(&h);
+  double want[4 * 4 * 3];
+  bag_reference(e, ne, h_x(&h, 0)->data, (size_t)D, 4, (size_t)groups, !slots, want);
+  expect_close(h_y(&h, 0)->data, want, (size_t)(4 * groups * D), 1e-6, "EmbeddingBagSum");
+  h_gradcheck(&h, slots ? "EmbeddingBagSum slots" : "EmbeddingBagSum all", 1, 1e-3, 1e-4, 1e-3);
+  /* row 4 is named by no entry; row 3 only in slot 3 (skipped by slots) */
+  h_bwd(&h, 0);
+  for (int64_t d = 0; d < D; d++) {
+    ck_assert_float_eq(h_x(&h, 0)->grad[4 * D + d], 0.0f);
+    if (slots) ck_assert_float_eq(h_x(&h, 0)->grad[3 * D + d], 0.0f);
+  }
+  h_free(&h);
+}
+
+START_TEST(test_embedding_bag_sum) {
+  /* Sample 0 names row 0 twice in one slot, sample 1 has slot 3 (beyond
+   * 3 slots), sample 2 none, sample 3 rows 0 and 1 again. */
+  static const fl_graph_sparse_entry e[] = {
+      {0, 0, 0, 1.0f}, {0, 1, 1, 0.5f}, {0, 0, 0, 2.0f}, {1, 2, 2, 1.5f},
+      {1, 3, 3, -1.0f}, {3, 1, 0, 1.0f}, {3, 2, 2, 0.7f}, {3, 0, 1, -0.5f}};
+  const size_t ne = sizeof e / sizeof e[0];
+  bag_check(e, ne, 3, 3);
+  bag_check(e, ne, 1, 0); /* the wide sum */
+  bag_check(e, ne, 2, 0);
+  ck_assert_str_eq(fl_gop_find("EmbeddingBagSum")->domain, "flotilla");
+  ck_assert_ptr_null(strstr(fl_gop_supported(), "EmbeddingBagSum")); /* not an ONNX op */
+  /* Refusals: at infer (attributes, rank), at forward (feed). */
+  harness h;
+  uint64_t s = 3;
+  const int64_t rs[] = {5, 2}, r1[] = {10};
+  h_init(&h, "EmbeddingBagSum");
+  h.c.batch = 4;
+  h_f32(&h, "rows", 2, rs, &s, -1, 1, 0);
+  h_outs(&h, 1);
+  ck_assert_int_eq(h_infer(&h), FL_EINVAL); /* mode slots without num_slots */
+  h_as(&h, "mode", "all");
+  h_ai(&h, "num_slots", 2);
+  ck_assert_int_eq(h_infer(&h), FL_EINVAL); /* num_slots with all */
+  h.nattrs = h.node.n_attrs = 0;
+  h_as(&h, "mode", "mean");
+  ck_assert_int_eq(h_infer(&h), FL_EINVAL);
+  h.nattrs = h.node.n_attrs = 0;
+  h_as(&h, "mode", "all");
+  h_ready(&h);
+  ck_assert_int_eq(h.node.op->forward(&h.node, &h.c), FL_ESTATE); /* no feed */
+  const fl_graph_sparse_entry bad[] = {{0, 0, 5, 1.0f}, {4, 0, 0, 1.0f}};
+  for (int k = 0; k < 2; k++) {
+    h.node.feed = (fl_graph_sparse_feed){&bad[k], 1};
+    h.node.fed = 1;
+    ck_assert_int_eq(h.node.op->forward(&h.node, &h.c), FL_EINVAL);
+  }
+  h.node.feed = (fl_graph_sparse_feed){NULL, 0}; /* empty: zeros */
+  h_fwd(&h);
+  for (size_t i = 0; i < h_y(&h, 0)->n; i++) ck_assert_float_eq(h_y(&h, 0)->data[i], 0.0f);
+  h_free(&h);
+  h_init(&h, "EmbeddingBagSum");
+  h.c.batch = 4;
+  h_f32(&h, "rows", 1, r1, &s, -1, 1, 0);
+  h_as(&h, "mode", "all");
+  h_outs(&h, 1);
+  ck_assert_int_eq(h_infer(&h), FL_EINVAL); /* rows must be [rows, width] */
+  h_free(&h);
+}
+END_TEST
+
 START_TEST(test_shape_domain) {
   harness h;
   uint64_t s = 171;
@@ -1674,6 +1774,7 @@ int main(void) {
   tcase_add_test(tc, test_slice);
   tcase_add_test(tc, test_gather);
   tcase_add_test(tc, test_shape_domain);
+  tcase_add_test(tc, test_embedding_bag_sum);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
