@@ -615,7 +615,7 @@ fl_status fl_graph_model_set_rows(void *handle, const char *name, const float *r
   if (!m) return FL_ERR(FL_EINVAL, "graph: NULL model");
   const int t = fl_graph_find(m->g, name);
   if (t < 0 || m->g->t[t].kind != FL_GT_ROWS || !rows)
-    return FL_ERR(FL_EINVAL, "graph %s: set_rows: %s", m->g->name,
+    return FL_ERR(FL_EINVAL, "graph %s: set_rows %s: %s", m->g->name, name ? name : "(null)",
                   t < 0 || m->g->t[t].kind != FL_GT_ROWS ? "no rows input of that name" : "NULL rows");
   m->g->t[t].data = (float *)rows; /* ops never write an input */
   if (grad) *grad = m->rows_grad[t];

@@ -64,9 +64,9 @@ static fl_status pool_feed(const fl_gnode *n, const fl_gctx *c, const fl_graph_s
   for (size_t k = 0; k < n->feed.n; k++) {
     const fl_graph_sparse_entry *e = &n->feed.e[k];
     if ((size_t)e->sample >= c->batch || (int64_t)e->row >= x->shape[0])
-      return fl_gop_fail(n, FL_EINVAL, "feed entry %zu: sample %u of a batch of %zu, row %u "
-                         "of %lld rows", k, e->sample, c->batch, e->row,
-                         (long long)x->shape[0]);
+      return fl_gop_fail(n, FL_EINVAL, "feed entry %zu names sample %u and row %u; the batch "
+                         "has %zu samples and %s %lld rows", k, e->sample, e->row, c->batch,
+                         x->name, (long long)x->shape[0]);
   }
   *f = &n->feed;
   return FL_OK;
