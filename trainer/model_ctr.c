@@ -136,8 +136,8 @@ static fl_status ctr_nodes(fl_graph *g, const fl_ctr_shape *sh) {
   const int64_t one = 1;
   const fl_gattr all = {.name = "mode", .kind = FL_GA_STRING, .s = "all"};
   const fl_gattr slots = {.name = "num_slots", .kind = FL_GA_INT, .i = (int64_t)sh->slots};
-  const char *o_wide[1] = {"ctr.wide_sum"}, *o_wb[1] = {"ctr.wide_bias"}, *o_pool[1] = {"ctr.pooled"},
-             *o_logit[1] = {"ctr.logit"};
+  const char *o_wide[1] = {"ctr.wide_sum"}, *o_wb[1] = {"ctr.wide_bias"},
+             *o_pool[1] = {"ctr.pooled"}, *o_logit[1] = {"ctr.logit"};
   FL_TRY(fl_graph_rows(g, FL_CTR_WIDE_ROWS, (int64_t)sh->rows, 1, &wr));
   FL_TRY(fl_graph_rows(g, FL_CTR_EMB_ROWS, (int64_t)sh->rows, (int64_t)sh->dim, &er));
   FL_TRY(fl_graph_param(g, "ctr.bias", 1, &one, NULL, 1, &bias));

@@ -100,7 +100,7 @@ typedef struct fl_gmodel {
   float **saved_fwd, **saved_bwd; /* per node */
   size_t plan_floats;             /* arena floats the bound plan uses */
   float *dx;                      /* input_grad: d loss / d input, max_batch rows */
-  float **rows_grad;              /* per tensor: a ROWS input's gradient (its n floats), else NULL */
+  float **rows_grad;              /* per tensor: a ROWS input's gradient (n floats), or NULL */
   size_t act_bytes;               /* at max_batch */
   fl_gctx ctx;
   fl_norm_sync_fn norm_sync;

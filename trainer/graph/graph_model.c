@@ -614,9 +614,10 @@ fl_status fl_graph_model_set_rows(void *handle, const char *name, const float *r
   fl_gmodel *m = handle;
   if (!m) return FL_ERR(FL_EINVAL, "graph: NULL model");
   const int t = fl_graph_find(m->g, name);
-  if (t < 0 || m->g->t[t].kind != FL_GT_ROWS || !rows)
+  const int is_rows = t >= 0 && m->g->t[t].kind == FL_GT_ROWS;
+  if (!is_rows || !rows)
     return FL_ERR(FL_EINVAL, "graph %s: set_rows %s: %s", m->g->name, name ? name : "(null)",
-                  t < 0 || m->g->t[t].kind != FL_GT_ROWS ? "no rows input of that name" : "NULL rows");
+                  is_rows ? "NULL rows" : "no rows input of that name");
   m->g->t[t].data = (float *)rows; /* ops never write an input */
   if (grad) *grad = m->rows_grad[t];
   return FL_OK;
