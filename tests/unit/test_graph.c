@@ -314,43 +314,6 @@ START_TEST(rebinding_other_batch_sizes) {
 }
 END_TEST
 
-/* fl_graph_model_forward/backward with input_grad: d loss / d x against
- * finite differences of the caller's own loss (sum of squares / 2). */
-typedef struct fb {
-  void *h;
-  float *x;
-} fb;
-
-static double half_sq(void *ctx) {
-  fb *f = ctx;
-  const float *out;
-  ck_assert_int_eq(fl_graph_model_forward(f->h, f->x, B, 0, &out), FL_OK);
-  double s = 0;
-  for (int i = 0; i < B * K; i++) s += 0.5 * (double)out[i] * out[i];
-  return s;
-}
-
-START_TEST(input_gradient) {
-  fl_graph_options o = {.max_batch = B, .device = -1, .input_grad = 1};
-  void *h = NULL;
-  ck_assert_int_eq(fl_graph_model_create(build(FL_GLOSS_MSE, 1, 5), &o, &h), FL_OK);
-  data d = make_data(1);
-  const float *out, *dx;
-  float dout[B * K];
-  ck_assert_int_eq(fl_graph_model_backward(h, dout, NULL, NULL, &dx), FL_ESTATE);
-  ck_assert_int_eq(fl_graph_model_forward(h, d.x, B, 1, &out), FL_OK);
-  memcpy(dout, out, sizeof dout);
-  ck_assert_int_eq(fl_graph_model_backward(h, dout, NULL, NULL, &dx), FL_OK);
-  float g[B * IN];
-  memcpy(g, dx, sizeof g);
-  fb f = {h, d.x};
-  gc_result r = gc_check(d.x, B * IN, g, half_sq, &f, 1e-3, 1e-5, 2e-3);
-  ck_assert_msg(r.worst <= 1.0, "dx[%zu]: analytic %g numeric %g", r.worst_i, r.worst_a, r.worst_n);
-  ck_assert(r.num_norm > 0);
-  fl_graph_model_ops.destroy(h);
-}
-END_TEST
-
 /* x -> Dropout -> Gemm: the masks are a function of (seed, step, node),
  * so fl_graph_model_set_step reproduces a step's gradients and a later
  * step draws other masks. */
@@ -660,7 +623,6 @@ int main(void) {
   tcase_add_test(tc, recompute_bitwise_named_checkpoints);
   tcase_add_test(tc, buffers_are_reused);
   tcase_add_test(tc, rebinding_other_batch_sizes);
-  tcase_add_test(tc, input_gradient);
   tcase_add_test(tc, dropout_follows_the_step);
   tcase_add_test(tc, gpu_refuses_op_without_twin);
   tcase_add_test(tc, amp_lists);

@@ -158,13 +158,11 @@ typedef struct fl_graph_options {
   const char *const *amp_black;
   size_t n_amp_black;
   int device;        /* -1 = cpu, else the CUDA device ordinal */
-  int input_grad;    /* 1: backward also computes d loss / d input (fl_graph_model_backward) */
 } fl_graph_options;
 
 /* Compile g (taken: freed here on failure too) into a model handle for the
  * fl_graph_model_ops table below.  Checks: one output, at most one input
- * (input_grad needs one; a graph without one, or with rows inputs, is host
- * only), no cycle, every node's inputs declared, all shapes bindable at
+ * (a graph without one, or with rows inputs, is host only), no cycle, every node's inputs declared, all shapes bindable at
  * batch 1 and max_batch, every recompute checkpoint names a tensor, a gpu
  * graph has a CUDA twin for every op (else FL_ENOTSUP naming the node and
  * op).  Errors are logged here. */
@@ -192,21 +190,13 @@ fl_status fl_graph_model_evalf(void *handle, const float *x, const float *t, siz
                                fl_model_result *res);
 
 /* The output of a forward of batch samples of x (training 1: as in
- * train_step, batch norm on batch statistics, dropout on; 0: as eval), for
- * callers that compute their own loss (the tests' fixtures; the models
- * all use the engine's losses).  *out points at the
- * batch*K output floats (host), valid until the next call.  Host graphs
- * only (FL_ENOTSUP on a gpu graph).  Errors logged. */
+ * train_step, batch norm on batch statistics, dropout on and running
+ * statistics updated; 0: as eval), without a loss or a backward: for
+ * callers that only need the output (the tests' fixtures).  *out points
+ * at the batch*K output floats (host), valid until the next call.  Host
+ * graphs only (FL_ENOTSUP on a gpu graph).  Errors logged. */
 fl_status fl_graph_model_forward(void *handle, const float *x, size_t batch, int training,
                                  const float **out);
-/* Backward after a training fl_graph_model_forward: dout holds d loss /
- * d output (batch*K floats, any loss scale already applied); gradients are
- * overwritten and reported as in train_step.  With options.input_grad,
- * *dx (may be NULL) points at d loss / d input, batch*input_size floats
- * owned by the model, valid until the next call.  FL_ESTATE (logged)
- * without a training forward before it. */
-fl_status fl_graph_model_backward(void *handle, const float *dout, fl_grad_ready_fn on_ready,
-                                  void *ctx, const float **dx);
 
 /* The output of the last forward, train step or eval (host graphs: batch*K
  * floats owned by the model, valid until the next call), or NULL. */

@@ -154,8 +154,7 @@ static fl_status plan_static(fl_gmodel *m) {
     goto done;
   }
   for (int t = 0; t < nt; t++)
-    req[t] = g->t[t].kind == FL_GT_PARAM || g->t[t].kind == FL_GT_ROWS ||
-             (g->t[t].kind == FL_GT_INPUT && m->input_grad);
+    req[t] = g->t[t].kind == FL_GT_PARAM || g->t[t].kind == FL_GT_ROWS;
   for (int i = 0; i < nn; i++) {
     const fl_gnode *n = &g->nodes[i];
     int r = 0;
@@ -475,8 +474,6 @@ static fl_status apply_plan(fl_gmodel *m, const fl_gplan *pl) {
       x->grad = m->grad_buf[t];
     } else if (x->kind == FL_GT_PARAM) {
       x->grad = m->has_grad[t] ? m->params[m->param_of[t]].grad : NULL;
-    } else if (x->kind == FL_GT_INPUT) {
-      x->grad = m->has_grad[t] ? m->dx : NULL;
     } else if (x->kind == FL_GT_ROWS) {
       x->grad = m->has_grad[t] ? m->rows_grad[t] : NULL;
     } else {

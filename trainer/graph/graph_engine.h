@@ -55,7 +55,7 @@ typedef struct fl_gmodel {
   fl_graph *g;
   size_t max_batch;
   uint64_t seed, step;
-  int recompute, input_grad;
+  int recompute;
   int static_done;           /* plan_static ran (first bind) */
   /* parameters: first-use order; param_of[t] is the index or -1 */
   fl_param *params;
@@ -99,13 +99,11 @@ typedef struct fl_gmodel {
   float **grad_buf;               /* per tensor: planned grad (non-params) */
   float **saved_fwd, **saved_bwd; /* per node */
   size_t plan_floats;             /* arena floats the bound plan uses */
-  float *dx;                      /* input_grad: d loss / d input, max_batch rows */
   float **rows_grad;              /* per tensor: a ROWS input's gradient (n floats), or NULL */
   size_t act_bytes;               /* at max_batch */
   fl_gctx ctx;
   fl_norm_sync_fn norm_sync;
   void *norm_sync_ctx;
-  int pending;                    /* a training fl_graph_model_forward awaits its backward */
   struct fl_gdev *dev;            /* gpu graph (graph_dev.c), NULL on the CPU */
   float *dev_out, *dev_dout;      /* gpu: host copies of the output and its grad (bce, mse) */
 } fl_gmodel;

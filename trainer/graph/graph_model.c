@@ -70,7 +70,6 @@ static void model_free(fl_gmodel *m) {
   free(m->grad_buf);
   free(m->saved_fwd);
   free(m->saved_bwd);
-  free(m->dx);
   free(m->plans[0].off);
   free(m->plans[1].off);
   free(m->dev_out);
@@ -301,9 +300,9 @@ static fl_status rewrite(fl_gmodel *m, const fl_graph_options *opt) {
   return resolve_checkpoints(m, opt, 1);
 }
 
-/* The gradient buffers of the data input (input_grad) and of every rows
- * input; a graph without a data input or with rows inputs is host only. */
-static fl_status make_input_grads(fl_gmodel *m, const fl_graph_options *opt) {
+/* The gradient buffer of every rows input; a graph without a data input
+ * or with rows inputs is host only. */
+static fl_status make_rows_grads(fl_gmodel *m, const fl_graph_options *opt) {
   const fl_graph *g = m->g;
   int rows = 0;
   if (!(m->rows_grad = calloc((size_t)g->nt, sizeof *m->rows_grad)))
@@ -319,14 +318,6 @@ static fl_status make_input_grads(fl_gmodel *m, const fl_graph_options *opt) {
   if (opt->device >= 0 && (rows || g->input < 0))
     return FL_ERR(FL_ENOTSUP, "graph %s: a graph %s runs on the cpu only (train.device: cpu)",
                   g->name, rows ? "with rows inputs" : "without a data input");
-  if (!m->input_grad) return FL_OK;
-  if (g->input < 0)
-    return FL_ERR(FL_EINVAL, "graph %s: input_grad without a data input", g->name);
-  const fl_gtensor *in = &g->t[g->input];
-  size_t per = 1;
-  for (int d = 1; d < in->ndim; d++) per *= (size_t)in->dims[d];
-  if (!(m->dx = alloc_floats(per * opt->max_batch)))
-    return FL_ERR(FL_ENOMEM, "graph %s: out of memory for the input gradient", g->name);
   return FL_OK;
 }
 
@@ -349,7 +340,6 @@ fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void *
   m->max_batch = opt->max_batch;
   m->seed = opt->seed;
   m->recompute = opt->recompute != 0;
-  m->input_grad = opt->input_grad != 0;
   fl_status st = fl_graph_check(g);
   if (st == FL_OK) st = fl_graph_sort(g);
   if (st != FL_OK) goto fail;
@@ -389,7 +379,7 @@ fl_status fl_graph_model_create(fl_graph *g, const fl_graph_options *opt, void *
   m->ctx.t = g->t;
   m->ctx.graph = g->name;
   m->ctx.seed = opt->seed;
-  if ((st = make_input_grads(m, opt)) != FL_OK) goto fail;
+  if ((st = make_rows_grads(m, opt)) != FL_OK) goto fail;
   if ((st = check_amp_lists(g, opt)) != FL_OK) goto fail;
   set_math(m, opt);
   if ((st = fl_gbind(m, 1)) != FL_OK || (st = fl_gbind(m, opt->max_batch)) != FL_OK) {
@@ -584,24 +574,8 @@ fl_status fl_graph_model_forward(void *handle, const float *x, size_t batch, int
   FL_TRY(check_call(m, x, out, batch, "forward"));
   FL_TRY(fl_gbind(m, batch));
   FL_TRY(fl_gexec_forward(m, x, training != 0));
-  m->pending = training != 0;
   *out = m->g->t[m->g->output].data;
   return FL_OK;
-}
-
-fl_status fl_graph_model_backward(void *handle, const float *dout, fl_grad_ready_fn on_ready,
-                                  void *ctx, const float **dx) {
-  fl_gmodel *m = handle;
-  if (!m || !dout) return FL_ERR(FL_EINVAL, "graph: NULL model or output gradient");
-  if (!m->pending)
-    return FL_ERR(FL_ESTATE, "graph %s: backward without a training forward", m->g->name);
-  m->pending = 0;
-  const fl_gtensor *o = &m->g->t[m->g->output];
-  memcpy(o->grad, dout, o->n * sizeof(float));
-  fl_status st = fl_gexec_backward(m, on_ready, ctx);
-  m->step++;
-  if (dx) *dx = m->dx;
-  return st;
 }
 
 const float *fl_graph_model_output(void *handle) {
