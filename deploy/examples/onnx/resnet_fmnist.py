@@ -2,14 +2,16 @@
 """resnet_fmnist.py - a small ResNet for Fashion-MNIST, defined in PyTorch
 and exported to ONNX for Flotilla (deploy/examples/onnx/resnet_fmnist.yaml).
 
-  stem    conv3x3(1->16) BN ReLU                      28x28
-  stage1  basic block 16                              28x28
-  stage2  basic block 16->32, stride 2 (1x1 conv+BN shortcut)   14x14
-  stage3  basic block 32->64, stride 2 (1x1 conv+BN shortcut)    7x7
-  head    global average pooling, linear 64->10
+  stem    conv3x3(1->24) BN ReLU                      28x28
+  stage1  basic block 24                              28x28
+  stage2  basic block 24->48, stride 2 (1x1 conv+BN shortcut)   14x14
+  stage3  basic block 48->96, stride 2 (1x1 conv+BN shortcut)    7x7
+  head    global average pooling, linear 96->10
 
 A basic block is conv3x3-BN-ReLU-conv3x3-BN plus the shortcut, then ReLU
-(He et al., 2016).  About 78 K parameters.
+(He et al., 2016).  About 174 K parameters: at 16-32-64 channels (78 K)
+the model stopped short of 0.93 test accuracy in 10 epochs (0.928-0.929,
+15 epochs included), at 24-48-96 it reaches it.
 
     /usr/bin/python3 deploy/examples/onnx/resnet_fmnist.py export OUT.onnx [--seed N]
     /usr/bin/python3 deploy/examples/onnx/resnet_fmnist.py torch DATA_DIR [--epochs E]
@@ -49,7 +51,7 @@ class BasicBlock(nn.Module):
 
 
 class ResNetFMNIST(nn.Module):
-    def __init__(self, widths=(16, 32, 64), classes=10):
+    def __init__(self, widths=(24, 48, 96), classes=10):
         super().__init__()
         self.stem = nn.Conv2d(1, widths[0], 3, padding=1, bias=False)
         self.bn = nn.BatchNorm2d(widths[0])
