@@ -310,6 +310,19 @@ fl_status fl_batchnorm_forward_apply(const fl_norm_desc *d, const float *x, floa
                                      const double *sqdev, double count, float *running_mean,
                                      float *running_var, float *save_mean, float *save_invstd,
                                      fl_act act);
+/* One channel c of fl_batchnorm_forward_apply, from its mean mu and
+ * biased variance var of count values (count >= 2): y's channel c, the
+ * saved and (when running_mean is set) running statistics, and, when
+ * save_ab is set (2*channels floats), the affine a = gamma*invstd at
+ * save_ab[c] and b = beta - gamma*invstd*mu at save_ab[channels + c]:
+ * y = act(a*x + b) bit for bit, so a caller can tell a fused Relu's mask
+ * from x.  For callers that compute the statistics themselves, channel by
+ * channel (NaN statistics are not refused: they flow into y). */
+fl_status fl_batchnorm_apply_channel(const fl_norm_desc *d, size_t c, const float *x, float *y,
+                                     const float *gamma, const float *beta, double mu,
+                                     double var, double count, float *running_mean,
+                                     float *running_var, float *save_mean, float *save_invstd,
+                                     float *save_ab, fl_act act);
 fl_status fl_batchnorm_forward_apply_cuda(const fl_norm_desc *d, const float *x, float *y,
                                           const float *gamma, const float *beta,
                                           const double *sum, const double *sqdev, double count,

@@ -140,7 +140,7 @@ static fl_status bn_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
     n->state = s;
   }
   *ws = 2 * (size_t)C;      /* dgamma, dbeta when they accumulate */
-  *saved = 4 * (size_t)C;   /* save_mean, save_invstd; the CPU's a, b (bn_chan_apply) */
+  *saved = 4 * (size_t)C;   /* save_mean, save_invstd; the CPU's a, b (save_ab) */
   return FL_OK;
 }
 
@@ -222,67 +222,18 @@ static double bn_chan_sqdev(const fl_norm_desc *d, size_t c, const float *x, dou
   return s;
 }
 
-/* Channel c with mean mu and biased variance var of count values: the
- * saved and (when run_m is set) running statistics, y = act(a*x + b) with
- * a = gamma*invstd, b = beta - gamma*invstd*mu (the kernels' formulas).
- * saved[4C]: mean, invstd, then a and b, from which backward tells where
- * a fused Relu's output was > 0 (bn_mask) without reading the output. */
-static void bn_chan_apply(const fl_norm_desc *d, size_t c, const float *x, float *y,
-                          const float *gamma, const float *beta, double mu, double var,
-                          double count, float *run_m, float *run_v, float *saved, fl_act act) {
-  float *save_mean = saved, *save_invstd = saved + d->channels;
-  const double invstd = 1.0 / sqrt(var + (double)d->eps);
-  save_mean[c] = (float)mu;
-  save_invstd[c] = (float)invstd;
-  if (run_m) {
-    const double mom = d->momentum;
-    run_m[c] = (float)((1.0 - mom) * run_m[c] + mom * mu);
-    run_v[c] = (float)((1.0 - mom) * run_v[c] + mom * var * count / (count - 1.0));
-  }
-  const float g = gamma ? gamma[c] : 1.0f, be = beta ? beta[c] : 0.0f;
-  const float a = (float)(g * invstd), b = (float)(be - g * invstd * mu);
-  saved[2 * d->channels + c] = a;
-  saved[3 * d->channels + c] = b;
-#ifdef __SSE2__
-  const __m128 va = _mm_set1_ps(a), vb = _mm_set1_ps(b), zero = _mm_setzero_ps();
-#endif
-  const size_t S = d->inner;
-  for (size_t i = 0; i < d->batch; i++) {
-    const float *xp = x + (i * d->channels + c) * S;
-    float *yp = y + (i * d->channels + c) * S;
-    size_t k = 0;
-    if (act == FL_ACT_RELU) { /* max(v, +0) is v > 0 ? v : 0, NaN included */
-#ifdef __SSE2__
-      for (; k + 4 <= S; k += 4)
-        _mm_storeu_ps(yp + k,
-                      _mm_max_ps(_mm_add_ps(_mm_mul_ps(va, _mm_loadu_ps(xp + k)), vb), zero));
-#endif
-      for (; k < S; k++) {
-        const float v = a * xp[k] + b;
-        yp[k] = v > 0.0f ? v : 0.0f;
-      }
-      continue;
-    }
-#ifdef __SSE2__
-    for (; k + 4 <= S; k += 4)
-      _mm_storeu_ps(yp + k, _mm_add_ps(_mm_mul_ps(va, _mm_loadu_ps(xp + k)), vb));
-#endif
-    for (; k < S; k++) yp[k] = a * xp[k] + b;
-  }
-}
-
 /* A fused Relu's mask for one channel: its output a*x + b (float, as
- * bn_chan_apply computed it, so the same bits) was > 0.  Computing it from
- * x, which backward reads anyway, instead of reading the output keeps a
- * channel's backward streams (x, dy) small enough for the dx pass to find
- * them in cache. */
+ * fl_batchnorm_apply_channel computed it, so the same bits) was > 0.
+ * Computing it from x, which backward reads anyway, instead of reading the
+ * output keeps a channel's backward streams (x, dy) small enough for the
+ * dx pass to find them in cache. */
 typedef struct bn_mask {
   int on;
   float a, b;
 } bn_mask;
 
-/* Channel c's mask from the saved a, b (bn_chan_apply); off without a
- * Relu. */
+/* Channel c's mask from the saved a, b (save_ab of
+ * fl_batchnorm_apply_channel); off without a Relu. */
 static bn_mask bn_mask_of(const fl_gnode *n, fl_act act, size_t C, size_t c) {
   return (bn_mask){act == FL_ACT_RELU, n->saved[2 * C + c], n->saved[3 * C + c]};
 }
@@ -386,7 +337,7 @@ static fl_status bn_forward(fl_gnode *n, fl_gctx *c) {
   const fl_norm_desc *d = &p.d;
   const size_t C = d->channels;
   if (y->n == 0) return FL_OK;
-  fl_status st;
+  fl_status st = FL_OK;
   if (!c->training) {
     st = fl_batchnorm_forward_eval(d, x->data, y->data, gamma->data, beta->data, rm->data,
                                    rv->data, p.act);
@@ -409,20 +360,19 @@ static fl_status bn_forward(fl_gnode *n, fl_gctx *c) {
       FL_TRY(c->norm_sync(c->norm_sync_ctx, s->sqdev, C));
     }
     const double count = s->sum[C];
-    for (size_t ch = 0; ch < C; ch++)
-      bn_chan_apply(d, ch, x->data, y->data, gamma->data, beta->data, s->sum[ch] / count,
-                    s->sqdev[ch] / count, count, run_m, run_v, n->saved, p.act);
+    for (size_t ch = 0; ch < C && st == FL_OK; ch++)
+      st = fl_batchnorm_apply_channel(d, ch, x->data, y->data, gamma->data, beta->data,
+                                      s->sum[ch] / count, s->sqdev[ch] / count, count, run_m,
+                                      run_v, n->saved, n->saved + C, n->saved + 2 * C, p.act);
   } else {
-    for (size_t ch = 0; ch < C; ch++) {
+    for (size_t ch = 0; ch < C && st == FL_OK; ch++) {
       const double mu = bn_chan_sum(d, ch, x->data) / m;
-      bn_chan_apply(d, ch, x->data, y->data, gamma->data, beta->data, mu,
-                    bn_chan_sqdev(d, ch, x->data, mu) / m, m, run_m, run_v, n->saved, p.act);
+      st = fl_batchnorm_apply_channel(d, ch, x->data, y->data, gamma->data, beta->data, mu,
+                                      bn_chan_sqdev(d, ch, x->data, mu) / m, m, run_m, run_v,
+                                      n->saved, n->saved + C, n->saved + 2 * C, p.act);
     }
   }
-  if (p.act != FL_ACT_NONE && p.act != FL_ACT_RELU) {
-    st = fl_act_forward(p.act, y->data, y->data, y->n);
-    if (st != FL_OK) return norm_kernel(n, st, "batch-norm activation");
-  }
+  if (st != FL_OK) return norm_kernel(n, st, "batch-norm training forward");
   /* The optional outputs running_mean and running_var: the updated values. */
   for (int o = 1; o < n->n_out; o++) {
     fl_gtensor *t = fl_gout(n, c, o);
