@@ -211,9 +211,33 @@ static void wino_out_tiles(const float *M, int64_t s, float bias, int64_t t0, in
   }
 }
 
+/* Where wino_out_tiles4 puts a row of tiles: output rows 2ty and 2ty+1
+ * (y[1] NULL past H), W wide, add: accumulate; the first nd tiles straight
+ * into them, the rest into rb as wino_out_tiles. */
+typedef struct wino_dst {
+  float *y[2];
+  int64_t W, nd;
+  int add;
+} wino_dst;
+
+#ifdef __SSE2__
+/* Four tiles' 8 output columns from 2t of one row (+)= a, b interleaved. */
+static void wino_put8(float *y, __m128 a, __m128 b, int add) {
+  __m128 lo = _mm_unpacklo_ps(a, b), hi = _mm_unpackhi_ps(a, b);
+  if (add) {
+    lo = _mm_add_ps(_mm_loadu_ps(y), lo);
+    hi = _mm_add_ps(_mm_loadu_ps(y + 4), hi);
+  }
+  _mm_storeu_ps(y, lo);
+  _mm_storeu_ps(y + 4, hi);
+}
+#endif
+
 /* wino_out_tiles four tiles at a time with SSE2, the last four ending at
- * tw; returns the tiles done (as wino_in_cols4). */
-static int64_t wino_out_tiles4(const float *M, int64_t s, float bias, int64_t tw, float *rb) {
+ * tw, tiles below d->nd straight into d's rows; returns the tiles done (as
+ * wino_in_cols4). */
+static int64_t wino_out_tiles4(const float *M, int64_t s, float bias, int64_t tw, float *rb,
+                               const wino_dst *d) {
   int64_t t = 0;
 #ifdef __SSE2__
   const __m128 bv = _mm_set1_ps(bias);
@@ -230,30 +254,28 @@ static int64_t wino_out_tiles4(const float *M, int64_t s, float bias, int64_t tw
     for (int i = 0; i < 2; i++) {
       const __m128 e = _mm_add_ps(_mm_add_ps(_mm_add_ps(r[i][0], r[i][1]), r[i][2]), bv);
       const __m128 o = _mm_add_ps(_mm_sub_ps(_mm_sub_ps(r[i][1], r[i][2]), r[i][3]), bv);
+      if (t + 4 <= d->nd) {
+        if (d->y[i]) wino_put8(d->y[i] + 2 * t, e, o, d->add);
+        continue;
+      }
       _mm_storeu_ps(rb + 2 * i * tw + t, e);
       _mm_storeu_ps(rb + (2 * i + 1) * tw + t, o);
     }
   }
 #else
-  (void)M, (void)s, (void)bias, (void)tw, (void)rb;
+  (void)M, (void)s, (void)bias, (void)tw, (void)rb, (void)d;
 #endif
   return t;
 }
 
-/* y[x] (+)= x even ? e[x/2] : o[x/2], x < W (add: accumulate). */
-static void wino_interleave(float *y, const float *e, const float *o, int64_t W, int add) {
-  int64_t x = 0;
+/* y[x] (+)= x even ? e[x/2] : o[x/2], x0 <= x < W, x0 even (add:
+ * accumulate). */
+static void wino_interleave(float *y, const float *e, const float *o, int64_t x0, int64_t W,
+                            int add) {
+  int64_t x = x0;
 #ifdef __SSE2__
-  for (; x + 8 <= W; x += 8) {
-    const __m128 a = _mm_loadu_ps(e + x / 2), b = _mm_loadu_ps(o + x / 2);
-    __m128 lo = _mm_unpacklo_ps(a, b), hi = _mm_unpackhi_ps(a, b);
-    if (add) {
-      lo = _mm_add_ps(_mm_loadu_ps(y + x), lo);
-      hi = _mm_add_ps(_mm_loadu_ps(y + x + 4), hi);
-    }
-    _mm_storeu_ps(y + x, lo);
-    _mm_storeu_ps(y + x + 4, hi);
-  }
+  for (; x + 8 <= W; x += 8)
+    wino_put8(y + x, _mm_loadu_ps(e + x / 2), _mm_loadu_ps(o + x / 2), add);
   if (x + 4 <= W) {
     __m128 lo = _mm_unpacklo_ps(_mm_loadu_ps(e + x / 2), _mm_loadu_ps(o + x / 2));
     if (add) lo = _mm_add_ps(_mm_loadu_ps(y + x), lo);
@@ -268,14 +290,20 @@ static void wino_interleave(float *y, const float *e, const float *o, int64_t W,
 }
 
 /* Output rows 2ty, 2ty+1 (those inside) of plane yc (+)= the row of tiles
- * at ty, from M (m[xi] = M[xi*s + tx]) plus bias.  rb: 4*tw floats. */
+ * at ty, from M (m[xi] = M[xi*s + tx]) plus bias: with SSE2 the groups of
+ * four tiles whose 8 columns lie inside go straight to the rows, the rest
+ * through rb (4*tw floats) and wino_interleave. */
 static void wino_out_row(const fl_wino *g, const wino_geom *q, const float *M, int64_t s,
                          float bias, int add, float *yc, int64_t ty, float *rb) {
   const int64_t tw = q->tw;
-  wino_out_tiles(M, s, bias, wino_out_tiles4(M, s, bias, tw, rb), tw, rb);
-  for (int i = 0; i < 2 && 2 * ty + i < g->H; i++)
-    wino_interleave(yc + (2 * ty + i) * g->W, rb + 2 * i * tw, rb + (2 * i + 1) * tw, g->W,
-                    add);
+  float *y0 = yc + 2 * ty * g->W;
+  wino_dst d = {.y = {y0, 2 * ty + 1 < g->H ? y0 + g->W : NULL}, .W = g->W, .add = add};
+#ifdef __SSE2__
+  while (d.nd + 4 <= tw && 2 * d.nd + 8 <= g->W) d.nd += 4;
+#endif
+  wino_out_tiles(M, s, bias, wino_out_tiles4(M, s, bias, tw, rb, &d), tw, rb);
+  for (int i = 0; i < 2 && d.y[i]; i++)
+    wino_interleave(d.y[i], rb + 2 * i * tw, rb + (2 * i + 1) * tw, 2 * d.nd, g->W, add);
 }
 
 /* y's images [i0, i0+nb) (+)= the inverse transform of M[16][Cout][T]. */
@@ -359,17 +387,24 @@ static int64_t wino_dy_tiles4(const float *r0, const float *r1, int64_t tw, floa
 }
 
 /* One row of dY tiles of plane dyc: D[xi*s + tx] = (A d A^T)[xi] for the
- * 2x2 tile at (ty, tx) (zeros past the edges).  rb: 4tw floats, zeros
- * from W to 2tw and from 2tw + W to 4tw (wino_dy sets them). */
+ * 2x2 tile at (ty, tx) (zeros past the edges).  With W even (2tw = W) the
+ * rows are read in place, the one past H from rb + 2tw; with W odd they
+ * are copied into rb and rb + 2tw, each followed by a zero.  rb: 4tw
+ * floats, all zero when wino_dy starts. */
 static void wino_dy_row(const fl_wino *g, const wino_geom *q, const float *dyc, int64_t ty,
                         float *D, int64_t s, float *rb) {
   const int64_t tw = q->tw;
-  float *r0 = rb, *r1 = rb + 2 * tw;
-  memcpy(r0, dyc + 2 * ty * g->W, (size_t)g->W * sizeof *r0);
-  if (2 * ty + 1 < g->H)
-    memcpy(r1, dyc + (2 * ty + 1) * g->W, (size_t)g->W * sizeof *r1);
-  else
-    memset(r1, 0, (size_t)g->W * sizeof *r1);
+  const int in = 2 * ty + 1 < g->H;
+  const float *r0 = dyc + 2 * ty * g->W, *r1 = in ? r0 + g->W : rb + 2 * tw;
+  if (g->W & 1) {
+    memcpy(rb, r0, (size_t)g->W * sizeof *rb);
+    if (in)
+      memcpy(rb + 2 * tw, r1, (size_t)g->W * sizeof *rb);
+    else
+      memset(rb + 2 * tw, 0, (size_t)g->W * sizeof *rb);
+    r0 = rb;
+    r1 = rb + 2 * tw;
+  }
   wino_dy_tiles(r0, r1, g->W, wino_dy_tiles4(r0, r1, tw, D, s), tw, D, s);
 }
 
