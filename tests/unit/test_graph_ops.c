@@ -634,6 +634,47 @@ typedef struct conv_case {
   const char *act;
 } conv_case;
 
+/* got within tol of want, scaled by want's largest magnitude (as the
+ * PyTorch fixtures compare): a Winograd sum's rounding follows the size of
+ * the whole tensor's terms, not of the one element. */
+static void expect_close_scaled(const float *got, const double *want, size_t n, double tol,
+                                const char *what) {
+  double big = 0.0;
+  for (size_t i = 0; i < n; i++) big = fmax(big, fabs(want[i]));
+  for (size_t i = 0; i < n; i++)
+    ck_assert_msg(fabs(got[i] - want[i]) <= tol * (1.0 + big), "%s[%zu]: %.9g, want %.9g",
+                  what, i, (double)got[i], want[i]);
+}
+
+/* dx and dW of conv case k (no activation) in double, straight from the
+ * definition, against the analytic gradients h_gradcheck kept (its output
+ * gradient is h->w[0]). */
+static void check_conv_grads(harness *h, const conv_case *k, int64_t oh, int64_t ow) {
+  const float *x = h_x(h, 0)->data, *w = h_x(h, 1)->data, *dy = h->w[0];
+  const int64_t Cg = k->C / k->group, Og = k->O / k->group;
+  const size_t nx = h_x(h, 0)->n, nw = h_x(h, 1)->n;
+  double *dx = calloc(nx, sizeof *dx), *dw = calloc(nw, sizeof *dw);
+  for (int64_t n = 0; n < k->N; n++)
+    for (int64_t o = 0; o < k->O; o++)
+      for (int64_t p = 0; p < oh * ow; p++)
+        for (int64_t cc = 0; cc < Cg; cc++)
+          for (int64_t u = 0; u < k->kh; u++)
+            for (int64_t v = 0; v < k->kw; v++) {
+              const int64_t iy = p / ow * k->sh - k->pt + u * k->dh;
+              const int64_t ix = p % ow * k->sw - k->pl + v * k->dw;
+              if (iy < 0 || iy >= k->H || ix < 0 || ix >= k->W) continue;
+              const int64_t xi = ((n * k->C + o / Og * Cg + cc) * k->H + iy) * k->W + ix;
+              const int64_t wi = ((o * Cg + cc) * k->kh + u) * k->kw + v;
+              const double d = dy[(n * k->O + o) * oh * ow + p];
+              dx[xi] += d * w[wi];
+              dw[wi] += d * x[xi];
+            }
+  expect_close_scaled(h->analytic[0], dx, nx, 1e-5, "Conv dx");
+  expect_close_scaled(h->analytic[1], dw, nw, 1e-5, "Conv dW");
+  free(dx);
+  free(dw);
+}
+
 static void check_conv(const conv_case *k) {
   harness h;
   uint64_t s = 41;
@@ -690,7 +731,11 @@ static void check_conv(const conv_case *k) {
         }
   expect_close(y->data, want, y->n, 1e-5, "Conv");
   free(want);
-  h_gradcheck(&h, "Conv", 1, 1e-3, 2e-3, 3e-3);
+  /* Without an activation the objective is linear in each input, where a
+   * central difference is exact for any step: a larger one keeps the
+   * forward's rounding (the Winograd transforms') out of the quotient. */
+  h_gradcheck(&h, "Conv", 1, k->act ? 1e-3 : 3e-2, 2e-3, 3e-3);
+  if (!k->act) check_conv_grads(&h, k, oh, ow);
   h_free(&h);
 }
 
@@ -717,6 +762,27 @@ START_TEST(test_conv) {
       {2, 4, 6, 5, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL},
       {5, 3, 16, 16, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL},
       {2, 3, 5, 6, 2, 2, 3, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, "tanh"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_conv(&cases[i]);
+}
+END_TEST
+
+START_TEST(test_conv_winograd) {
+  /* 3x3, stride 1, pad 1, at least 8 channels each way (ops_conv_wino.c):
+   * batch 1 with odd non-square images and more outputs than inputs, even
+   * sizes with fewer, a 1x1 image, channel counts that are no multiple of
+   * anything, a fused tanh, images in chunks of 3 + 1 (23x23: 144
+   * tiles each); beside it, pads of 1 on one side only and 7 channels take
+   * the other paths. */
+  const conv_case cases[] = {
+      {1, 8, 5, 7, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL},
+      {3, 11, 6, 4, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL},
+      {2, 8, 1, 1, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL},
+      {2, 9, 3, 5, 13, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, "tanh"},
+      {2, 8, 4, 3, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL},
+      {4, 8, 23, 23, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL},
+      {2, 8, 5, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, NULL},
+      {2, 7, 5, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_conv(&cases[i]);
 }
@@ -1759,6 +1825,7 @@ int main(void) {
   tcase_add_test(tc, test_gemm_refusals);
   tcase_add_test(tc, test_matmul);
   tcase_add_test(tc, test_conv);
+  tcase_add_test(tc, test_conv_winograd);
   tcase_add_test(tc, test_conv_refusals);
   tcase_add_test(tc, test_maxpool);
   tcase_add_test(tc, test_avgpool);

@@ -79,6 +79,23 @@ fl_status fl_gcu_copy_backward(fl_gnode *n, fl_gctx *c, unsigned accum);
  * graph bound without c->stream set (see NOTES-graph.md). */
 fl_status fl_gcu_need_ws(const fl_gnode *n, size_t need);
 
+/* Winograd F(2x2, 3x3) convolution (ops_conv_wino.c) of images
+ * [N, Cin, H, W] into [N, Cout, H, W]: 3x3 kernel, stride 1, pad 1, one
+ * group.  The caller's buffers stay the caller's; ws is scratch of
+ * fl_wino_ws(g) floats. */
+typedef struct fl_wino {
+  int64_t N, Cin, Cout, H, W;
+} fl_wino;
+size_t fl_wino_ws(const fl_wino *g);
+/* y (+)= x convolved with w [Cout, Cin, 3, 3] plus bias b [Cout] (b may
+ * be NULL); add: accumulate into y instead of writing it. */
+void fl_wino_forward(const fl_wino *g, const float *w, const float *b, const float *x, float *y,
+                     int add, float *ws);
+/* dw [Cout, Cin, 3, 3] (+)= the gradient of that convolution's weight for
+ * input x and output gradient dy. */
+void fl_wino_dw(const fl_wino *g, const float *x, const float *dy, float *dw, int add,
+                float *ws);
+
 /* Bit i of accum. */
 static inline int fl_gacc(unsigned accum, int i) { return (int)((accum >> i) & 1u); }
 /* The grad of input i when one is wanted, else NULL. */
