@@ -43,6 +43,7 @@
 #include <grpc/support/time.h>
 
 #include "fl_cluster.h"
+#include "../integration/free_port.h"
 #include "fl_log.h"
 #include "fl_ps_client.h"
 #include "fl_rpc.h"
@@ -69,23 +70,6 @@ static int cmp_d(const void *a, const void *b) {
 static double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_d);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static int free_port(void) {
-  struct sockaddr_in a;
-  socklen_t len = sizeof a;
-  int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-    perror("bench_ps: free port");
-    exit(1);
-  }
-  port = ntohs(a.sin_port);
-  close(fd);
-  return port;
 }
 
 /* ---------------------------------------------------------- trainer child */
@@ -409,7 +393,7 @@ int main(int argc, char **argv) {
              "strategy: {a_sync: true}\n", BLOCK);
   fclose(f);
   for (int s = 0; s < 2; s++) {
-    eps[s].port = (uint16_t)free_port();
+    eps[s].port = (uint16_t)fl_test_free_port("127.0.0.1");
     snprintf(eps[s].host, sizeof eps[s].host, "127.0.0.1");
   }
   snprintf(list, sizeof list, "127.0.0.1:%u,127.0.0.1:%u", eps[0].port, eps[1].port);

@@ -28,7 +28,7 @@ EXTRA_DIST += tests/bench/bench_engine_vs_seq.sh
 # beside raw loopback TCP and a bare gRPC echo of the same bytes; sparse
 # pull rows/s (64-float rows, batches of 4096 ids).
 noinst_PROGRAMS += tests/bench/bench_ps
-tests_bench_bench_ps_SOURCES = tests/bench/bench_ps.c
+tests_bench_bench_ps_SOURCES = tests/bench/bench_ps.c tests/integration/free_port.h
 tests_bench_bench_ps_CFLAGS = $(FL_TRAINER_CFLAGS)
 tests_bench_bench_ps_LDADD = libfltrainer.la $(FL_LIBS) $(GRPC_LIBS) $(PROTOBUFC_LIBS) -lpthread
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "fl_ckpt.h"
+#include "free_port.h"
 
 #define B 8
 #define STEPS 20
@@ -88,19 +89,6 @@ static void write_job(const variant *v, int batch, const char *ckdir, const char
   fclose(f);
 }
 
-static int free_port(const char *host) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  inet_pton(AF_INET, host, &a.sin_addr);
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  socklen_t len = sizeof a;
-  getsockname(fd, (struct sockaddr *)&a, &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 typedef struct run_set {
   int n;
   pid_t pid[MAXR];
@@ -124,7 +112,7 @@ static void start(run_set *rs, int n, int local, int hier, const char *job, cons
   char list[MAXR * 40] = "";
   for (int r = 0; r < n; r++) {
     const char *host = hier ? (r % 2 ? "127.0.0.3" : "127.0.0.2") : "127.0.0.1";
-    snprintf(rs->eps[r], sizeof rs->eps[r], "%s:%d", host, free_port(host));
+    snprintf(rs->eps[r], sizeof rs->eps[r], "%s:%d", host, fl_test_free_port(host));
     if (r) strcat(list, ",");
     strcat(list, rs->eps[r]);
   }

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "fl_ckpt.h"
+#include "free_port.h"
 #include "fl_ps_layout.h"
 #include "fl_rpc.h"
 #include "flotilla.pb-c.h"
@@ -72,22 +73,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* A free TCP port on 127.0.0.1 (bound, then released). */
-static int free_port(void) {
-  struct sockaddr_in a;
-  socklen_t len = sizeof a;
-  int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-  ck_assert_int_ge(fd, 0);
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  port = ntohs(a.sin_port);
-  close(fd);
-  return port;
 }
 
 static void write_file(const char *name, const char *text) {
@@ -218,7 +203,7 @@ static void job_start(job *j, const char *config, int n_ps, int n_tr, int limit_
   snprintf(cfg, sizeof cfg, "--config=%s/%s", g_dir, config);
   for (int s = 0; s < n_ps; s++) {
     char ep[32];
-    snprintf(ep, sizeof ep, "%s127.0.0.1:%d", s ? "," : "", free_port());
+    snprintf(ep, sizeof ep, "%s127.0.0.1:%d", s ? "," : "", fl_test_free_port("127.0.0.1"));
     strcat(j->list, ep);
   }
   for (int s = 0; s < n_ps; s++) {
@@ -564,7 +549,7 @@ START_TEST(test_amp_refused) {
                          "data: {format: synthetic, synthetic: {kind: image, train_samples: 64, "
                          "test_samples: 16, seed: 1}}\n"
                          "cluster: {mode: ps}\nstrategy: {amp: true, a_sync: false}\n");
-  snprintf(list, sizeof list, "FLOTILLA_PSERVERS_IP_PORT_LIST=127.0.0.1:%d", free_port());
+  snprintf(list, sizeof list, "FLOTILLA_PSERVERS_IP_PORT_LIST=127.0.0.1:%d", fl_test_free_port("127.0.0.1"));
   snprintf(cfg, sizeof cfg, "--config=%s/amp.yaml", g_dir);
   env[0] = list;
   env[1] = "FLOTILLA_TRAINER_ID=0";
@@ -604,7 +589,7 @@ START_TEST(test_bad_requests) {
   uint64_t key = 1;
   uint32_t b0 = 0;
   uint8_t junk[64];
-  int port = free_port(), psi;
+  int port = fl_test_free_port("127.0.0.1"), psi;
 
   write_file("bad.yaml", "cluster: {mode: ps}\nstrategy: {a_sync: true}\n"
                          "pserver: {dense_block_size: 8}\n");
