@@ -110,7 +110,26 @@ typedef struct fl_gop {
   fl_status (*forward_cuda)(fl_gnode *n, fl_gctx *c);
   fl_status (*backward_cuda)(fl_gnode *n, fl_gctx *c, unsigned accum);
   void (*free_state)(fl_gnode *n);
+  /* Traits: what the rest of the engine (fusion, AMP, import, export, the
+   * op list in docs/ONNX_OPS.md) knows of the op, read from here only. */
+  unsigned traits;              /* FL_GOP_* bits below */
+  unsigned buffer_in;           /* bit i: input i is a buffer updated in place (BN statistics) */
+  int opset_min, opset_max;     /* ONNX opsets whose definition this row implements (0: all
+                                   that the importer takes) */
+  const char *doc;              /* one line for docs/ONNX_OPS.md: what is taken, what refused */
 } fl_gop;
+
+/* fl_gop.traits bits. */
+enum {
+  FL_GOP_FUSES_ACT = 1u << 0,   /* takes FL_GOP_ACT_ATTR: a Relu/Tanh folded into it */
+  FL_GOP_ACT = 1u << 1,         /* an activation that can be folded into its producer */
+  FL_GOP_AMP16 = 1u << 2,       /* has a 16-bit GEMM path under AMP */
+  FL_GOP_SHAPE_ONLY = 1u << 3,  /* computes shapes (int64) from shapes: evaluated at bind */
+  FL_GOP_MATMUL = 1u << 4       /* a matrix product AMP lists may name as "linear"/"matmul" */
+};
+
+/* The internal attribute that names an activation folded into its producer. */
+#define FL_GOP_ACT_ATTR "flotilla_act"
 
 /* The op called type (ONNX op type, or a Paddle name for AMP lists when
  * paddle is 1), or NULL. */
