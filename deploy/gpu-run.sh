@@ -146,7 +146,9 @@ run_item() { # name timeout kind
           line "$name" FAIL "$secs" "the driver shows a GPU but: ${skip:-exit 77};" \
             "a driver older than the bundle's CUDA (see MANIFEST, preflight)?"
         else line "$name" SKIP "$secs" "${skip:-exit 77}"; fi
-      elif [ "$gpu_seen" = 0 ] && [ "$nodev" -gt 0 ]; then
+      elif [ "$nodev" -gt 0 ] && [ "$gpu_seen" = 1 ]; then
+        line "$name" FAIL "$secs" "the driver shows a GPU but the run says no CUDA device"
+      elif [ "$nodev" -gt 0 ]; then
         line "$name" SKIP "$secs" "no CUDA device; only the parts that need none ran: $fig"
       else line "$name" PASS "$secs" "$fig"; fi ;;
     124 | 137) line "$name" FAIL "$secs" "timed out after ${lim}s; $fig" ;;
@@ -155,7 +157,7 @@ run_item() { # name timeout kind
       if grep -q 'error while loading shared libraries' "$log"; then
         line "$name" SKIP "$secs" "cannot start: $(grep -m1 'error while loading' "$log")"
       elif [ "$gpu_seen" = 0 ] && [ "$nodev" -gt 0 ]; then
-        line "$name" SKIP "$secs" "no CUDA device"
+        line "$name" SKIP "$secs" "no CUDA device (see logs/$name.log)"
       else line "$name" FAIL "$secs" "exit $rc; $fig; see logs/$name.log"; fi ;;
   esac
 }
