@@ -17,8 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "fl_graph_inspect.h"
 #include "fl_log.h"
+#include "fl_model.h"
+#include "fl_onnx.h"
 #include "graph_ops_harness.h"
+#include "onnx.pb-c.h"
 
 /* ------------------------------------------------------------ the op */
 
@@ -199,6 +205,164 @@ START_TEST(test_refusals) {
 }
 END_TEST
 
+/* ------------------------------------------------------------ import */
+
+static void fixture(char *out, size_t cap, const char *name) {
+  const char *src = getenv("FL_SRCDIR");
+  snprintf(out, cap, "%s/tests/fixtures/ops/%s.onnx", src ? src : "..", name);
+}
+
+/* Every exported variant: one EmbeddingBag node of the mode, no Loop;
+ * fixed bags read the 2-D indices (no offsets), the others the starts
+ * with include_last_offset. */
+START_TEST(test_import_variants) {
+  static const struct {
+    const char *name, *mode;
+    int n_in;
+  } v[] = {{"embbag_sum_fixed", "sum", 2},     {"embbag_mean_fixed", "mean", 2},
+           {"embbag_max_fixed", "max", 2},     {"embbag_psw_fixed", "sum", 4},
+           {"embbag_sum_offsets", "sum", 3},   {"embbag_mean_offsets", "mean", 3},
+           {"embbag_max_offsets", "max", 3},   {"embbag_psw_offsets", "sum", 4},
+           {"embbag_last_offset", "mean", 3}};
+  for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+    char p[512];
+    fixture(p, sizeof p, v[k].name);
+    fl_graph *g = NULL;
+    ck_assert_int_eq(fl_onnx_load(p, NULL, FL_GLOSS_MSE, &g), FL_OK);
+    int bags = 0;
+    for (int i = 0; i < fl_graph_num_nodes(g); i++) {
+      fl_gnode_info ni;
+      ck_assert_int_eq(fl_graph_node_info(g, i, &ni), FL_OK);
+      ck_assert_str_ne(ni.op_type, "Loop");
+      if (strcmp(ni.op_type, "EmbeddingBag")) continue;
+      bags++;
+      ck_assert_int_eq(ni.n_in, v[k].n_in);
+      ck_assert_int_eq(ni.n_attrs, v[k].n_in == 2 || !strcmp(v[k].name, "embbag_psw_fixed") ? 1 : 2);
+      ck_assert_str_eq(ni.attrs[0].name, "mode");
+      ck_assert_str_eq(ni.attrs[0].s, v[k].mode);
+    }
+    ck_assert_msg(bags == 1, "%s: %d EmbeddingBag nodes", v[k].name, bags);
+    fl_graph_free(g);
+  }
+}
+END_TEST
+
+/* fl_onnx_load_mem of m; the error lines it logged into msg. */
+static fl_status load_logged(Onnx__ModelProto *m, char *msg, size_t cap) {
+  const size_t len = onnx__model_proto__get_packed_size(m);
+  uint8_t *buf = malloc(len);
+  onnx__model_proto__pack(m, buf);
+  FILE *tmp = tmpfile();
+  ck_assert_ptr_nonnull(tmp);
+  const int saved = dup(STDERR_FILENO);
+  dup2(fileno(tmp), STDERR_FILENO);
+  fl_log_set_level(FL_LOG_ERROR);
+  fl_graph *g = NULL;
+  const fl_status st = fl_onnx_load_mem(buf, len, "m.onnx", NULL, FL_GLOSS_MSE, &g);
+  fl_log_set_level(FL_LOG_OFF);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  rewind(tmp);
+  msg[fread(msg, 1, cap - 1, tmp)] = '\0';
+  fclose(tmp);
+  fl_graph_free(g);
+  free(buf);
+  return st;
+}
+
+/* The fixture's model, unpacked (the caller frees it), and the node of its
+ * Loop's body whose op type is op. */
+static Onnx__ModelProto *body_node(const char *name, const char *op, Onnx__NodeProto **out) {
+  char p[512];
+  fixture(p, sizeof p, name);
+  FILE *f = fopen(p, "rb");
+  ck_assert_ptr_nonnull(f);
+  static uint8_t buf[1 << 16];
+  const size_t len = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+  ck_assert_ptr_nonnull(m);
+  *out = NULL;
+  for (size_t i = 0; i < m->graph->n_node; i++) {
+    const Onnx__NodeProto *n = m->graph->node[i];
+    if (strcmp(n->op_type, "Loop")) continue;
+    const Onnx__GraphProto *b = n->attribute[0]->g;
+    for (size_t j = 0; j < b->n_node; j++)
+      if (!strcmp(b->node[j]->op_type, op)) *out = b->node[j];
+  }
+  ck_assert_ptr_nonnull(*out);
+  return m;
+}
+
+static void set_op(Onnx__NodeProto *n, const char *op) {
+  free(n->op_type);
+  n->op_type = strdup(op);
+}
+
+/* An embedding bag of another reduction, or mean with per-sample weights,
+ * is refused naming the node and the mode; a Loop that is no embedding bag
+ * meets the importer's control-flow refusal. */
+START_TEST(test_import_refusals) {
+  char msg[4096];
+  Onnx__NodeProto *n;
+  Onnx__ModelProto *m = body_node("embbag_sum_offsets", "ReduceSum", &n);
+  set_op(n, "ReduceMin");
+  ck_assert_int_eq(load_logged(m, msg, sizeof msg), FL_ENOTSUP);
+  ck_assert_msg(strstr(msg, "(Loop)") && strstr(msg, "nn.EmbeddingBag") &&
+                    strstr(msg, "ReduceMin") && strstr(msg, "mode sum"),
+                "%s", msg);
+  onnx__model_proto__free_unpacked(m, NULL);
+
+  m = body_node("embbag_psw_offsets", "ReduceSum", &n);
+  set_op(n, "ReduceMean");
+  ck_assert_int_eq(load_logged(m, msg, sizeof msg), FL_ENOTSUP);
+  ck_assert_msg(strstr(msg, "mode mean") && strstr(msg, "per_sample_weights"), "%s", msg);
+  onnx__model_proto__free_unpacked(m, NULL);
+
+  m = body_node("embbag_mean_offsets", "Slice", &n);
+  set_op(n, "Expand");
+  ck_assert_int_eq(load_logged(m, msg, sizeof msg), FL_ENOTSUP);
+  ck_assert_msg(strstr(msg, "control flow"), "%s", msg);
+  onnx__model_proto__free_unpacked(m, NULL);
+}
+END_TEST
+
+/* A model trained with EmbeddingBag exports the source file's Loop with the
+ * trained weight table, and that file imports again with the same table. */
+START_TEST(test_export_round_trip) {
+  char src[512], out[64];
+  fixture(src, sizeof src, "embbag_psw_offsets");
+  snprintf(out, sizeof out, "/tmp/fl_embbag_%d.onnx", (int)getpid());
+  fl_model_spec s;
+  fl_model_spec_defaults(&s);
+  snprintf(s.kind, sizeof s.kind, "onnx");
+  snprintf(s.path, sizeof s.path, "%s", src);
+  snprintf(s.loss, sizeof s.loss, "mse");
+  fl_model *m = NULL;
+  ck_assert_int_eq(fl_model_create(&s, 4, 1, &m), FL_OK);
+  float x[12], t[8];
+  for (int i = 0; i < 12; i++) x[i] = (float)((i * 5) % 12);
+  for (int i = 0; i < 8; i++) t[i] = 0.1f * (float)i;
+  ck_assert_int_eq(fl_model_train_stepf(m, x, t, 4, 1.0f, NULL, NULL, NULL), FL_OK);
+  fl_param *w = NULL;
+  for (size_t i = 0; i < fl_model_num_params(m); i++)
+    if (!strcmp(fl_model_param(m, i)->name, "bag.weight")) w = fl_model_param(m, i);
+  ck_assert_ptr_nonnull(w);
+  for (size_t k = 0; k < w->n; k++) w->value[k] -= 0.5f * w->grad[k];
+  ck_assert_int_eq(fl_onnx_export(src, fl_model_graph(m), out), FL_OK);
+  fl_graph *g = NULL;
+  ck_assert_int_eq(fl_onnx_load(out, NULL, FL_GLOSS_MSE, &g), FL_OK);
+  size_t n = 0;
+  const float *v = fl_graph_value(g, "bag.weight", &n);
+  ck_assert_ptr_nonnull(v);
+  ck_assert_uint_eq(n, w->n);
+  ck_assert(memcmp(v, w->value, n * sizeof(float)) == 0);
+  fl_graph_free(g);
+  fl_model_destroy(m);
+  unlink(out);
+}
+END_TEST
+
 int main(void) {
   fl_log_set_level(FL_LOG_OFF); /* the refusal tests log their errors */
   Suite *s = suite_create("ops_embbag");
@@ -209,6 +373,12 @@ int main(void) {
   tcase_add_test(tc, test_scatter_add);
   tcase_add_test(tc, test_refusals);
   suite_add_tcase(s, tc);
+  TCase *ti = tcase_create("import");
+  tcase_set_timeout(ti, 60);
+  tcase_add_test(ti, test_import_variants);
+  tcase_add_test(ti, test_import_refusals);
+  tcase_add_test(ti, test_export_round_trip);
+  suite_add_tcase(s, ti);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   const int failed = srunner_ntests_failed(sr);
