@@ -50,11 +50,8 @@ struct fl_onnx_embbag {
 
 /* The PyTorch modes: the body's reduction and the op's mode. */
 static const struct {
-  const char *reduce;
-  char *mode;
-} k_modes[] = {{"ReduceSum", (char[]){"sum"}},
-               {"ReduceMean", (char[]){"mean"}},
-               {"ReduceMax", (char[]){"max"}}};
+  const char *reduce, *mode;
+} k_modes[] = {{"ReduceSum", "sum"}, {"ReduceMean", "mean"}, {"ReduceMax", "max"}};
 #define N_MODES (sizeof k_modes / sizeof k_modes[0])
 
 /* A graph and the one around it (outer-scope names resolve there). */
@@ -299,7 +296,7 @@ static void make_node(made *m, const bag *b) {
   m->attr[0].name = k_mode;
   m->attr[0].has_type = 1;
   m->attr[0].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
-  m->attr[0].s.data = (uint8_t *)k_modes[b->mode].mode;
+  m->attr[0].s.data = (uint8_t *)(uintptr_t)k_modes[b->mode].mode; /* read only */
   m->attr[0].s.len = strlen(k_modes[b->mode].mode);
   m->attr[1].name = k_last;
   m->attr[1].has_type = m->attr[1].has_i = 1;
