@@ -12,6 +12,7 @@ include $(srcdir)/tests/unit/graph.mk
 include $(srcdir)/tests/unit/graph_ops.mk
 include $(srcdir)/tests/unit/ops_matrix.mk
 include $(srcdir)/tests/unit/onnx.mk
+include $(srcdir)/tests/unit/ops_embbag.mk
 include $(srcdir)/tests/unit/collective.mk
 include $(srcdir)/tests/unit/pserver.mk
 include $(srcdir)/tests/unit/obs.mk
