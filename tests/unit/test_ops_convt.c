@@ -189,12 +189,16 @@ static void refused(const char *attr, const int64_t *v, size_t nv, const char *s
 }
 
 START_TEST(test_convt_refusals) {
-  const int64_t os[] = {5, 5}, ks[] = {3, 2}, big[] = {3, 3, 3, 3}, neg[] = {-1, 0};
+  const int64_t os[] = {5, 5}, ks[] = {3, 2}, big[] = {3, 3, 3, 3}, neg[] = {-1, 0},
+                zk[] = {0, 3};
   refused("auto_pad", NULL, 0, "SAME_UPPER", FL_ENOTSUP);
   refused("auto_pad", NULL, 0, "VALID", FL_ENOTSUP);
   refused("output_shape", os, 2, NULL, FL_ENOTSUP);
   refused("kernel_shape", ks, 2, NULL, FL_EINVAL);
   refused("kernel_shape", ks, 1, NULL, FL_EINVAL);
+  refused("kernel_shape", zk, 2, NULL, FL_EINVAL);  /* 0: not the weight's 3 */
+  refused("strides", big, 3, NULL, FL_EINVAL);      /* three values for two dims */
+  refused("strides", big, 4, NULL, FL_EINVAL);
   refused("output_padding", neg, 2, NULL, FL_EINVAL);
   refused("dilations", neg + 1, 1, NULL, FL_EINVAL); /* one value for two dims */
   refused("pads", big, 4, NULL, FL_EINVAL); /* 5 - 6: nothing left */

@@ -30,7 +30,8 @@ typedef struct convt_p {
   int64_t group, Cg, Og;
 } convt_p;
 
-/* INTS attribute name into out[0..want): def everywhere when absent. */
+/* INTS attribute name into out[0..want) (out holds 4), each in
+ * [0, CONVT_MAX_ATTR]: def everywhere when absent. */
 static fl_status convt_ints(const fl_gnode *n, const char *name, int want, int64_t def,
                             int64_t *out) {
   int cnt;
@@ -80,14 +81,14 @@ static fl_status convt_axis(const fl_gnode *n, int a, int64_t in, int64_t k, int
 /* The geometry from X's spatial sizes and the attributes (sp axes). */
 static fl_status convt_geom(const fl_gnode *n, int sp, const int64_t *in, const int64_t *ks,
                             fl_gwin *g) {
-  int64_t st[2], dl[2], pd[4], op[2], kv[2], out[2];
+  int64_t st[4], dl[4], pd[4], op[4], kv[4], out[2]; /* fl_ga_ints reads up to 4 */
   FL_TRY(convt_ints(n, "strides", sp, 1, st));
   FL_TRY(convt_ints(n, "dilations", sp, 1, dl));
   FL_TRY(convt_ints(n, "pads", 2 * sp, 0, pd));
   FL_TRY(convt_ints(n, "output_padding", sp, 0, op));
-  FL_TRY(convt_ints(n, "kernel_shape", sp, 0, kv));
+  FL_TRY(convt_ints(n, "kernel_shape", sp, -1, kv));
   for (int a = 0; a < sp; a++) {
-    if (kv[a] && kv[a] != ks[a])
+    if (kv[a] >= 0 && kv[a] != ks[a])
       return fl_gop_fail(n, FL_EINVAL, "kernel_shape does not match the weight's shape");
     FL_TRY(convt_axis(n, a, in[a], ks[a], st[a], dl[a], pd[a], pd[a + sp], op[a], &out[a]));
   }
