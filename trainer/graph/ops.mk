@@ -11,3 +11,4 @@ libfltrainer_la_SOURCES += trainer/graph/ops_shape.c
 libfltrainer_la_SOURCES += trainer/graph/ops_sparse.c
 libfltrainer_la_SOURCES += trainer/graph/ops_matrix.c
 libfltrainer_la_SOURCES += trainer/graph/ops_embbag.c
+libfltrainer_la_SOURCES += trainer/graph/ops_convt.c

@@ -15,3 +15,5 @@ trainer/onnx/onnx.pb-c.h: trainer/onnx/onnx.pb-c.c
 	@test -f $@ || { rm -f trainer/onnx/onnx.pb-c.c; $(MAKE) $(AM_MAKEFLAGS) trainer/onnx/onnx.pb-c.c; }
 # Read-only views of a graph for the exporter (the engine's struct, read only).
 libfltrainer_la_SOURCES += trainer/graph/fl_graph_inspect.h trainer/graph/graph_inspect.c
+# Warnings for models exported the wrong way for training.
+libfltrainer_la_SOURCES += trainer/onnx/onnx_lint.c

@@ -508,12 +508,6 @@ static fl_status declare_input(loader *L, const Onnx__ValueInfoProto *vi, int k)
     per *= d->dim_value;
     dims[i] = d->dim_value;
   }
-  const Onnx__TensorShapeProto__Dimension *d0 = sh->dim[0];
-  if (d0 && d0->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
-      d0->dim_value != 1)
-    FL_LOGW("%s: graph input '%s' declares a fixed batch of %lld; it is trained with "
-            "train.batch_size (shapes computed from the fixed batch are refused at bind)",
-            L->path, nm, (long long)d0->dim_value);
   return fl_graph_input(L->fg, nm, (int)sh->n_dim, dims, &L->v[k].id);
 }
 
@@ -749,6 +743,7 @@ fl_status fl_onnx_load_mem(const void *buf, size_t len, const char *name, const 
   Onnx__ModelProto *m;
   FL_TRY(fl_onnx_unpack(buf, len, L.path, &m));
   fl_status st = load_model(&L, m, output, loss);
+  if (st == FL_OK) st = fl_onnx_lint(m, L.path); /* a wrong export warned of (onnx_lint.c) */
   if (st != FL_OK) {
     fl_graph_free(L.fg);
     L.fg = NULL;
