@@ -17,7 +17,8 @@
  * stride inner, outer lines of them.  ArgMax and TopK's indices are int64
  * outputs computed at run time; TopK keeps its indices (int32) for
  * backward, which scatters the values' gradient into those positions, and
- * orders equal values by index (lower first), as ONNX says. */
+ * orders equal values by index (lower first), as ONNX says (PyTorch's CPU
+ * topk has no fixed order for ties). */
 #include <config.h>
 
 #include <math.h>
@@ -393,8 +394,8 @@ static fl_status am_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   FL_TRY(am_params(n, c, &p));
   char sx[160];
   if (p.l.len == 0)
-    return fl_gop_fail(n, FL_EINVAL, "axis %d of input %s %s is empty: there is no index to "
-                       "return", p.l.axis, x->name, fl_gshape_str(x->ndim, x->shape, sx, sizeof sx));
+    return fl_gop_fail(n, FL_EINVAL, "axis %d of input %s %s is empty: no index to return",
+                       p.l.axis, x->name, fl_gshape_str(x->ndim, x->shape, sx, sizeof sx));
   int64_t ys[FL_G_MAX_DIMS];
   int nd = 0;
   for (int d = 0; d < x->ndim; d++)
