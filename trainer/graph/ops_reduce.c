@@ -621,7 +621,7 @@ static const char *const tk_attrs[] = {"axis", "largest", "sorted", NULL};
   {.type = name, .paddle = paddle_name, .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1, \
    .attrs = mean_attrs, .infer = red_infer, .forward = red_forward,                           \
    .backward = red_backward, .save_in = 1,                                                    \
-   .doc = "axes as an attribute, keepdims, noop_with_empty_axes; " what}
+   .doc = "axes only as an attribute (opsets 13..17); " what}
 
 const fl_gop fl_gops_reduce[] = {
     {.type = "ReduceMean", .paddle = "reduce_mean", .min_in = 1, .max_in = 2, .min_out = 1,
