@@ -28,6 +28,7 @@ static const family families[] = {
     {fl_gops_norm, &fl_gops_norm_n},
     {fl_gops_reduce, &fl_gops_reduce_n},
     {fl_gops_shape, &fl_gops_shape_n},
+    {fl_gops_matrix, &fl_gops_matrix_n},
     {fl_gops_sparse, &fl_gops_sparse_n},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
