@@ -29,6 +29,8 @@ extern const fl_gop fl_gops_shape[];
 extern const size_t fl_gops_shape_n;
 extern const fl_gop fl_gops_matrix[];
 extern const size_t fl_gops_matrix_n;
+extern const fl_gop fl_gops_resize[];
+extern const size_t fl_gops_resize_n;
 extern const fl_gop fl_gops_sparse[]; /* Flotilla's own (domain "flotilla") */
 extern const size_t fl_gops_sparse_n;
 extern const fl_gop fl_gops_embbag[]; /* Flotilla's own (domain "flotilla") */
