@@ -44,16 +44,17 @@ static void free_attrs(fl_gattr *a, int n) {
   free(a);
 }
 
+void fl_gnode_release(fl_gnode *n) {
+  if (n->op && n->op->free_state && n->state) n->op->free_state(n);
+  free(n->name);
+  free(n->in);
+  free(n->out);
+  free_attrs(n->attrs, n->n_attrs);
+}
+
 void fl_graph_free(fl_graph *g) {
   if (!g) return;
-  for (int i = 0; i < g->nn; i++) {
-    fl_gnode *n = &g->nodes[i];
-    if (n->op && n->op->free_state && n->state) n->op->free_state(n);
-    free(n->name);
-    free(n->in);
-    free(n->out);
-    free_attrs(n->attrs, n->n_attrs);
-  }
+  for (int i = 0; i < g->nn; i++) fl_gnode_release(&g->nodes[i]);
   for (int i = 0; i < g->nt; i++) {
     fl_gtensor *t = &g->t[i];
     free(t->name);

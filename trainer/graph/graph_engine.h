@@ -147,7 +147,16 @@ fl_status fl_graph_sort(fl_graph *g);
 /* Check the graph's wiring: one output, some nodes. */
 fl_status fl_graph_check(const fl_graph *g);
 
+/* Free what node n owns (name, wiring, attributes, op state); the node
+ * itself stays in its array. */
+void fl_gnode_release(fl_gnode *n);
+
 /* graph_fuse.c */
+/* Evaluate once every node whose inputs are all constants (a scale vector
+ * PyTorch builds with Concat, ...) and make its outputs constants: the
+ * node leaves the graph.  Ops with FL_GOP_NO_FOLD, Flotilla's own ops and
+ * the graph's output are left alone.  Errors logged. */
+fl_status fl_gfold(fl_gmodel *m);
 /* Fold each Relu into the BatchNormalization or (device < 0: CPU) Add
  * whose output only it reads, unless that output is g's output or a
  * checkpoint in m->ckpt; nodes stay in topological order.  FL_ENOMEM

@@ -138,7 +138,9 @@ enum {
   FL_GOP_MATMUL = 1u << 4,      /* a linear layer's GEMM: what AMP lists' "linear", "matmul",
                                    "mul" and "matmul_v2" stand for */
   FL_GOP_IMPORT_FOLD = 1u << 5, /* the importer folds the node into a constant (Constant) */
-  FL_GOP_TENSOR_VALUE = 1u << 6 /* its "value" attribute may be a one-element ONNX tensor */
+  FL_GOP_TENSOR_VALUE = 1u << 6, /* its "value" attribute may be a one-element ONNX tensor */
+  FL_GOP_NO_FOLD = 1u << 7      /* never evaluated at create on constants: its value depends on
+                                   the step or the mode (Dropout) */
 };
 
 /* The op called type (ONNX op type, or a Paddle name for AMP lists when

@@ -293,10 +293,12 @@ static fl_status resolve_checkpoints(fl_gmodel *m, const fl_graph_options *opt, 
   return FL_OK;
 }
 
-/* The named checkpoints, the Relu fusion (which keeps them), then the
+/* The named checkpoints, constant folding and the Relu fusion (which keep
+ * them), then the
  * evenly spaced checkpoints of the fused graph. */
 static fl_status rewrite(fl_gmodel *m, const fl_graph_options *opt) {
   FL_TRY(resolve_checkpoints(m, opt, 0));
+  FL_TRY(fl_gfold(m));
   FL_TRY(fl_gfuse(m, opt->device));
   return resolve_checkpoints(m, opt, 1);
 }

@@ -992,6 +992,6 @@ const fl_gop fl_gops_elementwise[] = {
      .backward = pass_backward},
     {.type = "Dropout", .paddle = "dropout", .min_in = 1, .max_in = 3, .min_out = 1,
      .max_out = 2, .attrs = dropout_attrs, .infer = dropout_infer, .forward = dropout_forward,
-     .backward = dropout_backward, .nodiff_in = 6},
+     .backward = dropout_backward, .nodiff_in = 6, .traits = FL_GOP_NO_FOLD},
 };
 const size_t fl_gops_elementwise_n = sizeof fl_gops_elementwise / sizeof fl_gops_elementwise[0];
