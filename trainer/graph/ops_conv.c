@@ -1071,7 +1071,7 @@ static fl_status gap_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
 /* --------------------------------------------------------------- table */
 
 static const char *const conv_attrs[] = {"auto_pad", "dilations", "group", "kernel_shape",
-                                         "pads", "strides", "flotilla_act", NULL};
+                                         "pads", "strides", FL_GRAPH_ACT_ATTR, NULL};
 static const char *const maxpool_attrs[] = {"auto_pad", "ceil_mode", "dilations",
                                             "kernel_shape", "pads", "storage_order",
                                             "strides", NULL};
@@ -1083,7 +1083,8 @@ const fl_gop fl_gops_conv[] = {
     {.type = "Conv", .paddle = "conv2d", .min_in = 2, .max_in = 3, .min_out = 1, .max_out = 1,
      .attrs = conv_attrs, .infer = conv_infer, .forward = conv_forward,
      .backward = conv_backward, .save_in = 3, .save_out = 1,
-     .forward_cuda = conv_forward_cuda, .backward_cuda = conv_backward_cuda},
+     .forward_cuda = conv_forward_cuda, .backward_cuda = conv_backward_cuda,
+     .traits = FL_GOP_FUSES_ACT | FL_GOP_AMP16},
     {.type = "MaxPool", .paddle = "pool2d", .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 2, .attrs = maxpool_attrs, .infer = maxpool_infer, .forward = maxpool_forward,
      .backward = maxpool_backward, .forward_cuda = maxpool_forward_cuda,

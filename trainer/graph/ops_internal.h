@@ -43,7 +43,7 @@ fl_status fl_ga_float(const fl_gnode *n, const char *name, float def, float *out
 fl_status fl_ga_str(const fl_gnode *n, const char *name, const char *def, const char **out);
 /* INTS: *count = -1 when absent; more than max entries is FL_EINVAL. */
 fl_status fl_ga_ints(const fl_gnode *n, const char *name, int64_t *out, int max, int *count);
-/* The internal fused activation attribute "flotilla_act" (absent = none). */
+/* The internal fused activation attribute FL_GRAPH_ACT_ATTR (absent = none). */
 fl_status fl_ga_act(const fl_gnode *n, fl_act *act);
 
 /* Input i must be present with dtype dt (FL_EINVAL logged otherwise). */
@@ -78,7 +78,7 @@ fl_status fl_gcu_put(const fl_gnode *n, const fl_gctx *c, float *dst, const floa
 fl_status fl_gcu_copy_forward(fl_gnode *n, fl_gctx *c);
 fl_status fl_gcu_copy_backward(fl_gnode *n, fl_gctx *c, unsigned accum);
 /* FL_EINVAL (logged) when the bound ws is smaller than need floats: a gpu
- * graph bound without c->stream set (see NOTES-graph.md). */
+ * graph bound without c->stream set (see docs/DESIGN.md section 9). */
 fl_status fl_gcu_need_ws(const fl_gnode *n, size_t need);
 
 /* Winograd F(2x2, 3x3) convolution (ops_conv_wino.c) of images

@@ -1040,9 +1040,9 @@ static fl_status sm_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
 
 /* --------------------------------------------------------------- table */
 
-static const char *const bn_attrs[] = {"epsilon", "momentum", "training_mode", "flotilla_act",
+static const char *const bn_attrs[] = {"epsilon", "momentum", "training_mode", FL_GRAPH_ACT_ATTR,
                                        NULL};
-static const char *const gn_attrs[] = {"epsilon", "num_groups", "stash_type", "flotilla_act",
+static const char *const gn_attrs[] = {"epsilon", "num_groups", "stash_type", FL_GRAPH_ACT_ATTR,
                                        NULL};
 static const char *const ln_attrs[] = {"axis", "epsilon", "stash_type", NULL};
 static const char *const sm_attrs[] = {"axis", NULL};
@@ -1052,11 +1052,14 @@ const fl_gop fl_gops_norm[] = {
      .min_out = 1, .max_out = 3, .attrs = bn_attrs, .infer = bn_infer, .forward = bn_forward,
      .backward = bn_backward, .save_in = 3, .save_out = 1, .nodiff_in = 0x18,
      .forward_cuda = bn_forward_cuda, .backward_cuda = bn_backward_cuda,
-     .free_state = bn_free_state},
+     .free_state = bn_free_state, .traits = FL_GOP_FUSES_ACT | FL_GOP_FOLDS_RELU,
+     .buffer_in = 0x18, .export_n_out = 1, .export_drop_attr = "training_mode"},
     {.type = "GroupNormalization", .paddle = "group_norm", .min_in = 3, .max_in = 3,
      .min_out = 1, .max_out = 1, .attrs = gn_attrs, .infer = gn_infer, .forward = gn_forward,
      .backward = gn_backward, .save_in = 7, .save_out = 1, .forward_cuda = gn_forward_cuda,
-     .backward_cuda = gn_backward_cuda},
+     .backward_cuda = gn_backward_cuda, .traits = FL_GOP_FUSES_ACT, .opset_min = 18,
+     .doc = "ONNX has it from opset 18: built by the presets (model.norm gn); in a file at "
+            "opsets 13..17 it is refused"},
     {.type = "LayerNormalization", .paddle = "layer_norm", .min_in = 2, .max_in = 3,
      .min_out = 1, .max_out = 3, .attrs = ln_attrs, .infer = ln_infer, .forward = ln_forward,
      .backward = ln_backward, .save_in = 3},

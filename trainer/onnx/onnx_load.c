@@ -51,6 +51,7 @@ typedef struct loader {
   size_t nslot;
   int *order;          /* node indices in topological order */
   unsigned char *need; /* per node: the output depends on it */
+  int opset;           /* the model's opset of the default domain */
 } loader;
 
 static const char *S(const char *s) { return s ? s : ""; }
@@ -319,9 +320,10 @@ static fl_status convert_attrs(const loader *L, const Onnx__NodeProto *n, fl_gat
       break;
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR: {
       /* ConstantOfShape's fill value: a one-element tensor. */
-      if (strcmp(S(n->op_type), "ConstantOfShape") || strcmp(an, "value") || !a->t)
-        return NODE_ERR(L, n, FL_ENOTSUP, "tensor attribute '%s' is not supported (only "
-                        "ConstantOfShape's value)", an);
+      const fl_gop *op = fl_gop_find(S(n->op_type));
+      if (!op || !(op->traits & FL_GOP_TENSOR_VALUE) || strcmp(an, "value") || !a->t)
+        return NODE_ERR(L, n, FL_ENOTSUP, "tensor attribute '%s' is not supported (only the "
+                        "value of an op that takes a one-element tensor: ConstantOfShape)", an);
       fl_gdtype dt;
       int nd;
       int64_t dims[FL_G_MAX_DIMS];
@@ -359,7 +361,8 @@ static fl_status declare_node(loader *L, int ni) {
   if (dom[0] && strcmp(dom, "ai.onnx"))
     return NODE_ERR(L, n, FL_ENOTSUP, "domain '%s' is not supported; only ONNX's default "
                     "domain (ai.onnx) is", dom);
-  if (!strcmp(op, "Constant")) {
+  const fl_gop *gop = fl_gop_find(op);
+  if (gop && (gop->traits & FL_GOP_IMPORT_FOLD)) {
     if (n->n_input || n->n_output != 1)
       return NODE_ERR(L, n, FL_EINVAL, "a Constant has no input and one output, this one has %zu "
                       "and %zu", n->n_input, n->n_output);
@@ -371,9 +374,15 @@ static fl_status declare_node(loader *L, int ni) {
          n->attribute[i]->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS))
       return NODE_ERR(L, n, FL_ENOTSUP, "attribute '%s' holds a subgraph; control flow (If, "
                       "Loop, Scan) is not supported", S(n->attribute[i]->name));
-  if (!fl_gop_find(op) || fl_gop_find(op)->domain) /* Flotilla's own ops are not ONNX's */
+  if (!gop || gop->domain) /* Flotilla's own ops are not ONNX's */
     return NODE_ERR(L, n, FL_ENOTSUP, "op type '%s' is not supported; supported: %s", op,
                     fl_gop_supported());
+  if ((gop->opset_min && L->opset < gop->opset_min) ||
+      (gop->opset_max && L->opset > gop->opset_max))
+    return NODE_ERR(L, n, FL_ENOTSUP, "%s as opset %d defines it is not supported (this op is "
+                    "taken at opsets %d to %d): export with an opset_version in that range", op,
+                    L->opset, gop->opset_min ? gop->opset_min : FL_ONNX_OPSET_MIN,
+                    gop->opset_max ? gop->opset_max : FL_ONNX_OPSET_MAX);
   /* omitted trailing outputs are dropped; an omitted middle one gets a
    * private name (the engine names every output) */
   size_t nout = n->n_output;
@@ -439,7 +448,9 @@ done:
 
 /* ------------------------------------------------------------ whole graph */
 
-static fl_status check_opset(const char *path, const Onnx__ModelProto *m) {
+/* The model's opset of the default domain into *opset, refused outside
+ * what the importer takes. */
+static fl_status check_opset(const char *path, const Onnx__ModelProto *m, int *opset) {
   int64_t v = -1;
   for (size_t i = 0; i < m->n_opset_import; i++) {
     const Onnx__OperatorSetIdProto *o = m->opset_import[i];
@@ -455,6 +466,7 @@ static fl_status check_opset(const char *path, const Onnx__ModelProto *m) {
     return FL_ERR(FL_ENOTSUP, "%s: opset %lld of the default domain; supported: %d to %d "
                   "(export with opset_version in that range)", path, (long long)v,
                   FL_ONNX_OPSET_MIN, FL_ONNX_OPSET_MAX);
+  *opset = (int)v;
   return FL_OK;
 }
 
@@ -690,7 +702,7 @@ static fl_status mark_needed(loader *L, int k) {
 
 static fl_status load_model(loader *L, const Onnx__ModelProto *m, const char *output,
                             fl_gloss loss) {
-  FL_TRY(check_opset(L->path, m));
+  FL_TRY(check_opset(L->path, m, &L->opset));
   if (!m->graph) return FL_ERR(FL_EINVAL, "%s: the model has no graph", L->path);
   L->g = m->graph;
   const Onnx__GraphProto *g = L->g;
@@ -709,11 +721,10 @@ static fl_status load_model(loader *L, const Onnx__ModelProto *m, const char *ou
     const Onnx__NodeProto *n = g->node[i];
     if (!L->need[i]) continue;
     const fl_gop *op = fl_gop_find(S(n->op_type));
-    const int bn = !strcmp(S(n->op_type), "BatchNormalization");
     for (size_t j = 0; j < n->n_input; j++) {
       int k = S(n->input[j])[0] ? find(L, n->input[j]) : -1;
       if (k < 0 || L->v[k].kind != V_INIT) continue;
-      if (bn && (j == 3 || j == 4)) L->v[k].buffer = 1;
+      if (op && j < 32 && ((op->buffer_in >> j) & 1u)) L->v[k].buffer = 1;
       else if (!op || (op->backward && (j >= 32 || !((op->nodiff_in >> j) & 1u))))
         L->v[k].diff = 1;
     }

@@ -1,4 +1,4 @@
-/* graph_presets.c - the built-in models (logreg, mlp, cnn) as op graphs.
+/* model_presets.c - the built-in models (logreg, mlp, cnn) as op graphs.
  *
  * Each preset describes its model with ONNX ops (Gemm with transB, Conv,
  * BatchNormalization, GroupNormalization, MaxPool, Flatten) and PyTorch's
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "fl_log.h"
-#include "graph_engine.h"
+#include "fl_graph.h"
 #include "model_internal.h"
 
 typedef struct preset {
@@ -59,7 +59,7 @@ static fl_status vec(preset *p, const char *name, int64_t n, float v, int traina
 }
 
 static fl_gattr act_attr(const char *act) {
-  return (fl_gattr){.name = "flotilla_act", .kind = FL_GA_STRING, .s = act};
+  return (fl_gattr){.name = FL_GRAPH_ACT_ATTR, .kind = FL_GA_STRING, .s = act};
 }
 
 /* fc<i>: Gemm(x, W^T) + b, with the activation fused when act is set. */
