@@ -594,11 +594,10 @@ static const char *const mod_attrs[] = {"fmod", NULL};
 
 const fl_gop fl_gops_activation[] = {
     UN_ROW("HardSwish", hswish, 1, 0, 14, "float; gradient x/3 + 1/2 on [-3, 3] as PyTorch's"),
-    UN_ROW("HardSigmoid", hsig, 1, 0, 0,
-           "alpha, beta; float; gradient alpha strictly inside (0, 1)"),
-    UN_ROW("Elu", elu, 1, 0, 0, "alpha; float"),
-    UN_ROW("Selu", selu, 1, 0, 0, "alpha, gamma; float"),
-    UN_ROW("Celu", celu, 1, 0, 0, "alpha (nonzero); float"),
+    UN_ROW("HardSigmoid", hsig, 1, 0, 0, "float; gradient alpha strictly inside (0, 1)"),
+    UN_ROW("Elu", elu, 1, 0, 0, "float; gradient alpha at 0 (the exponential side, as PyTorch)"),
+    UN_ROW("Selu", selu, 1, 0, 0, "float"),
+    UN_ROW("Celu", celu, 1, 0, 0, "float; alpha 0 refused"),
     UN_ROW("Softplus", softplus, 1, 0, 0, "float; x itself above 20, as PyTorch's threshold"),
     UN_ROW("Softsign", softsign, 1, 0, 0, "float"),
     UN_ROW("Mish", mish, 1, 0, 18,
@@ -617,10 +616,8 @@ const fl_gop fl_gops_activation[] = {
     {.type = "PRelu", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1, .attrs = no_attrs,
      .infer = prelu_infer, .forward = prelu_forward, .backward = prelu_backward, .save_in = 3,
      .doc = "float; slope broadcast one way to X; gradient to X and slope"},
-    MM_ROW("Max", max_forward,
-           "variadic (up to 32), broadcast; float or int64; ties split the gradient evenly"),
-    MM_ROW("Min", min_forward,
-           "variadic (up to 32), broadcast; float or int64; ties split the gradient evenly"),
+    MM_ROW("Max", max_forward, "broadcast; float or int64; ties split the gradient evenly"),
+    MM_ROW("Min", min_forward, "broadcast; float or int64; ties split the gradient evenly"),
     {.type = "Mod", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1, .attrs = mod_attrs,
      .infer = mod_infer, .forward = mod_forward, .backward = mod_backward, .save_in = 3,
      .doc = "fmod 0 (sign of the divisor) or 1 (C fmod); float or int64 (zero divisor "
