@@ -39,8 +39,12 @@ static int h_vals(harness *h, const char *name, int nd, const int64_t *shape, co
  * input grads of a sum of the outputs, as torch's y.sum().backward(). */
 static void sum_grad(harness *h) {
   for (int i = 0; i < h->node.n_in; i++)
-    if (h_diff(h, i)) h_x(h, i)->grad = calloc(h_x(h, i)->n, sizeof(float));
+    if (h_diff(h, i)) {
+      free(h_x(h, i)->grad); /* a second call on one harness starts afresh */
+      h_x(h, i)->grad = calloc(h_x(h, i)->n, sizeof(float));
+    }
   fl_gtensor *y = h_y(h, 0);
+  free(y->grad);
   y->grad = calloc(y->n, sizeof(float));
   h_fwd(h);
   for (size_t i = 0; i < y->n; i++) y->grad[i] = 1.0f;

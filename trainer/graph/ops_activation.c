@@ -83,21 +83,18 @@ typedef struct un_spec {
 
 /* The loops of one unary op: y[i] = FX, dx[i] (+)= g[i] * DX, where FX
  * and DX are written with x[i], y[i], p->a and p->b (DX reads only what
- * the op's row saves). */
-#define UN_LOOPS(NAME, FX, DX)                                                            \
-  static void NAME##_fwd(const float *x, float *y, size_t n, const act_p *p) {            \
-    (void)p;                                                                              \
-    for (size_t i = 0; i < n; i++) y[i] = (FX);                                           \
-  }                                                                                       \
-  static void NAME##_bwd(const float *x, const float *y, const float *g, float *dx,       \
-                         size_t n, int accum, const act_p *p) {                           \
-    (void)x, (void)y, (void)p;                                                            \
-    for (size_t i = 0; i < n; i++) put1(&dx[i], g[i] * (DX), accum);                      \
-  }
+ * the op's row saves); UN_FWD alone for the ops of zero gradient. */
 #define UN_FWD(NAME, FX)                                                                  \
   static void NAME##_fwd(const float *x, float *y, size_t n, const act_p *p) {            \
     (void)p;                                                                              \
     for (size_t i = 0; i < n; i++) y[i] = (FX);                                           \
+  }
+#define UN_LOOPS(NAME, FX, DX)                                                            \
+  UN_FWD(NAME, FX)                                                                        \
+  static void NAME##_bwd(const float *x, const float *y, const float *g, float *dx,       \
+                         size_t n, int accum, const act_p *p) {                           \
+    (void)x, (void)y, (void)p;                                                            \
+    for (size_t i = 0; i < n; i++) put1(&dx[i], g[i] * (DX), accum);                      \
   }
 
 /* Clamp t to [0, 1], NaN kept (HardSigmoid). */
