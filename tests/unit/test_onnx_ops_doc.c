@@ -55,8 +55,11 @@ static void range_of(char *out, size_t cap, int lo, int hi) {
 static void row(char **buf, size_t *len, const fl_gop *op) {
   char attrs[512], opsets[32], ins[32], outs[32];
   attrs_of(op, attrs, sizeof attrs);
-  range_of(opsets, sizeof opsets, op->opset_min ? op->opset_min : FL_ONNX_OPSET_MIN,
-           op->opset_max ? op->opset_max : FL_ONNX_OPSET_MAX);
+  if (op->domain)
+    snprintf(opsets, sizeof opsets, "(%s)", op->domain);
+  else
+    range_of(opsets, sizeof opsets, op->opset_min ? op->opset_min : FL_ONNX_OPSET_MIN,
+             op->opset_max ? op->opset_max : FL_ONNX_OPSET_MAX);
   range_of(ins, sizeof ins, op->min_in, op->max_in);
   range_of(outs, sizeof outs, op->min_out, op->max_out);
   put(buf, len, "| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", op->type, opsets, ins, outs,

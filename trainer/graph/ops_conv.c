@@ -32,15 +32,8 @@
 #include "fl_device.h"
 #include "ops_internal.h"
 
-/* Window geometry of one 2-D conv or pool. */
-typedef struct win2d {
-  int64_t N, C, H, W;     /* input */
-  int64_t kh, kw, sh, sw, dh, dw;
-  int64_t pt, pl, pb, pr; /* pads: top, left, bottom, right */
-  int64_t oh, ow;
-  int ceil_mode;
-  int one_d;              /* the input was [N, C, L] */
-} win2d;
+/* Window geometry of one 2-D conv or pool (ops_internal.h). */
+typedef fl_gwin win2d;
 
 /* Read kernel_shape (or kernel, from a weight), strides, dilations, pads,
  * auto_pad and ceil_mode for input x into g; check everything. */
@@ -414,6 +407,11 @@ static void im2col(const win2d *g, int64_t Cg, const float *x, float *col, int64
     }
 }
 
+/* im2col for the other op files (ops_internal.h); the caller owns every buffer. */
+void fl_gim2col(const fl_gwin *g, int64_t Cg, const float *x, float *col, int64_t ld) {
+  im2col(g, Cg, x, col, ld);
+}
+
 /* d[k] += s[k], k < len, four at a time with SSE2 (the scalar sums' bits). */
 static void add_row(float *restrict d, const float *restrict s, int64_t len) {
   int64_t k = 0;
@@ -484,6 +482,12 @@ static void col2im_add(const win2d *g, int64_t Cg, float *col, int64_t ld, float
         col2im_row(g, &sp, plane, col + ((ch * g->kh + i) * g->kw + j) * ld,
                    dx + ch * g->H * g->W);
     }
+}
+
+/* col2im_add for the other op files (ops_internal.h); the caller owns every
+ * buffer. */
+void fl_gcol2im_add(const fl_gwin *g, int64_t Cg, float *col, int64_t ld, float *dx) {
+  col2im_add(g, Cg, col, ld, dx);
 }
 
 /* One-group forward of images [i0, i0+nb) (a chunk): their column matrix

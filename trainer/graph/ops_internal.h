@@ -27,8 +27,16 @@ extern const fl_gop fl_gops_reduce[];
 extern const size_t fl_gops_reduce_n;
 extern const fl_gop fl_gops_shape[];
 extern const size_t fl_gops_shape_n;
+extern const fl_gop fl_gops_matrix[];
+extern const size_t fl_gops_matrix_n;
+extern const fl_gop fl_gops_resize[];
+extern const size_t fl_gops_resize_n;
 extern const fl_gop fl_gops_sparse[]; /* Flotilla's own (domain "flotilla") */
 extern const size_t fl_gops_sparse_n;
+extern const fl_gop fl_gops_embbag[]; /* Flotilla's own (domain "flotilla") */
+extern const size_t fl_gops_embbag_n;
+extern const fl_gop fl_gops_convt[];
+extern const size_t fl_gops_convt_n;
 extern const fl_gop fl_gops_activation[];
 extern const size_t fl_gops_activation_n;
 
@@ -97,6 +105,27 @@ void fl_wino_forward(const fl_wino *g, const float *w, const float *b, const flo
  * input x and output gradient dy. */
 void fl_wino_dw(const fl_wino *g, const float *x, const float *dy, float *dw, int add,
                 float *ws);
+
+/* Window geometry of one 2-D convolution or pool over [N, C, H, W] input
+ * images giving [oh, ow] output planes (ops_conv.c; a 1-D [N, C, L] input
+ * is an image of height 1). */
+typedef struct fl_gwin {
+  int64_t N, C, H, W;     /* input */
+  int64_t kh, kw, sh, sw, dh, dw;
+  int64_t pt, pl, pb, pr; /* pads: top, left, bottom, right */
+  int64_t oh, ow;
+  int ceil_mode;
+  int one_d;              /* the input was [N, C, L] */
+} fl_gwin;
+/* The column matrix of Cg channels of one image x [Cg, H, W]:
+ * col[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - pt + i*dh][ox*sw - pl + j*dw]
+ * (0 outside the image), rows ld >= oh*ow floats apart.  Reads the
+ * geometry's H, W, kernel, strides, dilations, pt, pl, oh and ow only. */
+void fl_gim2col(const fl_gwin *g, int64_t Cg, const float *x, float *col, int64_t ld);
+/* Its adjoint: dx [Cg, H, W] += col put back where fl_gim2col took it
+ * from (col is scratch: its entries that stand for padding may be
+ * zeroed).  Same geometry fields read. */
+void fl_gcol2im_add(const fl_gwin *g, int64_t Cg, float *col, int64_t ld, float *dx);
 
 /* Bit i of accum. */
 static inline int fl_gacc(unsigned accum, int i) { return (int)((accum >> i) & 1u); }

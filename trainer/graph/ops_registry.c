@@ -28,7 +28,11 @@ static const family families[] = {
     {fl_gops_norm, &fl_gops_norm_n},
     {fl_gops_reduce, &fl_gops_reduce_n},
     {fl_gops_shape, &fl_gops_shape_n},
+    {fl_gops_matrix, &fl_gops_matrix_n},
     {fl_gops_sparse, &fl_gops_sparse_n},
+    {fl_gops_embbag, &fl_gops_embbag_n},
+    {fl_gops_convt, &fl_gops_convt_n},
+    {fl_gops_resize, &fl_gops_resize_n},
     {fl_gops_activation, &fl_gops_activation_n},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])

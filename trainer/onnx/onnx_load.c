@@ -19,6 +19,7 @@
 #include "fl_model.h"
 #include "fl_onnx.h"
 #include "graph_internal.h"
+#include "onnx_embbag.h"
 #include "onnx_internal.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -52,6 +53,7 @@ typedef struct loader {
   int *order;          /* node indices in topological order */
   unsigned char *need; /* per node: the output depends on it */
   int opset;           /* the model's opset of the default domain */
+  fl_onnx_embbag *rw;  /* nn.EmbeddingBag Loops rewritten (onnx_embbag.c), or NULL */
 } loader;
 
 static const char *S(const char *s) { return s ? s : ""; }
@@ -386,7 +388,7 @@ static fl_status declare_node(loader *L, int ni) {
          n->attribute[i]->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS))
       return NODE_ERR(L, n, FL_ENOTSUP, "attribute '%s' holds a subgraph; control flow (If, "
                       "Loop, Scan) is not supported", S(n->attribute[i]->name));
-  if (!gop || gop->domain) /* Flotilla's own ops are not ONNX's */
+  if (!gop || (gop->domain && !fl_onnx_embbag_made(L->rw, n))) /* Flotilla's own: not ONNX's */
     return NODE_ERR(L, n, FL_ENOTSUP, "op type '%s' is not supported; supported: %s", op,
                     fl_gop_supported());
   if ((gop->opset_min && L->opset < gop->opset_min) ||
@@ -518,12 +520,6 @@ static fl_status declare_input(loader *L, const Onnx__ValueInfoProto *vi, int k)
     per *= d->dim_value;
     dims[i] = d->dim_value;
   }
-  const Onnx__TensorShapeProto__Dimension *d0 = sh->dim[0];
-  if (d0 && d0->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
-      d0->dim_value != 1)
-    FL_LOGW("%s: graph input '%s' declares a fixed batch of %lld; it is trained with "
-            "train.batch_size (shapes computed from the fixed batch are refused at bind)",
-            L->path, nm, (long long)d0->dim_value);
   return fl_graph_input(L->fg, nm, (int)sh->n_dim, dims, &L->v[k].id);
 }
 
@@ -716,7 +712,8 @@ static fl_status load_model(loader *L, const Onnx__ModelProto *m, const char *ou
                             fl_gloss loss) {
   FL_TRY(check_opset(L->path, m, &L->opset));
   if (!m->graph) return FL_ERR(FL_EINVAL, "%s: the model has no graph", L->path);
-  L->g = m->graph;
+  FL_TRY(fl_onnx_embbag_rewrite(L->path, m->graph, &L->rw));
+  L->g = fl_onnx_embbag_graph(L->rw, m->graph);
   const Onnx__GraphProto *g = L->g;
   if (g->n_sparse_initializer)
     return FL_ERR(FL_ENOTSUP, "%s: the graph has sparse initializers; only dense tensors are "
@@ -758,6 +755,7 @@ fl_status fl_onnx_load_mem(const void *buf, size_t len, const char *name, const 
   Onnx__ModelProto *m;
   FL_TRY(fl_onnx_unpack(buf, len, L.path, &m));
   fl_status st = load_model(&L, m, output, loss);
+  if (st == FL_OK) st = fl_onnx_lint(m, L.path); /* a wrong export warned of (onnx_lint.c) */
   if (st != FL_OK) {
     fl_graph_free(L.fg);
     L.fg = NULL;
@@ -767,6 +765,7 @@ fl_status fl_onnx_load_mem(const void *buf, size_t len, const char *name, const 
   free(L.slot);
   free(L.order);
   free(L.need);
+  fl_onnx_embbag_free(L.rw);
   onnx__model_proto__free_unpacked(m, NULL);
   return st;
 }
