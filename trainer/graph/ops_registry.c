@@ -33,6 +33,7 @@ static const family families[] = {
     {fl_gops_embbag, &fl_gops_embbag_n},
     {fl_gops_convt, &fl_gops_convt_n},
     {fl_gops_resize, &fl_gops_resize_n},
+    {fl_gops_activation, &fl_gops_activation_n},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

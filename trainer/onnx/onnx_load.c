@@ -122,7 +122,8 @@ static void fmt_dims(char *buf, size_t cap, size_t nd, const int64_t *dims) {
 /* The value of tensor t as the engine holds it: F32 or I64 (int32 widened,
  * bool as 0 / 1: PyTorch's training exports give Dropout a bool
  * training_mode constant and attention bool masks; the ops read them as
- * int64),
+ * int64; double narrowed to float: PyTorch exports a Python number, such
+ * as torch.clamp's bounds, as a double constant cast to float),
  * in *data (malloc'd, the caller frees) with its dims.  what names t in
  * messages ("initializer 'w'", "node 'c' (Constant)").  Logs what is
  * wrong: FL_ENOTSUP for external / segmented data, another dtype or too
@@ -146,8 +147,10 @@ static fl_status tensor_value(const loader *L, const Onnx__TensorProto *t, const
   else if (src == FL_ONNX_INT64) elsize = 8, *dt = FL_G_I64;
   else if (src == FL_ONNX_INT32) elsize = 4, *dt = FL_G_I64;
   else if (src == FL_ONNX_BOOL) elsize = 1, *dt = FL_G_I64;
+  else if (src == FL_ONNX_DOUBLE) elsize = 8, *dt = FL_G_F32;
   else
-    return FL_ERR(FL_ENOTSUP, "%s: %s has dtype %s; supported: float, int64, int32, bool",
+    return FL_ERR(FL_ENOTSUP, "%s: %s has dtype %s; supported: float, double (read as float), "
+                  "int64, int32, bool",
                   L->path, what, fl_onnx_dtype_name(src));
   if (t->n_dims > FL_G_MAX_DIMS)
     return FL_ERR(FL_ENOTSUP, "%s: %s has %zu dims, at most %d are supported", L->path, what,
@@ -166,12 +169,14 @@ static fl_status tensor_value(const loader *L, const Onnx__TensorProto *t, const
   } else {
     /* typed fields: bool and int32 both live in int32_data */
     size_t have = src == FL_ONNX_FLOAT ? t->n_float_data
-                  : src == FL_ONNX_INT64 ? t->n_int64_data : t->n_int32_data;
+                  : src == FL_ONNX_INT64 ? t->n_int64_data
+                  : src == FL_ONNX_DOUBLE ? t->n_double_data : t->n_int32_data;
     if (have != n)
       return FL_ERR(FL_EINVAL, "%s: %s holds %zu %s values; its dims %s need %zu", L->path, what,
                     have, fl_onnx_dtype_name(src), db, n);
     from = src == FL_ONNX_FLOAT ? (const void *)t->float_data
-           : src == FL_ONNX_INT64 ? (const void *)t->int64_data : (const void *)t->int32_data;
+           : src == FL_ONNX_INT64 ? (const void *)t->int64_data
+           : src == FL_ONNX_DOUBLE ? (const void *)t->double_data : (const void *)t->int32_data;
     if (src == FL_ONNX_BOOL) elsize = 4; /* read as int32 below */
   }
   void *out = malloc(n ? n * (*dt == FL_G_F32 ? 4 : 8) : 1);
@@ -182,6 +187,13 @@ static fl_status tensor_value(const loader *L, const Onnx__TensorProto *t, const
       int32_t x = 0;
       memcpy(&x, (const char *)from + elsize * i, elsize); /* little-endian: low byte first */
       o[i] = x != 0;
+    }
+  } else if (src == FL_ONNX_DOUBLE) {
+    float *o = out;
+    for (size_t i = 0; i < n; i++) {
+      double x;
+      memcpy(&x, (const char *)from + 8 * i, 8);
+      o[i] = (float)x;
     }
   } else if (src == FL_ONNX_INT32) {
     int64_t *o = out;
