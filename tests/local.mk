@@ -10,6 +10,7 @@ include $(srcdir)/tests/unit/trainer.mk
 include $(srcdir)/tests/unit/npy.mk
 include $(srcdir)/tests/unit/graph.mk
 include $(srcdir)/tests/unit/graph_ops.mk
+include $(srcdir)/tests/unit/ops_rnn.mk
 include $(srcdir)/tests/unit/onnx.mk
 include $(srcdir)/tests/unit/collective.mk
 include $(srcdir)/tests/unit/pserver.mk

@@ -29,6 +29,7 @@ static const family families[] = {
     {fl_gops_reduce, &fl_gops_reduce_n},
     {fl_gops_shape, &fl_gops_shape_n},
     {fl_gops_sparse, &fl_gops_sparse_n},
+    {fl_gops_rnn, &fl_gops_rnn_n},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -1,0 +1,655 @@
+/* ops_rnn.c - the recurrent ONNX ops RNN, GRU and LSTM (opsets 13..17),
+ * forward and backprop through time, on the CPU with cblas_sgemm.
+ *
+ * Why one file and one loop for three ops: they differ only in the cell
+ * (gate count and the element-wise step), so one row of cells[] names a
+ * cell and the shared code runs it.  Per direction the input projection
+ * of every step is one GEMM up front (X [T*B, I] times W^T, all gates at
+ * once), then each step adds h_prev R^T (one GEMM for all gates, GRU's
+ * reset-gated candidate apart) and applies the cell.  The forward keeps,
+ * in the node's saved floats, the activated gates and the hidden (and
+ * cell) states of every step in time order, so backward walks the steps
+ * in reverse with one GEMM per step for dh and then takes dW, dR and dX
+ * as one GEMM each over all steps.
+ *
+ * Layout per direction d of the saved floats (time order t = 0..T-1):
+ *   gates [T, B, G*H]   activated gates (ONNX order: LSTM iofc, GRU zrh)
+ *   hs    [T+1, B, H]   hidden states; h_prev(t) = hs[t + rev], h(t) = hs[t + 1 - rev]
+ *   cs    [T+1, B, H]   LSTM cell states, same indexing
+ *   e     [T, B, H]     GRU: h_prev R_h^T + Rb_h (linear_before_reset 1)
+ *                       or r * h_prev (linear_before_reset 0)
+ * where rev is 1 for a direction that runs from t = T-1 down to 0. */
+#include <config.h>
+
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops_internal.h"
+
+/* ---------------------------------------------------------- the cells */
+
+typedef enum { CELL_RNN, CELL_GRU, CELL_LSTM } cell_kind;
+
+/* One recurrent op: its gates and the activations ONNX lists by default. */
+typedef struct cell {
+  cell_kind kind;
+  int gates;
+  int n_acts;                 /* activations per direction */
+  const char *acts;           /* the defaults, comma-joined */
+  const char *relu_acts;      /* another list taken (RNN's Relu), or NULL */
+} cell;
+
+static const cell cells[] = {
+    [CELL_RNN] = {CELL_RNN, 1, 1, "Tanh", "Relu"},
+    [CELL_GRU] = {CELL_GRU, 3, 2, "Sigmoid,Tanh", NULL},
+    [CELL_LSTM] = {CELL_LSTM, 4, 3, "Sigmoid,Tanh,Tanh", NULL},
+};
+
+/* The direction attribute's values. */
+static const struct {
+  const char *name;
+  int D;
+  int rev0;                   /* direction 0 runs back in time */
+} directions[] = {{"forward", 1, 0}, {"reverse", 1, 1}, {"bidirectional", 2, 0}};
+
+/* Inputs and outputs by position. */
+enum { IN_X, IN_W, IN_R, IN_B, IN_LENS, IN_H0, IN_C0, IN_P };
+enum { OUT_Y, OUT_YH, OUT_YC };
+
+/* What one node computes, from its attributes and input shapes. */
+typedef struct rnn_geo {
+  const cell *cl;
+  int64_t T, B, In, H, D, G; /* G: gates */
+  int rev0;
+  int lbr;                  /* GRU linear_before_reset */
+  int relu;                 /* RNN with Relu */
+} rnn_geo;
+
+static size_t geo_gh(const rnn_geo *g) { return (size_t)(g->G * g->H); }
+static size_t geo_bh(const rnn_geo *g) { return (size_t)(g->B * g->H); }
+static int geo_rev(const rnn_geo *g, int64_t d) { return d ? 1 : g->rev0; }
+
+/* Saved floats of one direction (see the layout above). */
+static size_t saved_dir(const rnn_geo *g) {
+  const size_t tb = (size_t)(g->T * g->B), bh = geo_bh(g);
+  size_t s = tb * geo_gh(g) + (size_t)(g->T + 1) * bh;
+  if (g->cl->kind == CELL_LSTM) s += (size_t)(g->T + 1) * bh;
+  if (g->cl->kind == CELL_GRU) s += tb * (size_t)g->H;
+  return s;
+}
+
+/* Scratch of one direction's backward: dG [T, B, G*H], GRU's dE [T, B, H],
+ * then dh, dc and two [B, H] temporaries. */
+static size_t ws_dir(const rnn_geo *g) {
+  const size_t tb = (size_t)(g->T * g->B);
+  return tb * geo_gh(g) + (g->cl->kind == CELL_GRU ? tb * (size_t)g->H : 0) + 4 * geo_bh(g);
+}
+
+/* ------------------------------------------------------- attributes */
+
+/* The activations attribute (a STRINGS attribute, which the importer
+ * hands over comma-joined) must list cl's defaults (or RNN's Relu) once,
+ * or once per direction. */
+static fl_status check_acts(const fl_gnode *n, const cell *cl, int64_t D, int *relu) {
+  const char *s;
+  FL_TRY(fl_ga_str(n, "activations", NULL, &s));
+  *relu = 0;
+  if (!s) return FL_OK;
+  const char *const lists[2] = {cl->acts, cl->relu_acts};
+  for (int k = 0; k < 2 && lists[k]; k++) {
+    char twice[64];
+    snprintf(twice, sizeof twice, "%s,%s", lists[k], lists[k]);
+    if (!strcmp(s, lists[k]) || (D == 2 && !strcmp(s, twice))) {
+      *relu = k;
+      return FL_OK;
+    }
+  }
+  return fl_gop_fail(n, FL_ENOTSUP,
+                     "activations \"%s\" are not supported: only %s%s%s (the same for every "
+                     "direction); export the default cell",
+                     s, cl->acts, cl->relu_acts ? " or " : "",
+                     cl->relu_acts ? cl->relu_acts : "");
+}
+
+static fl_status check_refused_attrs(const fl_gnode *n, const cell *cl) {
+  int64_t layout, forget;
+  FL_TRY(fl_ga_int(n, "layout", 0, &layout));
+  if (layout != 0)
+    return fl_gop_fail(n, FL_ENOTSUP, "layout %lld is not supported: only layout 0 (X as "
+                       "[seq, batch, input]); transpose X before the node",
+                       (long long)layout);
+  if (fl_gattr_find(n, "clip"))
+    return fl_gop_fail(n, FL_ENOTSUP, "attribute clip is not supported: remove the cell "
+                       "clipping");
+  FL_TRY(fl_ga_int(n, "input_forget", 0, &forget));
+  if (cl->kind == CELL_LSTM && forget != 0)
+    return fl_gop_fail(n, FL_ENOTSUP, "input_forget %lld is not supported: only 0",
+                       (long long)forget);
+  return FL_OK;
+}
+
+static fl_status parse_attrs(const fl_gnode *n, const cell *cl, rnn_geo *g) {
+  int64_t hs, lbr;
+  const char *dir;
+  FL_TRY(check_refused_attrs(n, cl));
+  FL_TRY(fl_ga_int(n, "hidden_size", 0, &hs));
+  FL_TRY(fl_ga_int(n, "linear_before_reset", 0, &lbr));
+  FL_TRY(fl_ga_str(n, "direction", "forward", &dir));
+  if (hs <= 0)
+    return fl_gop_fail(n, FL_EINVAL, "hidden_size %lld must be given and positive",
+                       (long long)hs);
+  if (lbr != 0 && lbr != 1)
+    return fl_gop_fail(n, FL_EINVAL, "linear_before_reset %lld must be 0 or 1",
+                       (long long)lbr);
+  g->D = 0;
+  for (size_t i = 0; i < sizeof directions / sizeof directions[0]; i++)
+    if (!strcmp(dir, directions[i].name)) g->D = directions[i].D, g->rev0 = directions[i].rev0;
+  if (!g->D)
+    return fl_gop_fail(n, FL_EINVAL, "direction \"%s\" is none of forward, reverse, "
+                       "bidirectional", dir);
+  g->cl = cl;
+  g->G = cl->gates;
+  g->H = hs;
+  g->lbr = (int)lbr;
+  return check_acts(n, cl, g->D, &g->relu);
+}
+
+/* ----------------------------------------------------------- shapes */
+
+/* Input i, when given, must be F32 of the shape want (rank nd). */
+static fl_status need_shape(const fl_gnode *n, const fl_gctx *c, int i, const char *what,
+                            int nd, const int64_t *want) {
+  const fl_gtensor *t = fl_gin(n, c, i);
+  if (!t) return FL_OK;
+  FL_TRY(fl_gneed(n, c, i, FL_G_F32));
+  int ok = t->ndim == nd;
+  for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == want[d];
+  if (ok) return FL_OK;
+  char sg[160], sw[160];
+  return fl_gop_fail(n, FL_EINVAL, "%s (input %d, '%s') is %s, expected %s", what, i, t->name,
+                     fl_gshape_str(t->ndim, t->shape, sg, sizeof sg),
+                     fl_gshape_str(nd, want, sw, sizeof sw));
+}
+
+static fl_status check_inputs(const fl_gnode *n, const fl_gctx *c, rnn_geo *g) {
+  const fl_gtensor *x = fl_gin(n, c, IN_X), *lens = fl_gin(n, c, IN_LENS);
+  char sx[160];
+  if (lens)
+    return fl_gop_fail(n, FL_ENOTSUP, "sequence_lens (input 4, '%s') is not supported: give "
+                       "sequences of equal length without it", lens->name);
+  if (fl_gin(n, c, IN_P))
+    return fl_gop_fail(n, FL_ENOTSUP, "peepholes P (input 7, '%s') are not supported",
+                       fl_gin(n, c, IN_P)->name);
+  FL_TRY(fl_gneed(n, c, IN_X, FL_G_F32));
+  if (x->ndim != 3 || x->shape[0] <= 0 || x->shape[1] <= 0 || x->shape[2] <= 0)
+    return fl_gop_fail(n, FL_EINVAL, "X %s must be a non-empty [seq, batch, input]",
+                       fl_gshape_str(x->ndim, x->shape, sx, sizeof sx));
+  g->T = x->shape[0], g->B = x->shape[1], g->In = x->shape[2];
+  const int64_t gh = g->G * g->H, big = g->In > gh ? g->In : gh;
+  if (g->T * g->B > INT_MAX / (big > g->H ? big : g->H))
+    return fl_gop_fail(n, FL_EINVAL, "X %s with hidden_size %lld exceeds the BLAS limit",
+                       fl_gshape_str(x->ndim, x->shape, sx, sizeof sx), (long long)g->H);
+  const int64_t w[3] = {g->D, gh, g->In}, r[3] = {g->D, gh, g->H};
+  const int64_t b[2] = {g->D, 2 * gh}, h[3] = {g->D, g->B, g->H};
+  FL_TRY(fl_gneed(n, c, IN_W, FL_G_F32));
+  FL_TRY(fl_gneed(n, c, IN_R, FL_G_F32));
+  FL_TRY(need_shape(n, c, IN_W, "W", 3, w));
+  FL_TRY(need_shape(n, c, IN_R, "R", 3, r));
+  FL_TRY(need_shape(n, c, IN_B, "B", 2, b));
+  FL_TRY(need_shape(n, c, IN_H0, "initial_h", 3, h));
+  return g->cl->kind == CELL_LSTM ? need_shape(n, c, IN_C0, "initial_c", 3, h) : FL_OK;
+}
+
+static fl_status geometry(const fl_gnode *n, const fl_gctx *c, const cell *cl, rnn_geo *g) {
+  FL_TRY(parse_attrs(n, cl, g));
+  return check_inputs(n, c, g);
+}
+
+static fl_status cell_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved,
+                            const cell *cl) {
+  rnn_geo g;
+  FL_TRY(geometry(n, c, cl, &g));
+  if (c->stream)
+    return fl_gop_fail(n, FL_ENOTSUP, "the recurrent ops run on the CPU only");
+  const int64_t y[4] = {g.T, g.D, g.B, g.H};
+  fl_gset_out(n, c, OUT_Y, FL_G_F32, 4, y);
+  for (int o = OUT_YH; o < n->n_out; o++) fl_gset_out(n, c, o, FL_G_F32, 3, y + 1);
+  *ws = (size_t)g.D * ws_dir(&g);
+  *saved = (size_t)g.D * saved_dir(&g);
+  return FL_OK;
+}
+
+/* ---------------------------------------------------------- forward */
+
+/* One direction's weights and saved state. */
+typedef struct dir_buf {
+  const float *W, *R, *Wb, *Rb; /* Wb, Rb NULL without B */
+  float *gates, *hs, *cs, *e;
+  int rev;
+} dir_buf;
+
+static dir_buf dir_at(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, int64_t d) {
+  const fl_gtensor *b = fl_gin(n, c, IN_B);
+  const size_t gh = geo_gh(g), tb = (size_t)(g->T * g->B), bh = geo_bh(g);
+  dir_buf u = {0};
+  u.W = fl_gin(n, c, IN_W)->data + (size_t)d * gh * (size_t)g->In;
+  u.R = fl_gin(n, c, IN_R)->data + (size_t)d * gh * (size_t)g->H;
+  if (b) u.Wb = b->data + (size_t)d * 2 * gh, u.Rb = u.Wb + gh;
+  u.gates = n->saved + (size_t)d * saved_dir(g);
+  u.hs = u.gates + tb * gh;
+  float *next = u.hs + (size_t)(g->T + 1) * bh;
+  if (g->cl->kind == CELL_LSTM) u.cs = next;
+  if (g->cl->kind == CELL_GRU) u.e = next;
+  u.rev = geo_rev(g, d);
+  return u;
+}
+
+static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* gates = X W^T + the biases added outside the recurrence (all of Wb and
+ * Rb but GRU's Rb_h with linear_before_reset, which is inside r * (...)). */
+static void project_inputs(const rnn_geo *g, const float *x, const dir_buf *u) {
+  const int tb = (int)(g->T * g->B), gh = (int)geo_gh(g);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tb, gh, (int)g->In, 1.0f, x, (int)g->In,
+              u->W, (int)g->In, 0.0f, u->gates, gh);
+  if (!u->Wb) return;
+  const int rb_end = (g->cl->kind == CELL_GRU && g->lbr) ? 2 * (int)g->H : gh;
+  for (int r = 0; r < tb; r++) {
+    float *row = u->gates + (size_t)r * (size_t)gh;
+    for (int j = 0; j < rb_end; j++) row[j] += u->Wb[j] + u->Rb[j];
+    for (int j = rb_end; j < gh; j++) row[j] += u->Wb[j];
+  }
+}
+
+/* gt [B, gates*H] (ld ldg) += hp [B, H] R[0:gates*H]^T. */
+static void add_recurrent(const rnn_geo *g, const float *hp, const float *R, int gates,
+                          float *gt, int ldg) {
+  const int H = (int)g->H;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->B, gates * H, H, 1.0f, hp, H, R,
+              H, 1.0f, gt, ldg);
+}
+
+static void step_rnn(const rnn_geo *g, const dir_buf *u, int64_t t) {
+  const size_t bh = geo_bh(g);
+  float *gt = u->gates + (size_t)t * bh;
+  const float *hp = u->hs + (size_t)(t + u->rev) * bh;
+  float *h = u->hs + (size_t)(t + 1 - u->rev) * bh;
+  add_recurrent(g, hp, u->R, 1, gt, (int)g->H);
+  if (g->relu)
+    for (size_t i = 0; i < bh; i++) h[i] = gt[i] = gt[i] > 0.0f ? gt[i] : 0.0f;
+  else
+    for (size_t i = 0; i < bh; i++) h[i] = gt[i] = tanhf(gt[i]);
+}
+
+static void step_lstm(const rnn_geo *g, const dir_buf *u, int64_t t) {
+  const size_t H = (size_t)g->H, bh = geo_bh(g), gh = 4 * H;
+  float *gt = u->gates + (size_t)t * (size_t)g->B * gh;
+  const size_t prev = (size_t)(t + u->rev) * bh, cur = (size_t)(t + 1 - u->rev) * bh;
+  add_recurrent(g, u->hs + prev, u->R, 4, gt, (int)gh);
+  for (size_t b = 0; b < (size_t)g->B; b++) {
+    float *gi = gt + b * gh, *go = gi + H, *gf = go + H, *gc = gf + H;
+    const float *cp = u->cs + prev + b * H;
+    float *c = u->cs + cur + b * H, *h = u->hs + cur + b * H;
+    for (size_t j = 0; j < H; j++) {
+      gi[j] = sigm(gi[j]);
+      go[j] = sigm(go[j]);
+      gf[j] = sigm(gf[j]);
+      gc[j] = tanhf(gc[j]);
+      c[j] = gf[j] * cp[j] + gi[j] * gc[j];
+      h[j] = go[j] * tanhf(c[j]);
+    }
+  }
+}
+
+/* The GRU's candidate pre-activation gets r * (h_prev Rh^T + Rb_h) with
+ * linear_before_reset, else (r * h_prev) Rh^T (Rb_h is in the gates). */
+static void gru_candidate(const rnn_geo *g, const dir_buf *u, const float *hp, float *gt,
+                          float *e) {
+  const size_t H = (size_t)g->H, gh = 3 * H;
+  const float *Rh = u->R + 2 * H * H;
+  if (g->lbr) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->B, (int)H, (int)H, 1.0f, hp,
+                (int)H, Rh, (int)H, 0.0f, e, (int)H);
+    for (size_t b = 0; b < (size_t)g->B; b++)
+      for (size_t j = 0; j < H; j++) {
+        if (u->Rb) e[b * H + j] += u->Rb[2 * H + j];
+        gt[b * gh + 2 * H + j] += gt[b * gh + H + j] * e[b * H + j];
+      }
+    return;
+  }
+  for (size_t b = 0; b < (size_t)g->B; b++)
+    for (size_t j = 0; j < H; j++) e[b * H + j] = gt[b * gh + H + j] * hp[b * H + j];
+  add_recurrent(g, e, Rh, 1, gt + 2 * H, (int)gh);
+}
+
+static void step_gru(const rnn_geo *g, const dir_buf *u, int64_t t) {
+  const size_t H = (size_t)g->H, bh = geo_bh(g), gh = 3 * H;
+  float *gt = u->gates + (size_t)t * (size_t)g->B * gh, *e = u->e + (size_t)t * bh;
+  const float *hp = u->hs + (size_t)(t + u->rev) * bh;
+  float *h = u->hs + (size_t)(t + 1 - u->rev) * bh;
+  add_recurrent(g, hp, u->R, 2, gt, (int)gh);
+  for (size_t b = 0; b < (size_t)g->B; b++)
+    for (size_t j = 0; j < 2 * H; j++) gt[b * gh + j] = sigm(gt[b * gh + j]);
+  gru_candidate(g, u, hp, gt, e);
+  for (size_t b = 0; b < (size_t)g->B; b++) {
+    const float *z = gt + b * gh;
+    float *hh = gt + b * gh + 2 * H;
+    for (size_t j = 0; j < H; j++) {
+      hh[j] = tanhf(hh[j]);
+      h[b * H + j] = (1.0f - z[j]) * hh[j] + z[j] * hp[b * H + j];
+    }
+  }
+}
+
+/* The initial state d of input i (zeros when absent) into slot. */
+static void initial_state(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, int i,
+                          int64_t d, float *slot) {
+  const fl_gtensor *t = fl_gin(n, c, i);
+  const size_t bh = geo_bh(g);
+  if (t)
+    memcpy(slot, t->data + (size_t)d * bh, bh * sizeof *slot);
+  else
+    memset(slot, 0, bh * sizeof *slot);
+}
+
+static void forward_dir(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, int64_t d) {
+  const dir_buf u = dir_at(n, c, g, d);
+  const size_t first = (size_t)(u.rev ? g->T : 0) * geo_bh(g);
+  project_inputs(g, fl_gin(n, c, IN_X)->data, &u);
+  initial_state(n, c, g, IN_H0, d, u.hs + first);
+  if (u.cs) initial_state(n, c, g, IN_C0, d, u.cs + first);
+  for (int64_t k = 0; k < g->T; k++) {
+    const int64_t t = u.rev ? g->T - 1 - k : k;
+    if (g->cl->kind == CELL_LSTM)
+      step_lstm(g, &u, t);
+    else if (g->cl->kind == CELL_GRU)
+      step_gru(g, &u, t);
+    else
+      step_rnn(g, &u, t);
+  }
+}
+
+/* Y [T, D, B, H], Y_h and Y_c [D, B, H] from the saved states. */
+static void write_outputs(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, int64_t d) {
+  const dir_buf u = dir_at(n, c, g, d);
+  const size_t bh = geo_bh(g), last = (size_t)(u.rev ? 0 : g->T) * bh;
+  const fl_gtensor *y = fl_gout(n, c, OUT_Y), *yh = fl_gout(n, c, OUT_YH);
+  const fl_gtensor *yc = fl_gout(n, c, OUT_YC);
+  for (int64_t t = 0; y && t < g->T; t++)
+    memcpy(y->data + (size_t)(t * g->D + d) * bh, u.hs + (size_t)(t + 1 - u.rev) * bh,
+           bh * sizeof(float));
+  if (yh) memcpy(yh->data + (size_t)d * bh, u.hs + last, bh * sizeof(float));
+  if (yc) memcpy(yc->data + (size_t)d * bh, u.cs + last, bh * sizeof(float));
+}
+
+static fl_status cell_forward(fl_gnode *n, fl_gctx *c, const cell *cl) {
+  rnn_geo g;
+  FL_TRY(geometry(n, c, cl, &g));
+  for (int64_t d = 0; d < g.D; d++) {
+    forward_dir(n, c, &g, d);
+    write_outputs(n, c, &g, d);
+  }
+  return FL_OK;
+}
+
+/* --------------------------------------------------------- backward */
+
+/* One direction's backward scratch (ws_dir floats). */
+typedef struct dir_grad {
+  float *dg;     /* [T, B, G*H]: d loss / d gate pre-activations */
+  float *de;     /* GRU [T, B, H]: d loss / d (what e holds, as R_h sees it) */
+  float *dh, *dc; /* [B, H]: the state gradients carried back */
+  float *tmp, *tmp2;
+} dir_grad;
+
+static dir_grad grad_at(const fl_gnode *n, const rnn_geo *g, int64_t d) {
+  const size_t tb = (size_t)(g->T * g->B), bh = geo_bh(g);
+  dir_grad v;
+  v.dg = n->ws + (size_t)d * ws_dir(g);
+  v.de = v.dg + tb * geo_gh(g);
+  v.dh = v.de + (g->cl->kind == CELL_GRU ? tb * (size_t)g->H : 0);
+  v.dc = v.dh + bh;
+  v.tmp = v.dc + bh;
+  v.tmp2 = v.tmp + bh;
+  return v;
+}
+
+/* dh (+)= the output gradients of h(t) for direction d. */
+static void add_dy(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, int64_t d, int64_t t,
+                   float *dh) {
+  const fl_gtensor *y = fl_gout(n, c, OUT_Y);
+  const size_t bh = geo_bh(g);
+  if (!y || !y->grad) return;
+  const float *dy = y->grad + (size_t)(t * g->D + d) * bh;
+  for (size_t i = 0; i < bh; i++) dh[i] += dy[i];
+}
+
+/* dh_prev = dg_t [B, G*H] R [G*H, H] (+ dh_prev when add). */
+static void back_recurrent(const rnn_geo *g, const float *dgt, int ldg, const float *R,
+                           int gates, float *dh, int add) {
+  const int H = (int)g->H;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->B, H, gates * H, 1.0f, dgt,
+              ldg, R, H, add ? 1.0f : 0.0f, dh, H);
+}
+
+static void back_rnn(const rnn_geo *g, const dir_buf *u, const dir_grad *v, int64_t t) {
+  const size_t bh = geo_bh(g);
+  const float *h = u->gates + (size_t)t * bh;
+  float *dg = v->dg + (size_t)t * bh;
+  if (g->relu)
+    for (size_t i = 0; i < bh; i++) dg[i] = h[i] > 0.0f ? v->dh[i] : 0.0f;
+  else
+    for (size_t i = 0; i < bh; i++) dg[i] = v->dh[i] * (1.0f - h[i] * h[i]);
+  back_recurrent(g, dg, (int)g->H, u->R, 1, v->dh, 0);
+}
+
+static void back_lstm(const rnn_geo *g, const dir_buf *u, const dir_grad *v, int64_t t) {
+  const size_t H = (size_t)g->H, bh = geo_bh(g), gh = 4 * H;
+  const float *gt = u->gates + (size_t)t * (size_t)g->B * gh;
+  float *dgt = v->dg + (size_t)t * (size_t)g->B * gh;
+  const size_t prev = (size_t)(t + u->rev) * bh, cur = (size_t)(t + 1 - u->rev) * bh;
+  for (size_t b = 0; b < (size_t)g->B; b++) {
+    const float *gi = gt + b * gh, *go = gi + H, *gf = go + H, *gc = gf + H;
+    const float *cp = u->cs + prev + b * H, *c = u->cs + cur + b * H, *dh = v->dh + b * H;
+    float *di = dgt + b * gh, *dout = di + H, *df = dout + H, *dcc = df + H, *dc = v->dc + b * H;
+    for (size_t j = 0; j < H; j++) {
+      const float tc = tanhf(c[j]), dct = dc[j] + dh[j] * go[j] * (1.0f - tc * tc);
+      dout[j] = dh[j] * tc * go[j] * (1.0f - go[j]);
+      di[j] = dct * gc[j] * gi[j] * (1.0f - gi[j]);
+      df[j] = dct * cp[j] * gf[j] * (1.0f - gf[j]);
+      dcc[j] = dct * gi[j] * (1.0f - gc[j] * gc[j]);
+      dc[j] = dct * gf[j];
+    }
+  }
+  back_recurrent(g, dgt, (int)gh, u->R, 4, v->dh, 0);
+}
+
+/* GRU: the candidate's and update gate's gradients (dz, dhh into dg),
+ * dE, and the part of dh_prev that does not go through R into tmp. */
+static void back_gru_gates(const rnn_geo *g, const dir_buf *u, const dir_grad *v, int64_t t) {
+  const size_t H = (size_t)g->H, bh = geo_bh(g), gh = 3 * H;
+  const float *gt = u->gates + (size_t)t * (size_t)g->B * gh, *e = u->e + (size_t)t * bh;
+  const float *hp = u->hs + (size_t)(t + u->rev) * bh;
+  float *dgt = v->dg + (size_t)t * (size_t)g->B * gh, *de = v->de + (size_t)t * bh;
+  for (size_t b = 0; b < (size_t)g->B; b++)
+    for (size_t j = 0; j < H; j++) {
+      const size_t k = b * H + j, r = b * gh + j;
+      const float z = gt[r], rg = gt[r + H], hh = gt[r + 2 * H], dh = v->dh[k];
+      const float dhh = dh * (1.0f - z) * (1.0f - hh * hh);
+      dgt[r] = dh * (hp[k] - hh) * z * (1.0f - z);
+      dgt[r + 2 * H] = dhh;
+      de[k] = g->lbr ? dhh * rg : dhh;
+      if (g->lbr) dgt[r + H] = dhh * e[k] * rg * (1.0f - rg);
+      v->tmp[k] = dh * z;
+    }
+}
+
+static void back_gru(const rnn_geo *g, const dir_buf *u, const dir_grad *v, int64_t t) {
+  const size_t H = (size_t)g->H, bh = geo_bh(g), gh = 3 * H;
+  const float *gt = u->gates + (size_t)t * (size_t)g->B * gh;
+  const float *hp = u->hs + (size_t)(t + u->rev) * bh;
+  float *dgt = v->dg + (size_t)t * (size_t)g->B * gh, *de = v->de + (size_t)t * bh;
+  const float *Rh = u->R + 2 * H * H;
+  back_gru_gates(g, u, v, t);
+  if (g->lbr) {
+    back_recurrent(g, de, (int)H, Rh, 1, v->tmp, 1);
+  } else { /* d (r * h_prev) = dhh Rh: to r and to h_prev */
+    back_recurrent(g, de, (int)H, Rh, 1, v->tmp2, 0);
+    for (size_t b = 0; b < (size_t)g->B; b++)
+      for (size_t j = 0; j < H; j++) {
+        const size_t k = b * H + j, r = b * gh + j;
+        const float rg = gt[r + H];
+        dgt[r + H] = v->tmp2[k] * hp[k] * rg * (1.0f - rg);
+        v->tmp[k] += v->tmp2[k] * rg;
+      }
+  }
+  memcpy(v->dh, v->tmp, bh * sizeof *v->dh);
+  back_recurrent(g, dgt, (int)gh, u->R, 2, v->dh, 1);
+}
+
+/* Backprop through time of direction d: dg (and de) for every step, and
+ * the initial states' gradients left in dh and dc. */
+static void backward_dir(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, int64_t d) {
+  const dir_buf u = dir_at(n, c, g, d);
+  const dir_grad v = grad_at(n, g, d);
+  const size_t bh = geo_bh(g);
+  const fl_gtensor *yh = fl_gout(n, c, OUT_YH), *yc = fl_gout(n, c, OUT_YC);
+  if (yh && yh->grad)
+    memcpy(v.dh, yh->grad + (size_t)d * bh, bh * sizeof(float));
+  else
+    memset(v.dh, 0, bh * sizeof(float));
+  if (yc && yc->grad)
+    memcpy(v.dc, yc->grad + (size_t)d * bh, bh * sizeof(float));
+  else
+    memset(v.dc, 0, bh * sizeof(float));
+  for (int64_t k = 0; k < g->T; k++) {
+    const int64_t t = u.rev ? k : g->T - 1 - k;
+    add_dy(n, c, g, d, t, v.dh);
+    if (g->cl->kind == CELL_LSTM)
+      back_lstm(g, &u, &v, t);
+    else if (g->cl->kind == CELL_GRU)
+      back_gru(g, &u, &v, t);
+    else
+      back_rnn(g, &u, &v, t);
+  }
+}
+
+/* dst[j] (+)= sum over rows of m [rows, cols] (ld) at column j. */
+static void col_sums(const float *m, size_t rows, size_t cols, size_t ld, float *dst, int acc) {
+  if (!acc) memset(dst, 0, cols * sizeof *dst);
+  for (size_t r = 0; r < rows; r++)
+    for (size_t j = 0; j < cols; j++) dst[j] += m[r * ld + j];
+}
+
+/* d B[d] = [d Wb, d Rb]: the gate gradients summed over steps and batch
+ * (GRU's Rb_h takes dE, which is its own with linear_before_reset and the
+ * candidate's otherwise). */
+static void grad_bias(const rnn_geo *g, const dir_grad *v, float *db, int acc) {
+  const size_t tb = (size_t)(g->T * g->B), gh = geo_gh(g), H = (size_t)g->H;
+  col_sums(v->dg, tb, gh, gh, db, acc);
+  if (g->cl->kind != CELL_GRU) {
+    col_sums(v->dg, tb, gh, gh, db + gh, acc);
+    return;
+  }
+  col_sums(v->dg, tb, 2 * H, gh, db + gh, acc);
+  col_sums(v->de, tb, H, H, db + gh + 2 * H, acc);
+}
+
+/* d R[d] = dg^T h_prev over all steps (GRU: the candidate rows from dE
+ * and what R_h multiplied: h_prev or r * h_prev). */
+static void grad_rec(const rnn_geo *g, const dir_buf *u, const dir_grad *v, float *dr, int acc) {
+  const int tb = (int)(g->T * g->B), gh = (int)geo_gh(g), H = (int)g->H;
+  const float *hprev = u->hs + (size_t)u->rev * geo_bh(g), beta = acc ? 1.0f : 0.0f;
+  const int rows = g->cl->kind == CELL_GRU ? 2 * H : gh;
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, H, tb, 1.0f, v->dg, gh, hprev, H,
+              beta, dr, H);
+  if (g->cl->kind == CELL_GRU)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, H, tb, 1.0f, v->de, H,
+                g->lbr ? hprev : u->e, H, beta, dr + (size_t)2 * (size_t)H * (size_t)H, H);
+}
+
+/* The inputs' gradients, in input order, from every direction's dg. */
+static void grad_inputs(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, unsigned acc) {
+  const fl_gtensor *x = fl_gin(n, c, IN_X);
+  const int tb = (int)(g->T * g->B), gh = (int)geo_gh(g), ni = (int)g->In;
+  const size_t bh = geo_bh(g);
+  float *dx = x->grad, *dw = fl_gin_grad(n, c, IN_W), *dr = fl_gin_grad(n, c, IN_R);
+  float *db = fl_gin_grad(n, c, IN_B), *dh0 = fl_gin_grad(n, c, IN_H0);
+  float *dc0 = fl_gin_grad(n, c, IN_C0);
+  for (int64_t d = 0; dx && d < g->D; d++)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tb, ni, gh, 1.0f, grad_at(n, g, d).dg,
+                gh, dir_at(n, c, g, d).W, ni, (d || fl_gacc(acc, IN_X)) ? 1.0f : 0.0f, dx, ni);
+  for (int64_t d = 0; dw && d < g->D; d++)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, gh, ni, tb, 1.0f, grad_at(n, g, d).dg,
+                gh, x->data, ni, fl_gacc(acc, IN_W) ? 1.0f : 0.0f, dw + (size_t)(d * gh * ni), ni);
+  for (int64_t d = 0; dr && d < g->D; d++) {
+    const dir_buf u = dir_at(n, c, g, d);
+    const dir_grad v = grad_at(n, g, d);
+    grad_rec(g, &u, &v, dr + (size_t)d * (size_t)gh * (size_t)g->H, fl_gacc(acc, IN_R));
+  }
+  for (int64_t d = 0; db && d < g->D; d++) {
+    const dir_grad v = grad_at(n, g, d);
+    grad_bias(g, &v, db + (size_t)(d * 2 * gh), fl_gacc(acc, IN_B));
+  }
+  for (int64_t d = 0; dh0 && d < g->D; d++)
+    fl_gput(dh0 + (size_t)d * bh, grad_at(n, g, d).dh, bh, fl_gacc(acc, IN_H0));
+  for (int64_t d = 0; dc0 && d < g->D; d++)
+    fl_gput(dc0 + (size_t)d * bh, grad_at(n, g, d).dc, bh, fl_gacc(acc, IN_C0));
+}
+
+static fl_status cell_backward(fl_gnode *n, fl_gctx *c, unsigned acc, const cell *cl) {
+  rnn_geo g;
+  FL_TRY(geometry(n, c, cl, &g));
+  for (int64_t d = 0; d < g.D; d++) backward_dir(n, c, &g, d);
+  grad_inputs(n, c, &g, acc);
+  return FL_OK;
+}
+
+/* ------------------------------------------------------------- table */
+
+#define CELL_OPS(name, kind)                                                                  \
+  static fl_status name##_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {        \
+    return cell_infer(n, c, ws, saved, &cells[kind]);                                         \
+  }                                                                                           \
+  static fl_status name##_forward(fl_gnode *n, fl_gctx *c) {                                  \
+    return cell_forward(n, c, &cells[kind]);                                                  \
+  }                                                                                           \
+  static fl_status name##_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {                   \
+    return cell_backward(n, c, acc, &cells[kind]);                                            \
+  }
+CELL_OPS(rnn, CELL_RNN)
+CELL_OPS(gru, CELL_GRU)
+CELL_OPS(lstm, CELL_LSTM)
+
+static const char *const rnn_attrs[] = {"activations", "clip", "direction", "hidden_size",
+                                        "layout", NULL};
+static const char *const gru_attrs[] = {"activations", "clip", "direction", "hidden_size",
+                                        "layout", "linear_before_reset", NULL};
+static const char *const lstm_attrs[] = {"activations", "clip", "direction", "hidden_size",
+                                         "input_forget", "layout", NULL};
+
+/* Backward reads X, W and R (the states it needs are in saved). */
+#define RNN_SAVE_IN ((1u << IN_X) | (1u << IN_W) | (1u << IN_R))
+
+const fl_gop fl_gops_rnn[] = {
+    {.type = "RNN", .min_in = 3, .max_in = 6, .min_out = 1, .max_out = 2, .attrs = rnn_attrs,
+     .infer = rnn_infer, .forward = rnn_forward, .backward = rnn_backward,
+     .save_in = RNN_SAVE_IN, .nodiff_in = 1u << IN_LENS,
+     .doc = "direction forward/reverse/bidirectional, activations Tanh or Relu; refused: "
+            "sequence_lens, layout 1, clip, other activations"},
+    {.type = "GRU", .min_in = 3, .max_in = 6, .min_out = 1, .max_out = 2, .attrs = gru_attrs,
+     .infer = gru_infer, .forward = gru_forward, .backward = gru_backward,
+     .save_in = RNN_SAVE_IN, .nodiff_in = 1u << IN_LENS,
+     .doc = "direction forward/reverse/bidirectional, linear_before_reset 0 and 1; refused: "
+            "sequence_lens, layout 1, clip, activations other than Sigmoid,Tanh"},
+    {.type = "LSTM", .min_in = 3, .max_in = 8, .min_out = 1, .max_out = 3, .attrs = lstm_attrs,
+     .infer = lstm_infer, .forward = lstm_forward, .backward = lstm_backward,
+     .save_in = RNN_SAVE_IN, .nodiff_in = (1u << IN_LENS) | (1u << IN_P),
+     .doc = "direction forward/reverse/bidirectional, initial_h/initial_c; refused: "
+            "sequence_lens, peepholes P, layout 1, clip, input_forget 1, activations other "
+            "than Sigmoid,Tanh,Tanh"},
+};
+const size_t fl_gops_rnn_n = sizeof fl_gops_rnn / sizeof fl_gops_rnn[0];
