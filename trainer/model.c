@@ -6,7 +6,7 @@
  * model sees them (so a bad batch changes nothing, and plugins get clean
  * input), and owns the seeded generator the built-in models initialise
  * their parameters with.  The built-in kinds are op graphs (the presets of
- * graph/graph_presets.c) and kind onnx loads one from a file; both run on
+ * model_presets.c) and kind onnx loads one from a file; both run on
  * the graph engine, on the host or, with device gpu, on a CUDA device. */
 #include <config.h>
 

@@ -24,7 +24,7 @@
 #define FL_MODEL_MAX_AMP_LIST 16
 
 /* The graph of a built-in kind (logreg, mlp, cnn) for a resolved spec,
- * parameters initialised from seed (graph/graph_presets.c).  ckpt[0..*n_ckpt)
+ * parameters initialised from seed (model_presets.c).  ckpt[0..*n_ckpt)
  * receive the names of its default recompute checkpoints.  On success the
  * caller owns *out (fl_graph_model_create takes it).  Errors are logged:
  * FL_EINVAL for a spec the kind cannot build, FL_ENOMEM. */

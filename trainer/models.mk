@@ -1,6 +1,7 @@
 # Models: the front (model.c) over the graph engine's presets and imported
 # ONNX models, and plugins.
-libfltrainer_la_SOURCES += trainer/model.c trainer/model_plugin.c trainer/model_internal.h
+libfltrainer_la_SOURCES += trainer/model.c trainer/model_plugin.c trainer/model_internal.h \
+	trainer/model_presets.c trainer/model_export.c
 
 # The example model plugin: a loadable module (never installed) that the
 # tests load and that shows a plugin's whole shape.

@@ -1,7 +1,8 @@
 /* test_onnx_fixtures.c - imported ONNX models against PyTorch: every model
  * of tests/fixtures/onnx (MLP, CNN with batch norm, a residual block, a
- * Transformer block, an embedding MLP; see its README) is loaded by the
- * importer, compiled by the engine, and one step on the committed batch is
+ * Transformer block, an embedding MLP; see its README), and every one-op
+ * case of tests/fixtures/ops (each <name>.case there, written by its
+ * gen_ops.py), is loaded by the importer, compiled by the engine, and one step on the committed batch is
  * compared with what PyTorch computed for it: the eval-mode output (batch
  * norm on the file's running statistics), the loss, the gradient of every
  * trainable initializer, the batch-norm running statistics after the step,
@@ -40,9 +41,51 @@ static const struct {
     {"embedding_mlp", FL_GLOSS_BCE_LOGITS},
 };
 
+/* The folder of the fixture being compared: "onnx" (models) or "ops". */
+static const char *g_dir = "onnx";
+
 static void path_of(char *out, size_t cap, const char *model, const char *what) {
   const char *src = getenv("FL_SRCDIR");
-  snprintf(out, cap, "%s/tests/fixtures/onnx/%s.%s", src ? src : "..", model, what);
+  snprintf(out, cap, "%s/tests/fixtures/%s/%s.%s", src ? src : "..", g_dir, model, what);
+}
+
+/* The one-op cases: names of tests/fixtures/ops/<name>.case, sorted, and
+ * the loss each names. */
+#define MAX_OP_CASES 256
+static char *g_cases[MAX_OP_CASES];
+static fl_gloss g_case_loss[MAX_OP_CASES];
+static int g_ncases;
+
+static int cmp_names(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Fill g_cases from the folder; exits the program on a case file it cannot
+ * read (a broken fixture must fail, not vanish). */
+static void scan_op_cases(void) {
+  const char *src = getenv("FL_SRCDIR");
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/tests/fixtures/ops", src ? src : "..");
+  DIR *d = opendir(dir);
+  if (!d) return;
+  for (struct dirent *e; (e = readdir(d)) != NULL && g_ncases < MAX_OP_CASES;) {
+    const size_t len = strlen(e->d_name);
+    if (len < 6 || strcmp(e->d_name + len - 5, ".case") != 0) continue;
+    g_cases[g_ncases++] = strndup(e->d_name, len - 5);
+  }
+  closedir(d);
+  qsort(g_cases, (size_t)g_ncases, sizeof g_cases[0], cmp_names);
+  for (int i = 0; i < g_ncases; i++) {
+    char p[768], kind[64] = "";
+    snprintf(p, sizeof p, "%s/%s.case", dir, g_cases[i]);
+    FILE *f = fopen(p, "r");
+    if (!f || fscanf(f, "loss %63s", kind) != 1 ||
+        fl_onnx_loss_parse(kind, &g_case_loss[i]) != FL_OK) {
+      fprintf(stderr, "%s: want one line 'loss KIND' (a loss fl_onnx_loss_parse takes)\n", p);
+      exit(1);
+    }
+    fclose(f);
+  }
 }
 
 /* The .npy <model>.<what>.npy (must exist, float32 unless int64 labels). */
@@ -96,9 +139,9 @@ static void count_refs(const char *model, size_t *grads, size_t *bufs) {
   closedir(d);
 }
 
-START_TEST(test_fixture) {
-  const char *name = k_fixtures[_i].name;
-  const fl_gloss lossk = k_fixtures[_i].loss;
+/* One fixture of g_dir: eval output, one train step's loss, gradients and
+ * buffers, then the train-mode output. */
+static void run_fixture(const char *name, fl_gloss lossk) {
   char p[512];
   path_of(p, sizeof p, name, "onnx");
   fl_graph *g = NULL;
@@ -169,6 +212,17 @@ START_TEST(test_fixture) {
   fl_npy_close(fx);
   fl_npy_close(fy);
 }
+
+START_TEST(test_fixture) {
+  g_dir = "onnx";
+  run_fixture(k_fixtures[_i].name, k_fixtures[_i].loss);
+}
+END_TEST
+
+START_TEST(test_op_case) {
+  g_dir = "ops";
+  run_fixture(g_cases[_i], g_case_loss[_i]);
+}
 END_TEST
 
 /* Recompute with segments bounded by ONNX value names: one train step on
@@ -197,6 +251,7 @@ static void *compile_fixture(const char *name, fl_gloss loss, size_t B, const ch
 }
 
 START_TEST(test_recompute_by_onnx_names) {
+  g_dir = "onnx";
   const char *name = k_recompute[_i].name;
   const fl_gloss lossk = k_recompute[_i].loss;
   fl_npy *fx = npy(name, "x"), *fy = npy(name, "y");
@@ -239,6 +294,7 @@ START_TEST(test_recompute_by_onnx_names) {
 END_TEST
 
 int main(void) {
+  scan_op_cases();
   Suite *s = suite_create("onnx_fixtures");
   TCase *tc = tcase_create("pytorch");
   tcase_set_timeout(tc, 120);
@@ -246,9 +302,14 @@ int main(void) {
   tcase_add_loop_test(tc, test_recompute_by_onnx_names, 0,
                       (int)(sizeof k_recompute / sizeof k_recompute[0]));
   suite_add_tcase(s, tc);
+  TCase *to = tcase_create("ops");
+  tcase_set_timeout(to, 120);
+  tcase_add_loop_test(to, test_op_case, 0, g_ncases);
+  suite_add_tcase(s, to);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
+  for (int i = 0; i < g_ncases; i++) free(g_cases[i]);
   return failed ? 1 : 0;
 }

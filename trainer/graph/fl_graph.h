@@ -1,7 +1,7 @@
 /* fl_graph.h - the op-graph engine: every model the trainer trains is a
  * static DAG of ONNX-named ops over named tensors.
  *
- * Builders (the presets in graph_presets.c, the ONNX importer in onnx/,
+ * Builders (the presets in trainer/model_presets.c, the ONNX importer in onnx/,
  * the CTR model) describe a graph with the fl_graph_* calls below: at most
  * one data input, rows inputs (rows pulled from sparse tables), the
  * initializers (trainable parameters, buffers such as batch-norm running

@@ -2,8 +2,7 @@
 # from Debian's onnx.proto (libonnx-dev; configure's ONNX_PROTO) at build
 # time into the build tree, never committed.
 libfltrainer_la_SOURCES += trainer/onnx/fl_onnx.h trainer/onnx/onnx_internal.h \
-	trainer/onnx/onnx_load.c trainer/onnx/onnx_export.c trainer/onnx/onnx_util.c \
-	trainer/onnx/onnx_job.c
+	trainer/onnx/onnx_load.c trainer/onnx/onnx_export.c trainer/onnx/onnx_util.c
 nodist_libfltrainer_la_SOURCES = trainer/onnx/onnx.pb-c.c trainer/onnx/onnx.pb-c.h
 BUILT_SOURCES += trainer/onnx/onnx.pb-c.h
 CLEANFILES += trainer/onnx/onnx.pb-c.c trainer/onnx/onnx.pb-c.h

@@ -1,4 +1,4 @@
-/* graph_presets.c - the built-in models (logreg, mlp, cnn) as op graphs.
+/* model_presets.c - the built-in models (logreg, mlp, cnn) as op graphs.
  *
  * Each preset describes its model with ONNX ops (Gemm with transB, Conv,
  * BatchNormalization, GroupNormalization, MaxPool, Flatten) and PyTorch's
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "fl_log.h"
-#include "graph_engine.h"
+#include "fl_graph.h"
 #include "model_internal.h"
 
 typedef struct preset {

@@ -1,4 +1,4 @@
-/* onnx_job.c - a job's trained model out as ONNX (fl_trainer.h): at the end
+/* model_export.c - a job's trained model out as ONNX (fl_trainer.h): at the end
  * of training (train.export_onnx) and from the newest checkpoint
  * (flotilla-trainer --export-onnx).  The checkpoint path builds the job's
  * model on the CPU exactly as training does (fl_trainer_model_spec), reads
