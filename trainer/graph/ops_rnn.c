@@ -16,8 +16,8 @@
  *   gates [T, B, G*H]   activated gates (ONNX order: LSTM iofc, GRU zrh)
  *   hs    [T+1, B, H]   hidden states; h_prev(t) = hs[t + rev], h(t) = hs[t + 1 - rev]
  *   cs    [T+1, B, H]   LSTM cell states, same indexing
- *   e     [T, B, H]     GRU: h_prev R_h^T + Rb_h (linear_before_reset 1)
- *                       or r * h_prev (linear_before_reset 0)
+ *   e     [T, B, H]     LSTM: tanh(c(t)); GRU: h_prev R_h^T + Rb_h
+ *                       (linear_before_reset 1) or r * h_prev (0)
  * where rev is 1 for a direction that runs from t = T-1 down to 0. */
 #include <config.h>
 
@@ -77,7 +77,7 @@ static size_t saved_dir(const rnn_geo *g) {
   const size_t tb = (size_t)(g->T * g->B), bh = geo_bh(g);
   size_t s = tb * geo_gh(g) + (size_t)(g->T + 1) * bh;
   if (g->cl->kind == CELL_LSTM) s += (size_t)(g->T + 1) * bh;
-  if (g->cl->kind == CELL_GRU) s += tb * (size_t)g->H;
+  if (g->cl->kind != CELL_RNN) s += tb * (size_t)g->H;
   return s;
 }
 
@@ -241,13 +241,71 @@ static dir_buf dir_at(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, int
   u.gates = n->saved + (size_t)d * saved_dir(g);
   u.hs = u.gates + tb * gh;
   float *next = u.hs + (size_t)(g->T + 1) * bh;
-  if (g->cl->kind == CELL_LSTM) u.cs = next;
-  if (g->cl->kind == CELL_GRU) u.e = next;
+  if (g->cl->kind == CELL_LSTM) u.cs = next, next += (size_t)(g->T + 1) * bh;
+  if (g->cl->kind != CELL_RNN) u.e = next;
   u.rev = geo_rev(g, d);
   return u;
 }
 
-static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* ------------------------------------------------ vector activations */
+
+/* The gates' sigmoid and tanh dominate a step after its GEMM, and libm's
+ * are scalar: these run four lanes at once on GCC's vector extensions
+ * (SSE2, the x86-64 baseline), exp by the usual split x = n ln2 + r with a
+ * degree-6 polynomial for e^r (relative error ~1e-7). */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static v4f v_splat(float a) { return (v4f){a, a, a, a}; }
+
+/* a where m is set, else b (m: all-ones or all-zeros lanes). */
+static v4f v_pick(v4i m, v4f a, v4f b) { return (v4f)(((v4i)a & m) | ((v4i)b & ~m)); }
+
+static v4f v_exp(v4f x) {
+  x = v_pick(x > v_splat(88.0f), v_splat(88.0f), x);
+  x = v_pick(x < v_splat(-87.0f), v_splat(-87.0f), x);
+  const v4f fx = x * v_splat(1.44269504088896341f) + v_splat(0.5f);
+  v4i n = __builtin_convertvector(fx, v4i);
+  n += (v4i)(__builtin_convertvector(n, v4f) > fx); /* floor: -1 where truncation rounded up */
+  const v4f fn = __builtin_convertvector(n, v4f);
+  const v4f r = x - fn * v_splat(0.693359375f) - fn * v_splat(-2.12194440e-4f);
+  v4f p = v_splat(1.9875691500e-4f);
+  p = p * r + v_splat(1.3981999507e-3f);
+  p = p * r + v_splat(8.3334519073e-3f);
+  p = p * r + v_splat(4.1665795894e-2f);
+  p = p * r + v_splat(1.6666665459e-1f);
+  p = p * r + v_splat(5.0000001201e-1f);
+  p = p * r * r + r + v_splat(1.0f);
+  return p * (v4f)((n + 127) << 23);
+}
+
+static v4f v_sigmoid(v4f x) { return v_splat(1.0f) / (v_splat(1.0f) + v_exp(-x)); }
+
+/* tanh x = 1 - 2 / (1 + e^2x) (absolute error ~1e-7 near 0). */
+static v4f v_tanh(v4f x) {
+  return v_splat(1.0f) - v_splat(2.0f) / (v_splat(1.0f) + v_exp(x + x));
+}
+
+/* x[0..n) = f(x) in place, the tail through a padded vector so every
+ * element gets the same arithmetic. */
+static void map_v(float *x, size_t n, v4f (*f)(v4f)) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    v4f v;
+    memcpy(&v, x + i, sizeof v);
+    v = f(v);
+    memcpy(x + i, &v, sizeof v);
+  }
+  if (i < n) {
+    v4f v = v_splat(0.0f);
+    memcpy(&v, x + i, (n - i) * sizeof *x);
+    v = f(v);
+    memcpy(x + i, &v, (n - i) * sizeof *x);
+  }
+}
+
+static void sigmoid_n(float *x, size_t n) { map_v(x, n, v_sigmoid); }
+static void tanh_n(float *x, size_t n) { map_v(x, n, v_tanh); }
 
 /* gates = X W^T + the biases added outside the recurrence (all of Wb and
  * Rb but GRU's Rb_h with linear_before_reset, which is inside r * (...)). */
@@ -280,8 +338,10 @@ static void step_rnn(const rnn_geo *g, const dir_buf *u, int64_t t) {
   add_recurrent(g, hp, u->R, 1, gt, (int)g->H);
   if (g->relu)
     for (size_t i = 0; i < bh; i++) h[i] = gt[i] = gt[i] > 0.0f ? gt[i] : 0.0f;
-  else
-    for (size_t i = 0; i < bh; i++) h[i] = gt[i] = tanhf(gt[i]);
+  else {
+    tanh_n(gt, bh);
+    memcpy(h, gt, bh * sizeof *h);
+  }
 }
 
 static void step_lstm(const rnn_geo *g, const dir_buf *u, int64_t t) {
@@ -289,18 +349,16 @@ static void step_lstm(const rnn_geo *g, const dir_buf *u, int64_t t) {
   float *gt = u->gates + (size_t)t * (size_t)g->B * gh;
   const size_t prev = (size_t)(t + u->rev) * bh, cur = (size_t)(t + 1 - u->rev) * bh;
   add_recurrent(g, u->hs + prev, u->R, 4, gt, (int)gh);
+  float *tc = u->e + (size_t)t * bh;
   for (size_t b = 0; b < (size_t)g->B; b++) {
     float *gi = gt + b * gh, *go = gi + H, *gf = go + H, *gc = gf + H;
     const float *cp = u->cs + prev + b * H;
-    float *c = u->cs + cur + b * H, *h = u->hs + cur + b * H;
-    for (size_t j = 0; j < H; j++) {
-      gi[j] = sigm(gi[j]);
-      go[j] = sigm(go[j]);
-      gf[j] = sigm(gf[j]);
-      gc[j] = tanhf(gc[j]);
-      c[j] = gf[j] * cp[j] + gi[j] * gc[j];
-      h[j] = go[j] * tanhf(c[j]);
-    }
+    float *c = u->cs + cur + b * H, *h = u->hs + cur + b * H, *tcb = tc + b * H;
+    sigmoid_n(gi, 3 * H); /* i, o, f */
+    tanh_n(gc, H);
+    for (size_t j = 0; j < H; j++) tcb[j] = c[j] = gf[j] * cp[j] + gi[j] * gc[j];
+    tanh_n(tcb, H);
+    for (size_t j = 0; j < H; j++) h[j] = go[j] * tcb[j];
   }
 }
 
@@ -332,13 +390,13 @@ static void step_gru(const rnn_geo *g, const dir_buf *u, int64_t t) {
   float *h = u->hs + (size_t)(t + 1 - u->rev) * bh;
   add_recurrent(g, hp, u->R, 2, gt, (int)gh);
   for (size_t b = 0; b < (size_t)g->B; b++)
-    for (size_t j = 0; j < 2 * H; j++) gt[b * gh + j] = sigm(gt[b * gh + j]);
+    sigmoid_n(gt + b * gh, 2 * H);
   gru_candidate(g, u, hp, gt, e);
   for (size_t b = 0; b < (size_t)g->B; b++) {
     const float *z = gt + b * gh;
     float *hh = gt + b * gh + 2 * H;
+    tanh_n(hh, H);
     for (size_t j = 0; j < H; j++) {
-      hh[j] = tanhf(hh[j]);
       h[b * H + j] = (1.0f - z[j]) * hh[j] + z[j] * hp[b * H + j];
     }
   }
@@ -450,13 +508,14 @@ static void back_lstm(const rnn_geo *g, const dir_buf *u, const dir_grad *v, int
   const size_t H = (size_t)g->H, bh = geo_bh(g), gh = 4 * H;
   const float *gt = u->gates + (size_t)t * (size_t)g->B * gh;
   float *dgt = v->dg + (size_t)t * (size_t)g->B * gh;
-  const size_t prev = (size_t)(t + u->rev) * bh, cur = (size_t)(t + 1 - u->rev) * bh;
+  const size_t prev = (size_t)(t + u->rev) * bh;
   for (size_t b = 0; b < (size_t)g->B; b++) {
     const float *gi = gt + b * gh, *go = gi + H, *gf = go + H, *gc = gf + H;
-    const float *cp = u->cs + prev + b * H, *c = u->cs + cur + b * H, *dh = v->dh + b * H;
+    const float *cp = u->cs + prev + b * H, *tcb = u->e + (size_t)t * bh + b * H;
+    const float *dh = v->dh + b * H;
     float *di = dgt + b * gh, *dout = di + H, *df = dout + H, *dcc = df + H, *dc = v->dc + b * H;
     for (size_t j = 0; j < H; j++) {
-      const float tc = tanhf(c[j]), dct = dc[j] + dh[j] * go[j] * (1.0f - tc * tc);
+      const float tc = tcb[j], dct = dc[j] + dh[j] * go[j] * (1.0f - tc * tc);
       dout[j] = dh[j] * tc * go[j] * (1.0f - go[j]);
       di[j] = dct * gc[j] * gi[j] * (1.0f - gi[j]);
       df[j] = dct * cp[j] * gf[j] * (1.0f - gf[j]);
