@@ -255,13 +255,14 @@ static dir_buf dir_at(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, int
  * degree-6 polynomial for e^r (relative error ~1e-7). */
 typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4i __attribute__((vector_size(16)));
+#define V_INLINE static inline __attribute__((always_inline))
 
 static v4f v_splat(float a) { return (v4f){a, a, a, a}; }
 
 /* a where m is set, else b (m: all-ones or all-zeros lanes). */
 static v4f v_pick(v4i m, v4f a, v4f b) { return (v4f)(((v4i)a & m) | ((v4i)b & ~m)); }
 
-static v4f v_exp(v4f x) {
+V_INLINE v4f v_exp(v4f x) {
   x = v_pick(x > v_splat(88.0f), v_splat(88.0f), x);
   x = v_pick(x < v_splat(-87.0f), v_splat(-87.0f), x);
   const v4f fx = x * v_splat(1.44269504088896341f) + v_splat(0.5f);
@@ -286,40 +287,42 @@ static v4f v_tanh(v4f x) {
   return v_splat(1.0f) - v_splat(2.0f) / (v_splat(1.0f) + v_exp(x + x));
 }
 
-/* x[0..n) = f(x) in place, the tail through a padded vector so every
- * element gets the same arithmetic. */
-static void map_v(float *x, size_t n, v4f (*f)(v4f)) {
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    v4f v;
-    memcpy(&v, x + i, sizeof v);
-    v = f(v);
-    memcpy(x + i, &v, sizeof v);
-  }
-  if (i < n) {
-    v4f v = v_splat(0.0f);
-    memcpy(&v, x + i, (n - i) * sizeof *x);
-    v = f(v);
-    memcpy(x + i, &v, (n - i) * sizeof *x);
-  }
+static v4f ld4(const float *p) {
+  v4f v;
+  memcpy(&v, p, sizeof v);
+  return v;
 }
+static void st4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
 
-static void sigmoid_n(float *x, size_t n) { map_v(x, n, v_sigmoid); }
-static void tanh_n(float *x, size_t n) { map_v(x, n, v_tanh); }
+/* x[0..n) = F(x) in place, the tail through a padded vector so every
+ * element gets the same arithmetic (a macro: F inlined). */
+#define MAP_V(x, n, F)                                                                        \
+  do {                                                                                        \
+    size_t i_ = 0;                                                                            \
+    for (; i_ + 4 <= (n); i_ += 4) st4((x) + i_, F(ld4((x) + i_)));                           \
+    if (i_ < (n)) {                                                                           \
+      v4f v_ = v_splat(0.0f);                                                                 \
+      memcpy(&v_, (x) + i_, ((n)-i_) * sizeof *(x));                                          \
+      v_ = F(v_);                                                                             \
+      memcpy((x) + i_, &v_, ((n)-i_) * sizeof *(x));                                          \
+    }                                                                                         \
+  } while (0)
+
+static void sigmoid_n(float *x, size_t n) { MAP_V(x, n, v_sigmoid); }
+static void tanh_n(float *x, size_t n) { MAP_V(x, n, v_tanh); }
 
 /* gates = X W^T + the biases added outside the recurrence (all of Wb and
  * Rb but GRU's Rb_h with linear_before_reset, which is inside r * (...)). */
 static void project_inputs(const rnn_geo *g, const float *x, const dir_buf *u) {
   const int tb = (int)(g->T * g->B), gh = (int)geo_gh(g);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tb, gh, (int)g->In, 1.0f, x, (int)g->In,
-              u->W, (int)g->In, 0.0f, u->gates, gh);
-  if (!u->Wb) return;
-  const int rb_end = (g->cl->kind == CELL_GRU && g->lbr) ? 2 * (int)g->H : gh;
-  for (int r = 0; r < tb; r++) {
-    float *row = u->gates + (size_t)r * (size_t)gh;
-    for (int j = 0; j < rb_end; j++) row[j] += u->Wb[j] + u->Rb[j];
-    for (int j = rb_end; j < gh; j++) row[j] += u->Wb[j];
+  if (u->Wb) { /* every row starts as the bias, the GEMM adds onto it */
+    const int rb_end = (g->cl->kind == CELL_GRU && g->lbr) ? 2 * (int)g->H : gh;
+    for (int j = 0; j < gh; j++) u->gates[j] = u->Wb[j] + (j < rb_end ? u->Rb[j] : 0.0f);
+    for (int r = 1; r < tb; r++)
+      memcpy(u->gates + (size_t)r * (size_t)gh, u->gates, (size_t)gh * sizeof *u->gates);
   }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tb, gh, (int)g->In, 1.0f, x, (int)g->In,
+              u->W, (int)g->In, u->Wb ? 1.0f : 0.0f, u->gates, gh);
 }
 
 /* gt [B, gates*H] (ld ldg) += hp [B, H] R[0:gates*H]^T. */
@@ -356,9 +359,16 @@ static void step_lstm(const rnn_geo *g, const dir_buf *u, int64_t t) {
     float *c = u->cs + cur + b * H, *h = u->hs + cur + b * H, *tcb = tc + b * H;
     sigmoid_n(gi, 3 * H); /* i, o, f */
     tanh_n(gc, H);
-    for (size_t j = 0; j < H; j++) tcb[j] = c[j] = gf[j] * cp[j] + gi[j] * gc[j];
+    size_t j = 0;
+    for (; j + 4 <= H; j += 4) {
+      const v4f cv = ld4(gf + j) * ld4(cp + j) + ld4(gi + j) * ld4(gc + j);
+      st4(c + j, cv);
+      st4(tcb + j, cv);
+    }
+    for (; j < H; j++) tcb[j] = c[j] = gf[j] * cp[j] + gi[j] * gc[j];
     tanh_n(tcb, H);
-    for (size_t j = 0; j < H; j++) h[j] = go[j] * tcb[j];
+    for (j = 0; j + 4 <= H; j += 4) st4(h + j, ld4(go + j) * ld4(tcb + j));
+    for (; j < H; j++) h[j] = go[j] * tcb[j];
   }
 }
 
@@ -504,24 +514,41 @@ static void back_rnn(const rnn_geo *g, const dir_buf *u, const dir_grad *v, int6
   back_recurrent(g, dg, (int)g->H, u->R, 1, v->dh, 0);
 }
 
+/* The first k of v's four lanes from p / into p. */
+V_INLINE v4f ldn(const float *p, size_t k) {
+  v4f v = v_splat(0.0f);
+  memcpy(&v, p, k * sizeof *p);
+  return v;
+}
+V_INLINE void stn(float *p, v4f v, size_t k) { memcpy(p, &v, k * sizeof *p); }
+
+/* Four (k) units of one LSTM step's backward: gates at g (i, o, f, c at
+ * strides of H), c_prev, tanh(c), dh; gate gradients into d, and dc
+ * carried back in place. */
+V_INLINE void lstm_lanes(const float *g, size_t H, const float *cp, const float *tcb,
+                       const float *dhp, float *d, float *dcp, size_t k) {
+  const v4f one = v_splat(1.0f), i = ldn(g, k), o = ldn(g + H, k), f = ldn(g + 2 * H, k);
+  const v4f cc = ldn(g + 3 * H, k), tc = ldn(tcb, k), dh = ldn(dhp, k);
+  const v4f dct = ldn(dcp, k) + dh * o * (one - tc * tc);
+  stn(d, dct * cc * i * (one - i), k);
+  stn(d + H, dh * tc * o * (one - o), k);
+  stn(d + 2 * H, dct * ldn(cp, k) * f * (one - f), k);
+  stn(d + 3 * H, dct * i * (one - cc * cc), k);
+  stn(dcp, dct * f, k);
+}
+
 static void back_lstm(const rnn_geo *g, const dir_buf *u, const dir_grad *v, int64_t t) {
   const size_t H = (size_t)g->H, bh = geo_bh(g), gh = 4 * H;
   const float *gt = u->gates + (size_t)t * (size_t)g->B * gh;
   float *dgt = v->dg + (size_t)t * (size_t)g->B * gh;
   const size_t prev = (size_t)(t + u->rev) * bh;
   for (size_t b = 0; b < (size_t)g->B; b++) {
-    const float *gi = gt + b * gh, *go = gi + H, *gf = go + H, *gc = gf + H;
-    const float *cp = u->cs + prev + b * H, *tcb = u->e + (size_t)t * bh + b * H;
-    const float *dh = v->dh + b * H;
-    float *di = dgt + b * gh, *dout = di + H, *df = dout + H, *dcc = df + H, *dc = v->dc + b * H;
-    for (size_t j = 0; j < H; j++) {
-      const float tc = tcb[j], dct = dc[j] + dh[j] * go[j] * (1.0f - tc * tc);
-      dout[j] = dh[j] * tc * go[j] * (1.0f - go[j]);
-      di[j] = dct * gc[j] * gi[j] * (1.0f - gi[j]);
-      df[j] = dct * cp[j] * gf[j] * (1.0f - gf[j]);
-      dcc[j] = dct * gi[j] * (1.0f - gc[j] * gc[j]);
-      dc[j] = dct * gf[j];
-    }
+    const float *gi = gt + b * gh, *cp = u->cs + prev + b * H;
+    const float *tcb = u->e + (size_t)t * bh + b * H, *dh = v->dh + b * H;
+    float *di = dgt + b * gh, *dc = v->dc + b * H;
+    size_t j = 0;
+    for (; j + 4 <= H; j += 4) lstm_lanes(gi + j, H, cp + j, tcb + j, dh + j, di + j, dc + j, 4);
+    if (j < H) lstm_lanes(gi + j, H, cp + j, tcb + j, dh + j, di + j, dc + j, H - j);
   }
   back_recurrent(g, dgt, (int)gh, u->R, 4, v->dh, 0);
 }
@@ -599,8 +626,12 @@ static void backward_dir(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, 
 /* dst[j] (+)= sum over rows of m [rows, cols] (ld) at column j. */
 static void col_sums(const float *m, size_t rows, size_t cols, size_t ld, float *dst, int acc) {
   if (!acc) memset(dst, 0, cols * sizeof *dst);
-  for (size_t r = 0; r < rows; r++)
-    for (size_t j = 0; j < cols; j++) dst[j] += m[r * ld + j];
+  for (size_t r = 0; r < rows; r++) {
+    const float *row = m + r * ld;
+    size_t j = 0;
+    for (; j + 4 <= cols; j += 4) st4(dst + j, ld4(dst + j) + ld4(row + j));
+    for (; j < cols; j++) dst[j] += row[j];
+  }
 }
 
 /* d B[d] = [d Wb, d Rb]: the gate gradients summed over steps and batch
@@ -609,8 +640,11 @@ static void col_sums(const float *m, size_t rows, size_t cols, size_t ld, float 
 static void grad_bias(const rnn_geo *g, const dir_grad *v, float *db, int acc) {
   const size_t tb = (size_t)(g->T * g->B), gh = geo_gh(g), H = (size_t)g->H;
   col_sums(v->dg, tb, gh, gh, db, acc);
-  if (g->cl->kind != CELL_GRU) {
-    col_sums(v->dg, tb, gh, gh, db + gh, acc);
+  if (g->cl->kind != CELL_GRU) { /* d Rb = d Wb */
+    if (acc)
+      col_sums(v->dg, tb, gh, gh, db + gh, acc);
+    else
+      memcpy(db + gh, db, gh * sizeof *db);
     return;
   }
   col_sums(v->dg, tb, 2 * H, gh, db + gh, acc);
