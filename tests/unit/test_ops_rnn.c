@@ -1,12 +1,13 @@
 /* test_ops_rnn.c - unit tests of the recurrent ops (trainer/graph/ops_rnn.c):
  * RNN, GRU and LSTM built as one hand-made node each (graph_ops_harness.h),
  * every direction, with and without initial states and bias, GRU with both
- * linear_before_reset, RNN with Tanh and Relu.  The forward is compared
+ * linear_before_reset, RNN with Tanh and Relu, sequences of unequal
+ * lengths (sequence_lens, zero included).  The forward is compared
  * with a naive double-precision reference written from ONNX's equations,
  * the backward (through time) with central finite differences of a fixed
  * random weighting of every output, then its accumulate path.  The
- * refusals (sequence_lens, peepholes, layout, clip, activations,
- * input_forget, shapes) are checked too. */
+ * refusals (peepholes, layout, clip, activations, input_forget, shapes,
+ * lengths beyond X's) are checked too. */
 #include <config.h>
 
 #include <check.h>
@@ -26,7 +27,16 @@ typedef struct rcase {
   int bias, h0, c0;   /* inputs given */
   int lbr, relu;      /* GRU linear_before_reset; RNN activations Relu */
   int nout;
+  int lens;           /* sequence_lens given: T, then 1, 0, T-1, ... */
 } rcase;
+
+/* Case k's sequence length of batch row b. */
+static int len_of(const rcase *k, int b) {
+  if (!k->lens) return k->T;
+  static const int pattern[4] = {-1, 1, 0, -2};
+  const int p = pattern[b % 4];
+  return p == -1 ? k->T : p == -2 ? k->T - 1 : p;
+}
 
 static int gates_of(const char *op) { return !strcmp(op, "LSTM") ? 4 : !strcmp(op, "GRU") ? 3 : 1; }
 static int dirs_of(const rcase *k) { return k->dir && !strcmp(k->dir, "bidirectional") ? 2 : 1; }
@@ -91,8 +101,11 @@ static void ref_forward(const rcase *k, harness *h, double *y, double *yh, doubl
         hs[j] = H0 ? H0[(d * B + b) * H + j] : 0.0;
         cs[j] = C0 ? C0[(d * B + b) * H + j] : 0.0;
       }
+      for (int j = 0; j < H; j++)
+        for (int t = 0; t < T; t++) y[((t * D + d) * B + b) * H + j] = 0.0;
       for (int s = 0; s < T; s++) {
         const int t = rev ? T - 1 - s : s;
+        if (t >= len_of(k, b)) continue;
         ref_step(k, X->data + (t * B + b) * k->I, W->data + d * G * H * k->I,
                  R->data + d * G * H * H, Bi ? Bi + d * 2 * G * H : NULL, hs, cs, hn, cn);
         memcpy(hs, hn, sizeof hs);
@@ -117,11 +130,15 @@ static void build(harness *h, const rcase *k, uint64_t seed) {
   h_f32(h, "X", 3, xs, &s, -1.0, 1.0, 0);
   h_f32(h, "W", 3, ws, &s, -0.6, 0.6, 0);
   h_f32(h, "R", 3, rs, &s, -0.6, 0.6, 0);
-  if (k->bias || k->h0 || k->c0) {
+  if (k->bias || k->h0 || k->c0 || k->lens) {
     if (k->bias) h_f32(h, "B", 2, bs, &s, -0.5, 0.5, 0);
     else h_none(h);
   }
-  if (k->h0 || k->c0) h_none(h); /* sequence_lens */
+  int64_t lens[8];
+  const int64_t ls[1] = {k->B};
+  for (int b = 0; b < k->B && b < 8; b++) lens[b] = len_of(k, b);
+  if (k->lens) h_i64(h, "sequence_lens", 1, ls, lens);
+  else if (k->h0 || k->c0) h_none(h);
   if (k->h0 || k->c0) {
     if (k->h0) h_f32(h, "initial_h", 3, hs, &s, -0.8, 0.8, 0);
     else h_none(h);
@@ -138,8 +155,8 @@ static void build(harness *h, const rcase *k, uint64_t seed) {
 static void check_case(const rcase *k) {
   harness h;
   char what[96];
-  snprintf(what, sizeof what, "%.4s %.13s b%d h%d c%d lbr%d relu%d nout%d", k->op,
-           k->dir ? k->dir : "-", k->bias, k->h0, k->c0, k->lbr, k->relu, k->nout);
+  snprintf(what, sizeof what, "%.4s %.13s b%d h%d c%d lbr%d relu%d nout%d lens%d", k->op,
+           k->dir ? k->dir : "-", k->bias, k->h0, k->c0, k->lbr, k->relu, k->nout, k->lens);
   build(&h, k, 1234 + (uint64_t)k->H);
   const int D = dirs_of(k);
   const int64_t ys[4] = {k->T, D, k->B, k->H};
@@ -165,11 +182,15 @@ START_TEST(test_lstm) {
   for (int dir = 0; dir < 3; dir++)
     for (int given = 0; given < 3; given++) {
       const rcase k = {"LSTM", dirs[dir], 4, 2, 3, 3, given > 0, given > 0, given > 1, 0, 0,
-                       given == 1 ? 2 : 3};
+                       given == 1 ? 2 : 3, 0};
       check_case(&k);
     }
-  const rcase one = {"LSTM", "bidirectional", 1, 3, 2, 2, 1, 1, 0, 0, 0, 1};
+  const rcase one = {"LSTM", "bidirectional", 1, 3, 2, 2, 1, 1, 0, 0, 0, 1, 0};
   check_case(&one);
+  for (int dir = 0; dir < 3; dir++) {
+    const rcase k = {"LSTM", dirs[dir], 4, 4, 2, 3, dir != 1, dir > 0, dir > 0, 0, 0, 3, 1};
+    check_case(&k);
+  }
 }
 END_TEST
 
@@ -177,8 +198,10 @@ START_TEST(test_gru) {
   for (int dir = 0; dir < 3; dir++)
     for (int lbr = 0; lbr < 2; lbr++)
       for (int given = 0; given < 2; given++) {
-        const rcase k = {"GRU", dirs[dir], 4, 2, 3, 3, given, given, 0, lbr, 0, 2};
+        const rcase k = {"GRU", dirs[dir], 4, 2, 3, 3, given, given, 0, lbr, 0, 2, 0};
         check_case(&k);
+        const rcase l = {"GRU", dirs[dir], 3, 4, 2, 3, given, !given, 0, lbr, 0, 2, 1};
+        check_case(&l);
       }
 }
 END_TEST
@@ -187,8 +210,10 @@ START_TEST(test_rnn) {
   for (int dir = 0; dir < 3; dir++)
     for (int relu = 0; relu < 2; relu++)
       for (int given = 0; given < 2; given++) {
-        const rcase k = {"RNN", dirs[dir], 4, 2, 3, 3, given, given, 0, 0, relu, 2 - given};
+        const rcase k = {"RNN", dirs[dir], 4, 2, 3, 3, given, given, 0, 0, relu, 2 - given, 0};
         check_case(&k);
+        const rcase l = {"RNN", dirs[dir], 3, 4, 2, 3, given, 1, 0, 0, relu, 2, 1};
+        check_case(&l);
       }
 }
 END_TEST
@@ -224,7 +249,7 @@ static void e_acts(harness *h) { h_as(h, "activations", "Sigmoid,Relu,Tanh"); }
 static void e_rnn_acts(harness *h) { h_as(h, "activations", "Sigmoid"); }
 static void e_dir(harness *h) { h_as(h, "direction", "sideways"); }
 static void e_lens(harness *h) {
-  const int64_t s1[1] = {2}, v[2] = {2, 2};
+  const int64_t s1[1] = {2}, v[2] = {2, 3}; /* X holds 2 steps */
   h_none(h);
   h_i64(h, "sequence_lens", 1, s1, v);
 }
@@ -247,7 +272,7 @@ START_TEST(test_refusals) {
   ck_assert_int_eq(refused("RNN", e_rnn_acts), FL_ENOTSUP);
   ck_assert_int_eq(refused("GRU", e_dir), FL_EINVAL);
   ck_assert_int_eq(refused_as("GRU", "LSTM", e_none), FL_EINVAL); /* W of 4 gates */
-  ck_assert_int_eq(refused("LSTM", e_lens), FL_ENOTSUP);
+  ck_assert_int_eq(refused("LSTM", e_lens), FL_EINVAL);
   ck_assert_int_eq(refused("LSTM", e_peep), FL_ENOTSUP);
   fl_log_set_level(FL_LOG_INFO);
 }

@@ -23,7 +23,6 @@
 
 #include <cblas.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,15 +36,14 @@ typedef enum { CELL_RNN, CELL_GRU, CELL_LSTM } cell_kind;
 typedef struct cell {
   cell_kind kind;
   int gates;
-  int n_acts;                 /* activations per direction */
   const char *acts;           /* the defaults, comma-joined */
   const char *relu_acts;      /* another list taken (RNN's Relu), or NULL */
 } cell;
 
 static const cell cells[] = {
-    [CELL_RNN] = {CELL_RNN, 1, 1, "Tanh", "Relu"},
-    [CELL_GRU] = {CELL_GRU, 3, 2, "Sigmoid,Tanh", NULL},
-    [CELL_LSTM] = {CELL_LSTM, 4, 3, "Sigmoid,Tanh,Tanh", NULL},
+    [CELL_RNN] = {CELL_RNN, 1, "Tanh", "Relu"},
+    [CELL_GRU] = {CELL_GRU, 3, "Sigmoid,Tanh", NULL},
+    [CELL_LSTM] = {CELL_LSTM, 4, "Sigmoid,Tanh,Tanh", NULL},
 };
 
 /* The direction attribute's values. */
@@ -66,7 +64,12 @@ typedef struct rnn_geo {
   int rev0;
   int lbr;                  /* GRU linear_before_reset */
   int relu;                 /* RNN with Relu */
+  const int64_t *lens;      /* sequence_lens [B], NULL when absent or every sequence is whole */
 } rnn_geo;
+
+/* Whether step t is one of batch row b's (a row past its length keeps its
+ * state and outputs zeros). */
+static int live(const rnn_geo *g, int64_t t, size_t b) { return !g->lens || t < g->lens[b]; }
 
 static size_t geo_gh(const rnn_geo *g) { return (size_t)(g->G * g->H); }
 static size_t geo_bh(const rnn_geo *g) { return (size_t)(g->B * g->H); }
@@ -82,10 +85,10 @@ static size_t saved_dir(const rnn_geo *g) {
 }
 
 /* Scratch of one direction's backward: dG [T, B, G*H], GRU's dE [T, B, H],
- * then dh, dc and two [B, H] temporaries. */
+ * then dh, dc and four [B, H] temporaries. */
 static size_t ws_dir(const rnn_geo *g) {
   const size_t tb = (size_t)(g->T * g->B);
-  return tb * geo_gh(g) + (g->cl->kind == CELL_GRU ? tb * (size_t)g->H : 0) + 4 * geo_bh(g);
+  return tb * geo_gh(g) + (g->cl->kind == CELL_GRU ? tb * (size_t)g->H : 0) + 6 * geo_bh(g);
 }
 
 /* ------------------------------------------------------- attributes */
@@ -175,11 +178,8 @@ static fl_status need_shape(const fl_gnode *n, const fl_gctx *c, int i, const ch
 }
 
 static fl_status check_inputs(const fl_gnode *n, const fl_gctx *c, rnn_geo *g) {
-  const fl_gtensor *x = fl_gin(n, c, IN_X), *lens = fl_gin(n, c, IN_LENS);
+  const fl_gtensor *x = fl_gin(n, c, IN_X);
   char sx[160];
-  if (lens)
-    return fl_gop_fail(n, FL_ENOTSUP, "sequence_lens (input 4, '%s') is not supported: give "
-                       "sequences of equal length without it", lens->name);
   if (fl_gin(n, c, IN_P))
     return fl_gop_fail(n, FL_ENOTSUP, "peepholes P (input 7, '%s') are not supported",
                        fl_gin(n, c, IN_P)->name);
@@ -203,15 +203,43 @@ static fl_status check_inputs(const fl_gnode *n, const fl_gctx *c, rnn_geo *g) {
   return g->cl->kind == CELL_LSTM ? need_shape(n, c, IN_C0, "initial_c", 3, h) : FL_OK;
 }
 
-static fl_status geometry(const fl_gnode *n, const fl_gctx *c, const cell *cl, rnn_geo *g) {
+/* sequence_lens (input 4): int64 [B], each in [0, T]; read when its
+ * values are there (always at forward and backward, at bind when known). */
+static fl_status check_lens(const fl_gnode *n, const fl_gctx *c, rnn_geo *g, int values) {
+  const fl_gtensor *l = fl_gin(n, c, IN_LENS);
+  char sl[160];
+  g->lens = NULL;
+  if (!l) return FL_OK;
+  if (l->dtype != FL_G_I64 || l->ndim != 1 || l->shape[0] != g->B)
+    return fl_gop_fail(n, FL_EINVAL, "sequence_lens (input 4, '%s') %s must be int64 [%lld]",
+                       l->name, fl_gshape_str(l->ndim, l->shape, sl, sizeof sl),
+                       (long long)g->B);
+  if (!values) return FL_OK;
+  int whole = 1;
+  for (int64_t b = 0; b < g->B; b++) {
+    if (l->idata[b] < 0 || l->idata[b] > g->T)
+      return fl_gop_fail(n, FL_EINVAL, "sequence_lens (input 4, '%s') [%lld] is %lld, "
+                         "outside [0, %lld] (X's sequence length)", l->name, (long long)b,
+                         (long long)l->idata[b], (long long)g->T);
+    whole &= l->idata[b] == g->T;
+  }
+  if (!whole) g->lens = l->idata;
+  return FL_OK;
+}
+
+/* values: whether sequence_lens' values are to be read (see check_lens). */
+static fl_status geometry(const fl_gnode *n, const fl_gctx *c, const cell *cl, rnn_geo *g,
+                          int values) {
   FL_TRY(parse_attrs(n, cl, g));
-  return check_inputs(n, c, g);
+  FL_TRY(check_inputs(n, c, g));
+  return check_lens(n, c, g, values);
 }
 
 static fl_status cell_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved,
                             const cell *cl) {
   rnn_geo g;
-  FL_TRY(geometry(n, c, cl, &g));
+  const fl_gtensor *l = fl_gin(n, c, IN_LENS);
+  FL_TRY(geometry(n, c, cl, &g, l && l->known));
   if (c->stream)
     return fl_gop_fail(n, FL_ENOTSUP, "the recurrent ops run on the CPU only");
   const int64_t y[4] = {g.T, g.D, g.B, g.H};
@@ -423,6 +451,17 @@ static void initial_state(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g,
     memset(slot, 0, bh * sizeof *slot);
 }
 
+/* Rows past their sequence keep the state they had before step t. */
+static void hold_state(const rnn_geo *g, const dir_buf *u, int64_t t) {
+  const size_t H = (size_t)g->H, bh = geo_bh(g);
+  const size_t prev = (size_t)(t + u->rev) * bh, cur = (size_t)(t + 1 - u->rev) * bh;
+  for (size_t b = 0; b < (size_t)g->B; b++) {
+    if (live(g, t, b)) continue;
+    memcpy(u->hs + cur + b * H, u->hs + prev + b * H, H * sizeof(float));
+    if (u->cs) memcpy(u->cs + cur + b * H, u->cs + prev + b * H, H * sizeof(float));
+  }
+}
+
 static void forward_dir(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, int64_t d) {
   const dir_buf u = dir_at(n, c, g, d);
   const size_t first = (size_t)(u.rev ? g->T : 0) * geo_bh(g);
@@ -437,6 +476,7 @@ static void forward_dir(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, i
       step_gru(g, &u, t);
     else
       step_rnn(g, &u, t);
+    if (g->lens) hold_state(g, &u, t);
   }
 }
 
@@ -446,16 +486,19 @@ static void write_outputs(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g,
   const size_t bh = geo_bh(g), last = (size_t)(u.rev ? 0 : g->T) * bh;
   const fl_gtensor *y = fl_gout(n, c, OUT_Y), *yh = fl_gout(n, c, OUT_YH);
   const fl_gtensor *yc = fl_gout(n, c, OUT_YC);
-  for (int64_t t = 0; y && t < g->T; t++)
-    memcpy(y->data + (size_t)(t * g->D + d) * bh, u.hs + (size_t)(t + 1 - u.rev) * bh,
-           bh * sizeof(float));
+  for (int64_t t = 0; y && t < g->T; t++) {
+    float *yt = y->data + (size_t)(t * g->D + d) * bh;
+    memcpy(yt, u.hs + (size_t)(t + 1 - u.rev) * bh, bh * sizeof(float));
+    for (size_t b = 0; g->lens && b < (size_t)g->B; b++)
+      if (!live(g, t, b)) memset(yt + b * (size_t)g->H, 0, (size_t)g->H * sizeof(float));
+  }
   if (yh) memcpy(yh->data + (size_t)d * bh, u.hs + last, bh * sizeof(float));
   if (yc) memcpy(yc->data + (size_t)d * bh, u.cs + last, bh * sizeof(float));
 }
 
 static fl_status cell_forward(fl_gnode *n, fl_gctx *c, const cell *cl) {
   rnn_geo g;
-  FL_TRY(geometry(n, c, cl, &g));
+  FL_TRY(geometry(n, c, cl, &g, 1));
   for (int64_t d = 0; d < g.D; d++) {
     forward_dir(n, c, &g, d);
     write_outputs(n, c, &g, d);
@@ -471,6 +514,7 @@ typedef struct dir_grad {
   float *de;     /* GRU [T, B, H]: d loss / d (what e holds, as R_h sees it) */
   float *dh, *dc; /* [B, H]: the state gradients carried back */
   float *tmp, *tmp2;
+  float *hold_h, *hold_c; /* [B, H]: dh, dc of the rows past their sequence */
 } dir_grad;
 
 static dir_grad grad_at(const fl_gnode *n, const rnn_geo *g, int64_t d) {
@@ -482,6 +526,8 @@ static dir_grad grad_at(const fl_gnode *n, const rnn_geo *g, int64_t d) {
   v.dc = v.dh + bh;
   v.tmp = v.dc + bh;
   v.tmp2 = v.tmp + bh;
+  v.hold_h = v.tmp2 + bh;
+  v.hold_c = v.hold_h + bh;
   return v;
 }
 
@@ -492,7 +538,9 @@ static void add_dy(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, int64_
   const size_t bh = geo_bh(g);
   if (!y || !y->grad) return;
   const float *dy = y->grad + (size_t)(t * g->D + d) * bh;
-  for (size_t i = 0; i < bh; i++) dh[i] += dy[i];
+  const size_t H = (size_t)g->H;
+  for (size_t b = 0; b < (size_t)g->B; b++)
+    for (size_t j = 0; live(g, t, b) && j < H; j++) dh[b * H + j] += dy[b * H + j];
 }
 
 /* dh_prev = dg_t [B, G*H] R [G*H, H] (+ dh_prev when add). */
@@ -596,6 +644,23 @@ static void back_gru(const rnn_geo *g, const dir_buf *u, const dir_grad *v, int6
   back_recurrent(g, dgt, (int)gh, u->R, 2, v->dh, 1);
 }
 
+/* Rows past their sequence at step t: their dh and dc pass step t
+ * unchanged and its gate gradients are zero.  put 0 keeps the carried
+ * gradients aside (before the step's backward), put 1 puts them back. */
+static void hold_grads(const rnn_geo *g, const dir_grad *v, int64_t t, int put) {
+  const size_t H = (size_t)g->H, gh = geo_gh(g);
+  for (size_t b = 0; b < (size_t)g->B; b++) {
+    if (live(g, t, b)) continue;
+    const size_t k = b * H;
+    memcpy(put ? v->dh + k : v->hold_h + k, put ? v->hold_h + k : v->dh + k, H * sizeof(float));
+    memcpy(put ? v->dc + k : v->hold_c + k, put ? v->hold_c + k : v->dc + k, H * sizeof(float));
+    if (!put) continue;
+    memset(v->dg + ((size_t)t * (size_t)g->B + b) * gh, 0, gh * sizeof(float));
+    if (g->cl->kind == CELL_GRU)
+      memset(v->de + ((size_t)t * (size_t)g->B + b) * H, 0, H * sizeof(float));
+  }
+}
+
 /* Backprop through time of direction d: dg (and de) for every step, and
  * the initial states' gradients left in dh and dc. */
 static void backward_dir(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, int64_t d) {
@@ -614,12 +679,14 @@ static void backward_dir(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, 
   for (int64_t k = 0; k < g->T; k++) {
     const int64_t t = u.rev ? k : g->T - 1 - k;
     add_dy(n, c, g, d, t, v.dh);
+    if (g->lens) hold_grads(g, &v, t, 0);
     if (g->cl->kind == CELL_LSTM)
       back_lstm(g, &u, &v, t);
     else if (g->cl->kind == CELL_GRU)
       back_gru(g, &u, &v, t);
     else
       back_rnn(g, &u, &v, t);
+    if (g->lens) hold_grads(g, &v, t, 1);
   }
 }
 
@@ -695,7 +762,7 @@ static void grad_inputs(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, u
 
 static fl_status cell_backward(fl_gnode *n, fl_gctx *c, unsigned acc, const cell *cl) {
   rnn_geo g;
-  FL_TRY(geometry(n, c, cl, &g));
+  FL_TRY(geometry(n, c, cl, &g, 1));
   for (int64_t d = 0; d < g.D; d++) backward_dir(n, c, &g, d);
   grad_inputs(n, c, &g, acc);
   return FL_OK;
@@ -724,25 +791,27 @@ static const char *const gru_attrs[] = {"activations", "clip", "direction", "hid
 static const char *const lstm_attrs[] = {"activations", "clip", "direction", "hidden_size",
                                          "input_forget", "layout", NULL};
 
-/* Backward reads X, W and R (the states it needs are in saved). */
-#define RNN_SAVE_IN ((1u << IN_X) | (1u << IN_W) | (1u << IN_R))
+/* Backward reads X, W, R and sequence_lens (the states it needs are in
+ * saved). */
+#define RNN_SAVE_IN ((1u << IN_X) | (1u << IN_W) | (1u << IN_R) | (1u << IN_LENS))
 
 const fl_gop fl_gops_rnn[] = {
     {.type = "RNN", .min_in = 3, .max_in = 6, .min_out = 1, .max_out = 2, .attrs = rnn_attrs,
      .infer = rnn_infer, .forward = rnn_forward, .backward = rnn_backward,
      .save_in = RNN_SAVE_IN, .nodiff_in = 1u << IN_LENS,
-     .doc = "direction forward/reverse/bidirectional, activations Tanh or Relu; refused: "
-            "sequence_lens, layout 1, clip, other activations"},
+     .doc = "direction forward/reverse/bidirectional, sequence_lens, initial_h, activations "
+            "Tanh or Relu; refused: layout 1, clip, other activations"},
     {.type = "GRU", .min_in = 3, .max_in = 6, .min_out = 1, .max_out = 2, .attrs = gru_attrs,
      .infer = gru_infer, .forward = gru_forward, .backward = gru_backward,
      .save_in = RNN_SAVE_IN, .nodiff_in = 1u << IN_LENS,
-     .doc = "direction forward/reverse/bidirectional, linear_before_reset 0 and 1; refused: "
-            "sequence_lens, layout 1, clip, activations other than Sigmoid,Tanh"},
+     .doc = "direction forward/reverse/bidirectional, sequence_lens, initial_h, "
+            "linear_before_reset 0 and 1; refused: layout 1, clip, activations other than "
+            "Sigmoid,Tanh"},
     {.type = "LSTM", .min_in = 3, .max_in = 8, .min_out = 1, .max_out = 3, .attrs = lstm_attrs,
      .infer = lstm_infer, .forward = lstm_forward, .backward = lstm_backward,
      .save_in = RNN_SAVE_IN, .nodiff_in = (1u << IN_LENS) | (1u << IN_P),
-     .doc = "direction forward/reverse/bidirectional, initial_h/initial_c; refused: "
-            "sequence_lens, peepholes P, layout 1, clip, input_forget 1, activations other "
-            "than Sigmoid,Tanh,Tanh"},
+     .doc = "direction forward/reverse/bidirectional, sequence_lens, initial_h/initial_c; "
+            "refused: peepholes P, layout 1, clip, input_forget 1, activations other than "
+            "Sigmoid,Tanh,Tanh"},
 };
 const size_t fl_gops_rnn_n = sizeof fl_gops_rnn / sizeof fl_gops_rnn[0];
