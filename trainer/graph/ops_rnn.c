@@ -539,8 +539,10 @@ static void add_dy(const fl_gnode *n, const fl_gctx *c, const rnn_geo *g, int64_
   if (!y || !y->grad) return;
   const float *dy = y->grad + (size_t)(t * g->D + d) * bh;
   const size_t H = (size_t)g->H;
-  for (size_t b = 0; b < (size_t)g->B; b++)
-    for (size_t j = 0; live(g, t, b) && j < H; j++) dh[b * H + j] += dy[b * H + j];
+  for (size_t b = 0; b < (size_t)g->B; b++) {
+    if (!live(g, t, b)) continue; /* Y is 0 there */
+    for (size_t j = 0; j < H; j++) dh[b * H + j] += dy[b * H + j];
+  }
 }
 
 /* dh_prev = dg_t [B, G*H] R [G*H, H] (+ dh_prev when add). */
