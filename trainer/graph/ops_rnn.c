@@ -241,7 +241,8 @@ static fl_status cell_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved,
   const fl_gtensor *l = fl_gin(n, c, IN_LENS);
   FL_TRY(geometry(n, c, cl, &g, l && l->known));
   if (c->stream)
-    return fl_gop_fail(n, FL_ENOTSUP, "the recurrent ops run on the CPU only");
+    return fl_gop_fail(n, FL_ENOTSUP, "the recurrent ops run on the CPU only: train this "
+                       "model with train.device cpu");
   const int64_t y[4] = {g.T, g.D, g.B, g.H};
   fl_gset_out(n, c, OUT_Y, FL_G_F32, 4, y);
   for (int o = OUT_YH; o < n->n_out; o++) fl_gset_out(n, c, o, FL_G_F32, 3, y + 1);
@@ -797,6 +798,8 @@ static const char *const lstm_attrs[] = {"activations", "clip", "direction", "hi
  * saved). */
 #define RNN_SAVE_IN ((1u << IN_X) | (1u << IN_W) | (1u << IN_R) | (1u << IN_LENS))
 
+/* The family's rows, listed by ops_registry.c's families[]: static data,
+ * nobody's to free. */
 const fl_gop fl_gops_rnn[] = {
     {.type = "RNN", .min_in = 3, .max_in = 6, .min_out = 1, .max_out = 2, .attrs = rnn_attrs,
      .infer = rnn_infer, .forward = rnn_forward, .backward = rnn_backward,
