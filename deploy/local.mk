@@ -25,3 +25,4 @@ EXTRA_DIST += deploy/systemd/flotilla-pserver@.service.in deploy/systemd/flotill
 	deploy/systemd/sysusers.d/flotilla.conf \
 	deploy/Dockerfile deploy/Dockerfile.dockerignore deploy/docker-compose.yml deploy/examples \
 	deploy/README.md
+include $(srcdir)/deploy/gpu-bundle.mk

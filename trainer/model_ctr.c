@@ -120,7 +120,7 @@ static fl_status ctr_mlp(fl_graph *g, const fl_ctr_shape *sh, int x, int *out) {
     const int ins[3] = {x, wi, bi};
     const char *outs[1] = {on};
     fl_gattr at[2] = {{.name = "transB", .kind = FL_GA_INT, .i = 1},
-                      {.name = "flotilla_act", .kind = FL_GA_STRING, .s = "relu"}};
+                      {.name = FL_GRAPH_ACT_ATTR, .kind = FL_GA_STRING, .s = "relu"}};
     st = fl_graph_node(g, on, "Gemm", ins, 3, outs, 1, at, l + 1 < L ? 2 : 1, &x);
   }
   free(w);

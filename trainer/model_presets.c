@@ -59,7 +59,7 @@ static fl_status vec(preset *p, const char *name, int64_t n, float v, int traina
 }
 
 static fl_gattr act_attr(const char *act) {
-  return (fl_gattr){.name = "flotilla_act", .kind = FL_GA_STRING, .s = act};
+  return (fl_gattr){.name = FL_GRAPH_ACT_ATTR, .kind = FL_GA_STRING, .s = act};
 }
 
 /* fc<i>: Gemm(x, W^T) + b, with the activation fused when act is set. */

@@ -52,7 +52,7 @@ static fl_graph *build(fl_gloss loss, int deep, uint64_t seed) {
   ck_assert_int_eq(fl_graph_param(g, "scale", 1, sd, sc, 1, &S), FL_OK);
   ck_assert_int_eq(fl_graph_param(g, "l2.weight", 2, w2d, w2, 1, &W2), FL_OK);
   ck_assert_int_eq(fl_graph_param(g, "l2.bias", 1, kd, b2, 1, &B2), FL_OK);
-  const fl_gattr tanh_act[2] = {TRANS_B, {.name = "flotilla_act", .kind = FL_GA_STRING, .s = "tanh"}};
+  const fl_gattr tanh_act[2] = {TRANS_B, {.name = FL_GRAPH_ACT_ATTR, .kind = FL_GA_STRING, .s = "tanh"}};
   const char *n1[] = {"h1"}, *n2[] = {"h2"}, *n3a[] = {"h3a"}, *n3[] = {"h3"}, *nu[] = {"u"},
              *no[] = {"out"};
   ck_assert_int_eq(fl_graph_node(g, "l1", "Gemm", (int[]){x, W1, B1}, 3, n1, 1, tanh_act, 2, &h1),
@@ -523,7 +523,7 @@ static void node_names(void *h, char *buf, size_t cap) {
     fl_gnode_info ni;
     ck_assert_int_eq(fl_graph_node_info(g, i, &ni), FL_OK);
     int act = 0;
-    for (int k = 0; k < ni.n_attrs; k++) act |= !strcmp(ni.attrs[k].name, "flotilla_act");
+    for (int k = 0; k < ni.n_attrs; k++) act |= !strcmp(ni.attrs[k].name, FL_GRAPH_ACT_ATTR);
     snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s%s", i ? "," : "", ni.name,
              act ? "+act" : "");
   }

@@ -445,7 +445,7 @@ static void check_gemm(int ta, int tb, float alpha, float beta, int cnd, const i
   h_ai(&h, "transB", tb);
   h_af(&h, "alpha", alpha);
   h_af(&h, "beta", beta);
-  if (act) h_as(&h, "flotilla_act", act);
+  if (act) h_as(&h, FL_GRAPH_ACT_ATTR, act);
   h_outs(&h, 1);
   h_ready(&h);
   const int64_t ys[2] = {M, N};
@@ -496,7 +496,7 @@ START_TEST(test_gemm_matches_linear_kernels) {
   h_f32(&h, "w", 2, bs, &s, -1, 1, 0);
   h_f32(&h, "b", 1, cs, &s, -1, 1, 0);
   h_ai(&h, "transB", 1);
-  h_as(&h, "flotilla_act", "relu");
+  h_as(&h, FL_GRAPH_ACT_ATTR, "relu");
   h_outs(&h, 1);
   h_ready(&h);
   h_fwd(&h);
@@ -548,7 +548,7 @@ START_TEST(test_gemm_refusals) {
   h_init(&h, "Gemm"); /* unknown fused activation, bad transA, wrong attribute kind */
   h_f32(&h, "A", 2, a, &s, 0, 1, 0);
   h_f32(&h, "B", 2, b54, &s, 0, 1, 0);
-  h_as(&h, "flotilla_act", "gelu");
+  h_as(&h, FL_GRAPH_ACT_ATTR, "gelu");
   h_outs(&h, 1);
   ck_assert_int_eq(h_infer(&h), FL_EINVAL);
   h.attrs[0] = (fl_gattr){.name = "transA", .kind = FL_GA_INT, .i = 2};
@@ -699,7 +699,7 @@ static void check_conv(const conv_case *k) {
     h_ais(&h, "pads", pd, 4);
   }
   h_ai(&h, "group", k->group);
-  if (k->act) h_as(&h, "flotilla_act", k->act);
+  if (k->act) h_as(&h, FL_GRAPH_ACT_ATTR, k->act);
   h_outs(&h, 1);
   h_ready(&h);
   const int64_t oh = (k->H + k->pt + k->pb - (k->kh - 1) * k->dh - 1) / k->sh + 1;
@@ -965,7 +965,7 @@ static void bn_build(harness *h, int64_t N, int64_t C, int64_t HW, const char *a
   h_x(h, 4)->kind = FL_GT_BUFFER;
   h_af(h, "epsilon", 1e-5f);
   h_af(h, "momentum", 0.9f);
-  if (act) h_as(h, "flotilla_act", act);
+  if (act) h_as(h, FL_GRAPH_ACT_ATTR, act);
   h_outs(h, 1);
   h_ready(h);
 }
@@ -1113,7 +1113,7 @@ static void check_groupnorm(int per_group, const char *act) {
   h_f32(&h, "bias", 1, cs, &s, -0.5, 0.5, 0);
   h_ai(&h, "num_groups", G);
   h_af(&h, "epsilon", 1e-5f);
-  if (act) h_as(&h, "flotilla_act", act);
+  if (act) h_as(&h, FL_GRAPH_ACT_ATTR, act);
   h_outs(&h, 1);
   h_ready(&h);
   h_fwd(&h);

@@ -29,6 +29,11 @@
 #include "fl_model.h"
 #include "fl_status.h"
 
+/* The internal string attribute that names an activation ("relu", "tanh":
+ * fl_act_name) applied by the node's own kernel: Gemm, Conv and the norms
+ * take it, the fusion pass adds it, the exporter splits it out again. */
+#define FL_GRAPH_ACT_ATTR "flotilla_act"
+
 /* Element types, numbered as ONNX's TensorProto.DataType. */
 typedef enum fl_gdtype {
   FL_G_F32 = 1,

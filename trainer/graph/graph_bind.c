@@ -38,15 +38,16 @@ static int is_f32_value(const fl_gtensor *t) {
 /* ------------------------------------------------------------ shapes */
 
 /* Whether node n's outputs can be computed at bind: all are int64, every
- * int64 input is known, and float inputs only feed shape reads. */
+ * int64 input is known, and float inputs only feed shape reads (Shape and
+ * Size read no value: any input of theirs will do, int64 data too). */
 static int shape_domain(const fl_gnode *n, const fl_gtensor *t) {
-  const int shape_op = !strcmp(n->op->type, "Shape") || !strcmp(n->op->type, "Size");
+  const int shape_op = (n->op->traits & FL_GOP_SHAPE_ONLY) != 0;
   for (int o = 0; o < n->n_out; o++)
     if (t[n->out[o]].dtype != FL_G_I64) return 0;
   for (int i = 0; i < n->n_in; i++) {
     if (n->in[i] < 0) continue;
     const fl_gtensor *x = &t[n->in[i]];
-    if (x->dtype == FL_G_I64 ? !x->known : !shape_op) return 0;
+    if (!shape_op && (x->dtype == FL_G_F32 || !x->known)) return 0;
   }
   return 1;
 }

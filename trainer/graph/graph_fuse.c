@@ -10,13 +10,14 @@
  * fl_graph_model_create calls fl_gfuse after the named recompute
  * checkpoints are known and before the first bind.  A sum that is the
  * graph's output or a named checkpoint is not folded.  Batch norm takes
- * the internal attribute "flotilla_act" = "relu" (its CPU and CUDA
- * kernels apply it); an Add gets the op fl_gop_add_relu (type "Add", CPU
- * only, so gpu graphs keep Add and Relu apart).  The fused node keeps its
+ * the internal attribute FL_GRAPH_ACT_ATTR = "relu" (its CPU and CUDA
+ * kernels apply it); an Add gets the op its row names in with_relu
+ * (fl_gop_add_relu: type "Add", CPU only, so gpu graphs keep Add and Relu
+ * apart).  Which ops do what is the op table's (fl_gop traits).  The fused node keeps its
  * name (messages), and the tensor between the two is left with neither
  * producer nor consumer (the planner gives it no buffer).  An imported
  * model's export writes the file's own nodes, so the rewrite never shows
- * there; a preset's export splits "flotilla_act" out again. */
+ * there; a preset's export splits the attribute out again. */
 #include <config.h>
 
 #include <stdlib.h>
@@ -33,27 +34,26 @@ static int readers(const fl_graph *g, int t) {
   return r;
 }
 
-/* Whether node p (the producer of Relu r's input) takes the Relu: batch
- * norm without an activation yet, or a float Add on the CPU. */
+/* Whether node p (the producer of Relu r's input) takes the Relu: an op
+ * that folds it into its activation attribute (batch norm) and has none
+ * yet, or one with a fused twin (a float Add) on the CPU. */
 static int foldable(const fl_gnode *p, int device) {
-  if (!strcmp(p->op->type, "BatchNormalization")) return !fl_gattr_find(p, "flotilla_act");
-  return p->op == fl_gop_find("Add") && device < 0;
+  if (p->op->traits & FL_GOP_FOLDS_RELU) return !fl_gattr_find(p, FL_GRAPH_ACT_ATTR);
+  return p->op->with_relu && device < 0;
 }
 
-/* Append the attribute flotilla_act = "relu" to node p (owned copies, as
- * the builder's; fl_graph_free frees them). */
+/* Append the attribute FL_GRAPH_ACT_ATTR = "relu" to node p (owned copies,
+ * as the builder's; fl_graph_free frees them). */
 static fl_status add_act(fl_gnode *p) {
   fl_gattr *a = realloc(p->attrs, ((size_t)p->n_attrs + 1) * sizeof *a);
   if (!a) return FL_ENOMEM;
   p->attrs = a;
-  char *name = malloc(sizeof "flotilla_act"), *s = malloc(sizeof "relu");
+  char *name = strdup(FL_GRAPH_ACT_ATTR), *s = strdup(fl_act_name(FL_ACT_RELU));
   if (!name || !s) {
     free(name);
     free(s);
     return FL_ENOMEM;
   }
-  memcpy(name, "flotilla_act", sizeof "flotilla_act");
-  memcpy(s, "relu", sizeof "relu");
   a[p->n_attrs++] = (fl_gattr){.name = name, .kind = FL_GA_STRING, .s = s};
   return FL_OK;
 }
@@ -85,8 +85,8 @@ static fl_status fold(fl_gmodel *m, int r, int device, int *done) {
   const int pi = g->t[mid].producer;
   fl_gnode *p = &g->nodes[pi];
   if (p->out[0] != mid || !foldable(p, device)) return FL_OK;
-  if (p->op == fl_gop_find("Add"))
-    p->op = &fl_gop_add_relu;
+  if (p->op->with_relu)
+    p->op = p->op->with_relu;
   else if (add_act(p) != FL_OK)
     return FL_ERR(FL_ENOMEM, "graph %s: out of memory fusing node %s", g->name, p->name);
   const int y = relu->out[0];
@@ -102,7 +102,7 @@ fl_status fl_gfuse(fl_gmodel *m, int device) {
   fl_graph *g = m->g;
   for (int r = 0; r < g->nn;) {
     int done = 0;
-    if (!strcmp(g->nodes[r].op->type, "Relu")) FL_TRY(fold(m, r, device, &done));
+    if (g->nodes[r].op->act == FL_ACT_RELU) FL_TRY(fold(m, r, device, &done));
     if (!done) r++;
   }
   return FL_OK;

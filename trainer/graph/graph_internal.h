@@ -113,28 +113,46 @@ typedef struct fl_gop {
   /* Traits: what the rest of the engine (fusion, AMP, import, export, the
    * op list in docs/ONNX_OPS.md) knows of the op, read from here only. */
   unsigned traits;              /* FL_GOP_* bits below */
-  unsigned buffer_in;           /* bit i: input i is a buffer updated in place (BN statistics) */
-  int opset_min, opset_max;     /* ONNX opsets whose definition this row implements (0: all
-                                   that the importer takes) */
+  unsigned buffer_in;           /* bit i: input i is a buffer updated in place (BN statistics);
+                                   the importer declares such initializers as buffers */
+  int opset_min, opset_max;     /* ONNX opsets whose definition this row implements (0: from
+                                   or up to any the importer takes); out of range: refused */
   const char *doc;              /* one line for docs/ONNX_OPS.md: what is taken, what refused */
+  fl_act act;                   /* an activation a producer can apply itself: the value of
+                                   FL_GRAPH_ACT_ATTR it stands for (FL_ACT_NONE: none) */
+  const struct fl_gop *with_relu; /* the op a node of this type becomes when the fusion pass
+                                   folds the Relu after it into it (CPU only), or NULL */
+  /* Export hook: how a node of this op is written to an inference ONNX file
+   * by the exporter of built-in models. */
+  int export_n_out;             /* outputs written (0: all of the node's) */
+  const char *export_drop_attr; /* an attribute left out (the engine's mode flag), or NULL */
 } fl_gop;
 
 /* fl_gop.traits bits. */
 enum {
-  FL_GOP_FUSES_ACT = 1u << 0,   /* takes FL_GOP_ACT_ATTR: a Relu/Tanh folded into it */
-  FL_GOP_ACT = 1u << 1,         /* an activation that can be folded into its producer */
-  FL_GOP_AMP16 = 1u << 2,       /* has a 16-bit GEMM path under AMP */
-  FL_GOP_SHAPE_ONLY = 1u << 3,  /* computes shapes (int64) from shapes: evaluated at bind */
-  FL_GOP_MATMUL = 1u << 4       /* a matrix product AMP lists may name as "linear"/"matmul" */
+  FL_GOP_FUSES_ACT = 1u << 0,   /* takes FL_GRAPH_ACT_ATTR: an activation applied by its kernel */
+  FL_GOP_FOLDS_RELU = 1u << 1,  /* the fusion pass folds a Relu after it into that attribute */
+  FL_GOP_AMP16 = 1u << 2,       /* has a 16-bit GEMM path under AMP (its CUDA twin reads math) */
+  FL_GOP_SHAPE_ONLY = 1u << 3,  /* reads only its inputs' shapes: known at bind whatever the
+                                   values (Shape, Size) */
+  FL_GOP_MATMUL = 1u << 4,      /* a linear layer's GEMM: what AMP lists' "linear", "matmul",
+                                   "mul" and "matmul_v2" stand for */
+  FL_GOP_IMPORT_FOLD = 1u << 5, /* the importer folds the node into a constant (Constant) */
+  FL_GOP_TENSOR_VALUE = 1u << 6 /* its "value" attribute may be a one-element ONNX tensor */
 };
-
-/* The internal attribute that names an activation folded into its producer. */
-#define FL_GOP_ACT_ATTR "flotilla_act"
 
 /* The op called type (ONNX op type, or a Paddle name for AMP lists when
  * paddle is 1), or NULL. */
 const fl_gop *fl_gop_find(const char *type);
 const fl_gop *fl_gop_find_paddle(const char *name);
+/* The i-th op of the table (families in order), or NULL past the end:
+ * what docs/ONNX_OPS.md is generated from. */
+const fl_gop *fl_gop_at(size_t i);
+/* The activation op whose row stands for act (fl_gop.act), or NULL. */
+const fl_gop *fl_gop_find_act(fl_act act);
+/* Up to max ops that have every bit of traits, into out (the table's
+ * order); returns how many. */
+int fl_gop_with_traits(unsigned traits, const fl_gop **out, int max);
 /* A comma-separated list of every supported ONNX op type (Flotilla's own
  * ops left out), for messages. */
 const char *fl_gop_supported(void);

@@ -176,8 +176,6 @@ done:
  * the black list keeps op types in fp32 whatever the white list says.
  * Only Gemm and Conv have a 16-bit GEMM on the gpu (their CUDA twins take
  * n->math); the CPU computes everything in fp32. */
-static const char *const amp_default_white[] = {"MatMul", "Gemm", "Conv"};
-
 static int amp_linear_name(const char *name) {
   static const char *const names[] = {"linear", "matmul_v2", "matmul", "mul"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -185,21 +183,20 @@ static int amp_linear_name(const char *name) {
   return 0;
 }
 
-/* The op types name stands for (0, 1 or 2 of them) into out. */
-static int amp_targets(const char *name, const fl_gop *out[2]) {
+#define AMP_MAX_TARGETS 8
+
+/* The op types name stands for (0 or more, at most AMP_MAX_TARGETS) into
+ * out: a linear layer's names stand for every FL_GOP_MATMUL op. */
+static int amp_targets(const char *name, const fl_gop *out[AMP_MAX_TARGETS]) {
   if (!name) return 0;
-  if (amp_linear_name(name)) {
-    out[0] = fl_gop_find("Gemm");
-    out[1] = fl_gop_find("MatMul");
-    return 2;
-  }
+  if (amp_linear_name(name)) return fl_gop_with_traits(FL_GOP_MATMUL, out, AMP_MAX_TARGETS);
   out[0] = fl_gop_find(name);
   if (!out[0]) out[0] = fl_gop_find_paddle(name);
   return out[0] != NULL;
 }
 
 static int amp_names(const fl_gop *op, const char *name) {
-  const fl_gop *t[2];
+  const fl_gop *t[AMP_MAX_TARGETS];
   const int n = amp_targets(name, t);
   for (int i = 0; op && i < n; i++)
     if (t[i] == op) return 1;
@@ -212,14 +209,18 @@ static int listed(const fl_gop *op, const char *const *names, size_t n) {
   return 0;
 }
 
-static int amp_has_16bit(const fl_gop *op) {
-  return op && (!strcmp(op->type, "Gemm") || !strcmp(op->type, "Conv"));
+static int amp_has_16bit(const fl_gop *op) { return op && (op->traits & FL_GOP_AMP16); }
+
+/* The default white list: the ops with a 16-bit GEMM and the linear
+ * layers' GEMMs. */
+static int amp_default_white(const fl_gop *op) {
+  return (op->traits & (FL_GOP_AMP16 | FL_GOP_MATMUL)) != 0;
 }
 
 static fl_math amp_math_of(const fl_gop *op, const fl_graph_options *opt) {
   if (!op || opt->amp_math == FL_MATH_FP32 || !amp_has_16bit(op)) return FL_MATH_FP32;
   const int w = opt->n_amp_white ? listed(op, opt->amp_white, opt->n_amp_white)
-                                 : listed(op, amp_default_white, 3);
+                                 : amp_default_white(op);
   return w && !listed(op, opt->amp_black, opt->n_amp_black) ? opt->amp_math : FL_MATH_FP32;
 }
 
@@ -240,7 +241,7 @@ static fl_status check_amp_lists(const fl_graph *g, const fl_graph_options *opt)
     const char *what = l ? "custom_black_list" : "custom_white_list";
     for (size_t i = 0; names && i < n; i++) {
       const char *nm = names[i] ? names[i] : "";
-      const fl_gop *t[2];
+      const fl_gop *t[AMP_MAX_TARGETS];
       const int nt = amp_targets(nm, t);
       if (nt == 0) {
         FL_LOGW("graph %s: amp_configs.%s: '%s' is no op type Flotilla knows (ONNX or Paddle "
@@ -256,7 +257,7 @@ static fl_status check_amp_lists(const fl_graph *g, const fl_graph_options *opt)
                           t[j]->type);
       }
       for (int j = 0; !l && opt->device >= 0 && opt->amp_math != FL_MATH_FP32 && j < nt; j++)
-        if (!amp_has_16bit(t[j]) && !(nt == 2 && !strcmp(t[j]->type, "MatMul")))
+        if (!amp_has_16bit(t[j]) && !(nt > 1 && (t[j]->traits & FL_GOP_MATMUL)))
           FL_LOGW("graph %s: amp_configs.custom_white_list: %s has no 16-bit kernel (only Gemm "
                   "and Conv do); it computes in fp32", g->name, t[j]->type);
     }

@@ -32,15 +32,8 @@
 #include "fl_device.h"
 #include "ops_internal.h"
 
-/* Window geometry of one 2-D conv or pool. */
-typedef struct win2d {
-  int64_t N, C, H, W;     /* input */
-  int64_t kh, kw, sh, sw, dh, dw;
-  int64_t pt, pl, pb, pr; /* pads: top, left, bottom, right */
-  int64_t oh, ow;
-  int ceil_mode;
-  int one_d;              /* the input was [N, C, L] */
-} win2d;
+/* Window geometry of one 2-D conv or pool (ops_internal.h). */
+typedef fl_gwin win2d;
 
 /* Read kernel_shape (or kernel, from a weight), strides, dilations, pads,
  * auto_pad and ceil_mode for input x into g; check everything. */
@@ -414,6 +407,11 @@ static void im2col(const win2d *g, int64_t Cg, const float *x, float *col, int64
     }
 }
 
+/* im2col for the other op files (ops_internal.h); the caller owns every buffer. */
+void fl_gim2col(const fl_gwin *g, int64_t Cg, const float *x, float *col, int64_t ld) {
+  im2col(g, Cg, x, col, ld);
+}
+
 /* d[k] += s[k], k < len, four at a time with SSE2 (the scalar sums' bits). */
 static void add_row(float *restrict d, const float *restrict s, int64_t len) {
   int64_t k = 0;
@@ -484,6 +482,12 @@ static void col2im_add(const win2d *g, int64_t Cg, float *col, int64_t ld, float
         col2im_row(g, &sp, plane, col + ((ch * g->kh + i) * g->kw + j) * ld,
                    dx + ch * g->H * g->W);
     }
+}
+
+/* col2im_add for the other op files (ops_internal.h); the caller owns every
+ * buffer. */
+void fl_gcol2im_add(const fl_gwin *g, int64_t Cg, float *col, int64_t ld, float *dx) {
+  col2im_add(g, Cg, col, ld, dx);
 }
 
 /* One-group forward of images [i0, i0+nb) (a chunk): their column matrix
@@ -1071,7 +1075,7 @@ static fl_status gap_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
 /* --------------------------------------------------------------- table */
 
 static const char *const conv_attrs[] = {"auto_pad", "dilations", "group", "kernel_shape",
-                                         "pads", "strides", "flotilla_act", NULL};
+                                         "pads", "strides", FL_GRAPH_ACT_ATTR, NULL};
 static const char *const maxpool_attrs[] = {"auto_pad", "ceil_mode", "dilations",
                                             "kernel_shape", "pads", "storage_order",
                                             "strides", NULL};
@@ -1083,7 +1087,8 @@ const fl_gop fl_gops_conv[] = {
     {.type = "Conv", .paddle = "conv2d", .min_in = 2, .max_in = 3, .min_out = 1, .max_out = 1,
      .attrs = conv_attrs, .infer = conv_infer, .forward = conv_forward,
      .backward = conv_backward, .save_in = 3, .save_out = 1,
-     .forward_cuda = conv_forward_cuda, .backward_cuda = conv_backward_cuda},
+     .forward_cuda = conv_forward_cuda, .backward_cuda = conv_backward_cuda,
+     .traits = FL_GOP_FUSES_ACT | FL_GOP_AMP16},
     {.type = "MaxPool", .paddle = "pool2d", .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 2, .attrs = maxpool_attrs, .infer = maxpool_infer, .forward = maxpool_forward,
      .backward = maxpool_backward, .forward_cuda = maxpool_forward_cuda,

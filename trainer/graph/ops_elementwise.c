@@ -378,7 +378,7 @@ static fl_status add_backward_cuda(fl_gnode *n, fl_gctx *c, unsigned acc) {
  * have y's shape (the separate ops' bits: one add, then y > 0 ? y : +0),
  * else Add's rows then Relu in place.  Backward turns dy into the
  * pre-activation gradient in place (an output grad is the op's scratch,
- * NOTES-graph.md), then runs Add's.  No CUDA twins: the rewrite leaves gpu
+ * docs/DESIGN.md section 9), then runs Add's.  No CUDA twins: the rewrite leaves gpu
  * graphs alone. */
 static fl_status add_relu_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   FL_TRY(binary_infer(n, c, ws, saved));
@@ -947,7 +947,7 @@ const fl_gop fl_gops_elementwise[] = {
     {.type = "Add", .paddle = "elementwise_add", .min_in = 2, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = binary_infer, .forward = binary_forward,
      .backward = binary_backward, .forward_cuda = add_forward_cuda,
-     .backward_cuda = add_backward_cuda},
+     .backward_cuda = add_backward_cuda, .with_relu = &fl_gop_add_relu},
     BINARY("Sub", "elementwise_sub", 0),
     BINARY("Mul", "elementwise_mul", 3),
     BINARY("Div", "elementwise_div", 3),
@@ -957,13 +957,13 @@ const fl_gop fl_gops_elementwise[] = {
     {.type = "Relu", .paddle = "relu", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
      .attrs = no_attrs, .infer = unary_infer, .forward = unary_forward,
      .backward = unary_backward, .save_out = 1, .forward_cuda = act_forward_cuda,
-     .backward_cuda = act_backward_cuda},
+     .backward_cuda = act_backward_cuda, .act = FL_ACT_RELU},
     UNARY("LeakyRelu", "leaky_relu", 1, 0, leaky_attrs),
     UNARY("Sigmoid", "sigmoid", 0, 1, no_attrs),
     {.type = "Tanh", .paddle = "tanh", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
      .attrs = no_attrs, .infer = unary_infer, .forward = unary_forward,
      .backward = unary_backward, .save_out = 1, .forward_cuda = act_forward_cuda,
-     .backward_cuda = act_backward_cuda},
+     .backward_cuda = act_backward_cuda, .act = FL_ACT_TANH},
     UNARY("Erf", "erf", 1, 0, no_attrs),
     UNARY("Neg", NULL, 0, 0, no_attrs),
     UNARY("Sqrt", "sqrt", 0, 1, no_attrs),

@@ -27,8 +27,14 @@ extern const fl_gop fl_gops_reduce[];
 extern const size_t fl_gops_reduce_n;
 extern const fl_gop fl_gops_shape[];
 extern const size_t fl_gops_shape_n;
+extern const fl_gop fl_gops_matrix[];
+extern const size_t fl_gops_matrix_n;
 extern const fl_gop fl_gops_sparse[]; /* Flotilla's own (domain "flotilla") */
 extern const size_t fl_gops_sparse_n;
+extern const fl_gop fl_gops_embbag[]; /* Flotilla's own (domain "flotilla") */
+extern const size_t fl_gops_embbag_n;
+extern const fl_gop fl_gops_convt[];
+extern const size_t fl_gops_convt_n;
 extern const fl_gop fl_gops_rnn[];
 extern const size_t fl_gops_rnn_n;
 
@@ -43,7 +49,7 @@ fl_status fl_ga_float(const fl_gnode *n, const char *name, float def, float *out
 fl_status fl_ga_str(const fl_gnode *n, const char *name, const char *def, const char **out);
 /* INTS: *count = -1 when absent; more than max entries is FL_EINVAL. */
 fl_status fl_ga_ints(const fl_gnode *n, const char *name, int64_t *out, int max, int *count);
-/* The internal fused activation attribute "flotilla_act" (absent = none). */
+/* The internal fused activation attribute FL_GRAPH_ACT_ATTR (absent = none). */
 fl_status fl_ga_act(const fl_gnode *n, fl_act *act);
 
 /* Input i must be present with dtype dt (FL_EINVAL logged otherwise). */
@@ -78,7 +84,7 @@ fl_status fl_gcu_put(const fl_gnode *n, const fl_gctx *c, float *dst, const floa
 fl_status fl_gcu_copy_forward(fl_gnode *n, fl_gctx *c);
 fl_status fl_gcu_copy_backward(fl_gnode *n, fl_gctx *c, unsigned accum);
 /* FL_EINVAL (logged) when the bound ws is smaller than need floats: a gpu
- * graph bound without c->stream set (see NOTES-graph.md). */
+ * graph bound without c->stream set (see docs/DESIGN.md section 9). */
 fl_status fl_gcu_need_ws(const fl_gnode *n, size_t need);
 
 /* Winograd F(2x2, 3x3) convolution (ops_conv_wino.c) of images
@@ -97,6 +103,27 @@ void fl_wino_forward(const fl_wino *g, const float *w, const float *b, const flo
  * input x and output gradient dy. */
 void fl_wino_dw(const fl_wino *g, const float *x, const float *dy, float *dw, int add,
                 float *ws);
+
+/* Window geometry of one 2-D convolution or pool over [N, C, H, W] input
+ * images giving [oh, ow] output planes (ops_conv.c; a 1-D [N, C, L] input
+ * is an image of height 1). */
+typedef struct fl_gwin {
+  int64_t N, C, H, W;     /* input */
+  int64_t kh, kw, sh, sw, dh, dw;
+  int64_t pt, pl, pb, pr; /* pads: top, left, bottom, right */
+  int64_t oh, ow;
+  int ceil_mode;
+  int one_d;              /* the input was [N, C, L] */
+} fl_gwin;
+/* The column matrix of Cg channels of one image x [Cg, H, W]:
+ * col[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - pt + i*dh][ox*sw - pl + j*dw]
+ * (0 outside the image), rows ld >= oh*ow floats apart.  Reads the
+ * geometry's H, W, kernel, strides, dilations, pt, pl, oh and ow only. */
+void fl_gim2col(const fl_gwin *g, int64_t Cg, const float *x, float *col, int64_t ld);
+/* Its adjoint: dx [Cg, H, W] += col put back where fl_gim2col took it
+ * from (col is scratch: its entries that stand for padding may be
+ * zeroed).  Same geometry fields read. */
+void fl_gcol2im_add(const fl_gwin *g, int64_t Cg, float *col, int64_t ld, float *dx);
 
 /* Bit i of accum. */
 static inline int fl_gacc(unsigned accum, int i) { return (int)((accum >> i) & 1u); }

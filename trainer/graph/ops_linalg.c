@@ -2,7 +2,7 @@
  *
  * Gemm computes Y = act(alpha * op(A) op(B) + beta * C) as one GEMM, then
  * one pass that adds beta*C and applies the fused activation (internal
- * attribute "flotilla_act", see NOTES-graph.md): with transB=1, alpha=1,
+ * attribute FL_GRAPH_ACT_ATTR, see docs/DESIGN.md section 9): with transB=1, alpha=1,
  * beta=1 and a bias C[N] (PyTorch's Linear) these are the operations, in
  * the order, of fl_linear_forward and fl_linear_backward, so a Linear
  * gives that kernel's bits (test_graph_ops checks it).  Backward accumulates into input
@@ -371,7 +371,7 @@ static fl_status matmul_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
 
 /* --------------------------------------------------------------- table */
 
-static const char *const gemm_attrs[] = {"alpha", "beta", "transA", "transB", "flotilla_act",
+static const char *const gemm_attrs[] = {"alpha", "beta", "transA", "transB", FL_GRAPH_ACT_ATTR,
                                          NULL};
 static const char *const no_attrs[] = {NULL};
 
@@ -379,9 +379,10 @@ const fl_gop fl_gops_linalg[] = {
     {.type = "Gemm", .paddle = "fc", .min_in = 2, .max_in = 3, .min_out = 1, .max_out = 1,
      .attrs = gemm_attrs, .infer = gemm_infer, .forward = gemm_forward,
      .backward = gemm_backward, .save_in = 3, .save_out = 1,
-     .forward_cuda = gemm_forward_cuda, .backward_cuda = gemm_backward_cuda},
+     .forward_cuda = gemm_forward_cuda, .backward_cuda = gemm_backward_cuda,
+     .traits = FL_GOP_FUSES_ACT | FL_GOP_AMP16 | FL_GOP_MATMUL},
     {.type = "MatMul", .paddle = "matmul_v2", .min_in = 2, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = matmul_infer, .forward = matmul_forward,
-     .backward = matmul_backward, .save_in = 3},
+     .backward = matmul_backward, .save_in = 3, .traits = FL_GOP_MATMUL},
 };
 const size_t fl_gops_linalg_n = sizeof fl_gops_linalg / sizeof fl_gops_linalg[0];

@@ -1,6 +1,6 @@
 /* ops_norm.c - the normalisation ops of the graph engine:
- * BatchNormalization, GroupNormalization, LayerNormalization, Softmax and
- * LogSoftmax.
+ * BatchNormalization, GroupNormalization, LayerNormalization,
+ * InstanceNormalization, Softmax and LogSoftmax.
  *
  * GroupNormalization and batch norm's inference run on the kernels of
  * fl_layers.h, as the sequential engine called them; batch norm's CPU
@@ -15,6 +15,12 @@
  * running value (running = momentum*running + (1-momentum)*batch),
  * PyTorch's the batch value: the kernels take PyTorch's, 1 - ONNX's (see
  * bn_momentum).
+ *
+ * Opset 13's BatchNormalization (version 9) has two more optional
+ * training outputs, saved_mean and saved_var: the batch's mean and biased
+ * variance here.  InstanceNormalization normalises each image's channel
+ * over its own values (double sums as layer norm's), which is also how
+ * PyTorch exports GroupNorm (a Reshape to [N, groups, -1] around it).
  *
  * GroupNormalization takes per-channel scale and bias [C] as PyTorch's
  * GroupNorm (and ONNX opset 21) do; a [num_groups] scale/bias (opset 18's
@@ -117,6 +123,10 @@ static fl_status bn_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   }
   bn_p p;
   FL_TRY(bn_params(n, c, &p));
+  if (c->stream && n->n_out > 3)
+    return fl_gop_fail(n, FL_ENOTSUP, "%d outputs (opset 13's saved_mean, saved_var) are "
+                       "taken on the CPU only; export at opset 14 or later for the gpu",
+                       n->n_out);
   fl_gset_out(n, c, 0, FL_G_F32, x->ndim, x->shape);
   for (int o = 1; o < n->n_out; o++) fl_gset_out(n, c, o, FL_G_F32, 1, &C);
   bn_state *s = n->state;
@@ -329,6 +339,14 @@ static void bn_chan_dx(const fl_norm_desc *d, size_t c, const float *x, const bn
   }
 }
 
+/* Opset 13's (BatchNormalization-9's) training outputs saved_mean and
+ * saved_var when the node has them: channel ch's batch mean and biased
+ * variance, which pass no gradient back. */
+static void bn_saved_out(const fl_gnode *n, const fl_gctx *c, size_t ch, double mu, double var) {
+  if (n->n_out > 3) fl_gout(n, c, 3)->data[ch] = (float)mu;
+  if (n->n_out > 4) fl_gout(n, c, 4)->data[ch] = (float)var;
+}
+
 static fl_status bn_forward(fl_gnode *n, fl_gctx *c) {
   const fl_gtensor *x = fl_gin(n, c, 0), *gamma = fl_gin(n, c, 1), *beta = fl_gin(n, c, 2);
   fl_gtensor *rm = fl_gin(n, c, 3), *rv = fl_gin(n, c, 4), *y = fl_gout(n, c, 0);
@@ -360,21 +378,25 @@ static fl_status bn_forward(fl_gnode *n, fl_gctx *c) {
       FL_TRY(c->norm_sync(c->norm_sync_ctx, s->sqdev, C));
     }
     const double count = s->sum[C];
-    for (size_t ch = 0; ch < C && st == FL_OK; ch++)
+    for (size_t ch = 0; ch < C && st == FL_OK; ch++) {
       st = fl_batchnorm_apply_channel(d, ch, x->data, y->data, gamma->data, beta->data,
                                       s->sum[ch] / count, s->sqdev[ch] / count, count, run_m,
                                       run_v, n->saved, n->saved + C, n->saved + 2 * C, p.act);
+      bn_saved_out(n, c, ch, s->sum[ch] / count, s->sqdev[ch] / count);
+    }
   } else {
     for (size_t ch = 0; ch < C && st == FL_OK; ch++) {
       const double mu = bn_chan_sum(d, ch, x->data) / m;
-      st = fl_batchnorm_apply_channel(d, ch, x->data, y->data, gamma->data, beta->data, mu,
-                                      bn_chan_sqdev(d, ch, x->data, mu) / m, m, run_m, run_v,
-                                      n->saved, n->saved + C, n->saved + 2 * C, p.act);
+      const double var = bn_chan_sqdev(d, ch, x->data, mu) / m;
+      st = fl_batchnorm_apply_channel(d, ch, x->data, y->data, gamma->data, beta->data, mu, var,
+                                      m, run_m, run_v, n->saved, n->saved + C, n->saved + 2 * C,
+                                      p.act);
+      bn_saved_out(n, c, ch, mu, var);
     }
   }
   if (st != FL_OK) return norm_kernel(n, st, "batch-norm training forward");
   /* The optional outputs running_mean and running_var: the updated values. */
-  for (int o = 1; o < n->n_out; o++) {
+  for (int o = 1; o < n->n_out && o < 3; o++) {
     fl_gtensor *t = fl_gout(n, c, o);
     memcpy(t->data, (o == 1 ? rm : rv)->data, C * sizeof *t->data);
   }
@@ -884,6 +906,102 @@ static fl_status ln_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   return FL_OK;
 }
 
+/* ---------------------------------------------- InstanceNormalization */
+
+/* Each (image, channel) row of inner values normalised by its own mean and
+ * biased variance, then scaled and shifted per channel. */
+typedef struct in_p {
+  size_t N, C, inner;
+  float eps;
+} in_p;
+
+static fl_status in_params(const fl_gnode *n, const fl_gctx *c, in_p *p) {
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  char sx[160];
+  FL_TRY(fl_ga_float(n, "epsilon", 1e-5f, &p->eps));
+  if (!(p->eps > 0.0f))
+    return fl_gop_fail(n, FL_EINVAL, "epsilon %g must be > 0", (double)p->eps);
+  if (x->ndim < 3)
+    return fl_gop_fail(n, FL_EINVAL, "input %s %s must be [N,C,D1,...] (rank 3 or more)",
+                       x->name, fl_gshape_str(x->ndim, x->shape, sx, sizeof sx));
+  p->N = (size_t)x->shape[0];
+  p->C = (size_t)x->shape[1];
+  p->inner = fl_gnumel(x->ndim - 2, x->shape + 2);
+  for (int i = 1; i <= 2; i++) {
+    const fl_gtensor *t = fl_gin(n, c, i);
+    if (t->ndim != 1 || t->shape[0] != x->shape[1])
+      return fl_gop_fail(n, FL_EINVAL, "%s %s is %s, expected [%lld] (the input's channels)",
+                         i == 1 ? "scale" : "B", t->name,
+                         fl_gshape_str(t->ndim, t->shape, sx, sizeof sx),
+                         (long long)x->shape[1]);
+  }
+  return FL_OK;
+}
+
+static fl_status in_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
+  for (int i = 0; i < 3; i++) FL_TRY(fl_gneed(n, c, i, FL_G_F32));
+  in_p p;
+  FL_TRY(in_params(n, c, &p));
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  fl_gset_out(n, c, 0, FL_G_F32, x->ndim, x->shape);
+  *ws = 0;
+  *saved = 2 * p.N * p.C; /* each row's mean and inverse std */
+  return FL_OK;
+}
+
+static fl_status in_forward(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *s = fl_gin(n, c, 1), *b = fl_gin(n, c, 2);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  in_p p;
+  FL_TRY(in_params(n, c, &p));
+  const size_t rows = p.N * p.C;
+  for (size_t r = 0; r < rows; r++) {
+    const float *xr = x->data + r * p.inner;
+    float *yr = y->data + r * p.inner;
+    const double m = p.inner ? bn_sum(xr, p.inner) / (double)p.inner : 0.0;
+    const double v = p.inner ? bn_sqdev(xr, p.inner, m) / (double)p.inner : 0.0;
+    const float mf = (float)m, is = (float)(1.0 / sqrt(v + (double)p.eps));
+    const float sc = s->data[r % p.C], bi = b->data[r % p.C];
+    for (size_t k = 0; k < p.inner; k++) yr[k] = (xr[k] - mf) * is * sc + bi;
+    if (n->saved) n->saved[r] = mf, n->saved[rows + r] = is;
+  }
+  return FL_OK;
+}
+
+/* dx = scale*is*(dy - mean dy - xhat*mean(dy*xhat)) per row; dscale and dB
+ * sum dy*xhat and dy over the rows of their channel. */
+static fl_status in_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *x = fl_gin(n, c, 0), *s = fl_gin(n, c, 1), *b = fl_gin(n, c, 2);
+  const fl_gtensor *y = fl_gout(n, c, 0);
+  in_p p;
+  FL_TRY(in_params(n, c, &p));
+  float *dx = x->grad, *ds = s->grad, *db = b->grad;
+  const int ax = fl_gacc(acc, 0);
+  if (ds && !fl_gacc(acc, 1)) memset(ds, 0, p.C * sizeof *ds);
+  if (db && !fl_gacc(acc, 2)) memset(db, 0, p.C * sizeof *db);
+  const size_t rows = p.N * p.C;
+  for (size_t r = 0; r < rows; r++) {
+    const float *xr = x->data + r * p.inner, *gr = y->grad + r * p.inner;
+    const float mf = n->saved[r], is = n->saved[rows + r], sc = s->data[r % p.C];
+    double s1 = 0.0, s2 = 0.0;
+    for (size_t k = 0; k < p.inner; k++) {
+      s1 += gr[k];
+      s2 += (double)gr[k] * ((xr[k] - mf) * is);
+    }
+    if (ds) ds[r % p.C] += (float)s2;
+    if (db) db[r % p.C] += (float)s1;
+    if (!dx || !p.inner) continue;
+    const float m1 = (float)(s1 / (double)p.inner), m2 = (float)(s2 / (double)p.inner);
+    const float k0 = sc * is;
+    float *dr = dx + r * p.inner;
+    for (size_t k = 0; k < p.inner; k++) {
+      const float v = k0 * (gr[k] - m1 - (xr[k] - mf) * is * m2);
+      dr[k] = ax ? dr[k] + v : v;
+    }
+  }
+  return FL_OK;
+}
+
 /* ---------------------------------------------------- Softmax, LogSoftmax */
 
 typedef struct sm_p {
@@ -1040,26 +1158,38 @@ static fl_status sm_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
 
 /* --------------------------------------------------------------- table */
 
-static const char *const bn_attrs[] = {"epsilon", "momentum", "training_mode", "flotilla_act",
+static const char *const bn_attrs[] = {"epsilon", "momentum", "training_mode", FL_GRAPH_ACT_ATTR,
                                        NULL};
-static const char *const gn_attrs[] = {"epsilon", "num_groups", "stash_type", "flotilla_act",
+static const char *const gn_attrs[] = {"epsilon", "num_groups", "stash_type", FL_GRAPH_ACT_ATTR,
                                        NULL};
 static const char *const ln_attrs[] = {"axis", "epsilon", "stash_type", NULL};
+static const char *const in_attrs[] = {"epsilon", NULL};
 static const char *const sm_attrs[] = {"axis", NULL};
 
 const fl_gop fl_gops_norm[] = {
     {.type = "BatchNormalization", .paddle = "batch_norm", .min_in = 5, .max_in = 5,
-     .min_out = 1, .max_out = 3, .attrs = bn_attrs, .infer = bn_infer, .forward = bn_forward,
+     .min_out = 1, .max_out = 5, .attrs = bn_attrs, .infer = bn_infer, .forward = bn_forward,
      .backward = bn_backward, .save_in = 3, .save_out = 1, .nodiff_in = 0x18,
      .forward_cuda = bn_forward_cuda, .backward_cuda = bn_backward_cuda,
-     .free_state = bn_free_state},
+     .free_state = bn_free_state, .traits = FL_GOP_FUSES_ACT | FL_GOP_FOLDS_RELU,
+     .buffer_in = 0x18, .export_n_out = 1, .export_drop_attr = "training_mode",
+     .doc = "epsilon, momentum; training_mode ignored (the engine decides); outputs "
+            "running_mean, running_var (opsets 14+) and opset 13's saved_mean, saved_var "
+            "(batch mean, biased variance; CPU only)"},
     {.type = "GroupNormalization", .paddle = "group_norm", .min_in = 3, .max_in = 3,
      .min_out = 1, .max_out = 1, .attrs = gn_attrs, .infer = gn_infer, .forward = gn_forward,
      .backward = gn_backward, .save_in = 7, .save_out = 1, .forward_cuda = gn_forward_cuda,
-     .backward_cuda = gn_backward_cuda},
+     .backward_cuda = gn_backward_cuda, .traits = FL_GOP_FUSES_ACT, .opset_min = 18,
+     .doc = "ONNX has it from opset 18: built by the presets (model.norm gn); in a file at "
+            "opsets 13..17 it is refused"},
     {.type = "LayerNormalization", .paddle = "layer_norm", .min_in = 2, .max_in = 3,
      .min_out = 1, .max_out = 3, .attrs = ln_attrs, .infer = ln_infer, .forward = ln_forward,
      .backward = ln_backward, .save_in = 3},
+    {.type = "InstanceNormalization", .paddle = "instance_norm", .min_in = 3, .max_in = 3,
+     .min_out = 1, .max_out = 1, .attrs = in_attrs, .infer = in_infer, .forward = in_forward,
+     .backward = in_backward, .save_in = 3,
+     .doc = "epsilon; scale and B [C]; rank 3 or more; statistics per image and channel "
+            "(biased variance)"},
     {.type = "Softmax", .paddle = "softmax", .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 1, .attrs = sm_attrs, .infer = sm_infer, .forward = sm_forward,
      .backward = sm_backward, .save_out = 1},

@@ -28,7 +28,10 @@ static const family families[] = {
     {fl_gops_norm, &fl_gops_norm_n},
     {fl_gops_reduce, &fl_gops_reduce_n},
     {fl_gops_shape, &fl_gops_shape_n},
+    {fl_gops_matrix, &fl_gops_matrix_n},
     {fl_gops_sparse, &fl_gops_sparse_n},
+    {fl_gops_embbag, &fl_gops_embbag_n},
+    {fl_gops_convt, &fl_gops_convt_n},
     {fl_gops_rnn, &fl_gops_rnn_n},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
@@ -39,6 +42,29 @@ const fl_gop *fl_gop_find(const char *type) {
     for (size_t i = 0; i < *families[f].n; i++)
       if (strcmp(families[f].ops[i].type, type) == 0) return &families[f].ops[i];
   return NULL;
+}
+
+const fl_gop *fl_gop_at(size_t i) {
+  for (size_t f = 0; f < N_FAMILIES; f++) {
+    if (i < *families[f].n) return &families[f].ops[i];
+    i -= *families[f].n;
+  }
+  return NULL;
+}
+
+const fl_gop *fl_gop_find_act(fl_act act) {
+  for (size_t f = 0; act != FL_ACT_NONE && f < N_FAMILIES; f++)
+    for (size_t i = 0; i < *families[f].n; i++)
+      if (families[f].ops[i].act == act) return &families[f].ops[i];
+  return NULL;
+}
+
+int fl_gop_with_traits(unsigned traits, const fl_gop **out, int max) {
+  int k = 0;
+  for (size_t f = 0; f < N_FAMILIES; f++)
+    for (size_t i = 0; i < *families[f].n && k < max; i++)
+      if ((families[f].ops[i].traits & traits) == traits) out[k++] = &families[f].ops[i];
+  return k;
 }
 
 /* Paddle op names beyond each op's own (fl_gop.paddle): Paddle has several
@@ -215,7 +241,7 @@ fl_status fl_ga_ints(const fl_gnode *n, const char *name, int64_t *out, int max,
 
 fl_status fl_ga_act(const fl_gnode *n, fl_act *act) {
   const char *s;
-  FL_TRY(fl_ga_str(n, "flotilla_act", "", &s));
+  FL_TRY(fl_ga_str(n, FL_GRAPH_ACT_ATTR, "", &s));
   if (strcmp(s, "") == 0 || strcmp(s, "none") == 0)
     *act = FL_ACT_NONE;
   else if (strcmp(s, "relu") == 0)
@@ -223,7 +249,7 @@ fl_status fl_ga_act(const fl_gnode *n, fl_act *act) {
   else if (strcmp(s, "tanh") == 0)
     *act = FL_ACT_TANH;
   else
-    return fl_gop_fail(n, FL_EINVAL, "flotilla_act \"%s\" is not supported (relu, tanh)", s);
+    return fl_gop_fail(n, FL_EINVAL, FL_GRAPH_ACT_ATTR " \"%s\" is not supported (relu, tanh)", s);
   return FL_OK;
 }
 

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "fl_graph_inspect.h"
+#include "graph_internal.h"
 #include "fl_log.h"
 #include "fl_onnx.h"
 #include "onnx_internal.h"
@@ -304,6 +305,11 @@ static char *fresh_name(pool *P, const fl_graph *g, const char *base, const char
   return s;
 }
 
+/* Whether the op row's export hook leaves attribute name out. */
+static int dropped(const fl_gop *op, const char *name) {
+  return op && op->export_drop_attr && !strcmp(op->export_drop_attr, name);
+}
+
 /* Build the ModelProto of preset graph g into *m (allocations in P). */
 static fl_status build_model(pool *P, const fl_graph *g, const char *out_path,
                              Onnx__ModelProto *m, Onnx__GraphProto *gp) {
@@ -316,10 +322,12 @@ static fl_status build_model(pool *P, const fl_graph *g, const char *out_path,
   for (int i = 0; i < nn; i++) {
     fl_gnode_info ni;
     fl_graph_node_info(g, i, &ni);
-    if (!strcmp(ni.op_type, "GroupNormalization"))
-      return FL_ERR(FL_ENOTSUP, "%s: node '%s' is a GroupNormalization (model.norm gn), which "
-                    "ONNX has only from opset 18; the exporter writes opset %d: train with norm "
-                    "bn or none to export", out_path, ni.name, FL_ONNX_EXPORT_OPSET);
+    const fl_gop *op = fl_gop_find(ni.op_type);
+    if (op && op->opset_min > FL_ONNX_EXPORT_OPSET)
+      return FL_ERR(FL_ENOTSUP, "%s: node '%s' is a %s, which ONNX has only from opset %d; the "
+                    "exporter writes opset %d: train a model without it (a preset: model.norm "
+                    "bn or none) to export", out_path, ni.name, ni.op_type, op->opset_min,
+                    FL_ONNX_EXPORT_OPSET);
   }
   onnx__model_proto__init(m);
   onnx__graph_proto__init(gp);
@@ -370,14 +378,15 @@ static fl_status build_model(pool *P, const fl_graph *g, const char *out_path,
   for (int i = 0; i < nn; i++) {
     fl_gnode_info ni;
     fl_graph_node_info(g, i, &ni);
-    const int bn = !strcmp(ni.op_type, "BatchNormalization");
+    const fl_gop *op = fl_gop_find(ni.op_type);
     const char *act = NULL;
     int n_attr = 0;
     for (int a = 0; a < ni.n_attrs; a++) {
-      if (!strcmp(ni.attrs[a].name, "flotilla_act")) act = ni.attrs[a].s;
-      else if (!(bn && !strcmp(ni.attrs[a].name, "training_mode"))) n_attr++;
+      if (!strcmp(ni.attrs[a].name, FL_GRAPH_ACT_ATTR)) act = ni.attrs[a].s;
+      else if (!dropped(op, ni.attrs[a].name)) n_attr++;
     }
-    const int n_out = bn ? 1 : ni.n_out; /* inference BN: Y only */
+    /* the op row's export hook: an inference node (BN: Y only) */
+    const int n_out = op && op->export_n_out ? op->export_n_out : ni.n_out;
     Onnx__NodeProto *o = node(P, ni.name, ni.op_type, (size_t)ni.n_in, (size_t)n_out);
     Onnx__AttributeProto **av = palloc(P, (size_t)(n_attr ? n_attr : 1) * sizeof *av);
     if (!o || !av) return FL_ERR(FL_ENOMEM, "%s: out of memory", out_path);
@@ -395,19 +404,20 @@ static fl_status build_model(pool *P, const fl_graph *g, const char *out_path,
     }
     for (int a = 0; a < ni.n_attrs; a++) {
       const char *an = ni.attrs[a].name;
-      if (!strcmp(an, "flotilla_act") || (bn && !strcmp(an, "training_mode"))) continue;
+      if (!strcmp(an, FL_GRAPH_ACT_ATTR) || dropped(op, an)) continue;
       av[o->n_attribute++] = attribute(P, &ni.attrs[a]);
     }
     o->attribute = av;
     gp->node[gp->n_node++] = o;
     if (act) {
-      const char *op = !strcmp(act, "relu") ? "Relu" : !strcmp(act, "tanh") ? "Tanh" : NULL;
-      if (!op)
-        return FL_ERR(FL_ENOTSUP, "%s: node '%s' (%s) has the fused activation '%s', which the "
-                      "exporter does not know", out_path, ni.name, ni.op_type, act);
+      fl_act a = FL_ACT_NONE;
+      const fl_gop *aop = fl_act_parse(act, &a) == FL_OK ? fl_gop_find_act(a) : NULL;
+      if (!aop)
+        return FL_ERR(FL_ENOTSUP, "%s: node '%s' (%s) has the fused activation '%s', which no "
+                      "ONNX op stands for", out_path, ni.name, ni.op_type, act);
       char *pre = fresh_name(P, g, o->output[0], "_preact");
       char *an = fresh_name(P, g, ni.name, "_act");
-      Onnx__NodeProto *r = node(P, an ? an : "", op, 1, 1);
+      Onnx__NodeProto *r = node(P, an ? an : "", aop->type, 1, 1);
       if (!pre || !r) return FL_ERR(FL_ENOMEM, "%s: out of memory", out_path);
       r->input[0] = pre;
       r->output[0] = o->output[0];

@@ -38,6 +38,13 @@ fl_status fl_onnx_write_atomic(const char *path, const uint8_t *buf, size_t len)
 /* ONNX TensorProto.DataType's name ("float", "int64", ...), never NULL. */
 const char *fl_onnx_dtype_name(int32_t dt);
 
+/* Warn (fl_log WARN, each rule at most once, naming path and the first
+ * offender) about a model exported from PyTorch the wrong way for
+ * training: batch norm in eval mode (opset 14 on), weights with constant
+ * folding's anonymous names (onnx::<Op>_<n>), a fixed batch dimension on
+ * the data input.  Reads m only; FL_ENOMEM (logged) is its only error. */
+fl_status fl_onnx_lint(const Onnx__ModelProto *m, const char *path);
+
 /* ONNX element types the importer meets by number. */
 enum {
   FL_ONNX_FLOAT = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT,

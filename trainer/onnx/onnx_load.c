@@ -19,6 +19,7 @@
 #include "fl_model.h"
 #include "fl_onnx.h"
 #include "graph_internal.h"
+#include "onnx_embbag.h"
 #include "onnx_internal.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -51,6 +52,8 @@ typedef struct loader {
   size_t nslot;
   int *order;          /* node indices in topological order */
   unsigned char *need; /* per node: the output depends on it */
+  int opset;           /* the model's opset of the default domain */
+  fl_onnx_embbag *rw;  /* nn.EmbeddingBag Loops rewritten (onnx_embbag.c), or NULL */
 } loader;
 
 static const char *S(const char *s) { return s ? s : ""; }
@@ -346,9 +349,10 @@ static fl_status convert_attrs(const loader *L, const Onnx__NodeProto *n, fl_gat
       break;
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR: {
       /* ConstantOfShape's fill value: a one-element tensor. */
-      if (strcmp(S(n->op_type), "ConstantOfShape") || strcmp(an, "value") || !a->t)
-        return NODE_ERR(L, n, FL_ENOTSUP, "tensor attribute '%s' is not supported (only "
-                        "ConstantOfShape's value)", an);
+      const fl_gop *op = fl_gop_find(S(n->op_type));
+      if (!op || !(op->traits & FL_GOP_TENSOR_VALUE) || strcmp(an, "value") || !a->t)
+        return NODE_ERR(L, n, FL_ENOTSUP, "tensor attribute '%s' is not supported (only the "
+                        "value of an op that takes a one-element tensor: ConstantOfShape)", an);
       fl_gdtype dt;
       int nd;
       int64_t dims[FL_G_MAX_DIMS];
@@ -386,7 +390,8 @@ static fl_status declare_node(loader *L, int ni) {
   if (dom[0] && strcmp(dom, "ai.onnx"))
     return NODE_ERR(L, n, FL_ENOTSUP, "domain '%s' is not supported; only ONNX's default "
                     "domain (ai.onnx) is", dom);
-  if (!strcmp(op, "Constant")) {
+  const fl_gop *gop = fl_gop_find(op);
+  if (gop && (gop->traits & FL_GOP_IMPORT_FOLD)) {
     if (n->n_input || n->n_output != 1)
       return NODE_ERR(L, n, FL_EINVAL, "a Constant has no input and one output, this one has %zu "
                       "and %zu", n->n_input, n->n_output);
@@ -398,9 +403,15 @@ static fl_status declare_node(loader *L, int ni) {
          n->attribute[i]->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS))
       return NODE_ERR(L, n, FL_ENOTSUP, "attribute '%s' holds a subgraph; control flow (If, "
                       "Loop, Scan) is not supported", S(n->attribute[i]->name));
-  if (!fl_gop_find(op) || fl_gop_find(op)->domain) /* Flotilla's own ops are not ONNX's */
+  if (!gop || (gop->domain && !fl_onnx_embbag_made(L->rw, n))) /* Flotilla's own: not ONNX's */
     return NODE_ERR(L, n, FL_ENOTSUP, "op type '%s' is not supported; supported: %s", op,
                     fl_gop_supported());
+  if ((gop->opset_min && L->opset < gop->opset_min) ||
+      (gop->opset_max && L->opset > gop->opset_max))
+    return NODE_ERR(L, n, FL_ENOTSUP, "%s as opset %d defines it is not supported (this op is "
+                    "taken at opsets %d to %d): export with an opset_version in that range", op,
+                    L->opset, gop->opset_min ? gop->opset_min : FL_ONNX_OPSET_MIN,
+                    gop->opset_max ? gop->opset_max : FL_ONNX_OPSET_MAX);
   /* omitted trailing outputs are dropped; an omitted middle one gets a
    * private name (the engine names every output) */
   size_t nout = n->n_output;
@@ -466,7 +477,9 @@ done:
 
 /* ------------------------------------------------------------ whole graph */
 
-static fl_status check_opset(const char *path, const Onnx__ModelProto *m) {
+/* The model's opset of the default domain into *opset, refused outside
+ * what the importer takes. */
+static fl_status check_opset(const char *path, const Onnx__ModelProto *m, int *opset) {
   int64_t v = -1;
   for (size_t i = 0; i < m->n_opset_import; i++) {
     const Onnx__OperatorSetIdProto *o = m->opset_import[i];
@@ -482,6 +495,7 @@ static fl_status check_opset(const char *path, const Onnx__ModelProto *m) {
     return FL_ERR(FL_ENOTSUP, "%s: opset %lld of the default domain; supported: %d to %d "
                   "(export with opset_version in that range)", path, (long long)v,
                   FL_ONNX_OPSET_MIN, FL_ONNX_OPSET_MAX);
+  *opset = (int)v;
   return FL_OK;
 }
 
@@ -521,12 +535,6 @@ static fl_status declare_input(loader *L, const Onnx__ValueInfoProto *vi, int k)
     per *= d->dim_value;
     dims[i] = d->dim_value;
   }
-  const Onnx__TensorShapeProto__Dimension *d0 = sh->dim[0];
-  if (d0 && d0->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
-      d0->dim_value != 1)
-    FL_LOGW("%s: graph input '%s' declares a fixed batch of %lld; it is trained with "
-            "train.batch_size (shapes computed from the fixed batch are refused at bind)",
-            L->path, nm, (long long)d0->dim_value);
   return fl_graph_input(L->fg, nm, (int)sh->n_dim, dims, &L->v[k].id);
 }
 
@@ -717,9 +725,10 @@ static fl_status mark_needed(loader *L, int k) {
 
 static fl_status load_model(loader *L, const Onnx__ModelProto *m, const char *output,
                             fl_gloss loss) {
-  FL_TRY(check_opset(L->path, m));
+  FL_TRY(check_opset(L->path, m, &L->opset));
   if (!m->graph) return FL_ERR(FL_EINVAL, "%s: the model has no graph", L->path);
-  L->g = m->graph;
+  FL_TRY(fl_onnx_embbag_rewrite(L->path, m->graph, &L->rw));
+  L->g = fl_onnx_embbag_graph(L->rw, m->graph);
   const Onnx__GraphProto *g = L->g;
   if (g->n_sparse_initializer)
     return FL_ERR(FL_ENOTSUP, "%s: the graph has sparse initializers; only dense tensors are "
@@ -736,11 +745,10 @@ static fl_status load_model(loader *L, const Onnx__ModelProto *m, const char *ou
     const Onnx__NodeProto *n = g->node[i];
     if (!L->need[i]) continue;
     const fl_gop *op = fl_gop_find(S(n->op_type));
-    const int bn = !strcmp(S(n->op_type), "BatchNormalization");
     for (size_t j = 0; j < n->n_input; j++) {
       int k = S(n->input[j])[0] ? find(L, n->input[j]) : -1;
       if (k < 0 || L->v[k].kind != V_INIT) continue;
-      if (bn && (j == 3 || j == 4)) L->v[k].buffer = 1;
+      if (op && j < 32 && ((op->buffer_in >> j) & 1u)) L->v[k].buffer = 1;
       else if (!op || (op->backward && (j >= 32 || !((op->nodiff_in >> j) & 1u))))
         L->v[k].diff = 1;
     }
@@ -762,6 +770,7 @@ fl_status fl_onnx_load_mem(const void *buf, size_t len, const char *name, const 
   Onnx__ModelProto *m;
   FL_TRY(fl_onnx_unpack(buf, len, L.path, &m));
   fl_status st = load_model(&L, m, output, loss);
+  if (st == FL_OK) st = fl_onnx_lint(m, L.path); /* a wrong export warned of (onnx_lint.c) */
   if (st != FL_OK) {
     fl_graph_free(L.fg);
     L.fg = NULL;
@@ -771,6 +780,7 @@ fl_status fl_onnx_load_mem(const void *buf, size_t len, const char *name, const 
   free(L.slot);
   free(L.order);
   free(L.need);
+  fl_onnx_embbag_free(L.rw);
   onnx__model_proto__free_unpacked(m, NULL);
   return st;
 }

@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""seq_tagger.py - a sequence tagger: Embedding, a bidirectional GRU and a
+Linear head per token, trained with per-token labels [N, L] whose padding
+positions carry ignore_index (-100), as nn.CrossEntropyLoss has it.
+Defined in PyTorch, exported to ONNX, trained by Flotilla (seq_tagger.yaml).
+
+The synthetic task: the tag of a token is its id mod 3, unless the token
+before it is a "trigger" (ids 1..30), then 3 + its id mod 2: the tagger
+needs the left context.
+
+    /usr/bin/python3 deploy/examples/onnx/seq_tagger.py data DIR
+    /usr/bin/python3 deploy/examples/onnx/seq_tagger.py export OUT.onnx [--seed N]
+    /usr/bin/python3 deploy/examples/onnx/seq_tagger.py eval TRAINED.onnx DIR
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import seq_data  # noqa: E402
+
+INPUTS = ["ids"]
+TAGS = 5
+
+
+class Tagger(nn.Module):
+    def __init__(self, vocab=seq_data.VOCAB, emb=24, hidden=24, tags=TAGS):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, emb)
+        self.gru = nn.GRU(emb, hidden, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(2 * hidden, tags)
+
+    def forward(self, ids):
+        h, _ = self.gru(self.emb(ids))
+        return self.head(h)  # [N, L, tags]
+
+
+def build(seed=1):
+    torch.manual_seed(seed)
+    return Tagger()
+
+
+def tags(ids, mask):
+    prev = np.concatenate([np.zeros_like(ids[:, :1]), ids[:, :-1]], axis=1)
+    t = np.where((prev >= 1) & (prev <= 30), 3 + ids % 2, ids % 3).astype(np.int64)
+    t[~mask] = seq_data.IGNORE
+    return t
+
+
+def make_data(out_dir, n_train=8000, n_test=2000, seed=0):
+    rng = np.random.default_rng(seed)
+    for split, n in (("train", n_train), ("test", n_test)):
+        ids, mask = seq_data.tokens(n, rng)
+        seq_data.save_split(out_dir, split, {"ids": ids, "y": tags(ids, mask)})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("data").add_argument("dir")
+    e = sub.add_parser("export")
+    e.add_argument("out")
+    e.add_argument("--seed", type=int, default=1)
+    v = sub.add_parser("eval")
+    v.add_argument("onnx")
+    v.add_argument("dir")
+    v.add_argument("--limit", type=int, default=0)
+    a = ap.parse_args()
+    if a.cmd == "data":
+        make_data(a.dir)
+    elif a.cmd == "export":
+        ids = torch.zeros(2, seq_data.SEQ_LEN, dtype=torch.int64)
+        seq_data.export(build(a.seed), (ids,), INPUTS, a.out)
+    else:
+        m = build()
+        seq_data.load_onnx_into(m, a.onnx)
+        d = seq_data.load_split(a.dir, "test", INPUTS + ["y"], a.limit)
+        m.eval()
+        with torch.no_grad():
+            acc = seq_data.accuracy(m(d["ids"]), d["y"])
+        print(f"test acc1: {acc:.4f} (per token, {int((d['y'] != seq_data.IGNORE).sum())} "
+              f"tokens of {len(d['y'])} sequences)")
+
+
+if __name__ == "__main__":
+    main()
