@@ -54,7 +54,10 @@ int main(int argc, char **argv) {
   const size_t in = fl_graph_model_ops.input_size(h);
   float *x = malloc(batch * in * sizeof *x);
   int32_t *y = malloc(batch * sizeof *y);
-  if (!x || !y) return 1;
+  if (!x || !y) {
+    fprintf(stderr, "bench_lstm: out of memory\n");
+    return 1;
+  }
   unsigned s = 1;
   for (size_t i = 0; i < batch * in; i++) x[i] = (float)(rand_r(&s) % 2001 - 1000) / 1000.0f;
   for (size_t i = 0; i < batch; i++) y[i] = (int32_t)(i % 4);
