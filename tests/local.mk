@@ -15,6 +15,7 @@ include $(srcdir)/tests/unit/ops_reduce.mk
 include $(srcdir)/tests/unit/ops_matrix.mk
 include $(srcdir)/tests/unit/ops_shape2.mk
 include $(srcdir)/tests/unit/ops_activation.mk
+include $(srcdir)/tests/unit/ops_rnn.mk
 include $(srcdir)/tests/unit/onnx.mk
 include $(srcdir)/tests/unit/ops_embbag.mk
 include $(srcdir)/tests/unit/onnx_lint.mk

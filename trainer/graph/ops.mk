@@ -14,3 +14,4 @@ libfltrainer_la_SOURCES += trainer/graph/ops_embbag.c
 libfltrainer_la_SOURCES += trainer/graph/ops_convt.c
 libfltrainer_la_SOURCES += trainer/graph/ops_resize.c
 libfltrainer_la_SOURCES += trainer/graph/ops_activation.c
+libfltrainer_la_SOURCES += trainer/graph/ops_rnn.c

@@ -39,6 +39,8 @@ extern const fl_gop fl_gops_convt[];
 extern const size_t fl_gops_convt_n;
 extern const fl_gop fl_gops_activation[];
 extern const size_t fl_gops_activation_n;
+extern const fl_gop fl_gops_rnn[];
+extern const size_t fl_gops_rnn_n;
 
 /* Log "graph: node NAME (OP): message" once and return code. */
 fl_status fl_gop_fail(const fl_gnode *n, fl_status code, const char *fmt, ...)

@@ -287,6 +287,29 @@ static fl_status fold_constant(loader *L, const Onnx__NodeProto *n, int k) {
   return st;
 }
 
+/* A STRINGS attribute as one string, its entries joined by ',' (which
+ * no entry may hold), into *out (the caller frees it). */
+static fl_status join_strings(const loader *L, const Onnx__NodeProto *n,
+                              const Onnx__AttributeProto *a, char **out) {
+  size_t len = 1;
+  for (size_t k = 0; k < a->n_strings; k++) {
+    const ProtobufCBinaryData *e = &a->strings[k];
+    if (e->len && (memchr(e->data, '\0', e->len) || memchr(e->data, ',', e->len)))
+      return NODE_ERR(L, n, FL_EINVAL, "strings attribute '%s' entry %zu holds a NUL or a ','",
+                      S(a->name), k);
+    len += e->len + 1;
+  }
+  if (!(*out = malloc(len))) return FL_ERR(FL_ENOMEM, "%s: out of memory", L->path);
+  size_t at = 0;
+  for (size_t k = 0; k < a->n_strings; k++) {
+    if (k) (*out)[at++] = ',';
+    if (a->strings[k].len) memcpy(*out + at, a->strings[k].data, a->strings[k].len);
+    at += a->strings[k].len;
+  }
+  (*out)[at] = '\0';
+  return FL_OK;
+}
+
 /* The attributes of node n as fl_gattr (strings copied into *strs, which
  * the caller frees along with *out). */
 static fl_status convert_attrs(const loader *L, const Onnx__NodeProto *n, fl_gattr **out,
@@ -332,6 +355,10 @@ static fl_status convert_attrs(const loader *L, const Onnx__NodeProto *n, fl_gat
       ss[i][a->s.len] = '\0';
       at[i].kind = FL_GA_STRING, at[i].s = ss[i];
       break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS: /* comma-joined (RNN activations) */
+      FL_TRY(join_strings(L, n, a, &ss[i]));
+      at[i].kind = FL_GA_STRING, at[i].s = ss[i];
+      break;
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR: {
       /* ConstantOfShape's fill value: a one-element tensor. */
       const fl_gop *op = fl_gop_find(S(n->op_type));
@@ -361,7 +388,7 @@ static fl_status convert_attrs(const loader *L, const Onnx__NodeProto *n, fl_gat
       return NODE_ERR(L, n, FL_EINVAL, "attribute '%s' has no type", an);
     default:
       return NODE_ERR(L, n, FL_ENOTSUP, "attribute '%s' has a type (%d) no supported op takes; "
-                      "supported: int, float, ints, floats, string", an, type);
+                      "supported: int, float, ints, floats, string, strings", an, type);
     }
   }
   return FL_OK;
