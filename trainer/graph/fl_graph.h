@@ -41,7 +41,7 @@ typedef enum fl_gdtype {
 
 /* What a tensor is. */
 typedef enum fl_gtensor_kind {
-  FL_GT_INPUT = 0,  /* the data input (at most one), fp32, first dim FL_G_BATCH */
+  FL_GT_INPUT = 0,  /* a data input, fp32 or int64 (host), first dim FL_G_BATCH, set per step */
   FL_GT_PARAM = 1,  /* trainable fp32 initializer: an fl_param with a grad */
   FL_GT_BUFFER = 2, /* fp32 state that is saved but never optimized (BN running stats) */
   FL_GT_CONST = 3,  /* fixed data (fp32 or int64), neither saved nor trained */
@@ -104,6 +104,13 @@ void fl_graph_free(fl_graph *g);
  * entries (0..FL_G_MAX_DIMS); only an INPUT's dims may hold FL_G_BATCH,
  * and only as dims[0].  Data is copied; the caller keeps its buffers. */
 fl_status fl_graph_input(fl_graph *g, const char *name, int ndim, const int64_t *dims, int *id);
+/* A data input of element type dt (FL_G_F32, or FL_G_I64: int64 data such
+ * as token ids, in host memory, handed per step and so never known at
+ * bind); a graph may declare several (fl_graph_input allows one only).
+ * Graphs with an int64 input or several inputs run on the cpu and are fed
+ * through fl_graph_model_ops.train_feed / eval_feed (fl_model_feed). */
+fl_status fl_graph_input_typed(fl_graph *g, const char *name, fl_gdtype dt, int ndim,
+                               const int64_t *dims, int *id);
 /* A rows input: capacity rows of width floats (both > 0), of which a step
  * uses those its sparse feeds name.  A graph may have several, and needs
  * no data input beside them (its batch size is then the call's). */
