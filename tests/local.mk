@@ -11,6 +11,7 @@ include $(srcdir)/tests/unit/npy.mk
 include $(srcdir)/tests/unit/graph.mk
 include $(srcdir)/tests/unit/graph_ops.mk
 include $(srcdir)/tests/unit/onnx.mk
+include $(srcdir)/tests/unit/typed_inputs.mk
 include $(srcdir)/tests/unit/collective.mk
 include $(srcdir)/tests/unit/pserver.mk
 include $(srcdir)/tests/unit/obs.mk
