@@ -178,6 +178,149 @@ START_TEST(feed_refusals) {
 }
 END_TEST
 
+
+/* ------------------------------------------------------------ data layer */
+
+#define N 10
+#define TL 3
+
+static char g_dir[256];
+
+static const char *path_of(const char *name) {
+  static char buf[8][512];
+  static int k;
+  k = (k + 1) % 8;
+  snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+  return buf[k];
+}
+
+/* Sample i of every file encodes i: ids i*10+l (int32), mask (i+l)%2
+ * (bool), half i+0.5 (float16), bytes i (uint8), labels l or ignored. */
+static void write_files(size_t n_mask) {
+  int32_t ids[N * TL];
+  uint8_t mask[N * TL], u8[N];
+  uint16_t half[N];
+  int64_t y[N * TL];
+  for (int i = 0; i < N; i++) {
+    for (int l = 0; l < TL; l++) {
+      ids[i * TL + l] = i * 10 + l;
+      mask[i * TL + l] = (uint8_t)((i + l) % 2);
+      y[i * TL + l] = (i + l) % 4 == 3 ? IGN : l;
+    }
+    u8[i] = (uint8_t)i;
+    const float v = (float)i + 0.5f; /* exact in float16: 1.m x 2^e */
+    int e = 0;
+    const float m = frexpf(v, &e); /* v = m 2^e, m in [0.5, 1) */
+    half[i] = (uint16_t)(((e - 1 + 15) << 10) | ((uint16_t)((m * 2.0f - 1.0f) * 1024.0f)));
+  }
+  const int64_t s2[2] = {N, TL}, sm[2] = {(int64_t)n_mask, TL}, s1[1] = {N};
+  ck_assert_int_eq(fl_npy_save(path_of("ids.npy"), FL_NPY_I32, 2, s2, ids), FL_OK);
+  ck_assert_int_eq(fl_npy_save(path_of("mask.npy"), FL_NPY_BOOL, 2, sm, mask), FL_OK);
+  ck_assert_int_eq(fl_npy_save(path_of("half.npy"), FL_NPY_F16, 1, s1, half), FL_OK);
+  ck_assert_int_eq(fl_npy_save(path_of("u8.npy"), FL_NPY_U8, 1, s1, u8), FL_OK);
+  ck_assert_int_eq(fl_npy_save(path_of("y.npy"), FL_NPY_I64, 2, s2, y), FL_OK);
+}
+
+static fl_status load(fl_dataset *d) {
+  fl_npy_inputs in = {.n = 4, .names = {"ids", "mask", "half", "u8"},
+                      .paths = {path_of("ids.npy"), path_of("mask.npy"), path_of("half.npy"),
+                                path_of("u8.npy")},
+                      .y_path = path_of("y.npy"), .num_classes = TL, .ignore_index = IGN,
+                      .scale = 0.25f};
+  return fl_npy_load_inputs(&in, d);
+}
+
+static void setup_dir(void) {
+  snprintf(g_dir, sizeof g_dir, "/tmp/fl_typed_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(g_dir));
+}
+
+static void remove_dir(void) {
+  static const char *const f[] = {"ids.npy", "mask.npy", "half.npy", "u8.npy", "y.npy", "f.npy"};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) unlink(path_of(f[i]));
+  rmdir(g_dir);
+}
+
+START_TEST(inputs_shuffled_together_every_dtype) {
+  setup_dir();
+  write_files(N);
+  fl_dataset d;
+  ck_assert_int_eq(load(&d), FL_OK);
+  ck_assert_uint_eq(d.n, N);
+  ck_assert_uint_eq(d.ylen, TL);
+  ck_assert_int_eq(fl_dataset_bind_input(&d, 0, FL_DATA_I64, 0), FL_OK);
+  ck_assert_int_eq(fl_dataset_bind_input(&d, 1, FL_DATA_I64, 0), FL_OK);
+  ck_assert_int_eq(fl_dataset_bind_input(&d, 2, FL_DATA_F32, 0), FL_OK);
+  ck_assert_int_eq(fl_dataset_bind_input(&d, 3, FL_DATA_F32, 0), FL_OK);
+  fl_shard_spec spec = {.n = N, .batch_size = 4, .rank = 0, .world_size = 1, .seed = 5,
+                        .shuffle = 1};
+  fl_loader *l;
+  ck_assert_int_eq(fl_loader_create(&d, NULL, &spec, 2, &l), FL_OK);
+  ck_assert_int_eq(fl_loader_start(l, 0, 0), FL_OK);
+  int moved = 0;
+  for (size_t b = 0; b < fl_loader_batches(l); b++) {
+    fl_batch bt;
+    ck_assert_int_eq(fl_loader_next(l, &bt), FL_OK);
+    ck_assert_uint_eq(bt.n_inputs, 4);
+    ck_assert_uint_eq(bt.ylen, TL);
+    const int64_t *ids = bt.inputs[0], *mask = bt.inputs[1];
+    const float *half = bt.inputs[2], *u8 = bt.inputs[3];
+    for (size_t i = 0; i < bt.size; i++) {
+      const int64_t s = ids[i * TL] / 10;
+      moved |= s != (int64_t)(b * 4 + i);
+      for (int k = 0; k < TL; k++) {
+        ck_assert_int_eq(ids[i * TL + k], s * 10 + k);
+        ck_assert_int_eq(mask[i * TL + k], (s + k) % 2);
+        ck_assert_int_eq(bt.y[i * TL + k], (s + k) % 4 == 3 ? IGN : k);
+      }
+      ck_assert_msg(half[i] == (float)s + 0.5f, "b %zu i %zu s %lld half %g u8 %g", b, i, (long long)s, half[i], u8[i]);
+      ck_assert_float_eq(u8[i], (float)s * 0.25f);
+    }
+  }
+  ck_assert_msg(moved, "the shuffle kept the order");
+  fl_loader_destroy(l);
+  /* the conversions refused */
+  ck_assert_int_eq(fl_dataset_bind_input(&d, 2, FL_DATA_I64, 0), FL_EINVAL); /* float16 ids */
+  ck_assert_int_eq(fl_dataset_bind_input(&d, 0, FL_DATA_F32, 0), FL_EINVAL); /* int into float */
+  ck_assert_int_eq(fl_dataset_bind_input(&d, 1, FL_DATA_F32, 0), FL_EINVAL); /* bool into float */
+  ck_assert_int_eq(fl_dataset_bind_input(&d, 3, FL_DATA_F32, 1), FL_EINVAL); /* uint8 into Cast */
+  ck_assert_int_eq(fl_dataset_bind_input(&d, 3, FL_DATA_I64, 0), FL_OK);     /* uint8 ids */
+  int64_t row[1];
+  fl_dataset_input_rows(&d, 3, 7, 1, row);
+  ck_assert_int_eq(row[0], 7); /* unscaled */
+  fl_dataset_free(&d);
+  remove_dir();
+}
+END_TEST
+
+START_TEST(inputs_refused) {
+  setup_dir();
+  fl_dataset d;
+  write_files(N - 1); /* mask has one sample less */
+  ck_assert_int_eq(load(&d), FL_EINVAL);
+  write_files(N);
+  const float f[N] = {0};
+  ck_assert_int_eq(fl_npy_save(path_of("f.npy"), FL_NPY_F32, 1, (const int64_t[]){N}, f), FL_OK);
+  fl_npy_inputs in = {.n = 2, .names = {"ids", "ids"},
+                      .paths = {path_of("ids.npy"), path_of("ids.npy")},
+                      .y_path = path_of("y.npy"), .ignore_index = IGN, .scale = 1.0f};
+  ck_assert_int_eq(fl_npy_load_inputs(&in, &d), FL_EINVAL); /* a name twice */
+  in.names[1] = "missing";
+  in.paths[1] = path_of("nonexistent.npy");
+  ck_assert_int_eq(fl_npy_load_inputs(&in, &d), FL_ENOTFOUND);
+  in.n = 1;
+  in.num_classes = 2; /* label 2 at position 2 */
+  ck_assert_int_eq(fl_npy_load_inputs(&in, &d), FL_EINVAL);
+  in.num_classes = 3;
+  in.y_path = path_of("f.npy"); /* float targets of one value per sample */
+  ck_assert_int_eq(fl_npy_load_inputs(&in, &d), FL_OK);
+  ck_assert_ptr_nonnull(d.t);
+  ck_assert_uint_eq(d.tdim, 1);
+  fl_dataset_free(&d);
+  remove_dir();
+}
+END_TEST
+
 int main(void) {
   fl_log_set_level(FL_LOG_OFF);
   Suite *s = suite_create("typed_inputs");
@@ -186,6 +329,10 @@ int main(void) {
   tcase_add_test(tc, int64_input_per_step_and_token_loss);
   tcase_add_test(tc, feed_refusals);
   suite_add_tcase(s, tc);
+  TCase *td = tcase_create("data");
+  tcase_add_test(td, inputs_shuffled_together_every_dtype);
+  tcase_add_test(td, inputs_refused);
+  suite_add_tcase(s, td);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);
   const int failed = srunner_ntests_failed(r);
