@@ -4,7 +4,8 @@
  * against a reference computed here, parameter gradients against finite
  * differences, refusals of a wrong feed); the data layer (several .npy
  * inputs loaded, converted per dtype and shuffled together, mismatched
- * counts, the uint8-into-Cast refusal). */
+ * counts, the uint8-into-Cast refusal); the job keys data.inputs,
+ * data.test_inputs and model.ignore_index. */
 #include <config.h>
 
 #include <check.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fl_config.h"
 #include "fl_data.h"
 #include "fl_graph.h"
 #include "fl_log.h"
@@ -321,6 +323,58 @@ START_TEST(inputs_refused) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- config */
+
+#define JOB_HEAD "model: {kind: onnx, path: m.onnx, ignore_index: -1}\ntrain: {eval: true}\n"
+
+START_TEST(config_inputs) {
+  static fl_job j, k;
+  const char *text = JOB_HEAD "data:\n  format: npy\n  inputs: {ids: a.npy, mask: b.npy}\n"
+                     "  train_y: y.npy\n  test_inputs: {mask: tb.npy, ids: ta.npy}\n"
+                     "  test_y: ty.npy\n";
+  ck_assert_int_eq(fl_job_load_string(text, "j.yaml", &j), FL_OK);
+  ck_assert_uint_eq(j.data.n_inputs, 2);
+  ck_assert_str_eq(j.data.inputs[0].name, "ids");
+  ck_assert_str_eq(j.data.inputs[1].path, "b.npy");
+  ck_assert_str_eq(j.data.test_inputs[1].path, "ta.npy");
+  ck_assert_int_eq(j.model.ignore_index, -1);
+  /* the dump reads back the same */
+  char *dump = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&dump, &len);
+  ck_assert_int_eq(fl_job_write_yaml(&j, f), FL_OK);
+  fclose(f);
+  ck_assert_int_eq(fl_job_load_string(dump, "dump.yaml", &k), FL_OK);
+  free(dump);
+  ck_assert_uint_eq(k.data.n_test_inputs, 2);
+  ck_assert_str_eq(k.data.test_inputs[0].name, "mask");
+  ck_assert_int_eq(k.model.ignore_index, -1);
+  ck_assert_int_eq(fl_job_load_string("model: {kind: onnx, path: m.onnx}\n", "d.yaml", &k), FL_OK);
+  ck_assert_int_eq(k.model.ignore_index, -100);
+  /* refusals, each naming the key */
+  static const struct {
+    const char *text, *msg;
+  } bad[] = {
+      {JOB_HEAD "data: {format: npy, inputs: {ids: a.npy}, train_x: x.npy, train_y: y.npy}\n",
+       "data.train_x"},
+      {JOB_HEAD "data: {format: npy, inputs: {ids: a.npy, ids: b.npy}, train_y: y.npy}\n",
+       "duplicate key"},
+      {JOB_HEAD "data: {format: npy, inputs: {ids: a.npy}, train_y: y.npy, test_y: t.npy,\n"
+                "       test_inputs: {idz: t.npy}}\n", "data.test_inputs"},
+      {JOB_HEAD "data: {format: npy, inputs: {ids: a.npy}, train_y: y.npy, test_y: t.npy}\n",
+       "data.test_inputs"},
+      {JOB_HEAD "data: {format: npy, inputs: [a.npy], train_y: y.npy}\n", "expected a mapping"},
+      {"model: {kind: mlp}\ndata: {format: npy, inputs: {x: a.npy}, train_y: y.npy}\n",
+       "onnx"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(fl_job_load_string(bad[i].text, "bad.yaml", &k), FL_EINVAL);
+    ck_assert_msg(strstr(fl_job_last_error(), bad[i].msg), "case %zu: %s", i,
+                  fl_job_last_error());
+  }
+}
+END_TEST
+
 int main(void) {
   fl_log_set_level(FL_LOG_OFF);
   Suite *s = suite_create("typed_inputs");
@@ -330,6 +384,7 @@ int main(void) {
   tcase_add_test(tc, feed_refusals);
   suite_add_tcase(s, tc);
   TCase *td = tcase_create("data");
+  tcase_add_test(td, config_inputs);
   tcase_add_test(td, inputs_shuffled_together_every_dtype);
   tcase_add_test(td, inputs_refused);
   suite_add_tcase(s, td);
