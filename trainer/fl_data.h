@@ -6,7 +6,11 @@
  *             Fashion-MNIST, or the synthetic generator), held in memory as
  *             fp32 pixels scaled to [0,1]; or .npy files as a Python user
  *             writes them with numpy.save (features of any shape, float32 or
- *             uint8, class ids or float targets), memory-mapped;
+ *             uint8, class ids or float targets), memory-mapped; or one
+ *             .npy file per named model input (data.inputs: float32,
+ *             float16, uint8, int64, int32, bool), converted per sample
+ *             to the float or int64 the input takes, with class ids [N]
+ *             or [N, L];
  *   sparse  - CTR-style samples: a float label and a list of
  *             (slot, u64 feature id, value) triples (libsvm / libffm /
  *             "label slot:feasign" text files, or the synthetic generator).
