@@ -2,8 +2,8 @@
  * static DAG of ONNX-named ops over named tensors.
  *
  * Builders (the presets in graph_presets.c, the ONNX importer in onnx/,
- * the CTR model) describe a graph with the fl_graph_* calls below: at most
- * one data input, rows inputs (rows pulled from sparse tables), the
+ * the CTR model) describe a graph with the fl_graph_* calls below: data
+ * inputs (float or int64, fed by name per step), rows inputs (rows pulled from sparse tables), the
  * initializers (trainable parameters, buffers such as batch-norm running
  * statistics, and constants), and nodes whose op types and attributes are
  * ONNX's (opsets 13 to 17) or, for the sparse ops, Flotilla's own
@@ -168,8 +168,8 @@ typedef struct fl_graph_options {
 } fl_graph_options;
 
 /* Compile g (taken: freed here on failure too) into a model handle for the
- * fl_graph_model_ops table below.  Checks: one output, at most one input
- * (a graph without one, or with rows inputs, is host only), no cycle, every node's inputs declared, all shapes bindable at
+ * fl_graph_model_ops table below.  Checks: one output (a graph without an
+ * input, with rows inputs, several inputs or an int64 one is host only), no cycle, every node's inputs declared, all shapes bindable at
  * batch 1 and max_batch, every recompute checkpoint names a tensor, a gpu
  * graph has a CUDA twin for every op (else FL_ENOTSUP naming the node and
  * op).  Errors are logged here. */
@@ -185,7 +185,9 @@ fl_math fl_graph_amp_math(const char *op_type, const fl_graph_options *opt);
  * made by fl_graph_model_create).  train_step/eval take int32 class labels
  * for FL_GLOSS_SOFTMAX_XENT; see fl_graph_model_train_stepf for the float
  * targets of the other losses.  x is the data input (batch * input_size
- * floats), NULL for a graph without one. */
+ * floats), NULL for a graph without one; a graph with several inputs or an
+ * int64 one is fed by name through train_feed / eval_feed (fl_model_feed),
+ * which also take per-token class ids and ignore_index. */
 extern const fl_model_ops fl_graph_model_ops;
 
 /* train_step / eval with float targets (K per sample, K = the output's
