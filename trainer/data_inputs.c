@@ -90,7 +90,8 @@ static fl_status load_inputs(const fl_npy_inputs *spec, fl_dataset *out) {
   out->dim = first->dim;
   out->num_classes = spec->num_classes;
   out->sample_ndim = fl_npy_ndim(first->file) - 1;
-  for (int d = 0; d < out->sample_ndim; d++) out->sample_shape[d] = fl_npy_shape(first->file)[d + 1];
+  for (int d = 0; d < out->sample_ndim; d++)
+    out->sample_shape[d] = fl_npy_shape(first->file)[d + 1];
   out->channels = out->height = 1;
   out->width = first->dim > INT32_MAX ? 0 : (int)first->dim;
   return FL_OK;

@@ -249,14 +249,17 @@ static fl_status bind_inputs(trainer *t) {
   char list[512];
   fl_model_input_info mi;
   if (!t->train.n_inputs) {
-    if (nm > 1 || (nm == 1 && fl_model_input_get(m, 0, &mi) == FL_OK && mi.dtype != FL_MODEL_F32))
+    const int typed = nm == 1 && fl_model_input_get(m, 0, &mi) == FL_OK &&
+                      mi.dtype != FL_MODEL_F32;
+    if (nm > 1 || typed)
       return FL_ERR(FL_EINVAL, "%s: the model's inputs are %s: name each one's file in "
                     "data.inputs", t->job->source, model_inputs(m, list, sizeof list));
     return FL_OK;
   }
   for (size_t k = 0; k < t->train.n_inputs; k++) {
     size_t i = 0;
-    while (i < nm && fl_model_input_get(m, i, &mi) == FL_OK && strcmp(mi.name, t->train.inputs[k].name))
+    while (i < nm && fl_model_input_get(m, i, &mi) == FL_OK &&
+           strcmp(mi.name, t->train.inputs[k].name))
       i++;
     if (i == nm)
       return FL_ERR(FL_EINVAL, "%s: data.inputs names '%s', which is no input of %s (its inputs: "

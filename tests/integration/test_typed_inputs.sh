@@ -14,6 +14,7 @@ set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
 T=$FL_BUILDDIR/flotilla-trainer
 py=/usr/bin/python3
+gen=$FL_SRCDIR/tests/integration/typed_inputs.py
 "$py" -c 'import torch, onnx' 2>/dev/null || { echo "SKIP: no torch/onnx for $py"; exit 77; }
 tmp=$(mktemp -d /tmp/fl_typed_inputs.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -41,10 +42,11 @@ close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b <
 
 for case in pooled tokens; do
   d=$tmp/$case
-  timeout 60 "$py" "$FL_SRCDIR/tests/integration/typed_inputs.py" "$d" "$case" > "$tmp/py.out" 2>&1 \
-    || { cat "$tmp/py.out"; fail "$case: typed_inputs.py"; continue; }
+  timeout 60 "$py" "$gen" "$d" "$case" > "$tmp/py.out" 2>&1 ||
+    { cat "$tmp/py.out"; fail "$case: typed_inputs.py"; continue; }
   job "$d" "ids: $d/ids.npy, mask: $d/mask.npy"
-  timeout 60 "$T" --config "$d/job.yaml" > "$d/out" 2>&1 || { tail -5 "$d/out"; fail "$case: trainer"; continue; }
+  timeout 60 "$T" --config "$d/job.yaml" > "$d/out" 2>&1 ||
+    { tail -5 "$d/out"; fail "$case: trainer"; continue; }
   r1=$(sed -n 1p "$d/ref.txt"); r2=$(sed -n 2p "$d/ref.txt")
   l1=$(sed -n 's/^\[Epoch 0, batch 0\] loss: \([0-9.]*\),.*/\1/p' "$d/out")
   l2=$(sed -n 's/^\[Epoch 1, batch 0\] loss: \([0-9.]*\),.*/\1/p' "$d/out")
@@ -72,9 +74,9 @@ if [ -f "$d/model.onnx" ]; then
   refused unfed "$d" "input 'mask' of .* is not fed"
 fi
 d=$tmp/castids
-if timeout 60 "$py" "$FL_SRCDIR/tests/integration/typed_inputs.py" "$d" castids > "$tmp/py.out" 2>&1; then
+if timeout 60 "$py" "$gen" "$d" castids > "$tmp/py.out" 2>&1; then
   job "$d" "ids: $d/ids.npy"
-  refused castids "$d" "ids.npy: input 'ids' holds uint8 for a float model input that the graph casts"
+  refused castids "$d" "ids.npy: input 'ids' holds uint8 for a float model input that the graph"
 else
   cat "$tmp/py.out"; fail "castids: typed_inputs.py"
 fi

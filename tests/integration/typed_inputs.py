@@ -84,10 +84,11 @@ def main():
     torch.manual_seed(4)
     model = Token(per_token)
     sd = {k: v.clone() for k, v in model.state_dict().items()}
-    torch.onnx.export(model, (torch.zeros(2, L, dtype=torch.int64), torch.ones(2, L, dtype=torch.bool)),
-                      os.path.join(d, "model.onnx"), opset_version=17,
+    sample = (torch.zeros(2, L, dtype=torch.int64), torch.ones(2, L, dtype=torch.bool))
+    torch.onnx.export(model, sample, os.path.join(d, "model.onnx"), opset_version=17,
                       input_names=["ids", "mask"], output_names=["logits"],
-                      dynamic_axes={"ids": {0: "batch"}, "mask": {0: "batch"}, "logits": {0: "batch"}},
+                      dynamic_axes={"ids": {0: "batch"}, "mask": {0: "batch"},
+                                    "logits": {0: "batch"}},
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
     model.load_state_dict(sd)
     ti, tm, ty = torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(y)

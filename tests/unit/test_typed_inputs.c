@@ -88,7 +88,8 @@ static double ref_loss(void *h, const int64_t *ids, const int64_t *mask, const i
     double z[C], mx = -1e300, se = 0.0;
     for (int c = 0; c < C; c++) {
       z[c] = b[c];
-      for (int d = 0; d < D; d++) z[c] += (double)E[ids[r] * D + d] * (double)mask[r] * W[d * C + c];
+      for (int d = 0; d < D; d++)
+        z[c] += (double)E[ids[r] * D + d] * (double)mask[r] * W[d * C + c];
       if (z[c] > mx) mx = z[c];
     }
     for (int c = 0; c < C; c++) se += exp(z[c] - mx);
@@ -275,7 +276,7 @@ START_TEST(inputs_shuffled_together_every_dtype) {
         ck_assert_int_eq(mask[i * TL + k], (s + k) % 2);
         ck_assert_int_eq(bt.y[i * TL + k], (s + k) % 4 == 3 ? IGN : k);
       }
-      ck_assert_msg(half[i] == (float)s + 0.5f, "b %zu i %zu s %lld half %g u8 %g", b, i, (long long)s, half[i], u8[i]);
+      ck_assert_float_eq(half[i], (float)s + 0.5f);
       ck_assert_float_eq(u8[i], (float)s * 0.25f);
     }
   }
