@@ -5,7 +5,8 @@
 #   1. pooled: one class per sample; the loss of the first step and of the
 #      second (after one SGD step) and the test loss after the first epoch
 #      equal PyTorch's within 1e-4;
-#   2. tokens: a class per token ([N, L] labels, -100 skipped): the same;
+#   2. tokens: a class per token ([N, L] labels, -100 skipped; the output
+#      reshaped by the int64 input's shape, a bind-time value): the same;
 #   3. refusals, each naming what is wrong: a named input the model lacks,
 #      a model input left unfed, uint8 ids for a float input that the
 #      model casts to int64.

@@ -32,8 +32,8 @@ class Token(torch.nn.Module):
     def forward(self, ids, mask):
         m = mask.unsqueeze(-1).float()
         e = self.emb(ids) * m
-        if self.per_token:
-            return self.fc(e)
+        if self.per_token:  # the reshape reads the int64 input's shape (a bind-time value)
+            return self.fc(e).reshape(ids.shape[0], ids.shape[1], C)
         return self.fc(e.sum(1) / m.sum(1))
 
 
