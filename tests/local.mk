@@ -19,6 +19,7 @@ include $(srcdir)/tests/unit/ops_rnn.mk
 include $(srcdir)/tests/unit/onnx.mk
 include $(srcdir)/tests/unit/ops_embbag.mk
 include $(srcdir)/tests/unit/onnx_lint.mk
+include $(srcdir)/tests/unit/typed_inputs.mk
 include $(srcdir)/tests/unit/collective.mk
 include $(srcdir)/tests/unit/pserver.mk
 include $(srcdir)/tests/unit/obs.mk

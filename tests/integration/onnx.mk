@@ -13,3 +13,10 @@ TESTS += tests/integration/test_onnx_export.sh
 # AMP lists.  Seconds.
 dist_check_SCRIPTS += tests/integration/test_onnx_modes.sh
 TESTS += tests/integration/test_onnx_modes.sh
+
+# Named, typed inputs: a PyTorch token model with int64 ids and a bool
+# mask trained from data.inputs, per-sample and per-token labels (with
+# ignore_index) against PyTorch's losses; the input refusals.  Seconds.
+dist_check_SCRIPTS += tests/integration/test_typed_inputs.sh
+EXTRA_DIST += tests/integration/typed_inputs.py
+TESTS += tests/integration/test_typed_inputs.sh

@@ -511,7 +511,19 @@ static fl_status check_opset(const char *path, const Onnx__ModelProto *m, int *o
   return FL_OK;
 }
 
-/* The data input: its type must be a float tensor of known per-sample dims. */
+/* The element types a data input may have and what the engine holds
+ * them as: float16 is fed widened to float, int32 and bool as int64. */
+static const struct {
+  int32_t onnx;
+  fl_gdtype dt;
+} k_input_types[] = {{FL_ONNX_FLOAT, FL_G_F32},
+                     {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, FL_G_F32},
+                     {FL_ONNX_INT64, FL_G_I64},
+                     {FL_ONNX_INT32, FL_G_I64},
+                     {FL_ONNX_BOOL, FL_G_I64}};
+
+/* A data input: a float, float16, int64, int32 or bool tensor of known
+ * per-sample dims. */
 static fl_status declare_input(loader *L, const Onnx__ValueInfoProto *vi, int k) {
   const char *nm = L->v[k].name;
   const Onnx__TypeProto *tp = vi->type;
@@ -522,9 +534,11 @@ static fl_status declare_input(loader *L, const Onnx__ValueInfoProto *vi, int k)
                   "value; only a dense float tensor is supported", L->path, nm);
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   const int32_t et = tt && tt->has_elem_type ? tt->elem_type : 0;
-  if (et != FL_ONNX_FLOAT)
-    return FL_ERR(FL_ENOTSUP, "%s: graph input '%s' has dtype %s; the data input must be float",
-                  L->path, nm, fl_onnx_dtype_name(et));
+  size_t ti = 0;
+  while (ti < sizeof k_input_types / sizeof k_input_types[0] && k_input_types[ti].onnx != et) ti++;
+  if (ti == sizeof k_input_types / sizeof k_input_types[0])
+    return FL_ERR(FL_ENOTSUP, "%s: graph input '%s' has dtype %s; a data input must be float, "
+                  "float16, int64, int32 or bool", L->path, nm, fl_onnx_dtype_name(et));
   const Onnx__TensorShapeProto *sh = tt->shape;
   if (!sh || sh->n_dim == 0)
     return FL_ERR(FL_ENOTSUP, "%s: graph input '%s' has no shape; the importer needs its rank "
@@ -547,7 +561,8 @@ static fl_status declare_input(loader *L, const Onnx__ValueInfoProto *vi, int k)
     per *= d->dim_value;
     dims[i] = d->dim_value;
   }
-  return fl_graph_input(L->fg, nm, (int)sh->n_dim, dims, &L->v[k].id);
+  return fl_graph_input_typed(L->fg, nm, k_input_types[ti].dt, (int)sh->n_dim, dims,
+                              &L->v[k].id);
 }
 
 /* The value the loss reads: output, or the graph's only output. */
@@ -585,8 +600,8 @@ static fl_status pick_output(const loader *L, const char *output, int *k) {
   return FL_OK;
 }
 
-/* Name every value; find the data input.  *input gets its value index. */
-static fl_status index_values(loader *L, int *input, const Onnx__ValueInfoProto **input_vi) {
+/* Name every value; *inputs counts the data inputs. */
+static fl_status index_values(loader *L, size_t *inputs) {
   const Onnx__GraphProto *g = L->g;
   size_t total = g->n_initializer + g->n_input;
   for (size_t i = 0; i < g->n_node; i++)
@@ -605,21 +620,17 @@ static fl_status index_values(loader *L, int *input, const Onnx__ValueInfoProto 
       return FL_ERR(FL_EINVAL, "%s: initializer '%s' is defined twice", L->path, nm);
     add(L, nm, V_INIT, (int)i);
   }
-  *input = -1;
+  *inputs = 0;
   for (size_t i = 0; i < g->n_input; i++) {
     const char *nm = g->input[i] ? S(g->input[i]->name) : "";
     if (!nm[0]) return FL_ERR(FL_EINVAL, "%s: graph input %zu has no name", L->path, i);
     int k = find(L, nm);
     if (k >= 0 && L->v[k].kind == V_INIT) continue; /* an initializer listed as input */
     if (k >= 0) return FL_ERR(FL_EINVAL, "%s: graph input '%s' is listed twice", L->path, nm);
-    if (*input >= 0)
-      return FL_ERR(FL_ENOTSUP, "%s: the graph has several data inputs ('%s', '%s'); only one "
-                    "float input (the batch) is supported", L->path, L->v[*input].name, nm);
     add(L, nm, V_INPUT, (int)i);
-    *input = find(L, nm);
-    *input_vi = g->input[i];
+    (*inputs)++;
   }
-  if (*input < 0)
+  if (*inputs == 0)
     return FL_ERR(FL_EINVAL, "%s: the graph has no data input (every input is an initializer)",
                   L->path);
   for (size_t i = 0; i < g->n_node; i++) {
@@ -745,9 +756,9 @@ static fl_status load_model(loader *L, const Onnx__ModelProto *m, const char *ou
   if (g->n_sparse_initializer)
     return FL_ERR(FL_ENOTSUP, "%s: the graph has sparse initializers; only dense tensors are "
                   "supported", L->path);
-  int input, out;
-  const Onnx__ValueInfoProto *input_vi = NULL;
-  FL_TRY(index_values(L, &input, &input_vi));
+  int out;
+  size_t inputs;
+  FL_TRY(index_values(L, &inputs));
   FL_TRY(pick_output(L, output, &out));
   FL_TRY(sort_nodes(L));
   FL_TRY(mark_needed(L, out));
@@ -766,7 +777,10 @@ static fl_status load_model(loader *L, const Onnx__ModelProto *m, const char *ou
     }
   }
   FL_TRY(fl_graph_new(L->path, &L->fg));
-  FL_TRY(declare_input(L, input_vi, input));
+  for (size_t i = 0; i < g->n_input; i++) { /* every data input, in file order */
+    const int k = find(L, S(g->input[i]->name));
+    if (L->v[k].kind == V_INPUT) FL_TRY(declare_input(L, g->input[i], k));
+  }
   for (size_t i = 0; i < g->n_node; i++)
     if (L->need[L->order[i]]) FL_TRY(declare_node(L, L->order[i]));
   return fl_graph_set_output(L->fg, L->v[out].id, loss);
