@@ -435,7 +435,7 @@ static int read_by_int_cast(const fl_graph *g, int id) {
   for (int i = 0; i < fl_graph_num_nodes(g); i++) {
     fl_gnode_info ni;
     if (fl_graph_node_info(g, i, &ni) != FL_OK || ni.n_in < 1 || ni.in[0] != id ||
-        strcmp(ni.op_type, "Cast") != 0)
+        !(ni.traits & FL_GOP_CAST))
       continue;
     for (int a = 0; a < ni.n_attrs; a++)
       if (ni.attrs[a].name && !strcmp(ni.attrs[a].name, "to") &&

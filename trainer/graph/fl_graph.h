@@ -35,6 +35,23 @@
  * take it, the fusion pass adds it, the exporter splits it out again. */
 #define FL_GRAPH_ACT_ATTR "flotilla_act"
 
+/* What an op is, as the op table's rows declare it (fl_gop.traits, also in
+ * fl_gnode_info.traits): what fusion, AMP, import and export read. */
+enum {
+  FL_GOP_FUSES_ACT = 1u << 0,   /* takes FL_GRAPH_ACT_ATTR: an activation applied by its kernel */
+  FL_GOP_FOLDS_RELU = 1u << 1,  /* the fusion pass folds a Relu after it into that attribute */
+  FL_GOP_AMP16 = 1u << 2,       /* has a 16-bit GEMM path under AMP (its CUDA twin reads math) */
+  FL_GOP_SHAPE_ONLY = 1u << 3,  /* reads only its inputs' shapes: known at bind whatever the
+                                   values (Shape, Size) */
+  FL_GOP_MATMUL = 1u << 4,      /* a linear layer's GEMM: what AMP lists' "linear", "matmul",
+                                   "mul" and "matmul_v2" stand for */
+  FL_GOP_IMPORT_FOLD = 1u << 5, /* the importer folds the node into a constant (Constant) */
+  FL_GOP_TENSOR_VALUE = 1u << 6, /* its "value" attribute may be a one-element ONNX tensor */
+  FL_GOP_NO_FOLD = 1u << 7,     /* never evaluated at create on constants: its value depends on
+                                   the step or the mode (Dropout) */
+  FL_GOP_CAST = 1u << 8         /* converts its input to the element type its "to" names */
+};
+
 /* Element types, numbered as ONNX's TensorProto.DataType. */
 typedef enum fl_gdtype {
   FL_G_F32 = 1,

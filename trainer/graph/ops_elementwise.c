@@ -998,7 +998,7 @@ const fl_gop fl_gops_elementwise[] = {
      .max_out = 1, .attrs = no_attrs, .infer = identity_infer, .forward = identity_forward,
      .backward = pass_backward},
     {.type = "Cast", .paddle = "cast", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
-     .attrs = cast_attrs, .infer = cast_infer, .forward = cast_forward,
+     .attrs = cast_attrs, .infer = cast_infer, .forward = cast_forward, .traits = FL_GOP_CAST,
      .backward = pass_backward,
      .doc = "to 1 (float), 7 (int64) or 9 (bool: int64 0/1, nonzero is 1); others refused"},
     {.type = "Dropout", .paddle = "dropout", .min_in = 1, .max_in = 3, .min_out = 1,
