@@ -9,7 +9,8 @@ Constant and ConstantOfShape, a Shape->Gather->Concat->Reshape subgraph,
 initializers listed as inputs, several outputs, a bool Dropout
 training_mode) and hostile ones (cycle,
 missing input, subgraph, old opset, foreign domain, external data, short
-raw data, overflowing dims, symbolic feature dim, int8 data).
+raw data, overflowing dims, symbolic feature dim, int8 data), and one seed
+per op type of the one-op PyTorch fixtures (tests/fixtures/ops).
 
 Run with Debian's interpreter (python3-onnx), from anywhere:
     /usr/bin/python3 tests/fuzz/make_onnx_corpus.py
@@ -204,13 +205,41 @@ SEEDS = [
 ]
 
 
+FIXTURES = os.path.join(os.path.dirname(OUT), "..", "..", "fixtures", "ops")
+LOSS_FLAGS = {"softmax_cross_entropy": 0, "bce_with_logits": 2, "mse": 4}
+
+
+def op_seeds():
+    """One seed per op type the one-op PyTorch fixtures exercise (their
+    smallest file; output named "output", the case's loss): every op's
+    attribute parsing, as exported by PyTorch, is a starting point."""
+    best = {}
+    for f in sorted(os.listdir(FIXTURES)):
+        if not f.endswith(".case"):
+            continue
+        name = f[:-5]
+        path = os.path.join(FIXTURES, name + ".onnx")
+        with open(os.path.join(FIXTURES, f)) as c:
+            loss = c.read().split()[1]
+        types = {n.op_type for n in onnx.load(path).graph.node}
+        size = os.path.getsize(path)
+        for t in types:
+            if t not in best or size < best[t][1]:
+                best[t] = (path, size, loss)
+    return {("op_" + t, 8 | LOSS_FLAGS[loss], path) for t, (path, _, loss) in best.items()}
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     for name, flags, make in SEEDS:
         data = make().SerializeToString()
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(bytes([flags]) + data)
-    print(f"{len(SEEDS)} seeds in {OUT}", file=sys.stderr)
+    ops = sorted(op_seeds())
+    for name, flags, path in ops:
+        with open(path, "rb") as src, open(os.path.join(OUT, name), "wb") as f:
+            f.write(bytes([flags]) + src.read())
+    print(f"{len(SEEDS)} seeds and {len(ops)} op seeds in {OUT}", file=sys.stderr)
 
 
 if __name__ == "__main__":
