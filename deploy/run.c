@@ -10,10 +10,10 @@
  * after --grace seconds, SIGKILL; flotilla-run then says which process
  * failed first, its error line and last lines, and what became of the
  * others (run_failure.c, from every end recorded as reaped), and exits
- * non-zero.  With --max_restart N a failed
- * trainer is restarted with --resume instead (collective mode restarts
- * every trainer, since the ring needs all ranks; PS mode restarts only the
- * failed one, the pservers keep the parameters).  At the end it writes
+ * non-zero.  With --max_restart N a failed trainer is restarted with
+ * --resume instead (collective mode restarts every trainer, since the ring
+ * needs all ranks; PS mode restarts only the failed one, the pservers keep
+ * the parameters).  At the end it writes
  * log/metrics.csv and log/curve.png.
  *
  * Every child gets FLOTILLA_RUN_ID (the user's, else a fresh one per
@@ -1100,7 +1100,10 @@ static void report_failure(run *r) {
   if (!r->failed) return;
   const fl_run_exit *c = fl_run_report_cause(r->report, r->attempt);
   if (!c) return;
-  r->exit_code = status_code(c->status, c->signal);
+  /* Named by blame but killed by our own signal: the status of the first
+   * failure reaped stands. */
+  if (!c->signal || fl_run_exit_kind(c) == FL_RUN_END_FAILED)
+    r->exit_code = status_code(c->status, c->signal);
   fl_run_report_print(r->report, r->attempt, TAIL_LINES, stderr);
 }
 
