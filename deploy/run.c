@@ -7,11 +7,13 @@
  * log/serverlog.N; the lowest-ranked local trainer is also streamed to the
  * terminal and its "[Epoch e, batch b]" lines drive a progress line
  * (run_progress.c).  When a process fails, the others get SIGTERM and,
- * after --grace seconds, SIGKILL; flotilla-run then prints the tail of the
- * failed process's log and exits non-zero.  With --max_restart N a failed
- * trainer is restarted with --resume instead (collective mode restarts
- * every trainer, since the ring needs all ranks; PS mode restarts only the
- * failed one, the pservers keep the parameters).  At the end it writes
+ * after --grace seconds, SIGKILL; flotilla-run then says which process
+ * failed first, its error line and last lines, and what became of the
+ * others (run_failure.c, from every end recorded as reaped), and exits
+ * non-zero.  With --max_restart N a failed trainer is restarted with
+ * --resume instead (collective mode restarts every trainer, since the ring
+ * needs all ranks; PS mode restarts only the failed one, the pservers keep
+ * the parameters).  At the end it writes
  * log/metrics.csv and log/curve.png.
  *
  * Every child gets FLOTILLA_RUN_ID (the user's, else a fresh one per
@@ -31,6 +33,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,6 +66,8 @@ typedef struct child {
   int64_t exit_status;
   int term_signal;
   int done_ok;     /* exited 0 on its own */
+  int sent;        /* FL_RUN_SENT_* sent to this start of it */
+  int64_t log_from; /* where this start's output begins in its log */
   char line[LINE_MAX_BYTES];
   size_t line_len;
   int box_state;   /* skip_envs_box: 0 normal, 1 holding a rule line, 2 in the box */
@@ -85,6 +90,9 @@ struct run {
   int restarts_done;
   int exit_code;
   child *failed;       /* the first process that failed */
+  fl_run_report *report; /* every end, as reaped */
+  int attempt;         /* restarts done when the running trainers started */
+  double t0;           /* when the job started (now_s) */
   int signalled;       /* our own SIGINT/SIGTERM count */
   int tty;
   int status_shown;
@@ -243,9 +251,20 @@ static void usage(FILE *out) {
       "  FLOTILLA_NODE_IP                 like --node_ip\n"
       "  FLOTILLA_LOG_LEVEL               debug|info|warn|error for its own messages\n"
       "\n"
-      "Exit status: 0 when every trainer finished; the failed process's exit status\n"
-      "(128+signal when killed) when one failed; 128+signal when stopped by SIGINT,\n"
-      "SIGTERM or SIGHUP; 2 for a bad command line or job file.\n",
+      "When a process fails, flotilla-run names the first one that failed on its own\n"
+      "(a non-zero exit, or a signal it did not send, such as the OOM killer's\n"
+      "SIGKILL): its role, rank, pid and exit status or signal, its first error line\n"
+      "near the end of its log and its last lines; then every other process of this\n"
+      "node in the order they ended: stopped by flotilla-run, failed because of it\n"
+      "(its error names the first failure), also failed, or finished.  A rank whose\n"
+      "error blames a peer that failed too (\"rank 1 (host:port) aborted\") is not\n"
+      "the cause even when it ended first: the peer is named.  With --max_restart,\n"
+      "each restart's first failure is listed too.\n"
+      "\n"
+      "Exit status: 0 when every trainer finished; the exit status of the process\n"
+      "named as the first failure (128+signal when killed: 137 for SIGKILL) when one\n"
+      "failed; 128+signal when flotilla-run was stopped by SIGINT, SIGTERM or SIGHUP;\n"
+      "2 for a bad command line or job file; 1 when a process could not be started.\n",
       out);
 }
 
@@ -448,8 +467,18 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
 }
 
+/* c has ended but is not reaped yet (peeked, left for libuv to reap): it
+ * died on its own, so a signal now would make it look stopped by us. */
+static int has_ended(const child *c) {
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  return waitid(P_PID, (id_t)c->proc.pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid;
+}
+
 static void send_signal(child *c, int sig) {
-  if (c->alive) uv_process_kill(&c->proc, sig);
+  if (!c->alive || has_ended(c)) return;
+  c->sent |= sig == SIGKILL ? FL_RUN_SENT_KILL : FL_RUN_SENT_TERM;
+  uv_process_kill(&c->proc, sig);
 }
 
 static void on_kill_timer(uv_timer_t *t) {
@@ -503,6 +532,7 @@ static int all_trainers_done(run *r) {
 static void on_restart_timer(uv_timer_t *t) {
   run *r = t->data;
   r->restarting = 0;
+  r->attempt = r->restarts_done;
   for (int i = 0; i < r->n_children; i++) {
     child *c = &r->children[i];
     if (c->spec->role != FL_RUN_TRAINER || c->alive || c->done_ok) continue;
@@ -532,12 +562,22 @@ static void describe_exit(char *out, size_t cap, const child *c) {
     snprintf(out, cap, "exited with status %lld", (long long)c->exit_status);
 }
 
+/* Add c's end to the record the failure report is made from. */
+static void record_exit(run *r, const child *c) {
+  fl_run_exit e = {.role = c->spec->role, .id = c->spec->id, .pid = (long)c->proc.pid,
+                   .attempt = r->attempt, .status = c->exit_status, .signal = c->term_signal,
+                   .sent = c->sent, .t = now_s() - r->t0, .log_path = c->spec->log_path,
+                   .log_from = c->log_from};
+  fl_run_report_add(r->report, &e); /* out of memory: logged; the report lacks it */
+}
+
 static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal) {
   child *c = p->data;
   run *r = c->run;
   c->alive = 0;
   c->exit_status = exit_status;
   c->term_signal = term_signal;
+  record_exit(r, c);
   uv_close((uv_handle_t *)p, on_close_noop);
   int ok = exit_status == 0 && term_signal == 0;
   char how[96];
@@ -692,6 +732,8 @@ static int spawn_child(run *r, child *c, int resume) {
       return FL_ERR(FL_EIO, "cannot create %s: %s", p->log_path, strerror(e));
     }
   }
+  c->sent = 0;
+  c->log_from = (int64_t)lseek(c->log_fd, 0, SEEK_END);
   if (resume) {
     char mark[160];
     int n = snprintf(mark, sizeof mark, "----- flotilla-run: restart %d of %d, with --resume -----\n",
@@ -828,29 +870,6 @@ static void print_layout(run *r, const fl_run_opts *o) {
       break;
     }
   fflush(stdout);
-}
-
-/* Print the last TAIL_LINES lines of path to stderr. */
-static void print_tail(const char *path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  static char buf[65536];
-  off_t size = lseek(fd, 0, SEEK_END);
-  off_t from = size > (off_t)sizeof buf - 1 ? size - (off_t)sizeof buf + 1 : 0;
-  ssize_t n = pread(fd, buf, (size_t)(size - from), from);
-  close(fd);
-  if (n <= 0) return;
-  buf[n] = '\0';
-  int lines = 0;
-  char *start = buf + n;
-  if (start > buf && start[-1] == '\n') start--;
-  while (start > buf) {
-    if (start[-1] == '\n' && ++lines == TAIL_LINES) break;
-    start--;
-  }
-  fprintf(stderr, "----- last lines of %s -----\n%s", path, start);
-  if (buf[n - 1] != '\n') fputc('\n', stderr);
-  fprintf(stderr, "----- end of %s -----\n", path);
 }
 
 /* Merge this node's per-rank timelines (one event per line) into one file. */
@@ -1073,6 +1092,21 @@ static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
   return 0;
 }
 
+/* The restarts that failed, then, when the job failed, its first failure
+ * (which also gives the exit status) and the others' ends. */
+static void report_failure(run *r) {
+  fflush(stdout);
+  fl_run_report_print_attempts(r->report, r->attempt, stderr);
+  if (!r->failed) return;
+  const fl_run_exit *c = fl_run_report_cause(r->report, r->attempt);
+  if (!c) return;
+  /* Named by blame but killed by our own signal: the status of the first
+   * failure reaped stands. */
+  if (!c->signal || fl_run_exit_kind(c) == FL_RUN_END_FAILED)
+    r->exit_code = status_code(c->status, c->signal);
+  fl_run_report_print(r->report, r->attempt, TAIL_LINES, stderr);
+}
+
 /* Start the children, run the loop until every one has ended and its log
  * is drained, then write the outputs and say how it went. */
 static void supervise(run *r) {
@@ -1088,7 +1122,7 @@ static void supervise(run *r) {
     uv_timer_init(r->loop, timers[i]);
     timers[i]->data = r;
   }
-  double t0 = now_s();
+  r->t0 = now_s();
   for (int i = 0; i < r->n_children && !r->stopping; i++)
     if (spawn_child(r, &r->children[i], 0) != FL_OK) stop_job(r, 1);
   maybe_finished(r);
@@ -1109,10 +1143,10 @@ static void supervise(run *r) {
   }
   write_outputs(r);
   if (r->timeline) merge_timelines(r);
-  if (r->failed) print_tail(r->failed->spec->log_path);
+  report_failure(r);
   int epoch;
   double loss, acc;
-  double took = now_s() - t0;
+  double took = now_s() - r->t0;
   if (r->exit_code == 0) {
     if (fl_run_progress_last_test(r->progress, &epoch, &loss, &acc))
       say(r, "job done in %.0f s; final test accuracy %.4f, loss %.4f (epoch %d)", took, acc,
@@ -1187,11 +1221,13 @@ int main(int argc, char **argv) {
   if (fl_run_progress_new(job.train.epochs,
                           (double)job.train.batch_size * r.plan->n_trainers, &r.progress) != FL_OK)
     goto done;
+  if (fl_run_report_new(&r.report) != FL_OK) goto done;
   print_layout(&r, &o);
   supervise(&r);
   rc = r.exit_code;
 done:
   fl_run_progress_free(r.progress);
+  fl_run_report_free(r.report);
   if (r.plan) fl_run_plan_clear(r.plan);
   free(r.plan);
   free(r.children);

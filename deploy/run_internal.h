@@ -7,6 +7,9 @@
  *                   the FLOTILLA_* environment of each;
  *   run_progress.c  rank 0's log lines -> progress (epoch, step/total,
  *                   samples/s, ETA, loss), metrics.csv and curve.png;
+ *   run_failure.c   every process's end, in the order reaped -> which one
+ *                   failed first, its error line and last lines, and what
+ *                   became of the others;
  *   run.c           the command line and the libuv supervisor (spawn, log
  *                   pipes, signals, restarts, shutdown). */
 #ifndef FL_RUN_INTERNAL_H
@@ -186,5 +189,73 @@ fl_status fl_run_progress_write_csv(const fl_run_progress *p, const char *path);
  * Debian package to install) when gnuplot is not installed, FL_EIO when it
  * fails. */
 fl_status fl_run_plot(const char *csv_path, const char *png_path, const char *gp_path);
+
+/* ---- why the job ended (run_failure.c) ---- */
+
+/* Signals flotilla-run sent a process (fl_run_exit.sent). */
+#define FL_RUN_SENT_TERM 1
+#define FL_RUN_SENT_KILL 2
+
+/* How one process ended, as the supervisor reaped it. */
+typedef struct fl_run_exit {
+  fl_run_role role;
+  int id;               /* trainer rank or pserver id */
+  long pid;
+  int attempt;          /* 0 = the first start, k = after the k-th --max_restart */
+  int64_t status;       /* exit status (when not killed) */
+  int signal;           /* the signal that killed it, 0 = none */
+  int sent;             /* FL_RUN_SENT_* sent to it before it ended */
+  double t;             /* seconds since the job started */
+  const char *log_path; /* its workerlog / serverlog (not copied: the plan's) */
+  int64_t log_from;     /* where this start's output begins in the log */
+} fl_run_exit;
+
+/* What an end was: finished (exit 0, unasked), stopped (flotilla-run had
+ * signalled it: teardown or restart), or failed on its own (non-zero exit,
+ * or a signal flotilla-run did not send: SIGKILL by the OOM killer). */
+typedef enum fl_run_end { FL_RUN_END_OK = 0, FL_RUN_END_STOPPED = 1, FL_RUN_END_FAILED = 2 } fl_run_end;
+
+fl_run_end fl_run_exit_kind(const fl_run_exit *e);
+
+/* 1 when a log line was logged at error level: "E " after an optional
+ * timestamp ("2024-05-01T10:00:00.123Z E [trainer 1] ..."). */
+int fl_run_log_is_error(const char *line);
+
+/* The process a log line blames: the first "rank N (" (a trainer) or
+ * "pserver N (" in it.  Returns 1 and fills *role, *id; 0 when none. */
+int fl_run_log_blames(const char *line, fl_run_role *role, int *id);
+
+/* The first error-level line among the last lines of path's bytes
+ * [from, to) (to < 0: the end of the file) into cause[cap]; 1 when found,
+ * 0 when none (or the log cannot be read). */
+int fl_run_log_cause(const char *path, int64_t from, int64_t to, char *cause, size_t cap);
+
+typedef struct fl_run_report fl_run_report;
+
+/* An empty record of ends; the caller owns *out (fl_run_report_free). */
+fl_status fl_run_report_new(fl_run_report **out);
+void fl_run_report_free(fl_run_report *r);
+
+/* Append one end, in the order the supervisor reaped them (copied). */
+fl_status fl_run_report_add(fl_run_report *r, const fl_run_exit *e);
+
+/* The first failure of attempt a: the first end reaped that failed on its
+ * own, or, when its error line blames another process of this node that
+ * also ended badly in a and whose own error blames nobody back, that one
+ * (a collective peer told of rank 1's abort often exits before rank 1 is
+ * reaped).  NULL when nothing failed in a.  The pointer lives as long as
+ * r and until the next fl_run_report_add. */
+const fl_run_exit *fl_run_report_cause(const fl_run_report *r, int a);
+
+/* Print to out (stderr) the first failure of attempt a (role, rank, pid,
+ * exit status or signal), its error line, its last tail_lines lines, and
+ * what became of every other process of a: stopped by flotilla-run,
+ * failed because of it (its error names the first failure), also failed,
+ * finished.  Nothing when nothing failed in a. */
+void fl_run_report_print(const fl_run_report *r, int a, int tail_lines, FILE *out);
+
+/* One line per attempt before a that failed (the --max_restart history):
+ * which process failed first and its error line. */
+void fl_run_report_print_attempts(const fl_run_report *r, int a, FILE *out);
 
 #endif

@@ -12,6 +12,12 @@
 #                      others wait for SIGTERM unless started with --resume
 #   FAKE_MODE=hang     trainer 1 exits 4; the others ignore SIGTERM
 #   FAKE_MODE=wait     everybody waits for SIGTERM
+#   FAKE_MODE=cascade  trainer 1 logs an error, ignores SIGTERM and exits 3
+#                      0.3 s later; meanwhile trainer 0 logs that rank 1
+#                      aborted and exits 1 first; the others wait for SIGTERM
+#   FAKE_MODE=twokill  trainer 1 SIGKILLs trainer 2 and itself at once (as an
+#                      OOM killer would); the others wait for SIGTERM
+#   FAKE_MODE=pskill   pserver 0 SIGKILLs itself; the others wait for SIGTERM
 set -u
 role=${FLOTILLA_ROLE:-TRAINER}
 if [ "$role" = PSERVER ]; then id=${FLOTILLA_PSERVER_ID:-0}; else id=${FLOTILLA_TRAINER_ID:-0}; fi
@@ -31,7 +37,14 @@ wait_for_term() {
   exit 9
 }
 
-if [ "$role" = PSERVER ]; then wait_for_term; fi
+if [ "$role" = PSERVER ]; then
+  if [ "${FAKE_MODE:-ok}" = pskill ] && [ "$id" = 0 ]; then
+    sleep 0.3
+    echo "fake pserver 0: serving"
+    kill -KILL $$
+  fi
+  wait_for_term
+fi
 case "${FAKE_MODE:-ok}" in
   ok)
     echo "training fake: 2 epochs of 4 steps (1 x 10 samples, rank $id of ${FLOTILLA_TRAINERS_NUM:-1}), x"
@@ -62,7 +75,32 @@ case "${FAKE_MODE:-ok}" in
       exit 0
     fi
     wait_for_term ;;
-  wait)
+  wait | pskill)
+    wait_for_term ;;
+  cascade)
+    case $id in
+      1)
+        trap '' TERM
+        sleep 0.3
+        echo "E [trainer 1] data: cannot open /nonexistent/part-1: No such file" >&2
+        sleep 0.3
+        exit 3 ;;
+      0)
+        sleep 0.45
+        echo "E [trainer 0] collective rank 0: rank 1 (127.0.0.1:1) aborted: its training loop stopped before the end of the run" >&2
+        exit 1 ;;
+    esac
+    wait_for_term ;;
+  twokill)
+    if [ "$id" = 2 ]; then echo $$ > "$FAKE_DIR/trainer2.pid"; fi
+    if [ "$id" = 1 ]; then
+      i=0
+      while [ ! -s "$FAKE_DIR/trainer2.pid" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+      sleep 0.2
+      trap "" TERM
+      echo "fake trainer 1: going down with trainer 2"
+      kill -KILL "$(cat "$FAKE_DIR/trainer2.pid")" $$
+    fi
     wait_for_term ;;
   hang)
     if [ "$id" = 1 ]; then sleep 0.3; exit 4; fi
