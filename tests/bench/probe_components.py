@@ -4,7 +4,8 @@ Flotilla with PyTorch's numbers.
 
 Each of the 53 components below is wrapped into a small classifier
 (component, flatten, Linear head over 4 classes), exported as a user would
-(opset 17, training mode, no constant folding, dynamic batch), and trained
+(opset 17, or $PROBE_OPSET; training mode, no constant folding, dynamic
+batch), and trained
 by flotilla-trainer in local mode for 4 steps of plain SGD on 64 random
 samples, batches of 16 in file order. The same module, from the same
 initializers, is trained by torch.optim.SGD on the same batches. A
@@ -32,6 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 B, N, K, STEPS, LR = 16, 64, 4, 4, 0.05
+OPSET = int(os.environ.get("PROBE_OPSET", "17"))  # the opset the components are exported at
 
 
 class Head(nn.Module):
@@ -207,7 +209,7 @@ def probe(build, tmp, name, kind, make, pick, g):
     tag = re.sub(r"[^A-Za-z0-9]+", "_", name)
     onnx_path = os.path.join(tmp, tag + ".onnx")
     try:
-        torch.onnx.export(copy.deepcopy(model), (x[:B],), onnx_path, opset_version=17,
+        torch.onnx.export(copy.deepcopy(model), (x[:B],), onnx_path, opset_version=OPSET,
                           input_names=["input"], output_names=["output"],
                           dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
                           training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
