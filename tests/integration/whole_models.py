@@ -4,7 +4,8 @@ flotilla-trainer and by PyTorch from the same initializers on the same
 batches, then the trainer's exported model evaluated by PyTorch.
 
 Models: a BiLSTM text classifier (int64 ids and a bool padding mask), a
-GRU sequence tagger ([N, L] labels with ignore_index), a TCN (dilated
+GRU sequence tagger ([N, L] labels with ignore_index), multi-head attention
+with a key_padding_mask and a causal triu mask, a TCN (dilated
 causal Conv1d over F.pad), a U-Net-style model (Conv down, ConvTranspose
 up, a skip Concat) and a GroupNorm CNN. Each: 20 SGD steps of 16 samples
 in file order (one epoch), the loss logged at every step within 1e-4
@@ -30,6 +31,25 @@ import torch.nn.functional as F
 
 STEPS, B, N_TEST, LR = 20, 16, 200, 0.05
 IGNORE = -100
+
+
+class MaskedAttention(nn.Module):
+    """Embedding, nn.MultiheadAttention with a key_padding_mask (from the
+    bool input) and a causal triu attn_mask, mean over the real tokens."""
+
+    def __init__(self, vocab=200, d=8, classes=3):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.mha = nn.MultiheadAttention(d, 2, batch_first=True)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, ids, mask):
+        x = self.emb(ids)
+        L = ids.shape[1]
+        causal = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)
+        h = self.mha(x, x, x, key_padding_mask=~mask, attn_mask=causal, need_weights=False)[0]
+        m = mask.unsqueeze(-1).to(h.dtype)
+        return self.head((h * m).sum(1) / m.sum(1).clamp(min=1.0))
 
 
 class TCN(nn.Module):
@@ -89,12 +109,12 @@ def seq_models(src):
 
 def data_for(name, src, n, g):
     """{input name: tensor}, labels, and the input order of forward."""
-    if name in ("bilstm_text", "gru_tagger"):
+    if name in ("bilstm_text", "gru_tagger", "mha_mask"):
         tc, st = seq_models(src)
         rng = np.random.default_rng(int(torch.randint(0, 1 << 30, (1,), generator=g)))
         import seq_data
         ids, mask = seq_data.tokens(n, rng)
-        if name == "bilstm_text":
+        if name in ("bilstm_text", "mha_mask"):
             y = tc.labels(ids)
             return {"ids": torch.from_numpy(ids), "mask": torch.from_numpy(mask)}, \
                 torch.from_numpy(y), ["ids", "mask"]
@@ -112,6 +132,8 @@ def build(name, src):
         return seq_models(src)[0].TextClassifier(emb=8, hidden=8)
     if name == "gru_tagger":
         return seq_models(src)[1].Tagger(emb=8, hidden=8)
+    if name == "mha_mask":
+        return MaskedAttention()
     return {"tcn": TCN, "unet": UNet, "gn_cnn": GNCNN}[name]()
 
 
@@ -198,7 +220,7 @@ def run_one(trainer, src, name, tmp):
 
 def main():
     trainer, src = sys.argv[1], sys.argv[2]
-    names = sys.argv[3:] or ["bilstm_text", "gru_tagger", "tcn", "unet", "gn_cnn"]
+    names = sys.argv[3:] or ["bilstm_text", "gru_tagger", "mha_mask", "tcn", "unet", "gn_cnn"]
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     fails = 0
