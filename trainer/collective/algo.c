@@ -8,8 +8,9 @@
  * the order of the sum is fixed).  Both ends of a link enumerate their
  * operations in the same order (the algorithm's loops are the same on
  * every rank), so a link carries one byte stream per direction with no
- * framing beyond a header per op, sent both ways on every link the op
- * uses, that catches ranks running different collectives.  The executor (coll_sched_run) pumps every link without
+ * framing beyond a header per op and direction (as the ring always sent
+ * it: to where data goes, and to a broadcast's root from its predecessor)
+ * that catches ranks running different collectives.  The executor (coll_sched_run) pumps every link without
  * blocking and lets the transport wait when nothing moves.
  *
  * Reduction orders (fixed per algorithm, world size and element count;
@@ -52,6 +53,7 @@ typedef struct slink {
   size_t ns, nr, cap_s, cap_r;
   size_t si, ri, soff, roff;
   size_t hs, hr; /* header bytes sent, received */
+  int hdr_tx, hdr_rx; /* the op's header goes out, comes in on this link */
   uint8_t hdr_in[OPHDR];
   uint8_t *scratch;
   size_t cap_scratch, need_scratch;
@@ -116,6 +118,7 @@ static int link_for(coll_sched *s, int peer, int ch) {
   l->ch = ch;
   l->ns = l->nr = l->si = l->ri = l->soff = l->roff = l->hs = l->hr = 0;
   l->need_scratch = 0;
+  l->hdr_tx = l->hdr_rx = 0;
   *slot = s->nlinks;
   return s->nlinks++;
 }
@@ -140,6 +143,10 @@ static int add_op(coll_sched *s, int send, int peer, int ch, uint8_t *ptr, size_
     l->sq[l->ns++] = idx;
   else
     l->rq[l->nr++] = idx;
+  if (send)
+    l->hdr_tx = 1;
+  else
+    l->hdr_rx = 1;
   if (reduce && len > l->need_scratch) l->need_scratch = len;
   s->ops[s->nops++] = (sop){ptr, len, li, dep, (uint8_t)send, (uint8_t)reduce, 0};
   return idx;
@@ -214,6 +221,14 @@ static void ring_allgather(coll_sched *s, int me, int n, int ch, uint8_t *buf, s
 /* Ring broadcast from `root`, pipelined in chunks. */
 static void ring_broadcast(coll_sched *s, int me, int n, int ch, uint8_t *p, size_t len, int root) {
   int next = (me + 1) % n, prev = (me + n - 1) % n;
+  /* The root receives nothing but still checks its predecessor's header. */
+  int li = me == root ? link_for(s, prev, ch) : next == root ? link_for(s, next, ch) : 0;
+  if (li < 0) {
+    s->oom = 1;
+    return;
+  }
+  if (me == root) s->links[li].hdr_rx = 1;
+  if (next == root) s->links[li].hdr_tx = 1;
   if (me == root) {
     add_run(s, 1, next, ch, p, len, 0, -1);
     return;
@@ -502,6 +517,10 @@ static fl_status pump_send(coll_sched *s, const coll_xport *x, slink *l, int *mo
 
 fl_status coll_sched_run(coll_sched *s, const coll_xport *x, const coll_op *a) {
   FL_TRY(build(s, x, a));
+  for (int i = 0; i < s->nlinks; i++) {
+    s->links[i].hs = s->links[i].hdr_tx ? 0 : OPHDR;
+    s->links[i].hr = s->links[i].hdr_rx ? 0 : OPHDR;
+  }
   coll_idle idle = {0, 0};
   for (;;) {
     int moved = 0, nw = 0;
