@@ -236,8 +236,8 @@ static fl_status x_wait(void *vs, const coll_want *w, int nw, coll_idle *idle, c
   for (int i = 0; i < nw; i++)
     st->pf[i] = (struct pollfd){st->fd[w[i].peer * st->nch + w[i].ch],
                                 (short)((w[i].recv ? POLLIN : 0) | (w[i].send ? POLLOUT : 0)), 0};
-  if (poll(st->pf, (nfds_t)nw, 100) > 0) {
-    idle->since_ns = 0;
+  if (poll(st->pf, (nfds_t)nw, 100) > 0) { /* ready: no more yielding until bytes move */
+    idle->last_ms = coll_mono_ms();
     return FL_OK;
   }
   FL_TRY(coll_failed(c));
