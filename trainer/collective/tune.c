@@ -4,8 +4,8 @@
  * so that every rank runs the same algorithm on the same bucket.
  *
  * The probe is a ping-pong of PROBE_SIZES messages (best of PROBE_REPS
- * round trips each, one warm-up), a least-squares line through the
- * one-way times (alpha: intercept, beta: slope), and the local cost of
+ * round trips each, one warm-up), alpha from the smallest one-way time,
+ * beta from the slope to the largest, and the local cost of
  * adding a byte (gamma: fp32 reduce of 256 KiB).  On a 1 Gbit/s link
  * with 0.1 ms delay it takes about 60 ms.  A tuning restored from a
  * checkpoint for the same group size is used as is, so a resumed run
@@ -71,18 +71,14 @@ static fl_status ping_pong(const coll_xport *x, uint8_t *buf, double *oneway) {
 }
 
 static void fit(const double *t, coll_model *m) {
-  double sx = 0, sy = 0, sxx = 0, sxy = 0, k = (double)PROBE_SIZES;
-  for (size_t i = 0; i < PROBE_SIZES; i++) {
-    double xs = (double)probe_sizes[i];
-    sx += xs;
-    sy += t[i];
-    sxx += xs * xs;
-    sxy += xs * t[i];
-  }
-  double beta = (k * sxy - sx * sy) / (k * sxx - sx * sx);
+  /* Alpha from the smallest message, beta from the slope to the largest:
+   * a least-squares line over sizes this far apart leaves the intercept
+   * to the noise of the large ones. */
+  size_t k = PROBE_SIZES - 1;
+  double beta = (t[k] - t[0]) / (double)(probe_sizes[k] - probe_sizes[0]);
   if (!(beta > 1e-12)) beta = 1e-12;
-  double alpha = (sy - beta * sx) / k;
-  if (!(alpha > 1e-7)) alpha = t[0] > 1e-7 ? t[0] : 1e-7;
+  double alpha = t[0] - beta * (double)probe_sizes[0];
+  if (!(alpha > 1e-7)) alpha = 1e-7;
   m->alpha = alpha;
   m->beta = beta;
   float *a = calloc(2 * GAMMA_FLOATS, sizeof(float));
@@ -106,7 +102,7 @@ static void describe(const coll_tuning *t, char *out, size_t cap) {
   for (int b = 0; b < COLL_TABLE_BINS && o < cap; b++) {
     if (b + 1 < COLL_TABLE_BINS && t->table[b + 1] == t->table[b]) continue;
     if (b + 1 == COLL_TABLE_BINS)
-      o += (size_t)snprintf(out + o, cap - o, "%s%s", o ? ", above " : "all ",
+      o += (size_t)snprintf(out + o, cap - o, "%s%s", o ? "above " : "all ",
                             coll_algo_names[t->table[b]]);
     else if (b >= 20)
       o += (size_t)snprintf(out + o, cap - o, "<=%d MiB %s, ", 1 << (b - 20),
