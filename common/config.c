@@ -50,6 +50,9 @@ static const char *const k_modes[] = {"local", "collective", "ps", NULL};
 static const char *const k_formats[] = {"idx", "libsvm", "synthetic", "npy", NULL};
 static const char *const k_lrs[] = {"constant", "polynomial", "cosine", "piecewise", NULL};
 static const char *const k_compress[] = {"none", "fp16", "bf16", NULL};
+/* In the order of fl_allreduce_algorithm. */
+static const char *const k_ar_algos[] = {"auto", "ring", "halving_doubling", "tree",
+                                         "hierarchical", NULL};
 static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
 static const char *const k_devices[] = {"cpu", "gpu", NULL};
 static const char *const k_model_kinds[] = {"logreg", "mlp", "cnn", "plugin", "ctr", "onnx",
@@ -80,6 +83,11 @@ const char *fl_cfg_optim_name(fl_optim_kind k) {
 
 const char *fl_cfg_compress_name(fl_grad_compression c) {
   if ((unsigned)c <= FL_COMPRESS_BF16) return k_compress[c];
+  return "?";
+}
+
+const char *fl_allreduce_algorithm_name(fl_allreduce_algorithm a) {
+  if ((unsigned)a <= FL_AR_HIERARCHICAL) return k_ar_algos[a];
   return "?";
 }
 
@@ -424,6 +432,7 @@ static const field f_strategy[] = {
     E("hierarchical_allreduce_inter_nranks", F_INT, fl_strategy,
       hierarchical_allreduce_inter_nranks, RANGE(0, 4096)),
     E("nccl_comm_num", F_INT, fl_strategy, nccl_comm_num, RANGE(1, 16), DEF(1)),
+    E("allreduce_algorithm", F_ENUM, fl_strategy, allreduce_algorithm, .choices = k_ar_algos),
     E("sync_nccl_allreduce", F_BOOL, fl_strategy, sync_nccl_allreduce, DEF(1)),
     E("sync_batch_norm", F_BOOL, fl_strategy, sync_batch_norm),
     E("grad_compression", F_ENUM, fl_strategy, grad_compression, .choices = k_compress),

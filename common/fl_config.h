@@ -59,6 +59,16 @@ typedef enum fl_mode {
 /* "local", "collective", "ps" and back; parse gives FL_EINVAL on another
  * name (without logging: callers say where the name came from). */
 const char *fl_mode_name(fl_mode mode);
+
+/* strategy.allreduce_algorithm (the collective engine's names). */
+typedef enum fl_allreduce_algorithm {
+  FL_AR_AUTO = 0,
+  FL_AR_RING,
+  FL_AR_HALVING_DOUBLING,
+  FL_AR_TREE,
+  FL_AR_HIERARCHICAL
+} fl_allreduce_algorithm;
+const char *fl_allreduce_algorithm_name(fl_allreduce_algorithm a);
 fl_status fl_mode_parse(const char *name, fl_mode *out);
 
 typedef enum fl_data_format {
@@ -291,6 +301,7 @@ typedef struct fl_strategy {
   int use_hierarchical_allreduce; /* 0 */
   int hierarchical_allreduce_inter_nranks; /* 0 = ranks per node from the cluster */
   int nccl_comm_num;             /* parallel rings / communicators: 1 (1..16) */
+  fl_allreduce_algorithm allreduce_algorithm; /* auto: by the network probe's model */
   int sync_nccl_allreduce;       /* 1 */
   int sync_batch_norm;           /* 0 */
   fl_grad_compression grad_compression; /* none; fp16_allreduce: true = fp16 */

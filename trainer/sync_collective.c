@@ -437,6 +437,7 @@ fl_status fl_sync_collective_create(const fl_job *job, const fl_cluster *cluster
   o.hierarchical = sg->use_hierarchical_allreduce;
   o.ranks_per_node = sg->hierarchical_allreduce_inter_nranks;
   o.nrings = sg->nccl_comm_num;
+  o.algorithm = fl_allreduce_algorithm_name(sg->allreduce_algorithm);
   o.timeout_s = job->cluster.collective_timeout_s;
   {
     /* NCCL on the GPU this trainer's model uses (fl_cluster_gpu). */

@@ -22,7 +22,17 @@ bus bandwidth of the shm allreduce inside a node.  Fitted from:
 The fit error is printed for every ring_3x1 point, those outside the
 model's range marked.
 
+The latency-optimal algorithms (trainer/collective/algo.c; the same
+formulas as coll_model_time, which picks per bucket size at run time):
+  halving-doubling  T = 2 log2(q) a + 2(q-1)/q S / r  [+ 2a + 2S/r when p is
+                    not a power of two: q = 2^floor(log2 p), the fold]
+  double tree       T = 2 (d + c - 1)(a + 2 C / r),  d = floor(log2 p),
+                    c = ceil(S / 2C) chunks of C = 512 KiB per tree
+(r = min(e L, k s)).  The crossovers (the bucket sizes where the fastest
+algorithm changes) are printed for 2 .. 4096 nodes.
+
 Usage: allreduce_model.py FIGURES [--png OUT.png] [--table OUT.md]
+       allreduce_model.py --crossovers ALPHA_US GBIT   (no figures: e = 1)
 FIGURES: the --out file of run_bench_netns.sh.  Needs gnuplot for the PNG.
 """
 import math
@@ -107,6 +117,43 @@ def t_hier(N, g, S, L, a, e, s, B, k=1):
     return 2 * (g - 1) / g * S / B + t_ring(N, S, L, a, e, s, k)
 
 
+CHUNK = 512 * 1024
+
+
+def t_hd(p, S, r, a):
+    q = 2 ** int(math.floor(math.log2(p)))
+    fold = 0.0 if q == p else 2 * a + 2 * S / r
+    return 2 * math.log2(q) * a + 2 * (q - 1) / q * S / r + fold
+
+
+def t_tree(p, S, r, a, C=CHUNK):
+    half = S / 2.0
+    c = min(C, half)
+    return 2 * (math.floor(math.log2(p)) + math.ceil(half / c) - 1) * (a + 2 * c / r)
+
+
+def best(p, S, r, a):
+    ts = {"ring": 2 * (p - 1) * a + 2 * (p - 1) / p * S / r, "halving_doubling": t_hd(p, S, r, a),
+          "tree": t_tree(p, S, r, a)}
+    return min(ts, key=ts.get)
+
+
+def crossovers(a, r, say):
+    """The fastest algorithm per bucket size (powers of two, 1 KiB .. 1 GiB)
+    and where it changes, for 2 .. 4096 nodes (one rank each, or the node
+    leaders of the hierarchical composition)."""
+    say("Crossovers (alpha %.1f us, %.2f GB/s per link): fastest allreduce by bucket size" %
+        (a * 1e6, r / 1e9))
+    for p in [2, 3, 4, 8, 9, 16, 64, 256, 1024, 4096]:
+        prev, parts = None, []
+        for b in range(10, 31):
+            w = best(p, 2.0 ** b, r, a)
+            if w != prev:
+                parts.append("%s from %s" % (w, "%d KiB" % (2 ** b >> 10) if b < 20 else "%d MiB" % (2 ** b >> 20)))
+                prev = w
+        say("  %4d nodes: %s" % (p, ", ".join(parts)))
+
+
 def busbw(p, S, t):
     return 2 * (p - 1) / p * S / t
 
@@ -121,6 +168,11 @@ def main():
         png = args[args.index("--png") + 1]
     if "--table" in args:
         table = args[args.index("--table") + 1]
+    if args[0] == "--crossovers":
+        lines = []
+        crossovers(float(args[1]) * 1e-6, float(args[2]) * 1e9 / 8, lines.append)
+        print("\n".join(lines))
+        return 0
     fig = load(args[0])
     if not any(k[1] == "ring" for k in fig):
         print("allreduce_model: no ring_3x1 figures in", args[0])
@@ -172,6 +224,10 @@ def main():
             (lg, k, cross if cross else "no node count below 100000"))
     for r in rowsmd:
         say(r)
+    for lg in LINKS_GBIT:
+        L = lg * 1e9 / 8
+        k = 1 if s1 == float("inf") else max(1, math.ceil(e * L / s1))
+        crossovers(a, min(e * L, k * s1), say)
     p = NODES[-1] * GPUS
     L = LINKS_GBIT[-1] * 1e9 / 8
     k = 1 if s1 == float("inf") else max(1, math.ceil(e * L / s1))

@@ -11,7 +11,9 @@
  *   memcpy_gbps: 9.8 GB/s
  *   busbw_tcp_2r_16MiB: 2.1 GB/s
  * Options: --quick (fewer iterations), --backends tcp,shm,hier,
- * --ranks 2,4, --sizes 64K,1M,16M,64M, --rings N, --chunk BYTES.
+ * --ranks 2,4, --sizes 64K,1M,16M,64M, --rings N, --chunk BYTES,
+ * --algorithm ring|halving_doubling|tree|auto (default ring; another one
+ * is named in the figures: busbw_tcp-tree_4r_1MiB).
  * Never a pass/fail test. */
 #include <config.h>
 
@@ -32,6 +34,7 @@ typedef struct cfg {
   int quick;
   int rings;
   size_t chunk;
+  const char *algorithm;
   double *out; /* shared: median seconds per size (rank 0 writes) */
 } cfg;
 
@@ -52,6 +55,7 @@ static int rank_main(ct_job *j, int r, void *arg) {
   o.hierarchical = hier;
   o.nrings = cf->rings;
   o.chunk_bytes = cf->chunk;
+  o.algorithm = cf->algorithm;
   fl_coll *c = NULL;
   if (fl_coll_create(&o, &c) != FL_OK) return 10;
   int rc = 0;
@@ -138,6 +142,7 @@ int main(int argc, char **argv) {
   cfg base;
   memset(&base, 0, sizeof base);
   base.rings = 1;
+  base.algorithm = "ring";
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick"))
       base.quick = 1;
@@ -151,10 +156,12 @@ int main(int argc, char **argv) {
       base.rings = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
       base.chunk = parse_size(argv[++i]);
+    else if (!strcmp(argv[i], "--algorithm") && i + 1 < argc)
+      base.algorithm = argv[++i];
     else {
       fprintf(stderr,
               "usage: %s [--quick] [--backends tcp,shm,hier] [--ranks 2,4] "
-              "[--sizes 64K,1M,16M,64M] [--rings N] [--chunk BYTES]\n",
+              "[--sizes 64K,1M,16M,64M] [--rings N] [--chunk BYTES] [--algorithm NAME]\n",
               argv[0]);
       return 2;
     }
@@ -193,8 +200,9 @@ int main(int argc, char **argv) {
       for (int si = 0; si < cf.nsizes; si++) {
         char sn[32];
         double bus = (double)cf.sizes[si] * 2.0 * (cf.n - 1) / cf.n / cf.out[si] / 1e9;
-        printf("busbw_%s_%dr_%s: %.2f GB/s\n", be, cf.n, size_name(cf.sizes[si], sn, sizeof sn),
-               bus);
+        printf("busbw_%s%s%s_%dr_%s: %.2f GB/s\n", be, strcmp(cf.algorithm, "ring") ? "-" : "",
+               strcmp(cf.algorithm, "ring") ? cf.algorithm : "", cf.n,
+               size_name(cf.sizes[si], sn, sizeof sn), bus);
       }
       fflush(stdout);
     }

@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
   size_t sizes[MAXS] = {1u << 20, 16u << 20, 64u << 20};
   int nsizes = 3, iters = 5, hier = 0, rings = 1;
   double timeout = 60;
-  const char *label = "allreduce";
+  const char *label = "allreduce", *algorithm = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
       char *list = strdup(argv[++i]), *save = NULL;
@@ -68,11 +68,13 @@ int main(int argc, char **argv) {
       timeout = atof(argv[++i]);
     } else if (!strcmp(argv[i], "--label") && i + 1 < argc) {
       label = argv[++i];
+    } else if (!strcmp(argv[i], "--algorithm") && i + 1 < argc) {
+      algorithm = argv[++i];
     } else if (!strcmp(argv[i], "--hier")) {
       hier = 1;
     } else {
       fprintf(stderr, "usage: bench_allreduce_rank [--sizes 1M,16M,64M] [--iters N] [--hier] "
-                      "[--rings N] [--label NAME] [--timeout S]\n");
+                      "[--rings N] [--label NAME] [--timeout S] [--algorithm NAME]\n");
       return 2;
     }
   }
@@ -93,6 +95,7 @@ int main(int argc, char **argv) {
   o.hierarchical = hier;
   o.nrings = rings;
   o.timeout_s = timeout;
+  o.algorithm = algorithm;
   fl_coll *c = NULL;
   if (fl_coll_create(&o, &c) != FL_OK) return 1;
   int n = fl_coll_world_size(c), rank = fl_coll_rank(c), rc = 0;

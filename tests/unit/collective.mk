@@ -38,3 +38,12 @@ TESTS += tests/unit/test_coll_syncbn
 tests_unit_test_coll_syncbn_SOURCES = tests/unit/test_coll_syncbn.c tests/unit/coll_testutil.h
 tests_unit_test_coll_syncbn_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_coll_syncbn_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS)
+
+# The allreduce algorithms over the transports (ring, halving-doubling,
+# tree) on 2 to 9 ranks, and the choice between them (model, probe,
+# broadcast choice, explicit setting, checkpointed tuning).
+check_PROGRAMS += tests/unit/test_coll_algo
+TESTS += tests/unit/test_coll_algo
+tests_unit_test_coll_algo_SOURCES = tests/unit/test_coll_algo.c tests/unit/coll_testutil.h
+tests_unit_test_coll_algo_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_coll_algo_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS)

@@ -27,7 +27,7 @@
 
 #include "coll_internal.h"
 
-enum { REQ_ALLREDUCE = 0, REQ_BROADCAST, REQ_ALLGATHER, REQ_BARRIER };
+enum { REQ_ALLREDUCE = 0, REQ_BROADCAST, REQ_ALLGATHER, REQ_BARRIER, REQ_SET_ALGO };
 
 struct fl_coll_req {
   int kind;
@@ -47,6 +47,7 @@ static const char *req_name(int kind) {
   case REQ_ALLREDUCE: return "allreduce";
   case REQ_BROADCAST: return "broadcast";
   case REQ_ALLGATHER: return "allgather";
+  case REQ_SET_ALGO: return "set_algorithm";
   default: return "barrier";
   }
 }
@@ -464,6 +465,8 @@ static fl_status run_req(fl_coll *c, fl_coll_req *q) {
   case REQ_ALLREDUCE: return c->be->allreduce(c->be_state, q->buf, q->count, q->dt);
   case REQ_BROADCAST: return c->be->broadcast(c->be_state, q->buf, q->count, q->root);
   case REQ_ALLGATHER: return c->be->allgather(c->be_state, q->send, q->count, q->buf);
+  case REQ_SET_ALGO:
+    return c->be->set_algorithm ? c->be->set_algorithm(c->be_state, q->root) : FL_OK;
   default: return c->be->barrier(c->be_state);
   }
 }
@@ -750,6 +753,18 @@ fl_status fl_coll_create(const fl_coll_options *opt, fl_coll **out) {
     goto fail_fd;
   }
   const coll_transport *named = strcmp(be, "auto") ? coll_transport_find(be) : NULL;
+  int algo = coll_algo_find(opt->algorithm && opt->algorithm[0] ? opt->algorithm : "auto");
+  if (algo < 0) {
+    st = FL_ERR(FL_EINVAL, "collective: unknown allreduce_algorithm '%s' (auto, ring, "
+                           "halving_doubling, tree or hierarchical)", opt->algorithm);
+    goto fail_fd;
+  }
+  if (opt->tuning_len > COLL_TUNING_BYTES) {
+    st = FL_ERR(FL_EINVAL, "collective: the restored allreduce tuning has %zu bytes, at most %d "
+                           "expected (a checkpoint of another version?)",
+                opt->tuning_len, COLL_TUNING_BYTES);
+    goto fail_fd;
+  }
   if (strcmp(be, "auto") && !named) {
     char names[96];
     transport_names(names, sizeof names);
@@ -779,7 +794,10 @@ fl_status fl_coll_create(const fl_coll_options *opt, fl_coll **out) {
   c->chunk = opt->chunk_bytes ? opt->chunk_bytes : FL_COLL_CHUNK;
   if (c->chunk > ((size_t)64 << 20)) c->chunk = (size_t)64 << 20;
   if (c->chunk < 64) c->chunk = 64;
-  c->hierarchical = opt->hierarchical;
+  c->hierarchical = opt->hierarchical || algo == COLL_ALGO_HIER;
+  c->algo_req = algo;
+  if (opt->tuning_len) memcpy(c->tuning_in, opt->tuning, opt->tuning_len);
+  c->tuning_in_len = opt->tuning_len;
   c->ranks_per_node = opt->ranks_per_node;
   c->gpu = opt->gpu;
   c->listen_fd = -1;
@@ -975,4 +993,30 @@ fl_status fl_coll_barrier(fl_coll *c) {
   fl_coll_req *q = req_new(REQ_BARRIER);
   if (!q) return FL_ERR(FL_ENOMEM, "collective: out of memory");
   return submit(c, q, NULL);
+}
+
+fl_status fl_coll_set_algorithm(fl_coll *c, const char *name) {
+  int algo = name ? coll_algo_find(name) : -1;
+  if (!c || algo < 0 || algo == COLL_ALGO_HIER)
+    return FL_ERR(FL_EINVAL, "collective: set_algorithm: '%s' is not auto, ring, "
+                             "halving_doubling or tree",
+                  name ? name : "(null)");
+  if (c->local) return FL_OK;
+  fl_coll_req *q = req_new(REQ_SET_ALGO);
+  if (!q) return FL_ERR(FL_ENOMEM, "collective: out of memory");
+  q->root = algo;
+  return submit(c, q, NULL);
+}
+
+fl_status fl_coll_get_tuning(const fl_coll *c, void *out, size_t cap, size_t *len) {
+  const coll_tuning *t =
+      c && !c->local && c->be && c->be->tuning && c->be_state ? c->be->tuning(c->be_state) : NULL;
+  *len = 0;
+  if (!t) return FL_OK;
+  if (cap < COLL_TUNING_BYTES)
+    return FL_ERR(FL_EINVAL, "collective: %zu bytes cannot hold the allreduce tuning (%d needed)",
+                  cap, COLL_TUNING_BYTES);
+  coll_tuning_encode(t, out);
+  *len = COLL_TUNING_BYTES;
+  return FL_OK;
 }

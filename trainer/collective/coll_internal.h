@@ -161,6 +161,104 @@ void coll_connect_data(fl_coll *c, int peer, uint32_t tag, uint32_t ring, coll_d
 void coll_claim_data(fl_coll *c, int peer, uint32_t tag, uint32_t ring, coll_data_cb cb,
                      void *arg);
 
+/* ------------------------------------------------------------ algorithms */
+
+/* The allreduce algorithms (strategy.allreduce_algorithm), written once in
+ * algo.c over a point-to-point transport.  Hierarchical is the composition
+ * of hier.c (shm inside a node, tcp across), chosen per job. */
+enum { COLL_ALGO_AUTO = 0, COLL_ALGO_RING, COLL_ALGO_HD, COLL_ALGO_TREE, COLL_ALGO_HIER, COLL_ALGO_N };
+extern const char *const coll_algo_names[COLL_ALGO_N];
+/* The index of an algorithm's name, or -1. */
+int coll_algo_find(const char *name);
+
+enum { COLL_OP_ALLREDUCE = 1, COLL_OP_BROADCAST = 2, COLL_OP_ALLGATHER = 3 };
+
+/* A link the executor waits on: receive pending, send ready. */
+typedef struct coll_want {
+  int peer, ch;
+  int recv, send;
+} coll_want;
+
+/* Executor's idle bookkeeping, kept by the transport's wait. */
+typedef struct coll_idle {
+  uint64_t since_ns; /* 0: something just moved */
+  uint64_t last_ms;  /* last progress (mono ms), 0 = not yet */
+} coll_idle;
+
+/* A point-to-point transport among the n members of a group: byte streams
+ * to and from every peer (group index) on nch channels, moved without
+ * blocking.  send/recv set *moved (0: nothing now) and return FL_OK or a
+ * failure (already reported through coll_fail).  wait is called when
+ * nothing moved: it waits a moment for the links in w to become ready,
+ * and fails the communicator, naming the peer, when none did for the
+ * collective timeout. */
+typedef struct coll_xport {
+  void *st;
+  fl_coll *c;
+  const int *ranks; /* group index -> global rank */
+  int n, me, nch;
+  size_t chunk; /* pipelining unit in bytes */
+  fl_status (*send)(void *st, int peer, int ch, const void *p, size_t len, size_t *moved);
+  fl_status (*recv)(void *st, int peer, int ch, void *p, size_t len, size_t *moved);
+  fl_status (*wait)(void *st, const coll_want *w, int nw, coll_idle *idle, const char *op);
+} coll_xport;
+
+/* One collective for the executor: buf holds count elements of dt
+ * (allreduce) or count bytes (broadcast; allgather: bytes per rank, buf
+ * the whole result with this rank's block in place). */
+typedef struct coll_op {
+  int kind, algo; /* algo: COLL_ALGO_RING/HD/TREE (allreduce only) */
+  void *buf;
+  size_t count;
+  fl_coll_dtype dt;
+  int root;
+  uint64_t seq; /* checked against the peers' */
+} coll_op;
+
+typedef struct coll_sched coll_sched;
+/* A reusable schedule for groups of n with nch channels; caller owns it. */
+fl_status coll_sched_new(int n, int nch, coll_sched **out);
+void coll_sched_free(coll_sched *s);
+/* Build op a's schedule and run it over x on this thread. */
+fl_status coll_sched_run(coll_sched *s, const coll_xport *x, const coll_op *a);
+/* The group indices any algorithm of a group of n talks to from me
+ * (written to out, n entries suffice); their count, -1 out of memory. */
+int coll_algo_peers(int n, int me, int *out);
+
+/* The alpha-beta(-gamma) model: seconds per message, per byte on the
+ * wire, per byte reduced. */
+typedef struct coll_model {
+  double alpha, beta, gamma;
+} coll_model;
+#define COLL_TABLE_BINS 40 /* bin b: buckets of up to 2^b bytes */
+/* Predicted allreduce time of algo over n ranks for a buffer of bytes. */
+double coll_model_time(const coll_model *m, int algo, int n, double bytes, double chunk);
+/* The fastest of ring, halving-doubling and tree per size bin. */
+void coll_model_table(const coll_model *m, int n, double chunk, uint8_t table[COLL_TABLE_BINS]);
+int coll_table_bin(size_t bytes);
+
+/* The tuning rank 0 decides and broadcasts: the fitted model and the
+ * algorithm per size bin, for a group of n ranks (kept in checkpoints). */
+typedef struct coll_tuning {
+  int n;
+  coll_model m;
+  uint8_t table[COLL_TABLE_BINS];
+} coll_tuning;
+#define COLL_TUNING_BYTES (16 + 24 + COLL_TABLE_BINS)
+#define COLL_TUNING_VERSION 1u
+void coll_tuning_encode(const coll_tuning *t, uint8_t out[COLL_TUNING_BYTES]);
+/* FL_EPROTO (not logged) for a blob of another version or a bad table. */
+fl_status coll_tuning_decode(const uint8_t *p, size_t len, coll_tuning *t);
+/* tune.c: the group's allreduce choice, on every member after the links
+ * are up.  A fixed c->algo_req sets *algo and nothing moves.  Otherwise
+ * (*algo = COLL_ALGO_AUTO) group member 0 takes the tuning restored from
+ * a checkpoint when it was made for this group size, else probes the link
+ * to member 1 (ping-pong of a few sizes, well under a second) and fits
+ * the model; then it broadcasts the tuning, which every member keeps in
+ * *t.  *seq counts the ops run on x. */
+fl_status coll_tune(const coll_xport *x, coll_sched *s, uint64_t *seq, int *algo, coll_tuning *t);
+
+
 /* ------------------------------------------------------------- backends */
 
 /* The ranks a backend instance serves: members (global ranks) in the
@@ -188,6 +286,11 @@ typedef struct coll_backend {
   /* Optional (NULL where a backend has none): sum over the group, the result
    * copied out on group member root only. */
   fl_status (*reduce)(void *st, void *buf, size_t count, fl_coll_dtype dt, int root);
+  /* Optional: from now on run allreduce with algo (COLL_ALGO_*; AUTO: the
+   * tuned table).  Called in collective order on every rank. */
+  fl_status (*set_algorithm)(void *st, int algo);
+  /* Optional: the tuning this rank's allreduce follows, or NULL. */
+  const coll_tuning *(*tuning)(void *st);
 } coll_backend;
 
 extern const coll_backend fl_coll_tcp_backend;
@@ -317,6 +420,10 @@ struct fl_coll {
   fl_coll_req *q_head, *q_tail;
   int worker_stop;
   int exec_busy; /* a collective is running (on the worker or a caller) */
+
+  int algo_req;            /* strategy.allreduce_algorithm (COLL_ALGO_*) */
+  uint8_t tuning_in[COLL_TUNING_BYTES]; /* restored from a checkpoint */
+  size_t tuning_in_len;    /* 0: none */
 
   const coll_backend *be;
   void *be_state;

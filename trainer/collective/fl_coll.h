@@ -79,6 +79,15 @@ typedef struct fl_coll_options {
   size_t chunk_bytes;  /* pipelining unit; 0 = default (FL_COLL_CHUNK) */
   int gpu;             /* nccl: CUDA device to use; -1 = this rank's index
                         * on its node modulo the device count */
+  /* strategy.allreduce_algorithm: "auto" (NULL), "ring", "halving_doubling",
+   * "tree" or "hierarchical" (as use_hierarchical_allreduce).  auto: rank 0
+   * probes the network at create and picks per bucket size by the
+   * alpha-beta model; the others follow its choice. */
+  const char *algorithm;
+  /* rank 0: the tuning of an earlier run (fl_coll_get_tuning, kept in the
+   * checkpoint), reused instead of a probe when the group size matches. */
+  const void *tuning;
+  size_t tuning_len;
 } fl_coll_options;
 
 #define FL_COLL_CHUNK ((size_t)1 << 19)
@@ -125,6 +134,17 @@ fl_status fl_coll_allgather(fl_coll *c, const void *send, size_t bytes, void *re
 
 /* Return once every rank has entered the barrier. */
 fl_status fl_coll_barrier(fl_coll *c);
+
+/* Collective (every rank, in order with the others): allreduce with
+ * `name` (auto, ring, halving_doubling, tree) from now on.  Backends
+ * without algorithms (shm's own reduce, nccl) ignore it. */
+fl_status fl_coll_set_algorithm(fl_coll *c, const char *name);
+
+/* The allreduce tuning this rank follows (fitted model and per-size
+ * choice), FL_COLL_TUNING_MAX bytes at most, for a checkpoint; *len = 0
+ * when there is none (one rank, shm, nccl).  Any thread after create. */
+#define FL_COLL_TUNING_MAX 96
+fl_status fl_coll_get_tuning(const fl_coll *c, void *out, size_t cap, size_t *len);
 
 /* Non-blocking allreduce: queue it and return at once; *req is owned by
  * the caller until fl_coll_wait, which frees it.  buf must stay untouched

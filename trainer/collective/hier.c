@@ -151,6 +151,16 @@ static fl_status hier_barrier(void *vs) {
   return fl_coll_shm_backend.barrier(h->shm);
 }
 
+static fl_status hier_set_algorithm(void *vs, int algo) {
+  hier_state *h = vs;
+  return h->tcp ? fl_coll_tcp_backend.set_algorithm(h->tcp, algo) : FL_OK;
+}
+
+static const coll_tuning *hier_tuning(void *vs) {
+  hier_state *h = vs;
+  return h->tcp ? fl_coll_tcp_backend.tuning(h->tcp) : NULL;
+}
+
 static void hier_abort(void *vs) {
   hier_state *h = vs;
   if (h->shm) fl_coll_shm_backend.abort(h->shm);
@@ -172,4 +182,4 @@ static void hier_destroy(void *vs) {
 
 const coll_backend fl_coll_hier_backend = {
     "hier(shm+tcp)", hier_init,  hier_allreduce, hier_broadcast, hier_allgather,
-    hier_barrier,    hier_abort, hier_destroy, NULL};
+    hier_barrier,    hier_abort, hier_destroy, NULL, hier_set_algorithm, hier_tuning};

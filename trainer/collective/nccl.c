@@ -367,4 +367,4 @@ static void nccl_destroy(void *vs) {
 
 const coll_backend fl_coll_nccl_backend = {
     "nccl", nccl_init, nccl_allreduce, nccl_broadcast, nccl_allgather, nccl_barrier, nccl_abort,
-    nccl_destroy, NULL};
+    nccl_destroy, NULL, NULL, NULL};

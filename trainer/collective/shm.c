@@ -402,4 +402,4 @@ static void shm_destroy(void *vs) {
 
 const coll_backend fl_coll_shm_backend = {
     "shm", shm_init, shm_allreduce, shm_broadcast, shm_allgather, shm_barrier, shm_abort,
-    shm_destroy, shm_reduce};
+    shm_destroy, shm_reduce, NULL, NULL};

@@ -1,0 +1,381 @@
+/* test_coll_algo.c - the allreduce algorithms written over the transports
+ * (ring, halving-doubling, double binary tree) and the choice between
+ * them.
+ *
+ * Results: 2 to 9 ranks over tcp (powers of two and not), each algorithm
+ * switched in collective order with fl_coll_set_algorithm, sizes from one
+ * element to a few MiB, fp32, fp16, bf16 and fp64.  Inputs that are
+ * multiples of 1/4 small enough to be exact in every type must equal the
+ * serial sum bit for bit under every algorithm (so each agrees with the
+ * ring); random inputs must give the same bits on all ranks and in a
+ * second run, and be within rounding of the ring's.
+ * Choice: the model's predictions (latency-bound small buckets leave the
+ * ring, large ones go back to it), auto's table broadcast from rank 0, an
+ * explicit setting honoured, and a tuning restored from a checkpoint
+ * reused instead of a probe (and dropped when the world size changed). */
+#include <config.h>
+
+#include <check.h>
+#include <math.h>
+
+#include "coll_internal.h"
+#include "coll_testutil.h"
+#include "fl_ckpt.h"
+#include "fl_optim.h"
+
+#define MAX_CASES 160
+static const char *const k_algos[] = {"ring", "halving_doubling", "tree"};
+static const fl_coll_dtype k_types[] = {FL_COLL_F32, FL_COLL_F16, FL_COLL_BF16, FL_COLL_F64};
+
+typedef struct spec {
+  int n, nrings;
+  size_t chunk;
+  const size_t *sizes;
+  int nsizes;
+  const char *algorithm; /* create option */
+} spec;
+
+typedef struct shared_res {
+  uint64_t hash[CT_MAX_RANKS][MAX_CASES];
+  int ncases[CT_MAX_RANKS];
+  uint8_t tuning[CT_MAX_RANKS][FL_COLL_TUNING_MAX];
+  size_t tuning_len[CT_MAX_RANKS];
+} shared_res;
+
+static shared_res *g_res;
+
+static float gen(int r, size_t i) {
+  return (float)((int)((r * 7 + i * 3) % 17) - 8) * 0.25f;
+}
+
+static float rnd(int r, size_t i) {
+  uint64_t s = (uint64_t)r * 1000003u + i * 2654435761u + 12345u;
+  s = s * 6364136223846793005ull + 1442695040888963407ull;
+  return ((float)(s >> 40) / 16777216.0f - 0.5f) * 3.0f;
+}
+
+static void fill(fl_coll_dtype dt, void *buf, const float *v, size_t n) {
+  if (dt == FL_COLL_F32)
+    memcpy(buf, v, n * sizeof(float));
+  else if (dt == FL_COLL_F64)
+    for (size_t i = 0; i < n; i++) ((double *)buf)[i] = v[i];
+  else if (dt == FL_COLL_F16)
+    fl_cast_f32_to_f16(v, buf, n);
+  else
+    fl_cast_f32_to_bf16(v, buf, n);
+}
+
+static double get(fl_coll_dtype dt, const void *buf, size_t i) {
+  float f;
+  if (dt == FL_COLL_F32) return ((const float *)buf)[i];
+  if (dt == FL_COLL_F64) return ((const double *)buf)[i];
+  if (dt == FL_COLL_F16)
+    fl_cast_f16_to_f32((const uint16_t *)buf + i, &f, 1);
+  else
+    fl_cast_bf16_to_f32((const uint16_t *)buf + i, &f, 1);
+  return f;
+}
+
+/* Exact inputs: the serial sum, bit for bit. */
+static int check_exact(fl_coll *c, int r, int n, size_t m, fl_coll_dtype dt, float *v, void *buf) {
+  for (size_t i = 0; i < m; i++) v[i] = gen(r, i);
+  fill(dt, buf, v, m);
+  if (fl_coll_allreduce(c, buf, m, dt) != FL_OK) return 11;
+  for (size_t i = 0; i < m; i++) {
+    double want = 0;
+    for (int q = 0; q < n; q++) want += gen(q, i);
+    if (get(dt, buf, i) != want) {
+      fprintf(stderr, "rank %d: %s %zu [%zu] = %g, want %g\n", r, fl_coll_dtype_name(dt), m, i,
+              get(dt, buf, i), want);
+      return 12;
+    }
+  }
+  return 0;
+}
+
+/* Random inputs twice: the same bits; near the double-precision sum. */
+static int check_random(fl_coll *c, int r, int n, size_t m, fl_coll_dtype dt, float *v, void *buf,
+                        void *buf2, uint64_t *hash) {
+  size_t es = fl_coll_dtype_size(dt);
+  for (size_t i = 0; i < m; i++) v[i] = rnd(r, i);
+  fill(dt, buf, v, m);
+  memcpy(buf2, buf, m * es);
+  if (fl_coll_allreduce(c, buf, m, dt) != FL_OK || fl_coll_allreduce(c, buf2, m, dt) != FL_OK)
+    return 21;
+  if (memcmp(buf, buf2, m * es) != 0) {
+    fprintf(stderr, "rank %d: two runs of %s %zu differ\n", r, fl_coll_dtype_name(dt), m);
+    return 22;
+  }
+  double tol = dt == FL_COLL_F32 ? 1e-5 : dt == FL_COLL_F64 ? 1e-12 : 0.05;
+  for (size_t i = 0; i < m; i += 1 + m / 64) {
+    double want = 0;
+    for (int q = 0; q < n; q++) want += rnd(q, i);
+    if (fabs(get(dt, buf, i) - want) > tol * (n + fabs(want))) {
+      fprintf(stderr, "rank %d: random %s %zu [%zu] = %g, want %g\n", r, fl_coll_dtype_name(dt),
+              m, i, get(dt, buf, i), want);
+      return 23;
+    }
+  }
+  *hash = ct_hash(buf, m * es);
+  return 0;
+}
+
+static int run_cases(fl_coll *c, int r, int n, const spec *sp, int *k) {
+  size_t maxm = 0;
+  for (int i = 0; i < sp->nsizes; i++)
+    if (sp->sizes[i] > maxm) maxm = sp->sizes[i];
+  float *v = malloc(maxm * sizeof(float));
+  void *buf = malloc(maxm * 8), *buf2 = malloc(maxm * 8);
+  int rc = v && buf && buf2 ? 0 : 5;
+  for (size_t a = 0; !rc && a < 3; a++) {
+    if (fl_coll_set_algorithm(c, k_algos[a]) != FL_OK) rc = 6;
+    for (int si = 0; !rc && si < sp->nsizes; si++)
+      for (size_t ti = 0; !rc && ti < 4; ti++) {
+        size_t m = sp->sizes[si];
+        if (m > 100000 && k_types[ti] != FL_COLL_F32) continue;
+        rc = check_exact(c, r, n, m, k_types[ti], v, buf);
+        if (!rc) rc = check_random(c, r, n, m, k_types[ti], v, buf, buf2, &g_res->hash[r][(*k)++]);
+      }
+  }
+  free(v);
+  free(buf);
+  free(buf2);
+  return rc;
+}
+
+static int rank_main(ct_job *j, int r, void *arg) {
+  const spec *sp = arg;
+  fl_coll_options o = ct_opts(j, r, "tcp", 30.0);
+  o.nrings = sp->nrings ? sp->nrings : 1;
+  o.chunk_bytes = sp->chunk;
+  o.algorithm = sp->algorithm;
+  fl_coll *c = NULL;
+  if (fl_coll_create(&o, &c) != FL_OK) return 10;
+  int k = 0, rc = run_cases(c, r, j->n, sp, &k);
+  g_res->ncases[r] = k;
+  if (!rc && fl_coll_get_tuning(c, g_res->tuning[r], FL_COLL_TUNING_MAX, &g_res->tuning_len[r]))
+    rc = 7;
+  fl_coll_destroy(c);
+  return rc;
+}
+
+static void run_spec(const spec *sp) {
+  g_res = ct_shared(sizeof(shared_res));
+  ck_assert_ptr_nonnull(g_res);
+  ct_job j;
+  const char *hosts[CT_MAX_RANKS];
+  for (int r = 0; r < sp->n; r++) hosts[r] = r % 2 ? "127.0.0.3" : "127.0.0.2";
+  ck_assert_int_eq(ct_job_init(&j, sp->n, hosts), 0);
+  ck_assert_int_eq(ct_run(&j, rank_main, (void *)sp, 60.0), 0);
+  int k = g_res->ncases[0];
+  ck_assert_int_gt(k, 0);
+  for (int r = 1; r < sp->n; r++) {
+    ck_assert_int_eq(g_res->ncases[r], k);
+    for (int i = 0; i < k; i++)
+      ck_assert_msg(g_res->hash[r][i] == g_res->hash[0][i], "case %d: rank %d's bits differ", i,
+                    r);
+  }
+}
+
+static const size_t k_small[] = {1, 3, 100, 4099};
+static const size_t k_mid[] = {1, 2, 7, 100, 1031, 65537};
+static const size_t k_big[] = {786433};  /* 3 MiB of fp32 */
+static const size_t k_big8[] = {262147}; /* 1 MiB */
+
+#define RANKS_TEST(N)                                                                              \
+  START_TEST(algos_##N##_ranks) {                                                                  \
+    int mid = N == 4 || N == 7;                                                                    \
+    spec sp = {N, N % 3 == 0 ? 2 : 1, N % 2 ? 4096 : 0, mid ? k_mid : k_small, mid ? 6 : 4, NULL}; \
+    run_spec(&sp);                                                                                 \
+  }                                                                                                \
+  END_TEST
+RANKS_TEST(2)
+RANKS_TEST(3)
+RANKS_TEST(4)
+RANKS_TEST(5)
+RANKS_TEST(6)
+RANKS_TEST(7)
+RANKS_TEST(8)
+RANKS_TEST(9)
+
+START_TEST(algos_big) {
+  spec sp = {5, 1, 65536, k_big, 1, "ring"};
+  run_spec(&sp);
+  spec sp8 = {8, 2, 0, k_big8, 1, "ring"};
+  run_spec(&sp8);
+}
+END_TEST
+
+/* The model: latency dominates small buckets, bandwidth large ones. */
+START_TEST(model_predictions) {
+  coll_model m = {50e-6, 8e-9, 0.3e-9}; /* 50 us, 1 Gbit/s */
+  double chunk = 512 * 1024;
+  for (int n = 4; n <= 4096; n *= 4) {
+    double small = 64 * 1024, large = 256.0 * 1024 * 1024;
+    double ring_s = coll_model_time(&m, COLL_ALGO_RING, n, small, chunk);
+    double hd_s = coll_model_time(&m, COLL_ALGO_HD, n, small, chunk);
+    ck_assert_msg(hd_s < ring_s, "n %d: hd %g not under ring %g at 64 KiB", n, hd_s, ring_s);
+    ck_assert(coll_model_time(&m, COLL_ALGO_HD, n, large, chunk) <=
+              coll_model_time(&m, COLL_ALGO_RING, n, large, chunk) * 1.0001);
+  }
+  /* Non-powers of two pay the fold. */
+  ck_assert(coll_model_time(&m, COLL_ALGO_HD, 9, 1e6, chunk) >
+            coll_model_time(&m, COLL_ALGO_HD, 8, 1e6, chunk));
+  uint8_t t[COLL_TABLE_BINS];
+  coll_model_table(&m, 64, chunk, t);
+  ck_assert_int_ne(t[coll_table_bin(1024)], COLL_ALGO_RING);
+  ck_assert_int_eq(coll_table_bin(1), 0);
+  ck_assert_int_eq(coll_table_bin(1025), 11);
+  ck_assert_int_eq(coll_table_bin((size_t)1 << 20), 20);
+  coll_tuning a = {64, m, {0}}, b;
+  memcpy(a.table, t, sizeof t);
+  uint8_t blob[COLL_TUNING_BYTES];
+  coll_tuning_encode(&a, blob);
+  ck_assert_int_eq(coll_tuning_decode(blob, sizeof blob, &b), FL_OK);
+  ck_assert_int_eq(b.n, 64);
+  ck_assert(b.m.alpha == m.alpha && b.m.beta == m.beta && b.m.gamma == m.gamma);
+  ck_assert_int_eq(memcmp(a.table, b.table, sizeof t), 0);
+  blob[4] ^= 0xff; /* another version */
+  ck_assert_int_eq(coll_tuning_decode(blob, sizeof blob, &b), FL_EPROTO);
+}
+END_TEST
+
+/* ---------------------------------------------------------- choice */
+
+typedef struct choice_spec {
+  int n;
+  const char *algorithm;
+  const uint8_t *tuning; /* given to rank 0 only */
+  size_t tuning_len;
+} choice_spec;
+
+static int choice_rank(ct_job *j, int r, void *arg) {
+  const choice_spec *cs = arg;
+  fl_coll_options o = ct_opts(j, r, "tcp", 30.0);
+  o.algorithm = cs->algorithm;
+  if (r == 0) {
+    o.tuning = cs->tuning;
+    o.tuning_len = cs->tuning_len;
+  }
+  fl_coll *c = NULL;
+  if (fl_coll_create(&o, &c) != FL_OK) return 10;
+  float v[33];
+  for (int i = 0; i < 33; i++) v[i] = gen(r, (size_t)i);
+  int rc = fl_coll_allreduce(c, v, 33, FL_COLL_F32) == FL_OK ? 0 : 11;
+  if (!rc && fl_coll_get_tuning(c, g_res->tuning[r], FL_COLL_TUNING_MAX, &g_res->tuning_len[r]))
+    rc = 12;
+  fl_coll_destroy(c);
+  return rc;
+}
+
+static void run_choice(const choice_spec *cs, char (*logs)[256]) {
+  ct_job j;
+  const char *hosts[CT_MAX_RANKS];
+  for (int r = 0; r < cs->n; r++) hosts[r] = "127.0.0.1";
+  ck_assert_int_eq(ct_job_init(&j, cs->n, hosts), 0);
+  ct_spawn(&j, choice_rank, (void *)cs, NULL, logs);
+  ct_wait(&j, 30.0);
+  for (int r = 0; r < cs->n; r++) ck_assert_int_eq(j.status[r], 0);
+  for (int r = 1; r < cs->n; r++) {
+    ck_assert_uint_eq(g_res->tuning_len[r], g_res->tuning_len[0]);
+    ck_assert_int_eq(memcmp(g_res->tuning[r], g_res->tuning[0], g_res->tuning_len[0]), 0);
+  }
+}
+
+static int file_has(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[1024];
+  int hit = 0;
+  while (!hit && fgets(line, sizeof line, f)) hit = strstr(line, needle) != NULL;
+  fclose(f);
+  return hit;
+}
+
+START_TEST(choice_auto_explicit_resume) {
+  g_res = ct_shared(sizeof(shared_res));
+  char logs[CT_MAX_RANKS][256];
+  for (int r = 0; r < 4; r++) snprintf(logs[r], sizeof logs[r], "/tmp/fl_coll_algo_%d_%d.log", (int)getpid(), r);
+  /* auto: rank 0 probes and every rank holds its table. */
+  choice_spec cs = {4, NULL, NULL, 0};
+  run_choice(&cs, logs);
+  ck_assert(file_has(logs[0], "network probe"));
+  ck_assert(!file_has(logs[1], "network probe"));
+  coll_tuning t;
+  ck_assert_int_eq(coll_tuning_decode(g_res->tuning[0], g_res->tuning_len[0], &t), FL_OK);
+  ck_assert_int_eq(t.n, 4);
+  /* Through a checkpoint record, with a table no probe would make. */
+  memset(t.table, COLL_ALGO_TREE, sizeof t.table);
+  t.table[5] = COLL_ALGO_HD;
+  uint8_t blob[COLL_TUNING_BYTES];
+  coll_tuning_encode(&t, blob);
+  fl_ckpt_writer *w = NULL;
+  ck_assert_int_eq(fl_ckpt_writer_open_mem(&w), FL_OK);
+  ck_assert_int_eq(fl_ckpt_put_blob(w, "collective/tuning", blob, sizeof blob), FL_OK);
+  void *mem = NULL;
+  size_t mlen = 0;
+  ck_assert_int_eq(fl_ckpt_writer_commit_mem(w, &mem, &mlen), FL_OK);
+  fl_ckpt *ck = NULL;
+  ck_assert_int_eq(fl_ckpt_load_mem(mem, mlen, "mem", &ck), FL_OK);
+  fl_ckpt_record rec;
+  ck_assert_int_eq(fl_ckpt_find(ck, "collective/tuning", &rec), FL_OK);
+  /* Resume: the restored table is reused, no probe, on every rank. */
+  choice_spec rs = {4, NULL, rec.data, rec.nbytes};
+  run_choice(&rs, logs);
+  ck_assert(!file_has(logs[0], "network probe"));
+  ck_assert(file_has(logs[0], "from the checkpoint"));
+  for (int r = 0; r < 4; r++) ck_assert_int_eq(memcmp(g_res->tuning[r], blob, sizeof blob), 0);
+  /* Another world size: probed again. */
+  choice_spec ws = {3, NULL, rec.data, rec.nbytes};
+  run_choice(&ws, logs);
+  ck_assert(file_has(logs[0], "network probe"));
+  ck_assert(file_has(logs[0], "another world size"));
+  /* An explicit algorithm: no probe, that algorithm for every size. */
+  choice_spec ex = {3, "tree", NULL, 0};
+  run_choice(&ex, logs);
+  ck_assert(!file_has(logs[0], "network probe"));
+  ck_assert_int_eq(coll_tuning_decode(g_res->tuning[0], g_res->tuning_len[0], &t), FL_OK);
+  for (int b = 0; b < COLL_TABLE_BINS; b++) ck_assert_int_eq(t.table[b], COLL_ALGO_TREE);
+  fl_ckpt_free(ck);
+  free(mem);
+  for (int r = 0; r < 4; r++) unlink(logs[r]);
+}
+END_TEST
+
+START_TEST(unknown_algorithm_refused) {
+  fl_coll_options o = fl_coll_options_default();
+  o.algorithm = "butterfly";
+  fl_coll *c = NULL;
+  ck_assert_int_eq(fl_coll_create(&o, &c), FL_EINVAL);
+  ck_assert_ptr_null(c);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("coll_algo");
+  TCase *t = tcase_create("algo");
+  tcase_set_timeout(t, 120);
+  tcase_add_test(t, algos_2_ranks);
+  tcase_add_test(t, algos_3_ranks);
+  tcase_add_test(t, algos_4_ranks);
+  tcase_add_test(t, algos_5_ranks);
+  tcase_add_test(t, algos_6_ranks);
+  tcase_add_test(t, algos_7_ranks);
+  tcase_add_test(t, algos_8_ranks);
+  tcase_add_test(t, algos_9_ranks);
+  tcase_add_test(t, algos_big);
+  tcase_add_test(t, model_predictions);
+  tcase_add_test(t, choice_auto_explicit_resume);
+  tcase_add_test(t, unknown_algorithm_refused);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) {
+  fl_log_set_level(FL_LOG_INFO);
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
