@@ -1,0 +1,61 @@
+"""Finding and running Flotilla's programs.
+
+A program is looked up in FLOTILLA_BINDIR (a build tree, or an install
+elsewhere), then in the bindir `make install` wrote into _paths.py, then on
+PATH.  Errors of the programs are their logger's "E" lines (or
+flotilla-run's "flotilla-run: " lines): those become the exception's
+message."""
+import os
+import re
+import shutil
+import subprocess
+
+from ._errors import FlotillaError
+
+try:
+    from ._paths import BINDIR
+except ImportError:  # the source tree: no generated _paths.py
+    BINDIR = None
+
+_ERROR_LINE = re.compile(r"^\S+ E (?:\[[^\]]*\] )?(.*)$")
+
+
+def find(name):
+    """The path of program `name` (flotilla-trainer, flotilla-run), or
+    FlotillaError naming the places looked in."""
+    dirs = [d for d in (os.environ.get("FLOTILLA_BINDIR"), BINDIR) if d]
+    for d in dirs:
+        p = os.path.join(d, name)
+        if os.access(p, os.X_OK):
+            return p
+    p = shutil.which(name)
+    if p:
+        return p
+    looked = ", ".join(dirs + ["PATH"])
+    raise FlotillaError(f"{name} not found (looked in {looked}); install Flotilla "
+                        f"(make install) or set FLOTILLA_BINDIR to the directory holding it")
+
+
+def error_message(output, fallback_lines=15):
+    """What a failed program said: its error lines, else the end of its output."""
+    errs = []
+    for line in output.splitlines():
+        m = _ERROR_LINE.match(line)
+        if m:
+            errs.append(m.group(1))
+        elif line.startswith("flotilla-run: ") and "error" in line.lower():
+            errs.append(line[len("flotilla-run: "):])
+    if errs:
+        return "\n".join(errs)
+    return "\n".join(output.splitlines()[-fallback_lines:])
+
+
+def check_output(args, timeout):
+    """Run args to the end; (returncode, stdout and stderr together)."""
+    try:
+        r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as e:
+        out = (e.output or b"").decode("utf-8", "replace")
+        raise FlotillaError(f"{args[0]} did not finish within {timeout} s", out) from None
+    return r.returncode, r.stdout.decode("utf-8", "replace")
