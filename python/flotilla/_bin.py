@@ -17,7 +17,9 @@ try:
 except ImportError:  # the source tree: no generated _paths.py
     BINDIR = None
 
-_ERROR_LINE = re.compile(r"^\S+ E (?:\[[^\]]*\] )?(.*)$")
+_ERROR_LINE = re.compile(r"^\S+ E (.*)$")
+# flotilla-run's own lines that say why a job ended
+_RUN_LINE = re.compile(r"^flotilla-run: (.*(?:stopping the job|job failed|cannot).*)$")
 
 
 def find(name):
@@ -36,18 +38,21 @@ def find(name):
                         f"(make install) or set FLOTILLA_BINDIR to the directory holding it")
 
 
-def error_message(output, fallback_lines=15):
-    """What a failed program said: its error lines, else the end of its output."""
+def error_lines(output):
+    """The error lines of a program's output (its logger's E lines and
+    flotilla-run's verdicts), each once, in order."""
     errs = []
     for line in output.splitlines():
-        m = _ERROR_LINE.match(line)
-        if m:
+        m = _ERROR_LINE.match(line) or _RUN_LINE.match(line)
+        if m and m.group(1) not in errs:
             errs.append(m.group(1))
-        elif line.startswith("flotilla-run: ") and "error" in line.lower():
-            errs.append(line[len("flotilla-run: "):])
-    if errs:
-        return "\n".join(errs)
-    return "\n".join(output.splitlines()[-fallback_lines:])
+    return errs
+
+
+def error_message(output, fallback_lines=15):
+    """What a failed program said: its error lines, else the end of its output."""
+    errs = error_lines(output)
+    return "\n".join(errs or output.splitlines()[-fallback_lines:])
 
 
 def check_output(args, timeout):

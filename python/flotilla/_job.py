@@ -221,8 +221,9 @@ class Job:
             raise RunError(f"{self.path}: stopped after the timeout of {timeout} s", out, rc,
                            log_dir)
         if rc != 0:
+            why = _bin.error_message(out) if local else _logs_errors(out, log_dir)
             raise RunError(f"{self.path}: {os.path.basename(args[0])} failed (exit {rc}):\n"
-                           f"{_bin.error_message(out)}", out, rc, log_dir)
+                           f"{why}", out, rc, log_dir)
         return self._metrics(log_dir)
 
     def _metrics(self, log_dir):
@@ -236,6 +237,18 @@ class Job:
         if self.trained_path and os.path.exists(self.trained_path):
             m["trained_onnx"] = self.trained_path
         return m
+
+
+def _logs_errors(out, log_dir):
+    """flotilla-run's failure: the error lines of every process's log in
+    log_dir (the first to fail is often not trainer 0), then its own."""
+    errs = []
+    for name in sorted(os.listdir(log_dir)):
+        if name.startswith(("workerlog.", "serverlog.")):
+            with open(os.path.join(log_dir, name), encoding="utf-8", errors="replace") as f:
+                errs += [e for e in _bin.error_lines(f.read()) if e not in errs]
+    errs += [e for e in _bin.error_lines(out) if e not in errs]
+    return "\n".join(errs) if errs else _bin.error_message(out)
 
 
 def _launcher_flags(**opts):

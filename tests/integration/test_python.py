@@ -6,7 +6,8 @@ flotilla-trainer and as two trainers under flotilla-run, and loaded back
 with load_trained.  The metrics returned must be those of trainer 0's log
 (and metrics.csv), and the loaded module's test accuracy the one the
 trainer logged.  Then the refusals: an unknown Job argument, a strategy
-the job loader refuses, a module of another shape or other names."""
+the job loader refuses (Job.check, one trainer, flotilla-run), a module of
+another shape or other names."""
 import os
 import re
 import sys
@@ -118,13 +119,23 @@ def main():
                        train=dict(epochs=3, batch_size=32, log_interval=4, num_threads=1),
                        gradient_merge=True, gradient_merge_configs=dict(k_steps=2))
     check("gradient_merge: true" in job.yaml(), "a strategy key at the top level")
+    job.check()
     check_run("one trainer", job, job.run(progress=True), xt, yt, 3)
     check_run("two trainers", job, job.run(nproc_per_node=2, log_dir=os.path.join(tmp, "log2")),
               xt, yt, 3)
     expect(TypeError, lambda: flotilla.Job(model=path, epochs=3), "'epochs'", "unknown argument")
+    typed = flotilla.Job(workdir=os.path.join(tmp, "typed"), model=path,
+                         data=dict(inputs={"ids": x, "mask": y}, train_y=y))
+    text = typed.write() and typed.yaml()
+    want = os.path.join(tmp, "typed", "data", "inputs.ids.npy")
+    check(f"  inputs:\n    ids: {want}\n" in text and os.path.exists(want)
+          and "format: npy" in text, "data.inputs: one .npy file per named input")
     bad = flotilla.Job(workdir=os.path.join(tmp, "bad"), model=path, dgc=True,
                        data=dict(x=x, y=y))
-    expect(flotilla.RunError, bad.run, "strategy.dgc", "a strategy Flotilla refuses")
+    expect(flotilla.JobError, bad.check, "strategy.dgc is not supported", "Job.check")
+    expect(flotilla.RunError, bad.run, "strategy.dgc is not supported", "a strategy refused")
+    expect(flotilla.RunError, lambda: bad.run(nproc_per_node=2), "strategy.dgc is not supported",
+           "a strategy refused by flotilla-run")
     expect(flotilla.LoadError, lambda: flotilla.load_trained(mlp(12), job.trained_path),
            "0.weight has shape (16, 8) in the file, (12, 8) in the module", "another shape")
     other = torch.nn.Sequential(torch.nn.Linear(8, 3))
