@@ -160,11 +160,13 @@ class Job:
         return "# Written by flotilla.Job (Python)\n" + _yaml.dump(doc) + "\n"
 
     def write(self):
-        """Write the data files and the job file; returns the job file's path."""
+        """Write the data files (once: the arrays are then let go) and the
+        job file; returns the job file's path."""
         import numpy as np
         for path, value in self.arrays.items():
             os.makedirs(os.path.dirname(path), exist_ok=True)
             np.save(path, _to_numpy(value))
+        self.arrays.clear()
         try:
             text = self.yaml()
         except TypeError as e:

@@ -2,6 +2,7 @@
 flow style, strings quoted unless they are plain words or paths.  Enough for
 what config.c reads; the standard library has no YAML."""
 import json
+import os
 import re
 
 _PLAIN = re.compile(r"^[A-Za-z_/.][A-Za-z0-9_./+-]*$")
@@ -12,6 +13,8 @@ def scalar(v):
     """One value as YAML text; numpy scalars are taken as Python ones."""
     if hasattr(v, "item") and not isinstance(v, (list, tuple, dict)):
         v = v.item()
+    if isinstance(v, os.PathLike):
+        v = os.fspath(v)
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
