@@ -110,7 +110,8 @@ typedef enum ftype {
   F_FP16AR,    /* strategy.fp16_allreduce: folded into grad_compression */
   F_UNSUP_BOOL, /* not implemented: accepted only at dflt */
   F_UNSUP_NUM, /* not implemented number: accepted only at dflt */
-  F_UNSUP_MAP  /* not implemented *_configs: accepted only empty */
+  F_UNSUP_MAP, /* not implemented *_configs: accepted only empty */
+  F_PATH_MAP   /* {name: path}: fl_job_input[cap], count (size_t) at count_off */
 } ftype;
 
 enum { LIM_LO = 1, LIM_HI = 2, LIM_LOX = 4, LIM_HIX = 8 };
@@ -188,6 +189,8 @@ static const field f_model[] = {
     E("output", F_STR, fl_job_model, output, STRCAP(fl_job_model, output)),
     E("loss", F_CHOICE, fl_job_model, loss, STRCAP(fl_job_model, loss), .choices = k_losses,
       DEFS("softmax_cross_entropy")),
+    E("ignore_index", F_I64, fl_job_model, ignore_index, RANGE(-2147483648.0, 2147483647.0),
+      DEF(-100)),
     {.key = "ctr",
      .type = F_MAP,
      .off = 0,
@@ -216,6 +219,10 @@ static const field f_data[] = {
     E("test_x", F_STR, fl_job_data, test_x, STRCAP(fl_job_data, test_x)),
     E("test_y", F_STR, fl_job_data, test_y, STRCAP(fl_job_data, test_y)),
     E("scale", F_FLOAT, fl_job_data, scale, MINX(0), DEF(1.0f / 255.0f)),
+    E("inputs", F_PATH_MAP, fl_job_data, inputs, .cap = FL_JOB_MAX_INPUTS,
+      .count_off = offsetof(fl_job_data, n_inputs)),
+    E("test_inputs", F_PATH_MAP, fl_job_data, test_inputs, .cap = FL_JOB_MAX_INPUTS,
+      .count_off = offsetof(fl_job_data, n_test_inputs)),
     {.key = "synthetic",
      .type = F_MAP,
      .off = 0,
@@ -819,6 +826,38 @@ static fl_status parse_elem(ctx *c, const field *f, ftype et, const yaml_node_t 
 static fl_status walk_map(ctx *c, const field *table, const yaml_node_t *n, char *base,
                           const char *path);
 
+/* {name: path, ...} into f's fl_job_input array: names unique, both
+ * non-empty strings. */
+static fl_status parse_path_map(ctx *c, const field *f, const yaml_node_t *v,
+                                const yaml_mark_t *km, char *base, const char *path) {
+  fl_job_input *dst = (fl_job_input *)(base + f->off);
+  size_t *cnt = (size_t *)(base + f->count_off);
+  char got[64];
+  describe(v, got, sizeof got);
+  *cnt = 0;
+  if (is_null(v)) return FL_OK;
+  if (v->type != YAML_MAPPING_NODE)
+    return perr(c, km, path, "expected a mapping {model input: file.npy}, got %s", got);
+  for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
+    const yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+    const yaml_node_t *val = yaml_document_get_node(c->doc, p->value);
+    if (!k || !val) return perr(c, km, path, "missing node");
+    if (*cnt == f->cap) return perr(c, &k->start_mark, path, "at most %zu entries", f->cap);
+    char kpath[PATH_BUF];
+    fl_job_input *e = &dst[*cnt];
+    FL_TRY(parse_elem(c, f, F_STR, k, &k->start_mark, path, e->name, sizeof e->name));
+    if (snprintf(kpath, sizeof kpath, "%s.%s", path, e->name) >= (int)sizeof kpath)
+      return perr(c, &k->start_mark, path, "key too long");
+    if (!e->name[0]) return perr(c, &k->start_mark, path, "an input name must not be empty");
+    for (size_t i = 0; i < *cnt; i++)
+      if (!strcmp(dst[i].name, e->name)) return perr(c, &k->start_mark, kpath, "duplicate key");
+    FL_TRY(parse_elem(c, f, F_STR, val, &val->start_mark, kpath, e->path, sizeof e->path));
+    if (!e->path[0]) return perr(c, &val->start_mark, kpath, "needs a .npy file name");
+    (*cnt)++;
+  }
+  return FL_OK;
+}
+
 static fl_status parse_field(ctx *c, const field *f, const yaml_node_t *v, const yaml_mark_t *km,
                              char *base, const char *path) {
   char got[64];
@@ -896,6 +935,8 @@ static fl_status parse_field(ctx *c, const field *f, const yaml_node_t *v, const
     return perr(c, km, NULL, "%s is not supported by Flotilla (only its default, %g, is "
                 "accepted), got %s", path, f->dflt, got);
   }
+  case F_PATH_MAP:
+    return parse_path_map(c, f, v, km, base, path);
   case F_UNSUP_MAP:
     if (is_null(v) || (v->type == YAML_MAPPING_NODE &&
                        v->data.mapping.pairs.top == v->data.mapping.pairs.start))
@@ -992,6 +1033,33 @@ static int list_has_empty(const char (*l)[FL_JOB_NAME_MAX], size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!l[i][0]) return 1;
   return 0;
+}
+
+/* data.inputs / test_inputs: npy data of an onnx model, replacing train_x
+ * and test_x, the same names for training and test. */
+static fl_status check_inputs(const ctx *c, const fl_job *job) {
+  const char *src = job->source;
+  const fl_job_data *d = &job->data;
+  if (strcmp(job->model.kind, "onnx") != 0)
+    return kerr(c, src, "data.inputs", "named inputs feed an onnx model (model.kind: onnx), "
+                "not %s", job->model.kind);
+  if (!d->n_inputs) return kerr(c, src, "data.inputs", "required with data.test_inputs");
+  if (d->train_x[0] || d->test_x[0])
+    return kerr(c, src, d->train_x[0] ? "data.train_x" : "data.test_x",
+                "data.inputs replaces it: name each model input's file there");
+  if (!d->train_y[0]) return kerr(c, src, "data.train_y", "required with data.inputs");
+  if (!job->train.eval) return FL_OK;
+  if (!d->n_test_inputs || !d->test_y[0])
+    return kerr(c, src, d->n_test_inputs ? "data.test_y" : "data.test_inputs",
+                "required with train.eval: true");
+  for (size_t i = 0; i < d->n_inputs; i++) {
+    size_t j = 0;
+    while (j < d->n_test_inputs && strcmp(d->inputs[i].name, d->test_inputs[j].name)) j++;
+    if (j == d->n_test_inputs || d->n_test_inputs != d->n_inputs)
+      return kerr(c, src, "data.test_inputs", "must name the inputs data.inputs names (%s%s)",
+                  d->inputs[i].name, j == d->n_test_inputs ? " is missing" : ", and no other");
+  }
+  return FL_OK;
 }
 
 /* The cross-field rules; c (may be NULL) gives the marks. */
@@ -1097,6 +1165,8 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
     if (!d->train_path[0]) return kerr(c, src, "data.train_path", "required with format libsvm");
     if (job->train.eval && !d->test_path[0])
       return kerr(c, src, "data.test_path", "required with train.eval: true");
+  } else if (d->format == FL_DATA_NPY && (d->n_inputs || d->n_test_inputs)) {
+    FL_TRY(check_inputs(c, job));
   } else if (d->format == FL_DATA_NPY) {
     if (!d->train_x[0] || !d->train_y[0])
       return kerr(c, src, d->train_x[0] ? "data.train_y" : "data.train_x",
@@ -1166,7 +1236,9 @@ static void log_defaults(const ctx *c, const fl_job *job) {
       if (g->type == F_MAP || g->type == F_FP16AR || g->type == F_UNSUP_BOOL ||
           g->type == F_UNSUP_NUM || g->type == F_UNSUP_MAP)
         continue;
-      if (g->type == F_STR || (g->type >= F_INT_ARRAY && g->type <= F_STR_LIST)) continue;
+      if (g->type == F_STR || g->type == F_PATH_MAP ||
+          (g->type >= F_INT_ARRAY && g->type <= F_STR_LIST))
+        continue;
       snprintf(path, sizeof path, "%s.%s", s->key, g->key);
       if (has(c, path)) continue;
       fprintf(f, "%s%s=", n++ ? ", " : "", path);
@@ -1372,6 +1444,19 @@ static const char *elem_text(ftype et, const field *f, const char *p, char *buf,
   return buf;
 }
 
+/* An F_PATH_MAP field as a flow mapping {name: path, ...}. */
+static int emit_path_map(yaml_emitter_t *em, const field *f, const char *base) {
+  yaml_event_t ev;
+  const fl_job_input *e = (const fl_job_input *)(base + f->off);
+  const size_t cnt = *(const size_t *)(base + f->count_off);
+  if (!yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_FLOW_MAPPING_STYLE) ||
+      !yaml_emitter_emit(em, &ev))
+    return 0;
+  for (size_t i = 0; i < cnt; i++)
+    if (!emit_scalar(em, e[i].name, 1) || !emit_scalar(em, e[i].path, 1)) return 0;
+  return yaml_mapping_end_event_initialize(&ev) && yaml_emitter_emit(em, &ev);
+}
+
 static int emit_map(yaml_emitter_t *em, const field *table, const char *base) {
   yaml_event_t ev;
   char buf[64];
@@ -1398,7 +1483,9 @@ static int emit_map(yaml_emitter_t *em, const field *table, const char *base) {
     default: break;
     }
     if (!emit_scalar(em, f->key, 0)) return 0;
-    if (f->type >= F_INT_ARRAY && f->type <= F_STR_LIST) {
+    if (f->type == F_PATH_MAP) {
+      if (!emit_path_map(em, f, base)) return 0;
+    } else if (f->type >= F_INT_ARRAY && f->type <= F_STR_LIST) {
       size_t cnt = f->type == F_INT_ARRAY ? f->cap : *(const size_t *)(base + f->count_off);
       ftype et = f->type == F_INT_ARRAY ? F_INT
                  : f->type == F_SIZE_LIST ? F_SIZE

@@ -47,6 +47,7 @@ extern "C" {
 #define FL_JOB_NAME_MAX 64    /* bytes of every list-of-names entry */
 #define FL_JOB_MAX_HIDDEN 16  /* model.hidden entries */
 #define FL_JOB_MAX_LIST 16    /* entries of exclude_from_weight_decay etc. */
+#define FL_JOB_MAX_INPUTS 8   /* entries of data.inputs / data.test_inputs */
 
 /* How the trainers cooperate (cluster.mode, FLOTILLA_MODE, --mode). */
 typedef enum fl_mode {
@@ -101,6 +102,8 @@ typedef struct fl_job_model {
   char output[128];   /* onnx: the value the loss reads ("" = the graph's only output) */
   char loss[32];      /* "softmax_cross_entropy" (default; the only one of the presets),
                          "bce_with_logits" or "mse" (onnx, float targets) */
+  int64_t ignore_index; /* onnx with data.inputs: a class id the softmax loss and the
+                           accuracy skip (-100, as nn.CrossEntropyLoss) */
   struct {
     int embedding_dim;    /* 8 */
     int sparse_slots;     /* sparse feature slots per sample: 26 */
@@ -110,6 +113,12 @@ typedef struct fl_job_model {
 } fl_job_model;
 
 /* ------------------------------------------------------------------- data */
+/* One named input of data.inputs: the model input and its .npy file. */
+typedef struct fl_job_input {
+  char name[FL_JOB_NAME_MAX];
+  char path[FL_JOB_PATH_MAX];
+} fl_job_input;
+
 typedef struct fl_job_data {
   fl_data_format format;                  /* idx */
   char train_images[FL_JOB_PATH_MAX];     /* idx: Fashion-MNIST under /usr/share/datasets */
@@ -126,6 +135,12 @@ typedef struct fl_job_data {
   char test_y[FL_JOB_PATH_MAX];
   float scale; /* npy uint8 features are multiplied by it: 1/255 (ToTensor);
                   float32 features need it left at the default */
+  /* npy with named inputs (kind onnx): {model input: file} for training and
+   * test, replacing train_x / test_x; labels stay train_y / test_y */
+  fl_job_input inputs[FL_JOB_MAX_INPUTS];
+  size_t n_inputs;
+  fl_job_input test_inputs[FL_JOB_MAX_INPUTS];
+  size_t n_test_inputs;
   struct {
     char kind[8];          /* "image" (default) or "ctr" */
     int64_t train_samples; /* 8192 */

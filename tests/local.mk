@@ -13,9 +13,13 @@ include $(srcdir)/tests/unit/graph_ops.mk
 include $(srcdir)/tests/unit/convt.mk
 include $(srcdir)/tests/unit/ops_reduce.mk
 include $(srcdir)/tests/unit/ops_matrix.mk
+include $(srcdir)/tests/unit/ops_shape2.mk
+include $(srcdir)/tests/unit/ops_activation.mk
+include $(srcdir)/tests/unit/ops_rnn.mk
 include $(srcdir)/tests/unit/onnx.mk
 include $(srcdir)/tests/unit/ops_embbag.mk
 include $(srcdir)/tests/unit/onnx_lint.mk
+include $(srcdir)/tests/unit/typed_inputs.mk
 include $(srcdir)/tests/unit/collective.mk
 include $(srcdir)/tests/unit/pserver.mk
 include $(srcdir)/tests/unit/obs.mk

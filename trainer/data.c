@@ -88,6 +88,7 @@ typedef struct slot {
   size_t feats_cap;
   size_t index;
   float *scratch; /* one sample, for the augmentation (dense only) */
+  void *in[FL_DATA_MAX_INPUTS]; /* named inputs: batch * dim elements as fed */
 } slot;
 
 struct fl_loader {
@@ -124,13 +125,17 @@ static fl_status gather(fl_loader *l, size_t b, slot *sl) {
   sl->index = b;
   if (l->dense) {
     const fl_dataset *d = l->dense;
-    size_t dim = d->dim;
+    size_t dim = d->dim, yl = d->ylen ? d->ylen : 1;
     for (size_t i = 0; i < bs; i++) {
+      for (size_t k = 0; k < d->n_inputs; k++) {
+        const size_t es = d->inputs[k].elem == FL_DATA_I64 ? 8 : 4;
+        fl_dataset_input_rows(d, k, ix[i], 1, (char *)sl->in[k] + i * d->inputs[k].dim * es);
+      }
       if (d->x)
         memcpy(sl->x + i * dim, d->x + ix[i] * dim, dim * sizeof(float));
-      else
+      else if (d->xq)
         fl_dataset_rows(d, ix[i], 1, sl->x + i * dim);
-      if (d->y) sl->y[i] = d->y[ix[i]];
+      if (d->y) memcpy(sl->y + i * yl, d->y + ix[i] * yl, yl * sizeof(int32_t));
       if (d->t) memcpy(sl->t + i * d->tdim, d->t + ix[i] * d->tdim, d->tdim * sizeof(float));
       if (sl->scratch) fl_augment_sample(&l->aug, l->epoch, ix[i], sl->x + i * dim, sl->scratch);
     }
@@ -205,6 +210,7 @@ void fl_loader_destroy(fl_loader *l) {
     free(l->slots[i].offsets);
     free(l->slots[i].feats);
     free(l->slots[i].scratch);
+    for (size_t k = 0; k < FL_DATA_MAX_INPUTS; k++) free(l->slots[i].in[k]);
   }
   free(l->slots);
   free(l->perm);
@@ -244,7 +250,10 @@ fl_status fl_loader_create(const fl_dataset *dense, const fl_sparse_dataset *spa
     if (dense) {
       sl->x = malloc(bs * dense->dim * sizeof(float));
       if (!sl->x) goto nomem;
-      if (dense->y && !(sl->y = malloc(bs * sizeof(int32_t)))) goto nomem;
+      for (size_t k = 0; k < dense->n_inputs; k++) /* 8 bytes: float or int64 */
+        if (!(sl->in[k] = malloc(bs * dense->inputs[k].dim * sizeof(int64_t)))) goto nomem;
+      if (dense->y && !(sl->y = malloc(bs * (dense->ylen ? dense->ylen : 1) * sizeof(int32_t))))
+        goto nomem;
       if (dense->t && !(sl->t = malloc(bs * dense->tdim * sizeof(float)))) goto nomem;
     } else {
       sl->labels = malloc(bs * sizeof(float));
@@ -314,9 +323,12 @@ static void fill_batch(const fl_loader *l, const slot *sl, fl_batch *out) {
   out->index = sl->index;
   out->size = l->spec.batch_size;
   if (l->dense) {
-    out->x = sl->x;
+    out->x = l->dense->n_inputs ? NULL : sl->x;
     out->y = sl->y;
     out->t = sl->t;
+    out->n_inputs = l->dense->n_inputs;
+    for (size_t k = 0; k < out->n_inputs; k++) out->inputs[k] = sl->in[k];
+    out->ylen = l->dense->ylen ? l->dense->ylen : 1;
   } else {
     out->sparse.labels = sl->labels;
     out->sparse.offsets = sl->offsets;

@@ -242,6 +242,7 @@ void fl_dataset_free(fl_dataset *d) {
   free(d->y);
   fl_npy_close(d->maps[0]);
   fl_npy_close(d->maps[1]);
+  for (size_t k = 0; k < d->n_inputs; k++) fl_npy_close(d->inputs[k].file);
   memset(d, 0, sizeof *d);
 }
 

@@ -49,7 +49,8 @@ static const struct {
   fl_npy_dtype dt;
 } k_descrs[] = {{"<f4", FL_NPY_F32}, {"=f4", FL_NPY_F32}, {"|u1", FL_NPY_U8},
                 {"<u1", FL_NPY_U8},  {"=u1", FL_NPY_U8}, {"<i8", FL_NPY_I64},
-                {"=i8", FL_NPY_I64}, {"<i4", FL_NPY_I32}, {"=i4", FL_NPY_I32}};
+                {"=i8", FL_NPY_I64}, {"<i4", FL_NPY_I32}, {"=i4", FL_NPY_I32},
+                {"<f2", FL_NPY_F16}, {"=f2", FL_NPY_F16}, {"|b1", FL_NPY_BOOL}};
 
 static size_t elem_size(fl_npy_dtype dt) {
   switch (dt) {
@@ -57,6 +58,8 @@ static size_t elem_size(fl_npy_dtype dt) {
   case FL_NPY_U8: return 1;
   case FL_NPY_I64: return 8;
   case FL_NPY_I32: return 4;
+  case FL_NPY_F16: return 2;
+  case FL_NPY_BOOL: return 1;
   }
   return 1;
 }
@@ -67,6 +70,8 @@ const char *fl_npy_dtype_name(fl_npy_dtype dt) {
   case FL_NPY_U8: return "u1";
   case FL_NPY_I64: return "i8";
   case FL_NPY_I32: return "i4";
+  case FL_NPY_F16: return "f2";
+  case FL_NPY_BOOL: return "b1";
   }
   return "?";
 }
@@ -177,7 +182,8 @@ static fl_status parse_dict(hdr *h, fl_npy *f) {
         if (!strcmp(val, k_descrs[i].descr)) break;
       if (i == sizeof k_descrs / sizeof k_descrs[0])
         return FL_ERR(FL_EPROTO, "%s: unsupported .npy dtype '%s' (supported: '<f4' float32, "
-                      "'|u1' uint8, '<i8' int64, '<i4' int32, little-endian)", h->name, val);
+                      "'<f2' float16, '|u1' uint8, '|b1' bool, '<i8' int64, '<i4' int32, "
+                      "little-endian)", h->name, val);
       f->dt = k_descrs[i].dt;
     } else if (!strcmp(key, "fortran_order")) {
       if (have_fortran++) return herr(h, "duplicate key 'fortran_order'");
@@ -376,9 +382,9 @@ const char *fl_npy_name(const fl_npy *f) { return f->name; }
 
 fl_status fl_npy_save(const char *path, fl_npy_dtype dt, int ndim, const int64_t *shape,
                       const void *data) {
-  static const char *const descr[] = {"<f4", "|u1", "<i8", "<i4"};
+  static const char *const descr[] = {"<f4", "|u1", "<i8", "<i4", "<f2", "|b1"};
   char dict[400];
-  if ((unsigned)dt > FL_NPY_I32 || ndim < 0 || ndim > FL_DATA_MAX_DIMS)
+  if ((unsigned)dt > FL_NPY_BOOL || ndim < 0 || ndim > FL_DATA_MAX_DIMS)
     return FL_ERR(FL_EINVAL, "%s: npy save: bad dtype or ndim %d", path, ndim);
   size_t count = 1, n;
   n = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
@@ -413,8 +419,10 @@ fl_status fl_npy_save(const char *path, fl_npy_dtype dt, int ndim, const int64_t
 
 /* Labels of the first n samples from yf into out: float32 become targets t
  * (yf then owned by out->maps[1]), class ids are copied to out->y (yf stays
- * the caller's). */
-static fl_status load_labels(fl_npy *yf, size_t n, int num_classes, fl_dataset *out) {
+ * the caller's); per_token allows class ids of shape (n, L) (out->ylen = L),
+ * whose ignore_index entries are kept as they are. */
+fl_status fl_npy_labels(fl_npy *yf, size_t n, int num_classes, int per_token,
+                        int64_t ignore_index, fl_dataset *out) {
   const char *name = fl_npy_name(yf);
   const int64_t *sh = fl_npy_shape(yf);
   int nd = fl_npy_ndim(yf);
@@ -427,21 +435,29 @@ static fl_status load_labels(fl_npy *yf, size_t n, int num_classes, fl_dataset *
     out->maps[1] = yf;
     return FL_OK;
   }
-  if (fl_npy_dtype_of(yf) == FL_NPY_U8)
+  const fl_npy_dtype yd = fl_npy_dtype_of(yf);
+  if (yd != FL_NPY_I64 && yd != FL_NPY_I32)
     return FL_ERR(FL_EINVAL, "%s: labels must be int64 or int32 class ids, or float32 targets; "
-                  "got uint8", name);
-  if (nd > 2 || (nd == 2 && sh[1] != 1))
-    return FL_ERR(FL_EINVAL, "%s: class ids must have shape (n,) or (n, 1), got %d dims%s", name,
-                  nd, nd == 2 ? " with more than one column" : "");
-  out->y = malloc((n ? n : 1) * sizeof(int32_t));
-  if (!out->y) return FL_ERR(FL_ENOMEM, "%s: cannot allocate %zu labels", name, n);
+                  "got %s", name, yd == FL_NPY_U8 ? "uint8" : fl_npy_dtype_name(yd));
+  if (nd > 2 || (nd == 2 && sh[1] != 1 && !per_token) || (nd == 2 && sh[1] < 1))
+    return FL_ERR(FL_EINVAL, "%s: class ids must have shape (n,) or (n, 1)%s, got %d dims%s",
+                  name, per_token ? " or (n, L)" : "", nd,
+                  nd == 2 ? " with more than one column" : "");
+  const size_t ylen = nd == 2 ? (size_t)sh[1] : 1, total = n * ylen;
+  out->ylen = ylen;
+  out->y = malloc((total ? total : 1) * sizeof(int32_t));
+  if (!out->y) return FL_ERR(FL_ENOMEM, "%s: cannot allocate %zu labels", name, total);
   const void *src = fl_npy_data(yf);
-  for (size_t i = 0; i < n; i++) {
-    int64_t v = fl_npy_dtype_of(yf) == FL_NPY_I64 ? ((const int64_t *)src)[i]
-                                                  : ((const int32_t *)src)[i];
-    if (v < 0 || (num_classes > 0 && v >= num_classes))
-      return FL_ERR(FL_EINVAL, "%s: label %lld of sample %zu outside [0, %d) (model.num_classes)",
-                    name, (long long)v, i, num_classes);
+  for (size_t i = 0; i < total; i++) {
+    int64_t v = yd == FL_NPY_I64 ? ((const int64_t *)src)[i] : ((const int32_t *)src)[i];
+    if (v == ignore_index && per_token) {
+      out->y[i] = (int32_t)v;
+      continue;
+    }
+    if (v < 0 || v > INT32_MAX || (num_classes > 0 && v >= num_classes))
+      return FL_ERR(FL_EINVAL, "%s: label %lld of sample %zu outside [0, %d) (model.num_classes)%s",
+                    name, (long long)v, i / ylen, num_classes,
+                    per_token ? " and not model.ignore_index" : "");
     out->y[i] = (int32_t)v;
   }
   return FL_OK;
@@ -517,7 +533,7 @@ fl_status fl_npy_load(const char *x_path, const char *y_path, int num_classes, f
     out->xq = fl_npy_data(xf);
     out->xscale = scale;
   }
-  st = load_labels(yf, n, num_classes, out);
+  st = fl_npy_labels(yf, n, num_classes, 0, 0, out);
   if (out->maps[1] != yf) fl_npy_close(yf); /* class ids were copied */
   yf = NULL;
   if (st != FL_OK) goto fail;

@@ -6,7 +6,11 @@
  *             Fashion-MNIST, or the synthetic generator), held in memory as
  *             fp32 pixels scaled to [0,1]; or .npy files as a Python user
  *             writes them with numpy.save (features of any shape, float32 or
- *             uint8, class ids or float targets), memory-mapped;
+ *             uint8, class ids or float targets), memory-mapped; or one
+ *             .npy file per named model input (data.inputs: float32,
+ *             float16, uint8, int64, int32, bool), converted per sample
+ *             to the float or int64 the input takes, with class ids [N]
+ *             or [N, L];
  *   sparse  - CTR-style samples: a float label and a list of
  *             (slot, u64 feature id, value) triples (libsvm / libffm /
  *             "label slot:feasign" text files, or the synthetic generator).
@@ -43,6 +47,16 @@
 
 struct fl_npy;
 
+/* Element types of .npy files (see the npy section below). */
+typedef enum fl_npy_dtype {
+  FL_NPY_F32 = 0,
+  FL_NPY_U8 = 1,
+  FL_NPY_I64 = 2,
+  FL_NPY_I32 = 3,
+  FL_NPY_F16 = 4,
+  FL_NPY_BOOL = 5
+} fl_npy_dtype;
+
 /* n samples of dim = channels*height*width values each, row-major (NCHW),
  * and per sample either a class label in [0, num_classes) (y) or tdim float
  * targets (t, for the BCE and MSE losses).  Everything is owned by the
@@ -50,6 +64,28 @@ struct fl_npy;
  * value xq*xscale, x then NULL: read them with fl_dataset_rows.  npy data
  * lies in private mappings of the files (held in maps[]): x and t may point
  * there, so never free them directly. */
+/* Named inputs (data.inputs): one .npy file per model input. */
+#define FL_DATA_MAX_INPUTS 8
+#define FL_DATA_NAME_MAX 128
+
+/* The element type a model input takes, numbered as fl_model.h's
+ * FL_MODEL_F32 / FL_MODEL_I64. */
+typedef enum fl_data_elem {
+  FL_DATA_F32 = 1,
+  FL_DATA_I64 = 7
+} fl_data_elem;
+
+/* One named input: n samples of dim elements in file (owned, mapped),
+ * stored as dtype, fed as elem (fl_dataset_bind_input decides). */
+typedef struct fl_data_input {
+  char name[FL_DATA_NAME_MAX];
+  struct fl_npy *file;
+  fl_npy_dtype dtype;
+  size_t dim;
+  fl_data_elem elem;
+  float scale; /* uint8 fed as float: value = byte * scale */
+} fl_data_input;
+
 typedef struct fl_dataset {
   size_t n;
   size_t dim;
@@ -64,6 +100,12 @@ typedef struct fl_dataset {
   int sample_ndim;   /* per-sample feature shape as stored (npy: the file's */
   int64_t sample_shape[FL_DATA_MAX_DIMS]; /* shape minus dim 0; else C,H,W) */
   struct fl_npy *maps[2]; /* files whose mappings x/xq/t point into */
+  /* Named inputs (fl_npy_load_inputs; x and xq are then NULL, dim and
+   * sample_shape those of the first input), and the class ids per sample
+   * (y holds n * ylen; ylen 0 means 1). */
+  size_t n_inputs;
+  fl_data_input inputs[FL_DATA_MAX_INPUTS];
+  size_t ylen;
 } fl_dataset;
 
 /* Free what d holds (arrays and mappings) and zero *d.  NULL or an
@@ -124,14 +166,10 @@ fl_status fl_synth_images(const fl_synth_image_config *cfg, uint32_t split, fl_d
  * header that is a Python dict literal with exactly the keys 'descr',
  * 'fortran_order' and 'shape', then the C-order payload.  Accepted descr:
  * '<f4' (also '=f4' on this little-endian host), '|u1' ('<u1'), '<i8',
- * '<i4'; fortran_order must be False.  The payload must be exactly
+ * '<i4', '<f2' (float16) and '|b1' (bool, one byte 0/1); fortran_order
+ * must be False.  The payload must be exactly
  * prod(shape) elements (bytes after it are refused too). */
-typedef enum fl_npy_dtype {
-  FL_NPY_F32 = 0,
-  FL_NPY_U8 = 1,
-  FL_NPY_I64 = 2,
-  FL_NPY_I32 = 3
-} fl_npy_dtype;
+/* (fl_npy_dtype: the element types of .npy files, defined above) */
 
 typedef struct fl_npy fl_npy;
 
@@ -154,13 +192,54 @@ size_t fl_npy_count(const fl_npy *f);          /* elements: prod(shape) */
  * (a private copy-on-write mapping: writes never reach the file). */
 void *fl_npy_data(fl_npy *f);
 const char *fl_npy_name(const fl_npy *f);
-/* "f4", "u1", "i8", "i4". */
+/* "f4", "u1", "i8", "i4", "f2", "b1". */
 const char *fl_npy_dtype_name(fl_npy_dtype dt);
 
 /* Write data (prod(shape) elements of dt, C order) as a version 1.0 .npy
  * file at path.  FL_EIO (logged, naming the file) when writing fails. */
 fl_status fl_npy_save(const char *path, fl_npy_dtype dt, int ndim, const int64_t *shape,
                       const void *data);
+
+/* Labels of the first n samples of the open file yf into out (what
+ * fl_npy_load does with its labels): float32 become float targets t (out
+ * then owns yf, in maps[1]); int64 / int32 class ids are copied to y,
+ * below num_classes when it is > 0.  per_token: class ids may also have
+ * shape (n, L) (out->ylen = L) and entries equal to ignore_index are kept.
+ * FL_EINVAL (logged, naming the file) otherwise. */
+fl_status fl_npy_labels(fl_npy *yf, size_t n, int num_classes, int per_token,
+                        int64_t ignore_index, fl_dataset *out);
+
+/* Named inputs: data.inputs (train) or data.test_inputs, and the labels. */
+typedef struct fl_npy_inputs {
+  size_t n;                               /* 1..FL_DATA_MAX_INPUTS */
+  const char *names[FL_DATA_MAX_INPUTS];  /* the model inputs they feed */
+  const char *paths[FL_DATA_MAX_INPUTS];  /* their .npy files */
+  const char *y_path;                     /* labels (per_token rules of fl_npy_labels) */
+  int num_classes;                        /* > 0: class ids checked below it */
+  int64_t ignore_index;                   /* model.ignore_index (-100) */
+  float scale;                            /* data.scale: uint8 fed to a float input */
+  size_t limit;                           /* > 0: the first `limit` samples only */
+} fl_npy_inputs;
+
+/* Open every input file and the labels: every file must hold the same
+ * number of samples (dim 0; FL_EINVAL naming two files and their counts).
+ * Inputs may be float32, float16, uint8, int64, int32 or bool; each is fed
+ * as float until fl_dataset_bind_input says otherwise.  The caller owns
+ * *out (fl_dataset_free); zeroed on error. */
+fl_status fl_npy_load_inputs(const fl_npy_inputs *spec, fl_dataset *out);
+
+/* Input k of d fed to a model input of element type elem; cast_to_int:
+ * the model casts that (float) input to an integer type right away.
+ * Conversions: float32 and float16 to float; uint8 to float (times
+ * scale) or to int64; int64, int32 and bool to int64.  FL_EINVAL (logged,
+ * naming the input and its file): float data for an int64 input, integer
+ * or bool data for a float input, uint8 data for a float input that the
+ * graph casts to an integer (the ids would arrive divided by 255). */
+fl_status fl_dataset_bind_input(fl_dataset *d, size_t k, fl_data_elem elem, int cast_to_int);
+
+/* Samples first .. first+count-1 of input k as fed: count * dim floats
+ * or int64s (its elem) into dst. */
+void fl_dataset_input_rows(const fl_dataset *d, size_t k, size_t first, size_t count, void *dst);
 
 /* Default data.scale of uint8 features: 1/255, as torchvision's ToTensor. */
 #define FL_NPY_DEFAULT_SCALE (1.0f / 255.0f)
@@ -297,6 +376,11 @@ typedef struct fl_batch {
   const int32_t *y;  /* dense: size labels; NULL for sparse and float targets */
   const float *t;    /* dense float targets: size*tdim floats, else NULL */
   fl_sparse_batch sparse; /* sparse: the samples; zeroed for dense */
+  /* named inputs (x NULL): input k's size*dim elements as fed (float or
+   * int64, the dataset's inputs[k].elem); y holds size*ylen class ids */
+  size_t n_inputs;
+  const void *inputs[FL_DATA_MAX_INPUTS];
+  size_t ylen;
 } fl_batch;
 
 typedef struct fl_loader fl_loader;

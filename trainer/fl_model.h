@@ -205,6 +205,65 @@ fl_status fl_model_train_stepf(fl_model *m, const float *x, const float *t, size
 fl_status fl_model_evalf(fl_model *m, const float *x, const float *t, size_t batch,
                          fl_model_result *res);
 
+/* ------------------------------------------------ typed, named inputs
+ * A model whose data is more than one float tensor (an imported ONNX
+ * graph with several inputs, int64 token ids, a mask) or whose labels are
+ * more than one class id per sample (per-token labels) is fed through an
+ * fl_model_feed: every input by name with its element type, and the
+ * labels with their shape.  One float input and [N] labels through a feed
+ * is the same step as train_step / train_stepf. */
+#define FL_MODEL_F32 1 /* float; numbered as ONNX's TensorProto.DataType */
+#define FL_MODEL_I64 7 /* int64_t */
+#define FL_MODEL_INPUT_DIMS 8
+
+typedef struct fl_model_input {
+  const char *name; /* the model input it feeds */
+  int dtype;        /* FL_MODEL_F32 or FL_MODEL_I64, as the input declares */
+  const void *data; /* batch * per-sample elements, C order; borrowed for the call */
+} fl_model_input;
+
+typedef struct fl_model_feed {
+  const fl_model_input *inputs; /* every input of the model, each once */
+  size_t n_inputs;
+  /* softmax cross-entropy: class ids, batch * ylen, NULL otherwise.  ylen
+   * 1 (0 means 1) matches an output [N, C]; ylen L an output [N, L, C]
+   * (the class axis last).  A label equal to ignore_index is left out of
+   * the loss's mean and of the accuracy, as nn.CrossEntropyLoss does. */
+  const int32_t *y;
+  size_t ylen;
+  int64_t ignore_index;
+  const float *t; /* bce / mse: batch * K float targets, NULL otherwise */
+} fl_model_feed;
+
+/* One input of a model as it declares it (kind onnx: the graph's inputs,
+ * in file order; others: one float input "x"). */
+typedef struct fl_model_input_info {
+  char name[128];
+  int dtype;  /* FL_MODEL_F32 / FL_MODEL_I64 */
+  int ndim;   /* dims[0] stands for the batch */
+  int64_t dims[FL_MODEL_INPUT_DIMS];
+  int cast_to_int; /* float input that a Cast to an integer type reads directly */
+} fl_model_input_info;
+
+/* Inputs of m (0 for NULL). */
+size_t fl_model_num_inputs(const fl_model *m);
+/* Input i of m into *out: FL_EINVAL (not logged) when i is out of range. */
+fl_status fl_model_input_get(const fl_model *m, size_t i, fl_model_input_info *out);
+
+/* train_step / eval through a feed (above).  Results: with class ids,
+ * count is the labels that are not ignore_index (tokens for [N, L]
+ * labels), loss_sum and correct1/correct5 are summed over them.  FL_EINVAL
+ * (logged) for a feed that misses an input, names one the model lacks, or
+ * gives another element type, a label outside [0, classes) that is not
+ * ignore_index, labels whose count does not match the output's rows; the
+ * argument checks of train_step.  A plugin takes one float input and [N]
+ * labels (translated to its train_step/eval). */
+fl_status fl_model_train_feed(fl_model *m, const fl_model_feed *f, size_t batch,
+                              float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
+                              fl_model_result *res);
+fl_status fl_model_eval_feed(fl_model *m, const fl_model_feed *f, size_t batch,
+                             fl_model_result *res);
+
 /* Bytes of activation memory a train_step of max_batch holds at its peak
  * (lower with recompute).  For the built-in models: every activation,
  * pool-index, norm-statistics, activation-gradient and conv-workspace
@@ -266,6 +325,13 @@ typedef struct fl_model_ops {
   fl_status (*eval)(void *handle, const float *x, const int32_t *y, size_t batch,
                     fl_model_result *res);
   size_t (*activation_bytes)(void *handle);
+  /* Appended after ABI v1's entries, set by the graph engine only: the
+   * trainer never reads them from a plugin's table (a v1 plugin's table
+   * ends above); may be NULL. */
+  fl_status (*train_feed)(void *handle, const fl_model_feed *f, size_t batch, float loss_scale,
+                          fl_grad_ready_fn on_ready, void *ctx, fl_model_result *res);
+  fl_status (*eval_feed)(void *handle, const fl_model_feed *f, size_t batch,
+                         fl_model_result *res);
 } fl_model_ops;
 
 #define FL_MODEL_PLUGIN_ABI 1u

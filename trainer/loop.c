@@ -41,6 +41,7 @@ typedef struct trainer {
   fl_dataset train, test;
   int have_test;
   float *evalx; /* eval_batch_size samples of uint8 test features as fp32 */
+  void *evalin[FL_DATA_MAX_INPUTS]; /* named inputs: an eval batch of each, as fed */
   fl_loader *loader;
   fl_augment aug; /* data.augment, with the images' shape and fill value */
   fl_model *model;
@@ -96,6 +97,66 @@ static void set_augment(trainer *t, int images, float fill) {
                         .fill = fill, .seed = t->job->train.seed};
 }
 
+/* data.inputs: one .npy file per model input (data_inputs.c), and the
+ * labels; bound to the model's inputs once it is built (bind_inputs). */
+static fl_status load_named(trainer *t, int test, int lnc) {
+  const fl_job_data *d = &t->job->data;
+  fl_npy_inputs in = {.n = d->n_inputs,
+                      .y_path = test ? d->test_y : d->train_y, .num_classes = lnc,
+                      .ignore_index = t->job->model.ignore_index, .scale = d->scale,
+                      .limit = (size_t)(test ? d->limit_test : d->limit_train)};
+  for (size_t k = 0; k < in.n; k++) { /* the test set in the training set's order */
+    size_t j = 0;
+    while (test && j + 1 < d->n_test_inputs && strcmp(d->test_inputs[j].name, d->inputs[k].name))
+      j++;
+    in.names[k] = d->inputs[k].name;
+    in.paths[k] = test ? d->test_inputs[j].path : d->inputs[k].path;
+  }
+  if (d->augment.hflip || d->augment.crop_padding)
+    return FL_ERR(FL_EINVAL, "%s: data.augment applies to images (data.train_x), not to "
+                  "data.inputs", t->job->source);
+  return fl_npy_load_inputs(&in, test ? &t->test : &t->train);
+}
+
+/* data.format npy: features and labels (train_x/train_y), or named inputs
+ * (data.inputs) and labels. */
+static fl_status load_npy(trainer *t) {
+  const fl_job *job = t->job;
+  const fl_job_data *d = &job->data;
+  const int nc = job->model.num_classes;
+  /* fed as stored: no mean/std normalisation, so the model sees what the
+   * user's PyTorch code feeds it; the model checks the sample size.  An
+   * onnx model's class count is its output width, known once it is built
+   * (check_labels); the presets' is model.num_classes. */
+  int lnc = strcmp(job->model.kind, "onnx") == 0 ? 0 : nc;
+  int want_float = job->model.loss[0] && strcmp(job->model.loss, "softmax_cross_entropy") != 0;
+  const char *ty = d->train_y;
+  if (d->n_inputs) FL_TRY(load_named(t, 0, lnc));
+  else FL_TRY(fl_npy_load(d->train_x, d->train_y, lnc, d->scale, (size_t)d->limit_train, &t->train));
+  if (want_float != (t->train.t != NULL))
+    return FL_ERR(FL_EINVAL, "%s: %s, but model.loss %s needs %s", ty,
+                  t->train.t ? "float32 targets" : "integer class ids",
+                  job->model.loss[0] ? job->model.loss : "softmax_cross_entropy",
+                  want_float ? "float32 targets" : "int64 or int32 class ids");
+  if (t->have_test) {
+    if (d->n_inputs) FL_TRY(load_named(t, 1, lnc));
+    else FL_TRY(fl_npy_load(d->test_x, d->test_y, lnc, d->scale, (size_t)d->limit_test, &t->test));
+    if (t->test.dim != t->train.dim || !t->test.y != !t->train.y ||
+        t->test.tdim != t->train.tdim || t->test.ylen != t->train.ylen)
+      return FL_ERR(FL_EINVAL, "%s: test samples have %zu values and %s, %s has %zu and %s",
+                    d->n_inputs ? d->test_inputs[0].path : d->test_x, t->test.dim,
+                    t->test.y ? "class ids" : "float targets",
+                    d->n_inputs ? d->inputs[0].path : d->train_x, t->train.dim,
+                    t->train.y ? "class ids" : "float targets");
+  }
+  FL_LOGI("data: %zu training and %zu test samples of %zu %s values, %s labels%s", t->train.n,
+          t->have_test ? t->test.n : 0, t->train.dim,
+          t->train.n_inputs ? "named" : t->train.x ? "float32" : "uint8",
+          t->train.y ? "class" : "float", t->train.ylen > 1 ? " per token" : "");
+  set_augment(t, t->train.sample_ndim >= 2 && !t->train.n_inputs, 0.0f);
+  return FL_OK;
+}
+
 static fl_status load_data(trainer *t) {
   const fl_job *job = t->job;
   const fl_job_data *d = &job->data;
@@ -124,33 +185,8 @@ static fl_status load_data(trainer *t) {
     }
     break;
   }
-  case FL_DATA_NPY: {
-    /* fed as stored: no mean/std normalisation, so the model sees what the
-     * user's PyTorch code feeds it; the model checks the sample size.  An
-     * onnx model's class count is its output width, known once it is built
-     * (check_labels); the presets' is model.num_classes. */
-    int lnc = strcmp(job->model.kind, "onnx") == 0 ? 0 : nc;
-    int want_float = job->model.loss[0] && strcmp(job->model.loss, "softmax_cross_entropy") != 0;
-    FL_TRY(fl_npy_load(d->train_x, d->train_y, lnc, d->scale, (size_t)d->limit_train, &t->train));
-    if (want_float != (t->train.t != NULL))
-      return FL_ERR(FL_EINVAL, "%s: %s, but model.loss %s needs %s", d->train_y,
-                    t->train.t ? "float32 targets" : "integer class ids",
-                    job->model.loss[0] ? job->model.loss : "softmax_cross_entropy",
-                    want_float ? "float32 targets" : "int64 or int32 class ids");
-    if (t->have_test) {
-      FL_TRY(fl_npy_load(d->test_x, d->test_y, lnc, d->scale, (size_t)d->limit_test, &t->test));
-      if (t->test.dim != t->train.dim || !t->test.y != !t->train.y ||
-          t->test.tdim != t->train.tdim)
-        return FL_ERR(FL_EINVAL, "%s: test samples have %zu values and %s, %s has %zu and %s",
-                      d->test_x, t->test.dim, t->test.y ? "class ids" : "float targets",
-                      d->train_x, t->train.dim, t->train.y ? "class ids" : "float targets");
-    }
-    FL_LOGI("data: %zu training and %zu test samples of %zu %s values, %s labels", t->train.n,
-            t->have_test ? t->test.n : 0, t->train.dim, t->train.x ? "float32" : "uint8",
-            t->train.y ? "class" : "float");
-    set_augment(t, t->train.sample_ndim >= 2, 0.0f);
-    return FL_OK;
-  }
+  case FL_DATA_NPY:
+    return load_npy(t);
   default:
     return FL_ERR(FL_ENOTSUP, "%s: data.format libsvm feeds the CTR model, which trains in ps mode",
                   job->source);
@@ -176,6 +212,73 @@ static fl_status load_data(trainer *t) {
   return FL_OK;
 }
 
+/* The model's inputs as "'a' (float), 'b' (int64)" for messages. */
+static const char *model_inputs(const fl_model *m, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < fl_model_num_inputs(m) && len < cap; i++) {
+    fl_model_input_info mi;
+    if (fl_model_input_get(m, i, &mi) == FL_OK)
+      len += (size_t)snprintf(buf + len, cap - len, "%s'%s' (%s)", i ? ", " : "", mi.name,
+                              mi.dtype == FL_MODEL_I64 ? "int64" : "float");
+  }
+  return buf;
+}
+
+/* Model input mi fed by input k of the training set (and of the test
+ * set): the same values per sample, converted to what it takes. */
+static fl_status bind_one(trainer *t, const fl_model_input_info *mi, size_t k) {
+  const fl_data_input *in = &t->train.inputs[k];
+  size_t per = 1;
+  for (int d = 1; d < mi->ndim; d++) per *= (size_t)mi->dims[d];
+  if (per != in->dim)
+    return FL_ERR(FL_EINVAL, "%s: input '%s' has %zu values per sample, the model's input takes "
+                  "%zu", t->job->data.inputs[k].path, in->name, in->dim, per);
+  const fl_data_elem el = mi->dtype == FL_MODEL_I64 ? FL_DATA_I64 : FL_DATA_F32;
+  FL_TRY(fl_dataset_bind_input(&t->train, k, el, mi->cast_to_int));
+  if (t->have_test) FL_TRY(fl_dataset_bind_input(&t->test, k, el, mi->cast_to_int));
+  return FL_OK;
+}
+
+/* Named inputs against the built model: every model input fed, every
+ * named input one of the model's.  Without data.inputs the model must
+ * take one float input. */
+static fl_status bind_inputs(trainer *t) {
+  const fl_model *m = t->model;
+  const size_t nm = fl_model_num_inputs(m);
+  char list[512];
+  fl_model_input_info mi;
+  if (!t->train.n_inputs) {
+    const int typed = nm == 1 && fl_model_input_get(m, 0, &mi) == FL_OK &&
+                      mi.dtype != FL_MODEL_F32;
+    if (nm > 1 || typed)
+      return FL_ERR(FL_EINVAL, "%s: the model's inputs are %s: name each one's file in "
+                    "data.inputs", t->job->source, model_inputs(m, list, sizeof list));
+    return FL_OK;
+  }
+  for (size_t k = 0; k < t->train.n_inputs; k++) {
+    size_t i = 0;
+    while (i < nm && fl_model_input_get(m, i, &mi) == FL_OK &&
+           strcmp(mi.name, t->train.inputs[k].name))
+      i++;
+    if (i == nm)
+      return FL_ERR(FL_EINVAL, "%s: data.inputs names '%s', which is no input of %s (its inputs: "
+                    "%s)", t->job->source, t->train.inputs[k].name, t->job->model.path,
+                    model_inputs(m, list, sizeof list));
+  }
+  for (size_t i = 0; i < nm; i++) {
+    FL_TRY(fl_model_input_get(m, i, &mi));
+    size_t k = 0;
+    while (k < t->train.n_inputs && strcmp(mi.name, t->train.inputs[k].name)) k++;
+    if (k == t->train.n_inputs)
+      return FL_ERR(FL_EINVAL, "%s: input '%s' of %s is not fed: name its file in data.inputs "
+                    "(the model's inputs: %s)", t->job->source, mi.name, t->job->model.path,
+                    model_inputs(m, list, sizeof list));
+    FL_TRY(bind_one(t, &mi, k));
+  }
+  return FL_OK;
+}
+
 /* npy labels against the built model: class ids below its class count,
  * or exactly its output width of float targets per sample. */
 static fl_status check_labels(const trainer *t) {
@@ -188,7 +291,7 @@ static fl_status check_labels(const trainer *t) {
     if (ds->t && ds->tdim != k)
       return FL_ERR(FL_EINVAL, "%s: %zu float targets per sample, the model's output has %zu",
                     name, ds->tdim, k);
-    for (size_t i = 0; ds->y && i < ds->n; i++)
+    for (size_t i = 0; ds->y && !ds->n_inputs && i < ds->n; i++) /* named: checked per step */
       if ((size_t)ds->y[i] >= k)
         return FL_ERR(FL_EINVAL, "%s: label %d of sample %zu outside [0, %zu) (the model's "
                       "classes)", name, (int)ds->y[i], i, k);
@@ -275,7 +378,7 @@ static fl_status build_model(trainer *t, size_t max_batch) {
     FL_LOGI("device: CUDA GPU %d; GEMMs: Gemm %s, Conv %s", t->device,
             math_names[fl_graph_amp_math("Gemm", &o)], math_names[fl_graph_amp_math("Conv", &o)]);
   }
-  if (fl_model_input_size(t->model) != t->train.dim)
+  if (!t->train.n_inputs && fl_model_input_size(t->model) != t->train.dim)
     return FL_ERR(FL_EINVAL, "%s: model %s takes %zu inputs per sample, the data has %zu",
                   t->job->source, jm->kind, fl_model_input_size(t->model), t->train.dim);
   return FL_OK;
@@ -513,6 +616,35 @@ static void log_line(trainer *t, const char *fmt, ...) {
   fflush(t->log);
 }
 
+/* The feed of named inputs data[k] (as the dataset d feeds them), class
+ * ids y (d's ylen per sample) or float targets tg. */
+static void make_feed(const trainer *t, const fl_dataset *d, const void *const *data,
+                      const int32_t *y, const float *tg, fl_model_input *in, fl_model_feed *f) {
+  for (size_t k = 0; k < d->n_inputs; k++)
+    in[k] = (fl_model_input){.name = d->inputs[k].name, .dtype = (int)d->inputs[k].elem,
+                             .data = data[k]};
+  *f = (fl_model_feed){.inputs = in, .n_inputs = d->n_inputs, .y = y,
+                       .ylen = d->ylen ? d->ylen : 1, .ignore_index = t->job->model.ignore_index,
+                       .t = tg};
+}
+
+/* One eval batch of the named test inputs (samples off .. off+cnt-1). */
+static fl_status eval_named(trainer *t, size_t off, size_t cnt, fl_model_result *res) {
+  const fl_dataset *d = &t->test;
+  const size_t bs = t->job->train.eval_batch_size, yl = d->ylen ? d->ylen : 1;
+  fl_model_input in[FL_DATA_MAX_INPUTS];
+  fl_model_feed f;
+  for (size_t k = 0; k < d->n_inputs; k++) {
+    if (!t->evalin[k] && !(t->evalin[k] = malloc(bs * d->inputs[k].dim * sizeof(int64_t))))
+      return FL_ERR(FL_ENOMEM, "eval: cannot allocate %zu x %zu values of input %s", bs,
+                    d->inputs[k].dim, d->inputs[k].name);
+    fl_dataset_input_rows(d, k, off, cnt, t->evalin[k]);
+  }
+  make_feed(t, d, (const void *const *)t->evalin, d->y ? d->y + off * yl : NULL,
+            d->t ? d->t + off * d->tdim : NULL, in, &f);
+  return fl_model_eval_feed(t->model, &f, cnt, res);
+}
+
 /* One optimizer step: k micro-batches, merge, sync, update. */
 static fl_status train_step(trainer *t, fl_step_report *rep) {
   fl_model_result sum = {0};
@@ -529,7 +661,13 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
     t->cb_err = FL_OK;
     /* dropout masks follow the checkpointed position (bitwise --resume) */
     fl_model_set_step(t->model, (uint64_t)t->step * (uint64_t)t->k + (uint64_t)j);
-    if (b.t) /* float targets (bce / mse models) */
+    if (b.n_inputs) { /* named inputs: a feed */
+      fl_model_input in[FL_DATA_MAX_INPUTS];
+      fl_model_feed f;
+      make_feed(t, &t->train, b.inputs, b.y, b.t, in, &f);
+      FL_TRY(fl_model_train_feed(t->model, &f, b.size, scale, last ? on_grad_ready : NULL, t,
+                                 &res));
+    } else if (b.t) /* float targets (bce / mse models) */
       FL_TRY(fl_model_train_stepf(t->model, b.x, b.t, b.size, scale,
                                   last ? on_grad_ready : NULL, t, &res));
     else
@@ -587,6 +725,12 @@ static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
   for (size_t off = lo; off < hi; off += bs) {
     size_t cnt = hi - off < bs ? hi - off : bs;
     fl_model_result res = {0};
+    if (t->test.n_inputs) {
+      FL_TRY(eval_named(t, off, cnt, &res));
+      v[0] += res.loss_sum, v[1] += (double)res.correct1, v[2] += (double)res.correct5;
+      v[3] += (double)res.count;
+      continue;
+    }
     if (!t->test.x && !t->evalx) { /* uint8 features: converted per eval batch */
       t->evalx = malloc(bs * t->test.dim * sizeof(float));
       if (!t->evalx) return FL_ERR(FL_ENOMEM, "eval: cannot allocate %zu x %zu floats", bs,
@@ -667,6 +811,7 @@ static void trainer_free(trainer *t) {
   fl_dataset_free(&t->train);
   fl_dataset_free(&t->test);
   free(t->evalx);
+  for (size_t k = 0; k < FL_DATA_MAX_INPUTS; k++) free(t->evalin[k]);
   free(t->tens);
   free(t->tparam);
   free(t->gptr);
@@ -803,7 +948,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   size_t max_batch = job->train.batch_size;
   if (t.have_test && job->train.eval_batch_size > max_batch) max_batch = job->train.eval_batch_size;
   if ((st = build_model(&t, max_batch)) != FL_OK) goto done;
-  if ((st = check_labels(&t)) != FL_OK) goto done;
+  if ((st = bind_inputs(&t)) != FL_OK || (st = check_labels(&t)) != FL_OK) goto done;
   if ((st = build_optimizer(&t)) != FL_OK) goto done;
   rep.activation_bytes = fl_model_activation_bytes(t.model);
   rep.steps_per_epoch = t.steps_per_epoch;

@@ -12,6 +12,7 @@
 
 #include <dlfcn.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -425,4 +426,102 @@ fl_status fl_model_evalf(fl_model *m, const float *x, const float *t, size_t bat
   FL_TRY(check_batch(m, x, t, batch, "eval"));
   FL_TRY(check_targets(m, t, batch, "eval"));
   return fl_graph_model_evalf(m->handle, x, t, batch, res);
+}
+
+/* ----------------------------------------------------------------- feeds */
+
+/* Whether a Cast to an integer type (INT32 6, INT64 7) reads tensor id. */
+static int read_by_int_cast(const fl_graph *g, int id) {
+  for (int i = 0; i < fl_graph_num_nodes(g); i++) {
+    fl_gnode_info ni;
+    if (fl_graph_node_info(g, i, &ni) != FL_OK || ni.n_in < 1 || ni.in[0] != id ||
+        !(ni.traits & FL_GOP_CAST))
+      continue;
+    for (int a = 0; a < ni.n_attrs; a++)
+      if (ni.attrs[a].name && !strcmp(ni.attrs[a].name, "to") &&
+          (ni.attrs[a].i == 6 || ni.attrs[a].i == 7))
+        return 1;
+  }
+  return 0;
+}
+
+/* The graph tensor id of m's input i, or -1. */
+static int graph_input(const fl_model *m, size_t i) {
+  const fl_graph *g = fl_graph_model_graph(m->handle);
+  size_t k = 0;
+  for (int t = 0; t < fl_graph_num_tensors(g); t++) {
+    fl_gtensor_info ti;
+    if (fl_graph_tensor_info(g, t, &ti) == FL_OK && ti.kind == FL_GT_INPUT && k++ == i) return t;
+  }
+  return -1;
+}
+
+size_t fl_model_num_inputs(const fl_model *m) {
+  if (!m) return 0;
+  if (!m->graph) return 1;
+  size_t n = 0;
+  while (graph_input(m, n) >= 0) n++;
+  return n;
+}
+
+fl_status fl_model_input_get(const fl_model *m, size_t i, fl_model_input_info *out) {
+  if (!m || !out || i >= fl_model_num_inputs(m)) return FL_EINVAL;
+  memset(out, 0, sizeof *out);
+  if (!m->graph) { /* a plugin: one float input of input_size values */
+    *out = (fl_model_input_info){.dtype = FL_MODEL_F32, .ndim = 2,
+                                 .dims = {-1, (int64_t)fl_model_input_size(m)}};
+    snprintf(out->name, sizeof out->name, "x");
+    return FL_OK;
+  }
+  const fl_graph *g = fl_graph_model_graph(m->handle);
+  const int id = graph_input(m, i);
+  fl_gtensor_info ti;
+  FL_TRY(fl_graph_tensor_info(g, id, &ti));
+  snprintf(out->name, sizeof out->name, "%s", ti.name);
+  out->dtype = ti.dtype == FL_G_I64 ? FL_MODEL_I64 : FL_MODEL_F32;
+  out->ndim = ti.ndim < FL_MODEL_INPUT_DIMS ? ti.ndim : FL_MODEL_INPUT_DIMS;
+  for (int d = 0; d < out->ndim; d++) out->dims[d] = ti.dims[d];
+  out->cast_to_int = out->dtype == FL_MODEL_F32 && read_by_int_cast(g, id);
+  return FL_OK;
+}
+
+/* A plugin's feed: one float input and one class id per sample. */
+static fl_status plugin_feed(const fl_model *m, const fl_model_feed *f, const char *what) {
+  if (f->n_inputs != 1 || !f->inputs || f->inputs[0].dtype != FL_MODEL_F32 || f->ylen > 1 ||
+      !f->y)
+    return FL_ERR(FL_EINVAL, "model plugin %s %s: a plugin takes one float input and one class "
+                  "id per sample", m->spec.plugin_path, what);
+  return FL_OK;
+}
+
+static fl_status check_feed(const fl_model *m, const fl_model_feed *f, size_t batch,
+                            const char *what) {
+  if (!m || !f) return FL_ERR(FL_EINVAL, "model %s: NULL model or feed", what);
+  if (batch == 0 || batch > m->max_batch)
+    return FL_ERR(FL_EINVAL, "model %s: batch %zu outside [1, %zu]", what, batch, m->max_batch);
+  if (!m->graph) return plugin_feed(m, f, what);
+  if (fl_model_float_targets(m)) {
+    if (!f->t) return FL_ERR(FL_EINVAL, "model %s: loss %s takes float targets, not class labels",
+                             what, fl_onnx_loss_name(m->loss));
+    return check_targets(m, f->t, batch, what);
+  }
+  if (!f->y) return FL_ERR(FL_EINVAL, "model %s: this model takes class labels", what);
+  return FL_OK;
+}
+
+fl_status fl_model_train_feed(fl_model *m, const fl_model_feed *f, size_t batch,
+                              float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
+                              fl_model_result *res) {
+  FL_TRY(check_feed(m, f, batch, "train_step"));
+  FL_TRY(check_scale(loss_scale));
+  if (!m->graph)
+    return fl_model_train_step(m, f->inputs[0].data, f->y, batch, loss_scale, on_ready, ctx, res);
+  return m->ops->train_feed(m->handle, f, batch, loss_scale, on_ready, ctx, res);
+}
+
+fl_status fl_model_eval_feed(fl_model *m, const fl_model_feed *f, size_t batch,
+                             fl_model_result *res) {
+  FL_TRY(check_feed(m, f, batch, "eval"));
+  if (!m->graph) return fl_model_eval(m, f->inputs[0].data, f->y, batch, res);
+  return m->ops->eval_feed(m->handle, f, batch, res);
 }

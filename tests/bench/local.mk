@@ -79,3 +79,12 @@ EXTRA_DIST += tests/bench/run_bench_netns.sh tests/bench/allreduce_model.py test
 # PyTorch) trained by Flotilla beside the same modules in PyTorch, one
 # thread and 2 ranks against DDP: tests/bench/bench_onnx.sh.
 EXTRA_DIST += tests/bench/bench_onnx.sh tests/bench/torch_onnx_train.py deploy/examples/onnx
+
+# The recurrent ops: a BiLSTM text classifier's training step (batch 64,
+# seq 32, emb 64, hidden 64) on one thread beside PyTorch 1.13:
+# tests/bench/bench_lstm.sh (lstm_torch.py exports and times the module).
+noinst_PROGRAMS += tests/bench/bench_lstm
+tests_bench_bench_lstm_SOURCES = tests/bench/bench_lstm.c
+tests_bench_bench_lstm_CFLAGS = $(FL_TRAINER_CFLAGS)
+tests_bench_bench_lstm_LDADD = libfltrainer.la $(FL_LIBS)
+EXTRA_DIST += tests/bench/bench_lstm.sh tests/bench/lstm_torch.py

@@ -182,9 +182,7 @@ JOB = """model:
   num_classes: {K}
 data:
   format: npy
-  train_x: {x}
-  train_y: {y}
-  test_x: {x}
+{inputs}  train_y: {y}
   test_y: {y}
   shuffle: false
 optimizer:
@@ -220,7 +218,9 @@ def probe(build, tmp, name, kind, make, pick, g):
     np.save(yp, y.numpy().astype(np.int64))
     job = os.path.join(tmp, tag + ".yaml")
     with open(job, "w") as f:
-        f.write(JOB.format(onnx=onnx_path, x=xp, y=yp, K=K, LR=LR, B=B, STEPS=STEPS))
+        inp = (f"  inputs:\n    input: {xp}\n  test_inputs:\n    input: {xp}\n" if kind == "ids"
+               else f"  train_x: {xp}\n  test_x: {xp}\n")
+        f.write(JOB.format(onnx=onnx_path, inputs=inp, y=yp, K=K, LR=LR, B=B, STEPS=STEPS))
     r = subprocess.run([os.path.join(build, "flotilla-trainer"), "--config", job],
                        capture_output=True, text=True, timeout=120)
     log = r.stdout + r.stderr

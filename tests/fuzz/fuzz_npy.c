@@ -48,7 +48,7 @@ static int make_file(const uint8_t *p, size_t n, char *path, size_t cap) {
 }
 
 static size_t elem_size(fl_npy_dtype dt) {
-  return dt == FL_NPY_U8 ? 1 : dt == FL_NPY_I64 ? 8 : 4;
+  return dt == FL_NPY_U8 || dt == FL_NPY_BOOL ? 1 : dt == FL_NPY_I64 ? 8 : dt == FL_NPY_F16 ? 2 : 4;
 }
 
 static void check_file(const fl_npy *cf, const uint8_t *p, size_t n) {

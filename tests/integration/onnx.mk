@@ -13,3 +13,17 @@ TESTS += tests/integration/test_onnx_export.sh
 # AMP lists.  Seconds.
 dist_check_SCRIPTS += tests/integration/test_onnx_modes.sh
 TESTS += tests/integration/test_onnx_modes.sh
+
+# Named, typed inputs: a PyTorch token model with int64 ids and a bool
+# mask trained from data.inputs, per-sample and per-token labels (with
+# ignore_index) against PyTorch's losses; the input refusals.  Seconds.
+dist_check_SCRIPTS += tests/integration/test_typed_inputs.sh
+EXTRA_DIST += tests/integration/typed_inputs.py
+TESTS += tests/integration/test_typed_inputs.sh
+
+# Models with ids, masks and sequences against PyTorch: five whole models
+# (whole_models.py: BiLSTM text classifier, GRU tagger, TCN, U-Net-style,
+# GroupNorm CNN) and the two sequence examples with two trainers.  Seconds.
+dist_check_SCRIPTS += tests/integration/test_seq_models.sh
+EXTRA_DIST += tests/integration/whole_models.py
+TESTS += tests/integration/test_seq_models.sh

@@ -65,7 +65,7 @@ gn="{kind: cnn, norm: gn, gn_groups: 2, conv_channels: [4, 8], conv_kernel: 3, i
 job gn "$gn" "epochs: 1, checkpoint_dir: $tmp/gnck"
 run gntrain 0 --config "$tmp/gn.yaml" &&
   run gn 1 --config "$tmp/gn.yaml" --export-onnx "$tmp/gn.onnx" &&
-  expect_log gn "is a GroupNormalization (model.norm gn), which ONNX has only from opset 18"
+  expect_log gn "is a GroupNormalization, which ONNX has only from opset 18"
 
 # a bad model file stops the trainer at start, naming the file (and the node)
 head -c 700 "$fx/cnn_bn.onnx" > "$tmp/cut.onnx"

@@ -349,11 +349,11 @@ START_TEST(test_bad_tensors) {
   tm_free(&t);
   /* other dtypes, external and sparse data */
   tm_mlp(&t);
-  t.inits[1]->data_type = 11;
-  t.inits[1]->raw_data.len = 24;
-  t.inits[1]->raw_data.data = tm_alloc(&t, 24);
-  EXPECT(&t, NULL, FL_ENOTSUP, "initializer 'fc0.bias' has dtype double; supported: float, "
-         "int64, int32");
+  t.inits[1]->data_type = 10;
+  t.inits[1]->raw_data.len = 6;
+  t.inits[1]->raw_data.data = tm_alloc(&t, 6);
+  EXPECT(&t, NULL, FL_ENOTSUP, "initializer 'fc0.bias' has dtype float16; supported: float, "
+         "double (read as float), int64, int32");
   tm_free(&t);
   tm_mlp(&t);
   t.inits[0]->has_data_location = 1;
@@ -478,7 +478,7 @@ START_TEST(test_refused_at_compile) {
   tm_attr_i(&t, n, "to", 11);
   t.nodes[0]->input[0] = tm_str(&t, "xd");
   EXPECT_COMPILE(&t, "node to_double (Cast): cast to element type 11 is not supported (1 = float, "
-                 "7 = int64)");
+                 "7 = int64, 9 = bool)");
   tm_free(&t);
   /* an attribute value: Gemm's transA must be 0 or 1 */
   tm_mlp(&t);
@@ -523,10 +523,32 @@ END_TEST
 
 START_TEST(test_inputs_outputs) {
   static tm t;
-  /* a second data input */
+  /* more data inputs are declared beside the first, in file order, with
+   * their element types: int64, int32 and bool as int64, float16 as float */
   tm_mlp(&t);
-  tm_input(&t, "x2", 2, (const int64_t[]){-1, 4});
-  EXPECT(&t, NULL, FL_ENOTSUP, "several data inputs ('x', 'x2')");
+  static const int32_t elems[4] = {7, 6, 9, 10};
+  for (int k = 0; k < 4; k++) {
+    char nm[8];
+    snprintf(nm, sizeof nm, "x%d", k + 2);
+    t.inputs[t.g.n_input++] = tm_vi(&t, nm, elems[k], 2, (const int64_t[]){-1, 3}, "N");
+  }
+  EXPECT(&t, NULL, FL_OK, "");
+  {
+    size_t len;
+    uint8_t *b = tm_pack(&t, &len);
+    fl_graph *g;
+    ck_assert_int_eq(fl_onnx_load_mem(b, len, "m.onnx", NULL, FL_GLOSS_SOFTMAX_XENT, &g), FL_OK);
+    free(b);
+    static const char *const names[] = {"x", "x2", "x3", "x4", "x5"};
+    static const fl_gdtype want[] = {FL_G_F32, FL_G_I64, FL_G_I64, FL_G_I64, FL_G_F32};
+    for (int k = 0; k < 5; k++) {
+      fl_gtensor_info ti;
+      ck_assert_int_eq(fl_graph_tensor_info(g, fl_graph_find(g, names[k]), &ti), FL_OK);
+      ck_assert_int_eq(ti.kind, FL_GT_INPUT);
+      ck_assert_int_eq(ti.dtype, want[k]);
+    }
+    fl_graph_free(g);
+  }
   tm_free(&t);
   /* no data input */
   tm_mlp(&t);
@@ -541,8 +563,9 @@ START_TEST(test_inputs_outputs) {
   tm_free(&t);
   /* an integer input; a sequence input; no shape */
   tm_mlp(&t);
-  t.inputs[0] = tm_vi(&t, "x", 7, 2, (const int64_t[]){-1, 4}, "N");
-  EXPECT(&t, NULL, FL_ENOTSUP, "graph input 'x' has dtype int64; the data input must be float");
+  t.inputs[0] = tm_vi(&t, "x", 11, 2, (const int64_t[]){-1, 4}, "N");
+  EXPECT(&t, NULL, FL_ENOTSUP, "graph input 'x' has dtype double; a data input must be float, "
+         "float16, int64, int32 or bool");
   tm_free(&t);
   tm_mlp(&t);
   t.inputs[0]->type->value_case = ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE;

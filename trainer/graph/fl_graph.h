@@ -1,9 +1,10 @@
 /* fl_graph.h - the op-graph engine: every model the trainer trains is a
  * static DAG of ONNX-named ops over named tensors.
  *
- * Builders (the presets in trainer/model_presets.c, the ONNX importer in onnx/,
- * the CTR model) describe a graph with the fl_graph_* calls below: at most
- * one data input, rows inputs (rows pulled from sparse tables), the
+ * Builders (the presets in trainer/model_presets.c, the ONNX importer in
+ * onnx/, the CTR model) describe a graph with the fl_graph_* calls below:
+ * data inputs (float or int64, fed by name per step), rows inputs (rows
+ * pulled from sparse tables), the
  * initializers (trainable parameters, buffers such as batch-norm running
  * statistics, and constants), and nodes whose op types and attributes are
  * ONNX's (opsets 13 to 17) or, for the sparse ops, Flotilla's own
@@ -34,6 +35,23 @@
  * take it, the fusion pass adds it, the exporter splits it out again. */
 #define FL_GRAPH_ACT_ATTR "flotilla_act"
 
+/* What an op is, as the op table's rows declare it (fl_gop.traits, also in
+ * fl_gnode_info.traits): what fusion, AMP, import and export read. */
+enum {
+  FL_GOP_FUSES_ACT = 1u << 0,   /* takes FL_GRAPH_ACT_ATTR: an activation applied by its kernel */
+  FL_GOP_FOLDS_RELU = 1u << 1,  /* the fusion pass folds a Relu after it into that attribute */
+  FL_GOP_AMP16 = 1u << 2,       /* has a 16-bit GEMM path under AMP (its CUDA twin reads math) */
+  FL_GOP_SHAPE_ONLY = 1u << 3,  /* reads only its inputs' shapes: known at bind whatever the
+                                   values (Shape, Size) */
+  FL_GOP_MATMUL = 1u << 4,      /* a linear layer's GEMM: what AMP lists' "linear", "matmul",
+                                   "mul" and "matmul_v2" stand for */
+  FL_GOP_IMPORT_FOLD = 1u << 5, /* the importer folds the node into a constant (Constant) */
+  FL_GOP_TENSOR_VALUE = 1u << 6, /* its "value" attribute may be a one-element ONNX tensor */
+  FL_GOP_NO_FOLD = 1u << 7,     /* never evaluated at create on constants: its value depends on
+                                   the step or the mode (Dropout) */
+  FL_GOP_CAST = 1u << 8         /* converts its input to the element type its "to" names */
+};
+
 /* Element types, numbered as ONNX's TensorProto.DataType. */
 typedef enum fl_gdtype {
   FL_G_F32 = 1,
@@ -46,7 +64,7 @@ typedef enum fl_gdtype {
 
 /* What a tensor is. */
 typedef enum fl_gtensor_kind {
-  FL_GT_INPUT = 0,  /* the data input (at most one), fp32, first dim FL_G_BATCH */
+  FL_GT_INPUT = 0,  /* a data input, fp32 or int64 (host), first dim FL_G_BATCH, set per step */
   FL_GT_PARAM = 1,  /* trainable fp32 initializer: an fl_param with a grad */
   FL_GT_BUFFER = 2, /* fp32 state that is saved but never optimized (BN running stats) */
   FL_GT_CONST = 3,  /* fixed data (fp32 or int64), neither saved nor trained */
@@ -109,6 +127,13 @@ void fl_graph_free(fl_graph *g);
  * entries (0..FL_G_MAX_DIMS); only an INPUT's dims may hold FL_G_BATCH,
  * and only as dims[0].  Data is copied; the caller keeps its buffers. */
 fl_status fl_graph_input(fl_graph *g, const char *name, int ndim, const int64_t *dims, int *id);
+/* A data input of element type dt (FL_G_F32, or FL_G_I64: int64 data such
+ * as token ids, in host memory, handed per step and so never known at
+ * bind); a graph may declare several (fl_graph_input allows one only).
+ * Graphs with an int64 input or several inputs run on the cpu and are fed
+ * through fl_graph_model_ops.train_feed / eval_feed (fl_model_feed). */
+fl_status fl_graph_input_typed(fl_graph *g, const char *name, fl_gdtype dt, int ndim,
+                               const int64_t *dims, int *id);
 /* A rows input: capacity rows of width floats (both > 0), of which a step
  * uses those its sparse feeds name.  A graph may have several, and needs
  * no data input beside them (its batch size is then the call's). */
@@ -166,8 +191,8 @@ typedef struct fl_graph_options {
 } fl_graph_options;
 
 /* Compile g (taken: freed here on failure too) into a model handle for the
- * fl_graph_model_ops table below.  Checks: one output, at most one input
- * (a graph without one, or with rows inputs, is host only), no cycle, every node's inputs declared, all shapes bindable at
+ * fl_graph_model_ops table below.  Checks: one output (a graph without an
+ * input, with rows inputs, several inputs or an int64 one is host only), no cycle, every node's inputs declared, all shapes bindable at
  * batch 1 and max_batch, every recompute checkpoint names a tensor, a gpu
  * graph has a CUDA twin for every op (else FL_ENOTSUP naming the node and
  * op).  Errors are logged here. */
@@ -183,7 +208,9 @@ fl_math fl_graph_amp_math(const char *op_type, const fl_graph_options *opt);
  * made by fl_graph_model_create).  train_step/eval take int32 class labels
  * for FL_GLOSS_SOFTMAX_XENT; see fl_graph_model_train_stepf for the float
  * targets of the other losses.  x is the data input (batch * input_size
- * floats), NULL for a graph without one. */
+ * floats), NULL for a graph without one; a graph with several inputs or an
+ * int64 one is fed by name through train_feed / eval_feed (fl_model_feed),
+ * which also take per-token class ids and ignore_index. */
 extern const fl_model_ops fl_graph_model_ops;
 
 /* train_step / eval with float targets (K per sample, K = the output's

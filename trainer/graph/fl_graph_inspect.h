@@ -31,6 +31,7 @@ typedef struct fl_gnode_info {
   const int *in, *out;
   const fl_gattr *attrs;
   int n_attrs;
+  unsigned traits;              /* the op row's FL_GOP_* traits (graph_internal.h) */
 } fl_gnode_info;
 
 /* Counts (0 for NULL). */

@@ -44,16 +44,17 @@ static void free_attrs(fl_gattr *a, int n) {
   free(a);
 }
 
+void fl_gnode_release(fl_gnode *n) {
+  if (n->op && n->op->free_state && n->state) n->op->free_state(n);
+  free(n->name);
+  free(n->in);
+  free(n->out);
+  free_attrs(n->attrs, n->n_attrs);
+}
+
 void fl_graph_free(fl_graph *g) {
   if (!g) return;
-  for (int i = 0; i < g->nn; i++) {
-    fl_gnode *n = &g->nodes[i];
-    if (n->op && n->op->free_state && n->state) n->op->free_state(n);
-    free(n->name);
-    free(n->in);
-    free(n->out);
-    free_attrs(n->attrs, n->n_attrs);
-  }
+  for (int i = 0; i < g->nn; i++) fl_gnode_release(&g->nodes[i]);
   for (int i = 0; i < g->nt; i++) {
     fl_gtensor *t = &g->t[i];
     free(t->name);
@@ -79,7 +80,7 @@ int fl_graph_find(const fl_graph *g, const char *name) {
 static const char *origin(const fl_graph *g, int id) {
   const fl_gtensor *t = &g->t[id];
   switch (t->kind) {
-  case FL_GT_INPUT: return "the input";
+  case FL_GT_INPUT: return "an input";
   case FL_GT_PARAM: return "a parameter";
   case FL_GT_BUFFER: return "a buffer";
   case FL_GT_CONST: return "a constant";
@@ -138,12 +139,22 @@ fl_status fl_graph_input(fl_graph *g, const char *name, int ndim, const int64_t 
   if (g->input >= 0)
     return FL_ERR(FL_EINVAL, "graph %s: a second input '%s' (the input is '%s'; one only)",
                   g->name, name ? name : "", g->t[g->input].name);
+  return fl_graph_input_typed(g, name, FL_G_F32, ndim, dims, id);
+}
+
+fl_status fl_graph_input_typed(fl_graph *g, const char *name, fl_gdtype dt, int ndim,
+                               const int64_t *dims, int *id) {
+  if (!g) return FL_ERR(FL_EINVAL, "graph: NULL graph");
+  if (dt != FL_G_F32 && dt != FL_G_I64)
+    return FL_ERR(FL_EINVAL, "graph %s: input '%s' of element type %d (float or int64 only)",
+                  g->name, name ? name : "", (int)dt);
   if (ndim < 1 || !dims || dims[0] != FL_G_BATCH)
     return FL_ERR(FL_EINVAL, "graph %s: input '%s' must have the batch as its first dimension",
                   g->name, name ? name : "");
   int i;
-  FL_TRY(add_tensor(g, name, FL_GT_INPUT, FL_G_F32, ndim, dims, "the input", &i));
-  g->input = i;
+  FL_TRY(add_tensor(g, name, FL_GT_INPUT, dt, ndim, dims, "an input", &i));
+  if (g->input < 0) g->input = i;
+  g->n_inputs++;
   if (id) *id = i;
   return FL_OK;
 }

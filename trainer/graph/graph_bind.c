@@ -38,8 +38,8 @@ static int is_f32_value(const fl_gtensor *t) {
 /* ------------------------------------------------------------ shapes */
 
 /* Whether node n's outputs can be computed at bind: all are int64, every
- * int64 input is known, and float inputs only feed shape reads (Shape and
- * Size read no value: any input of theirs will do, int64 data too). */
+ * int64 input is known, and other inputs only feed shape reads (the shape
+ * of an int64 data input is known at bind, its values are not). */
 static int shape_domain(const fl_gnode *n, const fl_gtensor *t) {
   const int shape_op = (n->op->traits & FL_GOP_SHAPE_ONLY) != 0;
   for (int o = 0; o < n->n_out; o++)
@@ -47,7 +47,7 @@ static int shape_domain(const fl_gnode *n, const fl_gtensor *t) {
   for (int i = 0; i < n->n_in; i++) {
     if (n->in[i] < 0) continue;
     const fl_gtensor *x = &t[n->in[i]];
-    if (!shape_op && (x->dtype == FL_G_F32 || !x->known)) return 0;
+    if (!shape_op && (x->dtype != FL_G_I64 || !x->known)) return 0;
   }
   return 1;
 }

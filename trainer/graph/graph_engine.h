@@ -18,7 +18,8 @@ struct fl_graph {
   int nt, cap_t;
   fl_gnode *nodes; /* topological order once fl_graph_model_create sorted them */
   int nn, cap_n;
-  int input, output;
+  int input, output; /* input: the first data input declared (-1: none) */
+  int n_inputs;      /* data inputs (fl_graph_input / fl_graph_input_typed) */
   fl_gloss loss;
 };
 
@@ -147,7 +148,16 @@ fl_status fl_graph_sort(fl_graph *g);
 /* Check the graph's wiring: one output, some nodes. */
 fl_status fl_graph_check(const fl_graph *g);
 
+/* Free what node n owns (name, wiring, attributes, op state); the node
+ * itself stays in its array. */
+void fl_gnode_release(fl_gnode *n);
+
 /* graph_fuse.c */
+/* Evaluate once every node whose inputs are all constants (a scale vector
+ * PyTorch builds with Concat, ...) and make its outputs constants: the
+ * node leaves the graph.  Ops with FL_GOP_NO_FOLD, Flotilla's own ops and
+ * the graph's output are left alone.  Errors logged. */
+fl_status fl_gfold(fl_gmodel *m);
 /* Fold each Relu into the BatchNormalization or (device < 0: CPU) Add
  * whose output only it reads, unless that output is g's output or a
  * checkpoint in m->ckpt; nodes stay in topological order.  FL_ENOMEM
@@ -160,8 +170,8 @@ fl_status fl_gfuse(fl_gmodel *m, int device);
  * recompute segments (from m->ckpt).  Errors logged. */
 fl_status fl_gbind(fl_gmodel *m, size_t batch);
 
-/* graph_exec.c: the bound batch's forward (x: the input, host or device
- * as the graph), and backward from the output's grad (already written by
+/* graph_exec.c: the bound batch's forward (x: the device copy of the input
+ * on a gpu graph, NULL: the inputs as the feed bound them), and backward from the output's grad (already written by
  * the loss into its grad buffer), calling on_ready per parameter as its
  * grad becomes final, in decreasing index order.  Errors logged by ops. */
 fl_status fl_gexec_forward(fl_gmodel *m, const float *x, int training);

@@ -36,7 +36,7 @@ fl_status fl_gexec_forward(fl_gmodel *m, const float *x, int training) {
   for (int t = 0; t < g->nt; t++)
     if (g->t[t].kind == FL_GT_VALUE && g->t[t].dtype == FL_G_F32) g->t[t].data = m->data_fwd[t];
   for (int i = 0; i < g->nn; i++) g->nodes[i].saved = m->saved_fwd[i];
-  if (g->input >= 0) g->t[g->input].data = (float *)x; /* ops never write the input */
+  if (g->input >= 0 && x) g->t[g->input].data = (float *)x; /* the device copy (gpu) */
   m->ctx.training = training;
   m->ctx.recomputing = 0;
   m->ctx.step = m->step;

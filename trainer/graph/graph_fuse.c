@@ -107,3 +107,70 @@ fl_status fl_gfuse(fl_gmodel *m, int device) {
   }
   return FL_OK;
 }
+
+/* ------------------------------------------------- constant folding */
+
+/* Whether node n can be evaluated once now: every input present is a
+ * constant, and nothing about the op or its outputs forbids it. */
+static int foldable_const(const fl_graph *g, const fl_gnode *n) {
+  if (n->op->domain || n->op->sparse_feed || (n->op->traits & FL_GOP_NO_FOLD)) return 0;
+  int inputs = 0;
+  for (int i = 0; i < n->n_in; i++) {
+    if (n->in[i] < 0) continue;
+    if (g->t[n->in[i]].kind != FL_GT_CONST) return 0;
+    inputs++;
+  }
+  for (int o = 0; o < n->n_out; o++)
+    if (n->out[o] == g->output) return 0;
+  return inputs > 0;
+}
+
+/* Run node n (index i) on its constant inputs and turn its outputs into
+ * constants that own their values. */
+static fl_status fold_node(fl_graph *g, int i) {
+  fl_gnode *n = &g->nodes[i];
+  fl_gctx c = {.t = g->t, .batch = 1, .graph = g->name, .node_index = (size_t)i};
+  size_t ws = 0, saved = 0;
+  FL_TRY(n->op->infer(n, &c, &ws, &saved));
+  float *wsb = calloc(ws ? ws : 1, sizeof *wsb), *sb = calloc(saved ? saved : 1, sizeof *sb);
+  fl_status st = wsb && sb ? FL_OK : FL_ENOMEM;
+  for (int o = 0; st == FL_OK && o < n->n_out; o++) {
+    fl_gtensor *t = &g->t[n->out[o]];
+    if (t->dtype == FL_G_F32)
+      st = (t->data = calloc(t->n ? t->n : 1, sizeof *t->data)) ? FL_OK : FL_ENOMEM;
+    else
+      st = (t->idata = calloc(t->n ? t->n : 1, sizeof *t->idata)) ? FL_OK : FL_ENOMEM;
+  }
+  if (st == FL_ENOMEM) FL_LOGE("graph %s: out of memory folding node %s", g->name, n->name);
+  n->ws = wsb, n->ws_floats = ws, n->saved = sb, n->saved_floats = saved;
+  if (st == FL_OK) st = n->op->forward(n, &c);
+  n->ws = n->saved = NULL;
+  free(wsb);
+  free(sb);
+  for (int o = 0; o < n->n_out; o++) {
+    fl_gtensor *t = &g->t[n->out[o]];
+    t->kind = FL_GT_CONST;
+    t->producer = -1;
+    t->known = t->dtype == FL_G_I64;
+    t->ndim = t->ndim < 0 ? 0 : t->ndim;
+    for (int d = 0; d < t->ndim; d++) t->dims[d] = t->shape[d];
+  }
+  return st;
+}
+
+fl_status fl_gfold(fl_gmodel *m) {
+  fl_graph *g = m->g;
+  for (int i = 0; i < g->nn;) {
+    if (!foldable_const(g, &g->nodes[i])) {
+      i++;
+      continue;
+    }
+    FL_TRY(fold_node(g, i));
+    fl_gnode_release(&g->nodes[i]);
+    memmove(&g->nodes[i], &g->nodes[i + 1], (size_t)(g->nn - i - 1) * sizeof g->nodes[0]);
+    g->nn--;
+    for (int t = 0; t < g->nt; t++)
+      if (g->t[t].producer > i) g->t[t].producer--;
+  }
+  return FL_OK;
+}

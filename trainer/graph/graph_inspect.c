@@ -28,6 +28,7 @@ fl_status fl_graph_node_info(const fl_graph *g, int i, fl_gnode_info *out) {
   const fl_gnode *n = &g->nodes[i];
   *out = (fl_gnode_info){.name = n->name,
                          .op_type = n->op ? n->op->type : "",
+                         .traits = n->op ? n->op->traits : 0u,
                          .n_in = n->n_in,
                          .n_out = n->n_out,
                          .in = n->in,

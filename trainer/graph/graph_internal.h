@@ -128,18 +128,7 @@ typedef struct fl_gop {
   const char *export_drop_attr; /* an attribute left out (the engine's mode flag), or NULL */
 } fl_gop;
 
-/* fl_gop.traits bits. */
-enum {
-  FL_GOP_FUSES_ACT = 1u << 0,   /* takes FL_GRAPH_ACT_ATTR: an activation applied by its kernel */
-  FL_GOP_FOLDS_RELU = 1u << 1,  /* the fusion pass folds a Relu after it into that attribute */
-  FL_GOP_AMP16 = 1u << 2,       /* has a 16-bit GEMM path under AMP (its CUDA twin reads math) */
-  FL_GOP_SHAPE_ONLY = 1u << 3,  /* reads only its inputs' shapes: known at bind whatever the
-                                   values (Shape, Size) */
-  FL_GOP_MATMUL = 1u << 4,      /* a linear layer's GEMM: what AMP lists' "linear", "matmul",
-                                   "mul" and "matmul_v2" stand for */
-  FL_GOP_IMPORT_FOLD = 1u << 5, /* the importer folds the node into a constant (Constant) */
-  FL_GOP_TENSOR_VALUE = 1u << 6 /* its "value" attribute may be a one-element ONNX tensor */
-};
+/* fl_gop.traits bits: FL_GOP_* in fl_graph.h. */
 
 /* The op called type (ONNX op type, or a Paddle name for AMP lists when
  * paddle is 1), or NULL. */

@@ -293,10 +293,12 @@ static fl_status resolve_checkpoints(fl_gmodel *m, const fl_graph_options *opt, 
   return FL_OK;
 }
 
-/* The named checkpoints, the Relu fusion (which keeps them), then the
+/* The named checkpoints, constant folding and the Relu fusion (which keep
+ * them), then the
  * evenly spaced checkpoints of the fused graph. */
 static fl_status rewrite(fl_gmodel *m, const fl_graph_options *opt) {
   FL_TRY(resolve_checkpoints(m, opt, 0));
+  FL_TRY(fl_gfold(m));
   FL_TRY(fl_gfuse(m, opt->device));
   return resolve_checkpoints(m, opt, 1);
 }
@@ -316,9 +318,11 @@ static fl_status make_rows_grads(fl_gmodel *m, const fl_graph_options *opt) {
       return FL_ERR(FL_ENOMEM, "graph %s: out of memory for the gradient of rows input %s "
                     "(%zu floats)", g->name, g->t[t].name, n);
   }
-  if (opt->device >= 0 && (rows || g->input < 0))
+  const int typed = g->n_inputs > 1 || (g->input >= 0 && g->t[g->input].dtype != FL_G_F32);
+  if (opt->device >= 0 && (rows || typed || g->input < 0))
     return FL_ERR(FL_ENOTSUP, "graph %s: a graph %s runs on the cpu only (train.device: cpu)",
-                  g->name, rows ? "with rows inputs" : "without a data input");
+                  g->name, rows ? "with rows inputs" : typed ? "with several or int64 inputs"
+                                                     : "without a data input");
   return FL_OK;
 }
 
@@ -425,11 +429,56 @@ static size_t out_k(const fl_gmodel *m, size_t batch) {
   return m->g->t[m->g->output].n / batch;
 }
 
+/* The graph's inputs as "'a' (float), 'b' (int64)" for messages. */
+static const char *input_list(const fl_graph *g, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int t = 0; t < g->nt && len < cap; t++)
+    if (g->t[t].kind == FL_GT_INPUT)
+      len += (size_t)snprintf(buf + len, cap - len, "%s'%s' (%s)", len ? ", " : "", g->t[t].name,
+                              g->t[t].dtype == FL_G_I64 ? "int64" : "float");
+  return len ? buf : "none";
+}
+
+/* The feed's entry for input tensor t, or NULL. */
+static const fl_model_input *fed(const fl_model_feed *f, const char *name) {
+  for (size_t k = 0; k < f->n_inputs; k++)
+    if (f->inputs[k].name && !strcmp(f->inputs[k].name, name)) return &f->inputs[k];
+  return NULL;
+}
+
+/* Point every data input at its buffer in f: each input of the graph fed
+ * once, by name, with its element type, and nothing else fed. */
+static fl_status bind_feed(fl_gmodel *m, const fl_model_feed *f, const char *what) {
+  fl_graph *g = m->g;
+  char list[512];
+  for (size_t k = 0; k < f->n_inputs; k++) {
+    const fl_model_input *in = &f->inputs[k];
+    const int t = in->name ? fl_graph_find(g, in->name) : -1;
+    if (t < 0 || g->t[t].kind != FL_GT_INPUT)
+      return FL_ERR(FL_EINVAL, "graph %s %s: the feed names '%s', which is no input of the "
+                    "graph (its inputs: %s)", g->name, what, in->name ? in->name : "(null)",
+                    input_list(g, list, sizeof list));
+    if (fed(f, in->name) != in || !in->data || in->dtype != (int)g->t[t].dtype)
+      return FL_ERR(FL_EINVAL, "graph %s %s: input '%s' is %s; the feed gives it %s", g->name,
+                    what, in->name, g->t[t].dtype == FL_G_I64 ? "int64" : "float",
+                    fed(f, in->name) != in ? "twice" : !in->data ? "NULL data"
+                    : in->dtype == FL_G_I64 ? "int64 data" : "float data");
+    if (g->t[t].dtype == FL_G_I64) g->t[t].idata = (int64_t *)in->data; /* ops never write it */
+    else g->t[t].data = (float *)in->data;
+  }
+  for (int t = 0; t < g->nt; t++)
+    if (g->t[t].kind == FL_GT_INPUT && !fed(f, g->t[t].name))
+      return FL_ERR(FL_EINVAL, "graph %s %s: input '%s' is not fed (the graph's inputs: %s)",
+                    g->name, what, g->t[t].name, input_list(g, list, sizeof list));
+  return FL_OK;
+}
+
 /* The call's arguments, and every rows input handed (fl_graph_model_set_rows). */
-static fl_status check_call(fl_gmodel *m, const float *x, const void *y, size_t batch,
+static fl_status check_call(fl_gmodel *m, const fl_model_feed *f, size_t batch,
                             const char *what) {
-  if (!m || (!x && m->g->input >= 0) || !y)
-    return FL_ERR(FL_EINVAL, "graph %s: NULL input or targets", what);
+  if (!m || !f || (f->n_inputs && !f->inputs))
+    return FL_ERR(FL_EINVAL, "graph %s: NULL model or feed", what);
   if (batch == 0 || batch > m->max_batch)
     return FL_ERR(FL_EINVAL, "graph %s %s: batch %zu outside [1, %zu]", m->g->name, what, batch,
                   m->max_batch);
@@ -437,72 +486,160 @@ static fl_status check_call(fl_gmodel *m, const float *x, const void *y, size_t 
     if (m->g->t[t].kind == FL_GT_ROWS && !m->g->t[t].data)
       return FL_ERR(FL_ESTATE, "graph %s %s: rows input %s was not handed its rows "
                     "(fl_graph_model_set_rows)", m->g->name, what, m->g->t[t].name);
+  return bind_feed(m, f, what);
+}
+
+/* The feed of the one-float-input calls: x for the graph's input (if it
+ * has one), labels [N] (none ignored) or float targets. */
+static fl_status legacy_feed(const fl_gmodel *m, const float *x, const int32_t *y,
+                             const float *tg, fl_model_input *in, fl_model_feed *f) {
+  const fl_graph *g = m->g;
+  memset(f, 0, sizeof *f);
+  if ((!x && g->input >= 0) || (!y && !tg))
+    return FL_ERR(FL_EINVAL, "graph %s: NULL input or targets", g->name);
+  if (g->n_inputs > 1 || (g->input >= 0 && g->t[g->input].dtype != FL_G_F32)) {
+    char list[512];
+    return FL_ERR(FL_EINVAL, "graph %s: inputs %s: feed them by name (train_feed / eval_feed)",
+                  g->name, input_list(g, list, sizeof list));
+  }
+  *in = (fl_model_input){.name = g->input >= 0 ? g->t[g->input].name : NULL,
+                         .dtype = FL_MODEL_F32, .data = x};
+  *f = (fl_model_feed){.inputs = in, .n_inputs = g->input >= 0, .y = y, .ylen = 1,
+                       .ignore_index = INT64_MIN, .t = tg};
   return FL_OK;
 }
 
-/* The loss of the bound output against int32 labels (softmax) or float
- * targets (bce, mse); d(scale * mean loss)/d output into dout when set. */
-static fl_status loss(fl_gmodel *m, const int32_t *y, const float *tg, size_t batch, float scale,
-                      float *dout, fl_model_result *res) {
+static void set_result(fl_model_result *res, double ls, size_t c1, size_t c5, size_t count) {
+  if (res) *res = (fl_model_result){.loss_sum = ls, .correct1 = c1, .correct5 = c5, .count = count};
+}
+
+/* Softmax cross-entropy over rows of C classes (the output's last axis),
+ * one class id per row; rows whose label is f->ignore_index count neither
+ * in the mean nor in the accuracy (their gradient is 0). */
+static fl_status token_xent(fl_gmodel *m, const fl_model_feed *f, size_t batch, float scale,
+                            float *dout, fl_model_result *res) {
+  const fl_gtensor *o = &m->g->t[m->g->output];
+  const size_t ylen = f->ylen ? f->ylen : 1, rows = batch * ylen;
+  const size_t C = o->ndim >= 2 ? (size_t)o->shape[o->ndim - 1] : 0;
+  if (m->dev)
+    return FL_ERR(FL_ENOTSUP, "graph %s: per-token labels and ignore_index are computed on the "
+                  "cpu only (train.device: cpu)", m->g->name);
+  if (C < 2 || rows * C != o->n)
+    return FL_ERR(FL_EINVAL, "graph %s: %zu class ids per sample need an output of %zu rows of "
+                  "classes (class axis last: [N, C] or [N, L, C]); output %s has %zu values "
+                  "per sample", m->g->name, ylen, ylen, o->name, o->n / batch);
+  size_t count = 0, c1 = 0, c5 = 0;
+  for (size_t r = 0; r < rows; r++) {
+    const int32_t lab = f->y[r];
+    if ((int64_t)lab == f->ignore_index) continue;
+    if (lab < 0 || (size_t)lab >= C)
+      return FL_ERR(FL_EINVAL, "graph %s: label %d of sample %zu (position %zu) outside [0, %zu) "
+                    "and not ignore_index %lld", m->g->name, (int)lab, r / ylen, r % ylen, C,
+                    (long long)f->ignore_index);
+    count++;
+  }
+  double ls = 0.0;
+  const float g = count ? scale / (float)count : 0.0f;
+  for (size_t r = 0; r < rows; r++) {
+    float *d = dout ? dout + r * C : NULL;
+    if ((int64_t)f->y[r] == f->ignore_index) {
+      if (d) memset(d, 0, C * sizeof *d);
+      continue;
+    }
+    double l = 0.0;
+    size_t a = 0, b = 0;
+    if (fl_softmax_xent(o->data + r * C, f->y + r, 1, C, g, d, &l, &a, &b) != FL_OK)
+      return FL_ERR(FL_EINVAL, "graph %s: softmax cross-entropy failed", m->g->name);
+    ls += l;
+    c1 += a;
+    c5 += b;
+  }
+  set_result(res, ls, c1, c5, count);
+  return FL_OK;
+}
+
+/* Whether a class id of f equals its ignore_index. */
+static int any_ignored(const fl_model_feed *f, size_t batch) {
+  const size_t n = batch * (f->ylen ? f->ylen : 1);
+  for (size_t i = 0; i < n; i++)
+    if ((int64_t)f->y[i] == f->ignore_index) return 1;
+  return 0;
+}
+
+/* Softmax cross-entropy of one class id per sample over the whole output. */
+static fl_status sample_xent(fl_gmodel *m, const int32_t *y, size_t batch, float scale,
+                             float *dout, fl_model_result *res) {
   const fl_gtensor *o = &m->g->t[m->g->output];
   const size_t K = out_k(m, batch);
   double ls = 0.0;
   size_t c1 = 0, c5 = 0;
-  if (m->g->loss == FL_GLOSS_SOFTMAX_XENT) {
-    if (!y) return FL_ERR(FL_EINVAL, "graph %s: softmax cross-entropy needs int labels", m->g->name);
-    for (size_t i = 0; i < batch; i++)
-      if (y[i] < 0 || (size_t)y[i] >= K)
-        return FL_ERR(FL_EINVAL, "graph %s: label %d of sample %zu outside [0, %zu)", m->g->name,
-                      (int)y[i], i, K);
-    fl_status st = m->dev ? fl_gdev_softmax_xent(m, o->data, y, batch, K, scale, dout, &ls, &c1, &c5)
-                          : fl_softmax_xent(o->data, y, batch, K, scale, dout, &ls, &c1, &c5);
-    if (st != FL_OK) return FL_ERR(st, "graph %s: softmax cross-entropy failed", m->g->name);
-  } else {
-    if (!tg) return FL_ERR(FL_EINVAL, "graph %s: this loss needs float targets", m->g->name);
-    if (m->dev) FL_TRY(fl_gdev_download_output(m, batch));
-    const float *z = m->dev ? m->dev_out : o->data;
-    float *dz = m->dev ? (dout ? m->dev_dout : NULL) : dout;
-    const double inv = 1.0 / (double)(batch * K);
-    size_t ok = 0;
-    for (size_t i = 0; i < batch * K; i++) {
-      const double v = z[i], t = tg[i];
-      if (m->g->loss == FL_GLOSS_BCE_LOGITS) {
-        const double mx = v > 0 ? v : 0;
-        ls += (mx - v * t + log1p(exp(-fabs(v)))) / (double)K;
-        const double sg = v >= 0 ? 1.0 / (1.0 + exp(-v)) : exp(v) / (1.0 + exp(v));
-        if (dz) dz[i] = (float)((double)scale * (sg - t) * inv);
-        ok += (v > 0) == (t > 0.5);
-      } else {
-        ls += (v - t) * (v - t) / (double)K;
-        if (dz) dz[i] = (float)((double)scale * 2.0 * (v - t) * inv);
-      }
-    }
-    if (m->g->loss == FL_GLOSS_BCE_LOGITS) c1 = ok / K;
-    if (m->dev && dout) FL_TRY(fl_gdev_upload_dout(m, batch));
-  }
-  if (res) {
-    res->loss_sum = ls;
-    res->correct1 = c1;
-    res->correct5 = c5;
-    res->count = batch;
-  }
+  for (size_t i = 0; i < batch; i++)
+    if (y[i] < 0 || (size_t)y[i] >= K)
+      return FL_ERR(FL_EINVAL, "graph %s: label %d of sample %zu outside [0, %zu)", m->g->name,
+                    (int)y[i], i, K);
+  fl_status st = m->dev ? fl_gdev_softmax_xent(m, o->data, y, batch, K, scale, dout, &ls, &c1, &c5)
+                        : fl_softmax_xent(o->data, y, batch, K, scale, dout, &ls, &c1, &c5);
+  if (st != FL_OK) return FL_ERR(st, "graph %s: softmax cross-entropy failed", m->g->name);
+  set_result(res, ls, c1, c5, batch);
   return FL_OK;
 }
 
-static fl_status step(fl_gmodel *m, const float *x, const int32_t *y, const float *tg,
-                      size_t batch, float scale, fl_grad_ready_fn on_ready, void *ctx,
-                      fl_model_result *res) {
-  FL_TRY(check_call(m, x, y ? (const void *)y : (const void *)tg, batch, "train_step"));
+/* The loss of the bound output against the feed's class ids (softmax) or
+ * float targets (bce, mse); d(scale * mean loss)/d output into dout when
+ * set. */
+static fl_status loss(fl_gmodel *m, const fl_model_feed *f, size_t batch, float scale,
+                      float *dout, fl_model_result *res) {
+  const fl_gtensor *o = &m->g->t[m->g->output];
+  const size_t K = out_k(m, batch);
+  if (m->g->loss == FL_GLOSS_SOFTMAX_XENT) {
+    if (!f->y) return FL_ERR(FL_EINVAL, "graph %s: softmax cross-entropy needs int labels", m->g->name);
+    if (f->ylen <= 1 && !any_ignored(f, batch)) return sample_xent(m, f->y, batch, scale, dout, res);
+    return token_xent(m, f, batch, scale, dout, res);
+  }
+  const float *tg = f->t;
+  if (!tg) return FL_ERR(FL_EINVAL, "graph %s: this loss needs float targets", m->g->name);
+  if (m->dev) FL_TRY(fl_gdev_download_output(m, batch));
+  const float *z = m->dev ? m->dev_out : o->data;
+  float *dz = m->dev ? (dout ? m->dev_dout : NULL) : dout;
+  const double inv = 1.0 / (double)(batch * K);
+  double ls = 0.0;
+  size_t ok = 0;
+  for (size_t i = 0; i < batch * K; i++) {
+    const double v = z[i], t = tg[i];
+    if (m->g->loss == FL_GLOSS_BCE_LOGITS) {
+      const double mx = v > 0 ? v : 0;
+      ls += (mx - v * t + log1p(exp(-fabs(v)))) / (double)K;
+      const double sg = v >= 0 ? 1.0 / (1.0 + exp(-v)) : exp(v) / (1.0 + exp(v));
+      if (dz) dz[i] = (float)((double)scale * (sg - t) * inv);
+      ok += (v > 0) == (t > 0.5);
+    } else {
+      ls += (v - t) * (v - t) / (double)K;
+      if (dz) dz[i] = (float)((double)scale * 2.0 * (v - t) * inv);
+    }
+  }
+  if (m->dev && dout) FL_TRY(fl_gdev_upload_dout(m, batch));
+  set_result(res, ls, m->g->loss == FL_GLOSS_BCE_LOGITS ? ok / K : 0, 0, batch);
+  return FL_OK;
+}
+
+/* The input a gpu graph uploads: its one float input's host data. */
+static const float *host_x(const fl_gmodel *m) {
+  return m->g->input >= 0 ? m->g->t[m->g->input].data : NULL;
+}
+
+static fl_status step(fl_gmodel *m, const fl_model_feed *f, size_t batch, float scale,
+                      fl_grad_ready_fn on_ready, void *ctx, fl_model_result *res) {
+  const float *x = NULL;
   if (!(scale > 0.0f) || !isfinite(scale))
-    return FL_ERR(FL_EINVAL, "graph %s: loss scale %g must be finite and > 0", m->g->name,
-                  (double)scale);
+    return FL_ERR(FL_EINVAL, "graph %s: loss scale %g must be finite and > 0",
+                  m ? m->g->name : "", (double)scale);
+  FL_TRY(check_call(m, f, batch, "train_step"));
   FL_TRY(fl_gbind(m, batch));
-  if (m->dev) FL_TRY(fl_gdev_begin(m, x, y, batch, &x));
+  if (m->dev) FL_TRY(fl_gdev_begin(m, host_x(m), f->y, batch, &x));
   fl_timeline *tl = fl_timeline_default();
   fl_timeline_begin(tl, "compute", "forward");
   fl_status st = fl_gexec_forward(m, x, 1);
-  if (st == FL_OK)
-    st = loss(m, y, tg, batch, scale, m->g->t[m->g->output].grad, res);
+  if (st == FL_OK) st = loss(m, f, batch, scale, m->g->t[m->g->output].grad, res);
   fl_timeline_end(tl, "compute", "forward");
   if (st == FL_OK) {
     fl_timeline_begin(tl, "compute", "backward");
@@ -517,13 +654,14 @@ static fl_status step(fl_gmodel *m, const float *x, const int32_t *y, const floa
   return st;
 }
 
-static fl_status evaluate(fl_gmodel *m, const float *x, const int32_t *y, const float *tg,
-                          size_t batch, fl_model_result *res) {
-  FL_TRY(check_call(m, x, y ? (const void *)y : (const void *)tg, batch, "eval"));
+static fl_status evaluate(fl_gmodel *m, const fl_model_feed *f, size_t batch,
+                          fl_model_result *res) {
+  const float *x = NULL;
+  FL_TRY(check_call(m, f, batch, "eval"));
   FL_TRY(fl_gbind(m, batch));
-  if (m->dev) FL_TRY(fl_gdev_begin(m, x, y, batch, &x));
+  if (m->dev) FL_TRY(fl_gdev_begin(m, host_x(m), f->y, batch, &x));
   fl_status st = fl_gexec_forward(m, x, 0);
-  if (st == FL_OK) st = loss(m, y, tg, batch, 1.0f, NULL, res);
+  if (st == FL_OK) st = loss(m, f, batch, 1.0f, NULL, res);
   if (m->dev) {
     const fl_status e = fl_gdev_end(m, 0);
     if (st == FL_OK) st = e;
@@ -531,50 +669,90 @@ static fl_status evaluate(fl_gmodel *m, const float *x, const int32_t *y, const 
   return st;
 }
 
+/* The losses' kinds of targets: class ids (softmax) or float targets. */
+static fl_status check_targets(const fl_gmodel *m, const fl_model_feed *f, const char *what) {
+  if (!m || !f) return FL_ERR(FL_EINVAL, "graph: NULL model or feed");
+  if (m->g->loss == FL_GLOSS_SOFTMAX_XENT && !f->y)
+    return FL_ERR(FL_EINVAL, "graph %s %s: softmax cross-entropy takes int labels", m->g->name,
+                  what);
+  if (m->g->loss != FL_GLOSS_SOFTMAX_XENT && !f->t)
+    return FL_ERR(FL_EINVAL, "graph %s %s: its loss takes float targets", m->g->name, what);
+  return FL_OK;
+}
+
+static fl_status gm_train_feed(void *handle, const fl_model_feed *f, size_t batch,
+                               float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
+                               fl_model_result *res) {
+  FL_TRY(check_targets(handle, f, "train_step"));
+  return step(handle, f, batch, loss_scale, on_ready, ctx, res);
+}
+
+static fl_status gm_eval_feed(void *handle, const fl_model_feed *f, size_t batch,
+                              fl_model_result *res) {
+  FL_TRY(check_targets(handle, f, "eval"));
+  return evaluate(handle, f, batch, res);
+}
+
 static fl_status gm_train_step(void *handle, const float *x, const int32_t *y, size_t batch,
                                float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
                                fl_model_result *res) {
   fl_gmodel *m = handle;
+  fl_model_input in;
+  fl_model_feed f;
   if (m->g->loss != FL_GLOSS_SOFTMAX_XENT)
     return FL_ERR(FL_EINVAL, "graph %s: its loss takes float targets (train_stepf)", m->g->name);
-  return step(m, x, y, NULL, batch, loss_scale, on_ready, ctx, res);
+  FL_TRY(legacy_feed(m, x, y, NULL, &in, &f));
+  return step(m, &f, batch, loss_scale, on_ready, ctx, res);
 }
 
 static fl_status gm_eval(void *handle, const float *x, const int32_t *y, size_t batch,
                          fl_model_result *res) {
   fl_gmodel *m = handle;
+  fl_model_input in;
+  fl_model_feed f;
   if (m->g->loss != FL_GLOSS_SOFTMAX_XENT)
     return FL_ERR(FL_EINVAL, "graph %s: its loss takes float targets (evalf)", m->g->name);
-  return evaluate(m, x, y, NULL, batch, res);
+  FL_TRY(legacy_feed(m, x, y, NULL, &in, &f));
+  return evaluate(m, &f, batch, res);
 }
 
 fl_status fl_graph_model_train_stepf(void *handle, const float *x, const float *t, size_t batch,
                                      float loss_scale, fl_grad_ready_fn on_ready, void *ctx,
                                      fl_model_result *res) {
   fl_gmodel *m = handle;
+  fl_model_input in;
+  fl_model_feed f;
   if (!m) return FL_ERR(FL_EINVAL, "graph: NULL model");
   if (m->g->loss == FL_GLOSS_SOFTMAX_XENT)
     return FL_ERR(FL_EINVAL, "graph %s: softmax cross-entropy takes int labels", m->g->name);
-  return step(m, x, NULL, t, batch, loss_scale, on_ready, ctx, res);
+  FL_TRY(legacy_feed(m, x, NULL, t, &in, &f));
+  return step(m, &f, batch, loss_scale, on_ready, ctx, res);
 }
 
 fl_status fl_graph_model_evalf(void *handle, const float *x, const float *t, size_t batch,
                                fl_model_result *res) {
   fl_gmodel *m = handle;
+  fl_model_input in;
+  fl_model_feed f;
   if (!m) return FL_ERR(FL_EINVAL, "graph: NULL model");
   if (m->g->loss == FL_GLOSS_SOFTMAX_XENT)
     return FL_ERR(FL_EINVAL, "graph %s: softmax cross-entropy takes int labels", m->g->name);
-  return evaluate(m, x, NULL, t, batch, res);
+  FL_TRY(legacy_feed(m, x, NULL, t, &in, &f));
+  return evaluate(m, &f, batch, res);
 }
 
 fl_status fl_graph_model_forward(void *handle, const float *x, size_t batch, int training,
                                  const float **out) {
   fl_gmodel *m = handle;
+  fl_model_input in;
+  fl_model_feed f;
+  static const int32_t none = 0;
   if (!m || !out) return FL_ERR(FL_EINVAL, "graph: NULL model or output");
   if (m->dev) return FL_ERR(FL_ENOTSUP, "graph %s: forward/backward calls are host only", m->g->name);
-  FL_TRY(check_call(m, x, out, batch, "forward"));
+  FL_TRY(legacy_feed(m, x, &none, NULL, &in, &f));
+  FL_TRY(check_call(m, &f, batch, "forward"));
   FL_TRY(fl_gbind(m, batch));
-  FL_TRY(fl_gexec_forward(m, x, training != 0));
+  FL_TRY(fl_gexec_forward(m, NULL, training != 0));
   *out = m->g->t[m->g->output].data;
   return FL_OK;
 }
@@ -643,4 +821,5 @@ const float *fl_graph_value(const fl_graph *g, const char *name, size_t *n) {
 const fl_model_ops fl_graph_model_ops = {
     .abi_version = FL_MODEL_PLUGIN_ABI, .create = NULL, .destroy = gm_destroy,
     .num_params = gm_num_params, .param = gm_param, .input_size = gm_input_size,
-    .train_step = gm_train_step, .eval = gm_eval, .activation_bytes = gm_activation_bytes};
+    .train_step = gm_train_step, .eval = gm_eval, .activation_bytes = gm_activation_bytes,
+    .train_feed = gm_train_feed, .eval_feed = gm_eval_feed};

@@ -12,3 +12,6 @@ libfltrainer_la_SOURCES += trainer/graph/ops_sparse.c
 libfltrainer_la_SOURCES += trainer/graph/ops_matrix.c
 libfltrainer_la_SOURCES += trainer/graph/ops_embbag.c
 libfltrainer_la_SOURCES += trainer/graph/ops_convt.c
+libfltrainer_la_SOURCES += trainer/graph/ops_resize.c
+libfltrainer_la_SOURCES += trainer/graph/ops_activation.c
+libfltrainer_la_SOURCES += trainer/graph/ops_rnn.c

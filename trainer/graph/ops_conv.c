@@ -1088,16 +1088,23 @@ const fl_gop fl_gops_conv[] = {
      .attrs = conv_attrs, .infer = conv_infer, .forward = conv_forward,
      .backward = conv_backward, .save_in = 3, .save_out = 1,
      .forward_cuda = conv_forward_cuda, .backward_cuda = conv_backward_cuda,
-     .traits = FL_GOP_FUSES_ACT | FL_GOP_AMP16},
+     .traits = FL_GOP_FUSES_ACT | FL_GOP_AMP16,
+     .doc = "1-D and 2-D, groups, dilations, strides, pads; auto_pad NOTSET or VALID (SAME "
+            "refused: give pads); Winograd for 3x3 stride-1 pad-1; gpu: group 1, dilation "
+            "1, symmetric pads"},
     {.type = "MaxPool", .paddle = "pool2d", .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 2, .attrs = maxpool_attrs, .infer = maxpool_infer, .forward = maxpool_forward,
      .backward = maxpool_backward, .forward_cuda = maxpool_forward_cuda,
-     .backward_cuda = maxpool_backward_cuda},
+     .backward_cuda = maxpool_backward_cuda,
+     .doc = "1-D and 2-D, pads, strides, dilations, ceil_mode; the Indices output and "
+            "storage_order 1 refused; gpu: no pads, dilation 1, ceil_mode 0"},
     {.type = "AveragePool", .paddle = NULL, .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 1, .attrs = avgpool_attrs, .infer = avgpool_infer, .forward = avgpool_forward,
-     .backward = avgpool_backward},
+     .backward = avgpool_backward,
+     .doc = "1-D and 2-D, pads, strides, ceil_mode, count_include_pad"},
     {.type = "GlobalAveragePool", .paddle = NULL, .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = gap_infer, .forward = gap_forward,
-     .backward = gap_backward},
+     .backward = gap_backward,
+     .doc = "[N, C, spatial...] to [N, C, 1...]"},
 };
 const size_t fl_gops_conv_n = sizeof fl_gops_conv / sizeof fl_gops_conv[0];

@@ -804,16 +804,19 @@ static fl_status pass_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   return FL_OK;
 }
 
+/* ONNX's BOOL element type: a cast to it yields the engine's int64 0/1. */
+enum { CAST_BOOL = 9 };
+
 static fl_status cast_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   const fl_gtensor *x = fl_gin(n, c, 0);
   if (!x) return fl_gop_fail(n, FL_EINVAL, "input 0 is required");
   int64_t to;
   FL_TRY(fl_ga_int(n, "to", -1, &to));
-  if (to != FL_G_F32 && to != FL_G_I64)
+  if (to != FL_G_F32 && to != FL_G_I64 && to != CAST_BOOL)
     return fl_gop_fail(n, FL_EINVAL,
-                       "cast to element type %lld is not supported (1 = float, 7 = int64)",
-                       (long long)to);
-  fl_gset_out(n, c, 0, (fl_gdtype)to, x->ndim, x->shape);
+                       "cast to element type %lld is not supported (1 = float, 7 = int64, "
+                       "9 = bool)", (long long)to);
+  fl_gset_out(n, c, 0, to == CAST_BOOL ? FL_G_I64 : (fl_gdtype)to, x->ndim, x->shape);
   *ws = 0;
   *saved = 0;
   return FL_OK;
@@ -822,6 +825,13 @@ static fl_status cast_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) 
 static fl_status cast_forward(fl_gnode *n, fl_gctx *c) {
   const fl_gtensor *x = fl_gin(n, c, 0);
   fl_gtensor *y = fl_gout(n, c, 0);
+  int64_t to;
+  FL_TRY(fl_ga_int(n, "to", -1, &to));
+  if (to == CAST_BOOL) { /* nonzero (NaN included) is true */
+    for (size_t i = 0; i < x->n; i++)
+      y->idata[i] = x->dtype == FL_G_I64 ? x->idata[i] != 0 : x->data[i] != 0.0f;
+    return FL_OK;
+  }
   if (x->dtype == y->dtype) return identity_forward(n, c);
   if (y->dtype == FL_G_F32) {
     for (size_t i = 0; i < x->n; i++) y->data[i] = (float)x->idata[i];
@@ -988,10 +998,11 @@ const fl_gop fl_gops_elementwise[] = {
      .max_out = 1, .attrs = no_attrs, .infer = identity_infer, .forward = identity_forward,
      .backward = pass_backward},
     {.type = "Cast", .paddle = "cast", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
-     .attrs = cast_attrs, .infer = cast_infer, .forward = cast_forward,
-     .backward = pass_backward},
+     .attrs = cast_attrs, .infer = cast_infer, .forward = cast_forward, .traits = FL_GOP_CAST,
+     .backward = pass_backward,
+     .doc = "to 1 (float), 7 (int64) or 9 (bool: int64 0/1, nonzero is 1); others refused"},
     {.type = "Dropout", .paddle = "dropout", .min_in = 1, .max_in = 3, .min_out = 1,
      .max_out = 2, .attrs = dropout_attrs, .infer = dropout_infer, .forward = dropout_forward,
-     .backward = dropout_backward, .nodiff_in = 6},
+     .backward = dropout_backward, .nodiff_in = 6, .traits = FL_GOP_NO_FOLD},
 };
 const size_t fl_gops_elementwise_n = sizeof fl_gops_elementwise / sizeof fl_gops_elementwise[0];

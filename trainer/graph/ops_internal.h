@@ -29,12 +29,18 @@ extern const fl_gop fl_gops_shape[];
 extern const size_t fl_gops_shape_n;
 extern const fl_gop fl_gops_matrix[];
 extern const size_t fl_gops_matrix_n;
+extern const fl_gop fl_gops_resize[];
+extern const size_t fl_gops_resize_n;
 extern const fl_gop fl_gops_sparse[]; /* Flotilla's own (domain "flotilla") */
 extern const size_t fl_gops_sparse_n;
 extern const fl_gop fl_gops_embbag[]; /* Flotilla's own (domain "flotilla") */
 extern const size_t fl_gops_embbag_n;
 extern const fl_gop fl_gops_convt[];
 extern const size_t fl_gops_convt_n;
+extern const fl_gop fl_gops_activation[];
+extern const size_t fl_gops_activation_n;
+extern const fl_gop fl_gops_rnn[];
+extern const size_t fl_gops_rnn_n;
 
 /* Log "graph: node NAME (OP): message" once and return code. */
 fl_status fl_gop_fail(const fl_gnode *n, fl_status code, const char *fmt, ...)

@@ -1,4 +1,5 @@
-/* ops_linalg.c - Gemm and MatMul of the graph engine, on cblas_sgemm.
+/* ops_linalg.c - Gemm, MatMul and Einsum of the graph engine, on
+ * cblas_sgemm.
  *
  * Gemm computes Y = act(alpha * op(A) op(B) + beta * C) as one GEMM, then
  * one pass that adds beta*C and applies the fused activation (internal
@@ -11,10 +12,15 @@
  * MatMul is numpy's matmul: 1-D operands promoted, batch dims broadcast; a
  * 2-D right operand (a Linear exported as MatMul) takes one GEMM over all
  * the left operand's rows.  A broadcast operand's gradient is summed over
- * the batch in batch order. */
+ * the batch in batch order.
+ *
+ * Einsum takes the two-operand equations that are a batched matrix
+ * product after transposes (attention's "bhqd,bhkd->bhqk", "bij,bjk->bik",
+ * "bi,bi->b"...): see its section below. */
 #include <config.h>
 
 #include <cblas.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ops_internal.h"
@@ -369,20 +375,340 @@ static fl_status matmul_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   return FL_OK;
 }
 
+/* -------------------------------------------------------------- Einsum */
+
+/* Einsum of two operands that is a batched matrix product.  Each letter
+ * of the equation is a batch dim (in both operands and the output),
+ * contracted (in both operands, not the output) or free in one operand
+ * (and in the output).  In canonical order A is [batch, freeA, contr], B
+ * [batch, contr, freeB] and Y [batch, freeA, freeB] (batch, freeA and
+ * contr in A's letter order, freeB in B's): one GEMM per batch entry.  A
+ * tensor whose memory already is in canonical order, or in it with its
+ * two matrix groups swapped (a transposed matrix), is used in place; any
+ * other is copied through the node's scratch.  Backward is the same
+ * product twice: dA = dY . B^T, dB = A^T . dY. */
+
+#define ES_LETTERS 128
+
+/* The parsed equation: the letters of each operand and of the output. */
+typedef struct es_eq {
+  const char *text;
+  char in[2][FL_G_MAX_DIMS + 1], out[FL_G_MAX_DIMS + 1];
+  int nin[2], nout;
+} es_eq;
+
+/* Append letter ch to s (of *len), refusing more than the rank limit and
+ * a letter given twice (a diagonal or a repeated output). */
+static fl_status es_push(const fl_gnode *n, const es_eq *e, char *s, int *len, char ch) {
+  if (memchr(s, ch, (size_t)*len))
+    return fl_gop_fail(n, FL_ENOTSUP,
+                       "equation \"%s\": letter %c is repeated in one term (diagonals and "
+                       "repeated output letters are not supported)", e->text, ch);
+  if (*len >= FL_G_MAX_DIMS)
+    return fl_gop_fail(n, FL_EINVAL, "equation \"%s\": a term has more than %d letters",
+                       e->text, FL_G_MAX_DIMS);
+  s[(*len)++] = ch;
+  s[*len] = '\0';
+  return FL_OK;
+}
+
+/* No "->": the output is every letter seen once, in ASCII order. */
+static fl_status es_implicit(const fl_gnode *n, es_eq *e) {
+  int seen[ES_LETTERS] = {0};
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < e->nin[k]; i++) seen[(unsigned char)e->in[k][i]]++;
+  for (int ch = 0; ch < ES_LETTERS; ch++)
+    if (seen[ch] == 1) FL_TRY(es_push(n, e, e->out, &e->nout, (char)ch));
+  return FL_OK;
+}
+
+static fl_status es_parse(const fl_gnode *n, es_eq *e) {
+  memset(e, 0, sizeof *e);
+  FL_TRY(fl_ga_str(n, "equation", "", &e->text));
+  int term = 0, arrow = 0;
+  for (const char *s = e->text; *s; s++) {
+    if (*s == ' ') continue;
+    if (*s == ',' && !arrow && ++term < 2) continue;
+    if (*s == '-' && s[1] == '>' && !arrow && term == 1) {
+      arrow = 1, s++;
+      continue;
+    }
+    if (*s == '.')
+      return fl_gop_fail(n, FL_ENOTSUP, "equation \"%s\": ellipsis '...' is not supported",
+                         e->text);
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+      return fl_gop_fail(n, FL_ENOTSUP,
+                         "equation \"%s\" is not supported: Einsum takes exactly two "
+                         "operands of letters, \"ab,bc->ac\"", e->text);
+    if (arrow)
+      FL_TRY(es_push(n, e, e->out, &e->nout, *s));
+    else
+      FL_TRY(es_push(n, e, e->in[term], &e->nin[term], *s));
+  }
+  if (term != 1 || n->n_in != 2)
+    return fl_gop_fail(n, FL_ENOTSUP,
+                       "equation \"%s\" with %d inputs: only two-operand equations are "
+                       "supported", e->text, n->n_in);
+  return arrow ? FL_OK : es_implicit(n, e);
+}
+
+/* A or B or Y as a batch of matrices in canonical order. */
+typedef struct es_mat {
+  int direct;                   /* the tensor's memory is used in place */
+  int t;                        /* stored transposed: [batch, cols, rows] */
+  int r;                        /* canonical rank */
+  int64_t sh[FL_G_MAX_DIMS];    /* canonical shape */
+  int64_t st[FL_G_MAX_DIMS];    /* the tensor's stride along each canonical dim */
+  int64_t rows, cols;
+  size_t n;
+} es_mat;
+
+typedef struct es_plan {
+  es_eq e;
+  int64_t size[ES_LETTERS];     /* each letter's dim, -1 if unused */
+  int64_t bt;                   /* batch entries */
+  es_mat a, b, y;
+} es_plan;
+
+/* m for a tensor with letters tl, canonical letters g0 (batch), g1 (rows),
+ * g2 (cols). */
+static void es_mat_init(es_mat *m, const es_plan *p, const char *tl, const char *g0,
+                        const char *g1, const char *g2) {
+  int64_t tst[ES_LETTERS] = {0}, s = 1;
+  const int nt = (int)strlen(tl);
+  for (int i = nt - 1; i >= 0; i--) {
+    tst[(unsigned char)tl[i]] = s;
+    s *= p->size[(unsigned char)tl[i]];
+  }
+  char can[3 * 16], swp[3 * 16];
+  snprintf(can, sizeof can, "%s%s%s", g0, g1, g2);
+  snprintf(swp, sizeof swp, "%s%s%s", g0, g2, g1);
+  m->r = nt;
+  m->rows = m->cols = 1;
+  for (int i = 0; i < nt; i++) {
+    const unsigned char ch = (unsigned char)can[i];
+    m->sh[i] = p->size[ch];
+    m->st[i] = tst[ch];
+    if (strchr(g1, ch)) m->rows *= p->size[ch];
+    if (strchr(g2, ch)) m->cols *= p->size[ch];
+  }
+  m->n = (size_t)(p->bt * m->rows * m->cols);
+  m->t = strcmp(tl, can) != 0;
+  m->direct = !m->t || strcmp(tl, swp) == 0;
+}
+
+/* Each letter's size from the operands (equal where both have it). */
+static fl_status es_sizes(const fl_gnode *n, const fl_gctx *c, es_plan *p) {
+  for (int ch = 0; ch < ES_LETTERS; ch++) p->size[ch] = -1;
+  char sx[160];
+  for (int k = 0; k < 2; k++) {
+    const fl_gtensor *x = fl_gin(n, c, k);
+    if (x->ndim != p->e.nin[k])
+      return fl_gop_fail(n, FL_EINVAL, "equation \"%s\": operand %d %s %s has rank %d, not %d",
+                         p->e.text, k, x->name, fl_gshape_str(x->ndim, x->shape, sx, sizeof sx),
+                         x->ndim, p->e.nin[k]);
+    for (int i = 0; i < x->ndim; i++) {
+      int64_t *s = &p->size[(unsigned char)p->e.in[k][i]];
+      if (*s >= 0 && *s != x->shape[i])
+        return fl_gop_fail(n, FL_EINVAL, "equation \"%s\": letter %c is %lld in operand 0 "
+                           "and %lld in operand 1", p->e.text, p->e.in[k][i], (long long)*s,
+                           (long long)x->shape[i]);
+      *s = x->shape[i];
+    }
+  }
+  return FL_OK;
+}
+
+/* Sort the letters into batch, freeA, contr, freeB (g[0..3]). */
+static fl_status es_groups(const fl_gnode *n, const es_plan *p, char g[4][16]) {
+  int len[4] = {0};
+  memset(g, 0, 4 * sizeof g[0]);
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < p->e.nin[k]; i++) {
+      const char ch = p->e.in[k][i];
+      const int other = strchr(p->e.in[1 - k], ch) != NULL, out = strchr(p->e.out, ch) != NULL;
+      if (!other && !out)
+        return fl_gop_fail(n, FL_ENOTSUP, "equation \"%s\": letter %c is only in operand %d "
+                           "and not in the output (a plain sum; reduce first)", p->e.text, ch,
+                           k);
+      if (k == 1 && other) continue; /* batch and contracted letters: A's order */
+      const int grp = !other ? (k == 0 ? 1 : 3) : out ? 0 : 2;
+      g[grp][len[grp]++] = ch;
+    }
+  for (int i = 0; i < p->e.nout; i++)
+    if (!strchr(p->e.in[0], p->e.out[i]) && !strchr(p->e.in[1], p->e.out[i]))
+      return fl_gop_fail(n, FL_EINVAL, "equation \"%s\": output letter %c is in no operand",
+                         p->e.text, p->e.out[i]);
+  return FL_OK;
+}
+
+static fl_status es_plan_of(const fl_gnode *n, const fl_gctx *c, es_plan *p) {
+  FL_TRY(es_parse(n, &p->e));
+  FL_TRY(es_sizes(n, c, p));
+  char g[4][16];
+  FL_TRY(es_groups(n, p, g));
+  p->bt = 1;
+  for (const char *s = g[0]; *s; s++) p->bt *= p->size[(unsigned char)*s];
+  es_mat_init(&p->a, p, p->e.in[0], g[0], g[1], g[2]);
+  es_mat_init(&p->b, p, p->e.in[1], g[0], g[2], g[3]);
+  es_mat_init(&p->y, p, p->e.out, g[0], g[1], g[3]);
+  return blas_dims(n, p->a.rows, p->b.cols, p->a.cols);
+}
+
+/* A batch of logical [rows, cols] matrices bs floats apart, stored
+ * row-major or (t) transposed. */
+typedef struct es_view {
+  float *p;
+  int t;
+  int64_t rows, cols;
+  size_t bs;
+} es_view;
+
+static es_view es_T(es_view v) {
+  const int64_t r = v.rows;
+  v.rows = v.cols;
+  v.cols = r;
+  v.t ^= 1;
+  return v;
+}
+
+/* c = a . b for each batch entry; c (+)= with beta 1. */
+static void es_gemm(size_t bt, es_view a, es_view b, es_view c, float beta) {
+  if (c.t) { /* C stored transposed: C^T = B^T A^T */
+    const es_view t = es_T(b);
+    b = es_T(a);
+    a = t;
+    c = es_T(c);
+  }
+  const int M = (int)a.rows, N = (int)b.cols, K = (int)a.cols;
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (beta == 0.0f) memset(c.p, 0, bt * c.bs * sizeof *c.p);
+    return;
+  }
+  for (size_t i = 0; i < bt; i++)
+    cblas_sgemm(CblasRowMajor, a.t ? CblasTrans : CblasNoTrans, b.t ? CblasTrans : CblasNoTrans,
+                M, N, K, 1.0f, a.p + i * a.bs, a.t ? M : K, b.p + i * b.bs, b.t ? K : N, beta,
+                c.p + i * c.bs, N);
+}
+
+/* Walk m's canonical index space in order: canon[i] = t[off] (out 0) or
+ * t[off] (+)= canon[i] (out 1). */
+static void es_move(const es_mat *m, float *t, float *canon, int out, int acc) {
+  int64_t idx[FL_G_MAX_DIMS] = {0}, off = 0;
+  for (size_t i = 0; i < m->n; i++) {
+    if (!out)
+      canon[i] = t[off];
+    else if (acc)
+      t[off] += canon[i];
+    else
+      t[off] = canon[i];
+    for (int d = m->r - 1; d >= 0; d--) {
+      off += m->st[d];
+      if (++idx[d] < m->sh[d]) break;
+      off -= m->st[d] * m->sh[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/* The view of m over tensor memory t: in place when direct, else a
+ * canonical copy in *ws (gathered when gather is set), *ws advanced. */
+static es_view es_view_of(const es_mat *m, float *t, float **ws, int gather) {
+  es_view v = {.p = t, .t = m->t, .rows = m->rows, .cols = m->cols,
+               .bs = (size_t)(m->rows * m->cols)};
+  if (m->direct) return v;
+  v.p = *ws;
+  v.t = 0;
+  *ws += m->n;
+  if (gather) es_move(m, t, v.p, 0, 0);
+  return v;
+}
+
+static fl_status einsum_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
+  es_eq e;
+  FL_TRY(es_parse(n, &e)); /* the equation's refusals before the inputs' */
+  FL_TRY(fl_gneed(n, c, 0, FL_G_F32));
+  FL_TRY(fl_gneed(n, c, 1, FL_G_F32));
+  es_plan p;
+  FL_TRY(es_plan_of(n, c, &p));
+  int64_t ys[FL_G_MAX_DIMS];
+  for (int i = 0; i < p.e.nout; i++) ys[i] = p.size[(unsigned char)p.e.out[i]];
+  fl_gset_out(n, c, 0, FL_G_F32, p.e.nout, ys);
+  /* Backward's scratch: A and B copied and their gradients, dY copied. */
+  *ws = (p.a.direct ? 0 : 2 * p.a.n) + (p.b.direct ? 0 : 2 * p.b.n) + (p.y.direct ? 0 : p.y.n);
+  *saved = 0;
+  return FL_OK;
+}
+
+static fl_status einsum_forward(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  es_plan p;
+  FL_TRY(es_plan_of(n, c, &p));
+  if (y->n == 0) return FL_OK;
+  float *ws = n->ws;
+  const es_view va = es_view_of(&p.a, a->data, &ws, 1), vb = es_view_of(&p.b, b->data, &ws, 1);
+  const es_view vy = es_view_of(&p.y, y->data, &ws, 0);
+  es_gemm((size_t)p.bt, va, vb, vy, 0.0f);
+  if (!p.y.direct) es_move(&p.y, y->data, vy.p, 1, 0);
+  return FL_OK;
+}
+
+/* dst = x . w into operand m's gradient g (accumulating when acc). */
+static void es_grad(const es_plan *p, const es_mat *m, float *g, int acc, es_view x, es_view w,
+                    float **ws) {
+  if (!g) return;
+  const es_view d = es_view_of(m, g, ws, 0);
+  const int direct = m->direct;
+  if (m->n == 0) return;
+  es_gemm((size_t)p->bt, x, w, d, direct && acc ? 1.0f : 0.0f);
+  if (!direct) es_move(m, g, d.p, 1, acc);
+}
+
+static fl_status einsum_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1), *y = fl_gout(n, c, 0);
+  es_plan p;
+  FL_TRY(es_plan_of(n, c, &p));
+  if (y->n == 0) { /* empty product: zero gradients */
+    if (a->grad && !fl_gacc(acc, 0)) memset(a->grad, 0, a->n * sizeof *a->grad);
+    if (b->grad && !fl_gacc(acc, 1)) memset(b->grad, 0, b->n * sizeof *b->grad);
+    return FL_OK;
+  }
+  float *ws = n->ws;
+  const es_view va = es_view_of(&p.a, a->data, &ws, b->grad != NULL);
+  const es_view vb = es_view_of(&p.b, b->data, &ws, a->grad != NULL);
+  const es_view vdy = es_view_of(&p.y, y->grad, &ws, 1);
+  es_grad(&p, &p.a, a->grad, fl_gacc(acc, 0), vdy, es_T(vb), &ws);
+  es_grad(&p, &p.b, b->grad, fl_gacc(acc, 1), es_T(va), vdy, &ws);
+  return FL_OK;
+}
+
 /* --------------------------------------------------------------- table */
 
 static const char *const gemm_attrs[] = {"alpha", "beta", "transA", "transB", FL_GRAPH_ACT_ATTR,
                                          NULL};
 static const char *const no_attrs[] = {NULL};
+static const char *const einsum_attrs[] = {"equation", NULL};
 
 const fl_gop fl_gops_linalg[] = {
     {.type = "Gemm", .paddle = "fc", .min_in = 2, .max_in = 3, .min_out = 1, .max_out = 1,
      .attrs = gemm_attrs, .infer = gemm_infer, .forward = gemm_forward,
      .backward = gemm_backward, .save_in = 3, .save_out = 1,
      .forward_cuda = gemm_forward_cuda, .backward_cuda = gemm_backward_cuda,
-     .traits = FL_GOP_FUSES_ACT | FL_GOP_AMP16 | FL_GOP_MATMUL},
+     .traits = FL_GOP_FUSES_ACT | FL_GOP_AMP16 | FL_GOP_MATMUL,
+     .doc = "transA, transB, alpha, beta, C broadcast to [M, N]; gpu: PyTorch's Linear only "
+            "(transA 0, transB 1, alpha 1, C a [N] bias)"},
     {.type = "MatMul", .paddle = "matmul_v2", .min_in = 2, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = matmul_infer, .forward = matmul_forward,
-     .backward = matmul_backward, .save_in = 3, .traits = FL_GOP_MATMUL},
+     .backward = matmul_backward, .save_in = 3, .traits = FL_GOP_MATMUL,
+     .doc = "numpy matmul: 1-D operands, batched operands broadcast over the leading dims"},
+    {.type = "Einsum", .paddle = "einsum", .min_in = 1, .max_in = 16, .min_out = 1,
+     .max_out = 1, .attrs = einsum_attrs, .infer = einsum_infer, .forward = einsum_forward,
+     .backward = einsum_backward, .save_in = 3,
+     .doc = "two operands whose equation is a batched matrix product after transposes "
+            "(batch, contracted and free letters, output in any order, implicit output "
+            "taken); one operand, three, '...', a repeated letter in a term and a letter "
+            "summed out of one operand alone refused"},
 };
 const size_t fl_gops_linalg_n = sizeof fl_gops_linalg / sizeof fl_gops_linalg[0];

@@ -1184,7 +1184,8 @@ const fl_gop fl_gops_norm[] = {
             "opsets 13..17 it is refused"},
     {.type = "LayerNormalization", .paddle = "layer_norm", .min_in = 2, .max_in = 3,
      .min_out = 1, .max_out = 3, .attrs = ln_attrs, .infer = ln_infer, .forward = ln_forward,
-     .backward = ln_backward, .save_in = 3},
+     .backward = ln_backward, .save_in = 3,
+     .doc = "axis, epsilon; Mean and InvStdDev outputs filled, no gradient through them"},
     {.type = "InstanceNormalization", .paddle = "instance_norm", .min_in = 3, .max_in = 3,
      .min_out = 1, .max_out = 1, .attrs = in_attrs, .infer = in_infer, .forward = in_forward,
      .backward = in_backward, .save_in = 3,
@@ -1192,9 +1193,11 @@ const fl_gop fl_gops_norm[] = {
             "(biased variance)"},
     {.type = "Softmax", .paddle = "softmax", .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 1, .attrs = sm_attrs, .infer = sm_infer, .forward = sm_forward,
-     .backward = sm_backward, .save_out = 1},
+     .backward = sm_backward, .save_out = 1,
+     .doc = "any axis (opset 13 semantics: one axis)"},
     {.type = "LogSoftmax", .paddle = "log_softmax", .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 1, .attrs = sm_attrs, .infer = sm_infer, .forward = sm_forward,
-     .backward = sm_backward, .save_out = 1},
+     .backward = sm_backward, .save_out = 1,
+     .doc = "any axis (opset 13 semantics: one axis)"},
 };
 const size_t fl_gops_norm_n = sizeof fl_gops_norm / sizeof fl_gops_norm[0];

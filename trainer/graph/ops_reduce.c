@@ -626,10 +626,13 @@ static const char *const tk_attrs[] = {"axis", "largest", "sorted", NULL};
 const fl_gop fl_gops_reduce[] = {
     {.type = "ReduceMean", .paddle = "reduce_mean", .min_in = 1, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = mean_attrs, .infer = red_infer, .forward = red_forward,
-     .backward = red_backward, .nodiff_in = 2},
+     .backward = red_backward, .nodiff_in = 2,
+     .doc = "axes as an attribute (opsets 13..17), keepdims, noop_with_empty_axes, negative "
+            "axes"},
     {.type = "ReduceSum", .paddle = "reduce_sum", .min_in = 1, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = sum_attrs, .infer = red_infer, .forward = red_forward,
-     .backward = red_backward, .nodiff_in = 2},
+     .backward = red_backward, .nodiff_in = 2,
+     .doc = "axes as an input known at bind (opset 13 on), keepdims, noop_with_empty_axes"},
     FL_RED_ROW("ReduceMax", "reduce_max", "the gradient split among tied maxima (as amax)"),
     FL_RED_ROW("ReduceMin", "reduce_min", "the gradient split among tied minima (as amin)"),
     FL_RED_ROW("ReduceL2", NULL, "gradient 0 where the norm is 0"),

@@ -32,6 +32,9 @@ static const family families[] = {
     {fl_gops_sparse, &fl_gops_sparse_n},
     {fl_gops_embbag, &fl_gops_embbag_n},
     {fl_gops_convt, &fl_gops_convt_n},
+    {fl_gops_resize, &fl_gops_resize_n},
+    {fl_gops_activation, &fl_gops_activation_n},
+    {fl_gops_rnn, &fl_gops_rnn_n},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -126,6 +126,8 @@ static const char *const pool_attrs[] = {"mode", "num_slots", NULL};
 const fl_gop fl_gops_sparse[] = {
     {.type = "EmbeddingBagSum", .domain = "flotilla", .sparse_feed = 1, .min_in = 1,
      .max_in = 1, .min_out = 1, .max_out = 1, .attrs = pool_attrs, .infer = pool_infer,
-     .forward = pool_forward, .backward = pool_backward},
+     .forward = pool_forward, .backward = pool_backward,
+     .doc = "the CTR model's pooling of pulled rows by a per-step sparse feed (mode slots "
+            "or all); never read from a file"},
 };
 const size_t fl_gops_sparse_n = sizeof fl_gops_sparse / sizeof fl_gops_sparse[0];

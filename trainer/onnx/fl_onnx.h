@@ -13,7 +13,9 @@
  *                                  only inputs without a gradient read them)
  *   BatchNormalization mean/var -> buffers (checkpointed, never optimized)
  *   int64 / int32 / bool tensors -> int64 constants; Constant nodes folded
- *   the one float graph input   -> the data input, dim 0 = the batch
+ *   graph inputs                -> data inputs, dim 0 = the batch: float and
+ *                                  float16 as float, int64 / int32 / bool as
+ *                                  int64 (fed per step, by name)
  *
  * Refused (FL_ENOTSUP, or FL_EINVAL / FL_EPROTO for a malformed file):
  * opsets outside 13..17, other op domains, ops the engine lacks, subgraph

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "fl_log.h"
+#include "graph_internal.h"
 #include "onnx_internal.h"
 
 /* What the rules see. */
@@ -63,7 +64,8 @@ static void lint_bn_eval(const lint *L) {
   size_t count = 0;
   for (size_t i = 0; i < L->g->n_node; i++) {
     const Onnx__NodeProto *n = L->g->node[i];
-    if (!n || strcmp(S(n->op_type), "BatchNormalization")) continue;
+    const fl_gop *op = n ? fl_gop_find(S(n->op_type)) : NULL;
+    if (!op || !op->buffer_in || op->domain) continue; /* an op with running statistics */
     int64_t tm = 0;
     for (size_t a = 0; a < n->n_attribute; a++)
       if (n->attribute[a] && !strcmp(S(n->attribute[a]->name), "training_mode"))

@@ -122,7 +122,8 @@ static void fmt_dims(char *buf, size_t cap, size_t nd, const int64_t *dims) {
 /* The value of tensor t as the engine holds it: F32 or I64 (int32 widened,
  * bool as 0 / 1: PyTorch's training exports give Dropout a bool
  * training_mode constant and attention bool masks; the ops read them as
- * int64),
+ * int64; double narrowed to float: PyTorch exports a Python number, such
+ * as torch.clamp's bounds, as a double constant cast to float),
  * in *data (malloc'd, the caller frees) with its dims.  what names t in
  * messages ("initializer 'w'", "node 'c' (Constant)").  Logs what is
  * wrong: FL_ENOTSUP for external / segmented data, another dtype or too
@@ -146,8 +147,10 @@ static fl_status tensor_value(const loader *L, const Onnx__TensorProto *t, const
   else if (src == FL_ONNX_INT64) elsize = 8, *dt = FL_G_I64;
   else if (src == FL_ONNX_INT32) elsize = 4, *dt = FL_G_I64;
   else if (src == FL_ONNX_BOOL) elsize = 1, *dt = FL_G_I64;
+  else if (src == FL_ONNX_DOUBLE) elsize = 8, *dt = FL_G_F32;
   else
-    return FL_ERR(FL_ENOTSUP, "%s: %s has dtype %s; supported: float, int64, int32, bool",
+    return FL_ERR(FL_ENOTSUP, "%s: %s has dtype %s; supported: float, double (read as float), "
+                  "int64, int32, bool",
                   L->path, what, fl_onnx_dtype_name(src));
   if (t->n_dims > FL_G_MAX_DIMS)
     return FL_ERR(FL_ENOTSUP, "%s: %s has %zu dims, at most %d are supported", L->path, what,
@@ -166,12 +169,14 @@ static fl_status tensor_value(const loader *L, const Onnx__TensorProto *t, const
   } else {
     /* typed fields: bool and int32 both live in int32_data */
     size_t have = src == FL_ONNX_FLOAT ? t->n_float_data
-                  : src == FL_ONNX_INT64 ? t->n_int64_data : t->n_int32_data;
+                  : src == FL_ONNX_INT64 ? t->n_int64_data
+                  : src == FL_ONNX_DOUBLE ? t->n_double_data : t->n_int32_data;
     if (have != n)
       return FL_ERR(FL_EINVAL, "%s: %s holds %zu %s values; its dims %s need %zu", L->path, what,
                     have, fl_onnx_dtype_name(src), db, n);
     from = src == FL_ONNX_FLOAT ? (const void *)t->float_data
-           : src == FL_ONNX_INT64 ? (const void *)t->int64_data : (const void *)t->int32_data;
+           : src == FL_ONNX_INT64 ? (const void *)t->int64_data
+           : src == FL_ONNX_DOUBLE ? (const void *)t->double_data : (const void *)t->int32_data;
     if (src == FL_ONNX_BOOL) elsize = 4; /* read as int32 below */
   }
   void *out = malloc(n ? n * (*dt == FL_G_F32 ? 4 : 8) : 1);
@@ -182,6 +187,13 @@ static fl_status tensor_value(const loader *L, const Onnx__TensorProto *t, const
       int32_t x = 0;
       memcpy(&x, (const char *)from + elsize * i, elsize); /* little-endian: low byte first */
       o[i] = x != 0;
+    }
+  } else if (src == FL_ONNX_DOUBLE) {
+    float *o = out;
+    for (size_t i = 0; i < n; i++) {
+      double x;
+      memcpy(&x, (const char *)from + 8 * i, 8);
+      o[i] = (float)x;
     }
   } else if (src == FL_ONNX_INT32) {
     int64_t *o = out;
@@ -275,6 +287,29 @@ static fl_status fold_constant(loader *L, const Onnx__NodeProto *n, int k) {
   return st;
 }
 
+/* A STRINGS attribute as one string, its entries joined by ',' (which
+ * no entry may hold), into *out (the caller frees it). */
+static fl_status join_strings(const loader *L, const Onnx__NodeProto *n,
+                              const Onnx__AttributeProto *a, char **out) {
+  size_t len = 1;
+  for (size_t k = 0; k < a->n_strings; k++) {
+    const ProtobufCBinaryData *e = &a->strings[k];
+    if (e->len && (memchr(e->data, '\0', e->len) || memchr(e->data, ',', e->len)))
+      return NODE_ERR(L, n, FL_EINVAL, "strings attribute '%s' entry %zu holds a NUL or a ','",
+                      S(a->name), k);
+    len += e->len + 1;
+  }
+  if (!(*out = malloc(len))) return FL_ERR(FL_ENOMEM, "%s: out of memory", L->path);
+  size_t at = 0;
+  for (size_t k = 0; k < a->n_strings; k++) {
+    if (k) (*out)[at++] = ',';
+    if (a->strings[k].len) memcpy(*out + at, a->strings[k].data, a->strings[k].len);
+    at += a->strings[k].len;
+  }
+  (*out)[at] = '\0';
+  return FL_OK;
+}
+
 /* The attributes of node n as fl_gattr (strings copied into *strs, which
  * the caller frees along with *out). */
 static fl_status convert_attrs(const loader *L, const Onnx__NodeProto *n, fl_gattr **out,
@@ -320,6 +355,10 @@ static fl_status convert_attrs(const loader *L, const Onnx__NodeProto *n, fl_gat
       ss[i][a->s.len] = '\0';
       at[i].kind = FL_GA_STRING, at[i].s = ss[i];
       break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS: /* comma-joined (RNN activations) */
+      FL_TRY(join_strings(L, n, a, &ss[i]));
+      at[i].kind = FL_GA_STRING, at[i].s = ss[i];
+      break;
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR: {
       /* ConstantOfShape's fill value: a one-element tensor. */
       const fl_gop *op = fl_gop_find(S(n->op_type));
@@ -349,7 +388,7 @@ static fl_status convert_attrs(const loader *L, const Onnx__NodeProto *n, fl_gat
       return NODE_ERR(L, n, FL_EINVAL, "attribute '%s' has no type", an);
     default:
       return NODE_ERR(L, n, FL_ENOTSUP, "attribute '%s' has a type (%d) no supported op takes; "
-                      "supported: int, float, ints, floats, string", an, type);
+                      "supported: int, float, ints, floats, string, strings", an, type);
     }
   }
   return FL_OK;
@@ -472,7 +511,19 @@ static fl_status check_opset(const char *path, const Onnx__ModelProto *m, int *o
   return FL_OK;
 }
 
-/* The data input: its type must be a float tensor of known per-sample dims. */
+/* The element types a data input may have and what the engine holds
+ * them as: float16 is fed widened to float, int32 and bool as int64. */
+static const struct {
+  int32_t onnx;
+  fl_gdtype dt;
+} k_input_types[] = {{FL_ONNX_FLOAT, FL_G_F32},
+                     {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, FL_G_F32},
+                     {FL_ONNX_INT64, FL_G_I64},
+                     {FL_ONNX_INT32, FL_G_I64},
+                     {FL_ONNX_BOOL, FL_G_I64}};
+
+/* A data input: a float, float16, int64, int32 or bool tensor of known
+ * per-sample dims. */
 static fl_status declare_input(loader *L, const Onnx__ValueInfoProto *vi, int k) {
   const char *nm = L->v[k].name;
   const Onnx__TypeProto *tp = vi->type;
@@ -483,9 +534,11 @@ static fl_status declare_input(loader *L, const Onnx__ValueInfoProto *vi, int k)
                   "value; only a dense float tensor is supported", L->path, nm);
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   const int32_t et = tt && tt->has_elem_type ? tt->elem_type : 0;
-  if (et != FL_ONNX_FLOAT)
-    return FL_ERR(FL_ENOTSUP, "%s: graph input '%s' has dtype %s; the data input must be float",
-                  L->path, nm, fl_onnx_dtype_name(et));
+  size_t ti = 0;
+  while (ti < sizeof k_input_types / sizeof k_input_types[0] && k_input_types[ti].onnx != et) ti++;
+  if (ti == sizeof k_input_types / sizeof k_input_types[0])
+    return FL_ERR(FL_ENOTSUP, "%s: graph input '%s' has dtype %s; a data input must be float, "
+                  "float16, int64, int32 or bool", L->path, nm, fl_onnx_dtype_name(et));
   const Onnx__TensorShapeProto *sh = tt->shape;
   if (!sh || sh->n_dim == 0)
     return FL_ERR(FL_ENOTSUP, "%s: graph input '%s' has no shape; the importer needs its rank "
@@ -508,7 +561,8 @@ static fl_status declare_input(loader *L, const Onnx__ValueInfoProto *vi, int k)
     per *= d->dim_value;
     dims[i] = d->dim_value;
   }
-  return fl_graph_input(L->fg, nm, (int)sh->n_dim, dims, &L->v[k].id);
+  return fl_graph_input_typed(L->fg, nm, k_input_types[ti].dt, (int)sh->n_dim, dims,
+                              &L->v[k].id);
 }
 
 /* The value the loss reads: output, or the graph's only output. */
@@ -546,8 +600,8 @@ static fl_status pick_output(const loader *L, const char *output, int *k) {
   return FL_OK;
 }
 
-/* Name every value; find the data input.  *input gets its value index. */
-static fl_status index_values(loader *L, int *input, const Onnx__ValueInfoProto **input_vi) {
+/* Name every value; *inputs counts the data inputs. */
+static fl_status index_values(loader *L, size_t *inputs) {
   const Onnx__GraphProto *g = L->g;
   size_t total = g->n_initializer + g->n_input;
   for (size_t i = 0; i < g->n_node; i++)
@@ -566,21 +620,17 @@ static fl_status index_values(loader *L, int *input, const Onnx__ValueInfoProto 
       return FL_ERR(FL_EINVAL, "%s: initializer '%s' is defined twice", L->path, nm);
     add(L, nm, V_INIT, (int)i);
   }
-  *input = -1;
+  *inputs = 0;
   for (size_t i = 0; i < g->n_input; i++) {
     const char *nm = g->input[i] ? S(g->input[i]->name) : "";
     if (!nm[0]) return FL_ERR(FL_EINVAL, "%s: graph input %zu has no name", L->path, i);
     int k = find(L, nm);
     if (k >= 0 && L->v[k].kind == V_INIT) continue; /* an initializer listed as input */
     if (k >= 0) return FL_ERR(FL_EINVAL, "%s: graph input '%s' is listed twice", L->path, nm);
-    if (*input >= 0)
-      return FL_ERR(FL_ENOTSUP, "%s: the graph has several data inputs ('%s', '%s'); only one "
-                    "float input (the batch) is supported", L->path, L->v[*input].name, nm);
     add(L, nm, V_INPUT, (int)i);
-    *input = find(L, nm);
-    *input_vi = g->input[i];
+    (*inputs)++;
   }
-  if (*input < 0)
+  if (*inputs == 0)
     return FL_ERR(FL_EINVAL, "%s: the graph has no data input (every input is an initializer)",
                   L->path);
   for (size_t i = 0; i < g->n_node; i++) {
@@ -706,9 +756,9 @@ static fl_status load_model(loader *L, const Onnx__ModelProto *m, const char *ou
   if (g->n_sparse_initializer)
     return FL_ERR(FL_ENOTSUP, "%s: the graph has sparse initializers; only dense tensors are "
                   "supported", L->path);
-  int input, out;
-  const Onnx__ValueInfoProto *input_vi = NULL;
-  FL_TRY(index_values(L, &input, &input_vi));
+  int out;
+  size_t inputs;
+  FL_TRY(index_values(L, &inputs));
   FL_TRY(pick_output(L, output, &out));
   FL_TRY(sort_nodes(L));
   FL_TRY(mark_needed(L, out));
@@ -727,7 +777,10 @@ static fl_status load_model(loader *L, const Onnx__ModelProto *m, const char *ou
     }
   }
   FL_TRY(fl_graph_new(L->path, &L->fg));
-  FL_TRY(declare_input(L, input_vi, input));
+  for (size_t i = 0; i < g->n_input; i++) { /* every data input, in file order */
+    const int k = find(L, S(g->input[i]->name));
+    if (L->v[k].kind == V_INPUT) FL_TRY(declare_input(L, g->input[i], k));
+  }
   for (size_t i = 0; i < g->n_node; i++)
     if (L->need[L->order[i]]) FL_TRY(declare_node(L, L->order[i]));
   return fl_graph_set_output(L->fg, L->v[out].id, loss);

@@ -4,9 +4,10 @@ Linear head per token, trained with per-token labels [N, L] whose padding
 positions carry ignore_index (-100), as nn.CrossEntropyLoss has it.
 Defined in PyTorch, exported to ONNX, trained by Flotilla (seq_tagger.yaml).
 
-The synthetic task: the tag of a token is its id mod 3, unless the token
-before it is a "trigger" (ids 1..30), then 3 + its id mod 2: the tagger
-needs the left context.
+The synthetic task: ids 1..40 are "triggers"; a token's tag is 1 when the
+token before it is a trigger, 2 when the one after it is, 3 when both are,
+4 when neither is but it is one itself, else 0: the tagger needs context
+on both sides, hence the bidirectional GRU.
 
     /usr/bin/python3 deploy/examples/onnx/seq_tagger.py data DIR
     /usr/bin/python3 deploy/examples/onnx/seq_tagger.py export OUT.onnx [--seed N]
@@ -46,7 +47,10 @@ def build(seed=1):
 
 def tags(ids, mask):
     prev = np.concatenate([np.zeros_like(ids[:, :1]), ids[:, :-1]], axis=1)
-    t = np.where((prev >= 1) & (prev <= 30), 3 + ids % 2, ids % 3).astype(np.int64)
+    nxt = np.concatenate([ids[:, 1:], np.zeros_like(ids[:, :1])], axis=1)
+    trig = lambda a: (a >= 1) & (a <= 40)  # noqa: E731
+    t = (trig(prev).astype(np.int64) + 2 * trig(nxt))
+    t = np.where((t == 0) & trig(ids), 4, t).astype(np.int64)
     t[~mask] = seq_data.IGNORE
     return t
 
