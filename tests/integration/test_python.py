@@ -3,7 +3,8 @@ test_python.sh with FLOTILLA_BINDIR set to the build tree): a small MLP on
 a learnable random task is exported (and a model with an op Flotilla lacks
 refused with the importer's message), trained by Job(...).run() as one
 flotilla-trainer and as two trainers under flotilla-run, and loaded back
-with load_trained.  The metrics returned must be those of trainer 0's log
+with load_trained; a model of two named inputs (data.inputs) likewise with
+one trainer.  The metrics returned must be those of trainer 0's log
 (and metrics.csv), and the loaded module's test accuracy the one the
 trainer logged.  Then the refusals: an unknown Job argument, a strategy
 the job loader refuses (Job.check, one trainer, flotilla-run), a module of
@@ -109,6 +110,38 @@ def test_export(tmp):
     return net, path
 
 
+class TwoInputs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 16)
+        self.out = torch.nn.Linear(16, 3)
+
+    def forward(self, a, b):
+        return self.out(torch.relu(self.fc(torch.cat([a, b], 1))))
+
+
+def test_two_inputs(tmp, x, y, xt, yt):
+    """Named inputs: export names them after forward's arguments, Job
+    writes data.inputs / test_inputs, the trained model loads back."""
+    torch.manual_seed(0)
+    net = TwoInputs()
+    path = flotilla.export(net, (torch.zeros(2, 5), torch.zeros(2, 3)),
+                           os.path.join(tmp, "two.onnx"))
+    job = flotilla.Job(workdir=os.path.join(tmp, "two"), model=path,
+                       data=dict(inputs={"a": x[:, :5], "b": x[:, 5:]}, train_y=y,
+                                 test_inputs={"a": xt[:, :5], "b": xt[:, 5:]}, test_y=yt),
+                       train=dict(epochs=2, batch_size=32, num_threads=1))
+    want = os.path.join(tmp, "two", "data", "inputs.a.npy")
+    check(f"  inputs:\n    a: {want}\n" in job.yaml(), "data.inputs: one .npy file per input")
+    metrics = job.run()
+    flotilla.load_trained(net, job.trained_path)
+    with torch.no_grad():
+        acc = (net(xt[:, :5], xt[:, 5:]).argmax(1) == yt).double().mean().item()
+    check(abs(acc - metrics["test_acc1"]) <= 1.0 / len(xt) + 1e-5,
+          f"two named inputs: the loaded module's test accuracy {acc:.5f} is the logged "
+          f"{metrics['test_acc1']:.5f}")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="fl_python.")
     net, path = test_export(tmp)
@@ -124,12 +157,7 @@ def main():
     check_run("two trainers", job, job.run(nproc_per_node=2, log_dir=os.path.join(tmp, "log2")),
               xt, yt, 3)
     expect(TypeError, lambda: flotilla.Job(model=path, epochs=3), "'epochs'", "unknown argument")
-    typed = flotilla.Job(workdir=os.path.join(tmp, "typed"), model=path,
-                         data=dict(inputs={"ids": x, "mask": y}, train_y=y))
-    text = typed.write() and typed.yaml()
-    want = os.path.join(tmp, "typed", "data", "inputs.ids.npy")
-    check(f"  inputs:\n    ids: {want}\n" in text and os.path.exists(want)
-          and "format: npy" in text, "data.inputs: one .npy file per named input")
+    test_two_inputs(tmp, x, y, xt, yt)
     bad = flotilla.Job(workdir=os.path.join(tmp, "bad"), model=path, dgc=True,
                        data=dict(x=x, y=y))
     expect(flotilla.JobError, bad.check, "strategy.dgc is not supported", "Job.check")
