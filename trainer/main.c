@@ -67,6 +67,9 @@ static void usage(FILE *out) {
           "                       <dir>/old-<time>/) and start from scratch\n"
           "  --dump_config FILE   write the resolved job as YAML to FILE ('-' = stdout)\n"
           "                       and exit (it loads again as the same job)\n"
+          "  --check_model        build the job's model on the CPU as training would (an\n"
+          "                       onnx model: import it) and exit: 0 when it builds, 1\n"
+          "                       with the importer's error; no data is read\n"
           "  --export_onnx FILE   write the model of the newest checkpoint in the checkpoint\n"
           "                       directory as ONNX to FILE and exit (logreg, mlp, cnn and\n"
           "                       onnx models; nothing is trained)\n"
@@ -129,6 +132,27 @@ static fl_status pick_device(const fl_job *job, const fl_cluster *cl, int *devic
 #endif
 }
 
+/* --check_model: build the job's model on the CPU exactly as training
+ * would (an onnx model goes through the importer and its refusals), report
+ * it on stdout and free it.  Errors are logged where they start. */
+static fl_status check_model(const fl_job *job) {
+  fl_job *cpu = malloc(sizeof *cpu);
+  if (!cpu) return FL_ERR(FL_ENOMEM, "--check-model: out of memory");
+  *cpu = *job;
+  cpu->train.device = FL_DEVICE_CPU; /* nothing is computed */
+  const char *names[FL_TRAINER_SPEC_NAMES];
+  fl_model_spec spec;
+  fl_model *m = NULL;
+  fl_trainer_model_spec(cpu, 0, names, &spec);
+  fl_status st = fl_model_create(&spec, cpu->train.batch_size, cpu->train.seed, &m);
+  if (st == FL_OK)
+    printf("model ok: %s, %zu inputs per sample, %zu parameters and buffers\n", cpu->model.kind,
+           fl_model_input_size(m), fl_model_num_params(m));
+  fl_model_destroy(m);
+  free(cpu);
+  return st;
+}
+
 /* SIGTERM / SIGINT: the first asks the loop to stop (fl_trainer_options.stop),
  * a second one ends the process at once. */
 static volatile sig_atomic_t g_stop;
@@ -177,20 +201,21 @@ static int parse_level(const char *s, fl_log_level *out) {
  * environment, which they override. */
 typedef struct cli {
   const char *config, *dump, *export_onnx, *metrics_addr, *timeline;
-  int resume, fresh;
+  int resume, fresh, check_model;
   int64_t max_steps;
   size_t n_cluster;
   const char *cluster_name[64], *cluster_val[64];
 } cli_opts;
 
 enum { O_HELP = 1, O_VERSION, O_CONFIG, O_DUMP, O_EXPORT, O_MAX_STEPS, O_LOG_LEVEL, O_METRICS,
-       O_TIMELINE, O_RESUME, O_FRESH };
+       O_TIMELINE, O_RESUME, O_FRESH, O_CHECK };
 
 static const fl_arg_opt k_opts[] = {
     {"help", 0, O_HELP},         {"version", 0, O_VERSION},      {"config", 1, O_CONFIG},
     {"dump_config", 1, O_DUMP},  {"export_onnx", 1, O_EXPORT},   {"max_steps", 1, O_MAX_STEPS},
     {"log_level", 1, O_LOG_LEVEL}, {"metrics_addr", 1, O_METRICS}, {"timeline", 1, O_TIMELINE},
-    {"resume", 0, O_RESUME},     {"fresh", 0, O_FRESH},          {NULL, 0, 0}};
+    {"resume", 0, O_RESUME},     {"fresh", 0, O_FRESH},          {"check_model", 0, O_CHECK},
+    {NULL, 0, 0}};
 
 /* The command line (fl_args.h) into o: -1 to go on, else the exit status
  * (0 after --help / --version). */
@@ -230,6 +255,7 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
     case O_TIMELINE: o->timeline = p.val; break;
     case O_RESUME: o->resume = 1; break;
     case O_FRESH: o->fresh = 1; break;
+    case O_CHECK: o->check_model = 1; break;
     case O_MAX_STEPS: {
       char *end;
       errno = 0;
@@ -294,6 +320,7 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (fl_job_load_file(config, &job) != FL_OK) return EXIT_USAGE; /* logged with file:line */
+  if (cli.check_model) return check_model(&job) == FL_OK ? 0 : EXIT_RUN;
   if (export_onnx) /* no cluster: read the checkpoint, write the model, done */
     return fl_trainer_export_checkpoint(&job, cl.checkpoint_dir[0] ? cl.checkpoint_dir : NULL,
                                         export_onnx) == FL_OK ? 0 : EXIT_RUN;

@@ -9,3 +9,4 @@ include $(srcdir)/tests/integration/cluster.mk
 include $(srcdir)/tests/integration/byom.mk
 include $(srcdir)/tests/integration/onnx.mk
 include $(srcdir)/tests/integration/run_failure.mk
+include $(srcdir)/tests/integration/python.mk

@@ -5,6 +5,7 @@
 # (trainer/plugin_example.c) is compiled with nothing but
 # `pkg-config --cflags --libs flotilla` pointing into that tree, and the
 # installed flotilla-trainer trains it for a few steps on synthetic data.
+# The flotilla Python package is installed beside it, for Debian's python3.
 # Skips (77) without pkg-config or a C compiler.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
@@ -68,4 +69,24 @@ acc=$(sed -n 's/^\[Epoch 1\] test loss: [0-9.]*, acc1: \([0-9.]*\).*/\1/p' "$tmp
 [ -n "$acc" ] || { cat "$tmp/train.log"; fail "no test accuracy after epoch 1"; }
 # 4 classes: chance is 0.25; the synthetic prototypes are easy to separate
 awk -v a="$acc" 'BEGIN { exit !(a > 0.5) }' || { cat "$tmp/train.log"; fail "test acc1 $acc <= 0.5"; }
-echo "ok: plugin built against $root, test acc1 $acc"
+
+# 4. the flotilla Python package: installed where Debian's python3 looks,
+#    its _paths.py naming the configured bindir, importable without torch,
+#    and finding the installed flotilla-trainer
+init=$(find "$root" -path '*/flotilla/__init__.py' | head -1)
+[ -n "$init" ] || fail "the flotilla Python package is not installed"
+pkg=$(dirname "$init")
+bindir=$(dirname "${trainer#"$root"}")
+grep -qx "BINDIR = \"$bindir\"" "$pkg/_paths.py" ||
+  fail "$pkg/_paths.py does not name the bindir $bindir: $(cat "$pkg/_paths.py")"
+pydir=$(dirname "${pkg#"$root"}")
+py=/usr/bin/python3
+if [ -x "$py" ]; then
+  "$py" -c "import sys; sys.exit('$pydir' not in sys.path)" ||
+    fail "$pydir is not on the path of $py"
+  found=$(cd "$tmp" && PYTHONPATH="$root$pydir" FLOTILLA_BINDIR="$root$bindir" "$py" -B -c \
+    'import flotilla._bin as b; print(b.BINDIR, b.find("flotilla-trainer"))') ||
+    fail "import flotilla from $root$pydir"
+  [ "$found" = "$bindir $trainer" ] || fail "flotilla found '$found', want '$bindir $trainer'"
+fi
+echo "ok: plugin built against $root, test acc1 $acc; Python package in $pydir"

@@ -1,7 +1,8 @@
 /* test_trainer_cli.c - the real flotilla-trainer binary: flags, exit status
  * and stderr for bad command lines, bad job files and bad data files; a
  * short training run's stdout (strategy table, log and eval lines);
- * --dump-config round trip (it dumps and exits); --max-steps then --resume. */
+ * --dump-config round trip (it dumps and exits); --max-steps then --resume;
+ * --check-model (builds the model, reads no data, exits). */
 #include <config.h>
 
 #include <check.h>
@@ -208,6 +209,22 @@ START_TEST(trains_and_logs) {
 }
 END_TEST
 
+/* --check-model builds the model and exits without reading data; a model
+ * the importer refuses exits 1 with its message. */
+START_TEST(check_model_builds_and_exits) {
+  char job[300];
+  write_text("check.yaml", k_small_job, job, sizeof job);
+  ck_assert_int_eq(run((const char *[]){"--config", job, "--check-model", NULL}), 0);
+  HAS(g_out, "model ok: mlp, 64 inputs per sample, 4 parameters and buffers");
+  ck_assert_ptr_null(strstr(g_out, "[Epoch"));
+  write_text("nofile.yaml", "model: {kind: onnx, path: /nonexistent/m.onnx}\n", job, sizeof job);
+  ck_assert_int_eq(run((const char *[]){"--config", job, "--check_model", NULL}), 1);
+  HAS(g_err, "/nonexistent/m.onnx");
+  ck_assert_int_eq(run((const char *[]){"--help", NULL}), 0);
+  HAS(g_out, "--check_model");
+}
+END_TEST
+
 static Suite *cli_suite(void) {
   Suite *s = suite_create("trainer_cli");
   TCase *t = tcase_create("cli");
@@ -218,6 +235,7 @@ static Suite *cli_suite(void) {
   tcase_add_test(t, bad_job_files);
   tcase_add_test(t, bad_data_files);
   tcase_add_test(t, trains_and_logs);
+  tcase_add_test(t, check_model_builds_and_exits);
   suite_add_tcase(s, t);
   return s;
 }

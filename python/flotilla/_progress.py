@@ -1,0 +1,91 @@
+"""Reading a trainer's log lines (trainer/loop.c's formats, as
+deploy/run_progress.c reads them): a progress bar while the run goes, and
+the metrics dict at the end."""
+import re
+import sys
+import time
+
+_PLAN = re.compile(r"training \S+: (\d+) epochs of (\d+) steps \((\d+) x")
+_BATCH = re.compile(r"^\[Epoch (\d+), batch (\d+)\] loss: ([-0-9.naif]+), acc1: ([-0-9.naif]+), "
+                    r"acc5: ([-0-9.naif]+)")
+_TEST = re.compile(r"^\[Epoch (\d+)\] test loss: ([-0-9.naif]+), acc1: ([-0-9.naif]+), "
+                   r"acc5: ([-0-9.naif]+)")
+_EPOCH = re.compile(r"^\[Epoch (\d+)\] train: (\d+) steps, (\d+) samples, ([0-9.]+) s, "
+                    r"([0-9.]+) samples/s")
+_DONE = re.compile(r"\bdone: (\d+) steps, (\d+) epochs")
+
+
+def parse(lines):
+    """The metrics of trainer 0's log lines: the last test line's figures
+    (test_loss, test_acc1, test_acc5, epoch), the last training line's
+    (train_loss, train_acc1), steps, and per epoch `history` (test figures,
+    samples/s).  Keys without a line are absent."""
+    m, history = {}, {}
+    for line in lines:
+        b = _BATCH.match(line)
+        t = _TEST.match(line)
+        e = _EPOCH.match(line)
+        d = _DONE.search(line)
+        if b:
+            m["train_loss"], m["train_acc1"] = float(b.group(3)), float(b.group(4))
+        elif t:
+            ep = int(t.group(1))
+            rec = {"test_loss": float(t.group(2)), "test_acc1": float(t.group(3)),
+                   "test_acc5": float(t.group(4))}
+            history.setdefault(ep, {"epoch": ep}).update(rec)
+            m.update(rec, epoch=ep)
+        elif e:
+            ep = int(e.group(1))
+            history.setdefault(ep, {"epoch": ep}).update(
+                train_steps=int(e.group(2)), train_samples=int(e.group(3)),
+                train_seconds=float(e.group(4)), samples_per_s=float(e.group(5)))
+            m["samples_per_s"] = float(e.group(5))
+        elif d:
+            m["steps"], m["epochs"] = int(d.group(1)), int(d.group(2))
+    m["history"] = [history[k] for k in sorted(history)]
+    return m
+
+
+class Bar:
+    """A one-line progress bar on a stream, fed the trainer's lines."""
+
+    def __init__(self, stream=None, width=30):
+        self.out = stream or sys.stderr
+        self.width = width
+        self.epochs = self.per_epoch = 0
+        self.t0 = time.monotonic()
+        self.text = ""
+        self.test = ""
+        self.last = (0, "")  # epoch and figures of the last training line
+
+    def feed(self, line):
+        p = _PLAN.search(line)
+        if p:
+            self.epochs, self.per_epoch = int(p.group(1)), int(p.group(2)) * int(p.group(3))
+            return
+        t = _TEST.match(line)
+        if t:
+            self.test = f"  test acc {float(t.group(3)):.4f}"
+        if _DONE.search(line) and self.epochs:
+            self.draw(1.0, *self.last)
+        b = _BATCH.match(line)
+        if b and self.epochs and self.per_epoch:
+            done = int(b.group(1)) * self.per_epoch + int(b.group(2)) + 1
+            self.last = (int(b.group(1)),
+                         f"  loss {float(b.group(3)):.4f}  acc {float(b.group(4)):.4f}")
+            self.draw(done / (self.epochs * self.per_epoch), *self.last)
+
+    def draw(self, frac, epoch, figures):
+        frac = min(max(frac, 0.0), 1.0)
+        fill = int(frac * self.width)
+        el = time.monotonic() - self.t0
+        eta = f"  ETA {el / frac - el:.0f} s" if 0 < frac < 1 else f"  {el:.1f} s"
+        self.text = (f"\r[{'#' * fill}{'.' * (self.width - fill)}] {100 * frac:3.0f}%  "
+                     f"epoch {epoch + 1}/{self.epochs}{figures}{self.test}{eta}")
+        self.out.write(self.text + "\033[K")
+        self.out.flush()
+
+    def close(self):
+        if self.text:
+            self.out.write("\n")
+            self.out.flush()
