@@ -362,7 +362,7 @@ int main(int argc, char **argv) {
   fl_trainer_report rep;
   memset(&rep, 0, sizeof rep);
   catch_stop_signals();
-  st = strcmp(job.model.kind, "ctr") ? fl_trainer_run(&opts, &sync, &rep) : fl_ctr_run(&opts, &sync, &rep);
+  st = fl_trainer_run(&opts, &sync, &rep);
   if (st == FL_OK && !rep.stopped) st = sync.ops->finish(sync.self);
   sync.ops->destroy(sync.self);
   fl_status obs_st = fl_obs_stop(obs);

@@ -20,6 +20,7 @@
 #include "fl_log.h"
 #include "fl_graph_inspect.h"
 #include "fl_onnx.h"
+#include "fl_sparse_model.h"
 #include "model_internal.h"
 
 struct fl_model {
@@ -30,6 +31,8 @@ struct fl_model {
   fl_gloss loss; /* graphs: what train_step's targets are */
   fl_model_spec spec;
   size_t max_batch;
+  const fl_sparse_hooks *sparse; /* models with sparse tables (fl_sparse_model.h) */
+  void *sparse_self;
 };
 
 /* ------------------------------------------------------------------ init */
@@ -305,9 +308,36 @@ fail:
   return st;
 }
 
+fl_status fl_model_wrap_graph(const fl_model_spec *spec, void *graph, size_t max_batch,
+                              const fl_sparse_hooks *hooks, void *self, fl_model **out) {
+  fl_model *m = calloc(1, sizeof *m);
+  if (!m) {
+    fl_graph_model_ops.destroy(graph);
+    if (hooks) hooks->destroy(self);
+    return FL_ERR(FL_ENOMEM, "model %s: out of memory", spec->kind);
+  }
+  m->ops = &fl_graph_model_ops;
+  m->handle = graph;
+  m->graph = 1;
+  (void)fl_graph_output_id(fl_graph_model_graph(graph), &m->loss);
+  m->spec = *spec;
+  m->max_batch = max_batch;
+  m->sparse = hooks;
+  m->sparse_self = self;
+  *out = m;
+  return FL_OK;
+}
+
+const fl_sparse_hooks *fl_model_sparse(const fl_model *m, void **self) {
+  if (!m || !m->sparse) return NULL;
+  if (self) *self = m->sparse_self;
+  return m->sparse;
+}
+
 void fl_model_destroy(fl_model *m) {
   if (!m) return;
   if (m->handle) m->ops->destroy(m->handle);
+  if (m->sparse) m->sparse->destroy(m->sparse_self);
   if (m->dl) dlclose(m->dl);
   free(m);
 }
@@ -426,6 +456,31 @@ fl_status fl_model_evalf(fl_model *m, const float *x, const float *t, size_t bat
   FL_TRY(check_batch(m, x, t, batch, "eval"));
   FL_TRY(check_targets(m, t, batch, "eval"));
   return fl_graph_model_evalf(m->handle, x, t, batch, res);
+}
+
+/* The sparse model's slot bound, its targets checked like a batch's. */
+static fl_status bind_slot(fl_model *m, unsigned slot, size_t batch, const float **t,
+                           const char *what) {
+  if (!m || !m->sparse || slot >= FL_SPARSE_SLOTS)
+    return FL_ERR(FL_EINVAL, "model %s: not a model with sparse tables, or slot %u",
+                  what, slot);
+  FL_TRY(m->sparse->bind(m->sparse_self, slot, t));
+  FL_TRY(check_batch(m, *t, *t, batch, what));
+  return check_targets(m, *t, batch, what);
+}
+
+fl_status fl_model_train_sparse(fl_model *m, unsigned slot, size_t batch, float loss_scale,
+                                fl_grad_ready_fn on_ready, void *ctx, fl_model_result *res) {
+  const float *t = NULL;
+  FL_TRY(bind_slot(m, slot, batch, &t, "train_step"));
+  FL_TRY(check_scale(loss_scale));
+  return fl_graph_model_train_stepf(m->handle, NULL, t, batch, loss_scale, on_ready, ctx, res);
+}
+
+fl_status fl_model_eval_sparse(fl_model *m, unsigned slot, size_t batch, fl_model_result *res) {
+  const float *t = NULL;
+  FL_TRY(bind_slot(m, slot, batch, &t, "eval"));
+  return fl_graph_model_evalf(m->handle, NULL, t, batch, res);
 }
 
 /* ----------------------------------------------------------------- feeds */
