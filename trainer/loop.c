@@ -24,6 +24,7 @@
 #include "fl_graph.h"
 #include "fl_log.h"
 #include "fl_model.h"
+#include "fl_model_kind.h"
 #include "fl_optim.h"
 #include "fl_ps_client.h"
 #include "fl_sparse_model.h"
@@ -133,7 +134,7 @@ static fl_status load_npy(trainer *t) {
    * user's PyTorch code feeds it; the model checks the sample size.  An
    * onnx model's class count is its output width, known once it is built
    * (check_labels); the presets' is model.num_classes. */
-  int lnc = strcmp(job->model.kind, "onnx") == 0 ? 0 : nc;
+  int lnc = fl_model_kind_has(job->model.kind, FL_KIND_FILE) ? 0 : nc;
   int want_float = job->model.loss[0] && strcmp(job->model.loss, "softmax_cross_entropy") != 0;
   const char *ty = d->train_y;
   if (d->n_inputs) FL_TRY(load_named(t, 0, lnc));
@@ -381,13 +382,10 @@ static fl_status build_model(trainer *t, size_t max_batch) {
   const char *ck[FL_TRAINER_SPEC_NAMES];
   fl_model_spec s;
   fl_trainer_model_spec(t->job, t->device, ck, &s);
-  if (t->strain.n) {
-    const fl_model_build_args a = {.job = t->job, .spec = &s, .max_batch = max_batch,
-                                   .seed = t->job->train.seed, .train = &t->strain,
-                                   .test = &t->stest};
-    return fl_ctr_model_create(&a, &t->model);
-  }
-  FL_TRY(fl_model_create(&s, max_batch, t->job->train.seed, &t->model));
+  const fl_model_build_args a = {.job = t->job, .spec = &s, .max_batch = max_batch,
+                                 .seed = t->job->train.seed, .train = &t->strain,
+                                 .test = &t->stest};
+  FL_TRY(fl_model_build(&a, &t->model));
   if (t->job->train.device == FL_DEVICE_GPU) {
     static const char *const math_names[] = {"fp32", "fp16", "bf16"};
     const fl_graph_options o = {.amp_math = s.linear_math, .amp_white = s.amp_white,
@@ -396,7 +394,7 @@ static fl_status build_model(trainer *t, size_t max_batch) {
     FL_LOGI("device: CUDA GPU %d; GEMMs: Gemm %s, Conv %s", t->device,
             math_names[fl_graph_amp_math("Gemm", &o)], math_names[fl_graph_amp_math("Conv", &o)]);
   }
-  if (!t->train.n_inputs && fl_model_input_size(t->model) != t->train.dim)
+  if (!t->train.n_inputs && !t->strain.n && fl_model_input_size(t->model) != t->train.dim)
     return FL_ERR(FL_EINVAL, "%s: model %s takes %zu inputs per sample, the data has %zu",
                   t->job->source, jm->kind, fl_model_input_size(t->model), t->train.dim);
   return FL_OK;

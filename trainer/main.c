@@ -35,6 +35,7 @@
 #include "fl_ps_client.h"
 #include "fl_sync_collective.h"
 #include "fl_trainer.h"
+#include "fl_model_kind.h"
 
 #define EXIT_RUN 1
 #define EXIT_USAGE 2
@@ -108,7 +109,7 @@ static void usage(FILE *out) {
 static fl_status pick_device(const fl_job *job, const fl_cluster *cl, int *device) {
   *device = 0;
   if (job->train.device != FL_DEVICE_GPU) return FL_OK;
-  if (strcmp(job->model.kind, "ctr") == 0 || strcmp(job->model.kind, "plugin") == 0)
+  if (!fl_model_kind_has(job->model.kind, FL_KIND_GPU))
     return FL_ERR(FL_ENOTSUP, "%s: train.device: gpu: model.kind %s computes on the CPU only",
                   job->source, job->model.kind);
 #ifndef FL_HAVE_CUDA

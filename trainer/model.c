@@ -20,6 +20,7 @@
 #include "fl_log.h"
 #include "fl_graph_inspect.h"
 #include "fl_onnx.h"
+#include "fl_model_kind.h"
 #include "fl_sparse_model.h"
 #include "model_internal.h"
 
@@ -88,8 +89,9 @@ static fl_status resolve_device(fl_model_spec *r) {
   if (strcmp(r->device, "cpu") == 0) return FL_OK;
   if (strcmp(r->device, "gpu") != 0)
     return FL_ERR(FL_EINVAL, "model: device '%s' must be cpu or gpu", r->device);
-  if (strcmp(r->kind, "plugin") == 0)
-    return FL_ERR(FL_ENOTSUP, "model: device gpu: a plugin computes on the host (use cpu)");
+  if (!fl_model_kind_has(r->kind, FL_KIND_GPU))
+    return FL_ERR(FL_ENOTSUP, "model: device gpu: model.kind %s computes on the host (use cpu)",
+                  r->kind);
 #ifndef FL_HAVE_CUDA
   return FL_ERR(FL_ENOTSUP, "model: device gpu: built without CUDA (configure --with-cuda)");
 #else
@@ -219,7 +221,7 @@ static fl_status create_graph(fl_model *m, uint64_t seed) {
   fl_graph *g = NULL;
   fl_graph_options opt;
   memset(&opt, 0, sizeof opt);
-  if (!strcmp(s->kind, "onnx")) {
+  if (fl_model_kind_has(s->kind, FL_KIND_FILE)) {
     FL_TRY(load_onnx(s, &g));
   } else {
     FL_TRY(fl_graph_preset(s, seed, &g, ck, &n_ck));
@@ -253,7 +255,7 @@ static fl_status create_graph(fl_model *m, uint64_t seed) {
   m->ops = &fl_graph_model_ops;
   m->graph = 1;
   /* an imported model's classes (or targets) are its output's width */
-  if (!strcmp(s->kind, "onnx")) {
+  if (fl_model_kind_has(s->kind, FL_KIND_FILE)) {
     const size_t k = graph_width(m);
     fl_gloss loss = FL_GLOSS_SOFTMAX_XENT;
     (void)fl_graph_output_id(fl_graph_model_graph(m->handle), &loss);
@@ -279,11 +281,15 @@ fl_status fl_model_create(const fl_model_spec *spec, size_t max_batch, uint64_t 
   if (st != FL_OK) goto fail;
   m->max_batch = max_batch;
   const char *kind = m->spec.kind;
-  if (!strcmp(kind, "logreg") || !strcmp(kind, "mlp") || !strcmp(kind, "cnn") ||
-      !strcmp(kind, "onnx")) {
+  if (fl_model_kind_index(kind) < 0 || fl_model_kind_has(kind, FL_KIND_SPARSE)) {
+    st = FL_ERR(FL_EINVAL, "model: kind '%s' is no dense model (logreg, mlp, cnn, onnx or "
+                "plugin; a kind with sparse tables is built from its data by fl_model_build)",
+                kind);
+    goto fail;
+  } else if (!fl_model_kind_has(kind, FL_KIND_PLUGIN)) {
     st = create_graph(m, seed);
     if (st != FL_OK) goto fail;
-  } else if (strcmp(kind, "plugin") == 0) {
+  } else {
     if (!m->spec.plugin_path[0]) {
       st = FL_ERR(FL_EINVAL, "model: kind plugin needs plugin_path");
       goto fail;
@@ -297,9 +303,6 @@ fl_status fl_model_create(const fl_model_spec *spec, size_t max_batch, uint64_t 
       goto fail;
     }
     if ((st = check_params(m)) != FL_OK) goto fail;
-  } else {
-    st = FL_ERR(FL_EINVAL, "model: unknown kind '%s' (logreg, mlp, cnn, onnx or plugin)", kind);
-    goto fail;
   }
   *out = m;
   return FL_OK;
@@ -332,6 +335,28 @@ const fl_sparse_hooks *fl_model_sparse(const fl_model *m, void **self) {
   if (!m || !m->sparse) return NULL;
   if (self) *self = m->sparse_self;
   return m->sparse;
+}
+
+/* A dense kind's build: fl_model_create from the spec. */
+static fl_status build_dense(const fl_model_build_args *a, fl_model **out) {
+  return fl_model_create(a->spec, a->max_batch, a->seed, out);
+}
+
+/* The build function of each row of fl_model_kinds, by its index. */
+static const fl_model_build_fn k_builders[] = {
+    [FL_MODEL_KIND_LOGREG] = build_dense, [FL_MODEL_KIND_MLP] = build_dense,
+    [FL_MODEL_KIND_CNN] = build_dense,    [FL_MODEL_KIND_PLUGIN] = build_dense,
+    [FL_MODEL_KIND_CTR] = fl_ctr_model_create, [FL_MODEL_KIND_ONNX] = build_dense,
+};
+_Static_assert(sizeof k_builders / sizeof k_builders[0] == FL_MODEL_KINDS,
+               "a build function for every row of fl_model_kinds");
+
+fl_status fl_model_build(const fl_model_build_args *a, fl_model **out) {
+  const int i = fl_model_kind_index(a->spec->kind);
+  if (i < 0)
+    return FL_ERR(FL_EINVAL, "model: unknown kind '%s' (logreg, mlp, cnn, plugin, ctr or onnx)",
+                  a->spec->kind);
+  return k_builders[i](a, out);
 }
 
 void fl_model_destroy(fl_model *m) {

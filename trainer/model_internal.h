@@ -64,6 +64,13 @@ typedef struct fl_model_build_args {
   const struct fl_sparse_dataset *train, *test;
 } fl_model_build_args;
 
+typedef fl_status (*fl_model_build_fn)(const fl_model_build_args *a, fl_model **out);
+
+/* The model of kind a->spec->kind, by the build function model.c attaches
+ * to its row of fl_model_kinds (fl_model_kind.h).  The caller owns *out.
+ * FL_EINVAL (logged) for no kind; the build function's errors. */
+FL_MODEL_HIDDEN fl_status fl_model_build(const fl_model_build_args *a, fl_model **out);
+
 /* model.kind ctr (model_ctr.c): the wide & deep graph sized from the
  * sparse data, with its sparse hooks.  The caller owns *out.  FL_EINVAL
  * (logged) without sparse training data; errors of fl_ctr_graph. */
