@@ -18,6 +18,7 @@
 #include "config_int.h"
 #include "fl_args.h"
 #include "fl_config.h"
+#include "fl_model_kind.h"
 #include "fl_log.h"
 #include "fl_protocol.h"
 
@@ -55,8 +56,6 @@ static const char *const k_ar_algos[] = {"auto", "ring", "halving_doubling", "tr
                                          "hierarchical", NULL};
 static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
 static const char *const k_devices[] = {"cpu", "gpu", NULL};
-static const char *const k_model_kinds[] = {"logreg", "mlp", "cnn", "plugin", "ctr", "onnx",
-                                             NULL};
 static const char *const k_losses[] = {"softmax_cross_entropy", "bce_with_logits", "mse", NULL};
 static const char *const k_activations[] = {"relu", "tanh", NULL};
 static const char *const k_norms[] = {"none", "bn", "gn", NULL};
@@ -173,7 +172,7 @@ typedef struct field_over {
 #define OPTIM_EPS 1e-8
 
 static const field f_model[] = {
-    E("kind", F_CHOICE, fl_job_model, kind, STRCAP(fl_job_model, kind), .choices = k_model_kinds,
+    E("kind", F_CHOICE, fl_job_model, kind, STRCAP(fl_job_model, kind), .choices = fl_model_kind_names,
       DEFS("mlp")),
     E("input_shape", F_INT_ARRAY, fl_job_model, input_shape, .cap = 3, RANGE(1, 65536),
       DEFL(1, 28, 28)),
@@ -1049,7 +1048,7 @@ static int list_has_empty(const char (*l)[FL_JOB_NAME_MAX], size_t n) {
 static fl_status check_inputs(const ctx *c, const fl_job *job) {
   const char *src = job->source;
   const fl_job_data *d = &job->data;
-  if (strcmp(job->model.kind, "onnx") != 0)
+  if (!fl_model_kind_has(job->model.kind, FL_KIND_FILE))
     return kerr(c, src, "data.inputs", "named inputs feed an onnx model (model.kind: onnx), "
                 "not %s", job->model.kind);
   if (!d->n_inputs) return kerr(c, src, "data.inputs", "required with data.test_inputs");
@@ -1127,20 +1126,21 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
                 "entries must not be empty (an empty string matches every parameter)");
 
   /* model */
-  if (!strcmp(m->kind, "plugin") && !m->plugin_path[0])
+  const int file = fl_model_kind_has(m->kind, FL_KIND_FILE);
+  if (fl_model_kind_has(m->kind, FL_KIND_PLUGIN) && !m->plugin_path[0])
     return kerr(c, src, "model.kind", "plugin needs model.plugin_path");
-  if (!strcmp(m->kind, "onnx") && !m->path[0])
+  if (file && !m->path[0])
     return kerr(c, src, "model.kind", "onnx needs model.path (the .onnx file)");
-  if (strcmp(m->kind, "onnx") && (m->path[0] || m->output[0]))
+  if (!file && (m->path[0] || m->output[0]))
     return kerr(c, src, m->path[0] ? "model.path" : "model.output",
                 "only for model.kind onnx, the kind is %s", m->kind);
-  if (strcmp(m->kind, "onnx") && strcmp(m->loss, "softmax_cross_entropy"))
+  if (!file && strcmp(m->loss, "softmax_cross_entropy"))
     return kerr(c, src, "model.loss", "%s needs model.kind onnx; %s trains with "
                 "softmax_cross_entropy", m->loss, m->kind);
-  if (job->train.export_onnx[0] && (!strcmp(m->kind, "plugin") || !strcmp(m->kind, "ctr")))
+  if (job->train.export_onnx[0] && !fl_model_kind_has(m->kind, FL_KIND_EXPORT))
     return kerr(c, src, "train.export_onnx", "model.kind %s cannot be exported as ONNX "
                 "(logreg, mlp, cnn and onnx can)", m->kind);
-  if (!strcmp(m->kind, "cnn")) {
+  if (fl_model_kind_has(m->kind, FL_KIND_CONV)) {
     if (m->conv_kernel % 2 == 0)
       return kerr(c, src, "model.conv_kernel", "must be odd, got %d", m->conv_kernel);
     if (!strcmp(m->norm, "gn") &&
@@ -1148,7 +1148,7 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
       return kerr(c, src, "model.gn_groups", "%d must divide both conv_channels [%d, %d]",
                   m->gn_groups, m->conv_channels[0], m->conv_channels[1]);
   }
-  int ctr_model = !strcmp(m->kind, "ctr");
+  int ctr_model = fl_model_kind_has(m->kind, FL_KIND_SPARSE);
   int ctr_data = d->format == FL_DATA_LIBSVM ||
                  (d->format == FL_DATA_SYNTHETIC && !strcmp(d->synthetic.kind, "ctr"));
   if (ctr_model && !ctr_data)

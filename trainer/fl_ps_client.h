@@ -147,11 +147,11 @@ void fl_ps_client_counters(const fl_ps_client *c, fl_ps_client_totals *out);
 /* PS mode for flotilla-trainer's mode table (fl_trainer.h's contract). */
 fl_status fl_sync_ps_create(const fl_job *job, const fl_cluster *cluster, fl_sync *out);
 
-/* For models that are not an fl_model (the CTR model): hand the ps mode
- * the parameter list and sparse tables before init_params; the ops are then
- * called with m == NULL.  FL_EINVAL when s is not a ps-mode fl_sync. */
-fl_status fl_sync_ps_bind(fl_sync *s, fl_param *const *params, size_t n,
-                          const fl_ps_sparse_spec *tables, size_t n_tables);
+/* The sparse tables of a model that has some (fl_sparse_model.h), to
+ * register with the pservers: call before agree_steps (the first
+ * registration).  FL_EINVAL when s is not a ps-mode fl_sync, FL_ESTATE
+ * after the registration. */
+fl_status fl_sync_ps_set_tables(fl_sync *s, const fl_ps_sparse_spec *tables, size_t n_tables);
 /* The client of a ps-mode fl_sync (NULL for another mode or before
  * init_params). */
 fl_ps_client *fl_sync_ps_client(const fl_sync *s);
@@ -167,14 +167,7 @@ int64_t fl_sync_ps_step(const fl_sync *s);
  * loop then catches up to fl_sync_ps_step.  0 for another mode. */
 int64_t fl_sync_ps_join_step(const fl_sync *s);
 
-/* Train and evaluate the CTR model (model.kind ctr) with a ps-mode sync:
- * flotilla-trainer runs this instead of fl_trainer_run for that kind.  The
- * report's test_loss is the log loss and test_acc1 the accuracy at p=0.5;
- * the AUC is in the log ("[Epoch e] test auc: ...").  Like fl_trainer_run,
- * a successful run ends with sync->ops->finish. */
-fl_status fl_ctr_run(const fl_trainer_options *opts, fl_sync *sync, fl_trainer_report *rep);
-
-/* The CTR model's graph (what fl_ctr_run trains), for fl_ctr_graph. */
+/* The CTR model's graph (what model.kind ctr trains), for fl_ctr_graph. */
 typedef struct fl_ctr_shape {
   uint32_t slots, dim;    /* S slots of D-float embeddings: the MLP's input is S*D */
   const int64_t *hidden;  /* n_hidden ReLU layer widths (at most FL_JOB_MAX_HIDDEN) */
@@ -187,6 +180,8 @@ typedef struct fl_ctr_shape {
 /* Names in the CTR graph: the rows inputs (the wide table's rows [rows, 1],
  * the embeddings [rows, D]) and the EmbeddingBagSum nodes that read the
  * batch's sparse feed (the wide sum, and the per-slot pooling). */
+#define FL_CTR_WIDE_TABLE "ctr.wide"
+#define FL_CTR_EMB_TABLE "ctr.emb"
 #define FL_CTR_WIDE_ROWS "ctr.wide_rows"
 #define FL_CTR_EMB_ROWS "ctr.emb_rows"
 #define FL_CTR_WIDE_NODE "ctr.wide"

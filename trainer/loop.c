@@ -24,9 +24,13 @@
 #include "fl_graph.h"
 #include "fl_log.h"
 #include "fl_model.h"
+#include "fl_model_kind.h"
 #include "fl_optim.h"
 #include "fl_ps_client.h"
+#include "fl_sparse_model.h"
 #include "fl_trainer.h"
+#include "loop_internal.h"
+#include "model_internal.h"
 
 #define CKPT_FORMAT FL_TRAINER_CKPT_FORMAT
 
@@ -39,6 +43,8 @@ typedef struct trainer {
   int device; /* CUDA ordinal with train.device gpu */
 
   fl_dataset train, test;
+  fl_sparse_dataset strain, stest; /* sparse data (fl_loop_sparse_data) */
+  fl_sparse_run *sparse;           /* a model with sparse tables: its pulls and pushes */
   int have_test;
   float *evalx; /* eval_batch_size samples of uint8 test features as fp32 */
   void *evalin[FL_DATA_MAX_INPUTS]; /* named inputs: an eval batch of each, as fed */
@@ -128,7 +134,7 @@ static fl_status load_npy(trainer *t) {
    * user's PyTorch code feeds it; the model checks the sample size.  An
    * onnx model's class count is its output width, known once it is built
    * (check_labels); the presets' is model.num_classes. */
-  int lnc = strcmp(job->model.kind, "onnx") == 0 ? 0 : nc;
+  int lnc = fl_model_kind_has(job->model.kind, FL_KIND_FILE) ? 0 : nc;
   int want_float = job->model.loss[0] && strcmp(job->model.loss, "softmax_cross_entropy") != 0;
   const char *ty = d->train_y;
   if (d->n_inputs) FL_TRY(load_named(t, 0, lnc));
@@ -162,6 +168,13 @@ static fl_status load_data(trainer *t) {
   const fl_job_data *d = &job->data;
   int nc = job->model.num_classes;
   t->have_test = job->train.eval;
+  if (fl_loop_sparse_data(job)) {
+    FL_TRY(fl_loop_load_sparse(job, &t->strain, &t->stest));
+    t->have_test = t->stest.n > 0;
+    FL_LOGI("data: %zu training and %zu test sparse samples of %u slots", t->strain.n,
+            t->stest.n, t->strain.num_slots);
+    return FL_OK;
+  }
   switch (d->format) {
   case FL_DATA_IDX:
     FL_TRY(fl_idx_load(d->train_images, d->train_labels, nc, (size_t)d->limit_train, &t->train));
@@ -369,7 +382,10 @@ static fl_status build_model(trainer *t, size_t max_batch) {
   const char *ck[FL_TRAINER_SPEC_NAMES];
   fl_model_spec s;
   fl_trainer_model_spec(t->job, t->device, ck, &s);
-  FL_TRY(fl_model_create(&s, max_batch, t->job->train.seed, &t->model));
+  const fl_model_build_args a = {.job = t->job, .spec = &s, .max_batch = max_batch,
+                                 .seed = t->job->train.seed, .train = &t->strain,
+                                 .test = &t->stest};
+  FL_TRY(fl_model_build(&a, &t->model));
   if (t->job->train.device == FL_DEVICE_GPU) {
     static const char *const math_names[] = {"fp32", "fp16", "bf16"};
     const fl_graph_options o = {.amp_math = s.linear_math, .amp_white = s.amp_white,
@@ -378,7 +394,7 @@ static fl_status build_model(trainer *t, size_t max_batch) {
     FL_LOGI("device: CUDA GPU %d; GEMMs: Gemm %s, Conv %s", t->device,
             math_names[fl_graph_amp_math("Gemm", &o)], math_names[fl_graph_amp_math("Conv", &o)]);
   }
-  if (!t->train.n_inputs && fl_model_input_size(t->model) != t->train.dim)
+  if (!t->train.n_inputs && !t->strain.n && fl_model_input_size(t->model) != t->train.dim)
     return FL_ERR(FL_EINVAL, "%s: model %s takes %zu inputs per sample, the data has %zu",
                   t->job->source, jm->kind, fl_model_input_size(t->model), t->train.dim);
   return FL_OK;
@@ -661,7 +677,12 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
     t->cb_err = FL_OK;
     /* dropout masks follow the checkpointed position (bitwise --resume) */
     fl_model_set_step(t->model, (uint64_t)t->step * (uint64_t)t->k + (uint64_t)j);
-    if (b.n_inputs) { /* named inputs: a feed */
+    if (t->sparse) { /* rows pulled before, their gradients pushed after */
+      FL_TRY(fl_sparse_run_pull(t->sparse, &b, b.size));
+      FL_TRY(fl_model_train_sparse(t->model, 0, b.size, scale, last ? on_grad_ready : NULL, t,
+                                   &res));
+      FL_TRY(fl_sparse_run_push(t->sparse));
+    } else if (b.n_inputs) { /* named inputs: a feed */
       fl_model_input in[FL_DATA_MAX_INPUTS];
       fl_model_feed f;
       make_feed(t, &t->train, b.inputs, b.y, b.t, in, &f);
@@ -722,6 +743,7 @@ static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
   size_t lo = n * r / w, hi = n * (r + 1) / w;
   size_t bs = t->job->train.eval_batch_size;
   double v[4] = {0, 0, 0, 0};
+  if (t->sparse) return fl_sparse_run_eval(t->sparse, &t->stest, t->epoch, t->log, rep);
   for (size_t off = lo; off < hi; off += bs) {
     size_t cnt = hi - off < bs ? hi - off : bs;
     fl_model_result res = {0};
@@ -807,9 +829,12 @@ static void set_threads(int n) {
 
 static void trainer_free(trainer *t) {
   fl_loader_destroy(t->loader);
+  fl_sparse_run_free(t->sparse);
   fl_model_destroy(t->model);
   fl_dataset_free(&t->train);
   fl_dataset_free(&t->test);
+  fl_sparse_dataset_free(&t->strain);
+  fl_sparse_dataset_free(&t->stest);
   free(t->evalx);
   for (size_t k = 0; k < FL_DATA_MAX_INPUTS; k++) free(t->evalin[k]);
   free(t->tens);
@@ -834,6 +859,19 @@ static int stop_agreed(trainer *t, const fl_trainer_options *o, fl_status *st) {
   double v = mine;
   *st = t->ops->reduce_metrics(t->self, &v, 1);
   return *st == FL_OK && v > 0;
+}
+
+/* Where a run stopped by a signal stands, and where its state is. */
+static void log_stopped(const trainer *t) {
+  char where[FL_JOB_PATH_MAX + 64] = "";
+  if (t->sparse) /* the rows are the pservers', whatever the checkpoint holds */
+    snprintf(where, sizeof where, "; the %s model's state is the pservers'", t->job->model.kind);
+  else if (t->rank == 0 && t->ckdir[0])
+    snprintf(where, sizeof where, "; --resume continues from its checkpoint");
+  else if (!t->ckdir[0])
+    snprintf(where, sizeof where, "; no checkpoint_dir: the progress is not kept");
+  FL_LOGI("stopped by a signal at step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ")%s",
+          t->step, t->epoch, t->batch, where);
 }
 
 /* Train epochs from the current position until the end or max_steps. */
@@ -862,11 +900,7 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
       fl_status sst = FL_OK;
       if (stop_agreed(t, o, &sst)) {
         FL_TRY(save_checkpoint(t));
-        FL_LOGI("stopped by a signal at step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64
-                ")%s", t->step, t->epoch, t->batch,
-                t->rank == 0 && t->ckdir[0] ? "; --resume continues from its checkpoint"
-                : t->ckdir[0]               ? ""
-                                            : "; no checkpoint_dir: the progress is not kept");
+        log_stopped(t);
         rep->stopped = 1;
         return FL_OK;
       }
@@ -925,13 +959,23 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   if ((st = fl_job_optim_hparams(job, &t.hp, t.exclude)) != FL_OK) goto done;
   t.scaler = fl_job_loss_scaler(job);
   if ((st = load_data(&t)) != FL_OK) goto done;
-  fl_shard_spec spec = {.n = t.train.n, .batch_size = job->train.batch_size, .rank = t.rank,
+  fl_shard_spec spec = {.n = t.strain.n ? t.strain.n : t.train.n, .batch_size = job->train.batch_size, .rank = t.rank,
                         .world_size = t.world, .seed = job->train.seed,
                         .shuffle = job->data.shuffle, .remainder = FL_REMAINDER_DROP};
   if ((st = fl_shard_check(&spec)) != FL_OK) goto done;
-  if ((st = fl_loader_create(&t.train, NULL, &spec, (size_t)job->data.prefetch, &t.loader)) != FL_OK ||
-      (st = fl_loader_set_augment(t.loader, &t.aug, job->data.format == FL_DATA_NPY
-                                                        ? job->data.train_x : job->source)) != FL_OK)
+  if ((st = fl_loader_create(t.strain.n ? NULL : &t.train, t.strain.n ? &t.strain : NULL, &spec,
+                             (size_t)job->data.prefetch, &t.loader)) != FL_OK ||
+      (!t.strain.n &&
+       (st = fl_loader_set_augment(t.loader, &t.aug, job->data.format == FL_DATA_NPY
+                                                         ? job->data.train_x : job->source)) != FL_OK))
+    goto done;
+  /* the model before the ranks agree: a model's sparse tables are
+   * registered with the first barrier */
+  size_t max_batch = job->train.batch_size;
+  if (t.have_test && job->train.eval_batch_size > max_batch) max_batch = job->train.eval_batch_size;
+  if ((st = build_model(&t, max_batch)) != FL_OK) goto done;
+  if (fl_model_sparse(t.model, NULL) &&
+      (st = fl_sparse_run_create(job, t.model, sync, t.k, &t.sparse)) != FL_OK)
     goto done;
   int64_t local_steps = (int64_t)fl_loader_batches(t.loader) / t.k;
   /* every epoch has the same shard sizes, so the ranks agree once */
@@ -945,9 +989,6 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   if (job->train.max_steps > 0 && job->train.max_steps < total) total = job->train.max_steps;
   if ((st = fl_job_lr_schedule(job, total, &t.sched)) != FL_OK) goto done;
 
-  size_t max_batch = job->train.batch_size;
-  if (t.have_test && job->train.eval_batch_size > max_batch) max_batch = job->train.eval_batch_size;
-  if ((st = build_model(&t, max_batch)) != FL_OK) goto done;
   if ((st = bind_inputs(&t)) != FL_OK || (st = check_labels(&t)) != FL_OK) goto done;
   if ((st = build_optimizer(&t)) != FL_OK) goto done;
   rep.activation_bytes = fl_model_activation_bytes(t.model);

@@ -2,7 +2,8 @@
 libfltrainer_la_SOURCES += trainer/fl_data.h trainer/data_internal.h trainer/data.c \
 	trainer/data_idx.c trainer/data_libsvm.c trainer/data_synth.c trainer/data_npy.c trainer/data_inputs.c \
 	trainer/data_augment.c \
-	trainer/fl_trainer.h trainer/loop.c trainer/sync_local.c
+	trainer/fl_trainer.h trainer/loop.c trainer/sync_local.c \
+	trainer/loop_internal.h trainer/loop_sparse.c trainer/fl_sparse_model.h
 
 bin_PROGRAMS += flotilla-trainer
 flotilla_trainer_SOURCES = trainer/main.c

@@ -35,6 +35,7 @@
 #include "fl_ps_client.h"
 #include "fl_sync_collective.h"
 #include "fl_trainer.h"
+#include "fl_model_kind.h"
 
 #define EXIT_RUN 1
 #define EXIT_USAGE 2
@@ -111,7 +112,7 @@ static void usage(FILE *out) {
 static fl_status pick_device(const fl_job *job, const fl_cluster *cl, int *device) {
   *device = 0;
   if (job->train.device != FL_DEVICE_GPU) return FL_OK;
-  if (strcmp(job->model.kind, "ctr") == 0 || strcmp(job->model.kind, "plugin") == 0)
+  if (!fl_model_kind_has(job->model.kind, FL_KIND_GPU))
     return FL_ERR(FL_ENOTSUP, "%s: train.device: gpu: model.kind %s computes on the CPU only",
                   job->source, job->model.kind);
 #ifndef FL_HAVE_CUDA
@@ -389,7 +390,7 @@ int main(int argc, char **argv) {
   fl_trainer_report rep;
   memset(&rep, 0, sizeof rep);
   catch_stop_signals();
-  st = strcmp(job.model.kind, "ctr") ? fl_trainer_run(&opts, &sync, &rep) : fl_ctr_run(&opts, &sync, &rep);
+  st = fl_trainer_run(&opts, &sync, &rep);
   if (st == FL_OK && !rep.stopped) st = sync.ops->finish(sync.self);
   sync.ops->destroy(sync.self);
   fl_status obs_st = fl_obs_stop(obs);

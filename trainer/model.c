@@ -20,6 +20,8 @@
 #include "fl_log.h"
 #include "fl_graph_inspect.h"
 #include "fl_onnx.h"
+#include "fl_model_kind.h"
+#include "fl_sparse_model.h"
 #include "model_internal.h"
 
 struct fl_model {
@@ -30,6 +32,8 @@ struct fl_model {
   fl_gloss loss; /* graphs: what train_step's targets are */
   fl_model_spec spec;
   size_t max_batch;
+  const fl_sparse_hooks *sparse; /* models with sparse tables (fl_sparse_model.h) */
+  void *sparse_self;
 };
 
 /* ------------------------------------------------------------------ init */
@@ -85,8 +89,9 @@ static fl_status resolve_device(fl_model_spec *r) {
   if (strcmp(r->device, "cpu") == 0) return FL_OK;
   if (strcmp(r->device, "gpu") != 0)
     return FL_ERR(FL_EINVAL, "model: device '%s' must be cpu or gpu", r->device);
-  if (strcmp(r->kind, "plugin") == 0)
-    return FL_ERR(FL_ENOTSUP, "model: device gpu: a plugin computes on the host (use cpu)");
+  if (!fl_model_kind_has(r->kind, FL_KIND_GPU))
+    return FL_ERR(FL_ENOTSUP, "model: device gpu: model.kind %s computes on the host (use cpu)",
+                  r->kind);
 #ifndef FL_HAVE_CUDA
   return FL_ERR(FL_ENOTSUP, "model: device gpu: built without CUDA (configure --with-cuda)");
 #else
@@ -216,7 +221,7 @@ static fl_status create_graph(fl_model *m, uint64_t seed) {
   fl_graph *g = NULL;
   fl_graph_options opt;
   memset(&opt, 0, sizeof opt);
-  if (!strcmp(s->kind, "onnx")) {
+  if (fl_model_kind_has(s->kind, FL_KIND_FILE)) {
     FL_TRY(load_onnx(s, &g));
   } else {
     FL_TRY(fl_graph_preset(s, seed, &g, ck, &n_ck));
@@ -250,7 +255,7 @@ static fl_status create_graph(fl_model *m, uint64_t seed) {
   m->ops = &fl_graph_model_ops;
   m->graph = 1;
   /* an imported model's classes (or targets) are its output's width */
-  if (!strcmp(s->kind, "onnx")) {
+  if (fl_model_kind_has(s->kind, FL_KIND_FILE)) {
     const size_t k = graph_width(m);
     fl_gloss loss = FL_GLOSS_SOFTMAX_XENT;
     (void)fl_graph_output_id(fl_graph_model_graph(m->handle), &loss);
@@ -276,11 +281,15 @@ fl_status fl_model_create(const fl_model_spec *spec, size_t max_batch, uint64_t 
   if (st != FL_OK) goto fail;
   m->max_batch = max_batch;
   const char *kind = m->spec.kind;
-  if (!strcmp(kind, "logreg") || !strcmp(kind, "mlp") || !strcmp(kind, "cnn") ||
-      !strcmp(kind, "onnx")) {
+  if (fl_model_kind_index(kind) < 0 || fl_model_kind_has(kind, FL_KIND_SPARSE)) {
+    st = FL_ERR(FL_EINVAL, "model: kind '%s' is no dense model (logreg, mlp, cnn, onnx or "
+                "plugin; a kind with sparse tables is built from its data by fl_model_build)",
+                kind);
+    goto fail;
+  } else if (!fl_model_kind_has(kind, FL_KIND_PLUGIN)) {
     st = create_graph(m, seed);
     if (st != FL_OK) goto fail;
-  } else if (strcmp(kind, "plugin") == 0) {
+  } else {
     if (!m->spec.plugin_path[0]) {
       st = FL_ERR(FL_EINVAL, "model: kind plugin needs plugin_path");
       goto fail;
@@ -294,9 +303,6 @@ fl_status fl_model_create(const fl_model_spec *spec, size_t max_batch, uint64_t 
       goto fail;
     }
     if ((st = check_params(m)) != FL_OK) goto fail;
-  } else {
-    st = FL_ERR(FL_EINVAL, "model: unknown kind '%s' (logreg, mlp, cnn, onnx or plugin)", kind);
-    goto fail;
   }
   *out = m;
   return FL_OK;
@@ -305,9 +311,58 @@ fail:
   return st;
 }
 
+fl_status fl_model_wrap_graph(const fl_model_spec *spec, void *graph, size_t max_batch,
+                              const fl_sparse_hooks *hooks, void *self, fl_model **out) {
+  fl_model *m = calloc(1, sizeof *m);
+  if (!m) {
+    fl_graph_model_ops.destroy(graph);
+    if (hooks) hooks->destroy(self);
+    return FL_ERR(FL_ENOMEM, "model %s: out of memory", spec->kind);
+  }
+  m->ops = &fl_graph_model_ops;
+  m->handle = graph;
+  m->graph = 1;
+  (void)fl_graph_output_id(fl_graph_model_graph(graph), &m->loss);
+  m->spec = *spec;
+  m->max_batch = max_batch;
+  m->sparse = hooks;
+  m->sparse_self = self;
+  *out = m;
+  return FL_OK;
+}
+
+const fl_sparse_hooks *fl_model_sparse(const fl_model *m, void **self) {
+  if (!m || !m->sparse) return NULL;
+  if (self) *self = m->sparse_self;
+  return m->sparse;
+}
+
+/* A dense kind's build: fl_model_create from the spec. */
+static fl_status build_dense(const fl_model_build_args *a, fl_model **out) {
+  return fl_model_create(a->spec, a->max_batch, a->seed, out);
+}
+
+/* The build function of each row of fl_model_kinds, by its index. */
+static const fl_model_build_fn k_builders[] = {
+    [FL_MODEL_KIND_LOGREG] = build_dense, [FL_MODEL_KIND_MLP] = build_dense,
+    [FL_MODEL_KIND_CNN] = build_dense,    [FL_MODEL_KIND_PLUGIN] = build_dense,
+    [FL_MODEL_KIND_CTR] = fl_ctr_model_create, [FL_MODEL_KIND_ONNX] = build_dense,
+};
+_Static_assert(sizeof k_builders / sizeof k_builders[0] == FL_MODEL_KINDS,
+               "a build function for every row of fl_model_kinds");
+
+fl_status fl_model_build(const fl_model_build_args *a, fl_model **out) {
+  const int i = fl_model_kind_index(a->spec->kind);
+  if (i < 0)
+    return FL_ERR(FL_EINVAL, "model: unknown kind '%s' (logreg, mlp, cnn, plugin, ctr or onnx)",
+                  a->spec->kind);
+  return k_builders[i](a, out);
+}
+
 void fl_model_destroy(fl_model *m) {
   if (!m) return;
   if (m->handle) m->ops->destroy(m->handle);
+  if (m->sparse) m->sparse->destroy(m->sparse_self);
   if (m->dl) dlclose(m->dl);
   free(m);
 }
@@ -426,6 +481,31 @@ fl_status fl_model_evalf(fl_model *m, const float *x, const float *t, size_t bat
   FL_TRY(check_batch(m, x, t, batch, "eval"));
   FL_TRY(check_targets(m, t, batch, "eval"));
   return fl_graph_model_evalf(m->handle, x, t, batch, res);
+}
+
+/* The sparse model's slot bound, its targets checked like a batch's. */
+static fl_status bind_slot(fl_model *m, unsigned slot, size_t batch, const float **t,
+                           const char *what) {
+  if (!m || !m->sparse || slot >= FL_SPARSE_SLOTS)
+    return FL_ERR(FL_EINVAL, "model %s: not a model with sparse tables, or slot %u",
+                  what, slot);
+  FL_TRY(m->sparse->bind(m->sparse_self, slot, t));
+  FL_TRY(check_batch(m, *t, *t, batch, what));
+  return check_targets(m, *t, batch, what);
+}
+
+fl_status fl_model_train_sparse(fl_model *m, unsigned slot, size_t batch, float loss_scale,
+                                fl_grad_ready_fn on_ready, void *ctx, fl_model_result *res) {
+  const float *t = NULL;
+  FL_TRY(bind_slot(m, slot, batch, &t, "train_step"));
+  FL_TRY(check_scale(loss_scale));
+  return fl_graph_model_train_stepf(m->handle, NULL, t, batch, loss_scale, on_ready, ctx, res);
+}
+
+fl_status fl_model_eval_sparse(fl_model *m, unsigned slot, size_t batch, fl_model_result *res) {
+  const float *t = NULL;
+  FL_TRY(bind_slot(m, slot, batch, &t, "eval"));
+  return fl_graph_model_evalf(m->handle, NULL, t, batch, res);
 }
 
 /* ----------------------------------------------------------------- feeds */

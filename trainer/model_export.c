@@ -15,13 +15,14 @@
 #include "fl_log.h"
 #include "fl_onnx.h"
 #include "fl_trainer.h"
+#include "fl_model_kind.h"
 
 fl_status fl_trainer_export_onnx(const fl_job *job, const fl_model *m, const char *out_path) {
   const fl_graph *g = fl_model_graph(m);
   if (!g)
     return FL_ERR(FL_ENOTSUP, "%s: model.kind %s cannot be exported as ONNX (logreg, mlp, cnn "
                   "and onnx can)", job->source, job->model.kind);
-  const int imported = !strcmp(job->model.kind, "onnx");
+  const int imported = fl_model_kind_has(job->model.kind, FL_KIND_FILE);
   return fl_onnx_export(imported ? job->model.path : NULL, g, out_path);
 }
 
@@ -48,7 +49,7 @@ fl_status fl_trainer_export_checkpoint(const fl_job *job, const char *ckdir, con
     return FL_ERR(FL_EINVAL, "%s: --export-onnx reads the newest checkpoint, but the job has no "
                   "train.checkpoint_dir (nor FLOTILLA_CHECKPOINT_DIR / --checkpoint_dir)",
                   job->source);
-  if (!strcmp(job->model.kind, "plugin") || !strcmp(job->model.kind, "ctr"))
+  if (!fl_model_kind_has(job->model.kind, FL_KIND_EXPORT))
     return FL_ERR(FL_ENOTSUP, "%s: model.kind %s cannot be exported as ONNX (logreg, mlp, cnn "
                   "and onnx can)", job->source, job->model.kind);
   fl_ckpt *c = NULL;

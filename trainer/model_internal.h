@@ -40,6 +40,42 @@ FL_MODEL_HIDDEN fl_status fl_graph_preset(const fl_model_spec *spec, uint64_t se
 FL_MODEL_HIDDEN fl_status fl_model_plugin_open(const char *path, const fl_model_ops **ops,
                                                void **dl);
 
+/* ------------------------------------------------------- wrapped graphs */
+
+struct fl_sparse_hooks;
+
+/* An fl_model over the compiled graph `graph` (fl_graph_model_create) that
+ * spec describes, with the sparse hooks and their self (NULL: none).  The
+ * model takes graph and self whatever happens (destroyed with it, or here
+ * on failure).  FL_ENOMEM (logged). */
+FL_MODEL_HIDDEN fl_status fl_model_wrap_graph(const fl_model_spec *spec, void *graph,
+                                              size_t max_batch,
+                                              const struct fl_sparse_hooks *hooks, void *self,
+                                              fl_model **out);
+
+/* What a model kind's build function gets: the job and the spec built from
+ * it (fl_trainer_model_spec), the batch capacity and seed, and for a kind
+ * with sparse tables the sparse data (test may be empty). */
+typedef struct fl_model_build_args {
+  const struct fl_job *job;
+  const fl_model_spec *spec;
+  size_t max_batch;
+  uint64_t seed;
+  const struct fl_sparse_dataset *train, *test;
+} fl_model_build_args;
+
+typedef fl_status (*fl_model_build_fn)(const fl_model_build_args *a, fl_model **out);
+
+/* The model of kind a->spec->kind, by the build function model.c attaches
+ * to its row of fl_model_kinds (fl_model_kind.h).  The caller owns *out.
+ * FL_EINVAL (logged) for no kind; the build function's errors. */
+FL_MODEL_HIDDEN fl_status fl_model_build(const fl_model_build_args *a, fl_model **out);
+
+/* model.kind ctr (model_ctr.c): the wide & deep graph sized from the
+ * sparse data, with its sparse hooks.  The caller owns *out.  FL_EINVAL
+ * (logged) without sparse training data; errors of fl_ctr_graph. */
+FL_MODEL_HIDDEN fl_status fl_ctr_model_create(const fl_model_build_args *a, fl_model **out);
+
 /* ------------------------------------------------------------------ init */
 
 /* Fill w[0..n) with uniform values in [-bound, bound) drawn from a

@@ -59,7 +59,6 @@ typedef struct sync_ps {
   size_t np;
   long *index_of;      /* model param index -> params index, or -1 */
   size_t n_model;
-  int bound;
   fl_ps_sparse_spec *tables;
   size_t n_tables;
   float *geo_old;      /* geo: values at the last exchange (all params) */
@@ -93,8 +92,8 @@ static fl_status ensure_registered(sync_ps *s) {
 
 static fl_status collect_params(sync_ps *s, fl_model *m) {
   size_t n;
-  if (s->bound || s->params) return FL_OK;
-  if (!m) return FL_ERR(FL_EINVAL, "ps mode: no model and no bound parameters");
+  if (s->params) return FL_OK;
+  if (!m) return FL_ERR(FL_EINVAL, "ps mode: no model");
   n = fl_model_num_params(m);
   s->params = calloc(n + 1, sizeof *s->params);
   s->index_of = calloc(n + 1, sizeof *s->index_of);
@@ -240,11 +239,7 @@ static void ps_grad_ready(void *self, fl_model *m, size_t index) {
   sync_ps *s = self;
   (void)m;
   if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_GEO) return;
-  if (s->bound) {
-    if (index < s->np) push_param(s, index);
-  } else if (index < s->n_model && s->index_of[index] >= 0) {
-    push_param(s, (size_t)s->index_of[index]);
-  }
+  if (index < s->n_model && s->index_of[index] >= 0) push_param(s, (size_t)s->index_of[index]);
 }
 
 static fl_status ps_step_end(void *self, fl_model *m, int64_t step, int *apply) {
@@ -308,7 +303,7 @@ static void ps_destroy(void *self) {
   sync_ps *s = self;
   if (!s) return;
   fl_ps_client_destroy(s->client);
-  if (!s->bound) free(s->params);
+  free(s->params);
   free(s->index_of);
   free(s->pushed);
   free(s->geo_old);
@@ -405,15 +400,11 @@ fl_status fl_sync_ps_create(const fl_job *job, const fl_cluster *cl, fl_sync *ou
   return FL_OK;
 }
 
-fl_status fl_sync_ps_bind(fl_sync *sync, fl_param *const *params, size_t n,
-                          const fl_ps_sparse_spec *tables, size_t n_tables) {
+fl_status fl_sync_ps_set_tables(fl_sync *sync, const fl_ps_sparse_spec *tables, size_t n_tables) {
   sync_ps *s;
   if (!sync || sync->ops != &ps_ops) return FL_ERR(FL_EINVAL, "not a ps-mode trainer");
   s = sync->self;
-  if (s->registered) return FL_ERR(FL_ESTATE, "ps mode: parameters bound after registration");
-  s->params = (fl_param **)params;
-  s->np = n;
-  s->bound = 1;
+  if (s->registered) return FL_ERR(FL_ESTATE, "ps mode: sparse tables set after registration");
   s->tables = calloc(n_tables + 1, sizeof *s->tables);
   if (!s->tables) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
   for (size_t i = 0; i < n_tables; i++) {

@@ -1,0 +1,51 @@
+/* loop_internal.h - what the training loop's files share (never
+ * installed): loop.c runs every model; loop_sparse.c adds, for a model
+ * with sparse tables (fl_sparse_model.h), its data, the pulls of rows
+ * before each step and the pushes of their gradients after it, and its
+ * evaluation. */
+#ifndef FL_LOOP_INTERNAL_H
+#define FL_LOOP_INTERNAL_H
+
+#include <stdio.h>
+
+#include "fl_data.h"
+#include "fl_model.h"
+#include "fl_sync.h"
+#include "fl_trainer.h"
+
+/* Whether the job's data is sparse (data.format libsvm, or synthetic kind
+ * ctr): read by fl_loop_load_sparse into a sparse dataset. */
+int fl_loop_sparse_data(const fl_job *job);
+
+/* The job's sparse training set, and its test set when train.eval (the
+ * caller owns both: fl_sparse_dataset_free, also on error). */
+fl_status fl_loop_load_sparse(const fl_job *job, fl_sparse_dataset *train,
+                              fl_sparse_dataset *test);
+
+typedef struct fl_sparse_run fl_sparse_run;
+
+/* The pulls and pushes of model m's sparse tables through sync, which
+ * must be the ps mode: registers the tables (call before agree_steps).
+ * k: gradient-merge k_steps (only 1).  The caller owns *out
+ * (fl_sparse_run_free); m and sync must outlive it.  FL_ENOTSUP (logged)
+ * outside ps mode or with k > 1. */
+fl_status fl_sparse_run_create(const fl_job *job, fl_model *m, fl_sync *sync, int k,
+                               fl_sparse_run **out);
+void fl_sparse_run_free(fl_sparse_run *r);
+
+/* Micro-batch b's n samples prepared in the model's slot 0 and their rows
+ * pulled: the next fl_model_train_sparse / fl_model_eval_sparse of slot 0
+ * reads them. */
+fl_status fl_sparse_run_pull(fl_sparse_run *r, const fl_batch *b, size_t n);
+/* After the train step of the pulled micro-batch: push its rows'
+ * gradients. */
+fl_status fl_sparse_run_push(fl_sparse_run *r);
+
+/* The test set through the model (every trainer evaluates all of it, in
+ * batches of the model's max_batch): logs `[Epoch e] test auc: A,
+ * logloss: L, acc1: C (constant predictor: ...)` and fills rep's test
+ * fields (test_loss the log loss, test_acc1 the accuracy at p = 0.5). */
+fl_status fl_sparse_run_eval(fl_sparse_run *r, const fl_sparse_dataset *test, int64_t epoch,
+                             FILE *out, fl_trainer_report *rep);
+
+#endif
