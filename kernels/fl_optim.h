@@ -232,6 +232,51 @@ float fl_lr_at(const fl_lr_schedule *s, int64_t step);
  * FL_EINVAL for a NULL or invalid schedule or one of another kind. */
 fl_status fl_lr_plateau_observe(fl_lr_schedule *s, double metric, int *reduced);
 
+/* -------------------------------------------------------- gradient clipping */
+
+/* torch.nn.utils.clip_grad_norm_ / clip_grad_value_, Paddle's
+ * ClipGradByGlobalNorm / ClipGradByValue / ClipGradByNorm. */
+typedef enum fl_clip_kind {
+  FL_CLIP_NONE = 0,
+  FL_CLIP_GLOBAL_NORM = 1, /* one norm over every tensor (clip_grad_norm_) */
+  FL_CLIP_VALUE = 2,       /* each element into [-clip_value, clip_value] */
+  FL_CLIP_NORM = 3,        /* clip_grad_norm_ applied to each tensor alone */
+  FL_CLIP_COUNT = 4
+} fl_clip_kind;
+
+typedef struct fl_clip {
+  fl_clip_kind kind;
+  float max_norm;   /* global_norm, norm: > 0 */
+  float clip_value; /* value: > 0 */
+  float norm_type;  /* global_norm, norm: p > 0, or INFINITY for the max norm (2) */
+} fl_clip;
+
+/* The names, indexed by fl_clip_kind, NULL-terminated ("none",
+ * "global_norm", "value", "norm"); the job file's
+ * optimizer.grad_clip.kind takes these. */
+extern const char *const fl_clip_kind_names[];
+
+/* FL_EINVAL for an unknown kind, or a bound or norm_type the kind reads
+ * that is not finite and > 0 (norm_type may be INFINITY). */
+fl_status fl_clip_check(const fl_clip *c);
+
+/* Clip nt gradient tensors (g[i] of n[i] floats) in place, as torch does:
+ *   global_norm  N = (sum over all elements |g|^p)^(1/p) (max |g| for
+ *                p = inf), in double; coef = max_norm / (N + 1e-6) rounded
+ *                to float; when coef < 1 (or nan) every element is
+ *                multiplied by it.
+ *   norm         the same with each tensor's own N.
+ *   value        g = min(max(g, -clip_value), clip_value).
+ * Non-finite gradients follow torch (error_if_nonfinite False): an inf
+ * element makes N inf and coef 0, so that element becomes nan and the
+ * finite ones 0; a nan makes N and every element nan; value clipping
+ * keeps a nan and bounds an inf.  *norm (may be NULL): global_norm's N,
+ * norm's largest per-tensor N (nan if any is), NAN for value and none.
+ * FL_EINVAL (nothing touched) for a bad c, NULL arrays or entries, nt 0
+ * or an n[i] of 0 (none: only c is checked). */
+fl_status fl_clip_grads(const fl_clip *c, float *const *g, const size_t *n, size_t nt,
+                        double *norm);
+
 /* ---------------------------------------------------------- gradient merge */
 
 /* acc[i] += g[i] for every tensor i (n[i] elements each).  FL_EINVAL
