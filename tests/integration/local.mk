@@ -8,3 +8,4 @@ include $(srcdir)/tests/integration/faults.mk
 include $(srcdir)/tests/integration/cluster.mk
 include $(srcdir)/tests/integration/byom.mk
 include $(srcdir)/tests/integration/onnx.mk
+include $(srcdir)/tests/integration/clip_lr.mk
