@@ -53,7 +53,7 @@ static const char *const k_formats[] = {"idx", "libsvm", "synthetic", "npy", NUL
 static const char *const k_anneal[] = {"cos", "linear", NULL};          /* fl_lr_anneal */
 static const char *const k_plateau_modes[] = {"min", "max", NULL};      /* mode_max */
 static const char *const k_threshold_modes[] = {"rel", "abs", NULL};    /* threshold_abs */
-static const char *const k_lr_metrics[] = {"loss", "acc1", "acc5", NULL}; /* fl_lr_metric */
+const char *const fl_lr_metric_names[] = {"loss", "acc1", "acc5", NULL};
 static const char *const k_compress[] = {"none", "fp16", "bf16", NULL};
 static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
 static const char *const k_devices[] = {"cpu", "gpu", NULL};
@@ -305,7 +305,7 @@ static const field f_lr[] = {
     E("threshold_mode", F_ENUM, fl_job_lr, threshold_abs, .choices = k_threshold_modes),
     E("cooldown", F_I64, fl_job_lr, cooldown, MIN(0)),
     E("min_lr", F_FLOAT, fl_job_lr, min_lr, MIN(0)),
-    E("metric", F_ENUM, fl_job_lr, metric, .choices = k_lr_metrics),
+    E("metric", F_ENUM, fl_job_lr, metric, .choices = fl_lr_metric_names),
     END};
 
 static const field f_train[] = {
@@ -1119,7 +1119,7 @@ static fl_status check_lr(const ctx *c, const fl_job *job) {
   case FL_LR_PLATEAU:
     if (!job->train.eval)
       return kerr(c, src, "lr_schedule.kind", "plateau follows the evaluation's %s: it needs "
-                  "train.eval: true", k_lr_metrics[l->metric]);
+                  "train.eval: true", fl_lr_metric_names[l->metric]);
     return FL_OK;
   default: return FL_OK;
   }

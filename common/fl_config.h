@@ -171,6 +171,8 @@ typedef enum fl_lr_metric {
   FL_LR_METRIC_ACC1 = 1,
   FL_LR_METRIC_ACC5 = 2
 } fl_lr_metric;
+/* Their names, indexed by fl_lr_metric, NULL-terminated (lr_schedule.metric). */
+extern const char *const fl_lr_metric_names[];
 
 typedef struct fl_job_lr {
   fl_lr_kind kind;       /* constant (default); fl_lr_kind_names */

@@ -672,7 +672,6 @@ static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
 /* lr_schedule kind plateau: hand it this evaluation's metric (the same on
  * every rank: reduce_metrics summed it). */
 static fl_status observe_metric(trainer *t, const fl_trainer_report *rep) {
-  static const char *const names[] = {"loss", "acc1", "acc5"}; /* fl_lr_metric */
   if (t->sched.kind != FL_LR_PLATEAU) return FL_OK;
   fl_lr_metric m = t->job->lr_schedule.metric;
   double v = m == FL_LR_METRIC_LOSS ? rep->test_loss
@@ -682,7 +681,8 @@ static fl_status observe_metric(trainer *t, const fl_trainer_report *rep) {
     return FL_ERR(FL_EINVAL, "lr_schedule kind plateau: invalid schedule");
   if (reduced)
     FL_LOGI("[Epoch %" PRId64 "] test %s %.5f: no improvement for %lld evaluations, lr now %g",
-            t->epoch, names[m], v, (long long)t->sched.plateau.patience + 1, t->sched.plateau.lr);
+            t->epoch, fl_lr_metric_names[m], v, (long long)t->sched.plateau.patience + 1,
+            t->sched.plateau.lr);
   return FL_OK;
 }
 
