@@ -121,7 +121,8 @@ static int ok_linear(const fl_lr_schedule *s) {
 }
 static double at_linear(const fl_lr_schedule *s, int64_t t) {
   double x = t < s->decay_steps ? (double)t : (double)s->decay_steps;
-  double f = s->start_factor + ((double)s->end_factor - s->start_factor) * x / (double)s->decay_steps;
+  double span = (double)s->end_factor - s->start_factor;
+  double f = s->start_factor + span * x / (double)s->decay_steps;
   return s->base_lr * f;
 }
 

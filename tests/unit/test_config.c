@@ -568,8 +568,8 @@ END_TEST
 START_TEST(test_torch_lr_schedules) {
   fl_job j;
   fl_lr_schedule s;
-  ck_assert_int_eq(fl_job_load_string("lr_schedule: {kind: multistep, milestones: [3, 8], gamma: 0.5}\n",
-                                      "ms.yaml", &j), FL_OK);
+  ck_assert_int_eq(fl_job_load_string("lr_schedule: {kind: multistep, milestones: [3, 8],"
+                                      " gamma: 0.5}\n", "ms.yaml", &j), FL_OK);
   ck_assert_int_eq(fl_job_lr_schedule(&j, 100, &s), FL_OK);
   ck_assert_int_eq(s.kind, FL_LR_MULTISTEP);
   ck_assert_uint_eq(s.n_boundaries, 2);
@@ -623,8 +623,9 @@ START_TEST(test_lr_clip_errors) {
   EXPECT_ERROR("lr_schedule: {kind: inverse_sqrt}\n",
                "lr_schedule.warmup_steps: kind inverse_sqrt needs it >= 1");
   EXPECT_ERROR("train: {eval: false}\nlr_schedule: {kind: plateau}\n",
-               "lr_schedule.kind: plateau follows the evaluation's loss: it needs train.eval: true");
-  EXPECT_ERROR("lr_schedule: {kind: plateau, factor: 1}\n", "lr_schedule.factor: must be in (0, 1)");
+               "lr_schedule.kind: plateau follows the evaluation's loss: it needs train.eval");
+  EXPECT_ERROR("lr_schedule: {kind: plateau, factor: 1}\n",
+               "lr_schedule.factor: must be in (0, 1)");
   EXPECT_ERROR("lr_schedule: {kind: onecycle, anneal: cosine}\n", "lr_schedule.anneal");
   EXPECT_ERROR("optimizer:\n  grad_clip: {kind: global_norm}\n",
                "optimizer.grad_clip.max_norm: kind global_norm needs it (> 0)");

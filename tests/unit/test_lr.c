@@ -299,7 +299,8 @@ static void parse_case(char *line, fl_lr_schedule *s) {
 static size_t numbers(char *line, double *v, size_t cap) {
   size_t n = 0;
   strtok(line, " \n");
-  for (char *p = strtok(NULL, " \n"); p && n < cap; p = strtok(NULL, " \n")) v[n++] = strtod(p, NULL);
+  for (char *p = strtok(NULL, " \n"); p && n < cap; p = strtok(NULL, " \n"))
+    v[n++] = strtod(p, NULL);
   return n;
 }
 
@@ -331,7 +332,8 @@ START_TEST(test_against_torch) {
       size_t n = numbers(line, want, 256);
       ck_assert_int_eq(s.kind == FL_LR_PLATEAU, nm == n);
       for (size_t i = 0; i < n; i++) {
-        if (s.kind == FL_LR_PLATEAU) ck_assert_int_eq(fl_lr_plateau_observe(&s, metrics[i], NULL), FL_OK);
+        if (s.kind == FL_LR_PLATEAU)
+          ck_assert_int_eq(fl_lr_plateau_observe(&s, metrics[i], NULL), FL_OK);
         got[i] = fl_lr_at(&s, (int64_t)i);
       }
       compare(&s, got, want, n);
