@@ -24,6 +24,8 @@
 
 /* Enums are stored through int pointers by the schema walker. */
 _Static_assert(sizeof(fl_optim_kind) == sizeof(int) && sizeof(fl_lr_kind) == sizeof(int) &&
+                   sizeof(fl_lr_anneal) == sizeof(int) && sizeof(fl_lr_metric) == sizeof(int) &&
+                   sizeof(fl_clip_kind) == sizeof(int) &&
                    sizeof(fl_mode) == sizeof(int) && sizeof(fl_data_format) == sizeof(int) &&
                    sizeof(fl_grad_compression) == sizeof(int) &&
                    sizeof(fl_amp_dtype) == sizeof(int) &&
@@ -49,7 +51,10 @@ const char *fl_job_last_error(void) { return g_err; }
 
 static const char *const k_modes[] = {"local", "collective", "ps", NULL};
 static const char *const k_formats[] = {"idx", "libsvm", "synthetic", "npy", NULL};
-static const char *const k_lrs[] = {"constant", "polynomial", "cosine", "piecewise", NULL};
+static const char *const k_anneal[] = {"cos", "linear", NULL};          /* fl_lr_anneal */
+static const char *const k_plateau_modes[] = {"min", "max", NULL};      /* mode_max */
+static const char *const k_threshold_modes[] = {"rel", "abs", NULL};    /* threshold_abs */
+const char *const fl_lr_metric_names[] = {"loss", "acc1", "acc5", NULL};
 static const char *const k_compress[] = {"none", "fp16", "bf16", NULL};
 /* In the order of fl_allreduce_algorithm. */
 static const char *const k_ar_algos[] = {"auto", "ring", "halving_doubling", "tree",
@@ -121,7 +126,8 @@ typedef enum ftype {
   F_PATH_MAP   /* {name: path}: fl_job_input[cap], count (size_t) at count_off */
 } ftype;
 
-enum { LIM_LO = 1, LIM_HI = 2, LIM_LOX = 4, LIM_HIX = 8 };
+/* LIM_INF: F_FLOAT also takes inf (or .inf), past the range check. */
+enum { LIM_LO = 1, LIM_HI = 2, LIM_LOX = 4, LIM_HIX = 8, LIM_INF = 16 };
 
 typedef struct field {
   const char *key;
@@ -266,10 +272,21 @@ static const field f_optimizer[] = {
     E("epsilon", F_FLOAT, fl_job_optimizer, epsilon, MIN(0), DEF(OPTIM_EPS)),
     E("weight_decay", F_FLOAT, fl_job_optimizer, weight_decay, MIN(0)),
     E("initial_accumulator", F_FLOAT, fl_job_optimizer, initial_accumulator, MIN(0)),
+    {.key = "grad_clip",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("kind", F_ENUM, fl_job_optimizer, grad_clip.kind, .choices = fl_clip_kind_names,
+           DEF(FL_CLIP_NONE)),
+         E("max_norm", F_FLOAT, fl_job_optimizer, grad_clip.max_norm, MIN(0)),
+         E("clip_value", F_FLOAT, fl_job_optimizer, grad_clip.clip_value, MIN(0)),
+         E("norm_type", F_FLOAT, fl_job_optimizer, grad_clip.norm_type, .lo = 0,
+           .lim = LIM_LO | LIM_LOX | LIM_INF, DEF(2)),
+         END}},
     END};
 
 static const field f_lr[] = {
-    E("kind", F_ENUM, fl_job_lr, kind, .choices = k_lrs, DEF(FL_LR_CONSTANT)),
+    E("kind", F_ENUM, fl_job_lr, kind, .choices = fl_lr_kind_names, DEF(FL_LR_CONSTANT)),
     E("warmup_steps", F_I64, fl_job_lr, warmup_steps, MIN(0)),
     E("warmup_start_lr", F_FLOAT, fl_job_lr, warmup_start_lr, MIN(0)),
     E("end_lr", F_FLOAT, fl_job_lr, end_lr, MIN(0)),
@@ -278,6 +295,31 @@ static const field f_lr[] = {
     E("boundaries", F_I64_LIST, fl_job_lr, boundaries, LIST(fl_job_lr, boundaries, n_boundaries),
       MIN(1)),
     E("values", F_FLOAT_LIST, fl_job_lr, values, LIST(fl_job_lr, values, n_values), MIN(0)),
+    E("gamma", F_FLOAT, fl_job_lr, gamma, .lo = 0, .hi = 1, .lim = LIM_LO | LIM_LOX | LIM_HI,
+      DEF(0.1)),
+    E("step_size", F_I64, fl_job_lr, step_size, MIN(0)),
+    E("milestones", F_I64_LIST, fl_job_lr, milestones, LIST(fl_job_lr, milestones, n_milestones),
+      MIN(1)),
+    E("max_lr", F_FLOAT, fl_job_lr, max_lr, MIN(0)),
+    E("total_steps", F_I64, fl_job_lr, total_steps, MIN(0)),
+    E("pct_start", F_FLOAT, fl_job_lr, pct_start, .lo = 0, .hi = 1,
+      .lim = LIM_LO | LIM_LOX | LIM_HI | LIM_HIX, DEF(0.3)),
+    E("anneal", F_ENUM, fl_job_lr, anneal, .choices = k_anneal, DEF(FL_LR_ANNEAL_COS)),
+    E("div_factor", F_FLOAT, fl_job_lr, div_factor, MINX(0), DEF(25)),
+    E("final_div_factor", F_FLOAT, fl_job_lr, final_div_factor, MINX(0), DEF(1e4)),
+    E("start_factor", F_FLOAT, fl_job_lr, start_factor, .lo = 0, .hi = 1,
+      .lim = LIM_LO | LIM_LOX | LIM_HI, DEF(1.0 / 3.0)),
+    E("end_factor", F_FLOAT, fl_job_lr, end_factor, RANGE(0, 1), DEF(1)),
+    E("total_iters", F_I64, fl_job_lr, total_iters, MIN(0), DEF(5)),
+    E("mode", F_ENUM, fl_job_lr, mode_max, .choices = k_plateau_modes),
+    E("factor", F_FLOAT, fl_job_lr, factor, .lo = 0, .hi = 1,
+      .lim = LIM_LO | LIM_LOX | LIM_HI | LIM_HIX, DEF(0.1)),
+    E("patience", F_I64, fl_job_lr, patience, MIN(0), DEF(10)),
+    E("threshold", F_FLOAT, fl_job_lr, threshold, MIN(0), DEF(1e-4)),
+    E("threshold_mode", F_ENUM, fl_job_lr, threshold_abs, .choices = k_threshold_modes),
+    E("cooldown", F_I64, fl_job_lr, cooldown, MIN(0)),
+    E("min_lr", F_FLOAT, fl_job_lr, min_lr, MIN(0)),
+    E("metric", F_ENUM, fl_job_lr, metric, .choices = fl_lr_metric_names),
     END};
 
 static const field f_train[] = {
@@ -782,6 +824,10 @@ static fl_status parse_elem(ctx *c, const field *f, ftype et, const yaml_node_t 
   case F_FLOAT:
   case F_DOUBLE: {
     double x;
+    if (et == F_FLOAT && (f->lim & LIM_INF) && v && (!strcmp(v, "inf") || !strcmp(v, ".inf"))) {
+      *(float *)dst = INFINITY;
+      return FL_OK;
+    }
     int ok = v ? parse_real(v, &x) : 0;
     if (ok < 0) return perr(c, km, path, "number out of range, got %s", got);
     if (!ok) return perr(c, km, path, "expected a number, got %s", got);
@@ -1018,6 +1064,9 @@ static fl_status normalise(ctx *c) {
   if (!has(c, "optimizer.epsilon")) job->optimizer.epsilon = eps_default(s->lamb);
   if (!has(c, "pserver.optimizer")) {
     job->pserver.optimizer = job->optimizer;
+    /* the trainers clip; the servers' optimizers take no grad_clip */
+    memset(&job->pserver.optimizer.grad_clip, 0, sizeof job->pserver.optimizer.grad_clip);
+    job->pserver.optimizer.grad_clip.norm_type = job->optimizer.grad_clip.norm_type;
   } else if (!has(c, "pserver.optimizer.epsilon")) {
     job->pserver.optimizer.epsilon = eps_default(s->lamb);
   }
@@ -1070,13 +1119,118 @@ static fl_status check_inputs(const ctx *c, const fl_job *job) {
   return FL_OK;
 }
 
+/* lr_schedule keys every kind reads. */
+static const char *const k_lr_common[] = {"kind", "warmup_steps", "warmup_start_lr", NULL};
+
+/* Whether field f (a number, enum or list) of the struct at base holds its
+ * default (a list: empty). */
+static int at_default(const field *f, const char *base) {
+  const char *p = base + f->off;
+  switch (f->type) {
+  case F_FLOAT: return *(const float *)p == (float)f->dflt;
+  case F_I64: return *(const int64_t *)p == (int64_t)f->dflt;
+  case F_ENUM: return *(const int *)p == (int)f->dflt;
+  case F_I64_LIST:
+  case F_FLOAT_LIST: return *(const size_t *)(base + f->count_off) == 0;
+  default: return 1;
+  }
+}
+
+/* A key of lr_schedule away from its default that its kind does not read
+ * (the dump writes every key, at its default where unused). */
+static fl_status check_lr_keys(const ctx *c, const fl_job *job) {
+  fl_lr_kind k = job->lr_schedule.kind;
+  char path[PATH_BUF];
+  for (const field *f = f_lr; f->key; f++) {
+    int common = 0;
+    for (size_t i = 0; k_lr_common[i]; i++) common |= !strcmp(k_lr_common[i], f->key);
+    snprintf(path, sizeof path, "lr_schedule.%s", f->key);
+    if (common || fl_lr_kind_takes(k, f->key) ||
+        at_default(f, (const char *)&job->lr_schedule))
+      continue;
+    const char *keys = fl_lr_kind_keys(k);
+    return kerr(c, job->source, path, "is not read by kind %s (it reads %s%s)",
+                fl_lr_kind_names[k], keys[0] ? keys : "only kind and the warmup keys",
+                keys[0] ? " and the warmup keys" : "");
+  }
+  return FL_OK;
+}
+
+/* Strictly increasing steps of a list key. */
+static fl_status check_increasing(const ctx *c, const char *src, const char *path,
+                                  const int64_t *v, size_t n) {
+  for (size_t i = 1; i < n; i++)
+    if (v[i] <= v[i - 1])
+      return kerr(c, src, path, "must be strictly increasing (%lld after %lld)", (long long)v[i],
+                  (long long)v[i - 1]);
+  return FL_OK;
+}
+
+/* lr_schedule: keys the kind does not read, and what each kind needs. */
+static fl_status check_lr(const ctx *c, const fl_job *job) {
+  const char *src = job->source;
+  const fl_job_lr *l = &job->lr_schedule;
+  FL_TRY(check_lr_keys(c, job));
+  switch (l->kind) {
+  case FL_LR_PIECEWISE:
+    if (l->n_boundaries < 1)
+      return kerr(c, src, "lr_schedule.boundaries", "piecewise needs at least one boundary");
+    if (l->n_values != l->n_boundaries + 1)
+      return kerr(c, src, "lr_schedule.values", "piecewise needs %zu values (boundaries + 1), "
+                  "got %zu", l->n_boundaries + 1, l->n_values);
+    return check_increasing(c, src, "lr_schedule.boundaries", l->boundaries, l->n_boundaries);
+  case FL_LR_STEP:
+    if (l->step_size < 1)
+      return kerr(c, src, "lr_schedule.step_size", "kind step needs it (steps between decays)");
+    return FL_OK;
+  case FL_LR_MULTISTEP:
+    if (l->n_milestones < 1)
+      return kerr(c, src, "lr_schedule.milestones", "kind multistep needs at least one");
+    return check_increasing(c, src, "lr_schedule.milestones", l->milestones, l->n_milestones);
+  case FL_LR_INVERSE_SQRT:
+    if (l->warmup_steps < 1)
+      return kerr(c, src, "lr_schedule.warmup_steps", "kind inverse_sqrt needs it >= 1 (the "
+                  "rate is lr * sqrt(warmup_steps / step) after the warmup)");
+    return FL_OK;
+  case FL_LR_PLATEAU:
+    if (!job->train.eval)
+      return kerr(c, src, "lr_schedule.kind", "plateau follows the evaluation's %s: it needs "
+                  "train.eval: true", fl_lr_metric_names[l->metric]);
+    return FL_OK;
+  default: return FL_OK;
+  }
+}
+
+/* optimizer.grad_clip: the bound its kind needs; the pserver's optimizers
+ * take none (the trainers clip before they push). */
+static fl_status check_clip(const ctx *c, const fl_job *job) {
+  const char *src = job->source;
+  const fl_clip_kind k = job->optimizer.grad_clip.kind;
+  if (job->pserver.optimizer.grad_clip.kind != FL_CLIP_NONE ||
+      job->pserver.sparse.optimizer.grad_clip.kind != FL_CLIP_NONE)
+    return kerr(c, src, job->pserver.optimizer.grad_clip.kind != FL_CLIP_NONE
+                            ? "pserver.optimizer.grad_clip.kind"
+                            : "pserver.sparse.optimizer.grad_clip.kind",
+                "the trainers clip their gradients before they push them: set "
+                "optimizer.grad_clip instead");
+  if ((k == FL_CLIP_GLOBAL_NORM || k == FL_CLIP_NORM) && !(job->optimizer.grad_clip.max_norm > 0))
+    return kerr(c, src, "optimizer.grad_clip.max_norm", "kind %s needs it (> 0)",
+                fl_clip_kind_names[k]);
+  if (k == FL_CLIP_VALUE && !(job->optimizer.grad_clip.clip_value > 0))
+    return kerr(c, src, "optimizer.grad_clip.clip_value", "kind value needs it (> 0)");
+  if (k != FL_CLIP_NONE && fl_model_kind_has(job->model.kind, FL_KIND_SPARSE))
+    return kerr(c, src, "optimizer.grad_clip.kind", "%s is not supported with model.kind %s "
+                "(its embedding gradients are sparse rows): use kind none",
+                fl_clip_kind_names[k], job->model.kind);
+  return FL_OK;
+}
+
 /* The cross-field rules; c (may be NULL) gives the marks. */
 static fl_status check_job(const ctx *c, const fl_job *job) {
   const char *src = job->source;
   const fl_strategy *s = &job->strategy;
   const fl_job_model *m = &job->model;
   const fl_job_data *d = &job->data;
-  const fl_job_lr *l = &job->lr_schedule;
   const fl_job_optimizer *o = &job->optimizer;
 
   if (s->lars && s->lamb)
@@ -1185,21 +1339,8 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
                   "required with train.eval: true");
   }
 
-  /* lr schedule */
-  if (l->kind == FL_LR_PIECEWISE) {
-    if (l->n_boundaries < 1)
-      return kerr(c, src, "lr_schedule.boundaries", "piecewise needs at least one boundary");
-    if (l->n_values != l->n_boundaries + 1)
-      return kerr(c, src, "lr_schedule.values", "piecewise needs %zu values (boundaries + 1), "
-                  "got %zu", l->n_boundaries + 1, l->n_values);
-    for (size_t i = 1; i < l->n_boundaries; i++)
-      if (l->boundaries[i] <= l->boundaries[i - 1])
-        return kerr(c, src, "lr_schedule.boundaries", "must be strictly increasing (%lld after "
-                    "%lld)", (long long)l->boundaries[i], (long long)l->boundaries[i - 1]);
-  } else if (l->n_boundaries || l->n_values) {
-    return kerr(c, src, l->n_boundaries ? "lr_schedule.boundaries" : "lr_schedule.values",
-                "only used by kind piecewise, got kind %s", k_lrs[l->kind]);
-  }
+  FL_TRY(check_lr(c, job));
+  FL_TRY(check_clip(c, job));
 
   /* cluster */
   const fl_job_cluster *cl = &job->cluster;

@@ -179,11 +179,28 @@ typedef struct fl_job_optimizer {
   float epsilon;      /* see the file comment: 1e-8, or 1e-6 under lamb */
   float weight_decay; /* 0 (must be 0 under lars/lamb: their configs hold it) */
   float initial_accumulator; /* adagrad: 0 */
+  /* grad_clip: the trainer's clipping of the gradient it applies or pushes
+   * (optimizer only; refused under pserver.optimizer and its sparse one) */
+  struct {
+    fl_clip_kind kind; /* none (default), global_norm, value, norm */
+    float max_norm;    /* global_norm, norm: required, > 0 */
+    float clip_value;  /* value: required, > 0 */
+    float norm_type;   /* global_norm, norm: 2; inf for the max norm */
+  } grad_clip;
 } fl_job_optimizer;
 
 /* ------------------------------------------------------------ lr_schedule */
+/* The evaluation result reduce-on-plateau watches. */
+typedef enum fl_lr_metric {
+  FL_LR_METRIC_LOSS = 0,
+  FL_LR_METRIC_ACC1 = 1,
+  FL_LR_METRIC_ACC5 = 2
+} fl_lr_metric;
+/* Their names, indexed by fl_lr_metric, NULL-terminated (lr_schedule.metric). */
+extern const char *const fl_lr_metric_names[];
+
 typedef struct fl_job_lr {
-  fl_lr_kind kind;       /* constant (default), polynomial, cosine, piecewise */
+  fl_lr_kind kind;       /* constant (default); fl_lr_kind_names */
   int64_t warmup_steps;  /* linear warmup over this many optimizer steps: 0 */
   float warmup_start_lr; /* 0 */
   float end_lr;          /* polynomial/cosine: 0 */
@@ -193,6 +210,27 @@ typedef struct fl_job_lr {
   int64_t boundaries[FL_LR_MAX_PIECES];
   size_t n_values;       /* piecewise: n_boundaries + 1 learning rates */
   float values[FL_LR_MAX_PIECES + 1];
+  float gamma;           /* step, multistep, exponential: 0.1 */
+  int64_t step_size;     /* step: required */
+  size_t n_milestones;   /* multistep: strictly increasing steps, required */
+  int64_t milestones[FL_LR_MAX_PIECES];
+  float max_lr;          /* onecycle: 0 = optimizer.lr */
+  int64_t total_steps;   /* onecycle: 0 = the training's steps */
+  float pct_start;       /* onecycle: 0.3 */
+  fl_lr_anneal anneal;   /* onecycle: cos (default), linear */
+  float div_factor;      /* onecycle: 25 */
+  float final_div_factor; /* onecycle: 1e4 */
+  float start_factor;    /* linear: 1/3 */
+  float end_factor;      /* linear: 1 */
+  int64_t total_iters;   /* linear: 5; 0 = the training's steps (after warmup) */
+  int mode_max;          /* plateau `mode`: min (default), max */
+  float factor;          /* plateau: 0.1 */
+  int64_t patience;      /* plateau: 10 evaluations */
+  float threshold;       /* plateau: 1e-4 */
+  int threshold_abs;     /* plateau `threshold_mode`: rel (default), abs */
+  int64_t cooldown;      /* plateau: 0 */
+  float min_lr;          /* plateau: 0 */
+  fl_lr_metric metric;   /* plateau: the evaluation's loss (default), acc1, acc5 */
 } fl_job_lr;
 
 /* ------------------------------------------------------------------ train */
@@ -367,15 +405,20 @@ fl_status fl_job_optim_hparams(const fl_job *job, fl_optim_hparams *out,
 fl_status fl_job_pserver_hparams(const fl_job *job, fl_optim_hparams *dense,
                                  fl_optim_hparams *sparse, const char *exclude[FL_JOB_MAX_LIST]);
 
+/* optimizer.grad_clip as the kernel's struct. */
+fl_clip fl_job_grad_clip(const fl_job *job);
+
 /* Plain conversion of one optimizer section (no strategy applied). */
 void fl_job_optimizer_to_hparams(const fl_job_optimizer *o, int num_threads,
                                  fl_optim_hparams *out);
 
 /* The learning-rate schedule: base_lr = optimizer.lr (pserver: pass
- * &job->pserver.optimizer via fl_job_lr_schedule_for), decay_steps 0
- * resolved to total_steps - warmup_steps (at least 1).  total_steps is the
- * number of optimizer steps of the whole run.  FL_EINVAL if the result is
- * out of range (e.g. warmup longer than the run). */
+ * &job->pserver.optimizer via fl_job_lr_schedule_for; onecycle: max_lr
+ * when given), decay_steps 0 (and onecycle's total_steps 0, linear's
+ * total_iters 0) resolved to total_steps - warmup_steps (at least 1).
+ * total_steps is the number of optimizer steps of the whole run.  FL_EINVAL
+ * (logged, naming the keys) if the result is out of range (e.g. onecycle
+ * phases shorter than a step). */
 fl_status fl_job_lr_schedule(const fl_job *job, int64_t total_steps, fl_lr_schedule *out);
 fl_status fl_job_lr_schedule_for(const fl_job *job, const fl_job_optimizer *o,
                                  int64_t total_steps, fl_lr_schedule *out);

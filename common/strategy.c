@@ -72,6 +72,31 @@ fl_status fl_job_pserver_hparams(const fl_job *job, fl_optim_hparams *dense,
   return FL_OK;
 }
 
+/* The torch-defined kinds' fields (fl_job_lr onto fl_lr_schedule). */
+static void lr_torch_fields(const fl_job_lr *l, int64_t rest, fl_lr_schedule *out) {
+  out->gamma = l->gamma;
+  out->step_size = l->step_size;
+  if (l->kind == FL_LR_MULTISTEP) {
+    out->n_boundaries = l->n_milestones;
+    for (size_t i = 0; i < l->n_milestones; i++) out->boundaries[i] = l->milestones[i];
+  }
+  if (l->kind == FL_LR_ONECYCLE) {
+    if (l->max_lr > 0) out->base_lr = l->max_lr;
+    out->decay_steps = l->total_steps ? l->total_steps : rest;
+  }
+  if (l->kind == FL_LR_LINEAR) out->decay_steps = l->total_iters ? l->total_iters : rest;
+  out->pct_start = l->pct_start;
+  out->anneal = l->anneal;
+  out->div_factor = l->div_factor;
+  out->final_div_factor = l->final_div_factor;
+  out->start_factor = l->start_factor;
+  out->end_factor = l->end_factor;
+  out->plateau = (fl_lr_plateau){.mode_max = l->mode_max, .threshold_abs = l->threshold_abs,
+                                 .factor = l->factor, .threshold = l->threshold,
+                                 .min_lr = l->min_lr, .patience = l->patience,
+                                 .cooldown = l->cooldown};
+}
+
 fl_status fl_job_lr_schedule_for(const fl_job *job, const fl_job_optimizer *o,
                                  int64_t total_steps, fl_lr_schedule *out) {
   if (!job || !o || !out) return FL_ERR(FL_EINVAL, "fl_job_lr_schedule: NULL argument");
@@ -79,6 +104,8 @@ fl_status fl_job_lr_schedule_for(const fl_job *job, const fl_job_optimizer *o,
     return FL_ERR(FL_EINVAL, "lr_schedule: total steps must be >= 0, got %lld",
                   (long long)total_steps);
   const fl_job_lr *l = &job->lr_schedule;
+  int64_t rest = total_steps - l->warmup_steps;
+  if (rest < 1) rest = 1;
   memset(out, 0, sizeof *out);
   out->kind = l->kind;
   out->base_lr = o->lr;
@@ -86,15 +113,26 @@ fl_status fl_job_lr_schedule_for(const fl_job *job, const fl_job_optimizer *o,
   out->power = l->power;
   out->warmup_steps = l->warmup_steps;
   out->warmup_start_lr = l->warmup_start_lr;
-  out->decay_steps = l->decay_steps;
-  if (out->decay_steps == 0) {
-    int64_t rest = total_steps - l->warmup_steps;
-    out->decay_steps = rest > 0 ? rest : 1;
-  }
+  out->decay_steps = l->decay_steps ? l->decay_steps : rest;
   out->n_boundaries = l->n_boundaries;
   for (size_t i = 0; i < l->n_boundaries; i++) out->boundaries[i] = l->boundaries[i];
   for (size_t i = 0; i < l->n_values; i++) out->values[i] = l->values[i];
+  lr_torch_fields(l, rest, out);
+  if (fl_lr_schedule_check(out) != FL_OK)
+    return FL_ERR(FL_EINVAL, "%s: lr_schedule kind %s is out of range over %lld steps after "
+                  "%lld warmup steps; check its keys (%s)%s", job->source,
+                  fl_lr_kind_name(l->kind), (long long)out->decay_steps,
+                  (long long)l->warmup_steps, fl_lr_kind_keys(l->kind),
+                  l->kind == FL_LR_ONECYCLE ? ": onecycle needs 1 < pct_start * total_steps < "
+                  "total_steps" : "");
   return FL_OK;
+}
+
+fl_clip fl_job_grad_clip(const fl_job *job) {
+  return (fl_clip){.kind = job->optimizer.grad_clip.kind,
+                   .max_norm = job->optimizer.grad_clip.max_norm,
+                   .clip_value = job->optimizer.grad_clip.clip_value,
+                   .norm_type = job->optimizer.grad_clip.norm_type};
 }
 
 fl_status fl_job_lr_schedule(const fl_job *job, int64_t total_steps, fl_lr_schedule *out) {

@@ -136,42 +136,146 @@ fl_status fl_optim_step_cuda(const fl_optim_hparams *hp, fl_optim_tensor *t, siz
 
 /* ------------------------------------------------------ learning-rate schedules */
 
+/* One value per schedule; kernels/lr.c holds one table row per value (its
+ * name, the job-file keys it reads, its function).  t below is the number
+ * of updates into the schedule (the step after the warmup); the formulas
+ * are torch.optim.lr_scheduler's, stepped once per optimizer update. */
 typedef enum fl_lr_kind {
   FL_LR_CONSTANT = 0,
   FL_LR_POLYNOMIAL = 1, /* (base-end)*(1-t/decay_steps)^power + end, held at end after */
   FL_LR_COSINE = 2,     /* end + (base-end)*(1+cos(pi*t/decay_steps))/2 */
-  FL_LR_PIECEWISE = 3   /* values[i] while step < boundaries[i]; values[nb] after */
+  FL_LR_PIECEWISE = 3,  /* values[i] while step < boundaries[i]; values[nb] after */
+  FL_LR_STEP = 4,       /* StepLR: base * gamma^floor(t/step_size) */
+  FL_LR_MULTISTEP = 5,  /* MultiStepLR: base * gamma^(number of boundaries <= t) */
+  FL_LR_EXPONENTIAL = 6, /* ExponentialLR: base * gamma^t */
+  FL_LR_ONECYCLE = 7,   /* OneCycleLR, two phases, max_lr = base, total_steps = decay_steps */
+  FL_LR_LINEAR = 8,     /* LinearLR: base*(start + (end-start)*min(t,decay_steps)/decay_steps) */
+  FL_LR_INVERSE_SQRT = 9, /* fairseq inverse_sqrt: base*sqrt(W)/sqrt(W+t), W = warmup_steps */
+  FL_LR_PLATEAU = 10,   /* ReduceLROnPlateau: the rate moves only in fl_lr_plateau_observe */
+  FL_LR_COUNT = 11
 } fl_lr_kind;
 
 #define FL_LR_MAX_PIECES 16
 
+typedef enum fl_lr_anneal { FL_LR_ANNEAL_COS = 0, FL_LR_ANNEAL_LINEAR = 1 } fl_lr_anneal;
+
+/* ReduceLROnPlateau's settings and state.  The state starts zeroed (no
+ * metric seen: the rate is base_lr) and only fl_lr_plateau_observe moves
+ * it; a checkpoint keeps it to resume bitwise. */
+typedef struct fl_lr_plateau {
+  int mode_max;       /* 0: lower metric is better (min), 1: higher (max) */
+  int threshold_abs;  /* 0: rel, 1: abs threshold_mode */
+  float factor;       /* new = max(lr*factor, min_lr); in (0, 1) */
+  float threshold;    /* >= 0 */
+  float min_lr;       /* >= 0 */
+  int64_t patience;   /* bad observations tolerated before a reduction */
+  int64_t cooldown;   /* observations ignored after a reduction */
+  /* state */
+  int64_t observed;      /* metrics seen */
+  int64_t bad;           /* consecutive observations without improvement */
+  int64_t cooldown_left;
+  double best;           /* best metric so far (meaningful once observed > 0) */
+  double lr;             /* current rate (meaningful once observed > 0) */
+} fl_lr_plateau;
+
 /* A schedule; warmup_steps > 0 adds a linear warmup from warmup_start_lr to
  * the schedule's value over the first warmup_steps steps (the decay then
- * counts t = step - warmup_steps). */
+ * counts t = step - warmup_steps).  Fields a kind does not read are
+ * ignored (zero them: fill with memset first). */
 typedef struct fl_lr_schedule {
   fl_lr_kind kind;
-  float base_lr;
+  float base_lr;       /* onecycle: max_lr */
   float end_lr;
   float power;        /* polynomial (1.0 = linear decay) */
-  int64_t decay_steps;
+  int64_t decay_steps; /* polynomial, cosine; onecycle total_steps; linear total_iters */
   int64_t warmup_steps;
   float warmup_start_lr;
-  size_t n_boundaries; /* piecewise: boundaries[0..n-1], values[0..n] */
+  size_t n_boundaries; /* piecewise: boundaries[0..n-1], values[0..n]; multistep: milestones */
   int64_t boundaries[FL_LR_MAX_PIECES];
   float values[FL_LR_MAX_PIECES + 1];
+  float gamma;         /* step, multistep, exponential: (0, 1] */
+  int64_t step_size;   /* step: >= 1 */
+  float pct_start;     /* onecycle: share of the steps rising (0, 1) */
+  fl_lr_anneal anneal; /* onecycle */
+  float div_factor;    /* onecycle: initial lr = max_lr / div_factor */
+  float final_div_factor; /* onecycle: final lr = initial lr / final_div_factor */
+  float start_factor;  /* linear: (0, 1] */
+  float end_factor;    /* linear: [0, 1] */
+  fl_lr_plateau plateau;
 } fl_lr_schedule;
 
 /* FL_EINVAL when a field is out of range (negative lr, decay_steps < 1 for
- * polynomial/cosine, unsorted boundaries, too many pieces). */
+ * the kinds that read it, unsorted boundaries, too many pieces, gamma
+ * outside (0, 1], onecycle phases of less than one step, inverse_sqrt
+ * without warmup, plateau factor outside (0, 1)). */
 fl_status fl_lr_schedule_check(const fl_lr_schedule *s);
-/* kind by name: "constant", "polynomial", "cosine", "piecewise". */
+/* The names, indexed by fl_lr_kind, NULL-terminated ("constant",
+ * "polynomial", "cosine", "piecewise", "step", "multistep", "exponential",
+ * "onecycle", "linear", "inverse_sqrt", "plateau"); the job file's
+ * lr_schedule.kind takes these. */
+extern const char *const fl_lr_kind_names[];
 fl_status fl_lr_kind_parse(const char *name, fl_lr_kind *out);
 const char *fl_lr_kind_name(fl_lr_kind kind);
+/* The job-file keys of lr_schedule that kind reads besides kind and the
+ * warmup keys, space-separated ("" for none; "" for an unknown kind). */
+const char *fl_lr_kind_keys(fl_lr_kind kind);
+/* 1 when key (one word) is among fl_lr_kind_keys(kind), else 0. */
+int fl_lr_kind_takes(fl_lr_kind kind, const char *key);
 /* Learning rate at optimizer step `step` (0-based count of updates done;
  * a negative step counts as 0).  The warmup ramps linearly to the value the
  * schedule has at its own t = 0.  Computed in double, rounded to float.
  * NAN for a NULL or invalid schedule (which fl_optim_step then rejects). */
 float fl_lr_at(const fl_lr_schedule *s, int64_t step);
+/* Reduce-on-plateau: feed one evaluation's metric (as torch's
+ * ReduceLROnPlateau.step(metric), eps 1e-8).  *reduced (may be NULL) is set
+ * to 1 when the rate went down.  A nan metric counts as no improvement.
+ * FL_EINVAL for a NULL or invalid schedule or one of another kind. */
+fl_status fl_lr_plateau_observe(fl_lr_schedule *s, double metric, int *reduced);
+
+/* -------------------------------------------------------- gradient clipping */
+
+/* torch.nn.utils.clip_grad_norm_ / clip_grad_value_, Paddle's
+ * ClipGradByGlobalNorm / ClipGradByValue / ClipGradByNorm. */
+typedef enum fl_clip_kind {
+  FL_CLIP_NONE = 0,
+  FL_CLIP_GLOBAL_NORM = 1, /* one norm over every tensor (clip_grad_norm_) */
+  FL_CLIP_VALUE = 2,       /* each element into [-clip_value, clip_value] */
+  FL_CLIP_NORM = 3,        /* clip_grad_norm_ applied to each tensor alone */
+  FL_CLIP_COUNT = 4
+} fl_clip_kind;
+
+typedef struct fl_clip {
+  fl_clip_kind kind;
+  float max_norm;   /* global_norm, norm: > 0 */
+  float clip_value; /* value: > 0 */
+  float norm_type;  /* global_norm, norm: p > 0, or INFINITY for the max norm (2) */
+} fl_clip;
+
+/* The names, indexed by fl_clip_kind, NULL-terminated ("none",
+ * "global_norm", "value", "norm"); the job file's
+ * optimizer.grad_clip.kind takes these. */
+extern const char *const fl_clip_kind_names[];
+
+/* FL_EINVAL for an unknown kind, or a bound or norm_type the kind reads
+ * that is not finite and > 0 (norm_type may be INFINITY). */
+fl_status fl_clip_check(const fl_clip *c);
+
+/* Clip nt gradient tensors (g[i] of n[i] floats) in place, as torch does:
+ *   global_norm  N = (sum over all elements |g|^p)^(1/p) (max |g| for
+ *                p = inf), in double; coef = max_norm / (N + 1e-6) rounded
+ *                to float; when coef < 1 (or nan) every element is
+ *                multiplied by it.
+ *   norm         the same with each tensor's own N.
+ *   value        g = min(max(g, -clip_value), clip_value).
+ * Non-finite gradients follow torch (error_if_nonfinite False): an inf
+ * element makes N inf and coef 0, so that element becomes nan and the
+ * finite ones 0; a nan makes N and every element nan; value clipping
+ * keeps a nan and bounds an inf.  *norm (may be NULL): global_norm's N,
+ * norm's largest per-tensor N (nan if any is), NAN for value and none.
+ * FL_EINVAL (nothing touched) for a bad c, NULL arrays or entries, nt 0
+ * or an n[i] of 0 (none: only c is checked). */
+fl_status fl_clip_grads(const fl_clip *c, float *const *g, const size_t *n, size_t nt,
+                        double *norm);
 
 /* ---------------------------------------------------------- gradient merge */
 

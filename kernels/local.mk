@@ -10,7 +10,7 @@
 # __attribute__((optimize)) does not change that in GCC 12).
 flotillainclude_HEADERS += kernels/fl_optim.h
 noinst_LTLIBRARIES += libflkoptim.la
-libflkoptim_la_SOURCES = kernels/kern_internal.h kernels/optim.c kernels/lr.c \
+libflkoptim_la_SOURCES = kernels/kern_internal.h kernels/optim.c kernels/lr.c kernels/clip.c \
 	kernels/gradmerge.c kernels/amp.c kernels/cast.c
 libflkoptim_la_CFLAGS = $(AM_CFLAGS) -fno-math-errno
 libflkernels_la_LIBADD += libflkoptim.la

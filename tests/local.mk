@@ -3,6 +3,7 @@
 # bench/ never pass/fail, fuzz/ libFuzzer harnesses).
 include $(srcdir)/tests/unit/common.mk
 include $(srcdir)/tests/unit/kernels.mk
+include $(srcdir)/tests/unit/clip.mk
 include $(srcdir)/tests/unit/cuda.mk
 include $(srcdir)/tests/unit/model_cuda.mk
 include $(srcdir)/tests/unit/layers.mk

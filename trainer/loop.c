@@ -10,6 +10,7 @@
 
 #include <cblas.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,10 @@ typedef struct trainer {
 
   fl_optim_hparams hp;
   const char *exclude[FL_JOB_MAX_LIST];
-  fl_lr_schedule sched;
+  fl_lr_schedule sched;  /* plateau: its state moves in observe_metric */
+  fl_clip clip;          /* optimizer.grad_clip */
+  int clip_before_sync;  /* ps sync/async: clip what is pushed, before step_end */
+  int clip_warned;       /* a non-finite norm was reported */
   fl_loss_scaler scaler;
   int amp;
   int k, avg;
@@ -447,6 +451,26 @@ static fl_status build_optimizer(trainer *t) {
 
 /* ------------------------------------------------------------ checkpoints */
 
+/* "lr/plateau": observed, bad, cooldown_left, best, lr */
+#define PLATEAU_CKPT 5
+
+/* The plateau state of a checkpoint (one written without it, by a run of
+ * another schedule, leaves the schedule fresh). */
+static fl_status load_plateau(trainer *t, const fl_ckpt *c, const char *path) {
+  fl_ckpt_record rec;
+  double v[PLATEAU_CKPT];
+  if (t->sched.kind != FL_LR_PLATEAU) return FL_OK;
+  if (fl_ckpt_find(c, "lr/plateau", &rec) != FL_OK) {
+    FL_LOGW("%s has no reduce-on-plateau state: the plateau schedule starts afresh", path);
+    return FL_OK;
+  }
+  FL_TRY(fl_ckpt_read(c, "lr/plateau", FL_CKPT_F64, 1, (int64_t[]){PLATEAU_CKPT}, v));
+  fl_lr_plateau *pl = &t->sched.plateau;
+  pl->observed = (int64_t)v[0], pl->bad = (int64_t)v[1], pl->cooldown_left = (int64_t)v[2];
+  pl->best = v[3], pl->lr = v[4];
+  return FL_OK;
+}
+
 static fl_status save_checkpoint(trainer *t) {
   fl_ckpt_writer *w;
   char name[FL_MODEL_NAME_MAX + 16];
@@ -486,6 +510,12 @@ static fl_status save_checkpoint(trainer *t) {
   fl_ckpt_put(w, "amp/scale", FL_CKPT_F32, 0, NULL, &t->scaler.scale);
   fl_ckpt_put_i64(w, "amp/good_steps", t->scaler.good_steps);
   fl_ckpt_put_i64(w, "amp/bad_steps", t->scaler.bad_steps);
+  if (t->sched.kind == FL_LR_PLATEAU) {
+    const fl_lr_plateau *pl = &t->sched.plateau;
+    double v[PLATEAU_CKPT] = {(double)pl->observed, (double)pl->bad, (double)pl->cooldown_left,
+                              pl->best, pl->lr};
+    fl_ckpt_put(w, "lr/plateau", FL_CKPT_F64, 1, (int64_t[]){PLATEAU_CKPT}, v);
+  }
   FL_TRY(fl_ckpt_writer_commit(w)); /* reports the first failed put, if any */
   t->last_saved = t->step;
   FL_LOGI("checkpoint: step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ") saved in %s",
@@ -592,6 +622,7 @@ static fl_status load_checkpoint(trainer *t, fl_ckpt_start start) {
   t->scaler.good_steps = (int)v;
   if ((st = get_i64(c, path, "amp/bad_steps", &v)) != FL_OK) goto done;
   t->scaler.bad_steps = (int)v;
+  if ((st = load_plateau(t, c, path)) != FL_OK) goto done;
   t->last_saved = t->step;
   FL_LOGI("resumed from %s: step %" PRId64 ", epoch %" PRId64 ", batch %" PRId64, path, t->step,
           t->epoch, t->batch);
@@ -620,7 +651,30 @@ static void on_grad_ready(void *ctx, size_t i) {
       t->cb_err = FL_ERR(st, "gradient merge of %s failed", p->name);
     memset(t->acc[i], 0, p->n * sizeof(float));
   }
-  t->ops->grad_ready(t->self, t->model, i);
+  if (!t->clip_before_sync) t->ops->grad_ready(t->self, t->model, i);
+}
+
+/* optimizer.grad_clip on the gradient of this step: merged, averaged over
+ * the ranks (collective: after step_end) and unscaled (AMP), right before
+ * the update; in ps sync/async mode, where the servers apply it, on this
+ * trainer's merged gradient before the push (early: the call before
+ * step_end, which then hands every gradient on).  Called at both points;
+ * acts at the one that fits the mode. */
+static fl_status clip_grads(trainer *t, int early) {
+  double norm;
+  if (t->clip.kind == FL_CLIP_NONE || early != t->clip_before_sync) return FL_OK;
+  fl_status st = fl_clip_grads(&t->clip, t->gptr, t->gn, t->nt, &norm);
+  if (st != FL_OK)
+    return FL_ERR(st, "step %" PRId64 ": optimizer.grad_clip (kind %s) rejected the gradients",
+                  t->step + 1, fl_clip_kind_names[t->clip.kind]);
+  if (t->clip.kind != FL_CLIP_VALUE && !isfinite(norm) && !t->clip_warned) {
+    t->clip_warned = 1;
+    FL_LOGW("step %" PRId64 ": gradient norm is %g: optimizer.grad_clip leaves nan gradients, as "
+            "torch's clip_grad_norm_ does (reported once; lower the lr or use strategy.amp)",
+            t->step + 1, norm);
+  }
+  for (size_t q = t->nt; early && q-- > 0;) t->ops->grad_ready(t->self, t->model, t->tparam[q]);
+  return FL_OK;
 }
 
 static void log_line(trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -701,6 +755,7 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
        * callbacks) are merged and handed on now, in reverse order */
       for (size_t q = t->nt; q-- > 0;) on_grad_ready(t, t->tparam[q]);
       FL_TRY(t->cb_err);
+      FL_TRY(clip_grads(t, 1));
     }
     sum.loss_sum += res.loss_sum;
     sum.correct1 += res.correct1;
@@ -725,6 +780,7 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
                 t->step + 1, (double)scale, (double)t->scaler.scale);
     }
     if (!skip) {
+      FL_TRY(clip_grads(t, 0));
       FL_TRY(fl_optim_step(&t->hp, t->tens, t->nt, lr, t->updates + 1));
       t->updates++;
     }
@@ -776,6 +832,23 @@ static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
   rep->test_acc5 = v[2] / c;
   log_line(t, "[Epoch %" PRId64 "] test loss: %.5f, acc1: %.5f, acc5: %.5f\n", t->epoch,
            rep->test_loss, rep->test_acc1, rep->test_acc5);
+  return FL_OK;
+}
+
+/* lr_schedule kind plateau: hand it this evaluation's metric (the same on
+ * every rank: reduce_metrics summed it). */
+static fl_status observe_metric(trainer *t, const fl_trainer_report *rep) {
+  if (t->sched.kind != FL_LR_PLATEAU) return FL_OK;
+  fl_lr_metric m = t->job->lr_schedule.metric;
+  double v = m == FL_LR_METRIC_LOSS ? rep->test_loss
+             : m == FL_LR_METRIC_ACC1 ? rep->test_acc1 : rep->test_acc5;
+  int reduced = 0;
+  if (fl_lr_plateau_observe(&t->sched, v, &reduced) != FL_OK)
+    return FL_ERR(FL_EINVAL, "lr_schedule kind plateau: invalid schedule");
+  if (reduced)
+    FL_LOGI("[Epoch %" PRId64 "] test %s %.5f: no improvement for %lld evaluations, lr now %g",
+            t->epoch, fl_lr_metric_names[m], v, (long long)t->sched.plateau.patience + 1,
+            t->sched.plateau.lr);
   return FL_OK;
 }
 
@@ -916,6 +989,7 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
                "%.1f samples/s, cpu %.2f s\n", t->epoch, steps, samples, dt,
                dt > 0 ? (double)samples / dt : 0.0, cpu);
     if (t->have_test) FL_TRY(evaluate(t, rep));
+    if (t->have_test) FL_TRY(observe_metric(t, rep));
     if (stopped) {
       FL_TRY(save_checkpoint(t));
       break;
@@ -988,6 +1062,11 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   int64_t total = t.steps_per_epoch * job->train.epochs;
   if (job->train.max_steps > 0 && job->train.max_steps < total) total = job->train.max_steps;
   if ((st = fl_job_lr_schedule(job, total, &t.sched)) != FL_OK) goto done;
+  t.clip = fl_job_grad_clip(job);
+  /* the servers apply sync and async pushes: clip before them (geo trains
+   * locally) */
+  t.clip_before_sync = t.clip.kind != FL_CLIP_NONE && t.ps &&
+                       !(job->strategy.a_sync && job->strategy.a_sync_configs.k_steps > 0);
 
   if ((st = bind_inputs(&t)) != FL_OK || (st = check_labels(&t)) != FL_OK) goto done;
   if ((st = build_optimizer(&t)) != FL_OK) goto done;

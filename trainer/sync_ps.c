@@ -345,6 +345,12 @@ fl_status fl_sync_ps_create(const fl_job *job, const fl_cluster *cl, fl_sync *ou
     return FL_ERR(FL_EINVAL, "trainer %d: strategy.amp needs collective mode or geo ps mode "
                   "(a_sync with a_sync_configs.k_steps > 0): in %s ps mode the servers apply "
                   "raw gradients", cl->trainer_id, fl_proto_mode_name(mode));
+  /* ... and compute each step's rate from the schedule alone: the
+   * evaluation that moves a plateau schedule happens on the trainers. */
+  if (job->lr_schedule.kind == FL_LR_PLATEAU && mode != FLOTILLA__SYNC_MODE__SYNC_MODE_GEO)
+    return FL_ERR(FL_EINVAL, "trainer %d: lr_schedule.kind plateau needs local, collective or "
+                  "geo ps mode: in %s ps mode the servers compute the learning rate and see no "
+                  "evaluation", cl->trainer_id, fl_proto_mode_name(mode));
   s = calloc(1, sizeof *s);
   if (!s) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
   s->job = job;

@@ -21,3 +21,5 @@ tests_unit_test_amp_LDADD = $(FL_KERNEL_TEST_LDADD)
 tests_unit_test_cast_SOURCES = tests/unit/test_cast.c
 tests_unit_test_cast_CFLAGS = $(FL_KERNEL_TEST_CFLAGS)
 tests_unit_test_cast_LDADD = $(FL_KERNEL_TEST_LDADD)
+# test_lr compares against torch's schedulers, written by gen_lr.py there.
+EXTRA_DIST += tests/fixtures/lr

@@ -5,6 +5,7 @@
 
 #include <check.h>
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -564,6 +565,80 @@ START_TEST(test_lr_schedule) {
 }
 END_TEST
 
+START_TEST(test_torch_lr_schedules) {
+  fl_job j;
+  fl_lr_schedule s;
+  ck_assert_int_eq(fl_job_load_string("lr_schedule: {kind: multistep, milestones: [3, 8],"
+                                      " gamma: 0.5}\n", "ms.yaml", &j), FL_OK);
+  ck_assert_int_eq(fl_job_lr_schedule(&j, 100, &s), FL_OK);
+  ck_assert_int_eq(s.kind, FL_LR_MULTISTEP);
+  ck_assert_uint_eq(s.n_boundaries, 2);
+  ck_assert_int_eq(s.boundaries[1], 8);
+  ck_assert_float_eq(fl_lr_at(&s, 8), 0.0025f);
+  ck_assert_int_eq(fl_job_load_string("optimizer: {lr: 0.5}\n"
+                                      "lr_schedule: {kind: onecycle, max_lr: 0.2, pct_start: 0.25,"
+                                      " anneal: linear}\n", "oc.yaml", &j), FL_OK);
+  ck_assert_int_eq(fl_job_lr_schedule(&j, 40, &s), FL_OK);
+  ck_assert_float_eq(s.base_lr, 0.2f); /* max_lr wins over optimizer.lr */
+  ck_assert_int_eq(s.decay_steps, 40); /* total_steps 0: the run's */
+  ck_assert_int_eq(s.anneal, FL_LR_ANNEAL_LINEAR);
+  ck_assert_float_eq(s.div_factor, 25.0f);
+  ck_assert_int_eq(fl_job_lr_schedule(&j, 3, &s), FL_EINVAL); /* phases under a step */
+  ck_assert_int_eq(fl_job_load_string("lr_schedule: {kind: linear, start_factor: 1, end_factor: 0,"
+                                      " total_iters: 0}\n", "lin.yaml", &j), FL_OK);
+  ck_assert_int_eq(fl_job_lr_schedule(&j, 10, &s), FL_OK);
+  ck_assert_int_eq(s.decay_steps, 10);
+  ck_assert_int_eq(fl_job_load_string("lr_schedule: {kind: plateau, mode: max, factor: 0.5,"
+                                      " patience: 2, threshold_mode: abs, cooldown: 1,"
+                                      " min_lr: 0.001, metric: acc1}\n", "pl.yaml", &j), FL_OK);
+  ck_assert_int_eq(fl_job_lr_schedule(&j, 10, &s), FL_OK);
+  ck_assert_int_eq(s.plateau.mode_max, 1);
+  ck_assert_int_eq(s.plateau.threshold_abs, 1);
+  ck_assert_int_eq(s.plateau.patience, 2);
+  ck_assert_float_eq(s.plateau.min_lr, 0.001f);
+  ck_assert_int_eq(j.lr_schedule.metric, FL_LR_METRIC_ACC1);
+  ck_assert_int_eq(fl_job_load_string("lr_schedule: {kind: inverse_sqrt, warmup_steps: 4}\n"
+                                      "optimizer:\n  grad_clip: {kind: global_norm, max_norm: 1.5,"
+                                      " norm_type: inf}\n", "is.yaml", &j), FL_OK);
+  fl_clip c = fl_job_grad_clip(&j);
+  ck_assert_int_eq(c.kind, FL_CLIP_GLOBAL_NORM);
+  ck_assert_float_eq(c.max_norm, 1.5f);
+  ck_assert(isinf(c.norm_type));
+  ck_assert_int_eq(j.pserver.optimizer.grad_clip.kind, FL_CLIP_NONE); /* not copied */
+  round_trip(&j);
+}
+END_TEST
+
+START_TEST(test_lr_clip_errors) {
+  EXPECT_ERROR("lr_schedule: {kind: cosine, gamma: 0.5}\n",
+               "lr_schedule.gamma: is not read by kind cosine (it reads end_lr decay_steps");
+  EXPECT_ERROR("lr_schedule: {kind: constant, milestones: [4]}\n",
+               "lr_schedule.milestones: is not read by kind constant");
+  EXPECT_ERROR("lr_schedule: {kind: step}\n", "lr_schedule.step_size: kind step needs it");
+  EXPECT_ERROR("lr_schedule: {kind: step, step_size: 2, gamma: 1.5}\n", "job.yaml:1:",
+               "lr_schedule.gamma: must be in (0, 1]");
+  EXPECT_ERROR("lr_schedule: {kind: multistep}\n", "lr_schedule.milestones: kind multistep needs");
+  EXPECT_ERROR("lr_schedule: {kind: multistep, milestones: [5, 5]}\n",
+               "lr_schedule.milestones: must be strictly increasing");
+  EXPECT_ERROR("lr_schedule: {kind: inverse_sqrt}\n",
+               "lr_schedule.warmup_steps: kind inverse_sqrt needs it >= 1");
+  EXPECT_ERROR("train: {eval: false}\nlr_schedule: {kind: plateau}\n",
+               "lr_schedule.kind: plateau follows the evaluation's loss: it needs train.eval");
+  EXPECT_ERROR("lr_schedule: {kind: plateau, factor: 1}\n",
+               "lr_schedule.factor: must be in (0, 1)");
+  EXPECT_ERROR("lr_schedule: {kind: onecycle, anneal: cosine}\n", "lr_schedule.anneal");
+  EXPECT_ERROR("optimizer:\n  grad_clip: {kind: global_norm}\n",
+               "optimizer.grad_clip.max_norm: kind global_norm needs it (> 0)");
+  EXPECT_ERROR("optimizer:\n  grad_clip: {kind: value, max_norm: 1}\n",
+               "optimizer.grad_clip.clip_value: kind value needs it (> 0)");
+  EXPECT_ERROR("optimizer:\n  grad_clip: {kind: norm, max_norm: 1, norm_type: 0}\n",
+               "optimizer.grad_clip.norm_type: must be > 0");
+  EXPECT_ERROR("optimizer:\n  grad_clip: {kind: l2}\n", "optimizer.grad_clip.kind");
+  EXPECT_ERROR("pserver:\n  optimizer:\n    grad_clip: {kind: value, clip_value: 1}\n",
+               "pserver.optimizer.grad_clip.kind: the trainers clip their gradients");
+}
+END_TEST
+
 static char *overview(const fl_job *j) {
   char *buf = NULL;
   size_t len = 0;
@@ -748,6 +823,8 @@ int main(void) {
   tcase_add_test(tc, test_load_file);
   tcase_add_test(tc, test_normalise_and_hparams);
   tcase_add_test(tc, test_lr_schedule);
+  tcase_add_test(tc, test_torch_lr_schedules);
+  tcase_add_test(tc, test_lr_clip_errors);
   tcase_add_test(tc, test_overview);
   tcase_add_test(tc, test_examples);
   tcase_add_test(tc, test_npy_keys);
