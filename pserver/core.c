@@ -132,6 +132,7 @@ void fl_ps_core_free(fl_ps_core *c) {
     pthread_mutex_destroy(&c->tables[i].mu);
     free(c->tables[i].cur_step);
     free(c->tables[i].seqmask);
+    psc_rows_free(&c->tables[i], c->nt);
   }
   for (int i = 0; i < MAX_BARRIERS; i++) {
     free(c->barriers[i].arrived);

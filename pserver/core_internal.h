@@ -63,12 +63,27 @@ typedef struct ps_block {
   int64_t prev_step; /* ... i.e. as of this step (-1: none) */
 } ps_block;
 
+/* One part of a trainer's sparse push held for a sync step: n rows. */
+typedef struct ps_rows {
+  uint64_t *keys;
+  float *g;
+  size_t n, cap;
+} ps_rows;
+
 typedef struct ps_table {
   fl_ps_table *t;
   pthread_mutex_t mu;
   int64_t *cur_step; /* [num_trainers] push dedup: step and the parts seen */
   uint64_t *seqmask;
   uint64_t evicted_logged;
+  /* sync (core_rows.c): the step the rows wait for, the step held, and per
+   * trainer the parts of it announced and held ([num_trainers * MAX_SEQ],
+   * made on the first sync push). */
+  int64_t step, pend_step;
+  int n_pend;        /* trainers with a part of pend_step held */
+  uint32_t *parts;   /* [num_trainers] parts announced; 0: none held yet */
+  uint64_t *got;     /* [num_trainers] the parts held (bit seq) */
+  ps_rows *pend;
 } ps_table;
 
 typedef struct ps_barrier {
@@ -118,6 +133,16 @@ typedef struct fl_ps_mode_ops {
    * the lowest block step copied (low).  Take block locks / none. */
   int64_t (*step)(fl_ps_core *c);
   int64_t (*ckpt_step)(const fl_ps_core *c, int64_t next, int64_t low);
+  /* Take part seq (of parts) of trainer t's sparse push of step, n rows
+   * keys / g, into pt (not a duplicate by the per-trainer dedup); *dup when
+   * its step was applied before, *progress when a step was applied.
+   * pt->mu held. */
+  fl_status (*sparse_push)(fl_ps_core *c, ps_table *pt, int t, int64_t step, uint32_t seq,
+                           uint32_t parts, const uint64_t *keys, size_t n, const float *g,
+                           int *dup, int *progress);
+  /* 1 when a sparse pull by trainer t asking for min_step may be answered.
+   * pt->mu held. */
+  int (*sparse_ready)(const ps_table *pt, int t, int64_t min_step);
 } fl_ps_mode_ops;
 
 struct fl_ps_core {
@@ -228,6 +253,18 @@ const char *psc_check_tensor(const Flotilla__Tensor *x, int nd, const int64_t *d
 /* The tensor's values as floats: its own bytes when fp32 and aligned, else
  * converted (or copied) into dst (n floats, not overlapping the tensor). */
 const float *psc_as_f32(const Flotilla__Tensor *x, size_t n, float *dst);
+
+/* core_rows.c: sync rows */
+/* Hold part seq of trainer t's push of step; apply the held step first when
+ * step is later (with what it has), and apply step once every counted
+ * trainer sent all its parts.  pt->mu held. */
+fl_status psc_rows_push(fl_ps_core *c, ps_table *pt, int t, int64_t step, uint32_t seq,
+                        uint32_t parts, const uint64_t *keys, size_t n, const float *g, int *dup,
+                        int *progress);
+/* Apply every table's held step that may be applied now; 1 when one was.
+ * No lock held (takes each table's). */
+int psc_rows_reevaluate(fl_ps_core *c);
+void psc_rows_free(ps_table *pt, int nt);
 
 /* core_barrier.c */
 /* Complete b when every counted trainer arrived.  c->mu held. */

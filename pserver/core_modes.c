@@ -2,8 +2,9 @@
  * (fl_ps_mode_ops, core_internal.h), one per mode, chosen once at create:
  *   sync  - a block's step is applied once every counted trainer pushed its
  *           gradient (summed in trainer-id order, averaged, one optimizer
- *           step), held at the checkpoint gate;
- *   async - each gradient push runs the optimizer at once;
+ *           step), held at the checkpoint gate; a sparse table's rows the
+ *           same way (core_rows.c), and its pulls wait for the step;
+ *   async - each gradient push runs the optimizer at once (rows too);
  *   geo   - each delta push is added to the values at once; the step window
  *           is k_steps wide.
  * Everything that differs between the modes is here, so the rest of the
@@ -168,6 +169,7 @@ static void sync_reevaluate(fl_ps_core *c) {
     }
     pthread_mutex_unlock(&b->mu);
   }
+  psc_rows_reevaluate(c);
   if (at_gate) psc_gate_reached(c);
 }
 
@@ -201,6 +203,14 @@ static int64_t sync_step(fl_ps_core *c) {
 
 static int64_t sync_ckpt_step(const fl_ps_core *c, int64_t next, int64_t low) {
   return c->n_my == 0 ? next : low;
+}
+
+/* A sparse pull asking for step min_step waits until the table applied
+ * every step before it, when trainer t pushed the step before it here: a
+ * server that never took that step from t (restarted since, or t sent no
+ * push of it) answers at once, as it has nothing to wait for. */
+static int sync_sparse_ready(const ps_table *pt, int t, int64_t min_step) {
+  return pt->step >= min_step || pt->cur_step[t] < min_step - 1;
 }
 
 /* ------------------------------------------------------- async and geo */
@@ -298,6 +308,28 @@ static int64_t async_ckpt_step(const fl_ps_core *c, int64_t next, int64_t low) {
   return next;
 }
 
+/* async and geo: rows are updated by each push at once, and pulls answered
+ * at once. */
+static fl_status async_sparse_push(fl_ps_core *c, ps_table *pt, int t, int64_t step,
+                                   uint32_t seq, uint32_t parts, const uint64_t *keys, size_t n,
+                                   const float *g, int *dup, int *progress) {
+  (void)c;
+  (void)t;
+  (void)step;
+  (void)seq;
+  (void)parts;
+  (void)dup;
+  (void)progress;
+  return fl_ps_table_push(pt->t, keys, n, g);
+}
+
+static int async_sparse_ready(const ps_table *pt, int t, int64_t min_step) {
+  (void)pt;
+  (void)t;
+  (void)min_step;
+  return 1;
+}
+
 /* ---------------------------------------------------------------- tables */
 
 static const fl_ps_mode_ops k_sync = {
@@ -316,6 +348,8 @@ static const fl_ps_mode_ops k_sync = {
     .settled = sync_settled,
     .step = sync_step,
     .ckpt_step = sync_ckpt_step,
+    .sparse_push = psc_rows_push,
+    .sparse_ready = sync_sparse_ready,
 };
 
 static const fl_ps_mode_ops k_async = {
@@ -330,6 +364,8 @@ static const fl_ps_mode_ops k_async = {
     .settled = async_settled,
     .step = async_step,
     .ckpt_step = async_ckpt_step,
+    .sparse_push = async_sparse_push,
+    .sparse_ready = async_sparse_ready,
 };
 
 static const fl_ps_mode_ops k_geo = {
@@ -344,6 +380,8 @@ static const fl_ps_mode_ops k_geo = {
     .settled = async_settled,
     .step = async_step,
     .ckpt_step = async_ckpt_step,
+    .sparse_push = async_sparse_push,
+    .sparse_ready = async_sparse_ready,
 };
 
 const fl_ps_mode_ops *fl_ps_mode_ops_of(fl_ps_mode m) {

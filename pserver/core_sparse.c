@@ -1,6 +1,8 @@
 /* core_sparse.c - the sparse tables' RPCs: the keys checked (their table,
- * their count, that they belong to this server), pulls, and pushes with
- * their per-trainer dedup by step and part.  The tables themselves are
+ * their count, that they belong to this server), pulls (held until the
+ * step asked for was applied, by the mode's sparse_ready; read-only pulls
+ * change nothing), and pushes with their per-trainer dedup by step and
+ * part, then taken by the mode's sparse_push (core_modes.c).  The tables themselves are
  * sparse.c; each is used under its own lock (core_internal.h). */
 #include <config.h>
 
@@ -47,10 +49,12 @@ fl_status fl_ps_core_pull_sparse(fl_ps_core *c, const Flotilla__PullSparseReques
     *cap = need;
   }
   pthread_mutex_lock(&pt->mu);
-  st = fl_ps_table_pull(pt->t, req->keys, req->n_keys, *scratch);
+  if (!c->ops->sparse_ready(pt, req->trainer_id, req->min_step)) st = FL_EAGAIN;
+  else if (req->read_only) st = fl_ps_table_read(pt->t, req->keys, req->n_keys, *scratch);
+  else st = fl_ps_table_pull(pt->t, req->keys, req->n_keys, *scratch);
   pthread_mutex_unlock(&pt->mu);
   if (st != FL_OK) return st;
-  atomic_fetch_add(&c->pulls, 1);
+  if (!req->read_only) atomic_fetch_add(&c->pulls, 1);
   shape[0] = (int64_t)req->n_keys;
   shape[1] = (int64_t)dim;
   values->dtype = FLOTILLA__DTYPE__DTYPE_FP32;
@@ -62,6 +66,18 @@ fl_status fl_ps_core_pull_sparse(fl_ps_core *c, const Flotilla__PullSparseReques
   return FL_OK;
 }
 
+fl_status fl_ps_core_sparse_ready(fl_ps_core *c, int32_t t, const char *table, int64_t min_step) {
+  ps_table *pt;
+  int ready;
+  fl_status st;
+  if ((st = psc_enter(c, t)) != FL_OK) return st;
+  FL_TRY(check_keys(c, t, "sparse pull", table, NULL, 0, &pt));
+  pthread_mutex_lock(&pt->mu);
+  ready = c->ops->sparse_ready(pt, t, min_step);
+  pthread_mutex_unlock(&pt->mu);
+  return ready ? FL_OK : FL_EAGAIN;
+}
+
 fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseRequest *req,
                                  Flotilla__PushSparseResponse *resp) {
   int t = req->trainer_id;
@@ -71,7 +87,7 @@ fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseReques
   float *conv = NULL;
   const float *g;
   fl_status st;
-  int dup;
+  int dup, progress = 0;
 
   if ((st = psc_enter(c, t)) != FL_OK) return st;
   FL_TRY(check_keys(c, t, "sparse push", req->table, req->keys, req->n_keys, &pt));
@@ -80,9 +96,11 @@ fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseReques
   if ((why = psc_check_tensor(req->grads, 2, dims)) != NULL)
     return psc_bad(c, "sparse push from trainer %d, table %s, %zu keys: %s", t, req->table,
                    req->n_keys, why);
-  if (req->step < 0 || req->step >= FL_PS_MAX_STEP || req->seq >= MAX_SEQ)
-    return psc_bad(c, "sparse push from trainer %d: step %lld / part %u out of range", t,
-                   (long long)req->step, req->seq);
+  if (req->step < 0 || req->step >= FL_PS_MAX_STEP || req->seq >= MAX_SEQ ||
+      req->parts > MAX_SEQ || (req->parts && req->seq >= req->parts))
+    return psc_bad(c, "sparse push from trainer %d: step %lld / part %u of %u out of range "
+                   "(parts at most %d, part below parts)", t, (long long)req->step, req->seq,
+                   req->parts, MAX_SEQ);
   if (req->grads->dtype != FLOTILLA__DTYPE__DTYPE_FP32 ||
       ((uintptr_t)req->grads->data.data & 3u)) {
     conv = malloc((req->n_keys * (size_t)dims[1] + 1) * sizeof(float));
@@ -98,10 +116,12 @@ fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseReques
       pt->seqmask[t] = 0;
     }
     pt->seqmask[t] |= 1ULL << req->seq;
-    st = fl_ps_table_push(pt->t, req->keys, req->n_keys, g);
+    st = c->ops->sparse_push(c, pt, t, req->step, req->seq, req->parts, req->keys, req->n_keys,
+                             g, &dup, &progress);
   }
   pthread_mutex_unlock(&pt->mu);
   free(conv);
+  if (progress) psc_notify(c);
   if (st != FL_OK) return st;
   atomic_fetch_add(&c->pushes, 1);
   if (dup) atomic_fetch_add(&c->duplicates, 1);

@@ -94,6 +94,10 @@ fl_status fl_ps_table_pull(fl_ps_table *t, const uint64_t *keys, size_t n, float
 /* Apply one optimizer step per row with the gradients g (n*dim floats),
  * creating missing rows first. */
 fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const float *g);
+/* Rows of keys into out (n*dim floats) without changing the table: no row
+ * is created, recency and eviction stay as they are; a key without a row
+ * reads as the value it would be created with (its seeded init). */
+fl_status fl_ps_table_read(const fl_ps_table *t, const uint64_t *keys, size_t n, float *out);
 
 /* Read a row without touching it (tests, checkpoints): 1 when present. */
 int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out);
@@ -191,10 +195,17 @@ fl_status fl_ps_core_pull_check(fl_ps_core *c, int32_t trainer_id, int64_t min_s
 fl_status fl_ps_core_pull_pack(fl_ps_core *c, int64_t min_step, const uint32_t *blocks, size_t n,
                                fl_rpc_outbuf *ob, grpc_byte_buffer **out);
 /* Sparse pull: *scratch (malloc'd, *cap floats, grown as needed, owned by
- * the caller) receives the rows; resp->values points into it. */
+ * the caller) receives the rows; resp->values points into it.  FL_EAGAIN
+ * (nothing changed) when the table has not applied the steps before
+ * req->min_step yet (sync): the service holds the call and asks
+ * fl_ps_core_sparse_ready until it may be answered.  req->read_only reads
+ * through fl_ps_table_read and counts nothing. */
 fl_status fl_ps_core_pull_sparse(fl_ps_core *c, const Flotilla__PullSparseRequest *req,
                                  float **scratch, size_t *cap, Flotilla__PullSparseResponse *resp,
                                  Flotilla__Tensor *values, int64_t shape[2]);
+/* FL_OK when a sparse pull of table by trainer t asking for min_step may
+ * be answered now, FL_EAGAIN when not yet, else why never. */
+fl_status fl_ps_core_sparse_ready(fl_ps_core *c, int32_t t, const char *table, int64_t min_step);
 fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseRequest *req,
                                  Flotilla__PushSparseResponse *resp);
 /* FL_OK when the barrier is complete (answer with fl_ps_core_barrier_result),

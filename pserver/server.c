@@ -43,7 +43,7 @@
 #include "health.pb-c.h"
 
 enum { K_REQ = 0, K_RECV, K_SEND, K_CLOSE };
-enum { H_NONE = 0, H_PULL, H_BARRIER };
+enum { H_NONE = 0, H_PULL, H_BARRIER, H_SPULL };
 
 /* The i-th method this server has a handler for (its table below is
  * indexed by the wire's fl_proto_id; tests/unit/test_wire_service.c checks
@@ -86,7 +86,10 @@ struct call {
   int64_t min_step;
   uint32_t *blocks;
   size_t n_blocks, cap_blocks;
-  char bname[128];
+  char bname[128]; /* a barrier's name, or a sparse pull's table */
+  uint64_t *keys;  /* a held sparse pull's keys */
+  size_t n_keys, cap_keys;
+  int read_only;
   Flotilla__BarrierResponse bres; /* a barrier's result, taken for this call */
   double bbuf[FL_PS_BARRIER_MAX_VALUES];
   call *prev, *next;
@@ -147,6 +150,7 @@ static void call_free(call *c) {
   fl_rpc_outbuf_free(c->ob);
   free(c->scratch);
   free(c->blocks);
+  free(c->keys);
   free(c);
 }
 
@@ -273,6 +277,8 @@ static void answer_pull(call *c) {
   else respond_bb(c, GRPC_STATUS_OK, "", bb);
 }
 
+static void answer_sparse_pull(call *c);
+
 /* Answer a barrier call with the result taken into c->bres (st FL_OK). */
 static void answer_barrier(call *c, fl_status st) {
   if (st == FL_ENOTFOUND) respond_status(c, FL_ESTATE, "barrier forgotten (too many since)");
@@ -292,6 +298,8 @@ void fl_ps_server_progress(void *server) {
     next = c->next;
     if (c->held == H_PULL) {
       st = fl_ps_core_pull_check(s->core, c->tid, c->min_step, c->blocks, c->n_blocks);
+    } else if (c->held == H_SPULL) {
+      st = fl_ps_core_sparse_ready(s->core, c->tid, c->bname, c->min_step);
     } else {
       flotilla__barrier_response__init(&c->bres);
       st = fl_ps_core_barrier_take(s->core, c->bname, c->tid, &c->bres, c->bbuf);
@@ -306,9 +314,10 @@ void fl_ps_server_progress(void *server) {
   pthread_mutex_unlock(&s->held_mu);
   for (c = ready; c; c = next) {
     next = c->ready_next;
-    if (c->ready_kind == H_PULL) {
-      if (c->ready_st == FL_OK) answer_pull(c);
-      else respond_status(c, c->ready_st, NULL);
+    if (c->ready_kind == H_PULL || c->ready_kind == H_SPULL) {
+      if (c->ready_st != FL_OK) respond_status(c, c->ready_st, NULL);
+      else if (c->ready_kind == H_PULL) answer_pull(c);
+      else answer_sparse_pull(c);
     } else {
       answer_barrier(c, c->ready_st);
     }
@@ -364,16 +373,52 @@ static void h_pull_dense(call *c, ProtobufCMessage *msg) {
   else hold(c, H_PULL);
 }
 
-static void h_pull_sparse(call *c, ProtobufCMessage *msg) {
-  fl_ps_server *s = c->w->s;
-  fl_ps_core *core = s->core;
+/* A sparse pull answered, or held (its request copied into c) until the
+ * table applied the step it asks for. */
+static void sparse_pull(call *c, const Flotilla__PullSparseRequest *q) {
   fl_status st;
   Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
   Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
   int64_t shape[2];
-  st = fl_ps_core_pull_sparse(core, (Flotilla__PullSparseRequest *)msg, &c->scratch,
-                              &c->scratch_cap, &r, &v, shape);
-  respond_msg(c, st, &r.base);
+  st = fl_ps_core_pull_sparse(c->w->s->core, q, &c->scratch, &c->scratch_cap, &r, &v, shape);
+  if (st != FL_EAGAIN) {
+    respond_msg(c, st, &r.base);
+    return;
+  }
+  if (c->keys != q->keys) { /* not already the held copy */
+    if (q->n_keys > c->cap_keys) {
+      uint64_t *nk = realloc(c->keys, q->n_keys * sizeof *nk);
+      if (!nk) {
+        respond_status(c, FL_ENOMEM, "pserver out of memory");
+        return;
+      }
+      c->keys = nk;
+      c->cap_keys = q->n_keys;
+    }
+    if (q->n_keys) memcpy(c->keys, q->keys, q->n_keys * sizeof *c->keys);
+    c->n_keys = q->n_keys;
+    snprintf(c->bname, sizeof c->bname, "%s", q->table); /* checked: a known table */
+    c->tid = q->trainer_id;
+    c->min_step = q->min_step;
+    c->read_only = q->read_only;
+  }
+  hold(c, H_SPULL);
+}
+
+/* A held sparse pull that may be answered now. */
+static void answer_sparse_pull(call *c) {
+  Flotilla__PullSparseRequest q = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
+  q.trainer_id = c->tid;
+  q.table = c->bname;
+  q.n_keys = c->n_keys;
+  q.keys = c->keys;
+  q.min_step = c->min_step;
+  q.read_only = c->read_only;
+  sparse_pull(c, &q);
+}
+
+static void h_pull_sparse(call *c, ProtobufCMessage *msg) {
+  sparse_pull(c, (const Flotilla__PullSparseRequest *)msg);
 }
 
 static void h_push_sparse(call *c, ProtobufCMessage *msg) {

@@ -275,6 +275,16 @@ fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const
   return FL_OK;
 }
 
+fl_status fl_ps_table_read(const fl_ps_table *t, const uint64_t *keys, size_t n, float *out) {
+  size_t d = t->dim;
+  for (size_t i = 0; i < n; i++) {
+    int32_t r = find(t, keys[i]);
+    if (r >= 0) memcpy(out + i * d, t->val + (size_t)r * d, d * sizeof(float));
+    else init_row(t, keys[i], out + i * d);
+  }
+  return FL_OK;
+}
+
 int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out) {
   int32_t r = find(t, key);
   if (r < 0) return 0;

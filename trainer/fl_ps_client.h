@@ -109,10 +109,19 @@ fl_status fl_ps_client_pull_block(fl_ps_client *c, uint32_t block, int64_t min_s
 fl_status fl_ps_client_wait(fl_ps_client *c);
 
 /* Rows of keys[0..n) of table (dim floats each) into out, from the servers
- * that own them, in parallel.  Keys need not be distinct. */
+ * that own them, in parallel, creating missing rows.  Keys need not be
+ * distinct.  Sync: answered once the servers applied the last step this
+ * client pushed to the table. */
 fl_status fl_ps_client_pull_sparse(fl_ps_client *c, const char *table, uint32_t dim,
                                    const uint64_t *keys, size_t n, float *out);
-/* Push row gradients (n*dim floats) of distinct keys for step. */
+/* As fl_ps_client_pull_sparse, for evaluation: a read-only pull that
+ * creates no row and changes no server state; a key without a row reads
+ * as its seeded initial value (docs/PROTOCOL.md). */
+fl_status fl_ps_client_read_sparse(fl_ps_client *c, const char *table, uint32_t dim,
+                                   const uint64_t *keys, size_t n, float *out);
+/* Push row gradients (n*dim floats) of distinct keys for step, to every
+ * server (an empty push where a server owns none of them: a sync step
+ * waits for every trainer's push). */
 fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t dim,
                                    int64_t step, const uint64_t *keys, size_t n,
                                    const float *grads);

@@ -54,7 +54,8 @@ typedef struct op {
   size_t nkeys;
   const float *grads;
   float *out;
-  uint32_t seq;
+  uint32_t seq, parts; /* sparse push: part seq of parts to this server */
+  int read_only;       /* sparse pull: an evaluation read */
   /* barrier */
   const char *name;
   const double *values;
@@ -108,6 +109,7 @@ struct fl_ps_client {
   size_t np;
   fl_ps_sparse_spec *tables;
   size_t n_tables;
+  int64_t *table_next; /* [n_tables] one past the highest sparse step pushed */
   _Atomic int64_t step_seen;
   _Atomic int64_t step_pushed; /* highest step of a gradient/delta push */
   int64_t own_next; /* async/geo: min over servers of trainer_next_step, -1 unknown */
@@ -273,6 +275,8 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     r.table = (char *)o->table;
     r.n_keys = o->nkeys;
     r.keys = (uint64_t *)o->keys;
+    r.min_step = o->min_step;
+    r.read_only = o->read_only;
     st = fl_rpc_pack(o->ob, &r.base, &bb);
     method = PATH(PULL_SPARSE);
     break;
@@ -293,6 +297,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     r.keys = (uint64_t *)o->keys;
     r.grads = &t;
     r.seq = o->seq;
+    r.parts = o->parts;
     st = fl_rpc_pack(o->ob, &r.base, &bb);
     method = PATH(PUSH_SPARSE);
     break;
@@ -842,6 +847,7 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
   free(c->params);
   for (size_t i = 0; i < c->n_tables; i++) free((char *)c->tables[i].name);
   free(c->tables);
+  free(c->table_next);
   fl_ps_layout_free(c->layout);
   c->params = NULL;
   c->tables = NULL;
@@ -849,7 +855,9 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
   c->np = c->n_tables = 0;
   c->params = calloc(n + 1, sizeof *c->params);
   c->tables = calloc(n_tables + 1, sizeof *c->tables);
-  if (!c->params || !c->tables) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+  c->table_next = calloc(n_tables + 1, sizeof *c->table_next);
+  if (!c->params || !c->tables || !c->table_next)
+    return FL_ERR(FL_ENOMEM, "ps client: out of memory");
   for (size_t i = 0; i < n; i++) {
     c->params[i] = params[i];
     if (!(c->params[i].name = strdup(params[i].name)))
@@ -1052,34 +1060,58 @@ static fl_status group_keys(fl_ps_client *c, const uint64_t *keys, size_t n, uin
   return FL_OK;
 }
 
+/* The registered table called name's slot in c->table_next, or NULL. */
+static int64_t *table_next_of(fl_ps_client *c, const char *table) {
+  for (size_t i = 0; i < c->n_tables; i++)
+    if (!strcmp(c->tables[i].name, table)) return &c->table_next[i];
+  return NULL;
+}
+
+/* One sparse call of type to every server that owns some of keys; a push
+ * goes to every server, empty where it owns none, and numbers its parts
+ * (sync applies a step once every trainer sent all of its parts); a pull
+ * asks for the step after the last one this client pushed to the table. */
 static fl_status sparse_call(fl_ps_client *c, int type, const char *table, uint32_t dim,
                              int64_t step, const uint64_t *keys, size_t n, const float *grads,
-                             float *out) {
+                             float *out, int read_only) {
+  int64_t *next = table_next_of(c, table);
+  fl_status st;
   FL_TRY(group_keys(c, keys, n, dim, type == OP_SPUSH ? grads : NULL));
   for (int s = 0; s < c->o.n_servers; s++) {
     server_buf *b = &c->sb[s];
-    uint32_t seq = 0;
-    for (size_t off = 0; off < b->n; off += SPARSE_CHUNK, seq++) {
+    uint32_t seq = 0, parts = (uint32_t)((b->n + SPARSE_CHUNK - 1) / SPARSE_CHUNK);
+    if (type == OP_SPUSH && parts == 0) parts = 1;
+    for (size_t off = 0; seq < parts; off += SPARSE_CHUNK, seq++) {
       op *o = op_new(c, type, s);
       if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
       o->table = table;
       o->dim = dim;
       o->step = step;
-      o->keys = b->keys + off;
-      o->pos = b->pos + off;
+      o->min_step = next ? *next : 0;
       o->nkeys = b->n - off < SPARSE_CHUNK ? b->n - off : SPARSE_CHUNK;
-      o->grads = type == OP_SPUSH ? b->grads + off * dim : NULL;
+      o->keys = o->nkeys ? b->keys + off : NULL;
+      o->pos = o->nkeys ? b->pos + off : NULL;
+      o->grads = type == OP_SPUSH && o->nkeys ? b->grads + off * dim : NULL;
       o->out = out;
       o->seq = seq;
+      o->parts = parts;
+      o->read_only = read_only;
       op_submit(c, o);
     }
   }
-  return fl_ps_client_wait(c);
+  st = fl_ps_client_wait(c);
+  if (st == FL_OK && type == OP_SPUSH && next && step + 1 > *next) *next = step + 1;
+  return st;
 }
 
 fl_status fl_ps_client_pull_sparse(fl_ps_client *c, const char *table, uint32_t dim,
                                    const uint64_t *keys, size_t n, float *out) {
-  return sparse_call(c, OP_SPULL, table, dim, 0, keys, n, NULL, out);
+  return sparse_call(c, OP_SPULL, table, dim, 0, keys, n, NULL, out, 0);
+}
+
+fl_status fl_ps_client_read_sparse(fl_ps_client *c, const char *table, uint32_t dim,
+                                   const uint64_t *keys, size_t n, float *out) {
+  return sparse_call(c, OP_SPULL, table, dim, 0, keys, n, NULL, out, 1);
 }
 
 fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t dim,
@@ -1088,7 +1120,7 @@ fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t 
   if (n > SPARSE_CHUNK * 64)
     return FL_ERR(FL_EINVAL, "ps client: %zu rows in one sparse push (at most %u)", n,
                   SPARSE_CHUNK * 64);
-  return sparse_call(c, OP_SPUSH, table, dim, step, keys, n, grads, NULL);
+  return sparse_call(c, OP_SPUSH, table, dim, step, keys, n, grads, NULL, 0);
 }
 
 fl_status fl_ps_client_barrier(fl_ps_client *c, const char *name, const double *values,
@@ -1195,6 +1227,7 @@ void fl_ps_client_destroy(fl_ps_client *c) {
   free(c->params);
   for (size_t i = 0; i < c->n_tables; i++) free((char *)c->tables[i].name);
   free(c->tables);
+  free(c->table_next);
   fl_ps_layout_free(c->layout);
   fl_rpc_arena_free(&c->arena);
   fl_rpc_arena_free(&c->uarena);

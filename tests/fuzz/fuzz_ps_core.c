@@ -14,7 +14,8 @@
  * registration sizes the server's memory by design).
  * Invariants: a request refused with FL_EINVAL leaves every dense block
  * (value and step), every sparse table's row count and the push/update
- * counters as they were; every response packs; a pull's packed answer
+ * counters as they were, and so does a read-only sparse pull, answered or
+ * not (nor does it count a pull); every response packs; a pull's packed answer
  * reads back to the blocks' values. */
 #include <config.h>
 
@@ -43,7 +44,7 @@ typedef struct snapshot {
   int64_t step[MAX_BLOCK_IDS];
   float value[MAX_BLOCK_IDS][BLOCK];
   size_t rows;
-  uint64_t evicted, pushes, dense_updates;
+  uint64_t evicted, pushes, pulls, dense_updates;
 } snapshot;
 
 typedef struct fuzz_state {
@@ -84,6 +85,7 @@ static void snap(fl_ps_core *c, snapshot *s) {
   }
   fl_ps_core_stats(c, &st);
   s->pushes = st.pushes;
+  s->pulls = st.pulls;
   s->dense_updates = st.dense_updates;
 }
 
@@ -200,16 +202,20 @@ static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
   }
   FUZZ_CHECK(st == FL_OK || st == FL_EINVAL || st == FL_ESTATE || st == FL_EAGAIN,
              "method %d: status %d", m, (int)st);
-  if (st != FL_EINVAL) return;
+  if (st != FL_EINVAL && !(m == FL_PROTO_PULL_SPARSE &&
+                            ((const Flotilla__PullSparseRequest *)msg)->read_only))
+    return;
   snap(core, &after);
   FUZZ_CHECK(before.n == after.n && before.rows == after.rows && before.evicted == after.evicted &&
-                 before.pushes == after.pushes && before.dense_updates == after.dense_updates,
-             "method %d refused (%s) but the state changed", m, fl_ps_core_last_error());
+                 before.pushes == after.pushes && before.pulls == after.pulls &&
+                 before.dense_updates == after.dense_updates,
+             "method %d refused or read-only (%s) but the state changed", m,
+             fl_ps_core_last_error());
   for (int i = 0; i < before.n; i++)
     FUZZ_CHECK(before.id[i] == after.id[i] && before.step[i] == after.step[i] &&
                    !memcmp(before.value[i], after.value[i], sizeof before.value[i]),
-               "method %d refused (%s) but block %u changed", m, fl_ps_core_last_error(),
-               before.id[i]);
+               "method %d refused or read-only (%s) but block %u changed", m,
+               fl_ps_core_last_error(), before.id[i]);
 }
 
 /* Trainers 0 and 1 registered with two dense parameters (10 and 3 floats)

@@ -14,8 +14,9 @@ fp16) and held PullDense, a retried push, PullSparse / PushSparse, Barrier
 (two rounds of one name), Heartbeat, Stats, SaveCheckpoint and
 LoadCheckpoint, Complete - checking every parameter against the
 optimizer's rule (SGD: value -= lr * mean of the gradients; sparse rows
--= sparse lr * gradient).  It also checks the five defects of issue 15
-through the wire:
+-= sparse lr * mean of the gradients, once both trainers pushed the step;
+a read-only PullSparse creates no row).  It also checks the five defects
+of issue 15 through the wire:
   1. a push of step INT64_MAX or 10^12 is INVALID_ARGUMENT naming both
      steps, Stats still reports the right step and pulls are answered;
   2. a unary call without a request message is answered at once
@@ -312,18 +313,38 @@ def sequence(s):
     check(r.result().step == 3 and close(params_of(r.result()), value),
           "PullDense(min_step=0) answered, parameters unchanged")
 
-    # Sparse rows: created on first pull, SGD on push.
+    # Sparse rows: created on first pull; sync: a step is applied once both
+    # trainers pushed it (summed in trainer order, averaged, one SGD step),
+    # and a pull asking for the next step waits for it.
     keys = [3, 77, 2**63 + 5]
     rows = from_tensor(ps.PullSparse(pb.PullSparseRequest(trainer_id=0, table=TABLE, keys=keys),
                                      metadata=MD, timeout=5).values)
     check(rows.shape == (3, DIM) and np.all(np.abs(rows) <= 0.5), "PullSparse: new rows in range")
-    g = rng.standard_normal((3, DIM)).astype(np.float32)
+    g1 = rng.standard_normal((3, DIM)).astype(np.float32)
+    g0 = rng.standard_normal((1, DIM)).astype(np.float32)
     r = ps.PushSparse(pb.PushSparseRequest(trainer_id=1, step=3, table=TABLE, keys=keys,
-                                           grads=tensor(g), seq=0), metadata=MD, timeout=5)
+                                           grads=tensor(g1), seq=0, parts=1),
+                      metadata=MD, timeout=5)
     check(r.accepted == 3, "PushSparse accepted 3 rows")
-    again = from_tensor(ps.PullSparse(pb.PullSparseRequest(trainer_id=0, table=TABLE, keys=keys),
-                                      metadata=MD, timeout=5).values)
-    check(np.allclose(again, rows - SPARSE_LR * g, atol=1e-6), "sparse rows -= lr * gradient")
+    fut = ps.PullSparse.future(pb.PullSparseRequest(trainer_id=1, table=TABLE, keys=keys,
+                                                    min_step=4), metadata=MD, timeout=10)
+    time.sleep(0.3)
+    check(not fut.done(), "PullSparse min_step 4 waits for trainer 0's push of step 3")
+    ps.PushSparse(pb.PushSparseRequest(trainer_id=0, step=3, table=TABLE, keys=keys[:1],
+                                       grads=tensor(g0)), metadata=MD, timeout=5)
+    again = from_tensor(fut.result().values)
+    mean = g1.copy()
+    mean[0] = g0[0] + g1[0]
+    mean *= np.float32(0.5)
+    check(np.allclose(again, rows - SPARSE_LR * mean, atol=1e-6),
+          "sparse rows -= lr * mean of the trainers' gradients")
+    # A read-only pull creates nothing (Stats below: still 3 rows); an
+    # unseen key reads as its seeded init.
+    ro = from_tensor(ps.PullSparse(pb.PullSparseRequest(trainer_id=0, table=TABLE,
+                                                        keys=[keys[0], 12345], read_only=True),
+                                   metadata=MD, timeout=5).values)
+    check(np.array_equal(ro[0], again[0]) and np.all(np.abs(ro[1]) <= 0.5) and np.any(ro[1] != 0),
+          "read-only PullSparse: the stored row, and an unseen key's init")
 
     # Barrier: sums in trainer order; the same name again is a new round.
     for rnd, (v0, v1) in enumerate(((1.0, 2.0), (10.0, 20.0))):

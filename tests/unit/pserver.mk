@@ -22,3 +22,10 @@ TESTS += tests/unit/test_wire_service
 tests_unit_test_wire_service_SOURCES = tests/unit/test_wire_service.c
 tests_unit_test_wire_service_CFLAGS = $(FL_PS_UNIT_CFLAGS) -I$(top_srcdir)/trainer
 tests_unit_test_wire_service_LDADD = libfltrainer.la $(FL_PS_UNIT_LDADD)
+# The sparse rows through the core: sync equality with one trainer for 1, 2
+# and 3 trainers and every sparse optimizer, read-only pulls.
+check_PROGRAMS += tests/unit/test_ps_rows
+TESTS += tests/unit/test_ps_rows
+tests_unit_test_ps_rows_SOURCES = tests/unit/test_ps_rows.c
+tests_unit_test_ps_rows_CFLAGS = $(FL_PS_UNIT_CFLAGS)
+tests_unit_test_ps_rows_LDADD = $(FL_PS_UNIT_LDADD)

@@ -1,0 +1,278 @@
+/* test_ps_rows.c - the pserver's sparse rows through the core, without a
+ * network: in sync mode 1, 2 and 3 trainers (pushes split in parts,
+ * arriving in any order) leave every row bitwise equal to one trainer
+ * pushing the gradients summed in trainer-id order and averaged, for every
+ * sparse optimizer; a pull waits for the step before it; and read-only
+ * pulls change nothing (rows, values, counters, recency). */
+#include <config.h>
+
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fl_ps.h"
+
+#define DIM 2
+#define STEPS 3
+#define MAXK 8
+
+static fl_ps_core *mk(int nt, int a_sync, fl_optim_kind sparse, int64_t max_rows) {
+  fl_ps_core_opts o;
+  fl_ps_core *c = NULL;
+  memset(&o, 0, sizeof o);
+  fl_job_defaults(&o.job);
+  o.job.pserver.optimizer.kind = FL_OPTIM_SGD;
+  o.job.pserver.dense_block_size = 4;
+  o.job.pserver.sparse.optimizer.kind = sparse;
+  o.job.pserver.sparse.optimizer.lr = 0.1f;
+  o.job.pserver.sparse.max_rows = max_rows;
+  o.job.strategy.a_sync = a_sync;
+  o.server_index = 0;
+  o.n_servers = 1;
+  o.num_trainers = nt;
+  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
+  return c;
+}
+
+static void reg(fl_ps_core *c, int t, int nt, int mode) {
+  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
+  Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
+  Flotilla__SparseTableSpec s = FLOTILLA__SPARSE_TABLE_SPEC__INIT, *sp = &s;
+  s.name = "emb";
+  s.dim = DIM;
+  r.trainer_id = t;
+  r.num_trainers = nt;
+  r.incarnation = 1000 + (uint64_t)t;
+  r.mode = mode;
+  r.dense_block_size = 4;
+  r.num_servers = 1;
+  r.n_sparse = 1;
+  r.sparse = &sp;
+  ck_assert_int_eq(fl_ps_core_register(c, &r, &out), FL_OK);
+}
+
+static fl_status spush(fl_ps_core *c, int t, int64_t step, uint32_t seq, uint32_t parts,
+                       const uint64_t *keys, size_t n, const float *g) {
+  Flotilla__PushSparseRequest p = FLOTILLA__PUSH_SPARSE_REQUEST__INIT;
+  Flotilla__PushSparseResponse pr = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
+  Flotilla__Tensor gt = FLOTILLA__TENSOR__INIT;
+  int64_t shape[2] = {(int64_t)n, DIM};
+  gt.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+  gt.n_shape = 2;
+  gt.shape = shape;
+  gt.data.data = (uint8_t *)g;
+  gt.data.len = n * DIM * sizeof(float);
+  p.trainer_id = t;
+  p.step = step;
+  p.table = "emb";
+  p.n_keys = n;
+  p.keys = (uint64_t *)keys;
+  p.grads = &gt;
+  p.seq = seq;
+  p.parts = parts;
+  return fl_ps_core_push_sparse(c, &p, &pr);
+}
+
+static fl_status spull(fl_ps_core *c, int t, int64_t min_step, int read_only,
+                       const uint64_t *keys, size_t n, float *out) {
+  Flotilla__PullSparseRequest q = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
+  Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
+  Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
+  int64_t shape[2];
+  float *scratch = NULL;
+  size_t cap = 0;
+  fl_status st;
+  q.trainer_id = t;
+  q.table = "emb";
+  q.n_keys = n;
+  q.keys = (uint64_t *)keys;
+  q.min_step = min_step;
+  q.read_only = read_only;
+  st = fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &r, &v, shape);
+  if (st == FL_OK && n) memcpy(out, scratch, n * DIM * sizeof(float));
+  free(scratch);
+  return st;
+}
+
+/* Trainer t's rows of step s: overlapping key sets, values that do not
+ * sum exactly in float. */
+static size_t rows_of(int t, int64_t s, uint64_t *keys, float *g) {
+  size_t n = 0;
+  for (uint64_t k = 0; k < 6; k++) {
+    if ((k + (uint64_t)t + (uint64_t)s) % 3 == 0) continue;
+    keys[n] = 10 + (k * 7 + (uint64_t)t) % 6;
+    for (int j = 0; j < DIM; j++)
+      g[n * DIM + (size_t)j] = 0.1f * (float)(t + 1) + 0.37f * (float)k - 0.23f * (float)j +
+                               0.011f * (float)s;
+    n++;
+  }
+  return n;
+}
+
+/* The averaged gradient of step s over nt trainers into keys / g (distinct
+ * keys, first seen in trainer-id order), as the server must compute it. */
+static size_t averaged(int nt, int64_t s, uint64_t *keys, float *g) {
+  size_t nu = 0;
+  for (int t = 0; t < nt; t++) {
+    uint64_t k[MAXK];
+    float x[MAXK * DIM];
+    size_t n = rows_of(t, s, k, x);
+    for (size_t i = 0; i < n; i++) {
+      size_t u = 0;
+      while (u < nu && keys[u] != k[i]) u++;
+      if (u == nu) {
+        keys[nu++] = k[i];
+        memcpy(g + u * DIM, x + i * DIM, DIM * sizeof(float));
+      } else {
+        for (int j = 0; j < DIM; j++) g[u * DIM + (size_t)j] += x[i * DIM + (size_t)j];
+      }
+    }
+  }
+  if (nt > 1) {
+    float inv = 1.0f / (float)nt;
+    for (size_t i = 0; i < nu * DIM; i++) g[i] *= inv;
+  }
+  return nu;
+}
+
+static const fl_optim_kind k_kinds[] = {FL_OPTIM_SGD, FL_OPTIM_ADAGRAD, FL_OPTIM_ADAM};
+
+/* nt trainers push every step (the last trainer first, each in two parts);
+ * its pull of the next step waits until the last part came in. */
+static void run_sync(fl_ps_core *c, int nt) {
+  uint64_t probe = 10;
+  float row[DIM];
+  for (int64_t s = 0; s < STEPS; s++) {
+    for (int t = nt - 1; t >= 0; t--) {
+      uint64_t k[MAXK];
+      float g[MAXK * DIM];
+      size_t n = rows_of(t, s, k, g), half = n / 2;
+      ck_assert_int_eq(spush(c, t, s, 1, 2, k + half, n - half, g + half * DIM), FL_OK);
+      ck_assert_int_eq(spull(c, nt - 1, s + 1, 0, &probe, 1, row), FL_EAGAIN);
+      ck_assert_int_eq(spush(c, t, s, 0, 2, k, half, g), FL_OK);
+      ck_assert_int_eq(spull(c, nt - 1, s + 1, 0, &probe, 1, row), t ? FL_EAGAIN : FL_OK);
+    }
+  }
+}
+
+START_TEST(test_sync_rows_equal_one_trainer) {
+  for (size_t o = 0; o < sizeof k_kinds / sizeof *k_kinds; o++) {
+    for (int nt = 1; nt <= 3; nt++) {
+      fl_ps_core *c = mk(nt, 0, k_kinds[o], 100), *ref = mk(1, 0, k_kinds[o], 100);
+      for (int t = 0; t < nt; t++) reg(c, t, nt, FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC);
+      reg(ref, 0, 1, FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC);
+      run_sync(c, nt);
+      for (int64_t s = 0; s < STEPS; s++) {
+        uint64_t k[3 * MAXK];
+        float g[3 * MAXK * DIM];
+        size_t nu = averaged(nt, s, k, g);
+        ck_assert_int_eq(spush(ref, 0, s, 0, 1, k, nu, g), FL_OK);
+      }
+      ck_assert_uint_eq(fl_ps_table_rows(fl_ps_core_table(c, "emb")),
+                        fl_ps_table_rows(fl_ps_core_table(ref, "emb")));
+      for (uint64_t key = 10; key < 16; key++) {
+        float a[DIM], b[DIM];
+        ck_assert(fl_ps_table_peek(fl_ps_core_table(c, "emb"), key, a));
+        ck_assert(fl_ps_table_peek(fl_ps_core_table(ref, "emb"), key, b));
+        ck_assert_mem_eq(a, b, sizeof a);
+      }
+      fl_ps_core_free(c);
+      fl_ps_core_free(ref);
+    }
+  }
+}
+END_TEST
+
+START_TEST(test_sync_rows_dead_and_old_clients) {
+  /* A trainer that sends no `parts` sends one part; a step with a trainer
+   * missing is applied once it is no longer counted (the dense rule). */
+  fl_ps_core *c = mk(2, 0, FL_OPTIM_SGD, 100);
+  uint64_t key = 5;
+  float g[DIM] = {1, 2}, before[DIM], after[DIM];
+  reg(c, 0, 2, 0);
+  reg(c, 1, 2, 0);
+  ck_assert_int_eq(spull(c, 0, 0, 0, &key, 1, before), FL_OK);
+  ck_assert_int_eq(spush(c, 0, 0, 0, 0, &key, 1, g), FL_OK);
+  ck_assert_int_eq(spull(c, 0, 1, 0, &key, 1, after), FL_EAGAIN);
+  ck_assert_int_eq(spush(c, 0, 0, 0, 0, &key, 1, g), FL_OK); /* retried: ignored */
+  ck_assert_int_eq(spush(c, 1, 0, 0, 0, NULL, 0, NULL), FL_OK); /* none of its rows here */
+  ck_assert_int_eq(spull(c, 0, 1, 0, &key, 1, after), FL_OK);
+  for (int j = 0; j < DIM; j++) ck_assert_float_eq(after[j], before[j] - 0.1f * (g[j] * 0.5f));
+  /* A part beyond the announced count is refused. */
+  ck_assert_int_eq(spush(c, 0, 1, 2, 2, &key, 1, g), FL_EINVAL);
+  ck_assert_int_eq(spush(c, 0, 1, 0, 65, &key, 1, g), FL_EINVAL);
+  fl_ps_core_free(c);
+}
+END_TEST
+
+/* Everything a read-only pull must leave as it was. */
+typedef struct snapshot {
+  Flotilla__StatsResponse st;
+  size_t rows;
+  uint64_t evicted;
+  float v[16][DIM];
+  int have[16];
+} snapshot;
+
+static void snap(fl_ps_core *c, snapshot *s) {
+  fl_ps_table *t = fl_ps_core_table(c, "emb");
+  memset(s, 0, sizeof *s);
+  flotilla__stats_response__init(&s->st);
+  fl_ps_core_stats(c, &s->st);
+  s->rows = fl_ps_table_rows(t);
+  s->evicted = fl_ps_table_evicted(t);
+  for (uint64_t k = 0; k < 16; k++) s->have[k] = fl_ps_table_peek(t, k, s->v[k]);
+}
+
+static void same(const snapshot *a, const snapshot *b) {
+  ck_assert_uint_eq(a->rows, b->rows);
+  ck_assert_uint_eq(a->evicted, b->evicted);
+  ck_assert_uint_eq(a->st.pulls, b->st.pulls);
+  ck_assert_uint_eq(a->st.pushes, b->st.pushes);
+  ck_assert_uint_eq(a->st.sparse_rows, b->st.sparse_rows);
+  ck_assert_uint_eq(a->st.evicted_rows, b->st.evicted_rows);
+  ck_assert_mem_eq(a->have, b->have, sizeof a->have);
+  ck_assert_mem_eq(a->v, b->v, sizeof a->v);
+}
+
+START_TEST(test_read_only_pull_changes_nothing) {
+  for (int a_sync = 0; a_sync <= 1; a_sync++) {
+    fl_ps_core *c = mk(1, a_sync, FL_OPTIM_ADAGRAD, 4);
+    uint64_t known[4] = {1, 2, 3, 4}, mixed[3] = {1, 9, 4}, fresh = 12, nine = 9;
+    float buf[4 * DIM], ro[3 * DIM], created[DIM], g[4 * DIM] = {1, 1, 1, 1, 1, 1, 1, 1};
+    snapshot s0, s1;
+    reg(c, 0, 1, a_sync ? FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC : FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC);
+    ck_assert_int_eq(spull(c, 0, 0, 0, known, 4, buf), FL_OK); /* 1 is the oldest */
+    ck_assert_int_eq(spush(c, 0, 0, 0, 1, known, 4, g), FL_OK);
+    ck_assert_int_eq(spull(c, 0, 1, 0, known, 4, buf), FL_OK);
+    snap(c, &s0);
+    ck_assert_int_eq(spull(c, 0, 1, 1, mixed, 3, ro), FL_OK);
+    snap(c, &s1);
+    same(&s0, &s1);
+    ck_assert_mem_eq(ro, buf, DIM * sizeof(float));               /* key 1 as stored */
+    ck_assert_mem_eq(ro + 2 * DIM, buf + 3 * DIM, DIM * sizeof(float)); /* key 4 */
+    /* Key 1 was read, not touched: it is still the oldest, evicted first. */
+    ck_assert_int_eq(spull(c, 0, 1, 0, &fresh, 1, created), FL_OK);
+    ck_assert(!fl_ps_table_peek(fl_ps_core_table(c, "emb"), 1, created));
+    /* An unseen key reads as the row it becomes when created. */
+    ck_assert_int_eq(spull(c, 0, 1, 0, &nine, 1, created), FL_OK);
+    ck_assert_mem_eq(ro + DIM, created, sizeof created);
+    fl_ps_core_free(c);
+  }
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("ps_rows");
+  TCase *tc = tcase_create("rows");
+  tcase_add_test(tc, test_sync_rows_equal_one_trainer);
+  tcase_add_test(tc, test_sync_rows_dead_and_old_clients);
+  tcase_add_test(tc, test_read_only_pull_changes_nothing);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
