@@ -153,6 +153,17 @@ START_TEST(test_fields_and_empty) {
   fl_criteo_as_batch(&b, 0, 0, &fb);
   ck_assert_uint_eq(fb.n_inputs, 2);
   ck_assert_ptr_eq(fb.inputs[1], b.sparse);
+  fl_sparse_dataset sd = {0}; /* the CTR preset's form */
+  ck_assert_int_eq(fl_criteo_append_sparse(&b, &sd), FL_OK);
+  ck_assert_int_eq(fl_criteo_append_sparse(&b, &sd), FL_OK);
+  ck_assert_uint_eq(sd.n, 4);
+  ck_assert_uint_eq(sd.offsets[4], 4 * 39);
+  ck_assert_uint_eq(sd.num_slots, 39);
+  ck_assert_uint_eq(sd.feats[39 + 26].slot, 26); /* sample 1's I1 */
+  ck_assert_float_eq(sd.feats[39 + 26].value, fl_criteo_log1p(1000));
+  ck_assert_uint_eq(sd.feats[39 + 6].id, fl_criteo_hash(6, 0xa1b2c3d4u, 1));
+  ck_assert_float_eq(sd.labels[2], 1.0f);
+  fl_sparse_dataset_free(&sd);
   ck_assert_int_eq(fl_criteo_next(r, &b), FL_OK);
   ck_assert_uint_eq(b.size, 0);
   fl_criteo_close(r);
