@@ -165,7 +165,7 @@ static fl_status read_line(fl_criteo_reader *r, int *got, int *nul) {
     r->pos.offset = at;
     if (memchr(r->line + len, '\0', n)) *nul = 1;
     len += n;
-    if (r->line[len - 1] == '\n') break;
+    if (len > 0 && r->line[len - 1] == '\n') break;
     if (len + 1 < r->cap) continue; /* the last line, without a line end */
     if (r->cap >= MAX_LINE)
       return FL_ERR(FL_EPROTO, "%s:%" PRIu64 ": line longer than %u bytes",
