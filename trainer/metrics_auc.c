@@ -15,6 +15,7 @@
 static int bad_score(float s) { return !(s >= 0.0f && s <= 1.0f); }
 
 fl_status fl_auc_add(fl_auc_acc *a, const float *score, const float *label, size_t n) {
+  if (n == 0) return FL_OK;
   for (size_t i = 0; i < n; i++)
     if (bad_score(score[i]))
       return FL_ERR(FL_EINVAL, "auc: score %g of pair %zu is not a probability in [0, 1]",
