@@ -50,7 +50,8 @@ const char *fl_job_last_error(void) { return g_err; }
 /* ------------------------------------------------------------ names */
 
 static const char *const k_modes[] = {"local", "collective", "ps", NULL};
-static const char *const k_formats[] = {"idx", "libsvm", "synthetic", "npy", NULL};
+static const char *const k_formats[] = {"idx", "libsvm", "synthetic", "npy", "criteo", NULL};
+static const char *const k_bad_lines[] = {"stop", "skip", NULL};
 static const char *const k_anneal[] = {"cos", "linear", NULL};          /* fl_lr_anneal */
 static const char *const k_plateau_modes[] = {"min", "max", NULL};      /* mode_max */
 static const char *const k_threshold_modes[] = {"rel", "abs", NULL};    /* threshold_abs */
@@ -257,6 +258,9 @@ static const field f_data[] = {
          E("random_horizontal_flip", F_BOOL, fl_job_data, augment.hflip),
          E("random_crop_padding", F_INT, fl_job_data, augment.crop_padding, RANGE(0, 1024)),
          END}},
+    E("shuffle_buffer", F_I64, fl_job_data, shuffle_buffer, RANGE(0, 1e8), DEF(100000)),
+    E("bad_lines", F_ENUM, fl_job_data, bad_lines, .choices = k_bad_lines, DEF(0)),
+    E("hash_buckets", F_I64, fl_job_data, hash_buckets, RANGE(0, 1e15)),
     END};
 
 static const field f_optimizer[] = {
@@ -1324,8 +1328,9 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
     if (job->train.eval && (!d->test_images[0] || !d->test_labels[0]))
       return kerr(c, src, d->test_images[0] ? "data.test_labels" : "data.test_images",
                   "required with train.eval: true");
-  } else if (d->format == FL_DATA_LIBSVM) {
-    if (!d->train_path[0]) return kerr(c, src, "data.train_path", "required with format libsvm");
+  } else if (d->format == FL_DATA_LIBSVM || d->format == FL_DATA_CRITEO) {
+    if (!d->train_path[0])
+      return kerr(c, src, "data.train_path", "required with format %s", k_formats[d->format]);
     if (job->train.eval && !d->test_path[0])
       return kerr(c, src, "data.test_path", "required with train.eval: true");
   } else if (d->format == FL_DATA_NPY && (d->n_inputs || d->n_test_inputs)) {

@@ -75,7 +75,8 @@ typedef enum fl_data_format {
   FL_DATA_IDX = 0,      /* IDX images + labels (MNIST, Fashion-MNIST), gz or plain */
   FL_DATA_LIBSVM = 1,   /* libsvm / Criteo-style text for the CTR model */
   FL_DATA_SYNTHETIC = 2, /* seeded generator (data.synthetic) */
-  FL_DATA_NPY = 3        /* numpy.save files: data.train_x/_y, test_x/_y */
+  FL_DATA_NPY = 3,       /* numpy.save files: data.train_x/_y, test_x/_y */
+  FL_DATA_CRITEO = 4     /* Criteo TSV, streamed: data.train_path / test_path */
 } fl_data_format;
 
 typedef enum fl_grad_compression {
@@ -165,6 +166,10 @@ typedef struct fl_job_data {
     int hflip;         /* random_horizontal_flip: 0 */
     int crop_padding;  /* random_crop_padding: shift up to this many pixels: 0 */
   } augment;
+  /* criteo (fl_criteo_options in trainer/fl_data.h) */
+  int64_t shuffle_buffer; /* reservoir of N samples, 0 = file order: 100000 */
+  int bad_lines;          /* 0 "stop" (default), 1 "skip" (counted, logged) */
+  int64_t hash_buckets;   /* categorical ids modulo this, 0 = the 63-bit hash: 0 */
 } fl_job_data;
 
 /* ---------------------------------------------------- optimizer (3 places) */

@@ -429,4 +429,133 @@ fl_status fl_loader_start(fl_loader *l, int64_t epoch, size_t first_batch);
 fl_status fl_loader_next(fl_loader *l, fl_batch *out);
 void fl_loader_destroy(fl_loader *l);
 
+/* ------------------------------------------------------------ Criteo TSV */
+
+/* Criteo's display-advertising TSV (the Kaggle challenge and Criteo 1TB
+ * files): one sample per line,
+ *     label \t I1 .. I13 \t C1 .. C26
+ * 40 tab-separated fields; label 0 or 1; I* decimal integers, possibly
+ * empty or negative; C* categorical values written as 1..8 hex digits
+ * (Criteo writes 8), possibly empty.  Lines end in LF or CRLF; files may be
+ * gzip compressed (zlib reads both).  Each sample becomes
+ *   dense  [13] float: log(1 + x) of each integer, 0 for an empty or
+ *          negative one (DLRM's transform);
+ *   sparse [26] int64: fl_criteo_hash(column, value, present) of each
+ *          categorical, reduced modulo hash_buckets when that is > 0;
+ *   label       float 0/1 (and int32 class id 0/1).
+ * A bad line (not 40 fields, a label that is not 0/1, an integer that is
+ * not one, a categorical that is not 1..8 hex digits) is named with its
+ * file and line number and stops the read (FL_EPROTO) or, with
+ * FL_CRITEO_SKIP, is logged (the first few), counted and skipped.
+ *
+ * The reader streams: it holds one line, the shuffle buffer and one batch,
+ * never a file.  Files are read in the order given, line after line; the
+ * lines of all files are numbered 0, 1, 2, ... across files (bad lines and
+ * blank lines too) and rank r of W takes the lines whose number % W == r
+ * (every rank reads every byte and parses its own lines: gzip streams
+ * cannot be split into byte ranges).  Over the ranks every line is taken
+ * exactly once per epoch.
+ *
+ * Shuffle (shuffle_buffer = N > 0): a reservoir of N samples, filled with
+ * the rank's first N; then for each further sample a slot j uniform in
+ * [0, N) is handed out and refilled with it; at the end of the files the
+ * remaining slots are handed out in uniform random order.  The draws come
+ * from (seed, epoch, rank) only, so an epoch is the same sequence on every
+ * run.  N = 0: file order.
+ *
+ * Batches hold batch_size samples; the last one of an epoch holds what is
+ * left (size < batch_size; the caller may drop it), so a file shorter than
+ * one batch gives one short batch.  A rank that gets no sample at all in
+ * an epoch is refused (FL_EINVAL).
+ *
+ * Resume: fl_criteo_tell gives the position after the last sample handed
+ * out; fl_criteo_seek continues exactly there.  Without a shuffle buffer
+ * it reopens the file and seeks to the byte offset (immediate for plain
+ * files; gzip files are decompressed up to it).  With one, the buffer's
+ * contents are not saved: the epoch is replayed from its start (the same
+ * draws) and the `emitted` samples before the position are read and
+ * dropped, then the reading head must be where it was saved (else the files
+ * changed: FL_EINVAL).  That costs a read of the epoch up to the position,
+ * in exchange for a position of a few words. */
+
+#define FL_CRITEO_DENSE 13
+#define FL_CRITEO_SPARSE 26
+
+typedef enum fl_criteo_bad_lines {
+  FL_CRITEO_STOP = 0, /* data.bad_lines: stop */
+  FL_CRITEO_SKIP = 1  /* data.bad_lines: skip */
+} fl_criteo_bad_lines;
+
+typedef struct fl_criteo_options {
+  const char *const *paths; /* n_paths files, read in this order (copied) */
+  size_t n_paths;
+  size_t batch_size;        /* > 0 */
+  int rank, world_size;     /* 0 <= rank < world_size */
+  uint64_t seed;            /* the shuffle's seed (train.seed) */
+  size_t shuffle_buffer;    /* data.shuffle_buffer: N samples, 0 = file order */
+  fl_criteo_bad_lines bad_lines;
+  uint64_t hash_buckets;    /* > 0: ids modulo this; 0: the 63-bit hash */
+} fl_criteo_options;
+
+/* Where a rank is in an epoch: a few words the loop can checkpoint. */
+typedef struct fl_criteo_pos {
+  int64_t epoch;
+  uint64_t emitted;   /* samples handed out this epoch */
+  uint32_t file;      /* the reading head: file index, */
+  uint64_t offset;    /* byte offset of its next line (decompressed), */
+  uint64_t file_line; /* lines of that file read, */
+  uint64_t line;      /* lines of all files read this epoch (the sharding number) */
+  uint64_t skipped;   /* bad lines skipped this epoch by this rank */
+} fl_criteo_pos;
+
+/* One batch; the arrays belong to the reader and stay valid until its next
+ * call. */
+typedef struct fl_criteo_batch {
+  size_t size;          /* 0: the epoch is over */
+  const float *dense;   /* size * 13 */
+  const int64_t *sparse; /* size * 26 */
+  const float *labels;  /* size */
+  const int32_t *y;     /* size class ids 0/1 */
+} fl_criteo_batch;
+
+typedef struct fl_criteo_reader fl_criteo_reader;
+
+/* The id of a categorical value: the splitmix64 finalizer of the key
+ * (column << 33) | (present << 32) | value, cleared of its top bit:
+ *   k = key + 0x9e3779b97f4a7c15; k = (k ^ k>>30) * 0xbf58476d1ce4e5b9;
+ *   k = (k ^ k>>27) * 0x94d049bb133111eb; id = (k ^ k>>31) & (2^63 - 1).
+ * column is 0..25 (C1 is 0), value the hex digits' number, present 0 for an
+ * empty field (value then 0): every column has its own 'missing' id, and
+ * distinct (column, value) keys differ in the 64-bit mix. */
+uint64_t fl_criteo_hash(uint32_t column, uint32_t value, int present);
+/* DLRM's transform of an integer feature: log(1 + x) for x > 0, else 0. */
+float fl_criteo_log1p(int64_t x);
+
+/* Check the options and that every file exists.  FL_EINVAL (logged) for a
+ * bad option, FL_ENOTFOUND / FL_EIO naming the file.  The caller owns *out
+ * (fl_criteo_close). */
+fl_status fl_criteo_open(const fl_criteo_options *o, fl_criteo_reader **out);
+void fl_criteo_close(fl_criteo_reader *r);
+/* Begin epoch `epoch` at its first sample. */
+fl_status fl_criteo_start(fl_criteo_reader *r, int64_t epoch);
+/* Continue at a position fl_criteo_tell gave (same files and options). */
+fl_status fl_criteo_seek(fl_criteo_reader *r, const fl_criteo_pos *pos);
+void fl_criteo_tell(const fl_criteo_reader *r, fl_criteo_pos *pos);
+/* The next batch of the epoch (size 0 once it is over).  Errors: FL_EPROTO
+ * for a bad line under FL_CRITEO_STOP (file:line named), FL_EIO / FL_EPROTO
+ * for an unreadable or corrupt file, FL_EINVAL when this rank got no
+ * sample in the epoch, FL_ESTATE when no epoch was started. */
+fl_status fl_criteo_next(fl_criteo_reader *r, fl_criteo_batch *out);
+/* The batch as named, typed inputs (n_inputs 2: inputs[0] the "dense"
+ * floats [size, 13], inputs[1] the "sparse" int64 ids [size, 26]), float
+ * targets t (the labels, tdim 1) and class ids y; for a model whose graph
+ * inputs are named fl_criteo_input_names. */
+void fl_criteo_as_batch(const fl_criteo_batch *b, int64_t epoch, size_t index, fl_batch *out);
+extern const char *const fl_criteo_input_names[2];
+/* Append the batch to a sparse dataset in the CTR preset's form: slot c
+ * (0..25) holds categorical c's id with value 1, slot 26 + i holds dense
+ * feature i (id i, value the transformed number), label 0/1.  d starts
+ * zeroed; the caller owns it (fl_sparse_dataset_free). */
+fl_status fl_criteo_append_sparse(const fl_criteo_batch *b, fl_sparse_dataset *d);
+
 #endif

@@ -813,6 +813,28 @@ START_TEST(test_npy_keys) {
 }
 END_TEST
 
+/* data.format criteo: its keys, defaults, dump and the required path. */
+START_TEST(test_criteo_keys) {
+  fl_job j;
+  fl_job_defaults(&j);
+  ck_assert_int_eq(j.data.shuffle_buffer, 100000);
+  ck_assert_int_eq(j.data.bad_lines, 0);
+  ck_assert_int_eq(j.data.hash_buckets, 0);
+  ck_assert_int_eq(fl_job_load_string("data:\n  format: criteo\n  train_path: /d/day_0.gz\n"
+                                      "  test_path: /d/day_23.gz\n  shuffle_buffer: 64\n"
+                                      "  bad_lines: skip\n  hash_buckets: 1000003\n",
+                                      "criteo.yaml", &j),
+                   FL_OK);
+  ck_assert_int_eq(j.data.format, FL_DATA_CRITEO);
+  ck_assert_int_eq(j.data.shuffle_buffer, 64);
+  ck_assert_int_eq(j.data.bad_lines, 1);
+  ck_assert_int_eq(j.data.hash_buckets, 1000003);
+  round_trip(&j);
+  EXPECT_ERROR("data:\n  format: criteo\n", "data.train_path: required with format criteo");
+  EXPECT_ERROR("data:\n  bad_lines: ignore\n", "data.bad_lines: must be one of stop, skip");
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("job");
@@ -828,6 +850,7 @@ int main(void) {
   tcase_add_test(tc, test_overview);
   tcase_add_test(tc, test_examples);
   tcase_add_test(tc, test_npy_keys);
+  tcase_add_test(tc, test_criteo_keys);
   tcase_add_test(tc, test_onnx_keys);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
