@@ -552,6 +552,9 @@ fail:;
 
 extern "C" fl_status fl_optim_step_cuda(const fl_optim_hparams *hp, fl_optim_tensor *t, size_t nt,
                                         float lr, int64_t step, void *stream) {
+  if (hp != NULL && fl_optim_sparse_only(hp->kind))
+    return FL_ERR(FL_ENOTSUP, "fl_optim_step_cuda: %s is for sparse-table rows (CPU) only",
+                  fl_optim_kind_name(hp->kind));
   FL_CU_TRY(check_step(hp, t, nt, lr, step));
   cudaStream_t s = fl_stream(stream);
   step_scalars c = make_scalars(hp, lr, step);
