@@ -374,6 +374,13 @@ static fl_status find_rec(const fl_ckpt *c, const char *prefix, const char *suff
   return FL_OK;
 }
 
+/* 1 when k is an fl_optim_kind of this build. */
+static int known_kind(int64_t k) {
+  int64_t n = 0;
+  while (fl_optim_kind_names[n]) n++;
+  return k >= 0 && k < n;
+}
+
 /* The records under prefix hold the state of kind, in a format this build
  * reads. */
 static fl_status check_format(const fl_ckpt *c, const char *prefix, fl_optim_kind kind) {
@@ -397,15 +404,15 @@ static fl_status check_format(const fl_ckpt *c, const char *prefix, fl_optim_kin
   snprintf(name, sizeof name, "%soptimizer", prefix);
   if (fl_ckpt_get_i64(c, name, &held) != FL_OK)
     return FL_ERR(FL_ECORRUPT, "checkpoint: record %s missing or malformed", name);
-  if (held != (int64_t)kind)
-    return FL_ERR(FL_EINVAL, "checkpoint: the table under %s holds %s state but uses %s here: "
-                  "set its optimizer back to %s to resume it", prefix,
-                  held >= 0 && held <= INT32_MAX ? fl_optim_kind_name((fl_optim_kind)held)
-                                                 : "unknown",
-                  fl_optim_kind_name(kind),
-                  held >= 0 && held <= INT32_MAX ? fl_optim_kind_name((fl_optim_kind)held)
-                                                 : "that");
-  return FL_OK;
+  if (held == (int64_t)kind) return FL_OK;
+  if (!known_kind(held))
+    return FL_ERR(FL_EINVAL, "checkpoint: the table under %s holds the state of optimizer %lld, "
+                  "unknown to this build: resume with the build that wrote it", prefix,
+                  (long long)held);
+  return FL_ERR(FL_EINVAL, "checkpoint: the table under %s holds %s state but uses %s here: "
+                "set its optimizer back to %s to resume it", prefix,
+                fl_optim_kind_name((fl_optim_kind)held), fl_optim_kind_name(kind),
+                fl_optim_kind_name((fl_optim_kind)held));
 }
 
 static int cmp_u64(const void *a, const void *b) {
