@@ -91,8 +91,8 @@ size_t fl_optim_state_len(fl_optim_kind kind, size_t n);
 int fl_optim_sparse_only(fl_optim_kind kind);
 
 /* Name of kind ("sgd", "momentum", "adam", "adamw", "adagrad", "lars",
- * "lamb", "rowwise_adagrad", "ftrl"), and the reverse; fl_optim_kind_parse returns FL_EINVAL for an
- * unknown name. */
+ * "lamb", "rowwise_adagrad", "ftrl"), and the reverse; fl_optim_kind_parse
+ * returns FL_EINVAL for an unknown name. */
 const char *fl_optim_kind_name(fl_optim_kind kind);
 /* The names, indexed by fl_optim_kind, NULL-terminated (the job file's
  * optimizer.name takes these). */

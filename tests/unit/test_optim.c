@@ -196,8 +196,8 @@ static void ref_step(const fl_optim_hparams *hp, ref *r, const float *gf, double
       double sigma = (pow(nn, k) - pow(r->s2[i], k)) / lr;
       r->s1[i] += g[i] - sigma * r->p[i];
       r->s2[i] = nn;
-      double z = r->s1[i];
-      r->p[i] = fabs(z) <= l1 ? 0.0 : -(z - (z < 0 ? -l1 : l1)) / ((beta + pow(nn, k)) / lr + 2 * l2);
+      double z = r->s1[i], q = (beta + pow(nn, k)) / lr + 2 * l2;
+      r->p[i] = fabs(z) <= l1 ? 0.0 : -(z - (z < 0 ? -l1 : l1)) / q;
     }
     break;
   }
