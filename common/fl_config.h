@@ -183,7 +183,9 @@ typedef struct fl_job_optimizer {
   float beta2;        /* 0.999 */
   float epsilon;      /* see the file comment: 1e-8, or 1e-6 under lamb */
   float weight_decay; /* 0 (must be 0 under lars/lamb: their configs hold it) */
-  float initial_accumulator; /* adagrad: 0 */
+  float initial_accumulator; /* adagrad, rowwise_adagrad: 0; ftrl: start of n, 0 */
+  float l1, l2, beta;        /* ftrl: 0 */
+  float lr_power;            /* ftrl: -0.5 (<= 0) */
   /* grad_clip: the trainer's clipping of the gradient it applies or pushes
    * (optimizer only; refused under pserver.optimizer and its sparse one) */
   struct {
