@@ -38,8 +38,9 @@ void fl_sparse_run_free(fl_sparse_run *r);
  * reads them. */
 fl_status fl_sparse_run_pull(fl_sparse_run *r, const fl_batch *b, size_t n);
 /* After the train step of the pulled micro-batch: push its rows'
- * gradients. */
-fl_status fl_sparse_run_push(fl_sparse_run *r);
+ * gradients as step `step` (the loop's global optimizer step, which a
+ * resumed or rejoined trainer continues). */
+fl_status fl_sparse_run_push(fl_sparse_run *r, int64_t step);
 
 /* The test set through the model, rows read read-only (no table
  * changes): each rank scores its contiguous share in batches of the

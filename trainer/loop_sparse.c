@@ -3,9 +3,10 @@
  *
  * The tables' rows live on the pservers.  Before a micro-batch's step the
  * model says which ids of each table it needs and the rows are pulled into
- * its buffers; after the step their gradients are pushed, numbered by a
- * per-process push sequence (the pservers apply them with
- * pserver.sparse.optimizer).  The dense parameters travel through the
+ * its buffers; after the step their gradients are pushed, numbered by the
+ * loop's global optimizer step (one micro-batch a step), so a trainer
+ * restarted or rejoined at step s pushes s, never a number the pservers
+ * drop as an old duplicate (they apply them with pserver.sparse.optimizer).  The dense parameters travel through the
  * ps-mode fl_sync like any model's.  Evaluation reads rows read-only (it
  * changes no table) and each rank scores its contiguous share of the test
  * set; the (probability, label) pairs of every rank are gathered through
@@ -35,7 +36,6 @@ struct fl_sparse_run {
   const fl_sparse_table *tables;
   size_t nt;
   fl_sparse_need need[FL_SPARSE_MAX_TABLES]; /* the pulled micro-batch's */
-  int64_t push_seq;
 };
 
 int fl_loop_sparse_data(const fl_job *job) {
@@ -125,13 +125,12 @@ fl_status fl_sparse_run_pull(fl_sparse_run *r, const fl_batch *b, size_t n) {
   return fetch(r, b, n, 0);
 }
 
-fl_status fl_sparse_run_push(fl_sparse_run *r) {
+fl_status fl_sparse_run_push(fl_sparse_run *r, int64_t step) {
   fl_ps_client *c = fl_sync_ps_client(r->sync);
   for (size_t t = 0; t < r->nt; t++)
-    FL_TRY(fl_ps_client_push_sparse(c, r->tables[t].name, r->tables[t].width, r->push_seq,
+    FL_TRY(fl_ps_client_push_sparse(c, r->tables[t].name, r->tables[t].width, step,
                                     r->need[t].ids, r->need[t].n,
                                     r->hooks->row_grad(r->self, t)));
-  r->push_seq++;
   return FL_OK;
 }
 
