@@ -1318,6 +1318,9 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   int ctr_model = fl_model_kind_has(m->kind, FL_KIND_SPARSE);
   int ctr_data = d->format == FL_DATA_LIBSVM ||
                  (d->format == FL_DATA_SYNTHETIC && !strcmp(d->synthetic.kind, "ctr"));
+  if (ctr_model && d->format == FL_DATA_CRITEO)
+    return kerr(c, src, "data.format", "criteo: the training loop does not read Criteo files "
+                "yet; for the ctr model use data.format libsvm or synthetic kind ctr");
   if (ctr_model && !ctr_data)
     return kerr(c, src, "data.format", "the ctr model needs libsvm data or synthetic kind ctr");
   if (!ctr_model && ctr_data)

@@ -204,6 +204,9 @@ static fl_status load_data(trainer *t) {
   }
   case FL_DATA_NPY:
     return load_npy(t);
+  case FL_DATA_CRITEO:
+    return FL_ERR(FL_ENOTSUP, "%s: data.format criteo: the training loop does not read Criteo "
+                  "files yet; use data.format libsvm with model.kind ctr", job->source);
   default:
     return FL_ERR(FL_ENOTSUP, "%s: data.format libsvm feeds the CTR model, which trains in ps mode",
                   job->source);
@@ -735,7 +738,7 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
       FL_TRY(fl_sparse_run_pull(t->sparse, &b, b.size));
       FL_TRY(fl_model_train_sparse(t->model, 0, b.size, scale, last ? on_grad_ready : NULL, t,
                                    &res));
-      FL_TRY(fl_sparse_run_push(t->sparse));
+      FL_TRY(fl_sparse_run_push(t->sparse, t->step));
     } else if (b.n_inputs) { /* named inputs: a feed */
       fl_model_input in[FL_DATA_MAX_INPUTS];
       fl_model_feed f;

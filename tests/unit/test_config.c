@@ -837,6 +837,8 @@ START_TEST(test_criteo_keys) {
   round_trip(&j);
   EXPECT_ERROR("data:\n  format: criteo\n", "data.train_path: required with format criteo");
   EXPECT_ERROR("data:\n  bad_lines: ignore\n", "data.bad_lines: must be one of stop, skip");
+  EXPECT_ERROR("model: {kind: ctr, num_classes: 2}\ndata: {format: criteo, train_path: /d/x}\n",
+               "data.format: criteo: the training loop does not read Criteo files yet");
 }
 END_TEST
 
