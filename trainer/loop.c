@@ -470,6 +470,7 @@ static fl_status save_checkpoint(trainer *t) {
   fl_ckpt_put(w, "amp/scale", FL_CKPT_F32, 0, NULL, &t->scaler.scale);
   fl_ckpt_put_i64(w, "amp/good_steps", t->scaler.good_steps);
   fl_ckpt_put_i64(w, "amp/bad_steps", t->scaler.bad_steps);
+  if (t->ops->ckpt_save) t->ops->ckpt_save(t->self, w);
   FL_TRY(fl_ckpt_writer_commit(w)); /* reports the first failed put, if any */
   t->last_saved = t->step;
   FL_LOGI("checkpoint: step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ") saved in %s",
