@@ -297,7 +297,7 @@ static int file_has(const char *path, const char *needle) {
  * in the checkpoint; resumed, rank 0 takes it instead of probing, and
  * the bits equal an uninterrupted run of the algorithm that tuning gives
  * the job's one bucket.  The tuning blob (version 2): the per-size table
- * from byte 64, one algorithm per power-of-two bin. */
+ * from byte 88, one algorithm per power-of-two bin. */
 START_TEST(resume_keeps_auto_tuning) {
   static const char *const names[] = {"auto", "ring", "halving_doubling", "tree"};
   variant v = {"resume_auto", 3, 1, 1, 32, 50, "tcp", 0, 1, NULL, 0, "auto"};
@@ -309,7 +309,7 @@ START_TEST(resume_keeps_auto_tuning) {
   write_job(&v, B, ckb, "b", jobb, sizeof jobb);
   run_ok(3, 0, 0, jobb, "--max-steps=10", "tcp");
   size_t n1 = ckpt_tuning(ckb, t1, sizeof t1, &params);
-  ck_assert_uint_eq(n1, 104);
+  ck_assert_uint_eq(n1, 128);
   ck_assert_uint_eq(t1[4], 2);
   run_ok(3, 0, 0, jobb, "--resume", "tcp");
   snprintf(err0, sizeof err0, "%s/rank0.c.err", g_dir);
@@ -320,7 +320,7 @@ START_TEST(resume_keeps_auto_tuning) {
   ck_assert_int_eq(memcmp(t1, t2, n1), 0);
   int bin = 0;
   while (((size_t)1 << bin) < params) bin++;
-  int algo = t1[64 + bin];
+  int algo = t1[88 + bin];
   ck_assert_int_ge(algo, 1);
   ck_assert_int_le(algo, 3);
   v.algorithm = names[algo];

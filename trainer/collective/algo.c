@@ -603,13 +603,15 @@ void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double
   if (bw) *bw = w;
 }
 
+static double factor(const double *f, int algo) {
+  int i = algo - COLL_ALGO_RING;
+  return i >= 0 && i < COLL_MODEL_ALGOS && f[i] > 0 ? f[i] : 1.0; /* 0: not measured */
+}
+
 double coll_model_time(const coll_model *m, int algo, int n, double bytes, double chunk) {
-  double lat, bw, e = 1.0;
+  double lat, bw;
   coll_model_terms(m, algo, n, bytes, chunk, &lat, &bw);
-  if (algo >= COLL_ALGO_RING && algo < COLL_ALGO_RING + COLL_MODEL_ALGOS &&
-      m->eff[algo - COLL_ALGO_RING] > 0)
-    e = m->eff[algo - COLL_ALGO_RING]; /* 0: not measured */
-  return lat + e * bw;
+  return factor(m->lat, algo) * lat + factor(m->eff, algo) * bw;
 }
 
 void coll_model_table(const coll_model *m, int n, double chunk, uint8_t table[COLL_TABLE_BINS]) {
@@ -637,7 +639,8 @@ int coll_table_bin(size_t bytes) {
 /* ------------------------------------------------------------ tuning */
 
 /* Layout (little-endian): u32 magic "FLTU", u32 version, u32 n, u32 0,
- * f64 alpha, beta, gamma, eff[COLL_MODEL_ALGOS] (as their bits),
+ * f64 alpha, beta, gamma, lat[COLL_MODEL_ALGOS], eff[COLL_MODEL_ALGOS]
+ * (as their bits),
  * u8 table[COLL_TABLE_BINS]. */
 #define TUNING_MAGIC 0x55544c46u
 
@@ -662,8 +665,11 @@ void coll_tuning_encode(const coll_tuning *t, uint8_t out[COLL_TUNING_BYTES]) {
   put_f64(out + 16, t->m.alpha);
   put_f64(out + 24, t->m.beta);
   put_f64(out + 32, t->m.gamma);
-  for (int i = 0; i < COLL_MODEL_ALGOS; i++) put_f64(out + 40 + 8 * i, t->m.eff[i]);
-  memcpy(out + 40 + 8 * COLL_MODEL_ALGOS, t->table, COLL_TABLE_BINS);
+  for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
+    put_f64(out + 40 + 8 * i, t->m.lat[i]);
+    put_f64(out + 40 + 8 * (COLL_MODEL_ALGOS + i), t->m.eff[i]);
+  }
+  memcpy(out + 40 + 16 * COLL_MODEL_ALGOS, t->table, COLL_TABLE_BINS);
 }
 
 fl_status coll_tuning_decode(const uint8_t *p, size_t len, coll_tuning *t) {
@@ -674,8 +680,11 @@ fl_status coll_tuning_decode(const uint8_t *p, size_t len, coll_tuning *t) {
   t->m.alpha = get_f64(p + 16);
   t->m.beta = get_f64(p + 24);
   t->m.gamma = get_f64(p + 32);
-  for (int i = 0; i < COLL_MODEL_ALGOS; i++) t->m.eff[i] = get_f64(p + 40 + 8 * i);
-  memcpy(t->table, p + 40 + 8 * COLL_MODEL_ALGOS, COLL_TABLE_BINS);
+  for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
+    t->m.lat[i] = get_f64(p + 40 + 8 * i);
+    t->m.eff[i] = get_f64(p + 40 + 8 * (COLL_MODEL_ALGOS + i));
+  }
+  memcpy(t->table, p + 40 + 16 * COLL_MODEL_ALGOS, COLL_TABLE_BINS);
   for (int b = 0; b < COLL_TABLE_BINS; b++)
     if (t->table[b] < COLL_ALGO_RING || t->table[b] > COLL_ALGO_TREE) return FL_EPROTO;
   return t->n >= 1 ? FL_OK : FL_EPROTO;

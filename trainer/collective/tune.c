@@ -7,14 +7,16 @@
  * round trips each, one warm-up), alpha from the smallest one-way time,
  * beta from the slope to the largest, and the local cost of
  * adding a byte (gamma: fp32 reduce of 256 KiB).  Then the whole group
- * runs one allreduce of each algorithm (1 MiB, less where the model says
- * that takes over GROUP_BUDGET_S; a warm-up and the best of GROUP_REPS
- * rounds), and each algorithm's bandwidth term is scaled by what it
- * really took (coll_model.eff): two algorithms that move the same bytes
- * need not move them equally fast (halving-doubling's few large
+ * runs allreduces of each algorithm at two sizes (1 MiB, less where the
+ * model says that takes over GROUP_BUDGET_S, and 1/16 of it; a warm-up
+ * and the best of GROUP_REPS rounds), and each algorithm's latency and
+ * bandwidth terms get the factors (coll_model.lat, eff) that make the
+ * model give what they really took: two algorithms that move the same
+ * bytes need not move them equally fast (halving-doubling's few large
  * exchanges, one after the other, ran 1.6 times slower than the ring's
  * pipelined steps on 8 shaped namespaces, where the plain model called
- * them equal).  On 8 nodes at 1 Gbit/s with 0.1 ms delay the probe takes
+ * them equal), and a step costs more than one link's alpha when every
+ * rank sends at once.  On 8 nodes at 1 Gbit/s with 0.1 ms delay the probe takes
  * under a second.  A tuning restored from a checkpoint for the same
  * group size is used as is, so a resumed run keeps its algorithms, hence
  * its bits. */
@@ -36,6 +38,7 @@ static const size_t probe_sizes[] = {8, 4096, 65536, 262144, 1048576};
 #define GROUP_MIN ((size_t)1 << 16)
 #define GROUP_BUDGET_S 0.05
 #define GROUP_CHUNK(bytes) ((bytes) / 8)
+#define GROUP_SMALL(bytes) ((bytes) / 16)
 #define EFF_MIN 0.1
 #define EFF_MAX 100.0
 static const int group_algos[COLL_MODEL_ALGOS] = {COLL_ALGO_RING, COLL_ALGO_HD, COLL_ALGO_TREE};
@@ -97,7 +100,7 @@ static void fit(const double *t, coll_model *m) {
   if (!(alpha > 1e-7)) alpha = 1e-7;
   m->alpha = alpha;
   m->beta = beta;
-  for (int i = 0; i < COLL_MODEL_ALGOS; i++) m->eff[i] = 1.0;
+  for (int i = 0; i < COLL_MODEL_ALGOS; i++) m->lat[i] = m->eff[i] = 1.0;
   float *a = calloc(2 * GAMMA_FLOATS, sizeof(float));
   m->gamma = 1e-10;
   if (!a) return;
@@ -142,46 +145,65 @@ static size_t group_bytes(const coll_model *m, int n, double chunk) {
 }
 
 /* Every member: a warm-up round and GROUP_REPS rounds of one allreduce of
- * `bytes` per algorithm, interleaved, in pieces of GROUP_CHUNK(bytes) so
- * that the tree pipelines as it does on large buckets; best[i]: member
- * 0's best time of group_algos[i]. */
+ * GROUP_SMALL(bytes) and one of `bytes` per algorithm, interleaved, in
+ * pieces of GROUP_CHUNK(bytes) so that the tree pipelines as it does on
+ * large buckets; best[k][i]: member 0's best time of group_algos[i] at
+ * the small (k 0) and the large size (k 1). */
 static fl_status group_probe(const coll_xport *xp, coll_sched *s, uint64_t *seq, uint8_t *buf,
-                             size_t bytes, double best[COLL_MODEL_ALGOS]) {
+                             size_t bytes, double best[2][COLL_MODEL_ALGOS]) {
   coll_xport xc = *xp, *x = &xc;
   xc.chunk = GROUP_CHUNK(bytes);
-  for (int i = 0; i < COLL_MODEL_ALGOS; i++) best[i] = 1e30;
+  for (int i = 0; i < 2 * COLL_MODEL_ALGOS; i++) best[i / COLL_MODEL_ALGOS][i % COLL_MODEL_ALGOS] = 1e30;
   for (int r = 0; r <= GROUP_REPS; r++)
-    for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
-      coll_op a = {COLL_OP_ALLREDUCE, group_algos[i], buf, bytes / sizeof(float), FL_COLL_F32, 0,
-                   ++*seq};
-      double t0 = now_s();
-      FL_TRY(coll_sched_run(s, x, &a));
-      double dt = now_s() - t0;
-      if (r > 0 && dt < best[i]) best[i] = dt;
-    }
+    for (int k = 0; k < 2; k++)
+      for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
+        size_t len = k ? bytes : GROUP_SMALL(bytes);
+        coll_op a = {COLL_OP_ALLREDUCE, group_algos[i], buf, len / sizeof(float), FL_COLL_F32, 0,
+                     ++*seq};
+        double t0 = now_s();
+        FL_TRY(coll_sched_run(s, x, &a));
+        double dt = now_s() - t0;
+        if (r > 0 && dt < best[k][i]) best[k][i] = dt;
+      }
   return FL_OK;
 }
 
-/* Member 0: each algorithm's eff from its measured time, then the table. */
-static void fit_eff(const coll_xport *x, coll_tuning *t, size_t bytes,
-                    const double best[COLL_MODEL_ALGOS], double probe_s) {
+static double clampf(double v) {
+  return !(v >= EFF_MIN) ? EFF_MIN : v > EFF_MAX ? EFF_MAX : v;
+}
+
+/* Member 0: each algorithm's factors from its two measured times (the
+ * latency factor solved with the bandwidth one, then the bandwidth factor
+ * again for the clamped latency one, so that the large size fits best),
+ * then the table; above the large size it keeps the algorithm chosen
+ * there (factors measured on a few pieces did not carry to buckets of
+ * many: the tree, cheap at 1 MiB, lost to the ring at 16 MiB on the
+ * namespaces). */
+static void fit_factors(const coll_xport *x, coll_tuning *t, size_t bytes,
+                        const double best[2][COLL_MODEL_ALGOS], double probe_s) {
   char desc[512];
+  double chunk = (double)GROUP_CHUNK(bytes);
   for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
-    double lat, bw;
-    coll_model_terms(&t->m, group_algos[i], x->n, (double)bytes, (double)GROUP_CHUNK(bytes), &lat,
-                     &bw);
-    double e = bw > 0 ? (best[i] - lat) / bw : 1.0;
-    t->m.eff[i] = e < EFF_MIN ? EFF_MIN : e > EFF_MAX ? EFF_MAX : e;
+    double ls, ws, lb, wb;
+    coll_model_terms(&t->m, group_algos[i], x->n, (double)GROUP_SMALL(bytes), chunk, &ls, &ws);
+    coll_model_terms(&t->m, group_algos[i], x->n, (double)bytes, chunk, &lb, &wb);
+    double det = ls * wb - lb * ws;
+    double l = det != 0 ? (best[0][i] * wb - best[1][i] * ws) / det : 1.0;
+    t->m.lat[i] = clampf(l);
+    t->m.eff[i] = wb > 0 ? clampf((best[1][i] - t->m.lat[i] * lb) / wb) : 1.0;
   }
   coll_model_table(&t->m, x->n, (double)x->chunk, t->table);
+  for (int b = coll_table_bin(bytes) + 1; b < COLL_TABLE_BINS; b++)
+    t->table[b] = t->table[coll_table_bin(bytes)];
   describe(t, desc, sizeof desc);
   FL_LOGI("collective: network probe (%.0f ms): alpha %.1f us, beta %.3f ns/B (%.2f GB/s), "
-          "reduce %.3f ns/B; %zu KiB allreduce on %d ranks: ring %.2f ms, halving_doubling %.2f "
-          "ms, tree %.2f ms (bandwidth x%.2f, x%.2f, x%.2f); allreduce algorithm by bucket "
-          "size: %s",
+          "reduce %.3f ns/B; allreduce of %zu / %zu KiB on %d ranks: ring %.2f / %.2f ms, "
+          "halving_doubling %.2f / %.2f ms, tree %.2f / %.2f ms (latency x%.2f, x%.2f, x%.2f, "
+          "bandwidth x%.2f, x%.2f, x%.2f); allreduce algorithm by bucket size: %s",
           probe_s * 1e3, t->m.alpha * 1e6, t->m.beta * 1e9, 1e-9 / t->m.beta, t->m.gamma * 1e9,
-          bytes >> 10, x->n, best[0] * 1e3, best[1] * 1e3, best[2] * 1e3, t->m.eff[0],
-          t->m.eff[1], t->m.eff[2], desc);
+          GROUP_SMALL(bytes) >> 10, bytes >> 10, x->n, best[0][0] * 1e3, best[1][0] * 1e3,
+          best[0][1] * 1e3, best[1][1] * 1e3, best[0][2] * 1e3, best[1][2] * 1e3, t->m.lat[0],
+          t->m.lat[1], t->m.lat[2], t->m.eff[0], t->m.eff[1], t->m.eff[2], desc);
 }
 
 /* Member 0: restored tuning (*group = 0), or the ping-pong's fit and the
@@ -200,8 +222,9 @@ static fl_status decide(const coll_xport *x, coll_tuning *t, uint8_t *buf, size_
     *t = old;
     describe(t, desc, sizeof desc);
     FL_LOGI("collective: allreduce algorithms from the checkpoint (%d ranks, alpha %.1f us, "
-            "beta %.3f ns/B, bandwidth x%.2f, x%.2f, x%.2f): %s",
-            t->n, t->m.alpha * 1e6, t->m.beta * 1e9, t->m.eff[0], t->m.eff[1], t->m.eff[2], desc);
+            "beta %.3f ns/B, latency x%.2f, x%.2f, x%.2f, bandwidth x%.2f, x%.2f, x%.2f): %s",
+            t->n, t->m.alpha * 1e6, t->m.beta * 1e9, t->m.lat[0], t->m.lat[1], t->m.lat[2],
+            t->m.eff[0], t->m.eff[1], t->m.eff[2], desc);
     return FL_OK;
   }
   if (c->tuning_in_len)
@@ -220,7 +243,7 @@ static fl_status decide(const coll_xport *x, coll_tuning *t, uint8_t *buf, size_
  * fitting the tuning. */
 static fl_status probe(const coll_xport *x, coll_sched *s, uint64_t *seq, coll_tuning *t,
                        uint8_t *buf) {
-  double t0 = now_s(), best[COLL_MODEL_ALGOS];
+  double t0 = now_s(), best[2][COLL_MODEL_ALGOS];
   size_t group = 0;
   if (x->me == 0) {
     FL_TRY(decide(x, t, buf, &group));
@@ -239,7 +262,7 @@ static fl_status probe(const coll_xport *x, coll_sched *s, uint64_t *seq, coll_t
     return FL_ERR(FL_EPROTO, "collective: rank 0 asked for a %zu-byte network probe", group);
   if (group == 0) return FL_OK;
   FL_TRY(group_probe(x, s, seq, buf, group, best));
-  if (x->me == 0) fit_eff(x, t, group, best, now_s() - t0);
+  if (x->me == 0) fit_factors(x, t, group, best, now_s() - t0);
   return FL_OK;
 }
 
