@@ -519,6 +519,7 @@ static fl_status save_checkpoint(trainer *t) {
                               pl->best, pl->lr};
     fl_ckpt_put(w, "lr/plateau", FL_CKPT_F64, 1, (int64_t[]){PLATEAU_CKPT}, v);
   }
+  if (t->ops->ckpt_save) t->ops->ckpt_save(t->self, w);
   FL_TRY(fl_ckpt_writer_commit(w)); /* reports the first failed put, if any */
   t->last_saved = t->step;
   FL_LOGI("checkpoint: step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ") saved in %s",
