@@ -690,6 +690,14 @@ static void log_line(trainer *t, const char *fmt, ...) {
   fflush(t->log);
 }
 
+/* The log lines' ", acc5: X" field: top-5 accuracy says something only
+ * with more than 5 classes (with 5 or fewer it is always 1), so it is
+ * left out there; the lines stay byte-identical above 5 classes. */
+static void acc5_field(const trainer *t, double acc5, char *buf, size_t cap) {
+  buf[0] = 0;
+  if (fl_model_get_spec(t->model)->num_classes > 5) snprintf(buf, cap, ", acc5: %.5f", acc5);
+}
+
 /* The feed of named inputs data[k] (as the dataset d feeds them), class
  * ids y (d's ylen per sample) or float targets tg. */
 static void make_feed(const trainer *t, const fl_dataset *d, const void *const *data,
@@ -768,8 +776,10 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
     t->batch++;
     if (t->job->train.log_interval > 0 && b.index % (size_t)t->job->train.log_interval == 0) {
       double c = res.count ? (double)res.count : 1.0;
-      log_line(t, "[Epoch %" PRId64 ", batch %zu] loss: %.5f, acc1: %.5f, acc5: %.5f\n", t->epoch,
-               b.index, res.loss_sum / c, (double)res.correct1 / c, (double)res.correct5 / c);
+      char a5[32];
+      acc5_field(t, (double)res.correct5 / c, a5, sizeof a5);
+      log_line(t, "[Epoch %" PRId64 ", batch %zu] loss: %.5f, acc1: %.5f%s\n", t->epoch,
+               b.index, res.loss_sum / c, (double)res.correct1 / c, a5);
     }
   }
   FL_TRY(t->ops->step_end(t->self, t->model, t->step, &apply));
@@ -834,8 +844,10 @@ static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
   rep->test_loss = v[0] / c;
   rep->test_acc1 = v[1] / c;
   rep->test_acc5 = v[2] / c;
-  log_line(t, "[Epoch %" PRId64 "] test loss: %.5f, acc1: %.5f, acc5: %.5f\n", t->epoch,
-           rep->test_loss, rep->test_acc1, rep->test_acc5);
+  char a5[32];
+  acc5_field(t, rep->test_acc5, a5, sizeof a5);
+  log_line(t, "[Epoch %" PRId64 "] test loss: %.5f, acc1: %.5f%s\n", t->epoch, rep->test_loss,
+           rep->test_acc1, a5);
   return FL_OK;
 }
 

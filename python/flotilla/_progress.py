@@ -6,10 +6,11 @@ import sys
 import time
 
 _PLAN = re.compile(r"training \S+: (\d+) epochs of (\d+) steps \((\d+) x")
-_BATCH = re.compile(r"^\[Epoch (\d+), batch (\d+)\] loss: ([-0-9.naif]+), acc1: ([-0-9.naif]+), "
-                    r"acc5: ([-0-9.naif]+)")
-_TEST = re.compile(r"^\[Epoch (\d+)\] test loss: ([-0-9.naif]+), acc1: ([-0-9.naif]+), "
-                   r"acc5: ([-0-9.naif]+)")
+# acc5 is logged only with more than 5 classes
+_BATCH = re.compile(r"^\[Epoch (\d+), batch (\d+)\] loss: ([-0-9.naif]+), acc1: ([-0-9.naif]+)"
+                    r"(?:, acc5: ([-0-9.naif]+))?")
+_TEST = re.compile(r"^\[Epoch (\d+)\] test loss: ([-0-9.naif]+), acc1: ([-0-9.naif]+)"
+                   r"(?:, acc5: ([-0-9.naif]+))?")
 _EPOCH = re.compile(r"^\[Epoch (\d+)\] train: (\d+) steps, (\d+) samples, ([0-9.]+) s, "
                     r"([0-9.]+) samples/s")
 _DONE = re.compile(r"\bdone: (\d+) steps, (\d+) epochs")
@@ -17,7 +18,8 @@ _DONE = re.compile(r"\bdone: (\d+) steps, (\d+) epochs")
 
 def parse(lines):
     """The metrics of trainer 0's log lines: the last test line's figures
-    (test_loss, test_acc1, test_acc5, epoch), the last training line's
+    (test_loss, test_acc1, test_acc5 where logged: more than 5 classes,
+    epoch), the last training line's
     (train_loss, train_acc1), steps, and per epoch `history` (test figures,
     samples/s).  Keys without a line are absent."""
     m, history = {}, {}
@@ -30,8 +32,9 @@ def parse(lines):
             m["train_loss"], m["train_acc1"] = float(b.group(3)), float(b.group(4))
         elif t:
             ep = int(t.group(1))
-            rec = {"test_loss": float(t.group(2)), "test_acc1": float(t.group(3)),
-                   "test_acc5": float(t.group(4))}
+            rec = {"test_loss": float(t.group(2)), "test_acc1": float(t.group(3))}
+            if t.group(4) is not None:
+                rec["test_acc5"] = float(t.group(4))
             history.setdefault(ep, {"epoch": ep}).update(rec)
             m.update(rec, epoch=ep)
         elif e:

@@ -42,7 +42,7 @@ for m in ${EXAMPLES_ONNX-resnet vit}; do
     { tail -30 "$tmp/$m.out" "$tmp/$m.log"/workerlog.*; fail "$m: flotilla-run exited non-zero"; continue; }
   w0=$tmp/$m.log/workerlog.0
   grep -q '^\[Epoch 0, batch 0\] loss: ' "$w0" || { cat "$w0"; fail "$m: no training line"; continue; }
-  ours=$(sed -n 's/^\[Epoch [0-9]*\] test loss: [0-9.]*, acc1: \([0-9.]*\),.*/\1/p' "$w0" | tail -1)
+  ours=$(sed -n 's/^\[Epoch [0-9]*\] test loss: [0-9.]*, acc1: \([0-9.]*\).*/\1/p' "$w0" | tail -1)
   [ -n "$ours" ] || { cat "$w0"; fail "$m: no test line"; continue; }
   [ -s "$tmp/${m}_trained.onnx" ] || { cat "$w0"; fail "$m: no exported model"; continue; }
   timeout 120 "$py" "$ex/eval_onnx.py" "$m" "$tmp/${m}_trained.onnx" "$tmp/data" --limit 1000 \
