@@ -318,7 +318,7 @@ static fl_status rec_end(void *self, fl_model *m, int64_t step, int *apply) {
 static fl_status rec_reduce(void *self, double *v, size_t n) {
   rec_sync *s = self;
   for (size_t i = 0; i < n; i++) v[i] = v[i] * (s->world ? s->world : 1) + s->skew;
-  return n == 4 || n == 3 ? FL_OK : FL_EINVAL;
+  return n == 8 || n == 3 ? FL_OK : FL_EINVAL; /* the evaluation's sums, the position check */
 }
 static int rec_rank(void *self) {
   (void)self;
