@@ -1301,7 +1301,7 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   if (!file && (m->path[0] || m->output[0]))
     return kerr(c, src, m->path[0] ? "model.path" : "model.output",
                 "only for model.kind onnx, the kind is %s", m->kind);
-  if (!file && strcmp(m->loss, "softmax_cross_entropy"))
+  if (!file && strcmp(m->loss, k_losses[0])) /* the presets train with the first loss */
     return kerr(c, src, "model.loss", "%s needs model.kind onnx; %s trains with "
                 "softmax_cross_entropy", m->loss, m->kind);
   if (job->train.export_onnx[0] && !fl_model_kind_has(m->kind, FL_KIND_EXPORT))
