@@ -1,7 +1,7 @@
 /* core_ckpt.c - checkpoints of a pserver's state (write, save, load: every
  * record checked before anything changes) and the sync gate that holds
  * every block at one step so that each shard's checkpoint holds the same
- * step (issue 14, fault 6).  The format is fl_ckpt's; the records are
+ * step.  The format is fl_ckpt's; the records are
  * listed in docs/DESIGN.md.  Locking: core_internal.h. */
 #include <config.h>
 

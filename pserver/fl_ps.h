@@ -304,7 +304,7 @@ int64_t fl_ps_core_step(fl_ps_core *c);
  * Always 1 in async and geo mode. */
 int fl_ps_core_settled(fl_ps_core *c);
 
-/* Sync mode: checkpoints at one step on every shard (issue 14, fault 6).
+/* Sync mode: checkpoints at one step on every shard.
  * With a gate at step g, a block whose pending step is g does not apply it
  * (its pulls of step g+1 wait) until the gate moves: every block of this
  * server comes to stand at step g, fl_ps_core_at_gate turns 1, and a

@@ -273,8 +273,8 @@ static void check_files(app *a, double now) {
 static void drain_tick(app *a, double now);
 
 /* Sync mode with checkpoint_interval_steps N: the checkpoints hold the
- * steps that are multiples of N, on every shard alike (issue 14, fault 6:
- * a checkpoint begun at whatever step the tick saw left the shards at
+ * steps that are multiples of N, on every shard alike (a
+ * checkpoint begun at whatever step the tick saw left the shards at
  * different steps, and a job killed with kill -9 could not start again).
  * The core holds every block at the gate's step (fl_ps_core_set_gate);
  * once all stand there, the checkpoint is written and the gate moves on. */

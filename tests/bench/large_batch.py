@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """large_batch.py - the large-batch study: does LARS / LAMB keep the accuracy
 of a small batch when the global batch grows to 4k, 8k and 16k samples,
-where plain momentum and Adam lose it?  (issue 8; the results page is
+where plain momentum and Adam lose it? (the results page is
 deploy/examples/large_batch/RESULTS.md.)
 
 A benchmark, never a pass/fail test.  Python 3 standard library only; the

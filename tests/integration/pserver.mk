@@ -8,7 +8,7 @@ tests_integration_test_ps_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) $(CHECK_CFLAGS)
 tests_integration_test_ps_LDADD = $(FL_LIBS) $(GRPC_LIBS) $(PROTOBUFC_LIBS) $(CHECK_LIBS) -lm
 
 # A second client of the pserver's wire, in Python, from stubs generated
-# from proto/ at test time (issue 15); SKIPs without python3-grpcio.
+# from proto/ at test time; SKIPs without python3-grpcio.
 dist_check_SCRIPTS += tests/integration/test_wire_interop.sh
 EXTRA_DIST += tests/integration/test_wire_interop.py
 TESTS += tests/integration/test_wire_interop.sh

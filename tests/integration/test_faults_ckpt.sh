@@ -1,5 +1,5 @@
 #!/bin/bash
-# Faults around checkpoint directories (issue 14, faults 1, 7 and 10), with
+# Faults around checkpoint directories, with
 # the real flotilla-trainer and flotilla-pserver on 127.0.0.1
 # (faults_lib.sh), each part bounded in time:
 #   a second run in the checkpoint directory of a longer first run (fault

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Hung pservers, a killed launcher, and a pserver out of file descriptors
-# (issue 14, faults 3, 4 and 5), with the real daemons on 127.0.0.1
+# with the real daemons on 127.0.0.1
 # (faults_lib.sh), each part bounded in time:
 #   SIGSTOP of a pserver with rpc_timeout_s 5 and heartbeat_timeout_s 5:
 #     the trainers fail within about twice the timeout, naming the pserver

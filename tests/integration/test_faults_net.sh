@@ -8,7 +8,7 @@
 #     the cut the pserver declares trainer 1 dead within
 #     heartbeat_timeout_s and trainer 0 trains on, while trainer 1, whose
 #     pserver answers nothing, gives up within about twice the timeout
-#     naming it (issue 14, fault 3: every wait is bounded); once the link is
+#     naming it (every wait is bounded); once the link is
 #     back trainer 1, started again (as flotilla-run --max_restart does),
 #     rejoins the running job and every process ends with status 0, both
 #     trainers having done every step.  Trainer 0, training alone during the cut, would complete

@@ -1,5 +1,5 @@
 #!/bin/bash
-# flotilla-run --max_restart in PServer mode (issue 14, fault 2): one
+# flotilla-run --max_restart in PServer mode: one
 # trainer of a running job is killed with kill -9 mid-epoch; flotilla-run
 # restarts it, it rejoins the running job from the pservers' state (with
 # no checkpoint of its own: the shipped ps_sync example has none; and from

@@ -1,5 +1,5 @@
 #!/bin/bash
-# SIGTERM and SIGINT of trainers (issue 14, fault 8), with the real
+# SIGTERM and SIGINT of trainers, with the real
 # flotilla-trainer (and flotilla-pserver) on 127.0.0.1 (faults_lib.sh),
 # each part bounded in time and waiting on log lines:
 #   local: SIGINT finishes the step, checkpoints at it (checkpoint_interval

@@ -1,5 +1,5 @@
 #!/bin/bash
-# What an operator meets first (issue 14, "operator experience"), with the
+# What an operator meets first, with the
 # real programs on 127.0.0.1 (faults_lib.sh), bounded in time:
 #   --version of all three programs names the build's features;
 #   flotilla-trainer --dump-config - writes the resolved job and nothing
@@ -98,7 +98,7 @@ wait_exit "$PS0" 20
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*
 
-# ------------------- a second job on the same address (issue 14, fault 10)
+# ------------------- a second job on the same address
 n=inuse
 f0=$fails
 cat > "$tmp/$n.yaml" << EOF

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """test_wire_interop.py - a second client of flotilla-pserver, in Python.
 
-The pserver's wire is a public interface (issue 15): proto/flotilla.proto
+The pserver's wire is a public interface: proto/flotilla.proto
 and proto/health.proto plus docs/PROTOCOL.md must be enough to write a
 client.  This test is such a client: it generates its stubs at test time
 with grpc_tools.protoc from proto/ into a temporary directory, starts real
@@ -16,7 +16,7 @@ LoadCheckpoint, Complete - checking every parameter against the
 optimizer's rule (SGD: value -= lr * mean of the gradients; sparse rows
 -= sparse lr * mean of the gradients, once both trainers pushed the step;
 a read-only PullSparse creates no row).  It also checks the five defects
-of issue 15 through the wire:
+of the wire contract through the wire:
   1. a push of step INT64_MAX or 10^12 is INVALID_ARGUMENT naming both
      steps, Stats still reports the right step and pulls are answered;
   2. a unary call without a request message is answered at once

@@ -16,7 +16,7 @@ tests_unit_test_ps_core_SOURCES = tests/unit/test_ps_core.c
 tests_unit_test_ps_core_CFLAGS = $(FL_PS_UNIT_CFLAGS)
 tests_unit_test_ps_core_LDADD = $(FL_PS_UNIT_LDADD)
 # The dispatch tables of the pserver and of the trainer's client against
-# the service blocks of proto/ (issue 15).
+# the service blocks of proto/.
 check_PROGRAMS += tests/unit/test_wire_service
 TESTS += tests/unit/test_wire_service
 tests_unit_test_wire_service_SOURCES = tests/unit/test_wire_service.c

@@ -1,5 +1,5 @@
 /* test_args.c - the one command-line parser of the three programs
- * (common/fl_args.h, issue 13): both spellings of every long option, the
+ * (common/fl_args.h): both spellings of every long option, the
  * value after '=' or as the next argument, no prefix abbreviations, "did
  * you mean", cluster flags, options that take no value or need one, and
  * positional arguments left behind the options. */

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The function-length rule of issue 13, checked on pserver/: no function
+# The function-length rule, checked on pserver/: no function
 # longer than LIMIT lines (signature to closing brace) unless the comment
 # just above it says why, on a line starting " * Long:".  The lengths come
 # from an awk scan that tracks braces outside comments, strings and
@@ -13,7 +13,7 @@ LIMIT=80
 # Functions over the limit today without a written reason, each with why it
 # is still here.  Format: "file function".  None since core.c was split
 # along membership, update modes (an ops table per mode), barriers and
-# checkpoints, and main.c's main into the daemon's setup steps (issue 13).
+# checkpoints, and main.c's main into the daemon's setup steps.
 EXCEPTIONS='
 '
 tmp=$(mktemp -d /tmp/fl_funclen.XXXXXX)

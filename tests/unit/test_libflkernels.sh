@@ -1,5 +1,5 @@
 #!/bin/sh
-# The library split (issue 13): libflkernels (base/ + kernels/) must not
+# The library split: libflkernels (base/ + kernels/) must not
 # depend on gRPC, protobuf-c, libuv, libyaml, libmicrohttpd, libsystemd or
 # libflotilla, and a program using only fl_optim.h links and runs against
 # it alone (tests/unit/kernels_only.c).  Reads the NEEDED entries of the

@@ -399,7 +399,7 @@ START_TEST(test_bad_requests_change_nothing) {
 }
 END_TEST
 
-/* Issue 15, defect 1: a push beyond the step window (INT64_MAX used to
+/* a push beyond the step window (INT64_MAX used to
  * wrap the block's step; a stray 10^12 made every later real push a
  * duplicate) is INVALID_ARGUMENT naming both steps and changes nothing. */
 START_TEST(test_step_window) {
@@ -497,7 +497,7 @@ static fl_status reg_numel(fl_ps_core *c, uint64_t numel, uint64_t block) {
   return fl_ps_core_register(c, &r, &out);
 }
 
-/* Issue 15, defect 4: a first Register declaring 2^40 floats reserved
+/* a first Register declaring 2^40 floats reserved
  * 4 TiB of virtual memory; a layout over the configured limit or the
  * host's memory is refused naming the limit, and the job can still start. */
 START_TEST(test_layout_limit) {
@@ -603,7 +603,7 @@ START_TEST(test_barrier) {
 }
 END_TEST
 
-/* Issue 15, defect 5: a reused barrier name returned the old round's
+/* a reused barrier name returned the old round's
  * result at once.  Now the trainer process that was answered starts the
  * next round; a retry before the answer, or a restarted trainer, still
  * gets the completed round's result. */
@@ -712,7 +712,7 @@ START_TEST(test_sparse_calls) {
   gshape[1] = 3;
   ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_EINVAL);
   gshape[1] = 2;
-  p.step = INT64_MAX; /* beyond the step range (issue 15) */
+  p.step = INT64_MAX; /* beyond the step range */
   ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_EINVAL);
   p.step = 4; /* and the trainer's real next step is no duplicate */
   ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_OK);
@@ -769,7 +769,7 @@ START_TEST(test_sparse_key_sharding) {
 }
 END_TEST
 
-/* Sync mode, issue 14 fault 6: a gate at step 2 holds the block there
+/* Sync mode: a gate at step 2 holds the block there
  * (pulls of step 3 wait, every push in) until the gate moves; the hook says
  * when the server stands at the gate; the step then goes on. */
 static int gate_calls;

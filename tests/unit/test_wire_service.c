@@ -1,5 +1,5 @@
 /* test_wire_service.c - the C dispatch tables against the service blocks
- * of proto/ (issue 15): flotilla-pserver serves, and the trainer's client
+ * of proto/: flotilla-pserver serves, and the trainer's client
  * calls, methods through gRPC's generic call API by path, so nothing ties
  * their tables to the `service ParameterServer` block of flotilla.proto
  * (from which other languages generate their stubs) except this test.  It
