@@ -423,6 +423,7 @@ fl_status fl_cluster_validate(fl_cluster *c, fl_mode job_mode) {
     if (!c->n_pservers)
       return FL_ERR(FL_EINVAL, "mode ps needs FLOTILLA_PSERVERS_IP_PORT_LIST / --pservers");
     break;
+  case FL_MODE_COUNT: return FL_ERR(FL_EINVAL, "mode %d: no such mode", (int)c->mode);
   }
 
   if (c->role == FL_ROLE_TRAINER && c->n_trainer_endpoints) {

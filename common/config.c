@@ -67,8 +67,19 @@ static const char *const k_activations[] = {"relu", "tanh", NULL};
 static const char *const k_norms[] = {"none", "bn", "gn", NULL};
 static const char *const k_synth_kinds[] = {"image", "ctr", NULL};
 
+/* Each enum's names, one per value and a NULL, checked against its COUNT. */
+#define NAMES_OF(t, count) \
+  _Static_assert(sizeof(t) / sizeof((t)[0]) == (size_t)(count) + 1, #t ": one name per value")
+NAMES_OF(k_modes, FL_MODE_COUNT);
+NAMES_OF(k_formats, FL_DATA_FORMAT_COUNT);
+NAMES_OF(k_compress, FL_COMPRESS_COUNT);
+NAMES_OF(k_ar_algos, FL_AR_COUNT);
+NAMES_OF(k_amp_dtypes, FL_AMP_DTYPE_COUNT);
+NAMES_OF(k_devices, FL_DEVICE_COUNT);
+NAMES_OF(fl_lr_metric_names, FL_LR_METRIC_COUNT);
+
 const char *fl_mode_name(fl_mode mode) {
-  if ((unsigned)mode <= FL_MODE_PS) return k_modes[mode];
+  if ((unsigned)mode < FL_MODE_COUNT) return k_modes[mode];
   return "?";
 }
 
@@ -82,22 +93,22 @@ fl_status fl_mode_parse(const char *name, fl_mode *out) {
 }
 
 const char *fl_cfg_optim_name(fl_optim_kind k) {
-  if ((unsigned)k <= FL_OPTIM_FTRL) return fl_optim_kind_names[k];
+  if ((unsigned)k < FL_OPTIM_COUNT) return fl_optim_kind_names[k];
   return "?";
 }
 
 const char *fl_cfg_compress_name(fl_grad_compression c) {
-  if ((unsigned)c <= FL_COMPRESS_BF16) return k_compress[c];
+  if ((unsigned)c < FL_COMPRESS_COUNT) return k_compress[c];
   return "?";
 }
 
 const char *fl_allreduce_algorithm_name(fl_allreduce_algorithm a) {
-  if ((unsigned)a <= FL_AR_HIERARCHICAL) return k_ar_algos[a];
+  if ((unsigned)a < FL_AR_COUNT) return k_ar_algos[a];
   return "?";
 }
 
 const char *fl_cfg_amp_dtype_name(fl_amp_dtype d) {
-  if ((unsigned)d <= FL_AMP_BFLOAT16) return k_amp_dtypes[d];
+  if ((unsigned)d < FL_AMP_DTYPE_COUNT) return k_amp_dtypes[d];
   return "?";
 }
 

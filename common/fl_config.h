@@ -53,7 +53,8 @@ extern "C" {
 typedef enum fl_mode {
   FL_MODE_LOCAL = 0,      /* one trainer, no communication */
   FL_MODE_COLLECTIVE = 1, /* peers, allreduce */
-  FL_MODE_PS = 2          /* parameter servers */
+  FL_MODE_PS = 2,         /* parameter servers */
+  FL_MODE_COUNT
 } fl_mode;
 
 /* "local", "collective", "ps" and back; parse gives FL_EINVAL on another
@@ -66,7 +67,8 @@ typedef enum fl_allreduce_algorithm {
   FL_AR_RING,
   FL_AR_HALVING_DOUBLING,
   FL_AR_TREE,
-  FL_AR_HIERARCHICAL
+  FL_AR_HIERARCHICAL,
+  FL_AR_COUNT
 } fl_allreduce_algorithm;
 const char *fl_allreduce_algorithm_name(fl_allreduce_algorithm a);
 fl_status fl_mode_parse(const char *name, fl_mode *out);
@@ -76,21 +78,23 @@ typedef enum fl_data_format {
   FL_DATA_LIBSVM = 1,   /* libsvm / Criteo-style text for the CTR model */
   FL_DATA_SYNTHETIC = 2, /* seeded generator (data.synthetic) */
   FL_DATA_NPY = 3,       /* numpy.save files: data.train_x/_y, test_x/_y */
-  FL_DATA_CRITEO = 4     /* Criteo TSV, streamed: data.train_path / test_path */
+  FL_DATA_CRITEO = 4,    /* Criteo TSV, streamed: data.train_path / test_path */
+  FL_DATA_FORMAT_COUNT
 } fl_data_format;
 
 typedef enum fl_grad_compression {
   FL_COMPRESS_NONE = 0, /* fp32 on the wire */
   FL_COMPRESS_FP16 = 1,
-  FL_COMPRESS_BF16 = 2
+  FL_COMPRESS_BF16 = 2,
+  FL_COMPRESS_COUNT
 } fl_grad_compression;
 
-typedef enum fl_amp_dtype { FL_AMP_FLOAT16 = 0, FL_AMP_BFLOAT16 = 1 } fl_amp_dtype;
+typedef enum fl_amp_dtype { FL_AMP_FLOAT16 = 0, FL_AMP_BFLOAT16 = 1, FL_AMP_DTYPE_COUNT } fl_amp_dtype;
 
 /* Where a trainer computes (train.device, as Paddle's set_device): the host
  * CPU, or a CUDA GPU (the one FLOTILLA_SELECTED_GPUS gives the trainer,
  * else local rank % GPUs on the node). */
-typedef enum fl_train_device { FL_DEVICE_CPU = 0, FL_DEVICE_GPU = 1 } fl_train_device;
+typedef enum fl_train_device { FL_DEVICE_CPU = 0, FL_DEVICE_GPU = 1, FL_DEVICE_COUNT } fl_train_device;
 
 /* ------------------------------------------------------------------ model */
 typedef struct fl_job_model {
@@ -201,7 +205,8 @@ typedef struct fl_job_optimizer {
 typedef enum fl_lr_metric {
   FL_LR_METRIC_LOSS = 0,
   FL_LR_METRIC_ACC1 = 1,
-  FL_LR_METRIC_ACC5 = 2
+  FL_LR_METRIC_ACC5 = 2,
+  FL_LR_METRIC_COUNT
 } fl_lr_metric;
 /* Their names, indexed by fl_lr_metric, NULL-terminated (lr_schedule.metric). */
 extern const char *const fl_lr_metric_names[];

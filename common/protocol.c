@@ -35,6 +35,5 @@ const char *fl_proto_mode_name(int mode) {
 }
 
 int fl_proto_sparse_optim_ok(fl_optim_kind k) {
-  return k == FL_OPTIM_SGD || k == FL_OPTIM_ADAGRAD || k == FL_OPTIM_ADAM ||
-         k == FL_OPTIM_ROWWISE_ADAGRAD || k == FL_OPTIM_FTRL;
+  return fl_optim_on_rows(k);
 }

@@ -34,7 +34,8 @@ typedef enum fl_optim_kind {
   FL_OPTIM_LAMB = 6, /* adam inner optimizer */
   /* Sparse-table rows only (fl_optim_sparse_only): */
   FL_OPTIM_ROWWISE_ADAGRAD = 7, /* one accumulator per tensor (= per row) */
-  FL_OPTIM_FTRL = 8             /* FTRL-Proximal, per element z and n */
+  FL_OPTIM_FTRL = 8,            /* FTRL-Proximal, per element z and n */
+  FL_OPTIM_COUNT                /* how many: the bound of every table indexed by kind */
 } fl_optim_kind;
 
 /* Hyper-parameters shared by every tensor of one step.  Fields an optimizer
@@ -89,6 +90,9 @@ size_t fl_optim_state_len(fl_optim_kind kind, size_t n);
 /* 1 for the optimizers defined for sparse-table rows only (row-wise
  * Adagrad, FTRL): the dense optimizers and fl_optim_step_cuda refuse them. */
 int fl_optim_sparse_only(fl_optim_kind kind);
+/* 1 for the optimizers a pserver's sparse table updates its rows with
+ * (sgd, adagrad, adam, rowwise_adagrad, ftrl). */
+int fl_optim_on_rows(fl_optim_kind kind);
 
 /* Name of kind ("sgd", "momentum", "adam", "adamw", "adagrad", "lars",
  * "lamb", "rowwise_adagrad", "ftrl"), and the reverse; fl_optim_kind_parse

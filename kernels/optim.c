@@ -43,6 +43,38 @@ typedef struct step_c {
 
 /* ------------------------------------------------------------ hparams */
 
+/* One row per optimizer (its name in fl_optim_kind_names): its state
+ * buffers, where it may run, and the defaults that differ between
+ * optimizers (docs/DESIGN.md section 5; momentum 0.9, betas 0.9 / 0.999
+ * and LARS coefficient 0.001 are common to all, the rest is 0). */
+typedef struct optim_row {
+  int states;      /* state buffers per tensor: 0, 1 or 2 */
+  int per_tensor;  /* the one state value per tensor (row-wise Adagrad) */
+  int sparse_only; /* defined for sparse-table rows only */
+  int on_rows;     /* a pserver's sparse table may update its rows with it */
+  float epsilon, weight_decay, lr_power;
+} optim_row;
+
+static const optim_row k_optims[] = {
+    [FL_OPTIM_SGD] = {0, 0, 0, 1, 1e-8f, 0.0f, 0.0f},
+    [FL_OPTIM_MOMENTUM] = {1, 0, 0, 0, 1e-8f, 0.0f, 0.0f},
+    [FL_OPTIM_ADAM] = {2, 0, 0, 1, 1e-8f, 0.0f, 0.0f},
+    [FL_OPTIM_ADAMW] = {2, 0, 0, 0, 1e-8f, 0.01f, 0.0f},
+    [FL_OPTIM_ADAGRAD] = {1, 0, 0, 1, 1e-10f, 0.0f, 0.0f},
+    [FL_OPTIM_LARS] = {1, 0, 0, 0, 0.0f, 0.0005f, 0.0f},
+    [FL_OPTIM_LAMB] = {2, 0, 0, 0, 1e-6f, 0.01f, 0.0f},
+    [FL_OPTIM_ROWWISE_ADAGRAD] = {1, 1, 1, 1, 1e-8f, 0.0f, 0.0f},
+    [FL_OPTIM_FTRL] = {2, 0, 1, 1, 1e-8f, 0.0f, -0.5f},
+};
+_Static_assert(sizeof k_optims / sizeof k_optims[0] == FL_OPTIM_COUNT,
+               "one row of k_optims per fl_optim_kind");
+
+const char *const fl_optim_kind_names[] = {
+    "sgd", "momentum", "adam", "adamw", "adagrad", "lars", "lamb", "rowwise_adagrad", "ftrl", NULL};
+_Static_assert(sizeof fl_optim_kind_names / sizeof fl_optim_kind_names[0] == FL_OPTIM_COUNT + 1,
+               "one name per fl_optim_kind, then NULL");
+#define N_KINDS ((unsigned)FL_OPTIM_COUNT)
+
 fl_optim_hparams fl_optim_hparams_default(fl_optim_kind kind) {
   fl_optim_hparams hp;
   memset(&hp, 0, sizeof hp);
@@ -50,51 +82,29 @@ fl_optim_hparams fl_optim_hparams_default(fl_optim_kind kind) {
   hp.momentum = 0.9f;
   hp.beta1 = 0.9f;
   hp.beta2 = 0.999f;
-  hp.epsilon = 1e-8f;
   hp.lars_coeff = 0.001f;
-  switch (kind) {
-  case FL_OPTIM_ADAMW: hp.weight_decay = 0.01f; break;
-  case FL_OPTIM_ADAGRAD: hp.epsilon = 1e-10f; break;
-  case FL_OPTIM_FTRL: hp.lr_power = -0.5f; break;
-  case FL_OPTIM_LARS:
-    hp.epsilon = 0.0f;
-    hp.weight_decay = 0.0005f;
-    break;
-  case FL_OPTIM_LAMB:
-    hp.epsilon = 1e-6f;
-    hp.weight_decay = 0.01f;
-    break;
-  default: break;
-  }
+  const optim_row *r = (unsigned)kind < N_KINDS ? &k_optims[kind] : &k_optims[FL_OPTIM_SGD];
+  hp.epsilon = r->epsilon;
+  hp.weight_decay = r->weight_decay;
+  hp.lr_power = r->lr_power;
   return hp;
 }
 
 int fl_optim_state_count(fl_optim_kind kind) {
-  switch (kind) {
-  case FL_OPTIM_SGD: return 0;
-  case FL_OPTIM_MOMENTUM:
-  case FL_OPTIM_ADAGRAD:
-  case FL_OPTIM_ROWWISE_ADAGRAD:
-  case FL_OPTIM_LARS: return 1;
-  case FL_OPTIM_ADAM:
-  case FL_OPTIM_ADAMW:
-  case FL_OPTIM_LAMB:
-  case FL_OPTIM_FTRL: return 2;
-  }
-  return 0;
+  return (unsigned)kind < N_KINDS ? k_optims[kind].states : 0;
 }
 
 size_t fl_optim_state_len(fl_optim_kind kind, size_t n) {
-  return kind == FL_OPTIM_ROWWISE_ADAGRAD ? 1 : n;
+  return (unsigned)kind < N_KINDS && k_optims[kind].per_tensor ? 1 : n;
 }
 
 int fl_optim_sparse_only(fl_optim_kind kind) {
-  return kind == FL_OPTIM_ROWWISE_ADAGRAD || kind == FL_OPTIM_FTRL;
+  return (unsigned)kind < N_KINDS && k_optims[kind].sparse_only;
 }
 
-const char *const fl_optim_kind_names[] = {
-    "sgd", "momentum", "adam", "adamw", "adagrad", "lars", "lamb", "rowwise_adagrad", "ftrl", NULL};
-#define N_KINDS (sizeof fl_optim_kind_names / sizeof fl_optim_kind_names[0] - 1)
+int fl_optim_on_rows(fl_optim_kind kind) {
+  return (unsigned)kind < N_KINDS && k_optims[kind].on_rows;
+}
 
 const char *fl_optim_kind_name(fl_optim_kind kind) {
   if ((unsigned)kind >= N_KINDS)

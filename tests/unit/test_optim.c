@@ -201,6 +201,7 @@ static void ref_step(const fl_optim_hparams *hp, ref *r, const float *gf, double
     }
     break;
   }
+  case FL_OPTIM_COUNT: ck_abort_msg("no optimizer %d", (int)hp->kind);
   }
   free(g);
   free(rr);
