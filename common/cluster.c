@@ -31,7 +31,8 @@ typedef enum kind {
   K_GPUS,
   K_TOKEN_FILE,
   K_LOG_DIR,
-  K_CKPT_DIR
+  K_CKPT_DIR,
+  K_COLL_BACKEND
 } kind;
 
 typedef struct var {
@@ -61,6 +62,8 @@ static const var k_vars[] = {
      "file holding the shared token (the token itself: FLOTILLA_TOKEN, never a flag)"},
     {K_LOG_DIR, "log_dir", "FLOTILLA_LOG_DIR", "directory for logs"},
     {K_CKPT_DIR, "checkpoint_dir", "FLOTILLA_CHECKPOINT_DIR", "overrides the job's checkpoint dir"},
+    {K_COLL_BACKEND, "collective_backend", "FLOTILLA_COLLECTIVE_BACKEND",
+     "collective transport: tcp, shm, nccl or auto (default auto)"},
 };
 #define N_VARS (sizeof k_vars / sizeof k_vars[0])
 
@@ -284,6 +287,12 @@ static fl_status set_var(fl_cluster *c, const var *vr, const char *v, const char
     return set_path(c->log_dir, sizeof c->log_dir, v, src);
   case K_CKPT_DIR:
     return set_path(c->checkpoint_dir, sizeof c->checkpoint_dir, v, src);
+  case K_COLL_BACKEND:
+    /* the collective engine checks the name against its transports */
+    if (!*v || strlen(v) >= sizeof c->collective_backend)
+      return FL_ERR(FL_EINVAL, "%s: expected tcp, shm, nccl or auto", src);
+    snprintf(c->collective_backend, sizeof c->collective_backend, "%s", v);
+    return FL_OK;
   }
   return FL_ERR(FL_EINVAL, "%s: unhandled setting", src);
 }

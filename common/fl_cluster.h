@@ -23,6 +23,7 @@
  *   FLOTILLA_TOKEN                  (none, on purpose)    the shared token itself
  *   FLOTILLA_LOG_DIR                --log_dir             where logs go
  *   FLOTILLA_CHECKPOINT_DIR         --checkpoint_dir      overrides the job's
+ *   FLOTILLA_COLLECTIVE_BACKEND     --collective_backend  tcp | shm | nccl | auto
  *
  * When none of FLOTILLA_TRAINER_ID, _TRAINERS_NUM, _TRAINER_ENDPOINTS,
  * _PSERVER_ID (nor their flags) gives the process its place, it is taken
@@ -85,6 +86,7 @@ typedef struct fl_cluster {
   char token[FL_TOKEN_MAX]; /* "" = no token; filled by fl_cluster_load_token */
   char log_dir[FL_CLUSTER_PATH_MAX];
   char checkpoint_dir[FL_CLUSTER_PATH_MAX]; /* "" = use the job's */
+  char collective_backend[8]; /* "" = auto; the engine checks the name */
   int place_set;           /* FLOTILLA_* / flags gave trainer id, trainers num,
                             * trainer endpoints or pserver id */
   char source[FL_CLUSTER_SOURCE_MAX]; /* engine the place came from: "" (FLOTILLA_*

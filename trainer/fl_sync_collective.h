@@ -50,9 +50,9 @@
  * (Under --fresh the checkpoints move aside only after create: that run
  * keeps the previous tuning too when the world size matches.)
  *
- * Environment (no job-file key exists for these):
- *   FLOTILLA_COLLECTIVE_BACKEND  tcp | shm | nccl | auto (default auto:
- *                                shm on one host, tcp across hosts)
+ * The transport is the cluster's collective_backend (FLOTILLA_COLLECTIVE_
+ * BACKEND / --collective_backend: tcp | shm | nccl | auto, default auto:
+ * shm on one host, tcp across hosts).  Environment only (a benchmark's):
  *   FLOTILLA_COLLECTIVE_OVERLAP  1 (default): buckets start during
  *                                backward; 0: all start at the end of the
  *                                step (for measuring what overlap gains) */

@@ -469,7 +469,7 @@ fl_status fl_sync_collective_create(const fl_job *job, const fl_cluster *cluster
   o.world_size = s->world;
   o.endpoints = cl->trainer_endpoints;
   o.token = cl->token;
-  o.backend = getenv("FLOTILLA_COLLECTIVE_BACKEND");
+  o.backend = cl->collective_backend[0] ? cl->collective_backend : NULL;
   o.hierarchical = sg->use_hierarchical_allreduce;
   o.ranks_per_node = sg->hierarchical_allreduce_inter_nranks;
   o.nrings = sg->nccl_comm_num;

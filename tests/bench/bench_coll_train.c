@@ -81,9 +81,9 @@ static int train(const bench *b, fl_cluster *cl, int collective, int rank) {
 static int rank_main(ct_job *j, int r, void *arg) {
   bench *b = arg;
   setenv("FLOTILLA_COLLECTIVE_OVERLAP", b->overlap ? "1" : "0", 1);
-  setenv("FLOTILLA_COLLECTIVE_BACKEND", b->backend, 1);
   fl_cluster cl;
   fl_cluster_defaults(&cl);
+  snprintf(cl.collective_backend, sizeof cl.collective_backend, "%s", b->backend);
   cl.mode = FL_MODE_COLLECTIVE;
   cl.mode_set = 1;
   cl.trainer_id = r;

@@ -200,6 +200,11 @@ START_TEST(test_flags) {
   ck_assert_int_eq(m, 1);
   ck_assert_int_eq(fl_cluster_set(&c, "token", "abc"), FL_EINVAL);
   ck_assert_int_eq(fl_cluster_set(&c, "nonsense", "1"), FL_ENOTFOUND);
+  /* the collective transport is a cluster setting like the rank */
+  ck_assert_int_eq(fl_cluster_set(&c, "collective_backend", "shm"), FL_OK);
+  ck_assert_str_eq(c.collective_backend, "shm");
+  ck_assert_int_eq(fl_cluster_set(&c, "collective_backend", "infiniband-verbs"), FL_EINVAL);
+  ck_assert_int_eq(fl_cluster_set(&c, "collective_backend", ""), FL_EINVAL);
   ck_assert_int_eq(fl_cluster_set(&c, "pservers", "10.0.0.1:1,10.0.0.2:1"), FL_OK);
   ck_assert_int_eq(c.n_pservers, 2);
   ck_assert_int_eq(fl_cluster_set(&c, "role", "PSERVER"), FL_OK);

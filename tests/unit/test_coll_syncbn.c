@@ -151,7 +151,7 @@ typedef struct model_run {
 
 static fl_job g_job;
 
-static fl_status make_coll_sync(ct_job *j, int r, int sync_bn, fl_sync *s) {
+static fl_status make_coll_sync(ct_job *j, int r, int sync_bn, const char *backend, fl_sync *s) {
   fl_job_defaults(&g_job);
   g_job.cluster.mode = FL_MODE_COLLECTIVE;
   g_job.cluster.collective_timeout_s = 10;
@@ -166,6 +166,7 @@ static fl_status make_coll_sync(ct_job *j, int r, int sync_bn, fl_sync *s) {
   for (int q = 0; q < j->n; q++) cl.trainer_endpoints[q] = j->eps[q];
   cl.n_trainer_endpoints = j->n;
   snprintf(cl.token, sizeof cl.token, "syncbn-test");
+  if (backend) snprintf(cl.collective_backend, sizeof cl.collective_backend, "%s", backend);
   return fl_sync_collective_create(&g_job, &cl, s);
 }
 
@@ -181,9 +182,8 @@ static void on_ready(void *ctx, size_t i) {
 
 static int model_rank(ct_job *j, int r, void *arg) {
   model_run *mr = arg;
-  setenv("FLOTILLA_COLLECTIVE_BACKEND", mr->backend, 1);
   fl_sync s;
-  if (make_coll_sync(j, r, 1, &s) != FL_OK) return 10;
+  if (make_coll_sync(j, r, 1, mr->backend, &s) != FL_OK) return 10;
   fl_model *m = make_cnn(MB, 0);
   if (!m) return 11;
   int rc = 0;
@@ -283,7 +283,6 @@ END_TEST
  * under sync_batch_norm, with a line saying why. */
 static int plugin_rank(ct_job *j, int r, void *arg) {
   (void)arg;
-  setenv("FLOTILLA_COLLECTIVE_BACKEND", "tcp", 1);
   fl_model_spec sp;
   fl_model_spec_defaults(&sp);
   snprintf(sp.kind, sizeof sp.kind, "plugin");
@@ -294,7 +293,7 @@ static int plugin_rank(ct_job *j, int r, void *arg) {
   if (fl_model_create(&sp, 4, 1, &m) != FL_OK) return 10;
   int rc = fl_model_set_norm_sync(m, identity_hook, NULL) == FL_ENOTSUP ? 0 : 11;
   fl_sync s;
-  if (!rc && make_coll_sync(j, r, 1, &s) != FL_OK) rc = 12;
+  if (!rc && make_coll_sync(j, r, 1, "tcp", &s) != FL_OK) rc = 12;
   if (!rc) {
     if (s.ops->init_params(s.self, m) != FL_ENOTSUP) rc = 13;
     /* leave together (an unfinished destroy would abort the job, and the
@@ -402,9 +401,7 @@ static int trainer_rank(ct_job *j, int r, void *arg) {
     st = fl_sync_local_create(&job, &cl, &s);
   } else {
     if (tr->v->backend)
-      setenv("FLOTILLA_COLLECTIVE_BACKEND", tr->v->backend, 1);
-    else
-      unsetenv("FLOTILLA_COLLECTIVE_BACKEND");
+      snprintf(cl.collective_backend, sizeof cl.collective_backend, "%s", tr->v->backend);
     cl.mode = FL_MODE_COLLECTIVE;
     cl.trainer_id = r;
     cl.trainers_num = j->n;
