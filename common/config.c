@@ -185,7 +185,7 @@ typedef struct field_over {
     .dn = sizeof((const double[]){__VA_ARGS__}) / sizeof(double)
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
-/* optimizer.epsilon: Adam-family and Adagrad; LAMB's is 1e-6 (docs/DESIGN.md
+/* optimizer.hp.epsilon: Adam-family and Adagrad; LAMB's is 1e-6 (docs/DESIGN.md
  * 5), applied once the file says whether it is LAMB. */
 #define OPTIM_EPS 1e-8
 
@@ -275,22 +275,22 @@ static const field f_data[] = {
     END};
 
 static const field f_optimizer[] = {
-    E("name", F_ENUM, fl_job_optimizer, kind, .choices = fl_optim_kind_names,
+    E("name", F_ENUM, fl_job_optimizer, hp.kind, .choices = fl_optim_kind_names,
       DEF(FL_OPTIM_MOMENTUM)),
     E("lr", F_FLOAT, fl_job_optimizer, lr, MIN(0), DEF(0.01)),
-    E("momentum", F_FLOAT, fl_job_optimizer, momentum, RANGE(0, 1), DEF(0.9)),
-    E("nesterov", F_BOOL, fl_job_optimizer, nesterov),
-    E("beta1", F_FLOAT, fl_job_optimizer, beta1, .lo = 0, .hi = 1, .lim = LIM_LO | LIM_HI | LIM_HIX,
+    E("momentum", F_FLOAT, fl_job_optimizer, hp.momentum, RANGE(0, 1), DEF(0.9)),
+    E("nesterov", F_BOOL, fl_job_optimizer, hp.nesterov),
+    E("beta1", F_FLOAT, fl_job_optimizer, hp.beta1, .lo = 0, .hi = 1, .lim = LIM_LO | LIM_HI | LIM_HIX,
       DEF(0.9)),
-    E("beta2", F_FLOAT, fl_job_optimizer, beta2, .lo = 0, .hi = 1, .lim = LIM_LO | LIM_HI | LIM_HIX,
+    E("beta2", F_FLOAT, fl_job_optimizer, hp.beta2, .lo = 0, .hi = 1, .lim = LIM_LO | LIM_HI | LIM_HIX,
       DEF(0.999)),
-    E("epsilon", F_FLOAT, fl_job_optimizer, epsilon, MIN(0), DEF(OPTIM_EPS)),
-    E("weight_decay", F_FLOAT, fl_job_optimizer, weight_decay, MIN(0)),
-    E("initial_accumulator", F_FLOAT, fl_job_optimizer, initial_accumulator, MIN(0)),
-    E("l1", F_FLOAT, fl_job_optimizer, l1, MIN(0)),
-    E("l2", F_FLOAT, fl_job_optimizer, l2, MIN(0)),
-    E("beta", F_FLOAT, fl_job_optimizer, beta, MIN(0)),
-    E("lr_power", F_FLOAT, fl_job_optimizer, lr_power, .hi = 0, .lim = LIM_HI, DEF(-0.5)),
+    E("epsilon", F_FLOAT, fl_job_optimizer, hp.epsilon, MIN(0), DEF(OPTIM_EPS)),
+    E("weight_decay", F_FLOAT, fl_job_optimizer, hp.weight_decay, MIN(0)),
+    E("initial_accumulator", F_FLOAT, fl_job_optimizer, hp.initial_accumulator, MIN(0)),
+    E("l1", F_FLOAT, fl_job_optimizer, hp.l1, MIN(0)),
+    E("l2", F_FLOAT, fl_job_optimizer, hp.l2, MIN(0)),
+    E("beta", F_FLOAT, fl_job_optimizer, hp.beta, MIN(0)),
+    E("lr_power", F_FLOAT, fl_job_optimizer, hp.lr_power, .hi = 0, .lim = LIM_HI, DEF(-0.5)),
     {.key = "grad_clip",
      .type = F_MAP,
      .off = 0,
@@ -570,7 +570,7 @@ static void set_str(char *dst, size_t cap, const char *src) {
 }
 #define SET_STR(dst, src) set_str((dst), sizeof(dst), (src))
 
-/* optimizer.epsilon when the file leaves it out (see OPTIM_EPS). */
+/* optimizer.hp.epsilon when the file leaves it out (see OPTIM_EPS). */
 static float eps_default(int lamb) { return lamb ? 1e-6f : (float)OPTIM_EPS; }
 
 /* Store number x into a field of type t. */
@@ -1073,21 +1073,21 @@ static int has(const ctx *c, const char *path) { return find_key(c, path) != NUL
 static fl_status normalise(ctx *c) {
   fl_job *job = c->job;
   fl_strategy *s = &job->strategy;
-  if (job->optimizer.kind == FL_OPTIM_LARS) {
-    job->optimizer.kind = FL_OPTIM_MOMENTUM;
+  if (job->optimizer.hp.kind == FL_OPTIM_LARS) {
+    job->optimizer.hp.kind = FL_OPTIM_MOMENTUM;
     s->lars = 1;
-  } else if (job->optimizer.kind == FL_OPTIM_LAMB) {
-    job->optimizer.kind = FL_OPTIM_ADAM;
+  } else if (job->optimizer.hp.kind == FL_OPTIM_LAMB) {
+    job->optimizer.hp.kind = FL_OPTIM_ADAM;
     s->lamb = 1;
   }
-  if (!has(c, "optimizer.epsilon")) job->optimizer.epsilon = eps_default(s->lamb);
+  if (!has(c, "optimizer.epsilon")) job->optimizer.hp.epsilon = eps_default(s->lamb);
   if (!has(c, "pserver.optimizer")) {
     job->pserver.optimizer = job->optimizer;
     /* the trainers clip; the servers' optimizers take no grad_clip */
     memset(&job->pserver.optimizer.grad_clip, 0, sizeof job->pserver.optimizer.grad_clip);
     job->pserver.optimizer.grad_clip.norm_type = job->optimizer.grad_clip.norm_type;
   } else if (!has(c, "pserver.optimizer.epsilon")) {
-    job->pserver.optimizer.epsilon = eps_default(s->lamb);
+    job->pserver.optimizer.hp.epsilon = eps_default(s->lamb);
   }
   if (c->fp16_allreduce >= 0) {
     int given = has(c, "strategy.grad_compression");
@@ -1256,38 +1256,38 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
     return kerr(c, src, has(c, "strategy.lamb") ? "strategy.lamb" : "strategy.lars",
                 "lars and lamb cannot both be true");
   if (s->lars) {
-    if (o->kind != FL_OPTIM_MOMENTUM)
+    if (o->hp.kind != FL_OPTIM_MOMENTUM)
       return kerr(c, src, "strategy.lars", "needs optimizer.name momentum (LARS's inner "
-                  "optimizer), got %s", fl_optim_kind_names[o->kind]);
-    if (o->nesterov)
+                  "optimizer), got %s", fl_optim_kind_names[o->hp.kind]);
+    if (o->hp.nesterov)
       return kerr(c, src, "optimizer.nesterov", "must be false with strategy.lars");
   }
-  if (s->lamb && o->kind != FL_OPTIM_ADAM && o->kind != FL_OPTIM_ADAMW)
+  if (s->lamb && o->hp.kind != FL_OPTIM_ADAM && o->hp.kind != FL_OPTIM_ADAMW)
     return kerr(c, src, "strategy.lamb", "needs optimizer.name adam or adamw (LAMB's inner "
-                "optimizer), got %s", fl_optim_kind_names[o->kind]);
-  if ((s->lars || s->lamb) && o->weight_decay != 0.0f)
+                "optimizer), got %s", fl_optim_kind_names[o->hp.kind]);
+  if ((s->lars || s->lamb) && o->hp.weight_decay != 0.0f)
     return kerr(c, src, "optimizer.weight_decay", "must be 0 with strategy.%s (set %s instead)",
                 s->lars ? "lars" : "lamb",
                 s->lars ? "lars_configs.lars_weight_decay" : "lamb_configs.lamb_weight_decay");
-  if (job->optimizer.kind == FL_OPTIM_LARS || job->optimizer.kind == FL_OPTIM_LAMB)
+  if (job->optimizer.hp.kind == FL_OPTIM_LARS || job->optimizer.hp.kind == FL_OPTIM_LAMB)
     return kerr(c, src, "optimizer.name", "lars and lamb are set through strategy.lars/lamb");
-  if (job->pserver.optimizer.kind == FL_OPTIM_LARS || job->pserver.optimizer.kind == FL_OPTIM_LAMB)
+  if (job->pserver.optimizer.hp.kind == FL_OPTIM_LARS || job->pserver.optimizer.hp.kind == FL_OPTIM_LAMB)
     return kerr(c, src, "pserver.optimizer.name",
                 "must be a plain optimizer (strategy.lars/lamb apply on the server too)");
-  if (s->lars && job->pserver.optimizer.kind != FL_OPTIM_MOMENTUM)
+  if (s->lars && job->pserver.optimizer.hp.kind != FL_OPTIM_MOMENTUM)
     return kerr(c, src, "pserver.optimizer.name", "needs momentum with strategy.lars, got %s",
-                fl_optim_kind_names[job->pserver.optimizer.kind]);
-  if (s->lamb && job->pserver.optimizer.kind != FL_OPTIM_ADAM &&
-      job->pserver.optimizer.kind != FL_OPTIM_ADAMW)
+                fl_optim_kind_names[job->pserver.optimizer.hp.kind]);
+  if (s->lamb && job->pserver.optimizer.hp.kind != FL_OPTIM_ADAM &&
+      job->pserver.optimizer.hp.kind != FL_OPTIM_ADAMW)
     return kerr(c, src, "pserver.optimizer.name", "needs adam or adamw with strategy.lamb, got %s",
-                fl_optim_kind_names[job->pserver.optimizer.kind]);
-  if (fl_optim_sparse_only(o->kind) || fl_optim_sparse_only(job->pserver.optimizer.kind))
-    return kerr(c, src, fl_optim_sparse_only(o->kind) ? "optimizer.name" : "pserver.optimizer.name",
+                fl_optim_kind_names[job->pserver.optimizer.hp.kind]);
+  if (fl_optim_sparse_only(o->hp.kind) || fl_optim_sparse_only(job->pserver.optimizer.hp.kind))
+    return kerr(c, src, fl_optim_sparse_only(o->hp.kind) ? "optimizer.name" : "pserver.optimizer.name",
                 "%s is for sparse-table rows only: set it as pserver.sparse.optimizer.name",
-                fl_optim_kind_names[fl_optim_sparse_only(o->kind) ? o->kind
-                                                                   : job->pserver.optimizer.kind]);
+                fl_optim_kind_names[fl_optim_sparse_only(o->hp.kind) ? o->hp.kind
+                                                                   : job->pserver.optimizer.hp.kind]);
   {
-    fl_optim_kind sk = job->pserver.sparse.optimizer.kind;
+    fl_optim_kind sk = job->pserver.sparse.optimizer.hp.kind;
     if (!fl_proto_sparse_optim_ok(sk))
       return kerr(c, src, "pserver.sparse.optimizer.name",
                   "must be " FL_PROTO_SPARSE_OPTIMS ", got %s", fl_optim_kind_names[sk]);

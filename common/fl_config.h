@@ -18,7 +18,7 @@
  * Normalisation at load (so the struct always says what will run):
  *   - optimizer.name lars / lamb becomes momentum + strategy.lars: true /
  *     adam + strategy.lamb: true;
- *   - optimizer.epsilon left out takes the default of the effective
+ *   - optimizer.hp.epsilon left out takes the default of the effective
  *     optimizer (1e-8; 1e-6 under lamb);
  *   - pserver.optimizer left out is a copy of the (normalised) optimizer;
  *   - strategy.fp16_allreduce: true sets strategy.grad_compression = fp16.
@@ -179,17 +179,16 @@ typedef struct fl_job_data {
 /* ---------------------------------------------------- optimizer (3 places) */
 /* Used for `optimizer`, `pserver.optimizer` and `pserver.sparse.optimizer`. */
 typedef struct fl_job_optimizer {
-  fl_optim_kind kind; /* key `name`: momentum (default); lars/lamb are normalised away */
-  float lr;           /* base learning rate: 0.01 */
-  float momentum;     /* 0.9 */
-  int nesterov;       /* 0 */
-  float beta1;        /* 0.9 */
-  float beta2;        /* 0.999 */
-  float epsilon;      /* see the file comment: 1e-8, or 1e-6 under lamb */
-  float weight_decay; /* 0 (must be 0 under lars/lamb: their configs hold it) */
-  float initial_accumulator; /* adagrad, rowwise_adagrad: 0; ftrl: start of n, 0 */
-  float l1, l2, beta;        /* ftrl: 0 */
-  float lr_power;            /* ftrl: -0.5 (<= 0) */
+  /* The kernels' hyper-parameters, read into place (no copy between two
+   * lists of the same fields): kind (key `name`: momentum by default;
+   * lars/lamb are normalised away), momentum 0.9, nesterov 0, beta1 0.9,
+   * beta2 0.999, epsilon (see the file comment: 1e-8, or 1e-6 under lamb),
+   * weight_decay 0 (must be 0 under lars/lamb: their configs hold it),
+   * initial_accumulator 0 (adagrad, rowwise_adagrad; ftrl: start of n),
+   * l1, l2, beta 0 and lr_power -0.5 (ftrl).  lars_coeff, the exclude list
+   * and the thread count are the strategy's (fl_job_optimizer_to_hparams). */
+  fl_optim_hparams hp;
+  float lr; /* base learning rate: 0.01 */
   /* grad_clip: the trainer's clipping of the gradient it applies or pushes
    * (optimizer only; refused under pserver.optimizer and its sparse one) */
   struct {

@@ -16,20 +16,8 @@
 
 void fl_job_optimizer_to_hparams(const fl_job_optimizer *o, int num_threads,
                                  fl_optim_hparams *out) {
-  memset(out, 0, sizeof *out);
-  out->kind = o->kind;
-  out->momentum = o->momentum;
-  out->nesterov = o->nesterov;
-  out->beta1 = o->beta1;
-  out->beta2 = o->beta2;
-  out->epsilon = o->epsilon;
-  out->weight_decay = o->weight_decay;
+  *out = o->hp;
   out->lars_coeff = 0.001f;
-  out->initial_accumulator = o->initial_accumulator;
-  out->l1 = o->l1;
-  out->l2 = o->l2;
-  out->beta = o->beta;
-  out->lr_power = o->lr_power;
   out->exclude_from_weight_decay = NULL;
   out->n_exclude = 0;
   out->num_threads = num_threads;
@@ -299,7 +287,7 @@ void fl_strategy_print_overview(const fl_job *job, FILE *out) {
     any = 1;
   } else if (job->cluster.mode == FL_MODE_PS && !s->a_sync) {
     block(out, "a_sync=False (synchronous parameter servers)");
-    kv_fmt(out, "pserver optimizer", "%s", fl_cfg_optim_name(job->pserver.optimizer.kind));
+    kv_fmt(out, "pserver optimizer", "%s", fl_cfg_optim_name(job->pserver.optimizer.hp.kind));
     rule(out, '=');
     any = 1;
   }

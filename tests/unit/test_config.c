@@ -135,7 +135,7 @@ START_TEST(test_defaults) {
   ck_assert_uint_eq(a.model.n_hidden, 3);
   ck_assert_uint_eq(a.model.hidden[0], 256);
   ck_assert_uint_eq(a.model.hidden[2], 100);
-  ck_assert_int_eq(a.optimizer.kind, FL_OPTIM_MOMENTUM);
+  ck_assert_int_eq(a.optimizer.hp.kind, FL_OPTIM_MOMENTUM);
   ck_assert_int_eq(a.strategy.fuse_grad_size_in_MB, 32);
   ck_assert_int_eq(a.strategy.fuse_grad_size_in_TFLOPS, 50);
   ck_assert_float_eq(a.strategy.lamb_configs.lamb_weight_decay, 0.01f);
@@ -203,13 +203,13 @@ START_TEST(test_every_section) {
   ck_assert_int_eq(j.data.prefetch, 2);
   ck_assert_int_eq(j.data.shuffle, 0);
   /* optimizer (epsilon left out: LAMB's default) */
-  ck_assert_int_eq(j.optimizer.kind, FL_OPTIM_ADAM);
+  ck_assert_int_eq(j.optimizer.hp.kind, FL_OPTIM_ADAM);
   ck_assert_float_eq(j.optimizer.lr, 0.002f);
-  ck_assert_float_eq(j.optimizer.momentum, 0.8f);
-  ck_assert_float_eq(j.optimizer.beta1, 0.85f);
-  ck_assert_float_eq(j.optimizer.beta2, 0.99f);
-  ck_assert_float_eq(j.optimizer.epsilon, 1e-6f);
-  ck_assert_float_eq(j.optimizer.initial_accumulator, 0.1f);
+  ck_assert_float_eq(j.optimizer.hp.momentum, 0.8f);
+  ck_assert_float_eq(j.optimizer.hp.beta1, 0.85f);
+  ck_assert_float_eq(j.optimizer.hp.beta2, 0.99f);
+  ck_assert_float_eq(j.optimizer.hp.epsilon, 1e-6f);
+  ck_assert_float_eq(j.optimizer.hp.initial_accumulator, 0.1f);
   /* lr */
   ck_assert_int_eq(j.lr_schedule.kind, FL_LR_POLYNOMIAL);
   ck_assert_int_eq(j.lr_schedule.warmup_steps, 100);
@@ -240,11 +240,11 @@ START_TEST(test_every_section) {
   ck_assert_int_eq(j.cluster.tls.mutual, 1);
   ck_assert_str_eq(j.cluster.metrics_addr, "127.0.0.1:9100");
   /* pserver */
-  ck_assert_int_eq(j.pserver.optimizer.kind, FL_OPTIM_ADAMW);
+  ck_assert_int_eq(j.pserver.optimizer.hp.kind, FL_OPTIM_ADAMW);
   ck_assert_float_eq(j.pserver.optimizer.lr, 0.01f);
-  ck_assert_float_eq(j.pserver.optimizer.epsilon, 1e-6f);
+  ck_assert_float_eq(j.pserver.optimizer.hp.epsilon, 1e-6f);
   ck_assert_uint_eq(j.pserver.dense_block_size, 1024);
-  ck_assert_int_eq(j.pserver.sparse.optimizer.kind, FL_OPTIM_SGD);
+  ck_assert_int_eq(j.pserver.sparse.optimizer.hp.kind, FL_OPTIM_SGD);
   ck_assert_float_eq(j.pserver.sparse.optimizer.lr, 0.5f);
   ck_assert_float_eq(j.pserver.sparse.init_range, 0.05f);
   ck_assert_int_eq(j.pserver.sparse.max_rows, 12345);
@@ -484,7 +484,7 @@ START_TEST(test_normalise_and_hparams) {
                                       "    exclude_from_weight_decay: [batch_norm, .b_0]\n",
                                       "lars.yaml", &j),
                    FL_OK);
-  ck_assert_int_eq(j.optimizer.kind, FL_OPTIM_MOMENTUM);
+  ck_assert_int_eq(j.optimizer.hp.kind, FL_OPTIM_MOMENTUM);
   ck_assert_int_eq(j.strategy.lars, 1);
   ck_assert_int_eq(fl_job_optim_hparams(&j, &hp, ex), FL_OK);
   ck_assert_int_eq(hp.kind, FL_OPTIM_LARS);
@@ -498,7 +498,7 @@ START_TEST(test_normalise_and_hparams) {
   ck_assert_ptr_eq(ex[1], j.strategy.lars_configs.exclude_from_weight_decay[1]);
   ck_assert_str_eq(hp.exclude_from_weight_decay[0], "batch_norm");
   /* the pserver inherits the optimizer and the strategy */
-  ck_assert_int_eq(j.pserver.optimizer.kind, FL_OPTIM_MOMENTUM);
+  ck_assert_int_eq(j.pserver.optimizer.hp.kind, FL_OPTIM_MOMENTUM);
   ck_assert_float_eq(j.pserver.optimizer.lr, 0.2f);
   ck_assert_int_eq(fl_job_pserver_hparams(&j, &hp, &sp, ex), FL_OK);
   ck_assert_int_eq(hp.kind, FL_OPTIM_LARS);
@@ -508,7 +508,7 @@ START_TEST(test_normalise_and_hparams) {
   /* lamb: adam inside, eps 1e-6 unless given */
   ck_assert_int_eq(fl_job_load_string("optimizer: {name: lamb, lr: 0.001}\n", "lamb.yaml", &j),
                    FL_OK);
-  ck_assert_int_eq(j.optimizer.kind, FL_OPTIM_ADAM);
+  ck_assert_int_eq(j.optimizer.hp.kind, FL_OPTIM_ADAM);
   ck_assert_int_eq(fl_job_optim_hparams(&j, &hp, ex), FL_OK);
   ck_assert_int_eq(hp.kind, FL_OPTIM_LAMB);
   ck_assert_float_eq(hp.weight_decay, 0.01f);
@@ -518,7 +518,7 @@ START_TEST(test_normalise_and_hparams) {
   ck_assert_int_eq(fl_job_load_string("optimizer: {name: adamw, epsilon: 0.001}\n"
                                       "strategy: {lamb: true}\n", "l2.yaml", &j),
                    FL_OK);
-  ck_assert_float_eq(j.optimizer.epsilon, 0.001f);
+  ck_assert_float_eq(j.optimizer.hp.epsilon, 0.001f);
 
   /* plain adam: 1e-8, weight decay untouched */
   ck_assert_int_eq(fl_job_load_string("optimizer: {name: adam, weight_decay: 0.05}\n", "a.yaml",

@@ -168,9 +168,9 @@ END_TEST
 START_TEST(resume_equals_uninterrupted_adam_merge_amp) {
   static fl_job job;
   small_job(&job);
-  job.optimizer.kind = FL_OPTIM_ADAM;
+  job.optimizer.hp.kind = FL_OPTIM_ADAM;
   job.optimizer.lr = 0.01f;
-  job.optimizer.epsilon = 1e-8f;
+  job.optimizer.hp.epsilon = 1e-8f;
   job.strategy.gradient_merge = 1;
   job.strategy.gradient_merge_configs.k_steps = 3;
   job.strategy.amp = 1;

@@ -27,11 +27,11 @@ static fl_ps_core *mk(int nt, int a_sync, int k_steps, fl_optim_kind kind, float
   fl_ps_core *c = NULL;
   memset(&o, 0, sizeof o);
   fl_job_defaults(&o.job);
-  o.job.pserver.optimizer.kind = kind;
+  o.job.pserver.optimizer.hp.kind = kind;
   o.job.pserver.optimizer.lr = lr;
-  o.job.pserver.optimizer.momentum = 0.9f;
+  o.job.pserver.optimizer.hp.momentum = 0.9f;
   o.job.pserver.dense_block_size = mk_block;
-  o.job.pserver.sparse.optimizer.kind = FL_OPTIM_SGD;
+  o.job.pserver.sparse.optimizer.hp.kind = FL_OPTIM_SGD;
   o.job.pserver.sparse.optimizer.lr = 1.0f;
   o.job.pserver.sparse.max_rows = 100;
   o.job.strategy.a_sync = a_sync;

@@ -25,9 +25,9 @@ static fl_ps_core *mk(int nt, int a_sync, fl_optim_kind sparse, int64_t max_rows
   fl_ps_core *c = NULL;
   memset(&o, 0, sizeof o);
   fl_job_defaults(&o.job);
-  o.job.pserver.optimizer.kind = FL_OPTIM_SGD;
+  o.job.pserver.optimizer.hp.kind = FL_OPTIM_SGD;
   o.job.pserver.dense_block_size = 4;
-  o.job.pserver.sparse.optimizer.kind = sparse;
+  o.job.pserver.sparse.optimizer.hp.kind = sparse;
   o.job.pserver.sparse.optimizer.lr = 0.1f;
   o.job.pserver.sparse.max_rows = max_rows;
   o.job.strategy.a_sync = a_sync;
@@ -275,9 +275,9 @@ static fl_ps_core *mk_per_table(void) {
   fl_ps_core *c = NULL;
   memset(&o, 0, sizeof o);
   fl_job_defaults(&o.job);
-  o.job.pserver.optimizer.kind = FL_OPTIM_SGD;
+  o.job.pserver.optimizer.hp.kind = FL_OPTIM_SGD;
   o.job.pserver.dense_block_size = 4;
-  o.job.pserver.sparse.optimizer.kind = FL_OPTIM_ADAGRAD;
+  o.job.pserver.sparse.optimizer.hp.kind = FL_OPTIM_ADAGRAD;
   o.job.pserver.sparse.optimizer.lr = 0.1f;
   o.job.pserver.sparse.max_rows = 100;
   o.server_index = 0;
@@ -367,8 +367,8 @@ START_TEST(test_per_table_optimizers_refused) {
   fl_ps_core *c = NULL;
   memset(&o, 0, sizeof o);
   fl_job_defaults(&o.job);
-  o.job.pserver.optimizer.kind = FL_OPTIM_SGD;
-  o.job.pserver.sparse.optimizer.kind = FL_OPTIM_SGD;
+  o.job.pserver.optimizer.hp.kind = FL_OPTIM_SGD;
+  o.job.pserver.sparse.optimizer.hp.kind = FL_OPTIM_SGD;
   o.n_servers = 1;
   o.num_trainers = 1;
   o.n_table_optims = 1;
