@@ -18,6 +18,7 @@
 #include "config_int.h"
 #include "fl_args.h"
 #include "fl_config.h"
+#include "fl_layers.h"
 #include "fl_model_kind.h"
 #include "fl_log.h"
 #include "fl_protocol.h"
@@ -62,7 +63,6 @@ static const char *const k_ar_algos[] = {"auto", "ring", "halving_doubling", "tr
                                          "hierarchical", NULL};
 static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
 static const char *const k_devices[] = {"cpu", "gpu", NULL};
-static const char *const k_losses[] = {"softmax_cross_entropy", "bce_with_logits", "mse", NULL};
 static const char *const k_activations[] = {"relu", "tanh", NULL};
 static const char *const k_norms[] = {"none", "bn", "gn", NULL};
 static const char *const k_synth_kinds[] = {"image", "ctr", NULL};
@@ -212,7 +212,7 @@ static const field f_model[] = {
     E("plugin_args", F_STR, fl_job_model, plugin_args, STRCAP(fl_job_model, plugin_args)),
     E("path", F_STR, fl_job_model, path, STRCAP(fl_job_model, path)),
     E("output", F_STR, fl_job_model, output, STRCAP(fl_job_model, output)),
-    E("loss", F_CHOICE, fl_job_model, loss, STRCAP(fl_job_model, loss), .choices = k_losses,
+    E("loss", F_CHOICE, fl_job_model, loss, STRCAP(fl_job_model, loss), .choices = fl_loss_names,
       DEFS("softmax_cross_entropy")),
     E("ignore_index", F_I64, fl_job_model, ignore_index, RANGE(-2147483648.0, 2147483647.0),
       DEF(-100)),
@@ -1312,7 +1312,7 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   if (!file && (m->path[0] || m->output[0]))
     return kerr(c, src, m->path[0] ? "model.path" : "model.output",
                 "only for model.kind onnx, the kind is %s", m->kind);
-  if (!file && strcmp(m->loss, k_losses[0])) /* the presets train with the first loss */
+  if (!file && strcmp(m->loss, fl_loss_names[FL_LOSS_SOFTMAX_XENT])) /* the presets train with the first loss */
     return kerr(c, src, "model.loss", "%s needs model.kind onnx; %s trains with "
                 "softmax_cross_entropy", m->loss, m->kind);
   if (job->train.export_onnx[0] && !fl_model_kind_has(m->kind, FL_KIND_EXPORT))

@@ -108,6 +108,19 @@ fl_status fl_linear_backward_cuda(const float *x, const float *w, const float *y
                                   float *dx, float *dw, float *db, size_t batch, size_t in,
                                   size_t out, fl_act act, fl_math math, void *stream);
 
+/* ------------------------------------------------------------- losses */
+
+/* The losses a model's output can end in (the job's model.loss). */
+typedef enum fl_loss_kind {
+  FL_LOSS_SOFTMAX_XENT = 0, /* logits [B, C], class ids */
+  FL_LOSS_BCE_LOGITS = 1,   /* logits [B, K], float targets in [0, 1] */
+  FL_LOSS_MSE = 2,          /* outputs [B, K], float targets */
+  FL_LOSS_COUNT
+} fl_loss_kind;
+/* Their names, indexed by fl_loss_kind, NULL-terminated: "softmax_cross_
+ * entropy" (the presets' loss), "bce_with_logits", "mse". */
+extern const char *const fl_loss_names[];
+
 /* ------------------------------------------------- softmax cross-entropy */
 
 /* Softmax cross-entropy over logits[batch, classes] with integer labels.

@@ -18,6 +18,10 @@
 #include "fl_layers.h"
 #include "layers_internal.h"
 
+const char *const fl_loss_names[] = {"softmax_cross_entropy", "bce_with_logits", "mse", NULL};
+_Static_assert(sizeof fl_loss_names / sizeof fl_loss_names[0] == FL_LOSS_COUNT + 1,
+               "one name per fl_loss_kind, then NULL");
+
 const char *fl_act_name(fl_act act) {
   switch (act) {
   case FL_ACT_NONE: return "none";

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fl_layers.h"
 #include "fl_model.h"
 #include "fl_status.h"
 
@@ -107,10 +108,12 @@ typedef struct fl_gattr {
 } fl_gattr;
 
 /* The loss the engine appends to the graph's output. */
+/* The loss the engine appends to the graph's output: the kernels' loss
+ * kinds (fl_loss_kind, whose names the job file takes). */
 typedef enum fl_gloss {
-  FL_GLOSS_SOFTMAX_XENT = 0, /* output [B, C] logits, labels int32 class ids; top-1/top-5 counted */
-  FL_GLOSS_BCE_LOGITS = 1,   /* output [B, K], float targets in [0,1]; correct1 counts (logit>0)==(t>0.5) per element / K */
-  FL_GLOSS_MSE = 2           /* output [B, K], float targets; no accuracy (correct1 = 0) */
+  FL_GLOSS_SOFTMAX_XENT = FL_LOSS_SOFTMAX_XENT, /* output [B, C] logits, labels int32 class ids; top-1/top-5 counted */
+  FL_GLOSS_BCE_LOGITS = FL_LOSS_BCE_LOGITS,     /* output [B, K], float targets in [0,1]; correct1 counts (logit>0)==(t>0.5) per element / K */
+  FL_GLOSS_MSE = FL_LOSS_MSE                    /* output [B, K], float targets; no accuracy (correct1 = 0) */
 } fl_gloss;
 
 typedef struct fl_graph fl_graph;

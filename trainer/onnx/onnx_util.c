@@ -189,11 +189,9 @@ const char *fl_onnx_dtype_name(int32_t dt) {
   return "unknown";
 }
 
-static const char *const k_losses[] = {"softmax_cross_entropy", "bce_with_logits", "mse"};
-
 fl_status fl_onnx_loss_parse(const char *name, fl_gloss *out) {
-  for (int i = 0; name && i < 3; i++)
-    if (!strcmp(name, k_losses[i])) {
+  for (int i = 0; name && i < FL_LOSS_COUNT; i++)
+    if (!strcmp(name, fl_loss_names[i])) {
       *out = (fl_gloss)i;
       return FL_OK;
     }
@@ -201,6 +199,6 @@ fl_status fl_onnx_loss_parse(const char *name, fl_gloss *out) {
 }
 
 const char *fl_onnx_loss_name(fl_gloss loss) {
-  if ((unsigned)loss <= FL_GLOSS_MSE) return k_losses[loss];
+  if ((unsigned)loss < FL_LOSS_COUNT) return fl_loss_names[loss];
   return "?";
 }
