@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
   o.world_size = cl.trainers_num;
   o.endpoints = cl.trainer_endpoints;
   o.token = cl.token;
-  o.backend = getenv("FLOTILLA_COLLECTIVE_BACKEND");
+  o.backend = cl.collective_backend[0] ? cl.collective_backend : NULL;
   o.hierarchical = hier;
   o.nrings = rings;
   o.timeout_s = timeout;
