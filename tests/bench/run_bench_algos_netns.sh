@@ -5,20 +5,28 @@
 # ring, halving_doubling and tree, and the automatic choice's bus
 # bandwidth against each single algorithm at 64 KiB, 1 MiB and 16 MiB.
 # Prints the bench's `time_...`/`busbw_...` lines per algorithm
-# (label algo_<name>_<NODES>x1).
+# (label algo_<name>_<NODES>x1), OpenMPI's MPI_Allreduce on the same
+# namespaces (mpirun from node 0's namespace, one slot per node, reaching
+# the others through a plm_rsh_agent that is `ip netns exec`; skipped with
+# a line saying why without mpicc/mpirun), and the ratios of one run:
+#   ratio_<algo>_over_ring_<size>: the ring's time / the algorithm's
+#   ratio_<algo>_over_mpi_<size>:  MPI_Allreduce's time / the algorithm's
+#   ratio_auto_over_best_<size>:   the best single algorithm's busbw / auto's
+#                                  (inverted: auto's busbw / the best's)
 # Usage (root): bash tests/bench/run_bench_algos_netns.sh [BUILDDIR] [--nodes 8] [--iters N]
-#               [--sizes 64K,1M,16M] [--algos ring,halving_doubling,tree,auto]
+#               [--sizes 64K,1M,16M] [--algos ring,halving_doubling,tree,auto] [--no-mpi]
 # Never pass/fail; exits 0 with SKIP where namespaces are unavailable.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-build=. nodes=8 iters=5 sizes=64K,1M,16M algos=ring,halving_doubling,tree,auto
+build=. nodes=8 iters=5 sizes=64K,1M,16M algos=ring,halving_doubling,tree,auto use_mpi=1
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) nodes=$2; shift ;;
     --iters) iters=$2; shift ;;
     --sizes) sizes=$2; shift ;;
     --algos) algos=$2; shift ;;
+    --no-mpi) use_mpi=0 ;;
     *) build=$1 ;;
   esac
   shift
@@ -53,6 +61,59 @@ run() {
     pids="$pids $!"
   done
   for ((r = 0; r < nodes; r++)); do wait ${p[r]} || echo "# $algo: rank $r exited $?: $(tail -2 "$tmp/$algo.$r")"; done
-  grep -E '^(busbw|time)_|^#|network probe' "$tmp/$algo.0"
+  grep -E '^(busbw|time)_|^#|network probe' "$tmp/$algo.0" | tee -a "$tmp/all"
 }
+
+# OpenMPI on the same namespaces, one rank per node.
+mpi() {
+  if [ $use_mpi = 0 ] || ! command -v mpicc > /dev/null || ! command -v mpirun > /dev/null; then
+    echo "# mpi: skipped (--no-mpi, or no mpicc/mpirun)"
+    return 0
+  fi
+  if ! mpicc -O2 -o "$tmp/mpi_allreduce" "$here/mpi_allreduce.c" 2> "$tmp/mpicc.err"; then
+    echo "# mpi: mpicc failed: $(head -1 "$tmp/mpicc.err")"
+    return 0
+  fi
+  {
+    echo '#!/bin/sh'
+    echo '# plm_rsh_agent: run the remote command in the namespace of node HOST.'
+    echo 'host=$1; shift'
+    echo 'case $host in'
+    for ((k = 0; k < nodes; k++)); do echo "  ${FL_IP[k]}) ns=${FL_NS[k]} ;;"; done
+    echo '  *) echo "agent: unknown host $host" >&2; exit 1 ;;'
+    echo 'esac'
+    echo "mkdir -p \"$tmp/mpitmp/\$host\""
+    echo "exec ip netns exec \$ns sh -c \"\$(printf '%s' \"\$*\" | sed \"s|$tmp/mpitmp|$tmp/mpitmp/\$host|g\")\""
+  } > "$tmp/agent.sh"
+  chmod +x "$tmp/agent.sh"
+  for ((k = 0; k < nodes; k++)); do echo "${FL_IP[k]} slots=1"; done > "$tmp/hosts"
+  mkdir -p "$tmp/mpitmp"
+  timeout 300 ip netns exec ${FL_NS[0]} mpirun --allow-run-as-root --oversubscribe \
+    -np $nodes --hostfile "$tmp/hosts" --map-by slot \
+    --mca plm_rsh_agent "$tmp/agent.sh" --mca orte_tmpdir_base "$tmp/mpitmp" --mca btl tcp,self \
+    --mca mpi_yield_when_idle 1 \
+    --mca btl_tcp_if_include $FL_NET.0/24 --mca oob_tcp_if_include $FL_NET.0/24 \
+    "$tmp/mpi_allreduce" "${nodes}x1" --sizes "$sizes" > "$tmp/mpi.out" 2>&1 ||
+    echo "# mpi: exit $?: $(grep -v '^mpi_' "$tmp/mpi.out" | head -3 | tr '\n' ' ')"
+  grep '^mpi_' "$tmp/mpi.out" | tee -a "$tmp/all"
+}
+
 for a in ${algos//,/ }; do run $a "$sizes"; done
+mpi
+# Ratios of this run's figures (medians measured side by side).
+awk -v n="${nodes}x1" '
+  /^time_algo_/ { split($1, p, "_"); sz = p[length(p)]; sub(/:$/, "", sz)
+                  a = $1; sub(/^time_algo_/, "", a); sub("_" n "_.*", "", a); t[a, sz] = $2; sizes[sz] = 1 }
+  /^busbw_algo_/ { a = $1; sub(/^busbw_algo_/, "", a); sz = a; sub("_" n "_.*", "", a)
+                   sub(".*_" n "_", "", sz); sub(/:$/, "", sz); bw[a, sz] = $2 }
+  /^mpi_.*_time_/ { sz = $1; sub(/.*_/, "", sz); sub(/:$/, "", sz); m[sz] = $2 }
+  END {
+    for (sz in sizes) {
+      best = 0
+      for (k in t) { split(k, q, SUBSEP); if (q[2] != sz) continue; a = q[1]
+        if (t["ring", sz] > 0 && a != "ring") printf "ratio_%s_over_ring_%s: %.3f\n", a, sz, t["ring", sz] / t[a, sz]
+        if (m[sz] > 0) printf "ratio_%s_over_mpi_%s: %.3f\n", a, sz, m[sz] / t[a, sz]
+        if (a != "auto" && bw[a, sz] > best) best = bw[a, sz] }
+      if (best > 0 && bw["auto", sz] > 0) printf "ratio_auto_over_best_%s: %.3f\n", sz, bw["auto", sz] / best
+    }
+  }' "$tmp/all" | sort
