@@ -13,7 +13,9 @@
  * Options: --quick (fewer iterations), --backends tcp,shm,hier,
  * --ranks 2,4, --sizes 64K,1M,16M,64M, --rings N, --chunk BYTES,
  * --algorithm ring|halving_doubling|tree|auto (default ring; another one
- * is named in the figures: busbw_tcp-tree_4r_1MiB).
+ * is named in the figures: busbw_tcp-tree_4r_1MiB).  shm runs its direct
+ * reduce (busbw_shm_...) unless --algorithm is given, which runs that
+ * algorithm over the shared-memory transport (busbw_shm-ring_...).
  * Never a pass/fail test. */
 #include <config.h>
 
@@ -35,6 +37,7 @@ typedef struct cfg {
   int rings;
   size_t chunk;
   const char *algorithm;
+  int algorithm_given; /* --algorithm on the command line */
   double *out; /* shared: median seconds per size (rank 0 writes) */
 } cfg;
 
@@ -55,7 +58,8 @@ static int rank_main(ct_job *j, int r, void *arg) {
   o.hierarchical = hier;
   o.nrings = cf->rings;
   o.chunk_bytes = cf->chunk;
-  o.algorithm = cf->algorithm;
+  int direct = !strcmp(cf->backend, "shm") && !cf->algorithm_given;
+  o.algorithm = direct ? NULL : cf->algorithm;
   fl_coll *c = NULL;
   if (fl_coll_create(&o, &c) != FL_OK) return 10;
   int rc = 0;
@@ -157,7 +161,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
       base.chunk = parse_size(argv[++i]);
     else if (!strcmp(argv[i], "--algorithm") && i + 1 < argc)
-      base.algorithm = argv[++i];
+      base.algorithm = argv[++i], base.algorithm_given = 1;
     else {
       fprintf(stderr,
               "usage: %s [--quick] [--backends tcp,shm,hier] [--ranks 2,4] "
@@ -200,8 +204,9 @@ int main(int argc, char **argv) {
       for (int si = 0; si < cf.nsizes; si++) {
         char sn[32];
         double bus = (double)cf.sizes[si] * 2.0 * (cf.n - 1) / cf.n / cf.out[si] / 1e9;
-        printf("busbw_%s%s%s_%dr_%s: %.2f GB/s\n", be, strcmp(cf.algorithm, "ring") ? "-" : "",
-               strcmp(cf.algorithm, "ring") ? cf.algorithm : "", cf.n,
+        int named = strcmp(cf.algorithm, "ring") || (!strcmp(be, "shm") && cf.algorithm_given);
+        printf("busbw_%s%s%s_%dr_%s: %.2f GB/s\n", be, named ? "-" : "", named ? cf.algorithm : "",
+               cf.n,
                size_name(cf.sizes[si], sn, sizeof sn), bus);
       }
       fflush(stdout);

@@ -33,6 +33,8 @@ typedef struct spec {
   const size_t *sizes;
   int nsizes;
   const char *algorithm; /* create option */
+  const char *backend;   /* NULL: tcp */
+  int one_host;          /* every rank on 127.0.0.2 */
 } spec;
 
 typedef struct shared_res {
@@ -145,7 +147,7 @@ static int run_cases(fl_coll *c, int r, int n, const spec *sp, int *k) {
 
 static int rank_main(ct_job *j, int r, void *arg) {
   const spec *sp = arg;
-  fl_coll_options o = ct_opts(j, r, "tcp", 30.0);
+  fl_coll_options o = ct_opts(j, r, sp->backend ? sp->backend : "tcp", 30.0);
   o.nrings = sp->nrings ? sp->nrings : 1;
   o.chunk_bytes = sp->chunk;
   o.algorithm = sp->algorithm;
@@ -164,7 +166,7 @@ static void run_spec(const spec *sp) {
   ck_assert_ptr_nonnull(g_res);
   ct_job j;
   const char *hosts[CT_MAX_RANKS];
-  for (int r = 0; r < sp->n; r++) hosts[r] = r % 2 ? "127.0.0.3" : "127.0.0.2";
+  for (int r = 0; r < sp->n; r++) hosts[r] = r % 2 && !sp->one_host ? "127.0.0.3" : "127.0.0.2";
   ck_assert_int_eq(ct_job_init(&j, sp->n, hosts), 0);
   ck_assert_int_eq(ct_run(&j, rank_main, (void *)sp, 60.0), 0);
   int k = g_res->ncases[0];
@@ -185,7 +187,8 @@ static const size_t k_big8[] = {262147}; /* 1 MiB */
 #define RANKS_TEST(N)                                                                              \
   START_TEST(algos_##N##_ranks) {                                                                  \
     int mid = N == 4 || N == 7;                                                                    \
-    spec sp = {N, N % 3 == 0 ? 2 : 1, N % 2 ? 4096 : 0, mid ? k_mid : k_small, mid ? 6 : 4, NULL}; \
+    spec sp = {N, N % 3 == 0 ? 2 : 1, N % 2 ? 4096 : 0, mid ? k_mid : k_small, mid ? 6 : 4,     \
+               NULL, NULL, 0};                                                               \
     run_spec(&sp);                                                                                 \
   }                                                                                                \
   END_TEST
@@ -199,10 +202,31 @@ RANKS_TEST(8)
 RANKS_TEST(9)
 
 START_TEST(algos_big) {
-  spec sp = {5, 1, 65536, k_big, 1, "ring"};
+  spec sp = {5, 1, 65536, k_big, 1, "ring", NULL, 0};
   run_spec(&sp);
-  spec sp8 = {8, 2, 0, k_big8, 1, "ring"};
+  spec sp8 = {8, 2, 0, k_big8, 1, "ring", NULL, 0};
   run_spec(&sp8);
+}
+END_TEST
+
+/* Written once: each algorithm over the shared-memory transport (the shm
+ * backend with the algorithm fixed at start, then switched in collective
+ * order) gives, case by case, the bits it gives over tcp. */
+START_TEST(shm_transport_same_bits) {
+  static const int ns[] = {3, 4, 8};
+  static uint64_t want[MAX_CASES];
+  for (size_t q = 0; q < sizeof ns / sizeof ns[0]; q++) {
+    spec tcp = {ns[q], 1, 0, k_mid, 6, "ring", NULL, 1};
+    run_spec(&tcp);
+    int k = g_res->ncases[0];
+    memcpy(want, g_res->hash[0], sizeof want);
+    spec shm = {ns[q], 1, 0, k_mid, 6, "ring", "shm", 1};
+    run_spec(&shm);
+    ck_assert_int_eq(g_res->ncases[0], k);
+    for (int i = 0; i < k; i++)
+      ck_assert_msg(g_res->hash[0][i] == want[i], "%d ranks, case %d: shm's bits differ from tcp's",
+                    ns[q], i);
+  }
 }
 END_TEST
 
@@ -399,6 +423,7 @@ static Suite *suite(void) {
   tcase_add_test(t, algos_8_ranks);
   tcase_add_test(t, algos_9_ranks);
   tcase_add_test(t, algos_big);
+  tcase_add_test(t, shm_transport_same_bits);
   tcase_add_test(t, model_predictions);
   tcase_add_test(t, model_efficiency);
   tcase_add_test(t, choice_auto_explicit_resume);

@@ -303,6 +303,21 @@ typedef struct coll_backend {
   const coll_tuning *(*tuning)(void *st);
 } coll_backend;
 
+/* The shared-memory transport (shm_xport.c): byte rings between the
+ * members of one host's group, placed by the shm backend in its segment.
+ * coll_shm_rings_size: bytes the region takes for n members and nch
+ * channels (0 out of memory); the region must be 64-byte aligned and
+ * zeroed.  attach: the caller keeps region and ranks (n entries) alive
+ * and owns *out (coll_shm_rings_free, after the last op).  abort: wake
+ * every waiter and fail every later call (any thread). */
+typedef struct coll_shm_rings coll_shm_rings;
+size_t coll_shm_rings_size(int n, int nch);
+fl_status coll_shm_rings_attach(fl_coll *c, void *region, int n, int me, int nch,
+                                const int *ranks, coll_shm_rings **out);
+const coll_xport *coll_shm_rings_xport(const coll_shm_rings *r);
+void coll_shm_rings_abort(coll_shm_rings *r);
+void coll_shm_rings_free(coll_shm_rings *r);
+
 extern const coll_backend fl_coll_tcp_backend;
 extern const coll_backend fl_coll_shm_backend;
 /* Composes shm (inside a node) and tcp (between node leaders) through

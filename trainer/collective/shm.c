@@ -22,6 +22,13 @@
  * every rank gets the bytes the slice's summer produced, so the bits agree
  * everywhere.
  *
+ * With a fixed strategy.allreduce_algorithm (ring, halving_doubling,
+ * tree) the segment also holds the shared-memory transport's rings
+ * (shm_xport.c) and allreduce runs that algorithm of algo.c over them:
+ * the bits of the same algorithm over tcp.  Otherwise (auto, the default)
+ * allreduce is the direct reduce above, which on one host moves the
+ * fewest bytes; broadcast, allgather and barrier are always direct.
+ *
  * Waiting: a barrier first polls for a short while (SPIN_NS: a small op's
  * steps take microseconds, far less than a futex sleep and wake-up),
  * calling sched_yield between looks so that a peer waiting for this core
@@ -78,6 +85,11 @@ typedef struct shm_state {
   int unlinked;
   int half; /* the half the next step uses; alternates across ops too */
   atomic_int aborted;
+  size_t rings_off;       /* where the transport's rings start (0: none) */
+  coll_shm_rings *rings;  /* with a fixed algorithm */
+  coll_sched *sched;
+  uint64_t seq;
+  int algo;               /* COLL_ALGO_RING/HD/TREE over the rings, AUTO: direct */
 } shm_state;
 
 static uint8_t *slot_at(shm_state *s, int rank, int half) {
@@ -206,6 +218,14 @@ static fl_status shm_init(fl_coll *c, const coll_group *g, void **state) {
   if (s->n == 1) return FL_OK;
   s->slot = (c->chunk + 63) & ~(size_t)63;
   s->size = HDR_BYTES + ((size_t)s->n * 2 + 2) * s->slot;
+  if (c->algo_req == COLL_ALGO_RING || c->algo_req == COLL_ALGO_HD ||
+      c->algo_req == COLL_ALGO_TREE) {
+    size_t rb = coll_shm_rings_size(s->n, c->nrings);
+    if (!rb) return FL_ERR(FL_ENOMEM, "collective: out of memory");
+    s->rings_off = s->size;
+    s->size += rb;
+    s->algo = c->algo_req;
+  }
   snprintf(s->name, sizeof(s->name), "/flotilla-%016llx-%u-%d", (unsigned long long)c->session,
            g->tag, g->ranks[0]);
   uint64_t deadline = coll_mono_ms() + (uint64_t)(c->timeout_s * 1000.0);
@@ -280,7 +300,10 @@ static fl_status shm_init(fl_coll *c, const coll_group *g, void **state) {
     shm_unlink(s->name);
     s->unlinked = 1;
   }
-  return FL_OK;
+  if (!s->rings_off) return FL_OK;
+  FL_TRY(coll_sched_new(s->n, c->nrings, &s->sched));
+  return coll_shm_rings_attach(c, s->base + s->rings_off, s->n, s->me, c->nrings, s->ranks,
+                               &s->rings);
 }
 
 /* ------------------------------------------------------------- ops */
@@ -332,7 +355,19 @@ static fl_status reduce(shm_state *s, void *vbuf, size_t count, fl_coll_dtype dt
 }
 
 static fl_status shm_allreduce(void *vs, void *buf, size_t count, fl_coll_dtype dt) {
-  return reduce(vs, buf, count, dt, -1);
+  shm_state *s = vs;
+  if (!s->rings || s->algo == COLL_ALGO_AUTO || s->n == 1 || count == 0)
+    return reduce(vs, buf, count, dt, -1);
+  FL_TRY(check(s));
+  coll_op a = {COLL_OP_ALLREDUCE, s->algo, buf, count, dt, 0, ++s->seq};
+  return coll_sched_run(s->sched, coll_shm_rings_xport(s->rings), &a);
+}
+
+/* Without rings (no algorithm fixed at start) the direct reduce stays. */
+static fl_status shm_set_algorithm(void *vs, int algo) {
+  shm_state *s = vs;
+  if (s->rings) s->algo = algo == COLL_ALGO_HIER ? COLL_ALGO_AUTO : algo;
+  return FL_OK;
 }
 
 static fl_status shm_reduce(void *vs, void *buf, size_t count, fl_coll_dtype dt, int root) {
@@ -385,6 +420,7 @@ static fl_status shm_barrier(void *vs) {
 static void shm_abort(void *vs) {
   shm_state *s = vs;
   atomic_store(&s->aborted, 1);
+  coll_shm_rings_abort(s->rings);
   if (s->h) {
     atomic_store(&s->h->abort, 1);
     futex_wake_all(&s->h->gen);
@@ -394,6 +430,8 @@ static void shm_abort(void *vs) {
 static void shm_destroy(void *vs) {
   shm_state *s = vs;
   if (!s) return;
+  coll_shm_rings_free(s->rings);
+  coll_sched_free(s->sched);
   if (s->base) munmap(s->base, s->size);
   if (s->me == 0 && s->name[0] && !s->unlinked) shm_unlink(s->name);
   free(s->ranks);
@@ -402,4 +440,4 @@ static void shm_destroy(void *vs) {
 
 const coll_backend fl_coll_shm_backend = {
     "shm", shm_init, shm_allreduce, shm_broadcast, shm_allgather, shm_barrier, shm_abort,
-    shm_destroy, shm_reduce, NULL, NULL};
+    shm_destroy, shm_reduce, shm_set_algorithm, NULL};
