@@ -147,8 +147,9 @@ fl_status fl_ps_core_init_sparse(fl_ps_core *c, const Flotilla__InitSparseReques
   dims[0] = (int64_t)req->n_keys;
   dims[1] = (int64_t)fl_ps_table_dim(pt->t);
   if ((why = psc_check_tensor(req->values, 2, dims)) != NULL)
-    return psc_bad(c, "sparse init from trainer %d, table %s, %zu keys of dim %lld: %s", t,
-                   req->table, req->n_keys, (long long)dims[1], why);
+    return psc_bad(c, "sparse init from trainer %d, table %s, %zu keys of dim %lld: values %s "
+                   "(they must be [%zu, %lld], finite)", t, req->table, req->n_keys,
+                   (long long)dims[1], why, req->n_keys, (long long)dims[1]);
   if (req->values->dtype != FLOTILLA__DTYPE__DTYPE_FP32 ||
       ((uintptr_t)req->values->data.data & 3u)) {
     conv = malloc((req->n_keys * (size_t)dims[1] + 1) * sizeof(float));
