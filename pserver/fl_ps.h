@@ -44,7 +44,11 @@
  * (train.seed, table, key) - so the value of a new row does not depend on
  * arrival order or server count - updated per row by SGD, Adagrad or Adam
  * (pserver.sparse.optimizer), at most max_rows rows per table on this
- * server: creating one more evicts the row unseen longest (exact LRU). */
+ * server: creating one more evicts the row unseen longest (exact LRU).
+ * A table named in pserver.sparse_tables takes its own init_range and may
+ * have a padding id (reads as zeros, never a row, gradients dropped);
+ * InitSparse creates rows with given values when absent, DumpSparse lists
+ * a table's rows in pages, keys ascending. */
 #ifndef FL_PS_H
 #define FL_PS_H
 
