@@ -13,7 +13,10 @@
  *                    concurrent 1 MiB calls: the same bytes up and down,
  *                    without protobuf, tables or optimizer;
  *   sparse_pull_*    rows of 64 floats pulled in batches of 4096 ids (ids
- *                    drawn from 200k rows that already exist).
+ *                    drawn from 200k rows that already exist), over both
+ *                    pservers;
+ *   sparse_push_*    their gradients pushed the same way (4096 distinct
+ *                    ids a push, async: one SGD step per row at once).
  * Each figure is the median of its repetitions; the PS iteration, the TCP
  * transfer and the echo round take turns, iteration by iteration, so that
  * they see the same machine load.  The trainer processes are forked before
@@ -76,7 +79,28 @@ static double median(double *v, int n) {
 
 typedef struct result {
   double sparse_rows_per_s[16];
+  double sparse_push_rows_per_s[16];
 } result;
+
+/* Time pushes of SPARSE_BATCH distinct rows (a run of ids from a random
+ * start) into per_s[0..iters), rows/s; grads: the batch's gradient. */
+static int sparse_push_timed(fl_ps_client *c, int iters, float *grads, uint64_t *ids,
+                             uint64_t *rs, int64_t *step, double *per_s) {
+  for (size_t i = 0; i < (size_t)SPARSE_BATCH * SPARSE_DIM; i++) grads[i] = 1e-3f;
+  for (int it = 0; it < iters; it++) {
+    double t0 = now_s();
+    int reps = 20;
+    for (int rep = 0; rep < reps; rep++) {
+      *rs = *rs * 6364136223846793005ULL + 1442695040888963407ULL;
+      for (size_t i = 0; i < SPARSE_BATCH; i++) ids[i] = ((*rs >> 33) + i) % SPARSE_POOL;
+      if (fl_ps_client_push_sparse(c, "bench.emb", SPARSE_DIM, (*step)++, ids, SPARSE_BATCH,
+                                   grads) != FL_OK)
+        return 1;
+    }
+    per_s[it] = (double)reps * SPARSE_BATCH / (now_s() - t0);
+  }
+  return 0;
+}
 
 /* One trainer process: registers a 64 MB model, then runs one push+pull
  * iteration each time the parent writes a byte on go_fd, answering with
@@ -153,6 +177,8 @@ static int trainer_child(int id, const fl_endpoint *eps, int iters, int go_fd, i
       }
       r.sparse_rows_per_s[it] = (double)reps * SPARSE_BATCH / (now_s() - t0);
     }
+    if (sparse_push_timed(c, iters, rows, ids, &rs, &step, r.sparse_push_rows_per_s) != 0)
+      return 1;
   }
   fl_ps_client_complete(c);
   fl_ps_client_destroy(c);
@@ -476,6 +502,7 @@ int main(int argc, char **argv) {
     printf("ps_per_trainer_of_grpc_echo: %.2f\n", ps_gbps / echo_gbps);
     printf("grpc_echo_of_tcp_loopback: %.2f\n", echo_gbps / tcp_gbps);
     printf("sparse_pull_rows_per_s: %.0f rows/s\n", median(r[0].sparse_rows_per_s, iters));
+    printf("sparse_push_rows_per_s: %.0f rows/s\n", median(r[0].sparse_push_rows_per_s, iters));
   }
   {
     char cmd[128];

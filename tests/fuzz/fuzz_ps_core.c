@@ -165,6 +165,23 @@ static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
     if (st == FL_OK) pack_response(f, &r.base);
     break;
   }
+  case FL_PROTO_INIT_SPARSE: {
+    Flotilla__InitSparseResponse r = FLOTILLA__INIT_SPARSE_RESPONSE__INIT;
+    st = fl_ps_core_init_sparse(core, (Flotilla__InitSparseRequest *)msg, &r);
+    if (st == FL_OK) pack_response(f, &r.base);
+    break;
+  }
+  case FL_PROTO_DUMP_SPARSE: {
+    Flotilla__DumpSparseResponse r = FLOTILLA__DUMP_SPARSE_RESPONSE__INIT;
+    Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
+    fl_ps_dump_buf buf = {NULL, NULL, 0, 0};
+    int64_t shape[2];
+    st = fl_ps_core_dump_sparse(core, (Flotilla__DumpSparseRequest *)msg, &buf, &r, &v, shape);
+    if (st == FL_OK) pack_response(f, &r.base);
+    free(buf.keys);
+    free(buf.vals);
+    break;
+  }
   case FL_PROTO_BARRIER: {
     const Flotilla__BarrierRequest *q = (const Flotilla__BarrierRequest *)msg;
     st = fl_ps_core_barrier(core, q);
@@ -202,8 +219,8 @@ static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
   }
   FUZZ_CHECK(st == FL_OK || st == FL_EINVAL || st == FL_ESTATE || st == FL_EAGAIN,
              "method %d: status %d", m, (int)st);
-  if (st != FL_EINVAL && !(m == FL_PROTO_PULL_SPARSE &&
-                            ((const Flotilla__PullSparseRequest *)msg)->read_only))
+  if (st != FL_EINVAL && m != FL_PROTO_DUMP_SPARSE &&
+      !(m == FL_PROTO_PULL_SPARSE && ((const Flotilla__PullSparseRequest *)msg)->read_only))
     return;
   snap(core, &after);
   FUZZ_CHECK(before.n == after.n && before.rows == after.rows && before.evicted == after.evicted &&

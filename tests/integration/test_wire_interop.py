@@ -10,7 +10,8 @@ drives the call sequence docs/PROTOCOL.md describes for two trainers (and
 reads the parameters as an observer, also through the example client
 deploy/examples/ps_read_params.py):
 Register, PushDense(PUSH_INIT), sync steps of PushDense(PUSH_GRAD, fp32 and
-fp16) and held PullDense, a retried push, PullSparse / PushSparse, Barrier
+fp16) and held PullDense, a retried push, PullSparse / PushSparse,
+InitSparse / DumpSparse (rows created when absent, pages ascending), Barrier
 (two rounds of one name), Heartbeat, Stats, SaveCheckpoint and
 LoadCheckpoint, Complete - checking every parameter against the
 optimizer's rule (SGD: value -= lr * mean of the gradients; sparse rows
@@ -345,6 +346,7 @@ def sequence(s):
                                    metadata=MD, timeout=5).values)
     check(np.array_equal(ro[0], again[0]) and np.all(np.abs(ro[1]) <= 0.5) and np.any(ro[1] != 0),
           "read-only PullSparse: the stored row, and an unseen key's init")
+    sparse_init_dump(ps, keys, again)
 
     # Barrier: sums in trainer order; the same name again is a new round.
     for rnd, (v0, v1) in enumerate(((1.0, 2.0), (10.0, 20.0))):
@@ -383,7 +385,8 @@ def sequence(s):
 
     st = ps.Stats(pb.StatsRequest(), metadata=MD, timeout=5)
     check(st.dense_blocks == len(BLOCKS) and st.dense_elements == sum(n for _, n in PARAMS)
-          and st.sparse_rows == 3 and st.live_trainers == 2 and st.invalid >= 3,
+          and st.sparse_rows == 6 and st.live_trainers == 2 and st.invalid >= 4
+          and st.sparse_init_rows == 3,
           f"Stats: {st.dense_blocks} blocks, {st.dense_elements} floats, {st.sparse_rows} rows, "
           f"{st.invalid} invalid")
     for tid, left in ((0, 1), (1, 0)):
@@ -394,6 +397,50 @@ def sequence(s):
     except subprocess.TimeoutExpired:
         rc = None
     check(rc == 0, f"the pserver exits 0 once every trainer completed (exit {rc})")
+
+
+def sparse_init_dump(ps, keys, rows):
+    """InitSparse creates the rows that do not exist yet with the values sent
+    (existing rows stay; a repeat creates nothing); DumpSparse lists the
+    table in pages, keys ascending, changing nothing."""
+    new = [2**64 - 1, 1001, 0]
+    vals = np.arange(4 * DIM, dtype=np.float32).reshape(4, DIM)
+    req = pb.InitSparseRequest(trainer_id=0, table=TABLE, keys=[keys[0]] + new,
+                               values=tensor(vals))
+    r = ps.InitSparse(req, metadata=MD, timeout=5)
+    check(r.created == 3, f"InitSparse created the 3 new rows of 4 ({r.created})")
+    req = pb.InitSparseRequest(trainer_id=1, table=TABLE, keys=[keys[0]] + new,
+                               values=tensor(vals + 1))
+    r = ps.InitSparse(req, metadata=MD, timeout=5)
+    check(r.created == 0, f"InitSparse again (another trainer): nothing created ({r.created})")
+    code, det = code_of(ps.InitSparse, pb.InitSparseRequest(trainer_id=0, table=TABLE,
+                                                            keys=[5, 6], values=tensor(vals)),
+                        metadata=MD, timeout=5)
+    check(code == grpc.StatusCode.INVALID_ARGUMENT and "must be [2, %d]" % DIM in det,
+          f"InitSparse of 2 keys with 4 rows: INVALID_ARGUMENT ({det})")
+    got_k, got_v, after, has_after, pages = [], [], 0, False, 0
+    while pages < 10:
+        d = ps.DumpSparse(pb.DumpSparseRequest(trainer_id=-1, table=TABLE, after_key=after,
+                                               has_after=has_after, max_rows=2),
+                          metadata=MD, timeout=5)
+        pages += 1
+        got_k += list(d.keys)
+        if d.keys:
+            got_v.append(from_tensor(d.values))
+            after, has_after = d.keys[-1], True
+        if not d.more:
+            break
+    want = sorted(keys + new)
+    check(got_k == want and pages == 3, f"DumpSparse: {got_k} in {pages} pages ({want})")
+    got_v = np.concatenate(got_v) if got_v else np.zeros((0, DIM), np.float32)
+    by_key = dict(zip(got_k, got_v))
+    check(all(np.array_equal(by_key.get(k), vals[i + 1]) for i, k in enumerate(new))
+          and np.array_equal(by_key.get(keys[0]), rows[0]),
+          "DumpSparse: the values InitSparse sent, and the existing row unchanged")
+    code, det = code_of(ps.DumpSparse, pb.DumpSparseRequest(trainer_id=-1, table="nope"),
+                        metadata=MD, timeout=5)
+    check(code == grpc.StatusCode.INVALID_ARGUMENT and "unknown table" in det,
+          f"DumpSparse of an unknown table: INVALID_ARGUMENT ({det})")
 
 
 def defect_no_message(s):

@@ -29,3 +29,11 @@ TESTS += tests/unit/test_ps_rows
 tests_unit_test_ps_rows_SOURCES = tests/unit/test_ps_rows.c
 tests_unit_test_ps_rows_CFLAGS = $(FL_PS_UNIT_CFLAGS)
 tests_unit_test_ps_rows_LDADD = $(FL_PS_UNIT_LDADD)
+# A model's own sparse tables: per-table init_range and padding_id,
+# InitSparse and DumpSparse through the core, on the wire and from the
+# trainer's client.
+check_PROGRAMS += tests/unit/test_ps_sparse_init
+TESTS += tests/unit/test_ps_sparse_init
+tests_unit_test_ps_sparse_init_SOURCES = tests/unit/test_ps_sparse_init.c
+tests_unit_test_ps_sparse_init_CFLAGS = $(FL_PS_UNIT_CFLAGS) -I$(top_srcdir)/trainer
+tests_unit_test_ps_sparse_init_LDADD = libfltrainer.la $(FL_PS_UNIT_LDADD)
