@@ -29,9 +29,9 @@ static fl_ps_core *mk(int a_sync, int si, int ns, int64_t max_rows) {
   fl_job_sparse_table *jt;
   memset(&o, 0, sizeof o);
   fl_job_defaults(&o.job);
-  o.job.pserver.optimizer.kind = FL_OPTIM_SGD;
+  o.job.pserver.optimizer.hp.kind = FL_OPTIM_SGD;
   o.job.pserver.dense_block_size = 4;
-  o.job.pserver.sparse.optimizer.kind = FL_OPTIM_SGD;
+  o.job.pserver.sparse.optimizer.hp.kind = FL_OPTIM_SGD;
   o.job.pserver.sparse.optimizer.lr = 0.5f;
   o.job.pserver.sparse.max_rows = max_rows;
   o.job.strategy.a_sync = a_sync;
