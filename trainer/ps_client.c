@@ -36,7 +36,16 @@
 /* "PushDense" of "/flotilla.ParameterServer/PushDense". */
 static const char *short_name(const char *path) { return strrchr(path, '/') + 1; }
 
-enum { OP_PUSH = 0, OP_PULL, OP_SPULL, OP_SPUSH, OP_BARRIER, OP_SINIT };
+/* An operation in flight is one of the wire table's methods: its type is
+ * the method's fl_proto_id (short names for the switch cases below). */
+enum {
+  OP_PUSH = FL_PROTO_PUSH_DENSE,
+  OP_PULL = FL_PROTO_PULL_DENSE,
+  OP_SPULL = FL_PROTO_PULL_SPARSE,
+  OP_SPUSH = FL_PROTO_PUSH_SPARSE,
+  OP_BARRIER = FL_PROTO_BARRIER,
+  OP_SINIT = FL_PROTO_INIT_SPARSE
+};
 
 typedef struct op {
   int type;
@@ -145,16 +154,7 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static const char *op_name(int type) {
-  switch (type) {
-  case OP_PUSH: return "PushDense";
-  case OP_PULL: return "PullDense";
-  case OP_SPULL: return "PullSparse";
-  case OP_BARRIER: return "Barrier";
-  case OP_SINIT: return "InitSparse";
-  default: return "PushSparse";
-  }
-}
+static const char *op_name(int type) { return fl_proto_methods[type].name; }
 
 static char *dup_opt(const char *s) { return s && s[0] ? strdup(s) : NULL; }
 
