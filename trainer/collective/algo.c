@@ -30,9 +30,11 @@
 #include <config.h>
 
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coll_internal.h"
 
@@ -545,6 +547,41 @@ fl_status coll_sched_run(coll_sched *s, const coll_xport *x, const coll_op *a) {
     }
     FL_TRY(x->wait(x->st, s->want, nw, &idle, kind_name(a->kind)));
   }
+}
+
+/* ------------------------------------------------------------- waits */
+
+#define SPIN_NS 50000u /* a stalled op yields the core this long before it sleeps */
+
+int coll_idle_spin(coll_idle *idle) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+  if (!idle->since_ns) {
+    idle->since_ns = t;
+    idle->last_ms = coll_mono_ms();
+  }
+  if (t - idle->since_ns >= SPIN_NS) return 0;
+  sched_yield();
+  return 1;
+}
+
+fl_status coll_idle_expired(const coll_xport *x, const coll_want *w, int nw,
+                            const coll_idle *idle, const char *op, const char *where) {
+  fl_coll *c = x->c;
+  FL_TRY(coll_failed(c));
+  uint64_t grace_ms = (uint64_t)((c->timeout_s + 2.0 * c->hb_s) * 1000.0) + 1000;
+  if (coll_mono_ms() - idle->last_ms < grace_ms) return FL_OK;
+  int peer = nw ? x->ranks[w[0].peer] : -1;
+  for (int i = 0; i < nw; i++)
+    if (w[i].recv) {
+      peer = x->ranks[w[i].peer];
+      break;
+    }
+  char nm[FL_HOST_MAX + 32];
+  coll_fail(c, peer, FL_ETIMEDOUT, 0, "%s did not respond within %.1f s (%s stalled%s)",
+            coll_peer_name(c, peer, nm, sizeof(nm)), c->timeout_s, op, where);
+  return FL_ETIMEDOUT;
 }
 
 /* ------------------------------------------------------------- peers */

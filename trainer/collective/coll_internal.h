@@ -192,6 +192,20 @@ typedef struct coll_idle {
  * nothing moved: it waits a moment for the links in w to become ready,
  * and fails the communicator, naming the peer, when none did for the
  * collective timeout. */
+/* The two ends of a transport's wait (algo.c).  coll_idle_spin: the first
+ * call of an idle spell marks its start; for a short while after it the
+ * call only yields the core and returns 1 (the caller returns FL_OK: the
+ * peer is likely about to move), then 0 (the caller sleeps on its links).
+ * coll_idle_expired, after a sleep that saw nothing: FL_OK while the
+ * rank-0 verdict's grace since the last progress runs, else the
+ * communicator fails naming the peer this rank waits on (the first it
+ * receives from, else the first it sends to); `where` ends the message
+ * (e.g. " in shared memory", or ""). */
+struct coll_xport;
+int coll_idle_spin(coll_idle *idle);
+fl_status coll_idle_expired(const struct coll_xport *x, const coll_want *w, int nw,
+                            const coll_idle *idle, const char *op, const char *where);
+
 typedef struct coll_xport {
   void *st;
   fl_coll *c;

@@ -21,7 +21,6 @@
 #include <config.h>
 
 #include <linux/futex.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -32,7 +31,6 @@
 
 #define LINE 64
 #define RING ((size_t)256 << 10) /* bytes of one ring */
-#define SPIN_NS 50000u           /* a stalled op yields this long before it sleeps */
 
 typedef struct ring_hdr {
   atomic_uint_fast64_t head;
@@ -160,12 +158,6 @@ static fl_status x_recv(void *vs, int peer, int ch, void *p, size_t len, size_t 
   return FL_OK;
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Whether one of the links in w can move bytes now. */
 static int any_ready(coll_shm_rings *r, const coll_want *w, int nw) {
   for (int i = 0; i < nw; i++) {
@@ -181,22 +173,12 @@ static int any_ready(coll_shm_rings *r, const coll_want *w, int nw) {
   return 0;
 }
 
-/* Nothing moved: yield for a moment, then sleep on this member's bell.
- * With no progress for the rank-0 verdict's grace, name the peer this
- * rank waits on (the first it receives from, else the first it sends to). */
+/* Nothing moved: yield for a moment, then sleep on this member's bell
+ * (coll_idle_spin / coll_idle_expired keep the timeout). */
 static fl_status x_wait(void *vs, const coll_want *w, int nw, coll_idle *idle, const char *op) {
   coll_shm_rings *r = vs;
-  fl_coll *c = r->c;
   if (is_dead(r)) return dead_status(r);
-  uint64_t t = now_ns();
-  if (!idle->since_ns) {
-    idle->since_ns = t;
-    idle->last_ms = coll_mono_ms();
-  }
-  if (t - idle->since_ns < SPIN_NS) {
-    sched_yield();
-    return FL_OK;
-  }
+  if (coll_idle_spin(idle)) return FL_OK;
   bell *b = &r->bells[r->me];
   unsigned v = atomic_load_explicit(&b->word, memory_order_acquire);
   if (any_ready(r, w, nw)) {
@@ -211,19 +193,7 @@ static fl_status x_wait(void *vs, const coll_want *w, int nw, coll_idle *idle, c
     idle->last_ms = coll_mono_ms();
     return FL_OK;
   }
-  FL_TRY(coll_failed(c));
-  uint64_t grace_ms = (uint64_t)((c->timeout_s + 2.0 * c->hb_s) * 1000.0) + 1000;
-  if (coll_mono_ms() - idle->last_ms < grace_ms) return FL_OK;
-  int peer = nw ? r->ranks[w[0].peer] : -1;
-  for (int i = 0; i < nw; i++)
-    if (w[i].recv) {
-      peer = r->ranks[w[i].peer];
-      break;
-    }
-  char nm[FL_HOST_MAX + 32];
-  coll_fail(c, peer, FL_ETIMEDOUT, 0, "%s did not respond within %.1f s (%s stalled in shared "
-            "memory)", coll_peer_name(c, peer, nm, sizeof(nm)), c->timeout_s, op);
-  return FL_ETIMEDOUT;
+  return coll_idle_expired(&r->x, w, nw, idle, op, " in shared memory");
 }
 
 /* ------------------------------------------------------------ set-up */

@@ -14,7 +14,7 @@
  * thread hand-offs per op and the loop's wake-ups per chunk, which is most
  * of the time of a small op.  When the descriptors have nothing to give,
  * the thread yields the core (sched_yield, so that a peer waiting for a
- * core runs first) for up to SPIN_NS, then sleeps in poll().  A failure
+ * core runs first) for a moment (coll_idle_spin), then sleeps in poll().  A failure
  * (tcp_abort, on the loop) shuts the sockets down, which wakes the poll;
  * the descriptors are closed with the other connections at teardown, so
  * they are never reused under a running op.
@@ -36,7 +36,6 @@
 #include "coll_internal.h"
 #include "fl_metrics.h"
 
-#define SPIN_NS 50000u /* a stalled op yields the core this long before it sleeps */
 
 typedef struct tcp_state tcp_state;
 
@@ -210,29 +209,14 @@ static fl_status x_recv(void *vs, int peer, int ch, void *p, size_t len, size_t 
   }
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Nothing moved: yield for a moment (the peer is likely just about to
  * send), then sleep in poll.  With no progress for the rank-0 verdict's
  * grace, name the peer this rank waits on: the first it still receives
  * from, else the first that does not take what is sent. */
 static fl_status x_wait(void *vs, const coll_want *w, int nw, coll_idle *idle, const char *op) {
   tcp_state *st = vs;
-  fl_coll *c = st->c;
   if (atomic_load(&st->dead)) return dead_status(st);
-  uint64_t t = now_ns();
-  if (!idle->since_ns) {
-    idle->since_ns = t;
-    idle->last_ms = coll_mono_ms();
-  }
-  if (t - idle->since_ns < SPIN_NS) {
-    sched_yield();
-    return FL_OK;
-  }
+  if (coll_idle_spin(idle)) return FL_OK;
   for (int i = 0; i < nw; i++)
     st->pf[i] = (struct pollfd){st->fd[w[i].peer * st->nch + w[i].ch],
                                 (short)((w[i].recv ? POLLIN : 0) | (w[i].send ? POLLOUT : 0)), 0};
@@ -240,19 +224,7 @@ static fl_status x_wait(void *vs, const coll_want *w, int nw, coll_idle *idle, c
     idle->last_ms = coll_mono_ms();
     return FL_OK;
   }
-  FL_TRY(coll_failed(c));
-  uint64_t grace_ms = (uint64_t)((c->timeout_s + 2.0 * c->hb_s) * 1000.0) + 1000;
-  if (coll_mono_ms() - idle->last_ms < grace_ms) return FL_OK;
-  int peer = nw ? st->ranks[w[0].peer] : -1;
-  for (int i = 0; i < nw; i++)
-    if (w[i].recv) {
-      peer = st->ranks[w[i].peer];
-      break;
-    }
-  char nm[FL_HOST_MAX + 32];
-  coll_fail(c, peer, FL_ETIMEDOUT, 0, "%s did not respond within %.1f s (%s stalled)",
-            coll_peer_name(c, peer, nm, sizeof(nm)), c->timeout_s, op);
-  return FL_ETIMEDOUT;
+  return coll_idle_expired(&st->x, w, nw, idle, op, "");
 }
 
 static fl_status tcp_init(fl_coll *c, const coll_group *g, void **state) {
