@@ -82,7 +82,7 @@ fl_status fl_mode_parse(const char *name, fl_mode *out) {
 }
 
 const char *fl_cfg_optim_name(fl_optim_kind k) {
-  if ((unsigned)k <= FL_OPTIM_LAMB) return fl_optim_kind_names[k];
+  if ((unsigned)k <= FL_OPTIM_FTRL) return fl_optim_kind_names[k];
   return "?";
 }
 
@@ -276,6 +276,10 @@ static const field f_optimizer[] = {
     E("epsilon", F_FLOAT, fl_job_optimizer, epsilon, MIN(0), DEF(OPTIM_EPS)),
     E("weight_decay", F_FLOAT, fl_job_optimizer, weight_decay, MIN(0)),
     E("initial_accumulator", F_FLOAT, fl_job_optimizer, initial_accumulator, MIN(0)),
+    E("l1", F_FLOAT, fl_job_optimizer, l1, MIN(0)),
+    E("l2", F_FLOAT, fl_job_optimizer, l2, MIN(0)),
+    E("beta", F_FLOAT, fl_job_optimizer, beta, MIN(0)),
+    E("lr_power", F_FLOAT, fl_job_optimizer, lr_power, .hi = 0, .lim = LIM_HI, DEF(-0.5)),
     {.key = "grad_clip",
      .type = F_MAP,
      .off = 0,
@@ -1266,6 +1270,11 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
       job->pserver.optimizer.kind != FL_OPTIM_ADAMW)
     return kerr(c, src, "pserver.optimizer.name", "needs adam or adamw with strategy.lamb, got %s",
                 fl_optim_kind_names[job->pserver.optimizer.kind]);
+  if (fl_optim_sparse_only(o->kind) || fl_optim_sparse_only(job->pserver.optimizer.kind))
+    return kerr(c, src, fl_optim_sparse_only(o->kind) ? "optimizer.name" : "pserver.optimizer.name",
+                "%s is for sparse-table rows only: set it as pserver.sparse.optimizer.name",
+                fl_optim_kind_names[fl_optim_sparse_only(o->kind) ? o->kind
+                                                                   : job->pserver.optimizer.kind]);
   {
     fl_optim_kind sk = job->pserver.sparse.optimizer.kind;
     if (!fl_proto_sparse_optim_ok(sk))
@@ -1292,7 +1301,7 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   if (!file && (m->path[0] || m->output[0]))
     return kerr(c, src, m->path[0] ? "model.path" : "model.output",
                 "only for model.kind onnx, the kind is %s", m->kind);
-  if (!file && strcmp(m->loss, "softmax_cross_entropy"))
+  if (!file && strcmp(m->loss, k_losses[0])) /* the presets train with the first loss */
     return kerr(c, src, "model.loss", "%s needs model.kind onnx; %s trains with "
                 "softmax_cross_entropy", m->loss, m->kind);
   if (job->train.export_onnx[0] && !fl_model_kind_has(m->kind, FL_KIND_EXPORT))
@@ -1309,6 +1318,9 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   int ctr_model = fl_model_kind_has(m->kind, FL_KIND_SPARSE);
   int ctr_data = d->format == FL_DATA_LIBSVM ||
                  (d->format == FL_DATA_SYNTHETIC && !strcmp(d->synthetic.kind, "ctr"));
+  if (ctr_model && d->format == FL_DATA_CRITEO)
+    return kerr(c, src, "data.format", "criteo: the training loop does not read Criteo files "
+                "yet; for the ctr model use data.format libsvm or synthetic kind ctr");
   if (ctr_model && !ctr_data)
     return kerr(c, src, "data.format", "the ctr model needs libsvm data or synthetic kind ctr");
   if (!ctr_model && ctr_data)

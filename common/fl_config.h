@@ -183,7 +183,9 @@ typedef struct fl_job_optimizer {
   float beta2;        /* 0.999 */
   float epsilon;      /* see the file comment: 1e-8, or 1e-6 under lamb */
   float weight_decay; /* 0 (must be 0 under lars/lamb: their configs hold it) */
-  float initial_accumulator; /* adagrad: 0 */
+  float initial_accumulator; /* adagrad, rowwise_adagrad: 0; ftrl: start of n, 0 */
+  float l1, l2, beta;        /* ftrl: 0 */
+  float lr_power;            /* ftrl: -0.5 (<= 0) */
   /* grad_clip: the trainer's clipping of the gradient it applies or pushes
    * (optimizer only; refused under pserver.optimizer and its sparse one) */
   struct {
@@ -276,6 +278,25 @@ typedef struct fl_job_cluster {
 } fl_job_cluster;
 
 /* ---------------------------------------------------------------- pserver */
+#define FL_JOB_MAX_SPARSE_TABLES 8
+
+/* How a sparse table's rows start. */
+typedef enum fl_job_sparse_init {
+  FL_SPARSE_INIT_UNIFORM,    /* uniform in [-init_range, init_range] */
+  FL_SPARSE_INIT_FROM_MODEL, /* rows 0..V-1 from the model's initializer, others uniform */
+} fl_job_sparse_init;
+
+/* One of a model's initializers kept as a sparse table on the pservers
+ * (pserver.sparse_tables: {NAME: {optimizer, lr, init, padding_id}}). */
+typedef struct fl_job_sparse_table {
+  char name[128];             /* the initializer, and the table's name on the pservers */
+  fl_job_optimizer optimizer; /* default: pserver.sparse.optimizer */
+  fl_job_sparse_init init;    /* default: uniform */
+  float init_range;           /* uniform(r); default pserver.sparse.init_range */
+  int has_padding;            /* padding_id given */
+  int64_t padding_id;         /* reads as zeros, takes no update */
+} fl_job_sparse_table;
+
 typedef struct fl_job_pserver {
   fl_job_optimizer optimizer; /* dense tables; default: copy of `optimizer` */
   size_t dense_block_size;    /* floats per dense block: 262144 (1 MiB) */
@@ -284,6 +305,8 @@ typedef struct fl_job_pserver {
     float init_range;           /* rows start uniform in [-r, r]: 0.01 */
     int64_t max_rows;           /* per table per server; beyond: evict LRU: 1000000 */
   } sparse;
+  fl_job_sparse_table sparse_tables[FL_JOB_MAX_SPARSE_TABLES]; /* a model's own tables */
+  int n_sparse_tables;
   char checkpoint_dir[FL_JOB_PATH_MAX]; /* "" = no checkpoints */
   int64_t checkpoint_interval_steps;    /* 0 = not by steps */
   double checkpoint_interval_s;         /* 0 = not by time */

@@ -90,6 +90,6 @@ const char *fl_proto_mode_name(int mode);
 
 /* Optimizers a sparse table accepts (the rule for rows updated one by one). */
 int fl_proto_sparse_optim_ok(fl_optim_kind k);
-#define FL_PROTO_SPARSE_OPTIMS "sgd, adagrad or adam"
+#define FL_PROTO_SPARSE_OPTIMS "sgd, adagrad, adam, rowwise_adagrad or ftrl"
 
 #endif

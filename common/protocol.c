@@ -35,5 +35,6 @@ const char *fl_proto_mode_name(int mode) {
 }
 
 int fl_proto_sparse_optim_ok(fl_optim_kind k) {
-  return k == FL_OPTIM_SGD || k == FL_OPTIM_ADAGRAD || k == FL_OPTIM_ADAM;
+  return k == FL_OPTIM_SGD || k == FL_OPTIM_ADAGRAD || k == FL_OPTIM_ADAM ||
+         k == FL_OPTIM_ROWWISE_ADAGRAD || k == FL_OPTIM_FTRL;
 }

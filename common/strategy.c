@@ -26,6 +26,10 @@ void fl_job_optimizer_to_hparams(const fl_job_optimizer *o, int num_threads,
   out->weight_decay = o->weight_decay;
   out->lars_coeff = 0.001f;
   out->initial_accumulator = o->initial_accumulator;
+  out->l1 = o->l1;
+  out->l2 = o->l2;
+  out->beta = o->beta;
+  out->lr_power = o->lr_power;
   out->exclude_from_weight_decay = NULL;
   out->n_exclude = 0;
   out->num_threads = num_threads;

@@ -8,7 +8,7 @@ FL_PACKAGES="build-essential autoconf automake libtool pkg-config \
  libopenblas-dev libyaml-dev zlib1g-dev dataset-fashion-mnist libonnx-dev \
  libmicrohttpd-dev libsystemd-dev gnuplot-nox systemd docker-compose \
  clang libclang-rt-14-dev openssl iproute2 procps python3 \
- slurm-wlm munge nftables openmpi-bin libopenmpi-dev \
+ slurm-wlm munge nftables openmpi-bin libopenmpi-dev etcd-server librocksdb-dev \
  python3-grpcio python3-grpc-tools python3-numpy python3-torch python3-onnx"
 
 missing=

@@ -1148,9 +1148,11 @@ static void supervise(run *r) {
   double loss, acc;
   double took = now_s() - r->t0;
   if (r->exit_code == 0) {
-    if (fl_run_progress_last_test(r->progress, &epoch, &loss, &acc))
+    if (fl_run_progress_last_test(r->progress, &epoch, &loss, &acc) && !isnan(acc))
       say(r, "job done in %.0f s; final test accuracy %.4f, loss %.4f (epoch %d)", took, acc,
           loss, epoch + 1);
+    else if (fl_run_progress_last_test(r->progress, &epoch, &loss, &acc)) /* e.g. mse */
+      say(r, "job done in %.0f s; final test loss %.4f (epoch %d)", took, loss, epoch + 1);
     else
       say(r, "job done in %.0f s", took);
   } else {

@@ -31,7 +31,10 @@ typedef enum fl_optim_kind {
   FL_OPTIM_ADAMW = 3,
   FL_OPTIM_ADAGRAD = 4,
   FL_OPTIM_LARS = 5, /* momentum inner optimizer */
-  FL_OPTIM_LAMB = 6  /* adam inner optimizer */
+  FL_OPTIM_LAMB = 6, /* adam inner optimizer */
+  /* Sparse-table rows only (fl_optim_sparse_only): */
+  FL_OPTIM_ROWWISE_ADAGRAD = 7, /* one accumulator per tensor (= per row) */
+  FL_OPTIM_FTRL = 8             /* FTRL-Proximal, per element z and n */
 } fl_optim_kind;
 
 /* Hyper-parameters shared by every tensor of one step.  Fields an optimizer
@@ -45,7 +48,11 @@ typedef struct fl_optim_hparams {
   float epsilon;      /* Adam/AdamW 1e-8, Adagrad 1e-10 (PyTorch's), LAMB 1e-6, LARS 0 */
   float weight_decay; /* wd; LARS: lars_weight_decay, LAMB: lamb_weight_decay */
   float lars_coeff;   /* LARS trust coefficient (0.001) */
-  float initial_accumulator; /* Adagrad: starting value of s (0) */
+  float initial_accumulator; /* Adagrad, row-wise Adagrad: start of s; FTRL: of n (0) */
+  float l1;           /* FTRL: L1 strength (0) */
+  float l2;           /* FTRL: L2 strength (0) */
+  float beta;         /* FTRL: beta (0) */
+  float lr_power;     /* FTRL: <= 0 (-0.5) */
   /* Parameters whose name contains one of these substrings get wd = 0
    * (and so no LARS/LAMB trust ratio).  May be NULL when n_exclude is 0. */
   const char *const *exclude_from_weight_decay;
@@ -57,10 +64,11 @@ typedef struct fl_optim_hparams {
 } fl_optim_hparams;
 
 /* One parameter tensor and its state for a multi-tensor step.  state1 and
- * state2 hold n floats each when fl_optim_state_count() says the optimizer
- * needs them (momentum / Adam m / Adagrad sum; Adam v) and are ignored
- * otherwise (may be NULL); they start zeroed (Adagrad: fl_optim_init_state
- * fills them).  The buffers of one tensor must not overlap each other. */
+ * state2 hold fl_optim_state_len(kind, n) floats each (n, or 1 for row-wise
+ * Adagrad) when fl_optim_state_count() says the optimizer needs them
+ * (momentum / Adam m / Adagrad sum / FTRL z; Adam v / FTRL n) and are
+ * ignored otherwise (may be NULL); fl_optim_init_state sets their start.
+ * The buffers of one tensor must not overlap each other. */
 typedef struct fl_optim_tensor {
   const char *name; /* matched against exclude_from_weight_decay; may be NULL */
   float *param;
@@ -73,12 +81,18 @@ typedef struct fl_optim_tensor {
 /* Defaults of docs/DESIGN.md section 5 for kind. */
 fl_optim_hparams fl_optim_hparams_default(fl_optim_kind kind);
 
-/* Number of n-float state buffers kind needs per tensor (0, 1 or 2). */
+/* Number of state buffers kind needs per tensor (0, 1 or 2). */
 int fl_optim_state_count(fl_optim_kind kind);
+/* Floats in each of those buffers for a tensor of n elements: n, except
+ * row-wise Adagrad's single accumulator (1). */
+size_t fl_optim_state_len(fl_optim_kind kind, size_t n);
+/* 1 for the optimizers defined for sparse-table rows only (row-wise
+ * Adagrad, FTRL): the dense optimizers and fl_optim_step_cuda refuse them. */
+int fl_optim_sparse_only(fl_optim_kind kind);
 
 /* Name of kind ("sgd", "momentum", "adam", "adamw", "adagrad", "lars",
- * "lamb"), and the reverse; fl_optim_kind_parse returns FL_EINVAL for an
- * unknown name. */
+ * "lamb", "rowwise_adagrad", "ftrl"), and the reverse; fl_optim_kind_parse
+ * returns FL_EINVAL for an unknown name. */
 const char *fl_optim_kind_name(fl_optim_kind kind);
 /* The names, indexed by fl_optim_kind, NULL-terminated (the job file's
  * optimizer.name takes these). */
@@ -86,8 +100,9 @@ extern const char *const fl_optim_kind_names[];
 fl_status fl_optim_kind_parse(const char *name, fl_optim_kind *out);
 
 /* Check hparams for values outside their domain: unknown kind, betas
- * outside [0,1), a negative or non-finite momentum, eps, wd, lars_coeff or
- * initial_accumulator, nesterov not 0/1, an exclude list with a NULL or
+ * outside [0,1), a negative or non-finite momentum, eps, wd, lars_coeff,
+ * initial_accumulator, l1, l2 or beta, lr_power not finite and <= 0,
+ * nesterov not 0/1, an exclude list with a NULL or
  * empty string (which would match every name).  FL_EINVAL if bad. */
 fl_status fl_optim_hparams_check(const fl_optim_hparams *hp);
 
@@ -96,8 +111,9 @@ fl_status fl_optim_hparams_check(const fl_optim_hparams *hp);
  * a NULL name matches no exclude string. */
 int fl_optim_decays(const fl_optim_hparams *hp, const char *name);
 
-/* Zero (or, for Adagrad, set to initial_accumulator) the state buffers of
- * every tensor.  Checks hp and the list as fl_optim_step does, except that
+/* Zero the state buffers of every tensor, except the accumulators that
+ * start at initial_accumulator (Adagrad's and row-wise Adagrad's s, FTRL's
+ * n in state2).  Checks hp and the list as fl_optim_step does, except that
  * param and grad may be NULL here. */
 fl_status fl_optim_init_state(const fl_optim_hparams *hp, fl_optim_tensor *t, size_t nt);
 
@@ -105,8 +121,8 @@ fl_status fl_optim_init_state(const fl_optim_hparams *hp, fl_optim_tensor *t, si
  * number `step` (1 for the first update; Adam-family bias correction uses
  * it).  Fused: one pass over each tensor's elements (LARS/LAMB compute their
  * norms first).  Returns FL_EINVAL for NULL pointers, n == 0, a missing
- * state buffer, overlapping buffers of one tensor, bad hparams, lr < 0 or
- * not finite, or step < 1, before touching any tensor.
+ * state buffer, overlapping buffers of one tensor, bad hparams, lr < 0
+ * (FTRL: <= 0) or not finite, or step < 1, before touching any tensor.
  *
  * Per element, in float, in this order (wd = 0 for a tensor that does not
  * decay, and the wd terms are then skipped; bc1 = 1 - beta1^step,
@@ -118,6 +134,16 @@ fl_status fl_optim_init_state(const fl_optim_hparams *hp, fl_optim_tensor *t, si
  *             p = p - (lr/bc1) * (m / (sqrt(v)*(1/sqrt(bc2)) + eps))
  *   AdamW     p = p*(1 - lr*wd) first, then Adam with g' = g
  *   Adagrad   g' = g + wd*p;  s = s + g'*g';  p = p - lr*(g' / (sqrt(s) + eps))
+ *   Row-wise Adagrad (FBGEMM's, TorchRec's default for embeddings; each
+ *             tensor is one row of n elements with one accumulator s):
+ *             g' = g + wd*p;  s = s + mean(g'*g') (the sum of squares in
+ *             double in element order, divided by n, rounded to float);
+ *             c = lr / (sqrt(s) + eps);  p = p - c*g'
+ *   FTRL      (McMahan et al. 2013 as TensorFlow's Ftrl, l2_shrinkage 0;
+ *             z = state1, n = state2, k = -lr_power, a = lr; x^k is sqrt
+ *             for k = 0.5):  n' = n + g*g;
+ *             z = z + g - ((n'^k - n^k) / a)*p;  n = n';
+ *             p = |z| <= l1 ? 0 : (sign(z)*l1 - z) / ((beta + n^k)/a + 2*l2)
  *   LARS      local_lr = lr*lars_coeff*||p|| / (||g|| + wd*||p|| + eps) when
  *             wd > 0 and both norms > 0, else lr (in double);
  *             v = mu*v + local_lr*(g + wd*p);  p = p - v
@@ -130,7 +156,8 @@ fl_status fl_optim_init_state(const fl_optim_hparams *hp, fl_optim_tensor *t, si
  * bounds depend only on n, added in a fixed order. */
 fl_status fl_optim_step(const fl_optim_hparams *hp, fl_optim_tensor *t, size_t nt, float lr,
                         int64_t step);
-/* Same over device pointers (t itself is a host array). */
+/* Same over device pointers (t itself is a host array); FL_ENOTSUP for the
+ * fl_optim_sparse_only kinds. */
 fl_status fl_optim_step_cuda(const fl_optim_hparams *hp, fl_optim_tensor *t, size_t nt, float lr,
                              int64_t step, void *stream);
 

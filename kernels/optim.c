@@ -1,5 +1,7 @@
 /* optim.c - the CPU optimizer step: SGD, Momentum (Nesterov), Adam, AdamW,
- * Adagrad, LARS and LAMB over a list of fp32 tensors in one call.
+ * Adagrad, LARS and LAMB over a list of fp32 tensors in one call, and the
+ * two optimizers of sparse-table rows, row-wise Adagrad (one tensor = one
+ * row with one accumulator) and FTRL-Proximal.
  *
  * Why it looks the way it does: an optimizer step is memory-bound (Adam
  * reads 4 and writes 3 floats per parameter for about 10 flops), so each
@@ -32,6 +34,7 @@ typedef struct step_c {
   fl_optim_kind kind;
   int nesterov;
   float lr, wd, mu, b1, omb1, b2, omb2, eps, lars_coeff;
+  float l1, l2x2, beta, lr_power; /* FTRL; l2x2 = 2*l2 */
   float step_size; /* Adam, AdamW: lr / (1 - beta1^t) */
   float rbc1;      /* LAMB: 1 / (1 - beta1^t) */
   float rbc2s;     /* Adam family: 1 / sqrt(1 - beta2^t) */
@@ -52,6 +55,7 @@ fl_optim_hparams fl_optim_hparams_default(fl_optim_kind kind) {
   switch (kind) {
   case FL_OPTIM_ADAMW: hp.weight_decay = 0.01f; break;
   case FL_OPTIM_ADAGRAD: hp.epsilon = 1e-10f; break;
+  case FL_OPTIM_FTRL: hp.lr_power = -0.5f; break;
   case FL_OPTIM_LARS:
     hp.epsilon = 0.0f;
     hp.weight_decay = 0.0005f;
@@ -70,16 +74,26 @@ int fl_optim_state_count(fl_optim_kind kind) {
   case FL_OPTIM_SGD: return 0;
   case FL_OPTIM_MOMENTUM:
   case FL_OPTIM_ADAGRAD:
+  case FL_OPTIM_ROWWISE_ADAGRAD:
   case FL_OPTIM_LARS: return 1;
   case FL_OPTIM_ADAM:
   case FL_OPTIM_ADAMW:
-  case FL_OPTIM_LAMB: return 2;
+  case FL_OPTIM_LAMB:
+  case FL_OPTIM_FTRL: return 2;
   }
   return 0;
 }
 
-const char *const fl_optim_kind_names[] = {"sgd",     "momentum", "adam", "adamw",
-                                           "adagrad", "lars",     "lamb", NULL};
+size_t fl_optim_state_len(fl_optim_kind kind, size_t n) {
+  return kind == FL_OPTIM_ROWWISE_ADAGRAD ? 1 : n;
+}
+
+int fl_optim_sparse_only(fl_optim_kind kind) {
+  return kind == FL_OPTIM_ROWWISE_ADAGRAD || kind == FL_OPTIM_FTRL;
+}
+
+const char *const fl_optim_kind_names[] = {
+    "sgd", "momentum", "adam", "adamw", "adagrad", "lars", "lamb", "rowwise_adagrad", "ftrl", NULL};
 #define N_KINDS (sizeof fl_optim_kind_names / sizeof fl_optim_kind_names[0] - 1)
 
 const char *fl_optim_kind_name(fl_optim_kind kind) {
@@ -110,6 +124,9 @@ fl_status fl_optim_hparams_check(const fl_optim_hparams *hp) {
     return FL_EINVAL;
   if (!nonneg(hp->epsilon) || !nonneg(hp->weight_decay) || !nonneg(hp->lars_coeff) ||
       !nonneg(hp->initial_accumulator))
+    return FL_EINVAL;
+  if (!nonneg(hp->l1) || !nonneg(hp->l2) || !nonneg(hp->beta) || !isfinite(hp->lr_power) ||
+      hp->lr_power > 0.0f)
     return FL_EINVAL;
   if (hp->n_exclude > 0 && !hp->exclude_from_weight_decay)
     return FL_EINVAL;
@@ -152,10 +169,11 @@ static fl_status check_tensors(const fl_optim_hparams *hp, const fl_optim_tensor
       return FL_EINVAL;
     const void *buf[4] = {need_pg ? x->param : NULL, need_pg ? x->grad : NULL,
                           ns >= 1 ? x->state1 : NULL, ns >= 2 ? x->state2 : NULL};
-    size_t bytes = x->n * sizeof(float);
+    size_t sb = fl_optim_state_len(hp->kind, x->n) * sizeof(float), pb = x->n * sizeof(float);
+    size_t bytes[4] = {pb, pb, sb, sb};
     for (int a = 0; a < 4; a++)
       for (int b = a + 1; b < 4; b++)
-        if (buf[a] && buf[b] && fl_kern_overlap(buf[a], bytes, buf[b], bytes))
+        if (buf[a] && buf[b] && fl_kern_overlap(buf[a], bytes[a], buf[b], bytes[b]))
           return FL_EINVAL;
     sum += x->n;
   }
@@ -172,13 +190,15 @@ fl_status fl_optim_init_state(const fl_optim_hparams *hp, fl_optim_tensor *t, si
   if (st != FL_OK)
     return st;
   int ns = fl_optim_state_count(hp->kind);
-  float s1 = hp->kind == FL_OPTIM_ADAGRAD ? hp->initial_accumulator : 0.0f;
+  int adagrad = hp->kind == FL_OPTIM_ADAGRAD || hp->kind == FL_OPTIM_ROWWISE_ADAGRAD;
+  float s1 = adagrad ? hp->initial_accumulator : 0.0f;
+  float s2 = hp->kind == FL_OPTIM_FTRL ? hp->initial_accumulator : 0.0f;
   for (size_t i = 0; i < nt; i++) {
-    if (ns >= 1)
-      for (size_t j = 0; j < t[i].n; j++)
-        t[i].state1[j] = s1;
-    if (ns >= 2)
-      memset(t[i].state2, 0, t[i].n * sizeof(float));
+    size_t len = fl_optim_state_len(hp->kind, t[i].n);
+    for (size_t j = 0; ns >= 1 && j < len; j++)
+      t[i].state1[j] = s1;
+    for (size_t j = 0; ns >= 2 && j < len; j++)
+      t[i].state2[j] = s2;
   }
   return FL_OK;
 }
@@ -242,6 +262,41 @@ FL_INLINE void k_adagrad(float *restrict p, const float *restrict g, float *rest
     float si = s[i] + gi * gi;
     s[i] = si;
     p[i] = p[i] - lr * (gi / (sqrtf(si) + eps));
+  }
+}
+
+/* FTRL-Proximal (z, acc: its z and n); half: lr_power is -0.5 (sqrt). */
+FL_INLINE void k_ftrl(float *restrict p, const float *restrict g, float *restrict z,
+                      float *restrict acc, size_t n, const step_c *c, int half) {
+  const float a = c->lr, l1 = c->l1, l2x2 = c->l2x2, beta = c->beta, k = -c->lr_power;
+  FL_OMP(omp simd)
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i], ni = acc[i], nn = ni + gi * gi;
+    float pold = half ? sqrtf(ni) : powf(ni, k), pnew = half ? sqrtf(nn) : powf(nn, k);
+    float zi = z[i] + gi - ((pnew - pold) / a) * p[i];
+    z[i] = zi;
+    acc[i] = nn;
+    float quad = (beta + pnew) / a + l2x2;
+    p[i] = fabsf(zi) <= l1 ? 0.0f : (copysignf(l1, zi) - zi) / quad;
+  }
+}
+
+/* Row-wise Adagrad over one tensor (one row, one accumulator s[0]). */
+static void rowwise_adagrad(const fl_optim_hparams *hp, const step_c *c,
+                            const fl_optim_tensor *x) {
+  int dec = fl_optim_decays(hp, x->name);
+  float wd = dec ? c->wd : 0.0f;
+  double ss = 0.0;
+  for (size_t i = 0; i < x->n; i++) {
+    float gi = dec ? x->grad[i] + wd * x->param[i] : x->grad[i];
+    ss += (double)gi * (double)gi;
+  }
+  float s = x->state1[0] + (float)(ss / (double)x->n);
+  x->state1[0] = s;
+  float m = c->lr / (sqrtf(s) + c->eps);
+  for (size_t i = 0; i < x->n; i++) {
+    float gi = dec ? x->grad[i] + wd * x->param[i] : x->grad[i];
+    x->param[i] = x->param[i] - m * gi;
   }
 }
 
@@ -338,7 +393,13 @@ static void elem_tensor(const fl_optim_hparams *hp, const step_c *c, const fl_op
     else
       k_adagrad(p, g, s1, n, c->lr, c->eps, 0.0f, 0);
     break;
-  default: break; /* LARS and LAMB go through norm_step */
+  case FL_OPTIM_FTRL:
+    if (c->lr_power == -0.5f)
+      k_ftrl(p, g, s1, s2, n, c, 1);
+    else
+      k_ftrl(p, g, s1, s2, n, c, 0);
+    break;
+  default: break; /* LARS, LAMB: norm_step; row-wise Adagrad: row_step */
   }
 }
 
@@ -354,6 +415,15 @@ static void elem_step(const fl_optim_hparams *hp, const step_c *c, const fl_opti
       if (fl_kern_clip(off, t[i].n, lo, hi, &a, &b))
         elem_tensor(hp, c, &t[i], a, b);
   }
+}
+
+/* Row-wise Adagrad: threads split the tensors (each one row). */
+static void row_step(const fl_optim_hparams *hp, const step_c *c, const fl_optim_tensor *t,
+                     size_t nt, int nthr) {
+  (void)nthr; /* unused without OpenMP */
+  FL_OMP(omp parallel for num_threads(nthr) if (nthr > 1) schedule(static))
+  for (size_t i = 0; i < nt; i++)
+    rowwise_adagrad(hp, c, &t[i]);
 }
 
 /* ---------------------------------------------------------- LARS, LAMB */
@@ -483,7 +553,7 @@ fl_status fl_optim_step(const fl_optim_hparams *hp, fl_optim_tensor *t, size_t n
   fl_status st = fl_optim_hparams_check(hp);
   if (st != FL_OK)
     return st;
-  if (!nonneg(lr) || step < 1)
+  if (!nonneg(lr) || step < 1 || (hp->kind == FL_OPTIM_FTRL && !(lr > 0.0f)))
     return FL_EINVAL;
   st = check_tensors(hp, t, nt, 1, &total);
   if (st != FL_OK)
@@ -502,6 +572,10 @@ fl_status fl_optim_step(const fl_optim_hparams *hp, fl_optim_tensor *t, size_t n
   c.omb2 = (float)(1.0 - (double)hp->beta2);
   c.eps = hp->epsilon;
   c.lars_coeff = hp->lars_coeff;
+  c.l1 = hp->l1;
+  c.l2x2 = (float)(2.0 * (double)hp->l2);
+  c.beta = hp->beta;
+  c.lr_power = hp->lr_power;
   double bc1 = 1.0 - pow(hp->beta1, (double)step), bc2 = 1.0 - pow(hp->beta2, (double)step);
   c.step_size = (float)((double)lr / bc1);
   c.rbc1 = (float)(1.0 / bc1);
@@ -511,6 +585,8 @@ fl_status fl_optim_step(const fl_optim_hparams *hp, fl_optim_tensor *t, size_t n
   int nthr = fl_kern_threads(hp->num_threads, total);
   if (hp->kind == FL_OPTIM_LARS || hp->kind == FL_OPTIM_LAMB)
     norm_step(hp, &c, t, nt, nthr);
+  else if (hp->kind == FL_OPTIM_ROWWISE_ADAGRAD)
+    row_step(hp, &c, t, nt, nthr);
   else
     elem_step(hp, &c, t, nt, total, nthr);
   return FL_OK;

@@ -552,6 +552,9 @@ fail:;
 
 extern "C" fl_status fl_optim_step_cuda(const fl_optim_hparams *hp, fl_optim_tensor *t, size_t nt,
                                         float lr, int64_t step, void *stream) {
+  if (hp != NULL && fl_optim_sparse_only(hp->kind))
+    return FL_ERR(FL_ENOTSUP, "fl_optim_step_cuda: %s is for sparse-table rows (CPU) only",
+                  fl_optim_kind_name(hp->kind));
   FL_CU_TRY(check_step(hp, t, nt, lr, step));
   cudaStream_t s = fl_stream(stream);
   step_scalars c = make_scalars(hp, lr, step);
@@ -564,6 +567,8 @@ extern "C" fl_status fl_optim_step_cuda(const fl_optim_hparams *hp, fl_optim_ten
   case FL_OPTIM_LARS: return step_normed(hp, t, nt, lars_norm_op{c}, lars_apply_op{c, NULL}, s);
   case FL_OPTIM_LAMB:
     return step_normed(hp, t, nt, lamb_moments_op{c}, lamb_apply_op{c, NULL}, s);
+  case FL_OPTIM_ROWWISE_ADAGRAD:
+  case FL_OPTIM_FTRL: break; /* refused above, before check_step */
   }
   return FL_ERR(FL_EINVAL, "fl_optim_step_cuda: unknown optimizer kind %d", (int)hp->kind);
 }

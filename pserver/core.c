@@ -50,6 +50,41 @@ fl_status psc_bad(fl_ps_core *c, const char *fmt, ...) {
   return FL_EINVAL;
 }
 
+/* The per-table optimizers: named, distinct, of a kind and settings a
+ * sparse table takes. */
+static fl_status check_table_optims(const fl_ps_core_opts *o) {
+  if (o->n_table_optims > FL_PS_MAX_TABLE_OPTIMS)
+    return FL_ERR(FL_EINVAL, "pserver: %zu per-table optimizers, at most %d", o->n_table_optims,
+                  FL_PS_MAX_TABLE_OPTIMS);
+  for (size_t i = 0; i < o->n_table_optims; i++) {
+    const fl_ps_table_optim *x = &o->table_optims[i];
+    if (!x->name[0] || !memchr(x->name, '\0', sizeof x->name))
+      return FL_ERR(FL_EINVAL, "pserver: per-table optimizer %zu has no table name", i);
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(o->table_optims[j].name, x->name))
+        return FL_ERR(FL_EINVAL, "pserver: table %s has two optimizers: give it one", x->name);
+    if (!fl_proto_sparse_optim_ok(x->hp.kind))
+      return FL_ERR(FL_EINVAL, "pserver: table %s: optimizer %s (" FL_PROTO_SPARSE_OPTIMS " only)",
+                    x->name, fl_optim_kind_name(x->hp.kind));
+    if (fl_optim_hparams_check(&x->hp) != FL_OK || !(x->lr >= 0) ||
+        (x->hp.kind == FL_OPTIM_FTRL && !(x->lr > 0)))
+      return FL_ERR(FL_EINVAL, "pserver: table %s: %s settings or lr %g out of range", x->name,
+                    fl_optim_kind_name(x->hp.kind), (double)x->lr);
+  }
+  return FL_OK;
+}
+
+void psc_table_optim(const fl_ps_core *c, const char *name, fl_optim_hparams *hp, float *lr) {
+  for (size_t i = 0; i < c->o.n_table_optims; i++)
+    if (!strcmp(c->o.table_optims[i].name, name)) {
+      *hp = c->o.table_optims[i].hp;
+      *lr = c->o.table_optims[i].lr;
+      return;
+    }
+  *hp = c->sparse_hp;
+  *lr = c->o.job.pserver.sparse.optimizer.lr;
+}
+
 fl_status fl_ps_core_create(const fl_ps_core_opts *o, fl_ps_core **out) {
   fl_ps_core *c;
   fl_status st;
@@ -59,6 +94,7 @@ fl_status fl_ps_core_create(const fl_ps_core_opts *o, fl_ps_core **out) {
       o->server_index < 0 || o->server_index >= o->n_servers)
     return FL_ERR(FL_EINVAL, "pserver: %d trainers, server %d of %d: out of range",
                   o->num_trainers, o->server_index, o->n_servers);
+  FL_TRY(check_table_optims(o));
   c = calloc(1, sizeof *c);
   if (!c) return FL_ERR(FL_ENOMEM, "pserver: out of memory");
   c->o = *o;
@@ -267,8 +303,7 @@ fl_status psc_add_table(fl_ps_core *c, const char *name, uint32_t dim) {
   to.max_rows = c->o.job.pserver.sparse.max_rows;
   to.init_range = c->o.job.pserver.sparse.init_range;
   to.seed = c->o.job.train.seed;
-  to.hp = c->sparse_hp;
-  to.lr = c->o.job.pserver.sparse.optimizer.lr;
+  psc_table_optim(c, name, &to.hp, &to.lr);
   memset(pt, 0, sizeof *pt);
   if ((st = fl_ps_table_create(&to, &pt->t)) != FL_OK) return st;
   pt->cur_step = malloc((size_t)c->nt * sizeof *pt->cur_step);
@@ -283,7 +318,7 @@ fl_status psc_add_table(fl_ps_core *c, const char *name, uint32_t dim) {
   pthread_mutex_init(&pt->mu, NULL);
   atomic_store(&c->n_tables, n + 1);
   FL_LOGI("sparse table %s: dim %u, %s, at most %lld rows on this server", name, dim,
-          fl_optim_kind_name(c->sparse_hp.kind), (long long)to.max_rows);
+          fl_optim_kind_name(to.hp.kind), (long long)to.max_rows);
   return FL_OK;
 }
 

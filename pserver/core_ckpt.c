@@ -335,7 +335,6 @@ static fl_status load_check_blocks(fl_ps_core *c, load_ctx *x) {
 /* Every sparse table verifies, of the dim held here; x->new_tables counts
  * those to add. */
 static fl_status load_check_sparse(fl_ps_core *c, load_ctx *x) {
-  int nstate_sparse = fl_optim_state_count(c->sparse_hp.kind);
   char name[FL_CKPT_NAME_MAX];
   fl_status st;
 
@@ -345,6 +344,8 @@ static fl_status load_check_sparse(fl_ps_core *c, load_ctx *x) {
     ps_table *pt;
     int64_t dim;
     int kind;
+    fl_optim_hparams hp;
+    float lr;
     if (fl_ckpt_record_at(x->ck, i, &rd) != FL_OK) continue;
     kind = sparse_dim_record(&rd, tname, sizeof tname);
     if (kind == 0) continue;
@@ -364,8 +365,10 @@ static fl_status load_check_sparse(fl_ps_core *c, load_ctx *x) {
       return st;
     }
     if (!pt) x->new_tables++;
+    psc_table_optim(c, tname, &hp, &lr);
     snprintf(name, sizeof name, "sparse/%s/", tname);
-    if ((st = fl_ps_table_verify(x->ck, name, (uint32_t)dim, nstate_sparse, NULL)) != FL_OK)
+    if ((st = fl_ps_table_verify(x->ck, name, (uint32_t)dim, pt ? fl_ps_table_kind(pt->t) : hp.kind,
+                                 NULL)) != FL_OK)
       return st;
   }
   if (atomic_load(&c->n_tables) + x->new_tables > MAX_TABLES) {

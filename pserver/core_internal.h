@@ -236,6 +236,9 @@ fl_status psc_make_layout(fl_ps_core *c, const uint64_t *numel, char **names, si
 ps_table *psc_table_of(fl_ps_core *c, const char *name);
 /* Add a sparse table (c->mu held). */
 fl_status psc_add_table(fl_ps_core *c, const char *name, uint32_t dim);
+/* The optimizer and learning rate of the table called name: its entry of
+ * o.table_optims, else pserver.sparse.optimizer's. */
+void psc_table_optim(const fl_ps_core *c, const char *name, fl_optim_hparams *hp, float *lr);
 
 /* core_members.c */
 /* The trainer may call (registered, this process, alive).  c->mu held. */

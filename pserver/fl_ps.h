@@ -73,7 +73,7 @@ typedef struct fl_ps_table_opts {
   int64_t max_rows;       /* >= 1 */
   float init_range;       /* rows start uniform in [-r, r] */
   uint64_t seed;
-  fl_optim_hparams hp;    /* kind SGD, ADAGRAD or ADAM */
+  fl_optim_hparams hp;    /* a kind fl_proto_sparse_optim_ok takes */
   float lr;
 } fl_ps_table_opts;
 
@@ -102,14 +102,24 @@ fl_status fl_ps_table_read(const fl_ps_table *t, const uint64_t *keys, size_t n,
 /* Read a row without touching it (tests, checkpoints): 1 when present. */
 int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out);
 
-/* Checkpoint records under prefix ("sparse/<name>/"): keys, values,
- * optimizer state, in least- to most-recently-seen order. */
+/* The optimizer of the table's rows. */
+fl_optim_kind fl_ps_table_kind(const fl_ps_table *t);
+
+/* The sparse-table checkpoint format written: 2 adds the records "format"
+ * and "optimizer" and sizes each state record by fl_optim_state_len;
+ * format 1 (no "format" record) is read too, for sgd, adagrad and adam. */
+#define FL_PS_TABLE_FORMAT 2
+
+/* Checkpoint records under prefix ("sparse/<name>/"): format, optimizer,
+ * keys, values, optimizer state, in least- to most-recently-seen order. */
 fl_status fl_ps_table_save(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix);
-/* Check the records under prefix for a table of dim floats per row and
- * nstate optimizer state buffers: present, of the right shapes, no key
- * twice.  *rows (may be NULL) gets their row count.  FL_ECORRUPT (logged). */
-fl_status fl_ps_table_verify(const fl_ckpt *c, const char *prefix, uint32_t dim, int nstate,
-                             int64_t *rows);
+/* Check the records under prefix for a table of dim floats per row whose
+ * rows kind updates: a format this build reads holding kind's state (else
+ * FL_EINVAL, logged, naming the format or both optimizers), every record
+ * present, of the right shapes, no key twice (else FL_ECORRUPT, logged).
+ * *rows (may be NULL) gets their row count. */
+fl_status fl_ps_table_verify(const fl_ckpt *c, const char *prefix, uint32_t dim,
+                             fl_optim_kind kind, int64_t *rows);
 /* Replace the contents with those records (rows beyond max_rows: the
  * least recently seen are dropped).  FL_ECORRUPT when they do not verify;
  * the table is unchanged then. */
@@ -131,8 +141,24 @@ const char *fl_ps_mode_name(fl_ps_mode m);
  * values, before optimizer state). */
 #define FL_PS_DEFAULT_MAX_DENSE (UINT64_C(1) << 32)
 
+/* One sparse table's own optimizer and learning rate, in place of
+ * pserver.sparse.optimizer's for the table called name (the job file's
+ * per-table settings fill these).  hp's num_threads and exclude list are
+ * ignored. */
+typedef struct fl_ps_table_optim {
+  char name[128];
+  fl_optim_hparams hp; /* a kind fl_proto_sparse_optim_ok takes */
+  float lr;            /* >= 0; > 0 for ftrl */
+} fl_ps_table_optim;
+
+#define FL_PS_MAX_TABLE_OPTIMS 64
+
 typedef struct fl_ps_core_opts {
   fl_job job;             /* optimizer, schedule, pserver and strategy sections */
+  /* Per-table optimizers (n_table_optims of them, names distinct); every
+   * other table takes pserver.sparse.optimizer. */
+  fl_ps_table_optim table_optims[FL_PS_MAX_TABLE_OPTIMS];
+  size_t n_table_optims;
   int server_index;
   int n_servers;
   int num_trainers;

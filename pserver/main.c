@@ -710,9 +710,9 @@ static void log_totals(app *a) {
   fl_ps_core_stats(a->core, &t);
   FL_LOGI("totals: step %" PRId64 ", %" PRIu64 " pushes, %" PRIu64 " pulls, %" PRIu64
           " bytes in, %" PRIu64 " bytes out, %" PRIu64 " duplicates, %" PRIu64
-          " invalid, %" PRIu64 " dense updates",
+          " invalid, %" PRIu64 " dense updates, %" PRIu64 " sparse rows",
           t.step, t.pushes, t.pulls, t.bytes_in, t.bytes_out, t.duplicates, t.invalid,
-          t.dense_updates);
+          t.dense_updates, t.sparse_rows);
 }
 
 int main(int argc, char **argv) {

@@ -1,8 +1,10 @@
 /* sparse.c - one sparse (embedding) table of a pserver: rows of dim floats
  * keyed by uint64 ids in an open-addressing hash (linear probing,
  * backward-shift deletion), rows created on first touch with a seeded
- * uniform init, per-row SGD / Adagrad / Adam through the kernels library,
- * and an exact LRU list so that a table at max_rows evicts the row unseen
+ * uniform init, per-row SGD / Adagrad / Adam / row-wise Adagrad / FTRL
+ * through the kernels library (each row one tensor of the step, its state
+ * fl_optim_state_len floats per buffer: dim, or 1 for row-wise Adagrad's
+ * one accumulator), and an exact LRU list so that a table at max_rows evicts the row unseen
  * longest.  Rows live densely in [0, n): an evicted row's slot is reused by
  * the row that replaces it.  The core serializes access (one lock per
  * table). */
@@ -27,6 +29,7 @@ struct fl_ps_table {
   fl_optim_hparams hp;
   float lr;
   int nstate;
+  size_t slen; /* floats per row in each state buffer */
 
   size_t n, cap;
   uint64_t *keys;
@@ -69,6 +72,8 @@ fl_status fl_ps_table_create(const fl_ps_table_opts *o, fl_ps_table **out) {
                   fl_optim_kind_name(o->hp.kind));
   if (fl_optim_hparams_check(&o->hp) != FL_OK || !(o->lr >= 0) || !(o->init_range >= 0))
     return FL_ERR(FL_EINVAL, "sparse table %s: bad optimizer settings or init range", o->name);
+  if (o->hp.kind == FL_OPTIM_FTRL && !(o->lr > 0))
+    return FL_ERR(FL_EINVAL, "sparse table %s: ftrl needs lr (its alpha) > 0", o->name);
   t = calloc(1, sizeof *t);
   if (!t) return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory", o->name);
   snprintf(t->name, sizeof t->name, "%s", o->name);
@@ -83,6 +88,7 @@ fl_status fl_ps_table_create(const fl_ps_table_opts *o, fl_ps_table **out) {
   t->hp.n_exclude = 0;
   t->lr = o->lr;
   t->nstate = fl_optim_state_count(o->hp.kind);
+  t->slen = fl_optim_state_len(o->hp.kind, o->dim);
   t->head = t->tail = -1;
   *out = t;
   return FL_OK;
@@ -157,8 +163,8 @@ static fl_status grow(fl_ps_table *t) {
   } while (0)
   GROW(keys, nc);
   GROW(val, nc * d);
-  if (t->nstate >= 1) GROW(s1, nc * d);
-  if (t->nstate >= 2) GROW(s2, nc * d);
+  if (t->nstate >= 1) GROW(s1, nc * t->slen);
+  if (t->nstate >= 2) GROW(s2, nc * t->slen);
   GROW(t, nc);
   GROW(prev, nc);
   GROW(next, nc);
@@ -211,6 +217,16 @@ static void init_row(const fl_ps_table *t, uint64_t key, float *v) {
   }
 }
 
+/* Row r's optimizer state viewed as the kernels' tensor (no param/grad). */
+static fl_optim_tensor state_of(const fl_ps_table *t, int32_t r) {
+  fl_optim_tensor x;
+  memset(&x, 0, sizeof x);
+  x.state1 = t->nstate >= 1 ? t->s1 + (size_t)r * t->slen : NULL;
+  x.state2 = t->nstate >= 2 ? t->s2 + (size_t)r * t->slen : NULL;
+  x.n = t->dim;
+  return x;
+}
+
 /* The row of key, created (evicting the least recent row when full). */
 static fl_status get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
   int32_t r = find(t, key);
@@ -231,10 +247,11 @@ static fl_status get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
   t->keys[r] = key;
   init_row(t, key, t->val + (size_t)r * d);
   if (t->nstate >= 1) {
-    float init = t->hp.kind == FL_OPTIM_ADAGRAD ? t->hp.initial_accumulator : 0.0f;
-    for (size_t j = 0; j < d; j++) t->s1[(size_t)r * d + j] = init;
+    fl_optim_tensor x = state_of(t, r);
+    if (fl_optim_init_state(&t->hp, &x, 1) != FL_OK)
+      return FL_ERR(FL_EINVAL, "sparse table %s: %s refused to set up a row's state", t->name,
+                    fl_optim_kind_name(t->hp.kind));
   }
-  if (t->nstate >= 2) memset(t->s2 + (size_t)r * d, 0, d * sizeof(float));
   t->t[r] = 0;
   slot_insert(t, key, r);
   lru_push_head(t, r);
@@ -263,12 +280,9 @@ fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const
     fl_optim_tensor x;
     FL_TRY(get_row(t, keys[i], &r));
     touch(t, r);
-    x.name = NULL;
+    x = state_of(t, r);
     x.param = t->val + (size_t)r * d;
     x.grad = g + i * d;
-    x.state1 = t->nstate >= 1 ? t->s1 + (size_t)r * d : NULL;
-    x.state2 = t->nstate >= 2 ? t->s2 + (size_t)r * d : NULL;
-    x.n = d;
     /* Adam's bias correction counts each row's own updates. */
     FL_TRY(fl_optim_step(&t->hp, &x, 1, t->lr, ++t->t[r]));
   }
@@ -292,17 +306,24 @@ int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out) {
   return 1;
 }
 
-/* ------------------------------------------------------------ checkpoints */
+/* ------------------------------------------------------------ checkpoints
+ * Format 2 (FL_PS_TABLE_FORMAT) writes the records "format" and
+ * "optimizer" (the fl_optim_kind whose state the rows hold) and each state
+ * buffer as [rows, fl_optim_state_len]; format 1 (no "format" record, before
+ * row-wise Adagrad and FTRL) held the server's sgd, adagrad or adam state as
+ * [rows, dim], the same shapes format 2 gives them, and still loads. */
+
+fl_optim_kind fl_ps_table_kind(const fl_ps_table *t) { return t->hp.kind; }
 
 fl_status fl_ps_table_save(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix) {
-  size_t n = t->n, d = t->dim, i = 0;
-  uint64_t *keys = malloc((n ? n : 1) * sizeof *keys);
-  int64_t *steps = malloc((n ? n : 1) * sizeof *steps);
-  float *v = malloc((n ? n : 1) * d * sizeof *v);
-  float *a = t->nstate >= 1 ? malloc((n ? n : 1) * d * sizeof *a) : NULL;
-  float *b = t->nstate >= 2 ? malloc((n ? n : 1) * d * sizeof *b) : NULL;
+  size_t n = t->n, d = t->dim, sl = t->slen, m = n ? n : 1, i = 0;
+  uint64_t *keys = malloc(m * sizeof *keys);
+  int64_t *steps = malloc(m * sizeof *steps);
+  float *v = malloc(m * d * sizeof *v);
+  float *a = t->nstate >= 1 ? malloc(m * sl * sizeof *a) : NULL;
+  float *b = t->nstate >= 2 ? malloc(m * sl * sizeof *b) : NULL;
   char name[FL_CKPT_NAME_MAX];
-  int64_t shape[2] = {(int64_t)n, (int64_t)d};
+  int64_t shape[2] = {(int64_t)n, (int64_t)d}, sshape[2] = {(int64_t)n, (int64_t)sl};
   fl_status st = FL_OK;
 
   if (!keys || !steps || !v || (t->nstate >= 1 && !a) || (t->nstate >= 2 && !b)) {
@@ -313,20 +334,26 @@ fl_status fl_ps_table_save(const fl_ps_table *t, fl_ckpt_writer *w, const char *
     keys[i] = t->keys[r];
     steps[i] = t->t[r];
     memcpy(v + i * d, t->val + (size_t)r * d, d * sizeof *v);
-    if (a) memcpy(a + i * d, t->s1 + (size_t)r * d, d * sizeof *a);
-    if (b) memcpy(b + i * d, t->s2 + (size_t)r * d, d * sizeof *b);
+    if (a) memcpy(a + i * sl, t->s1 + (size_t)r * sl, sl * sizeof *a);
+    if (b) memcpy(b + i * sl, t->s2 + (size_t)r * sl, sl * sizeof *b);
   }
+#define NAME(suffix) snprintf(name, sizeof name, "%s%s", prefix, suffix)
 #define PUT(suffix, dt, nd, shp, data)                                       \
   do {                                                                       \
-    snprintf(name, sizeof name, "%s%s", prefix, suffix);                     \
+    NAME(suffix);                                                            \
     if ((st = fl_ckpt_put(w, name, dt, nd, shp, data)) != FL_OK) goto done;  \
   } while (0)
+  NAME("format");
+  if ((st = fl_ckpt_put_i64(w, name, FL_PS_TABLE_FORMAT)) != FL_OK) goto done;
+  NAME("optimizer");
+  if ((st = fl_ckpt_put_i64(w, name, (int64_t)t->hp.kind)) != FL_OK) goto done;
   PUT("keys", FL_CKPT_U64, 1, shape, keys);
   PUT("steps", FL_CKPT_I64, 1, shape, steps);
   PUT("values", FL_CKPT_F32, 2, shape, v);
-  if (a) PUT("state1", FL_CKPT_F32, 2, shape, a);
-  if (b) PUT("state2", FL_CKPT_F32, 2, shape, b);
+  if (a) PUT("state1", FL_CKPT_F32, 2, sshape, a);
+  if (b) PUT("state2", FL_CKPT_F32, 2, sshape, b);
 #undef PUT
+#undef NAME
 done:
   free(keys);
   free(steps);
@@ -347,27 +374,70 @@ static fl_status find_rec(const fl_ckpt *c, const char *prefix, const char *suff
   return FL_OK;
 }
 
+/* 1 when k is an fl_optim_kind of this build. */
+static int known_kind(int64_t k) {
+  int64_t n = 0;
+  while (fl_optim_kind_names[n]) n++;
+  return k >= 0 && k < n;
+}
+
+/* The records under prefix hold the state of kind, in a format this build
+ * reads. */
+static fl_status check_format(const fl_ckpt *c, const char *prefix, fl_optim_kind kind) {
+  char name[FL_CKPT_NAME_MAX];
+  int64_t fmt, held;
+  fl_status st;
+
+  snprintf(name, sizeof name, "%sformat", prefix);
+  st = fl_ckpt_get_i64(c, name, &fmt);
+  if (st == FL_ENOTFOUND) {
+    if (kind == FL_OPTIM_SGD || kind == FL_OPTIM_ADAGRAD || kind == FL_OPTIM_ADAM) return FL_OK;
+    return FL_ERR(FL_EINVAL, "checkpoint: the table under %s is of format 1, which has no %s "
+                  "state: resume it with the optimizer it was trained with (sgd, adagrad or "
+                  "adam)", prefix, fl_optim_kind_name(kind));
+  }
+  if (st != FL_OK) return FL_ERR(FL_ECORRUPT, "checkpoint: record %s malformed", name);
+  if (fmt != FL_PS_TABLE_FORMAT)
+    return FL_ERR(FL_EINVAL, "checkpoint: %s is %lld; this build reads sparse table formats 1 "
+                  "and %d: resume with the build that wrote it", name, (long long)fmt,
+                  FL_PS_TABLE_FORMAT);
+  snprintf(name, sizeof name, "%soptimizer", prefix);
+  if (fl_ckpt_get_i64(c, name, &held) != FL_OK)
+    return FL_ERR(FL_ECORRUPT, "checkpoint: record %s missing or malformed", name);
+  if (held == (int64_t)kind) return FL_OK;
+  if (!known_kind(held))
+    return FL_ERR(FL_EINVAL, "checkpoint: the table under %s holds the state of optimizer %lld, "
+                  "unknown to this build: resume with the build that wrote it", prefix,
+                  (long long)held);
+  return FL_ERR(FL_EINVAL, "checkpoint: the table under %s holds %s state but uses %s here: "
+                "set its optimizer back to %s to resume it", prefix,
+                fl_optim_kind_name((fl_optim_kind)held), fl_optim_kind_name(kind),
+                fl_optim_kind_name((fl_optim_kind)held));
+}
+
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
 }
 
-fl_status fl_ps_table_verify(const fl_ckpt *c, const char *prefix, uint32_t dim, int nstate,
-                             int64_t *rows) {
+fl_status fl_ps_table_verify(const fl_ckpt *c, const char *prefix, uint32_t dim,
+                             fl_optim_kind kind, int64_t *rows) {
   fl_ckpt_record rk, r;
   char name[FL_CKPT_NAME_MAX];
-  int64_t n, d = dim;
+  int64_t n, d = dim, sl = (int64_t)fl_optim_state_len(kind, dim);
+  int nstate = fl_optim_state_count(kind);
   uint64_t *sorted;
   fl_status st = FL_OK;
 
+  FL_TRY(check_format(c, prefix, kind));
   snprintf(name, sizeof name, "%skeys", prefix);
   if (fl_ckpt_find(c, name, &rk) != FL_OK || rk.dtype != FL_CKPT_U64 || rk.ndim != 1)
     return FL_ERR(FL_ECORRUPT, "checkpoint: record %s missing or not 1-d u64", name);
   n = rk.shape[0];
   FL_TRY(find_rec(c, prefix, "steps", FL_CKPT_I64, 1, n, d, &r));
   FL_TRY(find_rec(c, prefix, "values", FL_CKPT_F32, 2, n, d, &r));
-  if (nstate >= 1) FL_TRY(find_rec(c, prefix, "state1", FL_CKPT_F32, 2, n, d, &r));
-  if (nstate >= 2) FL_TRY(find_rec(c, prefix, "state2", FL_CKPT_F32, 2, n, d, &r));
+  if (nstate >= 1) FL_TRY(find_rec(c, prefix, "state1", FL_CKPT_F32, 2, n, sl, &r));
+  if (nstate >= 2) FL_TRY(find_rec(c, prefix, "state2", FL_CKPT_F32, 2, n, sl, &r));
   sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
   if (!sorted) return FL_ERR(FL_ENOMEM, "checkpoint: out of memory checking %s", name);
   memcpy(sorted, rk.data, (size_t)n * sizeof *sorted);
@@ -382,17 +452,17 @@ fl_status fl_ps_table_verify(const fl_ckpt *c, const char *prefix, uint32_t dim,
 fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix) {
   fl_ckpt_record rk, rs, rv, ra, rb;
   char name[FL_CKPT_NAME_MAX];
-  int64_t n, d = t->dim;
+  int64_t n, d = t->dim, sl = (int64_t)t->slen;
   size_t first;
 
   /* Everything is checked before the table changes. */
-  FL_TRY(fl_ps_table_verify(c, prefix, t->dim, t->nstate, &n));
+  FL_TRY(fl_ps_table_verify(c, prefix, t->dim, t->hp.kind, &n));
   snprintf(name, sizeof name, "%skeys", prefix);
   fl_ckpt_find(c, name, &rk);
   find_rec(c, prefix, "steps", FL_CKPT_I64, 1, n, d, &rs);
   find_rec(c, prefix, "values", FL_CKPT_F32, 2, n, d, &rv);
-  if (t->nstate >= 1) find_rec(c, prefix, "state1", FL_CKPT_F32, 2, n, d, &ra);
-  if (t->nstate >= 2) find_rec(c, prefix, "state2", FL_CKPT_F32, 2, n, d, &rb);
+  if (t->nstate >= 1) find_rec(c, prefix, "state1", FL_CKPT_F32, 2, n, sl, &ra);
+  if (t->nstate >= 2) find_rec(c, prefix, "state2", FL_CKPT_F32, 2, n, sl, &rb);
   /* Start empty, then insert oldest first so recency is kept. */
   t->n = 0;
   t->head = t->tail = -1;
@@ -404,9 +474,9 @@ fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix)
     FL_TRY(get_row(t, key, &r));
     memcpy(t->val + (size_t)r * d, (const float *)rv.data + i * d, (size_t)d * sizeof(float));
     if (t->nstate >= 1)
-      memcpy(t->s1 + (size_t)r * d, (const float *)ra.data + i * d, (size_t)d * sizeof(float));
+      memcpy(t->s1 + (size_t)r * sl, (const float *)ra.data + i * sl, (size_t)sl * sizeof(float));
     if (t->nstate >= 2)
-      memcpy(t->s2 + (size_t)r * d, (const float *)rb.data + i * d, (size_t)d * sizeof(float));
+      memcpy(t->s2 + (size_t)r * sl, (const float *)rb.data + i * sl, (size_t)sl * sizeof(float));
     t->t[r] = ((const int64_t *)rs.data)[i];
   }
   return FL_OK;

@@ -41,12 +41,17 @@ typedef void (*fl_grad_ready_fn)(void *ctx, size_t index);
 
 /* Per-batch results.  loss_sum is the sum over samples of the (unscaled)
  * cross-entropy, so that loss_sum/count is the mean; correct1/correct5 count
- * samples whose label is the top-1 / in the top-5 logits. */
+ * samples whose label is the top-1 / in the top-5 logits.  Models with
+ * loss mse also fill values (the batch's target values, 0 otherwise),
+ * abs_err (the sum of |output - target| over them) and t_sum / t_sq (the
+ * targets' sum and sum of squares), for MAE and R². */
 typedef struct fl_model_result {
   double loss_sum;
   size_t correct1;
   size_t correct5;
   size_t count;
+  size_t values;
+  double abs_err, t_sum, t_sq;
 } fl_model_result;
 
 /* What to build; filled from the job file's `model:` section. */

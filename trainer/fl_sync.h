@@ -27,6 +27,7 @@
 
 #include <stdint.h>
 
+#include "fl_ckpt.h"
 #include "fl_model.h"
 #include "fl_status.h"
 
@@ -50,6 +51,10 @@ typedef struct fl_sync_ops {
   /* The job is done (ps: send complete); then free self. */
   fl_status (*finish)(void *self);
   void (*destroy)(void *self);
+  /* Optional (NULL: none): add the mode's own records to the checkpoint
+   * rank 0 is writing (collective: the allreduce tuning); a failed put is
+   * reported by the writer's commit. */
+  void (*ckpt_save)(void *self, fl_ckpt_writer *w);
 } fl_sync_ops;
 
 /* A mode instance: ops plus its private state. */

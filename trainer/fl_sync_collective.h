@@ -41,7 +41,14 @@
  * Start: rank 0's parameters are broadcast to every rank (init_params);
  * the ranks agree on the steps per epoch (the minimum); metrics are summed
  * in fp64.  Rank 0 writes the checkpoints (the loop asks sync->rank), and
- * every rank resumes from them.
+ * every rank resumes from them.  The checkpoint also holds the engine's
+ * allreduce tuning (record collective/tuning, the ckpt_save hook); with
+ * allreduce_algorithm auto (or hierarchical) rank 0 hands the one in the
+ * newest checkpoint of the directory to the engine at create, which
+ * reuses it for the same world size instead of probing, so a resumed run
+ * runs the same algorithms and gives the bits of an uninterrupted one.
+ * (Under --fresh the checkpoints move aside only after create: that run
+ * keeps the previous tuning too when the world size matches.)
  *
  * Environment (no job-file key exists for these):
  *   FLOTILLA_COLLECTIVE_BACKEND  tcp | shm | nccl | auto (default auto:

@@ -204,6 +204,9 @@ static fl_status load_data(trainer *t) {
   }
   case FL_DATA_NPY:
     return load_npy(t);
+  case FL_DATA_CRITEO:
+    return FL_ERR(FL_ENOTSUP, "%s: data.format criteo: the training loop does not read Criteo "
+                  "files yet; use data.format libsvm with model.kind ctr", job->source);
   default:
     return FL_ERR(FL_ENOTSUP, "%s: data.format libsvm feeds the CTR model, which trains in ps mode",
                   job->source);
@@ -516,6 +519,7 @@ static fl_status save_checkpoint(trainer *t) {
                               pl->best, pl->lr};
     fl_ckpt_put(w, "lr/plateau", FL_CKPT_F64, 1, (int64_t[]){PLATEAU_CKPT}, v);
   }
+  if (t->ops->ckpt_save) t->ops->ckpt_save(t->self, w);
   FL_TRY(fl_ckpt_writer_commit(w)); /* reports the first failed put, if any */
   t->last_saved = t->step;
   FL_LOGI("checkpoint: step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ") saved in %s",
@@ -686,6 +690,32 @@ static void log_line(trainer *t, const char *fmt, ...) {
   fflush(t->log);
 }
 
+/* a += b, every field. */
+static void add_result(fl_model_result *a, const fl_model_result *b) {
+  a->loss_sum += b->loss_sum, a->correct1 += b->correct1, a->correct5 += b->correct5;
+  a->count += b->count, a->values += b->values;
+  a->abs_err += b->abs_err, a->t_sum += b->t_sum, a->t_sq += b->t_sq;
+}
+
+/* The log lines' metrics after "loss: X", the ones that fit the task:
+ * regression (loss mse): ", mse: M, mae: A, r2: R" (R² over all target
+ * values, nan when the targets do not vary); otherwise ", acc1: A" and,
+ * for class ids with more than 5 classes (with 5 or fewer it is always
+ * 1), ", acc5: A" as before. */
+static void metrics_text(const trainer *t, const fl_model_result *r, char *buf, size_t cap) {
+  const double c = r->count ? (double)r->count : 1.0;
+  if (r->values) {
+    const double n = (double)r->values, mse = r->loss_sum / c, mean = r->t_sum / n;
+    const double var = r->t_sq / n - mean * mean;
+    snprintf(buf, cap, ", mse: %.5f, mae: %.5f, r2: %.5f", mse, r->abs_err / n,
+             var > 0 ? 1.0 - mse / var : NAN);
+    return;
+  }
+  int len = snprintf(buf, cap, ", acc1: %.5f", (double)r->correct1 / c);
+  if (!fl_model_float_targets(t->model) && fl_model_get_spec(t->model)->num_classes > 5)
+    snprintf(buf + len, cap - (size_t)len, ", acc5: %.5f", (double)r->correct5 / c);
+}
+
 /* The feed of named inputs data[k] (as the dataset d feeds them), class
  * ids y (d's ylen per sample) or float targets tg. */
 static void make_feed(const trainer *t, const fl_dataset *d, const void *const *data,
@@ -735,7 +765,7 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
       FL_TRY(fl_sparse_run_pull(t->sparse, &b, b.size));
       FL_TRY(fl_model_train_sparse(t->model, 0, b.size, scale, last ? on_grad_ready : NULL, t,
                                    &res));
-      FL_TRY(fl_sparse_run_push(t->sparse));
+      FL_TRY(fl_sparse_run_push(t->sparse, t->step));
     } else if (b.n_inputs) { /* named inputs: a feed */
       fl_model_input in[FL_DATA_MAX_INPUTS];
       fl_model_feed f;
@@ -757,15 +787,14 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
       FL_TRY(t->cb_err);
       FL_TRY(clip_grads(t, 1));
     }
-    sum.loss_sum += res.loss_sum;
-    sum.correct1 += res.correct1;
-    sum.correct5 += res.correct5;
-    sum.count += res.count;
+    add_result(&sum, &res);
     t->batch++;
     if (t->job->train.log_interval > 0 && b.index % (size_t)t->job->train.log_interval == 0) {
       double c = res.count ? (double)res.count : 1.0;
-      log_line(t, "[Epoch %" PRId64 ", batch %zu] loss: %.5f, acc1: %.5f, acc5: %.5f\n", t->epoch,
-               b.index, res.loss_sum / c, (double)res.correct1 / c, (double)res.correct5 / c);
+      char mt[96];
+      metrics_text(t, &res, mt, sizeof mt);
+      log_line(t, "[Epoch %" PRId64 ", batch %zu] loss: %.5f%s\n", t->epoch, b.index,
+               res.loss_sum / c, mt);
     }
   }
   FL_TRY(t->ops->step_end(t->self, t->model, t->step, &apply));
@@ -793,20 +822,34 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
   return FL_OK;
 }
 
+/* The sums a test-set evaluation reduces over the ranks, in and out of
+ * an array. */
+#define EVAL_SUMS 8
+static void result_to_sums(const fl_model_result *r, double *v) {
+  const double f[EVAL_SUMS] = {r->loss_sum, (double)r->correct1, (double)r->correct5,
+                               (double)r->count, (double)r->values, r->abs_err, r->t_sum, r->t_sq};
+  for (int i = 0; i < EVAL_SUMS; i++) v[i] += f[i];
+}
+
+static fl_model_result sums_to_result(const double *v) {
+  return (fl_model_result){.loss_sum = v[0], .correct1 = (size_t)v[1], .correct5 = (size_t)v[2],
+                           .count = (size_t)v[3], .values = (size_t)v[4], .abs_err = v[5],
+                           .t_sum = v[6], .t_sq = v[7]};
+}
+
 /* Test-set metrics over all ranks: each rank takes a contiguous slice. */
 static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
   size_t n = t->test.n, w = (size_t)t->world, r = (size_t)t->rank;
   size_t lo = n * r / w, hi = n * (r + 1) / w;
   size_t bs = t->job->train.eval_batch_size;
-  double v[4] = {0, 0, 0, 0};
+  double v[EVAL_SUMS] = {0};
   if (t->sparse) return fl_sparse_run_eval(t->sparse, &t->stest, t->epoch, t->log, rep);
   for (size_t off = lo; off < hi; off += bs) {
     size_t cnt = hi - off < bs ? hi - off : bs;
     fl_model_result res = {0};
     if (t->test.n_inputs) {
       FL_TRY(eval_named(t, off, cnt, &res));
-      v[0] += res.loss_sum, v[1] += (double)res.correct1, v[2] += (double)res.correct5;
-      v[3] += (double)res.count;
+      result_to_sums(&res, v);
       continue;
     }
     if (!t->test.x && !t->evalx) { /* uint8 features: converted per eval batch */
@@ -819,19 +862,18 @@ static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
       FL_TRY(fl_model_evalf(t->model, x, t->test.t + off * t->test.tdim, cnt, &res));
     else
       FL_TRY(fl_model_eval(t->model, x, t->test.y ? t->test.y + off : NULL, cnt, &res));
-    v[0] += res.loss_sum;
-    v[1] += (double)res.correct1;
-    v[2] += (double)res.correct5;
-    v[3] += (double)res.count;
+    result_to_sums(&res, v);
   }
-  FL_TRY(t->ops->reduce_metrics(t->self, v, 4));
+  FL_TRY(t->ops->reduce_metrics(t->self, v, EVAL_SUMS));
   double c = v[3] > 0 ? v[3] : 1.0;
   rep->evaluated = 1;
   rep->test_loss = v[0] / c;
   rep->test_acc1 = v[1] / c;
   rep->test_acc5 = v[2] / c;
-  log_line(t, "[Epoch %" PRId64 "] test loss: %.5f, acc1: %.5f, acc5: %.5f\n", t->epoch,
-           rep->test_loss, rep->test_acc1, rep->test_acc5);
+  const fl_model_result all = sums_to_result(v);
+  char mt[96];
+  metrics_text(t, &all, mt, sizeof mt);
+  log_line(t, "[Epoch %" PRId64 "] test loss: %.5f%s\n", t->epoch, rep->test_loss, mt);
   return FL_OK;
 }
 

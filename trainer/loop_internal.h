@@ -38,13 +38,17 @@ void fl_sparse_run_free(fl_sparse_run *r);
  * reads them. */
 fl_status fl_sparse_run_pull(fl_sparse_run *r, const fl_batch *b, size_t n);
 /* After the train step of the pulled micro-batch: push its rows'
- * gradients. */
-fl_status fl_sparse_run_push(fl_sparse_run *r);
+ * gradients as step `step` (the loop's global optimizer step, which a
+ * resumed or rejoined trainer continues). */
+fl_status fl_sparse_run_push(fl_sparse_run *r, int64_t step);
 
-/* The test set through the model (every trainer evaluates all of it, in
- * batches of the model's max_batch): logs `[Epoch e] test auc: A,
- * logloss: L, acc1: C (constant predictor: ...)` and fills rep's test
- * fields (test_loss the log loss, test_acc1 the accuracy at p = 0.5). */
+/* The test set through the model, rows read read-only (no table
+ * changes): each rank scores its contiguous share in batches of the
+ * model's max_batch, the (probability, label) pairs of all ranks are
+ * gathered through the sync's reduce_metrics, and every rank logs the
+ * exact metrics of the whole set: `[Epoch e] test auc: A, logloss: L,
+ * acc1: C (constant predictor: ...)`; fills rep's test fields (test_loss
+ * the log loss, test_acc1 the accuracy at p = 0.5).  Every rank calls it. */
 fl_status fl_sparse_run_eval(fl_sparse_run *r, const fl_sparse_dataset *test, int64_t epoch,
                              FILE *out, fl_trainer_report *rep);
 

@@ -3,12 +3,17 @@
  *
  * The tables' rows live on the pservers.  Before a micro-batch's step the
  * model says which ids of each table it needs and the rows are pulled into
- * its buffers; after the step their gradients are pushed, numbered by a
- * per-process push sequence (the pservers apply them with
- * pserver.sparse.optimizer).  The dense parameters travel through the
- * ps-mode fl_sync like any model's.  The metric is AUC (ties counted half)
- * over the whole test set, which each trainer evaluates on its own, beside
- * the AUC of a constant predictor (0.5) and, for synthetic data, of the
+ * its buffers; after the step their gradients are pushed, numbered by the
+ * loop's global optimizer step (one micro-batch a step), so a trainer
+ * restarted or rejoined at step s pushes s, never a number the pservers
+ * drop as an old duplicate (they apply them with pserver.sparse.optimizer).  The dense parameters travel through the
+ * ps-mode fl_sync like any model's.  Evaluation reads rows read-only (it
+ * changes no table) and each rank scores its contiguous share of the test
+ * set; the (probability, label) pairs of every rank are gathered through
+ * the sync's metric sums (each rank fills its own positions, the others
+ * add zeros, so the sums are the pairs, exactly), and every rank computes
+ * the exact AUC and log loss of the whole test set (fl_metrics_auc.h),
+ * beside those of a constant predictor and, for synthetic data, of the
  * true click probability. */
 #include <config.h>
 
@@ -18,6 +23,7 @@
 #include <string.h>
 
 #include "fl_log.h"
+#include "fl_metrics_auc.h"
 #include "fl_ps_client.h"
 #include "fl_sparse_model.h"
 #include "loop_internal.h"
@@ -30,7 +36,6 @@ struct fl_sparse_run {
   const fl_sparse_table *tables;
   size_t nt;
   fl_sparse_need need[FL_SPARSE_MAX_TABLES]; /* the pulled micro-batch's */
-  int64_t push_seq;
 };
 
 int fl_loop_sparse_data(const fl_job *job) {
@@ -104,115 +109,147 @@ fl_status fl_sparse_run_create(const fl_job *job, fl_model *m, fl_sync *sync, in
 
 void fl_sparse_run_free(fl_sparse_run *r) { free(r); }
 
-fl_status fl_sparse_run_pull(fl_sparse_run *r, const fl_batch *b, size_t n) {
+/* Prepare b in slot 0 and fetch its rows: a training pull (rows created,
+ * a sync pull held for the step), or an evaluation's read-only one. */
+static fl_status fetch(fl_sparse_run *r, const fl_batch *b, size_t n, int read_only) {
   fl_ps_client *c = fl_sync_ps_client(r->sync);
   FL_TRY(r->hooks->prepare(r->self, 0, b, n, r->need));
   for (size_t t = 0; t < r->nt; t++)
-    FL_TRY(fl_ps_client_pull_sparse(c, r->tables[t].name, r->tables[t].width, r->need[t].ids,
-                                    r->need[t].n, r->need[t].rows));
+    FL_TRY((read_only ? fl_ps_client_read_sparse : fl_ps_client_pull_sparse)(
+        c, r->tables[t].name, r->tables[t].width, r->need[t].ids, r->need[t].n,
+        r->need[t].rows));
   return FL_OK;
 }
 
-fl_status fl_sparse_run_push(fl_sparse_run *r) {
+fl_status fl_sparse_run_pull(fl_sparse_run *r, const fl_batch *b, size_t n) {
+  return fetch(r, b, n, 0);
+}
+
+fl_status fl_sparse_run_push(fl_sparse_run *r, int64_t step) {
   fl_ps_client *c = fl_sync_ps_client(r->sync);
   for (size_t t = 0; t < r->nt; t++)
-    FL_TRY(fl_ps_client_push_sparse(c, r->tables[t].name, r->tables[t].width, r->push_seq,
+    FL_TRY(fl_ps_client_push_sparse(c, r->tables[t].name, r->tables[t].width, step,
                                     r->need[t].ids, r->need[t].n,
                                     r->hooks->row_grad(r->self, t)));
-  r->push_seq++;
   return FL_OK;
 }
 
 /* ------------------------------------------------------------ evaluation */
 
-typedef struct scored {
-  float score;
-  int y;
-} scored;
+/* Pairs per metric sum (the ps mode sums at most 64 values at once). */
+#define GATHER_CHUNK 64
 
-static int cmp_scored(const void *a, const void *b) {
-  float x = ((const scored *)a)->score, y = ((const scored *)b)->score;
-  return x < y ? -1 : x > y;
-}
+/* Rank k's share of n test samples: [n k / w, n (k + 1) / w). */
+static size_t share_start(size_t n, int k, int w) { return n * (size_t)k / (size_t)w; }
 
-/* AUC with ties counted half (rank sums). */
-static double auc(scored *s, size_t n) {
-  double pos = 0, neg = 0, rank_sum = 0;
-  qsort(s, n, sizeof *s, cmp_scored);
-  for (size_t i = 0; i < n;) {
-    size_t j = i;
-    double avg;
-    while (j < n && s[j].score == s[i].score) j++;
-    avg = (double)(i + j + 1) / 2.0; /* 1-based average rank */
-    for (size_t k = i; k < j; k++)
-      if (s[k].y) rank_sum += avg;
-    i = j;
-  }
-  for (size_t i = 0; i < n; i++) {
-    if (s[i].y) pos++;
-    else neg++;
-  }
-  if (pos == 0 || neg == 0) return 0.5;
-  return (rank_sum - pos * (pos + 1) / 2) / (pos * neg);
-}
-
-/* The test set's scores into s[] (scores and labels), and the model's
- * loss and accuracy sums. */
-static fl_status score(fl_sparse_run *r, const fl_sparse_dataset *test, scored *s,
-                       double *loss, double *correct) {
+/* Score samples [lo, hi) of the test set into acc (probabilities), counting
+ * the correct ones at p = 0.5. */
+static fl_status score(fl_sparse_run *r, const fl_sparse_dataset *test, size_t lo, size_t hi,
+                       fl_auc_acc *acc, double *correct) {
   const size_t bs = fl_model_max_batch(r->model);
-  for (size_t off = 0; off < test->n; off += bs) {
-    const size_t cnt = test->n - off < bs ? test->n - off : bs;
+  float p[GATHER_CHUNK], y[GATHER_CHUNK];
+  for (size_t off = lo; off < hi; off += bs) {
+    const size_t cnt = hi - off < bs ? hi - off : bs;
     const fl_batch b = {.size = cnt,
                         .sparse = {test->labels + off, test->offsets + off, test->feats}};
     fl_model_result res;
-    FL_TRY(fl_sparse_run_pull(r, &b, cnt));
+    FL_TRY(fetch(r, &b, cnt, 1));
     FL_TRY(fl_model_eval_sparse(r->model, 0, cnt, &res));
     const float *logit = r->hooks->scores(r->self);
-    for (size_t i = 0; i < cnt; i++) s[off + i] = (scored){logit[i], test->labels[off + i] > 0};
-    *loss += res.loss_sum;
+    for (size_t i = 0; i < cnt; i += GATHER_CHUNK) {
+      const size_t m = cnt - i < GATHER_CHUNK ? cnt - i : GATHER_CHUNK;
+      for (size_t j = 0; j < m; j++) {
+        p[j] = 1.0f / (1.0f + expf(-logit[i + j]));
+        y[j] = test->labels[off + i + j] > 0 ? 1.0f : 0.0f;
+      }
+      FL_TRY(fl_auc_add(acc, p, y, m));
+    }
     *correct += (double)res.correct1;
   }
   return FL_OK;
 }
 
-static void log_eval(FILE *out, int64_t epoch, double a, double loss, double acc,
+/* A pair as one double: the probability's bits and the label, exact. */
+static double pack(float p, float y) {
+  uint32_t bits;
+  memcpy(&bits, &p, sizeof bits);
+  return (double)(((uint64_t)bits << 1) | (y > 0.5f));
+}
+
+static void unpack(double v, float *p, float *y) {
+  const uint64_t u = (uint64_t)v;
+  const uint32_t bits = (uint32_t)(u >> 1);
+  memcpy(p, &bits, sizeof *p);
+  *y = (float)(u & 1);
+}
+
+/* Every rank's pairs (mine at [lo, lo + mine->n)) into all, n in rank
+ * order, through the sync's sums of GATHER_CHUNK values. */
+static fl_status gather(fl_sparse_run *r, const fl_auc_acc *mine, size_t lo, size_t n,
+                        fl_auc_acc *all) {
+  double v[GATHER_CHUNK];
+  float p[GATHER_CHUNK], y[GATHER_CHUNK];
+  for (size_t c = 0; c < n; c += GATHER_CHUNK) {
+    const size_t m = n - c < GATHER_CHUNK ? n - c : GATHER_CHUNK;
+    for (size_t j = 0; j < m; j++) {
+      const size_t i = c + j;
+      v[j] = i >= lo && i < lo + mine->n ? pack(mine->score[i - lo], mine->label[i - lo]) : 0;
+    }
+    FL_TRY(r->sync->ops->reduce_metrics(r->sync->self, v, m));
+    for (size_t j = 0; j < m; j++) unpack(v[j], &p[j], &y[j]);
+    FL_TRY(fl_auc_add(all, p, y, m));
+  }
+  return FL_OK;
+}
+
+static void log_eval(FILE *out, int64_t epoch, const fl_auc_result *a, double acc,
                      double const_loss, const double *oracle) {
   fprintf(out,
           "[Epoch %" PRId64 "] test auc: %.5f, logloss: %.5f, acc1: %.5f (constant predictor: "
           "auc 0.50000, logloss %.5f",
-          epoch, a, loss, acc, const_loss);
+          epoch, a->auc, a->logloss, acc, const_loss);
   if (oracle) fprintf(out, "; true probability: auc %.5f", *oracle);
   fprintf(out, ")\n");
   fflush(out);
 }
 
+/* The AUC of the true click probabilities of synthetic data. */
+static fl_status oracle_auc(const fl_sparse_dataset *test, double *out) {
+  fl_auc_acc o = {0};
+  fl_auc_result res;
+  fl_status st = fl_auc_add(&o, test->prob, test->labels, test->n);
+  if (st == FL_OK) st = fl_auc_merge(&(fl_auc_part){o.score, o.label, o.n}, 1, &res);
+  fl_auc_acc_free(&o);
+  *out = res.auc;
+  return st;
+}
+
+/* This rank's share scored, every share gathered, the metrics merged. */
+static fl_status eval_all(fl_sparse_run *r, const fl_sparse_dataset *test, fl_auc_acc *mine,
+                          fl_auc_acc *all, fl_auc_result *res, double *correct) {
+  const int w = r->sync->ops->world_size(r->sync->self), k = r->sync->ops->rank(r->sync->self);
+  const size_t lo = share_start(test->n, k, w), hi = share_start(test->n, k + 1, w);
+  FL_TRY(score(r, test, lo, hi, mine, correct));
+  FL_TRY(r->sync->ops->reduce_metrics(r->sync->self, correct, 1));
+  FL_TRY(gather(r, mine, lo, test->n, all));
+  return fl_auc_merge(&(fl_auc_part){all->score, all->label, all->n}, 1, res);
+}
+
 fl_status fl_sparse_run_eval(fl_sparse_run *r, const fl_sparse_dataset *test, int64_t epoch,
                              FILE *out, fl_trainer_report *rep) {
-  size_t n = test->n;
-  scored *s = malloc(n * sizeof *s), *o = test->prob ? malloc(n * sizeof *o) : NULL;
-  double loss = 0, pos = 0, correct = 0, base, const_loss = 0, oracle = 0;
-  fl_status st = !s || (test->prob && !o)
-                     ? FL_ERR(FL_ENOMEM, "eval: out of memory for %zu samples", n)
-                     : score(r, test, s, &loss, &correct);
-  if (st != FL_OK) {
-    free(s);
-    free(o);
-    return st;
-  }
-  for (size_t i = 0; i < n; i++) {
-    pos += s[i].y;
-    if (o) o[i] = (scored){test->prob[i], s[i].y};
-  }
-  base = pos / (double)n;
+  fl_auc_acc mine = {0}, all = {0};
+  fl_auc_result res;
+  double correct = 0, const_loss = 0, oracle = 0;
+  fl_status st = eval_all(r, test, &mine, &all, &res, &correct);
+  if (st == FL_OK && test->prob) st = oracle_auc(test, &oracle);
+  fl_auc_acc_free(&mine);
+  fl_auc_acc_free(&all);
+  if (st != FL_OK) return st;
+  const double n = (double)test->n, base = (double)res.positives / n;
   if (base > 0 && base < 1) const_loss = -(base * log(base) + (1 - base) * log(1 - base));
-  if (o) oracle = auc(o, n);
-  log_eval(out, epoch, auc(s, n), loss / (double)n, correct / (double)n, const_loss,
-           o ? &oracle : NULL);
+  log_eval(out, epoch, &res, correct / n, const_loss, test->prob ? &oracle : NULL);
   rep->evaluated = 1;
-  rep->test_loss = loss / (double)n;
-  rep->test_acc1 = correct / (double)n;
-  free(s);
-  free(o);
+  rep->test_loss = res.logloss;
+  rep->test_acc1 = correct / n;
   return FL_OK;
 }

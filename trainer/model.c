@@ -324,6 +324,9 @@ fl_status fl_model_wrap_graph(const fl_model_spec *spec, void *graph, size_t max
   m->graph = 1;
   (void)fl_graph_output_id(fl_graph_model_graph(graph), &m->loss);
   m->spec = *spec;
+  /* float targets: one per output value (the CTR model's one logit, though
+   * its job says num_classes 2), which is what the target checks read */
+  if (m->loss != FL_GLOSS_SOFTMAX_XENT) m->spec.num_classes = (int)graph_width(m);
   m->max_batch = max_batch;
   m->sparse = hooks;
   m->sparse_self = self;

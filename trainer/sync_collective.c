@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "coll_bucket.h"
+#include "fl_ckpt.h"
 #include "fl_coll.h"
 #include "fl_log.h"
 #include "fl_metrics.h"
@@ -363,6 +364,40 @@ static int coll_world_size(void *self) {
   return ((sync_coll *)self)->world;
 }
 
+/* The checkpoint record of the allreduce tuning (fl_coll_get_tuning). */
+#define TUNING_RECORD "collective/tuning"
+
+/* Checkpoint hook: the allreduce tuning, so that a run resumed with the
+ * same world size runs the same algorithms (hence gives the same bits)
+ * without probing the network again. */
+static void coll_ckpt_save(void *self, fl_ckpt_writer *w) {
+  sync_coll *s = self;
+  uint8_t blob[FL_COLL_TUNING_MAX];
+  size_t len = 0;
+  if (fl_coll_get_tuning(s->comm, blob, sizeof blob, &len) == FL_OK && len)
+    fl_ckpt_put_blob(w, TUNING_RECORD, blob, len);
+}
+
+/* Rank 0 of an automatic choice: the tuning recorded in the newest
+ * checkpoint of the job's directory (the one a resume starts from) into
+ * blob, its length into *len (0: none, or not needed).  The engine
+ * ignores it when the world size differs, and probes. */
+static void restored_tuning(const fl_job *job, const fl_cluster *cl, uint8_t *blob, size_t *len) {
+  const char *dir = cl->checkpoint_dir[0] ? cl->checkpoint_dir : job->train.checkpoint_dir;
+  fl_allreduce_algorithm a = job->strategy.allreduce_algorithm;
+  fl_ckpt *c = NULL;
+  fl_ckpt_record rec;
+  *len = 0;
+  if (cl->trainer_id != 0 || cl->trainers_num < 2 || !dir[0] ||
+      (a != FL_AR_AUTO && a != FL_AR_HIERARCHICAL) || fl_ckpt_dir_load_latest(dir, &c, NULL) != FL_OK)
+    return;
+  if (fl_ckpt_find(c, TUNING_RECORD, &rec) == FL_OK && rec.nbytes <= FL_COLL_TUNING_MAX) {
+    memcpy(blob, rec.data, rec.nbytes);
+    *len = rec.nbytes;
+  }
+  fl_ckpt_free(c);
+}
+
 static fl_status coll_finish(void *self) {
   ((sync_coll *)self)->finished = 1;
   return FL_OK;
@@ -394,6 +429,7 @@ static const fl_sync_ops coll_ops = {
     .world_size = coll_world_size,
     .finish = coll_finish,
     .destroy = coll_destroy,
+    .ckpt_save = coll_ckpt_save,
 };
 
 static int env_flag(const char *name, int dflt) {
@@ -439,6 +475,9 @@ fl_status fl_sync_collective_create(const fl_job *job, const fl_cluster *cluster
   o.nrings = sg->nccl_comm_num;
   o.algorithm = fl_allreduce_algorithm_name(sg->allreduce_algorithm);
   o.timeout_s = job->cluster.collective_timeout_s;
+  uint8_t tuning[FL_COLL_TUNING_MAX];
+  restored_tuning(job, cl, tuning, &o.tuning_len);
+  o.tuning = tuning;
   {
     /* NCCL on the GPU this trainer's model uses (fl_cluster_gpu). */
     int ndev = fl_cuda_device_count(), node, local_rank, local_size;

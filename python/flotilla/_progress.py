@@ -6,10 +6,27 @@ import sys
 import time
 
 _PLAN = re.compile(r"training \S+: (\d+) epochs of (\d+) steps \((\d+) x")
-_BATCH = re.compile(r"^\[Epoch (\d+), batch (\d+)\] loss: ([-0-9.naif]+), acc1: ([-0-9.naif]+), "
-                    r"acc5: ([-0-9.naif]+)")
-_TEST = re.compile(r"^\[Epoch (\d+)\] test loss: ([-0-9.naif]+), acc1: ([-0-9.naif]+), "
-                   r"acc5: ([-0-9.naif]+)")
+# After "loss: X" the lines carry the task's metrics as ", NAME: X" pairs:
+# acc1 (and acc5 with more than 5 classes), or mse, mae and r2 (loss mse).
+_NUM = r"[-0-9.naif]+"
+_BATCH = re.compile(r"^\[Epoch (\d+), batch (\d+)\] loss: (%s)((?:, \w+: %s)*)" % (_NUM, _NUM))
+_TEST = re.compile(r"^\[Epoch (\d+)\] test loss: (%s)((?:, \w+: %s)*)" % (_NUM, _NUM))
+_PAIR = re.compile(r", (\w+): (%s)" % _NUM)
+
+
+def _pairs(prefix, text):
+    """The ", NAME: X" pairs of text as {prefix + NAME: X}."""
+    return {prefix + k: float(v) for k, v in _PAIR.findall(text)}
+
+
+def _figures(pairs):
+    """The progress bar's figures of a line's pairs: acc1, else r2."""
+    for k, name in (("acc1", "acc"), ("r2", "r2")):
+        if k in pairs:
+            return f"  {name} {pairs[k]:.4f}"
+    return ""
+
+
 _EPOCH = re.compile(r"^\[Epoch (\d+)\] train: (\d+) steps, (\d+) samples, ([0-9.]+) s, "
                     r"([0-9.]+) samples/s")
 _DONE = re.compile(r"\bdone: (\d+) steps, (\d+) epochs")
@@ -17,9 +34,10 @@ _DONE = re.compile(r"\bdone: (\d+) steps, (\d+) epochs")
 
 def parse(lines):
     """The metrics of trainer 0's log lines: the last test line's figures
-    (test_loss, test_acc1, test_acc5, epoch), the last training line's
-    (train_loss, train_acc1), steps, and per epoch `history` (test figures,
-    samples/s).  Keys without a line are absent."""
+    (test_loss and test_NAME per metric: test_acc1, test_acc5 with more
+    than 5 classes, or test_mse, test_mae, test_r2; epoch), the last
+    training line's (train_loss, train_NAME), steps, and per epoch
+    `history` (test figures, samples/s).  Keys without a line are absent."""
     m, history = {}, {}
     for line in lines:
         b = _BATCH.match(line)
@@ -27,11 +45,10 @@ def parse(lines):
         e = _EPOCH.match(line)
         d = _DONE.search(line)
         if b:
-            m["train_loss"], m["train_acc1"] = float(b.group(3)), float(b.group(4))
+            m.update(_pairs("train_", b.group(4)), train_loss=float(b.group(3)))
         elif t:
             ep = int(t.group(1))
-            rec = {"test_loss": float(t.group(2)), "test_acc1": float(t.group(3)),
-                   "test_acc5": float(t.group(4))}
+            rec = dict(_pairs("test_", t.group(3)), test_loss=float(t.group(2)))
             history.setdefault(ep, {"epoch": ep}).update(rec)
             m.update(rec, epoch=ep)
         elif e:
@@ -65,14 +82,15 @@ class Bar:
             return
         t = _TEST.match(line)
         if t:
-            self.test = f"  test acc {float(t.group(3)):.4f}"
+            f = _figures(_pairs("", t.group(3)))
+            self.test = "  test " + f.strip() if f else ""
         if _DONE.search(line) and self.epochs:
             self.draw(1.0, *self.last)
         b = _BATCH.match(line)
         if b and self.epochs and self.per_epoch:
             done = int(b.group(1)) * self.per_epoch + int(b.group(2)) + 1
             self.last = (int(b.group(1)),
-                         f"  loss {float(b.group(3)):.4f}  acc {float(b.group(4)):.4f}")
+                         f"  loss {float(b.group(3)):.4f}" + _figures(_pairs("", b.group(4))))
             self.draw(done / (self.epochs * self.per_epoch), *self.last)
 
     def draw(self, frac, epoch, figures):

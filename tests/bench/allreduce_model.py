@@ -24,15 +24,22 @@ model's range marked.
 
 The latency-optimal algorithms (trainer/collective/algo.c; the same
 formulas as coll_model_time, which picks per bucket size at run time):
-  halving-doubling  T = 2 log2(q) a + 2(q-1)/q S / r  [+ 2a + 2S/r when p is
-                    not a power of two: q = 2^floor(log2 p), the fold]
-  double tree       T = 2 (d + c - 1)(a + 2 C / r),  d = floor(log2 p),
-                    c = ceil(S / 2C) chunks of C = 512 KiB per tree
-(r = min(e L, k s)).  The crossovers (the bucket sizes where the fastest
+  halving-doubling  T = l_hd 2 log2(q) a + f_hd (2(q-1)/q S / r)  [+ l_hd 2a +
+                    f_hd 2S/r when p is not a power of two: q = 2^floor(log2 p),
+                    the fold]
+  double tree       T = 2 (d + c - 1)(l_tree a + f_tree 2 C / r),  d = floor(log2 p),
+                    c = ceil(S / 2C) chunks of C = min(512 KiB, S/2) per tree
+  ring              T = l_ring 2(p-1) a + f_ring 2(p-1)/p S / r
+(r = min(e L, k s)).  l, f: each algorithm's latency and bandwidth
+factors, which the run-time probe measures on the whole group (allreduces
+of each algorithm at two sizes, tune.c, solved for l and f); 1 here unless
+given.  The crossovers (the bucket sizes where the fastest
 algorithm changes) are printed for 2 .. 4096 nodes.
 
 Usage: allreduce_model.py FIGURES [--png OUT.png] [--table OUT.md]
-       allreduce_model.py --crossovers ALPHA_US GBIT   (no figures: e = 1)
+       allreduce_model.py --crossovers ALPHA_US GBIT [L_RING L_HD L_TREE F_RING F_HD F_TREE]
+                          (no figures: e = 1; l and f as the probe logs them,
+                          "latency xL_RING, xL_HD, xL_TREE, bandwidth xF_RING, ...")
 FIGURES: the --out file of run_bench_netns.sh.  Needs gnuplot for the PNG.
 """
 import math
@@ -120,34 +127,37 @@ def t_hier(N, g, S, L, a, e, s, B, k=1):
 CHUNK = 512 * 1024
 
 
-def t_hd(p, S, r, a):
+def t_hd(p, S, r, a, f=1.0, l=1.0):
     q = 2 ** int(math.floor(math.log2(p)))
-    fold = 0.0 if q == p else 2 * a + 2 * S / r
-    return 2 * math.log2(q) * a + 2 * (q - 1) / q * S / r + fold
+    fold = 0.0 if q == p else l * 2 * a + f * 2 * S / r
+    return l * 2 * math.log2(q) * a + f * 2 * (q - 1) / q * S / r + fold
 
 
-def t_tree(p, S, r, a, C=CHUNK):
+def t_tree(p, S, r, a, C=CHUNK, f=1.0, l=1.0):
     half = S / 2.0
     c = min(C, half)
-    return 2 * (math.floor(math.log2(p)) + math.ceil(half / c) - 1) * (a + 2 * c / r)
+    return 2 * (math.floor(math.log2(p)) + math.ceil(half / c) - 1) * (l * a + f * 2 * c / r)
 
 
-def best(p, S, r, a):
-    ts = {"ring": 2 * (p - 1) * a + 2 * (p - 1) / p * S / r, "halving_doubling": t_hd(p, S, r, a),
-          "tree": t_tree(p, S, r, a)}
+def best(p, S, r, a, lf=((1.0, 1.0, 1.0), (1.0, 1.0, 1.0))):
+    l, f = lf
+    ts = {"ring": l[0] * 2 * (p - 1) * a + f[0] * 2 * (p - 1) / p * S / r,
+          "halving_doubling": t_hd(p, S, r, a, f[1], l[1]), "tree": t_tree(p, S, r, a, f=f[2], l=l[2])}
     return min(ts, key=ts.get)
 
 
-def crossovers(a, r, say):
+def crossovers(a, r, say, lf=((1.0, 1.0, 1.0), (1.0, 1.0, 1.0))):
     """The fastest algorithm per bucket size (powers of two, 1 KiB .. 1 GiB)
     and where it changes, for 2 .. 4096 nodes (one rank each, or the node
-    leaders of the hierarchical composition)."""
-    say("Crossovers (alpha %.1f us, %.2f GB/s per link): fastest allreduce by bucket size" %
-        (a * 1e6, r / 1e9))
+    leaders of the hierarchical composition); lf: the latency and the
+    bandwidth factors of ring, halving-doubling and tree."""
+    say("Crossovers (alpha %.1f us, %.2f GB/s per link, latency x%.2f, x%.2f, x%.2f, bandwidth "
+        "x%.2f, x%.2f, x%.2f): fastest allreduce by bucket size" %
+        ((a * 1e6, r / 1e9) + tuple(lf[0]) + tuple(lf[1])))
     for p in [2, 3, 4, 8, 9, 16, 64, 256, 1024, 4096]:
         prev, parts = None, []
         for b in range(10, 31):
-            w = best(p, 2.0 ** b, r, a)
+            w = best(p, 2.0 ** b, r, a, lf)
             if w != prev:
                 parts.append("%s from %s" % (w, "%d KiB" % (2 ** b >> 10) if b < 20 else "%d MiB" % (2 ** b >> 20)))
                 prev = w
@@ -170,7 +180,9 @@ def main():
         table = args[args.index("--table") + 1]
     if args[0] == "--crossovers":
         lines = []
-        crossovers(float(args[1]) * 1e-6, float(args[2]) * 1e9 / 8, lines.append)
+        v = [float(x) for x in args[3:9]] if len(args) >= 9 else [1.0] * 6
+        crossovers(float(args[1]) * 1e-6, float(args[2]) * 1e9 / 8, lines.append,
+                   (tuple(v[:3]), tuple(v[3:])))
         print("\n".join(lines))
         return 0
     fig = load(args[0])

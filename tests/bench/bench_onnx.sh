@@ -52,7 +52,7 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 data=$tmp/fmnist
 
 median() { sort -n | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]}'; }
-last_acc1() { grep '^\[Epoch [0-9]*\] test loss:' "$1" | tail -n 1 | sed 's/.*acc1: \([0-9.]*\),.*/\1/'; }
+last_acc1() { grep '^\[Epoch [0-9]*\] test loss:' "$1" | tail -n 1 | sed 's/.*acc1: \([0-9.]*\).*/\1/'; }
 n_evals() { grep -c '^\[Epoch [0-9]*\] test loss:' "$1" || true; }
 train_rate() { grep '^\[Epoch [0-9]*\] train:' "$1" | sed 's/.*, \([0-9.]*\) samples\/s.*/\1/' | median; }
 figure() { sed -n "s/^$1: \([0-9.]*\).*/\1/p" "$2"; }

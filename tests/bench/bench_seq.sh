@@ -67,7 +67,7 @@ i=0
 while [ "$i" -lt "$reps" ]; do
   rm -rf "$tmp/2r.log"
   "$run" --nproc_per_node 2 --log_dir "$tmp/2r.log" "$tmp/2r.yaml" -- --max-steps "$steps" \
-    > "$tmp/2r.out" 2>&1 || { tail -40 "$tmp/2r.out" "$tmp/2r.log"/workerlog.* >&2; exit 1; }
+    > "$tmp/2r.out" 2>&1 || { tail -n 40 "$tmp/2r.out" "$tmp/2r.log"/workerlog.* >&2; exit 1; }
   r0=$(train_rate "$tmp/2r.log/workerlog.0")
   r1=$(train_rate "$tmp/2r.log/workerlog.1")
   awk -v a="$r0" -v b="$r1" 'BEGIN {printf "%.1f\n", a + b}' >> "$tmp/ours2"

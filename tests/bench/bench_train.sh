@@ -53,7 +53,7 @@ job_copy() { # src dst sed-expr...
 }
 
 # Last eval line's acc1 / number of eval lines / median train samples/s.
-last_acc1() { grep '^\[Epoch [0-9]*\] test loss:' "$1" | tail -n 1 | sed 's/.*acc1: \([0-9.]*\),.*/\1/'; }
+last_acc1() { grep '^\[Epoch [0-9]*\] test loss:' "$1" | tail -n 1 | sed 's/.*acc1: \([0-9.]*\).*/\1/'; }
 n_evals() { grep -c '^\[Epoch [0-9]*\] test loss:' "$1" || true; }
 train_rate() { grep '^\[Epoch [0-9]*\] train:' "$1" | sed 's/.*, \([0-9.]*\) samples\/s.*/\1/' | median; }
 # samples per CPU-second of the process (the line's "cpu N s")

@@ -262,7 +262,7 @@ def trainer_path(builddir):
     return t
 
 
-EVAL_RE = re.compile(r"^\[Epoch (\d+)\] test loss: (\S+), acc1: (\S+),")
+EVAL_RE = re.compile(r"^\[Epoch (\d+)\] test loss: (\S+), acc1: ([^,\s]+)")
 
 
 def run_job(trainer, path, logpath):

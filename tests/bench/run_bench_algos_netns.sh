@@ -7,15 +7,18 @@
 # Prints the bench's `time_...`/`busbw_...` lines per algorithm
 # (label algo_<name>_<NODES>x1).
 # Usage (root): bash tests/bench/run_bench_algos_netns.sh [BUILDDIR] [--nodes 8] [--iters N]
+#               [--sizes 64K,1M,16M] [--algos ring,halving_doubling,tree,auto]
 # Never pass/fail; exits 0 with SKIP where namespaces are unavailable.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-build=. nodes=8 iters=5
+build=. nodes=8 iters=5 sizes=64K,1M,16M algos=ring,halving_doubling,tree,auto
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) nodes=$2; shift ;;
     --iters) iters=$2; shift ;;
+    --sizes) sizes=$2; shift ;;
+    --algos) algos=$2; shift ;;
     *) build=$1 ;;
   esac
   shift
@@ -52,4 +55,4 @@ run() {
   for ((r = 0; r < nodes; r++)); do wait ${p[r]} || echo "# $algo: rank $r exited $?: $(tail -2 "$tmp/$algo.$r")"; done
   grep -E '^(busbw|time)_|^#|network probe' "$tmp/$algo.0"
 }
-for a in ring halving_doubling tree auto; do run $a 64K,1M,16M; done
+for a in ${algos//,/ }; do run $a "$sizes"; done

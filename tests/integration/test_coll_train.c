@@ -10,7 +10,8 @@
  * k_steps 1 and 2, tcp, shm and hierarchical (2 nodes on 127.0.0.2 and
  * 127.0.0.3), 2 to 4 ranks, two rings; fp16 compression agrees within a
  * looser bound.  Also: a collective run stopped at step 10 and resumed
- * gives the bits of an uninterrupted run, and a rank killed mid-run makes
+ * gives the bits of an uninterrupted run (with allreduce_algorithm auto:
+ * the same algorithms, from the checkpoint, without a second probe), and a rank killed mid-run makes
  * the others exit 1 naming it within the collective timeout. */
 #include <config.h>
 
@@ -61,6 +62,7 @@ typedef struct variant {
   int rings;
   const char *compression;
   int unbounded; /* train far past STEPS (the killed-rank test), 5 s timeout */
+  const char *algorithm; /* strategy.allreduce_algorithm; NULL: auto */
 } variant;
 
 /* Write the job for micro-batch `batch`; returns its path in out. */
@@ -81,11 +83,12 @@ static void write_job(const variant *v, int batch, const char *ckdir, const char
           "strategy:\n  gradient_merge: %s\n  gradient_merge_configs:\n    k_steps: %d\n"
           "    avg: true\n  fuse_all_reduce_ops: %s\n  fuse_grad_size_in_MB: %d\n"
           "  fuse_grad_size_in_TFLOPS: %d\n  use_hierarchical_allreduce: %s\n"
-          "  nccl_comm_num: %d\n  grad_compression: %s\n",
+          "  nccl_comm_num: %d\n  grad_compression: %s\n  allreduce_algorithm: %s\n",
           samples, v->unbounded ? 1000000 : 100, batch, v->unbounded ? 0 : STEPS, ckdir, v->unbounded ? 5 : 20, v->k > 1 ? "true" : "false", v->k,
           v->fuse ? "true" : "false", v->fuse_mb ? v->fuse_mb : 32,
           v->fuse_layers ? v->fuse_layers : 50, v->hier ? "true" : "false",
-          v->rings ? v->rings : 1, v->compression ? v->compression : "none");
+          v->rings ? v->rings : 1, v->compression ? v->compression : "none",
+          v->algorithm ? v->algorithm : "auto");
   fclose(f);
 }
 
@@ -232,23 +235,23 @@ static double compare(const variant *v) {
   }                                                                                                \
   END_TEST
 
-/*    name                        n  k  fuse MB layers backend hier rings */
-EQUIV(tcp_2_ranks_no_fusion,      2, 1, 0, 0, 0, "tcp", 0, 1, NULL, 0)
-EQUIV(shm_2_ranks_layer_buckets,  2, 1, 1, 1, 1, "shm", 0, 1, NULL, 0)
-EQUIV(tcp_2_ranks_merge_fused,    2, 2, 1, 0, 0, "tcp", 0, 1, NULL, 0)
-EQUIV(shm_2_ranks_merge_no_fusion, 2, 2, 0, 0, 0, "shm", 0, 1, NULL, 0)
-EQUIV(hier_4_ranks_2_nodes,       4, 1, 1, 1, 2, NULL, 1, 1, NULL, 0)
-EQUIV(tcp_3_ranks_2_rings_merge,  3, 2, 1, 1, 1, "tcp", 0, 2, NULL, 0)
+/*    name                        n  k  fuse MB layers backend hier rings compression unbounded algorithm */
+EQUIV(tcp_2_ranks_no_fusion,      2, 1, 0, 0, 0, "tcp", 0, 1, NULL, 0, NULL)
+EQUIV(shm_2_ranks_layer_buckets,  2, 1, 1, 1, 1, "shm", 0, 1, NULL, 0, NULL)
+EQUIV(tcp_2_ranks_merge_fused,    2, 2, 1, 0, 0, "tcp", 0, 1, NULL, 0, NULL)
+EQUIV(shm_2_ranks_merge_no_fusion, 2, 2, 0, 0, 0, "shm", 0, 1, NULL, 0, NULL)
+EQUIV(hier_4_ranks_2_nodes,       4, 1, 1, 1, 2, NULL, 1, 1, NULL, 0, NULL)
+EQUIV(tcp_3_ranks_2_rings_merge,  3, 2, 1, 1, 1, "tcp", 0, 2, NULL, 0, NULL)
 
 START_TEST(fp16_compression_close) {
-  variant v = {"fp16", 2, 1, 1, 0, 0, "tcp", 0, 1, "fp16", 0};
+  variant v = {"fp16", 2, 1, 1, 0, 0, "tcp", 0, 1, "fp16", 0, NULL};
   double d = compare(&v);
   ck_assert_msg(d > 0 && d <= 2e-2, "fp16 on the wire: parameters differ by %g", d);
 }
 END_TEST
 
 START_TEST(resume_is_bitwise) {
-  variant v = {"resume", 2, 1, 1, 1, 1, "tcp", 0, 1, NULL, 0};
+  variant v = {"resume", 2, 1, 1, 1, 1, "tcp", 0, 1, NULL, 0, NULL};
   char joba[300], jobb[300], cka[300], ckb[300];
   snprintf(cka, sizeof cka, "%s/straight", g_dir);
   snprintf(ckb, sizeof ckb, "%s/resumed", g_dir);
@@ -261,8 +264,74 @@ START_TEST(resume_is_bitwise) {
 }
 END_TEST
 
+/* The newest checkpoint of dir: its collective/tuning record into out
+ * (returns its length) and the bytes of its param/ records into *params. */
+static size_t ckpt_tuning(const char *dir, uint8_t *out, size_t cap, size_t *params) {
+  fl_ckpt *c = NULL;
+  fl_ckpt_record rec;
+  ck_assert_int_eq(fl_ckpt_dir_load_latest(dir, &c, NULL), FL_OK);
+  ck_assert_int_eq(fl_ckpt_find(c, "collective/tuning", &rec), FL_OK);
+  ck_assert_uint_le(rec.nbytes, cap);
+  memcpy(out, rec.data, rec.nbytes);
+  *params = 0;
+  for (size_t i = 0; i < fl_ckpt_count(c); i++) {
+    fl_ckpt_record r;
+    ck_assert_int_eq(fl_ckpt_record_at(c, i, &r), FL_OK);
+    if (strncmp(r.name, "param/", 6) == 0) *params += r.nbytes;
+  }
+  fl_ckpt_free(c);
+  return rec.nbytes;
+}
+
+static int file_has(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  char line[2048];
+  int hit = 0;
+  while (f && !hit && fgets(line, sizeof line, f)) hit = strstr(line, needle) != NULL;
+  if (f) fclose(f);
+  return hit;
+}
+
+/* allreduce_algorithm auto across a resume: 3 ranks (the algorithms add
+ * in different orders there) stopped at step 10 keep the probe's tuning
+ * in the checkpoint; resumed, rank 0 takes it instead of probing, and
+ * the bits equal an uninterrupted run of the algorithm that tuning gives
+ * the job's one bucket.  The tuning blob (version 2): the per-size table
+ * from byte 88, one algorithm per power-of-two bin. */
+START_TEST(resume_keeps_auto_tuning) {
+  static const char *const names[] = {"auto", "ring", "halving_doubling", "tree"};
+  variant v = {"resume_auto", 3, 1, 1, 32, 50, "tcp", 0, 1, NULL, 0, "auto"};
+  char joba[300], jobb[300], cka[300], ckb[300], err0[300];
+  uint8_t t1[128], t2[128];
+  size_t params = 0;
+  snprintf(cka, sizeof cka, "%s/straight", g_dir);
+  snprintf(ckb, sizeof ckb, "%s/resumed", g_dir);
+  write_job(&v, B, ckb, "b", jobb, sizeof jobb);
+  run_ok(3, 0, 0, jobb, "--max-steps=10", "tcp");
+  size_t n1 = ckpt_tuning(ckb, t1, sizeof t1, &params);
+  ck_assert_uint_eq(n1, 128);
+  ck_assert_uint_eq(t1[4], 2);
+  run_ok(3, 0, 0, jobb, "--resume", "tcp");
+  snprintf(err0, sizeof err0, "%s/rank0.c.err", g_dir);
+  ck_assert_msg(file_has(err0, "allreduce algorithms from the checkpoint"),
+                "the resumed rank 0 did not take the checkpoint's tuning");
+  ck_assert(!file_has(err0, "network probe"));
+  ck_assert_uint_eq(ckpt_tuning(ckb, t2, sizeof t2, &params), n1);
+  ck_assert_int_eq(memcmp(t1, t2, n1), 0);
+  int bin = 0;
+  while (((size_t)1 << bin) < params) bin++;
+  int algo = t1[88 + bin];
+  ck_assert_int_ge(algo, 1);
+  ck_assert_int_le(algo, 3);
+  v.algorithm = names[algo];
+  write_job(&v, B, cka, "a", joba, sizeof joba);
+  run_ok(3, 0, 0, joba, NULL, "tcp");
+  ck_assert_msg(max_diff(cka, ckb, STEPS) == 0.0, "a resumed run (%s) differs", names[algo]);
+}
+END_TEST
+
 START_TEST(killed_rank_named) {
-  variant v = {"killed", 3, 1, 1, 0, 0, "tcp", 0, 1, NULL, 1};
+  variant v = {"killed", 3, 1, 1, 0, 0, "tcp", 0, 1, NULL, 1, NULL};
   char job[300], ck[300];
   snprintf(ck, sizeof ck, "%s/killed", g_dir);
   write_job(&v, B, ck, "killed", job, sizeof job);
@@ -313,6 +382,7 @@ int main(void) {
   ADD(tcp_3_ranks_2_rings_merge);
   ADD(fp16_compression_close);
   ADD(resume_is_bitwise);
+  ADD(resume_keeps_auto_tuning);
   ADD(killed_rank_named);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

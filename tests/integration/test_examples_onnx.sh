@@ -6,7 +6,8 @@
 # as the job's header says, exported back to ONNX, and that file loaded into
 # the PyTorch module by eval_onnx.py, whose test accuracy must be the one
 # flotilla-trainer logged for the same 1000 samples.  Then float targets:
-# model.loss mse and bce_with_logits on float32 .npy labels must train.
+# model.loss mse and bce_with_logits on float32 .npy labels must train, and
+# an mse job's test line carry numpy's MSE, MAE and R².
 # EXAMPLES_ONNX="resnet" (or "") picks the examples.  Skips (77) without
 # Debian's python3-torch/python3-onnx or the Fashion-MNIST files.
 set -u
@@ -42,7 +43,7 @@ for m in ${EXAMPLES_ONNX-resnet vit}; do
     { tail -30 "$tmp/$m.out" "$tmp/$m.log"/workerlog.*; fail "$m: flotilla-run exited non-zero"; continue; }
   w0=$tmp/$m.log/workerlog.0
   grep -q '^\[Epoch 0, batch 0\] loss: ' "$w0" || { cat "$w0"; fail "$m: no training line"; continue; }
-  ours=$(sed -n 's/^\[Epoch [0-9]*\] test loss: [0-9.]*, acc1: \([0-9.]*\),.*/\1/p' "$w0" | tail -1)
+  ours=$(sed -n 's/^\[Epoch [0-9]*\] test loss: [0-9.]*, acc1: \([0-9.]*\).*/\1/p' "$w0" | tail -1)
   [ -n "$ours" ] || { cat "$w0"; fail "$m: no test line"; continue; }
   [ -s "$tmp/${m}_trained.onnx" ] || { cat "$w0"; fail "$m: no exported model"; continue; }
   timeout 120 "$py" "$ex/eval_onnx.py" "$m" "$tmp/${m}_trained.onnx" "$tmp/data" --limit 1000 \
@@ -81,6 +82,14 @@ EOF
     cat "$d/out"
     fail "$loss: test loss did not fall (${first:-none} -> ${last:-none})"
   fi
+  [ "$loss" = mse ] || continue
+  # the untrained model (lr 0, one epoch): the test line's mse, mae and r2
+  # against numpy on PyTorch's outputs
+  sed -e 's/lr: 0.05/lr: 0/' -e 's/epochs: 6/epochs: 1/' "$d/job.yaml" > "$d/job0.yaml"
+  timeout 120 "$FL_BUILDDIR/flotilla-trainer" --config "$d/job0.yaml" > "$d/out0" 2>&1 ||
+    { cat "$d/out0"; fail "mse, lr 0: flotilla-trainer exited non-zero"; continue; }
+  line=$(grep '^\[Epoch 0\] test loss: ' "$d/out0")
+  "$py" "$FL_SRCDIR/tests/integration/float_targets.py" "$d" check "$line" || fail "mse metrics: $line"
 done
 [ $fails -eq 0 ] || exit 1
 echo "PASS: both ONNX examples, float targets"

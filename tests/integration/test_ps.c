@@ -415,6 +415,70 @@ START_TEST(test_ctr_auc) {
           loss0, const0);
   ck_assert_double_ge(auc0, 0.65);
   ck_assert_double_lt(loss0, const0 - 0.03);
+  /* the pairs of both ranks gathered: both log the same metrics */
+  ck_assert_double_eq(last_value("tr1.log", "[Epoch 0] test auc", "auc: "), auc0);
+  ck_assert_double_eq(last_value("tr1.log", "[Epoch 0] test auc", "logloss: "), loss0);
+}
+END_TEST
+
+/* The last `totals:` line of a pserver log without its byte counts (the
+ * evaluation's barriers move bytes): step, pushes, pulls, duplicates,
+ * invalid, dense updates, sparse rows. */
+static void ps_totals(const char *log, char *out, size_t cap) {
+  char *b = slurp(log), *p = b, *hit = NULL;
+  while ((p = strstr(p, "] totals: ")) != NULL) hit = p++;
+  ck_assert_ptr_nonnull(hit);
+  char *bytes = strstr(hit, " bytes in"), *dup = strstr(hit, " duplicates"), *end = strchr(hit, '\n');
+  ck_assert(bytes && dup && bytes < dup);
+  while (bytes > hit && bytes[-1] != ',') bytes--;
+  while (dup > hit && dup[-1] != ',') dup--;
+  if (end) *end = '\0';
+  *bytes = '\0';
+  snprintf(out, cap, "%s |%s", hit, dup);
+  free(b);
+}
+
+/* libsvm data whose test ids are never trained on: a pull that created
+ * rows would show in the pserver's totals. */
+static void write_disjoint_libsvm(void) {
+  char path[512];
+  for (int k = 0; k < 2; k++) {
+    snprintf(path, sizeof path, "%s/%s", g_dir, k ? "ro.test.svm" : "ro.train.svm");
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < (k ? 150 : 400); i++)
+      fprintf(f, "%d %d:1 %d:1 %d:0.5\n", (i * 7 % 5) < 2, 1 + k * 1000 + i % 13,
+              20 + k * 1000 + i % 17, 40 + k * 1000 + i % 7);
+    fclose(f);
+  }
+}
+
+static const char *ro_job =
+    "model:\n  kind: ctr\n  num_classes: 2\n  hidden: [8]\n"
+    "  ctr: {embedding_dim: 4, sparse_slots: 1, hash_buckets: 100003}\n"
+    "data: {format: libsvm, train_path: %s/ro.train.svm, test_path: %s/ro.test.svm}\n"
+    "optimizer: {name: sgd, lr: 0.05}\n"
+    "train: {epochs: 2, batch_size: 32, eval_batch_size: 64, eval: %s, seed: 1,"
+    " num_threads: 1}\n"
+    "cluster: {mode: ps, heartbeat_timeout_s: 10}\n"
+    "pserver: {sparse: {optimizer: {name: adagrad, lr: 0.05}}}\n"
+    "strategy: {a_sync: false}\n";
+
+/* Evaluation reads rows read-only: the pserver's totals (steps, pushes,
+ * pulls, rows) are the same with and without it. */
+START_TEST(test_ctr_eval_read_only) {
+  char text[1024], with[512], without[512];
+  job j;
+  write_disjoint_libsvm();
+  for (int e = 0; e < 2; e++) {
+    snprintf(text, sizeof text, ro_job, g_dir, g_dir, e ? "true" : "false");
+    write_file("ro.yaml", text);
+    job_start(&j, "ro.yaml", 1, 1, 60);
+    job_expect_ok(&j, 50);
+    ps_totals("ps0.log", e ? with : without, sizeof with);
+  }
+  ck_assert(wait_log("tr0.log", "[Epoch 1] test auc", 1));
+  ck_assert_str_eq(with, without);
 }
 END_TEST
 
@@ -771,6 +835,7 @@ int main(void) {
   tcase_add_test(tc, test_amp_refused);
   tcase_add_test(tc, test_sync_equals_local);
   tcase_add_test(tc, test_ctr_auc);
+  tcase_add_test(tc, test_ctr_eval_read_only);
   tcase_add_test(tc, test_trainer_killed);
   tcase_add_test(tc, test_pserver_restarted);
   tcase_add_test(tc, test_trainer_rejoins);

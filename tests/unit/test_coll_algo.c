@@ -208,7 +208,7 @@ END_TEST
 
 /* The model: latency dominates small buckets, bandwidth large ones. */
 START_TEST(model_predictions) {
-  coll_model m = {50e-6, 8e-9, 0.3e-9}; /* 50 us, 1 Gbit/s */
+  coll_model m = {50e-6, 8e-9, 0.3e-9, {1, 1, 1}, {1, 1, 1}}; /* 50 us, 1 Gbit/s */
   double chunk = 512 * 1024;
   for (int n = 4; n <= 4096; n *= 4) {
     double small = 64 * 1024, large = 256.0 * 1024 * 1024;
@@ -234,9 +234,44 @@ START_TEST(model_predictions) {
   ck_assert_int_eq(coll_tuning_decode(blob, sizeof blob, &b), FL_OK);
   ck_assert_int_eq(b.n, 64);
   ck_assert(b.m.alpha == m.alpha && b.m.beta == m.beta && b.m.gamma == m.gamma);
+  for (int i = 0; i < COLL_MODEL_ALGOS; i++) ck_assert(b.m.eff[i] == m.eff[i] && b.m.lat[i] == m.lat[i]);
   ck_assert_int_eq(memcmp(a.table, b.table, sizeof t), 0);
   blob[4] ^= 0xff; /* another version */
   ck_assert_int_eq(coll_tuning_decode(blob, sizeof blob, &b), FL_EPROTO);
+}
+END_TEST
+
+/* A measured efficiency moves the choice: halving-doubling 1.6 times
+ * slower per byte than the ring (8 shaped namespaces, 1 MiB) keeps large
+ * buckets on the ring and small ones off it. */
+START_TEST(model_efficiency) {
+  coll_model m = {184e-6, 7.5e-9, 0.02e-9, {1, 1, 1}, {1, 1, 1}};
+  double chunk = 512 * 1024, mib = 1024 * 1024;
+  uint8_t t[COLL_TABLE_BINS];
+  coll_model_table(&m, 8, chunk, t);
+  ck_assert_int_ne(t[coll_table_bin((size_t)mib)], COLL_ALGO_RING);
+  double lat, bw;
+  coll_model_terms(&m, COLL_ALGO_HD, 8, mib, chunk, &lat, &bw);
+  ck_assert(fabs(lat + bw - coll_model_time(&m, COLL_ALGO_HD, 8, mib, chunk)) < 1e-12);
+  m.eff[COLL_ALGO_HD - COLL_ALGO_RING] = 1.6;
+  m.eff[COLL_ALGO_TREE - COLL_ALGO_RING] = 1.5;
+  ck_assert(fabs(lat + 1.6 * bw - coll_model_time(&m, COLL_ALGO_HD, 8, mib, chunk)) < 1e-12);
+  coll_model_table(&m, 8, chunk, t);
+  for (size_t b = (size_t)mib; b <= ((size_t)16 << 20); b *= 4)
+    ck_assert_int_eq(t[coll_table_bin(b)], COLL_ALGO_RING);
+  ck_assert_int_ne(t[coll_table_bin(1024)], COLL_ALGO_RING);
+  /* A step of halving-doubling costing twice alpha (every rank sending at
+   * once) takes the small sizes off it. */
+  m.lat[COLL_ALGO_HD - COLL_ALGO_RING] = 2.0;
+  coll_model_terms(&m, COLL_ALGO_HD, 8, 65536, chunk, &lat, &bw);
+  ck_assert(fabs(2 * lat + 1.6 * bw - coll_model_time(&m, COLL_ALGO_HD, 8, 65536, chunk)) < 1e-12);
+  coll_model_table(&m, 8, chunk, t);
+  ck_assert_int_ne(t[coll_table_bin(65536)], COLL_ALGO_HD);
+  /* 0: not measured, as 1. */
+  coll_model z = {184e-6, 7.5e-9, 0.02e-9, {0, 0, 0}, {0, 0, 0}};
+  ck_assert(coll_model_time(&z, COLL_ALGO_TREE, 8, mib, chunk) ==
+            coll_model_time(&(coll_model){184e-6, 7.5e-9, 0.02e-9, {1, 1, 1}, {1, 1, 1}}, COLL_ALGO_TREE, 8,
+                            mib, chunk));
 }
 END_TEST
 
@@ -365,6 +400,7 @@ static Suite *suite(void) {
   tcase_add_test(t, algos_9_ranks);
   tcase_add_test(t, algos_big);
   tcase_add_test(t, model_predictions);
+  tcase_add_test(t, model_efficiency);
   tcase_add_test(t, choice_auto_explicit_resume);
   tcase_add_test(t, unknown_algorithm_refused);
   suite_add_tcase(s, t);

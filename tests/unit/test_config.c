@@ -435,7 +435,12 @@ START_TEST(test_errors) {
                "data.augment: transforms images; sparse (ctr) data has none");
   EXPECT_ERROR("data: {augment: {random_crop_padding: -1}}\n", "data.augment.random_crop_padding");
   EXPECT_ERROR("pserver: {sparse: {optimizer: {name: momentum}}}\n",
-               "pserver.sparse.optimizer.name: must be sgd, adagrad or adam");
+               "pserver.sparse.optimizer.name: must be sgd, adagrad, adam, rowwise_adagrad or ftrl");
+  EXPECT_ERROR("optimizer: {name: ftrl}\n", "optimizer.name: ftrl is for sparse-table rows only");
+  EXPECT_ERROR("pserver: {optimizer: {name: rowwise_adagrad}}\n",
+               "pserver.optimizer.name: rowwise_adagrad is for sparse-table rows only");
+  EXPECT_ERROR("pserver: {sparse: {optimizer: {name: ftrl, lr_power: 0.5}}}\n",
+               "pserver.sparse.optimizer.lr_power");
 }
 END_TEST
 
@@ -832,6 +837,8 @@ START_TEST(test_criteo_keys) {
   round_trip(&j);
   EXPECT_ERROR("data:\n  format: criteo\n", "data.train_path: required with format criteo");
   EXPECT_ERROR("data:\n  bad_lines: ignore\n", "data.bad_lines: must be one of stop, skip");
+  EXPECT_ERROR("model: {kind: ctr, num_classes: 2}\ndata: {format: criteo, train_path: /d/x}\n",
+               "data.format: criteo: the training loop does not read Criteo files yet");
 }
 END_TEST
 

@@ -5,7 +5,9 @@
  * central finite differences of the engine's mean loss, on a feed with a
  * row named twice in a sample and by two samples, a slot beyond the
  * pooled ones (wide only) and an empty sample; then the refusals (rows or
- * feed not handed, entries out of range, unknown names, a gpu graph). */
+ * feed not handed, entries out of range, unknown names, a gpu graph); and
+ * the ctr model as the loop builds it: an eval micro-batch of its whole
+ * max_batch (above the training batch) in either slot. */
 #include <config.h>
 
 #include <check.h>
@@ -14,10 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl_config.h"
 #include "fl_graph.h"
 #include "fl_log.h"
 #include "fl_ps_client.h"
+#include "fl_sparse_model.h"
+#include "fl_trainer.h"
 #include "gradcheck.h"
+#include "model_internal.h"
 
 #define S 3
 #define D 2
@@ -207,6 +213,52 @@ START_TEST(test_rows_graph_is_host_only) {
 }
 END_TEST
 
+/* The model takes one float target per sample (its one logit), whatever
+ * the job's num_classes 2 says: an eval of max_batch samples reads
+ * max_batch targets from each slot's buffers. */
+START_TEST(test_model_eval_at_max_batch) {
+  fl_job job;
+  fl_sparse_dataset train = {0};
+  fl_model_spec spec;
+  const char *names[FL_TRAINER_SPEC_NAMES];
+  fl_model *m = NULL;
+  enum { MAXB = 24 };
+  fl_job_defaults(&job);
+  snprintf(job.model.kind, sizeof job.model.kind, "ctr");
+  job.model.num_classes = 2;
+  job.model.n_hidden = 1;
+  job.model.hidden[0] = 4;
+  job.model.ctr.embedding_dim = 2;
+  job.model.ctr.sparse_slots = 3;
+  job.model.ctr.hash_buckets = 997;
+  const fl_synth_ctr_config cfg = {.n = 40, .num_slots = 3, .signal_slots = 2, .vocab = 50,
+                                   .weight_scale = 1.0f, .bias = -1.0f, .seed = 3};
+  ck_assert_int_eq(fl_synth_ctr(&cfg, 0, &train), FL_OK);
+  fl_trainer_model_spec(&job, -1, names, &spec);
+  const fl_model_build_args a = {.job = &job, .spec = &spec, .max_batch = MAXB, .seed = 1,
+                                 .train = &train, .test = NULL};
+  ck_assert_int_eq(fl_model_build(&a, &m), FL_OK);
+  ck_assert_int_eq(fl_model_get_spec(m)->num_classes, 1);
+  void *self;
+  const fl_sparse_hooks *h = fl_model_sparse(m, &self);
+  ck_assert_ptr_nonnull(h);
+  for (unsigned slot = 0; slot < FL_SPARSE_SLOTS; slot++) {
+    const size_t off = slot * (train.n - MAXB);
+    const fl_batch b = {.size = MAXB,
+                        .sparse = {train.labels + off, train.offsets + off, train.feats}};
+    fl_sparse_need need[2];
+    fl_model_result r;
+    ck_assert_int_eq(h->prepare(self, slot, &b, MAXB, need), FL_OK);
+    ck_assert_int_eq(fl_model_eval_sparse(m, slot, MAXB, &r), FL_OK);
+    ck_assert(isfinite(r.loss_sum));
+    const float *logit = h->scores(self);
+    for (size_t i = 0; i < MAXB; i++) ck_assert(isfinite(logit[i]));
+  }
+  fl_model_destroy(m);
+  fl_sparse_dataset_free(&train);
+}
+END_TEST
+
 int main(void) {
   fl_log_set_level(FL_LOG_ERROR); /* the refusals' messages stay in the log */
   Suite *s = suite_create("ctr_graph");
@@ -215,6 +267,7 @@ int main(void) {
   tcase_add_test(tc, test_gradients_match_finite_differences);
   tcase_add_test(tc, test_refusals);
   tcase_add_test(tc, test_rows_graph_is_host_only);
+  tcase_add_test(tc, test_model_eval_at_max_batch);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -172,7 +172,7 @@ START_TEST(loss_values) {
     data d = make_data(5);
     fl_model_result r;
     ck_assert_int_eq(fl_graph_model_evalf(h, d.x, d.t, B, &r), FL_OK);
-    double want = 0;
+    double want = 0, ae = 0, ts = 0, tq = 0;
     size_t ok = 0;
     for (int i = 0; i < B; i++)
       for (int k = 0; k < K; k++) {
@@ -180,9 +180,16 @@ START_TEST(loss_values) {
         want += LOSSES[li] == FL_GLOSS_MSE ? (z - t) * (z - t) / K
                                            : (log1p(exp(-fabs(z))) + (z > 0 ? z : 0) - z * t) / K;
         ok += (z > 0) == (t > 0.5);
+        ae += fabs(z - t), ts += t, tq += t * t;
       }
     ck_assert_double_eq_tol(r.loss_sum, want, 1e-9);
     ck_assert_uint_eq(r.correct1, LOSSES[li] == FL_GLOSS_MSE ? 0 : ok / K);
+    /* mse's sums for MAE and R²; none for bce */
+    const int mse = LOSSES[li] == FL_GLOSS_MSE;
+    ck_assert_uint_eq(r.values, mse ? (size_t)(B * K) : 0);
+    ck_assert_double_eq_tol(r.abs_err, mse ? ae : 0, 1e-9);
+    ck_assert_double_eq_tol(r.t_sum, mse ? ts : 0, 1e-9);
+    ck_assert_double_eq_tol(r.t_sq, mse ? tq : 0, 1e-9);
     fl_graph_model_ops.destroy(h);
   }
 }

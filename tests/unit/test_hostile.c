@@ -152,10 +152,17 @@ static int takes_inf(const leaf *l, const char *value) {
   return n >= m && !strcmp(l->path + n - m, k) && (!strcmp(value, "inf") || !strcmp(value, ".inf"));
 }
 
-/* The one number that takes a negative value: model.ignore_index (a class
- * id that no label uses, -100 by default as PyTorch's). */
+/* The numbers that take a negative value: model.ignore_index (a class id
+ * that no label uses, -100 by default as PyTorch's) and FTRL's lr_power
+ * (-0.5 by default, at most 0), wherever an optimizer section has it. */
 static int takes_negative(const leaf *l, const char *value) {
-  return !strcmp(l->path, "model.ignore_index") && !strcmp(value, "-1");
+  static const char *const keys[] = {"model.ignore_index", "optimizer.lr_power"};
+  const size_t n = strlen(l->path);
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    const size_t m = strlen(keys[i]);
+    if (n >= m && !strcmp(l->path + n - m, keys[i]) && !strcmp(value, "-1")) return 1;
+  }
+  return 0;
 }
 
 START_TEST(job_numbers_refuse_nan_inf_overflow_and_wrong_types) {

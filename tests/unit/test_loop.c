@@ -318,7 +318,7 @@ static fl_status rec_end(void *self, fl_model *m, int64_t step, int *apply) {
 static fl_status rec_reduce(void *self, double *v, size_t n) {
   rec_sync *s = self;
   for (size_t i = 0; i < n; i++) v[i] = v[i] * (s->world ? s->world : 1) + s->skew;
-  return n == 4 || n == 3 ? FL_OK : FL_EINVAL;
+  return n == 8 || n == 3 ? FL_OK : FL_EINVAL; /* the evaluation's sums, the position check */
 }
 static int rec_rank(void *self) {
   (void)self;
@@ -336,7 +336,7 @@ static void rec_destroy(void *self) { free(((rec_sync *)self)->snapshot); }
 
 static const fl_sync_ops rec_ops = {"record", rec_init,   rec_agree, rec_begin,  rec_ready,
                                     rec_end,  rec_reduce, rec_rank,  rec_world, rec_finish,
-                                    rec_destroy};
+                                    rec_destroy, NULL};
 
 START_TEST(sync_hooks_in_order) {
   static fl_job job;
@@ -411,6 +411,56 @@ START_TEST(bad_data_fails_cleanly) {
 }
 END_TEST
 
+/* ------------------------------------------------------- logged metrics */
+
+/* The log of small_job with nc classes and every batch logged. */
+static void log_of(int nc, char *buf, size_t cap) {
+  static fl_job job;
+  small_job(&job);
+  job.model.num_classes = nc;
+  job.train.epochs = 1;
+  job.train.log_interval = 10;
+  fl_sync sync;
+  ck_assert_int_eq(fl_sync_local_create(&job, NULL, &sync), FL_OK);
+  FILE *out = tmpfile();
+  ck_assert_ptr_nonnull(out);
+  fl_trainer_options o = {.job = &job, .log = out};
+  fl_trainer_report rep;
+  ck_assert_int_eq(fl_trainer_run(&o, &sync, &rep), FL_OK);
+  sync.ops->destroy(sync.self);
+  rewind(out);
+  size_t n = fread(buf, 1, cap - 1, out);
+  buf[n] = 0;
+  fclose(out);
+}
+
+/* Top-5 accuracy is logged only with more than 5 classes, in the same
+ * format as always. */
+START_TEST(acc5_only_above_five_classes) {
+  static char log[1 << 16];
+  double loss, a1, a5;
+  log_of(10, log, sizeof log);
+  const char *p = strstr(log, "[Epoch 0, batch 10] loss: ");
+  ck_assert_ptr_nonnull(p);
+  ck_assert_int_eq(sscanf(p, "[Epoch 0, batch 10] loss: %lf, acc1: %lf, acc5: %lf\n", &loss,
+                          &a1, &a5), 3);
+  p = strstr(log, "[Epoch 0] test loss: ");
+  ck_assert_ptr_nonnull(p);
+  char line[128];
+  snprintf(line, sizeof line, "%.*s", (int)strcspn(p, "\n"), p);
+  ck_assert_int_eq(sscanf(line, "[Epoch 0] test loss: %lf, acc1: %lf, acc5: %lf", &loss, &a1,
+                          &a5), 3);
+  char again[128];
+  snprintf(again, sizeof again, "[Epoch 0] test loss: %.5f, acc1: %.5f, acc5: %.5f", loss, a1,
+           a5);
+  ck_assert_str_eq(line, again);
+  log_of(3, log, sizeof log);
+  ck_assert_ptr_nonnull(strstr(log, "[Epoch 0, batch 10] loss: "));
+  ck_assert_ptr_nonnull(strstr(log, "[Epoch 0] test loss: "));
+  ck_assert_ptr_null(strstr(log, "acc5"));
+}
+END_TEST
+
 static Suite *loop_suite(void) {
   Suite *s = suite_create("loop");
   TCase *t = tcase_create("train");
@@ -423,6 +473,7 @@ static Suite *loop_suite(void) {
   tcase_add_test(t, sync_hooks_in_order);
   tcase_add_test(t, resume_position_agreed);
   tcase_add_test(t, bad_data_fails_cleanly);
+  tcase_add_test(t, acc5_only_above_five_classes);
   suite_add_tcase(s, t);
   return s;
 }

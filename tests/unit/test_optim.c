@@ -4,6 +4,8 @@
  * hand (in the comments), and, over several steps and a list of tensors of
  * awkward sizes, against a straightforward scalar double-precision
  * reference written here from the formulas of docs/DESIGN.md section 5.
+ * The sparse-row optimizers (row-wise Adagrad, FTRL) get the same two
+ * checks, with their own settings (l1, l2, beta, lr_power).
  * Also: LARS/LAMB with zero norms and excluded parameters, bit-identical
  * results at any thread count, and argument checks that change nothing. */
 #include <config.h>
@@ -172,6 +174,33 @@ static void ref_step(const fl_optim_hparams *hp, ref *r, const float *gf, double
       r->p[i] -= lr * trust * rr[i];
     break;
   }
+  case FL_OPTIM_ROWWISE_ADAGRAD: {
+    /* FBGEMM's row-wise Adagrad: the mean of g'^2 over the row. */
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) {
+      rr[i] = g[i] + wd * r->p[i];
+      ss += rr[i] * rr[i];
+    }
+    r->s1[0] += ss / (double)n;
+    double c = lr / (sqrt(r->s1[0]) + eps);
+    for (size_t i = 0; i < n; i++)
+      r->p[i] -= c * rr[i];
+    break;
+  }
+  case FL_OPTIM_FTRL: {
+    /* McMahan et al. 2013, Algorithm 1 with per-coordinate rates
+     * n^(-lr_power) / alpha (TensorFlow's generalisation). */
+    double k = -(double)hp->lr_power, l1 = hp->l1, l2 = hp->l2, beta = hp->beta;
+    for (size_t i = 0; i < n; i++) {
+      double nn = r->s2[i] + g[i] * g[i];
+      double sigma = (pow(nn, k) - pow(r->s2[i], k)) / lr;
+      r->s1[i] += g[i] - sigma * r->p[i];
+      r->s2[i] = nn;
+      double z = r->s1[i], q = (beta + pow(nn, k)) / lr + 2 * l2;
+      r->p[i] = fabs(z) <= l1 ? 0.0 : -(z - (z < 0 ? -l1 : l1)) / q;
+    }
+    break;
+  }
   }
   free(g);
   free(rr);
@@ -289,6 +318,44 @@ START_TEST(test_hand_lamb) {
 }
 END_TEST
 
+START_TEST(test_hand_rowwise_adagrad) {
+  /* p = (3, 4), g = (0.6, 0.8), lr 0.1: mean g^2 = 0.5, so s = 0.5, 1, 1.5
+   * and p -= (0.1/sqrt(s))*g each step. */
+  fl_optim_hparams hp = fl_optim_hparams_default(FL_OPTIM_ROWWISE_ADAGRAD);
+  float p[2] = {3, 4}, g[2] = {0.6f, 0.8f}, s = -1;
+  fl_optim_tensor t = {"emb", p, g, &s, NULL, 2};
+  const double wp[3][2] = {
+      {2.915147187, 3.886862917}, {2.855147188, 3.806862917}, {2.806157394, 3.741543191}};
+  ck_assert_int_eq(fl_optim_init_state(&hp, &t, 1), FL_OK);
+  ck_assert(s == 0.0f);
+  for (int k = 0; k < 3; k++) {
+    ck_assert_int_eq(fl_optim_step(&hp, &t, 1, 0.1f, k + 1), FL_OK);
+    EXPECT_NEAR(s, 0.5 * (k + 1), 1e-7);
+    EXPECT_NEAR(p[0], wp[k][0], 2e-6);
+    EXPECT_NEAR(p[1], wp[k][1], 2e-6);
+  }
+}
+END_TEST
+
+START_TEST(test_hand_ftrl) {
+  /* p = 1, g = 1, alpha 0.1, n from 0.  Step 1: n = 1, sigma = 10,
+   * z = 1 - 10 = -9, p = 9/(1/0.1) = 0.9.  Without l1, l2 and beta FTRL's
+   * p follows Adagrad's here (0.9, 0.82928932, 0.77155430). */
+  fl_optim_hparams hp = fl_optim_hparams_default(FL_OPTIM_FTRL);
+  const double want[] = {0.9, 0.8292893219, 0.771554295};
+  run_scalar(&hp, 1.0f, 0.1f, want, 3, NULL);
+  /* l1 2, l2 0.5, beta 1: p = (9 - 2)/((1 + 1)/0.1 + 1) = 1/3, then the
+   * same recurrence: 0.29355946, 0.25824936. */
+  hp.l1 = 2.0f, hp.l2 = 0.5f, hp.beta = 1.0f;
+  const double want2[] = {1.0 / 3.0, 0.2935594647, 0.2582493637};
+  run_scalar(&hp, 1.0f, 0.1f, want2, 3, NULL);
+  /* l1 20 > |z|: the weight is 0 (z = -9, -8, -7). */
+  hp.l1 = 20.0f, hp.l2 = 0, hp.beta = 0;
+  const double zero[] = {0, 0, 0}, z[] = {-9, -8, -7};
+  run_scalar(&hp, 1.0f, 0.1f, zero, 3, z);
+}
+END_TEST
+
 /* --------------------------------------------- against the reference */
 
 /* Configurations run against the reference: every kind, with and without
@@ -331,17 +398,12 @@ static int ref_decays(const fl_optim_hparams *hp, const char *name) {
   return 1;
 }
 
-START_TEST(test_reference) {
-  const config *cf = &configs[_i];
-  fl_optim_hparams hp = fl_optim_hparams_default(cf->kind);
-  hp.weight_decay = cf->wd;
-  hp.nesterov = cf->nesterov;
-  if (cf->eps >= 0)
-    hp.epsilon = cf->eps;
-  hp.initial_accumulator = cf->kind == FL_OPTIM_ADAGRAD ? 0.1f : 0.0f;
+/* Four steps of hp over the NT tensors against the reference. */
+static void run_reference(fl_optim_hparams hp, float lr, uint64_t seed) {
+  int ada = hp.kind == FL_OPTIM_ADAGRAD || hp.kind == FL_OPTIM_ROWWISE_ADAGRAD;
   hp.exclude_from_weight_decay = excl;
   hp.n_exclude = 2;
-  rng_seed(1234 + (uint64_t)_i);
+  rng_seed(seed);
   tens t[NT];
   ref r[NT];
   fl_optim_tensor v[NT];
@@ -354,29 +416,64 @@ START_TEST(test_reference) {
     for (size_t j = 0; j < sizes[i]; j++) {
       t[i].p[j] = rnd();
       r[i].p[j] = t[i].p[j];
-      r[i].s1[j] = hp.initial_accumulator;
+      r[i].s1[j] = ada ? hp.initial_accumulator : 0.0;
+      r[i].s2[j] = hp.kind == FL_OPTIM_FTRL ? hp.initial_accumulator : 0.0;
     }
-    v[i] = view(&t[i], names[i], cf->kind);
+    v[i] = view(&t[i], names[i], hp.kind);
   }
   ck_assert_int_eq(fl_optim_init_state(&hp, v, NT), FL_OK);
   for (int64_t step = 1; step <= 4; step++) {
     for (int i = 0; i < NT; i++)
       for (size_t j = 0; j < sizes[i]; j++)
         t[i].g[j] = rnd() * (i == 3 ? 4.0f : 0.5f);
-    ck_assert_int_eq(fl_optim_step(&hp, v, NT, cf->lr, step), FL_OK);
+    ck_assert_int_eq(fl_optim_step(&hp, v, NT, lr, step), FL_OK);
     for (int i = 0; i < NT; i++) {
-      ref_step(&hp, &r[i], t[i].g, cf->lr, step);
+      size_t ns = fl_optim_state_len(hp.kind, sizes[i]);
+      ref_step(&hp, &r[i], t[i].g, lr, step);
       expect_close(t[i].p, r[i].p, sizes[i], 2e-6, 2e-6, names[i]);
       if (v[i].state1)
-        expect_close_state(t[i].s1, r[i].s1, sizes[i], "state1");
+        expect_close_state(t[i].s1, r[i].s1, ns, "state1");
       if (v[i].state2)
-        expect_close_state(t[i].s2, r[i].s2, sizes[i], "state2");
+        expect_close_state(t[i].s2, r[i].s2, ns, "state2");
     }
   }
   for (int i = 0; i < NT; i++) {
     tens_free(&t[i]);
     free(r[i].p), free(r[i].s1), free(r[i].s2);
   }
+}
+
+START_TEST(test_reference) {
+  const config *cf = &configs[_i];
+  fl_optim_hparams hp = fl_optim_hparams_default(cf->kind);
+  hp.weight_decay = cf->wd;
+  hp.nesterov = cf->nesterov;
+  if (cf->eps >= 0)
+    hp.epsilon = cf->eps;
+  hp.initial_accumulator = cf->kind == FL_OPTIM_ADAGRAD ? 0.1f : 0.0f;
+  run_reference(hp, cf->lr, 1234 + (uint64_t)_i);
+}
+END_TEST
+
+/* The sparse-row optimizers: row-wise Adagrad (each tensor one row) with
+ * and without decay, a start accumulator and a big eps; FTRL plain, with
+ * every regularizer, with another lr_power, and with TensorFlow's
+ * initial_accumulator_value 0.1. */
+static const fl_optim_hparams row_configs[] = {
+    {.kind = FL_OPTIM_ROWWISE_ADAGRAD, .epsilon = 1e-8f},
+    {.kind = FL_OPTIM_ROWWISE_ADAGRAD, .epsilon = 0.3f, .weight_decay = 0.01f,
+     .initial_accumulator = 0.1f},
+    {.kind = FL_OPTIM_FTRL, .lr_power = -0.5f},
+    {.kind = FL_OPTIM_FTRL, .lr_power = -0.5f, .l1 = 0.05f, .l2 = 0.1f, .beta = 1.0f,
+     .initial_accumulator = 0.1f},
+    {.kind = FL_OPTIM_FTRL, .lr_power = -0.3f, .l1 = 0.01f, .l2 = 0.01f, .beta = 0.5f,
+     .initial_accumulator = 0.1f},
+    {.kind = FL_OPTIM_FTRL, .lr_power = 0.0f, .l1 = 0.001f},
+};
+#define N_ROW_CONFIGS ((int)(sizeof row_configs / sizeof row_configs[0]))
+
+START_TEST(test_row_reference) {
+  run_reference(row_configs[_i], _i < 2 ? 0.1f : 0.05f, 777 + (uint64_t)_i);
 }
 END_TEST
 
@@ -618,7 +715,7 @@ START_TEST(test_bad_args) {
 END_TEST
 
 START_TEST(test_names_defaults) {
-  for (int k = 0; k <= FL_OPTIM_LAMB; k++) {
+  for (int k = 0; k <= FL_OPTIM_FTRL; k++) {
     fl_optim_kind back;
     ck_assert_int_eq(fl_optim_kind_parse(fl_optim_kind_name((fl_optim_kind)k), &back), FL_OK);
     ck_assert_int_eq(back, k);
@@ -646,6 +743,37 @@ START_TEST(test_names_defaults) {
   fl_optim_tensor t = {NULL, &p, &g, &s, NULL, 1};
   ck_assert_int_eq(fl_optim_init_state(&ada, &t, 1), FL_OK);
   ck_assert(s == 0.25f);
+  /* The sparse-row optimizers: one accumulator per row; FTRL's n starts at
+   * initial_accumulator, its z at 0. */
+  ck_assert_uint_eq(fl_optim_state_len(FL_OPTIM_ROWWISE_ADAGRAD, 64), 1);
+  ck_assert_uint_eq(fl_optim_state_len(FL_OPTIM_FTRL, 64), 64);
+  ck_assert_uint_eq(fl_optim_state_len(FL_OPTIM_ADAM, 64), 64);
+  ck_assert_int_eq(fl_optim_state_count(FL_OPTIM_ROWWISE_ADAGRAD), 1);
+  ck_assert_int_eq(fl_optim_state_count(FL_OPTIM_FTRL), 2);
+  ck_assert(fl_optim_sparse_only(FL_OPTIM_FTRL) && fl_optim_sparse_only(FL_OPTIM_ROWWISE_ADAGRAD));
+  ck_assert(!fl_optim_sparse_only(FL_OPTIM_ADAGRAD));
+  fl_optim_hparams ftrl = fl_optim_hparams_default(FL_OPTIM_FTRL);
+  EXPECT_NEAR(ftrl.lr_power, -0.5, 0);
+  ftrl.initial_accumulator = 0.1f;
+  float fp[2] = {1, 1}, fg[2] = {0, 0}, fz[2] = {-1, -1}, fn[2] = {-1, -1};
+  fl_optim_tensor ft = {NULL, fp, fg, fz, fn, 2};
+  ck_assert_int_eq(fl_optim_init_state(&ftrl, &ft, 1), FL_OK);
+  ck_assert(fz[1] == 0.0f && fn[1] == 0.1f);
+  ck_assert_int_eq(fl_optim_step(&ftrl, &ft, 1, 0.0f, 1), FL_EINVAL); /* alpha 0 */
+  fl_optim_hparams bad = ftrl;
+  bad.lr_power = 0.5f;
+  ck_assert_int_eq(fl_optim_hparams_check(&bad), FL_EINVAL);
+  bad = ftrl, bad.l1 = -1;
+  ck_assert_int_eq(fl_optim_hparams_check(&bad), FL_EINVAL);
+  bad = ftrl, bad.beta = NAN;
+  ck_assert_int_eq(fl_optim_hparams_check(&bad), FL_EINVAL);
+  /* Row-wise Adagrad's one-float state may sit right after the row. */
+  fl_optim_hparams rw = fl_optim_hparams_default(FL_OPTIM_ROWWISE_ADAGRAD);
+  float row[3] = {1, 2, 0};
+  fl_optim_tensor rt = {NULL, row, fg, row + 2, NULL, 2};
+  ck_assert_int_eq(fl_optim_step(&rw, &rt, 1, 0.1f, 1), FL_OK);
+  rt.state1 = row + 1;
+  ck_assert_int_eq(fl_optim_step(&rw, &rt, 1, 0.1f, 1), FL_EINVAL);
 }
 END_TEST
 
@@ -660,15 +788,18 @@ int main(void) {
   tcase_add_test(tc, test_hand_adagrad);
   tcase_add_test(tc, test_hand_lars);
   tcase_add_test(tc, test_hand_lamb);
+  tcase_add_test(tc, test_hand_rowwise_adagrad);
+  tcase_add_test(tc, test_hand_ftrl);
   suite_add_tcase(s, tc);
   tc = tcase_create("reference");
   tcase_add_loop_test(tc, test_reference, 0, N_CONFIGS);
+  tcase_add_loop_test(tc, test_row_reference, 0, N_ROW_CONFIGS);
   tcase_add_test(tc, test_lars_zero_norms);
   tcase_add_test(tc, test_lamb_zero_norms);
   tcase_add_test(tc, test_excluded_no_trust);
   suite_add_tcase(s, tc);
   tc = tcase_create("threads");
-  tcase_add_loop_test(tc, test_thread_determinism, 0, FL_OPTIM_LAMB + 1);
+  tcase_add_loop_test(tc, test_thread_determinism, 0, FL_OPTIM_FTRL + 1);
   suite_add_tcase(s, tc);
   tc = tcase_create("args");
   tcase_add_test(tc, test_bad_args);

@@ -2,14 +2,17 @@
  * network: in sync mode 1, 2 and 3 trainers (pushes split in parts,
  * arriving in any order) leave every row bitwise equal to one trainer
  * pushing the gradients summed in trainer-id order and averaged, for every
- * sparse optimizer; a pull waits for the step before it; and read-only
- * pulls change nothing (rows, values, counters, recency). */
+ * sparse optimizer (row-wise Adagrad and FTRL included); a pull waits for
+ * the step before it; read-only pulls change nothing (rows, values,
+ * counters, recency); and tables with their own optimizers keep them
+ * through a checkpoint of the core. */
 #include <config.h>
 
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fl_ps.h"
 
@@ -136,7 +139,8 @@ static size_t averaged(int nt, int64_t s, uint64_t *keys, float *g) {
   return nu;
 }
 
-static const fl_optim_kind k_kinds[] = {FL_OPTIM_SGD, FL_OPTIM_ADAGRAD, FL_OPTIM_ADAM};
+static const fl_optim_kind k_kinds[] = {FL_OPTIM_SGD, FL_OPTIM_ADAGRAD, FL_OPTIM_ADAM,
+                                        FL_OPTIM_ROWWISE_ADAGRAD, FL_OPTIM_FTRL};
 
 /* nt trainers push every step (the last trainer first, each in two parts);
  * its pull of the next step waits until the last part came in. */
@@ -263,12 +267,138 @@ START_TEST(test_read_only_pull_changes_nothing) {
 }
 END_TEST
 
+/* A sync core of one trainer whose sparse tables take adagrad, except
+ * "wide" (FTRL with l1) and "narrow" (row-wise Adagrad) by their own
+ * per-table settings. */
+static fl_ps_core *mk_per_table(void) {
+  fl_ps_core_opts o;
+  fl_ps_core *c = NULL;
+  memset(&o, 0, sizeof o);
+  fl_job_defaults(&o.job);
+  o.job.pserver.optimizer.kind = FL_OPTIM_SGD;
+  o.job.pserver.dense_block_size = 4;
+  o.job.pserver.sparse.optimizer.kind = FL_OPTIM_ADAGRAD;
+  o.job.pserver.sparse.optimizer.lr = 0.1f;
+  o.job.pserver.sparse.max_rows = 100;
+  o.server_index = 0;
+  o.n_servers = 1;
+  o.num_trainers = 1;
+  o.n_table_optims = 2;
+  snprintf(o.table_optims[0].name, sizeof o.table_optims[0].name, "wide");
+  o.table_optims[0].hp = fl_optim_hparams_default(FL_OPTIM_FTRL);
+  o.table_optims[0].hp.l1 = 0.01f;
+  o.table_optims[0].lr = 0.5f;
+  snprintf(o.table_optims[1].name, sizeof o.table_optims[1].name, "narrow");
+  o.table_optims[1].hp = fl_optim_hparams_default(FL_OPTIM_ROWWISE_ADAGRAD);
+  o.table_optims[1].lr = 0.2f;
+  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
+  return c;
+}
+
+/* Register trainer 0 with the tables emb, wide and narrow (dim DIM). */
+static void reg3(fl_ps_core *c) {
+  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
+  Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
+  Flotilla__SparseTableSpec s[3], *sp[3];
+  const char *names[3] = {"emb", "wide", "narrow"};
+  for (int i = 0; i < 3; i++) {
+    flotilla__sparse_table_spec__init(&s[i]);
+    s[i].name = (char *)names[i];
+    s[i].dim = DIM;
+    sp[i] = &s[i];
+  }
+  r.trainer_id = 0;
+  r.num_trainers = 1;
+  r.incarnation = 1000;
+  r.mode = FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC;
+  r.dense_block_size = 4;
+  r.num_servers = 1;
+  r.n_sparse = 3;
+  r.sparse = sp;
+  ck_assert_int_eq(fl_ps_core_register(c, &r, &out), FL_OK);
+}
+
+START_TEST(test_per_table_optimizers) {
+  char path[] = "/tmp/fl_test_ps_rows_XXXXXX";
+  int fd = mkstemp(path);
+  const char *names[3] = {"emb", "wide", "narrow"};
+  const fl_optim_kind kinds[3] = {FL_OPTIM_ADAGRAD, FL_OPTIM_FTRL, FL_OPTIM_ROWWISE_ADAGRAD};
+  fl_ps_core *c = mk_per_table(), *d = mk_per_table();
+  uint64_t keys[3] = {1, 2, 3};
+  float g[3 * DIM] = {0.5f, -1, 2, 0.25f, -0.75f, 1.5f};
+  fl_ckpt *ck;
+
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  reg3(c);
+  for (int i = 0; i < 3; i++) {
+    fl_ps_table *t = fl_ps_core_table(c, names[i]);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(fl_ps_table_kind(t), kinds[i]);
+    ck_assert_int_eq(fl_ps_table_push(t, keys, 3, g), FL_OK);
+  }
+  /* The checkpoint takes each table's state; a fresh core with the same
+   * settings loads it and steps on bit for bit. */
+  ck_assert_int_eq(fl_ps_core_save(c, path), FL_OK);
+  ck_assert_int_eq(fl_ckpt_load(path, &ck), FL_OK);
+  ck_assert_int_eq(fl_ps_core_load(d, ck, path), FL_OK);
+  fl_ckpt_free(ck);
+  unlink(path);
+  for (int i = 0; i < 3; i++) {
+    fl_ps_table *a = fl_ps_core_table(c, names[i]), *b = fl_ps_core_table(d, names[i]);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(fl_ps_table_kind(b), kinds[i]);
+    ck_assert_int_eq(fl_ps_table_push(a, keys, 3, g), FL_OK);
+    ck_assert_int_eq(fl_ps_table_push(b, keys, 3, g), FL_OK);
+    for (int k = 0; k < 3; k++) {
+      float x[DIM], y[DIM];
+      ck_assert(fl_ps_table_peek(a, keys[k], x));
+      ck_assert(fl_ps_table_peek(b, keys[k], y));
+      ck_assert_mem_eq(x, y, sizeof x);
+    }
+  }
+  fl_ps_core_free(c);
+  fl_ps_core_free(d);
+}
+END_TEST
+
+START_TEST(test_per_table_optimizers_refused) {
+  fl_ps_core_opts o;
+  fl_ps_core *c = NULL;
+  memset(&o, 0, sizeof o);
+  fl_job_defaults(&o.job);
+  o.job.pserver.optimizer.kind = FL_OPTIM_SGD;
+  o.job.pserver.sparse.optimizer.kind = FL_OPTIM_SGD;
+  o.n_servers = 1;
+  o.num_trainers = 1;
+  o.n_table_optims = 1;
+  o.table_optims[0].hp = fl_optim_hparams_default(FL_OPTIM_FTRL);
+  o.table_optims[0].lr = 0.1f;
+  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_EINVAL); /* no name */
+  snprintf(o.table_optims[0].name, sizeof o.table_optims[0].name, "t");
+  o.table_optims[0].lr = 0.0f;
+  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_EINVAL); /* ftrl without alpha */
+  o.table_optims[0].lr = 0.1f;
+  o.table_optims[0].hp = fl_optim_hparams_default(FL_OPTIM_MOMENTUM);
+  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_EINVAL); /* not a row optimizer */
+  o.table_optims[0].hp = fl_optim_hparams_default(FL_OPTIM_ADAM);
+  o.table_optims[1] = o.table_optims[0];
+  o.n_table_optims = 2;
+  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_EINVAL); /* twice */
+  o.n_table_optims = 1;
+  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
+  fl_ps_core_free(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ps_rows");
   TCase *tc = tcase_create("rows");
   tcase_add_test(tc, test_sync_rows_equal_one_trainer);
   tcase_add_test(tc, test_sync_rows_dead_and_old_clients);
   tcase_add_test(tc, test_read_only_pull_changes_nothing);
+  tcase_add_test(tc, test_per_table_optimizers);
+  tcase_add_test(tc, test_per_table_optimizers_refused);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

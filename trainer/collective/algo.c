@@ -581,19 +581,37 @@ int coll_algo_peers(int n, int me, int *out) {
 
 /* ------------------------------------------------------------- model */
 
-double coll_model_time(const coll_model *m, int algo, int n, double bytes, double chunk) {
-  if (n <= 1) return 0.0;
-  double a = m->alpha, b = m->beta, g = m->gamma, nn = n;
-  if (algo == COLL_ALGO_HD) {
-    double p2 = pow2_floor(n), fold = p2 == nn ? 0.0 : 2.0 * a + 2.0 * bytes * b + bytes * g;
-    return 2.0 * log2(p2) * a + (p2 - 1.0) / p2 * bytes * (2.0 * b + g) + fold;
-  }
-  if (algo == COLL_ALGO_TREE) {
+void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double chunk, double *lat,
+                      double *bw) {
+  double a = m->alpha, perb = 2.0 * m->beta + m->gamma, nn = n, l, w;
+  if (n <= 1) {
+    l = w = 0.0;
+  } else if (algo == COLL_ALGO_HD) {
+    double p2 = pow2_floor(n), fold = p2 == nn;
+    l = 2.0 * log2(p2) * a + (fold ? 0.0 : 2.0 * a);
+    w = (p2 - 1.0) / p2 * bytes * perb + (fold ? 0.0 : bytes * perb);
+  } else if (algo == COLL_ALGO_TREE) {
     double half = bytes / 2.0, c = chunk < half ? chunk : half;
-    double k = ceil(half / (c > 0 ? c : 1.0)), depth = floor(log2(nn));
-    return 2.0 * (depth + k - 1.0) * (a + c * (2.0 * b + g));
+    double k = ceil(half / (c > 0 ? c : 1.0)), steps = 2.0 * (floor(log2(nn)) + k - 1.0);
+    l = steps * a;
+    w = steps * c * perb;
+  } else {
+    l = 2.0 * (nn - 1.0) * a;
+    w = (nn - 1.0) / nn * bytes * perb;
   }
-  return 2.0 * (nn - 1.0) * a + (nn - 1.0) / nn * bytes * (2.0 * b + g);
+  if (lat) *lat = l;
+  if (bw) *bw = w;
+}
+
+static double factor(const double *f, int algo) {
+  int i = algo - COLL_ALGO_RING;
+  return i >= 0 && i < COLL_MODEL_ALGOS && f[i] > 0 ? f[i] : 1.0; /* 0: not measured */
+}
+
+double coll_model_time(const coll_model *m, int algo, int n, double bytes, double chunk) {
+  double lat, bw;
+  coll_model_terms(m, algo, n, bytes, chunk, &lat, &bw);
+  return factor(m->lat, algo) * lat + factor(m->eff, algo) * bw;
 }
 
 void coll_model_table(const coll_model *m, int n, double chunk, uint8_t table[COLL_TABLE_BINS]) {
@@ -621,7 +639,9 @@ int coll_table_bin(size_t bytes) {
 /* ------------------------------------------------------------ tuning */
 
 /* Layout (little-endian): u32 magic "FLTU", u32 version, u32 n, u32 0,
- * f64 alpha, beta, gamma (as their bits), u8 table[COLL_TABLE_BINS]. */
+ * f64 alpha, beta, gamma, lat[COLL_MODEL_ALGOS], eff[COLL_MODEL_ALGOS]
+ * (as their bits),
+ * u8 table[COLL_TABLE_BINS]. */
 #define TUNING_MAGIC 0x55544c46u
 
 static void put_f64(uint8_t *p, double v) {
@@ -645,7 +665,11 @@ void coll_tuning_encode(const coll_tuning *t, uint8_t out[COLL_TUNING_BYTES]) {
   put_f64(out + 16, t->m.alpha);
   put_f64(out + 24, t->m.beta);
   put_f64(out + 32, t->m.gamma);
-  memcpy(out + 40, t->table, COLL_TABLE_BINS);
+  for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
+    put_f64(out + 40 + 8 * i, t->m.lat[i]);
+    put_f64(out + 40 + 8 * (COLL_MODEL_ALGOS + i), t->m.eff[i]);
+  }
+  memcpy(out + 40 + 16 * COLL_MODEL_ALGOS, t->table, COLL_TABLE_BINS);
 }
 
 fl_status coll_tuning_decode(const uint8_t *p, size_t len, coll_tuning *t) {
@@ -656,7 +680,11 @@ fl_status coll_tuning_decode(const uint8_t *p, size_t len, coll_tuning *t) {
   t->m.alpha = get_f64(p + 16);
   t->m.beta = get_f64(p + 24);
   t->m.gamma = get_f64(p + 32);
-  memcpy(t->table, p + 40, COLL_TABLE_BINS);
+  for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
+    t->m.lat[i] = get_f64(p + 40 + 8 * i);
+    t->m.eff[i] = get_f64(p + 40 + 8 * (COLL_MODEL_ALGOS + i));
+  }
+  memcpy(t->table, p + 40 + 16 * COLL_MODEL_ALGOS, COLL_TABLE_BINS);
   for (int b = 0; b < COLL_TABLE_BINS; b++)
     if (t->table[b] < COLL_ALGO_RING || t->table[b] > COLL_ALGO_TREE) return FL_EPROTO;
   return t->n >= 1 ? FL_OK : FL_EPROTO;

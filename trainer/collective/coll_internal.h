@@ -226,13 +226,23 @@ fl_status coll_sched_run(coll_sched *s, const coll_xport *x, const coll_op *a);
 int coll_algo_peers(int n, int me, int *out);
 
 /* The alpha-beta(-gamma) model: seconds per message, per byte on the
- * wire, per byte reduced. */
+ * wire, per byte reduced; and per algorithm (index algo - COLL_ALGO_RING:
+ * ring, halving-doubling, tree) the factors by which its latency term
+ * (lat) and its bandwidth term (eff) really take longer than alpha, beta
+ * and gamma of one link say, as measured on the whole group (0 or 1:
+ * none). */
+#define COLL_MODEL_ALGOS 3
 typedef struct coll_model {
   double alpha, beta, gamma;
+  double lat[COLL_MODEL_ALGOS], eff[COLL_MODEL_ALGOS];
 } coll_model;
 #define COLL_TABLE_BINS 40 /* bin b: buckets of up to 2^b bytes */
-/* Predicted allreduce time of algo over n ranks for a buffer of bytes. */
+/* Predicted allreduce time of algo over n ranks for a buffer of bytes:
+ * its factors times its two terms, which coll_model_terms gives without
+ * the factors (either pointer may be NULL). */
 double coll_model_time(const coll_model *m, int algo, int n, double bytes, double chunk);
+void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double chunk, double *lat,
+                      double *bw);
 /* The fastest of ring, halving-doubling and tree per size bin. */
 void coll_model_table(const coll_model *m, int n, double chunk, uint8_t table[COLL_TABLE_BINS]);
 int coll_table_bin(size_t bytes);
@@ -244,8 +254,8 @@ typedef struct coll_tuning {
   coll_model m;
   uint8_t table[COLL_TABLE_BINS];
 } coll_tuning;
-#define COLL_TUNING_BYTES (16 + 24 + COLL_TABLE_BINS)
-#define COLL_TUNING_VERSION 1u
+#define COLL_TUNING_BYTES (16 + 24 + 16 * COLL_MODEL_ALGOS + COLL_TABLE_BINS)
+#define COLL_TUNING_VERSION 2u
 void coll_tuning_encode(const coll_tuning *t, uint8_t out[COLL_TUNING_BYTES]);
 /* FL_EPROTO (not logged) for a blob of another version or a bad table. */
 fl_status coll_tuning_decode(const uint8_t *p, size_t len, coll_tuning *t);

@@ -143,7 +143,7 @@ fl_status fl_coll_set_algorithm(fl_coll *c, const char *name);
 /* The allreduce tuning this rank follows (fitted model and per-size
  * choice), FL_COLL_TUNING_MAX bytes at most, for a checkpoint; *len = 0
  * when there is none (one rank, shm, nccl).  Any thread after create. */
-#define FL_COLL_TUNING_MAX 96
+#define FL_COLL_TUNING_MAX 128
 fl_status fl_coll_get_tuning(const fl_coll *c, void *out, size_t cap, size_t *len);
 
 /* Non-blocking allreduce: queue it and return at once; *req is owned by

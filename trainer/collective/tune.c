@@ -6,10 +6,20 @@
  * The probe is a ping-pong of PROBE_SIZES messages (best of PROBE_REPS
  * round trips each, one warm-up), alpha from the smallest one-way time,
  * beta from the slope to the largest, and the local cost of
- * adding a byte (gamma: fp32 reduce of 256 KiB).  On a 1 Gbit/s link
- * with 0.1 ms delay it takes about 60 ms.  A tuning restored from a
- * checkpoint for the same group size is used as is, so a resumed run
- * keeps its algorithms, hence its bits. */
+ * adding a byte (gamma: fp32 reduce of 256 KiB).  Then the whole group
+ * runs allreduces of each algorithm at two sizes (1 MiB, less where the
+ * model says that takes over GROUP_BUDGET_S, and 1/16 of it; a warm-up
+ * and the best of GROUP_REPS rounds), and each algorithm's latency and
+ * bandwidth terms get the factors (coll_model.lat, eff) that make the
+ * model give what they really took: two algorithms that move the same
+ * bytes need not move them equally fast (halving-doubling's few large
+ * exchanges, one after the other, ran 1.6 times slower than the ring's
+ * pipelined steps on 8 shaped namespaces, where the plain model called
+ * them equal), and a step costs more than one link's alpha when every
+ * rank sends at once.  On 8 nodes at 1 Gbit/s with 0.1 ms delay the probe takes
+ * under a second.  A tuning restored from a checkpoint for the same
+ * group size is used as is, so a resumed run keeps its algorithms, hence
+ * its bits. */
 #include <config.h>
 
 #include <stdio.h>
@@ -23,6 +33,15 @@
 static const size_t probe_sizes[] = {8, 4096, 65536, 262144, 1048576};
 #define PROBE_SIZES (sizeof probe_sizes / sizeof probe_sizes[0])
 #define GAMMA_FLOATS 65536
+#define GROUP_REPS 2
+#define GROUP_MAX ((size_t)1 << 20)
+#define GROUP_MIN ((size_t)1 << 16)
+#define GROUP_BUDGET_S 0.05
+#define GROUP_CHUNK(bytes) ((bytes) / 8)
+#define GROUP_SMALL(bytes) ((bytes) / 16)
+#define EFF_MIN 0.1
+#define EFF_MAX 100.0
+static const int group_algos[COLL_MODEL_ALGOS] = {COLL_ALGO_RING, COLL_ALGO_HD, COLL_ALGO_TREE};
 
 static double now_s(void) {
   struct timespec ts;
@@ -81,6 +100,7 @@ static void fit(const double *t, coll_model *m) {
   if (!(alpha > 1e-7)) alpha = 1e-7;
   m->alpha = alpha;
   m->beta = beta;
+  for (int i = 0; i < COLL_MODEL_ALGOS; i++) m->lat[i] = m->eff[i] = 1.0;
   float *a = calloc(2 * GAMMA_FLOATS, sizeof(float));
   m->gamma = 1e-10;
   if (!a) return;
@@ -115,62 +135,149 @@ static void describe(const coll_tuning *t, char *out, size_t cap) {
   }
 }
 
-/* Member 0: restored tuning, or the probe's; says member 1 whether a
- * probe follows. */
-static fl_status decide(const coll_xport *x, coll_tuning *t, uint8_t *buf) {
+/* The group probe's size: GROUP_MAX, halved while the model gives the
+ * ring more than GROUP_BUDGET_S for it. */
+static size_t group_bytes(const coll_model *m, int n, double chunk) {
+  size_t b = GROUP_MAX;
+  while (b > GROUP_MIN && coll_model_time(m, COLL_ALGO_RING, n, (double)b, chunk) > GROUP_BUDGET_S)
+    b /= 2;
+  return b;
+}
+
+/* Every member: a warm-up round and GROUP_REPS rounds of one allreduce of
+ * GROUP_SMALL(bytes) and one of `bytes` per algorithm, interleaved, in
+ * pieces of GROUP_CHUNK(bytes) so that the tree pipelines as it does on
+ * large buckets; best[k][i]: member 0's best time of group_algos[i] at
+ * the small (k 0) and the large size (k 1). */
+static fl_status group_probe(const coll_xport *xp, coll_sched *s, uint64_t *seq, uint8_t *buf,
+                             size_t bytes, double best[2][COLL_MODEL_ALGOS]) {
+  coll_xport xc = *xp, *x = &xc;
+  xc.chunk = GROUP_CHUNK(bytes);
+  for (int i = 0; i < 2 * COLL_MODEL_ALGOS; i++) best[i / COLL_MODEL_ALGOS][i % COLL_MODEL_ALGOS] = 1e30;
+  for (int r = 0; r <= GROUP_REPS; r++)
+    for (int k = 0; k < 2; k++)
+      for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
+        size_t len = k ? bytes : GROUP_SMALL(bytes);
+        coll_op a = {COLL_OP_ALLREDUCE, group_algos[i], buf, len / sizeof(float), FL_COLL_F32, 0,
+                     ++*seq};
+        double t0 = now_s();
+        FL_TRY(coll_sched_run(s, x, &a));
+        double dt = now_s() - t0;
+        if (r > 0 && dt < best[k][i]) best[k][i] = dt;
+      }
+  return FL_OK;
+}
+
+static double clampf(double v) {
+  return !(v >= EFF_MIN) ? EFF_MIN : v > EFF_MAX ? EFF_MAX : v;
+}
+
+/* Member 0: each algorithm's factors from its two measured times (the
+ * latency factor solved with the bandwidth one, then the bandwidth factor
+ * again for the clamped latency one, so that the large size fits best),
+ * then the table; above the large size it keeps the algorithm chosen
+ * there (factors measured on a few pieces did not carry to buckets of
+ * many: the tree, cheap at 1 MiB, lost to the ring at 16 MiB on the
+ * namespaces). */
+static void fit_factors(const coll_xport *x, coll_tuning *t, size_t bytes,
+                        const double best[2][COLL_MODEL_ALGOS], double probe_s) {
+  char desc[512];
+  double chunk = (double)GROUP_CHUNK(bytes);
+  for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
+    double ls, ws, lb, wb;
+    coll_model_terms(&t->m, group_algos[i], x->n, (double)GROUP_SMALL(bytes), chunk, &ls, &ws);
+    coll_model_terms(&t->m, group_algos[i], x->n, (double)bytes, chunk, &lb, &wb);
+    double det = ls * wb - lb * ws;
+    double l = det != 0 ? (best[0][i] * wb - best[1][i] * ws) / det : 1.0;
+    t->m.lat[i] = clampf(l);
+    t->m.eff[i] = wb > 0 ? clampf((best[1][i] - t->m.lat[i] * lb) / wb) : 1.0;
+  }
+  coll_model_table(&t->m, x->n, (double)x->chunk, t->table);
+  for (int b = coll_table_bin(bytes) + 1; b < COLL_TABLE_BINS; b++)
+    t->table[b] = t->table[coll_table_bin(bytes)];
+  describe(t, desc, sizeof desc);
+  FL_LOGI("collective: network probe (%.0f ms): alpha %.1f us, beta %.3f ns/B (%.2f GB/s), "
+          "reduce %.3f ns/B; allreduce of %zu / %zu KiB on %d ranks: ring %.2f / %.2f ms, "
+          "halving_doubling %.2f / %.2f ms, tree %.2f / %.2f ms (latency x%.2f, x%.2f, x%.2f, "
+          "bandwidth x%.2f, x%.2f, x%.2f); allreduce algorithm by bucket size: %s",
+          probe_s * 1e3, t->m.alpha * 1e6, t->m.beta * 1e9, 1e-9 / t->m.beta, t->m.gamma * 1e9,
+          GROUP_SMALL(bytes) >> 10, bytes >> 10, x->n, best[0][0] * 1e3, best[1][0] * 1e3,
+          best[0][1] * 1e3, best[1][1] * 1e3, best[0][2] * 1e3, best[1][2] * 1e3, t->m.lat[0],
+          t->m.lat[1], t->m.lat[2], t->m.eff[0], t->m.eff[1], t->m.eff[2], desc);
+}
+
+/* Member 0: restored tuning (*group = 0), or the ping-pong's fit and the
+ * size of the group probe to run (*group); says member 1 whether a
+ * ping-pong follows. */
+static fl_status decide(const coll_xport *x, coll_tuning *t, uint8_t *buf, size_t *group) {
   fl_coll *c = x->c;
   coll_tuning old;
   int reuse = c->tuning_in_len &&
               coll_tuning_decode(c->tuning_in, c->tuning_in_len, &old) == FL_OK && old.n == x->n;
   uint8_t flag = (uint8_t)!reuse;
   FL_TRY(xfer(x, 1, 1, &flag, 1));
-  char desc[512];
+  *group = 0;
   if (reuse) {
+    char desc[512];
     *t = old;
     describe(t, desc, sizeof desc);
     FL_LOGI("collective: allreduce algorithms from the checkpoint (%d ranks, alpha %.1f us, "
-            "beta %.3f ns/B): %s",
-            t->n, t->m.alpha * 1e6, t->m.beta * 1e9, desc);
+            "beta %.3f ns/B, latency x%.2f, x%.2f, x%.2f, bandwidth x%.2f, x%.2f, x%.2f): %s",
+            t->n, t->m.alpha * 1e6, t->m.beta * 1e9, t->m.lat[0], t->m.lat[1], t->m.lat[2],
+            t->m.eff[0], t->m.eff[1], t->m.eff[2], desc);
     return FL_OK;
   }
   if (c->tuning_in_len)
     FL_LOGI("collective: the checkpoint's allreduce tuning is for another world size (or "
             "unreadable); probing the network again");
   double oneway[PROBE_SIZES];
-  double t0 = now_s();
   FL_TRY(ping_pong(x, buf, oneway));
   t->n = x->n;
   fit(oneway, &t->m);
-  coll_model_table(&t->m, x->n, (double)x->chunk, t->table);
-  describe(t, desc, sizeof desc);
-  FL_LOGI("collective: network probe (%.0f ms): alpha %.1f us, beta %.3f ns/B (%.2f GB/s), "
-          "reduce %.3f ns/B; allreduce algorithm for %d ranks by bucket size: %s",
-          (now_s() - t0) * 1e3, t->m.alpha * 1e6, t->m.beta * 1e9, 1e-9 / t->m.beta,
-          t->m.gamma * 1e9, x->n, desc);
+  *group = group_bytes(&t->m, x->n, (double)x->chunk);
+  return FL_OK;
+}
+
+/* Every member: the probe (members 0 and 1 ping-pong, then all run the
+ * group probe whose size member 0 broadcasts, 0 for none), member 0
+ * fitting the tuning. */
+static fl_status probe(const coll_xport *x, coll_sched *s, uint64_t *seq, coll_tuning *t,
+                       uint8_t *buf) {
+  double t0 = now_s(), best[2][COLL_MODEL_ALGOS];
+  size_t group = 0;
+  if (x->me == 0) {
+    FL_TRY(decide(x, t, buf, &group));
+  } else if (x->me == 1) {
+    uint8_t flag = 0;
+    FL_TRY(xfer(x, 0, 0, &flag, 1));
+    double unused[PROBE_SIZES];
+    if (flag) FL_TRY(ping_pong(x, buf, unused));
+  }
+  uint8_t gb[4];
+  coll_put_u32(gb, (uint32_t)group);
+  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, gb, sizeof gb, FL_COLL_F32, 0, ++*seq};
+  FL_TRY(coll_sched_run(s, x, &a));
+  group = coll_get_u32(gb);
+  if (group > GROUP_MAX)
+    return FL_ERR(FL_EPROTO, "collective: rank 0 asked for a %zu-byte network probe", group);
+  if (group == 0) return FL_OK;
+  FL_TRY(group_probe(x, s, seq, buf, group, best));
+  if (x->me == 0) fit_factors(x, t, group, best, now_s() - t0);
   return FL_OK;
 }
 
 fl_status coll_tune(const coll_xport *x, coll_sched *s, uint64_t *seq, int *algo, coll_tuning *t) {
-  fl_coll *c = x->c;
   memset(t, 0, sizeof(*t));
-  *algo = c->algo_req == COLL_ALGO_HIER ? COLL_ALGO_AUTO : c->algo_req;
+  *algo = x->c->algo_req == COLL_ALGO_HIER ? COLL_ALGO_AUTO : x->c->algo_req;
   if (*algo != COLL_ALGO_AUTO) {
     t->n = x->n;
     memset(t->table, *algo, COLL_TABLE_BINS);
     return FL_OK;
   }
-  uint8_t *buf = malloc(probe_sizes[PROBE_SIZES - 1]);
+  size_t cap = probe_sizes[PROBE_SIZES - 1] > GROUP_MAX ? probe_sizes[PROBE_SIZES - 1] : GROUP_MAX;
+  uint8_t *buf = calloc(cap, 1);
   if (!buf) return FL_ERR(FL_ENOMEM, "collective: out of memory for the network probe");
-  memset(buf, 0, probe_sizes[PROBE_SIZES - 1]);
-  fl_status st = FL_OK;
-  if (x->me == 0) {
-    st = decide(x, t, buf);
-  } else if (x->me == 1) {
-    uint8_t flag = 0;
-    st = xfer(x, 0, 0, &flag, 1);
-    double unused[PROBE_SIZES];
-    if (st == FL_OK && flag) st = ping_pong(x, buf, unused);
-  }
+  fl_status st = probe(x, s, seq, t, buf);
   free(buf);
   FL_TRY(st);
   uint8_t blob[COLL_TUNING_BYTES];

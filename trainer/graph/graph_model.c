@@ -602,7 +602,7 @@ static fl_status loss(fl_gmodel *m, const fl_model_feed *f, size_t batch, float 
   const float *z = m->dev ? m->dev_out : o->data;
   float *dz = m->dev ? (dout ? m->dev_dout : NULL) : dout;
   const double inv = 1.0 / (double)(batch * K);
-  double ls = 0.0;
+  double ls = 0.0, ae = 0.0, ts = 0.0, tq = 0.0;
   size_t ok = 0;
   for (size_t i = 0; i < batch * K; i++) {
     const double v = z[i], t = tg[i];
@@ -614,11 +614,14 @@ static fl_status loss(fl_gmodel *m, const fl_model_feed *f, size_t batch, float 
       ok += (v > 0) == (t > 0.5);
     } else {
       ls += (v - t) * (v - t) / (double)K;
+      ae += fabs(v - t), ts += t, tq += t * t;
       if (dz) dz[i] = (float)((double)scale * 2.0 * (v - t) * inv);
     }
   }
   if (m->dev && dout) FL_TRY(fl_gdev_upload_dout(m, batch));
   set_result(res, ls, m->g->loss == FL_GLOSS_BCE_LOGITS ? ok / K : 0, 0, batch);
+  if (res && m->g->loss == FL_GLOSS_MSE)
+    res->values = batch * K, res->abs_err = ae, res->t_sum = ts, res->t_sq = tq;
   return FL_OK;
 }
 

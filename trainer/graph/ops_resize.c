@@ -221,7 +221,12 @@ static fl_status pad_forward(fl_gnode *n, fl_gctx *c) {
   return FL_OK;
 }
 
-static fl_status pad_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
+/* The map a node's op builds for its bound shapes (pad_map, tile_map). */
+typedef fl_status (*imap_make)(fl_gnode *n, fl_gctx *c, imap *m);
+
+/* Backward of an op that only moves elements: the output's gradient
+ * scattered back through the node's map (an empty output passes zeros). */
+static fl_status imap_backward(fl_gnode *n, fl_gctx *c, unsigned acc, imap_make make) {
   const fl_gtensor *x = fl_gin(n, c, 0), *y = fl_gout(n, c, 0);
   if (!x->grad) return FL_OK;
   if (y->n == 0) {
@@ -229,9 +234,13 @@ static fl_status pad_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
     return FL_OK;
   }
   imap m;
-  FL_TRY(pad_map(n, c, &m));
+  FL_TRY(make(n, c, &m));
   imap_scatter(&m, y->grad, y->n, x->grad, x->n, fl_gacc(acc, 0));
   return FL_OK;
+}
+
+static fl_status pad_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
+  return imap_backward(n, c, acc, pad_map);
 }
 
 /* ---------------------------------------------------------------- Tile */
@@ -285,16 +294,7 @@ static fl_status tile_forward(fl_gnode *n, fl_gctx *c) {
 }
 
 static fl_status tile_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
-  const fl_gtensor *x = fl_gin(n, c, 0), *y = fl_gout(n, c, 0);
-  if (!x->grad) return FL_OK;
-  if (y->n == 0) {
-    if (!fl_gacc(acc, 0)) memset(x->grad, 0, x->n * sizeof *x->grad);
-    return FL_OK;
-  }
-  imap m;
-  FL_TRY(tile_map(n, c, &m));
-  imap_scatter(&m, y->grad, y->n, x->grad, x->n, fl_gacc(acc, 0));
-  return FL_OK;
+  return imap_backward(n, c, acc, tile_map);
 }
 
 /* -------------------------------------------------------------- Resize */

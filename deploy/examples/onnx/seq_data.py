@@ -5,6 +5,7 @@ PyTorch module by initializer name, and accuracy as the trainer counts it.
 
 The data are synthetic so the examples need nothing downloaded: sequences
 of 8 to SEQ_LEN token ids from 1..VOCAB-1, padded with id 0 (mask False)."""
+import argparse
 import os
 
 import numpy as np
@@ -77,3 +78,33 @@ def export(model, example, input_names, out):
     torch.onnx.export(model, example, out, opset_version=17, input_names=input_names,
                       output_names=["logits"], dynamic_axes=axes,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+
+
+def cli(doc, build, make_data, inputs, examples, unit="samples"):
+    """The examples' command line: `data DIR`, `export OUT.onnx [--seed N]`,
+    `eval TRAINED.onnx DIR [--limit N]`. examples: the export's example
+    inputs (a tuple of tensors, one per name in inputs)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("data").add_argument("dir")
+    e = sub.add_parser("export")
+    e.add_argument("out")
+    e.add_argument("--seed", type=int, default=1)
+    v = sub.add_parser("eval")
+    v.add_argument("onnx")
+    v.add_argument("dir")
+    v.add_argument("--limit", type=int, default=0)
+    a = ap.parse_args()
+    if a.cmd == "data":
+        make_data(a.dir)
+    elif a.cmd == "export":
+        export(build(a.seed), examples, inputs, a.out)
+    else:
+        m = build()
+        load_onnx_into(m, a.onnx)
+        d = load_split(a.dir, "test", inputs + ["y"], a.limit)
+        m.eval()
+        with torch.no_grad():
+            acc = accuracy(m(*[d[k] for k in inputs]), d["y"])
+        counted = int((d["y"] != IGNORE).sum())
+        print(f"test acc1: {acc:.4f} ({counted} {unit} of {len(d['y'])} sequences)")

@@ -13,7 +13,6 @@ on both sides, hence the bidirectional GRU.
     /usr/bin/python3 deploy/examples/onnx/seq_tagger.py export OUT.onnx [--seed N]
     /usr/bin/python3 deploy/examples/onnx/seq_tagger.py eval TRAINED.onnx DIR
 """
-import argparse
 import os
 import sys
 
@@ -63,31 +62,9 @@ def make_data(out_dir, n_train=8000, n_test=2000, seed=0):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("data").add_argument("dir")
-    e = sub.add_parser("export")
-    e.add_argument("out")
-    e.add_argument("--seed", type=int, default=1)
-    v = sub.add_parser("eval")
-    v.add_argument("onnx")
-    v.add_argument("dir")
-    v.add_argument("--limit", type=int, default=0)
-    a = ap.parse_args()
-    if a.cmd == "data":
-        make_data(a.dir)
-    elif a.cmd == "export":
-        ids = torch.zeros(2, seq_data.SEQ_LEN, dtype=torch.int64)
-        seq_data.export(build(a.seed), (ids,), INPUTS, a.out)
-    else:
-        m = build()
-        seq_data.load_onnx_into(m, a.onnx)
-        d = seq_data.load_split(a.dir, "test", INPUTS + ["y"], a.limit)
-        m.eval()
-        with torch.no_grad():
-            acc = seq_data.accuracy(m(d["ids"]), d["y"])
-        print(f"test acc1: {acc:.4f} (per token, {int((d['y'] != seq_data.IGNORE).sum())} "
-              f"tokens of {len(d['y'])} sequences)")
+    seq_data.cli(__doc__, build, make_data, INPUTS,
+                 (torch.zeros(2, seq_data.SEQ_LEN, dtype=torch.int64),),
+                 unit="tokens")
 
 
 if __name__ == "__main__":
