@@ -790,7 +790,8 @@ START_TEST(test_sparse_tables_keys) {
   static const char *base = "model: {kind: onnx, path: m.onnx}\ncluster: {mode: ps}\n";
   char text[1024];
   fl_job j;
-  snprintf(text, sizeof text, "%spserver:\n  sparse: {init_range: 0.02}\n  sparse_tables:\n"
+  snprintf(text, sizeof text, "%spserver:\n  sparse: {init_range: 0.02, optimizer: {name: ftrl, lr: 0.7}}\n"
+           "  sparse_tables:\n"
            "    emb.weight: {optimizer: {name: sgd, lr: 0.5}, init: from_model, padding_id: 0}\n"
            "    bag.weight: {init: uniform(0.1)}\n    t3: {init: uniform}\n", base);
   ck_assert_int_eq(fl_job_load_string(text, "st.yaml", &j), FL_OK);
@@ -802,7 +803,8 @@ START_TEST(test_sparse_tables_keys) {
   ck_assert_int_eq(t[0].init, FL_SPARSE_INIT_FROM_MODEL);
   ck_assert_int_eq(t[0].has_padding, 1);
   ck_assert_int_eq(t[0].padding_id, 0);
-  ck_assert_int_eq(t[1].optimizer.kind, FL_OPTIM_ADAGRAD); /* pserver.sparse.optimizer's */
+  ck_assert_int_eq(t[1].optimizer.kind, FL_OPTIM_FTRL); /* pserver.sparse.optimizer's */
+  ck_assert_float_eq(t[1].optimizer.lr, 0.7f);
   ck_assert_float_eq(t[1].init_range, 0.1f);
   ck_assert_int_eq(t[1].has_padding, 0);
   ck_assert_float_eq(t[2].init_range, 0.02f); /* pserver.sparse.init_range */
