@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""onnx_sparse.py DIR [softmax] - model, data and PyTorch's reference numbers of
+"""onnx_sparse.py DIR - model, data and PyTorch's reference numbers of
 test_onnx_sparse.sh: a click model over two named int64 inputs whose two
 embedding tables train on the pservers (pserver.sparse_tables):
   ids [N, 3] -> nn.Embedding(V1, 3, padding_idx=0) of ids % V1, summed;
@@ -11,8 +11,9 @@ inputs and float targets of a training set (N samples) and a test set, and
 DIR/ref.txt: per line the training loss before step s and, after it, the
 test log loss and AUC (full-batch SGD, lr 0.5, every parameter), for
 STEPS steps; DIR/matmul.onnx: a table "w" read by a MatMul (refused).
-With softmax: a head of 3 classes, int64 class ids, cross-entropy; ref.txt
-then holds the training loss, the test loss and the test accuracy.
+DIRsoftmax: the same with a head of 3 classes, int64 class ids and
+cross-entropy; its ref.txt holds the training loss, the test loss and the
+test accuracy.
   onnx_sparse.py DIR check EXPORT: the exported model (dense initializers
 from EXPORT, tables from EXPORT.<table>.{ids,rows}.npy through
 deploy/examples/recsys/load_sparse_export.py) scored on the test set:
@@ -25,7 +26,7 @@ import torch
 import torch.nn as nn
 
 N, NT, V1, V2, D1, D2, STEPS, LR = 16, 24, 10, 7, 3, 2, 3, 0.3
-CLASSES = 3 if len(sys.argv) == 3 and sys.argv[2] == "softmax" else 1
+CLASSES = 1  # 3 while making DIRsoftmax
 
 
 class Click(nn.Module):
@@ -152,3 +153,5 @@ if __name__ == "__main__":
         check(sys.argv[1], sys.argv[3])
     else:
         make(sys.argv[1])
+        CLASSES = 3
+        make(sys.argv[1] + "softmax")

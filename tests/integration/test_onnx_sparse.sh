@@ -11,7 +11,7 @@
 #      and with a softmax head of 3 classes (the test loss and accuracy);
 #   3. train.export_onnx: the ONNX model and the tables' .npy files load
 #      into the PyTorch module (deploy/examples/recsys/load_sparse_export.py)
-#      and score the test set as the trainer logged it last (both runs);
+#      and score the test set as the trainer logged it last (2 trainers);
 #   4. refusals, each naming what is wrong: a table read by a MatMul,
 #      sparse_tables in collective mode.
 # Needs /usr/bin/python3 with torch and onnx (skipped without).  Seconds.
@@ -27,10 +27,8 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 d=$tmp/data
-for c in "" softmax; do
-  timeout 120 "$py" "$gen" "$d$c" $c > "$tmp/py.out" 2>&1 ||
-    { cat "$tmp/py.out"; echo "FAIL: onnx_sparse.py $c"; exit 1; }
-done
+timeout 120 "$py" "$gen" "$d" > "$tmp/py.out" 2>&1 ||
+  { cat "$tmp/py.out"; echo "FAIL: onnx_sparse.py"; exit 1; }
 
 tables="emb.weight: {optimizer: {name: sgd, lr: 0.3}, init: from_model, padding_id: 0},
     bag.weight: {optimizer: {name: sgd, lr: 0.3}, init: from_model}"
@@ -92,7 +90,7 @@ train() {
     close "${a:-x}" "$3" || fail "$name: epoch $e test $m2 $a, PyTorch $3"
     echo "$name: step $e loss $l (PyTorch $1), test $m1 $ll ($2), $m2 $a ($3)"
   done
-  [ "$m1" = logloss ] || return
+  [ "$m1" = logloss ] && [ "$n" -eq 2 ] || return
   if "$py" "$gen" "$d" check "$tmp/$name.onnx" > "$tmp/$name.check" 2>&1; then
     set -- $(cat "$tmp/$name.check")
     # shellcheck disable=SC2086
