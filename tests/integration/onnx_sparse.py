@@ -17,7 +17,8 @@ test accuracy.
   onnx_sparse.py DIR check EXPORT: the exported model (dense initializers
 from EXPORT, tables from EXPORT.<table>.{ids,rows}.npy through
 deploy/examples/recsys/load_sparse_export.py) scored on the test set:
-prints "logloss L auc A"."""
+prints "logloss L auc A small-vocabulary refused" (the last: the
+tables into a module of a smaller vocabulary are refused)."""
 import os
 import sys
 
@@ -145,7 +146,14 @@ def check(d, export):
     lse.load_onnx_initializers(model, export)
     lse.load_sparse_export(model, export)
     tl, ta = metrics(model, *tensors(d, "test_"))
-    print("logloss %.8f auc %.8f" % (tl, ta))
+    small = nn.Module()
+    small.emb = nn.Embedding(V1 // 2, D1)  # a vocabulary the export's ids overflow
+    try:
+        lse.load_sparse_export(small, export, ["emb.weight"])
+        refused = "not refused"
+    except ValueError as e:
+        refused = "refused" if "outside the module's vocabulary" in str(e) else str(e)
+    print("logloss %.8f auc %.8f small-vocabulary %s" % (tl, ta, refused))
 
 
 if __name__ == "__main__":

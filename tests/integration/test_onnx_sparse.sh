@@ -12,6 +12,7 @@
 #   3. train.export_onnx: the ONNX model and the tables' .npy files load
 #      into the PyTorch module (deploy/examples/recsys/load_sparse_export.py)
 #      and score the test set as the trainer logged it last (2 trainers);
+#      into a module of a smaller vocabulary they are refused;
 #   4. refusals, each naming what is wrong: a table read by a MatMul,
 #      sparse_tables in collective mode.
 # Needs /usr/bin/python3 with torch and onnx (skipped without).  Seconds.
@@ -97,7 +98,9 @@ train() {
     ll=$(mean logloss 2 $logs) a=$(mean auc 2 $logs)
     close "$2" "$ll" || fail "$name: the export's test logloss $2, the trainer logged $ll"
     close "$4" "$a" || fail "$name: the export's test auc $4, the trainer logged $a"
-    echo "$name: export in PyTorch: test logloss $2, auc $4 (logged $ll, $a)"
+    [ "$6" = refused ] || fail "$name: a module of a smaller vocabulary: $6"
+    echo "$name: export in PyTorch: test logloss $2, auc $4 (logged $ll, $a); a smaller"\
+      "vocabulary $6"
   else
     cat "$tmp/$name.check"
     fail "$name: the export does not load into PyTorch"
