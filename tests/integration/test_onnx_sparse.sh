@@ -18,7 +18,6 @@
 # Needs /usr/bin/python3 with torch and onnx (skipped without).  Seconds.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
-T=$FL_BUILDDIR/flotilla-trainer
 RUN=$FL_BUILDDIR/flotilla-run
 py=/usr/bin/python3
 gen=$FL_SRCDIR/tests/integration/onnx_sparse.py
@@ -83,6 +82,7 @@ train() {
   fi
   logs=$(ls "$tmp/$name.log"/workerlog.*)
   for e in 0 1 2; do
+    # shellcheck disable=SC2046 # the reference line's three numbers: word-split
     set -- $(sed -n "$((e + 1))p" "$dd/ref.txt")
     # shellcheck disable=SC2086 # the worker logs: word-split
     l=$(mean loss $e $logs) ll=$(mean $m1 $e $logs) a=$(mean $m2 $e $logs)
@@ -93,6 +93,7 @@ train() {
   done
   [ "$m1" = logloss ] && [ "$n" -eq 2 ] || return
   if "$py" "$gen" "$d" check "$tmp/$name.onnx" > "$tmp/$name.check" 2>&1; then
+    # shellcheck disable=SC2046 # the check's words
     set -- $(cat "$tmp/$name.check")
     # shellcheck disable=SC2086
     ll=$(mean logloss 2 $logs) a=$(mean auc 2 $logs)
