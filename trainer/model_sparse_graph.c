@@ -29,6 +29,9 @@
 #include "fl_sparse_model.h"
 #include "model_internal.h"
 
+_Static_assert(FL_JOB_MAX_SPARSE_TABLES <= FL_SPARSE_MAX_TABLES,
+               "every pserver.sparse_tables entry is one of the model's tables");
+
 /* One table: the job's settings, its rows input and per slot its ids
  * and pulled rows. */
 typedef struct sg_table {
