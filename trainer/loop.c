@@ -742,6 +742,11 @@ static fl_status eval_named(trainer *t, size_t off, size_t cnt, fl_model_result 
   }
   make_feed(t, d, (const void *const *)t->evalin, d->y ? d->y + off * yl : NULL,
             d->t ? d->t + off * d->tdim : NULL, in, &f);
+  if (t->sparse) { /* the rows read read-only first */
+    fl_batch b = {.size = cnt, .y = f.y, .t = f.t, .n_inputs = d->n_inputs, .ylen = f.ylen};
+    memcpy(b.inputs, t->evalin, d->n_inputs * sizeof b.inputs[0]);
+    return fl_sparse_run_eval_batch(t->sparse, &b, cnt, res);
+  }
   return fl_model_eval_feed(t->model, &f, cnt, res);
 }
 
@@ -843,7 +848,8 @@ static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
   size_t lo = n * r / w, hi = n * (r + 1) / w;
   size_t bs = t->job->train.eval_batch_size;
   double v[EVAL_SUMS] = {0};
-  if (t->sparse) return fl_sparse_run_eval(t->sparse, &t->stest, t->epoch, t->log, rep);
+  if (t->sparse && (t->stest.n || fl_sparse_run_auc(t->sparse)))
+    return fl_sparse_run_eval(t->sparse, &t->stest, &t->test, t->epoch, t->log, rep);
   for (size_t off = lo; off < hi; off += bs) {
     size_t cnt = hi - off < bs ? hi - off : bs;
     fl_model_result res = {0};
@@ -1136,6 +1142,8 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   rep.steps = t.step;
   /* finish while the model still exists: geo pushes its last delta from it;
    * a run stopped by a signal is not finished (not complete) */
+  if (st == FL_OK && !rep.stopped && t.sparse && job->train.export_onnx[0])
+    st = fl_sparse_run_export(t.sparse, job->train.export_onnx); /* before finish: the rows */
   if (st == FL_OK && !rep.stopped) st = t.ops->finish(t.self);
   if (st == FL_OK && !rep.stopped && t.rank == 0 && job->train.export_onnx[0])
     st = fl_trainer_export_onnx(job, t.model, job->train.export_onnx);
