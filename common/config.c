@@ -1362,9 +1362,9 @@ static fl_status check_sparse_tables(const ctx *c, const fl_job *job) {
     snprintf(path, sizeof path, "%s.%s.optimizer.", key, ps->sparse_tables[i].name);
     const size_t len = strlen(path);
     snprintf(path + len, sizeof path - len, "name");
-    if (!fl_proto_sparse_optim_ok(o->kind))
+    if (!fl_proto_sparse_optim_ok(o->hp.kind))
       return kerr(c, src, path, "must be " FL_PROTO_SPARSE_OPTIMS ", got %s",
-                  fl_optim_kind_names[o->kind]);
+                  fl_optim_kind_names[o->hp.kind]);
     snprintf(path + len, sizeof path - len, "grad_clip.kind");
     if (o->grad_clip.kind != FL_CLIP_NONE)
       return kerr(c, src, path, "takes none (the trainers clip: set optimizer.grad_clip)");

@@ -798,12 +798,12 @@ START_TEST(test_sparse_tables_keys) {
   ck_assert_int_eq(j.pserver.n_sparse_tables, 3);
   const fl_job_sparse_table *t = j.pserver.sparse_tables;
   ck_assert_str_eq(t[0].name, "emb.weight");
-  ck_assert_int_eq(t[0].optimizer.kind, FL_OPTIM_SGD);
+  ck_assert_int_eq(t[0].optimizer.hp.kind, FL_OPTIM_SGD);
   ck_assert_float_eq(t[0].optimizer.lr, 0.5f);
   ck_assert_int_eq(t[0].init, FL_SPARSE_INIT_FROM_MODEL);
   ck_assert_int_eq(t[0].has_padding, 1);
   ck_assert_int_eq(t[0].padding_id, 0);
-  ck_assert_int_eq(t[1].optimizer.kind, FL_OPTIM_FTRL); /* pserver.sparse.optimizer's */
+  ck_assert_int_eq(t[1].optimizer.hp.kind, FL_OPTIM_FTRL); /* pserver.sparse.optimizer's */
   ck_assert_float_eq(t[1].optimizer.lr, 0.7f);
   ck_assert_float_eq(t[1].init_range, 0.1f);
   ck_assert_int_eq(t[1].has_padding, 0);
