@@ -170,9 +170,14 @@ fl_status fl_stream_start(fl_stream *s, int64_t epoch, size_t first_batch, size_
   s->epoch = epoch;
   s->index = first_batch;
   if (first_batch == 0) return fl_criteo_start(s->r, epoch);
-  if (saved && saved->epoch == epoch && saved->emitted == (uint64_t)first_batch * batch_size)
+  if (saved && saved->epoch == epoch && saved->emitted == (uint64_t)first_batch * batch_size) {
+    FL_LOGI("criteo: epoch %" PRId64 " continues at sample %" PRIu64 " (file %u, byte %" PRIu64
+            ", the checkpoint's position)", epoch, saved->emitted, saved->file, saved->offset);
     return fl_criteo_seek(s->r, saved);
+  }
   /* no position of this rank: replay the epoch's draws up to the batch */
+  FL_LOGI("criteo: epoch %" PRId64 " continues at batch %zu, read again from its start", epoch,
+          first_batch);
   FL_TRY(fl_criteo_start(s->r, epoch));
   for (size_t i = 0; i < first_batch; i++) {
     fl_criteo_batch b;

@@ -482,8 +482,8 @@ void fl_loader_destroy(fl_loader *l);
 #define FL_CRITEO_SPARSE 26
 
 typedef enum fl_criteo_bad_lines {
-  FL_CRITEO_STOP = 0, /* data.bad_lines: stop */
-  FL_CRITEO_SKIP = 1  /* data.bad_lines: skip */
+  FL_CRITEO_STOP = 0, /* data.criteo.bad_lines: stop */
+  FL_CRITEO_SKIP = 1  /* data.criteo.bad_lines: skip */
 } fl_criteo_bad_lines;
 
 typedef struct fl_criteo_options {
@@ -492,7 +492,7 @@ typedef struct fl_criteo_options {
   size_t batch_size;        /* > 0 */
   int rank, world_size;     /* 0 <= rank < world_size */
   uint64_t seed;            /* the shuffle's seed (train.seed) */
-  size_t shuffle_buffer;    /* data.shuffle_buffer: N samples, 0 = file order */
+  size_t shuffle_buffer;    /* data.criteo.shuffle_buffer: N samples, 0 = file order */
   fl_criteo_bad_lines bad_lines;
   uint64_t hash_buckets;    /* > 0: ids modulo this; 0: the 63-bit hash */
 } fl_criteo_options;

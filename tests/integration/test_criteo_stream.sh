@@ -1,0 +1,121 @@
+#!/bin/sh
+# test_criteo_stream.sh - data.format criteo streamed into the training
+# loop of an ONNX model (the DLRM example's module, vocabulary 100), one
+# trainer, seconds in all:
+#   1. file order, a line of empty fields among gen_criteo.py's: the first
+#      10 steps' losses within 1e-4 of torch_train.py's on the same file;
+#   2. the same file gzipped, and with CRLF line ends: the same losses;
+#   3. a bad line: bad_lines stop ends the run naming file:line, skip runs
+#      on, naming it and counting it;
+#   4. a file shorter than one batch before a longer one (a glob), a test
+#      file shorter than one eval batch: trained and evaluated; a training
+#      set shorter than one batch is refused;
+#   5. --max-steps then --resume (shuffle buffer, and file order on a gzip
+#      file): the losses of the uninterrupted run, step for step.
+# Skips (77) without Debian's torch and onnx.
+set -u
+: "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
+py=/usr/bin/python3
+PYTHONDONTWRITEBYTECODE=1
+export PYTHONDONTWRITEBYTECODE
+"$py" -c 'import torch, onnx' 2> /dev/null || { echo "SKIP: $py lacks torch or onnx"; exit 77; }
+T=$FL_BUILDDIR/flotilla-trainer
+ex=$FL_SRCDIR/deploy/examples/recsys
+tmp=$(mktemp -d /tmp/fl_criteo_stream.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+"$py" "$ex/gen_criteo.py" --rows 700 --seed 1 --out g.tsv > /dev/null 2>&1 &&
+  "$py" "$ex/gen_criteo.py" --rows 150 --seed 2 --out t.tsv > /dev/null 2>&1 &&
+  "$py" "$ex/gen_criteo.py" --rows 30 --seed 3 --out s.tsv > /dev/null 2>&1 &&
+  FLOTILLA_BINDIR=$FL_BUILDDIR "$py" "$ex/dlrm.py" export m.onnx --vocab 100 > /dev/null 2>&1 ||
+  { echo "FAIL: data or export"; exit 1; }
+# line 3: every field empty
+{ head -2 g.tsv; printf '1'; for _ in $(seq 39); do printf '\t'; done; printf '\n'; tail -n +3 g.tsv; } > a.tsv
+gzip -c a.tsv > a.tsv.gz
+sed 's/$/\r/' a.tsv > crlf.tsv
+awk 'NR == 100 { print "0\tnot a line" } { print }' a.tsv > b.tsv
+
+# job NAME FILES SHUFFLE BAD_LINES [TRAIN_EXTRA]
+job() {
+  cat > "$1.yaml" <<EOY
+model: {kind: onnx, path: $tmp/m.onnx, loss: bce_with_logits}
+data:
+  format: criteo
+  train_files: $2
+  test_files: [$tmp/t.tsv]
+  criteo: {dense_input: dense, sparse_input: sparse, shuffle_buffer: $3, bad_lines: $4}
+optimizer: {name: sgd, lr: 0.1}
+train: {epochs: 2, batch_size: 64, seed: 1, eval: true, eval_batch_size: 500, log_interval: 1, num_threads: 1${5:+, $5}}
+cluster: {mode: local}
+EOY
+}
+# run NAME [FLAGS]: the trainer, its loss per step in NAME.loss
+run() {
+  rn=$1
+  shift
+  timeout 60 "$T" --config "$rn.yaml" "$@" > "$rn.out" 2>&1
+  rc=$?
+  sed -n 's/^\[Epoch [0-9]*, batch [0-9]*\] loss: \([0-9.]*\).*/\1/p' "$rn.out" >> "$rn.loss"
+  return $rc
+}
+ok_run() { run "$@" || { tail -5 "$1.out"; fail "$1: exit non-zero"; }; }
+
+# 1. against PyTorch
+job plain "[$tmp/a.tsv]" 0 stop
+ok_run plain
+timeout 120 "$py" "$ex/torch_train.py" --model dlrm --train a.tsv --vocab 100 --batch 64 \
+  --print-steps 10 --max-steps 10 > torch.out 2>&1 || { cat torch.out; fail "torch_train.py"; }
+sed -n 's/^step [0-9]* loss //p' torch.out > torch.loss
+if head -10 plain.loss | paste - torch.loss |
+   awk 'NF == 2 { n++; d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d }
+        END { printf "max |flotilla - torch| over %d steps: %.2g\n", n, m; exit !(n == 10 && m <= 1e-4) }'
+then echo "ok: 1. file order = torch_train.py"; else fail "1. losses differ from PyTorch's"; fi
+
+# 2. gzip, CRLF
+for v in gz:a.tsv.gz crlf:crlf.tsv; do
+  job "${v%%:*}" "$tmp/${v#*:}" 0 stop
+  ok_run "${v%%:*}"
+  cmp -s plain.loss "${v%%:*}.loss" && echo "ok: 2. ${v#*:} = a.tsv" || fail "2. ${v#*:}: other losses"
+done
+
+# 3. a bad line
+job stop "$tmp/b.tsv" 0 stop
+if run stop; then fail "3. bad_lines stop ran on"; fi
+grep -q "b.tsv:100: .*not 40\|b.tsv:100: .*fields" stop.out && echo "ok: 3. stop names b.tsv:100" ||
+  { tail -3 stop.out; fail "3. stop: no b.tsv:100"; }
+job skip "$tmp/b.tsv" 0 skip
+ok_run skip
+grep -q "b.tsv:100: .*skipped" skip.out && grep -q "1 bad lines skipped" skip.out &&
+  echo "ok: 3. skip names and counts b.tsv:100" || { grep criteo skip.out; fail "3. skip"; }
+
+# 4. short files
+job short "[$tmp/s.tsv, '$tmp/a*.tsv']" 0 stop
+ok_run short
+grep -q "731 samples per epoch" short.out && grep -q "11 steps" short.out &&
+  grep -q "test loss" short.out && echo "ok: 4. a short file, then a glob; a short test file" ||
+  { grep -i "criteo\|steps\|test" short.out; fail "4. short files"; }
+job tiny "$tmp/s.tsv" 0 stop
+if run tiny; then fail "4. a training set shorter than one batch ran"; fi
+grep -q "give no step" tiny.out && echo "ok: 4. a training set shorter than one batch refused" ||
+  { tail -3 tiny.out; fail "4. tiny: no clear refusal"; }
+
+# 5. resume at the exact sample
+for v in shuf:a.tsv:100 seek:a.tsv.gz:0; do
+  n=${v%%:*}
+  f=$(echo "$v" | cut -d: -f2)
+  job "$n" "$tmp/$f" "${v##*:}" stop "checkpoint_dir: $tmp/$n.ck"
+  job "${n}_r" "$tmp/$f" "${v##*:}" stop "checkpoint_dir: $tmp/${n}_r.ck"
+  ok_run "$n"
+  ok_run "${n}_r" --max-steps 7
+  ok_run "${n}_r" --resume
+  [ "$(wc -l < "$n.loss")" -eq 20 ] && cmp -s "$n.loss" "${n}_r.loss" &&
+    grep -q "continues at sample 448 .*checkpoint's position" "${n}_r.out" &&
+    echo "ok: 5. $n: --resume at step 7 = the uninterrupted run" ||
+    { diff "$n.loss" "${n}_r.loss" | head; fail "5. $n: resumed losses differ"; }
+done
+
+[ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "PASS: test_criteo_stream"
