@@ -125,7 +125,9 @@ typedef enum ftype {
   F_UNSUP_BOOL, /* not implemented: accepted only at dflt */
   F_UNSUP_NUM, /* not implemented number: accepted only at dflt */
   F_UNSUP_MAP, /* not implemented *_configs: accepted only empty */
-  F_PATH_MAP   /* {name: path}: fl_job_input[cap], count (size_t) at count_off */
+  F_PATH_MAP,  /* {name: path}: fl_job_input[cap], count (size_t) at count_off */
+  F_TABLE_MAP, /* {name: {sub}}: fl_job_sparse_table[cap], count (int) at count_off */
+  F_SPARSE_INIT /* "uniform", "uniform(R)" or "from_model": a table's init, init_range */
 } ftype;
 
 /* LIM_INF: F_FLOAT also takes inf (or .inf), past the range check. */
@@ -381,6 +383,17 @@ static const field f_cluster[] = {
     E("metrics_addr", F_STR, fl_job_cluster, metrics_addr, STRCAP(fl_job_cluster, metrics_addr)),
     END};
 
+/* One entry of pserver.sparse_tables (its key is the table's name).  An
+ * entry's optimizer map starts from pserver.sparse.optimizer's defaults;
+ * an entry without one takes pserver.sparse.optimizer (normalise).
+ * padding_id -1: none. */
+static const field f_sparse_table[] = {
+    E("optimizer", F_MAP, fl_job_sparse_table, optimizer, .sub = f_optimizer,
+      .over = (const field_over[]){{"name", FL_OPTIM_ADAGRAD}, {"lr", 0.05}, {NULL, 0}}),
+    {.key = "init", .type = F_SPARSE_INIT},
+    E("padding_id", F_I64, fl_job_sparse_table, padding_id, MIN(-1), DEF(-1)),
+    END};
+
 static const field f_pserver[] = {
     E("optimizer", F_MAP, fl_job_pserver, optimizer, .sub = f_optimizer),
     E("dense_block_size", F_SIZE, fl_job_pserver, dense_block_size, RANGE(1, 1 << 28), DEF(262144)),
@@ -393,6 +406,9 @@ static const field f_pserver[] = {
          E("init_range", F_FLOAT, fl_job_pserver, sparse.init_range, RANGE(0, 1e3), DEF(0.01)),
          E("max_rows", F_I64, fl_job_pserver, sparse.max_rows, RANGE(1, 1e12), DEF(1000000)),
          END}},
+    E("sparse_tables", F_TABLE_MAP, fl_job_pserver, sparse_tables,
+      .cap = FL_JOB_MAX_SPARSE_TABLES, .count_off = offsetof(fl_job_pserver, n_sparse_tables),
+      .sub = f_sparse_table),
     E("checkpoint_dir", F_STR, fl_job_pserver, checkpoint_dir,
       STRCAP(fl_job_pserver, checkpoint_dir)),
     E("checkpoint_interval_steps", F_I64, fl_job_pserver, checkpoint_interval_steps, MIN(0)),
@@ -934,6 +950,69 @@ static fl_status parse_path_map(ctx *c, const field *f, const yaml_node_t *v,
   return FL_OK;
 }
 
+/* A sparse table's init: "from_model", "uniform" (pserver.sparse.init_range,
+ * filled by normalise) or "uniform(R)", R in [0, 1e3]. */
+static fl_status parse_sparse_init(ctx *c, const yaml_node_t *v, const yaml_mark_t *km,
+                                   char *base, const char *path) {
+  fl_job_sparse_table *e = (fl_job_sparse_table *)base;
+  const char *s = plain(v);
+  char got[64], *end = NULL;
+  double r = 0;
+  describe(v, got, sizeof got);
+  e->init_range = NAN;
+  if (s && !strcmp(s, "from_model")) {
+    e->init = FL_SPARSE_INIT_FROM_MODEL;
+    return FL_OK;
+  }
+  e->init = FL_SPARSE_INIT_UNIFORM;
+  if (s && !strcmp(s, "uniform")) return FL_OK;
+  if (s && !strncmp(s, "uniform(", 8)) r = strtod(s + 8, &end);
+  if (!end || end == s + 8 || strcmp(end, ")") || !(r >= 0 && r <= 1e3))
+    return perr(c, km, path, "expected uniform, uniform(R) with R in [0, 1000] or from_model, "
+                "got %s", got);
+  e->init_range = (float)r;
+  return FL_OK;
+}
+
+/* {name: {optimizer, init, padding_id}, ...} into f's fl_job_sparse_table
+ * array: names unique and non-empty, at most cap. */
+static fl_status parse_table_map(ctx *c, const field *f, const yaml_node_t *v,
+                                 const yaml_mark_t *km, char *base, const char *path) {
+  fl_job_sparse_table *dst = (fl_job_sparse_table *)(base + f->off);
+  int *cnt = (int *)(base + f->count_off);
+  char got[64];
+  describe(v, got, sizeof got);
+  *cnt = 0;
+  if (is_null(v)) return FL_OK;
+  if (v->type != YAML_MAPPING_NODE)
+    return perr(c, km, path, "expected a mapping {initializer: {optimizer, init, padding_id}}, "
+                "got %s", got);
+  for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
+    const yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
+    const yaml_node_t *val = yaml_document_get_node(c->doc, p->value);
+    if (!k || !val) return perr(c, km, path, "missing node");
+    if ((size_t)*cnt == f->cap)
+      return perr(c, &k->start_mark, path, "at most %zu tables", f->cap);
+    char kpath[PATH_BUF];
+    fl_job_sparse_table *e = &dst[*cnt];
+    memset(e, 0, sizeof *e);
+    apply_defaults(f->sub, (char *)e);
+    e->init_range = NAN;
+    FL_TRY(parse_elem(c, f, F_STR, k, &k->start_mark, path, e->name, sizeof e->name));
+    if (snprintf(kpath, sizeof kpath, "%s.%s", path, e->name) >= (int)sizeof kpath)
+      return perr(c, &k->start_mark, path, "key too long");
+    if (!e->name[0]) return perr(c, &k->start_mark, path, "a table name must not be empty");
+    for (int i = 0; i < *cnt; i++)
+      if (!strcmp(dst[i].name, e->name))
+        return perr(c, &k->start_mark, kpath, "duplicate table (each initializer once)");
+    FL_TRY(remember_key(c, kpath, &k->start_mark));
+    FL_TRY(walk_map(c, f->sub, val, (char *)e, kpath));
+    e->has_padding = e->padding_id >= 0;
+    (*cnt)++;
+  }
+  return FL_OK;
+}
+
 static fl_status parse_field(ctx *c, const field *f, const yaml_node_t *v, const yaml_mark_t *km,
                              char *base, const char *path) {
   char got[64];
@@ -1020,6 +1099,10 @@ static fl_status parse_field(ctx *c, const field *f, const yaml_node_t *v, const
   }
   case F_PATH_MAP:
     return parse_path_map(c, f, v, km, base, path);
+  case F_TABLE_MAP:
+    return parse_table_map(c, f, v, km, base, path);
+  case F_SPARSE_INIT:
+    return parse_sparse_init(c, v, km, base, path);
   case F_UNSUP_MAP:
     if (is_null(v) || (v->type == YAML_MAPPING_NODE &&
                        v->data.mapping.pairs.top == v->data.mapping.pairs.start))
@@ -1079,6 +1162,18 @@ static fl_status walk_map(ctx *c, const field *table, const yaml_node_t *n, char
 
 static int has(const ctx *c, const char *path) { return find_key(c, path) != NULL; }
 
+/* pserver.sparse_tables: an entry without an optimizer takes
+ * pserver.sparse.optimizer, one without an init range its init_range. */
+static void table_defaults(const ctx *c, fl_job_pserver *ps) {
+  char path[PATH_BUF];
+  for (int i = 0; i < ps->n_sparse_tables; i++) {
+    fl_job_sparse_table *e = &ps->sparse_tables[i];
+    snprintf(path, sizeof path, "pserver.sparse_tables.%s.optimizer", e->name);
+    if (!has(c, path)) e->optimizer = ps->sparse.optimizer;
+    if (isnan(e->init_range)) e->init_range = ps->sparse.init_range;
+  }
+}
+
 /* Normalisation that depends on what the file gave (see fl_config.h). */
 static fl_status normalise(ctx *c) {
   fl_job *job = c->job;
@@ -1099,6 +1194,7 @@ static fl_status normalise(ctx *c) {
   } else if (!has(c, "pserver.optimizer.epsilon")) {
     job->pserver.optimizer.epsilon = eps_default(s->lamb);
   }
+  table_defaults(c, &job->pserver);
   if (c->fp16_allreduce >= 0) {
     int given = has(c, "strategy.grad_compression");
     if (c->fp16_allreduce) {
@@ -1254,6 +1350,38 @@ static fl_status check_clip(const ctx *c, const fl_job *job) {
   return FL_OK;
 }
 
+/* pserver.sparse_tables: an onnx model's initializers trained on the
+ * pservers, on the cpu, each with a row optimizer the pservers take. */
+static fl_status check_sparse_tables(const ctx *c, const fl_job *job) {
+  const fl_job_pserver *ps = &job->pserver;
+  const char *src = job->source, *key = "pserver.sparse_tables";
+  char path[PATH_BUF];
+  if (ps->n_sparse_tables == 0) return FL_OK;
+  if (job->cluster.mode != FL_MODE_PS)
+    return kerr(c, src, key, "the tables live on the pservers: they need cluster.mode ps, got "
+                "%s (remove pserver.sparse_tables to train every initializer densely)",
+                fl_mode_name(job->cluster.mode));
+  if (!fl_model_kind_has(job->model.kind, FL_KIND_FILE))
+    return kerr(c, src, key, "names initializers of an ONNX model: needs model.kind onnx, got "
+                "%s", job->model.kind);
+  if (job->train.device == FL_DEVICE_GPU)
+    return kerr(c, src, key, "a model with sparse tables trains on the cpu: set train.device "
+                "cpu");
+  for (int i = 0; i < ps->n_sparse_tables; i++) {
+    const fl_job_optimizer *o = &ps->sparse_tables[i].optimizer;
+    snprintf(path, sizeof path, "%s.%s.optimizer.", key, ps->sparse_tables[i].name);
+    const size_t len = strlen(path);
+    snprintf(path + len, sizeof path - len, "name");
+    if (!fl_proto_sparse_optim_ok(o->kind))
+      return kerr(c, src, path, "must be " FL_PROTO_SPARSE_OPTIMS ", got %s",
+                  fl_optim_kind_names[o->kind]);
+    snprintf(path + len, sizeof path - len, "grad_clip.kind");
+    if (o->grad_clip.kind != FL_CLIP_NONE)
+      return kerr(c, src, path, "takes none (the trainers clip: set optimizer.grad_clip)");
+  }
+  return FL_OK;
+}
+
 /* The cross-field rules; c (may be NULL) gives the marks. */
 static fl_status check_job(const ctx *c, const fl_job *job) {
   const char *src = job->source;
@@ -1388,6 +1516,7 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
 
   FL_TRY(check_lr(c, job));
   FL_TRY(check_clip(c, job));
+  FL_TRY(check_sparse_tables(c, job));
 
   /* cluster */
   const fl_job_cluster *cl = &job->cluster;
@@ -1433,7 +1562,7 @@ static void log_defaults(const ctx *c, const fl_job *job) {
       if (g->type == F_MAP || g->type == F_FP16AR || g->type == F_UNSUP_BOOL ||
           g->type == F_UNSUP_NUM || g->type == F_UNSUP_MAP)
         continue;
-      if (g->type == F_STR || g->type == F_PATH_MAP ||
+      if (g->type == F_STR || g->type == F_PATH_MAP || g->type == F_TABLE_MAP ||
           (g->type >= F_INT_ARRAY && g->type <= F_STR_LIST))
         continue;
       snprintf(path, sizeof path, "%s.%s", s->key, g->key);
@@ -1641,6 +1770,30 @@ static const char *elem_text(ftype et, const field *f, const char *p, char *buf,
   return buf;
 }
 
+static int emit_map(yaml_emitter_t *em, const field *table, const char *base);
+
+/* An F_TABLE_MAP field as a block mapping {name: {entry}, ...}. */
+static int emit_table_map(yaml_emitter_t *em, const field *f, const char *base) {
+  yaml_event_t ev;
+  const fl_job_sparse_table *e = (const fl_job_sparse_table *)(base + f->off);
+  const int cnt = *(const int *)(base + f->count_off);
+  if (!yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE) ||
+      !yaml_emitter_emit(em, &ev))
+    return 0;
+  for (int i = 0; i < cnt; i++)
+    if (!emit_scalar(em, e[i].name, 1) || !emit_map(em, f->sub, (const char *)&e[i])) return 0;
+  return yaml_mapping_end_event_initialize(&ev) && yaml_emitter_emit(em, &ev);
+}
+
+/* An F_SPARSE_INIT field: from_model, or uniform(R) with R resolved. */
+static int emit_sparse_init(yaml_emitter_t *em, const char *base) {
+  const fl_job_sparse_table *e = (const fl_job_sparse_table *)base;
+  char buf[64];
+  if (e->init == FL_SPARSE_INIT_FROM_MODEL) return emit_scalar(em, "from_model", 0);
+  snprintf(buf, sizeof buf, "uniform(%.9g)", (double)e->init_range);
+  return emit_scalar(em, buf, 0);
+}
+
 /* An F_PATH_MAP field as a flow mapping {name: path, ...}. */
 static int emit_path_map(yaml_emitter_t *em, const field *f, const char *base) {
   yaml_event_t ev;
@@ -1682,6 +1835,10 @@ static int emit_map(yaml_emitter_t *em, const field *table, const char *base) {
     if (!emit_scalar(em, f->key, 0)) return 0;
     if (f->type == F_PATH_MAP) {
       if (!emit_path_map(em, f, base)) return 0;
+    } else if (f->type == F_TABLE_MAP) {
+      if (!emit_table_map(em, f, base)) return 0;
+    } else if (f->type == F_SPARSE_INIT) {
+      if (!emit_sparse_init(em, base)) return 0;
     } else if (f->type >= F_INT_ARRAY && f->type <= F_PATH_LIST) {
       size_t cnt = f->type == F_INT_ARRAY ? f->cap : *(const size_t *)(base + f->count_off);
       ftype et = f->type == F_INT_ARRAY ? F_INT

@@ -286,7 +286,7 @@ typedef struct fl_job_cluster {
 } fl_job_cluster;
 
 /* ---------------------------------------------------------------- pserver */
-#define FL_JOB_MAX_SPARSE_TABLES 8
+#define FL_JOB_MAX_SPARSE_TABLES 64 /* the pservers hold 64 */
 
 /* How a sparse table's rows start. */
 typedef enum fl_job_sparse_init {

@@ -55,6 +55,10 @@
     flotilla__complete_response, 0)                                                              \
   X(STATS, "flotilla.ParameterServer", "Stats", flotilla__stats_request,                         \
     flotilla__stats_response, 0)                                                                 \
+  X(INIT_SPARSE, "flotilla.ParameterServer", "InitSparse", flotilla__init_sparse_request,        \
+    flotilla__init_sparse_response, 0)                                                           \
+  X(DUMP_SPARSE, "flotilla.ParameterServer", "DumpSparse", flotilla__dump_sparse_request,        \
+    flotilla__dump_sparse_response, 0)                                                           \
   X(HEALTH_CHECK, "grpc.health.v1.Health", "Check", grpc__health__v1__health_check_request,      \
     grpc__health__v1__health_check_response, FL_PROTO_NO_TOKEN)
 

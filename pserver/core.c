@@ -289,10 +289,20 @@ fl_ps_table *fl_ps_core_table(fl_ps_core *c, const char *name) {
   return t ? t->t : NULL;
 }
 
+/* The job's own settings of the table called name (pserver.sparse_tables),
+ * or NULL. */
+static const fl_job_sparse_table *job_table(const fl_ps_core *c, const char *name) {
+  const fl_job_pserver *p = &c->o.job.pserver;
+  for (int i = 0; i < p->n_sparse_tables; i++)
+    if (!strcmp(p->sparse_tables[i].name, name)) return &p->sparse_tables[i];
+  return NULL;
+}
+
 /* Add a sparse table (c->mu held). */
 fl_status psc_add_table(fl_ps_core *c, const char *name, uint32_t dim) {
   size_t n = atomic_load(&c->n_tables);
   ps_table *pt = &c->tables[n];
+  const fl_job_sparse_table *jt;
   fl_ps_table_opts to;
   fl_status st;
 
@@ -303,6 +313,11 @@ fl_status psc_add_table(fl_ps_core *c, const char *name, uint32_t dim) {
   to.max_rows = c->o.job.pserver.sparse.max_rows;
   to.init_range = c->o.job.pserver.sparse.init_range;
   to.seed = c->o.job.train.seed;
+  if ((jt = job_table(c, name)) != NULL) {
+    to.init_range = jt->init_range;
+    to.has_padding = jt->has_padding;
+    to.padding_id = (uint64_t)jt->padding_id;
+  }
   psc_table_optim(c, name, &to.hp, &to.lr);
   memset(pt, 0, sizeof *pt);
   if ((st = fl_ps_table_create(&to, &pt->t)) != FL_OK) return st;
@@ -317,8 +332,9 @@ fl_status psc_add_table(fl_ps_core *c, const char *name, uint32_t dim) {
   for (int t = 0; t < c->nt; t++) pt->cur_step[t] = -1;
   pthread_mutex_init(&pt->mu, NULL);
   atomic_store(&c->n_tables, n + 1);
-  FL_LOGI("sparse table %s: dim %u, %s, at most %lld rows on this server", name, dim,
-          fl_optim_kind_name(to.hp.kind), (long long)to.max_rows);
+  FL_LOGI("sparse table %s: dim %u, %s, init uniform(%g), at most %lld rows on this server%s",
+          name, dim, fl_optim_kind_name(to.hp.kind), (double)to.init_range,
+          (long long)to.max_rows, to.has_padding ? ", with a padding id" : "");
   return FL_OK;
 }
 
@@ -346,6 +362,7 @@ void fl_ps_core_stats(fl_ps_core *c, Flotilla__StatsResponse *r) {
   r->invalid = atomic_load(&c->invalid);
   r->dense_updates = atomic_load(&c->dense_updates);
   r->checkpoints = atomic_load(&c->checkpoints);
+  r->sparse_init_rows = atomic_load(&c->sparse_init_rows);
   r->live_trainers = live;
   r->server_incarnation = c->incarnation;
   r->dense_blocks = (int32_t)c->n_my;
@@ -354,6 +371,7 @@ void fl_ps_core_stats(fl_ps_core *c, Flotilla__StatsResponse *r) {
     pthread_mutex_lock(&c->tables[i].mu);
     r->sparse_rows += fl_ps_table_rows(c->tables[i].t);
     r->evicted_rows += fl_ps_table_evicted(c->tables[i].t);
+    r->padding_dropped += fl_ps_table_padding_dropped(c->tables[i].t);
     pthread_mutex_unlock(&c->tables[i].mu);
   }
 }

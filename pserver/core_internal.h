@@ -187,7 +187,7 @@ struct fl_ps_core {
   _Atomic int64_t next_step; /* async/geo: one past the highest step pushed */
   _Atomic int64_t horizon;   /* highest step a trainer declared in Register */
   _Atomic uint64_t pushes, pulls, bytes_in, bytes_out, duplicates, invalid, dense_updates,
-      checkpoints;
+      checkpoints, sparse_init_rows;
 };
 
 /* core_modes.c: the rules of mode m. */

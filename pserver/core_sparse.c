@@ -2,7 +2,9 @@
  * their count, that they belong to this server), pulls (held until the
  * step asked for was applied, by the mode's sparse_ready; read-only pulls
  * change nothing), and pushes with their per-trainer dedup by step and
- * part, then taken by the mode's sparse_push (core_modes.c).  The tables themselves are
+ * part, then taken by the mode's sparse_push (core_modes.c); initial rows
+ * (InitSparse: created when absent, so repeating it changes nothing) and
+ * the paged listing of a table for export (DumpSparse, read-only).  The tables themselves are
  * sparse.c; each is used under its own lock (core_internal.h). */
 #include <config.h>
 
@@ -129,3 +131,94 @@ fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseReques
   return FL_OK;
 }
 
+
+fl_status fl_ps_core_init_sparse(fl_ps_core *c, const Flotilla__InitSparseRequest *req,
+                                 Flotilla__InitSparseResponse *resp) {
+  int t = req->trainer_id;
+  ps_table *pt;
+  int64_t dims[2];
+  const char *why;
+  float *conv = NULL;
+  size_t created = 0;
+  fl_status st;
+
+  if ((st = psc_enter(c, t)) != FL_OK) return st;
+  FL_TRY(check_keys(c, t, "sparse init", req->table, req->keys, req->n_keys, &pt));
+  dims[0] = (int64_t)req->n_keys;
+  dims[1] = (int64_t)fl_ps_table_dim(pt->t);
+  if ((why = psc_check_tensor(req->values, 2, dims)) != NULL)
+    return psc_bad(c, "sparse init from trainer %d, table %s, %zu keys of dim %lld: %s", t,
+                   req->table, req->n_keys, (long long)dims[1], why);
+  if (req->values->dtype != FLOTILLA__DTYPE__DTYPE_FP32 ||
+      ((uintptr_t)req->values->data.data & 3u)) {
+    conv = malloc((req->n_keys * (size_t)dims[1] + 1) * sizeof(float));
+    if (!conv) return FL_ERR(FL_ENOMEM, "pserver: out of memory converting a sparse init");
+  }
+  if (req->n_keys) {
+    const float *v = psc_as_f32(req->values, req->n_keys * (size_t)dims[1], conv);
+    pthread_mutex_lock(&pt->mu);
+    st = fl_ps_table_init(pt->t, req->keys, req->n_keys, v, &created);
+    pthread_mutex_unlock(&pt->mu);
+  }
+  free(conv);
+  if (st != FL_OK) return st;
+  atomic_fetch_add(&c->sparse_init_rows, created);
+  resp->created = (int32_t)created;
+  return FL_OK;
+}
+
+/* Room in buf for page keys and page*dim floats. */
+static fl_status dump_room(fl_ps_dump_buf *buf, size_t page, size_t dim) {
+  if (page > buf->kcap) {
+    uint64_t *nk = realloc(buf->keys, page * sizeof *nk);
+    if (!nk) return FL_ERR(FL_ENOMEM, "pserver: out of memory for a page of %zu sparse rows", page);
+    buf->keys = nk;
+    buf->kcap = page;
+  }
+  if (page * dim > buf->vcap) {
+    float *nv = realloc(buf->vals, page * dim * sizeof *nv);
+    if (!nv) return FL_ERR(FL_ENOMEM, "pserver: out of memory for a page of %zu sparse rows", page);
+    buf->vals = nv;
+    buf->vcap = page * dim;
+  }
+  return FL_OK;
+}
+
+fl_status fl_ps_core_dump_sparse(fl_ps_core *c, const Flotilla__DumpSparseRequest *req,
+                                 fl_ps_dump_buf *buf, Flotilla__DumpSparseResponse *resp,
+                                 Flotilla__Tensor *values, int64_t shape[2]) {
+  int t = req->trainer_id, more = 0;
+  ps_table *pt;
+  size_t dim, page, rows, n = 0;
+  fl_status st = FL_OK;
+
+  if (t != FL_PS_OBSERVER && (st = psc_enter(c, t)) != FL_OK) return st;
+  FL_TRY(check_keys(c, t, "sparse dump", req->table, NULL, 0, &pt));
+  dim = fl_ps_table_dim(pt->t);
+  page = FL_PS_DUMP_MAX_FLOATS / dim;
+  if (page > c->o.max_sparse_keys) page = c->o.max_sparse_keys;
+  if (req->max_rows && req->max_rows < page) page = req->max_rows;
+  pthread_mutex_lock(&pt->mu);
+  rows = fl_ps_table_rows(pt->t);
+  pthread_mutex_unlock(&pt->mu);
+  /* Rows added meanwhile show as `more`. */
+  if (page > rows) page = rows ? rows : 1;
+  FL_TRY(dump_room(buf, page, dim));
+  pthread_mutex_lock(&pt->mu);
+  st = fl_ps_table_dump(pt->t, req->has_after, req->after_key, page, buf->keys, buf->vals, &n,
+                        &more);
+  pthread_mutex_unlock(&pt->mu);
+  if (st != FL_OK) return st;
+  shape[0] = (int64_t)n;
+  shape[1] = (int64_t)dim;
+  values->dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+  values->n_shape = 2;
+  values->shape = shape;
+  values->data.data = (uint8_t *)buf->vals;
+  values->data.len = n * dim * sizeof(float);
+  resp->n_keys = n;
+  resp->keys = buf->keys;
+  resp->values = values;
+  resp->more = more;
+  return FL_OK;
+}

@@ -75,6 +75,10 @@ typedef struct fl_ps_table_opts {
   uint64_t seed;
   fl_optim_hparams hp;    /* a kind fl_proto_sparse_optim_ok takes */
   float lr;
+  /* The padding id (has_padding): reads as zeros, never becomes a row, and
+   * its gradients are dropped (counted, fl_ps_table_padding_dropped). */
+  int has_padding;
+  uint64_t padding_id;
 } fl_ps_table_opts;
 
 /* A new empty table.  FL_EINVAL (logged) for a bad option.  The caller owns
@@ -86,6 +90,8 @@ const char *fl_ps_table_name(const fl_ps_table *t);
 uint32_t fl_ps_table_dim(const fl_ps_table *t);
 size_t fl_ps_table_rows(const fl_ps_table *t);
 uint64_t fl_ps_table_evicted(const fl_ps_table *t);
+/* Gradient rows of the padding id dropped so far. */
+uint64_t fl_ps_table_padding_dropped(const fl_ps_table *t);
 
 /* Copy the rows of keys[0..n) into out (n*dim floats), creating missing
  * rows; every row touched becomes the most recently seen. */
@@ -98,6 +104,20 @@ fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const
  * is created, recency and eviction stay as they are; a key without a row
  * reads as the value it would be created with (its seeded init). */
 fl_status fl_ps_table_read(const fl_ps_table *t, const uint64_t *keys, size_t n, float *out);
+
+/* Create the rows of keys[0..n) that do not exist yet with their values in
+ * rows (n*dim floats, the caller's); existing rows, and the padding id, are
+ * left as they are (a key repeated in keys: its first values).  A new row
+ * is the most recently seen, its optimizer state fresh.  *created gets the
+ * rows made. */
+fl_status fl_ps_table_init(fl_ps_table *t, const uint64_t *keys, size_t n, const float *rows,
+                           size_t *created);
+/* At most max (>= 1) rows whose keys are above after (every key when
+ * has_after is 0), the smallest of them, keys ascending into keys (max, the
+ * caller's) and their values into vals (max*dim floats); *n gets how many,
+ * *more 1 when rows above the last one remain.  Changes nothing. */
+fl_status fl_ps_table_dump(const fl_ps_table *t, int has_after, uint64_t after, size_t max,
+                           uint64_t *keys, float *vals, size_t *n, int *more);
 
 /* Read a row without touching it (tests, checkpoints): 1 when present. */
 int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out);
@@ -234,6 +254,31 @@ fl_status fl_ps_core_pull_sparse(fl_ps_core *c, const Flotilla__PullSparseReques
 fl_status fl_ps_core_sparse_ready(fl_ps_core *c, int32_t t, const char *table, int64_t min_step);
 fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseRequest *req,
                                  Flotilla__PushSparseResponse *resp);
+/* InitSparse: create the rows of req->keys (this server's) that do not
+ * exist yet with req->values ([n_keys, dim], any wire dtype, finite);
+ * existing rows and the table's padding id stay as they are.  No step,
+ * no dedup: repeating it changes nothing.  resp->created: rows made (also
+ * added to Stats' sparse_init_rows). */
+fl_status fl_ps_core_init_sparse(fl_ps_core *c, const Flotilla__InitSparseRequest *req,
+                                 Flotilla__InitSparseResponse *resp);
+/* Most floats in one DumpSparse answer (64 MiB): a page has at most
+ * FL_PS_DUMP_MAX_FLOATS / dim rows (and at most max_sparse_keys). */
+#define FL_PS_DUMP_MAX_FLOATS ((size_t)1 << 24)
+/* A DumpSparse answer's memory: malloc'd, grown as needed, owned by the
+ * caller (kept across calls; zero-initialise, free both arrays). */
+typedef struct fl_ps_dump_buf {
+  uint64_t *keys;
+  float *vals;
+  size_t kcap, vcap;
+} fl_ps_dump_buf;
+/* DumpSparse: a page of req->table's rows on this server, keys ascending
+ * above req->after_key (every key without has_after), at most req->max_rows
+ * (0: the page limit above); resp's keys and values point into buf, values
+ * is the caller's tensor and shape its [2].  trainer_id FL_PS_OBSERVER (or
+ * a registered trainer).  Changes nothing: no row, counter or recency. */
+fl_status fl_ps_core_dump_sparse(fl_ps_core *c, const Flotilla__DumpSparseRequest *req,
+                                 fl_ps_dump_buf *buf, Flotilla__DumpSparseResponse *resp,
+                                 Flotilla__Tensor *values, int64_t shape[2]);
 /* FL_OK when the barrier is complete (answer with fl_ps_core_barrier_result),
  * FL_EAGAIN when it must wait.
  * Rounds: once a trainer process was answered a completed round's result

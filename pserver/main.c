@@ -75,6 +75,8 @@ typedef struct app {
   int files_short;    /* ran out of file descriptors (logged once) */
   double files_checked;
   fl_metrics_server *metrics;
+  fl_series *m_init_rows, *m_padding; /* sparse rows counters of /metrics */
+  uint64_t last_init_rows, last_padding;
 } app;
 
 static void usage(FILE *out) {
@@ -298,6 +300,25 @@ static void on_gate_async(uv_async_t *h) { gate_check(h->data); }
 
 static void on_gate_hook(void *ctx) { uv_async_send(&((app *)ctx)->gate_async); }
 
+/* The sparse rows counters of /metrics (the core counts, Stats says). */
+static void sparse_metrics_init(app *a) {
+  fl_metric *m;
+  if (fl_metrics_counter(fl_metrics_default(), "flotilla_sparse_init_rows_total",
+                         "Sparse rows created by InitSparse (pserver).", NULL, &m) == FL_OK)
+    a->m_init_rows = fl_metric_plain(m);
+  if (fl_metrics_counter(fl_metrics_default(), "flotilla_sparse_padding_dropped_total",
+                         "Gradient rows of a table's padding id dropped (pserver).", NULL,
+                         &m) == FL_OK)
+    a->m_padding = fl_metric_plain(m);
+}
+
+static void sparse_metrics_tick(app *a, const Flotilla__StatsResponse *st) {
+  fl_series_add(a->m_init_rows, (double)(st->sparse_init_rows - a->last_init_rows));
+  fl_series_add(a->m_padding, (double)(st->padding_dropped - a->last_padding));
+  a->last_init_rows = st->sparse_init_rows;
+  a->last_padding = st->padding_dropped;
+}
+
 static void on_tick(uv_timer_t *t) {
   app *a = t->data;
   double now = fl_ps_now();
@@ -305,6 +326,7 @@ static void on_tick(uv_timer_t *t) {
   fl_ps_core_tick(a->core, now);
   fl_ps_core_stats(a->core, &st);
   fl_series_set(fl_metrics_std()->live_trainers, st.live_trainers);
+  sparse_metrics_tick(a, &st);
   if (a->dir[0]) {
     int64_t step = fl_ps_core_step(a->core);
     int64_t every = a->job.pserver.checkpoint_interval_steps;
@@ -749,6 +771,7 @@ int main(int argc, char **argv) {
     char mode[16];
     snprintf(mode, sizeof mode, "ps-%s", fl_ps_mode_name(fl_ps_mode_of(&a.job)));
     fl_metrics_std_info("pserver", a.cl.pserver_id, mode);
+    sparse_metrics_init(&a);
     if (fl_metrics_serve(fl_metrics_default(), cli.metrics_addr, &a.metrics) != FL_OK)
       goto out_srv;
   }

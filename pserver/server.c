@@ -430,6 +430,28 @@ static void h_push_sparse(call *c, ProtobufCMessage *msg) {
   respond_msg(c, st, &r.base);
 }
 
+static void h_init_sparse(call *c, ProtobufCMessage *msg) {
+  fl_status st;
+  Flotilla__InitSparseResponse r = FLOTILLA__INIT_SPARSE_RESPONSE__INIT;
+  st = fl_ps_core_init_sparse(c->w->s->core, (Flotilla__InitSparseRequest *)msg, &r);
+  respond_msg(c, st, &r.base);
+}
+
+/* The page is packed (copied: the call's outbuf has no zero-copy) before
+ * its memory goes. */
+static void h_dump_sparse(call *c, ProtobufCMessage *msg) {
+  fl_status st;
+  Flotilla__DumpSparseResponse r = FLOTILLA__DUMP_SPARSE_RESPONSE__INIT;
+  Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
+  fl_ps_dump_buf buf = {NULL, NULL, 0, 0};
+  int64_t shape[2];
+  st = fl_ps_core_dump_sparse(c->w->s->core, (Flotilla__DumpSparseRequest *)msg, &buf, &r, &v,
+                              shape);
+  respond_msg(c, st, &r.base);
+  free(buf.keys);
+  free(buf.vals);
+}
+
 static void h_barrier(call *c, ProtobufCMessage *msg) {
   fl_ps_server *s = c->w->s;
   fl_ps_core *core = s->core;
@@ -542,6 +564,8 @@ static handler_fn *const handlers[FL_PROTO_COUNT] = {
     [FL_PROTO_LOAD_CHECKPOINT] = h_load_checkpoint,
     [FL_PROTO_COMPLETE] = h_complete,
     [FL_PROTO_STATS] = h_stats,
+    [FL_PROTO_INIT_SPARSE] = h_init_sparse,
+    [FL_PROTO_DUMP_SPARSE] = h_dump_sparse,
     [FL_PROTO_HEALTH_CHECK] = h_health_check,
 };
 

@@ -30,6 +30,9 @@ struct fl_ps_table {
   float lr;
   int nstate;
   size_t slen; /* floats per row in each state buffer */
+  int has_padding;
+  uint64_t padding_id;
+  uint64_t padding_dropped;
 
   size_t n, cap;
   uint64_t *keys;
@@ -55,6 +58,12 @@ const char *fl_ps_table_name(const fl_ps_table *t) { return t->name; }
 uint32_t fl_ps_table_dim(const fl_ps_table *t) { return t->dim; }
 size_t fl_ps_table_rows(const fl_ps_table *t) { return t->n; }
 uint64_t fl_ps_table_evicted(const fl_ps_table *t) { return t->evicted; }
+uint64_t fl_ps_table_padding_dropped(const fl_ps_table *t) { return t->padding_dropped; }
+
+/* 1 when key is the table's padding id (never a row). */
+static int is_padding(const fl_ps_table *t, uint64_t key) {
+  return t->has_padding && key == t->padding_id;
+}
 
 fl_status fl_ps_table_create(const fl_ps_table_opts *o, fl_ps_table **out) {
   fl_ps_table *t;
@@ -89,6 +98,8 @@ fl_status fl_ps_table_create(const fl_ps_table_opts *o, fl_ps_table **out) {
   t->lr = o->lr;
   t->nstate = fl_optim_state_count(o->hp.kind);
   t->slen = fl_optim_state_len(o->hp.kind, o->dim);
+  t->has_padding = o->has_padding;
+  t->padding_id = o->padding_id;
   t->head = t->tail = -1;
   *out = t;
   return FL_OK;
@@ -263,6 +274,10 @@ fl_status fl_ps_table_pull(fl_ps_table *t, const uint64_t *keys, size_t n, float
   size_t d = t->dim;
   for (size_t i = 0; i < n; i++) {
     int32_t r;
+    if (is_padding(t, keys[i])) {
+      memset(out + i * d, 0, d * sizeof(float));
+      continue;
+    }
     FL_TRY(get_row(t, keys[i], &r));
     touch(t, r);
     memcpy(out + i * d, t->val + (size_t)r * d, d * sizeof(float));
@@ -278,6 +293,10 @@ fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const
   for (size_t i = 0; i < n; i++) {
     int32_t r;
     fl_optim_tensor x;
+    if (is_padding(t, keys[i])) {
+      t->padding_dropped++;
+      continue;
+    }
     FL_TRY(get_row(t, keys[i], &r));
     touch(t, r);
     x = state_of(t, r);
@@ -293,7 +312,8 @@ fl_status fl_ps_table_read(const fl_ps_table *t, const uint64_t *keys, size_t n,
   size_t d = t->dim;
   for (size_t i = 0; i < n; i++) {
     int32_t r = find(t, keys[i]);
-    if (r >= 0) memcpy(out + i * d, t->val + (size_t)r * d, d * sizeof(float));
+    if (is_padding(t, keys[i])) memset(out + i * d, 0, d * sizeof(float));
+    else if (r >= 0) memcpy(out + i * d, t->val + (size_t)r * d, d * sizeof(float));
     else init_row(t, keys[i], out + i * d);
   }
   return FL_OK;
@@ -304,6 +324,73 @@ int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out) {
   if (r < 0) return 0;
   memcpy(out, t->val + (size_t)r * t->dim, t->dim * sizeof(float));
   return 1;
+}
+
+fl_status fl_ps_table_init(fl_ps_table *t, const uint64_t *keys, size_t n, const float *rows,
+                           size_t *created) {
+  size_t d = t->dim;
+  *created = 0;
+  for (size_t i = 0; i < n; i++) {
+    int32_t r;
+    if (is_padding(t, keys[i]) || find(t, keys[i]) >= 0) continue;
+    FL_TRY(get_row(t, keys[i], &r));
+    memcpy(t->val + (size_t)r * d, rows + i * d, d * sizeof(float));
+    (*created)++;
+  }
+  return FL_OK;
+}
+
+/* Sift the max-heap h[0..n) down from i. */
+static void heap_down(uint64_t *h, size_t n, size_t i) {
+  for (;;) {
+    size_t l = 2 * i + 1, m = i;
+    uint64_t x;
+    if (l < n && h[l] > h[m]) m = l;
+    if (l + 1 < n && h[l + 1] > h[m]) m = l + 1;
+    if (m == i) return;
+    x = h[i];
+    h[i] = h[m];
+    h[m] = x;
+    i = m;
+  }
+}
+
+static void heap_up(uint64_t *h, size_t i) {
+  while (i > 0 && h[(i - 1) / 2] < h[i]) {
+    uint64_t x = h[i];
+    h[i] = h[(i - 1) / 2];
+    h[(i - 1) / 2] = x;
+    i = (i - 1) / 2;
+  }
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+fl_status fl_ps_table_dump(const fl_ps_table *t, int has_after, uint64_t after, size_t max,
+                           uint64_t *keys, float *vals, size_t *n, int *more) {
+  size_t d = t->dim, k = 0, seen = 0;
+  /* The max smallest keys above after, kept in a max-heap in keys. */
+  for (size_t r = 0; r < t->n; r++) {
+    uint64_t key = t->keys[r];
+    if (has_after && key <= after) continue;
+    seen++;
+    if (k < max) {
+      keys[k] = key;
+      heap_up(keys, k++);
+    } else if (key < keys[0]) {
+      keys[0] = key;
+      heap_down(keys, k, 0);
+    }
+  }
+  qsort(keys, k, sizeof *keys, cmp_u64);
+  for (size_t i = 0; i < k; i++)
+    memcpy(vals + i * d, t->val + (size_t)find(t, keys[i]) * d, d * sizeof(float));
+  *n = k;
+  *more = seen > k;
+  return FL_OK;
 }
 
 /* ------------------------------------------------------------ checkpoints
@@ -413,11 +500,6 @@ static fl_status check_format(const fl_ckpt *c, const char *prefix, fl_optim_kin
                 "set its optimizer back to %s to resume it", prefix,
                 fl_optim_kind_name((fl_optim_kind)held), fl_optim_kind_name(kind),
                 fl_optim_kind_name((fl_optim_kind)held));
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
 }
 
 fl_status fl_ps_table_verify(const fl_ckpt *c, const char *prefix, uint32_t dim,

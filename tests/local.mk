@@ -30,3 +30,4 @@ include $(srcdir)/tests/unit/criteo.mk
 include $(srcdir)/tests/integration/local.mk
 include $(srcdir)/tests/bench/local.mk
 include $(srcdir)/tests/fuzz/local.mk
+include $(srcdir)/tests/unit/graph_sparse.mk

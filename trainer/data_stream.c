@@ -23,6 +23,7 @@ struct fl_stream {
   size_t samples; /* the rank's samples per epoch (counted at open), or 0 */
   int64_t epoch;
   size_t index;   /* next batch of the epoch */
+  int float_targets; /* batches carry float targets (else class ids) */
   fl_dataset desc; /* the two inputs as fed: names, dims, elements */
 };
 
@@ -111,6 +112,7 @@ fl_status fl_stream_open(const fl_stream_spec *o, fl_stream **out) {
     fl_stream_close(s);
     return st;
   }
+  s->float_targets = o->float_targets;
   s->desc.n_inputs = 2;
   set_input(&s->desc.inputs[0], o->dense_name, FL_CRITEO_DENSE, FL_DATA_F32);
   set_input(&s->desc.inputs[1], o->sparse_name, FL_CRITEO_SPARSE, FL_DATA_I64);
@@ -193,6 +195,8 @@ fl_status fl_stream_next(fl_stream *s, fl_batch *out) {
   fl_criteo_batch b;
   FL_TRY(fl_criteo_next(s->r, &b));
   fl_criteo_as_batch(&b, s->epoch, s->index, out);
+  if (s->float_targets) out->y = NULL;
+  else out->t = NULL;
   s->index += b.size > 0;
   return FL_OK;
 }

@@ -564,11 +564,11 @@ fl_status fl_criteo_append_sparse(const fl_criteo_batch *b, fl_sparse_dataset *d
  * batch source beside fl_loader (data_stream.c).  The files are given as
  * names or glob patterns, expanded in order (a glob's matches sorted);
  * the reader above reads the rank's share.  Batches carry two named inputs,
- * dense_name (float [size, 13]) and sparse_name (int64 [size, 26]), float
- * targets (tdim 1) and class ids 0/1.  An epoch ends at the end of the
- * rank's share; count: one pass in file order at open gives the rank's
- * samples per epoch (the loop's steps; a bad line under bad_lines stop is
- * reported there, before training). */
+ * dense_name (float [size, 13]) and sparse_name (int64 [size, 26]), and
+ * the labels as float targets (tdim 1) or class ids 0/1.  An epoch ends at
+ * the end of the rank's share; count: one pass in file order at open gives
+ * the rank's samples per epoch (the loop's steps; a bad line under
+ * bad_lines stop is reported there, before training). */
 typedef struct fl_stream_spec {
   const char *const *patterns; /* n_patterns files or globs */
   size_t n_patterns;
@@ -580,6 +580,7 @@ typedef struct fl_stream_spec {
   fl_criteo_bad_lines bad_lines;
   uint64_t hash_buckets;
   int count;
+  int float_targets; /* batches carry the labels as float targets, else as class ids */
 } fl_stream_spec;
 
 typedef struct fl_stream fl_stream;

@@ -126,6 +126,22 @@ fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t 
                                    int64_t step, const uint64_t *keys, size_t n,
                                    const float *grads);
 
+/* Initial rows of a table (a model's own embedding): ids[0..n) with their
+ * rows (n*width floats) go to the servers that own them, in parallel; a
+ * server creates the rows that do not exist yet with these values and
+ * leaves existing rows unchanged, so the call is idempotent (every trainer
+ * may send the same rows; after a restart from a checkpoint nothing
+ * changes).  The table's padding id is never created.  Width must be the
+ * table's registered dim (FL_EINVAL, logged). */
+fl_status fl_ps_client_init_sparse(fl_ps_client *c, const char *table, uint32_t width,
+                                   const uint64_t *ids, size_t n, const float *rows);
+/* Every row of table on all pservers (paged DumpSparse calls to each, as an
+ * observer: changes nothing on the servers), ids ascending: *ids (n) and
+ * *rows (n*width floats) are malloc'd, the caller frees both (NULL and 0
+ * on an error). */
+fl_status fl_ps_client_dump_sparse(fl_ps_client *c, const char *table, uint32_t width,
+                                   uint64_t **ids, float **rows, size_t *n);
+
 /* Barrier `name` over every live trainer, held on every server (so no
  * server's sync step waits for a trainer that waits here): sums[0..nv)
  * get the sums of values (may be NULL when nv is 0), *min (may be NULL)

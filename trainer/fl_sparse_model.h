@@ -21,7 +21,7 @@
 #include "fl_status.h"
 
 #define FL_SPARSE_SLOTS 2
-#define FL_SPARSE_MAX_TABLES 8
+#define FL_SPARSE_MAX_TABLES 64
 
 /* A table: its name on the pservers and its row width (floats per row). */
 typedef struct fl_sparse_table {
@@ -53,6 +53,13 @@ typedef struct fl_sparse_hooks {
   /* After a train step of the bound slot: d loss / d rows of table t, in
    * the order of its ids (need[t].n * width floats). */
   const float *(*row_grad)(void *self, size_t t);
+  /* After bind: the bound slot's feed of named inputs and labels, which
+   * the step then takes (fl_model_train_feed), or NULL; may be NULL (a
+   * model fed by its rows and targets only). */
+  const fl_model_feed *(*feed)(void *self);
+  /* The rows 0..*rows-1 table t starts from (rows * width floats, the
+   * model's), or NULL: rows start as the pservers draw them.  May be NULL. */
+  const float *(*init_rows)(void *self, size_t t, size_t *rows);
   /* After an eval of the bound slot: one score (logit) per sample. */
   const float *(*scores)(void *self);
   void (*destroy)(void *self);

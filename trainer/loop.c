@@ -185,7 +185,8 @@ static fl_status open_stream(trainer *t, int test, fl_stream **out) {
       .rank = t->rank, .world_size = t->world, .seed = t->job->train.seed,
       .shuffle_buffer = test ? 0 : (size_t)d->shuffle_buffer,
       .bad_lines = d->bad_lines ? FL_CRITEO_SKIP : FL_CRITEO_STOP,
-      .hash_buckets = (uint64_t)d->hash_buckets, .count = !test};
+      .hash_buckets = (uint64_t)d->hash_buckets, .count = !test,
+      .float_targets = t->job->model.loss[0] && strcmp(t->job->model.loss, "softmax_cross_entropy")};
   return fl_stream_open(&o, out);
 }
 
@@ -800,6 +801,11 @@ static fl_status eval_named(trainer *t, size_t off, size_t cnt, fl_model_result 
   }
   make_feed(t, d, (const void *const *)t->evalin, d->y ? d->y + off * yl : NULL,
             d->t ? d->t + off * d->tdim : NULL, in, &f);
+  if (t->sparse) { /* the rows read read-only first */
+    fl_batch b = {.size = cnt, .y = f.y, .t = f.t, .n_inputs = d->n_inputs, .ylen = f.ylen};
+    memcpy(b.inputs, t->evalin, d->n_inputs * sizeof b.inputs[0]);
+    return fl_sparse_run_eval_batch(t->sparse, &b, cnt, res);
+  }
   return fl_model_eval_feed(t->model, &f, cnt, res);
 }
 
@@ -908,7 +914,8 @@ static fl_status eval_stream(trainer *t, double *v) {
     FL_TRY(fl_stream_next(t->tstream, &b));
     if (b.size == 0) return FL_OK;
     make_feed(t, d, b.inputs, b.y, b.t, in, &f);
-    FL_TRY(fl_model_eval_feed(t->model, &f, b.size, &res));
+    FL_TRY(t->sparse ? fl_sparse_run_eval_batch(t->sparse, &b, b.size, &res)
+                     : fl_model_eval_feed(t->model, &f, b.size, &res));
     result_to_sums(&res, v);
   }
 }
@@ -919,7 +926,8 @@ static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
   size_t lo = n * r / w, hi = n * (r + 1) / w;
   size_t bs = t->job->train.eval_batch_size;
   double v[EVAL_SUMS] = {0};
-  if (t->sparse) return fl_sparse_run_eval(t->sparse, &t->stest, t->epoch, t->log, rep);
+  if (t->sparse && !t->tstream && (t->stest.n || fl_sparse_run_auc(t->sparse)))
+    return fl_sparse_run_eval(t->sparse, &t->stest, &t->test, t->epoch, t->log, rep);
   if (t->tstream) FL_TRY(eval_stream(t, v));
   for (size_t off = lo; off < hi; off += bs) {
     size_t cnt = hi - off < bs ? hi - off : bs;

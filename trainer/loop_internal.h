@@ -43,13 +43,26 @@ fl_status fl_sparse_run_pull(fl_sparse_run *r, const fl_batch *b, size_t n);
 fl_status fl_sparse_run_push(fl_sparse_run *r, int64_t step);
 
 /* The test set through the model, rows read read-only (no table
- * changes): each rank scores its contiguous share in batches of the
- * model's max_batch, the (probability, label) pairs of all ranks are
+ * changes): the sparse one (stest, when it has samples) or the named
+ * inputs of dtest with one float target a sample (a model of one logit,
+ * fl_sparse_run_auc).  Each rank scores its contiguous share in batches of
+ * the model's max_batch, the (probability, label) pairs of all ranks are
  * gathered through the sync's reduce_metrics, and every rank logs the
  * exact metrics of the whole set: `[Epoch e] test auc: A, logloss: L,
  * acc1: C (constant predictor: ...)`; fills rep's test fields (test_loss
  * the log loss, test_acc1 the accuracy at p = 0.5).  Every rank calls it. */
-fl_status fl_sparse_run_eval(fl_sparse_run *r, const fl_sparse_dataset *test, int64_t epoch,
-                             FILE *out, fl_trainer_report *rep);
+fl_status fl_sparse_run_eval(fl_sparse_run *r, const fl_sparse_dataset *stest,
+                             const fl_dataset *dtest, int64_t epoch, FILE *out,
+                             fl_trainer_report *rep);
+
+/* Whether the model's evaluation is fl_sparse_run_eval's AUC and log loss
+ * (a BCE-with-logits model of one output); otherwise the loop evaluates
+ * by its loss, each batch through fl_sparse_run_eval_batch. */
+int fl_sparse_run_auc(const fl_sparse_run *r);
+
+/* One evaluation batch b of n samples (named inputs): its rows read
+ * read-only, then the model's eval into *res. */
+fl_status fl_sparse_run_eval_batch(fl_sparse_run *r, const fl_batch *b, size_t n,
+                                   fl_model_result *res);
 
 #endif

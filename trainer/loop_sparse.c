@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl_graph_inspect.h"
 #include "fl_log.h"
 #include "fl_metrics_auc.h"
 #include "fl_ps_client.h"
@@ -142,17 +143,50 @@ fl_status fl_sparse_run_push(fl_sparse_run *r, int64_t step) {
 /* Rank k's share of n test samples: [n k / w, n (k + 1) / w). */
 static size_t share_start(size_t n, int k, int w) { return n * (size_t)k / (size_t)w; }
 
+/* A test set: sparse samples, or named inputs with one float target a
+ * sample (a graph model's, gathered per batch into in[]). */
+typedef struct test_src {
+  const fl_sparse_dataset *sp;
+  const fl_dataset *d;
+  void *in[FL_DATA_MAX_INPUTS];
+} test_src;
+
+static size_t test_n(const test_src *s) { return s->sp ? s->sp->n : s->d->n; }
+
+static float test_label(const test_src *s, size_t i) {
+  return s->sp ? (s->sp->labels[i] > 0 ? 1.0f : 0.0f) : (s->d->t[i] > 0.5f ? 1.0f : 0.0f);
+}
+
+/* Samples [off, off + cnt) as a batch (cnt at most bs). */
+static fl_status test_batch(test_src *s, size_t bs, size_t off, size_t cnt, fl_batch *b) {
+  if (s->sp) {
+    *b = (fl_batch){.size = cnt, .sparse = {s->sp->labels + off, s->sp->offsets + off,
+                                            s->sp->feats}};
+    return FL_OK;
+  }
+  const fl_dataset *d = s->d;
+  *b = (fl_batch){.size = cnt, .t = d->t + off, .n_inputs = d->n_inputs, .ylen = 1};
+  for (size_t k = 0; k < d->n_inputs; k++) {
+    if (!s->in[k] && !(s->in[k] = malloc(bs * d->inputs[k].dim * sizeof(int64_t))))
+      return FL_ERR(FL_ENOMEM, "eval: out of memory for %zu x %zu values of input %s", bs,
+                    d->inputs[k].dim, d->inputs[k].name);
+    fl_dataset_input_rows(d, k, off, cnt, s->in[k]);
+    b->inputs[k] = s->in[k];
+  }
+  return FL_OK;
+}
+
 /* Score samples [lo, hi) of the test set into acc (probabilities), counting
  * the correct ones at p = 0.5. */
-static fl_status score(fl_sparse_run *r, const fl_sparse_dataset *test, size_t lo, size_t hi,
+static fl_status score(fl_sparse_run *r, test_src *test, size_t lo, size_t hi,
                        fl_auc_acc *acc, double *correct) {
   const size_t bs = fl_model_max_batch(r->model);
   float p[GATHER_CHUNK], y[GATHER_CHUNK];
   for (size_t off = lo; off < hi; off += bs) {
     const size_t cnt = hi - off < bs ? hi - off : bs;
-    const fl_batch b = {.size = cnt,
-                        .sparse = {test->labels + off, test->offsets + off, test->feats}};
+    fl_batch b;
     fl_model_result res;
+    FL_TRY(test_batch(test, bs, off, cnt, &b));
     FL_TRY(fetch(r, &b, cnt, 1));
     FL_TRY(fl_model_eval_sparse(r->model, 0, cnt, &res));
     const float *logit = r->hooks->scores(r->self);
@@ -160,7 +194,7 @@ static fl_status score(fl_sparse_run *r, const fl_sparse_dataset *test, size_t l
       const size_t m = cnt - i < GATHER_CHUNK ? cnt - i : GATHER_CHUNK;
       for (size_t j = 0; j < m; j++) {
         p[j] = 1.0f / (1.0f + expf(-logit[i + j]));
-        y[j] = test->labels[off + i + j] > 0 ? 1.0f : 0.0f;
+        y[j] = test_label(test, off + i + j);
       }
       FL_TRY(fl_auc_add(acc, p, y, m));
     }
@@ -225,31 +259,48 @@ static fl_status oracle_auc(const fl_sparse_dataset *test, double *out) {
 }
 
 /* This rank's share scored, every share gathered, the metrics merged. */
-static fl_status eval_all(fl_sparse_run *r, const fl_sparse_dataset *test, fl_auc_acc *mine,
+static fl_status eval_all(fl_sparse_run *r, test_src *test, fl_auc_acc *mine,
                           fl_auc_acc *all, fl_auc_result *res, double *correct) {
   const int w = r->sync->ops->world_size(r->sync->self), k = r->sync->ops->rank(r->sync->self);
-  const size_t lo = share_start(test->n, k, w), hi = share_start(test->n, k + 1, w);
+  const size_t n = test_n(test), lo = share_start(n, k, w), hi = share_start(n, k + 1, w);
   FL_TRY(score(r, test, lo, hi, mine, correct));
   FL_TRY(r->sync->ops->reduce_metrics(r->sync->self, correct, 1));
-  FL_TRY(gather(r, mine, lo, test->n, all));
+  FL_TRY(gather(r, mine, lo, n, all));
   return fl_auc_merge(&(fl_auc_part){all->score, all->label, all->n}, 1, res);
 }
 
-fl_status fl_sparse_run_eval(fl_sparse_run *r, const fl_sparse_dataset *test, int64_t epoch,
-                             FILE *out, fl_trainer_report *rep) {
+fl_status fl_sparse_run_eval(fl_sparse_run *r, const fl_sparse_dataset *stest,
+                             const fl_dataset *dtest, int64_t epoch, FILE *out,
+                             fl_trainer_report *rep) {
   fl_auc_acc mine = {0}, all = {0};
   fl_auc_result res;
   double correct = 0, const_loss = 0, oracle = 0;
-  fl_status st = eval_all(r, test, &mine, &all, &res, &correct);
-  if (st == FL_OK && test->prob) st = oracle_auc(test, &oracle);
+  test_src src = {.sp = stest->n ? stest : NULL, .d = dtest};
+  const fl_sparse_dataset *test = src.sp;
+  fl_status st = eval_all(r, &src, &mine, &all, &res, &correct);
+  if (st == FL_OK && test && test->prob) st = oracle_auc(test, &oracle);
   fl_auc_acc_free(&mine);
   fl_auc_acc_free(&all);
+  for (size_t k = 0; k < FL_DATA_MAX_INPUTS; k++) free(src.in[k]);
   if (st != FL_OK) return st;
-  const double n = (double)test->n, base = (double)res.positives / n;
+  const double n = (double)test_n(&src), base = (double)res.positives / n;
   if (base > 0 && base < 1) const_loss = -(base * log(base) + (1 - base) * log(1 - base));
-  log_eval(out, epoch, &res, correct / n, const_loss, test->prob ? &oracle : NULL);
+  log_eval(out, epoch, &res, correct / n, const_loss, test && test->prob ? &oracle : NULL);
   rep->evaluated = 1;
   rep->test_loss = res.logloss;
   rep->test_acc1 = correct / n;
   return FL_OK;
+}
+
+int fl_sparse_run_auc(const fl_sparse_run *r) {
+  fl_gloss loss = FL_GLOSS_SOFTMAX_XENT;
+  const fl_graph *g = fl_model_graph(r->model);
+  (void)fl_graph_output_id(g, &loss);
+  return loss == FL_GLOSS_BCE_LOGITS && fl_model_get_spec(r->model)->num_classes == 1;
+}
+
+fl_status fl_sparse_run_eval_batch(fl_sparse_run *r, const fl_batch *b, size_t n,
+                                   fl_model_result *res) {
+  FL_TRY(fetch(r, b, n, 1));
+  return fl_model_eval_sparse(r->model, 0, n, res);
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl_config.h"
 #include "fl_device.h"
 #include "fl_log.h"
 #include "fl_graph_inspect.h"
@@ -34,6 +35,8 @@ struct fl_model {
   size_t max_batch;
   const fl_sparse_hooks *sparse; /* models with sparse tables (fl_sparse_model.h) */
   void *sparse_self;
+  fl_model_edit_fn edit; /* applied to the graph before it is compiled, or NULL */
+  void *edit_ctx;
 };
 
 /* ------------------------------------------------------------------ init */
@@ -226,6 +229,11 @@ static fl_status create_graph(fl_model *m, uint64_t seed) {
   } else {
     FL_TRY(fl_graph_preset(s, seed, &g, ck, &n_ck));
   }
+  const fl_status est = m->edit ? m->edit(g, m->edit_ctx) : FL_OK;
+  if (est != FL_OK) {
+    fl_graph_free(g);
+    return est;
+  }
   for (size_t i = 0; i < n_ck; i++) ckp[i] = ck[i];
   opt.max_batch = m->max_batch;
   opt.seed = seed;
@@ -270,13 +278,16 @@ static fl_status create_graph(fl_model *m, uint64_t seed) {
 
 /* ------------------------------------------------------------- lifecycle */
 
-fl_status fl_model_create(const fl_model_spec *spec, size_t max_batch, uint64_t seed,
-                          fl_model **out) {
+/* fl_model_create, with edit (may be NULL) applied to the graph. */
+static fl_status model_create(const fl_model_spec *spec, size_t max_batch, uint64_t seed,
+                              fl_model_edit_fn edit, void *edit_ctx, fl_model **out) {
   if (!spec || !out) return FL_ERR(FL_EINVAL, "model: NULL spec or output");
   *out = NULL;
   if (max_batch == 0) return FL_ERR(FL_EINVAL, "model: max_batch must be > 0");
   fl_model *m = calloc(1, sizeof *m);
   if (!m) return FL_ERR(FL_ENOMEM, "model: out of memory");
+  m->edit = edit;
+  m->edit_ctx = edit_ctx;
   fl_status st = resolve_spec(spec, &m->spec);
   if (st != FL_OK) goto fail;
   m->max_batch = max_batch;
@@ -310,6 +321,26 @@ fail:
   fl_model_destroy(m);
   return st;
 }
+
+fl_status fl_model_create(const fl_model_spec *spec, size_t max_batch, uint64_t seed,
+                          fl_model **out) {
+  return model_create(spec, max_batch, seed, NULL, NULL, out);
+}
+
+fl_status fl_model_create_edited(const fl_model_spec *spec, size_t max_batch, uint64_t seed,
+                                 fl_model_edit_fn edit, void *ctx, fl_model **out) {
+  if (!edit) return FL_ERR(FL_EINVAL, "model: create_edited without an edit");
+  if (spec && fl_model_kind_has(spec->kind, FL_KIND_PLUGIN))
+    return FL_ERR(FL_EINVAL, "model: a plugin has no graph to edit");
+  return model_create(spec, max_batch, seed, edit, ctx, out);
+}
+
+void fl_model_set_sparse(fl_model *m, const fl_sparse_hooks *hooks, void *self) {
+  m->sparse = hooks;
+  m->sparse_self = self;
+}
+
+void *fl_model_graph_handle(fl_model *m) { return m && m->graph ? m->handle : NULL; }
 
 fl_status fl_model_wrap_graph(const fl_model_spec *spec, void *graph, size_t max_batch,
                               const fl_sparse_hooks *hooks, void *self, fl_model **out) {
@@ -345,11 +376,18 @@ static fl_status build_dense(const fl_model_build_args *a, fl_model **out) {
   return fl_model_create(a->spec, a->max_batch, a->seed, out);
 }
 
+/* Kind onnx: dense, or with pserver.sparse_tables a model with sparse
+ * tables (model_sparse_graph.c). */
+static fl_status build_onnx(const fl_model_build_args *a, fl_model **out) {
+  if (a->job && a->job->pserver.n_sparse_tables > 0) return fl_sparse_graph_model_create(a, out);
+  return build_dense(a, out);
+}
+
 /* The build function of each row of fl_model_kinds, by its index. */
 static const fl_model_build_fn k_builders[] = {
     [FL_MODEL_KIND_LOGREG] = build_dense, [FL_MODEL_KIND_MLP] = build_dense,
     [FL_MODEL_KIND_CNN] = build_dense,    [FL_MODEL_KIND_PLUGIN] = build_dense,
-    [FL_MODEL_KIND_CTR] = fl_ctr_model_create, [FL_MODEL_KIND_ONNX] = build_dense,
+    [FL_MODEL_KIND_CTR] = fl_ctr_model_create, [FL_MODEL_KIND_ONNX] = build_onnx,
 };
 _Static_assert(sizeof k_builders / sizeof k_builders[0] == FL_MODEL_KINDS,
                "a build function for every row of fl_model_kinds");
@@ -486,13 +524,16 @@ fl_status fl_model_evalf(fl_model *m, const float *x, const float *t, size_t bat
   return fl_graph_model_evalf(m->handle, x, t, batch, res);
 }
 
-/* The sparse model's slot bound, its targets checked like a batch's. */
+/* The sparse model's slot bound: its feed (*f, a model of named inputs),
+ * or its targets checked like a batch's (*f NULL). */
 static fl_status bind_slot(fl_model *m, unsigned slot, size_t batch, const float **t,
-                           const char *what) {
+                           const fl_model_feed **f, const char *what) {
   if (!m || !m->sparse || slot >= FL_SPARSE_SLOTS)
     return FL_ERR(FL_EINVAL, "model %s: not a model with sparse tables, or slot %u",
                   what, slot);
   FL_TRY(m->sparse->bind(m->sparse_self, slot, t));
+  *f = m->sparse->feed ? m->sparse->feed(m->sparse_self) : NULL;
+  if (*f) return FL_OK; /* checked as every feed is */
   FL_TRY(check_batch(m, *t, *t, batch, what));
   return check_targets(m, *t, batch, what);
 }
@@ -500,14 +541,18 @@ static fl_status bind_slot(fl_model *m, unsigned slot, size_t batch, const float
 fl_status fl_model_train_sparse(fl_model *m, unsigned slot, size_t batch, float loss_scale,
                                 fl_grad_ready_fn on_ready, void *ctx, fl_model_result *res) {
   const float *t = NULL;
-  FL_TRY(bind_slot(m, slot, batch, &t, "train_step"));
+  const fl_model_feed *f = NULL;
+  FL_TRY(bind_slot(m, slot, batch, &t, &f, "train_step"));
+  if (f) return fl_model_train_feed(m, f, batch, loss_scale, on_ready, ctx, res);
   FL_TRY(check_scale(loss_scale));
   return fl_graph_model_train_stepf(m->handle, NULL, t, batch, loss_scale, on_ready, ctx, res);
 }
 
 fl_status fl_model_eval_sparse(fl_model *m, unsigned slot, size_t batch, fl_model_result *res) {
   const float *t = NULL;
-  FL_TRY(bind_slot(m, slot, batch, &t, "eval"));
+  const fl_model_feed *f = NULL;
+  FL_TRY(bind_slot(m, slot, batch, &t, &f, "eval"));
+  if (f) return fl_model_eval_feed(m, f, batch, res);
   return fl_graph_model_evalf(m->handle, NULL, t, batch, res);
 }
 

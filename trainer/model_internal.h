@@ -53,6 +53,25 @@ FL_MODEL_HIDDEN fl_status fl_model_wrap_graph(const fl_model_spec *spec, void *g
                                               const struct fl_sparse_hooks *hooks, void *self,
                                               fl_model **out);
 
+/* An edit of a graph before it is compiled (fl_model_create_edited):
+ * FL_OK, or an error it logged. */
+typedef fl_status (*fl_model_edit_fn)(fl_graph *g, void *ctx);
+
+/* fl_model_create of a graph kind with edit(g, ctx) applied to its graph
+ * (a preset's or the ONNX file's) before it is compiled; ctx is the
+ * caller's and only read during the call.  The caller owns *out. */
+FL_MODEL_HIDDEN fl_status fl_model_create_edited(const fl_model_spec *spec, size_t max_batch,
+                                                 uint64_t seed, fl_model_edit_fn edit,
+                                                 void *ctx, fl_model **out);
+
+/* Attach sparse hooks and their self to m (which then destroys self). */
+FL_MODEL_HIDDEN void fl_model_set_sparse(fl_model *m, const struct fl_sparse_hooks *hooks,
+                                         void *self);
+
+/* The compiled graph handle of m (fl_graph_model_*, m's), or NULL for a
+ * plugin. */
+FL_MODEL_HIDDEN void *fl_model_graph_handle(fl_model *m);
+
 /* What a model kind's build function gets: the job and the spec built from
  * it (fl_trainer_model_spec), the batch capacity and seed, and for a kind
  * with sparse tables the sparse data (test may be empty). */
@@ -75,6 +94,13 @@ FL_MODEL_HIDDEN fl_status fl_model_build(const fl_model_build_args *a, fl_model 
  * sparse data, with its sparse hooks.  The caller owns *out.  FL_EINVAL
  * (logged) without sparse training data; errors of fl_ctr_graph. */
 FL_MODEL_HIDDEN fl_status fl_ctr_model_create(const fl_model_build_args *a, fl_model **out);
+
+/* model.kind onnx with pserver.sparse_tables (model_sparse_graph.c): the
+ * ONNX graph with those initializers as sparse tables on the pservers.
+ * The caller owns *out.  FL_EINVAL / FL_ENOTSUP (logged) for a table the
+ * graph cannot keep sparse; the graph's errors. */
+FL_MODEL_HIDDEN fl_status fl_sparse_graph_model_create(const fl_model_build_args *a,
+                                                       fl_model **out);
 
 /* ------------------------------------------------------------------ init */
 

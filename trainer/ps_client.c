@@ -36,7 +36,7 @@
 /* "PushDense" of "/flotilla.ParameterServer/PushDense". */
 static const char *short_name(const char *path) { return strrchr(path, '/') + 1; }
 
-enum { OP_PUSH = 0, OP_PULL, OP_SPULL, OP_SPUSH, OP_BARRIER };
+enum { OP_PUSH = 0, OP_PULL, OP_SPULL, OP_SPUSH, OP_BARRIER, OP_SINIT };
 
 typedef struct op {
   int type;
@@ -151,6 +151,7 @@ static const char *op_name(int type) {
   case OP_PULL: return "PullDense";
   case OP_SPULL: return "PullSparse";
   case OP_BARRIER: return "Barrier";
+  case OP_SINIT: return "InitSparse";
   default: return "PushSparse";
   }
 }
@@ -269,6 +270,24 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     method = PATH(BARRIER);
     break;
   }
+  case OP_SINIT: {
+    Flotilla__InitSparseRequest r = FLOTILLA__INIT_SPARSE_REQUEST__INIT;
+    shape[0] = (int64_t)o->nkeys;
+    shape[1] = o->dim;
+    t.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+    t.n_shape = 2;
+    t.shape = shape;
+    t.data.data = (uint8_t *)o->grads;
+    t.data.len = o->nkeys * o->dim * sizeof(float);
+    r.trainer_id = c->o.trainer_id;
+    r.table = (char *)o->table;
+    r.n_keys = o->nkeys;
+    r.keys = (uint64_t *)o->keys;
+    r.values = &t;
+    st = fl_rpc_pack(o->ob, &r.base, &bb);
+    method = PATH(INIT_SPARSE);
+    break;
+  }
   case OP_SPULL: {
     Flotilla__PullSparseRequest r = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
     r.trainer_id = c->o.trainer_id;
@@ -373,7 +392,7 @@ static fl_status op_submit(fl_ps_client *c, op *o) {
 static fl_status op_parse(fl_ps_client *c, op *o) {
   ProtobufCMessage *m;
   fl_status st = FL_OK;
-  if (o->type == OP_PUSH || o->type == OP_SPUSH) return FL_OK;
+  if (o->type == OP_PUSH || o->type == OP_SPUSH || o->type == OP_SINIT) return FL_OK;
   if (fl_rpc_inbuf_read(&c->in, o->call.recv) != FL_OK)
     return FL_ERR(FL_EPROTO, "pserver %d (%s): unreadable %s answer", o->server,
                   c->names[o->server], op_name(o->type));
@@ -430,7 +449,8 @@ static int held_call(const op *o) {
  * span on the timeline (on the driver thread's row). */
 static void obs_op(const op *o, double seconds) {
   const fl_std_metrics *m = fl_metrics_std();
-  fl_series *h = o->type == OP_PUSH || o->type == OP_SPUSH   ? m->push_seconds
+  fl_series *h = o->type == OP_PUSH || o->type == OP_SPUSH || o->type == OP_SINIT
+                     ? m->push_seconds
                  : o->type == OP_PULL || o->type == OP_SPULL ? m->pull_seconds
                                                              : m->wait_seconds;
   fl_series_observe(h, seconds);
@@ -1076,7 +1096,8 @@ static fl_status sparse_call(fl_ps_client *c, int type, const char *table, uint3
                              float *out, int read_only) {
   int64_t *next = table_next_of(c, table);
   fl_status st;
-  FL_TRY(group_keys(c, keys, n, dim, type == OP_SPUSH ? grads : NULL));
+  int rows_out = type == OP_SPUSH || type == OP_SINIT; /* grads: rows sent */
+  FL_TRY(group_keys(c, keys, n, dim, rows_out ? grads : NULL));
   for (int s = 0; s < c->o.n_servers; s++) {
     server_buf *b = &c->sb[s];
     uint32_t seq = 0, parts = (uint32_t)((b->n + SPARSE_CHUNK - 1) / SPARSE_CHUNK);
@@ -1091,7 +1112,7 @@ static fl_status sparse_call(fl_ps_client *c, int type, const char *table, uint3
       o->nkeys = b->n - off < SPARSE_CHUNK ? b->n - off : SPARSE_CHUNK;
       o->keys = o->nkeys ? b->keys + off : NULL;
       o->pos = o->nkeys ? b->pos + off : NULL;
-      o->grads = type == OP_SPUSH && o->nkeys ? b->grads + off * dim : NULL;
+      o->grads = rows_out && o->nkeys ? b->grads + off * dim : NULL;
       o->out = out;
       o->seq = seq;
       o->parts = parts;
@@ -1121,6 +1142,160 @@ fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t 
     return FL_ERR(FL_EINVAL, "ps client: %zu rows in one sparse push (at most %u)", n,
                   SPARSE_CHUNK * 64);
   return sparse_call(c, OP_SPUSH, table, dim, step, keys, n, grads, NULL, 0);
+}
+
+/* FL_EINVAL (logged) when table is registered by this client with another
+ * width than the caller's. */
+static fl_status check_width(fl_ps_client *c, const char *what, const char *table,
+                             uint32_t width) {
+  for (size_t i = 0; i < c->n_tables; i++)
+    if (!strcmp(c->tables[i].name, table) && c->tables[i].dim != width)
+      return FL_ERR(FL_EINVAL, "ps client: %s of table %s with rows of %u floats, but it was "
+                    "registered with %u: pass the table's registered width", what, table, width,
+                    c->tables[i].dim);
+  return FL_OK;
+}
+
+/* Rows per round of fl_ps_client_init_sparse: bounds the copy grouped by
+ * server. */
+#define INIT_ROUND (SPARSE_CHUNK * 16)
+
+fl_status fl_ps_client_init_sparse(fl_ps_client *c, const char *table, uint32_t width,
+                                   const uint64_t *ids, size_t n, const float *rows) {
+  FL_TRY(check_width(c, "InitSparse", table, width));
+  for (size_t off = 0; off < n; off += INIT_ROUND) {
+    size_t k = n - off < INIT_ROUND ? n - off : INIT_ROUND;
+    FL_TRY(sparse_call(c, OP_SINIT, table, width, 0, ids + off, k, rows + off * width, NULL, 0));
+  }
+  return FL_OK;
+}
+
+/* What fl_ps_client_dump_sparse gathers: rows of every server, appended. */
+typedef struct dump_acc {
+  uint64_t *ids;
+  float *rows;
+  size_t n, cap;
+  uint32_t width;
+} dump_acc;
+
+/* Append one DumpSparse page of server s (asked for keys above *after when
+ * *has_after) to a: checked (shape, keys ascending above *after, of server
+ * s); *after / *more move on. */
+static fl_status dump_take(fl_ps_client *c, int s, const char *table,
+                           const Flotilla__DumpSparseResponse *r, dump_acc *a, uint64_t *after,
+                           int *has_after, int *more) {
+  size_t k = r->n_keys, w = a->width;
+  if (!r->values || r->values->dtype != FLOTILLA__DTYPE__DTYPE_FP32 ||
+      r->values->data.len != k * w * sizeof(float) || (r->more && k == 0))
+    return FL_ERR(FL_EPROTO, "pserver %d (%s): malformed DumpSparse answer for table %s (%zu "
+                  "keys, rows of %u floats expected)", s, c->names[s], table, k, a->width);
+  for (size_t i = 0; i < k; i++) {
+    uint64_t prev = i ? r->keys[i - 1] : *after;
+    if (((i || *has_after) && r->keys[i] <= prev) ||
+        fl_ps_key_server(r->keys[i], c->o.n_servers) != s)
+      return FL_ERR(FL_EPROTO, "pserver %d (%s): DumpSparse of table %s answered key %" PRIu64
+                    " out of order or of another server", s, c->names[s], table, r->keys[i]);
+  }
+  if (a->n + k > a->cap) {
+    size_t nc = a->cap ? a->cap : 1024;
+    while (nc < a->n + k) nc *= 2;
+    uint64_t *ni = realloc(a->ids, nc * sizeof *ni);
+    if (ni) a->ids = ni;
+    float *nr = ni ? realloc(a->rows, nc * w * sizeof *nr) : NULL;
+    if (nr) a->rows = nr;
+    if (!ni || !nr) return FL_ERR(FL_ENOMEM, "ps client: out of memory dumping table %s", table);
+    a->cap = nc;
+  }
+  if (k) {
+    memcpy(a->ids + a->n, r->keys, k * sizeof *a->ids);
+    memcpy(a->rows + a->n * w, r->values->data.data, k * w * sizeof(float));
+    *after = r->keys[k - 1];
+    *has_after = 1;
+  }
+  a->n += k;
+  *more = r->more;
+  return FL_OK;
+}
+
+/* Every page of table on server s into a.  The call goes as an observer
+ * (trainer id -1): a read-only listing needs no registration, so it works
+ * before Register, after Complete and across a server's restart. */
+static fl_status dump_server(fl_ps_client *c, int s, const char *table, dump_acc *a) {
+  uint64_t after = 0;
+  int has_after = 0, more = 1;
+  fl_status st = FL_OK;
+  while (more && st == FL_OK) {
+    Flotilla__DumpSparseRequest q = FLOTILLA__DUMP_SPARSE_REQUEST__INIT;
+    Flotilla__DumpSparseResponse *r;
+    grpc_status_code code;
+    char details[512];
+    q.trainer_id = -1;
+    q.table = (char *)table;
+    q.after_key = after;
+    q.has_after = has_after;
+    st = unary(c, s, PATH(DUMP_SPARSE), &q.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
+               details, sizeof details);
+    if (st != FL_OK)
+      return FL_ERR(st, "pserver %d (%s) DumpSparse of table %s: %s (%s)", s, c->names[s], table,
+                    fl_rpc_code_name(code), details);
+    r = (Flotilla__DumpSparseResponse *)fl_rpc_unpack(&c->uarena, ANSWER(DUMP_SPARSE),
+                                                     c->uin.data, c->uin.len);
+    st = r ? dump_take(c, s, table, r, a, &after, &has_after, &more)
+           : FL_ERR(FL_EPROTO, "pserver %d (%s): unreadable DumpSparse answer", s, c->names[s]);
+    fl_rpc_arena_reset(&c->uarena);
+  }
+  return st;
+}
+
+typedef struct key_pos {
+  uint64_t key;
+  size_t pos;
+} key_pos;
+
+static int cmp_key_pos(const void *x, const void *y) {
+  uint64_t a = ((const key_pos *)x)->key, b = ((const key_pos *)y)->key;
+  return a < b ? -1 : a > b;
+}
+
+/* a's rows in ascending key order, into *ids / *rows (new arrays). */
+static fl_status dump_sorted(const dump_acc *a, const char *table, uint64_t **ids,
+                             float **rows) {
+  size_t n = a->n, w = a->width, m = n ? n : 1;
+  key_pos *kp = malloc(m * sizeof *kp);
+  *ids = malloc(m * sizeof **ids);
+  *rows = malloc(m * w * sizeof **rows);
+  if (!kp || !*ids || !*rows) {
+    free(kp);
+    free(*ids);
+    free(*rows);
+    *ids = NULL;
+    *rows = NULL;
+    return FL_ERR(FL_ENOMEM, "ps client: out of memory sorting %zu rows of table %s", n, table);
+  }
+  for (size_t i = 0; i < n; i++) kp[i] = (key_pos){a->ids[i], i};
+  qsort(kp, n, sizeof *kp, cmp_key_pos);
+  for (size_t i = 0; i < n; i++) {
+    (*ids)[i] = kp[i].key;
+    memcpy(*rows + i * w, a->rows + kp[i].pos * w, w * sizeof(float));
+  }
+  free(kp);
+  return FL_OK;
+}
+
+fl_status fl_ps_client_dump_sparse(fl_ps_client *c, const char *table, uint32_t width,
+                                   uint64_t **ids, float **rows, size_t *n) {
+  dump_acc a = {NULL, NULL, 0, 0, width};
+  fl_status st = FL_OK;
+  *ids = NULL;
+  *rows = NULL;
+  *n = 0;
+  if (width == 0) return FL_ERR(FL_EINVAL, "ps client: DumpSparse of table %s with width 0", table);
+  FL_TRY(check_width(c, "DumpSparse", table, width));
+  for (int s = 0; s < c->o.n_servers && st == FL_OK; s++) st = dump_server(c, s, table, &a);
+  if (st == FL_OK && (st = dump_sorted(&a, table, ids, rows)) == FL_OK) *n = a.n;
+  free(a.ids);
+  free(a.rows);
+  return st;
 }
 
 fl_status fl_ps_client_barrier(fl_ps_client *c, const char *name, const double *values,

@@ -267,4 +267,27 @@ const fl_graph *fl_graph_model_graph(void *handle);
 /* Current fp32 value of the PARAM/BUFFER called name, or NULL. */
 const float *fl_graph_value(const fl_graph *g, const char *name, size_t *n);
 
+/* Sparse tables in a built graph (graph_sparse.c).  Sort ids[0..n) and keep
+ * each distinct id once (ascending): the order a batch's rows of a sparse
+ * table are pulled in; returns how many. */
+size_t fl_graph_unique_ids(int64_t *ids, size_t n);
+
+/* Make the fp32 initializer called name a sparse table: it becomes a rows
+ * input [capacity, width] and the ids every reader gathers go through a
+ * SparseRowIndex node (ids -> positions among the batch's sorted distinct
+ * ids).  Readers taken: Gather with axis 0 (the table as its data) and
+ * EmbeddingBag (the table as its weight); any other reader is FL_ENOTSUP
+ * naming the node.  *width: the row width; *init (caller frees) the
+ * initializer's values, *rows of them (its first dimension).  Logged. */
+fl_status fl_graph_sparse_table(fl_graph *g, const char *name, int64_t capacity,
+                                int64_t *width, float **init, int64_t *rows);
+
+/* The ids the SparseRowIndex node of table name reads for a batch fed by
+ * f, evaluated before the step (the int64 nodes that compute them run on
+ * the feed; ids computed from a float value are FL_ENOTSUP).  *ids (the
+ * caller's, *cap values, grown here with realloc) receives the *n ids.
+ * Logged. */
+fl_status fl_graph_model_table_ids(void *handle, const char *name, const fl_model_feed *f,
+                                   size_t batch, int64_t **ids, size_t *cap, size_t *n);
+
 #endif

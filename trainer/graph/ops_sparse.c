@@ -17,6 +17,7 @@
  * twin: a graph holding it runs on the cpu. */
 #include <config.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops_internal.h"
@@ -121,6 +122,54 @@ static fl_status pool_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   return FL_OK;
 }
 
+/* ------------------------------------------------------ SparseRowIndex */
+
+static int cmp_i64(const void *a, const void *b) {
+  const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+size_t fl_graph_unique_ids(int64_t *ids, size_t n) {
+  size_t u = 0;
+  if (n) qsort(ids, n, sizeof *ids, cmp_i64);
+  for (size_t i = 0; i < n; i++)
+    if (!u || ids[i] != ids[u - 1]) ids[u++] = ids[i];
+  return u;
+}
+
+/* Ids [any shape] -> their positions among the sorted distinct ids, the
+ * order the model pulls a sparse table's rows in (fl_graph_unique_ids). */
+static fl_status rowidx_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
+  FL_TRY(fl_gneed(n, c, 0, FL_G_I64));
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  int64_t cap;
+  FL_TRY(fl_ga_int(n, "capacity", 0, &cap));
+  if (cap < 1) return fl_gop_fail(n, FL_EINVAL, "capacity %lld must be > 0", (long long)cap);
+  fl_gset_out(n, c, 0, FL_G_I64, x->ndim, x->shape);
+  *ws = 2 * (x->n ? x->n : 1); /* a sorted copy of the ids, int64 */
+  *saved = 0;
+  return FL_OK;
+}
+
+static fl_status rowidx_forward(fl_gnode *n, fl_gctx *c) {
+  const fl_gtensor *x = fl_gin(n, c, 0);
+  fl_gtensor *y = fl_gout(n, c, 0);
+  int64_t cap, *u = (int64_t *)(void *)n->ws;
+  FL_TRY(fl_ga_int(n, "capacity", 0, &cap));
+  if (x->n) memcpy(u, x->idata, x->n * sizeof *u);
+  const size_t nu = fl_graph_unique_ids(u, x->n);
+  if (nu > (size_t)cap)
+    return fl_gop_fail(n, FL_EINVAL, "%zu distinct ids in the batch, over the %lld rows the "
+                       "sparse table's rows input holds", nu, (long long)cap);
+  for (size_t i = 0; i < x->n; i++) {
+    const int64_t *p = bsearch(&x->idata[i], u, nu, sizeof *u, cmp_i64);
+    y->idata[i] = p - u;
+  }
+  return FL_OK;
+}
+
+static const char *const rowidx_attrs[] = {"capacity", NULL};
+
 static const char *const pool_attrs[] = {"mode", "num_slots", NULL};
 
 const fl_gop fl_gops_sparse[] = {
@@ -129,5 +178,10 @@ const fl_gop fl_gops_sparse[] = {
      .forward = pool_forward, .backward = pool_backward,
      .doc = "the CTR model's pooling of pulled rows by a per-step sparse feed (mode slots "
             "or all); never read from a file"},
+    {.type = "SparseRowIndex", .domain = "flotilla", .min_in = 1, .max_in = 1, .min_out = 1,
+     .max_out = 1, .attrs = rowidx_attrs, .infer = rowidx_infer, .forward = rowidx_forward,
+     .nodiff_in = 1u, .traits = FL_GOP_NO_FOLD,
+     .doc = "a sparse table's ids to the positions of their rows among the batch's sorted "
+            "distinct ids (attribute capacity: the rows pulled at most); never read from a file"},
 };
 const size_t fl_gops_sparse_n = sizeof fl_gops_sparse / sizeof fl_gops_sparse[0];
