@@ -604,6 +604,9 @@ static int setup(int argc, char **argv, app *a, cli_opts *cli, fl_run_identity *
   return -1;
 }
 
+_Static_assert(FL_JOB_MAX_SPARSE_TABLES <= FL_PS_MAX_TABLE_OPTIMS,
+               "every pserver.sparse_tables entry fits the core's per-table optimizers");
+
 /* The core of this job (its options from the job, the cluster and the
  * command line). */
 static fl_status make_core(app *a, const cli_opts *cli, const fl_run_identity *id) {
@@ -618,6 +621,13 @@ static fl_status make_core(app *a, const cli_opts *cli, const fl_run_identity *i
   co.max_dense_elements = cli->max_dense;
   snprintf(co.run_id, sizeof co.run_id, "%s", id->run_id);
   co.job_hash = id->job_hash;
+  for (int i = 0; i < a->job.pserver.n_sparse_tables; i++) { /* a model's own tables */
+    const fl_job_sparse_table *t = &a->job.pserver.sparse_tables[i];
+    fl_ps_table_optim *o = &co.table_optims[co.n_table_optims++];
+    snprintf(o->name, sizeof o->name, "%s", t->name);
+    fl_job_optimizer_to_hparams(&t->optimizer, 1, &o->hp);
+    o->lr = t->optimizer.lr;
+  }
   return fl_ps_core_create(&co, &a->core);
 }
 

@@ -1246,6 +1246,8 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   rep.steps = t.step;
   /* finish while the model still exists: geo pushes its last delta from it;
    * a run stopped by a signal is not finished (not complete) */
+  if (st == FL_OK && !rep.stopped && t.sparse && job->train.export_onnx[0])
+    st = fl_sparse_run_export(t.sparse, job->train.export_onnx); /* before finish: the rows */
   if (st == FL_OK && !rep.stopped) st = t.ops->finish(t.self);
   if (st == FL_OK && !rep.stopped && t.rank == 0 && job->train.export_onnx[0])
     st = fl_trainer_export_onnx(job, t.model, job->train.export_onnx);

@@ -65,4 +65,11 @@ int fl_sparse_run_auc(const fl_sparse_run *r);
 fl_status fl_sparse_run_eval_batch(fl_sparse_run *r, const fl_batch *b, size_t n,
                                    fl_model_result *res);
 
+/* train.export_onnx of a model with sparse tables: after every rank's
+ * last push (a barrier through the sync's metric sums, so every rank
+ * calls it), rank 0 writes each table's rows as <prefix>.<table>.ids.npy
+ * (int64 [n], ascending) and <prefix>.<table>.rows.npy (float32
+ * [n, width]) from the pservers (fl_ps_client_dump_sparse). */
+fl_status fl_sparse_run_export(fl_sparse_run *r, const char *prefix);
+
 #endif

@@ -37,6 +37,7 @@ struct fl_sparse_run {
   const fl_sparse_table *tables;
   size_t nt;
   fl_sparse_need need[FL_SPARSE_MAX_TABLES]; /* the pulled micro-batch's */
+  int inited; /* the model's initial rows were sent (init_tables) */
 };
 
 int fl_loop_sparse_data(const fl_job *job) {
@@ -110,10 +111,42 @@ fl_status fl_sparse_run_create(const fl_job *job, fl_model *m, fl_sync *sync, in
 
 void fl_sparse_run_free(fl_sparse_run *r) { free(r); }
 
+/* Ids sent in one InitSparse call at most. */
+#define INIT_CHUNK 4096
+
+/* Table t's initial rows 0..rows-1 (the model's values) to the pservers,
+ * which create those that do not exist yet: every trainer sends the same,
+ * and a restarted one changes nothing. */
+static fl_status init_table(fl_sparse_run *r, size_t t, const float *init, size_t rows) {
+  fl_ps_client *c = fl_sync_ps_client(r->sync);
+  const uint32_t w = r->tables[t].width;
+  uint64_t ids[INIT_CHUNK];
+  for (size_t lo = 0; lo < rows; lo += INIT_CHUNK) {
+    const size_t n = rows - lo < INIT_CHUNK ? rows - lo : INIT_CHUNK;
+    for (size_t i = 0; i < n; i++) ids[i] = lo + i;
+    FL_TRY(fl_ps_client_init_sparse(c, r->tables[t].name, w, ids, n, init + lo * w));
+  }
+  FL_LOGI("sparse table %s: rows 0..%zu from the model sent to the pservers (existing rows "
+          "kept)", r->tables[t].name, rows ? rows - 1 : 0);
+  return FL_OK;
+}
+
+/* Before the first pull: the tables that start from the model's values. */
+static fl_status init_tables(fl_sparse_run *r) {
+  for (size_t t = 0; r->hooks->init_rows && t < r->nt; t++) {
+    size_t rows = 0;
+    const float *init = r->hooks->init_rows(r->self, t, &rows);
+    if (init) FL_TRY(init_table(r, t, init, rows));
+  }
+  r->inited = 1;
+  return FL_OK;
+}
+
 /* Prepare b in slot 0 and fetch its rows: a training pull (rows created,
  * a sync pull held for the step), or an evaluation's read-only one. */
 static fl_status fetch(fl_sparse_run *r, const fl_batch *b, size_t n, int read_only) {
   fl_ps_client *c = fl_sync_ps_client(r->sync);
+  if (!r->inited) FL_TRY(init_tables(r));
   FL_TRY(r->hooks->prepare(r->self, 0, b, n, r->need));
   for (size_t t = 0; t < r->nt; t++)
     FL_TRY((read_only ? fl_ps_client_read_sparse : fl_ps_client_pull_sparse)(
@@ -303,4 +336,39 @@ fl_status fl_sparse_run_eval_batch(fl_sparse_run *r, const fl_batch *b, size_t n
                                    fl_model_result *res) {
   FL_TRY(fetch(r, b, n, 1));
   return fl_model_eval_sparse(r->model, 0, n, res);
+}
+
+/* ---------------------------------------------------------------- export */
+
+/* Table t's rows as <prefix>.<table>.ids.npy (int64 [n]) and
+ * <prefix>.<table>.rows.npy (float32 [n, width]). */
+static fl_status export_table(fl_sparse_run *r, size_t t, const char *prefix) {
+  uint64_t *ids = NULL;
+  float *rows = NULL;
+  size_t n = 0;
+  char path[FL_JOB_PATH_MAX + 160];
+  const fl_sparse_table *tb = &r->tables[t];
+  fl_status st = fl_ps_client_dump_sparse(fl_sync_ps_client(r->sync), tb->name, tb->width, &ids,
+                                          &rows, &n);
+  const int64_t shape[2] = {(int64_t)n, (int64_t)tb->width};
+  if (st == FL_OK) {
+    snprintf(path, sizeof path, "%s.%s.ids.npy", prefix, tb->name);
+    st = fl_npy_save(path, FL_NPY_I64, 1, shape, ids); /* ids < 2^63: int64 as stored */
+  }
+  if (st == FL_OK) {
+    snprintf(path, sizeof path, "%s.%s.rows.npy", prefix, tb->name);
+    st = fl_npy_save(path, FL_NPY_F32, 2, shape, rows);
+  }
+  if (st == FL_OK) FL_LOGI("sparse table %s: %zu rows exported to %s", tb->name, n, path);
+  free(ids);
+  free(rows);
+  return st;
+}
+
+fl_status fl_sparse_run_export(fl_sparse_run *r, const char *prefix) {
+  double v = 0;
+  FL_TRY(r->sync->ops->reduce_metrics(r->sync->self, &v, 1)); /* every last push is in */
+  if (r->sync->ops->rank(r->sync->self) != 0) return FL_OK;
+  for (size_t t = 0; t < r->nt; t++) FL_TRY(export_table(r, t, prefix));
+  return FL_OK;
 }

@@ -27,3 +27,12 @@ TESTS += tests/integration/test_typed_inputs.sh
 dist_check_SCRIPTS += tests/integration/test_seq_models.sh
 EXTRA_DIST += tests/integration/whole_models.py
 TESTS += tests/integration/test_seq_models.sh
+
+# An ONNX model's own embeddings as sparse tables on the pservers
+# (pserver.sparse_tables): Embedding with a padding id and EmbeddingBag over
+# ids taken modulo the vocabulary in the graph, init from_model, sync PS with
+# 1 and 2 trainers against PyTorch's losses and test metrics; the export
+# (ONNX + the tables' .npy) loaded back into PyTorch; the refusals.  Seconds.
+dist_check_SCRIPTS += tests/integration/test_onnx_sparse.sh
+EXTRA_DIST += tests/integration/onnx_sparse.py
+TESTS += tests/integration/test_onnx_sparse.sh
