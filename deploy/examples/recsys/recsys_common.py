@@ -29,7 +29,8 @@ def mlp(sizes, last_relu):
 class Tables(nn.Module):
     """26 nn.EmbeddingBag (mode sum) of `vocab` rows of `dim`, table c over
     column c's ids modulo vocab (the modulo in the graph, so the exported
-    model takes the reader's 63-bit hashed ids).  Output [B, 26, dim].
+    model takes the reader's 63-bit hashed ids), rows uniform in
+    +-1/sqrt(vocab).  Output [B, 26, dim].
     sparse=True: sparse gradients (torch_train.py)."""
 
     def __init__(self, vocab, dim, sparse=False):
@@ -37,6 +38,8 @@ class Tables(nn.Module):
         self.vocab = vocab
         self.bags = nn.ModuleList(nn.EmbeddingBag(vocab, dim, mode="sum", sparse=sparse)
                                   for _ in range(N_SPARSE))
+        for bag in self.bags:  # DLRM's initialisation: uniform in +-sqrt(1 / rows)
+            nn.init.uniform_(bag.weight, -vocab ** -0.5, vocab ** -0.5)
 
     def forward(self, sparse):
         ids = torch.remainder(sparse, self.vocab)
