@@ -11,7 +11,8 @@
 #      file shorter than one eval batch: trained and evaluated; a training
 #      set shorter than one batch is refused;
 #   5. --max-steps then --resume (shuffle buffer, and file order on a gzip
-#      file): the losses of the uninterrupted run, step for step.
+#      file): the losses of the uninterrupted run, step for step;
+#   6. refusals: a preset model, a model input data.criteo does not feed.
 # Skips (77) without Debian's torch and onnx.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
@@ -116,6 +117,18 @@ for v in shuf:a.tsv:100 seek:a.tsv.gz:0; do
     echo "ok: 5. $n: --resume at step 7 = the uninterrupted run" ||
     { diff "$n.loss" "${n}_r.loss" | head; fail "5. $n: resumed losses differ"; }
 done
+
+# 6. refusals at the job check: a preset model, a model input not fed
+job preset "$tmp/a.tsv" 0 stop
+sed -i 's|^model: .*|model: {kind: mlp, input_shape: [1, 1, 13], num_classes: 2}|' preset.yaml
+if run preset; then fail "6. criteo with model.kind mlp ran"; fi
+grep -q "criteo feeds an ONNX model" preset.out && echo "ok: 6. a preset model refused" ||
+  { tail -3 preset.out; fail "6. preset: no clear refusal"; }
+job unfed "$tmp/a.tsv" 0 stop
+sed -i 's/dense_input: dense,/dense_input: features,/' unfed.yaml
+if run unfed; then fail "6. an input not fed ran"; fi
+grep -q "input 'dense' is not fed" unfed.out && echo "ok: 6. a model input not fed refused" ||
+  { tail -3 unfed.out; fail "6. unfed: no clear refusal"; }
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "PASS: test_criteo_stream"
