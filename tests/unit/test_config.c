@@ -825,20 +825,35 @@ START_TEST(test_criteo_keys) {
   ck_assert_int_eq(j.data.shuffle_buffer, 100000);
   ck_assert_int_eq(j.data.bad_lines, 0);
   ck_assert_int_eq(j.data.hash_buckets, 0);
-  ck_assert_int_eq(fl_job_load_string("data:\n  format: criteo\n  train_path: /d/day_0.gz\n"
-                                      "  test_path: /d/day_23.gz\n  shuffle_buffer: 64\n"
-                                      "  bad_lines: skip\n  hash_buckets: 1000003\n",
+  ck_assert_int_eq(fl_job_load_string("model: {kind: onnx, path: /m.onnx, loss: bce_with_logits}\n"
+                                      "data:\n  format: criteo\n"
+                                      "  train_files: [/d/day_0.gz, '/d/day_1*.gz']\n"
+                                      "  test_files: /d/day_23.gz\n"
+                                      "  criteo: {dense_input: x, shuffle_buffer: 64,\n"
+                                      "    bad_lines: skip, hash_buckets: 1000003}\n",
                                       "criteo.yaml", &j),
                    FL_OK);
   ck_assert_int_eq(j.data.format, FL_DATA_CRITEO);
+  ck_assert_uint_eq(j.data.n_train_files, 2);
+  ck_assert_str_eq(j.data.train_files[1], "/d/day_1*.gz");
+  ck_assert_uint_eq(j.data.n_test_files, 1);
+  ck_assert_str_eq(j.data.test_files[0], "/d/day_23.gz");
+  ck_assert_str_eq(j.data.dense_input, "x");
+  ck_assert_str_eq(j.data.sparse_input, "sparse");
   ck_assert_int_eq(j.data.shuffle_buffer, 64);
   ck_assert_int_eq(j.data.bad_lines, 1);
   ck_assert_int_eq(j.data.hash_buckets, 1000003);
   round_trip(&j);
-  EXPECT_ERROR("data:\n  format: criteo\n", "data.train_path: required with format criteo");
-  EXPECT_ERROR("data:\n  bad_lines: ignore\n", "data.bad_lines: must be one of stop, skip");
+  EXPECT_ERROR("model: {kind: onnx, path: /m.onnx}\ndata:\n  format: criteo\n",
+               "data.train_files: required with format criteo");
+  EXPECT_ERROR("data:\n  criteo: {bad_lines: ignore}\n",
+               "data.criteo.bad_lines: must be one of stop, skip");
+  EXPECT_ERROR("model: {kind: onnx, path: /m.onnx}\n"
+               "data: {format: criteo, train_files: /d/x, test_files: /d/y,\n"
+               "  criteo: {sparse_input: dense}}\n",
+               "data.criteo.sparse_input: must differ from dense_input (dense)");
   EXPECT_ERROR("model: {kind: ctr, num_classes: 2}\ndata: {format: criteo, train_path: /d/x}\n",
-               "data.format: criteo: the training loop does not read Criteo files yet");
+               "data.format: criteo feeds an ONNX model");
 }
 END_TEST
 
