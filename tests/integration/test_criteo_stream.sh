@@ -12,7 +12,10 @@
 #      set shorter than one batch is refused;
 #   5. --max-steps then --resume (shuffle buffer, and file order on a gzip
 #      file): the losses of the uninterrupted run, step for step;
-#   6. refusals: a preset model, a model input data.criteo does not feed.
+#   6. two ranks (collective): --max-steps then --resume, rank 0 at the
+#      checkpoint's position, rank 1 replaying: both ranks' losses as in
+#      the uninterrupted run;
+#   7. refusals: a preset model, a model input data.criteo does not feed.
 # Skips (77) without Debian's torch and onnx.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
@@ -118,17 +121,41 @@ for v in shuf:a.tsv:100 seek:a.tsv.gz:0; do
     { diff "$n.loss" "${n}_r.loss" | head; fail "5. $n: resumed losses differ"; }
 done
 
-# 6. refusals at the job check: a preset model, a model input not fed
+# 6. two ranks (collective), each its half of the lines: --resume at step 3,
+# rank 0 at its saved position, rank 1 replaying its share up to the batch
+for n in two two_r; do
+  job "$n" "$tmp/a.tsv" 50 stop "checkpoint_dir: $tmp/$n.ck"
+  sed -i 's/mode: local/mode: collective, collective_timeout_s: 60/' "$n.yaml"
+done
+two() {
+  timeout 120 "$FL_BUILDDIR/flotilla-run" --log_dir "$1.log$2" --nproc_per_node 2 "$1.yaml" \
+    -- $3 > "$1.out$2" 2>&1 || { tail -5 "$1.out$2" "$1.log$2"/workerlog.*; fail "6. $1: exit"; }
+}
+two two "" ""
+two two_r 1 "--max-steps 3"
+two two_r 2 "--resume"
+for r in 0 1; do
+  grep -h "batch [0-9]*\] loss" "two.log/workerlog.$r" > "two.$r"
+  cat "two_r.log1/workerlog.$r" "two_r.log2/workerlog.$r" | grep -h "batch [0-9]*\] loss" > "two_r.$r"
+  [ "$(wc -l < "two.$r")" -eq 10 ] && cmp -s "two.$r" "two_r.$r" &&
+    echo "ok: 6. rank $r of 2: --resume at step 3 = the uninterrupted run" ||
+    { diff "two.$r" "two_r.$r" | head -5; fail "6. rank $r: resumed losses differ"; }
+done
+grep -q "continues at sample 192 " two_r.log2/workerlog.0 &&
+  grep -q "continues at batch 3, read again" two_r.log2/workerlog.1 ||
+  { grep -h continues two_r.log2/workerlog.*; fail "6. the ranks did not resume as planned"; }
+
+# 7. refusals at the job check: a preset model, a model input not fed
 job preset "$tmp/a.tsv" 0 stop
 sed -i 's|^model: .*|model: {kind: mlp, input_shape: [1, 1, 13], num_classes: 2}|' preset.yaml
-if run preset; then fail "6. criteo with model.kind mlp ran"; fi
-grep -q "criteo feeds an ONNX model" preset.out && echo "ok: 6. a preset model refused" ||
-  { tail -3 preset.out; fail "6. preset: no clear refusal"; }
+if run preset; then fail "7. criteo with model.kind mlp ran"; fi
+grep -q "criteo feeds an ONNX model" preset.out && echo "ok: 7. a preset model refused" ||
+  { tail -3 preset.out; fail "7. preset: no clear refusal"; }
 job unfed "$tmp/a.tsv" 0 stop
 sed -i 's/dense_input: dense,/dense_input: features,/' unfed.yaml
-if run unfed; then fail "6. an input not fed ran"; fi
-grep -q "input 'dense' is not fed" unfed.out && echo "ok: 6. a model input not fed refused" ||
-  { tail -3 unfed.out; fail "6. unfed: no clear refusal"; }
+if run unfed; then fail "7. an input not fed ran"; fi
+grep -q "input 'dense' is not fed" unfed.out && echo "ok: 7. a model input not fed refused" ||
+  { tail -3 unfed.out; fail "7. unfed: no clear refusal"; }
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "PASS: test_criteo_stream"
