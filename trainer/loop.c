@@ -186,7 +186,8 @@ static fl_status open_stream(trainer *t, int test, fl_stream **out) {
       .shuffle_buffer = test ? 0 : (size_t)d->shuffle_buffer,
       .bad_lines = d->bad_lines ? FL_CRITEO_SKIP : FL_CRITEO_STOP,
       .hash_buckets = (uint64_t)d->hash_buckets, .count = !test,
-      .float_targets = t->job->model.loss[0] && strcmp(t->job->model.loss, "softmax_cross_entropy")};
+      .float_targets =
+          t->job->model.loss[0] && strcmp(t->job->model.loss, "softmax_cross_entropy")};
   return fl_stream_open(&o, out);
 }
 
