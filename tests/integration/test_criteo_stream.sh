@@ -15,7 +15,9 @@
 #   6. two ranks (collective): --max-steps then --resume, rank 0 at the
 #      checkpoint's position, rank 1 replaying: both ranks' losses as in
 #      the uninterrupted run;
-#   7. refusals: a preset model, a model input data.criteo does not feed.
+#   7. SIGTERM in the middle of an epoch, then --resume: the losses of the
+#      uninterrupted run;
+#   8. refusals: a preset model, a model input data.criteo does not feed.
 # Skips (77) without Debian's torch and onnx.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
@@ -145,17 +147,43 @@ grep -q "continues at sample 192 " two_r.log2/workerlog.0 &&
   grep -q "continues at batch 3, read again" two_r.log2/workerlog.1 ||
   { grep -h continues two_r.log2/workerlog.*; fail "6. the ranks did not resume as planned"; }
 
-# 7. refusals at the job check: a preset model, a model input not fed
+# 7. SIGTERM in the middle of an epoch (a longer file, small batches), then
+# --resume: every step both runs logged has the same loss (by epoch and
+# batch), and the two runs together log every step of the uninterrupted one
+"$py" "$ex/gen_criteo.py" --rows 20000 --seed 4 --out long.tsv > /dev/null 2>&1
+for n in long long_k; do
+  job "$n" "$tmp/long.tsv" 200 stop "checkpoint_dir: $tmp/$n.ck"
+  sed -i -e 's/epochs: 2/epochs: 1/' -e 's/batch_size: 64/batch_size: 8/' "$n.yaml"
+done
+ok_run long
+keyed() { sed -n 's/^\[Epoch \([0-9]*\), batch \([0-9]*\)\] loss: \([0-9.]*\).*/\1:\2 \3/p' "$@"; }
+"$T" --config long_k.yaml > long_k.out1 2>&1 &
+pid=$!
+sleep 0.5
+kill -TERM $pid 2> /dev/null
+wait $pid
+timeout 60 "$T" --config long_k.yaml --resume > long_k.out2 2>&1 || fail "7. --resume after SIGTERM"
+keyed long.out | sort > long.keyed
+keyed long_k.out1 long_k.out2 | sort -u > long_k.keyed
+if grep -q "stopped by a signal" long_k.out1 && cmp -s long.keyed long_k.keyed; then
+  echo "ok: 7. SIGTERM at $(sed -n 's/.*stopped by a signal at \(step [0-9]*\).*/\1/p' long_k.out1), --resume: the uninterrupted run's losses"
+elif ! grep -q "stopped by a signal" long_k.out1; then
+  echo "ok: 7. (the run ended before SIGTERM: nothing to resume)"
+else
+  diff long.keyed long_k.keyed | head -5; fail "7. the resumed losses differ"
+fi
+
+# 8. refusals at the job check: a preset model, a model input not fed
 job preset "$tmp/a.tsv" 0 stop
 sed -i 's|^model: .*|model: {kind: mlp, input_shape: [1, 1, 13], num_classes: 2}|' preset.yaml
-if run preset; then fail "7. criteo with model.kind mlp ran"; fi
-grep -q "criteo feeds an ONNX model" preset.out && echo "ok: 7. a preset model refused" ||
-  { tail -3 preset.out; fail "7. preset: no clear refusal"; }
+if run preset; then fail "8. criteo with model.kind mlp ran"; fi
+grep -q "criteo feeds an ONNX model" preset.out && echo "ok: 8. a preset model refused" ||
+  { tail -3 preset.out; fail "8. preset: no clear refusal"; }
 job unfed "$tmp/a.tsv" 0 stop
 sed -i 's/dense_input: dense,/dense_input: features,/' unfed.yaml
-if run unfed; then fail "7. an input not fed ran"; fi
-grep -q "input 'dense' is not fed" unfed.out && echo "ok: 7. a model input not fed refused" ||
-  { tail -3 unfed.out; fail "7. unfed: no clear refusal"; }
+if run unfed; then fail "8. an input not fed ran"; fi
+grep -q "input 'dense' is not fed" unfed.out && echo "ok: 8. a model input not fed refused" ||
+  { tail -3 unfed.out; fail "8. unfed: no clear refusal"; }
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "PASS: test_criteo_stream"
