@@ -52,6 +52,10 @@ fl_status fl_trainer_export_checkpoint(const fl_job *job, const char *ckdir, con
   if (!fl_model_kind_has(job->model.kind, FL_KIND_EXPORT))
     return FL_ERR(FL_ENOTSUP, "%s: model.kind %s cannot be exported as ONNX (logreg, mlp, cnn "
                   "and onnx can)", job->source, job->model.kind);
+  if (job->pserver.n_sparse_tables > 0)
+    return FL_ERR(FL_ENOTSUP, "%s: --export-onnx: the job's pserver.sparse_tables live on the "
+                  "pservers, not in its checkpoints: set train.export_onnx, which writes them "
+                  "at the end of training", job->source);
   fl_ckpt *c = NULL;
   int64_t step = 0;
   fl_status st = fl_ckpt_dir_load_latest(dir, &c, &step);

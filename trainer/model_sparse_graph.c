@@ -12,10 +12,10 @@
  * rows the loop pulls, in the order SparseRowIndex numbers them.  Ids are
  * the model's int64 values used as uint64 keys; one outside [0, rows) is
  * refused, as PyTorch's Embedding refuses it.  bind hands the slot's rows
- * to the graph (the padding id's row zeroed: it reads as zeros) and its
- * feed to the step; row_grad is d loss / d rows with the padding row's
- * gradient zeroed, so that row never moves.  The dense parameters travel
- * like any model's; the loop pulls and pushes the rows (loop_sparse.c). */
+ * to the graph and its feed to the step; row_grad is d loss / d rows.  A
+ * table's padding id is the pservers' (it reads as zeros there and its
+ * gradients are dropped).  The dense parameters travel like any model's;
+ * the loop pulls and pushes the rows (loop_sparse.c). */
 #include <config.h>
 
 #include <inttypes.h>
@@ -29,6 +29,9 @@
 #include "fl_sparse_model.h"
 #include "model_internal.h"
 
+_Static_assert(FL_JOB_MAX_SPARSE_TABLES <= FL_SPARSE_MAX_TABLES,
+               "every pserver.sparse_tables entry is one of the model's tables");
+
 /* One table: the job's settings, its rows input and per slot its ids
  * and pulled rows. */
 typedef struct sg_table {
@@ -40,7 +43,6 @@ typedef struct sg_table {
   size_t n[FL_SPARSE_SLOTS];
   float *rows[FL_SPARSE_SLOTS]; /* capacity * width */
   const float *grad;            /* the graph's d loss / d rows */
-  float *gbuf;                  /* grad with the padding row zeroed (padding only) */
 } sg_table;
 
 /* One prepared micro-batch: copies of its inputs and labels, its feed. */
@@ -79,7 +81,6 @@ static void sg_destroy(void *self) {
       free(s->t[i].rows[k]);
     }
     free(s->t[i].init);
-    free(s->t[i].gbuf);
   }
   for (int k = 0; k < FL_SPARSE_SLOTS; k++) {
     for (size_t i = 0; i < FL_DATA_MAX_INPUTS; i++) free(s->slot[k].in[i]);
@@ -173,8 +174,6 @@ static fl_status sg_buffers(sg *s, const fl_model *m) {
           !(t->rows[j] = calloc(nr, sizeof(float))))
         return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory for %zu rows", t->job->name,
                       (size_t)t->capacity);
-    if (t->job->has_padding && !(t->gbuf = malloc(nr * sizeof(float))))
-      return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory", t->job->name);
   }
   return FL_OK;
 }
@@ -247,22 +246,11 @@ static fl_status sg_prepare(void *self, unsigned slot, const fl_batch *b, size_t
   return FL_OK;
 }
 
-/* The position of table t's padding id among the slot's ids, or -1. */
-static ptrdiff_t padding_at(const sg_table *t, unsigned slot) {
-  if (!t->job->has_padding) return -1;
-  const uint64_t p = (uint64_t)t->job->padding_id;
-  for (size_t i = 0; i < t->n[slot]; i++)
-    if (t->ids[slot][i] == p) return (ptrdiff_t)i;
-  return -1;
-}
-
-/* hooks->bind: the slot's rows (the padding row zeroed) to the graph. */
+/* hooks->bind: the slot's rows to the graph. */
 static fl_status sg_bind(void *self, unsigned slot, const float **targets) {
   sg *s = self;
   for (size_t i = 0; i < s->nt; i++) {
     sg_table *t = &s->t[i];
-    const ptrdiff_t p = padding_at(t, slot);
-    if (p >= 0) memset(t->rows[slot] + (size_t)p * t->width, 0, t->width * sizeof(float));
     FL_TRY(fl_graph_model_set_rows(s->graph, t->job->name, t->rows[slot], &t->grad));
   }
   s->bound = slot;
@@ -275,17 +263,7 @@ static const fl_model_feed *sg_feed(void *self) {
   return &s->slot[s->bound].feed;
 }
 
-/* hooks->row_grad: the graph's gradient, the padding row's zeroed. */
-static const float *sg_row_grad(void *self, size_t i) {
-  sg *s = self;
-  sg_table *t = &s->t[i];
-  const ptrdiff_t p = padding_at(t, s->bound);
-  if (p < 0) return t->grad;
-  const size_t w = t->width;
-  memcpy(t->gbuf, t->grad, t->n[s->bound] * w * sizeof(float));
-  memset(t->gbuf + (size_t)p * w, 0, w * sizeof(float));
-  return t->gbuf;
-}
+static const float *sg_row_grad(void *self, size_t i) { return ((const sg *)self)->t[i].grad; }
 
 static const float *sg_scores(void *self) {
   return fl_graph_model_output(((const sg *)self)->graph);

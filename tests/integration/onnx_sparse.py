@@ -11,10 +11,14 @@ inputs and float targets of a training set (N samples) and a test set, and
 DIR/ref.txt: per line the training loss before step s and, after it, the
 test log loss and AUC (full-batch SGD, lr 0.5, every parameter), for
 STEPS steps; DIR/matmul.onnx: a table "w" read by a MatMul (refused).
+DIRsoftmax: the same with a head of 3 classes, int64 class ids and
+cross-entropy; its ref.txt holds the training loss, the test loss and the
+test accuracy.
   onnx_sparse.py DIR check EXPORT: the exported model (dense initializers
 from EXPORT, tables from EXPORT.<table>.{ids,rows}.npy through
 deploy/examples/recsys/load_sparse_export.py) scored on the test set:
-prints "logloss L auc A"."""
+prints "logloss L auc A small-vocabulary refused" (the last: the
+tables into a module of a smaller vocabulary are refused)."""
 import os
 import sys
 
@@ -23,6 +27,7 @@ import torch
 import torch.nn as nn
 
 N, NT, V1, V2, D1, D2, STEPS, LR = 16, 24, 10, 7, 3, 2, 3, 0.3
+CLASSES = 1  # 3 while making DIRsoftmax
 
 
 class Click(nn.Module):
@@ -30,7 +35,7 @@ class Click(nn.Module):
         super().__init__()
         self.emb = nn.Embedding(V1, D1, padding_idx=0)
         self.bag = nn.EmbeddingBag(V2, D2, mode="sum")
-        self.fc = nn.Linear(D1 + D2, 1)
+        self.fc = nn.Linear(D1 + D2, CLASSES)
 
     def forward(self, ids, bag):
         e = self.emb(ids % V1).sum(1)
@@ -48,17 +53,27 @@ def auc(p, y):
     return gt / (len(pos) * len(neg))
 
 
+def loss_of(z, y):
+    if CLASSES > 1:
+        return nn.functional.cross_entropy(z, y)
+    return nn.functional.binary_cross_entropy_with_logits(z, y)
+
+
 def metrics(model, x, y):
+    """Test loss and AUC (one logit) or accuracy (classes)."""
     with torch.no_grad():
         z = model(*x)
-        loss = nn.functional.binary_cross_entropy_with_logits(z, y).item()
-        return loss, auc(torch.sigmoid(z).flatten().numpy(), y.flatten().numpy())
+        if CLASSES > 1:
+            return loss_of(z, y).item(), (z.argmax(1) == y).double().mean().item()
+        return loss_of(z, y).item(), auc(torch.sigmoid(z).flatten().numpy(), y.flatten().numpy())
 
 
 def data(g, n):
     ids = g.integers(0, 3 * V1, (n, 3)).astype(np.int64)
     ids[0, 0] = V1  # the padding row, through the modulo
     bag = g.integers(0, 3 * V2, (n, 4)).astype(np.int64)
+    if CLASSES > 1:
+        return ids, bag, g.integers(0, CLASSES, n).astype(np.int64)
     y = (g.random((n, 1)) < 0.5).astype(np.float32)
     return ids, bag, y
 
@@ -93,7 +108,7 @@ def make(d):
     lines = []
     for _ in range(STEPS):
         opt.zero_grad()
-        loss = nn.functional.binary_cross_entropy_with_logits(model(*x), y)
+        loss = loss_of(model(*x), y)
         loss.backward()
         opt.step()
         tl, ta = metrics(model, tx, ty)
@@ -131,7 +146,14 @@ def check(d, export):
     lse.load_onnx_initializers(model, export)
     lse.load_sparse_export(model, export)
     tl, ta = metrics(model, *tensors(d, "test_"))
-    print("logloss %.8f auc %.8f" % (tl, ta))
+    small = nn.Module()
+    small.emb = nn.Embedding(V1 // 2, D1)  # a vocabulary the export's ids overflow
+    try:
+        lse.load_sparse_export(small, export, ["emb.weight"])
+        refused = "not refused"
+    except ValueError as e:
+        refused = "refused" if "outside the module's vocabulary" in str(e) else str(e)
+    print("logloss %.8f auc %.8f small-vocabulary %s" % (tl, ta, refused))
 
 
 if __name__ == "__main__":
@@ -139,3 +161,5 @@ if __name__ == "__main__":
         check(sys.argv[1], sys.argv[3])
     else:
         make(sys.argv[1])
+        CLASSES = 3
+        make(sys.argv[1] + "softmax")

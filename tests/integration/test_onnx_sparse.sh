@@ -7,16 +7,17 @@
 #   1. 1 pserver, 1 trainer of the whole set: the loss of each of the three
 #      steps and the test log loss and AUC after each equal PyTorch's
 #      full-batch run within 1e-4;
-#   2. the same with 2 trainers of half the set (their losses averaged);
+#   2. the same with 2 trainers of half the set (their losses averaged),
+#      and with a softmax head of 3 classes (the test loss and accuracy);
 #   3. train.export_onnx: the ONNX model and the tables' .npy files load
 #      into the PyTorch module (deploy/examples/recsys/load_sparse_export.py)
-#      and score the test set as the trainer logged it last (both runs);
+#      and score the test set as the trainer logged it last (2 trainers);
+#      into a module of a smaller vocabulary they are refused;
 #   4. refusals, each naming what is wrong: a table read by a MatMul,
 #      sparse_tables in collective mode.
 # Needs /usr/bin/python3 with torch and onnx (skipped without).  Seconds.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
-T=$FL_BUILDDIR/flotilla-trainer
 RUN=$FL_BUILDDIR/flotilla-run
 py=/usr/bin/python3
 gen=$FL_SRCDIR/tests/integration/onnx_sparse.py
@@ -26,20 +27,22 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 d=$tmp/data
-timeout 120 "$py" "$gen" "$d" > "$tmp/py.out" 2>&1 || { cat "$tmp/py.out"; echo "FAIL: onnx_sparse.py"; exit 1; }
+timeout 120 "$py" "$gen" "$d" > "$tmp/py.out" 2>&1 ||
+  { cat "$tmp/py.out"; echo "FAIL: onnx_sparse.py"; exit 1; }
 
 tables="emb.weight: {optimizer: {name: sgd, lr: 0.3}, init: from_model, padding_id: 0},
     bag.weight: {optimizer: {name: sgd, lr: 0.3}, init: from_model}"
-# job NAME BATCH MODE [MODEL [TABLES]]: the click model's job
+# job NAME BATCH MODE [MODEL [TABLES]]: the click model's job over $dd
+dd=$d loss=bce_with_logits
 job() {
   cat > "$tmp/$1.yaml" <<EOF
-model: {kind: onnx, path: $d/${4:-model}.onnx, loss: bce_with_logits}
+model: {kind: onnx, path: $dd/${4:-model}.onnx, loss: $loss}
 data:
   format: npy
-  inputs: {ids: $d/ids.npy, bag: $d/bag.npy}
-  train_y: $d/y.npy
-  test_inputs: {ids: $d/test_ids.npy, bag: $d/test_bag.npy}
-  test_y: $d/test_y.npy
+  inputs: {ids: $dd/ids.npy, bag: $dd/bag.npy}
+  train_y: $dd/y.npy
+  test_inputs: {ids: $dd/test_ids.npy, bag: $dd/test_bag.npy}
+  test_y: $dd/test_y.npy
   shuffle: false
 optimizer: {name: sgd, lr: 0.3}
 train: {epochs: 3, batch_size: $2, eval_batch_size: 24, seed: 1, log_interval: 1, num_threads: 1, export_onnx: $tmp/$1.onnx}
@@ -60,13 +63,16 @@ mean() {
     loss) pat="^\[Epoch $e, batch 0\] loss: \([0-9.]*\),.*" ;;
     logloss) pat="^\[Epoch $e\] test auc: .*, logloss: \([0-9.]*\),.*" ;;
     auc) pat="^\[Epoch $e\] test auc: \([0-9.]*\),.*" ;;
+    tloss) pat="^\[Epoch $e\] test loss: \([0-9.]*\),.*" ;;
+    acc) pat="^\[Epoch $e\] test loss: .*, acc1: \([0-9.]*\).*" ;;
   esac
   sed -n "s/$pat/\1/p" "$@" | awk '{ s += $1; n++ } END { if (n) printf "%.8f", s / n }'
 }
 
-# train NAME TRAINERS: the job through flotilla-run, 1 pserver; compared
+# train NAME TRAINERS [METRICS]: the job through flotilla-run, 1 pserver;
+# its losses and test METRICS (logloss auc, or tloss acc) against PyTorch's
 train() {
-  name=$1 n=$2
+  name=$1 n=$2 m1=${3:-logloss} m2=${4:-auc}
   job "$name" $((16 / n)) ps
   if ! timeout 120 "$RUN" --log_dir "$tmp/$name.log" --mode ps --server_num 1 \
       --nproc_per_node "$n" "$tmp/$name.yaml" > "$tmp/$name.out" 2>&1; then
@@ -76,21 +82,26 @@ train() {
   fi
   logs=$(ls "$tmp/$name.log"/workerlog.*)
   for e in 0 1 2; do
-    set -- $(sed -n "$((e + 1))p" "$d/ref.txt")
+    # shellcheck disable=SC2046 # the reference line's three numbers: word-split
+    set -- $(sed -n "$((e + 1))p" "$dd/ref.txt")
     # shellcheck disable=SC2086 # the worker logs: word-split
-    l=$(mean loss $e $logs) ll=$(mean logloss $e $logs) a=$(mean auc $e $logs)
+    l=$(mean loss $e $logs) ll=$(mean $m1 $e $logs) a=$(mean $m2 $e $logs)
     close "${l:-x}" "$1" || fail "$name: step $e loss $l, PyTorch $1"
-    close "${ll:-x}" "$2" || fail "$name: epoch $e test logloss $ll, PyTorch $2"
-    close "${a:-x}" "$3" || fail "$name: epoch $e test auc $a, PyTorch $3"
-    echo "$name: step $e loss $l (PyTorch $1), test logloss $ll ($2), auc $a ($3)"
+    close "${ll:-x}" "$2" || fail "$name: epoch $e test $m1 $ll, PyTorch $2"
+    close "${a:-x}" "$3" || fail "$name: epoch $e test $m2 $a, PyTorch $3"
+    echo "$name: step $e loss $l (PyTorch $1), test $m1 $ll ($2), $m2 $a ($3)"
   done
+  [ "$m1" = logloss ] && [ "$n" -eq 2 ] || return
   if "$py" "$gen" "$d" check "$tmp/$name.onnx" > "$tmp/$name.check" 2>&1; then
+    # shellcheck disable=SC2046 # the check's words
     set -- $(cat "$tmp/$name.check")
     # shellcheck disable=SC2086
     ll=$(mean logloss 2 $logs) a=$(mean auc 2 $logs)
     close "$2" "$ll" || fail "$name: the export's test logloss $2, the trainer logged $ll"
     close "$4" "$a" || fail "$name: the export's test auc $4, the trainer logged $a"
-    echo "$name: export in PyTorch: test logloss $2, auc $4 (logged $ll, $a)"
+    [ "$6" = refused ] || fail "$name: a module of a smaller vocabulary: $6"
+    echo "$name: export in PyTorch: test logloss $2, auc $4 (logged $ll, $a); a smaller"\
+      "vocabulary $6"
   else
     cat "$tmp/$name.check"
     fail "$name: the export does not load into PyTorch"
@@ -98,6 +109,9 @@ train() {
 }
 train one 1
 train two 2
+dd=${d}softmax loss=softmax_cross_entropy
+train softmax 2 tloss acc
+dd=$d loss=bce_with_logits
 
 # refused NAME PATTERN: the job stopped, saying PATTERN
 refused() {

@@ -785,6 +785,52 @@ START_TEST(test_onnx_keys) {
 }
 END_TEST
 
+/* pserver.sparse_tables: entries, their defaults, the dump, the refusals. */
+START_TEST(test_sparse_tables_keys) {
+  static const char *base = "model: {kind: onnx, path: m.onnx}\ncluster: {mode: ps}\n";
+  char text[1024];
+  fl_job j;
+  snprintf(text, sizeof text, "%spserver:\n  sparse: {init_range: 0.02, optimizer: {name: ftrl, lr: 0.7}}\n"
+           "  sparse_tables:\n"
+           "    emb.weight: {optimizer: {name: sgd, lr: 0.5}, init: from_model, padding_id: 0}\n"
+           "    bag.weight: {init: uniform(0.1)}\n    t3: {init: uniform}\n", base);
+  ck_assert_int_eq(fl_job_load_string(text, "st.yaml", &j), FL_OK);
+  ck_assert_int_eq(j.pserver.n_sparse_tables, 3);
+  const fl_job_sparse_table *t = j.pserver.sparse_tables;
+  ck_assert_str_eq(t[0].name, "emb.weight");
+  ck_assert_int_eq(t[0].optimizer.kind, FL_OPTIM_SGD);
+  ck_assert_float_eq(t[0].optimizer.lr, 0.5f);
+  ck_assert_int_eq(t[0].init, FL_SPARSE_INIT_FROM_MODEL);
+  ck_assert_int_eq(t[0].has_padding, 1);
+  ck_assert_int_eq(t[0].padding_id, 0);
+  ck_assert_int_eq(t[1].optimizer.kind, FL_OPTIM_FTRL); /* pserver.sparse.optimizer's */
+  ck_assert_float_eq(t[1].optimizer.lr, 0.7f);
+  ck_assert_float_eq(t[1].init_range, 0.1f);
+  ck_assert_int_eq(t[1].has_padding, 0);
+  ck_assert_float_eq(t[2].init_range, 0.02f); /* pserver.sparse.init_range */
+  round_trip(&j);
+  snprintf(text, sizeof text, "%spserver: {sparse_tables: {e: {init: normal(1)}}}\n", base);
+  EXPECT_ERROR(text, "pserver.sparse_tables.e.init: expected uniform, uniform(R)", "from_model");
+  snprintf(text, sizeof text, "%spserver: {sparse_tables: {e: {}, e: {}}}\n", base);
+  EXPECT_ERROR(text, "pserver.sparse_tables.e: duplicate table");
+  snprintf(text, sizeof text, "%spserver: {sparse_tables: {a: {}, b: {}, c: {}, d: {}, e: {}, "
+           "f: {}, g: {}, h: {}, i: {}}}\n", base);
+  EXPECT_ERROR(text, "pserver.sparse_tables: at most 8 tables");
+  EXPECT_ERROR("model: {kind: onnx, path: m.onnx}\ncluster: {mode: collective}\n"
+               "pserver: {sparse_tables: {e: {}}}\n",
+               "pserver.sparse_tables: the tables live on the pservers: they need cluster.mode "
+               "ps, got collective");
+  EXPECT_ERROR("cluster: {mode: ps}\npserver: {sparse_tables: {e: {}}}\n",
+               "pserver.sparse_tables: names initializers of an ONNX model: needs model.kind "
+               "onnx, got mlp");
+  snprintf(text, sizeof text, "%strain: {device: gpu}\npserver: {sparse_tables: {e: {}}}\n", base);
+  EXPECT_ERROR(text, "pserver.sparse_tables: a model with sparse tables trains on the cpu");
+  snprintf(text, sizeof text, "%spserver: {sparse_tables: {e: {optimizer: {name: momentum}}}}\n",
+           base);
+  EXPECT_ERROR(text, "pserver.sparse_tables.e.optimizer.name: must be");
+}
+END_TEST
+
 /* data.format npy: its keys, defaults, dump and the required paths. */
 START_TEST(test_npy_keys) {
   fl_job j;
@@ -874,6 +920,7 @@ int main(void) {
   tcase_add_test(tc, test_npy_keys);
   tcase_add_test(tc, test_criteo_keys);
   tcase_add_test(tc, test_onnx_keys);
+  tcase_add_test(tc, test_sparse_tables_keys);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
