@@ -788,7 +788,7 @@ END_TEST
 /* pserver.sparse_tables: entries, their defaults, the dump, the refusals. */
 START_TEST(test_sparse_tables_keys) {
   static const char *base = "model: {kind: onnx, path: m.onnx}\ncluster: {mode: ps}\n";
-  char text[1024];
+  char text[2048];
   fl_job j;
   snprintf(text, sizeof text, "%spserver:\n  sparse: {init_range: 0.02, optimizer: {name: ftrl, lr: 0.7}}\n"
            "  sparse_tables:\n"
@@ -813,9 +813,11 @@ START_TEST(test_sparse_tables_keys) {
   EXPECT_ERROR(text, "pserver.sparse_tables.e.init: expected uniform, uniform(R)", "from_model");
   snprintf(text, sizeof text, "%spserver: {sparse_tables: {e: {}, e: {}}}\n", base);
   EXPECT_ERROR(text, "pserver.sparse_tables.e: duplicate table");
-  snprintf(text, sizeof text, "%spserver: {sparse_tables: {a: {}, b: {}, c: {}, d: {}, e: {}, "
-           "f: {}, g: {}, h: {}, i: {}}}\n", base);
-  EXPECT_ERROR(text, "pserver.sparse_tables: at most 8 tables");
+  int len = snprintf(text, sizeof text, "%spserver: {sparse_tables: {", base);
+  for (int i = 0; i <= FL_JOB_MAX_SPARSE_TABLES; i++)
+    len += snprintf(text + len, sizeof text - (size_t)len, "%st%d: {}", i ? ", " : "", i);
+  snprintf(text + len, sizeof text - (size_t)len, "}}\n");
+  EXPECT_ERROR(text, "pserver.sparse_tables: at most 64 tables");
   EXPECT_ERROR("model: {kind: onnx, path: m.onnx}\ncluster: {mode: collective}\n"
                "pserver: {sparse_tables: {e: {}}}\n",
                "pserver.sparse_tables: the tables live on the pservers: they need cluster.mode "
