@@ -21,6 +21,7 @@
 #   dlrm_auc, torch_auc     test AUC of Flotilla's export (eval_export.py)
 #                           and of the PyTorch-trained module
 #   dlrm_auc_vs_torch       their difference (Flotilla - PyTorch)
+# shellcheck disable=SC2015 # `A && echo ok || fail`: the echo never fails
 set -u
 B=${1:-${FL_BUILDDIR:-$PWD/build}}
 B=$(cd "$B" && pwd)

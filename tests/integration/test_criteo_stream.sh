@@ -19,6 +19,7 @@
 #      uninterrupted run;
 #   8. refusals: a preset model, a model input data.criteo does not feed.
 # Skips (77) without Debian's torch and onnx.
+# shellcheck disable=SC2015 # `A && echo ok || fail`: the echo never fails
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
 py=/usr/bin/python3
@@ -130,6 +131,7 @@ for n in two two_r; do
   sed -i 's/mode: local/mode: collective, collective_timeout_s: 60/' "$n.yaml"
 done
 two() {
+  # shellcheck disable=SC2086 # $3: the trainer's flags, word-split
   timeout 120 "$FL_BUILDDIR/flotilla-run" --log_dir "$1.log$2" --nproc_per_node 2 "$1.yaml" \
     -- $3 > "$1.out$2" 2>&1 || { tail -5 "$1.out$2" "$1.log$2"/workerlog.*; fail "6. $1: exit"; }
 }

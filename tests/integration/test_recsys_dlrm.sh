@@ -7,6 +7,7 @@
 # torch_train.py's (sparse gradients, torch.optim.Adagrad, one thread),
 # and the export scored by eval_export.py with the test log loss the
 # trainer logged.  Skips (77) without Debian's torch and onnx.  Seconds.
+# shellcheck disable=SC2015 # `A && echo ok || fail`: the echo never fails
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
 py=/usr/bin/python3
