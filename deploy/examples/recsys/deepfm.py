@@ -7,7 +7,8 @@ machine's second-order term over the 26 field embeddings
 embeddings and the dense features, summed into one logit
 (bce_with_logits).
 
-    /usr/bin/python3 deploy/examples/recsys/deepfm.py export OUT.onnx [--vocab V] [--dim D] [--seed S]
+    /usr/bin/python3 deploy/examples/recsys/deepfm.py export OUT.onnx \
+        [--vocab V] [--dim D] [--seed S]
 """
 import os
 import sys

@@ -5,7 +5,8 @@ each column's ids modulo the vocabulary, the pairwise dot products of the
 27 vectors (bottom output and embeddings, strictly lower triangle), a top
 MLP over [bottom output, interactions] to one logit (bce_with_logits).
 
-    /usr/bin/python3 deploy/examples/recsys/dlrm.py export OUT.onnx [--vocab V] [--dim D] [--seed S]
+    /usr/bin/python3 deploy/examples/recsys/dlrm.py export OUT.onnx \
+        [--vocab V] [--dim D] [--seed S]
 """
 import os
 import sys

@@ -27,7 +27,8 @@ def main():
     ap.add_argument("--test", nargs="+", required=True)
     ap.add_argument("--vocab", type=int, default=10000)
     ap.add_argument("--dim", type=int, default=8)
-    ap.add_argument("--hash-buckets", type=int, default=0, help="the job's data.criteo.hash_buckets")
+    ap.add_argument("--hash-buckets", type=int, default=0,
+                    help="the job's data.criteo.hash_buckets")
     a = ap.parse_args()
     torch.set_num_threads(1)
     model = MODELS[a.model](vocab=a.vocab, dim=a.dim)
