@@ -63,7 +63,7 @@ def main(build, what):
     ap = argparse.ArgumentParser(description=f"export the {what} module to ONNX")
     ap.add_argument("cmd", choices=["export"])
     ap.add_argument("out", help="the .onnx file to write")
-    ap.add_argument("--vocab", type=int, default=10000, help="rows per table (ids % vocab)")
+    ap.add_argument("--vocab", type=int, default=10000, help="rows per table (ids %% vocab)")
     ap.add_argument("--dim", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-check", action="store_true", help="skip the importer's check")
