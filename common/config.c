@@ -131,6 +131,7 @@ typedef enum ftype {
   F_I64_LIST,  /* int64_t[cap] */
   F_FLOAT_LIST, /* float[cap] */
   F_STR_LIST,  /* char[cap][FL_JOB_NAME_MAX] */
+  F_PATH_LIST, /* char[cap][FL_JOB_PATH_MAX]; a plain string is a list of one */
   F_FP16AR,    /* strategy.fp16_allreduce: folded into grad_compression */
   F_UNSUP_BOOL, /* not implemented: accepted only at dflt */
   F_UNSUP_NUM, /* not implemented number: accepted only at dflt */
@@ -271,9 +272,22 @@ static const field f_data[] = {
          E("random_horizontal_flip", F_BOOL, fl_job_data, augment.hflip),
          E("random_crop_padding", F_INT, fl_job_data, augment.crop_padding, RANGE(0, 1024)),
          END}},
-    E("shuffle_buffer", F_I64, fl_job_data, shuffle_buffer, RANGE(0, 1e8), DEF(100000)),
-    E("bad_lines", F_ENUM, fl_job_data, bad_lines, .choices = k_bad_lines, DEF(0)),
-    E("hash_buckets", F_I64, fl_job_data, hash_buckets, RANGE(0, 1e15)),
+    E("train_files", F_PATH_LIST, fl_job_data, train_files,
+      LIST(fl_job_data, train_files, n_train_files)),
+    E("test_files", F_PATH_LIST, fl_job_data, test_files,
+      LIST(fl_job_data, test_files, n_test_files)),
+    {.key = "criteo",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("dense_input", F_STR, fl_job_data, dense_input, STRCAP(fl_job_data, dense_input),
+           DEFS("dense")),
+         E("sparse_input", F_STR, fl_job_data, sparse_input, STRCAP(fl_job_data, sparse_input),
+           DEFS("sparse")),
+         E("shuffle_buffer", F_I64, fl_job_data, shuffle_buffer, RANGE(0, 1e8), DEF(100000)),
+         E("bad_lines", F_ENUM, fl_job_data, bad_lines, .choices = k_bad_lines, DEF(0)),
+         E("hash_buckets", F_I64, fl_job_data, hash_buckets, RANGE(0, 1e15)),
+         END}},
     END};
 
 static const field f_optimizer[] = {
@@ -1030,6 +1044,12 @@ static fl_status parse_field(ctx *c, const field *f, const yaml_node_t *v, const
   case F_STR:
   case F_CHOICE:
     return parse_elem(c, f, f->type, v, km, path, dst, f->cap);
+  case F_PATH_LIST:
+    if (v->type == YAML_SCALAR_NODE && !is_null(v)) { /* one file or glob */
+      *(size_t *)(base + f->count_off) = 1;
+      return parse_elem(c, f, F_STR, v, km, path, dst, FL_JOB_PATH_MAX);
+    }
+    /* fall through */
   case F_INT_ARRAY:
   case F_SIZE_LIST:
   case F_I64_LIST:
@@ -1055,6 +1075,7 @@ static fl_status parse_field(ctx *c, const field *f, const yaml_node_t *v, const
                  : et == F_SIZE ? sizeof(size_t)
                  : et == F_I64  ? sizeof(int64_t)
                  : et == F_FLOAT ? sizeof(float)
+                 : f->type == F_PATH_LIST ? FL_JOB_PATH_MAX
                                  : FL_JOB_NAME_MAX;
     for (size_t i = 0; i < cnt; i++) {
       const yaml_node_t *item = yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
@@ -1062,7 +1083,7 @@ static fl_status parse_field(ctx *c, const field *f, const yaml_node_t *v, const
       if (snprintf(ipath, sizeof ipath, "%s[%zu]", path, i) >= (int)sizeof ipath)
         return perr(c, km, path, "key path too long");
       if (!item) return perr(c, km, ipath, "missing node");
-      FL_TRY(parse_elem(c, f, et, item, &item->start_mark, ipath, dst + i * esz, FL_JOB_NAME_MAX));
+      FL_TRY(parse_elem(c, f, et, item, &item->start_mark, ipath, dst + i * esz, esz));
     }
     if (f->type != F_INT_ARRAY) *(size_t *)(base + f->count_off) = cnt;
     return FL_OK;
@@ -1457,9 +1478,10 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   int ctr_model = fl_model_kind_has(m->kind, FL_KIND_SPARSE);
   int ctr_data = d->format == FL_DATA_LIBSVM ||
                  (d->format == FL_DATA_SYNTHETIC && !strcmp(d->synthetic.kind, "ctr"));
-  if (ctr_model && d->format == FL_DATA_CRITEO)
-    return kerr(c, src, "data.format", "criteo: the training loop does not read Criteo files "
-                "yet; for the ctr model use data.format libsvm or synthetic kind ctr");
+  if (!file && d->format == FL_DATA_CRITEO)
+    return kerr(c, src, "data.format", "criteo feeds an ONNX model (model.kind onnx, its inputs "
+                "named in data.criteo), not %s; for the ctr model use data.format libsvm or "
+                "synthetic kind ctr", m->kind);
   if (ctr_model && !ctr_data)
     return kerr(c, src, "data.format", "the ctr model needs libsvm data or synthetic kind ctr");
   if (!ctr_model && ctr_data)
@@ -1479,7 +1501,15 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
     if (job->train.eval && (!d->test_images[0] || !d->test_labels[0]))
       return kerr(c, src, d->test_images[0] ? "data.test_labels" : "data.test_images",
                   "required with train.eval: true");
-  } else if (d->format == FL_DATA_LIBSVM || d->format == FL_DATA_CRITEO) {
+  } else if (d->format == FL_DATA_CRITEO) {
+    if (!d->n_train_files && !d->train_path[0])
+      return kerr(c, src, "data.train_files", "required with format criteo (files or globs)");
+    if (job->train.eval && !d->n_test_files && !d->test_path[0])
+      return kerr(c, src, "data.test_files", "required with train.eval: true");
+    if (!strcmp(d->dense_input, d->sparse_input))
+      return kerr(c, src, "data.criteo.sparse_input", "must differ from dense_input (%s)",
+                  d->dense_input);
+  } else if (d->format == FL_DATA_LIBSVM) {
     if (!d->train_path[0])
       return kerr(c, src, "data.train_path", "required with format %s", k_formats[d->format]);
     if (job->train.eval && !d->test_path[0])
@@ -1820,7 +1850,7 @@ static int emit_map(yaml_emitter_t *em, const field *table, const char *base) {
       if (!emit_table_map(em, f, base)) return 0;
     } else if (f->type == F_SPARSE_INIT) {
       if (!emit_sparse_init(em, base)) return 0;
-    } else if (f->type >= F_INT_ARRAY && f->type <= F_STR_LIST) {
+    } else if (f->type >= F_INT_ARRAY && f->type <= F_PATH_LIST) {
       size_t cnt = f->type == F_INT_ARRAY ? f->cap : *(const size_t *)(base + f->count_off);
       ftype et = f->type == F_INT_ARRAY ? F_INT
                  : f->type == F_SIZE_LIST ? F_SIZE
@@ -1831,6 +1861,7 @@ static int emit_map(yaml_emitter_t *em, const field *table, const char *base) {
                    : et == F_SIZE ? sizeof(size_t)
                    : et == F_I64  ? sizeof(int64_t)
                    : et == F_FLOAT ? sizeof(float)
+                   : f->type == F_PATH_LIST ? FL_JOB_PATH_MAX
                                    : FL_JOB_NAME_MAX;
       if (!yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1, YAML_FLOW_SEQUENCE_STYLE) ||
           !yaml_emitter_emit(em, &ev))

@@ -170,7 +170,15 @@ typedef struct fl_job_data {
     int hflip;         /* random_horizontal_flip: 0 */
     int crop_padding;  /* random_crop_padding: shift up to this many pixels: 0 */
   } augment;
-  /* criteo (fl_criteo_options in trainer/fl_data.h) */
+  /* criteo (fl_criteo_options in trainer/fl_data.h): the files (globs
+   * expanded in order; train_path / test_path name one file), and under
+   * data.criteo the model inputs fed and the reader's options */
+  char train_files[FL_JOB_MAX_LIST][FL_JOB_PATH_MAX];
+  size_t n_train_files;
+  char test_files[FL_JOB_MAX_LIST][FL_JOB_PATH_MAX];
+  size_t n_test_files;
+  char dense_input[FL_JOB_NAME_MAX];  /* float [B, 13] input: "dense" */
+  char sparse_input[FL_JOB_NAME_MAX]; /* int64 [B, 26] input: "sparse" */
   int64_t shuffle_buffer; /* reservoir of N samples, 0 = file order: 100000 */
   int bad_lines;          /* 0 "stop" (default), 1 "skip" (counted, logged) */
   int64_t hash_buckets;   /* categorical ids modulo this, 0 = the 63-bit hash: 0 */
@@ -282,7 +290,7 @@ typedef struct fl_job_cluster {
 } fl_job_cluster;
 
 /* ---------------------------------------------------------------- pserver */
-#define FL_JOB_MAX_SPARSE_TABLES 8
+#define FL_JOB_MAX_SPARSE_TABLES 64 /* the pservers hold 64 */
 
 /* How a sparse table's rows start. */
 typedef enum fl_job_sparse_init {

@@ -186,10 +186,10 @@ static fl_status read_line(fl_criteo_reader *r, int *got, int *nul) {
 static fl_status bad_line(fl_criteo_reader *r, const char *what) {
   const char *path = r->paths[r->pos.file];
   if (r->o.bad_lines == FL_CRITEO_STOP)
-    return FL_ERR(FL_EPROTO, "%s:%" PRIu64 ": %s (data.bad_lines: skip would skip it)", path,
+    return FL_ERR(FL_EPROTO, "%s:%" PRIu64 ": %s (data.criteo.bad_lines: skip would skip it)", path,
                   r->pos.file_line, what);
   if (++r->pos.skipped <= SKIP_LOGGED)
-    FL_LOGW("%s:%" PRIu64 ": %s; skipped (data.bad_lines: skip)%s", path, r->pos.file_line, what,
+    FL_LOGW("%s:%" PRIu64 ": %s; skipped (data.criteo.bad_lines: skip)%s", path, r->pos.file_line, what,
             r->pos.skipped == SKIP_LOGGED ? "; further skipped lines are only counted" : "");
   return FL_OK;
 }
@@ -322,7 +322,7 @@ void fl_criteo_tell(const fl_criteo_reader *r, fl_criteo_pos *pos) { *pos = r->p
 
 static fl_status check_options(const fl_criteo_options *o) {
   if (!o->paths || o->n_paths == 0 || o->n_paths > UINT32_MAX)
-    return FL_ERR(FL_EINVAL, "criteo: no data file given (data.train_path)");
+    return FL_ERR(FL_EINVAL, "criteo: no data file given (data.train_files)");
   if (o->batch_size == 0) return FL_ERR(FL_EINVAL, "criteo: batch_size must be > 0");
   if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
     return FL_ERR(FL_EINVAL, "criteo: rank %d outside a world of %d", o->rank, o->world_size);

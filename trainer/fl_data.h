@@ -482,8 +482,8 @@ void fl_loader_destroy(fl_loader *l);
 #define FL_CRITEO_SPARSE 26
 
 typedef enum fl_criteo_bad_lines {
-  FL_CRITEO_STOP = 0, /* data.bad_lines: stop */
-  FL_CRITEO_SKIP = 1  /* data.bad_lines: skip */
+  FL_CRITEO_STOP = 0, /* data.criteo.bad_lines: stop */
+  FL_CRITEO_SKIP = 1  /* data.criteo.bad_lines: skip */
 } fl_criteo_bad_lines;
 
 typedef struct fl_criteo_options {
@@ -492,7 +492,7 @@ typedef struct fl_criteo_options {
   size_t batch_size;        /* > 0 */
   int rank, world_size;     /* 0 <= rank < world_size */
   uint64_t seed;            /* the shuffle's seed (train.seed) */
-  size_t shuffle_buffer;    /* data.shuffle_buffer: N samples, 0 = file order */
+  size_t shuffle_buffer;    /* data.criteo.shuffle_buffer: N samples, 0 = file order */
   fl_criteo_bad_lines bad_lines;
   uint64_t hash_buckets;    /* > 0: ids modulo this; 0: the 63-bit hash */
 } fl_criteo_options;
@@ -557,5 +557,56 @@ extern const char *const fl_criteo_input_names[2];
  * feature i (id i, value the transformed number), label 0/1.  d starts
  * zeroed; the caller owns it (fl_sparse_dataset_free). */
 fl_status fl_criteo_append_sparse(const fl_criteo_batch *b, fl_sparse_dataset *d);
+
+/* ------------------------------------------------- Criteo batch stream */
+
+/* data.format criteo feeding a model's named inputs: the training loop's
+ * batch source beside fl_loader (data_stream.c).  The files are given as
+ * names or glob patterns, expanded in order (a glob's matches sorted);
+ * the reader above reads the rank's share.  Batches carry two named inputs,
+ * dense_name (float [size, 13]) and sparse_name (int64 [size, 26]), and
+ * the labels as float targets (tdim 1) or class ids 0/1.  An epoch ends at
+ * the end of the rank's share; count: one pass in file order at open gives
+ * the rank's samples per epoch (the loop's steps; a bad line under
+ * bad_lines stop is reported there, before training). */
+typedef struct fl_stream_spec {
+  const char *const *patterns; /* n_patterns files or globs */
+  size_t n_patterns;
+  const char *dense_name, *sparse_name;
+  size_t batch_size;
+  int rank, world_size;
+  uint64_t seed;
+  size_t shuffle_buffer;
+  fl_criteo_bad_lines bad_lines;
+  uint64_t hash_buckets;
+  int count;
+  int float_targets; /* batches carry the labels as float targets, else as class ids */
+} fl_stream_spec;
+
+typedef struct fl_stream fl_stream;
+struct fl_model;
+
+/* Expand the files, count (o->count) and open the reader; errors as
+ * fl_criteo_open / fl_criteo_next.  The caller owns *out
+ * (fl_stream_close). */
+fl_status fl_stream_open(const fl_stream_spec *o, fl_stream **out);
+void fl_stream_close(fl_stream *s);
+/* The rank's samples per epoch (0 unless counted). */
+size_t fl_stream_samples(const fl_stream *s);
+/* The two inputs as a dataset without samples (names, dims, elements,
+ * ylen and tdim 1), for building feeds; owned by s. */
+const fl_dataset *fl_stream_inputs(const fl_stream *s);
+/* The model m (file `model`, for messages) takes exactly the two inputs,
+ * with their element types and widths; FL_EINVAL (logged) otherwise. */
+fl_status fl_stream_bind(const fl_stream *s, const struct fl_model *m, const char *model);
+/* Begin epoch `epoch` at batch first_batch: at saved (a position
+ * fl_stream_tell gave after first_batch batches of batch_size in that
+ * epoch) when it is one, else by reading the first batches again. */
+fl_status fl_stream_start(fl_stream *s, int64_t epoch, size_t first_batch, size_t batch_size,
+                          const fl_criteo_pos *saved);
+/* The next batch (size 0 at the end of the rank's share); *out points
+ * into the reader until the next call. */
+fl_status fl_stream_next(fl_stream *s, fl_batch *out);
+void fl_stream_tell(const fl_stream *s, fl_criteo_pos *pos);
 
 #endif

@@ -21,7 +21,7 @@
 #include "fl_status.h"
 
 #define FL_SPARSE_SLOTS 2
-#define FL_SPARSE_MAX_TABLES 8
+#define FL_SPARSE_MAX_TABLES 64
 
 /* A table: its name on the pservers and its row width (floats per row). */
 typedef struct fl_sparse_table {

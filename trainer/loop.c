@@ -50,6 +50,9 @@ typedef struct trainer {
   float *evalx; /* eval_batch_size samples of uint8 test features as fp32 */
   void *evalin[FL_DATA_MAX_INPUTS]; /* named inputs: an eval batch of each, as fed */
   fl_loader *loader;
+  fl_stream *stream, *tstream; /* data.format criteo: training and test batches */
+  fl_criteo_pos spos;          /* the stream's position a checkpoint gave */
+  int have_spos;
   fl_augment aug; /* data.augment, with the images' shape and fill value */
   fl_model *model;
 
@@ -167,6 +170,33 @@ static fl_status load_npy(trainer *t) {
   return FL_OK;
 }
 
+/* data.format criteo: the training files' stream (counted: the epoch's
+ * steps) and the test files' (eval_batch_size, file order). */
+static fl_status open_stream(trainer *t, int test, fl_stream **out) {
+  const fl_job_data *d = &t->job->data;
+  const char *pat[FL_JOB_MAX_LIST];
+  size_t n = test ? d->n_test_files : d->n_train_files;
+  for (size_t i = 0; i < n; i++) pat[i] = test ? d->test_files[i] : d->train_files[i];
+  if (n == 0) pat[n++] = test ? d->test_path : d->train_path;
+  const fl_stream_spec o = {
+      .patterns = pat, .n_patterns = n, .dense_name = d->dense_input,
+      .sparse_name = d->sparse_input,
+      .batch_size = test ? t->job->train.eval_batch_size : t->job->train.batch_size,
+      .rank = t->rank, .world_size = t->world, .seed = t->job->train.seed,
+      .shuffle_buffer = test ? 0 : (size_t)d->shuffle_buffer,
+      .bad_lines = d->bad_lines ? FL_CRITEO_SKIP : FL_CRITEO_STOP,
+      .hash_buckets = (uint64_t)d->hash_buckets, .count = !test,
+      .float_targets =
+          t->job->model.loss[0] && strcmp(t->job->model.loss, "softmax_cross_entropy")};
+  return fl_stream_open(&o, out);
+}
+
+static fl_status load_stream(trainer *t) {
+  FL_TRY(open_stream(t, 0, &t->stream));
+  if (t->have_test) FL_TRY(open_stream(t, 1, &t->tstream));
+  return FL_OK;
+}
+
 static fl_status load_data(trainer *t) {
   const fl_job *job = t->job;
   const fl_job_data *d = &job->data;
@@ -205,8 +235,7 @@ static fl_status load_data(trainer *t) {
   case FL_DATA_NPY:
     return load_npy(t);
   case FL_DATA_CRITEO:
-    return FL_ERR(FL_ENOTSUP, "%s: data.format criteo: the training loop does not read Criteo "
-                  "files yet; use data.format libsvm with model.kind ctr", job->source);
+    return load_stream(t);
   default:
     return FL_ERR(FL_ENOTSUP, "%s: data.format libsvm feeds the CTR model, which trains in ps mode",
                   job->source);
@@ -268,6 +297,7 @@ static fl_status bind_inputs(trainer *t) {
   const size_t nm = fl_model_num_inputs(m);
   char list[512];
   fl_model_input_info mi;
+  if (t->stream) return fl_stream_bind(t->stream, m, t->job->model.path);
   if (!t->train.n_inputs) {
     const int typed = nm == 1 && fl_model_input_get(m, 0, &mi) == FL_OK &&
                       mi.dtype != FL_MODEL_F32;
@@ -401,7 +431,8 @@ static fl_status build_model(trainer *t, size_t max_batch) {
     FL_LOGI("device: CUDA GPU %d; GEMMs: Gemm %s, Conv %s", t->device,
             math_names[fl_graph_amp_math("Gemm", &o)], math_names[fl_graph_amp_math("Conv", &o)]);
   }
-  if (!t->train.n_inputs && !t->strain.n && fl_model_input_size(t->model) != t->train.dim)
+  if (!t->train.n_inputs && !t->strain.n && !t->stream &&
+      fl_model_input_size(t->model) != t->train.dim)
     return FL_ERR(FL_EINVAL, "%s: model %s takes %zu inputs per sample, the data has %zu",
                   t->job->source, jm->kind, fl_model_input_size(t->model), t->train.dim);
   return FL_OK;
@@ -474,6 +505,34 @@ static fl_status load_plateau(trainer *t, const fl_ckpt *c, const char *path) {
   return FL_OK;
 }
 
+/* "data/criteo_pos": rank, then fl_criteo_pos's epoch, emitted, file,
+ * offset, file_line, line, skipped.  Rank 0 writes it; another rank that
+ * resumes replays its share up to the batch (fl_stream_start). */
+#define STREAM_POS 8
+
+static void save_stream_pos(const trainer *t, fl_ckpt_writer *w) {
+  fl_criteo_pos p;
+  if (!t->stream) return;
+  fl_stream_tell(t->stream, &p);
+  const int64_t v[STREAM_POS] = {t->rank, p.epoch, (int64_t)p.emitted, (int64_t)p.file,
+                                 (int64_t)p.offset, (int64_t)p.file_line, (int64_t)p.line,
+                                 (int64_t)p.skipped};
+  fl_ckpt_put(w, "data/criteo_pos", FL_CKPT_I64, 1, (int64_t[]){STREAM_POS}, v);
+}
+
+static fl_status load_stream_pos(trainer *t, const fl_ckpt *c) {
+  fl_ckpt_record rec;
+  int64_t v[STREAM_POS];
+  if (!t->stream || fl_ckpt_find(c, "data/criteo_pos", &rec) != FL_OK) return FL_OK;
+  FL_TRY(fl_ckpt_read(c, "data/criteo_pos", FL_CKPT_I64, 1, (int64_t[]){STREAM_POS}, v));
+  if (v[0] != t->rank) return FL_OK;
+  t->spos = (fl_criteo_pos){.epoch = v[1], .emitted = (uint64_t)v[2], .file = (uint32_t)v[3],
+                            .offset = (uint64_t)v[4], .file_line = (uint64_t)v[5],
+                            .line = (uint64_t)v[6], .skipped = (uint64_t)v[7]};
+  t->have_spos = 1;
+  return FL_OK;
+}
+
 static fl_status save_checkpoint(trainer *t) {
   fl_ckpt_writer *w;
   char name[FL_MODEL_NAME_MAX + 16];
@@ -519,6 +578,7 @@ static fl_status save_checkpoint(trainer *t) {
                               pl->best, pl->lr};
     fl_ckpt_put(w, "lr/plateau", FL_CKPT_F64, 1, (int64_t[]){PLATEAU_CKPT}, v);
   }
+  save_stream_pos(t, w);
   if (t->ops->ckpt_save) t->ops->ckpt_save(t->self, w);
   FL_TRY(fl_ckpt_writer_commit(w)); /* reports the first failed put, if any */
   t->last_saved = t->step;
@@ -626,7 +686,7 @@ static fl_status load_checkpoint(trainer *t, fl_ckpt_start start) {
   t->scaler.good_steps = (int)v;
   if ((st = get_i64(c, path, "amp/bad_steps", &v)) != FL_OK) goto done;
   t->scaler.bad_steps = (int)v;
-  if ((st = load_plateau(t, c, path)) != FL_OK) goto done;
+  if ((st = load_plateau(t, c, path)) != FL_OK || (st = load_stream_pos(t, c)) != FL_OK) goto done;
   t->last_saved = t->step;
   FL_LOGI("resumed from %s: step %" PRId64 ", epoch %" PRId64 ", batch %" PRId64, path, t->step,
           t->epoch, t->batch);
@@ -761,7 +821,7 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
     fl_batch b;
     fl_model_result res = {0};
     int last = j == t->k - 1;
-    FL_TRY(fl_loader_next(t->loader, &b));
+    FL_TRY(t->stream ? fl_stream_next(t->stream, &b) : fl_loader_next(t->loader, &b));
     if (last) memset(t->ready, 0, t->np);
     t->cb_err = FL_OK;
     /* dropout masks follow the checkpointed position (bitwise --resume) */
@@ -774,7 +834,8 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
     } else if (b.n_inputs) { /* named inputs: a feed */
       fl_model_input in[FL_DATA_MAX_INPUTS];
       fl_model_feed f;
-      make_feed(t, &t->train, b.inputs, b.y, b.t, in, &f);
+      make_feed(t, t->stream ? fl_stream_inputs(t->stream) : &t->train, b.inputs, b.y, b.t, in,
+                &f);
       FL_TRY(fl_model_train_feed(t->model, &f, b.size, scale, last ? on_grad_ready : NULL, t,
                                  &res));
     } else if (b.t) /* float targets (bce / mse models) */
@@ -842,14 +903,33 @@ static fl_model_result sums_to_result(const double *v) {
                            .t_sum = v[6], .t_sq = v[7]};
 }
 
+/* The rank's share of the test files, streamed (data.format criteo). */
+static fl_status eval_stream(trainer *t, double *v) {
+  const fl_dataset *d = fl_stream_inputs(t->tstream);
+  FL_TRY(fl_stream_start(t->tstream, 0, 0, 0, NULL));
+  for (;;) {
+    fl_batch b;
+    fl_model_result res = {0};
+    fl_model_input in[FL_DATA_MAX_INPUTS];
+    fl_model_feed f;
+    FL_TRY(fl_stream_next(t->tstream, &b));
+    if (b.size == 0) return FL_OK;
+    make_feed(t, d, b.inputs, b.y, b.t, in, &f);
+    FL_TRY(t->sparse ? fl_sparse_run_eval_batch(t->sparse, &b, b.size, &res)
+                     : fl_model_eval_feed(t->model, &f, b.size, &res));
+    result_to_sums(&res, v);
+  }
+}
+
 /* Test-set metrics over all ranks: each rank takes a contiguous slice. */
 static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
   size_t n = t->test.n, w = (size_t)t->world, r = (size_t)t->rank;
   size_t lo = n * r / w, hi = n * (r + 1) / w;
   size_t bs = t->job->train.eval_batch_size;
   double v[EVAL_SUMS] = {0};
-  if (t->sparse && (t->stest.n || fl_sparse_run_auc(t->sparse)))
+  if (t->sparse && !t->tstream && (t->stest.n || fl_sparse_run_auc(t->sparse)))
     return fl_sparse_run_eval(t->sparse, &t->stest, &t->test, t->epoch, t->log, rep);
+  if (t->tstream) FL_TRY(eval_stream(t, v));
   for (size_t off = lo; off < hi; off += bs) {
     size_t cnt = hi - off < bs ? hi - off : bs;
     fl_model_result res = {0};
@@ -950,6 +1030,8 @@ static void set_threads(int n) {
 
 static void trainer_free(trainer *t) {
   fl_loader_destroy(t->loader);
+  fl_stream_close(t->stream);
+  fl_stream_close(t->tstream);
   fl_sparse_run_free(t->sparse);
   fl_model_destroy(t->model);
   fl_dataset_free(&t->train);
@@ -995,6 +1077,16 @@ static void log_stopped(const trainer *t) {
           t->step, t->epoch, t->batch, where);
 }
 
+/* Begin the epoch at t->batch: the loader, or the stream (at the position
+ * a resumed checkpoint gave, once). */
+static fl_status start_epoch(trainer *t) {
+  if (!t->stream) return fl_loader_start(t->loader, t->epoch, (size_t)t->batch);
+  fl_status st = fl_stream_start(t->stream, t->epoch, (size_t)t->batch, t->job->train.batch_size,
+                                 t->have_spos ? &t->spos : NULL);
+  t->have_spos = 0;
+  return st;
+}
+
 /* Train epochs from the current position until the end or max_steps. */
 static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_report *rep) {
   const fl_job *job = t->job;
@@ -1005,7 +1097,7 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
     if (max_steps > 0 && t->step >= max_steps) break;
     int64_t first = t->batch / t->k;
     int stopped = 0;
-    FL_TRY(fl_loader_start(t->loader, t->epoch, (size_t)t->batch));
+    FL_TRY(start_epoch(t));
     double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     int64_t samples = 0, steps = 0;
     for (int64_t s = first; s < t->steps_per_epoch; s++) {
@@ -1051,6 +1143,28 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
   return FL_OK;
 }
 
+/* The loader over the data in memory (none for a stream). */
+static fl_status make_loader(trainer *t) {
+  const fl_job *job = t->job;
+  if (t->stream) return FL_OK;
+  fl_shard_spec spec = {.n = t->strain.n ? t->strain.n : t->train.n,
+                        .batch_size = job->train.batch_size, .rank = t->rank,
+                        .world_size = t->world, .seed = job->train.seed,
+                        .shuffle = job->data.shuffle, .remainder = FL_REMAINDER_DROP};
+  FL_TRY(fl_shard_check(&spec));
+  FL_TRY(fl_loader_create(t->strain.n ? NULL : &t->train, t->strain.n ? &t->strain : NULL, &spec,
+                          (size_t)job->data.prefetch, &t->loader));
+  if (t->strain.n) return FL_OK;
+  return fl_loader_set_augment(t->loader, &t->aug, job->data.format == FL_DATA_NPY
+                                                       ? job->data.train_x : job->source);
+}
+
+/* Full batches of the rank per epoch (a stream's last short one dropped). */
+static size_t source_batches(const trainer *t) {
+  if (t->stream) return fl_stream_samples(t->stream) / t->job->train.batch_size;
+  return fl_loader_batches(t->loader);
+}
+
 fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_report *out) {
   trainer t;
   fl_trainer_report rep;
@@ -1081,16 +1195,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   if ((st = fl_job_optim_hparams(job, &t.hp, t.exclude)) != FL_OK) goto done;
   t.scaler = fl_job_loss_scaler(job);
   if ((st = load_data(&t)) != FL_OK) goto done;
-  fl_shard_spec spec = {.n = t.strain.n ? t.strain.n : t.train.n, .batch_size = job->train.batch_size, .rank = t.rank,
-                        .world_size = t.world, .seed = job->train.seed,
-                        .shuffle = job->data.shuffle, .remainder = FL_REMAINDER_DROP};
-  if ((st = fl_shard_check(&spec)) != FL_OK) goto done;
-  if ((st = fl_loader_create(t.strain.n ? NULL : &t.train, t.strain.n ? &t.strain : NULL, &spec,
-                             (size_t)job->data.prefetch, &t.loader)) != FL_OK ||
-      (!t.strain.n &&
-       (st = fl_loader_set_augment(t.loader, &t.aug, job->data.format == FL_DATA_NPY
-                                                         ? job->data.train_x : job->source)) != FL_OK))
-    goto done;
+  if ((st = make_loader(&t)) != FL_OK) goto done;
   /* the model before the ranks agree: a model's sparse tables are
    * registered with the first barrier */
   size_t max_batch = job->train.batch_size;
@@ -1099,12 +1204,12 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   if (fl_model_sparse(t.model, NULL) &&
       (st = fl_sparse_run_create(job, t.model, sync, t.k, &t.sparse)) != FL_OK)
     goto done;
-  int64_t local_steps = (int64_t)fl_loader_batches(t.loader) / t.k;
+  int64_t local_steps = (int64_t)source_batches(&t) / t.k;
   /* every epoch has the same shard sizes, so the ranks agree once */
   if ((st = t.ops->agree_steps(t.self, local_steps, &t.steps_per_epoch)) != FL_OK) goto done;
   if (t.steps_per_epoch < 1) {
     st = FL_ERR(FL_EINVAL, "%s: %zu batches of %zu per epoch give no step of %d micro-batches",
-                job->source, fl_loader_batches(t.loader), job->train.batch_size, t.k);
+                job->source, source_batches(&t), job->train.batch_size, t.k);
     goto done;
   }
   int64_t total = t.steps_per_epoch * job->train.epochs;

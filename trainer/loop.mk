@@ -2,7 +2,7 @@
 libfltrainer_la_SOURCES += trainer/fl_data.h trainer/data_internal.h trainer/data.c \
 	trainer/data_idx.c trainer/data_libsvm.c trainer/data_synth.c trainer/data_npy.c trainer/data_inputs.c \
 	trainer/data_augment.c \
-	trainer/fl_metrics_auc.h trainer/metrics_auc.c trainer/data_criteo.c \
+	trainer/fl_metrics_auc.h trainer/metrics_auc.c trainer/data_criteo.c trainer/data_stream.c \
 	trainer/fl_trainer.h trainer/loop.c trainer/sync_local.c \
 	trainer/loop_internal.h trainer/loop_sparse.c trainer/fl_sparse_model.h
 

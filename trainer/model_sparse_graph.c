@@ -62,6 +62,7 @@ typedef struct sg {
   sg_table t[FL_SPARSE_MAX_TABLES];
   fl_sparse_table tables[FL_SPARSE_MAX_TABLES];
   size_t per[FL_DATA_MAX_INPUTS], esz[FL_DATA_MAX_INPUTS]; /* per sample; bytes per value */
+  const char *names[FL_DATA_MAX_INPUTS]; /* the batches' named inputs, in their order */
   int dtype[FL_DATA_MAX_INPUTS];
   sg_slot slot[FL_SPARSE_SLOTS];
   int class_ids;                /* softmax: class ids; else tdim float targets a sample */
@@ -130,22 +131,33 @@ static fl_status sg_edit(fl_graph *g, void *ctx) {
   return FL_OK;
 }
 
-/* Slot and table buffers, and the feed's inputs in data.inputs order. */
+/* The named inputs batches carry, in their order: data.inputs, or
+ * data.format criteo's dense and sparse inputs (fl_stream). */
+static size_t batch_inputs(const fl_job_data *d, const char **names) {
+  if (d->format == FL_DATA_CRITEO) {
+    names[0] = d->dense_input;
+    names[1] = d->sparse_input;
+    return 2;
+  }
+  for (size_t k = 0; k < d->n_inputs; k++) names[k] = d->inputs[k].name;
+  return d->n_inputs;
+}
+
+/* Slot and table buffers, and the feed's inputs in the batches' order. */
 static fl_status sg_buffers(sg *s, const fl_model *m) {
-  const fl_job_data *d = &s->job->data;
-  if (d->n_inputs == 0)
+  s->ni = batch_inputs(&s->job->data, s->names);
+  if (s->ni == 0)
     return FL_ERR(FL_EINVAL, "%s: a model with pserver.sparse_tables is fed by data.inputs (its "
                   "int64 ids among them): name each input's .npy file there", s->job->source);
-  s->ni = d->n_inputs;
   for (size_t k = 0; k < s->ni; k++) {
     fl_model_input_info mi;
     size_t i = 0;
     while (i < fl_model_num_inputs(m) && fl_model_input_get(m, i, &mi) == FL_OK &&
-           strcmp(mi.name, d->inputs[k].name))
+           strcmp(mi.name, s->names[k]))
       i++;
     if (i == fl_model_num_inputs(m))
-      return FL_ERR(FL_EINVAL, "%s: data.inputs names '%s', which is no input of %s",
-                    s->job->source, d->inputs[k].name, s->job->model.path);
+      return FL_ERR(FL_EINVAL, "%s: the data names input '%s', which is no input of %s",
+                    s->job->source, s->names[k], s->job->model.path);
     s->per[k] = 1;
     for (int j = 1; j < mi.ndim; j++) s->per[k] *= mi.dims[j] > 0 ? (size_t)mi.dims[j] : 1;
     s->dtype[k] = mi.dtype;
@@ -182,11 +194,10 @@ static fl_status copy_batch(sg *s, sg_slot *sl, const fl_batch *b, size_t n) {
     return FL_ERR(FL_EINVAL, "sparse tables: a batch of %zu named inputs and %s, the model "
                   "takes %zu and %s", b->n_inputs, b->y ? "class ids" : "float targets", s->ni,
                   s->class_ids ? "class ids" : "float targets");
-  const fl_job_data *d = &s->job->data;
   const size_t ylen = b->ylen ? b->ylen : 1;
   for (size_t k = 0; k < s->ni; k++) {
     memcpy(sl->in[k], b->inputs[k], n * s->per[k] * s->esz[k]);
-    sl->feed_in[k] = (fl_model_input){.name = d->inputs[k].name, .dtype = s->dtype[k],
+    sl->feed_in[k] = (fl_model_input){.name = s->names[k], .dtype = s->dtype[k],
                                       .data = sl->in[k]};
   }
   if (b->y) {

@@ -35,6 +35,8 @@ build_strategy execution_strategy""".split())
 DATA_FILES = ("train_x", "train_y", "test_x", "test_y", "train_images", "train_labels",
               "test_images", "test_labels", "train_path", "test_path")
 DATA_ALIASES = {"x": "train_x", "y": "train_y"}
+# data keys that name a list of files or globs (data.format criteo)
+DATA_FILE_LISTS = ("train_files", "test_files")
 # data keys that map input names to files
 DATA_INPUTS = ("inputs", "test_inputs")
 # other keys holding a path, made absolute
@@ -141,6 +143,9 @@ class Job:
                 raise TypeError(f"Job(data=...): {key} given twice")
             if key in DATA_FILES and value is not None:
                 out[key] = self._file(key, value)
+            elif key in DATA_FILE_LISTS and value is not None:
+                paths = [value] if isinstance(value, (str, os.PathLike)) else value
+                out[key] = [os.path.abspath(os.fspath(p)) for p in paths]
             elif key in DATA_INPUTS and value is not None:
                 out[key] = {n: self._file(f"{key}.{n}", v) for n, v in value.items()}
             else:

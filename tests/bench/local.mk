@@ -88,3 +88,9 @@ tests_bench_bench_lstm_SOURCES = tests/bench/bench_lstm.c
 tests_bench_bench_lstm_CFLAGS = $(FL_TRAINER_CFLAGS)
 tests_bench_bench_lstm_LDADD = libfltrainer.la $(FL_LIBS)
 EXTRA_DIST += tests/bench/bench_lstm.sh tests/bench/lstm_torch.py
+
+# The DLRM recsys example (deploy/examples/recsys/) trained by Flotilla (one
+# trainer, one pserver, sparse tables) beside the same module in PyTorch:
+# samples per CPU second of all processes and the test AUC:
+# tests/bench/bench_dlrm.sh.
+EXTRA_DIST += tests/bench/bench_dlrm.sh

@@ -788,7 +788,7 @@ END_TEST
 /* pserver.sparse_tables: entries, their defaults, the dump, the refusals. */
 START_TEST(test_sparse_tables_keys) {
   static const char *base = "model: {kind: onnx, path: m.onnx}\ncluster: {mode: ps}\n";
-  char text[1024];
+  char text[2048];
   fl_job j;
   snprintf(text, sizeof text, "%spserver:\n  sparse: {init_range: 0.02, optimizer: {name: ftrl, lr: 0.7}}\n"
            "  sparse_tables:\n"
@@ -813,9 +813,11 @@ START_TEST(test_sparse_tables_keys) {
   EXPECT_ERROR(text, "pserver.sparse_tables.e.init: expected uniform, uniform(R)", "from_model");
   snprintf(text, sizeof text, "%spserver: {sparse_tables: {e: {}, e: {}}}\n", base);
   EXPECT_ERROR(text, "pserver.sparse_tables.e: duplicate table");
-  snprintf(text, sizeof text, "%spserver: {sparse_tables: {a: {}, b: {}, c: {}, d: {}, e: {}, "
-           "f: {}, g: {}, h: {}, i: {}}}\n", base);
-  EXPECT_ERROR(text, "pserver.sparse_tables: at most 8 tables");
+  int len = snprintf(text, sizeof text, "%spserver: {sparse_tables: {", base);
+  for (int i = 0; i <= FL_JOB_MAX_SPARSE_TABLES; i++)
+    len += snprintf(text + len, sizeof text - (size_t)len, "%st%d: {}", i ? ", " : "", i);
+  snprintf(text + len, sizeof text - (size_t)len, "}}\n");
+  EXPECT_ERROR(text, "pserver.sparse_tables: at most 64 tables");
   EXPECT_ERROR("model: {kind: onnx, path: m.onnx}\ncluster: {mode: collective}\n"
                "pserver: {sparse_tables: {e: {}}}\n",
                "pserver.sparse_tables: the tables live on the pservers: they need cluster.mode "
@@ -871,20 +873,35 @@ START_TEST(test_criteo_keys) {
   ck_assert_int_eq(j.data.shuffle_buffer, 100000);
   ck_assert_int_eq(j.data.bad_lines, 0);
   ck_assert_int_eq(j.data.hash_buckets, 0);
-  ck_assert_int_eq(fl_job_load_string("data:\n  format: criteo\n  train_path: /d/day_0.gz\n"
-                                      "  test_path: /d/day_23.gz\n  shuffle_buffer: 64\n"
-                                      "  bad_lines: skip\n  hash_buckets: 1000003\n",
+  ck_assert_int_eq(fl_job_load_string("model: {kind: onnx, path: /m.onnx, loss: bce_with_logits}\n"
+                                      "data:\n  format: criteo\n"
+                                      "  train_files: [/d/day_0.gz, '/d/day_1*.gz']\n"
+                                      "  test_files: /d/day_23.gz\n"
+                                      "  criteo: {dense_input: x, shuffle_buffer: 64,\n"
+                                      "    bad_lines: skip, hash_buckets: 1000003}\n",
                                       "criteo.yaml", &j),
                    FL_OK);
   ck_assert_int_eq(j.data.format, FL_DATA_CRITEO);
+  ck_assert_uint_eq(j.data.n_train_files, 2);
+  ck_assert_str_eq(j.data.train_files[1], "/d/day_1*.gz");
+  ck_assert_uint_eq(j.data.n_test_files, 1);
+  ck_assert_str_eq(j.data.test_files[0], "/d/day_23.gz");
+  ck_assert_str_eq(j.data.dense_input, "x");
+  ck_assert_str_eq(j.data.sparse_input, "sparse");
   ck_assert_int_eq(j.data.shuffle_buffer, 64);
   ck_assert_int_eq(j.data.bad_lines, 1);
   ck_assert_int_eq(j.data.hash_buckets, 1000003);
   round_trip(&j);
-  EXPECT_ERROR("data:\n  format: criteo\n", "data.train_path: required with format criteo");
-  EXPECT_ERROR("data:\n  bad_lines: ignore\n", "data.bad_lines: must be one of stop, skip");
+  EXPECT_ERROR("model: {kind: onnx, path: /m.onnx}\ndata:\n  format: criteo\n",
+               "data.train_files: required with format criteo");
+  EXPECT_ERROR("data:\n  criteo: {bad_lines: ignore}\n",
+               "data.criteo.bad_lines: must be one of stop, skip");
+  EXPECT_ERROR("model: {kind: onnx, path: /m.onnx}\n"
+               "data: {format: criteo, train_files: /d/x, test_files: /d/y,\n"
+               "  criteo: {sparse_input: dense}}\n",
+               "data.criteo.sparse_input: must differ from dense_input (dense)");
   EXPECT_ERROR("model: {kind: ctr, num_classes: 2}\ndata: {format: criteo, train_path: /d/x}\n",
-               "data.format: criteo: the training loop does not read Criteo files yet");
+               "data.format: criteo feeds an ONNX model");
 }
 END_TEST
 
