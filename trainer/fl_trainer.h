@@ -62,6 +62,10 @@
 
 /* The meta/format record of the trainer's checkpoints. */
 #define FL_TRAINER_CKPT_FORMAT "flotilla-trainer-1"
+/* train.keep_best: the best validation's checkpoint, beside the newest
+ * ones in the checkpoint directory (same records, plus best/metric and
+ * best/value); --resume never takes it. */
+#define FL_TRAINER_BEST_FILE "best.flc"
 
 /* A mode's constructor, one entry per mode in flotilla-trainer's table.  On
  * success *out is a live instance; the caller ends it with ops->finish
@@ -126,6 +130,10 @@ typedef struct fl_trainer_report {
   size_t activation_bytes; /* fl_model_activation_bytes */
   int64_t steps_per_epoch;
   int stopped;             /* 1: ended early by opts->stop (checkpointed) */
+  int validated;           /* 1 when val[] is set */
+  double val[FL_VAL_COUNT]; /* last validation, by fl_val_metric (NaN: not given) */
+  int early_stopped;       /* 1: train.early_stopping ended the run (complete) */
+  int64_t best_step;       /* train.keep_best: the step of the best validation, -1 */
 } fl_trainer_report;
 
 /* Train the job with the mode in sync (which stays the caller's); a
