@@ -133,7 +133,8 @@ typedef enum fl_run_rec_kind {
   FL_RUN_REC_TRAIN = 0, /* "[Epoch e, batch b] loss: ..., acc1: ..." */
   FL_RUN_REC_TEST = 1,  /* "[Epoch e] test loss: ..., acc1: ..." */
   FL_RUN_REC_PLAN = 2,  /* "training mlp: E epochs of S steps (K x B samples, ..." */
-  FL_RUN_REC_EPOCH_END = 3 /* "[Epoch e] train: S steps, N samples, ...": e trained in full */
+  FL_RUN_REC_EPOCH_END = 3, /* "[Epoch e] train: S steps, N samples, ...": e trained in full */
+  FL_RUN_REC_VAL = 4        /* "[Epoch e] val loss: ..., acc1: ... (step s)" */
 } fl_run_rec_kind;
 
 /* One parsed line of a trainer's log. */
@@ -145,6 +146,7 @@ typedef struct fl_run_record {
                             printed as "batch b/T"), else -1 */
   double loss;           /* NAN when absent */
   double acc;            /* acc1 / acc / accuracy, NAN when absent */
+  double auc;            /* auc (binary targets), NAN when absent */
 } fl_run_record;
 
 /* Parse one log line (the trainer's log prefix before it is ignored).

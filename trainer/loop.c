@@ -1020,6 +1020,9 @@ static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
   rep->test_loss = all.loss_sum / c;
   rep->test_acc1 = (double)all.correct1 / c;
   rep->test_acc5 = (double)all.correct5 / c;
+  double v[FL_VAL_COUNT];
+  fl_val_values(&all, t->binary ? &auc : NULL, v);
+  fl_val_publish("test", v);
   char mt[96];
   metrics_text(t, &all, t->binary ? &auc : NULL, mt, sizeof mt);
   log_line(t, "[Epoch %" PRId64 "] test loss: %.5f%s\n", t->epoch, rep->test_loss, mt);
@@ -1107,6 +1110,7 @@ static fl_status validate(trainer *t, fl_trainer_report *rep) {
   char mt[96];
   FL_TRY(eval_set(t, t->vset, t->vfirst, t->vn, &all, &auc));
   fl_val_values(&all, t->binary ? &auc : NULL, rep->val);
+  fl_val_publish("val", rep->val);
   rep->validated = 1;
   metrics_text(t, &all, t->binary ? &auc : NULL, mt, sizeof mt);
   log_line(t, "[Epoch %" PRId64 "] val loss: %.5f%s (step %" PRId64 ")\n", t->epoch,

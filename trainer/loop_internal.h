@@ -64,6 +64,12 @@ fl_status fl_sparse_run_eval(fl_sparse_run *r, const fl_sparse_dataset *test, in
 void fl_val_values(const fl_model_result *all, const fl_auc_result *auc,
                    double out[FL_VAL_COUNT]);
 
+/* The metrics v that are not NaN as gauges flotilla_eval{set, metric}
+ * (metric without the "val_" prefix: loss, acc1, auc, ...) on the default
+ * registry (/metrics); set is "val" or "test".  Never fails (a registry
+ * out of memory shows nothing). */
+void fl_val_publish(const char *set, const double v[FL_VAL_COUNT]);
+
 /* 1 when larger values of m are better (accuracies, auc, r2), 0 for losses. */
 int fl_val_maximize(fl_val_metric m);
 

@@ -4,7 +4,8 @@
  * the held-out share of data.validation_split, the copy of the best
  * model, and the agreement of the ranks' batch-norm statistics before an
  * evaluation or the export (so every rank evaluates one model and the
- * export holds it).  loop.c runs the evaluations and calls these. */
+ * export holds it), and the figures on /metrics.  loop.c runs the
+ * evaluations and calls these. */
 #include <config.h>
 
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "fl_log.h"
+#include "fl_metrics.h"
 #include "loop_internal.h"
 
 /* What a validation metric reads from one evaluation. */
@@ -150,4 +152,18 @@ void fl_val_snapshot_restore(const fl_val_snapshot *s, fl_model *m) {
 void fl_val_snapshot_free(fl_val_snapshot *s) {
   free(s->values);
   *s = (fl_val_snapshot){.step = -1};
+}
+
+void fl_val_publish(const char *set, const double v[FL_VAL_COUNT]) {
+  fl_metric *g = NULL;
+  if (fl_metrics_gauge(fl_metrics_default(), "flotilla_eval",
+                       "Last evaluation's metrics over all ranks, by set (val or test)",
+                       "set,metric", &g) != FL_OK)
+    return;
+  for (int m = FL_VAL_NONE + 1; m < FL_VAL_COUNT; m++) {
+    fl_series *s = NULL;
+    const char *name = fl_val_metric_names[m] + 4; /* without "val_" */
+    if (!isnan(v[m]) && fl_metric_series(g, (const char *const[]){set, name}, &s) == FL_OK)
+      fl_series_set(s, v[m]);
+  }
 }
