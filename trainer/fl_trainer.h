@@ -39,6 +39,20 @@
  *     directory holding this run's checkpoints is resumed from, one holding
  *     another run's is refused unless resume or fresh says what to do
  *     (fl_ckpt_dir_claim);
+ *   - with a validation set (data.validation_split: the last share of the
+ *     training samples, held out before sharding; or validation files)
+ *     `[Epoch e] val loss: ... (step s)` every train.validate_every steps
+ *     or after each epoch, over all ranks; reduce-on-plateau then follows
+ *     it; train.keep_best keeps the best validation's model on every rank
+ *     (rank 0 also writes FL_TRAINER_BEST_FILE) and a run that ends
+ *     normally tests and exports it; train.early_stopping ends the run
+ *     (complete, report.early_stopped) after `patience` validations
+ *     without an improvement by more than min_delta;
+ *   - binary models (bce_with_logits, on the host) are evaluated with the
+ *     exact AUC and log loss over all ranks' predictions in place of acc1;
+ *   - before every evaluation and the export the ranks' buffers (batch-norm
+ *     running statistics) become their mean over the ranks, so every rank
+ *     evaluates one model and the export holds the one last tested;
  *   - in ps mode a trainer that rejoins a running job (a restart,
  *     fl_sync_ps_join_step) goes on from the servers' current step and
  *     parameters, with or without a checkpoint of its own.

@@ -164,17 +164,23 @@ static void small_job(fl_job *job) {
   job->optimizer.lr = 0.05f;
 }
 
-static fl_status run_job(const fl_job *job, const char *dir, const char *log,
-                         fl_trainer_report *rep) {
+static fl_status run_cut(const fl_job *job, const char *dir, const char *log, int64_t max_steps,
+                         int resume, fl_trainer_report *rep) {
   fl_sync sync;
   ck_assert_int_eq(fl_sync_local_create(job, NULL, &sync), FL_OK);
   FILE *out = fopen(log ? log : "/dev/null", "w");
   ck_assert_ptr_nonnull(out);
-  fl_trainer_options o = {.job = job, .checkpoint_dir = dir, .log = out};
+  fl_trainer_options o = {.job = job, .checkpoint_dir = dir, .log = out, .max_steps = max_steps,
+                          .resume = resume};
   fl_status st = fl_trainer_run(&o, &sync, rep);
   fclose(out);
   sync.ops->destroy(sync.self);
   return st;
+}
+
+static fl_status run_job(const fl_job *job, const char *dir, const char *log,
+                         fl_trainer_report *rep) {
+  return run_cut(job, dir, log, 0, 0, rep);
 }
 
 START_TEST(split_deterministic) {
@@ -276,6 +282,36 @@ START_TEST(keep_best_and_early_stopping) {
 }
 END_TEST
 
+/* Cut at step 30 and resumed: the trackers and best.flc come back, so the
+ * run stops, keeps and tests as the uninterrupted one. */
+START_TEST(resume_keeps_best) {
+  static fl_job job;
+  char cmd[300];
+  small_job(&job);
+  job.train.validate_every = 10;
+  job.train.keep_best = FL_VAL_LOSS;
+  job.train.early_stopping.metric = FL_VAL_LOSS;
+  job.train.early_stopping.patience = 3;
+  job.optimizer.lr = 0.3f;
+  job.data.synthetic.seed = 5;
+  snprintf(g_dir, sizeof g_dir, "/tmp/fl_test_valid.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(g_dir));
+  fl_trainer_report whole, cut, rest;
+  ck_assert_int_eq(run_job(&job, g_dir, NULL, &whole), FL_OK);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'/*", g_dir);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(run_cut(&job, g_dir, NULL, 30, 0, &cut), FL_OK);
+  ck_assert_int_eq(run_cut(&job, g_dir, NULL, 0, 1, &rest), FL_OK);
+  ck_assert_int_eq(rest.steps, whole.steps);
+  ck_assert_int_eq(rest.early_stopped, whole.early_stopped);
+  ck_assert_int_eq(rest.best_step, whole.best_step);
+  ck_assert_int_lt(whole.best_step, 30); /* the best is one the cut run kept */
+  ck_assert_double_eq(rest.test_loss, whole.test_loss);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("loop_valid");
   TCase *c = tcase_create("rules");
@@ -290,6 +326,7 @@ static Suite *suite(void) {
   tcase_set_timeout(j, 60);
   tcase_add_test(j, split_deterministic);
   tcase_add_test(j, keep_best_and_early_stopping);
+  tcase_add_test(j, resume_keeps_best);
   suite_add_tcase(s, j);
   return s;
 }
