@@ -177,6 +177,8 @@ char *fl_run_progress_line(const fl_run_progress *p, char *out, size_t cap);
 
 /* The last evaluation seen: 1 and its epoch, loss, acc; 0 when none. */
 int fl_run_progress_last_test(const fl_run_progress *p, int *epoch, double *loss, double *acc);
+/* The last evaluation's auc (binary targets), NAN when none. */
+double fl_run_progress_last_auc(const fl_run_progress *p);
 
 /* Number of records fed. */
 size_t fl_run_progress_count(const fl_run_progress *p);

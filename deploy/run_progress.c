@@ -256,6 +256,10 @@ int fl_run_progress_last_test(const fl_run_progress *p, int *epoch, double *loss
   return 1;
 }
 
+double fl_run_progress_last_auc(const fl_run_progress *p) {
+  return p->have_test ? p->last_test.auc : NAN;
+}
+
 static void fmt_duration(char *out, size_t cap, double s) {
   long t = (long)(s + 0.5);
   if (t >= 3600)

@@ -79,6 +79,7 @@ cluster: {mode: collective, collective_timeout_s: 60}
 EOF
   dist_run bce --mode collective --nproc_per_node 2 || return
   w0=$tmp/bce.log/workerlog.0
+  grep -q "final test auc 0\.[0-9]*, loss" "$tmp/bce.out" || fail "bce: flotilla-run's last line has no auc"
   line=$(grep '^\[Epoch 0\] test loss: ' "$w0")
   "$py" "$it/valid_auc.py" "$b" "$line" || fail "bce: $line"
   vline=$(grep '^\[Epoch 0\] val loss: ' "$w0")
