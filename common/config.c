@@ -1252,6 +1252,11 @@ static fl_status check_validation(const ctx *c, const fl_job *job) {
   if (fl_job_has_validation(job) && sparse)
     return kerr(c, src, d->validation_x[0] ? "data.validation_x" : "data.validation_split",
                 "validation applies to dense data, not to format %s", k_formats[d->format]);
+  if (t->keep_best != FL_VAL_NONE && job->cluster.mode == FL_MODE_PS && job->strategy.a_sync &&
+      job->strategy.a_sync_configs.k_steps > 0)
+    return kerr(c, src, "train.keep_best", "geo (a_sync_configs.k_steps > 0) pushes each "
+                "trainer's last delta from its model at the end, which would be the restored "
+                "best one; use sync or async ps, or leave keep_best out");
   if (fl_job_has_validation(job)) return FL_OK;
   if (t->keep_best != FL_VAL_NONE || t->early_stopping.metric != FL_VAL_NONE ||
       t->validate_every > 0)

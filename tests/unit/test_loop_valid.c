@@ -100,6 +100,47 @@ START_TEST(split_count) {
 }
 END_TEST
 
+/* ----------------------------------------------------------- the keys */
+
+#define SYN "data: {format: synthetic, synthetic: {kind: image}"
+
+START_TEST(config_keys) {
+  static fl_job job;
+  ck_assert_int_eq(fl_job_load_string(SYN ", validation_split: 0.2}\n"
+                                      "train: {validate_every: 7, keep_best: val_auc, early_stopping: "
+                                      "{metric: val_loss, patience: 3, min_delta: 0.01}}\n",
+                                      "<t>", &job), FL_OK);
+  ck_assert_double_eq(job.data.validation_split, 0.2);
+  ck_assert_int_eq(job.train.validate_every, 7);
+  ck_assert_int_eq(job.train.keep_best, FL_VAL_AUC);
+  ck_assert_int_eq(job.train.early_stopping.metric, FL_VAL_LOSS);
+  ck_assert_int_eq(job.train.early_stopping.patience, 3);
+  ck_assert(fl_job_has_validation(&job));
+  ck_assert_int_eq(fl_job_load_string(SYN "}\n", "<t>", &job), FL_OK);
+  ck_assert_int_eq(job.train.keep_best, FL_VAL_NONE);
+  ck_assert_int_eq(job.train.early_stopping.patience, 5);
+  static const char *const bad[][2] = {
+      {SYN ", validation_split: 1}\n", "data.validation_split"},
+      {SYN "}\ntrain: {keep_best: val_loss}\n", "needs a validation set"},
+      {SYN "}\ntrain: {early_stopping: {metric: val_acc1}}\n", "needs a validation set"},
+      {SYN ", validation_split: 0.1, validation_x: a.npy, validation_y: b.npy}\n", "not both"},
+      {"data: {format: npy, train_x: a.npy, train_y: b.npy, test_x: a.npy, test_y: b.npy, "
+       "validation_x: c.npy}\n", "given together"},
+      {SYN ", validation_split: 0.1}\ntrain: {keep_best: val_loss}\ncluster: {mode: ps}\n"
+       "strategy: {a_sync: true, a_sync_configs: {k_steps: 2}}\n", "geo"},
+      {"data: {format: synthetic, synthetic: {kind: ctr}, validation_split: 0.1}\n"
+       "model: {kind: ctr, num_classes: 2}\ncluster: {mode: ps}\n", "dense data"},
+      {SYN "}\ntrain: {keep_best: val_best}\n", "train.keep_best"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_msg(fl_job_load_string(bad[i][0], "<t>", &job) == FL_EINVAL, "accepted: %s",
+                  bad[i][0]);
+    ck_assert_msg(strstr(fl_job_last_error(), bad[i][1]), "%s: %s", bad[i][0],
+                  fl_job_last_error());
+  }
+}
+END_TEST
+
 /* ----------------------------------------------- batch-norm agreement */
 
 /* A fake second rank whose buffers hold 3 everywhere: sums add 3. */
@@ -320,6 +361,7 @@ static Suite *suite(void) {
   tcase_add_test(c, metric_directions);
   tcase_add_test(c, metric_values);
   tcase_add_test(c, split_count);
+  tcase_add_test(c, config_keys);
   tcase_add_test(c, buffers_averaged_over_ranks);
   suite_add_tcase(s, c);
   TCase *j = tcase_create("jobs");
