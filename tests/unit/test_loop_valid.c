@@ -4,7 +4,9 @@
  * share of validation_split, the batch-norm statistics averaged over a
  * (fake) second rank, and small local jobs: the split is deterministic
  * and shortens the epoch, best.flc holds the best validation's step,
- * early stopping ends the run at the right validation. */
+ * early stopping ends the run at the right validation, a resumed run
+ * keeps the best, reduce-on-plateau follows the validation; the job
+ * file's keys and their refusals. */
 #include <config.h>
 
 #include <check.h>
@@ -353,6 +355,50 @@ START_TEST(resume_keeps_best) {
 }
 END_TEST
 
+/* Reduce-on-plateau follows the validation: the rate can only change on
+ * the step after a validation (every 5 steps), never at an epoch's end
+ * alone. */
+typedef struct lrs {
+  float lr[512];
+  int n;
+} lrs;
+
+static void record_lr(void *ctx, const fl_step_report *r) {
+  lrs *l = ctx;
+  if (l->n < 512) l->lr[l->n++] = r->lr;
+}
+
+START_TEST(plateau_reads_validation) {
+  static fl_job job;
+  static lrs l;
+  small_job(&job);
+  job.train.epochs = 3;
+  job.train.validate_every = 5;
+  job.optimizer.lr = 0.3f;
+  job.data.synthetic.seed = 5;
+  job.lr_schedule.kind = FL_LR_PLATEAU;
+  job.lr_schedule.patience = 0;
+  job.lr_schedule.factor = 0.5f;
+  ck_assert_int_eq(fl_job_validate(&job), FL_OK);
+  fl_sync sync;
+  ck_assert_int_eq(fl_sync_local_create(&job, NULL, &sync), FL_OK);
+  FILE *out = fopen("/dev/null", "w");
+  fl_trainer_options o = {.job = &job, .log = out, .on_step = record_lr, .on_step_ctx = &l};
+  fl_trainer_report rep;
+  l.n = 0;
+  ck_assert_int_eq(fl_trainer_run(&o, &sync, &rep), FL_OK);
+  fclose(out);
+  sync.ops->destroy(sync.self);
+  int changes = 0;
+  for (int i = 1; i < l.n; i++) /* step i + 1 follows validations at steps 5, 10, ... */
+    if (l.lr[i] != l.lr[i - 1]) {
+      changes++;
+      ck_assert_msg(i % 5 == 0, "the rate changed at step %d, not after a validation", i + 1);
+    }
+  ck_assert_int_gt(changes, 0);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("loop_valid");
   TCase *c = tcase_create("rules");
@@ -369,6 +415,7 @@ static Suite *suite(void) {
   tcase_add_test(j, split_deterministic);
   tcase_add_test(j, keep_best_and_early_stopping);
   tcase_add_test(j, resume_keeps_best);
+  tcase_add_test(j, plateau_reads_validation);
   suite_add_tcase(s, j);
   return s;
 }
