@@ -247,7 +247,8 @@ static fl_status load_data(trainer *t) {
  * form. */
 static fl_status load_val_files(trainer *t) {
   const fl_job_data *d = &t->job->data;
-  const int lnc = fl_model_kind_has(t->job->model.kind, FL_KIND_FILE) ? 0 : t->job->model.num_classes;
+  const fl_job_model *jm = &t->job->model;
+  const int lnc = fl_model_kind_has(jm->kind, FL_KIND_FILE) ? 0 : jm->num_classes;
   FL_TRY(fl_npy_load(d->validation_x, d->validation_y, lnc, d->scale, 0, &t->val));
   if (t->val.dim != t->train.dim || !t->val.y != !t->train.y || t->val.tdim != t->train.tdim ||
       t->val.ylen != t->train.ylen)
@@ -602,19 +603,21 @@ static fl_status get_i64(const fl_ckpt *c, const char *path, const char *name, i
 }
 
 /* keep_best's model of step into the snapshot, from best.flc (verified
- * on load); one of another step (a run that went on past it without a
- * checkpoint) is left with a warning. */
+ * on load: a corrupt one is an error); a missing one, or one of another
+ * step (a run that went on past it without a checkpoint), is left with a
+ * warning and keep_best starts afresh. */
 static fl_status load_best(trainer *t, int64_t step) {
   char path[FL_JOB_PATH_MAX + 16], name[FL_MODEL_NAME_MAX + 16];
   fl_ckpt *c = NULL;
   int64_t saved = -1;
   snprintf(path, sizeof path, "%s/" FL_TRAINER_BEST_FILE, t->ckdir);
-  fl_status st = fl_ckpt_load(path, &c);
-  if (st == FL_OK) st = fl_ckpt_get_i64(c, "meta/step", &saved);
+  fl_status st = access(path, F_OK) == 0 ? fl_ckpt_load(path, &c) : FL_OK;
+  if (st == FL_OK && c) st = fl_ckpt_get_i64(c, "meta/step", &saved);
   if (st == FL_OK && saved != step) {
-    FL_LOGW("%s holds step %" PRId64 ", the checkpoint's best is step %" PRId64 ": keep_best "
-            "starts afresh", path, saved, step);
+    FL_LOGW("%s %s step %" PRId64 ", the checkpoint's best: keep_best starts afresh", path,
+            c ? "does not hold" : "is missing, with", step);
     t->best.best = NAN;
+    t->best.best_step = -1;
   } else if (st == FL_OK) {
     st = fl_val_snapshot_take(&t->snap, t->model, step);
     for (size_t i = 0, o = 0; st == FL_OK && i < t->np; i++) {
