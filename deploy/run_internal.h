@@ -141,7 +141,8 @@ typedef enum fl_run_rec_kind {
 typedef struct fl_run_record {
   fl_run_rec_kind kind;
   int epoch;             /* as printed (0-based); PLAN: number of epochs */
-  int64_t batch;         /* TRAIN: micro-batch index in the epoch (0-based) */
+  int64_t batch;         /* TRAIN: micro-batch index in the epoch (0-based);
+                            VAL: the optimizer step; PLAN: micro-batches per step */
   int64_t batches;       /* micro-batches per epoch (PLAN: S x K; TRAIN when
                             printed as "batch b/T"), else -1 */
   double loss;           /* NAN when absent */

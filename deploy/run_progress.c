@@ -55,6 +55,7 @@ struct fl_run_progress {
   int have_test, have_val;
   row last_test, last_val;
   int ended; /* epoch + 1 of the last "[Epoch e] train:" line, 0 = none */
+  int64_t k; /* micro-batches per optimizer step (the plan's), 1 before it */
 };
 
 /* ---- parsing ---- */
@@ -100,7 +101,7 @@ static int parse_plan(const char *line, fl_run_record *r) {
   if (sscanf(p, ": %lld epochs of %lld steps (%lld x%n", &e, &s, &k, &used) != 3 || used == 0 ||
       e < 0 || s < 0 || k < 1)
     return 0;
-  *r = (fl_run_record){.kind = FL_RUN_REC_PLAN, .epoch = (int)e, .batch = -1,
+  *r = (fl_run_record){.kind = FL_RUN_REC_PLAN, .epoch = (int)e, .batch = k,
                        .batches = s * k, .loss = NAN, .acc = NAN, .auc = NAN};
   return 1;
 }
@@ -162,6 +163,10 @@ int fl_run_parse_line(const char *line, fl_run_record *r) {
   if (isnan(rec.acc)) rec.acc = find_num(p, "acc");
   if (isnan(rec.acc)) rec.acc = find_num(p, "accuracy");
   rec.auc = find_num(p, "auc");
+  if (rec.kind == FL_RUN_REC_VAL) { /* "... (step s)": its optimizer step */
+    const char *s = strstr(p, "(step ");
+    rec.batch = s ? strtoll(s + 6, NULL, 10) : -1;
+  }
   if (isnan(rec.loss) && isnan(rec.acc) && isnan(rec.auc)) return 0;
   *r = rec;
   return 1;
@@ -175,6 +180,7 @@ fl_status fl_run_progress_new(int epochs, double samples_per_batch, fl_run_progr
   p->epochs = epochs;
   p->samples_per_batch = samples_per_batch;
   p->batches_per_epoch = -1;
+  p->k = 1;
   *out = p;
   return FL_OK;
 }
@@ -196,6 +202,7 @@ fl_status fl_run_progress_feed(fl_run_progress *p, const fl_run_record *r, doubl
   if (r->batches > 0) p->batches_per_epoch = r->batches;
   if (r->kind == FL_RUN_REC_PLAN) {
     if (r->epoch > 0) p->epochs = r->epoch;
+    if (r->batch > 0) p->k = r->batch;
     return FL_OK;
   }
   if (r->kind == FL_RUN_REC_EPOCH_END) {
@@ -214,8 +221,8 @@ fl_status fl_run_progress_feed(fl_run_progress *p, const fl_run_record *r, doubl
   row w = {.test = r->kind == FL_RUN_REC_TEST || r->kind == FL_RUN_REC_VAL,
            .val = r->kind == FL_RUN_REC_VAL, .t = now - p->t0, .epoch = r->epoch,
            .batch = r->batch, .sps = NAN, .loss = r->loss, .acc = r->acc, .auc = r->auc};
-  if (w.val) { /* mid-epoch validations stand where training is */
-    w.global = p->done_before + p->cur_max + 1;
+  if (w.val) { /* at its optimizer step, in micro-batches */
+    w.global = r->batch >= 0 ? r->batch * p->k : p->done_before + p->cur_max + 1;
     p->have_val = 1;
     p->last_val = w;
     p->have_ref = 0;

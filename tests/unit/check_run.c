@@ -453,6 +453,7 @@ START_TEST(test_progress_bursts) {
   ck_assert_int_eq(fl_run_parse_line("[Epoch 0] val loss: 0.5, auc: 0.91, logloss: 0.5 (step 300)",
                                      &r), 1);
   ck_assert_int_eq(r.kind, FL_RUN_REC_VAL);
+  ck_assert_int_eq(r.batch, 300);
   ck_assert_double_eq_tol(r.auc, 0.91, 1e-12);
   ck_assert(isnan(r.acc));
   ck_assert_int_eq(fl_run_progress_feed(p, &r, 12), FL_OK);
