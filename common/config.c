@@ -271,6 +271,8 @@ static const field f_data[] = {
       .lim = LIM_LO | LIM_HI | LIM_HIX),
     E("validation_x", F_STR, fl_job_data, validation_x, STRCAP(fl_job_data, validation_x)),
     E("validation_y", F_STR, fl_job_data, validation_y, STRCAP(fl_job_data, validation_y)),
+    E("validation_inputs", F_PATH_MAP, fl_job_data, validation_inputs, .cap = FL_JOB_MAX_INPUTS,
+      .count_off = offsetof(fl_job_data, n_validation_inputs)),
     END};
 
 static const field f_optimizer[] = {
@@ -1122,6 +1124,21 @@ static int list_has_empty(const char (*l)[FL_JOB_NAME_MAX], size_t n) {
 
 /* data.inputs / test_inputs: npy data of an onnx model, replacing train_x
  * and test_x, the same names for training and test. */
+/* The n inputs of key (data.test_inputs, data.validation_inputs) name the
+ * inputs data.inputs names, each once. */
+static fl_status same_inputs(const ctx *c, const fl_job *job, const char *key,
+                             const fl_job_input *in, size_t n) {
+  const fl_job_data *d = &job->data;
+  for (size_t i = 0; i < d->n_inputs; i++) {
+    size_t j = 0;
+    while (j < n && strcmp(d->inputs[i].name, in[j].name)) j++;
+    if (j == n || n != d->n_inputs)
+      return kerr(c, job->source, key, "must name the inputs data.inputs names (%s%s)",
+                  d->inputs[i].name, j == n ? " is missing" : ", and no other");
+  }
+  return FL_OK;
+}
+
 static fl_status check_inputs(const ctx *c, const fl_job *job) {
   const char *src = job->source;
   const fl_job_data *d = &job->data;
@@ -1137,14 +1154,7 @@ static fl_status check_inputs(const ctx *c, const fl_job *job) {
   if (!d->n_test_inputs || !d->test_y[0])
     return kerr(c, src, d->n_test_inputs ? "data.test_y" : "data.test_inputs",
                 "required with train.eval: true");
-  for (size_t i = 0; i < d->n_inputs; i++) {
-    size_t j = 0;
-    while (j < d->n_test_inputs && strcmp(d->inputs[i].name, d->test_inputs[j].name)) j++;
-    if (j == d->n_test_inputs || d->n_test_inputs != d->n_inputs)
-      return kerr(c, src, "data.test_inputs", "must name the inputs data.inputs names (%s%s)",
-                  d->inputs[i].name, j == d->n_test_inputs ? " is missing" : ", and no other");
-  }
-  return FL_OK;
+  return same_inputs(c, job, "data.test_inputs", d->test_inputs, d->n_test_inputs);
 }
 
 /* lr_schedule keys every kind reads. */
@@ -1230,7 +1240,8 @@ static fl_status check_lr(const ctx *c, const fl_job *job) {
 }
 
 int fl_job_has_validation(const fl_job *job) {
-  return job->data.validation_split > 0 || job->data.validation_x[0];
+  return job->data.validation_split > 0 || job->data.validation_x[0] ||
+         job->data.n_validation_inputs;
 }
 
 /* The validation set's sources, and what needs one. */
@@ -1247,8 +1258,16 @@ static fl_status check_validation(const ctx *c, const fl_job *job) {
     return kerr(c, src, d->validation_y[0] ? "data.validation_x" : "data.validation_y",
                 "validation files are npy features and labels (data.format npy without "
                 "data.inputs) given together; otherwise use data.validation_split");
-  if (!d->validation_x[0] && d->validation_y[0])
-    return kerr(c, src, "data.validation_y", "needs data.validation_x");
+  if (d->n_validation_inputs) {
+    if (!d->n_inputs || !d->validation_y[0] || d->validation_split > 0)
+      return kerr(c, src, d->n_inputs && !d->validation_y[0] ? "data.validation_y"
+                  : "data.validation_inputs", "named validation files go with data.inputs and "
+                  "data.validation_y, without data.validation_split");
+    FL_TRY(same_inputs(c, job, "data.validation_inputs", d->validation_inputs,
+                       d->n_validation_inputs));
+  } else if (!d->validation_x[0] && d->validation_y[0]) {
+    return kerr(c, src, "data.validation_y", "needs data.validation_x or data.validation_inputs");
+  }
   if (fl_job_has_validation(job) && sparse)
     return kerr(c, src, d->validation_x[0] ? "data.validation_x" : "data.validation_split",
                 "validation applies to dense data, not to format %s", k_formats[d->format]);

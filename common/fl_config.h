@@ -176,6 +176,8 @@ typedef struct fl_job_data {
   double validation_split;
   char validation_x[FL_JOB_PATH_MAX];
   char validation_y[FL_JOB_PATH_MAX];
+  fl_job_input validation_inputs[FL_JOB_MAX_INPUTS]; /* with data.inputs */
+  size_t n_validation_inputs;
 } fl_job_data;
 
 /* ---------------------------------------------------- optimizer (3 places) */

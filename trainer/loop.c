@@ -120,23 +120,33 @@ static void set_augment(trainer *t, int images, float fill) {
 
 /* data.inputs: one .npy file per model input (data_inputs.c), and the
  * labels; bound to the model's inputs once it is built (bind_inputs). */
+/* The inputs data.inputs names, from the files src names (test or
+ * validation inputs, taken in the training set's order; NULL: data.inputs'
+ * own), and the labels y, into out. */
+static fl_status load_named_set(trainer *t, const fl_job_input *src, size_t nsrc, const char *y,
+                                int64_t limit, int lnc, fl_dataset *out) {
+  const fl_job_data *d = &t->job->data;
+  fl_npy_inputs in = {.n = d->n_inputs, .y_path = y, .num_classes = lnc,
+                      .ignore_index = t->job->model.ignore_index, .scale = d->scale,
+                      .limit = (size_t)limit};
+  for (size_t k = 0; k < in.n; k++) {
+    size_t j = 0;
+    while (src && j + 1 < nsrc && strcmp(src[j].name, d->inputs[k].name)) j++;
+    in.names[k] = d->inputs[k].name;
+    in.paths[k] = src ? src[j].path : d->inputs[k].path;
+  }
+  return fl_npy_load_inputs(&in, out);
+}
+
 static fl_status load_named(trainer *t, int test, int lnc) {
   const fl_job_data *d = &t->job->data;
-  fl_npy_inputs in = {.n = d->n_inputs,
-                      .y_path = test ? d->test_y : d->train_y, .num_classes = lnc,
-                      .ignore_index = t->job->model.ignore_index, .scale = d->scale,
-                      .limit = (size_t)(test ? d->limit_test : d->limit_train)};
-  for (size_t k = 0; k < in.n; k++) { /* the test set in the training set's order */
-    size_t j = 0;
-    while (test && j + 1 < d->n_test_inputs && strcmp(d->test_inputs[j].name, d->inputs[k].name))
-      j++;
-    in.names[k] = d->inputs[k].name;
-    in.paths[k] = test ? d->test_inputs[j].path : d->inputs[k].path;
-  }
   if (d->augment.hflip || d->augment.crop_padding)
     return FL_ERR(FL_EINVAL, "%s: data.augment applies to images (data.train_x), not to "
                   "data.inputs", t->job->source);
-  return fl_npy_load_inputs(&in, test ? &t->test : &t->train);
+  if (test)
+    return load_named_set(t, d->test_inputs, d->n_test_inputs, d->test_y, d->limit_test, lnc,
+                          &t->test);
+  return load_named_set(t, NULL, 0, d->train_y, d->limit_train, lnc, &t->train);
 }
 
 /* data.format npy: features and labels (train_x/train_y), or named inputs
@@ -243,18 +253,23 @@ static fl_status load_data(trainer *t) {
   return FL_OK;
 }
 
-/* data.validation_x/_y: npy features and labels of the training files'
- * form. */
+/* data.validation_x/_y or validation_inputs/_y: npy files of the
+ * training files' form. */
 static fl_status load_val_files(trainer *t) {
   const fl_job_data *d = &t->job->data;
   const fl_job_model *jm = &t->job->model;
   const int lnc = fl_model_kind_has(jm->kind, FL_KIND_FILE) ? 0 : jm->num_classes;
-  FL_TRY(fl_npy_load(d->validation_x, d->validation_y, lnc, d->scale, 0, &t->val));
+  const char *vx = d->n_validation_inputs ? d->validation_inputs[0].path : d->validation_x;
+  if (d->n_validation_inputs)
+    FL_TRY(load_named_set(t, d->validation_inputs, d->n_validation_inputs, d->validation_y, 0,
+                          lnc, &t->val));
+  else
+    FL_TRY(fl_npy_load(d->validation_x, d->validation_y, lnc, d->scale, 0, &t->val));
   if (t->val.dim != t->train.dim || !t->val.y != !t->train.y || t->val.tdim != t->train.tdim ||
       t->val.ylen != t->train.ylen)
-    return FL_ERR(FL_EINVAL, "%s: validation samples have %zu values and %s, %s has %zu and %s; "
-                  "give them the training files' form", d->validation_x, t->val.dim,
-                  t->val.y ? "class ids" : "float targets", d->train_x, t->train.dim,
+    return FL_ERR(FL_EINVAL, "%s: validation samples have %zu values and %s, the training "
+                  "samples %zu and %s; give them the training files' form", vx, t->val.dim,
+                  t->val.y ? "class ids" : "float targets", t->train.dim,
                   t->train.y ? "class ids" : "float targets");
   t->vset = &t->val;
   t->vn = t->val.n;
@@ -266,7 +281,7 @@ static fl_status load_val_files(trainer *t) {
  * validation files. */
 static fl_status load_validation(trainer *t) {
   const fl_job_data *d = &t->job->data;
-  if (d->validation_x[0]) {
+  if (d->validation_x[0] || d->n_validation_inputs) {
     FL_TRY(load_val_files(t));
   } else if (d->validation_split > 0) {
     size_t held;
@@ -282,7 +297,7 @@ static fl_status load_validation(trainer *t) {
   if (t->job->train.validate_every > 0)
     snprintf(every, sizeof every, "%" PRId64 " steps", t->job->train.validate_every);
   FL_LOGI("validation: %zu samples (%s), every %s", t->vn,
-          d->validation_x[0] ? d->validation_x : "the training set's last ones", every);
+          d->validation_split > 0 ? "the training set's last ones" : "validation files", every);
   return FL_OK;
 }
 
@@ -311,6 +326,7 @@ static fl_status bind_one(trainer *t, const fl_model_input_info *mi, size_t k) {
   const fl_data_elem el = mi->dtype == FL_MODEL_I64 ? FL_DATA_I64 : FL_DATA_F32;
   FL_TRY(fl_dataset_bind_input(&t->train, k, el, mi->cast_to_int));
   if (t->have_test) FL_TRY(fl_dataset_bind_input(&t->test, k, el, mi->cast_to_int));
+  if (t->val.n_inputs) FL_TRY(fl_dataset_bind_input(&t->val, k, el, mi->cast_to_int));
   return FL_OK;
 }
 

@@ -11,11 +11,14 @@
 #      ranks equal numpy's over PyTorch's outputs (valid_auc.py), the
 #      validation line has the same figures; metrics.csv holds a val row
 #      in the val_ columns; the Python parser reads them;
-#   3. validation_split with keep_best and early stopping (a min_delta no
+#   3. named inputs (typed_inputs.py's token model): validation_inputs in
+#      another order than data.inputs, on the test files: every validation
+#      line has the test line's figures;
+#   4. validation_split with keep_best and early stopping (a min_delta no
 #      validation reaches, patience 2): exit 0 at the third validation,
 #      best.flc beside the newest checkpoints; the same job again logs the
 #      same validation lines (the split is deterministic).
-# Parts 1 and 2 need Debian's python3-torch, python3-onnx and numpy;
+# Parts 1 to 3 need Debian's python3-torch, python3-onnx and numpy;
 # without them they are skipped.  Seconds.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
@@ -95,14 +98,44 @@ sys.exit(0 if all(k in m for k in ('test_auc', 'test_logloss', 'val_auc', 'val_s
     fail "bce: the Python parser misses the auc or val figures"
 }
 
+# 3. named validation inputs
+part3() {
+  n=$tmp/n
+  timeout 60 "$py" "$it/typed_inputs.py" "$n" tokens > "$tmp/n.gen" 2>&1 ||
+    { cat "$tmp/n.gen"; fail "typed_inputs.py"; return; }
+  cat > "$tmp/named.yaml" << EOF
+model: {kind: onnx, path: $n/model.onnx}
+data:
+  format: npy
+  inputs: {ids: $n/ids.npy, mask: $n/mask.npy}
+  train_y: $n/y.npy
+  test_inputs: {ids: $n/ids.npy, mask: $n/mask.npy}
+  test_y: $n/y.npy
+  validation_inputs: {mask: $n/mask.npy, ids: $n/ids.npy}
+  validation_y: $n/y.npy
+optimizer: {name: sgd, lr: 0.5}
+train: {epochs: 2, batch_size: 12, eval_batch_size: 5, seed: 1, log_interval: 100, num_threads: 1}
+EOF
+  timeout 60 "$T" --config "$tmp/named.yaml" > "$tmp/named.out" 2>&1 ||
+    { tail -20 "$tmp/named.out"; fail "named inputs: exit non-zero"; return; }
+  v=$(sed -n 's/^\(\[Epoch [0-9]*\]\) val \(.*\) (step [0-9]*)$/\1 \2/p' "$tmp/named.out")
+  t=$(sed -n 's/^\(\[Epoch [0-9]*\]\) test \(.*\)$/\1 \2/p' "$tmp/named.out")
+  if [ -n "$v" ] && [ "$v" = "$t" ]; then
+    echo "ok: named validation inputs: $(echo "$v" | wc -l) validations equal the tests"
+  else
+    fail "named inputs: validations '$v', tests '$t'"
+  fi
+}
+
 if "$py" -c 'import torch, onnx, numpy' 2> /dev/null; then
   part1
   part2
+  part3
 else
-  echo "skip: parts 1 and 2 ($py lacks torch, onnx or numpy)"
+  echo "skip: parts 1 to 3 ($py lacks torch, onnx or numpy)"
 fi
 
-# 3. validation_split, keep_best and early stopping
+# 4. validation_split, keep_best and early stopping
 cat > "$tmp/es.yaml" << EOF
 model: {kind: mlp, hidden: [16], input_shape: [1, 8, 8], num_classes: 6}
 data: {format: synthetic, synthetic: {kind: image, train_samples: 400, test_samples: 100, seed: 5}, validation_split: 0.25}

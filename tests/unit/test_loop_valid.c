@@ -133,6 +133,12 @@ START_TEST(config_keys) {
       {"data: {format: synthetic, synthetic: {kind: ctr}, validation_split: 0.1}\n"
        "model: {kind: ctr, num_classes: 2}\ncluster: {mode: ps}\n", "dense data"},
       {SYN "}\ntrain: {keep_best: val_best}\n", "train.keep_best"},
+      {"model: {kind: onnx, path: m.onnx}\ndata: {format: npy, inputs: {a: a.npy}, train_y: y.npy, "
+       "test_inputs: {a: a.npy}, test_y: y.npy, validation_inputs: {b: b.npy}, "
+       "validation_y: y.npy}\n", "data.validation_inputs: must name the inputs"},
+      {"model: {kind: onnx, path: m.onnx}\ndata: {format: npy, inputs: {a: a.npy}, train_y: y.npy, "
+       "test_inputs: {a: a.npy}, test_y: y.npy, validation_inputs: {a: a.npy}}\n",
+       "data.validation_y"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ck_assert_msg(fl_job_load_string(bad[i][0], "<t>", &job) == FL_EINVAL, "accepted: %s",
