@@ -722,6 +722,14 @@ fl_status fl_ckpt_dir_begin(const char *dir, int64_t step, fl_ckpt_writer **out)
   return fl_ckpt_writer_open(path, out);
 }
 
+fl_status fl_ckpt_dir_begin_named(const char *dir, const char *name, fl_ckpt_writer **out) {
+  char path[4096];
+  if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+    return FL_ERR(FL_EINVAL, "checkpoint dir %s: path of %s too long", dir, name);
+  FL_TRY(mkdir_p(dir));
+  return fl_ckpt_writer_open(path, out);
+}
+
 /* Step of a "ckpt-<digits>.flc" name, or -1. */
 static int64_t step_of(const char *name) {
   if (strncmp(name, "ckpt-", 5)) return -1;

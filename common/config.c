@@ -30,7 +30,8 @@ _Static_assert(sizeof(fl_optim_kind) == sizeof(int) && sizeof(fl_lr_kind) == siz
                    sizeof(fl_mode) == sizeof(int) && sizeof(fl_data_format) == sizeof(int) &&
                    sizeof(fl_grad_compression) == sizeof(int) &&
                    sizeof(fl_amp_dtype) == sizeof(int) &&
-                   sizeof(fl_train_device) == sizeof(int),
+                   sizeof(fl_train_device) == sizeof(int) &&
+                   sizeof(fl_val_metric) == sizeof(int),
                "enum fields must be int-sized");
 
 /* Bounds that keep a hostile job file cheap: libyaml holds every node of the
@@ -57,6 +58,11 @@ static const char *const k_anneal[] = {"cos", "linear", NULL};          /* fl_lr
 static const char *const k_plateau_modes[] = {"min", "max", NULL};      /* mode_max */
 static const char *const k_threshold_modes[] = {"rel", "abs", NULL};    /* threshold_abs */
 const char *const fl_lr_metric_names[] = {"loss", "acc1", "acc5", NULL};
+const char *const fl_val_metric_names[] = {"none",    "val_loss", "val_acc1", "val_acc5",
+                                           "val_auc", "val_logloss", "val_mse", "val_mae",
+                                           "val_r2",  NULL};
+_Static_assert(sizeof fl_val_metric_names / sizeof *fl_val_metric_names == FL_VAL_COUNT + 1,
+               "one name per validation metric");
 static const char *const k_compress[] = {"none", "fp16", "bf16", NULL};
 /* In the order of fl_allreduce_algorithm. */
 static const char *const k_ar_algos[] = {"auto", "ring", "halving_doubling", "tree",
@@ -288,6 +294,12 @@ static const field f_data[] = {
          E("bad_lines", F_ENUM, fl_job_data, bad_lines, .choices = k_bad_lines, DEF(0)),
          E("hash_buckets", F_I64, fl_job_data, hash_buckets, RANGE(0, 1e15)),
          END}},
+    E("validation_split", F_DOUBLE, fl_job_data, validation_split, .lo = 0, .hi = 1,
+      .lim = LIM_LO | LIM_HI | LIM_HIX),
+    E("validation_x", F_STR, fl_job_data, validation_x, STRCAP(fl_job_data, validation_x)),
+    E("validation_y", F_STR, fl_job_data, validation_y, STRCAP(fl_job_data, validation_y)),
+    E("validation_inputs", F_PATH_MAP, fl_job_data, validation_inputs, .cap = FL_JOB_MAX_INPUTS,
+      .count_off = offsetof(fl_job_data, n_validation_inputs)),
     END};
 
 static const field f_optimizer[] = {
@@ -371,6 +383,16 @@ static const field f_train[] = {
     E("max_steps", F_I64, fl_job_train, max_steps, MIN(0)),
     E("device", F_ENUM, fl_job_train, device, .choices = k_devices),
     E("export_onnx", F_STR, fl_job_train, export_onnx, STRCAP(fl_job_train, export_onnx)),
+    E("validate_every", F_I64, fl_job_train, validate_every, MIN(0)),
+    E("keep_best", F_ENUM, fl_job_train, keep_best, .choices = fl_val_metric_names),
+    {.key = "early_stopping",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){
+         E("metric", F_ENUM, fl_job_train, early_stopping.metric, .choices = fl_val_metric_names),
+         E("patience", F_I64, fl_job_train, early_stopping.patience, MIN(1), DEF(5)),
+         E("min_delta", F_DOUBLE, fl_job_train, early_stopping.min_delta, MIN(0)),
+         END}},
     END};
 
 static const field f_cluster[] = {
@@ -1230,6 +1252,21 @@ static int list_has_empty(const char (*l)[FL_JOB_NAME_MAX], size_t n) {
 
 /* data.inputs / test_inputs: npy data of an onnx model, replacing train_x
  * and test_x, the same names for training and test. */
+/* The n inputs of key (data.test_inputs, data.validation_inputs) name the
+ * inputs data.inputs names, each once. */
+static fl_status same_inputs(const ctx *c, const fl_job *job, const char *key,
+                             const fl_job_input *in, size_t n) {
+  const fl_job_data *d = &job->data;
+  for (size_t i = 0; i < d->n_inputs; i++) {
+    size_t j = 0;
+    while (j < n && strcmp(d->inputs[i].name, in[j].name)) j++;
+    if (j == n || n != d->n_inputs)
+      return kerr(c, job->source, key, "must name the inputs data.inputs names (%s%s)",
+                  d->inputs[i].name, j == n ? " is missing" : ", and no other");
+  }
+  return FL_OK;
+}
+
 static fl_status check_inputs(const ctx *c, const fl_job *job) {
   const char *src = job->source;
   const fl_job_data *d = &job->data;
@@ -1245,14 +1282,7 @@ static fl_status check_inputs(const ctx *c, const fl_job *job) {
   if (!d->n_test_inputs || !d->test_y[0])
     return kerr(c, src, d->n_test_inputs ? "data.test_y" : "data.test_inputs",
                 "required with train.eval: true");
-  for (size_t i = 0; i < d->n_inputs; i++) {
-    size_t j = 0;
-    while (j < d->n_test_inputs && strcmp(d->inputs[i].name, d->test_inputs[j].name)) j++;
-    if (j == d->n_test_inputs || d->n_test_inputs != d->n_inputs)
-      return kerr(c, src, "data.test_inputs", "must name the inputs data.inputs names (%s%s)",
-                  d->inputs[i].name, j == d->n_test_inputs ? " is missing" : ", and no other");
-  }
-  return FL_OK;
+  return same_inputs(c, job, "data.test_inputs", d->test_inputs, d->n_test_inputs);
 }
 
 /* lr_schedule keys every kind reads. */
@@ -1329,12 +1359,58 @@ static fl_status check_lr(const ctx *c, const fl_job *job) {
                   "rate is lr * sqrt(warmup_steps / step) after the warmup)");
     return FL_OK;
   case FL_LR_PLATEAU:
-    if (!job->train.eval)
+    if (!job->train.eval && !fl_job_has_validation(job))
       return kerr(c, src, "lr_schedule.kind", "plateau follows the evaluation's %s: it needs "
-                  "train.eval: true", fl_lr_metric_names[l->metric]);
+                  "train.eval: true or a validation set", fl_lr_metric_names[l->metric]);
     return FL_OK;
   default: return FL_OK;
   }
+}
+
+int fl_job_has_validation(const fl_job *job) {
+  return job->data.validation_split > 0 || job->data.validation_x[0] ||
+         job->data.n_validation_inputs;
+}
+
+/* The validation set's sources, and what needs one. */
+static fl_status check_validation(const ctx *c, const fl_job *job) {
+  const char *src = job->source;
+  const fl_job_data *d = &job->data;
+  const fl_job_train *t = &job->train;
+  const int sparse = d->format == FL_DATA_LIBSVM || d->format == FL_DATA_CRITEO ||
+                     (d->format == FL_DATA_SYNTHETIC && !strcmp(d->synthetic.kind, "ctr"));
+  if (d->validation_split > 0 && d->validation_x[0])
+    return kerr(c, src, "data.validation_x", "give data.validation_split or validation files, "
+                "not both");
+  if (d->validation_x[0] && (d->format != FL_DATA_NPY || d->n_inputs || !d->validation_y[0]))
+    return kerr(c, src, d->validation_y[0] ? "data.validation_x" : "data.validation_y",
+                "validation files are npy features and labels (data.format npy without "
+                "data.inputs) given together; otherwise use data.validation_split");
+  if (d->n_validation_inputs) {
+    if (!d->n_inputs || !d->validation_y[0] || d->validation_split > 0)
+      return kerr(c, src, d->n_inputs && !d->validation_y[0] ? "data.validation_y"
+                  : "data.validation_inputs", "named validation files go with data.inputs and "
+                  "data.validation_y, without data.validation_split");
+    FL_TRY(same_inputs(c, job, "data.validation_inputs", d->validation_inputs,
+                       d->n_validation_inputs));
+  } else if (!d->validation_x[0] && d->validation_y[0]) {
+    return kerr(c, src, "data.validation_y", "needs data.validation_x or data.validation_inputs");
+  }
+  if (fl_job_has_validation(job) && sparse)
+    return kerr(c, src, d->validation_x[0] ? "data.validation_x" : "data.validation_split",
+                "validation applies to dense data, not to format %s", k_formats[d->format]);
+  if (t->keep_best != FL_VAL_NONE && job->cluster.mode == FL_MODE_PS && job->strategy.a_sync &&
+      job->strategy.a_sync_configs.k_steps > 0)
+    return kerr(c, src, "train.keep_best", "geo (a_sync_configs.k_steps > 0) pushes each "
+                "trainer's last delta from its model at the end, which would be the restored "
+                "best one; use sync or async ps, or leave keep_best out");
+  if (fl_job_has_validation(job)) return FL_OK;
+  if (t->keep_best != FL_VAL_NONE || t->early_stopping.metric != FL_VAL_NONE ||
+      t->validate_every > 0)
+    return kerr(c, src, t->keep_best ? "train.keep_best" : t->validate_every ?
+                "train.validate_every" : "train.early_stopping.metric",
+                "needs a validation set: data.validation_split or data.validation_x/_y");
+  return FL_OK;
 }
 
 /* optimizer.grad_clip: the bound its kind needs; the pserver's optimizers
@@ -1528,6 +1604,7 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   FL_TRY(check_lr(c, job));
   FL_TRY(check_clip(c, job));
   FL_TRY(check_sparse_tables(c, job));
+  FL_TRY(check_validation(c, job));
 
   /* cluster */
   const fl_job_cluster *cl = &job->cluster;

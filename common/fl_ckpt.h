@@ -148,6 +148,9 @@ fl_status fl_ckpt_dir_path(const char *dir, int64_t step, char *out, size_t cap)
 /* Create dir (and its parents) if needed, then open a writer for the
  * checkpoint of step.  FL_EIO when dir cannot be created. */
 fl_status fl_ckpt_dir_begin(const char *dir, int64_t step, fl_ckpt_writer **out);
+/* The same for a file called name beside the series (not a ckpt-<step>
+ * name: the listing, pruning and loading of the series ignore it). */
+fl_status fl_ckpt_dir_begin_named(const char *dir, const char *name, fl_ckpt_writer **out);
 
 /* The steps of every ckpt-<step>.flc in dir, newest first, into steps[0..cap)
  * with the total in *n (may exceed cap).  A missing dir gives *n = 0. */

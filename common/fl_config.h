@@ -182,6 +182,14 @@ typedef struct fl_job_data {
   int64_t shuffle_buffer; /* reservoir of N samples, 0 = file order: 100000 */
   int bad_lines;          /* 0 "stop" (default), 1 "skip" (counted, logged) */
   int64_t hash_buckets;   /* categorical ids modulo this, 0 = the 63-bit hash: 0 */
+  /* validation (dense data): the last validation_split of the training set
+   * held out before sharding (0 = none), or npy files of the test files'
+   * form; train.validate_every says when it is evaluated */
+  double validation_split;
+  char validation_x[FL_JOB_PATH_MAX];
+  char validation_y[FL_JOB_PATH_MAX];
+  fl_job_input validation_inputs[FL_JOB_MAX_INPUTS]; /* with data.inputs */
+  size_t n_validation_inputs;
 } fl_job_data;
 
 /* ---------------------------------------------------- optimizer (3 places) */
@@ -252,6 +260,26 @@ typedef struct fl_job_lr {
   fl_lr_metric metric;   /* plateau: the evaluation's loss (default), acc1, acc5 */
 } fl_job_lr;
 
+/* A validation metric (train.keep_best, train.early_stopping.metric);
+ * its direction is its row in trainer/loop_valid.c. */
+typedef enum fl_val_metric {
+  FL_VAL_NONE = 0,
+  FL_VAL_LOSS,
+  FL_VAL_ACC1,
+  FL_VAL_ACC5,
+  FL_VAL_AUC,
+  FL_VAL_LOGLOSS,
+  FL_VAL_MSE,
+  FL_VAL_MAE,
+  FL_VAL_R2,
+  FL_VAL_COUNT
+} fl_val_metric;
+/* Their names ("none", "val_loss", ...), indexed by fl_val_metric, NULL-terminated. */
+extern const char *const fl_val_metric_names[];
+struct fl_job;
+/* Whether the job has a validation set (data.validation_split or files). */
+int fl_job_has_validation(const struct fl_job *job);
+
 /* ------------------------------------------------------------------ train */
 typedef struct fl_job_train {
   int epochs;             /* 10 */
@@ -271,6 +299,13 @@ typedef struct fl_job_train {
                              gpu needs a CUDA build and a GPU (else the trainer
                              exits 1); with strategy.amp its GEMMs run in
                              amp_configs.dtype */
+  int64_t validate_every; /* validation every N optimizer steps, 0 = each epoch */
+  fl_val_metric keep_best; /* keep the best validation's checkpoint: none */
+  struct {
+    fl_val_metric metric; /* none: never stop early */
+    int64_t patience;     /* validations without improvement before stopping: 5 */
+    double min_delta;     /* an improvement is by more than this: 0 */
+  } early_stopping;
 } fl_job_train;
 
 /* ---------------------------------------------------------------- cluster */

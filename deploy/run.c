@@ -1151,6 +1151,10 @@ static void supervise(run *r) {
     if (fl_run_progress_last_test(r->progress, &epoch, &loss, &acc) && !isnan(acc))
       say(r, "job done in %.0f s; final test accuracy %.4f, loss %.4f (epoch %d)", took, acc,
           loss, epoch + 1);
+    else if (fl_run_progress_last_test(r->progress, &epoch, &loss, &acc) &&
+             !isnan(fl_run_progress_last_auc(r->progress))) /* binary targets */
+      say(r, "job done in %.0f s; final test auc %.4f, loss %.4f (epoch %d)", took,
+          fl_run_progress_last_auc(r->progress), loss, epoch + 1);
     else if (fl_run_progress_last_test(r->progress, &epoch, &loss, &acc)) /* e.g. mse */
       say(r, "job done in %.0f s; final test loss %.4f (epoch %d)", took, loss, epoch + 1);
     else

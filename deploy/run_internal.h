@@ -133,18 +133,21 @@ typedef enum fl_run_rec_kind {
   FL_RUN_REC_TRAIN = 0, /* "[Epoch e, batch b] loss: ..., acc1: ..." */
   FL_RUN_REC_TEST = 1,  /* "[Epoch e] test loss: ..., acc1: ..." */
   FL_RUN_REC_PLAN = 2,  /* "training mlp: E epochs of S steps (K x B samples, ..." */
-  FL_RUN_REC_EPOCH_END = 3 /* "[Epoch e] train: S steps, N samples, ...": e trained in full */
+  FL_RUN_REC_EPOCH_END = 3, /* "[Epoch e] train: S steps, N samples, ...": e trained in full */
+  FL_RUN_REC_VAL = 4        /* "[Epoch e] val loss: ..., acc1: ... (step s)" */
 } fl_run_rec_kind;
 
 /* One parsed line of a trainer's log. */
 typedef struct fl_run_record {
   fl_run_rec_kind kind;
   int epoch;             /* as printed (0-based); PLAN: number of epochs */
-  int64_t batch;         /* TRAIN: micro-batch index in the epoch (0-based) */
+  int64_t batch;         /* TRAIN: micro-batch index in the epoch (0-based);
+                            VAL: the optimizer step; PLAN: micro-batches per step */
   int64_t batches;       /* micro-batches per epoch (PLAN: S x K; TRAIN when
                             printed as "batch b/T"), else -1 */
   double loss;           /* NAN when absent */
   double acc;            /* acc1 / acc / accuracy, NAN when absent */
+  double auc;            /* auc (binary targets), NAN when absent */
 } fl_run_record;
 
 /* Parse one log line (the trainer's log prefix before it is ignored).
@@ -175,6 +178,8 @@ char *fl_run_progress_line(const fl_run_progress *p, char *out, size_t cap);
 
 /* The last evaluation seen: 1 and its epoch, loss, acc; 0 when none. */
 int fl_run_progress_last_test(const fl_run_progress *p, int *epoch, double *loss, double *acc);
+/* The last evaluation's auc (binary targets), NAN when none. */
+double fl_run_progress_last_auc(const fl_run_progress *p);
 
 /* Number of records fed. */
 size_t fl_run_progress_count(const fl_run_progress *p);

@@ -1,6 +1,7 @@
 /* run_progress.c - what flotilla-run tells a person about a running job:
  * rank 0's "[Epoch e, batch b/T] loss: ..." lines become a progress line
- * (epoch, step/total, samples/s, ETA, loss, accuracy), and at the end a CSV
+ * (epoch, step/total, samples/s, ETA, loss, accuracy or auc, the last
+ * test's and validation's), and at the end a CSV
  * of every record and a PNG curve drawn by gnuplot (run_internal.h).
  *
  * Throughput is measured here, from the time each line reaches
@@ -29,11 +30,12 @@ extern char **environ;
 #define MIN_RATE_INTERVAL 0.5
 
 typedef struct row {
-  int test;
+  int test; /* an evaluation: test or (val) validation */
+  int val;
   double t;
   int epoch;
   int64_t batch, global;
-  double sps, loss, acc;
+  double sps, loss, acc, auc;
 } row;
 
 struct fl_run_progress {
@@ -50,9 +52,10 @@ struct fl_run_progress {
   int64_t ref_global;
   int have_ref;
   double rate;               /* smoothed samples/s, 0 = unknown */
-  int have_test;
-  row last_test;
+  int have_test, have_val;
+  row last_test, last_val;
   int ended; /* epoch + 1 of the last "[Epoch e] train:" line, 0 = none */
+  int64_t k; /* micro-batches per optimizer step (the plan's), 1 before it */
 };
 
 /* ---- parsing ---- */
@@ -85,6 +88,8 @@ static int starts_test(const char *p) {
   return strncmp(p, "test", 4) == 0 || strncmp(p, "eval", 4) == 0;
 }
 
+static int starts_val(const char *p) { return strncmp(p, "val ", 4) == 0; }
+
 /* "training <model>: E epochs of S steps (K x B samples" */
 static int parse_plan(const char *line, fl_run_record *r) {
   const char *p = strstr(line, "training ");
@@ -96,8 +101,8 @@ static int parse_plan(const char *line, fl_run_record *r) {
   if (sscanf(p, ": %lld epochs of %lld steps (%lld x%n", &e, &s, &k, &used) != 3 || used == 0 ||
       e < 0 || s < 0 || k < 1)
     return 0;
-  *r = (fl_run_record){.kind = FL_RUN_REC_PLAN, .epoch = (int)e, .batch = -1,
-                       .batches = s * k, .loss = NAN, .acc = NAN};
+  *r = (fl_run_record){.kind = FL_RUN_REC_PLAN, .epoch = (int)e, .batch = k,
+                       .batches = s * k, .loss = NAN, .acc = NAN, .auc = NAN};
   return 1;
 }
 
@@ -110,7 +115,7 @@ int fl_run_parse_line(const char *line, fl_run_record *r) {
   if (end == p || epoch < 0) return 0;
   p = end;
   fl_run_record rec = {.kind = FL_RUN_REC_TRAIN, .epoch = (int)epoch, .batch = -1,
-                       .batches = -1, .loss = NAN, .acc = NAN};
+                       .batches = -1, .loss = NAN, .acc = NAN, .auc = NAN};
   if (*p == ',') {
     p = skip_sp(p + 1);
     if (starts_test(p)) {
@@ -142,8 +147,12 @@ int fl_run_parse_line(const char *line, fl_run_record *r) {
       *r = rec;
       return 1;
     }
-    if (!starts_test(skip_sp(p + 1))) return 0;
-    rec.kind = FL_RUN_REC_TEST;
+    if (starts_val(skip_sp(p + 1)))
+      rec.kind = FL_RUN_REC_VAL;
+    else if (!starts_test(skip_sp(p + 1)))
+      return 0;
+    else
+      rec.kind = FL_RUN_REC_TEST;
   } else {
     return 0;
   }
@@ -153,7 +162,12 @@ int fl_run_parse_line(const char *line, fl_run_record *r) {
   rec.acc = find_num(p, "acc1");
   if (isnan(rec.acc)) rec.acc = find_num(p, "acc");
   if (isnan(rec.acc)) rec.acc = find_num(p, "accuracy");
-  if (isnan(rec.loss) && isnan(rec.acc)) return 0;
+  rec.auc = find_num(p, "auc");
+  if (rec.kind == FL_RUN_REC_VAL) { /* "... (step s)": its optimizer step */
+    const char *s = strstr(p, "(step ");
+    rec.batch = s ? strtoll(s + 6, NULL, 10) : -1;
+  }
+  if (isnan(rec.loss) && isnan(rec.acc) && isnan(rec.auc)) return 0;
   *r = rec;
   return 1;
 }
@@ -166,6 +180,7 @@ fl_status fl_run_progress_new(int epochs, double samples_per_batch, fl_run_progr
   p->epochs = epochs;
   p->samples_per_batch = samples_per_batch;
   p->batches_per_epoch = -1;
+  p->k = 1;
   *out = p;
   return FL_OK;
 }
@@ -187,6 +202,7 @@ fl_status fl_run_progress_feed(fl_run_progress *p, const fl_run_record *r, doubl
   if (r->batches > 0) p->batches_per_epoch = r->batches;
   if (r->kind == FL_RUN_REC_PLAN) {
     if (r->epoch > 0) p->epochs = r->epoch;
+    if (r->batch > 0) p->k = r->batch;
     return FL_OK;
   }
   if (r->kind == FL_RUN_REC_EPOCH_END) {
@@ -202,9 +218,15 @@ fl_status fl_run_progress_feed(fl_run_progress *p, const fl_run_record *r, doubl
     p->cur_epoch = r->epoch;
     p->cur_max = -1;
   }
-  row w = {.test = r->kind == FL_RUN_REC_TEST, .t = now - p->t0, .epoch = r->epoch, .batch = r->batch,
-           .sps = NAN, .loss = r->loss, .acc = r->acc};
-  if (w.test) {
+  row w = {.test = r->kind == FL_RUN_REC_TEST || r->kind == FL_RUN_REC_VAL,
+           .val = r->kind == FL_RUN_REC_VAL, .t = now - p->t0, .epoch = r->epoch,
+           .batch = r->batch, .sps = NAN, .loss = r->loss, .acc = r->acc, .auc = r->auc};
+  if (w.val) { /* at its optimizer step, in micro-batches */
+    w.global = r->batch >= 0 ? r->batch * p->k : p->done_before + p->cur_max + 1;
+    p->have_val = 1;
+    p->last_val = w;
+    p->have_ref = 0;
+  } else if (w.test) {
     int64_t per = p->batches_per_epoch > 0 ? p->batches_per_epoch : p->cur_max + 1;
     w.global = (int64_t)(r->epoch + 1) * per;
     p->have_test = 1;
@@ -241,6 +263,10 @@ int fl_run_progress_last_test(const fl_run_progress *p, int *epoch, double *loss
   return 1;
 }
 
+double fl_run_progress_last_auc(const fl_run_progress *p) {
+  return p->have_test ? p->last_test.auc : NAN;
+}
+
 static void fmt_duration(char *out, size_t cap, double s) {
   long t = (long)(s + 0.5);
   if (t >= 3600)
@@ -262,6 +288,17 @@ static void put(char *out, size_t cap, size_t *len, const char *fmt, ...) {
   va_end(ap);
   if (n > 0) *len += (size_t)n;
   if (*len >= cap) *len = cap - 1;
+}
+
+/* An evaluation's figure: "  test acc A (epoch e)", auc for binary
+ * targets, the loss when it has neither. */
+static void put_eval(char *out, size_t cap, size_t *len, const char *what, const row *w) {
+  if (!isnan(w->acc))
+    put(out, cap, len, "  %s acc %.4f (epoch %d)", what, w->acc, w->epoch + 1);
+  else if (!isnan(w->auc))
+    put(out, cap, len, "  %s auc %.4f (epoch %d)", what, w->auc, w->epoch + 1);
+  else if (w->val && !isnan(w->loss))
+    put(out, cap, len, "  %s loss %.4f (epoch %d)", what, w->loss, w->epoch + 1);
 }
 
 char *fl_run_progress_line(const fl_run_progress *p, char *out, size_t cap) {
@@ -302,8 +339,8 @@ char *fl_run_progress_line(const fl_run_progress *p, char *out, size_t cap) {
     if (!isnan(last->loss)) put(out, cap, &len, "  loss %.4f", last->loss);
     if (!isnan(last->acc)) put(out, cap, &len, "  acc %.4f", last->acc);
   }
-  if (p->have_test && !isnan(p->last_test.acc))
-    put(out, cap, &len, "  test acc %.4f (epoch %d)", p->last_test.acc, p->last_test.epoch + 1);
+  if (p->have_val) put_eval(out, cap, &len, "val", &p->last_val);
+  if (p->have_test) put_eval(out, cap, &len, "test", &p->last_test);
   return out;
 }
 
@@ -316,35 +353,43 @@ static void put_num(FILE *f, double v) {
 fl_status fl_run_progress_write_csv(const fl_run_progress *p, const char *path) {
   FILE *f = fopen(path, "w");
   if (!f) return FL_ERR(FL_EIO, "cannot create %s: %s", path, strerror(errno));
-  fputs("kind,time_s,epoch,batch,global_batch,samples_per_s,loss,acc\n", f);
+  fputs("kind,time_s,epoch,batch,global_batch,samples_per_s,loss,acc,auc,val_loss,val_acc,"
+        "val_auc\n", f);
   for (size_t i = 0; i < p->n; i++) {
     const row *w = &p->rows[i];
-    fprintf(f, "%s,%.3f,%d,", w->test ? "test" : "train", w->t, w->epoch);
+    fprintf(f, "%s,%.3f,%d,", w->val ? "val" : w->test ? "test" : "train", w->t, w->epoch);
     if (!w->test) fprintf(f, "%lld", (long long)w->batch);
     fprintf(f, ",%lld,", (long long)w->global);
     put_num(f, w->sps);
-    fputc(',', f);
+    fputs(w->val ? ",,,," : ",", f); /* a validation's figures go in the val_ columns */
     put_num(f, w->loss);
     fputc(',', f);
     put_num(f, w->acc);
-    fputc('\n', f);
+    fputc(',', f);
+    put_num(f, w->auc);
+    fputs(w->val ? "\n" : ",,,\n", f);
   }
   int bad = ferror(f);
   if (fclose(f) != 0 || bad) return FL_ERR(FL_EIO, "writing %s failed: %s", path, strerror(errno));
   return FL_OK;
 }
 
-/* Copy the CSV's rows of one kind into a gnuplot datablock (x, loss, acc). */
+/* CSV columns. */
+#define CSV_FIELDS 12
+#define CSV_VAL_LOSS 9
+
+/* Copy the CSV's rows of one kind into a gnuplot datablock (x, loss, acc:
+ * the val_ columns for validations). */
 static int datablock(FILE *gp, FILE *csv, const char *name, const char *kind) {
   char line[512];
   int rows = 0;
   rewind(csv);
   fprintf(gp, "$%s << EOD\n", name);
   while (fgets(line, sizeof line, csv)) {
-    char *f[8];
+    char *f[CSV_FIELDS];
     int n = 0;
     /* strtok would merge empty fields: split by hand. */
-    for (char *s = line; n < 8;) {
+    for (char *s = line; n < CSV_FIELDS;) {
       f[n++] = s;
       s = strpbrk(s, ",\n");
       if (!s) break;
@@ -352,8 +397,9 @@ static int datablock(FILE *gp, FILE *csv, const char *name, const char *kind) {
       *s++ = '\0';
       if (c == '\n') break;
     }
-    if (n < 8 || strcmp(f[0], kind) != 0) continue;
-    fprintf(gp, "%s %s %s\n", f[4], *f[6] ? f[6] : "NaN", *f[7] ? f[7] : "NaN");
+    if (n < CSV_FIELDS || strcmp(f[0], kind) != 0) continue;
+    const int c = strcmp(kind, "val") ? 6 : CSV_VAL_LOSS;
+    fprintf(gp, "%s %s %s\n", f[4], *f[c] ? f[c] : "NaN", *f[c + 1] ? f[c + 1] : "NaN");
     rows++;
   }
   fputs("EOD\n", gp);
@@ -373,6 +419,7 @@ fl_status fl_run_plot(const char *csv_path, const char *png_path, const char *gp
         "# Redraw with: gnuplot curve.gp\n", gp);
   int ntrain = datablock(gp, csv, "train", "train");
   int ntest = datablock(gp, csv, "test", "test");
+  int nval = datablock(gp, csv, "val", "val");
   fclose(csv);
   fprintf(gp,
           "set terminal png size 960,540\n"
@@ -393,10 +440,15 @@ fl_status fl_run_plot(const char *csv_path, const char *png_path, const char *gp
                 "$train using 1:3 axes x1y2 with lines title 'train acc'", sep);
     sep = ", ";
   }
-  if (ntest)
+  if (ntest) {
     fprintf(gp, "%s$test using 1:2 with linespoints pt 7 title 'test loss', "
                 "$test using 1:3 axes x1y2 with linespoints pt 7 lw 2 title 'test acc'", sep);
-  if (!ntrain && !ntest) fputs("set label 'no training records' at graph 0.4,0.5\nplot NaN notitle", gp);
+    sep = ", ";
+  }
+  if (nval)
+    fprintf(gp, "%s$val using 1:2 with linespoints pt 5 title 'val loss', "
+                "$val using 1:3 axes x1y2 with linespoints pt 5 title 'val acc'", sep);
+  if (!ntrain && !ntest && !nval) fputs("set label 'no training records' at graph 0.4,0.5\nplot NaN notitle", gp);
   fputc('\n', gp);
   int bad = ferror(gp);
   if (fclose(gp) != 0 || bad) return FL_ERR(FL_EIO, "writing %s failed", gp_path);

@@ -27,6 +27,7 @@ include $(srcdir)/tests/unit/obs.mk
 include $(srcdir)/tests/unit/run_failure.mk
 include $(srcdir)/tests/unit/layering.mk
 include $(srcdir)/tests/unit/criteo.mk
+include $(srcdir)/tests/unit/loop_valid.mk
 include $(srcdir)/tests/integration/local.mk
 include $(srcdir)/tests/bench/local.mk
 include $(srcdir)/tests/fuzz/local.mk

@@ -57,4 +57,14 @@ typedef struct fl_auc_result {
  * score outside [0, 1]; FL_ENOMEM for the sort's copy. */
 fl_status fl_auc_merge(const fl_auc_part *parts, size_t nparts, fl_auc_result *out);
 
+struct fl_sync;
+/* Every rank's pairs into all (appended), n pairs in rank order, through
+ * the mode's metric sums (sync->ops->reduce_metrics, 64 values a call):
+ * this rank's pairs `mine` stand at [lo, lo + mine->n) of the n, the
+ * others add zeros there, so the sums are the pairs, bit for bit.  Every
+ * rank calls it with the same n.  Errors of reduce_metrics and
+ * fl_auc_add. */
+fl_status fl_auc_gather(const struct fl_sync *sync, const fl_auc_acc *mine, size_t lo, size_t n,
+                        fl_auc_acc *all);
+
 #endif

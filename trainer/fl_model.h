@@ -209,6 +209,13 @@ fl_status fl_model_train_stepf(fl_model *m, const float *x, const float *t, size
                                fl_model_result *res);
 fl_status fl_model_evalf(fl_model *m, const float *x, const float *t, size_t batch,
                          fl_model_result *res);
+/* A bce_with_logits model's logits of its last eval or train step (batch
+ * * K host floats, owned by the model, valid until its next call), for
+ * metrics over the predictions (AUC, log loss); NULL for any other loss,
+ * a plugin, or a graph whose output is not on the host. */
+const float *fl_model_logits(const fl_model *m);
+/* 1 for a graph model with loss bce_with_logits (binary targets). */
+int fl_model_binary(const fl_model *m);
 
 /* ------------------------------------------------ typed, named inputs
  * A model whose data is more than one float tensor (an imported ONNX

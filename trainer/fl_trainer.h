@@ -39,6 +39,20 @@
  *     directory holding this run's checkpoints is resumed from, one holding
  *     another run's is refused unless resume or fresh says what to do
  *     (fl_ckpt_dir_claim);
+ *   - with a validation set (data.validation_split: the last share of the
+ *     training samples, held out before sharding; or validation files)
+ *     `[Epoch e] val loss: ... (step s)` every train.validate_every steps
+ *     or after each epoch, over all ranks; reduce-on-plateau then follows
+ *     it; train.keep_best keeps the best validation's model on every rank
+ *     (rank 0 also writes FL_TRAINER_BEST_FILE) and a run that ends
+ *     normally tests and exports it; train.early_stopping ends the run
+ *     (complete, report.early_stopped) after `patience` validations
+ *     without an improvement by more than min_delta;
+ *   - binary models (bce_with_logits, on the host) are evaluated with the
+ *     exact AUC and log loss over all ranks' predictions in place of acc1;
+ *   - before every evaluation and the export the ranks' buffers (batch-norm
+ *     running statistics) become their mean over the ranks, so every rank
+ *     evaluates one model and the export holds the one last tested;
  *   - in ps mode a trainer that rejoins a running job (a restart,
  *     fl_sync_ps_join_step) goes on from the servers' current step and
  *     parameters, with or without a checkpoint of its own.
@@ -62,6 +76,10 @@
 
 /* The meta/format record of the trainer's checkpoints. */
 #define FL_TRAINER_CKPT_FORMAT "flotilla-trainer-1"
+/* train.keep_best: the best validation's checkpoint, beside the newest
+ * ones in the checkpoint directory (same records, plus best/metric and
+ * best/value); --resume never takes it. */
+#define FL_TRAINER_BEST_FILE "best.flc"
 
 /* A mode's constructor, one entry per mode in flotilla-trainer's table.  On
  * success *out is a live instance; the caller ends it with ops->finish
@@ -126,6 +144,10 @@ typedef struct fl_trainer_report {
   size_t activation_bytes; /* fl_model_activation_bytes */
   int64_t steps_per_epoch;
   int stopped;             /* 1: ended early by opts->stop (checkpointed) */
+  int validated;           /* 1 when val[] is set */
+  double val[FL_VAL_COUNT]; /* last validation, by fl_val_metric (NaN: not given) */
+  int early_stopped;       /* 1: train.early_stopping ended the run (complete) */
+  int64_t best_step;       /* train.keep_best: the step of the best validation, -1 */
 } fl_trainer_report;
 
 /* Train the job with the mode in sync (which stays the caller's); a

@@ -39,6 +39,7 @@ typedef struct trainer {
   const fl_job *job;
   const fl_sync_ops *ops;
   void *self;
+  const fl_sync *sync;
   FILE *log;
   int rank, world;
   int device; /* CUDA ordinal with train.device gpu */
@@ -88,6 +89,16 @@ typedef struct trainer {
   char ckdir[FL_JOB_PATH_MAX];
   const fl_run_identity *id;
   int ps; /* ps mode: the servers hold the parameters and the step */
+  int binary; /* bce_with_logits on the host: evaluations give auc and log loss */
+
+  /* validation (loop_valid.c): samples [vfirst, vfirst + vn) of *vset,
+   * which is val (validation files) or train (validation_split) */
+  fl_dataset val;
+  const fl_dataset *vset;
+  size_t vfirst, vn;
+  fl_val_tracker best, stop; /* train.keep_best, train.early_stopping */
+  fl_val_snapshot snap;      /* the best validation's model */
+  int early_stopped;
 } trainer;
 
 static double clock_s(clockid_t id) {
@@ -112,23 +123,33 @@ static void set_augment(trainer *t, int images, float fill) {
 
 /* data.inputs: one .npy file per model input (data_inputs.c), and the
  * labels; bound to the model's inputs once it is built (bind_inputs). */
+/* The inputs data.inputs names, from the files src names (test or
+ * validation inputs, taken in the training set's order; NULL: data.inputs'
+ * own), and the labels y, into out. */
+static fl_status load_named_set(trainer *t, const fl_job_input *src, size_t nsrc, const char *y,
+                                int64_t limit, int lnc, fl_dataset *out) {
+  const fl_job_data *d = &t->job->data;
+  fl_npy_inputs in = {.n = d->n_inputs, .y_path = y, .num_classes = lnc,
+                      .ignore_index = t->job->model.ignore_index, .scale = d->scale,
+                      .limit = (size_t)limit};
+  for (size_t k = 0; k < in.n; k++) {
+    size_t j = 0;
+    while (src && j + 1 < nsrc && strcmp(src[j].name, d->inputs[k].name)) j++;
+    in.names[k] = d->inputs[k].name;
+    in.paths[k] = src ? src[j].path : d->inputs[k].path;
+  }
+  return fl_npy_load_inputs(&in, out);
+}
+
 static fl_status load_named(trainer *t, int test, int lnc) {
   const fl_job_data *d = &t->job->data;
-  fl_npy_inputs in = {.n = d->n_inputs,
-                      .y_path = test ? d->test_y : d->train_y, .num_classes = lnc,
-                      .ignore_index = t->job->model.ignore_index, .scale = d->scale,
-                      .limit = (size_t)(test ? d->limit_test : d->limit_train)};
-  for (size_t k = 0; k < in.n; k++) { /* the test set in the training set's order */
-    size_t j = 0;
-    while (test && j + 1 < d->n_test_inputs && strcmp(d->test_inputs[j].name, d->inputs[k].name))
-      j++;
-    in.names[k] = d->inputs[k].name;
-    in.paths[k] = test ? d->test_inputs[j].path : d->inputs[k].path;
-  }
   if (d->augment.hflip || d->augment.crop_padding)
     return FL_ERR(FL_EINVAL, "%s: data.augment applies to images (data.train_x), not to "
                   "data.inputs", t->job->source);
-  return fl_npy_load_inputs(&in, test ? &t->test : &t->train);
+  if (test)
+    return load_named_set(t, d->test_inputs, d->n_test_inputs, d->test_y, d->limit_test, lnc,
+                          &t->test);
+  return load_named_set(t, NULL, 0, d->train_y, d->limit_train, lnc, &t->train);
 }
 
 /* data.format npy: features and labels (train_x/train_y), or named inputs
@@ -261,6 +282,54 @@ static fl_status load_data(trainer *t) {
   return FL_OK;
 }
 
+/* data.validation_x/_y or validation_inputs/_y: npy files of the
+ * training files' form. */
+static fl_status load_val_files(trainer *t) {
+  const fl_job_data *d = &t->job->data;
+  const fl_job_model *jm = &t->job->model;
+  const int lnc = fl_model_kind_has(jm->kind, FL_KIND_FILE) ? 0 : jm->num_classes;
+  const char *vx = d->n_validation_inputs ? d->validation_inputs[0].path : d->validation_x;
+  if (d->n_validation_inputs)
+    FL_TRY(load_named_set(t, d->validation_inputs, d->n_validation_inputs, d->validation_y, 0,
+                          lnc, &t->val));
+  else
+    FL_TRY(fl_npy_load(d->validation_x, d->validation_y, lnc, d->scale, 0, &t->val));
+  if (t->val.dim != t->train.dim || !t->val.y != !t->train.y || t->val.tdim != t->train.tdim ||
+      t->val.ylen != t->train.ylen)
+    return FL_ERR(FL_EINVAL, "%s: validation samples have %zu values and %s, the training "
+                  "samples %zu and %s; give them the training files' form", vx, t->val.dim,
+                  t->val.y ? "class ids" : "float targets", t->train.dim,
+                  t->train.y ? "class ids" : "float targets");
+  t->vset = &t->val;
+  t->vn = t->val.n;
+  return FL_OK;
+}
+
+/* The validation set: the last data.validation_split of the training
+ * samples, before sharding (the loader then sees only the rest), or the
+ * validation files. */
+static fl_status load_validation(trainer *t) {
+  const fl_job_data *d = &t->job->data;
+  if (d->validation_x[0] || d->n_validation_inputs) {
+    FL_TRY(load_val_files(t));
+  } else if (d->validation_split > 0) {
+    size_t held;
+    FL_TRY(fl_val_split_count(t->train.n, d->validation_split, t->job->source, &held));
+    t->train.n -= held;
+    t->vset = &t->train;
+    t->vfirst = t->train.n;
+    t->vn = held;
+  } else {
+    return FL_OK;
+  }
+  char every[48] = "epoch";
+  if (t->job->train.validate_every > 0)
+    snprintf(every, sizeof every, "%" PRId64 " steps", t->job->train.validate_every);
+  FL_LOGI("validation: %zu samples (%s), every %s", t->vn,
+          d->validation_split > 0 ? "the training set's last ones" : "validation files", every);
+  return FL_OK;
+}
+
 /* The model's inputs as "'a' (float), 'b' (int64)" for messages. */
 static const char *model_inputs(const fl_model *m, char *buf, size_t cap) {
   size_t len = 0;
@@ -286,6 +355,7 @@ static fl_status bind_one(trainer *t, const fl_model_input_info *mi, size_t k) {
   const fl_data_elem el = mi->dtype == FL_MODEL_I64 ? FL_DATA_I64 : FL_DATA_F32;
   FL_TRY(fl_dataset_bind_input(&t->train, k, el, mi->cast_to_int));
   if (t->have_test) FL_TRY(fl_dataset_bind_input(&t->test, k, el, mi->cast_to_int));
+  if (t->val.n_inputs) FL_TRY(fl_dataset_bind_input(&t->val, k, el, mi->cast_to_int));
   return FL_OK;
 }
 
@@ -533,11 +603,13 @@ static fl_status load_stream_pos(trainer *t, const fl_ckpt *c) {
   return FL_OK;
 }
 
-static fl_status save_checkpoint(trainer *t) {
-  fl_ckpt_writer *w;
+/* "valid/trackers": keep_best's and early_stopping's best, best_step, bad */
+#define TRACKERS_CKPT 6
+
+/* Everything a checkpoint holds into w (a failed put is reported by the
+ * commit). */
+static void put_state(trainer *t, fl_ckpt_writer *w) {
   char name[FL_MODEL_NAME_MAX + 16];
-  if (t->rank != 0 || !t->ckdir[0] || t->last_saved == t->step) return FL_OK;
-  FL_TRY(fl_ckpt_dir_begin(t->ckdir, t->step, &w));
   fl_ckpt_put_blob(w, "meta/format", CKPT_FORMAT, strlen(CKPT_FORMAT));
   if (t->id) fl_run_identity_put(w, t->id);
   fl_ckpt_put_blob(w, "meta/model", t->job->model.kind, strlen(t->job->model.kind));
@@ -579,7 +651,19 @@ static fl_status save_checkpoint(trainer *t) {
     fl_ckpt_put(w, "lr/plateau", FL_CKPT_F64, 1, (int64_t[]){PLATEAU_CKPT}, v);
   }
   save_stream_pos(t, w);
+  if (t->vn) {
+    const double v[TRACKERS_CKPT] = {t->best.best, (double)t->best.best_step, (double)t->best.bad,
+                                     t->stop.best, (double)t->stop.best_step, (double)t->stop.bad};
+    fl_ckpt_put(w, "valid/trackers", FL_CKPT_F64, 1, (int64_t[]){TRACKERS_CKPT}, v);
+  }
   if (t->ops->ckpt_save) t->ops->ckpt_save(t->self, w);
+}
+
+static fl_status save_checkpoint(trainer *t) {
+  fl_ckpt_writer *w;
+  if (t->rank != 0 || !t->ckdir[0] || t->last_saved == t->step) return FL_OK;
+  FL_TRY(fl_ckpt_dir_begin(t->ckdir, t->step, &w));
+  put_state(t, w);
   FL_TRY(fl_ckpt_writer_commit(w)); /* reports the first failed put, if any */
   t->last_saved = t->step;
   FL_LOGI("checkpoint: step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ") saved in %s",
@@ -592,6 +676,48 @@ static fl_status get_i64(const fl_ckpt *c, const char *path, const char *name, i
   if (st == FL_ENOTFOUND)
     return FL_ERR(FL_ECORRUPT, "%s: checkpoint has no record %s", path, name);
   return st;
+}
+
+/* keep_best's model of step into the snapshot, from best.flc (verified
+ * on load: a corrupt one is an error); a missing one, or one of another
+ * step (a run that went on past it without a checkpoint), is left with a
+ * warning and keep_best starts afresh. */
+static fl_status load_best(trainer *t, int64_t step) {
+  char path[FL_JOB_PATH_MAX + 16], name[FL_MODEL_NAME_MAX + 16];
+  fl_ckpt *c = NULL;
+  int64_t saved = -1;
+  snprintf(path, sizeof path, "%s/" FL_TRAINER_BEST_FILE, t->ckdir);
+  fl_status st = access(path, F_OK) == 0 ? fl_ckpt_load(path, &c) : FL_OK;
+  if (st == FL_OK && c) st = fl_ckpt_get_i64(c, "meta/step", &saved);
+  if (st == FL_OK && saved != step) {
+    FL_LOGW("%s %s step %" PRId64 ", the checkpoint's best: keep_best starts afresh", path,
+            c ? "does not hold" : "is missing, with", step);
+    t->best.best = NAN;
+    t->best.best_step = -1;
+  } else if (st == FL_OK) {
+    st = fl_val_snapshot_take(&t->snap, t->model, step);
+    for (size_t i = 0, o = 0; st == FL_OK && i < t->np; i++) {
+      fl_param *p = fl_model_param(t->model, i);
+      snprintf(name, sizeof name, "param/%s", p->name);
+      st = fl_ckpt_read(c, name, FL_CKPT_F32, p->ndim, p->shape, t->snap.values + o);
+      o += p->n;
+    }
+  }
+  fl_ckpt_free(c);
+  return st;
+}
+
+/* The validation trackers of a checkpoint (one without them leaves them
+ * fresh) and keep_best's model. */
+static fl_status load_valid(trainer *t, const fl_ckpt *c) {
+  fl_ckpt_record rec;
+  double v[TRACKERS_CKPT];
+  if (!t->vn || fl_ckpt_find(c, "valid/trackers", &rec) != FL_OK) return FL_OK;
+  FL_TRY(fl_ckpt_read(c, "valid/trackers", FL_CKPT_F64, 1, (int64_t[]){TRACKERS_CKPT}, v));
+  t->best.best = v[0], t->best.best_step = (int64_t)v[1], t->best.bad = (int64_t)v[2];
+  t->stop.best = v[3], t->stop.best_step = (int64_t)v[4], t->stop.bad = (int64_t)v[5];
+  if (t->job->train.keep_best == FL_VAL_NONE || t->best.best_step < 0) return FL_OK;
+  return load_best(t, t->best.best_step);
 }
 
 /* Restore everything save_checkpoint wrote from the newest checkpoint, when
@@ -686,7 +812,9 @@ static fl_status load_checkpoint(trainer *t, fl_ckpt_start start) {
   t->scaler.good_steps = (int)v;
   if ((st = get_i64(c, path, "amp/bad_steps", &v)) != FL_OK) goto done;
   t->scaler.bad_steps = (int)v;
-  if ((st = load_plateau(t, c, path)) != FL_OK || (st = load_stream_pos(t, c)) != FL_OK) goto done;
+  if ((st = load_plateau(t, c, path)) != FL_OK || (st = load_stream_pos(t, c)) != FL_OK ||
+      (st = load_valid(t, c)) != FL_OK)
+    goto done;
   t->last_saved = t->step;
   FL_LOGI("resumed from %s: step %" PRId64 ", epoch %" PRId64 ", batch %" PRId64, path, t->step,
           t->epoch, t->batch);
@@ -758,12 +886,18 @@ static void add_result(fl_model_result *a, const fl_model_result *b) {
 }
 
 /* The log lines' metrics after "loss: X", the ones that fit the task:
+ * binary targets (auc given): ", auc: A, logloss: L" over all ranks;
  * regression (loss mse): ", mse: M, mae: A, r2: R" (R² over all target
  * values, nan when the targets do not vary); otherwise ", acc1: A" and,
  * for class ids with more than 5 classes (with 5 or fewer it is always
  * 1), ", acc5: A" as before. */
-static void metrics_text(const trainer *t, const fl_model_result *r, char *buf, size_t cap) {
+static void metrics_text(const trainer *t, const fl_model_result *r, const fl_auc_result *auc,
+                         char *buf, size_t cap) {
   const double c = r->count ? (double)r->count : 1.0;
+  if (auc) { /* binary targets: exact over all ranks' predictions */
+    snprintf(buf, cap, ", auc: %.5f, logloss: %.5f", auc->auc, auc->logloss);
+    return;
+  }
   if (r->values) {
     const double n = (double)r->values, mse = r->loss_sum / c, mean = r->t_sum / n;
     const double var = r->t_sq / n - mean * mean;
@@ -788,9 +922,9 @@ static void make_feed(const trainer *t, const fl_dataset *d, const void *const *
                        .t = tg};
 }
 
-/* One eval batch of the named test inputs (samples off .. off+cnt-1). */
-static fl_status eval_named(trainer *t, size_t off, size_t cnt, fl_model_result *res) {
-  const fl_dataset *d = &t->test;
+/* One eval batch of d's named inputs (samples off .. off+cnt-1). */
+static fl_status eval_named(trainer *t, const fl_dataset *d, size_t off, size_t cnt,
+                            fl_model_result *res) {
   const size_t bs = t->job->train.eval_batch_size, yl = d->ylen ? d->ylen : 1;
   fl_model_input in[FL_DATA_MAX_INPUTS];
   fl_model_feed f;
@@ -858,7 +992,7 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
     if (t->job->train.log_interval > 0 && b.index % (size_t)t->job->train.log_interval == 0) {
       double c = res.count ? (double)res.count : 1.0;
       char mt[96];
-      metrics_text(t, &res, mt, sizeof mt);
+      metrics_text(t, &res, NULL, mt, sizeof mt);
       log_line(t, "[Epoch %" PRId64 ", batch %zu] loss: %.5f%s\n", t->epoch, b.index,
                res.loss_sum / c, mt);
     }
@@ -921,63 +1055,190 @@ static fl_status eval_stream(trainer *t, double *v) {
   }
 }
 
-/* Test-set metrics over all ranks: each rank takes a contiguous slice. */
-static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
-  size_t n = t->test.n, w = (size_t)t->world, r = (size_t)t->rank;
-  size_t lo = n * r / w, hi = n * (r + 1) / w;
-  size_t bs = t->job->train.eval_batch_size;
+/* One eval batch of d (samples off .. off+cnt-1) through the model. */
+static fl_status eval_batch(trainer *t, const fl_dataset *d, size_t off, size_t cnt,
+                            fl_model_result *res) {
+  const size_t bs = t->job->train.eval_batch_size;
+  if (d->n_inputs) return eval_named(t, d, off, cnt, res);
+  if (!d->x && !t->evalx) { /* uint8 features: converted per eval batch */
+    t->evalx = malloc(bs * d->dim * sizeof(float));
+    if (!t->evalx) return FL_ERR(FL_ENOMEM, "eval: cannot allocate %zu x %zu floats", bs, d->dim);
+  }
+  const float *x = fl_dataset_rows(d, off, cnt, t->evalx);
+  if (d->t) return fl_model_evalf(t->model, x, d->t + off * d->tdim, cnt, res);
+  return fl_model_eval(t->model, x, d->y ? d->y + off : NULL, cnt, res);
+}
+
+/* A binary model's (probability, target) pairs of the batch just
+ * evaluated (samples off .. off+cnt-1 of d) into acc. */
+static fl_status add_pairs(const trainer *t, const fl_dataset *d, size_t off, size_t cnt,
+                           fl_auc_acc *acc) {
+  const float *logit = fl_model_logits(t->model);
+  const size_t k = d->tdim, n = cnt * k;
+  float p[256];
+  if (!logit) return FL_ERR(FL_ESTATE, "eval: model %s gives no logits", t->job->model.kind);
+  for (size_t i = 0; i < n; i += 256) {
+    const size_t m = n - i < 256 ? n - i : 256;
+    for (size_t j = 0; j < m; j++) p[j] = 1.0f / (1.0f + expf(-logit[i + j]));
+    FL_TRY(fl_auc_add(acc, p, d->t + off * k + i, m));
+  }
+  return FL_OK;
+}
+
+/* Samples [first, first + n) of d evaluated over all ranks, after the
+ * ranks agreed on their batch-norm statistics: each rank a contiguous
+ * slice, sums reduced into *all; a binary model's pairs gathered and
+ * merged into *auc. */
+static fl_status eval_set(trainer *t, const fl_dataset *d, size_t first, size_t n,
+                          fl_model_result *all, fl_auc_result *auc) {
+  const size_t w = (size_t)t->world, r = (size_t)t->rank, bs = t->job->train.eval_batch_size;
+  const size_t lo = first + n * r / w, hi = first + n * (r + 1) / w;
   double v[EVAL_SUMS] = {0};
-  if (t->sparse && !t->tstream && (t->stest.n || fl_sparse_run_auc(t->sparse)))
-    return fl_sparse_run_eval(t->sparse, &t->stest, &t->test, t->epoch, t->log, rep);
-  if (t->tstream) FL_TRY(eval_stream(t, v));
-  for (size_t off = lo; off < hi; off += bs) {
-    size_t cnt = hi - off < bs ? hi - off : bs;
+  fl_auc_acc mine = {0}, every = {0};
+  fl_status st = fl_val_agree_buffers(t->sync, t->model);
+  for (size_t off = lo; st == FL_OK && off < hi; off += bs) {
+    const size_t cnt = hi - off < bs ? hi - off : bs;
     fl_model_result res = {0};
-    if (t->test.n_inputs) {
-      FL_TRY(eval_named(t, off, cnt, &res));
-      result_to_sums(&res, v);
-      continue;
-    }
-    if (!t->test.x && !t->evalx) { /* uint8 features: converted per eval batch */
-      t->evalx = malloc(bs * t->test.dim * sizeof(float));
-      if (!t->evalx) return FL_ERR(FL_ENOMEM, "eval: cannot allocate %zu x %zu floats", bs,
-                                   t->test.dim);
-    }
-    const float *x = fl_dataset_rows(&t->test, off, cnt, t->evalx);
-    if (t->test.t)
-      FL_TRY(fl_model_evalf(t->model, x, t->test.t + off * t->test.tdim, cnt, &res));
-    else
-      FL_TRY(fl_model_eval(t->model, x, t->test.y ? t->test.y + off : NULL, cnt, &res));
+    st = eval_batch(t, d, off, cnt, &res);
+    if (st == FL_OK && t->binary) st = add_pairs(t, d, off, cnt, &mine);
     result_to_sums(&res, v);
   }
-  FL_TRY(t->ops->reduce_metrics(t->self, v, EVAL_SUMS));
-  double c = v[3] > 0 ? v[3] : 1.0;
+  if (st == FL_OK) st = t->ops->reduce_metrics(t->self, v, EVAL_SUMS);
+  if (st == FL_OK && t->binary) st = fl_auc_gather(t->sync, &mine, (lo - first) * d->tdim,
+                                                   n * d->tdim, &every);
+  if (st == FL_OK && t->binary)
+    st = fl_auc_merge(&(fl_auc_part){every.score, every.label, every.n}, 1, auc);
+  fl_auc_acc_free(&mine);
+  fl_auc_acc_free(&every);
+  *all = sums_to_result(v);
+  return st;
+}
+
+/* Test-set metrics over all ranks. */
+static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
+  fl_model_result all;
+  fl_auc_result auc;
+  if (t->sparse && !t->tstream && (t->stest.n || fl_sparse_run_auc(t->sparse)))
+    return fl_sparse_run_eval(t->sparse, &t->stest, &t->test, t->epoch, t->log, rep);
+  if (t->tstream) {
+    double v[EVAL_SUMS] = {0};
+    FL_TRY(eval_stream(t, v));
+    FL_TRY(t->ops->reduce_metrics(t->self, v, EVAL_SUMS));
+    all = sums_to_result(v);
+  } else {
+    FL_TRY(eval_set(t, &t->test, 0, t->test.n, &all, &auc));
+  }
+  double c = all.count ? (double)all.count : 1.0;
   rep->evaluated = 1;
-  rep->test_loss = v[0] / c;
-  rep->test_acc1 = v[1] / c;
-  rep->test_acc5 = v[2] / c;
-  const fl_model_result all = sums_to_result(v);
+  rep->test_loss = all.loss_sum / c;
+  rep->test_acc1 = (double)all.correct1 / c;
+  rep->test_acc5 = (double)all.correct5 / c;
+  const fl_auc_result *bin = t->binary && !t->tstream ? &auc : NULL; /* streamed: no pairs */
+  double v[FL_VAL_COUNT];
+  fl_val_values(&all, bin, v);
+  fl_val_publish("test", v);
   char mt[96];
-  metrics_text(t, &all, mt, sizeof mt);
+  metrics_text(t, &all, bin, mt, sizeof mt);
   log_line(t, "[Epoch %" PRId64 "] test loss: %.5f%s\n", t->epoch, rep->test_loss, mt);
   return FL_OK;
 }
 
 /* lr_schedule kind plateau: hand it this evaluation's metric (the same on
- * every rank: reduce_metrics summed it). */
-static fl_status observe_metric(trainer *t, const fl_trainer_report *rep) {
+ * every rank: reduce_metrics summed it): the validation's when there is a
+ * validation set (val), else the test set's (val NULL). */
+static fl_status observe_metric(trainer *t, const fl_trainer_report *rep, const double *val) {
+  static const fl_val_metric as_val[] = {[FL_LR_METRIC_LOSS] = FL_VAL_LOSS,
+                                         [FL_LR_METRIC_ACC1] = FL_VAL_ACC1,
+                                         [FL_LR_METRIC_ACC5] = FL_VAL_ACC5};
   if (t->sched.kind != FL_LR_PLATEAU) return FL_OK;
   fl_lr_metric m = t->job->lr_schedule.metric;
-  double v = m == FL_LR_METRIC_LOSS ? rep->test_loss
+  double v = val                         ? val[as_val[m]]
+             : m == FL_LR_METRIC_LOSS ? rep->test_loss
              : m == FL_LR_METRIC_ACC1 ? rep->test_acc1 : rep->test_acc5;
   int reduced = 0;
   if (fl_lr_plateau_observe(&t->sched, v, &reduced) != FL_OK)
     return FL_ERR(FL_EINVAL, "lr_schedule kind plateau: invalid schedule");
   if (reduced)
-    FL_LOGI("[Epoch %" PRId64 "] test %s %.5f: no improvement for %lld evaluations, lr now %g",
-            t->epoch, fl_lr_metric_names[m], v, (long long)t->sched.plateau.patience + 1,
-            t->sched.plateau.lr);
+    FL_LOGI("[Epoch %" PRId64 "] %s %s %.5f: no improvement for %lld evaluations, lr now %g",
+            t->epoch, val ? "val" : "test", fl_lr_metric_names[m], v,
+            (long long)t->sched.plateau.patience + 1, t->sched.plateau.lr);
   return FL_OK;
+}
+
+/* train.keep_best: this validation's value v of the metric improved on
+ * the best: keep a copy of the model on every rank (the final test and
+ * export take it) and, on rank 0 with a checkpoint directory, write it to
+ * best.flc beside the newest checkpoints. */
+static fl_status keep_best(trainer *t, double v) {
+  FL_TRY(fl_val_snapshot_take(&t->snap, t->model, t->step));
+  if (t->rank != 0 || !t->ckdir[0]) return FL_OK;
+  char path[FL_JOB_PATH_MAX + 16];
+  fl_ckpt_writer *w;
+  snprintf(path, sizeof path, "%s/" FL_TRAINER_BEST_FILE, t->ckdir);
+  FL_TRY(fl_ckpt_dir_begin_named(t->ckdir, FL_TRAINER_BEST_FILE, &w));
+  put_state(t, w);
+  const char *name = fl_val_metric_names[t->job->train.keep_best];
+  fl_ckpt_put_blob(w, "best/metric", name, strlen(name));
+  fl_ckpt_put(w, "best/value", FL_CKPT_F64, 0, NULL, &v);
+  FL_TRY(fl_ckpt_writer_commit(w));
+  FL_LOGI("keep_best: step %" PRId64 " has the best %s so far (%.5f), saved in %s", t->step, name,
+          v, path);
+  return FL_OK;
+}
+
+/* The value of the tracker's metric in this validation's v, NaN (warned)
+ * when the task does not give it. */
+static double tracked(const fl_val_tracker *k, const double *v, const char *key) {
+  if (isnan(v[k->metric]))
+    FL_LOGW("%s %s: this validation gives nan (not a metric of this task, or a validation set "
+            "with one class): counted as no improvement", key, fl_val_metric_names[k->metric]);
+  return v[k->metric];
+}
+
+/* After a validation with metrics v: keep the best, count towards early
+ * stopping (the values are the same on every rank, so every rank decides
+ * alike). */
+static fl_status after_validation(trainer *t, const double *v) {
+  const fl_job_train *jt = &t->job->train;
+  if (jt->keep_best != FL_VAL_NONE) {
+    const double b = tracked(&t->best, v, "train.keep_best");
+    if (fl_val_tracker_observe(&t->best, b, t->step)) FL_TRY(keep_best(t, b));
+  }
+  if (jt->early_stopping.metric == FL_VAL_NONE) return FL_OK;
+  fl_val_tracker_observe(&t->stop, tracked(&t->stop, v, "train.early_stopping.metric"),
+                         t->step);
+  if (!fl_val_tracker_stop(&t->stop)) return FL_OK;
+  t->early_stopped = 1;
+  FL_LOGI("early stopping at step %" PRId64 ": %s has not improved by more than %g for %" PRId64
+          " validations (best %.5f at step %" PRId64 ")", t->step,
+          fl_val_metric_names[t->stop.metric], jt->early_stopping.min_delta, t->stop.bad,
+          t->stop.best, t->stop.best_step);
+  return FL_OK;
+}
+
+/* The validation set over all ranks: logged as "[Epoch e] val loss: ...
+ * (step s)", then the plateau schedule, keep-best and early stopping. */
+static fl_status validate(trainer *t, fl_trainer_report *rep) {
+  fl_model_result all;
+  fl_auc_result auc;
+  char mt[96];
+  FL_TRY(eval_set(t, t->vset, t->vfirst, t->vn, &all, &auc));
+  fl_val_values(&all, t->binary ? &auc : NULL, rep->val);
+  fl_val_publish("val", rep->val);
+  rep->validated = 1;
+  metrics_text(t, &all, t->binary ? &auc : NULL, mt, sizeof mt);
+  log_line(t, "[Epoch %" PRId64 "] val loss: %.5f%s (step %" PRId64 ")\n", t->epoch,
+           rep->val[FL_VAL_LOSS], mt, t->step);
+  FL_TRY(observe_metric(t, rep, rep->val));
+  return after_validation(t, rep->val);
+}
+
+/* Whether a validation is due now: every train.validate_every steps
+ * within an epoch, or (0) at each epoch's end. */
+static int validation_due(const trainer *t, int epoch_end) {
+  const int64_t every = t->job->train.validate_every;
+  if (!t->vn) return 0;
+  return every > 0 ? !epoch_end && t->step % every == 0 : epoch_end;
 }
 
 /* After a resume every rank must stand at the same position (they read
@@ -1049,6 +1310,8 @@ static void trainer_free(trainer *t) {
   free(t->ready);
   free(t->state);
   free(t->accbuf);
+  fl_dataset_free(&t->val);
+  fl_val_snapshot_free(&t->snap);
 }
 
 /* A stop was asked (opts->stop) and, in collective mode, the ranks agree
@@ -1087,6 +1350,35 @@ static fl_status start_epoch(trainer *t) {
   return st;
 }
 
+/* The validation trackers from the job, and whether evaluations give auc
+ * and log loss (a bce_with_logits model on the host). */
+static void start_validation(trainer *t) {
+  const fl_job_train *jt = &t->job->train;
+  fl_val_tracker_init(&t->best, jt->keep_best, 0.0, 0);
+  fl_val_tracker_init(&t->stop, jt->early_stopping.metric, jt->early_stopping.min_delta,
+                      jt->early_stopping.patience);
+  t->binary = fl_model_binary(t->model) && jt->device != FL_DEVICE_GPU;
+  if (jt->keep_best != FL_VAL_NONE && !t->ckdir[0])
+    FL_LOGW("train.keep_best %s without a checkpoint directory: the best model is kept in "
+            "memory only (for the final test and export)", fl_val_metric_names[jt->keep_best]);
+}
+
+/* The model the run ends with, on every rank, before the mode finishes:
+ * with train.keep_best the best validation's (restored, then tested
+ * again), and in every mode the ranks' batch-norm statistics agreed, so
+ * the export holds the model the last test line measured. */
+static fl_status final_model(trainer *t, fl_trainer_report *rep) {
+  rep->early_stopped = t->early_stopped;
+  rep->best_step = t->snap.step;
+  if (t->sparse) return FL_OK;
+  if (t->snap.step < 0 || t->snap.step == t->step) return fl_val_agree_buffers(t->sync, t->model);
+  fl_val_snapshot_restore(&t->snap, t->model);
+  FL_LOGI("keep_best: the final test and export use the model of step %" PRId64 " (%s %.5f)",
+          t->snap.step, fl_val_metric_names[t->best.metric], t->best.best);
+  if (t->have_test) return evaluate(t, rep);
+  return fl_val_agree_buffers(t->sync, t->model);
+}
+
 /* Train epochs from the current position until the end or max_steps. */
 static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_report *rep) {
   const fl_job *job = t->job;
@@ -1118,6 +1410,11 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
         return FL_OK;
       }
       FL_TRY(sst);
+      if (validation_due(t, 0)) FL_TRY(validate(t, rep));
+      if (t->early_stopped) {
+        stopped = 1;
+        break;
+      }
       if (interval > 0 && t->step % interval == 0 && s + 1 < t->steps_per_epoch)
         FL_TRY(save_checkpoint(t));
     }
@@ -1128,8 +1425,9 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
       log_line(t, "[Epoch %" PRId64 "] train: %" PRId64 " steps, %" PRId64 " samples, %.2f s, "
                "%.1f samples/s, cpu %.2f s\n", t->epoch, steps, samples, dt,
                dt > 0 ? (double)samples / dt : 0.0, cpu);
+    if (validation_due(t, 1) && !stopped) FL_TRY(validate(t, rep));
     if (t->have_test) FL_TRY(evaluate(t, rep));
-    if (t->have_test) FL_TRY(observe_metric(t, rep));
+    if (t->have_test && !t->vn) FL_TRY(observe_metric(t, rep, NULL));
     if (stopped) {
       FL_TRY(save_checkpoint(t));
       break;
@@ -1138,6 +1436,7 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
     t->batch = 0;
     rep->epochs_done = t->epoch;
     FL_TRY(save_checkpoint(t));
+    if (t->early_stopped) break;
   }
   if (max_steps > 0 && t->step >= max_steps) FL_TRY(save_checkpoint(t));
   return FL_OK;
@@ -1188,18 +1487,21 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   t.last_saved = -1;
   t.id = o->identity;
   t.ps = fl_sync_ps_client(sync) != NULL;
+  t.sync = sync;
+  t.snap.step = -1;
   snprintf(t.ckdir, sizeof t.ckdir, "%s",
            o->checkpoint_dir && o->checkpoint_dir[0] ? o->checkpoint_dir : job->train.checkpoint_dir);
   set_threads(job->train.num_threads);
 
   if ((st = fl_job_optim_hparams(job, &t.hp, t.exclude)) != FL_OK) goto done;
   t.scaler = fl_job_loss_scaler(job);
-  if ((st = load_data(&t)) != FL_OK) goto done;
+  if ((st = load_data(&t)) != FL_OK || (st = load_validation(&t)) != FL_OK) goto done;
   if ((st = make_loader(&t)) != FL_OK) goto done;
   /* the model before the ranks agree: a model's sparse tables are
    * registered with the first barrier */
   size_t max_batch = job->train.batch_size;
-  if (t.have_test && job->train.eval_batch_size > max_batch) max_batch = job->train.eval_batch_size;
+  if ((t.have_test || t.vn) && job->train.eval_batch_size > max_batch)
+    max_batch = job->train.eval_batch_size;
   if ((st = build_model(&t, max_batch)) != FL_OK) goto done;
   if (fl_model_sparse(t.model, NULL) &&
       (st = fl_sparse_run_create(job, t.model, sync, t.k, &t.sparse)) != FL_OK)
@@ -1228,6 +1530,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   fl_ckpt_start start = o->fresh    ? FL_CKPT_START_FRESH
                         : o->resume ? FL_CKPT_START_RESUME
                                     : FL_CKPT_START_AUTO;
+  start_validation(&t);
   if ((st = load_checkpoint(&t, start)) != FL_OK) goto done;
   /* the ranks start together, from the same checkpoint (ps mode restarts
    * one trainer alone) */
@@ -1245,6 +1548,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   rep.epochs_done = t.epoch;
   st = run_epochs(&t, o, &rep);
   rep.steps = t.step;
+  if (st == FL_OK && !rep.stopped) st = final_model(&t, &rep);
   /* finish while the model still exists: geo pushes its last delta from it;
    * a run stopped by a signal is not finished (not complete) */
   if (st == FL_OK && !rep.stopped && t.sparse && job->train.export_onnx[0])

@@ -4,7 +4,8 @@ libfltrainer_la_SOURCES += trainer/fl_data.h trainer/data_internal.h trainer/dat
 	trainer/data_augment.c \
 	trainer/fl_metrics_auc.h trainer/metrics_auc.c trainer/data_criteo.c trainer/data_stream.c \
 	trainer/fl_trainer.h trainer/loop.c trainer/sync_local.c \
-	trainer/loop_internal.h trainer/loop_sparse.c trainer/fl_sparse_model.h
+	trainer/loop_internal.h trainer/loop_sparse.c trainer/fl_sparse_model.h \
+	trainer/loop_valid.c
 
 bin_PROGRAMS += flotilla-trainer
 flotilla_trainer_SOURCES = trainer/main.c

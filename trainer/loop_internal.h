@@ -2,13 +2,16 @@
  * installed): loop.c runs every model; loop_sparse.c adds, for a model
  * with sparse tables (fl_sparse_model.h), its data, the pulls of rows
  * before each step and the pushes of their gradients after it, and its
- * evaluation. */
+ * evaluation; loop_valid.c the validation rules (metrics and their
+ * direction, keep-best and early stopping) and the agreement of the
+ * ranks' batch-norm statistics. */
 #ifndef FL_LOOP_INTERNAL_H
 #define FL_LOOP_INTERNAL_H
 
 #include <stdio.h>
 
 #include "fl_data.h"
+#include "fl_metrics_auc.h"
 #include "fl_model.h"
 #include "fl_sync.h"
 #include "fl_trainer.h"
@@ -71,5 +74,68 @@ fl_status fl_sparse_run_eval_batch(fl_sparse_run *r, const fl_batch *b, size_t n
  * (int64 [n], ascending) and <prefix>.<table>.rows.npy (float32
  * [n, width]) from the pservers (fl_ps_client_dump_sparse). */
 fl_status fl_sparse_run_export(fl_sparse_run *r, const char *prefix);
+
+/* ------------------------------------------------------------ validation */
+
+/* Every validation metric of one evaluation over all ranks, indexed by
+ * fl_val_metric (NaN where the task has none: acc1 of a regression, auc
+ * of a class-label model).  all: the reduced sums; auc: the gathered
+ * pairs' metrics of a binary (bce_with_logits) model, else NULL. */
+void fl_val_values(const fl_model_result *all, const fl_auc_result *auc,
+                   double out[FL_VAL_COUNT]);
+
+/* The metrics v that are not NaN as gauges flotilla_eval{set, metric}
+ * (metric without the "val_" prefix: loss, acc1, auc, ...) on the default
+ * registry (/metrics); set is "val" or "test".  Never fails (a registry
+ * out of memory shows nothing). */
+void fl_val_publish(const char *set, const double v[FL_VAL_COUNT]);
+
+/* 1 when larger values of m are better (accuracies, auc, r2), 0 for losses. */
+int fl_val_maximize(fl_val_metric m);
+
+/* Keep-best and early stopping on one metric: observe each validation's
+ * value in order.  Plain data, zero-initialise then fl_val_tracker_init;
+ * nothing to free. */
+typedef struct fl_val_tracker {
+  fl_val_metric metric;
+  int maximize;
+  double min_delta;
+  int64_t patience;    /* 0: never stops */
+  double best;         /* NaN before the first finite value */
+  int64_t best_step;   /* the loop's step at the best value */
+  int64_t bad;         /* validations since the last improvement */
+} fl_val_tracker;
+
+void fl_val_tracker_init(fl_val_tracker *t, fl_val_metric m, double min_delta, int64_t patience);
+/* The value v of a validation at step: returns 1 when it improves on the
+ * best by more than min_delta (it is then the best), else 0 and counts a
+ * validation without improvement (a NaN value never improves). */
+int fl_val_tracker_observe(fl_val_tracker *t, double v, int64_t step);
+/* 1 when patience validations in a row brought no improvement. */
+int fl_val_tracker_stop(const fl_val_tracker *t);
+
+/* The held-out count of data.validation_split f of n samples: the last
+ * floor(n f).  FL_EINVAL (logged, naming source) when that leaves no
+ * sample on either side. */
+fl_status fl_val_split_count(size_t n, double f, const char *source, size_t *held);
+
+/* Make every rank's buffers (batch-norm running means and variances: the
+ * parameters without a gradient) their mean over the ranks, through the
+ * mode's metric sums, so every rank evaluates and exports one model.
+ * Every rank calls it at the same point.  No-op with one rank. */
+fl_status fl_val_agree_buffers(const fl_sync *sync, fl_model *m);
+
+/* A copy of every parameter and buffer of a model (the best validation's),
+ * owned by the caller: fl_val_snapshot_free. */
+typedef struct fl_val_snapshot {
+  float *values; /* all parameters, concatenated in model order */
+  size_t n;
+  int64_t step;  /* the loop's step it was taken at, -1 = none */
+} fl_val_snapshot;
+
+fl_status fl_val_snapshot_take(fl_val_snapshot *s, fl_model *m, int64_t step);
+/* Put the snapshot's values back into m (the same model). */
+void fl_val_snapshot_restore(const fl_val_snapshot *s, fl_model *m);
+void fl_val_snapshot_free(fl_val_snapshot *s);
 
 #endif

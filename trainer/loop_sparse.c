@@ -236,39 +236,6 @@ static fl_status score(fl_sparse_run *r, test_src *test, size_t lo, size_t hi,
   return FL_OK;
 }
 
-/* A pair as one double: the probability's bits and the label, exact. */
-static double pack(float p, float y) {
-  uint32_t bits;
-  memcpy(&bits, &p, sizeof bits);
-  return (double)(((uint64_t)bits << 1) | (y > 0.5f));
-}
-
-static void unpack(double v, float *p, float *y) {
-  const uint64_t u = (uint64_t)v;
-  const uint32_t bits = (uint32_t)(u >> 1);
-  memcpy(p, &bits, sizeof *p);
-  *y = (float)(u & 1);
-}
-
-/* Every rank's pairs (mine at [lo, lo + mine->n)) into all, n in rank
- * order, through the sync's sums of GATHER_CHUNK values. */
-static fl_status gather(fl_sparse_run *r, const fl_auc_acc *mine, size_t lo, size_t n,
-                        fl_auc_acc *all) {
-  double v[GATHER_CHUNK];
-  float p[GATHER_CHUNK], y[GATHER_CHUNK];
-  for (size_t c = 0; c < n; c += GATHER_CHUNK) {
-    const size_t m = n - c < GATHER_CHUNK ? n - c : GATHER_CHUNK;
-    for (size_t j = 0; j < m; j++) {
-      const size_t i = c + j;
-      v[j] = i >= lo && i < lo + mine->n ? pack(mine->score[i - lo], mine->label[i - lo]) : 0;
-    }
-    FL_TRY(r->sync->ops->reduce_metrics(r->sync->self, v, m));
-    for (size_t j = 0; j < m; j++) unpack(v[j], &p[j], &y[j]);
-    FL_TRY(fl_auc_add(all, p, y, m));
-  }
-  return FL_OK;
-}
-
 static void log_eval(FILE *out, int64_t epoch, const fl_auc_result *a, double acc,
                      double const_loss, const double *oracle) {
   fprintf(out,
@@ -298,7 +265,7 @@ static fl_status eval_all(fl_sparse_run *r, test_src *test, fl_auc_acc *mine,
   const size_t n = test_n(test), lo = share_start(n, k, w), hi = share_start(n, k + 1, w);
   FL_TRY(score(r, test, lo, hi, mine, correct));
   FL_TRY(r->sync->ops->reduce_metrics(r->sync->self, correct, 1));
-  FL_TRY(gather(r, mine, lo, n, all));
+  FL_TRY(fl_auc_gather(r->sync, mine, lo, n, all));
   return fl_auc_merge(&(fl_auc_part){all->score, all->label, all->n}, 1, res);
 }
 

@@ -1,5 +1,7 @@
 /* metrics_auc.c - exact AUC (Mann-Whitney, ties half) and mean log loss
- * over the gathered (score, label) pairs of every rank (fl_metrics_auc.h). */
+ * over the gathered (score, label) pairs of every rank (fl_metrics_auc.h),
+ * and the gather itself through a mode's metric sums, which every
+ * evaluation of a binary model shares (dense and sparse). */
 #include <config.h>
 
 #include <math.h>
@@ -9,6 +11,7 @@
 
 #include "fl_log.h"
 #include "fl_metrics_auc.h"
+#include "fl_sync.h"
 
 #define LOGLOSS_EPS 1e-15
 
@@ -103,5 +106,39 @@ fl_status fl_auc_merge(const fl_auc_part *parts, size_t nparts, fl_auc_result *o
   out->auc = sorted_auc(p, n);
   out->logloss = n ? loss / (double)n : NAN;
   free(p);
+  return FL_OK;
+}
+
+/* Pairs per metric sum (the ps mode sums at most 64 values at once). */
+#define GATHER_CHUNK 64
+
+/* A pair as one double: the probability's bits and the label, exact. */
+static double pack(float p, float y) {
+  uint32_t bits;
+  memcpy(&bits, &p, sizeof bits);
+  return (double)(((uint64_t)bits << 1) | (y > 0.5f));
+}
+
+static void unpack(double v, float *p, float *y) {
+  const uint64_t u = (uint64_t)v;
+  const uint32_t bits = (uint32_t)(u >> 1);
+  memcpy(p, &bits, sizeof *p);
+  *y = (float)(u & 1);
+}
+
+fl_status fl_auc_gather(const fl_sync *sync, const fl_auc_acc *mine, size_t lo, size_t n,
+                        fl_auc_acc *all) {
+  double v[GATHER_CHUNK];
+  float p[GATHER_CHUNK], y[GATHER_CHUNK];
+  for (size_t c = 0; c < n; c += GATHER_CHUNK) {
+    const size_t m = n - c < GATHER_CHUNK ? n - c : GATHER_CHUNK;
+    for (size_t j = 0; j < m; j++) {
+      const size_t i = c + j;
+      v[j] = i >= lo && i < lo + mine->n ? pack(mine->score[i - lo], mine->label[i - lo]) : 0;
+    }
+    FL_TRY(sync->ops->reduce_metrics(sync->self, v, m));
+    for (size_t j = 0; j < m; j++) unpack(v[j], &p[j], &y[j]);
+    FL_TRY(fl_auc_add(all, p, y, m));
+  }
   return FL_OK;
 }

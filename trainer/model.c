@@ -524,6 +524,15 @@ fl_status fl_model_evalf(fl_model *m, const float *x, const float *t, size_t bat
   return fl_graph_model_evalf(m->handle, x, t, batch, res);
 }
 
+int fl_model_binary(const fl_model *m) {
+  return m && m->graph && m->loss == FL_GLOSS_BCE_LOGITS;
+}
+
+const float *fl_model_logits(const fl_model *m) {
+  if (!m || !m->graph || m->loss != FL_GLOSS_BCE_LOGITS) return NULL;
+  return fl_graph_model_output(m->handle);
+}
+
 /* The sparse model's slot bound: its feed (*f, a model of named inputs),
  * or its targets checked like a batch's (*f NULL). */
 static fl_status bind_slot(fl_model *m, unsigned slot, size_t batch, const float **t,

@@ -7,10 +7,13 @@ import time
 
 _PLAN = re.compile(r"training \S+: (\d+) epochs of (\d+) steps \((\d+) x")
 # After "loss: X" the lines carry the task's metrics as ", NAME: X" pairs:
-# acc1 (and acc5 with more than 5 classes), or mse, mae and r2 (loss mse).
+# acc1 (and acc5 with more than 5 classes), or mse, mae and r2 (loss mse),
+# or auc and logloss (bce_with_logits).  Validation lines end with the step.
 _NUM = r"[-0-9.naif]+"
 _BATCH = re.compile(r"^\[Epoch (\d+), batch (\d+)\] loss: (%s)((?:, \w+: %s)*)" % (_NUM, _NUM))
 _TEST = re.compile(r"^\[Epoch (\d+)\] test loss: (%s)((?:, \w+: %s)*)" % (_NUM, _NUM))
+_VAL = re.compile(r"^\[Epoch (\d+)\] val loss: (%s)((?:, \w+: %s)*) \(step (\d+)\)"
+                  % (_NUM, _NUM))
 _PAIR = re.compile(r", (\w+): (%s)" % _NUM)
 
 
@@ -20,8 +23,8 @@ def _pairs(prefix, text):
 
 
 def _figures(pairs):
-    """The progress bar's figures of a line's pairs: acc1, else r2."""
-    for k, name in (("acc1", "acc"), ("r2", "r2")):
+    """The progress bar's figures of a line's pairs: acc1, else auc, else r2."""
+    for k, name in (("acc1", "acc"), ("auc", "auc"), ("r2", "r2")):
         if k in pairs:
             return f"  {name} {pairs[k]:.4f}"
     return ""
@@ -30,21 +33,45 @@ def _figures(pairs):
 _EPOCH = re.compile(r"^\[Epoch (\d+)\] train: (\d+) steps, (\d+) samples, ([0-9.]+) s, "
                     r"([0-9.]+) samples/s")
 _DONE = re.compile(r"\bdone: (\d+) steps, (\d+) epochs")
+_EARLY = re.compile(r"\bearly stopping at step (\d+)")
+_BEST = re.compile(r"\bkeep_best: the final test and export use the model of step (\d+)")
+
+
+def _val(m, history, v):
+    """A validation line into m (val_loss, val_NAME, val_step) and its epoch."""
+    rec = dict(_pairs("val_", v.group(3)), val_loss=float(v.group(2)), val_step=int(v.group(4)))
+    history.setdefault(int(v.group(1)), {"epoch": int(v.group(1))}).update(rec)
+    m.update(rec)
+
+
+def _stops(m, line):
+    """early_stopped_at and best_step from their log lines."""
+    for rx, key in ((_EARLY, "early_stopped_at"), (_BEST, "best_step")):
+        r = rx.search(line)
+        if r:
+            m[key] = int(r.group(1))
 
 
 def parse(lines):
     """The metrics of trainer 0's log lines: the last test line's figures
     (test_loss and test_NAME per metric: test_acc1, test_acc5 with more
-    than 5 classes, or test_mse, test_mae, test_r2; epoch), the last
-    training line's (train_loss, train_NAME), steps, and per epoch
-    `history` (test figures, samples/s).  Keys without a line are absent."""
+    than 5 classes, or test_mse, test_mae, test_r2, or test_auc and
+    test_logloss; epoch), the last validation's (val_loss, val_NAME,
+    val_step), the last training line's (train_loss, train_NAME), steps,
+    early_stopped_at and best_step (keep_best), and per epoch `history`
+    (test and last validation figures, samples/s).  Keys without a line
+    are absent."""
     m, history = {}, {}
     for line in lines:
         b = _BATCH.match(line)
         t = _TEST.match(line)
         e = _EPOCH.match(line)
         d = _DONE.search(line)
-        if b:
+        v = _VAL.match(line)
+        _stops(m, line)
+        if v:
+            _val(m, history, v)
+        elif b:
             m.update(_pairs("train_", b.group(4)), train_loss=float(b.group(3)))
         elif t:
             ep = int(t.group(1))
@@ -80,10 +107,11 @@ class Bar:
         if p:
             self.epochs, self.per_epoch = int(p.group(1)), int(p.group(2)) * int(p.group(3))
             return
-        t = _TEST.match(line)
+        t = _TEST.match(line) or _VAL.match(line)
         if t:
             f = _figures(_pairs("", t.group(3)))
-            self.test = "  test " + f.strip() if f else ""
+            what = "  test " if line.find("] test ") >= 0 else "  val "
+            self.test = what + f.strip() if f else ""
         if _DONE.search(line) and self.epochs:
             self.draw(1.0, *self.last)
         b = _BATCH.match(line)

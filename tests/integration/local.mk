@@ -12,3 +12,4 @@ include $(srcdir)/tests/integration/run_failure.mk
 include $(srcdir)/tests/integration/python.mk
 include $(srcdir)/tests/integration/clip_lr.mk
 include $(srcdir)/tests/integration/recsys.mk
+include $(srcdir)/tests/integration/valid.mk

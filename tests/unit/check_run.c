@@ -394,13 +394,14 @@ START_TEST(test_progress_and_csv) {
   size_t n = fread(buf, 1, sizeof buf - 1, f);
   buf[n] = '\0';
   fclose(f);
-  ck_assert_str_eq(buf, "kind,time_s,epoch,batch,global_batch,samples_per_s,loss,acc\n"
-                        "train,0.000,0,0,1,,2.3,0.1\n"
-                        "train,1.000,0,10,11,1000,1.5,0.5\n"
-                        "train,3.000,0,30,31,1000,1,0.6\n"
-                        "test,5.000,0,,100,,0.9,0.7\n"
-                        "train,20.000,1,0,101,,0.8,0.75\n"
-                        "train,22.000,1,50,151,1450,0.7,0.8\n");
+  ck_assert_str_eq(buf, "kind,time_s,epoch,batch,global_batch,samples_per_s,loss,acc,auc,"
+                        "val_loss,val_acc,val_auc\n"
+                        "train,0.000,0,0,1,,2.3,0.1,,,,\n"
+                        "train,1.000,0,10,11,1000,1.5,0.5,,,,\n"
+                        "train,3.000,0,30,31,1000,1,0.6,,,,\n"
+                        "test,5.000,0,,100,,0.9,0.7,,,,\n"
+                        "train,20.000,1,0,101,,0.8,0.75,,,,\n"
+                        "train,22.000,1,50,151,1450,0.7,0.8,,,,\n");
 
   /* The plot: a script with both data blocks, and a PNG when gnuplot is here. */
   char png[64], gp[64];
@@ -447,6 +448,17 @@ START_TEST(test_progress_bursts) {
   ck_assert_int_eq(fl_run_parse_line("[Epoch 0] test auc: 0.86, logloss: 0.45, acc1: 0.79", &r),
                    1);
   ck_assert_double_eq_tol(r.loss, 0.45, 1e-12);
+  ck_assert_double_eq_tol(r.auc, 0.86, 1e-12);
+  /* validations: their own records, shown beside the test's */
+  ck_assert_int_eq(fl_run_parse_line("[Epoch 0] val loss: 0.5, auc: 0.91, logloss: 0.5 (step 300)",
+                                     &r), 1);
+  ck_assert_int_eq(r.kind, FL_RUN_REC_VAL);
+  ck_assert_int_eq(r.batch, 300);
+  ck_assert_double_eq_tol(r.auc, 0.91, 1e-12);
+  ck_assert(isnan(r.acc));
+  ck_assert_int_eq(fl_run_progress_feed(p, &r, 12), FL_OK);
+  fl_run_progress_line(p, line, sizeof line);
+  ck_assert_ptr_nonnull(strstr(line, "  val auc 0.9100 (epoch 1)"));
   fl_run_progress_free(p);
 }
 END_TEST
