@@ -381,6 +381,7 @@ static const field f_pserver[] = {
          END}},
     E("checkpoint_dir", F_STR, fl_job_pserver, checkpoint_dir,
       STRCAP(fl_job_pserver, checkpoint_dir)),
+    E("memory_budget", F_SIZE, fl_job_pserver, memory_budget, RANGE(0, 1e15)),
     E("checkpoint_interval_steps", F_I64, fl_job_pserver, checkpoint_interval_steps, MIN(0)),
     E("checkpoint_interval_s", F_DOUBLE, fl_job_pserver, checkpoint_interval_s, RANGE(0, 1e9)),
     END};

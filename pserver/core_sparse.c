@@ -3,7 +3,8 @@
  * step asked for was applied, by the mode's sparse_ready; read-only pulls
  * change nothing), and pushes with their per-trainer dedup by step and
  * part, then taken by the mode's sparse_push (core_modes.c).  The tables themselves are
- * sparse.c; each is used under its own lock (core_internal.h). */
+ * sparse.c, their rows in lock stripes (core_stripes.c): the table's lock
+ * is held for the dedup and the readiness check only (core_internal.h). */
 #include <config.h>
 
 #include <inttypes.h>
@@ -36,6 +37,7 @@ fl_status fl_ps_core_pull_sparse(fl_ps_core *c, const Flotilla__PullSparseReques
                                  Flotilla__Tensor *values, int64_t shape[2]) {
   ps_table *pt;
   size_t need, dim;
+  int ready;
   fl_status st;
 
   if ((st = psc_enter(c, req->trainer_id)) != FL_OK) return st;
@@ -49,10 +51,9 @@ fl_status fl_ps_core_pull_sparse(fl_ps_core *c, const Flotilla__PullSparseReques
     *cap = need;
   }
   pthread_mutex_lock(&pt->mu);
-  if (!c->ops->sparse_ready(pt, req->trainer_id, req->min_step)) st = FL_EAGAIN;
-  else if (req->read_only) st = fl_ps_table_read(pt->t, req->keys, req->n_keys, *scratch);
-  else st = fl_ps_table_pull(pt->t, req->keys, req->n_keys, *scratch);
+  ready = c->ops->sparse_ready(pt, req->trainer_id, req->min_step);
   pthread_mutex_unlock(&pt->mu);
+  st = ready ? psc_stripes_pull(pt, req->keys, req->n_keys, *scratch, req->read_only) : FL_EAGAIN;
   if (st != FL_OK) return st;
   if (!req->read_only) atomic_fetch_add(&c->pulls, 1);
   shape[0] = (int64_t)req->n_keys;
@@ -116,10 +117,11 @@ fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseReques
       pt->seqmask[t] = 0;
     }
     pt->seqmask[t] |= 1ULL << req->seq;
-    st = c->ops->sparse_push(c, pt, t, req->step, req->seq, req->parts, req->keys, req->n_keys,
-                             g, &dup, &progress);
   }
   pthread_mutex_unlock(&pt->mu);
+  if (!dup)
+    st = c->ops->sparse_push(c, pt, t, req->step, req->seq, req->parts, req->keys, req->n_keys,
+                             g, &dup, &progress);
   free(conv);
   if (progress) psc_notify(c);
   if (st != FL_OK) return st;
