@@ -670,6 +670,12 @@ static fl_status tier_lookup(fl_ps_table *t, uint64_t key, const unsigned char *
   return FL_OK;
 }
 
+/* Key's row left the disk: this call's look-up of it is stale. */
+static void forget_lookup(fl_ps_table *t, uint64_t key) {
+  uint64_t *p = t->pf_n ? bsearch(&key, t->pf_keys, t->pf_n, sizeof key, cmp_key) : NULL;
+  if (p) t->pf_used[p - t->pf_keys] = 1;
+}
+
 /* Unlink the least recent memory row; *r gets its index to reuse. */
 static void take_tail(fl_ps_table *t, int32_t *r) {
   *r = t->tail;
@@ -699,7 +705,8 @@ static fl_status tier_slot(fl_ps_table *t, int new_key, int32_t *r) {
     int f = 0;
     t->evicted++;
     if (disk && !t->tier_broken) FL_TRY(fl_ps_tier_evict_oldest(t->tier, t->tier_id, &k, &f));
-    if (!f) {
+    if (f) forget_lookup(t, k);
+    else {
       take_tail(t, r);
       return FL_OK;
     }
