@@ -56,6 +56,7 @@ struct fl_ps_table {
   uint64_t *pf_keys;
   unsigned char *pf_rows;
   uint8_t *pf_found, *pf_used;
+  uint64_t *pf_seqs; /* their demotion sequences */
   unsigned char *one, *out; /* one row looked up, one row demoted */
 };
 
@@ -594,6 +595,7 @@ static void tier_free(fl_ps_table *t) {
   free(t->pf_rows);
   free(t->pf_found);
   free(t->pf_used);
+  free(t->pf_seqs);
   free(t->one);
   free(t->out);
 }
@@ -632,11 +634,13 @@ static fl_status tier_prefetch(fl_ps_table *t, const uint64_t *keys, size_t n) {
     free(t->pf_rows);
     free(t->pf_found);
     free(t->pf_used);
+    free(t->pf_seqs);
     t->pf_keys = malloc(n * sizeof *t->pf_keys);
     t->pf_rows = malloc(n * t->blob);
     t->pf_found = malloc(n);
     t->pf_used = malloc(n);
-    t->pf_cap = t->pf_keys && t->pf_rows && t->pf_found && t->pf_used ? n : 0;
+    t->pf_seqs = malloc(n * sizeof *t->pf_seqs);
+    t->pf_cap = t->pf_keys && t->pf_rows && t->pf_found && t->pf_used && t->pf_seqs ? n : 0;
     t->pf_n = 0;
     if (!t->pf_cap)
       return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory looking up %zu rows", t->name, n);
@@ -649,12 +653,13 @@ static fl_status tier_prefetch(fl_ps_table *t, const uint64_t *keys, size_t n) {
     if (!t->pf_n || t->pf_keys[t->pf_n - 1] != t->pf_keys[i]) t->pf_keys[t->pf_n++] = t->pf_keys[i];
   memset(t->pf_used, 0, t->pf_n);
   return fl_ps_tier_get_many(t->tier, t->tier_id, t->pf_keys, t->pf_n, t->pf_rows, t->blob,
-                             t->pf_found);
+                             t->pf_found, t->pf_seqs);
 }
 
 /* The blob of key on disk (*found 0: none): this call's look-up when key
  * was missing at its start and not taken since, else a look-up of its own. */
-static fl_status tier_lookup(fl_ps_table *t, uint64_t key, const unsigned char **b, int *found) {
+static fl_status tier_lookup(fl_ps_table *t, uint64_t key, const unsigned char **b, int *found,
+                             uint64_t *seq) {
   uint64_t *p = t->pf_n ? bsearch(&key, t->pf_keys, t->pf_n, sizeof key, cmp_key) : NULL;
   uint8_t f;
   if (p && !t->pf_used[p - t->pf_keys]) {
@@ -662,9 +667,10 @@ static fl_status tier_lookup(fl_ps_table *t, uint64_t key, const unsigned char *
     t->pf_used[i] = 1;
     *b = t->pf_rows + i * t->blob;
     *found = t->pf_found[i];
+    *seq = t->pf_seqs[i];
     return FL_OK;
   }
-  FL_TRY(fl_ps_tier_get_many(t->tier, t->tier_id, &key, 1, t->one, t->blob, &f));
+  FL_TRY(fl_ps_tier_get_many(t->tier, t->tier_id, &key, 1, t->one, t->blob, &f, seq));
   *b = t->one;
   *found = f;
   return FL_OK;
@@ -728,8 +734,9 @@ static fl_status tier_slot(fl_ps_table *t, int new_key, int32_t *r) {
 static fl_status tier_get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
   const unsigned char *b;
   int found;
+  uint64_t seq = 0;
   int32_t r;
-  FL_TRY(tier_lookup(t, key, &b, &found));
+  FL_TRY(tier_lookup(t, key, &b, &found, &seq));
   FL_TRY(tier_slot(t, !found, &r));
   t->keys[r] = key;
   if (found) {
@@ -745,7 +752,7 @@ static fl_status tier_get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
   slot_insert(t, key, r);
   lru_push_head(t, r);
   *out = r;
-  return found ? fl_ps_tier_drop(t->tier, t->tier_id, key) : FL_OK;
+  return found ? fl_ps_tier_drop(t->tier, t->tier_id, key, seq) : FL_OK;
 }
 
 static fl_status tier_read(const fl_ps_table *t, const uint64_t *keys, size_t n, float *out) {
@@ -767,7 +774,7 @@ static fl_status tier_read(const fl_ps_table *t, const uint64_t *keys, size_t n,
       miss[m++] = keys[i];
     }
   }
-  st = fl_ps_tier_get_many(t->tier, t->tier_id, miss, m, rows, t->blob, found);
+  st = fl_ps_tier_get_many(t->tier, t->tier_id, miss, m, rows, t->blob, found, NULL);
   for (size_t j = 0; st == FL_OK && j < m; j++) {
     if (found[j]) memcpy(out + at[j] * d, rows + j * t->blob + sizeof(int64_t), d * sizeof(float));
     else init_row(t, miss[j], out + at[j] * d);

@@ -225,7 +225,7 @@ fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void
 }
 
 fl_status fl_ps_tier_get_many(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n,
-                              void *rows, size_t len, uint8_t *found) {
+                              void *rows, size_t len, uint8_t *found, uint64_t *seqs) {
   unsigned char *kb = malloc((n ? n : 1) * KEY_LEN);
   const char **kl = calloc(n ? n : 1, sizeof *kl);
   size_t *ks = calloc(n ? n : 1, sizeof *ks), *vs = calloc(n ? n : 1, sizeof *vs);
@@ -250,6 +250,7 @@ fl_status fl_ps_tier_get_many(fl_ps_tier *t, uint64_t table, const uint64_t *key
                   t->path, vs[i], SEQ_LEN + len);
     else if (vl[i]) {
       memcpy((char *)rows + i * len, vl[i] + SEQ_LEN, len);
+      if (seqs) seqs[i] = get_be64((const unsigned char *)vl[i]);
       found[i] = 1;
     }
     atomic_fetch_add(found[i] ? &t->hits : &t->misses, 1);
@@ -280,22 +281,7 @@ static fl_status delete_row(fl_ps_tier *t, uint64_t table, uint64_t key, uint64_
   return FL_OK;
 }
 
-fl_status fl_ps_tier_drop(fl_ps_tier *t, uint64_t table, uint64_t key) {
-  unsigned char rk[KEY_LEN];
-  char *err = NULL, *v;
-  size_t vl = 0;
-  uint64_t seq;
-  make_key(rk, 'r', table, key);
-  v = rocksdb_get(t->db, t->ro, (const char *)rk, KEY_LEN, &vl, &err);
-  if (err || !v || vl < SEQ_LEN) {
-    fl_status st = FL_ERR(FL_ECORRUPT, "disk tier %s: row %llu to promote is gone: %s", t->path,
-                          (unsigned long long)key, err ? err : "not found");
-    rocksdb_free(err);
-    rocksdb_free(v);
-    return st;
-  }
-  seq = get_be64((const unsigned char *)v);
-  rocksdb_free(v);
+fl_status fl_ps_tier_drop(fl_ps_tier *t, uint64_t table, uint64_t key, uint64_t seq) {
   FL_TRY(delete_row(t, table, key, seq));
   atomic_fetch_add(&t->promotions, 1);
   return FL_OK;

@@ -43,12 +43,14 @@ size_t fl_ps_tier_overhead(size_t budget);
  * and the error names the path. */
 fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
                          size_t len);
-/* Look up n keys of table with one multi-get: found[i] 1 and rows + i * len
- * filled when held.  Nothing is removed. */
+/* Look up n keys of table with one multi-get: found[i] 1, rows + i * len
+ * filled and seqs[i] (seqs may be NULL) set to the row's demotion sequence
+ * when held.  Nothing is removed. */
 fl_status fl_ps_tier_get_many(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n,
-                              void *rows, size_t len, uint8_t *found);
-/* Remove key of table, whose row was read by get_many (a promotion). */
-fl_status fl_ps_tier_drop(fl_ps_tier *t, uint64_t table, uint64_t key);
+                              void *rows, size_t len, uint8_t *found, uint64_t *seqs);
+/* Remove key of table, read by get_many with its sequence seq (a
+ * promotion). */
+fl_status fl_ps_tier_drop(fl_ps_tier *t, uint64_t table, uint64_t key, uint64_t seq);
 /* Remove the least recently demoted row of table: *key gets its id, *found
  * 0 when table has none here. */
 fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t *key, int *found);

@@ -5,10 +5,10 @@
  * counts carried), max_rows evicts the least recent row of both tiers
  * exactly as one memory tier would; a core's checkpoint keeps the disk
  * tier (a RocksDB checkpoint beside the file) and a fresh core restores
- * it, one without a budget refuses it; a full disk keeps every row (in
- * memory, over budget); striped tables give the same rows from
- * concurrent trainers as from one thread: sync bit for bit, async without
- * a lost update. */
+ * it, one without a budget refuses it; /metrics shows both tiers; a full
+ * disk keeps every row (in memory, over budget); striped tables give the
+ * same rows from concurrent trainers as from one thread: sync bit for bit,
+ * async without a lost update. */
 #include <config.h>
 
 #include <check.h>
@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fl_metrics.h"
 #include "fl_ps.h"
 #include "tier_rocks.h"
 
@@ -304,6 +305,23 @@ START_TEST(test_core_checkpoint_keeps_disk_tier) {
   fl_ps_core_tier_stats(c, &ts);
   ck_assert_uint_gt(ts.disk_rows, 0);
   ck_assert_uint_gt(ts.demotions, 0);
+  ck_assert_uint_le(ts.mem_bytes, (16 << 10) - fl_ps_tier_overhead(16 << 10));
+  {
+    /* /metrics: rows and bytes per tier, the tier's counters. */
+    char *text = NULL, want[96];
+    size_t len;
+    fl_ps_core_publish_tiers(c);
+    ck_assert_int_eq(fl_metrics_render(fl_metrics_default(), &text, &len), FL_OK);
+    snprintf(want, sizeof want, "flotilla_ps_sparse_rows{tier=\"disk\"} %llu",
+             (unsigned long long)ts.disk_rows);
+    ck_assert_ptr_nonnull(strstr(text, want));
+    ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_sparse_bytes{tier=\"memory\"}"));
+    snprintf(want, sizeof want, "flotilla_ps_tier_demotions_total %llu",
+             (unsigned long long)ts.demotions);
+    ck_assert_ptr_nonnull(strstr(text, want));
+    ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_tier_promotions_total"));
+    free(text);
+  }
   snprintf(path, sizeof path, "%s/ckpt-40.flc", dir);
   ck_assert_int_eq(fl_ps_core_save(c, path), FL_OK);
   snprintf(copy, sizeof copy, "%s.tier", path);
