@@ -6,9 +6,9 @@
  * memory tier's least recent row) is their order of last use.
  * The write-ahead log is off: the store is rebuilt from a checkpoint at
  * start, never replayed.  Memory: the block cache takes 1/8 of the budget
- * and each of the two memtables 1/16 (FL_TIER_* below), so RocksDB's share
- * is a quarter of the budget; the tables keep the other three quarters for
- * hot rows (fl_ps_tier_overhead). */
+ * and each of the four memtables 1/32 (FL_TIER_* below), so RocksDB's
+ * share is a quarter of the budget; the tables keep the other three
+ * quarters for hot rows (fl_ps_tier_overhead). */
 #include <config.h>
 
 #include <dirent.h>
@@ -29,7 +29,8 @@
 #define SEQ_LEN 8
 #define MAX_TIER_TABLES 64
 #define FL_TIER_CACHE_SHARE 8   /* block cache: budget / 8 */
-#define FL_TIER_MEMTABLE_SHARE 16 /* each memtable: budget / 16 */
+#define FL_TIER_MEMTABLES 4         /* memtables, one filling, the others flushing */
+#define FL_TIER_MEMTABLE_SHARE 32 /* each memtable: budget / 32 */
 #define FL_TIER_MIN_BYTES (64u << 10)
 
 typedef struct tier_table {
@@ -70,7 +71,7 @@ static void make_key(unsigned char *k, char kind, uint64_t table, uint64_t x) {
 }
 
 size_t fl_ps_tier_overhead(size_t budget) {
-  return budget / FL_TIER_CACHE_SHARE + 2 * (budget / FL_TIER_MEMTABLE_SHARE);
+  return budget / FL_TIER_CACHE_SHARE + FL_TIER_MEMTABLES * (budget / FL_TIER_MEMTABLE_SHARE);
 }
 
 const char *fl_ps_tier_path(const fl_ps_tier *t) { return t->path; }
@@ -139,11 +140,20 @@ static void set_options(fl_ps_tier *t) {
   t->opt = rocksdb_options_create();
   rocksdb_options_set_create_if_missing(t->opt, 1);
   rocksdb_options_set_write_buffer_size(t->opt, mt);
-  rocksdb_options_set_max_write_buffer_number(t->opt, 2);
+  rocksdb_options_set_max_write_buffer_number(t->opt, FL_TIER_MEMTABLES);
   rocksdb_options_set_compression(t->opt, rocksdb_no_compression);
+  /* Small memtables flush often: let level 0 grow before writes slow down,
+   * and compact in the background beside them. */
+  rocksdb_options_set_max_background_jobs(t->opt, 4);
+  rocksdb_options_set_level0_file_num_compaction_trigger(t->opt, 8);
+  rocksdb_options_set_level0_slowdown_writes_trigger(t->opt, 48);
+  rocksdb_options_set_level0_stop_writes_trigger(t->opt, 96);
   t->cache = rocksdb_cache_create_lru(cache);
   t->bbo = rocksdb_block_based_options_create();
   rocksdb_block_based_options_set_block_cache(t->bbo, t->cache);
+  /* A new row is a miss in every file: Bloom filters (10 bits a key,
+   * about 2.5 bytes a row) answer it without reading them. */
+  rocksdb_block_based_options_set_filter_policy(t->bbo, rocksdb_filterpolicy_create_bloom_full(10));
   rocksdb_options_set_block_based_table_factory(t->opt, t->bbo);
   t->wo = rocksdb_writeoptions_create();
   rocksdb_writeoptions_disable_WAL(t->wo, 1);
