@@ -689,14 +689,20 @@ static void take_tail(fl_ps_table *t, int32_t *r) {
   slot_delete(t, t->keys[*r]);
 }
 
+/* A write to the disk tier failed (logged there): stop demoting. */
+static void tier_break(fl_ps_table *t) {
+  if (t->tier_broken) return;
+  t->tier_broken = 1;
+  FL_LOGW("sparse table %s: rows stay in memory from now on, over pserver.memory_budget: "
+          "checkpoint, free space in %s, and restart", t->name, fl_ps_tier_path(t->tier));
+}
+
 /* Write the least recent memory row to disk; *r gets its index to reuse.
  * On failure the row stays (the table stops demoting). */
 static fl_status demote_tail(fl_ps_table *t, int32_t *r) {
   pack_row(t, t->tail, t->out);
   if (fl_ps_tier_put(t->tier, t->tier_id, t->keys[t->tail], t->out, t->blob) != FL_OK) {
-    t->tier_broken = 1;
-    FL_LOGW("sparse table %s: rows stay in memory from now on, over pserver.memory_budget: "
-            "checkpoint, free space in %s, and restart", t->name, fl_ps_tier_path(t->tier));
+    tier_break(t);
     return FL_EIO;
   }
   take_tail(t, r);
@@ -752,7 +758,9 @@ static fl_status tier_get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
   slot_insert(t, key, r);
   lru_push_head(t, r);
   *out = r;
-  return found ? fl_ps_tier_drop(t->tier, t->tier_id, key, seq) : FL_OK;
+  /* A copy left on a full disk is shadowed: the row stays in memory. */
+  if (found && fl_ps_tier_drop(t->tier, t->tier_id, key, seq) != FL_OK) tier_break(t);
+  return FL_OK;
 }
 
 static fl_status tier_read(const fl_ps_table *t, const uint64_t *keys, size_t n, float *out) {

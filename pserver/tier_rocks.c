@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <rocksdb/c.h>
 #include <stdatomic.h>
@@ -120,6 +121,25 @@ static fl_status remove_dir(const char *dir) {
   return FL_OK;
 }
 
+/* FL_ESTATE (logged) when another process holds the store in dir open
+ * (RocksDB's lock on dir/LOCK), before anything there is removed. */
+static fl_status check_unused(const char *dir) {
+  char p[4200];
+  struct flock fl;
+  int fd;
+  snprintf(p, sizeof p, "%s/LOCK", dir);
+  if ((fd = open(p, O_RDWR | O_CLOEXEC)) < 0) return FL_OK;
+  memset(&fl, 0, sizeof fl);
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  if (fcntl(fd, F_GETLK, &fl) != 0) fl.l_type = F_UNLCK;
+  close(fd);
+  if (fl.l_type == F_UNLCK) return FL_OK;
+  return FL_ERR(FL_ESTATE, "disk tier %s: in use by process %ld (another pserver in the same data "
+                "directory?): give each pserver its own checkpoint directory", dir,
+                (long)fl.l_pid);
+}
+
 static fl_status open_db(fl_ps_tier *t) {
   char *err = NULL;
   t->db = rocksdb_open(t->opt, t->path, &err);
@@ -172,7 +192,8 @@ fl_status fl_ps_tier_open(const char *dir, size_t budget, fl_ps_tier **out) {
   t->budget = budget;
   pthread_mutex_init(&t->mu, NULL);
   set_options(t);
-  if ((st = remove_dir(dir)) != FL_OK || (st = open_db(t)) != FL_OK) {
+  if ((st = check_unused(dir)) != FL_OK || (st = remove_dir(dir)) != FL_OK ||
+      (st = open_db(t)) != FL_OK) {
     fl_ps_tier_close(t);
     return st;
   }

@@ -28,7 +28,7 @@ typedef struct fl_ps_tier_stats {
 
 /* Open a fresh store in dir (created; whatever an earlier process left
  * there is removed first: the store's state comes back from checkpoints
- * only).  budget is the pserver's memory budget: RocksDB's block cache and
+ * only; FL_ESTATE, nothing removed, while another process has it open).  budget is the pserver's memory budget: RocksDB's block cache and
  * memtables are sized as a fixed share of it (see tier_rocks.c).  The
  * caller owns *out (fl_ps_tier_close). */
 fl_status fl_ps_tier_open(const char *dir, size_t budget, fl_ps_tier **out);

@@ -5,7 +5,8 @@
  * counts carried), max_rows evicts the least recent row of both tiers
  * exactly as one memory tier would; a core's checkpoint keeps the disk
  * tier (a RocksDB checkpoint beside the file) and a fresh core restores
- * it, one without a budget refuses it; /metrics shows both tiers; a full
+ * it, one without a budget refuses it; a store another process holds is
+ * refused, not wiped; /metrics shows both tiers; a full
  * disk keeps every row (in memory, over budget); striped tables give the
  * same rows from concurrent trainers as from one thread: sync bit for bit,
  * async without a lost update. */
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fl_metrics.h"
@@ -348,6 +350,40 @@ START_TEST(test_core_checkpoint_keeps_disk_tier) {
 }
 END_TEST
 
+START_TEST(test_tier_in_use_refused) {
+  /* Another process holds the store open: a second one refuses it and
+   * removes nothing. */
+  char dir[] = "/tmp/fl_test_tier_lock_XXXXXX", path[96], lock[128];
+  int up[2], down[2];
+  char c = 0;
+  pid_t pid;
+  fl_ps_tier *t = NULL;
+  struct stat sb;
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/store", dir);
+  snprintf(lock, sizeof lock, "%s/LOCK", path);
+  ck_assert_int_eq(pipe(up), 0);
+  ck_assert_int_eq(pipe(down), 0);
+  pid = fork();
+  if (pid == 0) {
+    fl_ps_tier *held = NULL;
+    char x = fl_ps_tier_open(path, 1 << 20, &held) == FL_OK;
+    if (write(up[1], &x, 1) != 1 || read(down[0], &x, 1) != 1) _exit(1);
+    fl_ps_tier_close(held);
+    _exit(0);
+  }
+  ck_assert_int_eq(read(up[0], &c, 1), 1);
+  ck_assert_int_eq(c, 1);
+  ck_assert_int_eq(fl_ps_tier_open(path, 1 << 20, &t), FL_ESTATE);
+  ck_assert_int_eq(stat(lock, &sb), 0);
+  ck_assert_int_eq(write(down[1], &c, 1), 1);
+  waitpid(pid, NULL, 0);
+  ck_assert_int_eq(fl_ps_tier_open(path, 1 << 20, &t), FL_OK); /* free again */
+  fl_ps_tier_close(t);
+  rm_tree(dir);
+}
+END_TEST
+
 START_TEST(test_core_budget_needs_dir) {
   fl_ps_core *c = mk(1, 1, 1 << 20, 100);
   ck_assert_int_eq(fl_ps_core_open_tier(c, ""), FL_EINVAL);
@@ -484,6 +520,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_tier_disk_full_keeps_rows);
   tcase_add_test(tc, test_core_checkpoint_keeps_disk_tier);
   tcase_add_test(tc, test_core_budget_needs_dir);
+  tcase_add_test(tc, test_tier_in_use_refused);
   tcase_add_test(tc, test_stripes_sync_same_bits);
   tcase_add_test(tc, test_stripes_async_no_lost_update);
   suite_add_tcase(s, tc);
