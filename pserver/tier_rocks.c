@@ -342,9 +342,9 @@ fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t *key, 
 }
 
 size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table) {
-  int n = atomic_load(&((fl_ps_tier *)t)->n_tables);
+  int n = atomic_load(&t->n_tables);
   for (int i = 0; i < n; i++)
-    if (t->tables[i].id == table) return (size_t)atomic_load(&((fl_ps_tier *)t)->tables[i].rows);
+    if (t->tables[i].id == table) return (size_t)atomic_load(&t->tables[i].rows);
   return 0;
 }
 
