@@ -384,7 +384,8 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *name);
  * step; FL_ENOTFOUND when the block is not on this server or unset. */
 fl_status fl_ps_core_block_value(fl_ps_core *c, uint32_t block, float *out, size_t n,
                                  int64_t *step);
-/* The sparse table called name, or NULL (not locked: tests only). */
+/* The sparse table called name (its first lock stripe: all of it below
+ * 8192 max_rows), or NULL (not locked: tests only). */
 fl_ps_table *fl_ps_core_table(fl_ps_core *c, const char *name);
 
 /* ----------------------------------------------------------------- service */
