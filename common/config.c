@@ -444,6 +444,7 @@ static const field f_pserver[] = {
       .sub = f_sparse_table),
     E("checkpoint_dir", F_STR, fl_job_pserver, checkpoint_dir,
       STRCAP(fl_job_pserver, checkpoint_dir)),
+    E("memory_budget", F_SIZE, fl_job_pserver, memory_budget, RANGE(0, 1e15)),
     E("checkpoint_interval_steps", F_I64, fl_job_pserver, checkpoint_interval_steps, MIN(0)),
     E("checkpoint_interval_s", F_DOUBLE, fl_job_pserver, checkpoint_interval_s, RANGE(0, 1e9)),
     END};

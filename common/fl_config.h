@@ -355,6 +355,7 @@ typedef struct fl_job_pserver {
   fl_job_sparse_table sparse_tables[FL_JOB_MAX_SPARSE_TABLES]; /* a model's own tables */
   int n_sparse_tables;
   char checkpoint_dir[FL_JOB_PATH_MAX]; /* "" = no checkpoints */
+  size_t memory_budget; /* bytes of sparse rows in memory, the rest on disk; 0 = all in memory */
   int64_t checkpoint_interval_steps;    /* 0 = not by steps */
   double checkpoint_interval_s;         /* 0 = not by time */
 } fl_job_pserver;

@@ -20,6 +20,7 @@
 
 #include "fl_log.h"
 #include "core_internal.h"
+#include "tier_rocks.h"
 
 double fl_ps_now(void) {
   struct timespec ts;
@@ -164,12 +165,13 @@ void fl_ps_core_free(fl_ps_core *c) {
   free(c->local);
   fl_ps_layout_free(l);
   for (size_t i = 0; i < atomic_load(&c->n_tables); i++) {
-    fl_ps_table_free(c->tables[i].t);
+    psc_stripes_free(&c->tables[i]);
     pthread_mutex_destroy(&c->tables[i].mu);
     free(c->tables[i].cur_step);
     free(c->tables[i].seqmask);
     psc_rows_free(&c->tables[i], c->nt);
   }
+  fl_ps_tier_close(c->tier);
   for (int i = 0; i < MAX_BARRIERS; i++) {
     free(c->barriers[i].arrived);
     free(c->barriers[i].taken);
@@ -320,11 +322,11 @@ fl_status psc_add_table(fl_ps_core *c, const char *name, uint32_t dim) {
   }
   psc_table_optim(c, name, &to.hp, &to.lr);
   memset(pt, 0, sizeof *pt);
-  if ((st = fl_ps_table_create(&to, &pt->t)) != FL_OK) return st;
+  if ((st = psc_stripes_create(c, pt, &to)) != FL_OK) return st;
   pt->cur_step = malloc((size_t)c->nt * sizeof *pt->cur_step);
   pt->seqmask = calloc((size_t)c->nt, sizeof *pt->seqmask);
   if (!pt->cur_step || !pt->seqmask) {
-    fl_ps_table_free(pt->t);
+    psc_stripes_free(pt);
     free(pt->cur_step);
     free(pt->seqmask);
     return FL_ERR(FL_ENOMEM, "pserver: out of memory for table %s", name);
@@ -332,9 +334,10 @@ fl_status psc_add_table(fl_ps_core *c, const char *name, uint32_t dim) {
   for (int t = 0; t < c->nt; t++) pt->cur_step[t] = -1;
   pthread_mutex_init(&pt->mu, NULL);
   atomic_store(&c->n_tables, n + 1);
-  FL_LOGI("sparse table %s: dim %u, %s, init uniform(%g), at most %lld rows on this server%s",
-          name, dim, fl_optim_kind_name(to.hp.kind), (double)to.init_range,
-          (long long)to.max_rows, to.has_padding ? ", with a padding id" : "");
+  FL_LOGI("sparse table %s: dim %u, %s, init uniform(%g), at most %lld rows on this server in "
+          "%u stripes%s%s", name, dim, fl_optim_kind_name(to.hp.kind), (double)to.init_range,
+          (long long)to.max_rows, pt->ns, to.has_padding ? ", with a padding id" : "",
+          c->tier ? ", beyond pserver.memory_budget on disk" : "");
   return FL_OK;
 }
 
@@ -368,11 +371,11 @@ void fl_ps_core_stats(fl_ps_core *c, Flotilla__StatsResponse *r) {
   r->dense_blocks = (int32_t)c->n_my;
   r->dense_elements = l ? l->server_load[c->o.server_index] : 0;
   for (size_t i = 0; i < atomic_load(&c->n_tables); i++) {
-    pthread_mutex_lock(&c->tables[i].mu);
-    r->sparse_rows += fl_ps_table_rows(c->tables[i].t);
-    r->evicted_rows += fl_ps_table_evicted(c->tables[i].t);
-    r->padding_dropped += fl_ps_table_padding_dropped(c->tables[i].t);
-    pthread_mutex_unlock(&c->tables[i].mu);
+    uint64_t hot = 0, disk = 0, rows = 0, evicted = 0, padding = 0;
+    psc_stripes_count(&c->tables[i], &rows, &evicted, &hot, &disk, &padding);
+    r->sparse_rows += rows + disk;
+    r->evicted_rows += evicted;
+    r->padding_dropped += padding;
   }
 }
 

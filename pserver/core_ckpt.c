@@ -68,7 +68,6 @@ static fl_status write_state(fl_ps_core *c, fl_ckpt_writer *w, int64_t *step) {
   fl_ps_layout *l = atomic_load(&c->layout);
   char name[FL_CKPT_NAME_MAX];
   fl_status st;
-  size_t nt = atomic_load(&c->n_tables);
   int64_t next = atomic_load(&c->next_step), low = INT64_MAX;
 
 #define I64(key, v)                                                          \
@@ -126,17 +125,7 @@ static fl_status write_state(fl_ps_core *c, fl_ckpt_writer *w, int64_t *step) {
     pthread_mutex_unlock(&b->mu);
     if (st != FL_OK) return st;
   }
-  for (size_t i = 0; i < nt; i++) {
-    ps_table *pt = &c->tables[i];
-    char prefix[256];
-    snprintf(prefix, sizeof prefix, "sparse/%s/", fl_ps_table_name(pt->t));
-    snprintf(name, sizeof name, "%sdim", prefix);
-    if ((st = fl_ckpt_put_i64(w, name, fl_ps_table_dim(pt->t))) != FL_OK) return st;
-    pthread_mutex_lock(&pt->mu);
-    st = fl_ps_table_save(pt->t, w, prefix);
-    pthread_mutex_unlock(&pt->mu);
-    if (st != FL_OK) return st;
-  }
+  if ((st = psc_save_tables(c, w)) != FL_OK) return st;
   *step = c->ops->ckpt_step(c, next, low);
   I64("ps/step", *step);
 #undef I64
@@ -154,6 +143,7 @@ fl_status fl_ps_core_save(fl_ps_core *c, const char *path) {
     return st;
   }
   st = fl_ckpt_writer_commit(w);
+  if (st == FL_OK) st = psc_tier_commit(c, path);
   if (st == FL_OK) atomic_fetch_add(&c->checkpoints, 1);
   return st;
 }
@@ -174,6 +164,7 @@ fl_status fl_ps_core_save_dir(fl_ps_core *c, const char *dir, int64_t *step, cha
     return st;
   }
   st = fl_ckpt_writer_commit_as(w, path);
+  if (st == FL_OK) st = psc_tier_commit(c, path);
   if (st == FL_OK) atomic_fetch_add(&c->checkpoints, 1);
   return st;
 }
@@ -449,9 +440,7 @@ static fl_status load_sparse(fl_ps_core *c, load_ctx *x) {
     pthread_mutex_unlock(&c->mu);
     if (st != FL_OK) return st;
     snprintf(name, sizeof name, "sparse/%s/", tname);
-    pthread_mutex_lock(&pt->mu);
-    st = fl_ps_table_load(pt->t, x->ck, name);
-    pthread_mutex_unlock(&pt->mu);
+    st = psc_stripes_load(pt, x->ck, name);
     if (st != FL_OK) return st;
   }
   return FL_OK;
@@ -467,12 +456,13 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
   FL_TRY(load_head(c, &x));
   /* Phase 1: check everything; nothing changes yet. */
   if ((st = load_names(c, &x)) != FL_OK || (st = load_check_layout(c, &x)) != FL_OK ||
-      (st = load_check_blocks(c, &x)) != FL_OK || (st = load_check_sparse(c, &x)) != FL_OK)
+      (st = load_check_blocks(c, &x)) != FL_OK || (st = load_check_sparse(c, &x)) != FL_OK ||
+      (st = psc_tier_check_load(c, file)) != FL_OK)
     goto out;
   /* Phase 2: take it over. */
   if ((st = load_take_layout(c, &x)) != FL_OK) goto out;
   load_blocks(c, &x);
-  if ((st = load_sparse(c, &x)) != FL_OK) goto out;
+  if ((st = psc_tier_load(c, file)) != FL_OK || (st = load_sparse(c, &x)) != FL_OK) goto out;
   /* Everyone registers again (their view of this server is gone). */
   pthread_mutex_lock(&c->mu);
   for (int t = 0; t < c->nt; t++)

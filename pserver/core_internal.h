@@ -10,8 +10,12 @@
  *
  * Locking: c->mu guards the trainer registry, the layout's creation, the
  * table list and the barriers; each dense block and each sparse table has
- * its own mutex, so pushes to different blocks run in parallel.  Order:
- * c->mu before a block or table lock, block locks in ascending id.  The set
+ * its own mutex, so pushes to different blocks run in parallel.  A sparse
+ * table's mutex guards its push dedup and sync rows only: its rows are in
+ * stripes (core_stripes.c), each under its own lock, so that pulls and
+ * async pushes of several trainers run in parallel.  Order: c->mu before
+ * a block or table lock, block locks in ascending id, a table's lock
+ * before its stripe locks, stripes (and tables) in ascending index.  The set
  * of trainers a sync step waits for is kept in atomic bit words as well,
  * written before blocks are looked at again after a membership change, so
  * that a push and a death racing each other cannot both miss the step.
@@ -34,6 +38,7 @@
 #define PARAM_NAME_MAX 256
 #define MAX_NUMEL (1ULL << 40)
 #define MAX_SEQ 64
+#define MAX_STRIPES 16
 
 enum { T_UNKNOWN = 0, T_LIVE, T_DEAD, T_DONE };
 
@@ -71,7 +76,10 @@ typedef struct ps_rows {
 } ps_rows;
 
 typedef struct ps_table {
-  fl_ps_table *t;
+  fl_ps_table *t;                   /* stripe 0: name, dim, optimizer */
+  fl_ps_table *sh[MAX_STRIPES];     /* the rows, by fl_ps_table_stripe */
+  pthread_mutex_t smu[MAX_STRIPES]; /* one per stripe */
+  unsigned ns;
   pthread_mutex_t mu;
   int64_t *cur_step; /* [num_trainers] push dedup: step and the parts seen */
   uint64_t *seqmask;
@@ -136,7 +144,7 @@ typedef struct fl_ps_mode_ops {
   /* Take part seq (of parts) of trainer t's sparse push of step, n rows
    * keys / g, into pt (not a duplicate by the per-trainer dedup); *dup when
    * its step was applied before, *progress when a step was applied.
-   * pt->mu held. */
+   * No lock held (takes pt->mu or the stripe locks). */
   fl_status (*sparse_push)(fl_ps_core *c, ps_table *pt, int t, int64_t step, uint32_t seq,
                            uint32_t parts, const uint64_t *keys, size_t n, const float *g,
                            int *dup, int *progress);
@@ -188,6 +196,14 @@ struct fl_ps_core {
   _Atomic int64_t horizon;   /* highest step a trainer declared in Register */
   _Atomic uint64_t pushes, pulls, bytes_in, bytes_out, duplicates, invalid, dense_updates,
       checkpoints, sparse_init_rows;
+
+  /* pserver.memory_budget (core_tier.c): the disk tier (NULL: none), the
+   * hot bytes of every table and their bound, the counters published. */
+  struct fl_ps_tier *tier;
+  _Atomic uint64_t hot_bytes;
+  uint64_t hot_budget;
+  char tier_dir[FL_JOB_PATH_MAX + 64];
+  uint64_t published[4];
 };
 
 /* core_modes.c: the rules of mode m. */
@@ -268,6 +284,51 @@ fl_status psc_rows_push(fl_ps_core *c, ps_table *pt, int t, int64_t step, uint32
  * No lock held (takes each table's). */
 int psc_rows_reevaluate(fl_ps_core *c);
 void psc_rows_free(ps_table *pt, int nt);
+
+/* core_stripes.c: a table's rows in stripes */
+/* Make pt's stripes from o (its name, dim, ...; max_rows split among
+ * them), their locks, and pt->t.  Tables of fewer than 8192 rows keep one
+ * stripe. */
+fl_status psc_stripes_create(fl_ps_core *c, ps_table *pt, fl_ps_table_opts *o);
+void psc_stripes_free(ps_table *pt);
+/* Pull (or read, read_only) / push the rows of keys, each stripe's under
+ * its lock. */
+fl_status psc_stripes_pull(ps_table *pt, const uint64_t *keys, size_t n, float *out,
+                           int read_only);
+fl_status psc_stripes_push(ps_table *pt, const uint64_t *keys, size_t n, const float *g);
+/* Rows and evictions of all stripes, hot bytes, disk rows and dropped
+ * pushes of the padding id (each added to). */
+void psc_stripes_count(ps_table *pt, uint64_t *rows, uint64_t *evicted, uint64_t *hot,
+                       uint64_t *disk, uint64_t *padding);
+/* InitSparse over the stripes: the rows of keys[0..n) that exist in
+ * neither tier created with their values in rows (n*dim floats); *created
+ * gets how many.  Each stripe under its lock. */
+fl_status psc_stripes_init(ps_table *pt, const uint64_t *keys, size_t n, const float *rows,
+                           size_t *created);
+/* DumpSparse over the stripes (fl_ps_table_dump's contract for the whole
+ * table: the max smallest keys above after, ascending).  Each stripe
+ * under its lock. */
+fl_status psc_stripes_dump(ps_table *pt, int has_after, uint64_t after, size_t max,
+                           uint64_t *keys, float *vals, size_t *n, int *more);
+/* Rows of the memory tier of every stripe (each stripe under its lock). */
+size_t psc_stripes_rows(ps_table *pt);
+/* Every table's dim and rows into w, with every stripe locked (and the
+ * disk tier copied meanwhile, psc_tier_snapshot).  No lock held. */
+fl_status psc_save_tables(fl_ps_core *c, fl_ckpt_writer *w);
+/* pt's rows from the records under prefix (its stripes locked). */
+fl_status psc_stripes_load(ps_table *pt, const fl_ckpt *ck, const char *prefix);
+
+/* core_tier.c: the disk tier */
+/* Copy the store into the data directory's temporary (every table's
+ * stripes locked). */
+fl_status psc_tier_snapshot(fl_ps_core *c);
+/* The copy becomes the one of checkpoint file path (path.tier); copies of
+ * checkpoints gone are removed. */
+fl_status psc_tier_commit(fl_ps_core *c, const char *path);
+/* Phase 1 of a load of checkpoint file: its disk copy fits this pserver.
+ * Phase 2: the store becomes that copy (no table lock held). */
+fl_status psc_tier_check_load(fl_ps_core *c, const char *file);
+fl_status psc_tier_load(fl_ps_core *c, const char *file);
 
 /* core_barrier.c */
 /* Complete b when every counted trainer arrived.  c->mu held. */

@@ -320,7 +320,18 @@ static fl_status async_sparse_push(fl_ps_core *c, ps_table *pt, int t, int64_t s
   (void)parts;
   (void)dup;
   (void)progress;
-  return fl_ps_table_push(pt->t, keys, n, g);
+  return psc_stripes_push(pt, keys, n, g);
+}
+
+/* sync: held for the step under the table's lock (core_rows.c). */
+static fl_status sync_sparse_push(fl_ps_core *c, ps_table *pt, int t, int64_t step, uint32_t seq,
+                                  uint32_t parts, const uint64_t *keys, size_t n,
+                                  const float *g, int *dup, int *progress) {
+  fl_status st;
+  pthread_mutex_lock(&pt->mu);
+  st = psc_rows_push(c, pt, t, step, seq, parts, keys, n, g, dup, progress);
+  pthread_mutex_unlock(&pt->mu);
+  return st;
 }
 
 static int async_sparse_ready(const ps_table *pt, int t, int64_t min_step) {
@@ -348,7 +359,7 @@ static const fl_ps_mode_ops k_sync = {
     .settled = sync_settled,
     .step = sync_step,
     .ckpt_step = sync_ckpt_step,
-    .sparse_push = psc_rows_push,
+    .sparse_push = sync_sparse_push,
     .sparse_ready = sync_sparse_ready,
 };
 

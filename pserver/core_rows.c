@@ -97,7 +97,7 @@ static fl_status rows_apply(fl_ps_core *c, ps_table *pt) {
       float inv = 1.0f / (float)pt->n_pend;
       for (size_t i = 0; i < nu * dim; i++) acc[i] *= inv;
     }
-    st = fl_ps_table_push(pt->t, keys, nu, acc);
+    st = psc_stripes_push(pt, keys, nu, acc);
   }
   free(keys);
   free(acc);

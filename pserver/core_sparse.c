@@ -4,8 +4,10 @@
  * change nothing), and pushes with their per-trainer dedup by step and
  * part, then taken by the mode's sparse_push (core_modes.c); initial rows
  * (InitSparse: created when absent, so repeating it changes nothing) and
- * the paged listing of a table for export (DumpSparse, read-only).  The tables themselves are
- * sparse.c; each is used under its own lock (core_internal.h). */
+ * the paged listing of a table for export (DumpSparse, read-only).  The
+ * tables themselves are sparse.c, their rows in lock stripes
+ * (core_stripes.c): the table's lock is held for the dedup and the
+ * readiness check only (core_internal.h). */
 #include <config.h>
 
 #include <inttypes.h>
@@ -38,6 +40,7 @@ fl_status fl_ps_core_pull_sparse(fl_ps_core *c, const Flotilla__PullSparseReques
                                  Flotilla__Tensor *values, int64_t shape[2]) {
   ps_table *pt;
   size_t need, dim;
+  int ready;
   fl_status st;
 
   if ((st = psc_enter(c, req->trainer_id)) != FL_OK) return st;
@@ -51,10 +54,9 @@ fl_status fl_ps_core_pull_sparse(fl_ps_core *c, const Flotilla__PullSparseReques
     *cap = need;
   }
   pthread_mutex_lock(&pt->mu);
-  if (!c->ops->sparse_ready(pt, req->trainer_id, req->min_step)) st = FL_EAGAIN;
-  else if (req->read_only) st = fl_ps_table_read(pt->t, req->keys, req->n_keys, *scratch);
-  else st = fl_ps_table_pull(pt->t, req->keys, req->n_keys, *scratch);
+  ready = c->ops->sparse_ready(pt, req->trainer_id, req->min_step);
   pthread_mutex_unlock(&pt->mu);
+  st = ready ? psc_stripes_pull(pt, req->keys, req->n_keys, *scratch, req->read_only) : FL_EAGAIN;
   if (st != FL_OK) return st;
   if (!req->read_only) atomic_fetch_add(&c->pulls, 1);
   shape[0] = (int64_t)req->n_keys;
@@ -118,10 +120,11 @@ fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseReques
       pt->seqmask[t] = 0;
     }
     pt->seqmask[t] |= 1ULL << req->seq;
-    st = c->ops->sparse_push(c, pt, t, req->step, req->seq, req->parts, req->keys, req->n_keys,
-                             g, &dup, &progress);
   }
   pthread_mutex_unlock(&pt->mu);
+  if (!dup)
+    st = c->ops->sparse_push(c, pt, t, req->step, req->seq, req->parts, req->keys, req->n_keys,
+                             g, &dup, &progress);
   free(conv);
   if (progress) psc_notify(c);
   if (st != FL_OK) return st;
@@ -157,9 +160,7 @@ fl_status fl_ps_core_init_sparse(fl_ps_core *c, const Flotilla__InitSparseReques
   }
   if (req->n_keys) {
     const float *v = psc_as_f32(req->values, req->n_keys * (size_t)dims[1], conv);
-    pthread_mutex_lock(&pt->mu);
-    st = fl_ps_table_init(pt->t, req->keys, req->n_keys, v, &created);
-    pthread_mutex_unlock(&pt->mu);
+    st = psc_stripes_init(pt, req->keys, req->n_keys, v, &created);
   }
   free(conv);
   if (st != FL_OK) return st;
@@ -199,16 +200,11 @@ fl_status fl_ps_core_dump_sparse(fl_ps_core *c, const Flotilla__DumpSparseReques
   page = FL_PS_DUMP_MAX_FLOATS / dim;
   if (page > c->o.max_sparse_keys) page = c->o.max_sparse_keys;
   if (req->max_rows && req->max_rows < page) page = req->max_rows;
-  pthread_mutex_lock(&pt->mu);
-  rows = fl_ps_table_rows(pt->t);
-  pthread_mutex_unlock(&pt->mu);
+  rows = psc_stripes_rows(pt);
   /* Rows added meanwhile show as `more`. */
   if (page > rows) page = rows ? rows : 1;
   FL_TRY(dump_room(buf, page, dim));
-  pthread_mutex_lock(&pt->mu);
-  st = fl_ps_table_dump(pt->t, req->has_after, req->after_key, page, buf->keys, buf->vals, &n,
-                        &more);
-  pthread_mutex_unlock(&pt->mu);
+  st = psc_stripes_dump(pt, req->has_after, req->after_key, page, buf->keys, buf->vals, &n, &more);
   if (st != FL_OK) return st;
   shape[0] = (int64_t)n;
   shape[1] = (int64_t)dim;

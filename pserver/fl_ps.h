@@ -83,6 +83,13 @@ typedef struct fl_ps_table_opts {
    * its gradients are dropped (counted, fl_ps_table_padding_dropped). */
   int has_padding;
   uint64_t padding_id;
+  /* pserver.memory_budget: rows are demoted into tier (NULL: none, rows
+   * beyond max_rows dropped as before) while the hot rows of every table
+   * sharing *hot_bytes would pass hot_budget bytes. */
+  struct fl_ps_tier *tier;
+  _Atomic uint64_t *hot_bytes;
+  uint64_t hot_budget;
+  uint32_t stripe; /* its rows' part of the tier: fl_ps_table_save_many */
 } fl_ps_table_opts;
 
 /* A new empty table.  FL_EINVAL (logged) for a bad option.  The caller owns
@@ -122,6 +129,10 @@ fl_status fl_ps_table_init(fl_ps_table *t, const uint64_t *keys, size_t n, const
  * *more 1 when rows above the last one remain.  Changes nothing. */
 fl_status fl_ps_table_dump(const fl_ps_table *t, int has_after, uint64_t after, size_t max,
                            uint64_t *keys, float *vals, size_t *n, int *more);
+/* Rows and bytes of the memory tier (key, value, optimizer state, step,
+ * links and hash share) and rows in the disk tier. */
+uint64_t fl_ps_table_hot_bytes(const fl_ps_table *t);
+size_t fl_ps_table_disk_rows(const fl_ps_table *t);
 
 /* Read a row without touching it (tests, checkpoints): 1 when present. */
 int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out);
@@ -148,6 +159,18 @@ fl_status fl_ps_table_verify(const fl_ckpt *c, const char *prefix, uint32_t dim,
  * least recently seen are dropped).  FL_ECORRUPT when they do not verify;
  * the table is unchanged then. */
 fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix);
+
+/* One table kept as ns stripes (a power of two; the core's lock striping):
+ * key's rows live in stripe fl_ps_table_stripe(key, ns), each stripe a
+ * table of its own (hash, LRU, max_rows).  save_many writes the stripes as
+ * one table's records (stripe after stripe, each least recent first);
+ * load_many puts each row back into its stripe, so that every stripe gets
+ * its rows in the order it had them. */
+unsigned fl_ps_table_stripe(uint64_t key, unsigned ns);
+fl_status fl_ps_table_save_many(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
+                                const char *prefix);
+fl_status fl_ps_table_load_many(fl_ps_table *const *ts, size_t ns, const fl_ckpt *c,
+                                const char *prefix);
 
 /* -------------------------------------------------------------------- core */
 
@@ -333,6 +356,23 @@ const char *fl_ps_core_last_error(void);
  * the grace period is over; also logs sparse evictions since the last tick. */
 void fl_ps_core_tick(fl_ps_core *c, double now);
 
+/* pserver.memory_budget: open the sparse tables' disk tier, a fresh
+ * RocksDB store in data_dir (the pserver's checkpoint directory, claimed
+ * for this run), before any table is made and before a checkpoint is
+ * loaded.  FL_OK and nothing done without a budget; FL_EINVAL (logged)
+ * with a budget but no data_dir. */
+fl_status fl_ps_core_open_tier(fl_ps_core *c, const char *data_dir);
+
+/* The sparse rows per tier and the disk tier's counters. */
+typedef struct fl_ps_tiers {
+  uint64_t budget, mem_rows, mem_bytes, disk_rows, disk_bytes;
+  uint64_t hits, misses, promotions, demotions;
+} fl_ps_tiers;
+void fl_ps_core_tier_stats(fl_ps_core *c, fl_ps_tiers *out);
+/* Those as /metrics (flotilla_ps_sparse_rows/bytes{tier}, the
+ * flotilla_ps_tier_*_total counters). */
+void fl_ps_core_publish_tiers(fl_ps_core *c);
+
 /* The job is over for this server when every trainer that registered
  * completed or is dead, at least one completed, and no trainer is still
  * expected: 1 when every trainer registered (the job is complete), -1 when
@@ -392,7 +432,8 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *name);
  * step; FL_ENOTFOUND when the block is not on this server or unset. */
 fl_status fl_ps_core_block_value(fl_ps_core *c, uint32_t block, float *out, size_t n,
                                  int64_t *step);
-/* The sparse table called name, or NULL (not locked: tests only). */
+/* The sparse table called name (its first lock stripe: all of it below
+ * 8192 max_rows), or NULL (not locked: tests only). */
 fl_ps_table *fl_ps_core_table(fl_ps_core *c, const char *name);
 
 /* ----------------------------------------------------------------- service */

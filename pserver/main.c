@@ -327,6 +327,7 @@ static void on_tick(uv_timer_t *t) {
   fl_ps_core_stats(a->core, &st);
   fl_series_set(fl_metrics_std()->live_trainers, st.live_trainers);
   sparse_metrics_tick(a, &st);
+  fl_ps_core_publish_tiers(a->core);
   if (a->dir[0]) {
     int64_t step = fl_ps_core_step(a->core);
     int64_t every = a->job.pserver.checkpoint_interval_steps;
@@ -641,7 +642,11 @@ static fl_status resume(app *a, const cli_opts *cli, const fl_run_identity *id, 
     int64_t step = 0;
     st = fl_ckpt_dir_claim(a->dir, id, cli->start, 1, &ck, &step);
     if (st == FL_ESTATE) *rc = 2; /* another run's: the operator decides */
-    if (st != FL_OK) return st;
+    if (st == FL_OK) st = fl_ps_core_open_tier(a->core, a->dir); /* the dir is this run's */
+    if (st != FL_OK) {
+      fl_ckpt_free(ck);
+      return st;
+    }
     if (ck) {
       char path[FL_JOB_PATH_MAX + 64];
       fl_ckpt_dir_path(a->dir, step, path, sizeof path);
@@ -657,6 +662,8 @@ static fl_status resume(app *a, const cli_opts *cli, const fl_run_identity *id, 
     } else {
       FL_LOGI("no checkpoint in %s: starting fresh", a->dir);
     }
+  } else {
+    st = fl_ps_core_open_tier(a->core, a->dir); /* refused with a budget */
   }
   return st;
 }

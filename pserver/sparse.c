@@ -10,12 +10,14 @@
  * table). */
 #include <config.h>
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fl_log.h"
 #include "fl_ps.h"
 #include "fl_ps_layout.h"
+#include "tier_rocks.h"
 
 #define MAX_DIM (1u << 16)
 
@@ -46,7 +48,31 @@ struct fl_ps_table {
   int32_t *slots; /* hash slots: row index or -1 */
   size_t nslots;  /* power of two, > 2 * cap */
   uint64_t evicted;
+
+  /* The disk tier (NULL: none; see the end of this file). */
+  fl_ps_tier *tier;
+  _Atomic uint64_t *hot_bytes;
+  uint64_t hot_budget, row_bytes, tier_id;
+  size_t blob; /* a row's bytes in the tier: step, value, state */
+  int tier_broken; /* a demotion failed: rows stay in memory */
+  size_t pf_n, pf_cap; /* a call's misses, looked up at once: sorted keys */
+  uint64_t *pf_keys;
+  unsigned char *pf_rows;
+  uint8_t *pf_found, *pf_used;
+  uint64_t *pf_seqs; /* their demotion sequences */
+  unsigned char *one, *out; /* one row looked up, one row demoted */
 };
+
+static fl_status tier_setup(fl_ps_table *t, const fl_ps_table_opts *o);
+static fl_status tier_get_row(fl_ps_table *t, uint64_t key, int32_t *out);
+static fl_status tier_prefetch(fl_ps_table *t, const uint64_t *keys, size_t n);
+static fl_status tier_read(const fl_ps_table *t, const uint64_t *keys, size_t n, float *out);
+static fl_status tier_has(fl_ps_table *t, uint64_t key, int *found);
+static fl_status tier_dump_merge(const fl_ps_table *t, int has_after, uint64_t after, size_t max,
+                                 uint64_t *keys, float *vals, size_t *n, int *more);
+static void tier_free(fl_ps_table *t);
+static size_t tier_cap(const fl_ps_table *t, size_t nc);
+static void tier_forget_rows(fl_ps_table *t);
 
 static uint64_t str_hash(const char *s) {
   uint64_t h = 1469598103934665603ULL;
@@ -101,12 +127,17 @@ fl_status fl_ps_table_create(const fl_ps_table_opts *o, fl_ps_table **out) {
   t->has_padding = o->has_padding;
   t->padding_id = o->padding_id;
   t->head = t->tail = -1;
+  if (o->tier && tier_setup(t, o) != FL_OK) {
+    fl_ps_table_free(t);
+    return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory", o->name);
+  }
   *out = t;
   return FL_OK;
 }
 
 void fl_ps_table_free(fl_ps_table *t) {
   if (!t) return;
+  tier_free(t);
   free(t->keys);
   free(t->val);
   free(t->s1);
@@ -166,6 +197,7 @@ static fl_status grow(fl_ps_table *t) {
   size_t nc = t->cap ? t->cap * 2 : 1024, d = t->dim;
   size_t ns;
   if ((int64_t)nc > t->max_rows) nc = (size_t)t->max_rows;
+  if (t->tier) nc = tier_cap(t, nc);
 #define GROW(field, count)                                                   \
   do {                                                                       \
     void *p_ = realloc(t->field, (count) * sizeof *t->field);                \
@@ -246,6 +278,7 @@ static fl_status get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
     *out = r;
     return FL_OK;
   }
+  if (t->tier) return tier_get_row(t, key, out);
   if ((int64_t)t->n >= t->max_rows) {
     r = t->tail;
     lru_unlink(t, r);
@@ -272,6 +305,7 @@ static fl_status get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
 
 fl_status fl_ps_table_pull(fl_ps_table *t, const uint64_t *keys, size_t n, float *out) {
   size_t d = t->dim;
+  if (t->tier) FL_TRY(tier_prefetch(t, keys, n));
   for (size_t i = 0; i < n; i++) {
     int32_t r;
     if (is_padding(t, keys[i])) {
@@ -290,6 +324,7 @@ fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const
   /* One step per row, right after fetching it: creating a later row may
    * evict (and reuse the memory of) an earlier one of the same push, and a
    * key repeated within a push is applied twice, in order, like two pushes. */
+  if (t->tier) FL_TRY(tier_prefetch(t, keys, n));
   for (size_t i = 0; i < n; i++) {
     int32_t r;
     fl_optim_tensor x;
@@ -310,6 +345,7 @@ fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const
 
 fl_status fl_ps_table_read(const fl_ps_table *t, const uint64_t *keys, size_t n, float *out) {
   size_t d = t->dim;
+  if (t->tier) return tier_read(t, keys, n, out);
   for (size_t i = 0; i < n; i++) {
     int32_t r = find(t, keys[i]);
     if (is_padding(t, keys[i])) memset(out + i * d, 0, d * sizeof(float));
@@ -332,7 +368,10 @@ fl_status fl_ps_table_init(fl_ps_table *t, const uint64_t *keys, size_t n, const
   *created = 0;
   for (size_t i = 0; i < n; i++) {
     int32_t r;
+    int on_disk = 0;
     if (is_padding(t, keys[i]) || find(t, keys[i]) >= 0) continue;
+    if (t->tier) FL_TRY(tier_has(t, keys[i], &on_disk));
+    if (on_disk) continue; /* an existing row, demoted: left as it is */
     FL_TRY(get_row(t, keys[i], &r));
     memcpy(t->val + (size_t)r * d, rows + i * d, d * sizeof(float));
     (*created)++;
@@ -390,7 +429,7 @@ fl_status fl_ps_table_dump(const fl_ps_table *t, int has_after, uint64_t after, 
     memcpy(vals + i * d, t->val + (size_t)find(t, keys[i]) * d, d * sizeof(float));
   *n = k;
   *more = seen > k;
-  return FL_OK;
+  return t->tier ? tier_dump_merge(t, has_after, after, max, keys, vals, n, more) : FL_OK;
 }
 
 /* ------------------------------------------------------------ checkpoints
@@ -403,27 +442,47 @@ fl_status fl_ps_table_dump(const fl_ps_table *t, int has_after, uint64_t after, 
 fl_optim_kind fl_ps_table_kind(const fl_ps_table *t) { return t->hp.kind; }
 
 fl_status fl_ps_table_save(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix) {
-  size_t n = t->n, d = t->dim, sl = t->slen, m = n ? n : 1, i = 0;
-  uint64_t *keys = malloc(m * sizeof *keys);
-  int64_t *steps = malloc(m * sizeof *steps);
-  float *v = malloc(m * d * sizeof *v);
-  float *a = t->nstate >= 1 ? malloc(m * sl * sizeof *a) : NULL;
-  float *b = t->nstate >= 2 ? malloc(m * sl * sizeof *b) : NULL;
+  return fl_ps_table_save_many(&t, 1, w, prefix);
+}
+
+unsigned fl_ps_table_stripe(uint64_t key, unsigned ns) {
+  return (unsigned)(fl_ps_mix64(key ^ 0x2545f4914f6cdd1dULL) >> 32) & (ns - 1);
+}
+
+fl_status fl_ps_table_save_many(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
+                                const char *prefix) {
+  const fl_ps_table *t = ts[0];
+  size_t n = 0, d = t->dim, sl = t->slen, m, i = 0;
+  uint64_t *keys;
+  int64_t *steps;
+  float *v, *a, *b;
   char name[FL_CKPT_NAME_MAX];
-  int64_t shape[2] = {(int64_t)n, (int64_t)d}, sshape[2] = {(int64_t)n, (int64_t)sl};
+  int64_t shape[2] = {0, (int64_t)d}, sshape[2] = {0, (int64_t)sl};
   fl_status st = FL_OK;
 
+  for (size_t s = 0; s < ns; s++) n += ts[s]->n;
+  m = n ? n : 1;
+  shape[0] = sshape[0] = (int64_t)n;
+  keys = malloc(m * sizeof *keys);
+  steps = malloc(m * sizeof *steps);
+  v = malloc(m * d * sizeof *v);
+  a = t->nstate >= 1 ? malloc(m * sl * sizeof *a) : NULL;
+  b = t->nstate >= 2 ? malloc(m * sl * sizeof *b) : NULL;
   if (!keys || !steps || !v || (t->nstate >= 1 && !a) || (t->nstate >= 2 && !b)) {
     st = FL_ERR(FL_ENOMEM, "sparse table %s: out of memory saving %zu rows", t->name, n);
     goto done;
   }
-  for (int32_t r = t->tail; r >= 0; r = t->prev[r], i++) {
-    keys[i] = t->keys[r];
-    steps[i] = t->t[r];
-    memcpy(v + i * d, t->val + (size_t)r * d, d * sizeof *v);
-    if (a) memcpy(a + i * sl, t->s1 + (size_t)r * sl, sl * sizeof *a);
-    if (b) memcpy(b + i * sl, t->s2 + (size_t)r * sl, sl * sizeof *b);
-  }
+  /* Stripe after stripe, each oldest first: loading into as many stripes
+   * gives each its rows in the same order. */
+  for (size_t s = 0; s < ns; s++)
+    for (int32_t r = ts[s]->tail; r >= 0; r = ts[s]->prev[r], i++) {
+      const fl_ps_table *x = ts[s];
+      keys[i] = x->keys[r];
+      steps[i] = x->t[r];
+      memcpy(v + i * d, x->val + (size_t)r * d, d * sizeof *v);
+      if (a) memcpy(a + i * sl, x->s1 + (size_t)r * sl, sl * sizeof *a);
+      if (b) memcpy(b + i * sl, x->s2 + (size_t)r * sl, sl * sizeof *b);
+    }
 #define NAME(suffix) snprintf(name, sizeof name, "%s%s", prefix, suffix)
 #define PUT(suffix, dt, nd, shp, data)                                       \
   do {                                                                       \
@@ -532,6 +591,12 @@ fl_status fl_ps_table_verify(const fl_ckpt *c, const char *prefix, uint32_t dim,
 }
 
 fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix) {
+  return fl_ps_table_load_many(&t, 1, c, prefix);
+}
+
+fl_status fl_ps_table_load_many(fl_ps_table *const *ts, size_t ns, const fl_ckpt *c,
+                                const char *prefix) {
+  fl_ps_table *t = ts[0];
   fl_ckpt_record rk, rs, rv, ra, rb;
   char name[FL_CKPT_NAME_MAX];
   int64_t n, d = t->dim, sl = (int64_t)t->slen;
@@ -546,13 +611,18 @@ fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix)
   if (t->nstate >= 1) find_rec(c, prefix, "state1", FL_CKPT_F32, 2, n, sl, &ra);
   if (t->nstate >= 2) find_rec(c, prefix, "state2", FL_CKPT_F32, 2, n, sl, &rb);
   /* Start empty, then insert oldest first so recency is kept. */
-  t->n = 0;
-  t->head = t->tail = -1;
-  if (t->nslots) memset(t->slots, 0xff, t->nslots * sizeof *t->slots);
-  first = n > t->max_rows ? (size_t)(n - t->max_rows) : 0;
+  for (size_t s = 0; s < ns; s++) {
+    t = ts[s];
+    if (t->tier) tier_forget_rows(t);
+    t->n = 0;
+    t->head = t->tail = -1;
+    if (t->nslots) memset(t->slots, 0xff, t->nslots * sizeof *t->slots);
+  }
+  first = ns == 1 && n > t->max_rows ? (size_t)(n - t->max_rows) : 0;
   for (size_t i = first; i < (size_t)n; i++) {
     uint64_t key = ((const uint64_t *)rk.data)[i];
     int32_t r;
+    t = ts[fl_ps_table_stripe(key, (unsigned)ns)];
     FL_TRY(get_row(t, key, &r));
     memcpy(t->val + (size_t)r * d, (const float *)rv.data + i * d, (size_t)d * sizeof(float));
     if (t->nstate >= 1)
@@ -562,4 +632,299 @@ fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix)
     t->t[r] = ((const int64_t *)rs.data)[i];
   }
   return FL_OK;
+}
+
+/* -------------------------------------------------------------- disk tier
+ * With pserver.memory_budget the table keeps its most recently used rows
+ * in memory while every table's hot rows together stay within the budget
+ * (each table demotes its own least recent row to make room); the others
+ * live in the disk tier (tier_rocks.c) as one blob each: [int64 updates]
+ * [dim values][state1][state2].  A call's keys missing from memory are
+ * looked up with one multi-get before its rows are taken in order; a key
+ * demoted during the call (after that look-up) is read on its own.  A row
+ * found on disk is promoted (taken back, removed there).  max_rows bounds
+ * the rows of both tiers: a new row at the bound evicts the least recently
+ * used row, the oldest on disk when there is one.  When a demotion fails
+ * (disk full), the error names the store's path and the table stops
+ * demoting: its rows stay in memory, over the budget, none lost. */
+
+static size_t row_cost(const fl_ps_table *t) {
+  /* key, value, state, update count, LRU links, about two hash slots */
+  return sizeof(uint64_t) + (t->dim + (size_t)t->nstate * t->slen) * sizeof(float) +
+         sizeof(int64_t) + 2 * sizeof(int32_t) + 2 * sizeof(int32_t);
+}
+
+uint64_t fl_ps_table_hot_bytes(const fl_ps_table *t) { return (uint64_t)(t->n * row_cost(t)); }
+
+size_t fl_ps_table_disk_rows(const fl_ps_table *t) {
+  return t->tier ? fl_ps_tier_rows(t->tier, t->tier_id) : 0;
+}
+
+static fl_status tier_setup(fl_ps_table *t, const fl_ps_table_opts *o) {
+  t->tier = o->tier;
+  t->hot_bytes = o->hot_bytes;
+  t->hot_budget = o->hot_budget;
+  t->tier_id = fl_ps_mix64(t->name_hash + o->stripe);
+  t->row_bytes = row_cost(t);
+  t->blob = sizeof(int64_t) + (t->dim + (size_t)t->nstate * t->slen) * sizeof(float);
+  t->one = malloc(t->blob);
+  t->out = malloc(t->blob);
+  return t->one && t->out ? FL_OK : FL_ENOMEM;
+}
+
+static void tier_forget_rows(fl_ps_table *t) {
+  atomic_fetch_sub(t->hot_bytes, (uint64_t)t->n * t->row_bytes);
+  t->pf_n = 0;
+}
+
+static void tier_free(fl_ps_table *t) {
+  if (t->tier) tier_forget_rows(t);
+  free(t->pf_keys);
+  free(t->pf_rows);
+  free(t->pf_found);
+  free(t->pf_used);
+  free(t->pf_seqs);
+  free(t->one);
+  free(t->out);
+}
+
+/* Capacity grows no further than the budget's rows (or one more row). */
+static size_t tier_cap(const fl_ps_table *t, size_t nc) {
+  size_t lim = (size_t)(t->hot_budget / t->row_bytes) + 1;
+  if (lim < t->n + 1) lim = t->n + 1;
+  return nc < lim ? nc : lim;
+}
+
+static void pack_row(const fl_ps_table *t, int32_t r, unsigned char *b) {
+  size_t d = t->dim, sl = t->slen;
+  float *f = (float *)(b + sizeof(int64_t));
+  memcpy(b, &t->t[r], sizeof(int64_t));
+  memcpy(f, t->val + (size_t)r * d, d * sizeof *f);
+  if (t->nstate >= 1) memcpy(f + d, t->s1 + (size_t)r * sl, sl * sizeof *f);
+  if (t->nstate >= 2) memcpy(f + d + sl, t->s2 + (size_t)r * sl, sl * sizeof *f);
+}
+
+static void unpack_row(fl_ps_table *t, int32_t r, const unsigned char *b) {
+  size_t d = t->dim, sl = t->slen;
+  const float *f = (const float *)(b + sizeof(int64_t));
+  memcpy(&t->t[r], b, sizeof(int64_t));
+  memcpy(t->val + (size_t)r * d, f, d * sizeof *f);
+  if (t->nstate >= 1) memcpy(t->s1 + (size_t)r * sl, f + d, sl * sizeof *f);
+  if (t->nstate >= 2) memcpy(t->s2 + (size_t)r * sl, f + d + sl, sl * sizeof *f);
+}
+
+static int cmp_key(const void *a, const void *b) { return cmp_u64(a, b); }
+
+static fl_status tier_prefetch(fl_ps_table *t, const uint64_t *keys, size_t n) {
+  size_t m = 0;
+  if (n > t->pf_cap) {
+    free(t->pf_keys);
+    free(t->pf_rows);
+    free(t->pf_found);
+    free(t->pf_used);
+    free(t->pf_seqs);
+    t->pf_keys = malloc(n * sizeof *t->pf_keys);
+    t->pf_rows = malloc(n * t->blob);
+    t->pf_found = malloc(n);
+    t->pf_used = malloc(n);
+    t->pf_seqs = malloc(n * sizeof *t->pf_seqs);
+    t->pf_cap = t->pf_keys && t->pf_rows && t->pf_found && t->pf_used && t->pf_seqs ? n : 0;
+    t->pf_n = 0;
+    if (!t->pf_cap)
+      return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory looking up %zu rows", t->name, n);
+  }
+  for (size_t i = 0; i < n; i++)
+    if (find(t, keys[i]) < 0) t->pf_keys[m++] = keys[i];
+  qsort(t->pf_keys, m, sizeof *t->pf_keys, cmp_key);
+  t->pf_n = 0;
+  for (size_t i = 0; i < m; i++)
+    if (!t->pf_n || t->pf_keys[t->pf_n - 1] != t->pf_keys[i]) t->pf_keys[t->pf_n++] = t->pf_keys[i];
+  memset(t->pf_used, 0, t->pf_n);
+  return fl_ps_tier_get_many(t->tier, t->tier_id, t->pf_keys, t->pf_n, t->pf_rows, t->blob,
+                             t->pf_found, t->pf_seqs);
+}
+
+/* The blob of key on disk (*found 0: none): this call's look-up when key
+ * was missing at its start and not taken since, else a look-up of its own. */
+static fl_status tier_lookup(fl_ps_table *t, uint64_t key, const unsigned char **b, int *found,
+                             uint64_t *seq) {
+  uint64_t *p = t->pf_n ? bsearch(&key, t->pf_keys, t->pf_n, sizeof key, cmp_key) : NULL;
+  uint8_t f;
+  if (p && !t->pf_used[p - t->pf_keys]) {
+    size_t i = (size_t)(p - t->pf_keys);
+    t->pf_used[i] = 1;
+    *b = t->pf_rows + i * t->blob;
+    *found = t->pf_found[i];
+    *seq = t->pf_seqs[i];
+    return FL_OK;
+  }
+  FL_TRY(fl_ps_tier_get_many(t->tier, t->tier_id, &key, 1, t->one, t->blob, &f, seq));
+  *b = t->one;
+  *found = f;
+  return FL_OK;
+}
+
+/* Key's row left the disk: this call's look-up of it is stale. */
+static void forget_lookup(fl_ps_table *t, uint64_t key) {
+  uint64_t *p = t->pf_n ? bsearch(&key, t->pf_keys, t->pf_n, sizeof key, cmp_key) : NULL;
+  if (p) t->pf_used[p - t->pf_keys] = 1;
+}
+
+/* Unlink the least recent memory row; *r gets its index to reuse. */
+static void take_tail(fl_ps_table *t, int32_t *r) {
+  *r = t->tail;
+  lru_unlink(t, *r);
+  slot_delete(t, t->keys[*r]);
+}
+
+/* A write to the disk tier failed (logged there): stop demoting. */
+static void tier_break(fl_ps_table *t) {
+  if (t->tier_broken) return;
+  t->tier_broken = 1;
+  FL_LOGW("sparse table %s: rows stay in memory from now on, over pserver.memory_budget: "
+          "checkpoint, free space in %s, and restart", t->name, fl_ps_tier_path(t->tier));
+}
+
+/* Write the least recent memory row to disk; *r gets its index to reuse.
+ * On failure the row stays (the table stops demoting). */
+static fl_status demote_tail(fl_ps_table *t, int32_t *r) {
+  pack_row(t, t->tail, t->out);
+  if (fl_ps_tier_put(t->tier, t->tier_id, t->keys[t->tail], t->out, t->blob) != FL_OK) {
+    tier_break(t);
+    return FL_EIO;
+  }
+  take_tail(t, r);
+  return FL_OK;
+}
+
+/* A memory row for key (new_key: on neither tier): *r. */
+static fl_status tier_slot(fl_ps_table *t, int new_key, int32_t *r) {
+  size_t disk = fl_ps_table_disk_rows(t);
+  if (new_key && (int64_t)(t->n + disk) >= t->max_rows) {
+    uint64_t k;
+    int f = 0;
+    t->evicted++;
+    if (disk && !t->tier_broken) FL_TRY(fl_ps_tier_evict_oldest(t->tier, t->tier_id, &k, &f));
+    if (f) forget_lookup(t, k);
+    else {
+      take_tail(t, r);
+      return FL_OK;
+    }
+  }
+  if (t->n && !t->tier_broken &&
+      atomic_load(t->hot_bytes) + t->row_bytes > t->hot_budget && demote_tail(t, r) == FL_OK)
+    return FL_OK;
+  if ((int64_t)t->n >= t->max_rows) {
+    take_tail(t, r);
+    t->evicted++;
+    return FL_OK;
+  }
+  if (t->n == t->cap) FL_TRY(grow(t));
+  *r = (int32_t)t->n++;
+  atomic_fetch_add(t->hot_bytes, t->row_bytes);
+  return FL_OK;
+}
+
+static fl_status tier_get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
+  const unsigned char *b;
+  int found;
+  uint64_t seq = 0;
+  int32_t r;
+  FL_TRY(tier_lookup(t, key, &b, &found, &seq));
+  FL_TRY(tier_slot(t, !found, &r));
+  t->keys[r] = key;
+  if (found) {
+    unpack_row(t, r, b);
+  } else {
+    init_row(t, key, t->val + (size_t)r * t->dim);
+    fl_optim_tensor x = state_of(t, r);
+    t->t[r] = 0;
+    if (t->nstate >= 1 && fl_optim_init_state(&t->hp, &x, 1) != FL_OK)
+      return FL_ERR(FL_EINVAL, "sparse table %s: %s refused to set up a row's state", t->name,
+                    fl_optim_kind_name(t->hp.kind));
+  }
+  slot_insert(t, key, r);
+  lru_push_head(t, r);
+  *out = r;
+  /* A copy left on a full disk is shadowed: the row stays in memory. */
+  if (found && fl_ps_tier_drop(t->tier, t->tier_id, key, seq) != FL_OK) tier_break(t);
+  return FL_OK;
+}
+
+static fl_status tier_read(const fl_ps_table *t, const uint64_t *keys, size_t n, float *out) {
+  size_t d = t->dim, m = 0;
+  uint64_t *miss = calloc(n ? n : 1, sizeof *miss);
+  size_t *at = malloc((n ? n : 1) * sizeof *at);
+  unsigned char *rows = malloc((n ? n : 1) * t->blob);
+  uint8_t *found = malloc(n ? n : 1);
+  fl_status st = FL_OK;
+  if (!miss || !at || !rows || !found) {
+    st = FL_ERR(FL_ENOMEM, "sparse table %s: out of memory reading %zu rows", t->name, n);
+    goto done;
+  }
+  for (size_t i = 0; i < n; i++) {
+    int32_t r = find(t, keys[i]);
+    if (r >= 0) memcpy(out + i * d, t->val + (size_t)r * d, d * sizeof(float));
+    else {
+      at[m] = i;
+      miss[m++] = keys[i];
+    }
+  }
+  st = fl_ps_tier_get_many(t->tier, t->tier_id, miss, m, rows, t->blob, found, NULL);
+  for (size_t j = 0; st == FL_OK && j < m; j++) {
+    if (found[j]) memcpy(out + at[j] * d, rows + j * t->blob + sizeof(int64_t), d * sizeof(float));
+    else init_row(t, miss[j], out + at[j] * d);
+  }
+done:
+  free(miss);
+  free(at);
+  free(rows);
+  free(found);
+  return st;
+}
+
+/* Whether key's row is in the disk tier (a look-up, nothing moved). */
+static fl_status tier_has(fl_ps_table *t, uint64_t key, int *found) {
+  uint8_t f = 0;
+  FL_TRY(fl_ps_tier_get_many(t->tier, t->tier_id, &key, 1, t->one, t->blob, &f, NULL));
+  *found = f;
+  return FL_OK;
+}
+
+/* The dump's memory rows (keys/vals, *n of them, ascending; *more: memory
+ * rows beyond them) merged with the disk tier's rows above after: the max
+ * smallest of both, ascending; *more when either has rows left.  A row is
+ * in one tier only (a promotion removes it from the disk). */
+static fl_status tier_dump_merge(const fl_ps_table *t, int has_after, uint64_t after, size_t max,
+                                 uint64_t *keys, float *vals, size_t *n, int *more) {
+  const size_t d = t->dim, m = *n;
+  size_t dn = 0, i = 0, j = 0, k = 0;
+  uint64_t *dk = malloc((max + 1) * sizeof *dk), *mk = malloc((m ? m : 1) * sizeof *mk);
+  unsigned char *db = malloc((max + 1) * t->blob);
+  float *mv = malloc((m ? m : 1) * d * sizeof *mv);
+  fl_status st = !dk || !mk || !db || !mv
+                     ? FL_ERR(FL_ENOMEM, "sparse table %s: out of memory listing rows", t->name)
+                     : fl_ps_tier_scan(t->tier, t->tier_id, has_after, after, max + 1, dk, db,
+                                       t->blob, &dn);
+  if (st == FL_OK) {
+    memcpy(mk, keys, m * sizeof *mk);
+    memcpy(mv, vals, m * d * sizeof *mv);
+    while (k < max && (i < m || j < dn)) {
+      if (j >= dn || (i < m && mk[i] < dk[j])) {
+        keys[k] = mk[i];
+        memcpy(vals + k * d, mv + i++ * d, d * sizeof *vals);
+      } else {
+        keys[k] = dk[j];
+        memcpy(vals + k * d, db + j++ * t->blob + sizeof(int64_t), d * sizeof *vals);
+      }
+      k++;
+    }
+    *more = *more || i < m || j < dn;
+    *n = k;
+  }
+  free(dk);
+  free(mk);
+  free(db);
+  free(mv);
+  return st;
 }

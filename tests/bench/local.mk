@@ -94,3 +94,10 @@ EXTRA_DIST += tests/bench/bench_lstm.sh tests/bench/lstm_torch.py
 # samples per CPU second of all processes and the test AUC:
 # tests/bench/bench_dlrm.sh.
 EXTRA_DIST += tests/bench/bench_dlrm.sh
+# The sparse tables' disk tier (pserver.memory_budget) against the table
+# all in memory: fill and Zipf pull+push rows/s, peak RSS: bench_tier.sh.
+noinst_PROGRAMS += tests/bench/bench_tier
+tests_bench_bench_tier_SOURCES = tests/bench/bench_tier.c
+tests_bench_bench_tier_CFLAGS = $(FL_PSERVER_CFLAGS) $(ROCKSDB_CFLAGS)
+tests_bench_bench_tier_LDADD = $(FL_PSERVER_LIBS) -lm
+EXTRA_DIST += tests/bench/bench_tier.sh

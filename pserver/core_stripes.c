@@ -1,0 +1,265 @@
+/* core_stripes.c - a sparse table's lock striping: its rows are split by
+ * id hash (fl_ps_table_stripe) into up to MAX_STRIPES stripes, each an
+ * fl_ps_table of its own (hash, exact LRU over its rows, max_rows / ns
+ * rows) under its own mutex, so that the pulls of several trainers and
+ * async pushes touching different stripes run in parallel.  A call's keys
+ * are grouped by stripe, each group taken under its stripe's lock, in
+ * ascending stripe order; within a stripe the keys keep their order, so a
+ * row's updates apply in the order they came (each update atomic).  Tables
+ * of fewer than STRIPE_MIN_ROWS rows per stripe keep one stripe: exactly
+ * the single LRU of before. */
+#include <config.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fl_log.h"
+#include "core_internal.h"
+#include "tier_rocks.h"
+
+#define STRIPE_MIN_ROWS 4096
+
+static unsigned stripes_for(int64_t max_rows) {
+  unsigned ns = 1;
+  while (ns < MAX_STRIPES && max_rows / (2 * (int64_t)ns) >= STRIPE_MIN_ROWS) ns *= 2;
+  return ns;
+}
+
+fl_status psc_stripes_create(fl_ps_core *c, ps_table *pt, fl_ps_table_opts *o) {
+  int64_t total = o->max_rows;
+  pt->ns = stripes_for(total);
+  o->tier = c->tier;
+  o->hot_bytes = &c->hot_bytes;
+  o->hot_budget = c->hot_budget;
+  for (unsigned s = 0; s < pt->ns; s++) {
+    fl_status st;
+    o->max_rows = (total + pt->ns - 1) / pt->ns;
+    o->stripe = s;
+    if ((st = fl_ps_table_create(o, &pt->sh[s])) != FL_OK) {
+      psc_stripes_free(pt);
+      return st;
+    }
+    pthread_mutex_init(&pt->smu[s], NULL);
+  }
+  o->max_rows = total;
+  pt->t = pt->sh[0];
+  return FL_OK;
+}
+
+void psc_stripes_free(ps_table *pt) {
+  for (unsigned s = 0; s < pt->ns; s++) {
+    if (!pt->sh[s]) continue;
+    fl_ps_table_free(pt->sh[s]);
+    pthread_mutex_destroy(&pt->smu[s]);
+    pt->sh[s] = NULL;
+  }
+  pt->t = NULL;
+}
+
+/* One call's keys grouped by stripe: order[start[s] .. start[s + 1]) are
+ * the positions of stripe s's keys, in call order; keys/rows the same,
+ * gathered. */
+typedef struct groups {
+  size_t start[MAX_STRIPES + 1];
+  size_t *order;
+  uint64_t *keys;
+  float *rows;
+} groups;
+
+static fl_status group(const ps_table *pt, const uint64_t *keys, size_t n, size_t dim,
+                       groups *g) {
+  size_t at[MAX_STRIPES];
+  memset(g->start, 0, sizeof g->start);
+  g->order = malloc((n ? n : 1) * sizeof *g->order);
+  g->keys = malloc((n ? n : 1) * sizeof *g->keys);
+  g->rows = malloc((n ? n : 1) * dim * sizeof *g->rows);
+  if (!g->order || !g->keys || !g->rows) {
+    free(g->order);
+    free(g->keys);
+    free(g->rows);
+    return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory for %zu keys",
+                  fl_ps_table_name(pt->t), n);
+  }
+  for (size_t i = 0; i < n; i++) g->start[fl_ps_table_stripe(keys[i], pt->ns) + 1]++;
+  for (unsigned s = 0; s < pt->ns; s++) g->start[s + 1] += g->start[s];
+  memcpy(at, g->start, sizeof at);
+  for (size_t i = 0; i < n; i++) {
+    size_t j = at[fl_ps_table_stripe(keys[i], pt->ns)]++;
+    g->order[j] = i;
+    g->keys[j] = keys[i];
+  }
+  return FL_OK;
+}
+
+static void ungroup(groups *g) {
+  free(g->order);
+  free(g->keys);
+  free(g->rows);
+}
+
+/* Push g (non-NULL), or pull or read into out, the keys of stripe s. */
+static fl_status stripe_call(ps_table *pt, unsigned s, const uint64_t *keys, size_t n,
+                             float *out, const float *g, int read_only) {
+  fl_status st;
+  if (!n) return FL_OK;
+  pthread_mutex_lock(&pt->smu[s]);
+  if (g) st = fl_ps_table_push(pt->sh[s], keys, n, g);
+  else if (read_only) st = fl_ps_table_read(pt->sh[s], keys, n, out);
+  else st = fl_ps_table_pull(pt->sh[s], keys, n, out);
+  pthread_mutex_unlock(&pt->smu[s]);
+  return st;
+}
+
+fl_status psc_stripes_pull(ps_table *pt, const uint64_t *keys, size_t n, float *out,
+                           int read_only) {
+  size_t dim = fl_ps_table_dim(pt->t);
+  groups g;
+  fl_status st = FL_OK;
+  if (pt->ns == 1) return stripe_call(pt, 0, keys, n, out, NULL, read_only);
+  FL_TRY(group(pt, keys, n, dim, &g));
+  for (unsigned s = 0; s < pt->ns && st == FL_OK; s++)
+    st = stripe_call(pt, s, g.keys + g.start[s], g.start[s + 1] - g.start[s],
+                     g.rows + g.start[s] * dim, NULL, read_only);
+  for (size_t j = 0; st == FL_OK && j < n; j++)
+    memcpy(out + g.order[j] * dim, g.rows + j * dim, dim * sizeof *out);
+  ungroup(&g);
+  return st;
+}
+
+fl_status psc_stripes_push(ps_table *pt, const uint64_t *keys, size_t n, const float *grad) {
+  size_t dim = fl_ps_table_dim(pt->t);
+  groups g;
+  fl_status st = FL_OK;
+  if (pt->ns == 1) return stripe_call(pt, 0, keys, n, NULL, grad, 0);
+  FL_TRY(group(pt, keys, n, dim, &g));
+  for (size_t j = 0; j < n; j++) memcpy(g.rows + j * dim, grad + g.order[j] * dim, dim * sizeof *grad);
+  for (unsigned s = 0; s < pt->ns && st == FL_OK; s++)
+    st = stripe_call(pt, s, g.keys + g.start[s], g.start[s + 1] - g.start[s],
+                     NULL, g.rows + g.start[s] * dim, 0);
+  ungroup(&g);
+  return st;
+}
+
+void psc_stripes_count(ps_table *pt, uint64_t *rows, uint64_t *evicted, uint64_t *hot,
+                       uint64_t *disk, uint64_t *padding) {
+  for (unsigned s = 0; s < pt->ns; s++) {
+    pthread_mutex_lock(&pt->smu[s]);
+    *rows += fl_ps_table_rows(pt->sh[s]);
+    *evicted += fl_ps_table_evicted(pt->sh[s]);
+    *hot += fl_ps_table_hot_bytes(pt->sh[s]);
+    *disk += fl_ps_table_disk_rows(pt->sh[s]);
+    *padding += fl_ps_table_padding_dropped(pt->sh[s]);
+    pthread_mutex_unlock(&pt->smu[s]);
+  }
+}
+
+fl_status psc_stripes_init(ps_table *pt, const uint64_t *keys, size_t n, const float *rows,
+                           size_t *created) {
+  const size_t dim = fl_ps_table_dim(pt->t);
+  groups g;
+  fl_status st = FL_OK;
+  *created = 0;
+  if (pt->ns == 1) {
+    pthread_mutex_lock(&pt->smu[0]);
+    st = fl_ps_table_init(pt->sh[0], keys, n, rows, created);
+    pthread_mutex_unlock(&pt->smu[0]);
+    return st;
+  }
+  FL_TRY(group(pt, keys, n, dim, &g));
+  for (size_t j = 0; j < n; j++) memcpy(g.rows + j * dim, rows + g.order[j] * dim, dim * sizeof *rows);
+  for (unsigned s = 0; s < pt->ns && st == FL_OK; s++) {
+    size_t made = 0, k = g.start[s + 1] - g.start[s];
+    if (!k) continue;
+    pthread_mutex_lock(&pt->smu[s]);
+    st = fl_ps_table_init(pt->sh[s], g.keys + g.start[s], k, g.rows + g.start[s] * dim, &made);
+    pthread_mutex_unlock(&pt->smu[s]);
+    *created += made;
+  }
+  ungroup(&g);
+  return st;
+}
+
+/* One stripe's page: at most max rows above (has_after, after). */
+static fl_status stripe_dump(ps_table *pt, unsigned s, int has_after, uint64_t after, size_t max,
+                             uint64_t *keys, float *vals, size_t *n, int *more) {
+  pthread_mutex_lock(&pt->smu[s]);
+  fl_status st = fl_ps_table_dump(pt->sh[s], has_after, after, max, keys, vals, n, more);
+  pthread_mutex_unlock(&pt->smu[s]);
+  return st;
+}
+
+fl_status psc_stripes_dump(ps_table *pt, int has_after, uint64_t after, size_t max,
+                           uint64_t *keys, float *vals, size_t *n, int *more) {
+  const size_t dim = fl_ps_table_dim(pt->t);
+  size_t got[MAX_STRIPES] = {0}, at[MAX_STRIPES] = {0};
+  int left = 0;
+  if (pt->ns == 1) return stripe_dump(pt, 0, has_after, after, max, keys, vals, n, more);
+  uint64_t *sk = malloc((size_t)pt->ns * max * sizeof *sk);
+  float *sv = malloc((size_t)pt->ns * max * dim * sizeof *sv);
+  fl_status st = sk && sv ? FL_OK
+                          : FL_ERR(FL_ENOMEM, "sparse table %s: out of memory listing rows",
+                                   fl_ps_table_name(pt->t));
+  for (unsigned s = 0; s < pt->ns && st == FL_OK; s++) {
+    int m = 0;
+    st = stripe_dump(pt, s, has_after, after, max, sk + s * max, sv + s * max * dim, &got[s], &m);
+    left |= m;
+  }
+  *n = 0;
+  while (st == FL_OK && *n < max) { /* merge: the smallest head of the stripes' pages */
+    int best = -1;
+    for (unsigned s = 0; s < pt->ns; s++)
+      if (at[s] < got[s] && (best < 0 || sk[s * max + at[s]] < sk[(unsigned)best * max + at[best]]))
+        best = (int)s;
+    if (best < 0) break;
+    keys[*n] = sk[(size_t)best * max + at[best]];
+    memcpy(vals + *n * dim, sv + ((size_t)best * max + at[best]) * dim, dim * sizeof *vals);
+    at[best]++;
+    (*n)++;
+  }
+  for (unsigned s = 0; s < pt->ns; s++) left |= at[s] < got[s];
+  *more = left;
+  free(sk);
+  free(sv);
+  return st;
+}
+
+size_t psc_stripes_rows(ps_table *pt) {
+  uint64_t rows = 0, evicted = 0, hot = 0, disk = 0, padding = 0;
+  psc_stripes_count(pt, &rows, &evicted, &hot, &disk, &padding);
+  return (size_t)(rows + disk);
+}
+
+static void lock_all(fl_ps_core *c, size_t nt, int lock) {
+  for (size_t i = 0; i < nt; i++)
+    for (unsigned s = 0; s < c->tables[i].ns; s++) {
+      if (lock) pthread_mutex_lock(&c->tables[i].smu[s]);
+      else pthread_mutex_unlock(&c->tables[i].smu[s]);
+    }
+}
+
+fl_status psc_save_tables(fl_ps_core *c, fl_ckpt_writer *w) {
+  size_t nt = atomic_load(&c->n_tables);
+  char name[FL_CKPT_NAME_MAX];
+  fl_status st = FL_OK;
+  lock_all(c, nt, 1);
+  if (c->tier) st = psc_tier_snapshot(c);
+  for (size_t i = 0; i < nt && st == FL_OK; i++) {
+    ps_table *pt = &c->tables[i];
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "sparse/%s/", fl_ps_table_name(pt->t));
+    snprintf(name, sizeof name, "%sdim", prefix);
+    if ((st = fl_ckpt_put_i64(w, name, fl_ps_table_dim(pt->t))) == FL_OK)
+      st = fl_ps_table_save_many((const fl_ps_table *const *)pt->sh, pt->ns, w, prefix);
+  }
+  lock_all(c, nt, 0);
+  return st;
+}
+
+fl_status psc_stripes_load(ps_table *pt, const fl_ckpt *ck, const char *prefix) {
+  fl_status st;
+  for (unsigned s = 0; s < pt->ns; s++) pthread_mutex_lock(&pt->smu[s]);
+  st = fl_ps_table_load_many(pt->sh, pt->ns, ck, prefix);
+  for (unsigned s = 0; s < pt->ns; s++) pthread_mutex_unlock(&pt->smu[s]);
+  return st;
+}

@@ -1,0 +1,176 @@
+/* core_tier.c - the disk tier of a pserver's sparse tables
+ * (pserver.memory_budget; the store is tier_rocks.c, the demotions and
+ * promotions sparse.c): the store opened in the pserver's data directory
+ * only once the directory is claimed for this run (a second run there is
+ * refused before its store is touched), a copy of it beside each
+ * checkpoint file (<file>.tier: a RocksDB checkpoint, hard links) taken
+ * with every table's stripes locked, restored on load and removed with its
+ * checkpoint, and the tiers' /metrics. */
+#include <config.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fl_log.h"
+#include "fl_metrics.h"
+#include "core_internal.h"
+#include "tier_rocks.h"
+
+#define COPY_SUFFIX ".tier"
+
+fl_status fl_ps_core_open_tier(fl_ps_core *c, const char *data_dir) {
+  size_t budget = c->o.job.pserver.memory_budget, over = fl_ps_tier_overhead(budget);
+  char path[FL_JOB_PATH_MAX + 96];
+  if (!budget || c->tier) return FL_OK;
+  if (!data_dir || !data_dir[0])
+    return FL_ERR(FL_EINVAL, "pserver.memory_budget %zu: the disk tier lives in the pserver's "
+                  "data directory: set pserver.checkpoint_dir (or the cluster's)", budget);
+  if (atomic_load(&c->n_tables))
+    return FL_ERR(FL_ESTATE, "pserver: the disk tier opens before the first sparse table");
+  snprintf(c->tier_dir, sizeof c->tier_dir, "%s", data_dir);
+  snprintf(path, sizeof path, "%s/tier.rocksdb", data_dir);
+  FL_TRY(fl_ps_tier_open(path, budget, &c->tier));
+  c->hot_budget = budget - over;
+  FL_LOGI("disk tier %s: sparse rows in memory within %" PRIu64 " bytes of pserver.memory_budget "
+          "%zu, RocksDB's block cache and memtables within the other %zu", path, c->hot_budget,
+          budget, over);
+  return FL_OK;
+}
+
+static void tmp_path(const fl_ps_core *c, char *p, size_t cap) {
+  snprintf(p, cap, "%s/tier.tmp", c->tier_dir);
+}
+
+fl_status psc_tier_snapshot(fl_ps_core *c) {
+  char tmp[FL_JOB_PATH_MAX + 96];
+  tmp_path(c, tmp, sizeof tmp);
+  FL_TRY(fl_ps_tier_remove_copy(tmp));
+  return fl_ps_tier_checkpoint(c->tier, tmp);
+}
+
+/* Remove the copies whose checkpoint file is gone. */
+static void prune_copies(fl_ps_core *c) {
+  DIR *d = opendir(c->tier_dir);
+  struct dirent *e;
+  char p[FL_JOB_PATH_MAX + 512];
+  size_t ls = strlen(COPY_SUFFIX);
+  if (!d) return;
+  while ((e = readdir(d)) != NULL) {
+    size_t n = strlen(e->d_name);
+    int len;
+    if (n <= ls || strcmp(e->d_name + n - ls, COPY_SUFFIX)) continue;
+    len = snprintf(p, sizeof p, "%s/%.*s", c->tier_dir, (int)(n - ls), e->d_name);
+    if (len < 0 || (size_t)len >= sizeof p || access(p, F_OK) == 0) continue;
+    snprintf(p, sizeof p, "%s/%s", c->tier_dir, e->d_name);
+    if (fl_ps_tier_remove_copy(p) != FL_OK) break;
+  }
+  closedir(d);
+}
+
+fl_status psc_tier_commit(fl_ps_core *c, const char *path) {
+  char tmp[FL_JOB_PATH_MAX + 96], dst[FL_JOB_PATH_MAX + 512];
+  if (!c->tier) return FL_OK;
+  tmp_path(c, tmp, sizeof tmp);
+  snprintf(dst, sizeof dst, "%s" COPY_SUFFIX, path);
+  FL_TRY(fl_ps_tier_remove_copy(dst));
+  if (rename(tmp, dst) != 0)
+    return FL_ERR(FL_EIO, "disk tier: cannot rename %s to %s: %s", tmp, dst, strerror(errno));
+  prune_copies(c);
+  return FL_OK;
+}
+
+static int has_copy(const char *file, char *dst, size_t cap) {
+  struct stat sb;
+  snprintf(dst, cap, "%s" COPY_SUFFIX, file);
+  return stat(dst, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+fl_status psc_tier_check_load(fl_ps_core *c, const char *file) {
+  char dst[FL_JOB_PATH_MAX + 512];
+  if (!c->tier && has_copy(file, dst, sizeof dst))
+    return FL_ERR(FL_EINVAL, "checkpoint %s keeps sparse rows on disk (%s): set "
+                  "pserver.memory_budget to resume it", file, dst);
+  return FL_OK;
+}
+
+fl_status psc_tier_load(fl_ps_core *c, const char *file) {
+  char dst[FL_JOB_PATH_MAX + 512];
+  size_t nt = atomic_load(&c->n_tables);
+  fl_status st;
+  if (!c->tier) return FL_OK;
+  for (size_t i = 0; i < nt; i++)
+    for (unsigned s = 0; s < c->tables[i].ns; s++) pthread_mutex_lock(&c->tables[i].smu[s]);
+  st = fl_ps_tier_restore(c->tier, has_copy(file, dst, sizeof dst) ? dst : NULL);
+  for (size_t i = 0; i < nt; i++)
+    for (unsigned s = 0; s < c->tables[i].ns; s++) pthread_mutex_unlock(&c->tables[i].smu[s]);
+  return st;
+}
+
+void fl_ps_core_tier_stats(fl_ps_core *c, fl_ps_tiers *out) {
+  fl_ps_tier_stats ts;
+  uint64_t evicted = 0, disk = 0, padding = 0;
+  memset(out, 0, sizeof *out);
+  for (size_t i = 0; i < atomic_load(&c->n_tables); i++)
+    psc_stripes_count(&c->tables[i], &out->mem_rows, &evicted, &out->mem_bytes, &disk,
+                      &padding);
+  out->budget = c->o.job.pserver.memory_budget;
+  if (!c->tier) return;
+  fl_ps_tier_get_stats(c->tier, &ts);
+  out->disk_rows = ts.rows;
+  out->disk_bytes = ts.bytes;
+  out->hits = ts.hits;
+  out->misses = ts.misses;
+  out->promotions = ts.promotions;
+  out->demotions = ts.demotions;
+}
+
+/* The series of family name (a gauge with label tier, or a counter). */
+static fl_series *series(const char *name, const char *help, const char *tier) {
+  fl_metric *m = NULL;
+  fl_series *s = NULL;
+  const char *v[1] = {tier};
+  if (tier) {
+    if (fl_metrics_gauge(fl_metrics_default(), name, help, "tier", &m) == FL_OK)
+      fl_metric_series(m, v, &s);
+    return s;
+  }
+  if (fl_metrics_counter(fl_metrics_default(), name, help, NULL, &m) == FL_OK)
+    s = fl_metric_plain(m);
+  return s;
+}
+
+void fl_ps_core_publish_tiers(fl_ps_core *c) {
+  static const char *const names[4] = {"flotilla_ps_tier_hits_total",
+                                       "flotilla_ps_tier_misses_total",
+                                       "flotilla_ps_tier_promotions_total",
+                                       "flotilla_ps_tier_demotions_total"};
+  static const char *const helps[4] = {
+      "Sparse rows missing from memory found in the disk tier",
+      "Sparse rows missing from both tiers (new rows)",
+      "Sparse rows taken back from disk into memory",
+      "Sparse rows written from memory to disk (pserver.memory_budget)"};
+  fl_ps_tiers t;
+  uint64_t now[4];
+  fl_ps_core_tier_stats(c, &t);
+  fl_series_set(series("flotilla_ps_sparse_rows", "Sparse rows held, per tier", "memory"),
+                (double)t.mem_rows);
+  fl_series_set(series("flotilla_ps_sparse_rows", "Sparse rows held, per tier", "disk"),
+                (double)t.disk_rows);
+  fl_series_set(series("flotilla_ps_sparse_bytes", "Bytes of sparse rows, per tier", "memory"),
+                (double)t.mem_bytes);
+  fl_series_set(series("flotilla_ps_sparse_bytes", "Bytes of sparse rows, per tier", "disk"),
+                (double)t.disk_bytes);
+  now[0] = t.hits;
+  now[1] = t.misses;
+  now[2] = t.promotions;
+  now[3] = t.demotions;
+  for (int i = 0; i < 4; i++) {
+    fl_series_add(series(names[i], helps[i], NULL), (double)(now[i] - c->published[i]));
+    c->published[i] = now[i];
+  }
+}

@@ -1,0 +1,470 @@
+/* tier_rocks.c - the sparse tables' disk tier on RocksDB (tier_rocks.h).
+ * Keys are 17 bytes: 'r', the table's name hash and the row id, both
+ * big-endian, holding [u64 demotion sequence][the row's bytes]; and 'o',
+ * the table, the demotion sequence, holding the row id: the table's rows in
+ * the order they were demoted, oldest first, which (demotion taking the
+ * memory tier's least recent row) is their order of last use.
+ * The write-ahead log is off: the store is rebuilt from a checkpoint at
+ * start, never replayed.  Memory: the block cache takes 1/8 of the budget
+ * and each of the four memtables 1/32 (FL_TIER_* below), so RocksDB's
+ * share is a quarter of the budget; the tables keep the other three
+ * quarters for hot rows (fl_ps_tier_overhead). */
+#include <config.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <rocksdb/c.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fl_log.h"
+#include "tier_rocks.h"
+
+#define KEY_LEN 17
+#define SEQ_LEN 8
+#define MAX_TIER_TABLES 64
+#define FL_TIER_CACHE_SHARE 8   /* block cache: budget / 8 */
+#define FL_TIER_MEMTABLES 4         /* memtables, one filling, the others flushing */
+#define FL_TIER_MEMTABLE_SHARE 32 /* each memtable: budget / 32 */
+#define FL_TIER_MIN_BYTES (64u << 10)
+
+typedef struct tier_table {
+  uint64_t id;
+  _Atomic uint64_t rows;
+} tier_table;
+
+struct fl_ps_tier {
+  char path[4096];
+  size_t budget;
+  rocksdb_t *db;
+  rocksdb_options_t *opt;
+  rocksdb_cache_t *cache;
+  rocksdb_block_based_table_options_t *bbo;
+  rocksdb_writeoptions_t *wo;
+  rocksdb_readoptions_t *ro;
+  _Atomic uint64_t seq;
+  pthread_mutex_t mu; /* guards the list of tables */
+  tier_table tables[MAX_TIER_TABLES];
+  _Atomic int n_tables;
+  _Atomic uint64_t hits, misses, promotions, demotions, write_errors;
+};
+
+static void put_be64(unsigned char *p, uint64_t v) {
+  for (int i = 7; i >= 0; i--, v >>= 8) p[i] = (unsigned char)v;
+}
+
+static uint64_t get_be64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v = v << 8 | p[i];
+  return v;
+}
+
+static void make_key(unsigned char *k, char kind, uint64_t table, uint64_t x) {
+  k[0] = (unsigned char)kind;
+  put_be64(k + 1, table);
+  put_be64(k + 9, x);
+}
+
+size_t fl_ps_tier_overhead(size_t budget) {
+  return budget / FL_TIER_CACHE_SHARE + FL_TIER_MEMTABLES * (budget / FL_TIER_MEMTABLE_SHARE);
+}
+
+const char *fl_ps_tier_path(const fl_ps_tier *t) { return t->path; }
+
+/* The entry of table (added on first use). */
+static tier_table *table_of(fl_ps_tier *t, uint64_t table) {
+  tier_table *e = NULL;
+  int n = atomic_load(&t->n_tables);
+  for (int i = 0; i < n; i++)
+    if (t->tables[i].id == table) return &t->tables[i];
+  pthread_mutex_lock(&t->mu);
+  n = atomic_load(&t->n_tables);
+  for (int i = 0; i < n && !e; i++)
+    if (t->tables[i].id == table) e = &t->tables[i];
+  if (!e && n < MAX_TIER_TABLES) {
+    e = &t->tables[n];
+    e->id = table;
+    atomic_store(&e->rows, 0);
+    atomic_store(&t->n_tables, n + 1);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return e;
+}
+
+/* Remove dir and the files in it (the store is flat). */
+static fl_status remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  char p[4200];
+  if (!d) {
+    if (errno == ENOENT) return FL_OK;
+    return FL_ERR(FL_EIO, "disk tier: cannot open %s: %s", dir, strerror(errno));
+  }
+  while ((e = readdir(d)) != NULL) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    if (unlink(p) != 0) {
+      closedir(d);
+      return FL_ERR(FL_EIO, "disk tier: cannot remove %s: %s; remove the directory %s by hand",
+                    p, strerror(errno), dir);
+    }
+  }
+  closedir(d);
+  if (rmdir(dir) != 0)
+    return FL_ERR(FL_EIO, "disk tier: cannot remove %s: %s", dir, strerror(errno));
+  return FL_OK;
+}
+
+/* FL_ESTATE (logged) when another process holds the store in dir open
+ * (RocksDB's lock on dir/LOCK), before anything there is removed. */
+static fl_status check_unused(const char *dir) {
+  char p[4200];
+  struct flock fl;
+  int fd;
+  snprintf(p, sizeof p, "%s/LOCK", dir);
+  if ((fd = open(p, O_RDWR | O_CLOEXEC)) < 0) return FL_OK;
+  memset(&fl, 0, sizeof fl);
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  if (fcntl(fd, F_GETLK, &fl) != 0) fl.l_type = F_UNLCK;
+  close(fd);
+  if (fl.l_type == F_UNLCK) return FL_OK;
+  return FL_ERR(FL_ESTATE, "disk tier %s: in use by process %ld (another pserver in the same data "
+                "directory?): give each pserver its own checkpoint directory", dir,
+                (long)fl.l_pid);
+}
+
+static fl_status open_db(fl_ps_tier *t) {
+  char *err = NULL;
+  t->db = rocksdb_open(t->opt, t->path, &err);
+  if (err) {
+    fl_status st = FL_ERR(FL_EIO, "disk tier: cannot open the RocksDB store %s: %s (is another "
+                          "pserver using this data directory?)", t->path, err);
+    rocksdb_free(err);
+    t->db = NULL;
+    return st;
+  }
+  return FL_OK;
+}
+
+static void set_options(fl_ps_tier *t) {
+  size_t cache = t->budget / FL_TIER_CACHE_SHARE, mt = t->budget / FL_TIER_MEMTABLE_SHARE;
+  if (cache < FL_TIER_MIN_BYTES) cache = FL_TIER_MIN_BYTES;
+  if (mt < FL_TIER_MIN_BYTES) mt = FL_TIER_MIN_BYTES;
+  t->opt = rocksdb_options_create();
+  rocksdb_options_set_create_if_missing(t->opt, 1);
+  rocksdb_options_set_write_buffer_size(t->opt, mt);
+  rocksdb_options_set_max_write_buffer_number(t->opt, FL_TIER_MEMTABLES);
+  rocksdb_options_set_compression(t->opt, rocksdb_no_compression);
+  /* Small memtables flush often: let level 0 grow before writes slow down,
+   * and compact in the background beside them. */
+  rocksdb_options_set_max_background_jobs(t->opt, 4);
+  rocksdb_options_set_level0_file_num_compaction_trigger(t->opt, 8);
+  rocksdb_options_set_level0_slowdown_writes_trigger(t->opt, 48);
+  rocksdb_options_set_level0_stop_writes_trigger(t->opt, 96);
+  t->cache = rocksdb_cache_create_lru(cache);
+  t->bbo = rocksdb_block_based_options_create();
+  rocksdb_block_based_options_set_block_cache(t->bbo, t->cache);
+  /* A new row is a miss in every file: Bloom filters (10 bits a key,
+   * about 2.5 bytes a row) answer it without reading them. */
+  rocksdb_block_based_options_set_filter_policy(t->bbo, rocksdb_filterpolicy_create_bloom_full(10));
+  rocksdb_options_set_block_based_table_factory(t->opt, t->bbo);
+  t->wo = rocksdb_writeoptions_create();
+  rocksdb_writeoptions_disable_WAL(t->wo, 1);
+  t->ro = rocksdb_readoptions_create();
+}
+
+fl_status fl_ps_tier_open(const char *dir, size_t budget, fl_ps_tier **out) {
+  fl_ps_tier *t;
+  fl_status st;
+  *out = NULL;
+  if (strlen(dir) >= sizeof t->path)
+    return FL_ERR(FL_EINVAL, "disk tier: path %s too long", dir);
+  t = calloc(1, sizeof *t);
+  if (!t) return FL_ERR(FL_ENOMEM, "disk tier: out of memory");
+  snprintf(t->path, sizeof t->path, "%s", dir);
+  t->budget = budget;
+  pthread_mutex_init(&t->mu, NULL);
+  set_options(t);
+  if ((st = check_unused(dir)) != FL_OK || (st = remove_dir(dir)) != FL_OK ||
+      (st = open_db(t)) != FL_OK) {
+    fl_ps_tier_close(t);
+    return st;
+  }
+  *out = t;
+  return FL_OK;
+}
+
+void fl_ps_tier_close(fl_ps_tier *t) {
+  if (!t) return;
+  if (t->db) rocksdb_close(t->db);
+  rocksdb_readoptions_destroy(t->ro);
+  rocksdb_writeoptions_destroy(t->wo);
+  rocksdb_options_destroy(t->opt);
+  rocksdb_block_based_options_destroy(t->bbo);
+  rocksdb_cache_destroy(t->cache);
+  pthread_mutex_destroy(&t->mu);
+  free(t);
+}
+
+/* Apply wb; an error names the store's path. */
+static fl_status write_batch(fl_ps_tier *t, rocksdb_writebatch_t *wb, const char *what) {
+  char *err = NULL;
+  rocksdb_write(t->db, t->wo, wb, &err);
+  rocksdb_writebatch_destroy(wb);
+  if (!err) return FL_OK;
+  atomic_fetch_add(&t->write_errors, 1);
+  fl_status st = FL_ERR(FL_EIO, "disk tier %s: %s failed: %s (disk full? free space there or "
+                        "raise pserver.memory_budget)", t->path, what, err);
+  rocksdb_free(err);
+  return st;
+}
+
+fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
+                         size_t len) {
+  unsigned char rk[KEY_LEN], ok[KEY_LEN], id[8];
+  uint64_t seq = atomic_fetch_add(&t->seq, 1);
+  unsigned char *v = malloc(SEQ_LEN + len);
+  rocksdb_writebatch_t *wb;
+  tier_table *e = table_of(t, table);
+  fl_status st;
+  if (!v || !e) {
+    free(v);
+    return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory (or more than %d tables)", t->path,
+                  MAX_TIER_TABLES);
+  }
+  make_key(rk, 'r', table, key);
+  make_key(ok, 'o', table, seq);
+  put_be64(v, seq);
+  memcpy(v + SEQ_LEN, row, len);
+  put_be64(id, key);
+  wb = rocksdb_writebatch_create();
+  rocksdb_writebatch_put(wb, (const char *)rk, KEY_LEN, (const char *)v, SEQ_LEN + len);
+  rocksdb_writebatch_put(wb, (const char *)ok, KEY_LEN, (const char *)id, 8);
+  st = write_batch(t, wb, "writing a demoted row");
+  free(v);
+  if (st != FL_OK) return st;
+  atomic_fetch_add(&e->rows, 1);
+  atomic_fetch_add(&t->demotions, 1);
+  return FL_OK;
+}
+
+fl_status fl_ps_tier_get_many(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n,
+                              void *rows, size_t len, uint8_t *found, uint64_t *seqs) {
+  unsigned char *kb = malloc((n ? n : 1) * KEY_LEN);
+  const char **kl = calloc(n ? n : 1, sizeof *kl);
+  size_t *ks = calloc(n ? n : 1, sizeof *ks), *vs = calloc(n ? n : 1, sizeof *vs);
+  char **vl = calloc(n ? n : 1, sizeof *vl), **errs = calloc(n ? n : 1, sizeof *errs);
+  fl_status st = FL_OK;
+  if (!kb || !kl || !ks || !vs || !vl || !errs) {
+    st = FL_ERR(FL_ENOMEM, "disk tier %s: out of memory looking up %zu rows", t->path, n);
+    goto done;
+  }
+  for (size_t i = 0; i < n; i++) {
+    make_key(kb + i * KEY_LEN, 'r', table, keys[i]);
+    kl[i] = (const char *)kb + i * KEY_LEN;
+    ks[i] = KEY_LEN;
+  }
+  if (n) rocksdb_multi_get(t->db, t->ro, n, kl, ks, vl, vs, errs);
+  for (size_t i = 0; i < n; i++) {
+    found[i] = 0;
+    if (errs[i] && st == FL_OK)
+      st = FL_ERR(FL_EIO, "disk tier %s: reading a row failed: %s", t->path, errs[i]);
+    else if (vl[i] && vs[i] != SEQ_LEN + len && st == FL_OK)
+      st = FL_ERR(FL_ECORRUPT, "disk tier %s: a row of %zu bytes where %zu were expected",
+                  t->path, vs[i], SEQ_LEN + len);
+    else if (vl[i]) {
+      memcpy((char *)rows + i * len, vl[i] + SEQ_LEN, len);
+      if (seqs) seqs[i] = get_be64((const unsigned char *)vl[i]);
+      found[i] = 1;
+    }
+    atomic_fetch_add(found[i] ? &t->hits : &t->misses, 1);
+    rocksdb_free(errs[i]);
+    rocksdb_free(vl[i]);
+  }
+done:
+  free(kb);
+  free(kl);
+  free(ks);
+  free(vs);
+  free(vl);
+  free(errs);
+  return st;
+}
+
+/* Delete the two keys of row key of table whose demotion sequence is seq. */
+static fl_status delete_row(fl_ps_tier *t, uint64_t table, uint64_t key, uint64_t seq) {
+  unsigned char rk[KEY_LEN], ok[KEY_LEN];
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  tier_table *e = table_of(t, table);
+  make_key(rk, 'r', table, key);
+  make_key(ok, 'o', table, seq);
+  rocksdb_writebatch_delete(wb, (const char *)rk, KEY_LEN);
+  rocksdb_writebatch_delete(wb, (const char *)ok, KEY_LEN);
+  FL_TRY(write_batch(t, wb, "removing a row"));
+  if (e) atomic_fetch_sub(&e->rows, 1);
+  return FL_OK;
+}
+
+fl_status fl_ps_tier_drop(fl_ps_tier *t, uint64_t table, uint64_t key, uint64_t seq) {
+  FL_TRY(delete_row(t, table, key, seq));
+  atomic_fetch_add(&t->promotions, 1);
+  return FL_OK;
+}
+
+fl_status fl_ps_tier_scan(fl_ps_tier *t, uint64_t table, int has_after, uint64_t after,
+                          size_t max, uint64_t *keys, void *rows, size_t len, size_t *n) {
+  unsigned char lo[KEY_LEN];
+  rocksdb_iterator_t *it;
+  fl_status st = FL_OK;
+  *n = 0;
+  if (has_after && after == UINT64_MAX) return FL_OK;
+  it = rocksdb_create_iterator(t->db, t->ro);
+  make_key(lo, 'r', table, has_after ? after + 1 : 0);
+  for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); *n < max && rocksdb_iter_valid(it);
+       rocksdb_iter_next(it)) {
+    size_t kl = 0, vl = 0;
+    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
+    if (kl != KEY_LEN || memcmp(k, lo, 9)) break; /* past this table's rows */
+    if (vl != SEQ_LEN + len) {
+      st = FL_ERR(FL_ECORRUPT, "disk tier %s: a row of %zu bytes where %zu were expected",
+                  t->path, vl, SEQ_LEN + len);
+      break;
+    }
+    keys[*n] = get_be64((const unsigned char *)k + 9);
+    memcpy((char *)rows + *n * len, v + SEQ_LEN, len);
+    (*n)++;
+  }
+  rocksdb_iter_destroy(it);
+  return st;
+}
+
+fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t *key, int *found) {
+  unsigned char lo[KEY_LEN];
+  rocksdb_iterator_t *it = rocksdb_create_iterator(t->db, t->ro);
+  const char *k, *v;
+  size_t kl = 0, vl = 0;
+  uint64_t seq = 0;
+  *found = 0;
+  make_key(lo, 'o', table, 0);
+  rocksdb_iter_seek(it, (const char *)lo, KEY_LEN);
+  if (rocksdb_iter_valid(it)) {
+    k = rocksdb_iter_key(it, &kl);
+    v = rocksdb_iter_value(it, &vl);
+    if (kl == KEY_LEN && !memcmp(k, lo, 9) && vl == 8) {
+      seq = get_be64((const unsigned char *)k + 9);
+      *key = get_be64((const unsigned char *)v);
+      *found = 1;
+    }
+  }
+  rocksdb_iter_destroy(it);
+  if (!*found) return FL_OK;
+  return delete_row(t, table, *key, seq);
+}
+
+size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table) {
+  int n = atomic_load(&t->n_tables);
+  for (int i = 0; i < n; i++)
+    if (t->tables[i].id == table) return (size_t)atomic_load(&t->tables[i].rows);
+  return 0;
+}
+
+fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir) {
+  char *err = NULL;
+  rocksdb_checkpoint_t *cp = rocksdb_checkpoint_object_create(t->db, &err);
+  if (!err) rocksdb_checkpoint_create(cp, dir, 0, &err);
+  if (cp) rocksdb_checkpoint_object_destroy(cp);
+  if (!err) return FL_OK;
+  fl_status st = FL_ERR(FL_EIO, "disk tier %s: checkpoint into %s failed: %s", t->path, dir, err);
+  rocksdb_free(err);
+  return st;
+}
+
+/* Link (or copy, across file systems) the file from into to. */
+static fl_status link_or_copy(const char *from, const char *to) {
+  FILE *in, *out;
+  char buf[65536];
+  size_t k;
+  int bad = 0;
+  if (link(from, to) == 0) return FL_OK;
+  in = fopen(from, "rb");
+  out = in ? fopen(to, "wb") : NULL;
+  while (out && (k = fread(buf, 1, sizeof buf, in)) > 0) bad |= fwrite(buf, 1, k, out) != k;
+  bad |= !in || !out || (in && ferror(in));
+  if (in) fclose(in);
+  if (out) bad |= fclose(out) != 0;
+  if (bad) return FL_ERR(FL_EIO, "disk tier: cannot copy %s to %s: %s", from, to, strerror(errno));
+  return FL_OK;
+}
+
+static fl_status copy_dir(const char *from, const char *to) {
+  DIR *d;
+  struct dirent *e;
+  char a[4200], b[4200];
+  fl_status st = FL_OK;
+  if (mkdir(to, 0755) != 0)
+    return FL_ERR(FL_EIO, "disk tier: cannot create %s: %s", to, strerror(errno));
+  if (!(d = opendir(from)))
+    return FL_ERR(FL_EIO, "disk tier: cannot open the checkpoint's store %s: %s", from,
+                  strerror(errno));
+  while (st == FL_OK && (e = readdir(d)) != NULL) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(a, sizeof a, "%s/%s", from, e->d_name);
+    snprintf(b, sizeof b, "%s/%s", to, e->d_name);
+    st = link_or_copy(a, b);
+  }
+  closedir(d);
+  return st;
+}
+
+/* Recount each table's rows and the next sequence from the 'o' keys. */
+static void rescan(fl_ps_tier *t) {
+  rocksdb_iterator_t *it = rocksdb_create_iterator(t->db, t->ro);
+  unsigned char lo[1] = {'o'};
+  uint64_t next = 0;
+  for (int i = 0; i < atomic_load(&t->n_tables); i++) atomic_store(&t->tables[i].rows, 0);
+  for (rocksdb_iter_seek(it, (const char *)lo, 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+    size_t kl = 0;
+    const unsigned char *k = (const unsigned char *)rocksdb_iter_key(it, &kl);
+    tier_table *e;
+    if (kl != KEY_LEN || k[0] != 'o') break;
+    if ((e = table_of(t, get_be64(k + 1))) != NULL) atomic_fetch_add(&e->rows, 1);
+    if (get_be64(k + 9) >= next) next = get_be64(k + 9) + 1;
+  }
+  rocksdb_iter_destroy(it);
+  atomic_store(&t->seq, next);
+}
+
+fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir) {
+  rocksdb_close(t->db);
+  t->db = NULL;
+  FL_TRY(remove_dir(t->path));
+  if (dir) FL_TRY(copy_dir(dir, t->path));
+  FL_TRY(open_db(t));
+  rescan(t);
+  return FL_OK;
+}
+
+fl_status fl_ps_tier_remove_copy(const char *dir) { return remove_dir(dir); }
+
+void fl_ps_tier_get_stats(fl_ps_tier *t, fl_ps_tier_stats *s) {
+  uint64_t sst = 0, mem = 0;
+  memset(s, 0, sizeof *s);
+  for (int i = 0; i < atomic_load(&t->n_tables); i++) s->rows += atomic_load(&t->tables[i].rows);
+  if (t->db) {
+    rocksdb_property_int(t->db, "rocksdb.total-sst-files-size", &sst);
+    rocksdb_property_int(t->db, "rocksdb.cur-size-all-mem-tables", &mem);
+  }
+  s->bytes = sst + mem;
+  s->hits = atomic_load(&t->hits);
+  s->misses = atomic_load(&t->misses);
+  s->promotions = atomic_load(&t->promotions);
+  s->demotions = atomic_load(&t->demotions);
+  s->write_errors = atomic_load(&t->write_errors);
+}

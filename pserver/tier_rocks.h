@@ -1,0 +1,76 @@
+/* tier_rocks.h - the disk tier of a pserver's sparse tables: one RocksDB
+ * store in the pserver's data directory holding the rows that the tables
+ * demoted out of their memory budget (pserver.memory_budget).  Rows are
+ * opaque blobs of a table's fixed row length, keyed by the table (its name
+ * hash) and the row id; each table's rows are also kept in demotion order
+ * so that the least recently used row of both tiers can be found.  Not
+ * thread-safe: a table calls it under the lock that guards the table. */
+#ifndef FL_PS_TIER_ROCKS_H
+#define FL_PS_TIER_ROCKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fl_status.h"
+
+typedef struct fl_ps_tier fl_ps_tier;
+
+/* Counters of a tier (all tables). */
+typedef struct fl_ps_tier_stats {
+  uint64_t rows;       /* rows held now */
+  uint64_t bytes;      /* on disk (SST files) plus the memtables */
+  uint64_t hits;       /* lookups that found the row */
+  uint64_t misses;     /* lookups that did not (a new row) */
+  uint64_t promotions; /* rows taken back into memory */
+  uint64_t demotions;  /* rows written out of memory */
+  uint64_t write_errors;
+} fl_ps_tier_stats;
+
+/* Open a fresh store in dir (created; whatever an earlier process left
+ * there is removed first: the store's state comes back from checkpoints
+ * only; FL_ESTATE, nothing removed, while another process has it open).  budget is the pserver's memory budget: RocksDB's block cache and
+ * memtables are sized as a fixed share of it (see tier_rocks.c).  The
+ * caller owns *out (fl_ps_tier_close). */
+fl_status fl_ps_tier_open(const char *dir, size_t budget, fl_ps_tier **out);
+void fl_ps_tier_close(fl_ps_tier *t);
+/* The store's directory (owned by t). */
+const char *fl_ps_tier_path(const fl_ps_tier *t);
+/* The memory RocksDB may use (block cache and memtables) out of budget. */
+size_t fl_ps_tier_overhead(size_t budget);
+
+/* Write row (len bytes) of key in table, the most recently demoted of its
+ * table.  On failure (disk full, I/O error) the store is unchanged for key
+ * and the error names the path. */
+fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
+                         size_t len);
+/* Look up n keys of table with one multi-get: found[i] 1, rows + i * len
+ * filled and seqs[i] (seqs may be NULL) set to the row's demotion sequence
+ * when held.  Nothing is removed. */
+fl_status fl_ps_tier_get_many(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n,
+                              void *rows, size_t len, uint8_t *found, uint64_t *seqs);
+/* Remove key of table, read by get_many with its sequence seq (a
+ * promotion). */
+fl_status fl_ps_tier_drop(fl_ps_tier *t, uint64_t table, uint64_t key, uint64_t seq);
+/* Remove the least recently demoted row of table: *key gets its id, *found
+ * 0 when table has none here. */
+/* The rows of table above after (every row when has_after is 0), keys
+ * ascending: at most max of them into keys (the caller's) and their blobs
+ * of len bytes into rows; *n gets how many.  Reads only. */
+fl_status fl_ps_tier_scan(fl_ps_tier *t, uint64_t table, int has_after, uint64_t after,
+                          size_t max, uint64_t *keys, void *rows, size_t len, size_t *n);
+fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t *key, int *found);
+/* Rows of table held here. */
+size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table);
+
+/* Copy the store into dir (not existing yet) with RocksDB's checkpoint
+ * object: hard links to its files, the memtables flushed first. */
+fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir);
+/* Replace the store by the copy in dir (made by fl_ps_tier_checkpoint;
+ * NULL: an empty store); dir itself is left as it was. */
+fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir);
+/* Remove a copy (a flat directory of files); FL_OK when there is none. */
+fl_status fl_ps_tier_remove_copy(const char *dir);
+
+void fl_ps_tier_get_stats(fl_ps_tier *t, fl_ps_tier_stats *s);
+
+#endif

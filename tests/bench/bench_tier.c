@@ -1,0 +1,130 @@
+/* bench_tier.c - one sparse table (32-float rows, row-wise Adagrad) all in
+ * memory or with the disk tier (pserver.memory_budget), in this process:
+ *   bench_tier memory|tier IDS BATCHES DIR
+ * fills the table with IDS distinct ids in batches of 4096 (prints
+ * table_fill_rows_per_s), then pulls and pushes BATCHES batches of 4096
+ * ids drawn from Zipf(1.05) over the ids (prints pull_push_rows_per_s),
+ * and the process's peak RSS beside the budget (tier: 10% of the table's
+ * row bytes; RocksDB's share of it is fl_ps_tier_overhead).  The store
+ * goes under DIR.  tests/bench/bench_tier.sh runs both and the ratio. */
+#include <config.h>
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "fl_ps.h"
+#include "fl_ps_layout.h"
+#include "tier_rocks.h"
+
+#define DIM 32
+#define BATCH 4096
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Zipf(s) over [0, n): the cumulative weights, then draws by bisection. */
+static double *zipf_cdf(size_t n, double s) {
+  double *c = malloc(n * sizeof *c), sum = 0;
+  if (!c) return NULL;
+  for (size_t i = 0; i < n; i++) c[i] = sum += pow((double)(i + 1), -s);
+  for (size_t i = 0; i < n; i++) c[i] /= sum;
+  return c;
+}
+
+static uint64_t zipf_draw(const double *c, size_t n, uint64_t *rng) {
+  double u;
+  size_t lo = 0, hi = n - 1;
+  *rng = fl_ps_mix64(*rng + 0x9e3779b97f4a7c15ULL);
+  u = (double)(*rng >> 11) * (1.0 / 9007199254740992.0);
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c[mid] < u) lo = mid + 1;
+    else hi = mid;
+  }
+  return fl_ps_mix64(lo); /* ranks scattered over the id space */
+}
+
+int main(int argc, char **argv) {
+  static uint64_t keys[BATCH];
+  static float g[BATCH * DIM], out[BATCH * DIM];
+  fl_ps_table_opts o;
+  fl_ps_table *t = NULL;
+  fl_ps_tier *tier = NULL;
+  _Atomic uint64_t hot = 0;
+  size_t ids, batches, row = 8 + (DIM + 1) * 4 + 24;
+  uint64_t budget = 0, rng = 1;
+  double *cdf, t0, el;
+  struct rusage ru;
+  int tiered;
+
+  if (argc != 5) {
+    fprintf(stderr, "usage: bench_tier memory|tier IDS BATCHES DIR\n");
+    return 2;
+  }
+  tiered = !strcmp(argv[1], "tier");
+  ids = strtoull(argv[2], NULL, 10);
+  batches = strtoull(argv[3], NULL, 10);
+  memset(&o, 0, sizeof o);
+  o.name = "emb";
+  o.dim = DIM;
+  o.max_rows = (int64_t)ids;
+  o.init_range = 0.01f;
+  o.seed = 1;
+  o.hp = fl_optim_hparams_default(FL_OPTIM_ROWWISE_ADAGRAD);
+  o.lr = 0.05f;
+  if (tiered) {
+    char path[4096];
+    budget = (uint64_t)(ids * row / 10);
+    snprintf(path, sizeof path, "%s/bench_tier.rocksdb", argv[4]);
+    if (fl_ps_tier_open(path, budget, &tier) != FL_OK) return 1;
+    o.tier = tier;
+    o.hot_bytes = &hot;
+    o.hot_budget = budget - fl_ps_tier_overhead(budget);
+  }
+  if (fl_ps_table_create(&o, &t) != FL_OK || !(cdf = zipf_cdf(ids, 1.05))) return 1;
+  for (size_t i = 0; i < BATCH * DIM; i++) g[i] = 0.001f * (float)(i % 7);
+
+  t0 = now();
+  for (size_t b = 0; b * BATCH < ids; b++) {
+    size_t n = ids - b * BATCH < BATCH ? ids - b * BATCH : BATCH;
+    for (size_t i = 0; i < n; i++) keys[i] = fl_ps_mix64(b * BATCH + i);
+    if (fl_ps_table_push(t, keys, n, g) != FL_OK) return 1;
+  }
+  el = now() - t0;
+  printf("%s table_fill_rows_per_s: %.0f rows/s (%zu rows, %.1f s)\n", argv[1],
+         (double)ids / el, ids, el);
+
+  t0 = now();
+  for (size_t b = 0; b < batches; b++) {
+    for (size_t i = 0; i < BATCH; i++) keys[i] = zipf_draw(cdf, ids, &rng);
+    if (fl_ps_table_pull(t, keys, BATCH, out) != FL_OK ||
+        fl_ps_table_push(t, keys, BATCH, g) != FL_OK)
+      return 1;
+  }
+  el = now() - t0;
+  printf("%s pull_push_rows_per_s: %.0f rows/s (%zu batches of %d, %.1f s)\n", argv[1],
+         (double)batches * BATCH / el, batches, BATCH, el);
+  if (tier) {
+    fl_ps_tier_stats st;
+    fl_ps_tier_get_stats(tier, &st);
+    printf("tier rows: %zu in memory, %llu on disk (%.1f MB); %llu promotions, %llu demotions\n",
+           fl_ps_table_rows(t), (unsigned long long)st.rows, (double)st.bytes / 1e6,
+           (unsigned long long)st.promotions, (unsigned long long)st.demotions);
+  }
+  getrusage(RUSAGE_SELF, &ru);
+  printf("%s peak_rss: %.1f MB (budget %.1f MB; table in memory %.1f MB; Zipf table %.1f MB)\n",
+         argv[1], (double)ru.ru_maxrss / 1024.0, (double)budget / 1e6,
+         (double)(ids * row) / 1e6, (double)(ids * sizeof(double)) / 1e6);
+  fl_ps_table_free(t);
+  fl_ps_tier_close(tier);
+  free(cdf);
+  return 0;
+}

@@ -1,0 +1,67 @@
+#!/bin/sh
+# test_tier.sh - pserver.memory_budget end to end: the CTR model in PS sync
+# mode (2 trainers, 1 pserver, a small table of about 10^4 rows) once with
+# every row in memory and once with a budget of about 1% of the rows (the
+# others demoted to the RocksDB tier and promoted back as they are used);
+# the pservers' final checkpoints hold the same rows, bit for bit (values,
+# optimizer state, update counts; ps_rows_digest reads the tiered one's
+# rows from the file and its .tier copy), and the same dense values.
+# Seconds.
+set -u
+: "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
+RUN=$FL_BUILDDIR/flotilla-run
+DIGEST=$FL_BUILDDIR/tests/integration/ps_rows_digest
+tmp=$(mktemp -d /tmp/fl_tier.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+
+# job NAME BUDGET
+job() {
+  cat > "$tmp/$1.yaml" <<EOF2
+model:
+  kind: ctr
+  num_classes: 2
+  hidden: [16]
+  ctr: {embedding_dim: 8, sparse_slots: 26, dense_features: 13, hash_buckets: 5003}
+data:
+  format: synthetic
+  synthetic: {kind: ctr, train_samples: 2048, test_samples: 256, seed: 7}
+optimizer: {name: adam, lr: 0.001}
+pserver:
+  sparse:
+    optimizer: {name: rowwise_adagrad, lr: 0.05}
+  checkpoint_dir: $tmp/$1.ck
+  memory_budget: $2
+train: {epochs: 1, batch_size: 128, seed: 1, eval: true, log_interval: 100, num_threads: 1}
+cluster: {mode: ps, heartbeat_timeout_s: 20}
+strategy: {a_sync: false}
+EOF2
+}
+
+run() {
+  timeout 120 "$RUN" --log_dir "$tmp/$1.log" --mode ps --server_num 1 --nproc_per_node 2 \
+    "$tmp/$1.yaml" > "$tmp/$1.out" 2>&1 && return 0
+  tail -20 "$tmp/$1.out" "$tmp/$1.log"/*log.* 2> /dev/null
+  echo "FAIL: $1 did not finish"
+  exit 1
+}
+
+# About 10^4 rows of 68 bytes (row-wise Adagrad, dim 8): 0.7 MB; a budget
+# of 8000 bytes keeps 6000 of them (about 90 rows, ~1%) in memory.
+job mem 0
+job tier 8000
+run mem
+run tier
+last() { ls "$1"/pserver-0/ckpt-*.flc | sort -t- -k2 -n | tail -1; }
+"$DIGEST" "$(last "$tmp/mem.ck")" > "$tmp/mem.digest" || { echo "FAIL: digest mem"; exit 1; }
+"$DIGEST" "$(last "$tmp/tier.ck")" > "$tmp/tier.digest" || { echo "FAIL: digest tier"; exit 1; }
+cat "$tmp/tier.digest"
+if ! grep -q "^tier ctr.emb: [0-9]\{4,\} of its rows on disk" "$tmp/tier.digest"; then
+  echo "FAIL: the budgeted run kept its rows in memory"
+  exit 1
+fi
+if ! diff "$tmp/mem.digest" "$(grep -v '^tier ' "$tmp/tier.digest" > "$tmp/tier.cmp"; echo "$tmp/tier.cmp")"; then
+  echo "FAIL: with pserver.memory_budget the rows or dense values differ"
+  exit 1
+fi
+echo "PASS: same bits with and without pserver.memory_budget"

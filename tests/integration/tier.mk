@@ -1,0 +1,9 @@
+# The sparse tables' disk tier end to end: a CTR job in PS sync mode with
+# pserver.memory_budget at about 1% of its rows ends with the bits of the
+# same job all in memory (ps_rows_digest of the pservers' checkpoints).
+noinst_PROGRAMS += tests/integration/ps_rows_digest
+tests_integration_ps_rows_digest_SOURCES = tests/integration/ps_rows_digest.c
+tests_integration_ps_rows_digest_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) $(ROCKSDB_CFLAGS)
+tests_integration_ps_rows_digest_LDADD = $(FL_LIBS) $(ROCKSDB_LIBS)
+dist_check_SCRIPTS += tests/integration/test_tier.sh
+TESTS += tests/integration/test_tier.sh

@@ -1,0 +1,537 @@
+/* test_ps_tier.c - the sparse tables' disk tier (pserver.memory_budget)
+ * and lock stripes: a table with a budget of a few rows gives bit for bit
+ * the pulls and rows of one without (rows demoted and promoted, a call's
+ * misses looked up at once, row-wise Adagrad and Adam state and step
+ * counts carried), max_rows evicts the least recent row of both tiers
+ * exactly as one memory tier would; a core's checkpoint keeps the disk
+ * tier (a RocksDB checkpoint beside the file) and a fresh core restores
+ * it, one without a budget refuses it; a store another process holds is
+ * refused, not wiped; /metrics shows both tiers; a full
+ * disk keeps every row (in memory, over budget); striped tables give the
+ * same rows from concurrent trainers as from one thread: sync bit for bit,
+ * async without a lost update. */
+#include <config.h>
+
+#include <check.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fl_metrics.h"
+#include "fl_ps.h"
+#include "tier_rocks.h"
+
+#define DIM 8
+#define KEYS 600
+#define BATCH 64
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {
+  (void)sb;
+  (void)flag;
+  (void)f;
+  return remove(p);
+}
+
+static void rm_tree(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+typedef struct tiered {
+  char dir[64];
+  uint64_t budget;
+  fl_ps_tier *tier;
+  _Atomic uint64_t hot;
+  fl_ps_table *t;
+} tiered;
+
+static fl_ps_table_opts opts(fl_optim_kind kind, int64_t max_rows) {
+  fl_ps_table_opts o;
+  memset(&o, 0, sizeof o);
+  o.name = "emb";
+  o.dim = DIM;
+  o.max_rows = max_rows;
+  o.init_range = 0.5f;
+  o.seed = 11;
+  o.hp = fl_optim_hparams_default(kind);
+  o.lr = 0.05f;
+  return o;
+}
+
+/* A table whose memory tier holds about hot_rows rows. */
+static void make_tiered(tiered *x, fl_optim_kind kind, int64_t max_rows, size_t hot_rows) {
+  fl_ps_table_opts o = opts(kind, max_rows);
+  char path[96];
+  size_t row = sizeof(uint64_t) + (DIM + 2 * DIM) * sizeof(float) + 24;
+  snprintf(x->dir, sizeof x->dir, "/tmp/fl_test_tier_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(x->dir));
+  snprintf(path, sizeof path, "%s/store", x->dir);
+  ck_assert_int_eq(fl_ps_tier_open(path, 1 << 20, &x->tier), FL_OK);
+  x->hot = 0;
+  o.tier = x->tier;
+  o.hot_bytes = &x->hot;
+  o.hot_budget = x->budget = hot_rows * row;
+  ck_assert_int_eq(fl_ps_table_create(&o, &x->t), FL_OK);
+}
+
+static void free_tiered(tiered *x) {
+  fl_ps_table_free(x->t);
+  ck_assert_uint_eq(x->hot, 0);
+  fl_ps_tier_close(x->tier);
+  rm_tree(x->dir);
+}
+
+/* Batch b of a skewed id stream (a few hot keys, a long tail), with
+ * repeats inside a batch. */
+static void batch(int b, uint64_t *keys, float *g) {
+  uint64_t s = 0x9e3779b97f4a7c15ULL * (uint64_t)(b + 1);
+  for (int i = 0; i < BATCH; i++) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    keys[i] = (s % 4 == 0) ? s % 8 : (s >> 8) % KEYS;
+    for (int j = 0; j < DIM; j++) g[i * DIM + j] = (float)((int)((s >> (j * 4)) % 17) - 8) * 0.03f;
+  }
+}
+
+/* Pull then push batches on both tables; every pull and, at the end,
+ * every row (read) are the same bits. */
+static void run_both(fl_ps_table *a, fl_ps_table *b, int batches) {
+  uint64_t keys[BATCH], all[KEYS];
+  float g[BATCH * DIM], pa[BATCH * DIM], pb[BATCH * DIM];
+  static float ra[KEYS * DIM], rb[KEYS * DIM];
+  for (int i = 0; i < batches; i++) {
+    batch(i, keys, g);
+    ck_assert_int_eq(fl_ps_table_pull(a, keys, BATCH, pa), FL_OK);
+    ck_assert_int_eq(fl_ps_table_pull(b, keys, BATCH, pb), FL_OK);
+    ck_assert_mem_eq(pa, pb, sizeof pa);
+    ck_assert_int_eq(fl_ps_table_push(a, keys, BATCH, g), FL_OK);
+    ck_assert_int_eq(fl_ps_table_push(b, keys, BATCH, g), FL_OK);
+  }
+  for (uint64_t k = 0; k < KEYS; k++) all[k] = k;
+  ck_assert_int_eq(fl_ps_table_read(a, all, KEYS, ra), FL_OK);
+  ck_assert_int_eq(fl_ps_table_read(b, all, KEYS, rb), FL_OK);
+  ck_assert_mem_eq(ra, rb, sizeof ra);
+}
+
+START_TEST(test_tier_same_bits) {
+  const fl_optim_kind kinds[] = {FL_OPTIM_ROWWISE_ADAGRAD, FL_OPTIM_ADAM, FL_OPTIM_SGD};
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+    fl_ps_table_opts o = opts(kinds[k], 100000);
+    fl_ps_table *mem = NULL;
+    tiered x;
+    fl_ps_tier_stats st;
+    ck_assert_int_eq(fl_ps_table_create(&o, &mem), FL_OK);
+    make_tiered(&x, kinds[k], 100000, 40);
+    run_both(mem, x.t, 60);
+    fl_ps_tier_get_stats(x.tier, &st);
+    /* Rows went both ways, and live in one tier or the other. */
+    ck_assert_uint_gt(st.demotions, 100);
+    ck_assert_uint_gt(st.promotions, 50);
+    ck_assert_uint_gt(st.hits, 50);
+    ck_assert_uint_lt(fl_ps_table_rows(x.t), fl_ps_table_rows(mem) / 3);
+    ck_assert_uint_eq(fl_ps_table_rows(x.t) + fl_ps_table_disk_rows(x.t), fl_ps_table_rows(mem));
+    ck_assert_uint_eq(st.rows, fl_ps_table_disk_rows(x.t));
+    ck_assert_uint_le(fl_ps_table_hot_bytes(x.t), x.budget);
+    fl_ps_table_free(mem);
+    free_tiered(&x);
+  }
+}
+END_TEST
+
+START_TEST(test_tier_max_rows_lru) {
+  /* 200 rows at most, 30 in memory: the row evicted at the bound is the
+   * least recent of both tiers, as in a table all in memory. */
+  fl_ps_table_opts o = opts(FL_OPTIM_ADAGRAD, 200);
+  fl_ps_table *mem = NULL;
+  tiered x;
+  ck_assert_int_eq(fl_ps_table_create(&o, &mem), FL_OK);
+  make_tiered(&x, FL_OPTIM_ADAGRAD, 200, 30);
+  run_both(mem, x.t, 40);
+  ck_assert_uint_gt(fl_ps_table_evicted(mem), 0);
+  ck_assert_uint_eq(fl_ps_table_evicted(x.t), fl_ps_table_evicted(mem));
+  ck_assert_uint_eq(fl_ps_table_rows(x.t) + fl_ps_table_disk_rows(x.t), 200);
+  fl_ps_table_free(mem);
+  free_tiered(&x);
+}
+END_TEST
+
+START_TEST(test_tier_disk_full_keeps_rows) {
+  /* Files of this process may not grow past 256 KiB: the store's flushes
+   * fail; demotion stops, every row stays readable, none lost. */
+  fl_ps_table_opts o = opts(FL_OPTIM_ROWWISE_ADAGRAD, 100000);
+  fl_ps_table *mem = NULL;
+  tiered x;
+  struct rlimit rl = {256 << 10, 256 << 10};
+  fl_ps_tier_stats st;
+  ck_assert_int_eq(fl_ps_table_create(&o, &mem), FL_OK);
+  make_tiered(&x, FL_OPTIM_ROWWISE_ADAGRAD, 100000, 10);
+  signal(SIGXFSZ, SIG_IGN);
+  ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+  {
+    /* Enough distinct rows to fill the memtables several times over. */
+    static uint64_t keys[20000];
+    static float g[20000 * DIM], va[20000 * DIM], vb[20000 * DIM];
+    for (size_t i = 0; i < 20000; i++) keys[i] = 1000 + i;
+    for (size_t i = 0; i < 20000 * DIM; i++) g[i] = 0.01f * (float)(i % 13);
+    for (size_t off = 0; off < 20000; off += 2000) {
+      ck_assert_int_eq(fl_ps_table_push(mem, keys + off, 2000, g + off * DIM), FL_OK);
+      ck_assert_int_eq(fl_ps_table_push(x.t, keys + off, 2000, g + off * DIM), FL_OK);
+    }
+    fl_ps_tier_get_stats(x.tier, &st);
+    ck_assert_uint_gt(st.write_errors, 0);
+    ck_assert_uint_gt(fl_ps_table_rows(x.t), 10); /* kept in memory, over budget */
+    ck_assert_uint_eq(fl_ps_table_rows(x.t) + fl_ps_table_disk_rows(x.t), 20000);
+    ck_assert_int_eq(fl_ps_table_read(mem, keys, 20000, va), FL_OK);
+    ck_assert_int_eq(fl_ps_table_read(x.t, keys, 20000, vb), FL_OK);
+    ck_assert_mem_eq(va, vb, sizeof va);
+  }
+  fl_ps_table_free(mem);
+  fl_ps_table_free(x.t);
+  fl_ps_tier_close(x.tier);
+  rl.rlim_cur = rl.rlim_max;
+  setrlimit(RLIMIT_FSIZE, &rl);
+  rm_tree(x.dir);
+}
+END_TEST
+
+/* ------------------------------------------------------------- the core */
+
+static fl_ps_core *mk(int nt, int a_sync, size_t budget, int64_t max_rows) {
+  fl_ps_core_opts o;
+  fl_ps_core *c = NULL;
+  memset(&o, 0, sizeof o);
+  fl_job_defaults(&o.job);
+  o.job.pserver.optimizer.hp.kind = FL_OPTIM_SGD;
+  o.job.pserver.dense_block_size = 4;
+  o.job.pserver.sparse.optimizer.hp.kind = FL_OPTIM_ROWWISE_ADAGRAD;
+  o.job.pserver.sparse.optimizer.lr = 0.1f;
+  o.job.pserver.sparse.max_rows = max_rows;
+  o.job.pserver.memory_budget = budget;
+  o.job.strategy.a_sync = a_sync;
+  o.server_index = 0;
+  o.n_servers = 1;
+  o.num_trainers = nt;
+  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
+  return c;
+}
+
+static void reg(fl_ps_core *c, int t, int nt, int mode) {
+  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
+  Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
+  Flotilla__SparseTableSpec s = FLOTILLA__SPARSE_TABLE_SPEC__INIT, *sp = &s;
+  s.name = "emb";
+  s.dim = DIM;
+  r.trainer_id = t;
+  r.num_trainers = nt;
+  r.incarnation = 1000 + (uint64_t)t;
+  r.mode = mode;
+  r.dense_block_size = 4;
+  r.num_servers = 1;
+  r.n_sparse = 1;
+  r.sparse = &sp;
+  ck_assert_int_eq(fl_ps_core_register(c, &r, &out), FL_OK);
+}
+
+static fl_status spush(fl_ps_core *c, int t, int64_t step, const uint64_t *keys, size_t n,
+                       const float *g) {
+  Flotilla__PushSparseRequest p = FLOTILLA__PUSH_SPARSE_REQUEST__INIT;
+  Flotilla__PushSparseResponse pr = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
+  Flotilla__Tensor gt = FLOTILLA__TENSOR__INIT;
+  int64_t shape[2] = {(int64_t)n, DIM};
+  gt.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+  gt.n_shape = 2;
+  gt.shape = shape;
+  gt.data.data = (uint8_t *)g;
+  gt.data.len = n * DIM * sizeof(float);
+  p.trainer_id = t;
+  p.step = step;
+  p.table = "emb";
+  p.n_keys = n;
+  p.keys = (uint64_t *)keys;
+  p.grads = &gt;
+  p.parts = 1;
+  return fl_ps_core_push_sparse(c, &p, &pr);
+}
+
+static fl_status spull(fl_ps_core *c, int t, int64_t min_step, int read_only,
+                       const uint64_t *keys, size_t n, float *out) {
+  Flotilla__PullSparseRequest q = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
+  Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
+  Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
+  int64_t shape[2];
+  float *scratch = NULL;
+  size_t cap = 0;
+  fl_status st;
+  q.trainer_id = t;
+  q.table = "emb";
+  q.n_keys = n;
+  q.keys = (uint64_t *)keys;
+  q.min_step = min_step;
+  q.read_only = read_only;
+  st = fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &r, &v, shape);
+  if (st == FL_OK && n) memcpy(out, scratch, n * DIM * sizeof(float));
+  free(scratch);
+  return st;
+}
+
+static void read_all(fl_ps_core *c, float *out) {
+  static uint64_t all[KEYS];
+  for (uint64_t k = 0; k < KEYS; k++) all[k] = k;
+  ck_assert_int_eq(spull(c, 0, 0, 1, all, KEYS, out), FL_OK);
+}
+
+START_TEST(test_core_checkpoint_keeps_disk_tier) {
+  char dir[] = "/tmp/fl_test_tier_core_XXXXXX", path[128], copy[160];
+  fl_ps_core *c, *d, *plain;
+  static float va[KEYS * DIM], vb[KEYS * DIM];
+  uint64_t keys[BATCH];
+  float g[BATCH * DIM];
+  fl_ps_tiers ts;
+  fl_ckpt *ck;
+  struct stat sb;
+
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  c = mk(1, 1, 16 << 10, 100000); /* about 150 hot rows of 600 */
+  ck_assert_int_eq(fl_ps_core_open_tier(c, dir), FL_OK);
+  reg(c, 0, 1, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
+  for (int i = 0; i < 40; i++) {
+    batch(i, keys, g);
+    ck_assert_int_eq(spush(c, 0, i, keys, BATCH, g), FL_OK);
+  }
+  fl_ps_core_tier_stats(c, &ts);
+  ck_assert_uint_gt(ts.disk_rows, 0);
+  ck_assert_uint_gt(ts.demotions, 0);
+  ck_assert_uint_le(ts.mem_bytes, (16 << 10) - fl_ps_tier_overhead(16 << 10));
+  {
+    /* /metrics: rows and bytes per tier, the tier's counters. */
+    char *text = NULL, want[96];
+    size_t len;
+    fl_ps_core_publish_tiers(c);
+    ck_assert_int_eq(fl_metrics_render(fl_metrics_default(), &text, &len), FL_OK);
+    snprintf(want, sizeof want, "flotilla_ps_sparse_rows{tier=\"disk\"} %llu",
+             (unsigned long long)ts.disk_rows);
+    ck_assert_ptr_nonnull(strstr(text, want));
+    ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_sparse_bytes{tier=\"memory\"}"));
+    snprintf(want, sizeof want, "flotilla_ps_tier_demotions_total %llu",
+             (unsigned long long)ts.demotions);
+    ck_assert_ptr_nonnull(strstr(text, want));
+    ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_tier_promotions_total"));
+    free(text);
+  }
+  snprintf(path, sizeof path, "%s/ckpt-40.flc", dir);
+  ck_assert_int_eq(fl_ps_core_save(c, path), FL_OK);
+  snprintf(copy, sizeof copy, "%s.tier", path);
+  ck_assert_int_eq(stat(copy, &sb), 0);
+  read_all(c, va);
+  fl_ps_core_free(c);
+
+  /* The same data directory: the store is made afresh, then restored. */
+  d = mk(1, 1, 16 << 10, 100000);
+  ck_assert_int_eq(fl_ps_core_open_tier(d, dir), FL_OK);
+  ck_assert_int_eq(fl_ckpt_load(path, &ck), FL_OK);
+  plain = mk(1, 1, 0, 100000);
+  ck_assert_int_eq(fl_ps_core_load(plain, ck, path), FL_EINVAL); /* rows on disk: refused */
+  ck_assert_int_eq(fl_ps_core_load(d, ck, path), FL_OK);
+  fl_ckpt_free(ck);
+  reg(d, 0, 1, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
+  read_all(d, vb);
+  ck_assert_mem_eq(va, vb, sizeof va);
+  fl_ps_core_tier_stats(d, &ts);
+  ck_assert_uint_gt(ts.disk_rows, 0);
+  fl_ps_core_free(d);
+  fl_ps_core_free(plain);
+  rm_tree(dir);
+}
+END_TEST
+
+START_TEST(test_tier_in_use_refused) {
+  /* Another process holds the store open: a second one refuses it and
+   * removes nothing. */
+  char dir[] = "/tmp/fl_test_tier_lock_XXXXXX", path[96], lock[128];
+  int up[2], down[2];
+  char c = 0;
+  pid_t pid;
+  fl_ps_tier *t = NULL;
+  struct stat sb;
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/store", dir);
+  snprintf(lock, sizeof lock, "%s/LOCK", path);
+  ck_assert_int_eq(pipe(up), 0);
+  ck_assert_int_eq(pipe(down), 0);
+  pid = fork();
+  if (pid == 0) {
+    fl_ps_tier *held = NULL;
+    char x = fl_ps_tier_open(path, 1 << 20, &held) == FL_OK;
+    if (write(up[1], &x, 1) != 1 || read(down[0], &x, 1) != 1) _exit(1);
+    fl_ps_tier_close(held);
+    _exit(0);
+  }
+  ck_assert_int_eq(read(up[0], &c, 1), 1);
+  ck_assert_int_eq(c, 1);
+  ck_assert_int_eq(fl_ps_tier_open(path, 1 << 20, &t), FL_ESTATE);
+  ck_assert_int_eq(stat(lock, &sb), 0);
+  ck_assert_int_eq(write(down[1], &c, 1), 1);
+  waitpid(pid, NULL, 0);
+  ck_assert_int_eq(fl_ps_tier_open(path, 1 << 20, &t), FL_OK); /* free again */
+  fl_ps_tier_close(t);
+  rm_tree(dir);
+}
+END_TEST
+
+START_TEST(test_core_budget_needs_dir) {
+  fl_ps_core *c = mk(1, 1, 1 << 20, 100);
+  ck_assert_int_eq(fl_ps_core_open_tier(c, ""), FL_EINVAL);
+  fl_ps_core_free(c);
+}
+END_TEST
+
+/* ------------------------------------------------------------ stripes */
+
+#define NTH 4
+#define ROUNDS 50
+
+typedef struct worker {
+  fl_ps_core *c;
+  int t, nt, sync;
+} worker;
+
+/* Trainer t's keys of step s: shared hot keys and its own. */
+static size_t step_keys(int t, int s, uint64_t *keys, float *g) {
+  size_t n = 0;
+  for (int i = 0; i < 48; i++) {
+    keys[n] = i < 16 ? (uint64_t)i : (uint64_t)(100 + (t * 997 + s * 31 + i * 13) % 400);
+    for (int j = 0; j < DIM; j++)
+      g[n * DIM + (size_t)j] = 0.01f * (float)((t + 1) * (j + 1)) - 0.003f * (float)(i % 7) +
+                               0.001f * (float)s;
+    n++;
+  }
+  return n;
+}
+
+static void *work(void *arg) {
+  worker *w = arg;
+  uint64_t keys[64];
+  float g[64 * DIM], out[64 * DIM];
+  for (int s = 0; s < ROUNDS; s++) {
+    size_t n = step_keys(w->t, s, keys, g);
+    fl_status st;
+    while ((st = spull(w->c, w->t, s, 0, keys, n, out)) == FL_EAGAIN) usleep(100);
+    if (st != FL_OK || spush(w->c, w->t, s, keys, n, g) != FL_OK) return arg;
+  }
+  return NULL;
+}
+
+static void run_threads(fl_ps_core *c, int nt, int sync) {
+  pthread_t th[NTH];
+  worker w[NTH];
+  for (int t = 0; t < nt; t++) {
+    w[t] = (worker){c, t, nt, sync};
+    ck_assert_int_eq(pthread_create(&th[t], NULL, work, &w[t]), 0);
+  }
+  for (int t = 0; t < nt; t++) {
+    void *r;
+    pthread_join(th[t], &r);
+    ck_assert_ptr_null(r);
+  }
+}
+
+START_TEST(test_stripes_sync_same_bits) {
+  /* 16 stripes (max_rows 1<<20): 4 trainers in threads against 4 trainers
+   * pushing in turn from one thread. */
+  fl_ps_core *a = mk(NTH, 0, 0, 1 << 20), *b = mk(NTH, 0, 0, 1 << 20);
+  static float va[KEYS * DIM], vb[KEYS * DIM];
+  for (int t = 0; t < NTH; t++) {
+    reg(a, t, NTH, FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC);
+    reg(b, t, NTH, FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC);
+  }
+  run_threads(a, NTH, 1);
+  for (int s = 0; s < ROUNDS; s++)
+    for (int t = NTH - 1; t >= 0; t--) {
+      uint64_t keys[64];
+      float g[64 * DIM], out[64 * DIM];
+      size_t n = step_keys(t, s, keys, g);
+      ck_assert_int_eq(spull(b, t, s, 0, keys, n, out), FL_OK);
+      ck_assert_int_eq(spush(b, t, s, keys, n, g), FL_OK);
+    }
+  read_all(a, va);
+  read_all(b, vb);
+  ck_assert_mem_eq(va, vb, sizeof va);
+  fl_ps_core_free(a);
+  fl_ps_core_free(b);
+}
+END_TEST
+
+START_TEST(test_stripes_async_no_lost_update) {
+  /* SGD: each update subtracts lr * g, so the rows after the threads
+   * equal those of one thread (within rounding: sums in another order)
+   * only when no update was lost (one is lr * g >= 1e-3 away). */
+  fl_ps_core_opts o;
+  fl_ps_core *a = NULL, *b = NULL;
+  static float va[KEYS * DIM], vb[KEYS * DIM];
+  memset(&o, 0, sizeof o);
+  fl_job_defaults(&o.job);
+  o.job.pserver.optimizer.hp.kind = FL_OPTIM_SGD;
+  o.job.pserver.dense_block_size = 4;
+  o.job.pserver.sparse.optimizer.hp.kind = FL_OPTIM_SGD;
+  o.job.pserver.sparse.optimizer.lr = 0.25f;
+  o.job.pserver.sparse.max_rows = 1 << 20;
+  o.job.strategy.a_sync = 1;
+  o.n_servers = 1;
+  o.num_trainers = NTH;
+  ck_assert_int_eq(fl_ps_core_create(&o, &a), FL_OK);
+  ck_assert_int_eq(fl_ps_core_create(&o, &b), FL_OK);
+  for (int t = 0; t < NTH; t++) {
+    reg(a, t, NTH, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
+    reg(b, t, NTH, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
+  }
+  {
+    pthread_t th[NTH];
+    worker w[NTH];
+    for (int t = 0; t < NTH; t++) {
+      w[t] = (worker){a, t, NTH, 0};
+      ck_assert_int_eq(pthread_create(&th[t], NULL, work, &w[t]), 0);
+    }
+    for (int t = 0; t < NTH; t++) pthread_join(th[t], NULL);
+  }
+  for (int t = 0; t < NTH; t++) {
+    worker w = {b, t, NTH, 0};
+    ck_assert_ptr_null(work(&w));
+  }
+  read_all(a, va);
+  read_all(b, vb);
+  for (size_t i = 0; i < KEYS * DIM; i++) ck_assert_float_eq_tol(va[i], vb[i], 1e-4f);
+  fl_ps_core_free(a);
+  fl_ps_core_free(b);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("ps_tier");
+  TCase *tc = tcase_create("tier");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_tier_same_bits);
+  tcase_add_test(tc, test_tier_max_rows_lru);
+  tcase_add_test(tc, test_tier_disk_full_keeps_rows);
+  tcase_add_test(tc, test_core_checkpoint_keeps_disk_tier);
+  tcase_add_test(tc, test_core_budget_needs_dir);
+  tcase_add_test(tc, test_tier_in_use_refused);
+  tcase_add_test(tc, test_stripes_sync_same_bits);
+  tcase_add_test(tc, test_stripes_async_no_lost_update);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(suite());
+  int failed;
+  srunner_run_all(r, CK_NORMAL);
+  failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
