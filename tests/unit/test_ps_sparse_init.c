@@ -336,6 +336,57 @@ START_TEST(test_dump_pages) {
 }
 END_TEST
 
+/* A table large enough for several lock stripes (max_rows 2^20): InitSparse
+ * puts each row in its stripe (a pull reads its values back, a repeat
+ * creates nothing) and DumpSparse pages merge the stripes, keys ascending,
+ * every row once. */
+START_TEST(test_init_and_dump_over_stripes) {
+  enum { N = 2000, PAGE = 97 };
+  fl_ps_core *c = mk(1, 0, 1, 1 << 20);
+  uint64_t *in = malloc(N * sizeof *in), *keys = malloc(N * sizeof *keys), after = 0;
+  float *v = malloc(N * DIM * sizeof *v), *vals = malloc(N * DIM * sizeof *vals), got[DIM];
+  int32_t created = 0;
+  int more = 1, has_after = 0;
+  size_t total = 0;
+  fl_status st;
+  ck_assert_ptr_nonnull(in && keys && v && vals ? in : NULL);
+  for (size_t i = 0; i < N; i++) {
+    in[i] = (i * 2654435761u) % 1000003u + 100; /* distinct, none the padding id */
+    for (int d = 0; d < DIM; d++) v[i * DIM + d] = (float)i + 0.25f * (float)d;
+  }
+  reg(c, 1, 0, 1);
+  ck_assert_int_eq(init_rows(c, "emb", in, N, v, DIM, &created), FL_OK);
+  ck_assert_int_eq(created, N);
+  ck_assert_int_eq(init_rows(c, "emb", in, N, v, DIM, &created), FL_OK);
+  ck_assert_int_eq(created, 0);
+  for (size_t i = 0; i < N; i += 191) {
+    ck_assert_int_eq(spull(c, &in[i], 1, 1, got), FL_OK);
+    ck_assert(got[0] == v[i * DIM] && got[DIM - 1] == v[i * DIM + DIM - 1]);
+  }
+  while (more) {
+    size_t n = dump(c, "emb", has_after, after, PAGE, keys + total, vals + total * DIM, &more, &st);
+    ck_assert_int_eq(st, FL_OK);
+    ck_assert(n > 0 || !more);
+    total += n;
+    if (n) after = keys[total - 1], has_after = 1;
+  }
+  ck_assert_uint_eq(total, N);
+  for (size_t i = 1; i < N; i++) ck_assert(keys[i - 1] < keys[i]);
+  for (size_t i = 0; i < N; i++) { /* each row once, with its values */
+    size_t j = (size_t)-1;
+    for (size_t q = 0; q < N && j == (size_t)-1; q++)
+      if (in[q] == keys[i]) j = q;
+    ck_assert_uint_ne(j, (size_t)-1);
+    ck_assert(vals[i * DIM + 1] == v[j * DIM + 1]);
+  }
+  free(in);
+  free(keys);
+  free(v);
+  free(vals);
+  fl_ps_core_free(c);
+}
+END_TEST
+
 START_TEST(test_dump_keeps_recency) {
   /* A table of 3 rows at most: a dump does not refresh the oldest row,
    * which is still the one evicted next. */
@@ -585,6 +636,7 @@ int main(void) {
   tcase_add_test(tc, test_table_settings_and_padding);
   tcase_add_test(tc, test_dump_pages);
   tcase_add_test(tc, test_dump_keeps_recency);
+  tcase_add_test(tc, test_init_and_dump_over_stripes);
   tcase_add_test(tc, test_bad_requests);
   tcase_add_test(tc, test_checkpoint_keeps_init_rows);
   tcase_add_test(tc, test_wire_bad_request_then_serving);
