@@ -378,6 +378,7 @@ static const field f_pserver[] = {
            .over = (const field_over[]){{"name", FL_OPTIM_ADAGRAD}, {"lr", 0.05}, {NULL, 0}}),
          E("init_range", F_FLOAT, fl_job_pserver, sparse.init_range, RANGE(0, 1e3), DEF(0.01)),
          E("max_rows", F_I64, fl_job_pserver, sparse.max_rows, RANGE(1, 1e12), DEF(1000000)),
+         E("pipeline", F_BOOL, fl_job_pserver, sparse.pipeline, DEF(1)),
          END}},
     E("checkpoint_dir", F_STR, fl_job_pserver, checkpoint_dir,
       STRCAP(fl_job_pserver, checkpoint_dir)),
