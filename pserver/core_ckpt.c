@@ -134,6 +134,9 @@ static fl_status write_state(fl_ps_core *c, fl_ckpt_writer *w, int64_t *step) {
     if ((st = fl_ckpt_put_i64(w, name, fl_ps_table_dim(pt->t))) != FL_OK) return st;
     pthread_mutex_lock(&pt->mu);
     st = fl_ps_table_save(pt->t, w, prefix);
+    /* the table's step: a push of a step its rows hold is a duplicate */
+    snprintf(name, sizeof name, "%sstep", prefix);
+    if (st == FL_OK) st = fl_ckpt_put_i64(w, name, pt->step);
     pthread_mutex_unlock(&pt->mu);
     if (st != FL_OK) return st;
   }
@@ -451,6 +454,10 @@ static fl_status load_sparse(fl_ps_core *c, load_ctx *x) {
     snprintf(name, sizeof name, "sparse/%s/", tname);
     pthread_mutex_lock(&pt->mu);
     st = fl_ps_table_load(pt->t, x->ck, name);
+    int64_t tstep;
+    snprintf(name, sizeof name, "sparse/%s/step", tname);
+    if (st == FL_OK && fl_ckpt_get_i64(x->ck, name, &tstep) == FL_OK && tstep >= 0)
+      pt->step = tstep; /* older checkpoints have none: the table takes any step */
     pthread_mutex_unlock(&pt->mu);
     if (st != FL_OK) return st;
   }

@@ -73,6 +73,7 @@ typedef struct op {
   int warned;
   double start, due, said; /* said: when the last "still retrying" went out */
   fl_status st;
+  int inflight; /* submitted and not over (under the client's mu) */
   struct op *next_retry;
   struct lane *ln; /* the batch it belongs to */
 } op;
@@ -96,7 +97,8 @@ typedef struct lane {
   size_t n_ops, cap_ops;
   size_t pending;
   server_buf *sb;
-  size_t nsb; /* sb's length */
+  size_t nsb;    /* sb's length */
+  size_t last_n; /* the calls of the last batch that went through (pool[0..)) */
 } lane;
 
 struct fl_ps_client {
@@ -375,6 +377,7 @@ static op *op_new(fl_ps_client *c, int type, int server) {
 static void op_over(fl_ps_client *c, op *o, fl_status st) {
   pthread_mutex_lock(&c->mu);
   o->st = st;
+  o->inflight = 0;
   c->pending--;
   o->ln->pending--;
   pthread_cond_broadcast(&c->cv);
@@ -389,6 +392,7 @@ static fl_status op_submit(fl_ps_client *c, op *o) {
   pthread_mutex_lock(&c->mu);
   c->pending++;
   o->ln->pending++;
+  o->inflight = 1;
   pthread_mutex_unlock(&c->mu);
   st = op_launch(c, o);
   if (st != FL_OK) op_over(c, o, st);
@@ -992,35 +996,72 @@ static int64_t *table_next_of(fl_ps_client *c, const char *table) {
   return NULL;
 }
 
+/* Whether o is a push: repeated, and over, before any pull is repeated. */
+static int is_push(const op *o) { return o->type == OP_PUSH || o->type == OP_SPUSH; }
+
+static int op_inflight(fl_ps_client *c, const op *o) {
+  pthread_mutex_lock(&c->mu);
+  int busy = o->inflight;
+  pthread_mutex_unlock(&c->mu);
+  return busy;
+}
+
+/* Submit again the calls over (not in flight) to a server of again[] in
+ * every lane's batch (the push lane, idle, its last batch's), pushes or
+ * the others; the pushes are then waited for, and the first error that is
+ * not a refusal (FL_ESTATE, which the lanes' own waits repeat) returned.
+ * Only the trainer thread submits, so a call seen over stays so. */
+static fl_status repeat_calls(fl_ps_client *c, const int *again, int pushes) {
+  fl_status first = FL_OK;
+  for (int pass = 0; pass < (pushes ? 2 : 1); pass++)
+    for (int l = 0; l < N_LANES; l++) {
+      lane *L = &c->lanes[l];
+      size_t n = L->n_ops ? L->n_ops : l == LANE_SPUSH ? L->last_n : 0;
+      for (size_t i = 0; i < n; i++) {
+        op *o = L->pool[i];
+        if (!again[o->server] || is_push(o) != pushes || (pass == 0 && op_inflight(c, o)))
+          continue;
+        if (pass == 0) {
+          o->attempt = 0;
+          o->warned = 0;
+          op_submit(c, o);
+          continue;
+        }
+        pthread_mutex_lock(&c->mu);
+        while (o->inflight) pthread_cond_wait(&c->cv, &c->mu);
+        if (o->st != FL_OK && o->st != FL_ESTATE && first == FL_OK) first = o->st;
+        pthread_mutex_unlock(&c->mu);
+      }
+    }
+  return first;
+}
+
 /* Register again with the servers that refused a call of L's batch with
- * FL_ESTATE (they forgot this trainer: restarted) and repeat every call of
- * the batch to them, not only the refused ones: a push one took before a
- * restart may be lost (the server deduplicates the rest), and pulls are
- * idempotent. */
+ * FL_ESTATE (they forgot this trainer: restarted, and lost what they took
+ * since their last checkpoint) and repeat to them every call of every
+ * batch, not only the refused ones nor only L's: a push one took before
+ * the restart is lost (and a sync step would wait for it for ever), and
+ * so is the last sparse push (it may not be applied yet).  The pushes go
+ * first, and are over before any pull is repeated (a restarted server
+ * answers a sparse pull at once when it has no push of this trainer to
+ * wait for); the server drops a push it holds or applied already as a
+ * duplicate, and pulls are idempotent. */
 static fl_status lane_recover(fl_ps_client *c, lane *L) {
+  fl_status st = FL_OK;
   int *again = calloc((size_t)c->o.n_servers, sizeof *again);
   if (!again) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
   for (size_t i = 0; i < L->n_ops; i++)
     if (L->pool[i]->st == FL_ESTATE) again[L->pool[i]->server] = 1;
-  for (int s = 0; s < c->o.n_servers; s++) {
-    fl_status st;
+  for (int s = 0; s < c->o.n_servers && st == FL_OK; s++) {
     if (!again[s]) continue;
-    FL_LOGI("pserver %d (%s) does not know trainer %d: registering again", s, c->names[s],
-            c->o.trainer_id);
-    if ((st = register_server(c, s, atomic_load(&c->step_pushed), NULL, NULL)) != FL_OK) {
-      free(again);
-      return st;
-    }
+    FL_LOGI("pserver %d (%s) does not know trainer %d: registering again and repeating what "
+            "it may have lost", s, c->names[s], c->o.trainer_id);
+    st = register_server(c, s, atomic_load(&c->step_pushed), NULL, NULL);
   }
-  for (size_t i = 0; i < L->n_ops; i++) {
-    op *o = L->pool[i];
-    if (!again[o->server]) continue;
-    o->attempt = 0;
-    o->warned = 0;
-    op_submit(c, o);
-  }
+  if (st == FL_OK) st = repeat_calls(c, again, 1);
+  if (st == FL_OK) st = repeat_calls(c, again, 0);
   free(again);
-  return FL_OK;
+  return st;
 }
 
 /* After L's batch went through: each table pushed to moves its next pull's
@@ -1066,6 +1107,7 @@ static fl_status lane_wait(fl_ps_client *c, lane *L, const char *what) {
   }
   if (st == FL_OK) lane_pushed(c, L);
   pthread_mutex_lock(&c->mu);
+  L->last_n = st == FL_OK ? L->n_ops : 0;
   L->n_ops = 0;
   pthread_mutex_unlock(&c->mu);
   return st;
@@ -1180,7 +1222,9 @@ fl_status fl_ps_client_read_sparse(fl_ps_client *c, const char *table, uint32_t 
 fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t dim,
                                    int64_t step, const uint64_t *keys, size_t n,
                                    const float *grads) {
-  return sparse_call(c, &(sparse_req){OP_SPUSH, table, dim, step, keys, n, grads, NULL, 0});
+  /* the push lane's: a restarted server gets it again (repeat_calls) */
+  FL_TRY(fl_ps_client_push_sparse_start(c, table, dim, step, keys, n, grads));
+  return fl_ps_client_push_sparse_finish(c);
 }
 
 /* Queue q in the asynchronous lane `which`, the table's keys grouped in

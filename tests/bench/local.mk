@@ -88,3 +88,8 @@ tests_bench_bench_lstm_SOURCES = tests/bench/bench_lstm.c
 tests_bench_bench_lstm_CFLAGS = $(FL_TRAINER_CFLAGS)
 tests_bench_bench_lstm_LDADD = libfltrainer.la $(FL_LIBS)
 EXTRA_DIST += tests/bench/bench_lstm.sh tests/bench/lstm_torch.py
+
+# The CTR preset's share of step time waiting for sparse rows, pipelined
+# pulls (pserver.sparse.pipeline) against sequential ones, async and sync:
+# tests/bench/bench_sparse_pipeline.sh.
+EXTRA_DIST += tests/bench/bench_sparse_pipeline.sh
