@@ -12,7 +12,11 @@
 #     writes a checkpoint on request (the last checkpoint: no step after
 #     it), is killed with kill -9 and restarted from it; the trainers go on
 #     (they register again and repeat what the dead server may have lost)
-#     and the run ends exactly as the uninterrupted one too.
+#     and the run ends exactly as the uninterrupted one too;
+#   async: trainer 1 killed and restarted the same way in async mode: it
+#     rejoins from its own last push and the job completes, every step
+#     done, with no push refused and a test AUC near the sync run's (async
+#     runs differ by the order of the pushes, so not bit for bit).
 # Every part waits on log lines, bounded; the job is small (a few seconds).
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
 DIGEST=$FL_SRCDIR/tests/integration/ps_ckpt_digest.py
@@ -20,8 +24,8 @@ PY=/usr/bin/python3
 # PIPELINE=false runs the same parts with today's sequential pulls.
 PIPELINE=${PIPELINE:-true}
 
-# job FILE NAME: the CTR job, pserver checkpoints in $tmp/NAME.ck every 8
-# steps (3 epochs of 64 steps per trainer).
+# job FILE NAME [A_SYNC]: the CTR job, pserver checkpoints in $tmp/NAME.ck
+# every 8 steps (3 epochs of 64 steps per trainer).
 job() {
   cat > "$1" << EOF
 model:
@@ -39,7 +43,7 @@ pserver:
   sparse: {optimizer: {name: adagrad, lr: 0.05}, pipeline: $PIPELINE}
   checkpoint_dir: $tmp/$2.ck
   checkpoint_interval_steps: 8
-strategy: {a_sync: false}
+strategy: {a_sync: ${3:-false}}
 EOF
 }
 
@@ -112,6 +116,31 @@ for s in 0 1; do
 done
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n: killed and restarted, the run ends as the uninterrupted one" ||
+  show "$tmp/$n".*.log
+
+# --------------------------------------- kill -9 of a trainer (async)
+n=async
+job "$tmp/$n.yaml" $n true
+ps_job $n "$tmp/$n.yaml" 2 2
+f0=$fails
+if wait_log "$tmp/$n.tr1.log" '^\[Epoch 1, batch 20\]' 60; then
+  kill -KILL "$TR1"
+  wait_exit "$TR1" 5
+  mv "$tmp/$n.tr1.log" "$tmp/$n.tr1.first.log"
+  start_trainer $n "$tmp/$n.yaml" 1 2
+else
+  fail "$n: trainer 1 did not reach epoch 1, batch 20"
+fi
+ends $n
+has "$tmp/$n.tr1.log" 'rejoining the running job at step [1-9][0-9]*' "$n: restarted trainer"
+for t in 0 1; do has "$tmp/$n.tr$t.log" 'done: 192 steps, 3 epochs' "$n: trainer $t"; done
+for f in "$tmp/$n".*.log; do hasnt "$f" 'INVALID_ARGUMENT' "$n: $f"; done
+auc=$(final_eval "$tmp/$n.tr0.log" | sed -n 's/.*test auc: \([0-9.]*\),.*/\1/p')
+base_auc=$(final_eval "$tmp/base.tr0.log" | sed -n 's/.*test auc: \([0-9.]*\),.*/\1/p')
+awk -v a="${auc:-0}" -v b="${base_auc:-0}" 'BEGIN { d = a - b; exit !(d < 0.05 && d > -0.05) }' ||
+  fail "$n: test AUC '$auc' after the restart, sync uninterrupted '$base_auc'"
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n: killed and restarted, test AUC $auc (sync uninterrupted: $base_auc)" ||
   show "$tmp/$n".*.log
 
 # ------------------------------------------------- kill -9 of a pserver
