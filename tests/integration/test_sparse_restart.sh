@@ -166,6 +166,6 @@ ends $n
 for t in 0 1; do has "$tmp/$n.tr$t.log" 'done: 192 steps, 3 epochs' "$n: trainer $t"; done
 same $n
 ran=$((ran + 1))
-[ $fails = "$f0" ] && ok "$n: killed and restarted from the checkpoint of step ${saved:-?}, the run ends as the uninterrupted one" ||
+[ $fails = "$f0" ] && ok "$n: restarted from its checkpoint of step ${saved:-?}, ends as the uninterrupted run" ||
   show "$tmp/$n".*.log
 finish
