@@ -59,6 +59,22 @@ int fl_ps_core_at_gate(fl_ps_core *c) {
 
 /* ------------------------------------------------------------ checkpoints */
 
+/* Table pt's records into w: its dim, rows (fl_ps_table_save) and step (a
+ * push of a step its rows hold is a duplicate). */
+static fl_status write_table(ps_table *pt, fl_ckpt_writer *w) {
+  char prefix[256], name[FL_CKPT_NAME_MAX];
+  fl_status st;
+  snprintf(prefix, sizeof prefix, "sparse/%s/", fl_ps_table_name(pt->t));
+  snprintf(name, sizeof name, "%sdim", prefix);
+  FL_TRY(fl_ckpt_put_i64(w, name, fl_ps_table_dim(pt->t)));
+  pthread_mutex_lock(&pt->mu);
+  st = fl_ps_table_save(pt->t, w, prefix);
+  snprintf(name, sizeof name, "%sstep", prefix);
+  if (st == FL_OK) st = fl_ckpt_put_i64(w, name, pt->step);
+  pthread_mutex_unlock(&pt->mu);
+  return st;
+}
+
 /* Write the state into w (the caller commits or aborts it); *step gets the
  * step the checkpoint holds, the one fl_ps_core_load will report: sync -
  * the lowest step among the blocks as they were copied (training goes on
@@ -126,20 +142,7 @@ static fl_status write_state(fl_ps_core *c, fl_ckpt_writer *w, int64_t *step) {
     pthread_mutex_unlock(&b->mu);
     if (st != FL_OK) return st;
   }
-  for (size_t i = 0; i < nt; i++) {
-    ps_table *pt = &c->tables[i];
-    char prefix[256];
-    snprintf(prefix, sizeof prefix, "sparse/%s/", fl_ps_table_name(pt->t));
-    snprintf(name, sizeof name, "%sdim", prefix);
-    if ((st = fl_ckpt_put_i64(w, name, fl_ps_table_dim(pt->t))) != FL_OK) return st;
-    pthread_mutex_lock(&pt->mu);
-    st = fl_ps_table_save(pt->t, w, prefix);
-    /* the table's step: a push of a step its rows hold is a duplicate */
-    snprintf(name, sizeof name, "%sstep", prefix);
-    if (st == FL_OK) st = fl_ckpt_put_i64(w, name, pt->step);
-    pthread_mutex_unlock(&pt->mu);
-    if (st != FL_OK) return st;
-  }
+  for (size_t i = 0; i < nt; i++) FL_TRY(write_table(&c->tables[i], w));
   *step = c->ops->ckpt_step(c, next, low);
   I64("ps/step", *step);
 #undef I64

@@ -13,6 +13,12 @@
 #     it), is killed with kill -9 and restarted from it; the trainers go on
 #     (they register again and repeat what the dead server may have lost)
 #     and the run ends exactly as the uninterrupted one too;
+#   pserver, unheld: pserver 1 killed with kill -9 right after one of its
+#     interval checkpoints while the trainers run on, and restarted from
+#     it: the run completes, every step done, the restarted server
+#     continues its tables from the checkpoint's step (so what the trainers
+#     send again of older steps is dropped as a duplicate, and nothing
+#     newer is);
 #   async: trainer 1 killed and restarted the same way in async mode: it
 #     rejoins from its own last push and the job completes, every step
 #     done, with no push refused and a test AUC near the sync run's (async
@@ -167,5 +173,28 @@ for t in 0 1; do has "$tmp/$n.tr$t.log" 'done: 192 steps, 3 epochs' "$n: trainer
 same $n
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n: restarted from its checkpoint of step ${saved:-?}, ends as the uninterrupted run" ||
+  show "$tmp/$n".*.log
+
+# ---------------------------------------- kill -9 of a pserver, unheld
+n=unheld
+job "$tmp/$n.yaml" $n
+ps_job $n "$tmp/$n.yaml" 2 2
+f0=$fails
+if wait_log "$tmp/$n.ps1.log" 'checkpoint of step (4|5|6)[0-9] .*\(interval_steps\)' 60; then
+  kill -KILL "$PS1"
+  wait_exit "$PS1" 5
+  mv "$tmp/$n.ps1.log" "$tmp/$n.ps1.first.log"
+  start_pserver $n "$tmp/$n.yaml" 1 2
+  wait_log "$tmp/$n.ps1.log" '\] serving ' 20 || fail "$n: the restarted pserver does not serve"
+  has "$tmp/$n.ps1.log" "loaded checkpoint .*ckpt-[0-9]*.flc: step [1-9][0-9]*" "$n: restarted pserver"
+else
+  fail "$n: pserver 1 wrote no interval checkpoint of step 40 to 69"
+fi
+ends $n
+for t in 0 1; do has "$tmp/$n.tr$t.log" 'done: 192 steps, 3 epochs' "$n: trainer $t"; done
+for f in "$tmp/$n".*.log; do hasnt "$f" 'INVALID_ARGUMENT' "$n: $f"; done
+hasnt "$tmp/$n.ps1.log" 'sparse table .*: moving from step 0 ' "$n: restarted pserver"
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n: killed after an interval checkpoint and restarted, the run completes" ||
   show "$tmp/$n".*.log
 finish
