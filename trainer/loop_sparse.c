@@ -223,27 +223,23 @@ unsigned fl_sparse_run_slot(const fl_sparse_run *r) { return r->cur; }
 fl_status fl_sparse_run_push(fl_sparse_run *r, int64_t step) {
   fl_ps_client *c = fl_sync_ps_client(r->sync);
   const fl_sparse_need *need = r->need[r->cur];
-  if (!r->pipeline) {
-    for (size_t t = 0; t < r->nt; t++)
-      FL_TRY(fl_ps_client_push_sparse(c, r->tables[t].name, r->tables[t].width, step,
-                                      need[t].ids, need[t].n, r->hooks->row_grad(r->self, t)));
-    return FL_OK;
-  }
   if (r->pushing) { /* the last step's push: its errors come out here */
     r->pushing = 0;
     FL_TRY(fl_ps_client_push_sparse_finish(c));
   }
+  /* every table's rows in one batch: a restarted server gets all of them
+   * again (fl_ps_client.h) */
   r->pushing = 1;
   for (size_t t = 0; t < r->nt; t++)
     FL_TRY(fl_ps_client_push_sparse_start(c, r->tables[t].name, r->tables[t].width, step,
                                           need[t].ids, need[t].n,
                                           r->hooks->row_grad(r->self, t)));
-  if (!r->sync_mode) return FL_OK;
+  if (r->pipeline && !r->sync_mode) return FL_OK;
   /* sync: once the servers hold this step's push, the next step's pull
    * may wait there for the step to be applied */
   r->pushing = 0;
   FL_TRY(fl_ps_client_push_sparse_finish(c));
-  return pull_ahead(r);
+  return r->pipeline ? pull_ahead(r) : FL_OK;
 }
 
 double fl_sparse_run_step_end(fl_sparse_run *r) {

@@ -996,6 +996,18 @@ static int64_t *table_next_of(fl_ps_client *c, const char *table) {
   return NULL;
 }
 
+/* The step a registration again declares: the highest pushed, or the one
+ * after the last sparse push when that is higher (a sparse model's rows are
+ * pushed before the dense gradients of the same step, and a pull of the
+ * next step's rows may meet the restarted server first: its dense pushes
+ * come next, and must lie in the server's step window). */
+static int64_t declared_step(fl_ps_client *c) {
+  int64_t d = atomic_load(&c->step_pushed);
+  for (size_t i = 0; i < c->n_tables; i++)
+    if (c->table_next[i] > d) d = c->table_next[i];
+  return d;
+}
+
 /* Whether o is a push: repeated, and over, before any pull is repeated. */
 static int is_push(const op *o) { return o->type == OP_PUSH || o->type == OP_SPUSH; }
 
@@ -1056,7 +1068,7 @@ static fl_status lane_recover(fl_ps_client *c, lane *L) {
     if (!again[s]) continue;
     FL_LOGI("pserver %d (%s) does not know trainer %d: registering again and repeating what "
             "it may have lost", s, c->names[s], c->o.trainer_id);
-    st = register_server(c, s, atomic_load(&c->step_pushed), NULL, NULL);
+    st = register_server(c, s, declared_step(c), NULL, NULL);
   }
   if (st == FL_OK) st = repeat_calls(c, again, 1);
   if (st == FL_OK) st = repeat_calls(c, again, 0);
@@ -1309,7 +1321,7 @@ fl_status fl_ps_client_complete(fl_ps_client *c) {
       st = unary(c, s, PATH(COMPLETE), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
                  details, sizeof details);
       if (st != FL_ESTATE || round >= 2) break;
-      FL_TRY(register_server(c, s, atomic_load(&c->step_pushed), NULL, NULL));
+      FL_TRY(register_server(c, s, declared_step(c), NULL, NULL));
     }
     if (st != FL_OK)
       return FL_ERR(st, "pserver %d (%s) Complete: %s (%s)", s, c->names[s],
