@@ -7,7 +7,13 @@
 #     as an uninterrupted one: the same test AUC and log loss, the same
 #     final tables (every pserver's final checkpoint equal to the
 #     uninterrupted run's), and the pservers dropped no push of the
-#     restarted trainer as an old duplicate beyond the step it died in;
+#     restarted trainer as an old duplicate beyond the step it died in.
+#     One window stays: a kill after the trainer's dense pushes of a step
+#     went out (during backward) and before its rows' pushes did (right
+#     after) makes the servers apply that step's rows without its part
+#     (they say so: "applying that step with what it has") while the
+#     restarted trainer goes on from the next step; then the run must end
+#     within 0.003 of the uninterrupted AUC instead;
 #   pserver: the trainers are held still mid-run (SIGSTOP), pserver 1
 #     writes a checkpoint on request (the last checkpoint: no step after
 #     it), is killed with kill -9 and restarted from it; the trainers go on
@@ -83,6 +89,16 @@ same() {
   done
 }
 
+# auc_of FILE: the final test AUC in a trainer's log.
+auc_of() { final_eval "$1" | sed -n 's/.*test auc: \([0-9.]*\),.*/\1/p'; }
+
+# near NAME BOUND: job NAME's final test AUC within BOUND of base's.
+near() {
+  a=$(auc_of "$tmp/base.tr0.log") b=$(auc_of "$tmp/$1.tr0.log")
+  awk -v a="${a:-0}" -v b="${b:-9}" -v t="$2" 'BEGIN { d = a - b; exit !(d < t && d > -t) }' ||
+    fail "$1: test AUC '$b', uninterrupted '$a' (more than $2 apart)"
+}
+
 # duplicates NAME S: the duplicate pushes pserver S of job NAME counted.
 duplicates() {
   sed -n 's/.* \([0-9]*\) duplicates.*/\1/p' "$tmp/$1.ps$2.log" | tail -1
@@ -114,7 +130,12 @@ fi
 ends $n
 has "$tmp/$n.tr1.log" 'rejoining the running job at step [1-9][0-9]*' "$n: restarted trainer"
 for t in 0 1; do has "$tmp/$n.tr$t.log" 'done: 192 steps, 3 epochs' "$n: trainer $t"; done
-same $n
+if grep -q 'applying that step with what it has' "$tmp/$n".ps*.log; then
+  echo "note: $n: the kill fell between the dense and the sparse pushes of a step"
+  near $n 0.003
+else
+  same $n
+fi
 # at most the parts of the step it died in (sparse and dense, on each server)
 for s in 0 1; do
   d=$(duplicates $n $s)
@@ -141,10 +162,8 @@ ends $n
 has "$tmp/$n.tr1.log" 'rejoining the running job at step [1-9][0-9]*' "$n: restarted trainer"
 for t in 0 1; do has "$tmp/$n.tr$t.log" 'done: 192 steps, 3 epochs' "$n: trainer $t"; done
 for f in "$tmp/$n".*.log; do hasnt "$f" 'INVALID_ARGUMENT' "$n: $f"; done
-auc=$(final_eval "$tmp/$n.tr0.log" | sed -n 's/.*test auc: \([0-9.]*\),.*/\1/p')
-base_auc=$(final_eval "$tmp/base.tr0.log" | sed -n 's/.*test auc: \([0-9.]*\),.*/\1/p')
-awk -v a="${auc:-0}" -v b="${base_auc:-0}" 'BEGIN { d = a - b; exit !(d < 0.05 && d > -0.05) }' ||
-  fail "$n: test AUC '$auc' after the restart, sync uninterrupted '$base_auc'"
+auc=$(auc_of "$tmp/$n.tr0.log") base_auc=$(auc_of "$tmp/base.tr0.log")
+near $n 0.05
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n: killed and restarted, test AUC $auc (sync uninterrupted: $base_auc)" ||
   show "$tmp/$n".*.log
