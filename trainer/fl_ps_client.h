@@ -105,7 +105,10 @@ fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int
  * -(s+1): the values as of step s (sync, see pserver/fl_ps.h). */
 fl_status fl_ps_client_pull_block(fl_ps_client *c, uint32_t block, int64_t min_step);
 /* Wait for every queued call (repeating them after a re-registration when
- * needed).  Returns the first error. */
+ * needed: a server that forgot this trainer, restarted from a checkpoint,
+ * is registered with again and gets every call of every batch again, the
+ * ones it had answered and the last sparse push too, the pushes first and
+ * over before any pull).  Returns the first error. */
 fl_status fl_ps_client_wait(fl_ps_client *c);
 
 /* Rows of keys[0..n) of table (dim floats each) into out, from the servers
