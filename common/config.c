@@ -438,6 +438,7 @@ static const field f_pserver[] = {
            .over = (const field_over[]){{"name", FL_OPTIM_ADAGRAD}, {"lr", 0.05}, {NULL, 0}}),
          E("init_range", F_FLOAT, fl_job_pserver, sparse.init_range, RANGE(0, 1e3), DEF(0.01)),
          E("max_rows", F_I64, fl_job_pserver, sparse.max_rows, RANGE(1, 1e12), DEF(1000000)),
+         E("pipeline", F_BOOL, fl_job_pserver, sparse.pipeline, DEF(1)),
          END}},
     E("sparse_tables", F_TABLE_MAP, fl_job_pserver, sparse_tables,
       .cap = FL_JOB_MAX_SPARSE_TABLES, .count_off = offsetof(fl_job_pserver, n_sparse_tables),

@@ -351,6 +351,7 @@ typedef struct fl_job_pserver {
     fl_job_optimizer optimizer; /* sgd, adagrad (default, lr 0.05) or adam */
     float init_range;           /* rows start uniform in [-r, r]: 0.01 */
     int64_t max_rows;           /* per table per server; beyond: evict LRU: 1000000 */
+    int pipeline; /* pull the next micro-batch's rows while one computes: 1 */
   } sparse;
   fl_job_sparse_table sparse_tables[FL_JOB_MAX_SPARSE_TABLES]; /* a model's own tables */
   int n_sparse_tables;

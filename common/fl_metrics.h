@@ -128,6 +128,8 @@ void fl_metrics_set_ready(int ready);
  *                                      (pserver)
  *   table_rows{table}                  rows of each sparse table (pserver)
  *   checkpoints_total                  checkpoints written
+ *   pull_wait_share                    last step's time blocked waiting for
+ *                                      sparse rows / its time (trainer)
  * The pointers in the struct are NULL when registration ran out of memory
  * (updates then do nothing).  The struct lives until exit. */
 typedef struct fl_std_metrics {
@@ -144,6 +146,7 @@ typedef struct fl_std_metrics {
   fl_series *bytes_received;
   fl_series *live_trainers;
   fl_series *checkpoints;
+  fl_series *pull_wait_share;
   fl_metric *table_rows; /* one series per table: fl_metric_series(.., {name}) */
   fl_metric *info;
 } fl_std_metrics;

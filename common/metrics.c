@@ -526,6 +526,9 @@ static void std_init(void) {
                                "Trainers with a recent heartbeat (pserver).", ROLE_PSERVER);
   s->checkpoints = std_plain(reg, FL_METRIC_COUNTER, "flotilla_checkpoints_total",
                              "Checkpoints written by this process.", 0);
+  s->pull_wait_share = std_plain(reg, FL_METRIC_GAUGE, "flotilla_pull_wait_share",
+                                 "Share of the last step spent waiting for sparse rows.",
+                                 ROLE_TRAINER);
   if (fl_metrics_gauge(reg, "flotilla_table_rows", "Rows held in each sparse table (pserver).",
                        "table", &s->table_rows) != FL_OK)
     s->table_rows = NULL;

@@ -441,6 +441,13 @@ static fl_status load_sparse(fl_ps_core *c, load_ctx *x) {
     if (st != FL_OK) return st;
     snprintf(name, sizeof name, "sparse/%s/", tname);
     st = psc_stripes_load(pt, x->ck, name);
+    int64_t tstep;
+    snprintf(name, sizeof name, "sparse/%s/step", tname);
+    if (st == FL_OK && fl_ckpt_get_i64(x->ck, name, &tstep) == FL_OK && tstep >= 0) {
+      pthread_mutex_lock(&pt->mu);
+      pt->step = tstep; /* older checkpoints have none: the table takes any step */
+      pthread_mutex_unlock(&pt->mu);
+    }
     if (st != FL_OK) return st;
   }
   return FL_OK;

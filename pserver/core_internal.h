@@ -312,8 +312,9 @@ fl_status psc_stripes_dump(ps_table *pt, int has_after, uint64_t after, size_t m
                            uint64_t *keys, float *vals, size_t *n, int *more);
 /* Rows of the memory tier of every stripe (each stripe under its lock). */
 size_t psc_stripes_rows(ps_table *pt);
-/* Every table's dim and rows into w, with every stripe locked (and the
- * disk tier copied meanwhile, psc_tier_snapshot).  No lock held. */
+/* Every table's dim, rows and sync step into w, with every table's lock
+ * and then every stripe's held (and the disk tier copied meanwhile,
+ * psc_tier_snapshot).  No lock held by the caller. */
 fl_status psc_save_tables(fl_ps_core *c, fl_ckpt_writer *w);
 /* pt's rows from the records under prefix (its stripes locked). */
 fl_status psc_stripes_load(ps_table *pt, const fl_ckpt *ck, const char *prefix);

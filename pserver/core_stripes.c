@@ -242,6 +242,9 @@ fl_status psc_save_tables(fl_ps_core *c, fl_ckpt_writer *w) {
   size_t nt = atomic_load(&c->n_tables);
   char name[FL_CKPT_NAME_MAX];
   fl_status st = FL_OK;
+  /* the tables' locks first, as a sync step's apply takes them (then its
+   * stripes'): each table's rows and its step saved as one */
+  for (size_t i = 0; i < nt; i++) pthread_mutex_lock(&c->tables[i].mu);
   lock_all(c, nt, 1);
   if (c->tier) st = psc_tier_snapshot(c);
   for (size_t i = 0; i < nt && st == FL_OK; i++) {
@@ -251,8 +254,12 @@ fl_status psc_save_tables(fl_ps_core *c, fl_ckpt_writer *w) {
     snprintf(name, sizeof name, "%sdim", prefix);
     if ((st = fl_ckpt_put_i64(w, name, fl_ps_table_dim(pt->t))) == FL_OK)
       st = fl_ps_table_save_many((const fl_ps_table *const *)pt->sh, pt->ns, w, prefix);
+    /* the table's sync step: after a restart a push its rows hold is a duplicate */
+    snprintf(name, sizeof name, "%sstep", prefix);
+    if (st == FL_OK) st = fl_ckpt_put_i64(w, name, pt->step);
   }
   lock_all(c, nt, 0);
+  for (size_t i = 0; i < nt; i++) pthread_mutex_unlock(&c->tables[i].mu);
   return st;
 }
 

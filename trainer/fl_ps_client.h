@@ -105,7 +105,10 @@ fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int
  * -(s+1): the values as of step s (sync, see pserver/fl_ps.h). */
 fl_status fl_ps_client_pull_block(fl_ps_client *c, uint32_t block, int64_t min_step);
 /* Wait for every queued call (repeating them after a re-registration when
- * needed).  Returns the first error. */
+ * needed: a server that forgot this trainer, restarted from a checkpoint,
+ * is registered with again and gets every call of every batch again, the
+ * ones it had answered and the last sparse push too, the pushes first and
+ * over before any pull).  Returns the first error. */
 fl_status fl_ps_client_wait(fl_ps_client *c);
 
 /* Rows of keys[0..n) of table (dim floats each) into out, from the servers
@@ -141,6 +144,25 @@ fl_status fl_ps_client_init_sparse(fl_ps_client *c, const char *table, uint32_t 
  * on an error). */
 fl_status fl_ps_client_dump_sparse(fl_ps_client *c, const char *table, uint32_t width,
                                    uint64_t **ids, float **rows, size_t *n);
+/* The same pulls and pushes, asynchronous, for a loop that pulls the next
+ * micro-batch's rows while the current one computes: a start queues the
+ * calls of one registered table and returns; the finish of its kind waits
+ * for every call of that kind started since the last finish (repeating
+ * them after a re-registration, as fl_ps_client_wait does) and returns the
+ * first error.  Pulls and pushes are batches of their own, apart from each
+ * other and from the blocking calls, so they stay in flight across any
+ * other call of the client.  keys and grads are copied by the start; out
+ * is written until the pull's finish returns.  A pull asks, as the
+ * blocking one, for the step after the last push to the table that a push
+ * finish saw through.  At most one start per table and kind between two
+ * finishes; the thread that makes the client's other calls makes these. */
+fl_status fl_ps_client_pull_sparse_start(fl_ps_client *c, const char *table, uint32_t dim,
+                                         const uint64_t *keys, size_t n, float *out);
+fl_status fl_ps_client_pull_sparse_finish(fl_ps_client *c);
+fl_status fl_ps_client_push_sparse_start(fl_ps_client *c, const char *table, uint32_t dim,
+                                         int64_t step, const uint64_t *keys, size_t n,
+                                         const float *grads);
+fl_status fl_ps_client_push_sparse_finish(fl_ps_client *c);
 
 /* Barrier `name` over every live trainer, held on every server (so no
  * server's sync step waits for a trainer that waits here): sums[0..nv)

@@ -105,6 +105,7 @@ typedef struct fl_step_report {
   float lr;          /* learning rate used */
   float loss_scale;  /* AMP scale used for this step (1 without AMP) */
   int skipped;       /* 1: AMP overflow, the update was skipped */
+  double pull_wait;  /* sparse tables: time blocked waiting for rows / step time */
 } fl_step_report;
 
 typedef void (*fl_step_fn)(void *ctx, const fl_step_report *r);

@@ -944,6 +944,13 @@ static fl_status eval_named(trainer *t, const fl_dataset *d, size_t off, size_t 
   return fl_model_eval_feed(t->model, &f, cnt, res);
 }
 
+/* The next training micro-batch, from the stream or the loader (also the
+ * sparse run's source, as fl_sparse_next_fn). */
+static fl_status next_batch(void *ctx, fl_batch *b) {
+  trainer *t = ctx;
+  return t->stream ? fl_stream_next(t->stream, b) : fl_loader_next(t->loader, b);
+}
+
 /* One optimizer step: k micro-batches, merge, sync, update. */
 static fl_status train_step(trainer *t, fl_step_report *rep) {
   fl_model_result sum = {0};
@@ -955,15 +962,14 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
     fl_batch b;
     fl_model_result res = {0};
     int last = j == t->k - 1;
-    FL_TRY(t->stream ? fl_stream_next(t->stream, &b) : fl_loader_next(t->loader, &b));
+    FL_TRY(t->sparse ? fl_sparse_run_next(t->sparse, t->step, &b) : next_batch(t, &b));
     if (last) memset(t->ready, 0, t->np);
     t->cb_err = FL_OK;
     /* dropout masks follow the checkpointed position (bitwise --resume) */
     fl_model_set_step(t->model, (uint64_t)t->step * (uint64_t)t->k + (uint64_t)j);
     if (t->sparse) { /* rows pulled before, their gradients pushed after */
-      FL_TRY(fl_sparse_run_pull(t->sparse, &b, b.size));
-      FL_TRY(fl_model_train_sparse(t->model, 0, b.size, scale, last ? on_grad_ready : NULL, t,
-                                   &res));
+      FL_TRY(fl_model_train_sparse(t->model, fl_sparse_run_slot(t->sparse), b.size, scale,
+                                   last ? on_grad_ready : NULL, t, &res));
       FL_TRY(fl_sparse_run_push(t->sparse, t->step));
     } else if (b.n_inputs) { /* named inputs: a feed */
       fl_model_input in[FL_DATA_MAX_INPUTS];
@@ -1018,7 +1024,8 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
   double c = sum.count ? (double)sum.count : 1.0;
   *rep = (fl_step_report){.epoch = t->epoch, .step = t->step, .loss = sum.loss_sum / c,
                           .acc1 = (double)sum.correct1 / c, .acc5 = (double)sum.correct5 / c,
-                          .lr = lr, .loss_scale = scale, .skipped = skip};
+                          .lr = lr, .loss_scale = scale, .skipped = skip,
+                          .pull_wait = t->sparse ? fl_sparse_run_step_end(t->sparse) : 0};
   return FL_OK;
 }
 
@@ -1385,6 +1392,7 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
   int64_t max_steps = o->max_steps > 0 ? o->max_steps : job->train.max_steps;
   int64_t interval = job->train.checkpoint_interval;
 
+  if (t->sparse) fl_sparse_run_limit(t->sparse, t->steps_per_epoch, max_steps);
   while (t->epoch < job->train.epochs) {
     if (max_steps > 0 && t->step >= max_steps) break;
     int64_t first = t->batch / t->k;
@@ -1425,6 +1433,7 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
       log_line(t, "[Epoch %" PRId64 "] train: %" PRId64 " steps, %" PRId64 " samples, %.2f s, "
                "%.1f samples/s, cpu %.2f s\n", t->epoch, steps, samples, dt,
                dt > 0 ? (double)samples / dt : 0.0, cpu);
+    if (t->sparse) FL_TRY(fl_sparse_run_epoch_end(t->sparse, t->epoch, t->log));
     if (validation_due(t, 1) && !stopped) FL_TRY(validate(t, rep));
     if (t->have_test) FL_TRY(evaluate(t, rep));
     if (t->have_test && !t->vn) FL_TRY(observe_metric(t, rep, NULL));
@@ -1504,7 +1513,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
     max_batch = job->train.eval_batch_size;
   if ((st = build_model(&t, max_batch)) != FL_OK) goto done;
   if (fl_model_sparse(t.model, NULL) &&
-      (st = fl_sparse_run_create(job, t.model, sync, t.k, &t.sparse)) != FL_OK)
+      (st = fl_sparse_run_create(job, t.model, sync, next_batch, &t, t.k, &t.sparse)) != FL_OK)
     goto done;
   int64_t local_steps = (int64_t)source_batches(&t) / t.k;
   /* every epoch has the same shard sizes, so the ranks agree once */
@@ -1547,6 +1556,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
           rep.activation_bytes);
   rep.epochs_done = t.epoch;
   st = run_epochs(&t, o, &rep);
+  if (st == FL_OK && t.sparse) st = fl_sparse_run_drain(t.sparse);
   rep.steps = t.step;
   if (st == FL_OK && !rep.stopped) st = final_model(&t, &rep);
   /* finish while the model still exists: geo pushes its last delta from it;

@@ -29,21 +29,43 @@ typedef struct fl_sparse_run fl_sparse_run;
 
 /* The pulls and pushes of model m's sparse tables through sync, which
  * must be the ps mode: registers the tables (call before agree_steps).
- * k: gradient-merge k_steps (only 1).  The caller owns *out
- * (fl_sparse_run_free); m and sync must outlive it.  FL_ENOTSUP (logged)
- * outside ps mode or with k > 1. */
-fl_status fl_sparse_run_create(const fl_job *job, fl_model *m, fl_sync *sync, int k,
+ * The training micro-batches come from next(next_ctx, b), in order (the
+ * loop's loader or stream; fl_sparse_run_next takes them, one ahead when
+ * pipelining).  k: gradient-merge k_steps (only 1).  The caller owns *out
+ * (fl_sparse_run_free, which first waits for the calls in flight); m,
+ * sync and next_ctx must outlive it.  FL_ENOTSUP (logged) outside ps mode
+ * or with k > 1. */
+typedef fl_status (*fl_sparse_next_fn)(void *ctx, fl_batch *b);
+fl_status fl_sparse_run_create(const fl_job *job, fl_model *m, fl_sync *sync,
+                               fl_sparse_next_fn next, void *next_ctx, int k,
                                fl_sparse_run **out);
 void fl_sparse_run_free(fl_sparse_run *r);
 
-/* Micro-batch b's n samples prepared in the model's slot 0 and their rows
- * pulled: the next fl_model_train_sparse / fl_model_eval_sparse of slot 0
- * reads them. */
-fl_status fl_sparse_run_pull(fl_sparse_run *r, const fl_batch *b, size_t n);
-/* After the train step of the pulled micro-batch: push its rows'
- * gradients as step `step` (the loop's global optimizer step, which a
- * resumed or rejoined trainer continues). */
+/* Where the run's steps stop (run_epochs): no micro-batch is pulled ahead
+ * past the epoch's steps_per_epoch or past max_steps (> 0). */
+void fl_sparse_run_limit(fl_sparse_run *r, int64_t steps_per_epoch, int64_t max_steps);
+
+/* In place of fl_loader_next for the micro-batch of step `step`: *b (its
+ * arrays may be gone; index and size stay) with its rows pulled into the
+ * model's slot fl_sparse_run_slot, which the next fl_model_train_sparse
+ * reads; with pserver.sparse.pipeline the next micro-batch may be taken
+ * from the loader and its pulls started (async, geo). */
+fl_status fl_sparse_run_next(fl_sparse_run *r, int64_t step, fl_batch *b);
+unsigned fl_sparse_run_slot(const fl_sparse_run *r);
+/* After the train step of that micro-batch: push its rows' gradients as
+ * step `step` (the loop's global optimizer step, which a resumed or
+ * rejoined trainer continues).  Pipelined, the push stays in flight (its
+ * errors come out at the next push or fl_sparse_run_drain); sync waits for
+ * its acknowledgement and starts the next micro-batch's pulls. */
 fl_status fl_sparse_run_push(fl_sparse_run *r, int64_t step);
+/* At a step's end: its share of time blocked waiting for rows (also set
+ * in /metrics and on the timeline). */
+double fl_sparse_run_step_end(fl_sparse_run *r);
+/* Wait for every call in flight; their first error. */
+fl_status fl_sparse_run_drain(fl_sparse_run *r);
+/* At an epoch's end: drained, and `[Epoch e] pull_wait: S of the step
+ * time (pipelined|sequential)` logged to out. */
+fl_status fl_sparse_run_epoch_end(fl_sparse_run *r, int64_t epoch, FILE *out);
 
 /* The test set through the model, rows read read-only (no table
  * changes): the sparse one (stest, when it has samples) or the named

@@ -6,8 +6,23 @@
  * its buffers; after the step their gradients are pushed, numbered by the
  * loop's global optimizer step (one micro-batch a step), so a trainer
  * restarted or rejoined at step s pushes s, never a number the pservers
- * drop as an old duplicate (they apply them with pserver.sparse.optimizer).  The dense parameters travel through the
- * ps-mode fl_sync like any model's.  Evaluation reads rows read-only (it
+ * drop as an old duplicate (they apply them with pserver.sparse.optimizer).
+ * The dense parameters travel through the ps-mode fl_sync like any model's.
+ *
+ * Pipelining (pserver.sparse.pipeline, the default): the model keeps two
+ * micro-batches prepared, so while one computes the next one is taken from
+ * the loader into the other slot and its rows are pulled, with the PS
+ * client's asynchronous calls (the trainer thread issues them; the
+ * client's driver thread completes them).  Async and geo pull the next
+ * rows at once, from the tables as they stand; sync pulls step s + 1's
+ * rows as soon as the servers acknowledged this trainer's push of step s
+ * (the pull is answered once every trainer's step s is applied, as a
+ * sequential pull would be: the same rows, bit for bit), overlapping the
+ * dense sync.  A push stays in flight while the next step computes; its
+ * errors come out at the next push or at the epoch's end.  No pull runs
+ * ahead past the epoch or the run's last step.  Each step's share of time
+ * blocked waiting for rows goes to the step report, /metrics and the
+ * timeline.  Evaluation reads rows read-only (it
  * changes no table) and each rank scores its contiguous share of the test
  * set; the (probability, label) pairs of every rank are gathered through
  * the sync's metric sums (each rank fills its own positions, the others
@@ -21,12 +36,15 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fl_graph_inspect.h"
 #include "fl_log.h"
+#include "fl_metrics.h"
 #include "fl_metrics_auc.h"
 #include "fl_ps_client.h"
 #include "fl_sparse_model.h"
+#include "fl_timeline.h"
 #include "loop_internal.h"
 
 struct fl_sparse_run {
@@ -34,9 +52,21 @@ struct fl_sparse_run {
   const fl_sparse_hooks *hooks;
   void *self;
   fl_sync *sync;
+  fl_sparse_next_fn next; /* the training micro-batches, in order */
+  void *next_ctx;
   const fl_sparse_table *tables;
   size_t nt;
-  fl_sparse_need need[FL_SPARSE_MAX_TABLES]; /* the pulled micro-batch's */
+  fl_sparse_need need[FL_SPARSE_SLOTS][FL_SPARSE_MAX_TABLES]; /* each slot's */
+  int pipeline;  /* pserver.sparse.pipeline */
+  int sync_mode; /* sync ps: the next pull waits for this step's push */
+  unsigned cur;  /* the slot of the micro-batch being trained */
+  int ahead;     /* the other slot holds the next micro-batch, its pulls started */
+  int pushing;   /* a push is in flight (async, geo) */
+  fl_batch next_b; /* that micro-batch (index, size; its arrays are gone) */
+  size_t index;    /* the trained micro-batch's index in the epoch */
+  int64_t step, per_epoch, max_steps; /* no pull ahead past the epoch or run */
+  double t_step, waited;     /* the step's start, its time blocked on rows (s) */
+  double wait_sum, time_sum; /* over the epoch */
   int inited; /* the model's initial rows were sent (init_tables) */
 };
 
@@ -71,7 +101,8 @@ fl_status fl_loop_load_sparse(const fl_job *job, fl_sparse_dataset *train,
   return FL_OK;
 }
 
-fl_status fl_sparse_run_create(const fl_job *job, fl_model *m, fl_sync *sync, int k,
+fl_status fl_sparse_run_create(const fl_job *job, fl_model *m, fl_sync *sync,
+                               fl_sparse_next_fn next, void *next_ctx, int k,
                                fl_sparse_run **out) {
   void *self = NULL;
   const fl_sparse_hooks *h = fl_model_sparse(m, &self);
@@ -92,6 +123,10 @@ fl_status fl_sparse_run_create(const fl_job *job, fl_model *m, fl_sync *sync, in
   r->hooks = h;
   r->self = self;
   r->sync = sync;
+  r->next = next;
+  r->next_ctx = next_ctx;
+  r->pipeline = job->pserver.sparse.pipeline;
+  r->sync_mode = !job->strategy.a_sync;
   r->nt = h->tables(self, &r->tables);
   if (r->nt > FL_SPARSE_MAX_TABLES) {
     fl_sparse_run_free(r);
@@ -109,7 +144,11 @@ fl_status fl_sparse_run_create(const fl_job *job, fl_model *m, fl_sync *sync, in
   return FL_OK;
 }
 
-void fl_sparse_run_free(fl_sparse_run *r) { free(r); }
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* Ids sent in one InitSparse call at most. */
 #define INIT_CHUNK 4096
@@ -142,29 +181,120 @@ static fl_status init_tables(fl_sparse_run *r) {
   return FL_OK;
 }
 
-/* Prepare b in slot 0 and fetch its rows: a training pull (rows created,
- * a sync pull held for the step), or an evaluation's read-only one. */
-static fl_status fetch(fl_sparse_run *r, const fl_batch *b, size_t n, int read_only) {
+fl_status fl_sparse_run_drain(fl_sparse_run *r) {
   fl_ps_client *c = fl_sync_ps_client(r->sync);
+  fl_status st = FL_OK, st2 = FL_OK;
+  if (r->pushing) st = fl_ps_client_push_sparse_finish(c);
+  if (r->ahead) st2 = fl_ps_client_pull_sparse_finish(c);
+  r->pushing = r->ahead = 0;
+  return st != FL_OK ? st : st2;
+}
+
+void fl_sparse_run_free(fl_sparse_run *r) {
+  /* nothing in flight may still write into the model's rows */
+  if (r) (void)fl_sparse_run_drain(r);
+  free(r);
+}
+
+void fl_sparse_run_limit(fl_sparse_run *r, int64_t steps_per_epoch, int64_t max_steps) {
+  r->per_epoch = steps_per_epoch;
+  r->max_steps = max_steps;
+}
+
+/* Prepare b in slot and fetch its rows, blocking: a training pull (rows
+ * created, a sync pull held for the step), or an evaluation's read-only
+ * one. */
+static fl_status fetch(fl_sparse_run *r, unsigned slot, const fl_batch *b, size_t n,
+                       int read_only) {
+  fl_ps_client *c = fl_sync_ps_client(r->sync);
+  fl_sparse_need *need = r->need[slot];
   if (!r->inited) FL_TRY(init_tables(r));
-  FL_TRY(r->hooks->prepare(r->self, 0, b, n, r->need));
+  FL_TRY(r->hooks->prepare(r->self, slot, b, n, need));
+  const double t0 = mono_s();
   for (size_t t = 0; t < r->nt; t++)
     FL_TRY((read_only ? fl_ps_client_read_sparse : fl_ps_client_pull_sparse)(
-        c, r->tables[t].name, r->tables[t].width, r->need[t].ids, r->need[t].n,
-        r->need[t].rows));
+        c, r->tables[t].name, r->tables[t].width, need[t].ids, need[t].n, need[t].rows));
+  r->waited += mono_s() - t0;
   return FL_OK;
 }
 
-fl_status fl_sparse_run_pull(fl_sparse_run *r, const fl_batch *b, size_t n) {
-  return fetch(r, b, n, 0);
+/* When the epoch and the run go on after the trained micro-batch: the next
+ * one from the loader, prepared in the other slot, its pulls started. */
+static fl_status pull_ahead(fl_sparse_run *r) {
+  if (r->ahead || (int64_t)r->index + 1 >= r->per_epoch ||
+      (r->max_steps > 0 && r->step + 1 >= r->max_steps))
+    return FL_OK;
+  fl_ps_client *c = fl_sync_ps_client(r->sync);
+  const unsigned slot = (r->cur + 1) % FL_SPARSE_SLOTS;
+  fl_sparse_need *need = r->need[slot];
+  FL_TRY(r->next(r->next_ctx, &r->next_b));
+  FL_TRY(r->hooks->prepare(r->self, slot, &r->next_b, r->next_b.size, need));
+  r->ahead = 1;
+  for (size_t t = 0; t < r->nt; t++)
+    FL_TRY(fl_ps_client_pull_sparse_start(c, r->tables[t].name, r->tables[t].width,
+                                          need[t].ids, need[t].n, need[t].rows));
+  return FL_OK;
 }
+
+fl_status fl_sparse_run_next(fl_sparse_run *r, int64_t step, fl_batch *b) {
+  r->step = step;
+  r->t_step = mono_s();
+  r->waited = 0;
+  if (r->ahead) { /* prepared and pulled while the last step ran */
+    *b = r->next_b;
+    r->ahead = 0;
+    r->cur = (r->cur + 1) % FL_SPARSE_SLOTS;
+    FL_TRY(fl_ps_client_pull_sparse_finish(fl_sync_ps_client(r->sync)));
+    r->waited = mono_s() - r->t_step;
+  } else {
+    FL_TRY(r->next(r->next_ctx, b));
+    FL_TRY(fetch(r, r->cur, b, b->size, 0));
+  }
+  r->index = b->index;
+  /* async and geo: the next rows at once, from the tables as they stand */
+  return r->pipeline && !r->sync_mode ? pull_ahead(r) : FL_OK;
+}
+
+unsigned fl_sparse_run_slot(const fl_sparse_run *r) { return r->cur; }
 
 fl_status fl_sparse_run_push(fl_sparse_run *r, int64_t step) {
   fl_ps_client *c = fl_sync_ps_client(r->sync);
+  const fl_sparse_need *need = r->need[r->cur];
+  if (r->pushing) { /* the last step's push: its errors come out here */
+    r->pushing = 0;
+    FL_TRY(fl_ps_client_push_sparse_finish(c));
+  }
+  /* every table's rows in one batch: a restarted server gets all of them
+   * again (fl_ps_client.h) */
+  r->pushing = 1;
   for (size_t t = 0; t < r->nt; t++)
-    FL_TRY(fl_ps_client_push_sparse(c, r->tables[t].name, r->tables[t].width, step,
-                                    r->need[t].ids, r->need[t].n,
-                                    r->hooks->row_grad(r->self, t)));
+    FL_TRY(fl_ps_client_push_sparse_start(c, r->tables[t].name, r->tables[t].width, step,
+                                          need[t].ids, need[t].n,
+                                          r->hooks->row_grad(r->self, t)));
+  if (r->pipeline && !r->sync_mode) return FL_OK;
+  /* sync: once the servers hold this step's push, the next step's pull
+   * may wait there for the step to be applied */
+  r->pushing = 0;
+  FL_TRY(fl_ps_client_push_sparse_finish(c));
+  return r->pipeline ? pull_ahead(r) : FL_OK;
+}
+
+double fl_sparse_run_step_end(fl_sparse_run *r) {
+  const double dt = mono_s() - r->t_step, share = dt > 0 ? r->waited / dt : 0;
+  r->wait_sum += r->waited;
+  r->time_sum += dt;
+  fl_series_set(fl_metrics_std()->pull_wait_share, share);
+  fl_timeline_counter(fl_timeline_default(), "pull_wait_share", share);
+  return share;
+}
+
+fl_status fl_sparse_run_epoch_end(fl_sparse_run *r, int64_t epoch, FILE *out) {
+  FL_TRY(fl_sparse_run_drain(r));
+  if (r->time_sum > 0)
+    fprintf(out, "[Epoch %" PRId64 "] pull_wait: %.4f of the step time (%s)\n", epoch,
+            r->wait_sum / r->time_sum, r->pipeline ? "pipelined" : "sequential");
+  fflush(out);
+  r->wait_sum = r->time_sum = 0;
   return FL_OK;
 }
 
@@ -220,7 +350,7 @@ static fl_status score(fl_sparse_run *r, test_src *test, size_t lo, size_t hi,
     fl_batch b;
     fl_model_result res;
     FL_TRY(test_batch(test, bs, off, cnt, &b));
-    FL_TRY(fetch(r, &b, cnt, 1));
+    FL_TRY(fetch(r, 0, &b, cnt, 1));
     FL_TRY(fl_model_eval_sparse(r->model, 0, cnt, &res));
     const float *logit = r->hooks->scores(r->self);
     for (size_t i = 0; i < cnt; i += GATHER_CHUNK) {
@@ -275,6 +405,7 @@ fl_status fl_sparse_run_eval(fl_sparse_run *r, const fl_sparse_dataset *stest,
   fl_auc_acc mine = {0}, all = {0};
   fl_auc_result res;
   double correct = 0, const_loss = 0, oracle = 0;
+  FL_TRY(fl_sparse_run_drain(r)); /* evaluation is sequential */
   test_src src = {.sp = stest->n ? stest : NULL, .d = dtest};
   const fl_sparse_dataset *test = src.sp;
   fl_status st = eval_all(r, &src, &mine, &all, &res, &correct);
@@ -301,7 +432,8 @@ int fl_sparse_run_auc(const fl_sparse_run *r) {
 
 fl_status fl_sparse_run_eval_batch(fl_sparse_run *r, const fl_batch *b, size_t n,
                                    fl_model_result *res) {
-  FL_TRY(fetch(r, b, n, 1));
+  FL_TRY(fl_sparse_run_drain(r)); /* evaluation is sequential */
+  FL_TRY(fetch(r, 0, b, n, 1));
   return fl_model_eval_sparse(r->model, 0, n, res);
 }
 

@@ -82,7 +82,9 @@ typedef struct op {
   int warned;
   double start, due, said; /* said: when the last "still retrying" went out */
   fl_status st;
+  int inflight; /* submitted and not over (under the client's mu) */
   struct op *next_retry;
+  struct lane *ln; /* the batch it belongs to */
 } op;
 
 typedef struct server_buf {
@@ -91,6 +93,22 @@ typedef struct server_buf {
   float *grads;
   size_t n, cap, gcap;
 } server_buf;
+
+/* A batch of calls waited for together: the blocking calls' (LANE_MAIN,
+ * fl_ps_client_wait) and one each for the asynchronous sparse pulls and
+ * pushes, so that those stay in flight across the other calls.  pending
+ * counts the lane's calls not over (under the client's mu); sb: the
+ * asynchronous lanes' keys grouped by server, n_tables * n_servers (a
+ * table's groups live until its calls are over). */
+enum { LANE_MAIN = 0, LANE_SPULL, LANE_SPUSH, N_LANES };
+typedef struct lane {
+  op **pool;
+  size_t n_ops, cap_ops;
+  size_t pending;
+  server_buf *sb;
+  size_t nsb;    /* sb's length */
+  size_t last_n; /* the calls of the last batch that went through (pool[0..)) */
+} lane;
 
 struct fl_ps_client {
   fl_ps_client_opts o;
@@ -106,9 +124,8 @@ struct fl_ps_client {
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  op **pool;
-  size_t n_ops, cap_ops;
-  size_t pending;
+  lane lanes[N_LANES];
+  size_t pending; /* every lane's */
   op *retry;
   int shutting;
 
@@ -328,22 +345,22 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
                            c->token, o);
 }
 
-/* A fresh op of the current batch (trainer thread). */
-static op *op_new(fl_ps_client *c, int type, int server) {
+/* A fresh op of lane L's current batch (trainer thread). */
+static op *lane_op_new(fl_ps_client *c, lane *L, int type, int server) {
   op *o;
   pthread_mutex_lock(&c->mu);
-  if (c->n_ops == c->cap_ops) {
-    size_t nc = c->cap_ops ? c->cap_ops * 2 : 64;
-    op **np = realloc(c->pool, nc * sizeof *np);
+  if (L->n_ops == L->cap_ops) {
+    size_t nc = L->cap_ops ? L->cap_ops * 2 : 64;
+    op **np = realloc(L->pool, nc * sizeof *np);
     if (!np) {
       pthread_mutex_unlock(&c->mu);
       return NULL;
     }
-    memset(np + c->cap_ops, 0, (nc - c->cap_ops) * sizeof *np);
-    c->pool = np;
-    c->cap_ops = nc;
+    memset(np + L->cap_ops, 0, (nc - L->cap_ops) * sizeof *np);
+    L->pool = np;
+    L->cap_ops = nc;
   }
-  o = c->pool[c->n_ops];
+  o = L->pool[L->n_ops];
   if (!o) {
     o = calloc(1, sizeof *o);
     if (!o || fl_rpc_outbuf_create(ZERO_COPY_MIN, &o->ob) != FL_OK) {
@@ -351,9 +368,9 @@ static op *op_new(fl_ps_client *c, int type, int server) {
       pthread_mutex_unlock(&c->mu);
       return NULL;
     }
-    c->pool[c->n_ops] = o;
+    L->pool[L->n_ops] = o;
   }
-  c->n_ops++;
+  L->n_ops++;
   pthread_mutex_unlock(&c->mu);
   {
     fl_rpc_outbuf *ob = o->ob;
@@ -366,7 +383,24 @@ static op *op_new(fl_ps_client *c, int type, int server) {
   }
   o->type = type;
   o->server = server;
+  o->ln = L;
   return o;
+}
+
+/* A fresh op of the blocking calls' batch (trainer thread). */
+static op *op_new(fl_ps_client *c, int type, int server) {
+  return lane_op_new(c, &c->lanes[LANE_MAIN], type, server);
+}
+
+/* o is over with st (any thread; takes mu). */
+static void op_over(fl_ps_client *c, op *o, fl_status st) {
+  pthread_mutex_lock(&c->mu);
+  o->st = st;
+  o->inflight = 0;
+  c->pending--;
+  o->ln->pending--;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
 }
 
 /* Start op now; a failure to start completes it with that error. */
@@ -376,15 +410,11 @@ static fl_status op_submit(fl_ps_client *c, op *o) {
   o->st = FL_OK;
   pthread_mutex_lock(&c->mu);
   c->pending++;
+  o->ln->pending++;
+  o->inflight = 1;
   pthread_mutex_unlock(&c->mu);
   st = op_launch(c, o);
-  if (st != FL_OK) {
-    pthread_mutex_lock(&c->mu);
-    o->st = st;
-    c->pending--;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-  }
+  if (st != FL_OK) op_over(c, o, st);
   return st;
 }
 
@@ -526,11 +556,7 @@ static void on_complete(fl_ps_client *c, op *o) {
     FL_LOGI("pserver %d (%s) %s went through after %d retries", o->server, c->names[o->server],
             op_name(o->type), o->attempt);
   fl_rpc_call_end(&o->call);
-  pthread_mutex_lock(&c->mu);
-  o->st = st;
-  c->pending--;
-  pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
+  op_over(c, o, st);
 }
 
 static void *driver_main(void *arg) {
@@ -557,13 +583,7 @@ static void *driver_main(void *arg) {
       op *o = due;
       fl_status st = c->shutting ? FL_ECLOSED : op_launch(c, o);
       due = o->next_retry;
-      if (st != FL_OK) {
-        pthread_mutex_lock(&c->mu);
-        o->st = st;
-        c->pending--;
-        pthread_cond_broadcast(&c->cv);
-        pthread_mutex_unlock(&c->mu);
-      }
+      if (st != FL_OK) op_over(c, o, st);
     }
     ev = grpc_completion_queue_next(
         c->cq,
@@ -989,70 +1009,153 @@ fl_status fl_ps_client_pull_block(fl_ps_client *c, uint32_t block, int64_t min_s
   return FL_OK;
 }
 
-fl_status fl_ps_client_wait(fl_ps_client *c) {
+/* The registered table called name's slot in c->table_next, or NULL. */
+static int64_t *table_next_of(fl_ps_client *c, const char *table) {
+  for (size_t i = 0; i < c->n_tables; i++)
+    if (!strcmp(c->tables[i].name, table)) return &c->table_next[i];
+  return NULL;
+}
+
+/* The step a registration again declares: the highest pushed, or the one
+ * after the last sparse push when that is higher (a sparse model's rows are
+ * pushed before the dense gradients of the same step, and a pull of the
+ * next step's rows may meet the restarted server first: its dense pushes
+ * come next, and must lie in the server's step window). */
+static int64_t declared_step(fl_ps_client *c) {
+  int64_t d = atomic_load(&c->step_pushed);
+  for (size_t i = 0; i < c->n_tables; i++)
+    if (c->table_next[i] > d) d = c->table_next[i];
+  return d;
+}
+
+/* Whether o is a push: repeated, and over, before any pull is repeated. */
+static int is_push(const op *o) { return o->type == OP_PUSH || o->type == OP_SPUSH; }
+
+static int op_inflight(fl_ps_client *c, const op *o) {
+  pthread_mutex_lock(&c->mu);
+  int busy = o->inflight;
+  pthread_mutex_unlock(&c->mu);
+  return busy;
+}
+
+/* Submit again the calls over (not in flight) to a server of again[] in
+ * every lane's batch (the push lane, idle, its last batch's), pushes or
+ * the others; the pushes are then waited for, and the first error that is
+ * not a refusal (FL_ESTATE, which the lanes' own waits repeat) returned.
+ * Only the trainer thread submits, so a call seen over stays so. */
+static fl_status repeat_calls(fl_ps_client *c, const int *again, int pushes) {
+  fl_status first = FL_OK;
+  for (int pass = 0; pass < (pushes ? 2 : 1); pass++)
+    for (int l = 0; l < N_LANES; l++) {
+      lane *L = &c->lanes[l];
+      size_t n = L->n_ops ? L->n_ops : l == LANE_SPUSH ? L->last_n : 0;
+      for (size_t i = 0; i < n; i++) {
+        op *o = L->pool[i];
+        if (!again[o->server] || is_push(o) != pushes || (pass == 0 && op_inflight(c, o)))
+          continue;
+        if (pass == 0) {
+          o->attempt = 0;
+          o->warned = 0;
+          op_submit(c, o);
+          continue;
+        }
+        pthread_mutex_lock(&c->mu);
+        while (o->inflight) pthread_cond_wait(&c->cv, &c->mu);
+        if (o->st != FL_OK && o->st != FL_ESTATE && first == FL_OK) first = o->st;
+        pthread_mutex_unlock(&c->mu);
+      }
+    }
+  return first;
+}
+
+/* Register again with the servers that refused a call of L's batch with
+ * FL_ESTATE (they forgot this trainer: restarted, and lost what they took
+ * since their last checkpoint) and repeat to them every call of every
+ * batch, not only the refused ones nor only L's: a push one took before
+ * the restart is lost (and a sync step would wait for it for ever), and
+ * so is the last sparse push (it may not be applied yet).  The pushes go
+ * first, and are over before any pull is repeated (a restarted server
+ * answers a sparse pull at once when it has no push of this trainer to
+ * wait for); the server drops a push it holds or applied already as a
+ * duplicate, and pulls are idempotent. */
+static fl_status lane_recover(fl_ps_client *c, lane *L) {
+  fl_status st = FL_OK;
+  int *again = calloc((size_t)c->o.n_servers, sizeof *again);
+  if (!again) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+  for (size_t i = 0; i < L->n_ops; i++)
+    if (L->pool[i]->st == FL_ESTATE) again[L->pool[i]->server] = 1;
+  for (int s = 0; s < c->o.n_servers && st == FL_OK; s++) {
+    if (!again[s]) continue;
+    FL_LOGI("pserver %d (%s) does not know trainer %d: registering again and repeating what "
+            "it may have lost", s, c->names[s], c->o.trainer_id);
+    st = register_server(c, s, declared_step(c), NULL, NULL);
+  }
+  if (st == FL_OK) st = repeat_calls(c, again, 1);
+  if (st == FL_OK) st = repeat_calls(c, again, 0);
+  free(again);
+  return st;
+}
+
+/* After L's batch went through: each table pushed to moves its next pull's
+ * step past the pushed one. */
+static void lane_pushed(fl_ps_client *c, const lane *L) {
+  for (size_t i = 0; i < L->n_ops; i++) {
+    const op *o = L->pool[i];
+    int64_t *next = o->type == OP_SPUSH ? table_next_of(c, o->table) : NULL;
+    if (next && o->step + 1 > *next) *next = o->step + 1;
+  }
+}
+
+/* Wait for every call of L's batch (the time blocked is a span `what` on
+ * the timeline), recovering from restarted servers; the batch is then
+ * empty.  The first error. */
+static fl_status lane_wait(fl_ps_client *c, lane *L, const char *what) {
+  fl_status st = FL_OK;
   for (int round = 0;; round++) {
-    int *again = NULL;
     fl_status first = FL_OK;
     int any = 0;
     int64_t t_wait = fl_timeline_now_us(); /* the time this trainer is blocked */
     pthread_mutex_lock(&c->mu);
-    while (c->pending > 0) pthread_cond_wait(&c->cv, &c->mu);
-    for (size_t i = 0; i < c->n_ops; i++) {
-      op *o = c->pool[i];
+    while (L->pending > 0) pthread_cond_wait(&c->cv, &c->mu);
+    for (size_t i = 0; i < L->n_ops; i++) {
+      op *o = L->pool[i];
       if (o->st == FL_ESTATE) any = 1;
       else if (o->st != FL_OK && first == FL_OK) first = o->st;
     }
     pthread_mutex_unlock(&c->mu);
     int64_t t_done = fl_timeline_now_us();
-    fl_timeline_span(fl_timeline_default(), "ps", "wait", t_wait, t_done, NULL, 0);
+    fl_timeline_span(fl_timeline_default(), "ps", what, t_wait, t_done, NULL, 0);
     fl_series_observe(fl_metrics_std()->wait_seconds, (double)(t_done - t_wait) * 1e-6);
     if (first != FL_OK || !any) {
-      pthread_mutex_lock(&c->mu);
-      c->n_ops = 0;
-      pthread_mutex_unlock(&c->mu);
-      return first;
+      st = first;
+      break;
     }
     if (round >= MAX_RECOVERIES) {
-      c->n_ops = 0;
-      return FL_ERR(FL_ESTATE, "ps client: servers keep refusing trainer %d after %d "
-                    "registrations", c->o.trainer_id, round);
+      st = FL_ERR(FL_ESTATE, "ps client: servers keep refusing trainer %d after %d "
+                  "registrations", c->o.trainer_id, round);
+      break;
     }
-    again = calloc((size_t)c->o.n_servers, sizeof *again);
-    if (!again) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
-    for (size_t i = 0; i < c->n_ops; i++)
-      if (c->pool[i]->st == FL_ESTATE) again[c->pool[i]->server] = 1;
-    for (int s = 0; s < c->o.n_servers; s++) {
-      fl_status st;
-      if (!again[s]) continue;
-      FL_LOGI("pserver %d (%s) does not know trainer %d: registering again", s, c->names[s],
-              c->o.trainer_id);
-      if ((st = register_server(c, s, atomic_load(&c->step_pushed), NULL, NULL)) != FL_OK) {
-        free(again);
-        c->n_ops = 0;
-        return st;
-      }
-    }
-    /* Repeat every call of this batch to a server that forgot us, not only
-     * the refused ones: a push it took before a restart may be lost (the
-     * server deduplicates the rest), and pulls are idempotent. */
-    for (size_t i = 0; i < c->n_ops; i++) {
-      op *o = c->pool[i];
-      if (!again[o->server]) continue;
-      o->attempt = 0;
-      o->warned = 0;
-      op_submit(c, o);
-    }
-    free(again);
+    if ((st = lane_recover(c, L)) != FL_OK) break;
   }
+  if (st == FL_OK) lane_pushed(c, L);
+  pthread_mutex_lock(&c->mu);
+  L->last_n = st == FL_OK ? L->n_ops : 0;
+  L->n_ops = 0;
+  pthread_mutex_unlock(&c->mu);
+  return st;
 }
 
-/* Group keys (and their gradient rows) by server into c->sb. */
-static fl_status group_keys(fl_ps_client *c, const uint64_t *keys, size_t n, uint32_t dim,
-                            const float *grads) {
-  for (int s = 0; s < c->o.n_servers; s++) c->sb[s].n = 0;
-  for (size_t i = 0; i < n; i++) c->sb[fl_ps_key_server(keys[i], c->o.n_servers)].n++;
+fl_status fl_ps_client_wait(fl_ps_client *c) {
+  return lane_wait(c, &c->lanes[LANE_MAIN], "wait");
+}
+
+/* Group keys (and their gradient rows) by server into sb[0..n_servers). */
+static fl_status group_keys(fl_ps_client *c, server_buf *sb, const uint64_t *keys, size_t n,
+                            uint32_t dim, const float *grads) {
+  for (int s = 0; s < c->o.n_servers; s++) sb[s].n = 0;
+  for (size_t i = 0; i < n; i++) sb[fl_ps_key_server(keys[i], c->o.n_servers)].n++;
   for (int s = 0; s < c->o.n_servers; s++) {
-    server_buf *b = &c->sb[s];
+    server_buf *b = &sb[s];
     size_t need = b->n;
     b->n = 0;
     if (need > b->cap) {
@@ -1071,7 +1174,7 @@ static fl_status group_keys(fl_ps_client *c, const uint64_t *keys, size_t n, uin
     }
   }
   for (size_t i = 0; i < n; i++) {
-    server_buf *b = &c->sb[fl_ps_key_server(keys[i], c->o.n_servers)];
+    server_buf *b = &sb[fl_ps_key_server(keys[i], c->o.n_servers)];
     b->keys[b->n] = keys[i];
     b->pos[b->n] = i;
     if (grads) memcpy(b->grads + b->n * dim, grads + i * dim, dim * sizeof(float));
@@ -1080,68 +1183,120 @@ static fl_status group_keys(fl_ps_client *c, const uint64_t *keys, size_t n, uin
   return FL_OK;
 }
 
-/* The registered table called name's slot in c->table_next, or NULL. */
-static int64_t *table_next_of(fl_ps_client *c, const char *table) {
-  for (size_t i = 0; i < c->n_tables; i++)
-    if (!strcmp(c->tables[i].name, table)) return &c->table_next[i];
-  return NULL;
-}
+/* One sparse call: type, table and its row width, the push's step, n keys
+ * with their gradient rows (push) or where their rows go (pull). */
+typedef struct sparse_req {
+  int type;
+  const char *table;
+  uint32_t dim;
+  int64_t step;
+  const uint64_t *keys;
+  size_t n;
+  const float *grads;
+  float *out;
+  int read_only;
+} sparse_req;
 
-/* One sparse call of type to every server that owns some of keys; a push
- * goes to every server, empty where it owns none, and numbers its parts
- * (sync applies a step once every trainer sent all of its parts); a pull
- * asks for the step after the last one this client pushed to the table. */
-static fl_status sparse_call(fl_ps_client *c, int type, const char *table, uint32_t dim,
-                             int64_t step, const uint64_t *keys, size_t n, const float *grads,
-                             float *out, int read_only) {
-  int64_t *next = table_next_of(c, table);
-  fl_status st;
-  int rows_out = type == OP_SPUSH || type == OP_SINIT; /* grads: rows sent */
-  FL_TRY(group_keys(c, keys, n, dim, rows_out ? grads : NULL));
+/* Queue q in lane L to every server that owns some of its keys, grouped
+ * in sb; a push goes to every server, empty where it owns none, and
+ * numbers its parts (sync applies a step once every trainer sent all of
+ * its parts); a pull asks for the step after the last one this client
+ * pushed to the table. */
+static fl_status sparse_submit(fl_ps_client *c, lane *L, server_buf *sb, const sparse_req *q) {
+  int64_t *next = table_next_of(c, q->table);
+  if (q->type == OP_SPUSH && q->n > SPARSE_CHUNK * 64)
+    return FL_ERR(FL_EINVAL, "ps client: %zu rows in one sparse push (at most %u)", q->n,
+                  SPARSE_CHUNK * 64);
+  const int rows_out = q->type == OP_SPUSH || q->type == OP_SINIT; /* grads: rows sent */
+  FL_TRY(group_keys(c, sb, q->keys, q->n, q->dim, rows_out ? q->grads : NULL));
   for (int s = 0; s < c->o.n_servers; s++) {
-    server_buf *b = &c->sb[s];
+    server_buf *b = &sb[s];
     uint32_t seq = 0, parts = (uint32_t)((b->n + SPARSE_CHUNK - 1) / SPARSE_CHUNK);
-    if (type == OP_SPUSH && parts == 0) parts = 1;
+    if (q->type == OP_SPUSH && parts == 0) parts = 1;
     for (size_t off = 0; seq < parts; off += SPARSE_CHUNK, seq++) {
-      op *o = op_new(c, type, s);
+      op *o = lane_op_new(c, L, q->type, s);
       if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
-      o->table = table;
-      o->dim = dim;
-      o->step = step;
+      o->table = q->table;
+      o->dim = q->dim;
+      o->step = q->step;
       o->min_step = next ? *next : 0;
       o->nkeys = b->n - off < SPARSE_CHUNK ? b->n - off : SPARSE_CHUNK;
       o->keys = o->nkeys ? b->keys + off : NULL;
       o->pos = o->nkeys ? b->pos + off : NULL;
-      o->grads = rows_out && o->nkeys ? b->grads + off * dim : NULL;
-      o->out = out;
+      o->grads = rows_out && o->nkeys ? b->grads + off * q->dim : NULL;
+      o->out = q->out;
       o->seq = seq;
       o->parts = parts;
-      o->read_only = read_only;
+      o->read_only = q->read_only;
       op_submit(c, o);
     }
   }
-  st = fl_ps_client_wait(c);
-  if (st == FL_OK && type == OP_SPUSH && next && step + 1 > *next) *next = step + 1;
-  return st;
+  return FL_OK;
+}
+
+/* A blocking sparse call (the main lane). */
+static fl_status sparse_call(fl_ps_client *c, const sparse_req *q) {
+  lane *L = &c->lanes[LANE_MAIN];
+  fl_status st = sparse_submit(c, L, c->sb, q);
+  fl_status w = fl_ps_client_wait(c);
+  return st != FL_OK ? st : w;
 }
 
 fl_status fl_ps_client_pull_sparse(fl_ps_client *c, const char *table, uint32_t dim,
                                    const uint64_t *keys, size_t n, float *out) {
-  return sparse_call(c, OP_SPULL, table, dim, 0, keys, n, NULL, out, 0);
+  return sparse_call(c, &(sparse_req){OP_SPULL, table, dim, 0, keys, n, NULL, out, 0});
 }
 
 fl_status fl_ps_client_read_sparse(fl_ps_client *c, const char *table, uint32_t dim,
                                    const uint64_t *keys, size_t n, float *out) {
-  return sparse_call(c, OP_SPULL, table, dim, 0, keys, n, NULL, out, 1);
+  return sparse_call(c, &(sparse_req){OP_SPULL, table, dim, 0, keys, n, NULL, out, 1});
 }
 
 fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t dim,
                                    int64_t step, const uint64_t *keys, size_t n,
                                    const float *grads) {
-  if (n > SPARSE_CHUNK * 64)
-    return FL_ERR(FL_EINVAL, "ps client: %zu rows in one sparse push (at most %u)", n,
-                  SPARSE_CHUNK * 64);
-  return sparse_call(c, OP_SPUSH, table, dim, step, keys, n, grads, NULL, 0);
+  /* the push lane's: a restarted server gets it again (repeat_calls) */
+  FL_TRY(fl_ps_client_push_sparse_start(c, table, dim, step, keys, n, grads));
+  return fl_ps_client_push_sparse_finish(c);
+}
+
+/* Queue q in the asynchronous lane `which`, the table's keys grouped in
+ * the lane's own buffers. */
+static fl_status sparse_start(fl_ps_client *c, int which, const sparse_req *q) {
+  lane *L = &c->lanes[which];
+  size_t ti = 0;
+  while (ti < c->n_tables && strcmp(c->tables[ti].name, q->table)) ti++;
+  if (ti == c->n_tables)
+    return FL_ERR(FL_EINVAL, "ps client: asynchronous call on table %s, which was not "
+                  "registered", q->table);
+  if (L->nsb < c->n_tables * (size_t)c->o.n_servers) {
+    server_buf *nb = realloc(L->sb, c->n_tables * (size_t)c->o.n_servers * sizeof *nb);
+    if (!nb) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+    memset(nb + L->nsb, 0, (c->n_tables * (size_t)c->o.n_servers - L->nsb) * sizeof *nb);
+    L->sb = nb;
+    L->nsb = c->n_tables * (size_t)c->o.n_servers;
+  }
+  return sparse_submit(c, L, L->sb + ti * (size_t)c->o.n_servers, q);
+}
+
+fl_status fl_ps_client_pull_sparse_start(fl_ps_client *c, const char *table, uint32_t dim,
+                                         const uint64_t *keys, size_t n, float *out) {
+  return sparse_start(c, LANE_SPULL, &(sparse_req){OP_SPULL, table, dim, 0, keys, n, NULL, out, 0});
+}
+
+fl_status fl_ps_client_pull_sparse_finish(fl_ps_client *c) {
+  return lane_wait(c, &c->lanes[LANE_SPULL], "pull_wait");
+}
+
+fl_status fl_ps_client_push_sparse_start(fl_ps_client *c, const char *table, uint32_t dim,
+                                         int64_t step, const uint64_t *keys, size_t n,
+                                         const float *grads) {
+  return sparse_start(c, LANE_SPUSH,
+                      &(sparse_req){OP_SPUSH, table, dim, step, keys, n, grads, NULL, 0});
+}
+
+fl_status fl_ps_client_push_sparse_finish(fl_ps_client *c) {
+  return lane_wait(c, &c->lanes[LANE_SPUSH], "push_wait");
 }
 
 /* FL_EINVAL (logged) when table is registered by this client with another
@@ -1165,7 +1320,8 @@ fl_status fl_ps_client_init_sparse(fl_ps_client *c, const char *table, uint32_t 
   FL_TRY(check_width(c, "InitSparse", table, width));
   for (size_t off = 0; off < n; off += INIT_ROUND) {
     size_t k = n - off < INIT_ROUND ? n - off : INIT_ROUND;
-    FL_TRY(sparse_call(c, OP_SINIT, table, width, 0, ids + off, k, rows + off * width, NULL, 0));
+    FL_TRY(sparse_call(c, &(sparse_req){OP_SINIT, table, width, 0, ids + off, k,
+                                        rows + off * width, NULL, 0}));
   }
   return FL_OK;
 }
@@ -1341,7 +1497,7 @@ fl_status fl_ps_client_complete(fl_ps_client *c) {
       st = unary(c, s, PATH(COMPLETE), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
                  details, sizeof details);
       if (st != FL_ESTATE || round >= 2) break;
-      FL_TRY(register_server(c, s, atomic_load(&c->step_pushed), NULL, NULL));
+      FL_TRY(register_server(c, s, declared_step(c), NULL, NULL));
     }
     if (st != FL_OK)
       return FL_ERR(st, "pserver %d (%s) Complete: %s (%s)", s, c->names[s],
@@ -1359,6 +1515,23 @@ void fl_ps_client_counters(const fl_ps_client *c, fl_ps_client_totals *out) {
   out->bytes_received = atomic_load(&m->n_received);
   out->retries = atomic_load(&m->n_retries);
   out->failed = atomic_load(&m->n_failed);
+}
+
+/* L's calls and key groups (every call is over). */
+static void lane_free(lane *L) {
+  for (size_t i = 0; i < L->cap_ops; i++)
+    if (L->pool[i]) {
+      fl_rpc_outbuf_free(L->pool[i]->ob);
+      free(L->pool[i]->half);
+      free(L->pool[i]);
+    }
+  free(L->pool);
+  for (size_t i = 0; i < L->nsb; i++) {
+    free(L->sb[i].keys);
+    free(L->sb[i].pos);
+    free(L->sb[i].grads);
+  }
+  free(L->sb);
 }
 
 void fl_ps_client_destroy(fl_ps_client *c) {
@@ -1386,13 +1559,7 @@ void fl_ps_client_destroy(fl_ps_client *c) {
   for (int s = 0; c->ch && s < c->o.n_servers; s++)
     if (c->ch[s]) grpc_channel_destroy(c->ch[s]);
   fl_rpc_shutdown();
-  for (size_t i = 0; i < c->cap_ops; i++)
-    if (c->pool[i]) {
-      fl_rpc_outbuf_free(c->pool[i]->ob);
-      free(c->pool[i]->half);
-      free(c->pool[i]);
-    }
-  free(c->pool);
+  for (int l = 0; l < N_LANES; l++) lane_free(&c->lanes[l]);
   for (int s = 0; c->sb && s < c->o.n_servers; s++) {
     free(c->sb[s].keys);
     free(c->sb[s].pos);

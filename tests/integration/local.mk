@@ -14,3 +14,4 @@ include $(srcdir)/tests/integration/clip_lr.mk
 include $(srcdir)/tests/integration/recsys.mk
 include $(srcdir)/tests/integration/valid.mk
 include $(srcdir)/tests/integration/tier.mk
+include $(srcdir)/tests/integration/sparse_restart.mk

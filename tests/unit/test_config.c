@@ -88,6 +88,7 @@ static const char *k_full =
     "    optimizer: {name: sgd, lr: 0.5}\n"
     "    init_range: 0.05\n"
     "    max_rows: 12345\n"
+    "    pipeline: false\n"
     "  checkpoint_dir: /tmp/ps\n"
     "  checkpoint_interval_steps: 100\n"
     "  checkpoint_interval_s: 60\n"
@@ -146,6 +147,7 @@ START_TEST(test_defaults) {
   ck_assert_float_eq(a.strategy.amp_configs.decr_ratio, 0.8f);
   ck_assert_int_eq(a.strategy.gradient_merge_configs.k_steps, 1);
   ck_assert_int_eq(a.strategy.a_sync, 0);
+  ck_assert_int_eq(a.pserver.sparse.pipeline, 1);
   ck_assert_int_eq(a.cluster.mode, FL_MODE_LOCAL);
   ck_assert_int_eq(a.train.batch_size, 64);
   ck_assert_int_eq(fl_job_merge_steps(&a), 1);
@@ -248,6 +250,7 @@ START_TEST(test_every_section) {
   ck_assert_float_eq(j.pserver.sparse.optimizer.lr, 0.5f);
   ck_assert_float_eq(j.pserver.sparse.init_range, 0.05f);
   ck_assert_int_eq(j.pserver.sparse.max_rows, 12345);
+  ck_assert_int_eq(j.pserver.sparse.pipeline, 0);
   ck_assert_str_eq(j.pserver.checkpoint_dir, "/tmp/ps");
   ck_assert_int_eq(j.pserver.checkpoint_interval_steps, 100);
   ck_assert_double_eq(j.pserver.checkpoint_interval_s, 60);
