@@ -6,6 +6,7 @@ emb.weight (padding id 0) and bag.weight trained on the pservers).
       oob.onnx: one Embedding read by ids without a modulo) over N samples;
   onnx_sparse_exact.py check DIR FILE: the checks FILE lists, one a line:
     same A B WHAT: exports A and B hold the same ids and row bits;
+    differ A B WHAT: they do not;
     ref EXPORT OPT STEPS BATCH WHAT: EXPORT's tables within 1e-5 of the
       tables after STEPS steps of BATCH samples (file order), the dense
       parameters by SGD lr 0.3 and the rows by OPT (the pservers' rule on
@@ -186,6 +187,8 @@ def checks(d, path):
             continue
         if w[0] == "same":
             bad, what = same(w[1], w[2]), " ".join(w[3:])
+        elif w[0] == "differ":
+            bad, what = "" if same(w[1], w[2]) else "the same bits", " ".join(w[3:])
         elif w[0] == "ref":
             m, what = ref(d, w[2], int(w[3]), int(w[4]), w[1]), " ".join(w[5:])
             bad = "" if m <= 1e-5 else "differs from the reference by %.3g" % m

@@ -15,7 +15,8 @@
 #      docs/DESIGN.md section 5; torch.optim SGD and Adagrad too) within
 #      1e-5;
 #   3. init uniform(R): rows in [-R, R], the same bits run after run and
-#      with 1 or 2 trainers (lr 0: the rows stay as created);
+#      with 1 or 2 trainers, other bits with another train.seed (lr 0: the
+#      rows stay as created);
 #   4. async and geo modes run to the end and log a finite AUC;
 #   5. a trainer killed (SIGKILL) mid-run and restarted with --resume by
 #      flotilla-run --max_restart: the run ends and its rows equal an
@@ -125,6 +126,8 @@ job u2 6 zero "uniform(0.05)" && run u2 2 2
 echo "range $tmp/u1.onnx 0.05 uniform(0.05): rows in [-0.05, 0.05]" >> "$checks"
 same u1 u1b "uniform(0.05): two runs"
 same u1 u2 "uniform(0.05): 1 trainer on 1 pserver and 2 on 2"
+job u1s 12 zero "uniform(0.05)" && sed -i 's/seed: 1,/seed: 2,/' "$tmp/u1s.yaml" && run u1s 1 1
+echo "differ $tmp/u1.onnx $tmp/u1s.onnx uniform(0.05): another train.seed, other rows" >> "$checks"
 
 # 4. async and geo, 2 trainers, 3 epochs: to the end, a finite AUC, the
 # loss going down (each epoch's mean loss, trainer 0's)
@@ -144,6 +147,60 @@ for m in "async:strategy: {a_sync: true}" "geo:strategy: {a_sync: true, a_sync_c
     fail "$n: test auc '$a', mean loss '$l0' (epoch 0) then '$l2' (epoch 2)"
   fi
 done
+
+# 5. sync, 2 trainers on 2 pservers, 100 epochs (400 steps), checkpoints of
+# the trainers every 5 steps and of the pservers every 10: trainer 1
+# killed (SIGKILL) in epoch 10 and restarted by flotilla-run --max_restart
+# 1 (with --resume) rejoins at the pservers' step from its checkpoint,
+# sends the model's rows again (InitSparse: created only where absent) and
+# the run ends with the rows of an uninterrupted run, bit for bit
+# trainer_pid PID ID: the pid of trainer ID among the children of PID's
+# child (timeout, then flotilla-run)
+trainer_pid() {
+  fr=$(ps -o pid= --ppid "$1" | tr -d ' ')
+  [ -n "$fr" ] || return 1
+  for p in $(ps -o pid= --ppid "$fr"); do
+    if tr '\0' '\n' 2> /dev/null < "/proc/$p/environ" | grep -qx FLOTILLA_ROLE=TRAINER &&
+      tr '\0' '\n' 2> /dev/null < "/proc/$p/environ" | grep -qx "FLOTILLA_TRAINER_ID=$2"; then
+      echo "$p"
+      return 0
+    fi
+  done
+  return 1
+}
+# restart_job NAME: the job of part 5
+restart_job() {
+  job "$1" 6 adam from_model "" model 100 0
+  sed -i -e "s|^train: {|train: {checkpoint_dir: $tmp/$1.tck, checkpoint_interval: 5, |" \
+    -e "s|^pserver: {|pserver: {checkpoint_dir: $tmp/$1.ck, checkpoint_interval_steps: 10, |" \
+    "$tmp/$1.yaml"
+}
+restart_job rs_base && run rs_base 2 2
+restart_job rs
+timeout 120 "$RUN" --log_dir "$tmp/rs.log" --mode ps --server_num 2 --nproc_per_node 2 \
+  --max_restart 1 "$tmp/rs.yaml" > "$tmp/rs.out" 2>&1 &
+rp=$! i=0 victim=
+until [ -n "$victim" ] || [ $i -ge 500 ]; do
+  victim=$(trainer_pid "$rp" 1) || sleep 0.02
+  i=$((i + 1))
+done
+until grep -q '^\[Epoch 10, batch' "$tmp/rs.log/workerlog.1" 2> /dev/null || [ $i -ge 3000 ]; do
+  sleep 0.01
+  i=$((i + 1))
+done
+[ -n "$victim" ] && kill -KILL "$victim" || fail "rs: trainer 1 not found"
+if ! wait "$rp"; then
+  tail -20 "$tmp/rs.out"
+  fail "rs: flotilla-run failed after trainer 1 was killed"
+elif grep -q "trainer 1 was killed by signal 9 .*; restart 1 of 1" "$tmp/rs.out"; then
+  grep -h "resumed from\|rejoining" "$tmp/rs.log/workerlog.1"
+  sed -n '/restart 1 of 1/,$p' "$tmp/rs.log/workerlog.1" |
+    grep -q "emb.weight: rows 0..9 from the model sent to the pservers" ||
+    fail "rs: the restarted trainer sent no initial rows (its InitSparse is what is checked)"
+  same rs_base rs "a trainer killed in epoch 10 and restarted, against an uninterrupted run"
+else
+  fail "rs: flotilla-run did not restart trainer 1"
+fi
 
 # 6. refusals
 # refused NAME PATTERN: the job stopped, saying PATTERN
