@@ -12,8 +12,8 @@
 #      so T trainers sum a row's samples in T partial sums, then average,
 #      which rounds otherwise than one sum over the global batch;
 #   2. 1 trainer's rows against a reference of each rule (numpy, from
-#      docs/DESIGN.md section 5; torch.optim SGD and Adagrad too) within
-#      1e-5;
+#      docs/DESIGN.md section 5; torch.optim SGD and Adagrad too, and Adam
+#      on the rows every step touched) within 1e-5;
 #   3. init uniform(R): rows in [-R, R], the same bits run after run and
 #      with 1 or 2 trainers, other bits with another train.seed (lr 0: the
 #      rows stay as created);
