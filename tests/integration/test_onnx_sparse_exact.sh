@@ -139,7 +139,7 @@ epoch_loss() {
 }
 for m in "async:strategy: {a_sync: true}" "geo:strategy: {a_sync: true, a_sync_configs: {k_steps: 2}}"; do
   n=${m%%:*}
-  job "$n" 6 adagrad from_model "${m#*:}" model 3 0 && run "$n" 2 2 || continue
+  if ! job "$n" 6 adagrad from_model "${m#*:}" model 3 0 || ! run "$n" 2 2; then continue; fi
   a=$(sed -n 's/^\[Epoch 2\] test auc: \([0-9.]*\),.*/\1/p' "$tmp/$n.log/workerlog.0")
   l0=$(epoch_loss "$n" 0) l2=$(epoch_loss "$n" 2)
   if [ -n "$a" ] && awk -v a="$a" -v x="$l0" -v y="$l2" 'BEGIN { exit !(a >= 0 && a <= 1 && y + 0 < x + 0) }'; then
@@ -185,9 +185,9 @@ restart_job rs_base && run rs_base 2 2
 restart_job rs
 timeout 120 "$RUN" --log_dir "$tmp/rs.log" --mode ps --server_num 2 --nproc_per_node 2 \
   --max_restart 1 "$tmp/rs.yaml" > "$tmp/rs.out" 2>&1 &
-rp=$! i=0 victim= other=
+rp=$! i=0 victim='' other=
 until [ -n "$victim" ] && [ -n "$other" ] || [ $i -ge 500 ]; do
-  victim=$(trainer_pid "$rp" 1) && other=$(trainer_pid "$rp" 0) || sleep 0.02
+  if ! victim=$(trainer_pid "$rp" 1) || ! other=$(trainer_pid "$rp" 0); then sleep 0.02; fi
   i=$((i + 1))
 done
 until grep -q '^\[Epoch 10, batch' "$tmp/rs.log/workerlog.1" 2> /dev/null || [ $i -ge 3000 ]; do
