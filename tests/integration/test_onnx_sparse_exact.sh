@@ -10,7 +10,9 @@
 #      lives) and equal 1 trainer's of the global batch within 1e-5, not
 #      bit for bit: a trainer's gradient is the mean of its own samples,
 #      so T trainers sum a row's samples in T partial sums, then average,
-#      which rounds otherwise than one sum over the global batch;
+#      which rounds otherwise than one sum over the global batch; the
+#      per-step losses the trainers log (each its samples' mean, %.5f),
+#      averaged, equal 1 trainer's within that rounding;
 #   2. 1 trainer's rows against a reference of each rule (numpy, from
 #      docs/DESIGN.md section 5; torch.optim SGD and Adagrad too, and Adam
 #      on the rows every step touched) within 1e-5;
@@ -27,6 +29,7 @@
 #   6. refusals: an id outside the initializer's rows, gradient merge,
 #      uniform(R) with R < 0.
 # Needs /usr/bin/python3 with torch and onnx (skipped without).  Seconds.
+# KEEP=1 keeps the temporary directory (jobs, logs, exports).
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
 RUN=$FL_BUILDDIR/flotilla-run
