@@ -42,6 +42,8 @@ typedef struct trainer {
   FILE *log;
   int rank, world;
   int device; /* CUDA ordinal with train.device gpu */
+  int64_t epoch_off; /* samples of this epoch's permutation taken by an
+                      * earlier world (elastic resume), else 0 */
 
   fl_dataset train, test;
   fl_sparse_dataset strain, stest; /* sparse data (fl_loop_sparse_data) */
@@ -489,6 +491,7 @@ static fl_status save_checkpoint(trainer *t) {
   fl_ckpt_put_i64(w, "meta/steps_per_epoch", t->steps_per_epoch);
   fl_ckpt_put_i64(w, "meta/k_steps", t->k);
   fl_ckpt_put_i64(w, "meta/world_size", t->world);
+  fl_ckpt_put_i64(w, "meta/epoch_offset", t->epoch_off);
   fl_ckpt_put_i64(w, "rng/shuffle_seed", (int64_t)t->job->train.seed);
   for (size_t i = 0; i < t->np; i++) {
     fl_param *p = fl_model_param(t->model, i);
@@ -534,6 +537,44 @@ static fl_status get_i64(const fl_ckpt *c, const char *path, const char *name, i
   return st;
 }
 
+/* The position saved in c: step, updates, epoch and micro-batch.  A
+ * checkpoint of the same world size must have this run's steps per epoch.
+ * One of another world size (an elastic restart: flotilla-run
+ * --rdzv_backend etcd) resumes mid-epoch right after the samples that
+ * world took: they are the first epoch_offset + batch x batch_size x its
+ * world positions of the epoch's permutation (fl_data.h), so this world
+ * shares out the rest (fl_shard_spec.offset) and no sample is seen twice. */
+static fl_status load_position(trainer *t, const fl_ckpt *c, const char *path) {
+  int64_t spe, world, off = 0;
+  fl_ckpt_record rec;
+  FL_TRY(get_i64(c, path, "meta/steps_per_epoch", &spe));
+  FL_TRY(get_i64(c, path, "meta/world_size", &world));
+  if (fl_ckpt_find(c, "meta/epoch_offset", &rec) == FL_OK)
+    FL_TRY(get_i64(c, path, "meta/epoch_offset", &off));
+  if (world == t->world && spe != t->steps_per_epoch)
+    return FL_ERR(FL_EINVAL, "%s: saved with %" PRId64 " steps per epoch, this run has %" PRId64
+                  " (different data or batch size)", path, spe, t->steps_per_epoch);
+  FL_TRY(get_i64(c, path, "meta/step", &t->step));
+  FL_TRY(get_i64(c, path, "meta/updates", &t->updates));
+  FL_TRY(get_i64(c, path, "meta/epoch", &t->epoch));
+  FL_TRY(get_i64(c, path, "meta/batch", &t->batch));
+  int64_t n = (int64_t)(t->strain.n ? t->strain.n : t->train.n);
+  if (t->epoch < 0 || t->batch < 0 || t->batch % t->k != 0 || t->batch / t->k > spe ||
+      world < 1 || off < 0 || off >= n)
+    return FL_ERR(FL_ECORRUPT, "%s: position epoch %" PRId64 " batch %" PRId64 " offset %" PRId64
+                  " is invalid", path, t->epoch, t->batch, off);
+  if (world != t->world) {
+    int64_t taken = off + t->batch * (int64_t)t->job->train.batch_size * world;
+    FL_LOGI("elastic resume: a world of %" PRId64 " ranks took %" PRId64 " samples of epoch %"
+            PRId64 "; these %d ranks share out the other %" PRId64, world, taken, t->epoch,
+            t->world, n > taken ? n - taken : 0);
+    off = taken < n ? taken : n - 1;
+    t->batch = 0;
+  }
+  t->epoch_off = off;
+  return FL_OK;
+}
+
 /* Restore everything save_checkpoint wrote from the newest checkpoint, when
  * the directory's checkpoints are this run's or `start` says to take them
  * (fl_ckpt_dir_claim). */
@@ -574,29 +615,13 @@ static fl_status load_checkpoint(trainer *t, fl_ckpt_start start) {
                 path, v, t->k);
     goto done;
   }
-  if ((st = get_i64(c, path, "meta/steps_per_epoch", &v)) != FL_OK) goto done;
-  if (v != t->steps_per_epoch) {
-    st = FL_ERR(FL_EINVAL, "%s: saved with %" PRId64 " steps per epoch, this run has %" PRId64
-                " (different data, batch size or world size)", path, v, t->steps_per_epoch);
-    goto done;
-  }
   if ((st = get_i64(c, path, "rng/shuffle_seed", &v)) != FL_OK) goto done;
   if ((uint64_t)v != t->job->train.seed) {
     st = FL_ERR(FL_EINVAL, "%s: saved with train.seed %" PRIu64 ", the job has %" PRIu64, path,
                 (uint64_t)v, t->job->train.seed);
     goto done;
   }
-  if ((st = get_i64(c, path, "meta/step", &t->step)) != FL_OK ||
-      (st = get_i64(c, path, "meta/updates", &t->updates)) != FL_OK ||
-      (st = get_i64(c, path, "meta/epoch", &t->epoch)) != FL_OK ||
-      (st = get_i64(c, path, "meta/batch", &t->batch)) != FL_OK)
-    goto done;
-  if (t->epoch < 0 || t->batch < 0 || t->batch % t->k != 0 ||
-      t->batch / t->k > t->steps_per_epoch) {
-    st = FL_ERR(FL_ECORRUPT, "%s: position epoch %" PRId64 " batch %" PRId64 " is invalid", path,
-                t->epoch, t->batch);
-    goto done;
-  }
+  if ((st = load_position(t, c, path)) != FL_OK) goto done;
   for (size_t i = 0; i < t->np; i++) {
     fl_param *p = fl_model_param(t->model, i);
     snprintf(name, sizeof name, "param/%s", p->name);
@@ -997,12 +1022,16 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
 
   while (t->epoch < job->train.epochs) {
     if (max_steps > 0 && t->step >= max_steps) break;
-    int64_t first = t->batch / t->k;
+    int64_t first = t->batch / t->k, epoch_steps = t->steps_per_epoch;
     int stopped = 0;
+    if (t->epoch_off) { /* an elastic resume's partial epoch */
+      FL_TRY(fl_loader_set_offset(t->loader, (size_t)t->epoch_off));
+      epoch_steps = (int64_t)fl_loader_batches(t->loader) / t->k;
+    }
     FL_TRY(fl_loader_start(t->loader, t->epoch, (size_t)t->batch));
     double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     int64_t samples = 0, steps = 0;
-    for (int64_t s = first; s < t->steps_per_epoch; s++) {
+    for (int64_t s = first; s < epoch_steps; s++) {
       if (max_steps > 0 && t->step >= max_steps) {
         stopped = 1;
         break;
@@ -1020,7 +1049,7 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
         return FL_OK;
       }
       FL_TRY(sst);
-      if (interval > 0 && t->step % interval == 0 && s + 1 < t->steps_per_epoch)
+      if (interval > 0 && t->step % interval == 0 && s + 1 < epoch_steps)
         FL_TRY(save_checkpoint(t));
     }
     double dt = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
@@ -1038,6 +1067,8 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
     }
     t->epoch++;
     t->batch = 0;
+    if (t->epoch_off) FL_TRY(fl_loader_set_offset(t->loader, 0));
+    t->epoch_off = 0;
     rep->epochs_done = t->epoch;
     FL_TRY(save_checkpoint(t));
   }
