@@ -8,3 +8,5 @@ tests_integration_test_etcd_client_LDADD = $(FL_LIBS) $(CHECK_LIBS)
 dist_check_SCRIPTS += tests/integration/test_etcd.sh
 EXTRA_DIST += tests/integration/etcd_lib.sh
 TESTS += tests/integration/test_etcd.sh
+dist_check_SCRIPTS += tests/integration/test_elastic.sh
+TESTS += tests/integration/test_elastic.sh
