@@ -44,6 +44,8 @@ typedef struct trainer {
   int device; /* CUDA ordinal with train.device gpu */
   int64_t epoch_off; /* samples of this epoch's permutation taken by an
                       * earlier world (elastic resume), else 0 */
+  int64_t base_world; /* the world the run started with (checkpointed): the
+                       * LR scales by world / base_world (elastic rule) */
 
   fl_dataset train, test;
   fl_sparse_dataset strain, stest; /* sparse data (fl_loop_sparse_data) */
@@ -492,6 +494,7 @@ static fl_status save_checkpoint(trainer *t) {
   fl_ckpt_put_i64(w, "meta/k_steps", t->k);
   fl_ckpt_put_i64(w, "meta/world_size", t->world);
   fl_ckpt_put_i64(w, "meta/epoch_offset", t->epoch_off);
+  fl_ckpt_put_i64(w, "meta/base_world", t->base_world);
   fl_ckpt_put_i64(w, "rng/shuffle_seed", (int64_t)t->job->train.seed);
   for (size_t i = 0; i < t->np; i++) {
     fl_param *p = fl_model_param(t->model, i);
@@ -551,6 +554,11 @@ static fl_status load_position(trainer *t, const fl_ckpt *c, const char *path) {
   FL_TRY(get_i64(c, path, "meta/world_size", &world));
   if (fl_ckpt_find(c, "meta/epoch_offset", &rec) == FL_OK)
     FL_TRY(get_i64(c, path, "meta/epoch_offset", &off));
+  t->base_world = world;
+  if (fl_ckpt_find(c, "meta/base_world", &rec) == FL_OK)
+    FL_TRY(get_i64(c, path, "meta/base_world", &t->base_world));
+  if (t->base_world < 1) return FL_ERR(FL_ECORRUPT, "%s: base world %" PRId64 " is invalid", path,
+                                       t->base_world);
   if (world == t->world && spe != t->steps_per_epoch)
     return FL_ERR(FL_EINVAL, "%s: saved with %" PRId64 " steps per epoch, this run has %" PRId64
                   " (different data or batch size)", path, spe, t->steps_per_epoch);
@@ -570,6 +578,8 @@ static fl_status load_position(trainer *t, const fl_ckpt *c, const char *path) {
             t->world, n > taken ? n - taken : 0);
     off = taken < n ? taken : n - 1;
     t->batch = 0;
+    FL_LOGI("elastic resume: the learning rate scales by %d/%" PRId64 " (this world / the "
+            "run's first)", t->world, t->base_world);
   }
   t->epoch_off = off;
   return FL_OK;
@@ -823,7 +833,9 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
     }
   }
   FL_TRY(t->ops->step_end(t->self, t->model, t->step, &apply));
-  float lr = fl_lr_at(&t->sched, t->step);
+  /* an elastic run's world may differ from its first: the global batch
+   * did, the LR follows it (linear scaling rule) */
+  float lr = fl_lr_at(&t->sched, t->step) * (float)t->world / (float)t->base_world;
   if (apply) {
     if (t->amp) {
       int found_inf = 0;
@@ -1097,6 +1109,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   t.avg = job->strategy.gradient_merge_configs.avg;
   t.amp = job->strategy.amp;
   t.last_saved = -1;
+  t.base_world = t.world;
   t.id = o->identity;
   t.ps = fl_sync_ps_client(sync) != NULL;
   snprintf(t.ckdir, sizeof t.ckdir, "%s",
