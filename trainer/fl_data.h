@@ -26,7 +26,9 @@
  *                      batches; positions past n wrap around to the start of
  *                      the permutation, so every sample is seen at least once
  *                      per epoch and a few twice.
- * Batches always hold exactly batch_size samples.
+ * Batches always hold exactly batch_size samples.  An elastic resume in
+ * mid-epoch (another world size) sets offset: the first offset positions
+ * were taken by the earlier world, and rank r takes offset + r + W*i.
  *
  * The loader (fl_loader_*) gathers one epoch's batches of one rank on a
  * prefetch thread into a bounded queue, in order, so the next micro-batch
