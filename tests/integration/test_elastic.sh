@@ -2,12 +2,13 @@
 # flotilla-run's elastic membership on a real etcd (started here on
 # 127.0.0.1, temporary data dir), nodes being flotilla-run processes on
 # 127.0.0.1..3 (trainers over TCP, as on separate hosts):
-#   1. 3 nodes, --nnodes 2:3: node 2 is stopped (SIGSTOP, whole node) for
-#      less than its lease and continued: no new world; then node 3 is
-#      killed (-9, whole node) in mid-epoch: the 2 others form round 2,
-#      resume the checkpoint on the rest of the epoch and finish, with a
-#      final test accuracy within 0.5 point of an uninterrupted 2-node run
-#      (run alongside);
+#   1. --nnodes 2:3: 2 nodes train; a 3rd joins in mid-epoch (round 2 of 3
+#      nodes, resumed from the checkpoint the 2 wrote when stopped); node 2
+#      is stopped (SIGSTOP, whole node) for less than its lease and
+#      continued: no new world; node 3 is killed (-9, whole node) in
+#      mid-epoch: the 2 others form round 3, resume the checkpoint on the
+#      rest of the epoch and finish, with a final test accuracy within 0.5
+#      point of an uninterrupted 2-node run (run alongside);
 #   2. 3 nodes, --nnodes 2:3, nodes 2 and 3 killed: node 1 waits
 #      --rdzv_timeout, then stops with exit status 3, the checkpoint kept.
 # SKIP (77) when etcd or fashion-mnist is not installed.  Bounded by
@@ -80,24 +81,29 @@ wait_line() {
 }
 acc() { sed -n 's/.*final test accuracy \([0-9.]*\).*/\1/p' "$1"; }
 
-# ---- 1: a slow node is kept, a dead node is dropped
+# ---- 1: a node joins, a slow node is kept, a dead node is dropped
 p1=$(etcd_free_port 127.0.0.1)
 p2=$(etcd_free_port 127.0.0.1)
 for n in 1 2; do node base $n 2:2 "$p1"; done
-for n in 1 2 3; do node kill $n 2:3 "$p2"; done
+for n in 1 2; do node kill $n 2:3 "$p2"; done
 wait_line "Epoch 0, batch 40\]" "log.kill.*/round.1/workerlog.*" || fail "round 1 never trained"
+node kill 3 2:3 "$p2"
+wait_line "Epoch 0, batch 20\]" "log.kill.*/round.2/workerlog.*" || fail "no round 2 after a join"
 killpg STOP "$(cat pid.kill.2)"
 sleep 2
 killpg CONT "$(cat pid.kill.2)"
-wait_line "Epoch 0, batch 160\]" "log.kill.*/round.1/workerlog.*" || fail "round 1 stalled"
-grep -q "proposed round 2" out.kill.* && fail "a node stopped for 2 s (lease 4 s) made a new world"
+wait_line "Epoch 0, batch 100\]" "log.kill.*/round.2/workerlog.*" || fail "round 2 stalled"
+grep -q "proposed round 3" out.kill.* && fail "a node stopped for 2 s (lease 4 s) made a new world"
 killpg KILL "$(cat pid.kill.3)"
 for f in base.1 base.2 kill.1 kill.2; do
   wait "$(cat pid.$f)" || fail "node $f exited $?"
 done
-grep -q "round 2: node rank [01] of 2" out.kill.1 || fail "no round of 2 nodes after the kill"
-grep -q "elastic resume: a world of 3 ranks took" log.kill.1/round.2/workerlog.* ||
+grep -q "round 2: node rank [012] of 3" out.kill.1 || fail "no round of 3 nodes after the join"
+grep -q "round 3: node rank [01] of 2" out.kill.1 || fail "no round of 2 nodes after the kill"
+grep -q "elastic resume: a world of 2 ranks took" log.kill.1/round.2/workerlog.* ||
   fail "round 2 did not resume round 1's checkpoint"
+grep -q "elastic resume: a world of 3 ranks took" log.kill.1/round.3/workerlog.* ||
+  fail "round 3 did not resume round 2's checkpoint"
 a=$(acc out.kill.1)
 b=$(acc out.base.1)
 echo "accuracy: interrupted ${a:-none}, uninterrupted ${b:-none}"
