@@ -88,3 +88,7 @@ tests_bench_bench_lstm_SOURCES = tests/bench/bench_lstm.c
 tests_bench_bench_lstm_CFLAGS = $(FL_TRAINER_CFLAGS)
 tests_bench_bench_lstm_LDADD = libfltrainer.la $(FL_LIBS)
 EXTRA_DIST += tests/bench/bench_lstm.sh tests/bench/lstm_torch.py
+
+# Elastic membership on etcd: recovery time after a node is killed
+# (elastic_recovery_s), bench_elastic.sh.
+EXTRA_DIST += tests/bench/bench_elastic.sh
