@@ -18,11 +18,48 @@ etcd_start() {
   ETCD_PID=$!
   _i=0
   while [ $_i -lt 100 ]; do
-    grep -q "ready to serve client requests" "$1/etcd.log" && return 0
+    grep -q "ready to serve client requests" "$1/etcd.log" 2> /dev/null && return 0
     kill -0 $ETCD_PID 2> /dev/null || break
     sleep 0.1
     _i=$((_i + 1))
   done
   echo "etcd did not start:"; tail -5 "$1/etcd.log"
+  return 1
+}
+# etcd_cluster_start DIR: a 3-member cluster on 127.0.0.1..3 (free ports);
+# sets ETCD_EPS (the client endpoints, comma separated), ETCD_PIDS and
+# ETCD_LEADER_PID (the member that says it became leader); 1 when it does not
+# form within 15 s.
+etcd_cluster_start() {
+  _init=""
+  for _m in 1 2 3; do
+    eval "_cp$_m=\$(etcd_free_port 127.0.0.$_m) _pp$_m=\$(etcd_free_port 127.0.0.$_m)"
+    eval "_init=\"\$_init\${_init:+,}m$_m=http://127.0.0.$_m:\$_pp$_m\""
+  done
+  ETCD_EPS=""
+  ETCD_PIDS=""
+  for _m in 1 2 3; do
+    eval "_c=\$_cp$_m _p=\$_pp$_m"
+    "$ETCD_BIN" --name "m$_m" --data-dir "$1/m$_m.data" \
+      --listen-client-urls "http://127.0.0.$_m:$_c" --advertise-client-urls "http://127.0.0.$_m:$_c" \
+      --listen-peer-urls "http://127.0.0.$_m:$_p" --initial-advertise-peer-urls "http://127.0.0.$_m:$_p" \
+      --initial-cluster "$_init" --initial-cluster-state new > "$1/m$_m.log" 2>&1 &
+    eval "_pid$_m=$!"
+    ETCD_PIDS="$ETCD_PIDS $!"
+    ETCD_EPS="$ETCD_EPS${ETCD_EPS:+,}127.0.0.$_m:$_c"
+  done
+  _i=0
+  while [ $_i -lt 150 ]; do
+    for _m in 1 2 3; do
+      if grep -q "became leader" "$1/m$_m.log" 2> /dev/null &&
+        [ "$(grep -l "ready to serve client" "$1"/m?.log 2> /dev/null | wc -l)" = 3 ]; then
+        eval "ETCD_LEADER_PID=\$_pid$_m"
+        return 0
+      fi
+    done
+    sleep 0.1
+    _i=$((_i + 1))
+  done
+  echo "etcd cluster did not form:"; tail -3 "$1"/m?.log
   return 1
 }

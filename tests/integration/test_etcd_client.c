@@ -2,8 +2,10 @@
  * etcd whose endpoint test_etcd.sh passes in FL_ETCD_ENDPOINT: put and
  * range (exact and by prefix), delete, compare-and-swap won and lost, a
  * lease kept alive by its keeper, a lease left to expire taking its key
- * with it, and a dead endpoint failing within the deadline. */
+ * with it, a dead endpoint failing within the deadline, and a 3-member
+ * cluster losing its leader. */
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +129,32 @@ START_TEST(dead_endpoint_fails) {
 }
 END_TEST
 
+/* A 3-member cluster (FL_ETCD_CLUSTER) loses its leader (killed here):
+ * calls through the endpoint list go on once a new leader is elected, and
+ * a lease kept alive meanwhile survives. */
+START_TEST(cluster_leader_lost) {
+  const char *eps = getenv("FL_ETCD_CLUSTER"), *lp = getenv("FL_ETCD_LEADER_PID");
+  fl_etcd *e;
+  fl_etcd_keeper *k;
+  int64_t id = 0;
+  ck_assert_msg(eps && lp, "FL_ETCD_CLUSTER / FL_ETCD_LEADER_PID not set");
+  ck_assert_int_eq(fl_etcd_connect(eps, 3, &e), FL_OK);
+  ck_assert_int_eq(fl_etcd_lease_grant(e, 3, &id), FL_OK);
+  ck_assert_int_eq(fl_etcd_put(e, "/c/node", "alive", id), FL_OK);
+  ck_assert_int_eq(fl_etcd_put(e, "/c/before", "1", 0), FL_OK);
+  ck_assert_int_eq(fl_etcd_keeper_start(eps, id, 3, 0.5, &k), FL_OK);
+  ck_assert_int_eq(kill((pid_t)atol(lp), SIGKILL), 0);
+  time_t t0 = time(NULL);
+  while (fl_etcd_put(e, "/c/after", "1", 0) != FL_OK) ck_assert_int_le(time(NULL) - t0, 15);
+  sleep(4); /* longer than the TTL */
+  ck_assert_int_eq(fl_etcd_keeper_alive(k), 1);
+  ck_assert_uint_eq(count(e, "/c/node"), 1);
+  ck_assert_uint_eq(count(e, "/c/before"), 1);
+  fl_etcd_keeper_stop(k);
+  fl_etcd_close(e);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("etcd_client");
   TCase *tc = tcase_create("etcd");
@@ -135,6 +163,7 @@ int main(void) {
   tcase_add_test(tc, compare_and_swap);
   tcase_add_test(tc, lease_kept_then_expires);
   tcase_add_test(tc, dead_endpoint_fails);
+  tcase_add_test(tc, cluster_leader_lost);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);
