@@ -407,6 +407,16 @@ static fl_status join(agent *a) {
                               a->o->lease_s / 4, &a->keeper));
   FL_LOGI("elastic: node %s joined job %s at etcd %s (%d..%d nodes, lease %.0f s)", a->id,
           a->o->id, a->o->endpoint, a->o->min_nodes, a->o->max_nodes, a->o->lease_s);
+  /* alone: whatever rounds the job had are over (an earlier run of it that
+   * ended or died); start counting afresh, the checkpoints stay */
+  FL_TRY(read_live(a));
+  if (a->live.n == 1 && !strcmp(a->live.m[0].id, a->id)) {
+    static const char *const stale[] = {"round", "failed", "done"};
+    for (size_t i = 0; i < sizeof stale / sizeof stale[0]; i++) {
+      key(a, k, sizeof k, stale[i]);
+      FL_TRY(fl_etcd_delete_prefix(a->etcd, k, NULL));
+    }
+  }
   return FL_OK;
 }
 
