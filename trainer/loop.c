@@ -45,7 +45,9 @@ typedef struct trainer {
   int64_t epoch_off; /* samples of this epoch's permutation taken by an
                       * earlier world (elastic resume), else 0 */
   int64_t base_world; /* the world the run started with (checkpointed): the
-                       * LR scales by world / base_world (elastic rule) */
+                       * LR scales by world x k / (base_world x k0) */
+  int k0;             /* the job's gradient merge k (t->k may differ:
+                       * elastic.keep_global_batch) */
 
   fl_dataset train, test;
   fl_sparse_dataset strain, stest; /* sparse data (fl_loop_sparse_data) */
@@ -548,10 +550,14 @@ static fl_status get_i64(const fl_ckpt *c, const char *path, const char *name, i
  * world positions of the epoch's permutation (fl_data.h), so this world
  * shares out the rest (fl_shard_spec.offset) and no sample is seen twice. */
 static fl_status load_position(trainer *t, const fl_ckpt *c, const char *path) {
-  int64_t spe, world, off = 0;
+  int64_t spe, world, off = 0, ks;
   fl_ckpt_record rec;
   FL_TRY(get_i64(c, path, "meta/steps_per_epoch", &spe));
   FL_TRY(get_i64(c, path, "meta/world_size", &world));
+  FL_TRY(get_i64(c, path, "meta/k_steps", &ks));
+  if (world == t->world && ks != t->k)
+    return FL_ERR(FL_EINVAL, "%s: saved with gradient-merge k_steps %" PRId64 ", the job has %d",
+                  path, ks, t->k);
   if (fl_ckpt_find(c, "meta/epoch_offset", &rec) == FL_OK)
     FL_TRY(get_i64(c, path, "meta/epoch_offset", &off));
   t->base_world = world;
@@ -567,7 +573,7 @@ static fl_status load_position(trainer *t, const fl_ckpt *c, const char *path) {
   FL_TRY(get_i64(c, path, "meta/epoch", &t->epoch));
   FL_TRY(get_i64(c, path, "meta/batch", &t->batch));
   int64_t n = (int64_t)(t->strain.n ? t->strain.n : t->train.n);
-  if (t->epoch < 0 || t->batch < 0 || t->batch % t->k != 0 || t->batch / t->k > spe ||
+  if (t->epoch < 0 || t->batch < 0 || ks < 1 || t->batch % ks != 0 || t->batch / ks > spe ||
       world < 1 || off < 0 || off >= n)
     return FL_ERR(FL_ECORRUPT, "%s: position epoch %" PRId64 " batch %" PRId64 " offset %" PRId64
                   " is invalid", path, t->epoch, t->batch, off);
@@ -578,11 +584,40 @@ static fl_status load_position(trainer *t, const fl_ckpt *c, const char *path) {
             t->world, n > taken ? n - taken : 0);
     off = taken < n ? taken : n - 1;
     t->batch = 0;
-    FL_LOGI("elastic resume: the learning rate scales by %d/%" PRId64 " (this world / the "
-            "run's first)", t->world, t->base_world);
+    if (t->k == t->k0)
+      FL_LOGI("elastic resume: the learning rate scales by %d/%" PRId64 " (this world / the "
+              "run's first)", t->world, t->base_world);
   }
   t->epoch_off = off;
   return FL_OK;
+}
+
+/* elastic.keep_global_batch: in a world other than the run's first (the
+ * newest checkpoint's meta/base_world), gradient merge k becomes
+ * k0 x first world / world, so that the global batch stays; when that does
+ * not divide, k stays and the LR scales with the global batch. */
+static void keep_global_batch(trainer *t, const fl_trainer_options *o) {
+  fl_ckpt *c;
+  fl_ckpt_record rec;
+  int64_t w0 = 0;
+  if (!t->job->elastic.keep_global_batch || o->fresh || t->ps || !t->ckdir[0]) return;
+  if (fl_ckpt_dir_load_latest(t->ckdir, &c, NULL) != FL_OK) return;
+  const char *key = fl_ckpt_find(c, "meta/base_world", &rec) == FL_OK ? "meta/base_world"
+                                                                        : "meta/world_size";
+  if (fl_ckpt_get_i64(c, key, &w0) != FL_OK) w0 = 0;
+  fl_ckpt_free(c);
+  if (w0 < 1 || w0 == t->world) return;
+  if ((int64_t)t->k0 * w0 % t->world) {
+    FL_LOGW("elastic.keep_global_batch: k %d x first world %" PRId64 " is no multiple of this "
+            "world %d: k stays, the learning rate scales with the global batch", t->k0, w0,
+            t->world);
+    return;
+  }
+  t->k = (int)((int64_t)t->k0 * w0 / t->world);
+  if (t->k0 == 1) t->avg = 1; /* the merged gradient stands for one batch of k x B */
+  FL_LOGI("elastic.keep_global_batch: a world of %d after %" PRId64 ": gradient merge k %d "
+          "(the job's %d), global batch %" PRId64 " x %zu", t->world, w0, t->k, t->k0,
+          (int64_t)t->world * t->k, t->job->train.batch_size);
 }
 
 /* Restore everything save_checkpoint wrote from the newest checkpoint, when
@@ -619,12 +654,6 @@ static fl_status load_checkpoint(trainer *t, fl_ckpt_start start) {
     st = FL_ERR(FL_EPROTO, "%s: not a flotilla-trainer checkpoint", path);
     goto done;
   }
-  if ((st = get_i64(c, path, "meta/k_steps", &v)) != FL_OK) goto done;
-  if (v != t->k) {
-    st = FL_ERR(FL_EINVAL, "%s: saved with gradient-merge k_steps %" PRId64 ", the job has %d",
-                path, v, t->k);
-    goto done;
-  }
   if ((st = get_i64(c, path, "rng/shuffle_seed", &v)) != FL_OK) goto done;
   if ((uint64_t)v != t->job->train.seed) {
     st = FL_ERR(FL_EINVAL, "%s: saved with train.seed %" PRIu64 ", the job has %" PRIu64, path,
@@ -636,11 +665,12 @@ static fl_status load_checkpoint(trainer *t, fl_ckpt_start start) {
     fl_param *p = fl_model_param(t->model, i);
     snprintf(name, sizeof name, "param/%s", p->name);
     if ((st = fl_ckpt_read(c, name, FL_CKPT_F32, p->ndim, p->shape, p->value)) != FL_OK) goto done;
-    if (t->acc[i]) {
-      snprintf(name, sizeof name, "accum/%s", p->name);
-      if ((st = fl_ckpt_read(c, name, FL_CKPT_F32, p->ndim, p->shape, t->acc[i])) != FL_OK)
-        goto done;
-    }
+    snprintf(name, sizeof name, "accum/%s", p->name);
+    /* at a step boundary the accumulators are zero; a checkpoint of
+     * another k (elastic.keep_global_batch) may have none */
+    if (t->acc[i] && fl_ckpt_find(c, name, &rec) == FL_OK &&
+        (st = fl_ckpt_read(c, name, FL_CKPT_F32, p->ndim, p->shape, t->acc[i])) != FL_OK)
+      goto done;
   }
   for (size_t j = 0; j < t->nt; j++) {
     fl_param *p = fl_model_param(t->model, t->tparam[j]);
@@ -835,7 +865,8 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
   FL_TRY(t->ops->step_end(t->self, t->model, t->step, &apply));
   /* an elastic run's world may differ from its first: the global batch
    * did, the LR follows it (linear scaling rule) */
-  float lr = fl_lr_at(&t->sched, t->step) * (float)t->world / (float)t->base_world;
+  float lr = fl_lr_at(&t->sched, t->step) * (float)(t->world * t->k) /
+             (float)(t->base_world * t->k0);
   if (apply) {
     if (t->amp) {
       int found_inf = 0;
@@ -1105,7 +1136,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   t.rank = t.ops->rank(t.self);
   t.device = o->device;
   t.world = t.ops->world_size(t.self);
-  t.k = fl_job_merge_steps(job);
+  t.k = t.k0 = fl_job_merge_steps(job);
   t.avg = job->strategy.gradient_merge_configs.avg;
   t.amp = job->strategy.amp;
   t.last_saved = -1;
@@ -1115,6 +1146,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   snprintf(t.ckdir, sizeof t.ckdir, "%s",
            o->checkpoint_dir && o->checkpoint_dir[0] ? o->checkpoint_dir : job->train.checkpoint_dir);
   set_threads(job->train.num_threads);
+  keep_global_batch(&t, o);
 
   if ((st = fl_job_optim_hparams(job, &t.hp, t.exclude)) != FL_OK) goto done;
   t.scaler = fl_job_loss_scaler(job);

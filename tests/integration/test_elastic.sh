@@ -10,7 +10,9 @@
 #      rest of the epoch and finish, with a final test accuracy within 0.5
 #      point of an uninterrupted 2-node run (run alongside);
 #   2. 3 nodes, --nnodes 2:3, nodes 2 and 3 killed: node 1 waits
-#      --rdzv_timeout, then stops with exit status 3, the checkpoint kept.
+#      --rdzv_timeout, then stops with exit status 3, the checkpoint kept;
+#   3. elastic.keep_global_batch: a checkpoint of 2 trainers resumed by one
+#      raises gradient merge k to 2.
 # SKIP (77) when etcd or fashion-mnist is not installed.  Bounded by
 # timeout; cleaned up.
 set -u
@@ -104,6 +106,8 @@ grep -q "elastic resume: a world of 2 ranks took" log.kill.1/round.2/workerlog.*
   fail "round 2 did not resume round 1's checkpoint"
 grep -q "elastic resume: a world of 3 ranks took" log.kill.1/round.3/workerlog.* ||
   fail "round 3 did not resume round 2's checkpoint"
+grep -q "the learning rate scales by 3/2" log.kill.1/round.2/workerlog.* ||
+  fail "round 2 (3 nodes after 2) did not scale the learning rate by 3/2"
 a=$(acc out.kill.1)
 b=$(acc out.base.1)
 echo "accuracy: interrupted ${a:-none}, uninterrupted ${b:-none}"
@@ -120,5 +124,15 @@ rc=$?
 [ $rc = 3 ] || fail "below MIN: exit $rc, want 3"
 grep -q "fewer than 2 nodes in job low for 4 s" out.low.1 || fail "no below-MIN message"
 ls ck.low/ckpt-*.flc > /dev/null 2>&1 || fail "no checkpoint kept"
+# ---- 3: elastic.keep_global_batch: a 2-trainer checkpoint resumed by 1
+# trainer raises gradient merge k to 2 (no etcd needed)
+sed 's/^cluster: .*/cluster: {mode: collective}\nelastic: {keep_global_batch: true}/' job.yaml > kgb.yaml
+FLOTILLA_CHECKPOINT_DIR="$tmp/ck.kgb" timeout 60 "$RUN" --nproc_per_node 2 --log_dir "$tmp/log.kgb" \
+  kgb.yaml -- --max-steps 10 > out.kgb.1 2>&1 || fail "keep_global_batch: the 2 trainers failed"
+FLOTILLA_CHECKPOINT_DIR="$tmp/ck.kgb" timeout 60 "$FL_BUILDDIR/flotilla-trainer" --config kgb.yaml \
+  --resume --max-steps 14 > out.kgb.2 2>&1 || fail "keep_global_batch: the lone trainer failed"
+grep -q "keep_global_batch: a world of 1 after 2: gradient merge k 2" out.kgb.2 ||
+  fail "keep_global_batch: k not raised to 2"
+grep -q "done: 14 steps" out.kgb.2 || fail "keep_global_batch: the resumed trainer did not finish"
 [ $fails = 0 ] || { for f in out.*; do echo "== $f"; tail -5 "$f"; done; exit 1; }
 echo "elastic: ok"
