@@ -423,12 +423,15 @@ static fl_status join(agent *a) {
 /* One poll; *exit_code >= 0 when the agent is to end with it. */
 static fl_status step(agent *a, int *exit_code) {
   int status;
-  if (reap(a, &status)) FL_TRY(round_ended(a, status));
+  /* etcd errors here are logged and outlived: a leader election, a member
+   * restarting; the lease keeper decides when this node is cut off */
+  if (reap(a, &status) && round_ended(a, status) != FL_OK)
+    FL_LOGW("elastic: the end of round %lld is not on etcd; going on", (long long)a->child_r);
   if (!fl_etcd_keeper_alive(a->keeper)) {
     *exit_code = FL_RUN_EXIT_LEASE_LOST;
     return FL_OK;
   }
-  if (read_state(a) != FL_OK) return FL_OK; /* logged; etcd may be electing a leader */
+  if (read_state(a) != FL_OK) return FL_OK;
   if (a->done && !a->child) {
     *exit_code = 0;
     return FL_OK;
@@ -448,7 +451,7 @@ static fl_status step(agent *a, int *exit_code) {
     *exit_code = FL_RUN_EXIT_BELOW_MIN;
     return FL_OK;
   }
-  if (should_propose(a)) FL_TRY(propose(a));
+  if (should_propose(a) && propose(a) != FL_OK) return FL_OK; /* logged; next poll */
   if (a->round.r > a->child_r || (a->child && a->round.r == a->child_r && round_stale(a) &&
                                   a->failed_r == a->round.r)) {
     if (a->child) stop_round(a);
