@@ -36,7 +36,8 @@ typedef struct fl_etcd_kv {
 } fl_etcd_kv;
 
 /* Connect to endpoints: "host:port", "http://host:port" or a comma list of
- * those (gRPC picks the first that answers and moves on when it fails).
+ * numeric IPv4 "a.b.c.d:port" (gRPC's ipv4: target: it picks the first that
+ * answers and moves on when it fails).
  * timeout_s bounds every later call.  Nothing travels until the first call.
  * The caller owns *out (fl_etcd_close). */
 fl_status fl_etcd_connect(const char *endpoints, double timeout_s, fl_etcd **out);
