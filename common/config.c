@@ -605,6 +605,10 @@ static const field f_strategy[] = {
          END}},
     END};
 
+static const field f_elastic[] = {
+    E("keep_global_batch", F_BOOL, fl_job_elastic, keep_global_batch, DEF(0)),
+    END};
+
 static const field f_job[] = {
     E("model", F_MAP, fl_job, model, .sub = f_model),
     E("data", F_MAP, fl_job, data, .sub = f_data),
@@ -614,6 +618,7 @@ static const field f_job[] = {
     E("cluster", F_MAP, fl_job, cluster, .sub = f_cluster),
     E("pserver", F_MAP, fl_job, pserver, .sub = f_pserver),
     E("strategy", F_MAP, fl_job, strategy, .sub = f_strategy),
+    E("elastic", F_MAP, fl_job, elastic, .sub = f_elastic),
     END};
 
 /* ------------------------------------------------------------ defaults */

@@ -422,6 +422,14 @@ typedef struct fl_strategy {
   fl_grad_compression grad_compression; /* none; fp16_allreduce: true = fp16 */
 } fl_strategy;
 
+/* elastic: a collective job whose world changes between rounds
+ * (flotilla-run --rdzv_backend etcd) */
+typedef struct fl_job_elastic {
+  int keep_global_batch; /* 0: the LR scales with the world; 1: gradient
+                          * merge k is raised to keep world x k (when it
+                          * divides) */
+} fl_job_elastic;
+
 /* ------------------------------------------------------------------- job */
 typedef struct fl_job {
   char source[FL_JOB_PATH_MAX]; /* file or name the job came from ("<defaults>") */
@@ -433,6 +441,7 @@ typedef struct fl_job {
   fl_job_cluster cluster;
   fl_job_pserver pserver;
   fl_strategy strategy;
+  fl_job_elastic elastic;
 } fl_job;
 
 /* Fill *job with every default above (and memset the rest to 0, so that two

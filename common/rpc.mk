@@ -4,3 +4,5 @@
 libflotilla_la_SOURCES += common/rpc.c common/fl_rpc.h common/ps_layout.c common/fl_ps_layout.h
 # The wire's method table, mode rule and shared limits (fl_protocol.h).
 libflotilla_la_SOURCES += common/protocol.c common/fl_protocol.h
+# etcd v3 client (fl_etcd.h), used by flotilla-run's elastic rendezvous.
+libflotilla_la_SOURCES += common/etcd.c common/fl_etcd.h

@@ -4,6 +4,7 @@ EXTRA_DIST += deploy/deps.sh deploy/build.sh deploy/run-tests.sh deploy/run-main
 # flotilla-run: the launcher (libuv supervisor, job layout, progress).
 bin_PROGRAMS += flotilla-run
 flotilla_run_SOURCES = deploy/run.c deploy/run_plan.c deploy/run_progress.c deploy/run_failure.c \
+	deploy/run_elastic.c \
 	deploy/run_internal.h
 flotilla_run_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) -I$(top_srcdir)/deploy
 flotilla_run_LDADD = $(FL_LIBS) $(UV_LIBS) -lm

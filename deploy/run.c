@@ -105,6 +105,7 @@ struct run {
   char **extra;
   int n_extra;
   int max_restart;
+  int max_restart_given;
   double grace_s;
   int timeline;
   int metrics_port;
@@ -115,6 +116,8 @@ struct run {
   char launcher_env[48]; /* "FLOTILLA_LAUNCHER_PID=<our pid>" */
   const char *start_flag; /* "--resume", "--fresh" or NULL: for the first start */
   char last_line[256];    /* the last progress line printed (not a terminal) */
+  fl_run_elastic_opts el; /* --rdzv_backend etcd and friends */
+  char gpus_arg[256];     /* --gpus as given (passed on to elastic rounds) */
 };
 
 /* ---- command line ---- */
@@ -123,7 +126,8 @@ enum {
   OPT_MODE = 1000, OPT_IPS, OPT_NODE_IP, OPT_NPROC, OPT_GPUS, OPT_SERVER_NUM, OPT_SERVERS,
   OPT_LOG_DIR, OPT_MAX_RESTART, OPT_PORT, OPT_GRACE, OPT_TIMELINE, OPT_METRICS_PORT,
   OPT_TRAINER_BIN, OPT_PSERVER_BIN, OPT_HELP, OPT_VERSION, OPT_NNODES, OPT_NODE_RANK,
-  OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_RESUME, OPT_FRESH
+  OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_RESUME, OPT_FRESH, OPT_RDZV_BACKEND, OPT_RDZV_ENDPOINT,
+  OPT_RDZV_ID, OPT_RDZV_TIMEOUT, OPT_RDZV_CONF
 };
 
 /* torchrun's dashed spellings (--nproc-per-node, --node-rank, --master-addr,
@@ -150,6 +154,11 @@ static const fl_arg_opt k_opts[] = {
     {"master_port", 1, OPT_MASTER_PORT},
     {"resume", 0, OPT_RESUME},
     {"fresh", 0, OPT_FRESH},
+    {"rdzv_backend", 1, OPT_RDZV_BACKEND},
+    {"rdzv_endpoint", 1, OPT_RDZV_ENDPOINT},
+    {"rdzv_id", 1, OPT_RDZV_ID},
+    {"rdzv_timeout", 1, OPT_RDZV_TIMEOUT},
+    {"rdzv_conf", 1, OPT_RDZV_CONF},
     {"help", 0, OPT_HELP},
     {"version", 0, OPT_VERSION},
     {NULL, 0, 0}};
@@ -217,6 +226,25 @@ static void usage(FILE *out) {
       "  MASTER_ADDR, MASTER_PORT (FLOTILLA_CLUSTER_ENV=torchrun) instead of the\n"
       "  endpoint list, and tell trainer 0 their address at the rendezvous; ps mode\n"
       "  then needs --servers.\n"
+      "Elastic membership (collective jobs; torchrun's spelling):\n"
+      "  --nnodes MIN:MAX         between MIN and MAX nodes, joining and leaving\n"
+      "  --rdzv_backend etcd      the nodes meet on etcd (its v3 API)\n"
+      "  --rdzv_endpoint H:P[,H:P...]  etcd's client URLs\n"
+      "  --rdzv_id JOB            the job's name on etcd (keys /flotilla/JOB/)\n"
+      "  --rdzv_timeout S         fewer than MIN nodes for S seconds (at the start\n"
+      "                           or later): stop with exit status 3 (default 600)\n"
+      "  --rdzv_conf K=S,...      lease_s (10: a node silent this long is dead),\n"
+      "                           settle_s (3: no join/leave this long before a new\n"
+      "                           world), poll_s (0.25), stop_s (30: SIGKILL a round\n"
+      "                           that did not stop)\n"
+      "  Each world (a round) runs this node's share as --nnodes N --node_rank R\n"
+      "  --master_addr A --master_port P+r%64 (P: --master_port, default 29500),\n"
+      "  logs in DIR/round.<r>/; when a node dies or joins, or a trainer fails, the\n"
+      "  round is stopped and the next one resumes the newest checkpoint of\n"
+      "  train.checkpoint_dir, which every node must share (FLOTILLA_RUN_ID is\n"
+      "  elastic-JOB).  --max_restart counts this node's failed rounds (default 3).\n"
+      "  --node_ip names this node (default: its host name).  Exit status: 0 done,\n"
+      "  3 below MIN for --rdzv_timeout, 4 this node's lease was lost, 1 failure.\n"
       "  --help, --version\n"
       "\n"
       "Files in DIR: workerlog.N (trainer N's output), serverlog.N (pserver N's),\n"
@@ -963,6 +991,60 @@ static fl_status make_run_id(run *r, int multi_node) {
   return FL_OK;
 }
 
+/* One --rdzv_* option into e; 0 when fine, else 2 (logged). */
+static int parse_rdzv(int ch, const char *val, fl_run_elastic_opts *e) {
+  char *end;
+  switch (ch) {
+  case OPT_RDZV_BACKEND:
+    if (strcmp(val, "etcd")) {
+      FL_LOGE("--rdzv_backend %s: only etcd (its v3 API) is supported", val);
+      return 2;
+    }
+    e->on = 1;
+    return 0;
+  case OPT_RDZV_ENDPOINT:
+    if (!*val || strlen(val) >= sizeof e->endpoint) {
+      FL_LOGE("--rdzv_endpoint: want host:port[,host:port...]");
+      return 2;
+    }
+    snprintf(e->endpoint, sizeof e->endpoint, "%s", val);
+    return 0;
+  case OPT_RDZV_ID:
+    if (!*val || strlen(val) >= sizeof e->id || strpbrk(val, "/ @")) {
+      FL_LOGE("--rdzv_id %s: want a job name without '/', ' ' or '@'", val);
+      return 2;
+    }
+    snprintf(e->id, sizeof e->id, "%s", val);
+    return 0;
+  case OPT_RDZV_TIMEOUT:
+    e->timeout_s = strtod(val, &end);
+    if (end == val || *end || !(e->timeout_s > 0)) {
+      FL_LOGE("--rdzv_timeout %s: want seconds > 0", val);
+      return 2;
+    }
+    return 0;
+  default: return fl_run_elastic_conf(val, e) == FL_OK ? 0 : 2;
+  }
+}
+
+/* The elastic options agree with each other and with the rest; 0 or 2. */
+static int check_elastic(const fl_run_opts *o, const fl_run_elastic_opts *e) {
+  if (!e->on) {
+    if (e->min_nodes) FL_LOGE("--nnodes MIN:MAX needs --rdzv_backend etcd (elastic membership)");
+    return e->min_nodes ? 2 : 0;
+  }
+  if (!e->min_nodes || !e->endpoint[0] || !e->id[0]) {
+    FL_LOGE("--rdzv_backend etcd needs --nnodes MIN:MAX, --rdzv_endpoint and --rdzv_id");
+    return 2;
+  }
+  if (o->ips_given || o->node_rank >= 0 || o->master_addr[0] || o->mode == FL_RUN_PS) {
+    FL_LOGE("--rdzv_backend etcd chooses the node ranks and the master itself: drop --ips, "
+            "--node_rank, --master_addr (and --mode ps: elastic runs collective jobs)");
+    return 2;
+  }
+  return 0;
+}
+
 /* Parse the command line into o and r; 0 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
   int dd = argc;
@@ -974,6 +1056,7 @@ static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
   r->extra = argv + (dd < argc ? dd + 1 : argc);
   r->n_extra = dd < argc ? argc - dd - 1 : 0;
   r->grace_s = 10;
+  fl_run_elastic_defaults(&r->el);
   const char *e = getenv("FLOTILLA_NODE_IP");
   if (e && *e) snprintf(o->node_ip, sizeof o->node_ip, "%s", e);
   find_sibling("FLOTILLA_TRAINER_BIN", "flotilla-trainer", r->trainer_bin, sizeof r->trainer_bin);
@@ -1003,11 +1086,17 @@ static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
       break;
     case OPT_NNODES:
       if (strchr(val, ':')) {
-        FL_LOGE("--nnodes %s: elastic MIN:MAX node counts are not supported; give one number",
-                val);
-        return 2;
+        if (fl_run_elastic_nnodes(val, &r->el) != FL_OK) return 2;
+        break;
       }
       if (parse_int("--nnodes", val, 1, FL_RUN_MAX_NODES, &o->nnodes)) return 2;
+      break;
+    case OPT_RDZV_BACKEND:
+    case OPT_RDZV_ENDPOINT:
+    case OPT_RDZV_ID:
+    case OPT_RDZV_TIMEOUT:
+    case OPT_RDZV_CONF:
+      if (parse_rdzv(ch, val, &r->el)) return 2;
       break;
     case OPT_NODE_RANK:
       if (parse_int("--node_rank", val, 0, FL_RUN_MAX_NODES - 1, &o->node_rank)) return 2;
@@ -1028,6 +1117,7 @@ static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
       break;
     case OPT_GPUS:
       if (fl_run_split_list("--gpus", val, gpus, 64, &o->n_gpus) != FL_OK) return 2;
+      snprintf(r->gpus_arg, sizeof r->gpus_arg, "%s", val);
       for (int i = 0; i < o->n_gpus; i++)
         if (parse_int("--gpus", gpus[i], 0, 1023, &o->gpus[i])) return 2;
       break;
@@ -1049,6 +1139,7 @@ static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
       break;
     case OPT_MAX_RESTART:
       if (parse_int("--max_restart", val, 0, 1000, &r->max_restart)) return 2;
+      r->max_restart_given = 1;
       break;
     case OPT_PORT:
       if (parse_int("--port", val, 1, 65535, &o->port)) return 2;
@@ -1089,7 +1180,7 @@ static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
     return 2;
   }
   r->job_path = argv[first];
-  return 0;
+  return check_elastic(o, &r->el);
 }
 
 /* The restarts that failed, then, when the job failed, its first failure
@@ -1165,6 +1256,45 @@ static void supervise(run *r) {
   }
 }
 
+/* Hand the job to the elastic agent (run_elastic.c); its exit status. */
+static int run_elastic(run *r, const fl_run_opts *o, const fl_job *job) {
+  static fl_run_elastic_child c;
+  char self[FL_RUN_PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    FL_LOGE("elastic: cannot find this program (/proc/self/exe): %s", strerror(errno));
+    return 1;
+  }
+  self[n] = '\0';
+  if (o->mode == FL_RUN_PS || job->cluster.mode == FL_MODE_PS) {
+    FL_LOGE("%s: elastic membership runs collective jobs; this one is ps mode", r->job_path);
+    return 2;
+  }
+  const char *dir = getenv("FLOTILLA_CHECKPOINT_DIR");
+  if (!job->train.checkpoint_dir[0] && !(dir && *dir))
+    FL_LOGW("%s: no train.checkpoint_dir (nor FLOTILLA_CHECKPOINT_DIR): every new world "
+            "starts the job over; give one directory every node shares", r->job_path);
+  /* one run for every round and node: checkpoints of earlier rounds are this run's */
+  char run_id[160];
+  snprintf(run_id, sizeof run_id, "elastic-%s", r->el.id);
+  if (!getenv("FLOTILLA_RUN_ID")) setenv("FLOTILLA_RUN_ID", run_id, 1);
+  c.self = self;
+  c.job_path = r->job_path;
+  c.extra = r->extra;
+  c.n_extra = r->n_extra;
+  if (o->node_ip[0]) snprintf(c.node_addr, sizeof c.node_addr, "%s", o->node_ip);
+  else gethostname(c.node_addr, sizeof c.node_addr - 1);
+  c.master_port = o->master_port ? o->master_port : o->port ? o->port : 29500;
+  c.log_dir = o->log_dir;
+  c.grace_s = r->grace_s;
+  c.trainer_bin = r->trainer_bin;
+  c.nproc_per_node = o->nproc_per_node;
+  snprintf(c.gpus, sizeof c.gpus, "%s", r->gpus_arg);
+  c.start_flag = r->start_flag;
+  c.max_restart = r->max_restart_given ? r->max_restart : 3;
+  return fl_run_elastic(&r->el, &c);
+}
+
 int main(int argc, char **argv) {
   static fl_run_opts o;
   static run r;
@@ -1183,6 +1313,7 @@ int main(int argc, char **argv) {
   if (!o.mode_given) o.mode = job.cluster.mode == FL_MODE_PS ? FL_RUN_PS : FL_RUN_COLLECTIVE;
   r.job = &job;
   r.log_dir = o.log_dir;
+  if (r.el.on) return run_elastic(&r, &o, &job);
 
   rc = 1;
   local = calloc(FL_RUN_MAX_NODES * 4, FL_RUN_EP_MAX);

@@ -263,4 +263,50 @@ void fl_run_report_print(const fl_run_report *r, int a, int tail_lines, FILE *ou
  * which process failed first and its error line. */
 void fl_run_report_print_attempts(const fl_run_report *r, int a, FILE *out);
 
+/* ---- elastic membership on etcd (run_elastic.c) ---- */
+
+/* Exit statuses of an elastic flotilla-run (besides 0, 1, 2 and 128+signal). */
+#define FL_RUN_EXIT_BELOW_MIN 3  /* fewer than MIN nodes for --rdzv_timeout */
+#define FL_RUN_EXIT_LEASE_LOST 4 /* this node's lease on etcd was lost */
+#define FL_RUN_RDZV_TIMEOUT_S 600.0
+
+/* --nnodes MIN:MAX --rdzv_backend etcd --rdzv_endpoint --rdzv_id
+ * --rdzv_timeout --rdzv_conf key=seconds,... */
+typedef struct fl_run_elastic_opts {
+  int on;                           /* --rdzv_backend etcd given */
+  int min_nodes, max_nodes;         /* --nnodes MIN:MAX (0 = not given) */
+  char endpoint[512];               /* --rdzv_endpoint host:port[,host:port...] */
+  char id[128];                     /* --rdzv_id */
+  double timeout_s;                 /* --rdzv_timeout: below MIN this long -> exit 3 */
+  double lease_s, settle_s, poll_s, stop_s; /* --rdzv_conf */
+} fl_run_elastic_opts;
+
+/* What each round's flotilla-run is started with. */
+typedef struct fl_run_elastic_child {
+  const char *self;                 /* this program */
+  const char *job_path;
+  char **extra;                     /* trainer arguments after -- */
+  int n_extra;
+  char node_addr[FL_RUN_EP_MAX];    /* this node's address (--node_ip, else host name) */
+  int master_port;                  /* base: round r uses base + r % 64 */
+  const char *log_dir;              /* round r logs in <log_dir>/round.<r> */
+  double grace_s;
+  const char *trainer_bin;
+  int nproc_per_node;               /* 0 = flotilla-run's default */
+  char gpus[256];                   /* --gpus as given, "" = none */
+  const char *start_flag;           /* --resume / --fresh for the first round */
+  int max_restart;                  /* rounds this node may see fail */
+} fl_run_elastic_child;
+
+/* Defaults: timeout 600 s, lease 10 s, settle 3 s, poll 0.25 s, stop 30 s. */
+void fl_run_elastic_defaults(fl_run_elastic_opts *e);
+/* "MIN:MAX" (or "N") into e->min_nodes, e->max_nodes; FL_EINVAL logged. */
+fl_status fl_run_elastic_nnodes(const char *val, fl_run_elastic_opts *e);
+/* "lease_s=10,settle_s=3" into e; FL_EINVAL logged for an unknown key or a
+ * value out of range. */
+fl_status fl_run_elastic_conf(const char *conf, fl_run_elastic_opts *e);
+/* Join the job on etcd and run rounds until it is done; returns the exit
+ * status (0 done, 1 failure, 3 below MIN, 4 lease lost, 128+signal). */
+int fl_run_elastic(const fl_run_elastic_opts *o, const fl_run_elastic_child *c);
+
 #endif

@@ -20,3 +20,13 @@ proto/health.pb-c.c: $(srcdir)/proto/health.proto
 	$(AM_V_GEN)$(PROTOC_C) --proto_path=$(srcdir)/proto --c_out=proto $(srcdir)/proto/health.proto
 proto/health.pb-c.h: proto/health.pb-c.c
 	@test -f $@ || { rm -f proto/health.pb-c.c; $(MAKE) $(AM_MAKEFLAGS) proto/health.pb-c.c; }
+# etcd's v3 messages for the elastic rendezvous client (common/etcd.c).
+EXTRA_DIST += proto/etcd_min.proto
+nodist_libflotilla_la_SOURCES += proto/etcd_min.pb-c.c proto/etcd_min.pb-c.h
+BUILT_SOURCES += proto/etcd_min.pb-c.h
+CLEANFILES += proto/etcd_min.pb-c.c proto/etcd_min.pb-c.h
+proto/etcd_min.pb-c.c: $(srcdir)/proto/etcd_min.proto
+	@$(MKDIR_P) proto
+	$(AM_V_GEN)$(PROTOC_C) --proto_path=$(srcdir)/proto --c_out=proto $(srcdir)/proto/etcd_min.proto
+proto/etcd_min.pb-c.h: proto/etcd_min.pb-c.c
+	@test -f $@ || { rm -f proto/etcd_min.pb-c.c; $(MAKE) $(AM_MAKEFLAGS) proto/etcd_min.pb-c.c; }

@@ -36,12 +36,13 @@ fl_status fl_shard_check(const fl_shard_spec *s) {
 
 size_t fl_shard_batches(const fl_shard_spec *s) {
   size_t w = (size_t)s->world_size;
+  size_t n = s->offset < s->n ? s->n - s->offset : 0;
   if (s->batch_size == 0 || w == 0) return 0;
   if (s->remainder == FL_REMAINDER_WRAP) {
-    size_t per = (s->n + w - 1) / w;
+    size_t per = (n + w - 1) / w;
     return (per + s->batch_size - 1) / s->batch_size;
   }
-  return s->n / w / s->batch_size;
+  return n / w / s->batch_size;
 }
 
 fl_status fl_shard_permutation(const fl_shard_spec *s, int64_t epoch, size_t *perm) {
@@ -63,7 +64,7 @@ fl_status fl_shard_permutation(const fl_shard_spec *s, int64_t epoch, size_t *pe
 static void shard_from_perm(const fl_shard_spec *s, const size_t *perm, size_t *idx) {
   size_t total = fl_shard_batches(s) * s->batch_size;
   size_t w = (size_t)s->world_size, r = (size_t)s->rank;
-  for (size_t i = 0; i < total; i++) idx[i] = perm[(r + w * i) % s->n];
+  for (size_t i = 0; i < total; i++) idx[i] = perm[(s->offset + r + w * i) % s->n];
 }
 
 fl_status fl_shard_indices(const fl_shard_spec *s, int64_t epoch, size_t *idx) {
@@ -269,6 +270,16 @@ nomem:
 }
 
 size_t fl_loader_batches(const fl_loader *l) { return l->batches; }
+
+fl_status fl_loader_set_offset(fl_loader *l, size_t offset) {
+  if (offset >= l->spec.n)
+    return FL_ERR(FL_EINVAL, "loader: epoch offset %zu past the %zu samples", offset, l->spec.n);
+  stop_producer(l);
+  l->started = 0;
+  l->spec.offset = offset;
+  l->batches = fl_shard_batches(&l->spec);
+  return FL_OK;
+}
 
 fl_status fl_loader_set_augment(fl_loader *l, const fl_augment *a, const char *what) {
   if (!a->hflip && !a->crop_padding) return FL_OK;

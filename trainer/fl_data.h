@@ -26,7 +26,9 @@
  *                      batches; positions past n wrap around to the start of
  *                      the permutation, so every sample is seen at least once
  *                      per epoch and a few twice.
- * Batches always hold exactly batch_size samples.
+ * Batches always hold exactly batch_size samples.  An elastic resume in
+ * mid-epoch (another world size) sets offset: the first offset positions
+ * were taken by the earlier world, and rank r takes offset + r + W*i.
  *
  * The loader (fl_loader_*) gathers one epoch's batches of one rank on a
  * prefetch thread into a bounded queue, in order, so the next micro-batch
@@ -344,6 +346,9 @@ typedef struct fl_shard_spec {
   uint64_t seed;     /* shuffle seed (same on every rank) */
   int shuffle;       /* 0: identity order every epoch */
   fl_remainder remainder;
+  size_t offset;     /* positions of the epoch's permutation already
+                      * consumed (an elastic resume in mid-epoch: a world
+                      * of W' ranks takes positions offset + r + W'i); 0 */
 } fl_shard_spec;
 
 /* FL_EINVAL (logged) when a field is out of range or a rank would get no
@@ -393,6 +398,10 @@ fl_status fl_loader_create(const fl_dataset *dense, const fl_sparse_dataset *spa
                            const fl_shard_spec *spec, size_t depth, fl_loader **out);
 /* Batches per epoch (fl_shard_batches of the spec). */
 size_t fl_loader_batches(const fl_loader *l);
+/* Set the spec's offset for the epochs started from now on (0 for whole
+ * epochs); the batch count follows (it may become 0).  FL_EINVAL when
+ * offset is not below the dataset's size. */
+fl_status fl_loader_set_offset(fl_loader *l, size_t offset);
 
 /* Training-time augmentation of image samples (channels x height x width
  * floats, channel after channel), torchvision's RandomCrop(padding) and

@@ -43,6 +43,12 @@ typedef struct trainer {
   FILE *log;
   int rank, world;
   int device; /* CUDA ordinal with train.device gpu */
+  int64_t epoch_off; /* samples of this epoch's permutation taken by an
+                      * earlier world (elastic resume), else 0 */
+  int64_t base_world; /* the world the run started with (checkpointed): the
+                       * LR scales by world x k / (base_world x k0) */
+  int k0;             /* the job's gradient merge k (t->k may differ:
+                       * elastic.keep_global_batch) */
 
   fl_dataset train, test;
   fl_sparse_dataset strain, stest; /* sparse data (fl_loop_sparse_data) */
@@ -620,6 +626,8 @@ static void put_state(trainer *t, fl_ckpt_writer *w) {
   fl_ckpt_put_i64(w, "meta/steps_per_epoch", t->steps_per_epoch);
   fl_ckpt_put_i64(w, "meta/k_steps", t->k);
   fl_ckpt_put_i64(w, "meta/world_size", t->world);
+  fl_ckpt_put_i64(w, "meta/epoch_offset", t->epoch_off);
+  fl_ckpt_put_i64(w, "meta/base_world", t->base_world);
   fl_ckpt_put_i64(w, "rng/shuffle_seed", (int64_t)t->job->train.seed);
   for (size_t i = 0; i < t->np; i++) {
     fl_param *p = fl_model_param(t->model, i);
@@ -720,6 +728,89 @@ static fl_status load_valid(trainer *t, const fl_ckpt *c) {
   return load_best(t, t->best.best_step);
 }
 
+/* The position saved in c: step, updates, epoch and micro-batch.  A
+ * checkpoint of the same world size must have this run's steps per epoch.
+ * One of another world size (an elastic restart: flotilla-run
+ * --rdzv_backend etcd) resumes mid-epoch right after the samples that
+ * world took: they are the first epoch_offset + batch x batch_size x its
+ * world positions of the epoch's permutation (fl_data.h), so this world
+ * shares out the rest (fl_shard_spec.offset) and no sample is seen twice. */
+static fl_status load_position(trainer *t, const fl_ckpt *c, const char *path) {
+  int64_t spe, world, off = 0, ks;
+  fl_ckpt_record rec;
+  FL_TRY(get_i64(c, path, "meta/steps_per_epoch", &spe));
+  FL_TRY(get_i64(c, path, "meta/world_size", &world));
+  FL_TRY(get_i64(c, path, "meta/k_steps", &ks));
+  if (world == t->world && ks != t->k)
+    return FL_ERR(FL_EINVAL, "%s: saved with gradient-merge k_steps %" PRId64 ", the job has %d",
+                  path, ks, t->k);
+  if (fl_ckpt_find(c, "meta/epoch_offset", &rec) == FL_OK)
+    FL_TRY(get_i64(c, path, "meta/epoch_offset", &off));
+  t->base_world = world;
+  if (fl_ckpt_find(c, "meta/base_world", &rec) == FL_OK)
+    FL_TRY(get_i64(c, path, "meta/base_world", &t->base_world));
+  if (t->base_world < 1) return FL_ERR(FL_ECORRUPT, "%s: base world %" PRId64 " is invalid", path,
+                                       t->base_world);
+  if (world == t->world && spe != t->steps_per_epoch)
+    return FL_ERR(FL_EINVAL, "%s: saved with %" PRId64 " steps per epoch, this run has %" PRId64
+                  " (different data or batch size)", path, spe, t->steps_per_epoch);
+  FL_TRY(get_i64(c, path, "meta/step", &t->step));
+  FL_TRY(get_i64(c, path, "meta/updates", &t->updates));
+  FL_TRY(get_i64(c, path, "meta/epoch", &t->epoch));
+  FL_TRY(get_i64(c, path, "meta/batch", &t->batch));
+  /* a stream (data.format criteo) keeps its own position (load_stream_pos) */
+  int64_t n = t->stream ? INT64_MAX : (int64_t)(t->strain.n ? t->strain.n : t->train.n);
+  if (world != t->world && t->stream)
+    return FL_ERR(FL_ENOTSUP, "%s: saved by %" PRId64 " ranks; streamed data (data.format "
+                  "criteo) resumes with the same number of ranks only, here %d", path, world,
+                  t->world);
+  if (t->epoch < 0 || t->batch < 0 || ks < 1 || t->batch % ks != 0 || t->batch / ks > spe ||
+      world < 1 || off < 0 || off >= n)
+    return FL_ERR(FL_ECORRUPT, "%s: position epoch %" PRId64 " batch %" PRId64 " offset %" PRId64
+                  " is invalid", path, t->epoch, t->batch, off);
+  if (world != t->world) {
+    int64_t taken = off + t->batch * (int64_t)t->job->train.batch_size * world;
+    FL_LOGI("elastic resume: a world of %" PRId64 " ranks took %" PRId64 " samples of epoch %"
+            PRId64 "; these %d ranks share out the other %" PRId64, world, taken, t->epoch,
+            t->world, n > taken ? n - taken : 0);
+    off = taken < n ? taken : n - 1;
+    t->batch = 0;
+    if (t->k == t->k0)
+      FL_LOGI("elastic resume: the learning rate scales by %d/%" PRId64 " (this world / the "
+              "run's first)", t->world, t->base_world);
+  }
+  t->epoch_off = off;
+  return FL_OK;
+}
+
+/* elastic.keep_global_batch: in a world other than the run's first (the
+ * newest checkpoint's meta/base_world), gradient merge k becomes
+ * k0 x first world / world, so that the global batch stays; when that does
+ * not divide, k stays and the LR scales with the global batch. */
+static void keep_global_batch(trainer *t, const fl_trainer_options *o) {
+  fl_ckpt *c;
+  fl_ckpt_record rec;
+  int64_t w0 = 0;
+  if (!t->job->elastic.keep_global_batch || o->fresh || t->ps || !t->ckdir[0]) return;
+  if (fl_ckpt_dir_load_latest(t->ckdir, &c, NULL) != FL_OK) return;
+  const char *key = fl_ckpt_find(c, "meta/base_world", &rec) == FL_OK ? "meta/base_world"
+                                                                        : "meta/world_size";
+  if (fl_ckpt_get_i64(c, key, &w0) != FL_OK) w0 = 0;
+  fl_ckpt_free(c);
+  if (w0 < 1 || w0 == t->world) return;
+  if ((int64_t)t->k0 * w0 % t->world) {
+    FL_LOGW("elastic.keep_global_batch: k %d x first world %" PRId64 " is no multiple of this "
+            "world %d: k stays, the learning rate scales with the global batch", t->k0, w0,
+            t->world);
+    return;
+  }
+  t->k = (int)((int64_t)t->k0 * w0 / t->world);
+  if (t->k0 == 1) t->avg = 1; /* the merged gradient stands for one batch of k x B */
+  FL_LOGI("elastic.keep_global_batch: a world of %d after %" PRId64 ": gradient merge k %d "
+          "(the job's %d), global batch %" PRId64 " x %zu", t->world, w0, t->k, t->k0,
+          (int64_t)t->world * t->k, t->job->train.batch_size);
+}
+
 /* Restore everything save_checkpoint wrote from the newest checkpoint, when
  * the directory's checkpoints are this run's or `start` says to take them
  * (fl_ckpt_dir_claim). */
@@ -754,44 +845,23 @@ static fl_status load_checkpoint(trainer *t, fl_ckpt_start start) {
     st = FL_ERR(FL_EPROTO, "%s: not a flotilla-trainer checkpoint", path);
     goto done;
   }
-  if ((st = get_i64(c, path, "meta/k_steps", &v)) != FL_OK) goto done;
-  if (v != t->k) {
-    st = FL_ERR(FL_EINVAL, "%s: saved with gradient-merge k_steps %" PRId64 ", the job has %d",
-                path, v, t->k);
-    goto done;
-  }
-  if ((st = get_i64(c, path, "meta/steps_per_epoch", &v)) != FL_OK) goto done;
-  if (v != t->steps_per_epoch) {
-    st = FL_ERR(FL_EINVAL, "%s: saved with %" PRId64 " steps per epoch, this run has %" PRId64
-                " (different data, batch size or world size)", path, v, t->steps_per_epoch);
-    goto done;
-  }
   if ((st = get_i64(c, path, "rng/shuffle_seed", &v)) != FL_OK) goto done;
   if ((uint64_t)v != t->job->train.seed) {
     st = FL_ERR(FL_EINVAL, "%s: saved with train.seed %" PRIu64 ", the job has %" PRIu64, path,
                 (uint64_t)v, t->job->train.seed);
     goto done;
   }
-  if ((st = get_i64(c, path, "meta/step", &t->step)) != FL_OK ||
-      (st = get_i64(c, path, "meta/updates", &t->updates)) != FL_OK ||
-      (st = get_i64(c, path, "meta/epoch", &t->epoch)) != FL_OK ||
-      (st = get_i64(c, path, "meta/batch", &t->batch)) != FL_OK)
-    goto done;
-  if (t->epoch < 0 || t->batch < 0 || t->batch % t->k != 0 ||
-      t->batch / t->k > t->steps_per_epoch) {
-    st = FL_ERR(FL_ECORRUPT, "%s: position epoch %" PRId64 " batch %" PRId64 " is invalid", path,
-                t->epoch, t->batch);
-    goto done;
-  }
+  if ((st = load_position(t, c, path)) != FL_OK) goto done;
   for (size_t i = 0; i < t->np; i++) {
     fl_param *p = fl_model_param(t->model, i);
     snprintf(name, sizeof name, "param/%s", p->name);
     if ((st = fl_ckpt_read(c, name, FL_CKPT_F32, p->ndim, p->shape, p->value)) != FL_OK) goto done;
-    if (t->acc[i]) {
-      snprintf(name, sizeof name, "accum/%s", p->name);
-      if ((st = fl_ckpt_read(c, name, FL_CKPT_F32, p->ndim, p->shape, t->acc[i])) != FL_OK)
-        goto done;
-    }
+    snprintf(name, sizeof name, "accum/%s", p->name);
+    /* at a step boundary the accumulators are zero; a checkpoint of
+     * another k (elastic.keep_global_batch) may have none */
+    if (t->acc[i] && fl_ckpt_find(c, name, &rec) == FL_OK &&
+        (st = fl_ckpt_read(c, name, FL_CKPT_F32, p->ndim, p->shape, t->acc[i])) != FL_OK)
+      goto done;
   }
   for (size_t j = 0; j < t->nt; j++) {
     fl_param *p = fl_model_param(t->model, t->tparam[j]);
@@ -1004,7 +1074,10 @@ static fl_status train_step(trainer *t, fl_step_report *rep) {
     }
   }
   FL_TRY(t->ops->step_end(t->self, t->model, t->step, &apply));
-  float lr = fl_lr_at(&t->sched, t->step);
+  /* an elastic run's world may differ from its first: the global batch
+   * did, the LR follows it (linear scaling rule) */
+  float lr = fl_lr_at(&t->sched, t->step) * (float)(t->world * t->k) /
+             (float)(t->base_world * t->k0);
   if (apply) {
     if (t->amp) {
       int found_inf = 0;
@@ -1395,12 +1468,16 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
   if (t->sparse) fl_sparse_run_limit(t->sparse, t->steps_per_epoch, max_steps);
   while (t->epoch < job->train.epochs) {
     if (max_steps > 0 && t->step >= max_steps) break;
-    int64_t first = t->batch / t->k;
+    int64_t first = t->batch / t->k, epoch_steps = t->steps_per_epoch;
     int stopped = 0;
+    if (t->epoch_off && t->loader) { /* an elastic resume's partial epoch */
+      FL_TRY(fl_loader_set_offset(t->loader, (size_t)t->epoch_off));
+      epoch_steps = (int64_t)fl_loader_batches(t->loader) / t->k;
+    }
     FL_TRY(start_epoch(t));
     double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     int64_t samples = 0, steps = 0;
-    for (int64_t s = first; s < t->steps_per_epoch; s++) {
+    for (int64_t s = first; s < epoch_steps; s++) {
       if (max_steps > 0 && t->step >= max_steps) {
         stopped = 1;
         break;
@@ -1423,7 +1500,7 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
         stopped = 1;
         break;
       }
-      if (interval > 0 && t->step % interval == 0 && s + 1 < t->steps_per_epoch)
+      if (interval > 0 && t->step % interval == 0 && s + 1 < epoch_steps)
         FL_TRY(save_checkpoint(t));
     }
     double dt = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
@@ -1443,6 +1520,8 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
     }
     t->epoch++;
     t->batch = 0;
+    if (t->epoch_off) FL_TRY(fl_loader_set_offset(t->loader, 0));
+    t->epoch_off = 0;
     rep->epochs_done = t->epoch;
     FL_TRY(save_checkpoint(t));
     if (t->early_stopped) break;
@@ -1490,10 +1569,11 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   t.rank = t.ops->rank(t.self);
   t.device = o->device;
   t.world = t.ops->world_size(t.self);
-  t.k = fl_job_merge_steps(job);
+  t.k = t.k0 = fl_job_merge_steps(job);
   t.avg = job->strategy.gradient_merge_configs.avg;
   t.amp = job->strategy.amp;
   t.last_saved = -1;
+  t.base_world = t.world;
   t.id = o->identity;
   t.ps = fl_sync_ps_client(sync) != NULL;
   t.sync = sync;
@@ -1501,6 +1581,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   snprintf(t.ckdir, sizeof t.ckdir, "%s",
            o->checkpoint_dir && o->checkpoint_dir[0] ? o->checkpoint_dir : job->train.checkpoint_dir);
   set_threads(job->train.num_threads);
+  keep_global_batch(&t, o);
 
   if ((st = fl_job_optim_hparams(job, &t.hp, t.exclude)) != FL_OK) goto done;
   t.scaler = fl_job_loss_scaler(job);

@@ -14,7 +14,7 @@ from . import _bin, _progress, _yaml
 from ._errors import JobError, RunError
 
 SECTIONS = ("model", "data", "optimizer", "lr_schedule", "train", "cluster", "pserver",
-            "strategy")
+            "strategy", "elastic")
 
 # Paddle's DistributedStrategy names the job's strategy section takes
 # (common/config.c); given to Job at the top level they go there.

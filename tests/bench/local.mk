@@ -105,3 +105,6 @@ EXTRA_DIST += tests/bench/bench_tier.sh
 # pulls (pserver.sparse.pipeline) against sequential ones, async and sync:
 # tests/bench/bench_sparse_pipeline.sh.
 EXTRA_DIST += tests/bench/bench_sparse_pipeline.sh
+# Elastic membership on etcd: recovery time after a node is killed
+# (elastic_recovery_s), bench_elastic.sh.
+EXTRA_DIST += tests/bench/bench_elastic.sh

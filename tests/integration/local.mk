@@ -15,3 +15,4 @@ include $(srcdir)/tests/integration/recsys.mk
 include $(srcdir)/tests/integration/valid.mk
 include $(srcdir)/tests/integration/tier.mk
 include $(srcdir)/tests/integration/sparse_restart.mk
+include $(srcdir)/tests/integration/elastic.mk

@@ -53,6 +53,16 @@ grep -q "master_addr 127.0.0.2: trainer 0 runs on the first of --ips, 127.0.0.1"
 timeout 20 "$RUN" --nnodes 2:4 job.yaml > bad2.out 2>&1
 [ $? = 2 ] || fail "elastic --nnodes 2:4: want exit 2"
 grep -q "elastic" bad2.out || fail "elastic --nnodes: no message"
+# elastic options that cannot work are refused before etcd is reached
+el="--nnodes 2:3 --rdzv_backend etcd --rdzv_endpoint 127.0.0.1:9 --rdzv_id t"
+for bad in "--nnodes 2:3 --rdzv_backend c10d" "--nnodes 3:2 --rdzv_backend etcd" \
+  "$el --rdzv_conf lease_s=1" "$el --rdzv_conf nope=3" "$el --ips 127.0.0.1" \
+  "--nnodes 2:3 --rdzv_backend etcd --rdzv_id t"; do
+  # shellcheck disable=SC2086
+  timeout 20 "$RUN" $bad job.yaml > bad3.out 2>&1
+  [ $? = 2 ] || fail "$bad: want exit 2"
+  grep -q " E " bad3.out || fail "$bad: no error message"
+done
 
 if [ $fails -ne 0 ]; then
   for n in 0 1; do echo "--- out$n"; tail -20 "$tmp/out$n"; done

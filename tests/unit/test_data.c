@@ -541,6 +541,37 @@ START_TEST(shard_equal_and_disjoint) {
 }
 END_TEST
 
+/* An elastic resume: a world of 3 takes b batches, a world of 2 the rest
+ * from the offset; no sample twice, and every sample but the dropped tail. */
+START_TEST(shard_offset_new_world) {
+  size_t n = 211, bs = 4, taken = 0;
+  unsigned seen[211] = {0};
+  int worlds[2] = {3, 2};
+  for (int w = 0; w < 2; w++) {
+    size_t first = 0;
+    for (int r = 0; r < worlds[w]; r++) {
+      fl_shard_spec s = {.n = n, .batch_size = bs, .rank = r, .world_size = worlds[w],
+                         .seed = 9, .shuffle = 1, .offset = taken};
+      size_t b = fl_shard_batches(&s), use = w == 0 ? 5 : b; /* the 3 stop after 5 */
+      size_t *idx = malloc(b * bs * sizeof *idx);
+      ck_assert_int_eq(fl_shard_indices(&s, 1, idx), FL_OK);
+      for (size_t i = 0; i < use * bs; i++) seen[idx[i]]++;
+      free(idx);
+      first = use;
+    }
+    taken += first * bs * (size_t)worlds[w];
+  }
+  ck_assert_uint_eq(taken, 5 * 4 * 3 + (211 - 60) / 2 / 4 * 4 * 2);
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    ck_assert_uint_le(seen[i], 1);
+    total += seen[i];
+  }
+  ck_assert_uint_eq(total, taken);
+  ck_assert_uint_gt(total, n - 2 * bs); /* only the tail of fewer than W*bs is dropped */
+}
+END_TEST
+
 START_TEST(shuffle_deterministic) {
   fl_shard_spec s = {.n = 1000, .batch_size = 10, .rank = 0, .world_size = 1, .seed = 5,
                      .shuffle = 1};
@@ -785,6 +816,7 @@ static Suite *data_suite(void) {
   suite_add_tcase(s, t);
   t = tcase_create("shard");
   tcase_add_test(t, shard_equal_and_disjoint);
+  tcase_add_test(t, shard_offset_new_world);
   tcase_add_test(t, shuffle_deterministic);
   tcase_add_test(t, loader_dense_order_and_restart);
   tcase_add_test(t, loader_sparse);

@@ -1,0 +1,497 @@
+/* run_elastic.c - flotilla-run's elastic membership on etcd, as torchrun
+ * spells it: --nnodes MIN:MAX --rdzv_backend etcd --rdzv_endpoint H:P
+ * --rdzv_id JOB.
+ *
+ * Why an agent around flotilla-run: a world of N nodes is exactly what
+ * flotilla-run's torchrun mode already runs (--nnodes N --node_rank R
+ * --master_addr A).  The agent finds N, R and A on etcd and runs one such
+ * flotilla-run (a "round") at a time; when the world changes it stops the
+ * round and starts the next one, whose trainers resume from the checkpoint
+ * (train.checkpoint_dir, shared by the nodes) and re-shard the rest of the
+ * epoch over the new world (see the trainer's elastic resume in loop.c).
+ *
+ * Keys, under /flotilla/<JOB>/:
+ *   nodes/<id>  one per live node, under the node's lease (value: its
+ *               address); <id> is "<address>-<pid>".  Nodes are ordered by
+ *               the key's create revision (who came first).
+ *   round       "<r> <port> <id>@<addr> ..." the members of world r in rank
+ *               order; written only by compare-and-swap on its revision.
+ *   failed      "<r>": a trainer of round r failed on some node.
+ *   done        set when a round's trainers finished the job.
+ * The first node in order proposes round r+1 (its live nodes, at most MAX)
+ * when the round is stale - no round yet, the live nodes are not its
+ * members, or it failed - and at least MIN nodes are live, none joined or
+ * left for settle_s (or MAX are live), and, after a failure with unchanged
+ * membership, lease_s passed (so that a dead node's lease has expired).
+ * There is no Watch: every node polls these keys every poll_s.
+ *
+ * A node is dead when its lease expires (its flotilla-run stopped renewing
+ * for lease_s); a slow node (stopped by SIGSTOP for less than the lease,
+ * or a trainer stopped for less than collective_timeout_s) is no change. */
+#include <config.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fl_etcd.h"
+#include "fl_log.h"
+#include "run_internal.h"
+
+#define KEY_MAX 512
+#define ROUND_MAX 4096
+#define ID_MAX (FL_RUN_EP_MAX + 24)
+
+/* One --rdzv_conf key. */
+typedef struct conf_row {
+  const char *name;
+  size_t off;
+  double lo, hi;
+} conf_row;
+
+static const conf_row k_conf[] = {
+    {"lease_s", offsetof(fl_run_elastic_opts, lease_s), 2, 3600},
+    {"settle_s", offsetof(fl_run_elastic_opts, settle_s), 0, 3600},
+    {"poll_s", offsetof(fl_run_elastic_opts, poll_s), 0.05, 60},
+    {"stop_s", offsetof(fl_run_elastic_opts, stop_s), 1, 3600},
+};
+
+/* Ownership: nothing kept. */
+void fl_run_elastic_defaults(fl_run_elastic_opts *e) {
+  memset(e, 0, sizeof *e);
+  e->timeout_s = FL_RUN_RDZV_TIMEOUT_S;
+  e->lease_s = 10;
+  e->settle_s = 3;
+  e->poll_s = 0.25;
+  e->stop_s = 30;
+}
+
+/* Ownership: nothing kept. */
+fl_status fl_run_elastic_nnodes(const char *val, fl_run_elastic_opts *e) {
+  char *end;
+  long lo = strtol(val, &end, 10), hi = lo;
+  if (*end == ':') hi = strtol(end + 1, &end, 10);
+  if (end == val || *end || lo < 1 || hi < lo || hi > FL_RUN_MAX_NODES)
+    return FL_ERR(FL_EINVAL, "--nnodes %s: want MIN:MAX with 1 <= MIN <= MAX <= %d", val,
+                  FL_RUN_MAX_NODES);
+  e->min_nodes = (int)lo;
+  e->max_nodes = (int)hi;
+  return FL_OK;
+}
+
+/* Ownership: nothing kept. */
+fl_status fl_run_elastic_conf(const char *conf, fl_run_elastic_opts *e) {
+  char buf[512], *save = NULL;
+  snprintf(buf, sizeof buf, "%s", conf);
+  for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(kv, '='), *end;
+    const conf_row *row = NULL;
+    if (eq) *eq = '\0';
+    for (size_t i = 0; i < sizeof k_conf / sizeof k_conf[0]; i++)
+      if (!strcmp(kv, k_conf[i].name)) row = &k_conf[i];
+    if (!eq || !row)
+      return FL_ERR(FL_EINVAL, "--rdzv_conf %s: want key=seconds with key lease_s, settle_s, "
+                    "poll_s or stop_s", kv);
+    double v = strtod(eq + 1, &end);
+    if (end == eq + 1 || *end || !(v >= row->lo && v <= row->hi))
+      return FL_ERR(FL_EINVAL, "--rdzv_conf %s=%s: want seconds in [%g, %g]", kv, eq + 1, row->lo,
+                    row->hi);
+    *(double *)((char *)e + row->off) = v;
+  }
+  return FL_OK;
+}
+
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig) { g_signal = sig; }
+
+/* ------------------------------------------------------------ the state */
+
+typedef struct member {
+  char id[ID_MAX];
+  char addr[FL_RUN_EP_MAX];
+} member;
+
+typedef struct world {
+  int64_t r;        /* round number, 0 = none yet */
+  int64_t mod_rev;  /* the round key's mod revision, 0 = absent */
+  int port;
+  member m[FL_RUN_MAX_NODES];
+  int n;
+} world;
+
+typedef struct agent {
+  const fl_run_elastic_opts *o;
+  const fl_run_elastic_child *c;
+  fl_etcd *etcd;
+  fl_etcd_keeper *keeper;
+  int64_t lease;
+  char prefix[200];
+  char id[ID_MAX];
+  world live;         /* live nodes (r unused), in join order */
+  world round;        /* the current round as read */
+  int64_t failed_r;   /* the last round reported failed */
+  int done;
+  double last_change; /* when the live set last changed */
+  double failed_at;   /* when this node first saw round `failed_r` failed */
+  double below_since; /* since when fewer than MIN nodes are live, 0 = not */
+  long child;         /* pid of this round's flotilla-run, 0 = none */
+  int64_t child_r;    /* its round */
+  int stopping;       /* we asked it to stop */
+  int failures;       /* rounds of this node whose trainers failed */
+} agent;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void key(const agent *a, char *out, size_t cap, const char *name) {
+  snprintf(out, cap, "%s%s", a->prefix, name);
+}
+
+static int same_members(const world *x, const world *y) {
+  if (x->n != y->n) return 0;
+  for (int i = 0; i < x->n; i++)
+    if (strcmp(x->m[i].id, y->m[i].id)) return 0;
+  return 1;
+}
+
+/* The position of id in w, -1 when absent. */
+static int find_member(const world *w, const char *id) {
+  for (int i = 0; i < w->n; i++)
+    if (!strcmp(w->m[i].id, id)) return i;
+  return -1;
+}
+
+static int by_create(const void *x, const void *y) {
+  const fl_etcd_kv *a = x, *b = y;
+  return (a->create_revision > b->create_revision) - (a->create_revision < b->create_revision);
+}
+
+/* Read the live nodes into a->live (join order). */
+static fl_status read_live(agent *a) {
+  char k[KEY_MAX];
+  fl_etcd_kv *kvs;
+  size_t n;
+  world w = {0};
+  key(a, k, sizeof k, "nodes/");
+  FL_TRY(fl_etcd_range(a->etcd, k, 0, &kvs, &n, NULL));
+  qsort(kvs, n, sizeof *kvs, by_create);
+  for (size_t i = 0; i < n && w.n < FL_RUN_MAX_NODES; i++) {
+    snprintf(w.m[w.n].id, ID_MAX, "%s", kvs[i].key + strlen(k));
+    snprintf(w.m[w.n].addr, FL_RUN_EP_MAX, "%s", kvs[i].value);
+    w.n++;
+  }
+  fl_etcd_kvs_free(kvs, n);
+  if (!same_members(&w, &a->live)) a->last_change = now_s();
+  a->live = w;
+  return FL_OK;
+}
+
+/* Parse "<r> <port> <id>@<addr> ..." into w. */
+static fl_status parse_round(const char *v, world *w) {
+  char buf[ROUND_MAX], *save = NULL;
+  snprintf(buf, sizeof buf, "%s", v);
+  char *t = strtok_r(buf, " ", &save), *p = t ? strtok_r(NULL, " ", &save) : NULL;
+  if (!t || !p) return FL_ERR(FL_EPROTO, "etcd round key '%s': want '<r> <port> id@addr ...'", v);
+  w->r = strtoll(t, NULL, 10);
+  w->port = atoi(p);
+  w->n = 0;
+  for (char *m = strtok_r(NULL, " ", &save); m && w->n < FL_RUN_MAX_NODES;
+       m = strtok_r(NULL, " ", &save)) {
+    char *at = strrchr(m, '@');
+    if (!at) return FL_ERR(FL_EPROTO, "etcd round key '%s': member '%s' has no @addr", v, m);
+    *at = '\0';
+    snprintf(w->m[w->n].id, ID_MAX, "%s", m);
+    snprintf(w->m[w->n].addr, FL_RUN_EP_MAX, "%s", at + 1);
+    w->n++;
+  }
+  return FL_OK;
+}
+
+/* One key's value into out ("" and *rev 0 when absent). */
+static fl_status read_key(agent *a, const char *name, char *out, size_t cap, int64_t *rev) {
+  char k[KEY_MAX];
+  fl_etcd_kv *kvs;
+  size_t n;
+  key(a, k, sizeof k, name);
+  FL_TRY(fl_etcd_range(a->etcd, k, 1, &kvs, &n, NULL));
+  out[0] = '\0';
+  if (rev) *rev = n ? kvs[0].mod_revision : 0;
+  if (n) snprintf(out, cap, "%s", kvs[0].value);
+  fl_etcd_kvs_free(kvs, n);
+  return FL_OK;
+}
+
+/* Read the round, the failure mark and the end mark. */
+static fl_status read_state(agent *a) {
+  char v[ROUND_MAX];
+  int64_t rev;
+  FL_TRY(read_live(a));
+  FL_TRY(read_key(a, "round", v, sizeof v, &rev));
+  if (rev && rev != a->round.mod_rev) FL_TRY(parse_round(v, &a->round));
+  a->round.mod_rev = rev;
+  FL_TRY(read_key(a, "failed", v, sizeof v, NULL));
+  int64_t f = v[0] ? strtoll(v, NULL, 10) : 0;
+  if (f != a->failed_r) a->failed_at = now_s();
+  a->failed_r = f;
+  FL_TRY(read_key(a, "done", v, sizeof v, NULL));
+  a->done = v[0] != '\0';
+  return FL_OK;
+}
+
+/* ------------------------------------------------------------ proposing */
+
+static int round_stale(const agent *a) {
+  return a->round.r == 0 || !same_members(&a->round, &a->live) || a->failed_r == a->round.r;
+}
+
+/* Should this node propose the next round now? */
+static int should_propose(const agent *a) {
+  const fl_run_elastic_opts *o = a->o;
+  double t = now_s();
+  if (a->done || a->live.n < o->min_nodes || strcmp(a->live.m[0].id, a->id)) return 0;
+  if (!round_stale(a)) return 0;
+  int settled = t - a->last_change >= o->settle_s || a->live.n >= o->max_nodes;
+  /* a failure with the same members: give a dead node's lease time to go */
+  if (a->round.r && a->failed_r == a->round.r && same_members(&a->round, &a->live) &&
+      t - a->failed_at < o->lease_s + o->settle_s)
+    return 0;
+  return settled;
+}
+
+static fl_status propose(agent *a) {
+  char v[ROUND_MAX], k[KEY_MAX];
+  int n = a->live.n < a->o->max_nodes ? a->live.n : a->o->max_nodes, won = 0;
+  int64_t r = a->round.r + 1;
+  int port = a->c->master_port + (int)(r % 64); /* a fresh port per round */
+  size_t o = (size_t)snprintf(v, sizeof v, "%lld %d", (long long)r, port);
+  for (int i = 0; i < n && o < sizeof v; i++)
+    o += (size_t)snprintf(v + o, sizeof v - o, " %s@%s", a->live.m[i].id, a->live.m[i].addr);
+  if (o >= sizeof v) return FL_ERR(FL_EINVAL, "etcd round %lld: too many members", (long long)r);
+  key(a, k, sizeof k, "round");
+  FL_TRY(fl_etcd_cas(a->etcd, k, a->round.mod_rev, v, &won));
+  if (won) FL_LOGI("elastic: proposed round %lld of %d node(s)", (long long)r, n);
+  return FL_OK;
+}
+
+/* ------------------------------------------------------------ the round */
+
+/* Build the argv of this node's flotilla-run for round w (rank = its
+ * position), into args (strings in buf). */
+static int round_argv(const agent *a, const world *w, int rank, char **argv, char *buf,
+                      size_t cap) {
+  const fl_run_elastic_child *c = a->c;
+  int n = 0;
+  size_t o = 0;
+#define ARG(...)                                                   \
+  do {                                                             \
+    argv[n++] = buf + o;                                           \
+    o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__) + 1;      \
+  } while (0)
+  ARG("%s", c->self);
+  if (w->n > 1) {
+    ARG("--nnodes=%d", w->n);
+    ARG("--node_rank=%d", rank);
+    ARG("--master_addr=%s", w->m[0].addr);
+    ARG("--master_port=%d", w->port);
+    ARG("--node_ip=%s", w->m[rank].addr);
+  }
+  ARG("--log_dir=%s/round.%lld", c->log_dir, (long long)w->r);
+  ARG("--grace=%g", c->grace_s);
+  ARG("--trainer_bin=%s", c->trainer_bin);
+  if (c->nproc_per_node) ARG("--nproc_per_node=%d", c->nproc_per_node);
+  if (c->gpus[0]) ARG("--gpus=%s", c->gpus);
+  if (c->start_flag && a->round.r == 1) ARG("%s", c->start_flag);
+#undef ARG
+  argv[n++] = (char *)c->job_path;
+  argv[n++] = "--";
+  for (int i = 0; i < c->n_extra && n < 62; i++) argv[n++] = c->extra[i];
+  argv[n] = NULL;
+  return n;
+}
+
+static fl_status start_round(agent *a, int rank) {
+  char *argv[64], buf[8192];
+  round_argv(a, &a->round, rank, argv, buf, sizeof buf);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) return FL_ERR(FL_EIO, "elastic: cannot fork round %lld: %s",
+                             (long long)a->round.r, strerror(errno));
+  if (pid == 0) {
+    /* the round dies with this agent */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  a->child = pid;
+  a->child_r = a->round.r;
+  a->stopping = 0;
+  FL_LOGI("elastic: round %lld: node rank %d of %d, master %s:%d; logs in %s/round.%lld",
+          (long long)a->round.r, rank, a->round.n, a->round.m[0].addr, a->round.port,
+          a->c->log_dir, (long long)a->round.r);
+  return FL_OK;
+}
+
+/* Reap the round's flotilla-run if it ended: 1 and its status, else 0. */
+static int reap(agent *a, int *status) {
+  if (!a->child) return 0;
+  pid_t p = waitpid((pid_t)a->child, status, WNOHANG);
+  if (p <= 0) return 0;
+  a->child = 0;
+  return 1;
+}
+
+/* Ask the round to stop at a step boundary (flotilla-run passes SIGTERM on:
+ * the trainers agree on a step, checkpoint and exit), SIGKILL after stop_s. */
+static void stop_round(agent *a) {
+  int status;
+  if (!a->child) return;
+  a->stopping = 1;
+  kill((pid_t)a->child, SIGTERM);
+  double t0 = now_s();
+  while (!reap(a, &status)) {
+    if (now_s() - t0 > a->o->stop_s) {
+      FL_LOGW("elastic: round %lld did not stop within %.0f s: SIGKILL", (long long)a->child_r,
+              a->o->stop_s);
+      kill((pid_t)a->child, SIGKILL);
+      waitpid((pid_t)a->child, &status, 0);
+      a->child = 0;
+      break;
+    }
+    usleep(50 * 1000);
+  }
+}
+
+/* The round's flotilla-run ended with status: 1 when the job is done. */
+static fl_status round_ended(agent *a, int status) {
+  char k[KEY_MAX], v[32];
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    key(a, k, sizeof k, "done");
+    FL_TRY(fl_etcd_put(a->etcd, k, "1", 0));
+    a->done = 1;
+    return FL_OK;
+  }
+  if (a->stopping) return FL_OK;
+  a->failures++;
+  FL_LOGW("elastic: round %lld of this node ended with %s %d (failure %d, --max_restart %d)",
+          (long long)a->child_r, WIFEXITED(status) ? "status" : "signal",
+          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), a->failures,
+          a->c->max_restart);
+  key(a, k, sizeof k, "failed");
+  snprintf(v, sizeof v, "%lld", (long long)a->child_r);
+  return fl_etcd_put(a->etcd, k, v, 0);
+}
+
+/* ------------------------------------------------------------ the loop */
+
+/* Join: a lease, the node key under it, the keeper. */
+static fl_status join(agent *a) {
+  char k[KEY_MAX];
+  FL_TRY(fl_etcd_connect(a->o->endpoint, 5, &a->etcd));
+  FL_TRY(fl_etcd_lease_grant(a->etcd, (int64_t)a->o->lease_s, &a->lease));
+  snprintf(k, sizeof k, "%snodes/%s", a->prefix, a->id);
+  FL_TRY(fl_etcd_put(a->etcd, k, a->c->node_addr, a->lease));
+  FL_TRY(fl_etcd_keeper_start(a->o->endpoint, a->lease, (int64_t)a->o->lease_s,
+                              a->o->lease_s / 4, &a->keeper));
+  FL_LOGI("elastic: node %s joined job %s at etcd %s (%d..%d nodes, lease %.0f s)", a->id,
+          a->o->id, a->o->endpoint, a->o->min_nodes, a->o->max_nodes, a->o->lease_s);
+  /* alone: whatever rounds the job had are over (an earlier run of it that
+   * ended or died); start counting afresh, the checkpoints stay */
+  FL_TRY(read_live(a));
+  if (a->live.n == 1 && !strcmp(a->live.m[0].id, a->id)) {
+    static const char *const stale[] = {"round", "failed", "done"};
+    for (size_t i = 0; i < sizeof stale / sizeof stale[0]; i++) {
+      key(a, k, sizeof k, stale[i]);
+      FL_TRY(fl_etcd_delete_prefix(a->etcd, k, NULL));
+    }
+  }
+  return FL_OK;
+}
+
+/* One poll; *exit_code >= 0 when the agent is to end with it. */
+static fl_status step(agent *a, int *exit_code) {
+  int status;
+  /* etcd errors here are logged and outlived: a leader election, a member
+   * restarting; the lease keeper decides when this node is cut off */
+  if (reap(a, &status) && round_ended(a, status) != FL_OK)
+    FL_LOGW("elastic: the end of round %lld is not on etcd; going on", (long long)a->child_r);
+  if (!fl_etcd_keeper_alive(a->keeper)) {
+    *exit_code = FL_RUN_EXIT_LEASE_LOST;
+    return FL_OK;
+  }
+  if (read_state(a) != FL_OK) return FL_OK;
+  if (a->done && !a->child) {
+    *exit_code = 0;
+    return FL_OK;
+  }
+  if (a->failures > a->c->max_restart) {
+    FL_LOGE("elastic: this node's trainers failed %d times (--max_restart %d): leaving the job",
+            a->failures, a->c->max_restart);
+    *exit_code = 1;
+    return FL_OK;
+  }
+  double t = now_s();
+  if (a->live.n >= a->o->min_nodes) a->below_since = 0;
+  else if (!a->below_since) a->below_since = t;
+  if (a->below_since && t - a->below_since >= a->o->timeout_s) {
+    FL_LOGE("elastic: fewer than %d nodes in job %s for %.0f s (--rdzv_timeout): stopping; the "
+            "newest checkpoint stays for a later run", a->o->min_nodes, a->o->id, a->o->timeout_s);
+    *exit_code = FL_RUN_EXIT_BELOW_MIN;
+    return FL_OK;
+  }
+  if (should_propose(a) && propose(a) != FL_OK) return FL_OK; /* logged; next poll */
+  if (a->round.r > a->child_r || (a->child && a->round.r == a->child_r && round_stale(a) &&
+                                  a->failed_r == a->round.r)) {
+    if (a->child) stop_round(a);
+    int rank = find_member(&a->round, a->id);
+    if (rank >= 0 && a->round.r > a->child_r && !a->done) FL_TRY(start_round(a, rank));
+    else if (rank < 0) a->child_r = a->round.r; /* a spare: wait for the next round */
+  }
+  return FL_OK;
+}
+
+static void leave(agent *a) {
+  if (a->child) stop_round(a);
+  if (a->keeper) fl_etcd_keeper_stop(a->keeper);
+  if (a->etcd && a->lease) fl_etcd_lease_revoke(a->etcd, a->lease); /* logged; it expires anyway */
+  fl_etcd_close(a->etcd);
+}
+
+/* Ownership: nothing kept; returns flotilla-run's exit status. */
+int fl_run_elastic(const fl_run_elastic_opts *o, const fl_run_elastic_child *c) {
+  static agent a;
+  int exit_code = -1;
+  memset(&a, 0, sizeof a);
+  a.o = o;
+  a.c = c;
+  snprintf(a.prefix, sizeof a.prefix, "/flotilla/%s/", o->id);
+  snprintf(a.id, sizeof a.id, "%s-%ld", c->node_addr, (long)getpid());
+  a.last_change = a.below_since = now_s();
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  fl_status st = join(&a);
+  while (st == FL_OK && exit_code < 0 && !g_signal) {
+    st = step(&a, &exit_code);
+    usleep((useconds_t)(o->poll_s * 1e6));
+  }
+  if (exit_code < 0) exit_code = st != FL_OK ? 1 : 128 + g_signal;
+  leave(&a);
+  if (exit_code == 0) FL_LOGI("elastic: job %s done", o->id);
+  return exit_code;
+}

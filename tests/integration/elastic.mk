@@ -1,0 +1,12 @@
+# Elastic membership on etcd: the etcd v3 client against a real etcd
+# (test_etcd.sh drives test_etcd_client), and flotilla-run's etcd
+# rendezvous with nodes leaving (test_elastic.sh).  Both SKIP without etcd.
+check_PROGRAMS += tests/integration/test_etcd_client
+tests_integration_test_etcd_client_SOURCES = tests/integration/test_etcd_client.c
+tests_integration_test_etcd_client_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) $(CHECK_CFLAGS)
+tests_integration_test_etcd_client_LDADD = $(FL_LIBS) $(CHECK_LIBS)
+dist_check_SCRIPTS += tests/integration/test_etcd.sh
+EXTRA_DIST += tests/integration/etcd_lib.sh
+TESTS += tests/integration/test_etcd.sh
+dist_check_SCRIPTS += tests/integration/test_elastic.sh
+TESTS += tests/integration/test_elastic.sh

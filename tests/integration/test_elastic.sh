@@ -1,0 +1,138 @@
+#!/bin/sh
+# flotilla-run's elastic membership on a real etcd (started here on
+# 127.0.0.1, temporary data dir), nodes being flotilla-run processes on
+# 127.0.0.1..3 (trainers over TCP, as on separate hosts):
+#   1. --nnodes 2:3: 2 nodes train; a 3rd joins in mid-epoch (round 2 of 3
+#      nodes, resumed from the checkpoint the 2 wrote when stopped); node 2
+#      is stopped (SIGSTOP, whole node) for less than its lease and
+#      continued: no new world; node 3 is killed (-9, whole node) in
+#      mid-epoch: the 2 others form round 3, resume the checkpoint on the
+#      rest of the epoch and finish, with a final test accuracy within 0.5
+#      point of an uninterrupted 2-node run (run alongside);
+#   2. 3 nodes, --nnodes 2:3, nodes 2 and 3 killed: node 1 waits
+#      --rdzv_timeout, then stops with exit status 3, the checkpoint kept;
+#   3. elastic.keep_global_batch: a checkpoint of 2 trainers resumed by one
+#      raises gradient merge k to 2.
+# SKIP (77) when etcd or fashion-mnist is not installed.  Bounded by
+# timeout; cleaned up.
+set -u
+RUN=$FL_BUILDDIR/flotilla-run
+FM=/usr/share/datasets/fashion-mnist
+[ -f $FM/train-images-idx3-ubyte.gz ] || { echo "SKIP: $FM not installed"; exit 77; }
+tmp=$(mktemp -d /tmp/fl_elastic.XXXXXX)
+ETCD_PID=""
+groups=""
+# killpg SIG PGID: signal a node's whole process group (dash's kill takes no -PGID)
+killpg() { /bin/kill -s "$1" -- "-$2"; }
+cleanup() {
+  for g in $groups; do killpg KILL "$g" 2> /dev/null; done
+  [ -n "$ETCD_PID" ] && kill "$ETCD_PID" 2> /dev/null && wait "$ETCD_PID" 2> /dev/null
+  [ -n "${FL_KEEP_TMP:-}" ] || rm -rf "$tmp"
+}
+trap cleanup EXIT
+cd "$tmp" || exit 1
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$FL_SRCDIR/tests/integration/etcd_lib.sh"
+etcd_start "$tmp" 127.0.0.1
+rc=$?
+[ $rc = 0 ] || exit $rc
+
+cat > job.yaml << YAML
+model: {kind: mlp, input_shape: [1, 28, 28], num_classes: 10, hidden: [512, 256], activation: relu}
+data:
+  format: idx
+  train_images: $FM/train-images-idx3-ubyte.gz
+  train_labels: $FM/train-labels-idx1-ubyte.gz
+  test_images: $FM/t10k-images-idx3-ubyte.gz
+  test_labels: $FM/t10k-labels-idx1-ubyte.gz
+  shuffle: true
+  limit_train: 24000
+  limit_test: 2000
+optimizer: {name: momentum, lr: 0.05, momentum: 0.9}
+lr_schedule: {kind: cosine, warmup_steps: 0}
+train: {epochs: 2, batch_size: 32, seed: 1, eval: true, eval_batch_size: 500, log_interval: 20,
+        num_threads: 1, checkpoint_interval: 10, checkpoint_keep: 3}
+cluster: {mode: collective, collective_timeout_s: 30}
+YAML
+export FLOTILLA_TOKEN=elastic-test-token FLOTILLA_COLLECTIVE_BACKEND=tcp
+
+# node JOB N MINMAX PORT [args]: flotilla-run of node 127.0.0.N in its own
+# process group (killed as a whole, as a node would be); its pid in pid.JOB.N
+node() {
+  j=$1 n=$2 mm=$3 p=$4
+  shift 4
+  FLOTILLA_CHECKPOINT_DIR="$tmp/ck.$j" setsid timeout 150 "$RUN" --nnodes "$mm" \
+    --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" --rdzv_id "$j" \
+    --rdzv_conf lease_s=4,settle_s=1 --node_ip "127.0.0.$n" --master_port "$p" \
+    --log_dir "$tmp/log.$j.$n" "$@" job.yaml > "$tmp/out.$j.$n" 2>&1 &
+  echo $! > "$tmp/pid.$j.$n"
+  groups="$groups $!"
+}
+# wait_line PATTERN GLOB: until a line of the files matches (60 s at most;
+# the glob is expanded each time: the files come later)
+wait_line() {
+  i=0
+  while [ $i -lt 600 ]; do
+    # shellcheck disable=SC2086
+    cat $2 2> /dev/null | grep -q "$1" && return 0
+    sleep 0.1
+    i=$((i + 1))
+  done
+  return 1
+}
+acc() { sed -n 's/.*final test accuracy \([0-9.]*\).*/\1/p' "$1"; }
+
+# ---- 1: a node joins, a slow node is kept, a dead node is dropped
+p1=$(etcd_free_port 127.0.0.1)
+p2=$(etcd_free_port 127.0.0.1)
+for n in 1 2; do node base $n 2:2 "$p1"; done
+for n in 1 2; do node kill $n 2:3 "$p2"; done
+wait_line "Epoch 0, batch 40\]" "log.kill.*/round.1/workerlog.*" || fail "round 1 never trained"
+node kill 3 2:3 "$p2"
+wait_line "Epoch 0, batch 20\]" "log.kill.*/round.2/workerlog.*" || fail "no round 2 after a join"
+killpg STOP "$(cat pid.kill.2)"
+sleep 2
+killpg CONT "$(cat pid.kill.2)"
+wait_line "Epoch 0, batch 100\]" "log.kill.*/round.2/workerlog.*" || fail "round 2 stalled"
+grep -q "proposed round 3" out.kill.* && fail "a node stopped for 2 s (lease 4 s) made a new world"
+killpg KILL "$(cat pid.kill.3)"
+for f in base.1 base.2 kill.1 kill.2; do
+  wait "$(cat pid.$f)" || fail "node $f exited $?"
+done
+grep -q "round 2: node rank [012] of 3" out.kill.1 || fail "no round of 3 nodes after the join"
+grep -q "round 3: node rank [01] of 2" out.kill.1 || fail "no round of 2 nodes after the kill"
+grep -q "elastic resume: a world of 2 ranks took" log.kill.1/round.2/workerlog.* ||
+  fail "round 2 did not resume round 1's checkpoint"
+grep -q "elastic resume: a world of 3 ranks took" log.kill.1/round.3/workerlog.* ||
+  fail "round 3 did not resume round 2's checkpoint"
+grep -q "the learning rate scales by 3/2" log.kill.1/round.2/workerlog.* ||
+  fail "round 2 (3 nodes after 2) did not scale the learning rate by 3/2"
+a=$(acc out.kill.1)
+b=$(acc out.base.1)
+echo "accuracy: interrupted ${a:-none}, uninterrupted ${b:-none}"
+/usr/bin/python3 -c "import sys; sys.exit(abs(${a:-0} - ${b:-1}) > 0.005)" ||
+  fail "final accuracy ${a:-none} is not within 0.5 point of the uninterrupted run's ${b:-none}"
+
+# ---- 2: below MIN: wait --rdzv_timeout, then exit 3 with the checkpoint kept
+p3=$(etcd_free_port 127.0.0.1)
+for n in 1 2 3; do node low $n 2:3 "$p3" --rdzv_timeout 4; done
+wait_line "Epoch 0, batch 40\]" "log.low.*/round.1/workerlog.*" || fail "round 1 never trained"
+killpg KILL "$(cat pid.low.2)"; killpg KILL "$(cat pid.low.3)"
+wait "$(cat pid.low.1)"
+rc=$?
+[ $rc = 3 ] || fail "below MIN: exit $rc, want 3"
+grep -q "fewer than 2 nodes in job low for 4 s" out.low.1 || fail "no below-MIN message"
+ls ck.low/ckpt-*.flc > /dev/null 2>&1 || fail "no checkpoint kept"
+# ---- 3: elastic.keep_global_batch: a 2-trainer checkpoint resumed by 1
+# trainer raises gradient merge k to 2 (no etcd needed)
+sed 's/^cluster: .*/cluster: {mode: collective}\nelastic: {keep_global_batch: true}/' job.yaml > kgb.yaml
+FLOTILLA_CHECKPOINT_DIR="$tmp/ck.kgb" timeout 60 "$RUN" --nproc_per_node 2 --log_dir "$tmp/log.kgb" \
+  kgb.yaml -- --max-steps 10 > out.kgb.1 2>&1 || fail "keep_global_batch: the 2 trainers failed"
+FLOTILLA_CHECKPOINT_DIR="$tmp/ck.kgb" timeout 60 "$FL_BUILDDIR/flotilla-trainer" --config kgb.yaml \
+  --resume --max-steps 14 > out.kgb.2 2>&1 || fail "keep_global_batch: the lone trainer failed"
+grep -q "keep_global_batch: a world of 1 after 2: gradient merge k 2" out.kgb.2 ||
+  fail "keep_global_batch: k not raised to 2"
+grep -q "done: 14 steps" out.kgb.2 || fail "keep_global_batch: the resumed trainer did not finish"
+[ $fails = 0 ] || { for f in out.*; do echo "== $f"; tail -5 "$f"; done; exit 1; }
+echo "elastic: ok"
