@@ -569,6 +569,7 @@ extern "C" fl_status fl_optim_step_cuda(const fl_optim_hparams *hp, fl_optim_ten
     return step_normed(hp, t, nt, lamb_moments_op{c}, lamb_apply_op{c, NULL}, s);
   case FL_OPTIM_ROWWISE_ADAGRAD:
   case FL_OPTIM_FTRL: break; /* refused above, before check_step */
+  case FL_OPTIM_COUNT: break;
   }
   return FL_ERR(FL_EINVAL, "fl_optim_step_cuda: unknown optimizer kind %d", (int)hp->kind);
 }
