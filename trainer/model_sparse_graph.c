@@ -10,8 +10,10 @@
  * them (fl_graph_model_table_ids: the int64 nodes before the reader, such
  * as ids % V, run on the feed) and keeps them once each, ascending: the
  * rows the loop pulls, in the order SparseRowIndex numbers them.  Ids are
- * the model's int64 values used as uint64 keys; one outside [0, rows) is
- * refused, as PyTorch's Embedding refuses it.  bind hands the slot's rows
+ * the model's int64 values used as uint64 keys: a table has no vocabulary
+ * to declare and grows as ids arrive (the pservers create a row at its
+ * first pull; init from_model starts rows 0..V-1 from the initializer, any
+ * other id from pserver's uniform init).  bind hands the slot's rows
  * to the graph and its feed to the step; row_grad is d loss / d rows.  A
  * table's padding id is the pservers' (it reads as zeros there and its
  * gradients are dropped).  The dense parameters travel like any model's;
@@ -117,9 +119,8 @@ static fl_status sg_edit(fl_graph *g, void *ctx) {
     sg_table *t = &s->t[s->nt];
     fl_gtensor_info ti;
     const int id = fl_graph_find(g, ps->sparse_tables[i].name);
-    int64_t cap = (int64_t)s->max_b * per, width;
-    if (id >= 0 && fl_graph_tensor_info(g, id, &ti) == FL_OK && ti.ndim == 2 &&
-        (per == 0 || ti.dims[0] < cap))
+    int64_t cap = (int64_t)s->max_b * per, width; /* distinct ids a batch may have */
+    if (id >= 0 && fl_graph_tensor_info(g, id, &ti) == FL_OK && ti.ndim == 2 && per == 0)
       cap = ti.dims[0];
     t->job = &ps->sparse_tables[i];
     FL_TRY(fl_graph_sparse_table(g, t->job->name, cap, &width, &t->init, &t->vocab));
@@ -214,17 +215,12 @@ static fl_status copy_batch(sg *s, sg_slot *sl, const fl_batch *b, size_t n) {
   return FL_OK;
 }
 
-/* Table t's distinct ids of the slot's feed, ascending, each in [0, vocab). */
+/* Table t's distinct ids of the slot's feed, ascending (any 64-bit value). */
 static fl_status table_ids(sg *s, sg_table *t, unsigned slot, size_t n) {
   size_t m = 0;
   FL_TRY(fl_graph_model_table_ids(s->graph, t->job->name, &s->slot[slot].feed, n, &s->scratch,
                                   &s->cap_scratch, &m));
   const size_t u = fl_graph_unique_ids(s->scratch, m);
-  if (u && (s->scratch[0] < 0 || s->scratch[u - 1] >= t->vocab))
-    return FL_ERR(FL_EINVAL, "sparse table %s: id %" PRId64 " outside [0, %" PRId64 ") (the "
-                  "initializer's rows): the model must keep its ids in range (e.g. ids %% %"
-                  PRId64 ")", t->job->name, s->scratch[0] < 0 ? s->scratch[0] : s->scratch[u - 1],
-                  t->vocab, t->vocab);
   if (u > (size_t)t->capacity)
     return FL_ERR(FL_EINVAL, "sparse table %s: %zu distinct ids in a batch, over the %" PRId64
                   " rows planned", t->job->name, u, t->capacity);
