@@ -378,11 +378,23 @@ static const field f_pserver[] = {
            .over = (const field_over[]){{"name", FL_OPTIM_ADAGRAD}, {"lr", 0.05}, {NULL, 0}}),
          E("init_range", F_FLOAT, fl_job_pserver, sparse.init_range, RANGE(0, 1e3), DEF(0.01)),
          E("max_rows", F_I64, fl_job_pserver, sparse.max_rows, RANGE(1, 1e12), DEF(1000000)),
+         E("admit_threshold", F_INT, fl_job_pserver, sparse.admit_threshold, RANGE(0, 65535)),
+         E("admit_sketch_bytes", F_SIZE, fl_job_pserver, sparse.admit_sketch_bytes,
+           RANGE(1024, 1e10), DEF(4194304)),
+         E("admit_default", F_FLOAT, fl_job_pserver, sparse.admit_default, RANGE(-1e6, 1e6)),
+         E("expire_after_steps", F_I64, fl_job_pserver, sparse.expire_after_steps, MIN(0)),
+         E("expire_after_seconds", F_DOUBLE, fl_job_pserver, sparse.expire_after_seconds,
+           RANGE(0, 1e10)),
          END}},
     E("checkpoint_dir", F_STR, fl_job_pserver, checkpoint_dir,
       STRCAP(fl_job_pserver, checkpoint_dir)),
     E("checkpoint_interval_steps", F_I64, fl_job_pserver, checkpoint_interval_steps, MIN(0)),
     E("checkpoint_interval_s", F_DOUBLE, fl_job_pserver, checkpoint_interval_s, RANGE(0, 1e9)),
+    {.key = "checkpoint_delta",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){E("every", F_I64, fl_job_pserver, checkpoint_delta.every, MIN(0)),
+                            END}},
     END};
 
 /* Paddle's DistributedStrategy, with its BuildStrategy / ExecutionStrategy

@@ -188,6 +188,13 @@ struct fl_ps_core {
   _Atomic int64_t horizon;   /* highest step a trainer declared in Register */
   _Atomic uint64_t pushes, pulls, bytes_in, bytes_out, duplicates, invalid, dense_updates,
       checkpoints;
+  /* Delta checkpoints (core_delta.c; saves serialized by the caller): the
+   * base the next delta follows, its nonce, the deltas written since it;
+   * have_base 0: the next checkpoint must be whole (the first one, after a
+   * restart or a failed write). */
+  int64_t base_step, delta_seq;
+  uint64_t base_nonce;
+  int have_base;
 };
 
 /* core_modes.c: the rules of mode m. */
@@ -277,5 +284,22 @@ int psc_barrier_try_complete(fl_ps_core *c, ps_barrier *b);
 /* Call the gate hook (no core lock held) when every block stands at the
  * gate's step. */
 void psc_gate_reached(fl_ps_core *c);
+/* What a checkpoint written by psc_write_state is. */
+typedef struct psc_ckpt_kind {
+  int delta;         /* only the rows changed since the last checkpoint */
+  int mark;          /* what is written counts as saved (a directory's) */
+  uint64_t nonce;    /* its base's (ps/ckpt_nonce); 0: none written */
+  int64_t base, seq; /* a delta's base step and number (1, 2, ...) */
+} psc_ckpt_kind;
+/* Write the state into w (the caller commits or aborts it); *step gets the
+ * step it holds.  Takes the block and table locks one at a time. */
+fl_status psc_write_state(fl_ps_core *c, fl_ckpt_writer *w, const psc_ckpt_kind *k,
+                          int64_t *step);
+/* Expire every table's old rows (by the wall clock) and publish the
+ * tables' admission, expiry and eviction counters in /metrics.  No lock
+ * held (takes each table's). */
+void psc_sparse_sweep(fl_ps_core *c);
+/* The wall clock in seconds since the epoch (rows' last-seen times). */
+double psc_wall_now(void);
 
 #endif

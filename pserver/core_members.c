@@ -323,6 +323,7 @@ void fl_ps_core_tick(fl_ps_core *c, double now) {
     }
     pthread_mutex_unlock(&pt->mu);
   }
+  psc_sparse_sweep(c);
   if (changed) psc_reevaluate(c);
 }
 
