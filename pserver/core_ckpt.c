@@ -483,6 +483,7 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
   /* Phase 2: take it over. */
   if ((st = load_take_layout(c, &x)) != FL_OK) goto out;
   load_blocks(c, &x);
+  c->have_base = 0; /* the next directory checkpoint is a base */
   if ((st = load_sparse(c, &x)) != FL_OK) goto out;
   /* Everyone registers again (their view of this server is gone). */
   pthread_mutex_lock(&c->mu);
