@@ -11,3 +11,4 @@ include $(srcdir)/tests/integration/onnx.mk
 include $(srcdir)/tests/integration/run_failure.mk
 include $(srcdir)/tests/integration/python.mk
 include $(srcdir)/tests/integration/clip_lr.mk
+include $(srcdir)/tests/integration/delta.mk
