@@ -88,3 +88,10 @@ tests_bench_bench_lstm_SOURCES = tests/bench/bench_lstm.c
 tests_bench_bench_lstm_CFLAGS = $(FL_TRAINER_CFLAGS)
 tests_bench_bench_lstm_LDADD = libfltrainer.la $(FL_LIBS)
 EXTRA_DIST += tests/bench/bench_lstm.sh tests/bench/lstm_torch.py
+
+# Delta against whole checkpoints of a sparse table when an interval
+# touches a small share of its rows: bytes and seconds, their ratios.
+noinst_PROGRAMS += tests/bench/bench_delta_ckpt
+tests_bench_bench_delta_ckpt_SOURCES = tests/bench/bench_delta_ckpt.c
+tests_bench_bench_delta_ckpt_CFLAGS = $(FL_PSERVER_CFLAGS)
+tests_bench_bench_delta_ckpt_LDADD = $(FL_PSERVER_LIBS)
