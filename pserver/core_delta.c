@@ -141,8 +141,8 @@ static void prune_deltas(const char *dir) {
   closedir(d);
 }
 
-/* Write the checkpoint of kind k as path (whose temporary goes beside
- * tmp_near); *step gets the step held.  path gets the name written. */
+/* Write the checkpoint of kind k into dir; *step gets the step held, path
+ * (cap bytes) the name written. */
 static fl_status write_file(fl_ps_core *c, const char *dir, const psc_ckpt_kind *k,
                             int64_t *step, char *path, size_t cap) {
   fl_ckpt_writer *w = NULL;
