@@ -169,7 +169,9 @@ fl_status fl_ps_core_save_dir(fl_ps_core *c, const char *dir, int64_t *step, cha
   memset(&k, 0, sizeof k);
   k.mark = 1;
   k.delta = delta_due(c);
-  k.nonce = k.delta ? c->base_nonce : new_nonce();
+  /* Only a directory with deltas names its bases (else a base is the same
+   * bytes as the state it holds, whoever writes it). */
+  if (c->o.job.pserver.checkpoint_delta.every > 0) k.nonce = k.delta ? c->base_nonce : new_nonce();
   k.base = c->base_step;
   k.seq = c->delta_seq + 1;
   psc_sparse_sweep(c); /* expired rows are not written */
