@@ -5,7 +5,7 @@
  * replaying bit for bit into the whole checkpoint of the same state (the
  * table alone, then a core's checkpoint directory), and a truncated or
  * corrupt delta named in the log, the restart stopping at the last good
- * one. */
+ * one; the tick publishing the counters in /metrics. */
 #include <config.h>
 
 #include <check.h>
@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fl_metrics.h"
 #include "fl_ps.h"
 #include "ps_admit.h"
 
@@ -431,6 +432,23 @@ START_TEST(test_core_delta_dir) {
   ck_assert_int_eq(restart_equals(dir, want1, logp), 1);
   ck_assert(log_names(logp, d2));
   free(buf);
+  /* The tick publishes the table's counters in /metrics. */
+  {
+    fl_ps_table_counts n;
+    char *text = NULL, want[160];
+    size_t tlen;
+    fl_ps_core_tick(c, fl_ps_now());
+    fl_ps_table_counts_of(fl_ps_core_table(c, "emb"), &n);
+    ck_assert_uint_gt(n.refused, 0);
+    ck_assert_int_eq(fl_metrics_render(fl_metrics_default(), &text, &tlen), FL_OK);
+    snprintf(want, sizeof want, "flotilla_table_row_events{table=\"emb\",event=\"refused\"} %llu\n",
+             (unsigned long long)n.refused);
+    ck_assert_ptr_nonnull(strstr(text, want));
+    snprintf(want, sizeof want, "flotilla_table_row_events{table=\"emb\",event=\"admitted\"} %llu\n",
+             (unsigned long long)n.admitted);
+    ck_assert_ptr_nonnull(strstr(text, want));
+    free(text);
+  }
   /* After two deltas (every 2) the next checkpoint is a base again. */
   rows_round(c, 7);
   ck_assert_int_eq(fl_ps_core_save_dir(c, dir, &step, path, sizeof path), FL_OK);
