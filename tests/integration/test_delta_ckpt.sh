@@ -12,13 +12,17 @@
 #     delta: the restart loads that base and replays nothing; its state is
 #     that of the base (a SaveCheckpoint with the trainers held answers its
 #     step), and the job completes;
-#   kill -9 of a pserver after deltas, with the file a write cut short by
-#     the kill leaves behind (the writer's temporary, half written): the
+#   kill -9 of a pserver after deltas, with what a write cut short leaves
+#     (the writer's temporary, half written, put there by the test): the
 #     temporary is removed at start, the restart replays every delta
 #     committed before the kill, in order, and stands at the step of the
-#     last one the killed pserver logged - nothing lost beyond the
-#     documented window (the updates after the last checkpoint) - and the
-#     job completes.
+#     last one, and the job completes;
+#   kill -9 of a pserver during a delta write (its temporary file
+#     caught being written): the temporary is removed at start, the
+#     restart replays every delta committed before the kill, in order, and
+#     stands at the step of the last one - nothing lost beyond the
+#     documented window (the updates after the last committed checkpoint:
+#     none here, the trainers being held) - and the job completes.
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
 
 # job FILE CKDIR: the CTR preset, 32768 samples in batches of 32 (512
@@ -97,6 +101,70 @@ hasnt "$tmp/$n.ps1.log" 'replayed [0-9]+ delta' "$n: restarted pserver 1"
 hasnt "$tmp/$n.ps1.log" 'truncated or corrupt' "$n: restarted pserver 1"
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n (restarted at step $last_step from ${last_path##*/})" || show "$tmp/$n".*.log
+
+# ---------------------------------------- kill -9 during a delta write
+# The trainers held, pserver 1 writes a checkpoint of everything so far
+# (SaveCheckpoint: base or delta), then a delta, killed -9 while its
+# temporary file is being written (tried again until the kill lands
+# mid-write; after a base, there is no delta to replay).  The
+# restart removes the temporary, replays every committed delta in order
+# and stands at the step of the last one: with the trainers held, all the
+# state there was.
+n=midwrite
+f0=$fails
+job "$tmp/$n.yaml" "$tmp/$n.ck"
+JOB_ENV=FLOTILLA_RUN_ID=$n ps_job $n "$tmp/$n.yaml" 2 2
+dir=$tmp/$n.ck/pserver-1
+wait_log "$tmp/$n.ps1.log" 'written to .*delta-[0-9]+\+1\.flc' 60 || fail "$n: pserver 1 wrote no delta"
+caught=
+for try in 1 2 3 4 5 6 7 8 9 10 11 12; do
+  kill -STOP "$TR0" "$TR1"
+  sleep 0.3
+  "$PROBE" save "${PSLIST#*,}" > "$tmp/$n.save0" 2>&1 || fail "$n: SaveCheckpoint: $(cat "$tmp/$n.save0")"
+  "$PROBE" save "${PSLIST#*,}" > /dev/null 2>&1 &
+  probe=$!
+  for ((i = 0; i < 5000; i++)); do
+    caught=$(compgen -G "$dir/.delta-*.tmp.*") && break
+  done
+  if [ -n "$caught" ]; then
+    kill -KILL "$PS1"
+    break
+  fi
+  wait $probe
+  kill -CONT "$TR0" "$TR1"
+  sleep 0.2
+done
+if [ -z "$caught" ]; then
+  echo "SKIP: $n: no kill landed during a write in $try tries"
+  kill -CONT "$TR0" "$TR1"
+  ran=$((ran - 1))
+else
+  wait_exit "$PS1" 5
+  wait $probe
+  left=$(compgen -G "$dir/.delta-*.tmp.*") || left= # empty: the kill landed after the rename
+  how=mid-write
+  [ -n "$left" ] || how="after the rename"
+  last_step=$(sed -n 's/^step //p' "$tmp/$n.save0")
+  # the base of the checkpoint before the kill (itself, or a delta's)
+  base=$(sed -n -e 's/^path .*\/delta-\([0-9]*\)+[0-9]*\.flc$/\1/p' \
+    -e 's/^path .*\/ckpt-\([0-9]*\)\.flc$/\1/p' "$tmp/$n.save0")
+  [ -n "$base" ] || fail "$n: SaveCheckpoint before the kill: $(cat "$tmp/$n.save0")"
+  seq=0
+  while [ -e "$dir/delta-$base+$((seq + 1)).flc" ]; do seq=$((seq + 1)); done
+  mv "$tmp/$n.ps1.log" "$tmp/$n.ps1.first.log"
+  restarted $n
+  [ -z "$left" ] || has "$tmp/$n.ps1.log" "removed \.delta-.*\.tmp\.[0-9]+\.[0-9]+, left by process" "$n: the temporary named"
+  [ -z "$(compgen -G "$dir/.delta-*.tmp.*")" ] || fail "$n: the temporary is still there"
+  if [ $seq = 0 ]; then
+    has "$tmp/$n.ps1.log" "loaded checkpoint .*ckpt-$base.flc: step $last_step\$" "$n: restarted pserver 1"
+  else
+    has "$tmp/$n.ps1.log" "replayed $seq delta checkpoint\(s\) after .*ckpt-$base.flc: step $last_step\$" "$n: restarted pserver 1"
+  fi
+  hasnt "$tmp/$n.ps1.log" 'truncated or corrupt' "$n: restarted pserver 1"
+fi
+ran=$((ran + 1))
+[ $fails = "$f0" ] || show "$tmp/$n".*.log
+[ -z "$caught" ] || [ $fails != "$f0" ] || ok "$n (killed $how on try $try; restarted at step ${last_step:-?}: base ${base:-?} and ${seq:-?} deltas)"
 
 # ------------------------------- kill -9 after deltas, a write cut short
 n=delta
