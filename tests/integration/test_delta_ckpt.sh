@@ -40,9 +40,9 @@ job() {
 }
 
 # killed_after NAME REGEX WANT: once pserver 1 of job NAME logs a
-# checkpoint whose path matches REGEX, hold the trainers; unless its last
-# checkpoint by then matches WANT, have it write one more (SaveCheckpoint:
-# the next of its schedule); then kill -9 it.  Its last checkpoint's step
+# checkpoint whose path matches REGEX, hold the trainers; until its last
+# checkpoint matches WANT, have it write one more (SaveCheckpoint: the
+# next of its schedule); then kill -9 it.  Its last checkpoint's step
 # and path into $last_step and $last_path.
 killed_after() {
   wait_log "$tmp/$1.ps1.log" "checkpoint of step [0-9]+ written to .*$2" 60 ||
@@ -50,11 +50,12 @@ killed_after() {
   kill -STOP "$TR0" "$TR1"
   sleep 0.5 # the calls in flight are answered
   _l=$(grep -E 'checkpoint of step [0-9]+ written to ' "$tmp/$1.ps1.log" | tail -1)
-  if ! echo "$_l" | grep -Eq -- "written to .*$3 "; then
+  for ((_k = 0; _k < 5; _k++)); do
+    echo "$_l" | grep -Eq -- "written to .*$3 " && break
     "$PROBE" save "${PSLIST#*,}" > "$tmp/$1.save0" 2>&1 ||
       fail "$1: SaveCheckpoint: $(cat "$tmp/$1.save0")"
     _l=$(grep -E 'checkpoint of step [0-9]+ written to ' "$tmp/$1.ps1.log" | tail -1)
-  fi
+  done
   kill -KILL "$PS1"
   wait_exit "$PS1" 5
   last_step=$(echo "$_l" | sed -n 's/.*checkpoint of step \([0-9]*\) written to \([^ ]*\) .*/\1/p')
@@ -89,7 +90,7 @@ n=base
 f0=$fails
 job "$tmp/$n.yaml" "$tmp/$n.ck"
 JOB_ENV=FLOTILLA_RUN_ID=$n ps_job $n "$tmp/$n.yaml" 2 2
-# after the third delta, the checkpoint on request is a base
+# held after a third delta, killed once its last checkpoint is a base
 killed_after $n '/delta-[0-9]+\+3\.flc' '/ckpt-[0-9]+\.flc'
 case "$last_path" in
 */ckpt-$last_step.flc) ;;
@@ -132,7 +133,7 @@ for try in 1 2 3 4 5 6 7 8 9 10 11 12; do
   fi
   wait $probe
   kill -CONT "$TR0" "$TR1"
-  sleep 0.2
+  sleep 0.05
 done
 if [ -z "$caught" ]; then
   echo "SKIP: $n: no kill landed during a write in $try tries"
