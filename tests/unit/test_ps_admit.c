@@ -5,7 +5,8 @@
  * replaying bit for bit into the whole checkpoint of the same state (the
  * table alone, then a core's checkpoint directory), and a truncated or
  * corrupt delta named in the log, the restart stopping at the last good
- * one; the tick publishing the counters in /metrics. */
+ * one; the tick publishing the counters in /metrics; tables of several
+ * lock stripes (format 2) beside those kept in one (format 3). */
 #include <config.h>
 
 #include <check.h>
@@ -295,7 +296,9 @@ END_TEST
 
 /* ------------------------------------------------------- a core's directory */
 
-static fl_ps_core *mk_core(void) {
+/* A core of one async trainer and table emb of max_rows rows, with
+ * admit_threshold admit and checkpoint_delta.every every. */
+static fl_ps_core *mk_core_with(int64_t max_rows, int admit, int64_t every) {
   fl_ps_core_opts o;
   fl_ps_core *c = NULL;
   Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
@@ -307,10 +310,10 @@ static fl_ps_core *mk_core(void) {
   o.job.pserver.dense_block_size = 4;
   o.job.pserver.sparse.optimizer.hp.kind = FL_OPTIM_ADAGRAD;
   o.job.pserver.sparse.optimizer.lr = 0.1f;
-  o.job.pserver.sparse.max_rows = 40;
-  o.job.pserver.sparse.admit_threshold = 2;
+  o.job.pserver.sparse.max_rows = max_rows;
+  o.job.pserver.sparse.admit_threshold = admit;
   o.job.pserver.sparse.admit_sketch_bytes = 4096;
-  o.job.pserver.checkpoint_delta.every = 2;
+  o.job.pserver.checkpoint_delta.every = every;
   o.job.strategy.a_sync = 1;
   o.n_servers = 1;
   o.num_trainers = 1;
@@ -328,6 +331,8 @@ static fl_ps_core *mk_core(void) {
   ck_assert_int_eq(fl_ps_core_register(c, &r, &out), FL_OK);
   return c;
 }
+
+static fl_ps_core *mk_core(void) { return mk_core_with(40, 2, 2); }
 
 /* The bytes of file path (caller frees). */
 static void *slurp(const char *path, size_t *len) {
@@ -464,6 +469,105 @@ START_TEST(test_core_delta_dir) {
 }
 END_TEST
 
+/* A table of several stripes saves as format 2 (no marks), stripe after
+ * stripe, and loads back into as many stripes or into one table; one
+ * stripe through fl_ps_table_save_many is fl_ps_table_save (format 3). */
+START_TEST(test_striped_save_load) {
+  fl_ps_table_opts o = opts(FL_OPTIM_ADAGRAD, 64);
+  fl_ps_table *ts[4], *us[4], *one;
+  fl_ckpt_writer *w = NULL;
+  fl_ckpt *c;
+  fl_ckpt_record r;
+  void *buf, *b1, *b2;
+  size_t len, l1, l2;
+  int64_t fmt;
+  float v[DIM], g[DIM] = {0.5f, -0.25f, 1.0f}, x[DIM];
+
+  for (int s = 0; s < 4; s++) ts[s] = make(&o), us[s] = make(&o);
+  for (uint64_t k = 0; k < 100; k++) {
+    fl_ps_table *t = ts[fl_ps_table_stripe(k, 4)];
+    ck_assert_int_eq(fl_ps_table_pull(t, &k, 1, v), FL_OK);
+    if (k % 3 == 0) ck_assert_int_eq(fl_ps_table_push(t, &k, 1, g), FL_OK);
+  }
+  ck_assert_int_eq(fl_ckpt_writer_open_mem(&w), FL_OK);
+  ck_assert_int_eq(fl_ps_table_save_many((const fl_ps_table *const *)ts, 4, w, "sparse/emb/"),
+                   FL_OK);
+  ck_assert_int_eq(fl_ckpt_writer_commit_mem(w, &buf, &len), FL_OK);
+  c = open_mem(buf, len);
+  ck_assert_int_eq(fl_ckpt_get_i64(c, "sparse/emb/format", &fmt), FL_OK);
+  ck_assert_int_eq(fmt, 2);
+  ck_assert_int_ne(fl_ckpt_find(c, "sparse/emb/seen_step", &r), FL_OK);
+  ck_assert_int_eq(fl_ps_table_load_many(us, 4, c, "sparse/emb/"), FL_OK);
+  o.max_rows = 400;
+  one = make(&o);
+  ck_assert_int_eq(fl_ps_table_load(one, c, "sparse/emb/"), FL_OK);
+  ck_assert_uint_eq(fl_ps_table_rows(one), 100);
+  for (uint64_t k = 0; k < 100; k++) {
+    unsigned s = fl_ps_table_stripe(k, 4);
+    ck_assert(fl_ps_table_peek(ts[s], k, v));
+    ck_assert(fl_ps_table_peek(us[s], k, x));
+    ck_assert_mem_eq(v, x, sizeof v);
+    ck_assert(fl_ps_table_peek(one, k, x));
+    ck_assert_mem_eq(v, x, sizeof v);
+  }
+  fl_ckpt_free(c);
+  free(buf);
+  b1 = save_mem(one, 0, &l1);
+  ck_assert_int_eq(fl_ckpt_writer_open_mem(&w), FL_OK);
+  ck_assert_int_eq(fl_ps_table_save_many((const fl_ps_table *const *)&one, 1, w, "sparse/emb/"),
+                   FL_OK);
+  ck_assert_int_eq(fl_ckpt_writer_commit_mem(w, &b2, &l2), FL_OK);
+  ck_assert_uint_eq(l1, l2);
+  ck_assert_mem_eq(b1, b2, l1);
+  c = open_mem(b2, l2);
+  ck_assert_int_eq(fl_ckpt_get_i64(c, "sparse/emb/format", &fmt), FL_OK);
+  ck_assert_int_eq(fmt, FL_PS_TABLE_FORMAT);
+  fl_ckpt_free(c);
+  free(b1);
+  free(b2);
+  for (int s = 0; s < 4; s++) fl_ps_table_free(ts[s]), fl_ps_table_free(us[s]);
+  fl_ps_table_free(one);
+}
+END_TEST
+
+/* Format of table emb in core c's whole checkpoint, and whether it holds
+ * an admission sketch. */
+static int64_t core_table_format(fl_ps_core *c, int *sketch) {
+  char path[] = "/tmp/fl_test_admit_ck_XXXXXX";
+  int fd = mkstemp(path);
+  fl_ckpt *ck = NULL;
+  fl_ckpt_record r;
+  int64_t fmt = -1;
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  ck_assert_int_eq(fl_ps_core_save(c, path), FL_OK);
+  ck_assert_int_eq(fl_ckpt_load(path, &ck), FL_OK);
+  ck_assert_int_eq(fl_ckpt_get_i64(ck, "sparse/emb/format", &fmt), FL_OK);
+  *sketch = fl_ckpt_find(ck, "sparse/emb/sketch", &r) == FL_OK;
+  fl_ckpt_free(ck);
+  unlink(path);
+  return fmt;
+}
+
+/* A table big enough for lock stripes keeps one with admission or delta
+ * checkpoints (format 3, its sketch saved), and is striped without them
+ * (format 2). */
+START_TEST(test_core_stripes_by_feature) {
+  static const struct {
+    int admit;
+    int64_t every, fmt;
+    int sketch;
+  } cases[] = {{2, 0, 3, 1}, {0, 2, 3, 0}, {0, 0, 2, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fl_ps_core *c = mk_core_with(1 << 17, cases[i].admit, cases[i].every);
+    int sketch = -1;
+    ck_assert_int_eq(core_table_format(c, &sketch), cases[i].fmt);
+    ck_assert_int_eq(sketch, cases[i].sketch);
+    fl_ps_core_free(c);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ps_admit");
   TCase *tc = tcase_create("admit");
@@ -474,6 +578,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_admission_survives_checkpoint);
   tcase_add_test(tc, test_delta_bit_for_bit);
   tcase_add_test(tc, test_core_delta_dir);
+  tcase_add_test(tc, test_striped_save_load);
+  tcase_add_test(tc, test_core_stripes_by_feature);
   suite_add_tcase(s, tc);
   return s;
 }
