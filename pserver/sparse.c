@@ -1098,9 +1098,11 @@ fl_status fl_ps_table_apply_delta(fl_ps_table *t, const fl_ckpt *c, const char *
  * demoting: its rows stay in memory, over the budget, none lost. */
 
 static size_t row_cost(const fl_ps_table *t) {
-  /* key, value, state, update count, LRU links, about two hash slots */
+  /* key, value, state, update count, LRU links, about two hash slots,
+   * seen marks (step, time, changed) */
   return sizeof(uint64_t) + (t->dim + (size_t)t->nstate * t->slen) * sizeof(float) +
-         sizeof(int64_t) + 2 * sizeof(int32_t) + 2 * sizeof(int32_t);
+         sizeof(int64_t) + 2 * sizeof(int32_t) + 2 * sizeof(int32_t) + sizeof(int64_t) +
+         sizeof(double) + sizeof(uint8_t);
 }
 
 uint64_t fl_ps_table_hot_bytes(const fl_ps_table *t) { return (uint64_t)(t->n * row_cost(t)); }
