@@ -439,6 +439,13 @@ static const field f_pserver[] = {
          E("init_range", F_FLOAT, fl_job_pserver, sparse.init_range, RANGE(0, 1e3), DEF(0.01)),
          E("max_rows", F_I64, fl_job_pserver, sparse.max_rows, RANGE(1, 1e12), DEF(1000000)),
          E("pipeline", F_BOOL, fl_job_pserver, sparse.pipeline, DEF(1)),
+         E("admit_threshold", F_INT, fl_job_pserver, sparse.admit_threshold, RANGE(0, 65535)),
+         E("admit_sketch_bytes", F_SIZE, fl_job_pserver, sparse.admit_sketch_bytes,
+           RANGE(1024, 1e10), DEF(4194304)),
+         E("admit_default", F_FLOAT, fl_job_pserver, sparse.admit_default, RANGE(-1e6, 1e6)),
+         E("expire_after_steps", F_I64, fl_job_pserver, sparse.expire_after_steps, MIN(0)),
+         E("expire_after_seconds", F_DOUBLE, fl_job_pserver, sparse.expire_after_seconds,
+           RANGE(0, 1e10)),
          END}},
     E("sparse_tables", F_TABLE_MAP, fl_job_pserver, sparse_tables,
       .cap = FL_JOB_MAX_SPARSE_TABLES, .count_off = offsetof(fl_job_pserver, n_sparse_tables),
@@ -448,6 +455,11 @@ static const field f_pserver[] = {
     E("memory_budget", F_SIZE, fl_job_pserver, memory_budget, RANGE(0, 1e15)),
     E("checkpoint_interval_steps", F_I64, fl_job_pserver, checkpoint_interval_steps, MIN(0)),
     E("checkpoint_interval_s", F_DOUBLE, fl_job_pserver, checkpoint_interval_s, RANGE(0, 1e9)),
+    {.key = "checkpoint_delta",
+     .type = F_MAP,
+     .off = 0,
+     .sub = (const field[]){E("every", F_I64, fl_job_pserver, checkpoint_delta.every, MIN(0)),
+                            END}},
     END};
 
 /* Paddle's DistributedStrategy, with its BuildStrategy / ExecutionStrategy
@@ -1476,6 +1488,27 @@ static fl_status check_sparse_tables(const ctx *c, const fl_job *job) {
   return FL_OK;
 }
 
+/* The disk tier (pserver.memory_budget) keeps no per-row marks, sketch or
+ * change log: delta checkpoints, admission and expiry need the table all
+ * in memory. */
+static fl_status check_tier(const ctx *c, const fl_job *job) {
+  const fl_job_pserver *ps = &job->pserver;
+  const char *src = job->source;
+  if (ps->memory_budget == 0) return FL_OK;
+  if (ps->checkpoint_delta.every > 0)
+    return kerr(c, src, "pserver.checkpoint_delta.every", "delta checkpoints do not work with "
+                "pserver.memory_budget (the disk tier): set one of them to 0");
+  if (ps->sparse.admit_threshold > 1)
+    return kerr(c, src, "pserver.sparse.admit_threshold", "admission does not work with "
+                "pserver.memory_budget (the disk tier): set one of them to 0");
+  if (ps->sparse.expire_after_steps > 0 || ps->sparse.expire_after_seconds > 0)
+    return kerr(c, src, ps->sparse.expire_after_steps > 0 ? "pserver.sparse.expire_after_steps"
+                                                          : "pserver.sparse.expire_after_seconds",
+                "expiry does not work with pserver.memory_budget (the disk tier): set one of "
+                "them to 0");
+  return FL_OK;
+}
+
 /* The cross-field rules; c (may be NULL) gives the marks. */
 static fl_status check_job(const ctx *c, const fl_job *job) {
   const char *src = job->source;
@@ -1611,6 +1644,7 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   FL_TRY(check_lr(c, job));
   FL_TRY(check_clip(c, job));
   FL_TRY(check_sparse_tables(c, job));
+  FL_TRY(check_tier(c, job));
   FL_TRY(check_validation(c, job));
 
   /* cluster */

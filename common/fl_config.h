@@ -352,6 +352,11 @@ typedef struct fl_job_pserver {
     float init_range;           /* rows start uniform in [-r, r]: 0.01 */
     int64_t max_rows;           /* per table per server; beyond: evict LRU: 1000000 */
     int pipeline; /* pull the next micro-batch's rows while one computes: 1 */
+    int admit_threshold;        /* rows only for ids seen this often in training: 0 (all) */
+    size_t admit_sketch_bytes;  /* memory of the counting sketch per table: 4 MiB */
+    float admit_default;        /* what an id not admitted reads as: 0 */
+    int64_t expire_after_steps; /* delete rows unseen this many table steps: 0 (never) */
+    double expire_after_seconds; /* ... or this many seconds: 0 (never) */
   } sparse;
   fl_job_sparse_table sparse_tables[FL_JOB_MAX_SPARSE_TABLES]; /* a model's own tables */
   int n_sparse_tables;
@@ -359,6 +364,9 @@ typedef struct fl_job_pserver {
   size_t memory_budget; /* bytes of sparse rows in memory, the rest on disk; 0 = all in memory */
   int64_t checkpoint_interval_steps;    /* 0 = not by steps */
   double checkpoint_interval_s;         /* 0 = not by time */
+  struct {
+    int64_t every; /* interval checkpoints are deltas, a whole base every N: 0 = off */
+  } checkpoint_delta;
 } fl_job_pserver;
 
 /* --------------------------------------------------------------- strategy */

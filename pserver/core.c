@@ -321,6 +321,13 @@ fl_status psc_add_table(fl_ps_core *c, const char *name, uint32_t dim) {
     to.padding_id = (uint64_t)jt->padding_id;
   }
   psc_table_optim(c, name, &to.hp, &to.lr);
+  to.admit_threshold = (uint32_t)c->o.job.pserver.sparse.admit_threshold;
+  to.admit_sketch_bytes = c->o.job.pserver.sparse.admit_sketch_bytes;
+  to.admit_default = c->o.job.pserver.sparse.admit_default;
+  to.expire_after_steps = c->o.job.pserver.sparse.expire_after_steps;
+  to.expire_after_seconds = c->o.job.pserver.sparse.expire_after_seconds;
+  to.now = psc_wall_now();
+  to.track_changes = c->o.job.pserver.checkpoint_delta.every > 0;
   memset(pt, 0, sizeof *pt);
   if ((st = psc_stripes_create(c, pt, &to)) != FL_OK) return st;
   pt->cur_step = malloc((size_t)c->nt * sizeof *pt->cur_step);

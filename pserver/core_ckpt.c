@@ -59,12 +59,30 @@ int fl_ps_core_at_gate(fl_ps_core *c) {
 
 /* ------------------------------------------------------------ checkpoints */
 
+/* The records naming the checkpoint: the run, and for a base or delta of a
+ * directory its base's nonce (and a delta's base step and number). */
+static fl_status write_ids(fl_ps_core *c, fl_ckpt_writer *w, const psc_ckpt_kind *k) {
+  fl_status st;
+  if (c->o.run_id[0]) {
+    if ((st = fl_ckpt_put(w, "meta/job_hash", FL_CKPT_U64, 0, NULL, &c->o.job_hash)) != FL_OK ||
+        (st = fl_ckpt_put_blob(w, "meta/run_id", c->o.run_id, strlen(c->o.run_id))) != FL_OK)
+      return st;
+  }
+  if (k->nonce) FL_TRY(fl_ckpt_put(w, "ps/ckpt_nonce", FL_CKPT_U64, 0, NULL, &k->nonce));
+  if (k->delta) {
+    FL_TRY(fl_ckpt_put_i64(w, "ps/delta_base", k->base));
+    FL_TRY(fl_ckpt_put_i64(w, "ps/delta_seq", k->seq));
+  }
+  return FL_OK;
+}
+
 /* Write the state into w (the caller commits or aborts it); *step gets the
  * step the checkpoint holds, the one fl_ps_core_load will report: sync -
  * the lowest step among the blocks as they were copied (training goes on
  * while they are copied one at a time, so this can be past the server's
  * step when the save began); async/geo - next_step as recorded. */
-static fl_status write_state(fl_ps_core *c, fl_ckpt_writer *w, int64_t *step) {
+fl_status psc_write_state(fl_ps_core *c, fl_ckpt_writer *w, const psc_ckpt_kind *k,
+                          int64_t *step) {
   fl_ps_layout *l = atomic_load(&c->layout);
   char name[FL_CKPT_NAME_MAX];
   fl_status st;
@@ -72,11 +90,7 @@ static fl_status write_state(fl_ps_core *c, fl_ckpt_writer *w, int64_t *step) {
 
 #define I64(key, v)                                                          \
   if ((st = fl_ckpt_put_i64(w, key, v)) != FL_OK) return st
-  if (c->o.run_id[0]) {
-    if ((st = fl_ckpt_put(w, "meta/job_hash", FL_CKPT_U64, 0, NULL, &c->o.job_hash)) != FL_OK ||
-        (st = fl_ckpt_put_blob(w, "meta/run_id", c->o.run_id, strlen(c->o.run_id))) != FL_OK)
-      return st;
-  }
+  FL_TRY(write_ids(c, w, k));
   I64("ps/mode", (int64_t)c->ops->mode);
   I64("ps/server_index", c->o.server_index);
   I64("ps/n_servers", c->o.n_servers);
@@ -91,9 +105,9 @@ static fl_status write_state(fl_ps_core *c, fl_ckpt_writer *w, int64_t *step) {
     blob = malloc(blen);
     if (!blob) return FL_ERR(FL_ENOMEM, "checkpoint: out of memory");
     for (size_t p = 0; p < l->n_params; p++) {
-      size_t k = strlen(c->names[p]) + 1;
-      memcpy(blob + off, c->names[p], k);
-      off += k;
+      size_t n = strlen(c->names[p]) + 1;
+      memcpy(blob + off, c->names[p], n);
+      off += n;
     }
     st = fl_ckpt_put(w, "dense/numel", FL_CKPT_U64, 1, &shp, l->numel);
     if (st == FL_OK) st = fl_ckpt_put_blob(w, "dense/names", blob, blen);
@@ -125,7 +139,7 @@ static fl_status write_state(fl_ps_core *c, fl_ckpt_writer *w, int64_t *step) {
     pthread_mutex_unlock(&b->mu);
     if (st != FL_OK) return st;
   }
-  if ((st = psc_save_tables(c, w)) != FL_OK) return st;
+  if ((st = psc_save_tables(c, w, k)) != FL_OK) return st;
   *step = c->ops->ckpt_step(c, next, low);
   I64("ps/step", *step);
 #undef I64
@@ -134,36 +148,17 @@ static fl_status write_state(fl_ps_core *c, fl_ckpt_writer *w, int64_t *step) {
 
 fl_status fl_ps_core_save(fl_ps_core *c, const char *path) {
   fl_ckpt_writer *w = NULL;
+  psc_ckpt_kind plain;
   int64_t step;
   fl_status st;
 
+  memset(&plain, 0, sizeof plain);
   FL_TRY(fl_ckpt_writer_open(path, &w));
-  if ((st = write_state(c, w, &step)) != FL_OK) {
+  if ((st = psc_write_state(c, w, &plain, &step)) != FL_OK) {
     fl_ckpt_writer_abort(w);
     return st;
   }
   st = fl_ckpt_writer_commit(w);
-  if (st == FL_OK) st = psc_tier_commit(c, path);
-  if (st == FL_OK) atomic_fetch_add(&c->checkpoints, 1);
-  return st;
-}
-
-fl_status fl_ps_core_save_dir(fl_ps_core *c, const char *dir, int64_t *step, char *path,
-                              size_t cap) {
-  fl_ckpt_writer *w = NULL;
-  fl_status st;
-
-  /* The temporary goes beside the file of the current step; the file is
-   * named after the step written, which may be later. */
-  FL_TRY(fl_ckpt_dir_path(dir, fl_ps_core_step(c), path, cap));
-  FL_TRY(fl_ckpt_writer_open(path, &w));
-  st = write_state(c, w, step);
-  if (st == FL_OK) st = fl_ckpt_dir_path(dir, *step, path, cap);
-  if (st != FL_OK) {
-    fl_ckpt_writer_abort(w);
-    return st;
-  }
-  st = fl_ckpt_writer_commit_as(w, path);
   if (st == FL_OK) st = psc_tier_commit(c, path);
   if (st == FL_OK) atomic_fetch_add(&c->checkpoints, 1);
   return st;
@@ -207,6 +202,7 @@ typedef struct load_ctx {
   size_t np, new_tables;
   fl_ps_layout *l;   /* this server's layout, if any */
   fl_ps_layout *tl;  /* else the checkpoint's, built to check its blocks */
+  int delta;         /* a delta checkpoint: its tables apply onto the rows held */
 } load_ctx;
 
 /* The checkpoint is of this job: mode, server, cluster, block size. */
@@ -219,6 +215,8 @@ static fl_status load_head(fl_ps_core *c, load_ctx *x) {
   FL_TRY(get_i64(x->ck, x->file, "ps/num_trainers", &ntr));
   FL_TRY(get_i64(x->ck, x->file, "ps/block_size", &bs));
   FL_TRY(get_i64(x->ck, x->file, "ps/next_step", &x->next));
+  x->delta = fl_ckpt_get_i64(x->ck, "ps/delta_seq", &bs) == FL_OK;
+  FL_TRY(get_i64(x->ck, x->file, "ps/block_size", &bs));
   if (mode != (int64_t)c->ops->mode || idx != c->o.server_index || ns != c->o.n_servers ||
       ntr != c->nt || bs != (int64_t)c->o.job.pserver.dense_block_size || x->next < 0)
     return FL_ERR(FL_EINVAL,
@@ -440,7 +438,7 @@ static fl_status load_sparse(fl_ps_core *c, load_ctx *x) {
     pthread_mutex_unlock(&c->mu);
     if (st != FL_OK) return st;
     snprintf(name, sizeof name, "sparse/%s/", tname);
-    st = psc_stripes_load(pt, x->ck, name);
+    st = x->delta ? psc_stripes_apply_delta(pt, x->ck, name) : psc_stripes_load(pt, x->ck, name);
     int64_t tstep;
     snprintf(name, sizeof name, "sparse/%s/step", tname);
     if (st == FL_OK && fl_ckpt_get_i64(x->ck, name, &tstep) == FL_OK && tstep >= 0) {
@@ -469,6 +467,7 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
   /* Phase 2: take it over. */
   if ((st = load_take_layout(c, &x)) != FL_OK) goto out;
   load_blocks(c, &x);
+  c->have_base = 0; /* the next directory checkpoint is a base */
   if ((st = psc_tier_load(c, file)) != FL_OK || (st = load_sparse(c, &x)) != FL_OK) goto out;
   /* Everyone registers again (their view of this server is gone). */
   pthread_mutex_lock(&c->mu);

@@ -204,6 +204,13 @@ struct fl_ps_core {
   uint64_t hot_budget;
   char tier_dir[FL_JOB_PATH_MAX + 64];
   uint64_t published[4];
+  /* Delta checkpoints (core_delta.c; saves serialized by the caller): the
+   * base the next delta follows, its nonce, the deltas written since it;
+   * have_base 0: the next checkpoint must be whole (the first one, after a
+   * restart or a failed write). */
+  int64_t base_step, delta_seq;
+  uint64_t base_nonce;
+  int have_base;
 };
 
 /* core_modes.c: the rules of mode m. */
@@ -312,12 +319,23 @@ fl_status psc_stripes_dump(ps_table *pt, int has_after, uint64_t after, size_t m
                            uint64_t *keys, float *vals, size_t *n, int *more);
 /* Rows of the memory tier of every stripe (each stripe under its lock). */
 size_t psc_stripes_rows(ps_table *pt);
-/* Every table's dim, rows and sync step into w, with every table's lock
+/* Every table's dim, rows (whole or, k->delta, what changed) and sync
+ * step into w, with every table's lock
  * and then every stripe's held (and the disk tier copied meanwhile,
  * psc_tier_snapshot).  No lock held by the caller. */
-fl_status psc_save_tables(fl_ps_core *c, fl_ckpt_writer *w);
+struct psc_ckpt_kind;
+fl_status psc_save_tables(fl_ps_core *c, fl_ckpt_writer *w, const struct psc_ckpt_kind *k);
 /* pt's rows from the records under prefix (its stripes locked). */
 fl_status psc_stripes_load(ps_table *pt, const fl_ckpt *ck, const char *prefix);
+/* Expire pt's old rows (when expire) and sum its counters and rows in
+ * memory over its stripes (pt->mu, then each stripe's lock, taken here). */
+void psc_stripes_sweep(ps_table *pt, int expire, double now, fl_ps_table_counts *n,
+                       size_t *rows);
+/* 1 when pt can write a delta (one stripe, fl_ps_table_delta_ok). */
+int psc_stripes_delta_ok(ps_table *pt);
+/* Apply the delta records under prefix to pt (one stripe; pt->mu and its
+ * lock taken here). */
+fl_status psc_stripes_apply_delta(ps_table *pt, const fl_ckpt *ck, const char *prefix);
 
 /* core_tier.c: the disk tier */
 /* Copy the store into the data directory's temporary (every table's
@@ -339,5 +357,22 @@ int psc_barrier_try_complete(fl_ps_core *c, ps_barrier *b);
 /* Call the gate hook (no core lock held) when every block stands at the
  * gate's step. */
 void psc_gate_reached(fl_ps_core *c);
+/* What a checkpoint written by psc_write_state is. */
+typedef struct psc_ckpt_kind {
+  int delta;         /* only the rows changed since the last checkpoint */
+  int mark;          /* what is written counts as saved (a directory's) */
+  uint64_t nonce;    /* its base's (ps/ckpt_nonce); 0: none written */
+  int64_t base, seq; /* a delta's base step and number (1, 2, ...) */
+} psc_ckpt_kind;
+/* Write the state into w (the caller commits or aborts it); *step gets the
+ * step it holds.  Takes the block and table locks one at a time. */
+fl_status psc_write_state(fl_ps_core *c, fl_ckpt_writer *w, const psc_ckpt_kind *k,
+                          int64_t *step);
+/* Expire every table's old rows (by the wall clock) and publish the
+ * tables' admission, expiry and eviction counters in /metrics.  No lock
+ * held (takes each table's). */
+void psc_sparse_sweep(fl_ps_core *c);
+/* The wall clock in seconds since the epoch (rows' last-seen times). */
+double psc_wall_now(void);
 
 #endif

@@ -311,18 +311,22 @@ void fl_ps_core_tick(fl_ps_core *c, double now) {
   pthread_mutex_unlock(&c->mu);
   for (size_t i = 0; i < atomic_load(&c->n_tables); i++) {
     ps_table *pt = &c->tables[i];
+    fl_ps_table_counts n;
+    size_t rows;
     uint64_t ev;
+    psc_stripes_sweep(pt, 0, 0, &n, &rows); /* every stripe's, under its lock */
+    ev = n.evicted;
     pthread_mutex_lock(&pt->mu);
-    ev = fl_ps_table_evicted(pt->t);
     if (ev != pt->evicted_logged) {
       FL_LOGI("sparse table %s: evicted %" PRIu64 " rows unseen longest (%" PRIu64
               " in all; %zu rows, limit %lld)",
-              fl_ps_table_name(pt->t), ev - pt->evicted_logged, ev, fl_ps_table_rows(pt->t),
+              fl_ps_table_name(pt->t), ev - pt->evicted_logged, ev, rows,
               (long long)c->o.job.pserver.sparse.max_rows);
       pt->evicted_logged = ev;
     }
     pthread_mutex_unlock(&pt->mu);
   }
+  psc_sparse_sweep(c);
   if (changed) psc_reevaluate(c);
 }
 

@@ -7,7 +7,8 @@
  * ascending stripe order; within a stripe the keys keep their order, so a
  * row's updates apply in the order they came (each update atomic).  Tables
  * of fewer than STRIPE_MIN_ROWS rows per stripe keep one stripe: exactly
- * the single LRU of before. */
+ * the single LRU of before; so do tables with admission, expiry or delta
+ * checkpoints (their sketch, recency walk and change log are per table). */
 #include <config.h>
 
 #include <pthread.h>
@@ -20,15 +21,18 @@
 
 #define STRIPE_MIN_ROWS 4096
 
-static unsigned stripes_for(int64_t max_rows) {
+static unsigned stripes_for(const fl_ps_table_opts *o) {
   unsigned ns = 1;
-  while (ns < MAX_STRIPES && max_rows / (2 * (int64_t)ns) >= STRIPE_MIN_ROWS) ns *= 2;
+  if (o->admit_threshold > 1 || o->expire_after_steps > 0 || o->expire_after_seconds > 0 ||
+      o->track_changes)
+    return 1;
+  while (ns < MAX_STRIPES && o->max_rows / (2 * (int64_t)ns) >= STRIPE_MIN_ROWS) ns *= 2;
   return ns;
 }
 
 fl_status psc_stripes_create(fl_ps_core *c, ps_table *pt, fl_ps_table_opts *o) {
   int64_t total = o->max_rows;
-  pt->ns = stripes_for(total);
+  pt->ns = stripes_for(o);
   o->tier = c->tier;
   o->hot_bytes = &c->hot_bytes;
   o->hot_budget = c->hot_budget;
@@ -238,7 +242,19 @@ static void lock_all(fl_ps_core *c, size_t nt, int lock) {
     }
 }
 
-fl_status psc_save_tables(fl_ps_core *c, fl_ckpt_writer *w) {
+/* pt's rows into w under prefix (pt->mu and its stripes' locks held): a
+ * delta (one stripe: stripes_for) or whole; marked saved when k->mark. */
+static fl_status save_table(ps_table *pt, fl_ckpt_writer *w, const char *prefix,
+                            const psc_ckpt_kind *k) {
+  fl_status st = k->delta ? fl_ps_table_save_delta(pt->sh[0], w, prefix)
+                          : fl_ps_table_save_many((const fl_ps_table *const *)pt->sh, pt->ns,
+                                                  w, prefix);
+  for (unsigned s = 0; st == FL_OK && k->mark && s < pt->ns; s++)
+    fl_ps_table_mark_saved(pt->sh[s]);
+  return st;
+}
+
+fl_status psc_save_tables(fl_ps_core *c, fl_ckpt_writer *w, const psc_ckpt_kind *k) {
   size_t nt = atomic_load(&c->n_tables);
   char name[FL_CKPT_NAME_MAX];
   fl_status st = FL_OK;
@@ -253,7 +269,7 @@ fl_status psc_save_tables(fl_ps_core *c, fl_ckpt_writer *w) {
     snprintf(prefix, sizeof prefix, "sparse/%s/", fl_ps_table_name(pt->t));
     snprintf(name, sizeof name, "%sdim", prefix);
     if ((st = fl_ckpt_put_i64(w, name, fl_ps_table_dim(pt->t))) == FL_OK)
-      st = fl_ps_table_save_many((const fl_ps_table *const *)pt->sh, pt->ns, w, prefix);
+      st = save_table(pt, w, prefix, k);
     /* the table's sync step: after a restart a push its rows hold is a duplicate */
     snprintf(name, sizeof name, "%sstep", prefix);
     if (st == FL_OK) st = fl_ckpt_put_i64(w, name, pt->step);
@@ -269,4 +285,49 @@ fl_status psc_stripes_load(ps_table *pt, const fl_ckpt *ck, const char *prefix) 
   st = fl_ps_table_load_many(pt->sh, pt->ns, ck, prefix);
   for (unsigned s = 0; s < pt->ns; s++) pthread_mutex_unlock(&pt->smu[s]);
   return st;
+}
+
+fl_status psc_stripes_apply_delta(ps_table *pt, const fl_ckpt *ck, const char *prefix) {
+  fl_status st;
+  if (pt->ns != 1)
+    return FL_ERR(FL_ECORRUPT, "sparse table %s: a delta checkpoint for a table of %u stripes "
+                  "(deltas need one: pserver.checkpoint_delta.every must be on before the base)",
+                  fl_ps_table_name(pt->t), pt->ns);
+  pthread_mutex_lock(&pt->mu);
+  pthread_mutex_lock(&pt->smu[0]);
+  st = fl_ps_table_apply_delta(pt->sh[0], ck, prefix);
+  pthread_mutex_unlock(&pt->smu[0]);
+  pthread_mutex_unlock(&pt->mu);
+  return st;
+}
+
+void psc_stripes_sweep(ps_table *pt, int expire, double now, fl_ps_table_counts *n,
+                       size_t *rows) {
+  memset(n, 0, sizeof *n);
+  *rows = 0;
+  pthread_mutex_lock(&pt->mu);
+  for (unsigned s = 0; s < pt->ns; s++) {
+    fl_ps_table_counts one;
+    pthread_mutex_lock(&pt->smu[s]);
+    if (expire) fl_ps_table_expire(pt->sh[s], now);
+    fl_ps_table_counts_of(pt->sh[s], &one);
+    *rows += fl_ps_table_rows(pt->sh[s]);
+    pthread_mutex_unlock(&pt->smu[s]);
+    n->admitted += one.admitted;
+    n->refused += one.refused;
+    n->expired += one.expired;
+    n->evicted += one.evicted;
+  }
+  pthread_mutex_unlock(&pt->mu);
+}
+
+int psc_stripes_delta_ok(ps_table *pt) {
+  int ok;
+  if (pt->ns != 1) return 0;
+  pthread_mutex_lock(&pt->mu);
+  pthread_mutex_lock(&pt->smu[0]);
+  ok = fl_ps_table_delta_ok(pt->sh[0]);
+  pthread_mutex_unlock(&pt->smu[0]);
+  pthread_mutex_unlock(&pt->mu);
+  return ok;
 }

@@ -90,7 +90,31 @@ typedef struct fl_ps_table_opts {
   _Atomic uint64_t *hot_bytes;
   uint64_t hot_budget;
   uint32_t stripe; /* its rows' part of the tier: fl_ps_table_save_many */
+  /* Admission: an id gets a row only at its admit_threshold-th training
+   * pull (0 or 1: at the first), counted in a count-min sketch of
+   * admit_sketch_bytes (ps_admit.h: its error bound); until then it reads
+   * as admit_default in every column and its gradients are dropped. */
+  uint32_t admit_threshold;
+  size_t admit_sketch_bytes;
+  float admit_default;
+  /* Expiry (fl_ps_table_expire): rows unseen for expire_after_steps of
+   * the table's steps (pushes applied to it) or for expire_after_seconds
+   * of the wall clock are deleted; 0: never. */
+  int64_t expire_after_steps;
+  double expire_after_seconds;
+  double now;             /* wall clock at creation (seconds since the epoch) */
+  /* Keep what changed since the last checkpoint (delta checkpoints). */
+  int track_changes;
 } fl_ps_table_opts;
+
+/* What admission, expiry and eviction did to a table since its creation
+ * (or the checkpoint it was loaded from). */
+typedef struct fl_ps_table_counts {
+  uint64_t admitted; /* rows created once their id was seen often enough */
+  uint64_t refused;  /* training pulls of an id below the threshold */
+  uint64_t expired;  /* rows deleted by fl_ps_table_expire */
+  uint64_t evicted;  /* rows deleted at max_rows (least recently seen) */
+} fl_ps_table_counts;
 
 /* A new empty table.  FL_EINVAL (logged) for a bad option.  The caller owns
  * *out (fl_ps_table_free).  Not thread-safe: the core locks around it. */
@@ -103,17 +127,28 @@ size_t fl_ps_table_rows(const fl_ps_table *t);
 uint64_t fl_ps_table_evicted(const fl_ps_table *t);
 /* Gradient rows of the padding id dropped so far. */
 uint64_t fl_ps_table_padding_dropped(const fl_ps_table *t);
+void fl_ps_table_counts_of(const fl_ps_table *t, fl_ps_table_counts *out);
+
+/* Delete the rows unseen for expire_after_steps of the table's steps or
+ * expire_after_seconds before now (wall clock, seconds since the epoch;
+ * rows seen from now on are stamped with it), walking from the least
+ * recently seen row until one is not expired.  Returns the rows deleted. */
+size_t fl_ps_table_expire(fl_ps_table *t, double now);
 
 /* Copy the rows of keys[0..n) into out (n*dim floats), creating missing
- * rows; every row touched becomes the most recently seen. */
+ * rows (under admission: those of ids seen admit_threshold times, counting
+ * this pull; the others read as admit_default); every row touched becomes
+ * the most recently seen. */
 fl_status fl_ps_table_pull(fl_ps_table *t, const uint64_t *keys, size_t n, float *out);
 
 /* Apply one optimizer step per row with the gradients g (n*dim floats),
- * creating missing rows first. */
+ * creating missing rows first (under admission: dropping their gradients
+ * instead); one step of the table's clock. */
 fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const float *g);
 /* Rows of keys into out (n*dim floats) without changing the table: no row
- * is created, recency and eviction stay as they are; a key without a row
- * reads as the value it would be created with (its seeded init). */
+ * is created, nothing counted, recency and eviction stay as they are; a
+ * key without a row reads as the value it would be created with (its
+ * seeded init), or admit_default under admission. */
 fl_status fl_ps_table_read(const fl_ps_table *t, const uint64_t *keys, size_t n, float *out);
 
 /* Create the rows of keys[0..n) that do not exist yet with their values in
@@ -142,12 +177,31 @@ fl_optim_kind fl_ps_table_kind(const fl_ps_table *t);
 
 /* The sparse-table checkpoint format written: 2 adds the records "format"
  * and "optimizer" and sizes each state record by fl_optim_state_len;
- * format 1 (no "format" record) is read too, for sgd, adagrad and adam. */
-#define FL_PS_TABLE_FORMAT 2
+ * 3 adds the rows' last-seen marks ("seen_step", "seen_time"), the
+ * table's step ("clock"), the counters ("counts") and, with admission,
+ * the sketch ("sketch", "sketch_total"); a delta (records "delta" = 1 and
+ * "deleted": the keys deleted since the last checkpoint) holds only the
+ * rows seen or changed since then.  Formats 1 (no "format" record, sgd,
+ * adagrad and adam only) and 2 are read too. */
+#define FL_PS_TABLE_FORMAT 3
 
 /* Checkpoint records under prefix ("sparse/<name>/"): format, optimizer,
- * keys, values, optimizer state, in least- to most-recently-seen order. */
+ * keys, values, optimizer state, marks, in least- to most-recently-seen
+ * order.  delta: only the rows seen since the last checkpoint, and the
+ * keys deleted since (needs track_changes). */
 fl_status fl_ps_table_save(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix);
+fl_status fl_ps_table_save_delta(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix);
+/* 1 when a delta can hold what changed since the last checkpoint (the
+ * deleted keys kept did not overflow: else the next one must be whole). */
+int fl_ps_table_delta_ok(const fl_ps_table *t);
+/* The checkpoint just written holds the table: what changed so far is
+ * forgotten (call after a save that committed). */
+void fl_ps_table_mark_saved(fl_ps_table *t);
+/* Apply a delta written by fl_ps_table_save_delta onto the state it was
+ * taken after: deleted keys go, its rows are put in (most recently seen,
+ * in their order).  FL_ECORRUPT / FL_EINVAL (logged) when its records do
+ * not verify; the table is unchanged then. */
+fl_status fl_ps_table_apply_delta(fl_ps_table *t, const fl_ckpt *c, const char *prefix);
 /* Check the records under prefix for a table of dim floats per row whose
  * rows kind updates: a format this build reads holding kind's state (else
  * FL_EINVAL, logged, naming the format or both optimizers), every record
@@ -419,7 +473,13 @@ fl_status fl_ps_core_save(fl_ps_core *c, const char *path);
 /* The same into dir, as <dir>/ckpt-<step>.flc where step (into *step) is
  * the one the checkpoint holds and fl_ps_core_load will report - possibly
  * later than fl_ps_core_step() just before, as training goes on meanwhile.
- * The file's name goes into path (cap bytes, caller's buffer). */
+ * The file's name goes into path (cap bytes, caller's buffer).  With
+ * pserver.checkpoint_delta.every N, after such a base up to N checkpoints
+ * are deltas instead, <dir>/delta-<base step>+<k>.flc (k = 1..N): the dense
+ * state, and the sparse rows seen or changed and the keys deleted since
+ * the checkpoint before; the first checkpoint of a process, and the one
+ * after a failed write, is a base.  Tables' rows are expired first; one
+ * log line per table gives its counters.  Calls must be serialized. */
 fl_status fl_ps_core_save_dir(fl_ps_core *c, const char *dir, int64_t *step, char *path,
                               size_t cap);
 /* Replace the state with a checkpoint (layout, blocks, optimizer state,
@@ -427,6 +487,13 @@ fl_status fl_ps_core_save_dir(fl_ps_core *c, const char *dir, int64_t *step, cha
  * / FL_ECORRUPT (logged) when it does not belong to this server and job;
  * the state is unchanged then. */
 fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *name);
+/* Load the base ck (file, from dir), then replay its deltas of dir in
+ * order (*deltas gets how many), stopping at the first one missing, of
+ * another base, truncated or corrupt (named in the log, at error level
+ * when bad): the state is then that of the last good one.  Errors: those
+ * of loading the base. */
+fl_status fl_ps_core_load_chain(fl_ps_core *c, const fl_ckpt *ck, const char *file,
+                                const char *dir, int64_t *deltas);
 
 /* Test access: a copy of dense block `block`'s value (n floats) and its
  * step; FL_ENOTFOUND when the block is not on this server or unset. */

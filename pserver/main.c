@@ -173,9 +173,11 @@ static fl_status rpc_load(void *ctx, int64_t step, int64_t *loaded) {
 
   pthread_mutex_lock(&a->ckpt_mu);
   if (step < 0) {
+    int64_t deltas;
     st = fl_ckpt_dir_load_latest(a->dir, &ck, &step);
     if (st == FL_ENOTFOUND) FL_LOGE("load on request: no checkpoint in %s", a->dir);
     snprintf(path, sizeof path, "%s/ckpt-%" PRId64 ".flc", a->dir, step);
+    if (st == FL_OK) st = fl_ps_core_load_chain(a->core, ck, path, a->dir, &deltas);
   } else {
     struct stat sb;
     st = fl_ckpt_dir_path(a->dir, step, path, sizeof path);
@@ -184,8 +186,8 @@ static fl_status rpc_load(void *ctx, int64_t step, int64_t *loaded) {
       st = FL_ENOTFOUND;
     }
     if (st == FL_OK) st = fl_ckpt_load(path, &ck);
+    if (st == FL_OK) st = fl_ps_core_load(a->core, ck, path);
   }
-  if (st == FL_OK) st = fl_ps_core_load(a->core, ck, path);
   if (st == FL_OK) *loaded = fl_ps_core_step(a->core);
   fl_ckpt_free(ck);
   pthread_mutex_unlock(&a->ckpt_mu);
@@ -649,8 +651,9 @@ static fl_status resume(app *a, const cli_opts *cli, const fl_run_identity *id, 
     }
     if (ck) {
       char path[FL_JOB_PATH_MAX + 64];
+      int64_t deltas;
       fl_ckpt_dir_path(a->dir, step, path, sizeof path);
-      st = fl_ps_core_load(a->core, ck, path);
+      st = fl_ps_core_load_chain(a->core, ck, path, a->dir, &deltas);
       fl_ckpt_free(ck);
       if (st != FL_OK) return st;
       a->last_step = a->saved_step = fl_ps_core_step(a->core);

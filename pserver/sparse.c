@@ -6,10 +6,16 @@
  * fl_optim_state_len floats per buffer: dim, or 1 for row-wise Adagrad's
  * one accumulator), and an exact LRU list so that a table at max_rows evicts the row unseen
  * longest.  Rows live densely in [0, n): an evicted row's slot is reused by
- * the row that replaces it.  The core serializes access (one lock per
- * table). */
+ * the row that replaces it, a deleted row's by the last row.  Admission
+ * (a count-min sketch, admit.c) keeps ids seen fewer than admit_threshold
+ * times in training pulls out of the table; expiry deletes rows unseen for
+ * a number of the table's steps or seconds, walking from the LRU tail; the
+ * rows seen and the keys deleted since the last checkpoint are kept for
+ * delta checkpoints.  The core serializes access (one lock per stripe:
+ * core_stripes.c). */
 #include <config.h>
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +24,10 @@
 #include "fl_ps.h"
 #include "fl_ps_layout.h"
 #include "tier_rocks.h"
+#include "ps_admit.h"
 
 #define MAX_DIM (1u << 16)
+#define FORMAT_STRIPED 2 /* what a table of several stripes writes */
 
 struct fl_ps_table {
   char name[128];
@@ -47,7 +55,7 @@ struct fl_ps_table {
 
   int32_t *slots; /* hash slots: row index or -1 */
   size_t nslots;  /* power of two, > 2 * cap */
-  uint64_t evicted;
+  fl_ps_table_counts counts;
 
   /* The disk tier (NULL: none; see the end of this file). */
   fl_ps_tier *tier;
@@ -61,6 +69,20 @@ struct fl_ps_table {
   uint8_t *pf_found, *pf_used;
   uint64_t *pf_seqs; /* their demotion sequences */
   unsigned char *one, *out; /* one row looked up, one row demoted */
+  fl_ps_sketch *sketch; /* admission; NULL: every id is admitted */
+  uint32_t admit_threshold;
+  float admit_default;
+  int64_t expire_steps;
+  double expire_s;
+  int64_t clock;        /* the table's steps: pushes applied */
+  double now;           /* wall clock of the last expiry sweep */
+  int64_t *seen_step;   /* per row: clock when last seen */
+  double *seen_time;    /* per row: now when last seen */
+  uint8_t *dirty;       /* per row: seen or changed since the last checkpoint */
+  int track;            /* keep deleted keys for delta checkpoints */
+  uint64_t *tomb;       /* keys deleted since the last checkpoint */
+  size_t ntomb, tomb_cap;
+  int tomb_overflow;    /* more than max_rows of them: the next must be whole */
 };
 
 static fl_status tier_setup(fl_ps_table *t, const fl_ps_table_opts *o);
@@ -83,12 +105,34 @@ static uint64_t str_hash(const char *s) {
 const char *fl_ps_table_name(const fl_ps_table *t) { return t->name; }
 uint32_t fl_ps_table_dim(const fl_ps_table *t) { return t->dim; }
 size_t fl_ps_table_rows(const fl_ps_table *t) { return t->n; }
-uint64_t fl_ps_table_evicted(const fl_ps_table *t) { return t->evicted; }
 uint64_t fl_ps_table_padding_dropped(const fl_ps_table *t) { return t->padding_dropped; }
 
 /* 1 when key is the table's padding id (never a row). */
 static int is_padding(const fl_ps_table *t, uint64_t key) {
   return t->has_padding && key == t->padding_id;
+}
+
+uint64_t fl_ps_table_evicted(const fl_ps_table *t) { return t->counts.evicted; }
+void fl_ps_table_counts_of(const fl_ps_table *t, fl_ps_table_counts *out) { *out = t->counts; }
+
+/* The admission and expiry options of o into t (sketch made).  A bad one:
+ * FL_EINVAL, logged. */
+static fl_status set_admission(fl_ps_table *t, const fl_ps_table_opts *o) {
+  if (o->expire_after_steps < 0 || !(o->expire_after_seconds >= 0) || !isfinite(o->admit_default))
+    return FL_ERR(FL_EINVAL, "sparse table %s: expire_after_steps / expire_after_seconds below 0 "
+                  "or admit_default not finite", o->name);
+  if (o->tier && (o->admit_threshold > 1 || o->expire_after_steps > 0 ||
+                  o->expire_after_seconds > 0 || o->track_changes))
+    return FL_ERR(FL_EINVAL, "sparse table %s: admission, expiry and delta checkpoints do not "
+                  "work with the disk tier (pserver.memory_budget): turn one off", o->name);
+  t->admit_threshold = o->admit_threshold;
+  t->admit_default = o->admit_default;
+  t->expire_steps = o->expire_after_steps;
+  t->expire_s = o->expire_after_seconds;
+  t->now = o->now;
+  t->track = o->track_changes;
+  if (o->admit_threshold < 2) return FL_OK;
+  return fl_ps_sketch_create(o->admit_sketch_bytes, o->seed ^ t->name_hash, &t->sketch);
 }
 
 fl_status fl_ps_table_create(const fl_ps_table_opts *o, fl_ps_table **out) {
@@ -127,9 +171,15 @@ fl_status fl_ps_table_create(const fl_ps_table_opts *o, fl_ps_table **out) {
   t->has_padding = o->has_padding;
   t->padding_id = o->padding_id;
   t->head = t->tail = -1;
-  if (o->tier && tier_setup(t, o) != FL_OK) {
-    fl_ps_table_free(t);
-    return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory", o->name);
+  {
+    fl_status st = o->tier && tier_setup(t, o) != FL_OK
+                       ? FL_ERR(FL_ENOMEM, "sparse table %s: out of memory", o->name)
+                       : FL_OK;
+    if (st == FL_OK) st = set_admission(t, o);
+    if (st != FL_OK) {
+      fl_ps_table_free(t);
+      return st;
+    }
   }
   *out = t;
   return FL_OK;
@@ -146,6 +196,11 @@ void fl_ps_table_free(fl_ps_table *t) {
   free(t->prev);
   free(t->next);
   free(t->slots);
+  free(t->seen_step);
+  free(t->seen_time);
+  free(t->dirty);
+  free(t->tomb);
+  fl_ps_sketch_free(t->sketch);
   free(t);
 }
 
@@ -211,6 +266,9 @@ static fl_status grow(fl_ps_table *t) {
   GROW(t, nc);
   GROW(prev, nc);
   GROW(next, nc);
+  GROW(seen_step, nc);
+  GROW(seen_time, nc);
+  GROW(dirty, nc);
 #undef GROW
   t->cap = nc;
   for (ns = 16; ns < 2 * nc + 1; ns *= 2) {
@@ -244,10 +302,34 @@ static void lru_push_head(fl_ps_table *t, int32_t r) {
   if (t->tail < 0) t->tail = r;
 }
 
+/* Row r was seen now: the most recent, stamped, kept for the next delta. */
 static void touch(fl_ps_table *t, int32_t r) {
+  t->seen_step[r] = t->clock;
+  t->seen_time[r] = t->now;
+  t->dirty[r] = 1;
   if (t->head == r) return;
   lru_unlink(t, r);
   lru_push_head(t, r);
+}
+
+/* Keep key, deleted, for the next delta (when tracking). */
+static void note_deleted(fl_ps_table *t, uint64_t key) {
+  if (!t->track || t->tomb_overflow) return;
+  if ((int64_t)t->ntomb >= t->max_rows) {
+    t->tomb_overflow = 1; /* a whole checkpoint is smaller than this delta */
+    return;
+  }
+  if (t->ntomb == t->tomb_cap) {
+    size_t nc = t->tomb_cap ? 2 * t->tomb_cap : 256;
+    uint64_t *p = realloc(t->tomb, nc * sizeof *p);
+    if (!p) {
+      t->tomb_overflow = 1; /* the next checkpoint is whole instead */
+      return;
+    }
+    t->tomb = p;
+    t->tomb_cap = nc;
+  }
+  t->tomb[t->ntomb++] = key;
 }
 
 /* Deterministic uniform init of the row of key in [-r, r]. */
@@ -270,20 +352,17 @@ static fl_optim_tensor state_of(const fl_ps_table *t, int32_t r) {
   return x;
 }
 
-/* The row of key, created (evicting the least recent row when full). */
-static fl_status get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
-  int32_t r = find(t, key);
+/* A new row for key (absent), evicting the least recent row when full;
+ * the most recent, seen now. */
+static fl_status create_row(fl_ps_table *t, uint64_t key, int32_t *out) {
+  int32_t r;
   size_t d = t->dim;
-  if (r >= 0) {
-    *out = r;
-    return FL_OK;
-  }
-  if (t->tier) return tier_get_row(t, key, out);
   if ((int64_t)t->n >= t->max_rows) {
     r = t->tail;
     lru_unlink(t, r);
     slot_delete(t, t->keys[r]);
-    t->evicted++;
+    note_deleted(t, t->keys[r]);
+    t->counts.evicted++;
   } else {
     if (t->n == t->cap) FL_TRY(grow(t));
     r = (int32_t)t->n++;
@@ -299,8 +378,72 @@ static fl_status get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
   t->t[r] = 0;
   slot_insert(t, key, r);
   lru_push_head(t, r);
+  touch(t, r);
   *out = r;
   return FL_OK;
+}
+
+/* The row of key, taken from the disk tier or created (no admission). */
+static fl_status get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
+  int32_t r = find(t, key);
+  if (r >= 0) {
+    *out = r;
+    return FL_OK;
+  }
+  if (!t->tier) return create_row(t, key, out);
+  FL_TRY(tier_get_row(t, key, out));
+  touch(t, *out); /* stamped as seen now */
+  return FL_OK;
+}
+
+/* Move row `from` (the last) into the free index `to`: data, slot, LRU
+ * links. */
+static void move_row(fl_ps_table *t, int32_t from, int32_t to) {
+  size_t d = t->dim, sl = t->slen, i = slot_of(t, t->keys[from]);
+  while (t->slots[i] != from) i = (i + 1) & (t->nslots - 1);
+  t->slots[i] = to;
+  t->keys[to] = t->keys[from];
+  memcpy(t->val + (size_t)to * d, t->val + (size_t)from * d, d * sizeof *t->val);
+  if (t->nstate >= 1) memcpy(t->s1 + (size_t)to * sl, t->s1 + (size_t)from * sl, sl * sizeof *t->s1);
+  if (t->nstate >= 2) memcpy(t->s2 + (size_t)to * sl, t->s2 + (size_t)from * sl, sl * sizeof *t->s2);
+  t->t[to] = t->t[from];
+  t->seen_step[to] = t->seen_step[from];
+  t->seen_time[to] = t->seen_time[from];
+  t->dirty[to] = t->dirty[from];
+  t->prev[to] = t->prev[from];
+  t->next[to] = t->next[from];
+  if (t->prev[to] >= 0) t->next[t->prev[to]] = to;
+  else t->head = to;
+  if (t->next[to] >= 0) t->prev[t->next[to]] = to;
+  else t->tail = to;
+}
+
+/* Delete row r; the last row takes its index, so rows stay in [0, n). */
+static void drop_row(fl_ps_table *t, int32_t r) {
+  int32_t last = (int32_t)t->n - 1;
+  lru_unlink(t, r);
+  slot_delete(t, t->keys[r]);
+  note_deleted(t, t->keys[r]);
+  if (r != last) move_row(t, last, r);
+  t->n--;
+}
+
+/* The row of key for training: created when absent and admitted (then
+ * counted), else -1 (a training pull's sighting counted when pull). */
+static fl_status train_row(fl_ps_table *t, uint64_t key, int pull, int32_t *out) {
+  int32_t r = find(t, key);
+  *out = r;
+  if (r >= 0) return FL_OK;
+  if (t->tier) return get_row(t, key, out); /* no admission with the tier */
+  if (t->sketch) {
+    if (!pull) return FL_OK; /* a gradient of an id without a row: dropped */
+    if (fl_ps_sketch_add(t->sketch, key) < t->admit_threshold) {
+      t->counts.refused++;
+      return FL_OK;
+    }
+  }
+  t->counts.admitted++;
+  return create_row(t, key, out);
 }
 
 fl_status fl_ps_table_pull(fl_ps_table *t, const uint64_t *keys, size_t n, float *out) {
@@ -312,7 +455,11 @@ fl_status fl_ps_table_pull(fl_ps_table *t, const uint64_t *keys, size_t n, float
       memset(out + i * d, 0, d * sizeof(float));
       continue;
     }
-    FL_TRY(get_row(t, keys[i], &r));
+    FL_TRY(train_row(t, keys[i], 1, &r));
+    if (r < 0) {
+      for (size_t j = 0; j < d; j++) out[i * d + j] = t->admit_default;
+      continue;
+    }
     touch(t, r);
     memcpy(out + i * d, t->val + (size_t)r * d, d * sizeof(float));
   }
@@ -323,8 +470,10 @@ fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const
   size_t d = t->dim;
   /* One step per row, right after fetching it: creating a later row may
    * evict (and reuse the memory of) an earlier one of the same push, and a
-   * key repeated within a push is applied twice, in order, like two pushes. */
+   * key repeated within a push is applied twice, in order, like two pushes.
+   * A key not admitted has no row: its gradient is dropped. */
   if (t->tier) FL_TRY(tier_prefetch(t, keys, n));
+  t->clock++;
   for (size_t i = 0; i < n; i++) {
     int32_t r;
     fl_optim_tensor x;
@@ -332,7 +481,8 @@ fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const
       t->padding_dropped++;
       continue;
     }
-    FL_TRY(get_row(t, keys[i], &r));
+    FL_TRY(train_row(t, keys[i], 0, &r));
+    if (r < 0) continue;
     touch(t, r);
     x = state_of(t, r);
     x.param = t->val + (size_t)r * d;
@@ -350,9 +500,26 @@ fl_status fl_ps_table_read(const fl_ps_table *t, const uint64_t *keys, size_t n,
     int32_t r = find(t, keys[i]);
     if (is_padding(t, keys[i])) memset(out + i * d, 0, d * sizeof(float));
     else if (r >= 0) memcpy(out + i * d, t->val + (size_t)r * d, d * sizeof(float));
-    else init_row(t, keys[i], out + i * d);
+    else if (!t->sketch) init_row(t, keys[i], out + i * d);
+    else
+      for (size_t j = 0; j < d; j++) out[i * d + j] = t->admit_default;
   }
   return FL_OK;
+}
+
+size_t fl_ps_table_expire(fl_ps_table *t, double now) {
+  size_t k = 0;
+  if (now > t->now) t->now = now;
+  while (t->tail >= 0) {
+    int32_t r = t->tail;
+    int old = (t->expire_steps > 0 && t->clock - t->seen_step[r] >= t->expire_steps) ||
+              (t->expire_s > 0 && t->now - t->seen_time[r] >= t->expire_s);
+    if (!old) break;
+    drop_row(t, r);
+    k++;
+  }
+  t->counts.expired += k;
+  return k;
 }
 
 int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out) {
@@ -433,24 +600,135 @@ fl_status fl_ps_table_dump(const fl_ps_table *t, int has_after, uint64_t after, 
 }
 
 /* ------------------------------------------------------------ checkpoints
- * Format 2 (FL_PS_TABLE_FORMAT) writes the records "format" and
- * "optimizer" (the fl_optim_kind whose state the rows hold) and each state
- * buffer as [rows, fl_optim_state_len]; format 1 (no "format" record, before
- * row-wise Adagrad and FTRL) held the server's sgd, adagrad or adam state as
- * [rows, dim], the same shapes format 2 gives them, and still loads. */
+ * Format 3 (FL_PS_TABLE_FORMAT) writes the records "format", "optimizer"
+ * (the fl_optim_kind whose state the rows hold), "clock", "counts" and,
+ * with admission, "sketch" / "sketch_total"; per row keys, steps, values,
+ * each state buffer as [rows, fl_optim_state_len], seen_step and
+ * seen_time; a delta adds "delta" (1) and "deleted".  Format 2 has no
+ * marks, clock, counts or sketch (rows load as seen at the load); format 1
+ * (no "format" record, before row-wise Adagrad and FTRL) held the server's
+ * sgd, adagrad or adam state as [rows, dim], the same shapes as format 2,
+ * and still loads.  A table of several stripes (fl_ps_table_save_many)
+ * writes format 2, stripe after stripe; its load puts each row in its
+ * stripe. */
 
 fl_optim_kind fl_ps_table_kind(const fl_ps_table *t) { return t->hp.kind; }
 
-fl_status fl_ps_table_save(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix) {
-  return fl_ps_table_save_many(&t, 1, w, prefix);
+/* The rows copied out for a checkpoint, least recently seen first. */
+typedef struct rows_out {
+  size_t n;
+  uint64_t *keys;
+  int64_t *steps, *sstep;
+  double *stime;
+  float *v, *a, *b;
+} rows_out;
+
+static void rows_out_free(rows_out *o) {
+  free(o->keys);
+  free(o->steps);
+  free(o->sstep);
+  free(o->stime);
+  free(o->v);
+  free(o->a);
+  free(o->b);
+}
+
+/* Copy every row (only_dirty: those seen since the last checkpoint). */
+static fl_status gather(const fl_ps_table *t, int only_dirty, rows_out *o) {
+  size_t n = 0, d = t->dim, sl = t->slen, m, i = 0;
+  memset(o, 0, sizeof *o);
+  for (size_t r = 0; r < t->n; r++) n += !only_dirty || t->dirty[r];
+  m = n ? n : 1;
+  o->n = n;
+  o->keys = malloc(m * sizeof *o->keys);
+  o->steps = malloc(m * sizeof *o->steps);
+  o->sstep = malloc(m * sizeof *o->sstep);
+  o->stime = malloc(m * sizeof *o->stime);
+  o->v = malloc(m * d * sizeof *o->v);
+  o->a = t->nstate >= 1 ? malloc(m * sl * sizeof *o->a) : NULL;
+  o->b = t->nstate >= 2 ? malloc(m * sl * sizeof *o->b) : NULL;
+  if (!o->keys || !o->steps || !o->sstep || !o->stime || !o->v || (t->nstate >= 1 && !o->a) ||
+      (t->nstate >= 2 && !o->b))
+    return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory saving %zu rows", t->name, n);
+  for (int32_t r = t->tail; r >= 0; r = t->prev[r]) {
+    if (only_dirty && !t->dirty[r]) continue;
+    o->keys[i] = t->keys[r];
+    o->steps[i] = t->t[r];
+    o->sstep[i] = t->seen_step[r];
+    o->stime[i] = t->seen_time[r];
+    memcpy(o->v + i * d, t->val + (size_t)r * d, d * sizeof *o->v);
+    if (o->a) memcpy(o->a + i * sl, t->s1 + (size_t)r * sl, sl * sizeof *o->a);
+    if (o->b) memcpy(o->b + i * sl, t->s2 + (size_t)r * sl, sl * sizeof *o->b);
+    i++;
+  }
+  return FL_OK;
+}
+
+static fl_status put(fl_ckpt_writer *w, const char *prefix, const char *suffix, fl_ckpt_dtype dt,
+                     int nd, const int64_t *shape, const void *data) {
+  char name[FL_CKPT_NAME_MAX];
+  snprintf(name, sizeof name, "%s%s", prefix, suffix);
+  return fl_ckpt_put(w, name, dt, nd, shape, data);
+}
+
+static fl_status put_i64(fl_ckpt_writer *w, const char *prefix, const char *suffix, int64_t v) {
+  return put(w, prefix, suffix, FL_CKPT_I64, 0, NULL, &v);
+}
+
+/* The table's own records: format, optimizer, clock, counts, sketch. */
+static fl_status put_head(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix) {
+  int64_t four = 4;
+  int64_t counts[4] = {(int64_t)t->counts.admitted, (int64_t)t->counts.refused,
+                       (int64_t)t->counts.expired, (int64_t)t->counts.evicted};
+  FL_TRY(put_i64(w, prefix, "format", FL_PS_TABLE_FORMAT));
+  FL_TRY(put_i64(w, prefix, "optimizer", (int64_t)t->hp.kind));
+  FL_TRY(put_i64(w, prefix, "clock", t->clock));
+  FL_TRY(put(w, prefix, "counts", FL_CKPT_I64, 1, &four, counts));
+  if (t->sketch) {
+    size_t k;
+    const uint32_t *cnt = fl_ps_sketch_counters(t->sketch, &k);
+    int64_t shp = (int64_t)k;
+    FL_TRY(put(w, prefix, "sketch", FL_CKPT_I32, 1, &shp, cnt));
+    FL_TRY(put_i64(w, prefix, "sketch_total", (int64_t)fl_ps_sketch_total(t->sketch)));
+  }
+  return FL_OK;
+}
+
+static fl_status put_rows(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix,
+                          const rows_out *o) {
+  int64_t shape[2] = {(int64_t)o->n, (int64_t)t->dim};
+  int64_t sshape[2] = {(int64_t)o->n, (int64_t)t->slen};
+  FL_TRY(put(w, prefix, "keys", FL_CKPT_U64, 1, shape, o->keys));
+  FL_TRY(put(w, prefix, "steps", FL_CKPT_I64, 1, shape, o->steps));
+  FL_TRY(put(w, prefix, "values", FL_CKPT_F32, 2, shape, o->v));
+  if (o->a) FL_TRY(put(w, prefix, "state1", FL_CKPT_F32, 2, sshape, o->a));
+  if (o->b) FL_TRY(put(w, prefix, "state2", FL_CKPT_F32, 2, sshape, o->b));
+  FL_TRY(put(w, prefix, "seen_step", FL_CKPT_I64, 1, shape, o->sstep));
+  return put(w, prefix, "seen_time", FL_CKPT_F64, 1, shape, o->stime);
+}
+
+static fl_status save_any(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix, int delta) {
+  rows_out o;
+  fl_status st = gather(t, delta, &o);
+  if (st == FL_OK) st = put_head(t, w, prefix);
+  if (st == FL_OK) st = put_rows(t, w, prefix, &o);
+  if (st == FL_OK && delta) {
+    int64_t nt = (int64_t)t->ntomb;
+    st = put_i64(w, prefix, "delta", 1);
+    if (st == FL_OK) st = put(w, prefix, "deleted", FL_CKPT_U64, 1, &nt, t->tomb ? t->tomb : &o.n);
+  }
+  rows_out_free(&o);
+  return st;
 }
 
 unsigned fl_ps_table_stripe(uint64_t key, unsigned ns) {
   return (unsigned)(fl_ps_mix64(key ^ 0x2545f4914f6cdd1dULL) >> 32) & (ns - 1);
 }
 
-fl_status fl_ps_table_save_many(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
-                                const char *prefix) {
+/* The rows of ns stripes (ns > 1: no admission, expiry or deltas) as
+ * format 2: stripe after stripe, each oldest first. */
+static fl_status save_striped(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
+                              const char *prefix) {
   const fl_ps_table *t = ts[0];
   size_t n = 0, d = t->dim, sl = t->slen, m, i = 0;
   uint64_t *keys;
@@ -490,7 +768,7 @@ fl_status fl_ps_table_save_many(const fl_ps_table *const *ts, size_t ns, fl_ckpt
     if ((st = fl_ckpt_put(w, name, dt, nd, shp, data)) != FL_OK) goto done;  \
   } while (0)
   NAME("format");
-  if ((st = fl_ckpt_put_i64(w, name, FL_PS_TABLE_FORMAT)) != FL_OK) goto done;
+  if ((st = fl_ckpt_put_i64(w, name, FORMAT_STRIPED)) != FL_OK) goto done;
   NAME("optimizer");
   if ((st = fl_ckpt_put_i64(w, name, (int64_t)t->hp.kind)) != FL_OK) goto done;
   PUT("keys", FL_CKPT_U64, 1, shape, keys);
@@ -507,6 +785,30 @@ done:
   free(a);
   free(b);
   return st;
+}
+
+fl_status fl_ps_table_save_many(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
+                                const char *prefix) {
+  return ns == 1 ? save_any(ts[0], w, prefix, 0) : save_striped(ts, ns, w, prefix);
+}
+
+fl_status fl_ps_table_save(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix) {
+  return save_any(t, w, prefix, 0);
+}
+
+fl_status fl_ps_table_save_delta(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix) {
+  if (!fl_ps_table_delta_ok(t))
+    return FL_ERR(FL_ESTATE, "sparse table %s: the keys deleted since the last checkpoint were "
+                  "not all kept: take a whole checkpoint", t->name);
+  return save_any(t, w, prefix, 1);
+}
+
+int fl_ps_table_delta_ok(const fl_ps_table *t) { return t->track && !t->tomb_overflow; }
+
+void fl_ps_table_mark_saved(fl_ps_table *t) {
+  if (t->n) memset(t->dirty, 0, t->n);
+  t->ntomb = 0;
+  t->tomb_overflow = 0;
 }
 
 static fl_status find_rec(const fl_ckpt *c, const char *prefix, const char *suffix,
@@ -528,24 +830,26 @@ static int known_kind(int64_t k) {
 }
 
 /* The records under prefix hold the state of kind, in a format this build
- * reads. */
-static fl_status check_format(const fl_ckpt *c, const char *prefix, fl_optim_kind kind) {
+ * reads (into *fmt). */
+static fl_status check_format(const fl_ckpt *c, const char *prefix, fl_optim_kind kind,
+                              int64_t *fmt) {
   char name[FL_CKPT_NAME_MAX];
-  int64_t fmt, held;
+  int64_t held;
   fl_status st;
 
   snprintf(name, sizeof name, "%sformat", prefix);
-  st = fl_ckpt_get_i64(c, name, &fmt);
+  st = fl_ckpt_get_i64(c, name, fmt);
   if (st == FL_ENOTFOUND) {
+    *fmt = 1;
     if (kind == FL_OPTIM_SGD || kind == FL_OPTIM_ADAGRAD || kind == FL_OPTIM_ADAM) return FL_OK;
     return FL_ERR(FL_EINVAL, "checkpoint: the table under %s is of format 1, which has no %s "
                   "state: resume it with the optimizer it was trained with (sgd, adagrad or "
                   "adam)", prefix, fl_optim_kind_name(kind));
   }
   if (st != FL_OK) return FL_ERR(FL_ECORRUPT, "checkpoint: record %s malformed", name);
-  if (fmt != FL_PS_TABLE_FORMAT)
+  if (*fmt != 2 && *fmt != FL_PS_TABLE_FORMAT)
     return FL_ERR(FL_EINVAL, "checkpoint: %s is %lld; this build reads sparse table formats 1 "
-                  "and %d: resume with the build that wrote it", name, (long long)fmt,
+                  "to %d: resume with the build that wrote it", name, (long long)*fmt,
                   FL_PS_TABLE_FORMAT);
   snprintf(name, sizeof name, "%soptimizer", prefix);
   if (fl_ckpt_get_i64(c, name, &held) != FL_OK)
@@ -561,16 +865,49 @@ static fl_status check_format(const fl_ckpt *c, const char *prefix, fl_optim_kin
                 fl_optim_kind_name((fl_optim_kind)held));
 }
 
-fl_status fl_ps_table_verify(const fl_ckpt *c, const char *prefix, uint32_t dim,
-                             fl_optim_kind kind, int64_t *rows) {
+/* No key twice in the n keys of record name. */
+static fl_status unique_keys(const uint64_t *keys, int64_t n, const char *name) {
+  uint64_t *sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
+  fl_status st = FL_OK;
+  if (!sorted) return FL_ERR(FL_ENOMEM, "checkpoint: out of memory checking %s", name);
+  memcpy(sorted, keys, (size_t)n * sizeof *sorted);
+  qsort(sorted, (size_t)n, sizeof *sorted, cmp_u64);
+  for (int64_t i = 1; i < n && st == FL_OK; i++)
+    if (sorted[i] == sorted[i - 1]) st = FL_ERR(FL_ECORRUPT, "checkpoint: %s repeats a key", name);
+  free(sorted);
+  return st;
+}
+
+/* Format 3's records besides the rows': marks, clock, counts, and for a
+ * delta its deleted keys. */
+static fl_status verify_marks(const fl_ckpt *c, const char *prefix, int64_t n, int delta) {
+  fl_ckpt_record r;
+  char name[FL_CKPT_NAME_MAX];
+  int64_t v;
+  FL_TRY(find_rec(c, prefix, "seen_step", FL_CKPT_I64, 1, n, 0, &r));
+  FL_TRY(find_rec(c, prefix, "seen_time", FL_CKPT_F64, 1, n, 0, &r));
+  FL_TRY(find_rec(c, prefix, "counts", FL_CKPT_I64, 1, 4, 0, &r));
+  snprintf(name, sizeof name, "%sclock", prefix);
+  if (fl_ckpt_get_i64(c, name, &v) != FL_OK)
+    return FL_ERR(FL_ECORRUPT, "checkpoint: record %s missing or malformed", name);
+  snprintf(name, sizeof name, "%sdeleted", prefix);
+  if (delta && (fl_ckpt_find(c, name, &r) != FL_OK || r.dtype != FL_CKPT_U64 || r.ndim != 1))
+    return FL_ERR(FL_ECORRUPT, "checkpoint: record %s missing or not 1-d u64", name);
+  return FL_OK;
+}
+
+/* fl_ps_table_verify, and whether the records are a delta (*delta) of
+ * format *fmt. */
+static fl_status verify_any(const fl_ckpt *c, const char *prefix, uint32_t dim,
+                            fl_optim_kind kind, int64_t *rows, int64_t *fmt, int *delta) {
   fl_ckpt_record rk, r;
   char name[FL_CKPT_NAME_MAX];
-  int64_t n, d = dim, sl = (int64_t)fl_optim_state_len(kind, dim);
+  int64_t n, d = dim, sl = (int64_t)fl_optim_state_len(kind, dim), dv = 0;
   int nstate = fl_optim_state_count(kind);
-  uint64_t *sorted;
-  fl_status st = FL_OK;
 
-  FL_TRY(check_format(c, prefix, kind));
+  FL_TRY(check_format(c, prefix, kind, fmt));
+  snprintf(name, sizeof name, "%sdelta", prefix);
+  *delta = fl_ckpt_get_i64(c, name, &dv) == FL_OK && dv == 1;
   snprintf(name, sizeof name, "%skeys", prefix);
   if (fl_ckpt_find(c, name, &rk) != FL_OK || rk.dtype != FL_CKPT_U64 || rk.ndim != 1)
     return FL_ERR(FL_ECORRUPT, "checkpoint: record %s missing or not 1-d u64", name);
@@ -579,58 +916,170 @@ fl_status fl_ps_table_verify(const fl_ckpt *c, const char *prefix, uint32_t dim,
   FL_TRY(find_rec(c, prefix, "values", FL_CKPT_F32, 2, n, d, &r));
   if (nstate >= 1) FL_TRY(find_rec(c, prefix, "state1", FL_CKPT_F32, 2, n, sl, &r));
   if (nstate >= 2) FL_TRY(find_rec(c, prefix, "state2", FL_CKPT_F32, 2, n, sl, &r));
-  sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
-  if (!sorted) return FL_ERR(FL_ENOMEM, "checkpoint: out of memory checking %s", name);
-  memcpy(sorted, rk.data, (size_t)n * sizeof *sorted);
-  qsort(sorted, (size_t)n, sizeof *sorted, cmp_u64);
-  for (int64_t i = 1; i < n && st == FL_OK; i++)
-    if (sorted[i] == sorted[i - 1]) st = FL_ERR(FL_ECORRUPT, "checkpoint: %s repeats a key", name);
-  free(sorted);
+  if (*fmt >= 3) FL_TRY(verify_marks(c, prefix, n, *delta));
   if (rows) *rows = n;
-  return st;
+  return unique_keys(rk.data, n, name);
+}
+
+fl_status fl_ps_table_verify(const fl_ckpt *c, const char *prefix, uint32_t dim,
+                             fl_optim_kind kind, int64_t *rows) {
+  int64_t fmt;
+  int delta;
+  return verify_any(c, prefix, dim, kind, rows, &fmt, &delta);
+}
+
+/* The records of a checkpoint's rows, found after verify_any. */
+typedef struct rows_in {
+  int64_t n, fmt;
+  fl_ckpt_record k, s, v, a, b, ss, stime, counts, sketch;
+  int has_sketch;
+  int64_t clock, sketch_total;
+} rows_in;
+
+/* Find the records verified before, and check that the sketch held fits
+ * this table's (else FL_EINVAL, logged: nothing changed yet). */
+static fl_status rows_find(const fl_ps_table *t, const fl_ckpt *c, const char *prefix,
+                           rows_in *x) {
+  char name[FL_CKPT_NAME_MAX];
+  int64_t n = x->n, d = t->dim, sl = (int64_t)t->slen;
+#define REC(suffix, dt, nd, cols, dst) find_rec(c, prefix, suffix, dt, nd, n, cols, dst)
+  REC("keys", FL_CKPT_U64, 1, 0, &x->k);
+  REC("steps", FL_CKPT_I64, 1, 0, &x->s);
+  REC("values", FL_CKPT_F32, 2, d, &x->v);
+  if (t->nstate >= 1) REC("state1", FL_CKPT_F32, 2, sl, &x->a);
+  if (t->nstate >= 2) REC("state2", FL_CKPT_F32, 2, sl, &x->b);
+  if (x->fmt < 3) return FL_OK;
+  REC("seen_step", FL_CKPT_I64, 1, 0, &x->ss);
+  REC("seen_time", FL_CKPT_F64, 1, 0, &x->stime);
+#undef REC
+  find_rec(c, prefix, "counts", FL_CKPT_I64, 1, 4, 0, &x->counts);
+  snprintf(name, sizeof name, "%sclock", prefix);
+  fl_ckpt_get_i64(c, name, &x->clock);
+  snprintf(name, sizeof name, "%ssketch", prefix);
+  x->has_sketch = t->sketch && fl_ckpt_find(c, name, &x->sketch) == FL_OK;
+  if (!x->has_sketch) return FL_OK;
+  size_t k;
+  fl_ps_sketch_counters(t->sketch, &k);
+  snprintf(name, sizeof name, "%ssketch_total", prefix);
+  if (x->sketch.dtype != FL_CKPT_I32 || x->sketch.ndim != 1 || x->sketch.shape[0] != (int64_t)k ||
+      fl_ckpt_get_i64(c, name, &x->sketch_total) != FL_OK)
+    return FL_ERR(FL_EINVAL, "checkpoint: the admission sketch under %s is not of this table's "
+                  "size (%zu counters): resume with the admit_sketch_bytes it was written with",
+                  prefix, k);
+  return FL_OK;
+}
+
+/* Put row i of x in as the most recently seen row. */
+static fl_status rows_put(fl_ps_table *t, const rows_in *x, size_t i) {
+  size_t d = t->dim, sl = t->slen;
+  uint64_t key = ((const uint64_t *)x->k.data)[i];
+  int32_t r = find(t, key);
+  if (r < 0) FL_TRY(get_row(t, key, &r));
+  else touch(t, r);
+  memcpy(t->val + (size_t)r * d, (const float *)x->v.data + i * d, d * sizeof(float));
+  if (t->nstate >= 1) memcpy(t->s1 + (size_t)r * sl, (const float *)x->a.data + i * sl, sl * sizeof(float));
+  if (t->nstate >= 2) memcpy(t->s2 + (size_t)r * sl, (const float *)x->b.data + i * sl, sl * sizeof(float));
+  t->t[r] = ((const int64_t *)x->s.data)[i];
+  if (x->fmt >= 3) {
+    t->seen_step[r] = ((const int64_t *)x->ss.data)[i];
+    t->seen_time[r] = ((const double *)x->stime.data)[i];
+  }
+  return FL_OK;
+}
+
+/* The table's own state of x: clock, counts, sketch. */
+static void rows_head(fl_ps_table *t, const rows_in *x) {
+  const int64_t *cn;
+  if (x->fmt < 3) return;
+  cn = x->counts.data;
+  t->clock = x->clock;
+  t->counts.admitted = (uint64_t)cn[0];
+  t->counts.refused = (uint64_t)cn[1];
+  t->counts.expired = (uint64_t)cn[2];
+  t->counts.evicted = (uint64_t)cn[3];
+  if (x->has_sketch)
+    fl_ps_sketch_restore(t->sketch, x->sketch.data, (size_t)x->sketch.shape[0],
+                         (uint64_t)x->sketch_total, t->name);
+}
+
+/* Drop every memory row (the disk tier's are replaced by the core). */
+static void empty(fl_ps_table *t) {
+  if (t->tier) tier_forget_rows(t);
+  t->n = 0;
+  t->head = t->tail = -1;
+  if (t->nslots) memset(t->slots, 0xff, t->nslots * sizeof *t->slots);
 }
 
 fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix) {
-  return fl_ps_table_load_many(&t, 1, c, prefix);
+  rows_in x;
+  int delta;
+  size_t first;
+
+  /* Everything is checked before the table changes. */
+  memset(&x, 0, sizeof x);
+  FL_TRY(verify_any(c, prefix, t->dim, t->hp.kind, &x.n, &x.fmt, &delta));
+  if (delta)
+    return FL_ERR(FL_EINVAL, "checkpoint: the table under %s is a delta: load its base first",
+                  prefix);
+  FL_TRY(rows_find(t, c, prefix, &x));
+  /* Start empty, then insert oldest first so recency is kept. */
+  empty(t);
+  memset(&t->counts, 0, sizeof t->counts);
+  t->clock = 0;
+  rows_head(t, &x);
+  first = x.n > t->max_rows ? (size_t)(x.n - t->max_rows) : 0;
+  for (size_t i = first; i < (size_t)x.n; i++) FL_TRY(rows_put(t, &x, i));
+  fl_ps_table_mark_saved(t);
+  return FL_OK;
+}
+
+/* Load the rows into ns > 1 stripes, each key into its stripe, oldest
+ * first; the marks of format 3 kept, its counters and sketch not. */
+static fl_status load_striped(fl_ps_table *const *ts, size_t ns, const fl_ckpt *c,
+                              const char *prefix) {
+  rows_in x;
+  int delta;
+
+  memset(&x, 0, sizeof x);
+  FL_TRY(verify_any(c, prefix, ts[0]->dim, ts[0]->hp.kind, &x.n, &x.fmt, &delta));
+  if (delta)
+    return FL_ERR(FL_EINVAL, "checkpoint: the table under %s is a delta, and this table has %zu "
+                  "stripes: resume from its base with pserver.checkpoint_delta on", prefix, ns);
+  FL_TRY(rows_find(ts[0], c, prefix, &x));
+  for (size_t s = 0; s < ns; s++) empty(ts[s]);
+  for (size_t i = 0; i < (size_t)x.n; i++) {
+    uint64_t key = ((const uint64_t *)x.k.data)[i];
+    FL_TRY(rows_put(ts[fl_ps_table_stripe(key, (unsigned)ns)], &x, i));
+  }
+  return FL_OK;
 }
 
 fl_status fl_ps_table_load_many(fl_ps_table *const *ts, size_t ns, const fl_ckpt *c,
                                 const char *prefix) {
-  fl_ps_table *t = ts[0];
-  fl_ckpt_record rk, rs, rv, ra, rb;
-  char name[FL_CKPT_NAME_MAX];
-  int64_t n, d = t->dim, sl = (int64_t)t->slen;
-  size_t first;
+  return ns == 1 ? fl_ps_table_load(ts[0], c, prefix) : load_striped(ts, ns, c, prefix);
+}
 
-  /* Everything is checked before the table changes. */
-  FL_TRY(fl_ps_table_verify(c, prefix, t->dim, t->hp.kind, &n));
-  snprintf(name, sizeof name, "%skeys", prefix);
-  fl_ckpt_find(c, name, &rk);
-  find_rec(c, prefix, "steps", FL_CKPT_I64, 1, n, d, &rs);
-  find_rec(c, prefix, "values", FL_CKPT_F32, 2, n, d, &rv);
-  if (t->nstate >= 1) find_rec(c, prefix, "state1", FL_CKPT_F32, 2, n, sl, &ra);
-  if (t->nstate >= 2) find_rec(c, prefix, "state2", FL_CKPT_F32, 2, n, sl, &rb);
-  /* Start empty, then insert oldest first so recency is kept. */
-  for (size_t s = 0; s < ns; s++) {
-    t = ts[s];
-    if (t->tier) tier_forget_rows(t);
-    t->n = 0;
-    t->head = t->tail = -1;
-    if (t->nslots) memset(t->slots, 0xff, t->nslots * sizeof *t->slots);
+fl_status fl_ps_table_apply_delta(fl_ps_table *t, const fl_ckpt *c, const char *prefix) {
+  rows_in x;
+  fl_ckpt_record rd;
+  char name[FL_CKPT_NAME_MAX];
+  int delta;
+
+  memset(&x, 0, sizeof x);
+  FL_TRY(verify_any(c, prefix, t->dim, t->hp.kind, &x.n, &x.fmt, &delta));
+  if (!delta)
+    return FL_ERR(FL_EINVAL, "checkpoint: the table under %s is not a delta", prefix);
+  FL_TRY(rows_find(t, c, prefix, &x));
+  snprintf(name, sizeof name, "%sdeleted", prefix);
+  fl_ckpt_find(c, name, &rd);
+  /* Deleted keys first: a key deleted, then seen again, is among the rows. */
+  for (int64_t i = 0; i < rd.shape[0]; i++) {
+    int32_t r = find(t, ((const uint64_t *)rd.data)[i]);
+    if (r >= 0) drop_row(t, r);
   }
-  first = ns == 1 && n > t->max_rows ? (size_t)(n - t->max_rows) : 0;
-  for (size_t i = first; i < (size_t)n; i++) {
-    uint64_t key = ((const uint64_t *)rk.data)[i];
-    int32_t r;
-    t = ts[fl_ps_table_stripe(key, (unsigned)ns)];
-    FL_TRY(get_row(t, key, &r));
-    memcpy(t->val + (size_t)r * d, (const float *)rv.data + i * d, (size_t)d * sizeof(float));
-    if (t->nstate >= 1)
-      memcpy(t->s1 + (size_t)r * sl, (const float *)ra.data + i * sl, (size_t)sl * sizeof(float));
-    if (t->nstate >= 2)
-      memcpy(t->s2 + (size_t)r * sl, (const float *)rb.data + i * sl, (size_t)sl * sizeof(float));
-    t->t[r] = ((const int64_t *)rs.data)[i];
-  }
+  for (size_t i = 0; i < (size_t)x.n; i++) FL_TRY(rows_put(t, &x, i));
+  rows_head(t, &x);
+  fl_ps_table_mark_saved(t);
   return FL_OK;
 }
 
@@ -649,9 +1098,11 @@ fl_status fl_ps_table_load_many(fl_ps_table *const *ts, size_t ns, const fl_ckpt
  * demoting: its rows stay in memory, over the budget, none lost. */
 
 static size_t row_cost(const fl_ps_table *t) {
-  /* key, value, state, update count, LRU links, about two hash slots */
+  /* key, value, state, update count, LRU links, about two hash slots,
+   * seen marks (step, time, changed) */
   return sizeof(uint64_t) + (t->dim + (size_t)t->nstate * t->slen) * sizeof(float) +
-         sizeof(int64_t) + 2 * sizeof(int32_t) + 2 * sizeof(int32_t);
+         sizeof(int64_t) + 2 * sizeof(int32_t) + 2 * sizeof(int32_t) + sizeof(int64_t) +
+         sizeof(double) + sizeof(uint8_t);
 }
 
 uint64_t fl_ps_table_hot_bytes(const fl_ps_table *t) { return (uint64_t)(t->n * row_cost(t)); }
@@ -803,7 +1254,7 @@ static fl_status tier_slot(fl_ps_table *t, int new_key, int32_t *r) {
   if (new_key && (int64_t)(t->n + disk) >= t->max_rows) {
     uint64_t k;
     int f = 0;
-    t->evicted++;
+    t->counts.evicted++;
     if (disk && !t->tier_broken) FL_TRY(fl_ps_tier_evict_oldest(t->tier, t->tier_id, &k, &f));
     if (f) forget_lookup(t, k);
     else {
@@ -816,7 +1267,7 @@ static fl_status tier_slot(fl_ps_table *t, int new_key, int32_t *r) {
     return FL_OK;
   if ((int64_t)t->n >= t->max_rows) {
     take_tail(t, r);
-    t->evicted++;
+    t->counts.evicted++;
     return FL_OK;
   }
   if (t->n == t->cap) FL_TRY(grow(t));

@@ -108,3 +108,9 @@ EXTRA_DIST += tests/bench/bench_sparse_pipeline.sh
 # Elastic membership on etcd: recovery time after a node is killed
 # (elastic_recovery_s), bench_elastic.sh.
 EXTRA_DIST += tests/bench/bench_elastic.sh
+# Delta against whole checkpoints of a sparse table when an interval
+# touches a small share of its rows: bytes and seconds, their ratios.
+noinst_PROGRAMS += tests/bench/bench_delta_ckpt
+tests_bench_bench_delta_ckpt_SOURCES = tests/bench/bench_delta_ckpt.c
+tests_bench_bench_delta_ckpt_CFLAGS = $(FL_PSERVER_CFLAGS)
+tests_bench_bench_delta_ckpt_LDADD = $(FL_PSERVER_LIBS)

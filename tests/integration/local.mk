@@ -16,3 +16,4 @@ include $(srcdir)/tests/integration/valid.mk
 include $(srcdir)/tests/integration/tier.mk
 include $(srcdir)/tests/integration/sparse_restart.mk
 include $(srcdir)/tests/integration/elastic.mk
+include $(srcdir)/tests/integration/delta.mk

@@ -908,6 +908,39 @@ START_TEST(test_criteo_keys) {
 }
 END_TEST
 
+START_TEST(test_admission_keys) {
+  fl_job j;
+  fl_job_defaults(&j);
+  ck_assert_int_eq(j.pserver.sparse.admit_threshold, 0);
+  ck_assert_uint_eq(j.pserver.sparse.admit_sketch_bytes, 4194304);
+  ck_assert_int_eq(j.pserver.checkpoint_delta.every, 0);
+  ck_assert_int_eq(fl_job_load_string("pserver:\n  sparse: {admit_threshold: 3, admit_sketch_bytes: "
+                                      "65536, admit_default: -0.5, expire_after_steps: 100, "
+                                      "expire_after_seconds: 3600}\n  checkpoint_delta: {every: 4}\n",
+                                      "admit.yaml", &j),
+                   FL_OK);
+  ck_assert_int_eq(j.pserver.sparse.admit_threshold, 3);
+  ck_assert_uint_eq(j.pserver.sparse.admit_sketch_bytes, 65536);
+  ck_assert(j.pserver.sparse.admit_default == -0.5f);
+  ck_assert_int_eq(j.pserver.sparse.expire_after_steps, 100);
+  ck_assert(j.pserver.sparse.expire_after_seconds == 3600);
+  ck_assert_int_eq(j.pserver.checkpoint_delta.every, 4);
+  round_trip(&j);
+  ck_assert_int_eq(fl_job_load_string("pserver: {sparse: {admit_sketch_bytes: 100}}\n", "a.yaml", &j),
+                   FL_EINVAL);
+  /* The disk tier takes none of deltas, admission and expiry: named with both keys. */
+  EXPECT_ERROR("pserver: {memory_budget: 1000000, checkpoint_delta: {every: 4}}\n",
+               "pserver.checkpoint_delta.every", "pserver.memory_budget");
+  EXPECT_ERROR("pserver: {memory_budget: 1000000, sparse: {admit_threshold: 2}}\n",
+               "pserver.sparse.admit_threshold", "pserver.memory_budget");
+  EXPECT_ERROR("pserver: {memory_budget: 1000000, sparse: {expire_after_seconds: 60}}\n",
+               "pserver.sparse.expire_after_seconds", "pserver.memory_budget");
+  ck_assert_int_eq(fl_job_load_string("pserver: {memory_budget: 1000000, sparse: {admit_threshold: "
+                                      "1}}\n", "a.yaml", &j),
+                   FL_OK);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("job");
@@ -924,6 +957,7 @@ int main(void) {
   tcase_add_test(tc, test_examples);
   tcase_add_test(tc, test_npy_keys);
   tcase_add_test(tc, test_criteo_keys);
+  tcase_add_test(tc, test_admission_keys);
   tcase_add_test(tc, test_onnx_keys);
   tcase_add_test(tc, test_sparse_tables_keys);
   suite_add_tcase(s, tc);

@@ -153,10 +153,12 @@ static int takes_inf(const leaf *l, const char *value) {
 }
 
 /* The numbers that take a negative value: model.ignore_index (a class id
- * that no label uses, -100 by default as PyTorch's) and FTRL's lr_power
- * (-0.5 by default, at most 0), wherever an optimizer section has it. */
+ * that no label uses, -100 by default as PyTorch's), FTRL's lr_power
+ * (-0.5 by default, at most 0), wherever an optimizer section has it, and
+ * the value an id not admitted to a sparse table reads as. */
 static int takes_negative(const leaf *l, const char *value) {
-  static const char *const keys[] = {"model.ignore_index", "optimizer.lr_power"};
+  static const char *const keys[] = {"model.ignore_index", "optimizer.lr_power",
+                                     "pserver.sparse.admit_default"};
   const size_t n = strlen(l->path);
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     const size_t m = strlen(keys[i]);

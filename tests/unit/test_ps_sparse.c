@@ -370,8 +370,11 @@ START_TEST(test_checkpoint_formats) {
   ck_assert_int_eq(load_as(path, FL_OPTIM_ROWWISE_ADAGRAD), FL_ECORRUPT);
   write_table(path, 2, 1000, 1, 2); /* an optimizer this build does not know */
   ck_assert_int_eq(load_as(path, FL_OPTIM_ADAGRAD), FL_EINVAL);
-  /* A later format is refused, naming it. */
+  /* Format 3 without its marks is corrupt; a later format is refused,
+   * naming it. */
   write_table(path, 3, FL_OPTIM_ADAGRAD, 1, 2);
+  ck_assert_int_eq(load_as(path, FL_OPTIM_ADAGRAD), FL_ECORRUPT);
+  write_table(path, 4, FL_OPTIM_ADAGRAD, 1, 2);
   ck_assert_int_eq(load_as(path, FL_OPTIM_ADAGRAD), FL_EINVAL);
   unlink(path);
 }

@@ -1,0 +1,136 @@
+/* bench_delta_ckpt.c - what a delta checkpoint of a sparse table saves
+ * against a whole one, when a checkpoint interval touches a small share of
+ * the rows (the case delta checkpoints are for).
+ *
+ * One table of --rows rows of --dim floats (Adagrad: one state buffer) is
+ * filled, then each round pushes gradients to --touch of its rows (a
+ * fresh random share each round) and writes, alternately in order, a
+ * whole checkpoint and a delta of what that round changed, each a real
+ * file (fl_ckpt: written, fsynced, renamed) in --dir.  The figures are
+ * medians over --rounds rounds.
+ *
+ * Output: `name: value unit` lines - full_ckpt_bytes, delta_ckpt_bytes,
+ * delta_ckpt_bytes_over_full, full_ckpt_seconds, delta_ckpt_seconds,
+ * delta_ckpt_seconds_over_full, and the scale.  Not a pass/fail test.
+ * Usage: bench_delta_ckpt [--rows N] [--dim D] [--touch FRACTION]
+ *                         [--rounds K] [--dir DIR] */
+#include <config.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fl_ps.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Write t (whole or its delta) to path; seconds into *sec, bytes back. */
+static double write_one(fl_ps_table *t, const char *path, int delta, double *sec) {
+  fl_ckpt_writer *w = NULL;
+  struct stat sb;
+  double t0 = now_s();
+  if (fl_ckpt_writer_open(path, &w) != FL_OK) exit(1);
+  if ((delta ? fl_ps_table_save_delta(t, w, "sparse/emb/") : fl_ps_table_save(t, w, "sparse/emb/")) !=
+          FL_OK ||
+      fl_ckpt_writer_commit(w) != FL_OK)
+    exit(1);
+  fl_ps_table_mark_saved(t);
+  *sec = now_s() - t0;
+  if (stat(path, &sb) != 0) exit(1);
+  return (double)sb.st_size;
+}
+
+/* Push gradients to n random rows of [0, rows). */
+static void touch_rows(fl_ps_table *t, uint64_t rows, size_t n, uint32_t dim, uint64_t *rng) {
+  uint64_t *keys = malloc(n * sizeof *keys);
+  float *g = malloc(n * dim * sizeof *g);
+  if (!keys || !g) exit(1);
+  for (size_t i = 0; i < n; i++) {
+    *rng = *rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    keys[i] = (*rng >> 17) % rows;
+  }
+  for (size_t i = 0; i < n * dim; i++) g[i] = 0.01f * (float)(i % 7);
+  if (fl_ps_table_push(t, keys, n, g) != FL_OK) exit(1);
+  free(keys);
+  free(g);
+}
+
+int main(int argc, char **argv) {
+  uint64_t rows = 1000000, rng = 42;
+  uint32_t dim = 16;
+  double touch = 0.01;
+  int rounds = 5;
+  const char *dir = "/tmp";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--rows")) rows = strtoull(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--dim")) dim = (uint32_t)atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--touch")) touch = atof(argv[i + 1]);
+    else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
+  }
+  if (rounds < 1 || rounds > 100 || !dim || rows < 1) return 2;
+  fl_ps_table_opts o;
+  fl_ps_table *t = NULL;
+  memset(&o, 0, sizeof o);
+  o.name = "emb";
+  o.dim = dim;
+  o.max_rows = (int64_t)rows;
+  o.init_range = 0.01f;
+  o.seed = 1;
+  o.hp = fl_optim_hparams_default(FL_OPTIM_ADAGRAD);
+  o.lr = 0.05f;
+  o.track_changes = 1;
+  if (fl_ps_table_create(&o, &t) != FL_OK) return 1;
+  /* Fill: every row, in batches. */
+  for (uint64_t k = 0; k < rows; k += 65536) {
+    size_t n = (size_t)(rows - k < 65536 ? rows - k : 65536);
+    uint64_t *keys = malloc(n * sizeof *keys);
+    float *v = malloc(n * dim * sizeof *v);
+    for (size_t i = 0; i < n; i++) keys[i] = k + i;
+    if (fl_ps_table_pull(t, keys, n, v) != FL_OK) return 1;
+    free(keys);
+    free(v);
+  }
+  char full_path[4096], delta_path[4096];
+  snprintf(full_path, sizeof full_path, "%s/bench_delta_full.flc", dir);
+  snprintf(delta_path, sizeof delta_path, "%s/bench_delta_delta.flc", dir);
+  double fb[100], db[100], fs[100], ds[100], scratch;
+  size_t n_touch = (size_t)((double)rows * touch);
+  write_one(t, full_path, 0, &scratch); /* the base */
+  for (int r = 0; r < rounds; r++) {
+    /* Both see the same interval: a delta of it, then the whole table. */
+    touch_rows(t, rows, n_touch, dim, &rng);
+    db[r] = write_one(t, delta_path, 1, &ds[r]);
+    fb[r] = write_one(t, full_path, 0, &fs[r]);
+  }
+  double mfb = median(fb, rounds), mdb = median(db, rounds);
+  double mfs = median(fs, rounds), mds = median(ds, rounds);
+  printf("scale_rows: %llu rows\nscale_dim: %u floats\nscale_touched: %zu rows per interval\n",
+         (unsigned long long)rows, dim, n_touch);
+  printf("full_ckpt_bytes: %.0f bytes\ndelta_ckpt_bytes: %.0f bytes\n", mfb, mdb);
+  printf("delta_ckpt_bytes_over_full: %.4f ratio\n", mdb / mfb);
+  printf("full_ckpt_seconds: %.4f s\ndelta_ckpt_seconds: %.4f s\n", mfs, mds);
+  printf("delta_ckpt_seconds_over_full: %.4f ratio\n", mds / mfs);
+  unlink(full_path);
+  unlink(delta_path);
+  fl_ps_table_free(t);
+  return 0;
+}
