@@ -173,16 +173,20 @@ static double clampf(double v) {
 }
 
 /* Member 0: each algorithm's factors from its two measured times (the
- * latency factor solved with the bandwidth one, then the bandwidth factor
- * again for the clamped latency one, so that the large size fits best),
- * then the table; above the large size it keeps the algorithm chosen
- * there (factors measured on a few pieces did not carry to buckets of
- * many: the tree, cheap at 1 MiB, lost to the ring at 16 MiB on the
- * namespaces). */
+ * latency factor solved with the bandwidth one; when that latency factor
+ * had to be clamped, the bandwidth factor that errs by the same relative
+ * amount, in opposite directions, at both sizes: fitting the large size
+ * alone made the tree, fastest at 64 KiB on 16 namespaces, look slow
+ * there), then the table.  At the two measured sizes the measured fastest
+ * algorithm stands, whatever the model says; above the large size the
+ * table keeps the algorithm chosen there (factors measured on a few
+ * pieces did not carry to buckets of many: the tree, cheap at 1 MiB, lost
+ * to the ring at 16 MiB on the namespaces). */
 static void fit_factors(const coll_xport *x, coll_tuning *t, size_t bytes,
                         const double best[2][COLL_MODEL_ALGOS], double probe_s) {
   char desc[512];
   double chunk = (double)GROUP_CHUNK(bytes);
+  int fast[2] = {0, 0}; /* the measured fastest at the small and the large size */
   for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
     double ls, ws, lb, wb;
     coll_model_terms(&t->m, group_algos[i], x->n, (double)GROUP_SMALL(bytes), chunk, &ls, &ws);
@@ -190,9 +194,17 @@ static void fit_factors(const coll_xport *x, coll_tuning *t, size_t bytes,
     double det = ls * wb - lb * ws;
     double l = det != 0 ? (best[0][i] * wb - best[1][i] * ws) / det : 1.0;
     t->m.lat[i] = clampf(l);
-    t->m.eff[i] = wb > 0 ? clampf((best[1][i] - t->m.lat[i] * lb) / wb) : 1.0;
+    if (wb > 0 && ws > 0 && l < EFF_MIN)
+      t->m.eff[i] = clampf((2.0 - t->m.lat[i] * (ls / best[0][i] + lb / best[1][i])) /
+                           (ws / best[0][i] + wb / best[1][i]));
+    else
+      t->m.eff[i] = wb > 0 ? clampf((best[1][i] - t->m.lat[i] * lb) / wb) : 1.0;
+    if (best[0][i] < best[0][fast[0]]) fast[0] = i;
+    if (best[1][i] < best[1][fast[1]]) fast[1] = i;
   }
   coll_model_table(&t->m, x->n, (double)x->chunk, t->table);
+  t->table[coll_table_bin(GROUP_SMALL(bytes))] = (uint8_t)group_algos[fast[0]];
+  t->table[coll_table_bin(bytes)] = (uint8_t)group_algos[fast[1]];
   for (int b = coll_table_bin(bytes) + 1; b < COLL_TABLE_BINS; b++)
     t->table[b] = t->table[coll_table_bin(bytes)];
   describe(t, desc, sizeof desc);
