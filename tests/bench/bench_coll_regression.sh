@@ -36,7 +36,8 @@ echo "# now: $(git -C "$src" rev-parse --short HEAD) against $sha; $(nproc) CPUs
 git -C "$src" worktree add --detach "$tmp/src" "$sha" > /dev/null 2>&1 ||
   { echo "# git worktree add failed"; exit 0; }
 (cd "$tmp/src" && autoreconf -fi > /dev/null 2>&1 && mkdir -p b && cd b &&
-  ../configure --without-cuda > /dev/null 2>&1 && make -j2 tests/bench/bench_allreduce > /dev/null 2>&1) ||
+  ../configure --without-cuda > /dev/null 2>&1 && make -j2 > /dev/null 2>&1 &&
+  make -j2 tests/bench/bench_allreduce > /dev/null 2>&1) ||
   { echo "# cannot build $sha's bench_allreduce"; exit 0; }
 old=$tmp/src/b/tests/bench/bench_allreduce
 args=(--quick --backends tcp,shm --ranks 2,4 --sizes 1M,16M)
