@@ -374,9 +374,19 @@ static void stop_round(agent *a) {
   }
 }
 
-/* The round's flotilla-run ended with status: 1 when the job is done. */
+/* The round's flotilla-run ended with status: the job is done when it
+ * ended cleanly and no newer round exists.  Its trainers also end cleanly
+ * when a newer round stopped them at a step boundary because another
+ * node's agent signalled its trainers first: the round is read afresh
+ * before the exit counts as the end of the job. */
 static fl_status round_ended(agent *a, int status) {
   char k[KEY_MAX], v[32];
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && read_state(a) == FL_OK &&
+      a->round.r > a->child_r) {
+    FL_LOGI("elastic: round %lld ended for round %lld", (long long)a->child_r,
+            (long long)a->round.r);
+    return FL_OK;
+  }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
     key(a, k, sizeof k, "done");
     FL_TRY(fl_etcd_put(a->etcd, k, "1", 0));
