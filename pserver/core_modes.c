@@ -65,10 +65,8 @@ static void sync_apply(fl_ps_core *c, ps_block *b) {
     }
     cnt++;
   }
-  if (cnt > 1) {
-    float inv = 1.0f / (float)cnt;
-    for (uint64_t i = 0; i < b->n; i++) b->acc[i] *= inv;
-  }
+  if (cnt > 1) /* the mean as a trainer's gradient merge takes it, bit for bit */
+    (void)fl_gm_finalize(&b->acc, &(size_t){b->n}, 1, cnt, 1); /* b->n > 0: cannot fail */
   memcpy(b->prev, b->value, b->n * sizeof(float));
   b->prev_step = b->pend_step;
   x.name = b->name;

@@ -2,8 +2,10 @@
  * are held per (trainer, part) until every counted trainer sent all of its
  * parts (PushSparse `parts`); then the rows' gradients are summed in
  * trainer-id order (a trainer's parts in seq order), averaged over the
- * trainers that pushed the step, exactly as the dense blocks are
- * (core_modes.c sync_apply), and applied once: one optimizer step per row.
+ * trainers that pushed the step by fl_gm_finalize, exactly as the dense
+ * blocks are (core_modes.c sync_apply) and as a trainer's gradient merge
+ * averages its micro-batches (trainer/loop_sparse.c), and applied once:
+ * one optimizer step per row.
  * The table's step then moves on, and pulls asking for it are answered
  * (the mode's sparse_ready).  So the result depends neither on arrival
  * order nor on the number of trainers beyond the averaged gradient.
@@ -93,11 +95,10 @@ static fl_status rows_apply(fl_ps_core *c, ps_table *pt) {
                 fl_ps_table_name(pt->t), (long long)pt->pend_step, total);
   } else {
     nu = sum_rows(c, pt, dim, keys, acc, slots, nslots);
-    if (pt->n_pend > 1) {
-      float inv = 1.0f / (float)pt->n_pend;
-      for (size_t i = 0; i < nu * dim; i++) acc[i] *= inv;
-    }
-    st = psc_stripes_push(pt, keys, nu, acc);
+    const size_t len = nu * dim;
+    /* the trainers' mean as a trainer's gradient merge takes it (loop_sparse.c) */
+    if (len) st = fl_gm_finalize(&acc, &len, 1, pt->n_pend, 1);
+    if (st == FL_OK) st = psc_stripes_push(pt, keys, nu, acc);
   }
   free(keys);
   free(acc);

@@ -4,10 +4,15 @@
  * The tables' rows live on the pservers.  Before a micro-batch's step the
  * model says which ids of each table it needs and the rows are pulled into
  * its buffers; after the step their gradients are pushed, numbered by the
- * loop's global optimizer step (one micro-batch a step), so a trainer
+ * loop's global optimizer step, so a trainer
  * restarted or rejoined at step s pushes s, never a number the pservers
  * drop as an old duplicate (they apply them with pserver.sparse.optimizer).
  * The dense parameters travel through the ps-mode fl_sync like any model's.
+ * With gradient merge (k micro-batches a step) each micro-batch pulls its
+ * rows and the rows' gradients are summed over the step's micro-batches in
+ * their order, divided by k and pushed once a step: the pservers sum and
+ * divide T trainers' pushes the same way, so T trainers equal 1 merging
+ * k = T micro-batches bit for bit (docs/DESIGN.md section 2).
  *
  * Pipelining (pserver.sparse.pipeline, the default): the model keeps two
  * micro-batches prepared, so while one computes the next one is taken from
@@ -42,10 +47,23 @@
 #include "fl_log.h"
 #include "fl_metrics.h"
 #include "fl_metrics_auc.h"
+#include "fl_optim.h"
 #include "fl_ps_client.h"
+#include "fl_ps_layout.h"
 #include "fl_sparse_model.h"
 #include "fl_timeline.h"
 #include "loop_internal.h"
+
+/* Gradient merge: one table's rows of the step so far, the union of its
+ * micro-batches' ids in first-seen order and their gradients summed in
+ * micro-batch order (as the pservers sum trainers, core_rows.c sum_rows);
+ * slots: an open-addressing hash of nslots over ids (an index, or -1). */
+typedef struct merge_rows {
+  uint64_t *ids;
+  float *g;
+  int32_t *slots;
+  size_t n, cap, nslots;
+} merge_rows;
 
 struct fl_sparse_run {
   fl_model *model;
@@ -68,6 +86,10 @@ struct fl_sparse_run {
   double t_step, waited;     /* the step's start, its time blocked on rows (s) */
   double wait_sum, time_sum; /* over the epoch */
   int inited; /* the model's initial rows were sent (init_tables) */
+  int k, avg;       /* strategy.gradient_merge: micro-batches a step, averaged */
+  int mb;           /* micro-batches merged of step mstep */
+  int64_t mstep;
+  merge_rows merge[FL_SPARSE_MAX_TABLES];
 };
 
 int fl_loop_sparse_data(const fl_job *job) {
@@ -113,10 +135,6 @@ fl_status fl_sparse_run_create(const fl_job *job, fl_model *m, fl_sync *sync,
   if (!fl_sync_ps_client(sync))
     return FL_ERR(FL_ENOTSUP, "%s: model.kind %s keeps sparse tables on pservers: it trains in "
                   "ps mode (cluster.mode ps)", job->source, job->model.kind);
-  if (k > 1)
-    return FL_ERR(FL_ENOTSUP, "%s: model.kind %s has sparse tables and does not do gradient "
-                  "merge (k_steps %d): set strategy.gradient_merge off", job->source,
-                  job->model.kind, k);
   fl_sparse_run *r = calloc(1, sizeof *r);
   if (!r) return FL_ERR(FL_ENOMEM, "sparse tables: out of memory");
   r->model = m;
@@ -127,6 +145,9 @@ fl_status fl_sparse_run_create(const fl_job *job, fl_model *m, fl_sync *sync,
   r->next_ctx = next_ctx;
   r->pipeline = job->pserver.sparse.pipeline;
   r->sync_mode = !job->strategy.a_sync;
+  r->k = k > 1 ? k : 1;
+  r->avg = job->strategy.gradient_merge_configs.avg;
+  r->mstep = -1;
   r->nt = h->tables(self, &r->tables);
   if (r->nt > FL_SPARSE_MAX_TABLES) {
     fl_sparse_run_free(r);
@@ -192,12 +213,18 @@ fl_status fl_sparse_run_drain(fl_sparse_run *r) {
 
 void fl_sparse_run_free(fl_sparse_run *r) {
   /* nothing in flight may still write into the model's rows */
-  if (r) (void)fl_sparse_run_drain(r);
+  if (!r) return;
+  (void)fl_sparse_run_drain(r);
+  for (size_t t = 0; t < r->nt; t++) {
+    free(r->merge[t].ids);
+    free(r->merge[t].g);
+    free(r->merge[t].slots);
+  }
   free(r);
 }
 
 void fl_sparse_run_limit(fl_sparse_run *r, int64_t steps_per_epoch, int64_t max_steps) {
-  r->per_epoch = steps_per_epoch;
+  r->per_epoch = steps_per_epoch * r->k; /* micro-batches */
   r->max_steps = max_steps;
 }
 
@@ -257,6 +284,80 @@ fl_status fl_sparse_run_next(fl_sparse_run *r, int64_t step, fl_batch *b) {
 
 unsigned fl_sparse_run_slot(const fl_sparse_run *r) { return r->cur; }
 
+/* Room in m for more rows of width w: ids, gradients, and a hash at most
+ * half full (rebuilt when it grows). */
+static fl_status merge_room(merge_rows *m, size_t more, uint32_t w) {
+  const size_t need = m->n + more;
+  if (need > m->cap) {
+    const size_t cap = need > 2 * m->cap ? need : 2 * m->cap;
+    uint64_t *ids = realloc(m->ids, cap * sizeof *ids);
+    if (ids) m->ids = ids;
+    float *g = ids ? realloc(m->g, cap * w * sizeof *g) : NULL;
+    if (!g) return FL_ERR(FL_ENOMEM, "gradient merge: out of memory for %zu sparse rows", cap);
+    m->g = g;
+    m->cap = cap;
+  }
+  if (2 * need < m->nslots) return FL_OK;
+  size_t ns = m->nslots ? m->nslots : 64;
+  while (2 * need >= ns) ns *= 2;
+  int32_t *slots = realloc(m->slots, ns * sizeof *slots);
+  if (!slots) return FL_ERR(FL_ENOMEM, "gradient merge: out of memory for %zu hash slots", ns);
+  m->slots = slots;
+  m->nslots = ns;
+  memset(slots, 0xff, ns * sizeof *slots);
+  for (size_t i = 0; i < m->n; i++) {
+    size_t h = (size_t)fl_ps_mix64(m->ids[i]) & (ns - 1);
+    while (slots[h] >= 0) h = (h + 1) & (ns - 1);
+    slots[h] = (int32_t)i;
+  }
+  return FL_OK;
+}
+
+/* A micro-batch's n rows (ids, gradients g of width w) into m: a new id's
+ * row copied, a known one's added to its sum. */
+static fl_status merge_add(merge_rows *m, const uint64_t *ids, size_t n, const float *g,
+                           uint32_t w) {
+  FL_TRY(merge_room(m, n, w));
+  for (size_t i = 0; i < n; i++) {
+    size_t h = (size_t)fl_ps_mix64(ids[i]) & (m->nslots - 1);
+    while (m->slots[h] >= 0 && m->ids[m->slots[h]] != ids[i]) h = (h + 1) & (m->nslots - 1);
+    if (m->slots[h] < 0) {
+      m->slots[h] = (int32_t)m->n;
+      m->ids[m->n] = ids[i];
+      memcpy(m->g + m->n * w, g + i * w, w * sizeof *g);
+      m->n++;
+    } else {
+      float *a = m->g + (size_t)m->slots[h] * w;
+      for (uint32_t j = 0; j < w; j++) a[j] += g[i * w + j];
+    }
+  }
+  return FL_OK;
+}
+
+/* Gradient merge: the trained micro-batch's rows into the step's sums (a
+ * new step starts them afresh); at the k-th, each table's sum becomes the
+ * mean over the k, as the pservers average T trainers (fl_gm_finalize). */
+static fl_status merge_micro(fl_sparse_run *r, int64_t step) {
+  if (step != r->mstep || r->mb >= r->k) {
+    for (size_t t = 0; t < r->nt; t++) {
+      r->merge[t].n = 0;
+      if (r->merge[t].slots) memset(r->merge[t].slots, 0xff, r->merge[t].nslots * sizeof(int32_t));
+    }
+    r->mb = 0;
+    r->mstep = step;
+  }
+  const fl_sparse_need *need = r->need[r->cur];
+  for (size_t t = 0; t < r->nt; t++)
+    FL_TRY(merge_add(&r->merge[t], need[t].ids, need[t].n, r->hooks->row_grad(r->self, t),
+                     r->tables[t].width));
+  if (++r->mb < r->k) return FL_OK;
+  for (size_t t = 0; t < r->nt; t++) {
+    const size_t len = r->merge[t].n * r->tables[t].width;
+    if (len) FL_TRY(fl_gm_finalize(&r->merge[t].g, &len, 1, r->k, r->avg));
+  }
+  return FL_OK;
+}
+
 fl_status fl_sparse_run_push(fl_sparse_run *r, int64_t step) {
   fl_ps_client *c = fl_sync_ps_client(r->sync);
   const fl_sparse_need *need = r->need[r->cur];
@@ -264,13 +365,20 @@ fl_status fl_sparse_run_push(fl_sparse_run *r, int64_t step) {
     r->pushing = 0;
     FL_TRY(fl_ps_client_push_sparse_finish(c));
   }
+  if (r->k > 1) { /* gradient merge: one push a step, of the k micro-batches' rows */
+    FL_TRY(merge_micro(r, step));
+    if (r->mb < r->k) return r->pipeline && r->sync_mode ? pull_ahead(r) : FL_OK;
+  }
   /* every table's rows in one batch: a restarted server gets all of them
    * again (fl_ps_client.h) */
   r->pushing = 1;
-  for (size_t t = 0; t < r->nt; t++)
+  for (size_t t = 0; t < r->nt; t++) {
+    const merge_rows *m = &r->merge[t];
     FL_TRY(fl_ps_client_push_sparse_start(c, r->tables[t].name, r->tables[t].width, step,
-                                          need[t].ids, need[t].n,
-                                          r->hooks->row_grad(r->self, t)));
+                                          r->k > 1 ? m->ids : need[t].ids,
+                                          r->k > 1 ? m->n : need[t].n,
+                                          r->k > 1 ? m->g : r->hooks->row_grad(r->self, t)));
+  }
   if (r->pipeline && !r->sync_mode) return FL_OK;
   /* sync: once the servers hold this step's push, the next step's pull
    * may wait there for the step to be applied */

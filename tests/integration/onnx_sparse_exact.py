@@ -3,10 +3,17 @@
 test_onnx_sparse_exact.sh (the click model of onnx_sparse.py, its tables
 emb.weight (padding id 0) and bag.weight trained on the pservers).
   onnx_sparse_exact.py data DIR: onnx_sparse.py's model.onnx (and
-      oob.onnx: one Embedding read by ids without a modulo) over N samples;
+      oob.onnx: one Embedding read by ids without a modulo) over N samples,
+      and for T in MERGE_T the training set reordered as mT_*.npy: T
+      trainers' strided shards of a step of BATCH, one after the other, so
+      1 trainer merging T micro-batches of BATCH / T takes trainer j's
+      samples as its micro-batch j;
   onnx_sparse_exact.py check DIR FILE: the checks FILE lists, one a line:
     same A B WHAT: exports A and B hold the same ids and row bits;
-    differ A B WHAT: they do not;
+    bits A B WHAT: those, and the same bits of every dense initializer;
+    differ A B WHAT: their rows do not;
+    close A B TOL WHAT: the same ids, the rows and dense initializers
+      within TOL;
     ref EXPORT OPT STEPS BATCH WHAT: EXPORT's tables within 1e-5 of the
       tables after STEPS steps of BATCH samples (file order), the dense
       parameters by SGD lr 0.3 and the rows by OPT (the pservers' rule on
@@ -30,6 +37,7 @@ import onnx_sparse as base  # noqa: E402
 import load_sparse_export as lse  # noqa: E402
 
 N = 48
+BATCH, MERGE_T = 12, (2, 3)
 TABLES = ("emb.weight", "bag.weight")
 # the pservers' hyperparameters of each row optimizer (the job's keys)
 HP = {"sgd": {"lr": 0.3}, "adagrad": {"lr": 0.3, "eps": 1e-10},
@@ -50,9 +58,23 @@ class Oob(torch.nn.Module):
         return self.fc(self.emb(ids).sum(1)) + 0 * bag.float().sum(1, keepdim=True)
 
 
+def merge_order(t):
+    """Sample positions of the merge file: micro-batch m = s T + j of
+    BATCH / T samples is trainer j's share of step s (the loader's shard of
+    rank j takes samples j, j + T, ...)."""
+    b = BATCH // t
+    return [((p // b // t) * b + p % b) * t + (p // b) % t for p in range(N)]
+
+
 def data(d):
     base.N = N
     base.make(d)
+    for t in MERGE_T:
+        order = merge_order(t)
+        assert sorted(order) == list(range(N))
+        for name in ("ids", "bag", "y"):
+            a = np.load(os.path.join(d, name + ".npy"))
+            np.save(os.path.join(d, "m%d_%s.npy" % (t, name)), a[order])
     sample = (torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 4, dtype=torch.int64))
     torch.onnx.export(Oob(), sample, os.path.join(d, "oob.onnx"), opset_version=17,
                       input_names=["ids", "bag"], output_names=["logit"],
@@ -162,17 +184,40 @@ def sorted_table(export, name):
     return ids[o], np.ascontiguousarray(rows[o])
 
 
-def same(a, b):
-    """"" when A and B hold the same ids and row bits, else what differs."""
+def dense(export):
+    """The export's initializers other than the tables, by name."""
+    import onnx
+    from onnx import numpy_helper
+    return {i.name: numpy_helper.to_array(i) for i in onnx.load(export).graph.initializer
+            if i.name not in TABLES}
+
+
+def differs(name, ra, rb, tol):
+    """"" when ra and rb are within tol (0: the same bits), else how not."""
+    if ra.shape != rb.shape:
+        return "%s: shapes %s and %s" % (name, ra.shape, rb.shape)
+    ra, rb = np.ascontiguousarray(ra), np.ascontiguousarray(rb)
+    if (ra.tobytes() == rb.tobytes() if tol == 0 else np.abs(ra - rb).max() <= tol):
+        return ""
+    return "%s: %d values differ, by at most %.3g" % (
+        name, int((ra != rb).sum()), float(np.abs(ra - rb).max()))
+
+
+def same(a, b, tol=0.0, rows_only=True):
+    """"" when A and B hold the same ids, and rows (and unless rows_only
+    dense initializers) within tol (0: the same bits), else what differs."""
     bad = []
     for name in TABLES:
         (ia, ra), (ib, rb) = sorted_table(a, name), sorted_table(b, name)
-        if not np.array_equal(ia, ib):
-            bad.append("%s: ids differ" % name)
-        elif ra.tobytes() != rb.tobytes():
-            bad.append("%s: %d values differ, by at most %.3g" % (
-                name, int((ra != rb).sum()), float(np.abs(ra - rb).max())))
-    return "; ".join(bad)
+        bad.append("%s: ids differ" % name if not np.array_equal(ia, ib)
+                   else differs(name, ra, rb, tol))
+    if not rows_only:
+        da, db = dense(a), dense(b)
+        if sorted(da) != sorted(db):
+            bad.append("dense initializers %s and %s" % (sorted(da), sorted(db)))
+        else:
+            bad.extend(differs(name, da[name], db[name], tol) for name in sorted(da))
+    return "; ".join(x for x in bad if x)
 
 
 def in_range(export, r):
@@ -187,18 +232,21 @@ def in_range(export, r):
 
 
 def checks(d, path):
-    """Each line of PATH: "same A B WHAT", "ref EXPORT OPT STEPS BATCH WHAT"
-    (within 1e-5) or "range EXPORT R WHAT"; prints ok or FAIL lines."""
+    """Each line of PATH: a check of the module's docstring; prints ok or
+    FAIL lines (note lines: what they found)."""
     for line in open(path):
         w = line.split()
         if w[0] == "note":
             bad = same(w[1], w[2])
             print("note: %s: %s" % (" ".join(w[3:]), bad or "the same bits"))
             continue
-        if w[0] == "same":
-            bad, what = same(w[1], w[2]), " ".join(w[3:])
+        if w[0] in ("same", "bits"):
+            bad, what = same(w[1], w[2], rows_only=w[0] == "same"), " ".join(w[3:])
         elif w[0] == "differ":
-            bad, what = "" if same(w[1], w[2]) else "the same bits", " ".join(w[3:])
+            bad = "" if same(w[1], w[2]) else "the same bits"
+            what = " ".join(w[3:])
+        elif w[0] == "close":
+            bad, what = same(w[1], w[2], float(w[3]), False), " ".join(w[4:])
         elif w[0] == "ref":
             m, what = ref(d, w[2], int(w[3]), int(w[4]), w[1]), " ".join(w[5:])
             bad = "" if m <= 1e-5 else "differs from the reference by %.3g" % m

@@ -5,14 +5,16 @@
 # sync PS, 2 steps of a global batch of 12 (samples in file order; the
 # strided shards make T trainers of 12/T samples a step the same batch):
 #   1. for each row optimizer (sgd, adagrad, adam, rowwise_adagrad, ftrl):
-#      the exported rows of T = 2 and 3 trainers are the same bits on 1 and
-#      on 2 pservers (the rows' sum is in trainer-id order wherever a row
-#      lives) and equal 1 trainer's of the global batch within 1e-5, not
-#      bit for bit: a trainer's gradient is the mean of its own samples,
-#      so T trainers sum a row's samples in T partial sums, then average,
-#      which rounds otherwise than one sum over the global batch; the
-#      per-step losses the trainers log (each its samples' mean, %.5f),
-#      averaged, equal 1 trainer's within that rounding;
+#      T = 2 and 3 trainers on 1 and on 2 pservers, and 1 trainer merging
+#      T micro-batches of 12 / T (strategy.gradient_merge, its micro-batch
+#      j trainer j's samples: onnx_sparse_exact.py's mT_*.npy) export the
+#      same bits, rows and dense weights (both sum the T means in one order,
+#      trainer id or micro-batch, and divide by T in fl_gm_finalize:
+#      docs/DESIGN.md section 5); 1 trainer of the global batch without
+#      merge is within 1e-5 of them, not bit for bit (it sums a row's
+#      samples in one sum, not in T partial sums, which rounds otherwise);
+#      the per-step losses the trainers log (each its samples' mean,
+#      %.5f), averaged, equal 1 trainer's within that rounding;
 #   2. 1 trainer's rows against a reference of each rule (numpy, from
 #      docs/DESIGN.md section 5; torch.optim SGD and Adagrad too, and Adam
 #      on the rows every step touched) within 1e-5;
@@ -28,8 +30,7 @@
 #      kill inside a step that this does not hold for;
 #   6. a table grows past the initializer's rows: ids the graph does not
 #      take modulo V train (rows created by the pservers at their first
-#      pull) and are exported; refusals: gradient merge, uniform(R) with
-#      R < 0.
+#      pull) and are exported; refused: uniform(R) with R < 0.
 # Needs /usr/bin/python3 with torch and onnx (skipped without).  Seconds.
 # KEEP=1 keeps the temporary directory (jobs, logs, exports).
 set -u
@@ -58,7 +59,8 @@ opt() {
 }
 # job NAME BATCH OPT [INIT [EXTRA [MODEL [EPOCHS MAX_STEPS]]]]: the click
 # model's job, 2 steps; its tables ($tables, else both) by OPT (sgd lr 0 for
-# "zero"), init INIT (from_model), EXTRA appended
+# "zero"), init INIT (from_model), EXTRA appended; its training set the
+# files $d/${pre}*.npy (pre: empty, the samples in file order)
 job() {
   jo=$(opt "$3")
   [ "$3" = zero ] && jo="{name: sgd, lr: 0}"
@@ -69,8 +71,8 @@ job() {
 model: {kind: onnx, path: $d/${6:-model}.onnx, loss: bce_with_logits}
 data:
   format: npy
-  inputs: {ids: $d/ids.npy, bag: $d/bag.npy}
-  train_y: $d/y.npy
+  inputs: {ids: $d/${pre:-}ids.npy, bag: $d/${pre:-}bag.npy}
+  train_y: $d/${pre:-}y.npy
   test_inputs: {ids: $d/test_ids.npy, bag: $d/test_bag.npy}
   test_y: $d/test_y.npy
   shuffle: false
@@ -110,14 +112,18 @@ same_losses() {
     for (i = 1; i <= na; i++) { d = a[i] - b[i]; if (d > 2e-5 || d < -2e-5) exit 1 } }'
 }
 
-# 1, 2: each optimizer, 1 trainer of 12, 2 of 6 and 3 of 4 a step
+# 1, 2: each optimizer, 1 trainer of 12, 2 of 6 and 3 of 4 a step, and 1
+# trainer merging 2 of 6 and 3 of 4
 for o in sgd adagrad adam rowwise_adagrad ftrl; do
   job "$o.1" 12 "$o" && run "$o.1" 1 1 && near "$o.1" "$o" "$o: 1 trainer against the reference"
   for t in 2 3; do
     job "$o.$t.1ps" $((12 / t)) "$o" && run "$o.$t.1ps" $t 1
     job "$o.$t.2ps" $((12 / t)) "$o" && run "$o.$t.2ps" $t 2
-    same "$o.$t.1ps" "$o.$t.2ps" "$o: $t trainers on 1 and 2 pservers"
-    echo "note $tmp/$o.1.onnx $tmp/$o.$t.1ps.onnx $o: $t trainers against 1" >> "$checks"
+    pre=m${t}_ job "$o.m$t" $((12 / t)) "$o" from_model \
+      "strategy: {gradient_merge: true, gradient_merge_configs: {k_steps: $t}}" && run "$o.m$t" 1 1
+    echo "bits $tmp/$o.$t.1ps.onnx $tmp/$o.$t.2ps.onnx $o: $t trainers on 1 and 2 pservers" >> "$checks"
+    echo "bits $tmp/$o.m$t.onnx $tmp/$o.$t.1ps.onnx $o: 1 trainer merging $t micro-batches and $t trainers" >> "$checks"
+    echo "close $tmp/$o.1.onnx $tmp/$o.$t.1ps.onnx 1e-5 $o: $t trainers and 1 of the global batch without merge" >> "$checks"
     same_losses "$(losses "$o.$t.2ps")" "$(losses "$o.1")" ||
       fail "$o: $t trainers logged the losses $(losses "$o.$t.2ps"), 1 trainer $(losses "$o.1")"
     near "$o.$t.2ps" "$o" "$o: $t trainers against the reference"
@@ -246,8 +252,6 @@ for init in from_model "uniform(0.1)"; do
     fi
   fi
 done
-job merge 12 sgd from_model "strategy: {gradient_merge: true, gradient_merge_configs: {k_steps: 2}}"
-refused merge "does not do gradient merge (k_steps 2): set strategy.gradient_merge off"
 job negative 12 sgd "uniform(-0.1)"
 refused negative "expected uniform, uniform(R) with R in \[0, 1000\] or from_model, got .uniform(-0.1)."
 
