@@ -290,6 +290,10 @@ fl_status psc_rows_push(fl_ps_core *c, ps_table *pt, int t, int64_t step, uint32
 /* Apply every table's held step that may be applied now; 1 when one was.
  * No lock held (takes each table's). */
 int psc_rows_reevaluate(fl_ps_core *c);
+/* Every sparse table here that took sync row pushes is past step (its
+ * rows of it applied): a sync dense block applies a step only then.  Takes each table's lock (callers
+ * may hold a block's, never a table's). */
+int psc_rows_through(fl_ps_core *c, int64_t step);
 void psc_rows_free(ps_table *pt, int nt);
 
 /* core_stripes.c: a table's rows in stripes */

@@ -32,15 +32,19 @@ static int all_counted_pushed(fl_ps_core *c, const ps_block *b) {
   return 1;
 }
 
-/* b->mu held: its pending step can be applied now (every push in, and the
- * block does not stand at the gate's step).  A block moved forward to the
+/* b->mu held: its pending step can be applied now (every push in, this
+ * server's sparse rows of the step applied, and the block does not stand
+ * at the gate's step).  The rows first: a trainer killed after its dense
+ * pushes of a step and before its rows' leaves the step unapplied here,
+ * and redoes it whole once restarted.  A block moved forward to the
  * gate's step by trainers ahead of it (after a restart from a checkpoint)
  * never stood there: it goes on, and the gate moves past it
  * (pserver/main.c gate_check), else it would wait for a checkpoint of a
  * step it does not hold. */
 static int may_apply(fl_ps_core *c, const ps_block *b) {
   int64_t g = atomic_load(&c->gate);
-  return !(b->pend_step == g && b->step == g) && all_counted_pushed(c, b);
+  return !(b->pend_step == g && b->step == g) && all_counted_pushed(c, b) &&
+         psc_rows_through(c, b->pend_step);
 }
 
 /* Sum the pushes of b's pending step in trainer-id order, average, run the
@@ -158,6 +162,7 @@ static int sync_pull_ready(fl_ps_core *c, const ps_block *b, int32_t t, int64_t 
  * barrier parked one, the gate moved).  No lock held. */
 static void sync_reevaluate(fl_ps_core *c) {
   int at_gate = 0;
+  psc_rows_reevaluate(c); /* first: the blocks may wait for these rows */
   for (size_t i = 0; i < c->n_my; i++) {
     ps_block *b = &c->blocks[i];
     pthread_mutex_lock(&b->mu);
@@ -167,7 +172,6 @@ static void sync_reevaluate(fl_ps_core *c) {
     }
     pthread_mutex_unlock(&b->mu);
   }
-  psc_rows_reevaluate(c);
   if (at_gate) psc_gate_reached(c);
 }
 

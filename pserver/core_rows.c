@@ -193,6 +193,16 @@ int psc_rows_reevaluate(fl_ps_core *c) {
   return applied;
 }
 
+int psc_rows_through(fl_ps_core *c, int64_t step) {
+  int through = 1;
+  for (size_t i = 0; through && i < atomic_load(&c->n_tables); i++) {
+    ps_table *pt = &c->tables[i];
+    pthread_mutex_lock(&pt->mu);
+    through = !pt->pend || pt->step > step; /* a table nobody pushed rows to holds nothing */
+    pthread_mutex_unlock(&pt->mu);
+  }
+  return through;
+}
 
 void psc_rows_free(ps_table *pt, int nt) {
   for (size_t i = 0; pt->pend && i < (size_t)nt * MAX_SEQ; i++) {

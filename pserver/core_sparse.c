@@ -126,7 +126,7 @@ fl_status fl_ps_core_push_sparse(fl_ps_core *c, const Flotilla__PushSparseReques
     st = c->ops->sparse_push(c, pt, t, req->step, req->seq, req->parts, req->keys, req->n_keys,
                              g, &dup, &progress);
   free(conv);
-  if (progress) psc_notify(c);
+  if (progress) psc_reevaluate(c); /* dense blocks may wait for these rows */
   if (st != FL_OK) return st;
   atomic_fetch_add(&c->pushes, 1);
   if (dup) atomic_fetch_add(&c->duplicates, 1);

@@ -26,8 +26,7 @@
 #      with --resume by flotilla-run --max_restart: the run ends and its
 #      rows equal an uninterrupted run's bit for bit (the restarted
 #      trainer's InitSparse creates only absent rows, and it resumes from
-#      its checkpoint at the step the pservers hold); see part 5 for the
-#      kill inside a step that this does not hold for;
+#      its checkpoint at the step the pservers hold);
 #   6. a table grows past the initializer's rows: ids the graph does not
 #      take modulo V train (rows created by the pservers at their first
 #      pull) and are exported; refused: uniform(R) with R < 0.
@@ -166,11 +165,8 @@ done
 # restarted by flotilla-run --max_restart 1 (with --resume) rejoins at the
 # pservers' step from its checkpoint, sends the model's rows again
 # (InitSparse: created only where absent) and the run ends with the rows
-# of an uninterrupted run, bit for bit.  Not checked, as it is not so: a
-# trainer killed after its dense gradients of step s reached the pservers
-# but before all its rows of s did rejoins at s + 1, and the tables it had
-# not pushed apply step s with the other trainers' rows only (the pservers
-# warn "applying that step with what it has")
+# of an uninterrupted run, bit for bit (a kill inside a step:
+# test_sparse_restart.sh)
 # trainer_pid PID ID: the pid of trainer ID among the children of PID's
 # child (timeout, then flotilla-run)
 trainer_pid() {

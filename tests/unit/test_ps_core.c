@@ -2,7 +2,8 @@
  * aggregation in trainer-id order whatever the arrival order, pulls held
  * until the step is applied, duplicate pushes ignored, dead trainers not
  * waited for, async and geo updates, barriers, bad requests that change
- * nothing, sparse calls, and a checkpoint round trip of the whole core. */
+ * nothing, sparse calls, a sync step's dense blocks held until the rows
+ * of it are in, and a checkpoint round trip of the whole core. */
 #include <config.h>
 
 #include <check.h>
@@ -902,6 +903,63 @@ START_TEST(test_parked_trainer_not_waited_for) {
 }
 END_TEST
 
+/* Trainer t's sync rows of step (one row, key, of table "emb"). */
+static fl_status rpush(fl_ps_core *c, int t, int64_t step, uint64_t key, const float g[2]) {
+  Flotilla__PushSparseRequest p = FLOTILLA__PUSH_SPARSE_REQUEST__INIT;
+  Flotilla__PushSparseResponse pr = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
+  Flotilla__Tensor gt = FLOTILLA__TENSOR__INIT;
+  int64_t shape[2] = {1, 2};
+  gt.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+  gt.n_shape = 2;
+  gt.shape = shape;
+  gt.data.data = (uint8_t *)g;
+  gt.data.len = 2 * sizeof(float);
+  p.trainer_id = t;
+  p.step = step;
+  p.table = "emb";
+  p.n_keys = 1;
+  p.keys = &key;
+  p.grads = &gt;
+  p.parts = 1;
+  return fl_ps_core_push_sparse(c, &p, &pr);
+}
+
+START_TEST(test_dense_waits_for_rows) {
+  /* Trainer 1 killed after its dense push of step 1, before its rows:
+   * the step waits (dense and rows); restarted, it redoes the step whole
+   * (its dense push again, a duplicate, then its rows) and the step
+   * applies as if never interrupted. */
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 0.5f, 0);
+  const float g0[N] = {1, 1, 1, 1}, g1[N] = {3, 3, 3, 3}, r[2] = {0.5f, 1};
+  float v[N], row[2];
+  uint32_t blk = 0;
+  uint64_t key = 7;
+  int dup;
+  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  for (int64_t s = 0; s < 2; s++) {
+    ck_assert_int_eq(push(c, 0, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, g0, NULL), FL_OK);
+    ck_assert_int_eq(rpush(c, 0, s, key, r), FL_OK);
+    ck_assert_int_eq(push(c, 1, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, g1, NULL), FL_OK);
+    if (s == 1) { /* killed here */
+      ck_assert_int_eq(fl_ps_core_pull_check(c, 0, s + 1, &blk, 1), FL_EAGAIN);
+      ck_assert_int_eq(fl_ps_core_sparse_ready(c, 0, "emb", s + 1), FL_EAGAIN);
+      ck_assert_int_eq(push(c, 1, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, g1, &dup), FL_OK);
+      ck_assert_int_eq(dup, 1);
+      ck_assert_int_eq(fl_ps_core_pull_check(c, 0, s + 1, &blk, 1), FL_EAGAIN);
+    }
+    ck_assert_int_eq(rpush(c, 1, s, key, r), FL_OK);
+    ck_assert_int_eq(fl_ps_core_pull_check(c, 0, s + 1, &blk, 1), FL_OK);
+    ck_assert_int_eq(fl_ps_core_sparse_ready(c, 0, "emb", s + 1), FL_OK);
+  }
+  value(c, v, NULL);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 2.0f); /* 2 x 0.5 x mean 2 */
+  ck_assert(fl_ps_table_peek(fl_ps_core_table(c, "emb"), key, row));
+  fl_ps_core_free(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ps_core");
   TCase *tc = tcase_create("core");
@@ -918,6 +976,7 @@ int main(void) {
   tcase_add_test(tc, test_barrier);
   tcase_add_test(tc, test_barrier_rounds);
   tcase_add_test(tc, test_parked_trainer_not_waited_for);
+  tcase_add_test(tc, test_dense_waits_for_rows);
   tcase_add_test(tc, test_sparse_calls);
   tcase_add_test(tc, test_sparse_key_sharding);
   tcase_add_test(tc, test_core_checkpoint);
