@@ -8,9 +8,10 @@
 #      T = 2 and 3 trainers on 1 and on 2 pservers, and 1 trainer merging
 #      T micro-batches of 12 / T (strategy.gradient_merge, its micro-batch
 #      j trainer j's samples: onnx_sparse_exact.py's mT_*.npy) export the
-#      same bits, rows and dense weights (both sum the T means in one order,
-#      trainer id or micro-batch, and divide by T in fl_gm_finalize:
-#      docs/DESIGN.md section 5); 1 trainer of the global batch without
+#      same bits, rows and dense weights, pulls pipelined or not (both sum
+#      the T means in one order, trainer id or micro-batch, and divide by
+#      T in fl_gm_finalize: docs/DESIGN.md section 2, "Sync PS equals one
+#      process, bit for bit"); 1 trainer of the global batch without
 #      merge is within 1e-5 of them, not bit for bit (it sums a row's
 #      samples in one sum, not in T partial sums, which rounds otherwise);
 #      the per-step losses the trainers log (each its samples' mean,
@@ -21,7 +22,8 @@
 #   3. init uniform(R): rows in [-R, R], the same bits run after run and
 #      with 1 or 2 trainers, other bits with another train.seed (lr 0: the
 #      rows stay as created);
-#   4. async and geo modes run to the end and log a finite AUC;
+#   4. async and geo modes (async with gradient merge too) run to the end
+#      and log a finite AUC;
 #   5. a trainer killed (SIGKILL) mid-run, between steps, and restarted
 #      with --resume by flotilla-run --max_restart: the run ends and its
 #      rows equal an uninterrupted run's bit for bit (the restarted
@@ -128,6 +130,12 @@ for o in sgd adagrad adam rowwise_adagrad ftrl; do
     near "$o.$t.2ps" "$o" "$o: $t trainers against the reference"
   done
 done
+# merge with sequential pulls (pserver.sparse.pipeline false): the same bits
+pre=m3_ job sgd.m3seq 4 sgd from_model \
+  "strategy: {gradient_merge: true, gradient_merge_configs: {k_steps: 3}}" &&
+  sed -i 's/^pserver: {/pserver: {sparse: {pipeline: false}, /' "$tmp/sgd.m3seq.yaml" &&
+  run sgd.m3seq 1 1
+echo "bits $tmp/sgd.m3seq.onnx $tmp/sgd.m3.onnx sgd: merging 3 micro-batches, pulls sequential and pipelined" >> "$checks"
 
 # 3. uniform(0.05), rows not trained: in range, the same bits run after
 # run, with 2 trainers, and on 2 pservers
@@ -140,14 +148,16 @@ same u1 u2 "uniform(0.05): 1 trainer on 1 pserver and 2 on 2"
 job u1s 12 zero "uniform(0.05)" && sed -i 's/seed: 1,/seed: 2,/' "$tmp/u1s.yaml" && run u1s 1 1
 echo "differ $tmp/u1.onnx $tmp/u1s.onnx uniform(0.05): another train.seed, other rows" >> "$checks"
 
-# 4. async and geo, 2 trainers, 3 epochs: to the end, a finite AUC, the
-# loss going down (each epoch's mean loss, trainer 0's)
+# 4. async, geo and async with gradient merge, 2 trainers, 3 epochs: to
+# the end, a finite AUC, the loss going down (each epoch's mean loss,
+# trainer 0's)
 # epoch_loss NAME E: the mean logged loss of epoch E
 epoch_loss() {
   sed -n "s/^\[Epoch $2, batch [0-9]*\] loss: \([0-9.]*\),.*/\1/p" "$tmp/$1.log/workerlog.0" |
     awk '{ s += $1; n++ } END { if (n) printf "%.6f", s / n }'
 }
-for m in "async:strategy: {a_sync: true}" "geo:strategy: {a_sync: true, a_sync_configs: {k_steps: 2}}"; do
+for m in "async:strategy: {a_sync: true}" "geo:strategy: {a_sync: true, a_sync_configs: {k_steps: 2}}" \
+  "async_merge:strategy: {a_sync: true, gradient_merge: true, gradient_merge_configs: {k_steps: 2}}"; do
   n=${m%%:*}
   if ! job "$n" 6 adagrad from_model "${m#*:}" model 3 0 || ! run "$n" 2 2; then continue; fi
   a=$(sed -n 's/^\[Epoch 2\] test auc: \([0-9.]*\),.*/\1/p' "$tmp/$n.log/workerlog.0")
