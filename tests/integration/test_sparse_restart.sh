@@ -103,6 +103,37 @@ duplicates() {
   sed -n 's/.* \([0-9]*\) duplicates.*/\1/p' "$tmp/$1.ps$2.log" | tail -1
 }
 
+# kill_trainer NAME [A_SYNC]: job NAME run with trainer 1 killed (kill -9)
+# in epoch 1 and started again; every process ends, the restarted trainer
+# rejoined, both trainers did every step.  f0: the failures before.
+kill_trainer() {
+  n=$1
+  job "$tmp/$n.yaml" "$n" "${2:-false}"
+  ps_job "$n" "$tmp/$n.yaml" 2 2
+  f0=$fails
+  if wait_log "$tmp/$n.tr1.log" '^\[Epoch 1, batch 20\]' 60; then
+    kill -KILL "$TR1"
+    wait_exit "$TR1" 5
+    mv "$tmp/$n.tr1.log" "$tmp/$n.tr1.first.log"
+    start_trainer "$n" "$tmp/$n.yaml" 1 2
+  else
+    fail "$n: trainer 1 did not reach epoch 1, batch 20"
+  fi
+  ends "$n"
+  has "$tmp/$n.tr1.log" 'rejoining the running job at step [1-9][0-9]*' "$n: restarted trainer"
+  for t in 0 1; do has "$tmp/$n.tr$t.log" 'done: 192 steps, 3 epochs' "$n: trainer $t"; done
+}
+
+# kill_pserver NAME: pserver 1 of job NAME killed (kill -9) and started
+# again (from its newest checkpoint), serving.
+kill_pserver() {
+  kill -KILL "$PS1"
+  wait_exit "$PS1" 5
+  mv "$tmp/$1.ps1.log" "$tmp/$1.ps1.first.log"
+  start_pserver "$1" "$tmp/$1.yaml" 1 2
+  wait_log "$tmp/$1.ps1.log" '\] serving ' 20 || fail "$1: the restarted pserver does not serve"
+}
+
 # ------------------------------------------------------------ uninterrupted
 job "$tmp/base.yaml" base
 ps_job base "$tmp/base.yaml" 2 2
@@ -114,21 +145,7 @@ ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "uninterrupted: $(final_eval "$tmp/base.tr0.log")" || show "$tmp"/base.*.log
 
 # ------------------------------------------------- kill -9 of a trainer
-n=trainer
-job "$tmp/$n.yaml" $n
-ps_job $n "$tmp/$n.yaml" 2 2
-f0=$fails
-if wait_log "$tmp/$n.tr1.log" '^\[Epoch 1, batch 20\]' 60; then
-  kill -KILL "$TR1"
-  wait_exit "$TR1" 5
-  mv "$tmp/$n.tr1.log" "$tmp/$n.tr1.first.log"
-  start_trainer $n "$tmp/$n.yaml" 1 2
-else
-  fail "$n: trainer 1 did not reach epoch 1, batch 20"
-fi
-ends $n
-has "$tmp/$n.tr1.log" 'rejoining the running job at step [1-9][0-9]*' "$n: restarted trainer"
-for t in 0 1; do has "$tmp/$n.tr$t.log" 'done: 192 steps, 3 epochs' "$n: trainer $t"; done
+kill_trainer trainer
 for s in 0 1; do hasnt "$tmp/$n.ps$s.log" 'applying that step with what it has' "$n: pserver $s"; done
 same $n
 # at most the parts of the step it died in (sparse and dense, on each server)
@@ -141,21 +158,7 @@ ran=$((ran + 1))
   show "$tmp/$n".*.log
 
 # --------------------------------------- kill -9 of a trainer (async)
-n=async
-job "$tmp/$n.yaml" $n true
-ps_job $n "$tmp/$n.yaml" 2 2
-f0=$fails
-if wait_log "$tmp/$n.tr1.log" '^\[Epoch 1, batch 20\]' 60; then
-  kill -KILL "$TR1"
-  wait_exit "$TR1" 5
-  mv "$tmp/$n.tr1.log" "$tmp/$n.tr1.first.log"
-  start_trainer $n "$tmp/$n.yaml" 1 2
-else
-  fail "$n: trainer 1 did not reach epoch 1, batch 20"
-fi
-ends $n
-has "$tmp/$n.tr1.log" 'rejoining the running job at step [1-9][0-9]*' "$n: restarted trainer"
-for t in 0 1; do has "$tmp/$n.tr$t.log" 'done: 192 steps, 3 epochs' "$n: trainer $t"; done
+kill_trainer async true
 for f in "$tmp/$n".*.log; do hasnt "$f" 'INVALID_ARGUMENT' "$n: $f"; done
 auc=$(auc_of "$tmp/$n.tr0.log") base_auc=$(auc_of "$tmp/base.tr0.log")
 near $n 0.05
@@ -172,11 +175,7 @@ if wait_log "$tmp/$n.tr0.log" '^\[Epoch 1, batch 20\]' 60; then
   kill -STOP "$TR0" "$TR1"
   "$PROBE" save "${PSLIST#*,}" > "$tmp/$n.save" 2>&1 || fail "$n: SaveCheckpoint: $(cat "$tmp/$n.save")"
   saved=$(sed -n 's/^step //p' "$tmp/$n.save")
-  kill -KILL "$PS1"
-  wait_exit "$PS1" 5
-  mv "$tmp/$n.ps1.log" "$tmp/$n.ps1.first.log"
-  start_pserver $n "$tmp/$n.yaml" 1 2
-  wait_log "$tmp/$n.ps1.log" '\] serving ' 20 || fail "$n: the restarted pserver does not serve"
+  kill_pserver $n
   has "$tmp/$n.ps1.log" "loaded checkpoint .*ckpt-$saved.flc: step $saved" "$n: restarted pserver"
   kill -CONT "$TR0" "$TR1"
 else
@@ -195,11 +194,7 @@ job "$tmp/$n.yaml" $n
 ps_job $n "$tmp/$n.yaml" 2 2
 f0=$fails
 if wait_log "$tmp/$n.ps1.log" 'checkpoint of step (4|5|6)[0-9] .*\(interval_steps\)' 60; then
-  kill -KILL "$PS1"
-  wait_exit "$PS1" 5
-  mv "$tmp/$n.ps1.log" "$tmp/$n.ps1.first.log"
-  start_pserver $n "$tmp/$n.yaml" 1 2
-  wait_log "$tmp/$n.ps1.log" '\] serving ' 20 || fail "$n: the restarted pserver does not serve"
+  kill_pserver $n
   has "$tmp/$n.ps1.log" "loaded checkpoint .*ckpt-[0-9]*.flc: step [1-9][0-9]*" "$n: restarted pserver"
 else
   fail "$n: pserver 1 wrote no interval checkpoint of step 40 to 69"
