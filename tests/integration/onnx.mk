@@ -35,11 +35,13 @@ TESTS += tests/integration/test_seq_models.sh
 # (ONNX + the tables' .npy) loaded back into PyTorch; the refusals.  Seconds.
 dist_check_SCRIPTS += tests/integration/test_onnx_sparse.sh
 EXTRA_DIST += tests/integration/onnx_sparse.py
+EXTRA_DIST += tests/integration/sparse_lib.sh
 TESTS += tests/integration/test_onnx_sparse.sh
 
 # The sparse tables' exactness: each row optimizer on 1, 2 and 3 trainers
-# and 1 and 2 pservers against a reference, uniform init, async and geo,
-# a trainer restarted, refusals
+# and 1 and 2 pservers and 1 trainer merging 2 and 3 micro-batches (the
+# same bits) against a reference, uniform init, async and geo, a trainer
+# restarted, refusals
 dist_check_SCRIPTS += tests/integration/test_onnx_sparse_exact.sh
 EXTRA_DIST += tests/integration/onnx_sparse_exact.py
 TESTS += tests/integration/test_onnx_sparse_exact.sh

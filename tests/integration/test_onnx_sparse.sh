@@ -16,39 +16,21 @@
 #   4. refusals, each naming what is wrong: a table read by a MatMul,
 #      sparse_tables in collective mode.
 # Needs /usr/bin/python3 with torch and onnx (skipped without).  Seconds.
-set -u
-: "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
-RUN=$FL_BUILDDIR/flotilla-run
-py=/usr/bin/python3
+# shellcheck source=tests/integration/sparse_lib.sh
+. "${FL_SRCDIR:?}/tests/integration/sparse_lib.sh"
 gen=$FL_SRCDIR/tests/integration/onnx_sparse.py
-"$py" -c 'import torch, onnx' 2>/dev/null || { echo "SKIP: no torch/onnx for $py"; exit 77; }
-tmp=$(mktemp -d /tmp/fl_onnx_sparse.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 d=$tmp/data
 timeout 120 "$py" "$gen" "$d" > "$tmp/py.out" 2>&1 ||
   { cat "$tmp/py.out"; echo "FAIL: onnx_sparse.py"; exit 1; }
 
 tables="emb.weight: {optimizer: {name: sgd, lr: 0.3}, init: from_model, padding_id: 0},
     bag.weight: {optimizer: {name: sgd, lr: 0.3}, init: from_model}"
-# job NAME BATCH MODE [MODEL [TABLES]]: the click model's job over $dd
-dd=$d loss=bce_with_logits
+# job NAME BATCH MODE [MODEL [TABLES]]: the click model's job over $dd,
+# 3 epochs (click_job)
+dd=$d loss=bce_with_logits epochs=3
 job() {
-  cat > "$tmp/$1.yaml" <<EOF
-model: {kind: onnx, path: $dd/${4:-model}.onnx, loss: $loss}
-data:
-  format: npy
-  inputs: {ids: $dd/ids.npy, bag: $dd/bag.npy}
-  train_y: $dd/y.npy
-  test_inputs: {ids: $dd/test_ids.npy, bag: $dd/test_bag.npy}
-  test_y: $dd/test_y.npy
-  shuffle: false
-optimizer: {name: sgd, lr: 0.3}
-train: {epochs: 3, batch_size: $2, eval_batch_size: 24, seed: 1, log_interval: 1, num_threads: 1, export_onnx: $tmp/$1.onnx}
-cluster: {mode: $3, heartbeat_timeout_s: 20, collective_timeout_s: 30}
-pserver: {sparse_tables: {${5:-$tables}}}
-EOF
+  mode=$3 model=${4:-model}
+  click_job "$1" "$2" "${5:-$tables}"
 }
 
 # close A B: |A - B| <= 1e-4 * max(1, |B|)
@@ -113,18 +95,6 @@ dd=${d}softmax loss=softmax_cross_entropy
 train softmax 2 tloss acc
 dd=$d loss=bce_with_logits
 
-# refused NAME PATTERN: the job stopped, saying PATTERN
-refused() {
-  if timeout 60 "$RUN" --log_dir "$tmp/$1.log" --mode "$3" --server_num 1 "$tmp/$1.yaml" \
-      > "$tmp/$1.out" 2>&1; then
-    fail "$1: not refused"
-  elif ! cat "$tmp/$1.out" "$tmp/$1.log"/* 2> /dev/null | grep -q "$2"; then
-    tail -5 "$tmp/$1.out"
-    fail "$1: no message '$2'"
-  else
-    echo "ok: $1 refused ($2)"
-  fi
-}
 job matmul 16 ps matmul "w: {init: from_model}"
 refused matmul "sparse table w is read by node .*(MatMul), which is neither" ps
 job coll 16 collective

@@ -34,17 +34,10 @@
 #      pull) and are exported; refused: uniform(R) with R < 0.
 # Needs /usr/bin/python3 with torch and onnx (skipped without).  Seconds.
 # KEEP=1 keeps the temporary directory (jobs, logs, exports).
-set -u
-: "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
-RUN=$FL_BUILDDIR/flotilla-run
-py=/usr/bin/python3
+# shellcheck source=tests/integration/sparse_lib.sh
+. "${FL_SRCDIR:?}/tests/integration/sparse_lib.sh"
 aux=$FL_SRCDIR/tests/integration/onnx_sparse_exact.py
-"$py" -c 'import torch, onnx' 2>/dev/null || { echo "SKIP: no torch/onnx for $py"; exit 77; }
-tmp=$(mktemp -d /tmp/fl_onnx_sparse_exact.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-d=$tmp/data
+d=$tmp/data dd=$tmp/data
 timeout 120 "$py" "$aux" data "$d" > "$tmp/py.out" 2>&1 ||
   { cat "$tmp/py.out"; echo "FAIL: onnx_sparse_exact.py data"; exit 1; }
 
@@ -59,30 +52,18 @@ opt() {
   esac
 }
 # job NAME BATCH OPT [INIT [EXTRA [MODEL [EPOCHS MAX_STEPS]]]]: the click
-# model's job, 2 steps; its tables ($tables, else both) by OPT (sgd lr 0 for
-# "zero"), init INIT (from_model), EXTRA appended; its training set the
-# files $d/${pre}*.npy (pre: empty, the samples in file order)
+# model's job (click_job), 2 steps; its tables ($tables, else both) by OPT
+# (sgd lr 0 for "zero"), init INIT (from_model), EXTRA appended; its
+# training set the files $d/${pre}*.npy (pre: empty, the samples in file
+# order)
 job() {
   jo=$(opt "$3")
   [ "$3" = zero ] && jo="{name: sgd, lr: 0}"
   ji=${4:-from_model}
   jt=${tables:-"emb.weight: {optimizer: $jo, init: $ji, padding_id: 0},
     bag.weight: {optimizer: $jo, init: $ji}"}
-  cat > "$tmp/$1.yaml" <<EOF
-model: {kind: onnx, path: $d/${6:-model}.onnx, loss: bce_with_logits}
-data:
-  format: npy
-  inputs: {ids: $d/${pre:-}ids.npy, bag: $d/${pre:-}bag.npy}
-  train_y: $d/${pre:-}y.npy
-  test_inputs: {ids: $d/test_ids.npy, bag: $d/test_bag.npy}
-  test_y: $d/test_y.npy
-  shuffle: false
-optimizer: {name: sgd, lr: 0.3}
-train: {epochs: ${7:-1}, max_steps: ${8:-2}, batch_size: $2, eval_batch_size: 24, seed: 1, log_interval: 1, num_threads: 1, export_onnx: $tmp/$1.onnx}
-cluster: {mode: ps, heartbeat_timeout_s: 20, collective_timeout_s: 30}
-pserver: {sparse_tables: {$jt}}
-${5:-}
-EOF
+  model=${6:-model} epochs=${7:-1} max_steps=${8:-2}
+  click_job "$1" "$2" "$jt" "${5:-}"
 }
 # run NAME TRAINERS SERVERS [ARGS]: the job through flotilla-run
 run() {
@@ -120,21 +101,27 @@ for o in sgd adagrad adam rowwise_adagrad ftrl; do
   for t in 2 3; do
     job "$o.$t.1ps" $((12 / t)) "$o" && run "$o.$t.1ps" $t 1
     job "$o.$t.2ps" $((12 / t)) "$o" && run "$o.$t.2ps" $t 2
-    pre=m${t}_ job "$o.m$t" $((12 / t)) "$o" from_model \
+    pre=m${t}_
+    job "$o.m$t" $((12 / t)) "$o" from_model \
       "strategy: {gradient_merge: true, gradient_merge_configs: {k_steps: $t}}" && run "$o.m$t" 1 1
-    echo "bits $tmp/$o.$t.1ps.onnx $tmp/$o.$t.2ps.onnx $o: $t trainers on 1 and 2 pservers" >> "$checks"
-    echo "bits $tmp/$o.m$t.onnx $tmp/$o.$t.1ps.onnx $o: 1 trainer merging $t micro-batches and $t trainers" >> "$checks"
-    echo "close $tmp/$o.1.onnx $tmp/$o.$t.1ps.onnx 1e-5 $o: $t trainers and 1 of the global batch without merge" >> "$checks"
+    pre=
+    {
+      echo "bits $tmp/$o.$t.1ps.onnx $tmp/$o.$t.2ps.onnx $o: $t trainers on 1 and 2 pservers"
+      echo "bits $tmp/$o.m$t.onnx $tmp/$o.$t.1ps.onnx $o: 1 trainer merging $t micro-batches and $t trainers"
+      echo "close $tmp/$o.1.onnx $tmp/$o.$t.1ps.onnx 1e-5 $o: $t trainers and 1 of the global batch without merge"
+    } >> "$checks"
     same_losses "$(losses "$o.$t.2ps")" "$(losses "$o.1")" ||
       fail "$o: $t trainers logged the losses $(losses "$o.$t.2ps"), 1 trainer $(losses "$o.1")"
     near "$o.$t.2ps" "$o" "$o: $t trainers against the reference"
   done
 done
 # merge with sequential pulls (pserver.sparse.pipeline false): the same bits
-pre=m3_ job sgd.m3seq 4 sgd from_model \
+pre=m3_
+job sgd.m3seq 4 sgd from_model \
   "strategy: {gradient_merge: true, gradient_merge_configs: {k_steps: 3}}" &&
   sed -i 's/^pserver: {/pserver: {sparse: {pipeline: false}, /' "$tmp/sgd.m3seq.yaml" &&
   run sgd.m3seq 1 1
+pre=
 echo "bits $tmp/sgd.m3seq.onnx $tmp/sgd.m3.onnx sgd: merging 3 micro-batches, pulls sequential and pipelined" >> "$checks"
 
 # 3. uniform(0.05), rows not trained: in range, the same bits run after
@@ -234,19 +221,7 @@ else
   fail "rs: flotilla-run did not restart trainer 1"
 fi
 
-# 6. refusals
-# refused NAME PATTERN: the job stopped, saying PATTERN
-refused() {
-  if timeout 60 "$RUN" --log_dir "$tmp/$1.log" --mode ps --server_num 1 "$tmp/$1.yaml" \
-      > "$tmp/$1.out" 2>&1; then
-    fail "$1: not refused"
-  elif ! cat "$tmp/$1.out" "$tmp/$1.log"/* 2> /dev/null | grep -q "$2"; then
-    tail -5 "$tmp/$1.out"
-    fail "$1: no message '$2'"
-  else
-    echo "ok: $1 refused ($2)"
-  fi
-}
+# 6. a table past its initializer's rows; refusals
 for init in from_model "uniform(0.1)"; do
   tables="emb.weight: {init: $init}" job oob 12 sgd from_model "" oob
   if run oob 2 1; then
