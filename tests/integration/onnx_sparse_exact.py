@@ -22,7 +22,6 @@ emb.weight (padding id 0) and bag.weight trained on the pservers).
       every step touched: dense Adam also moves a row of zero gradient,
       and SparseAdam adds eps before the bias correction, ~1e-5 apart);
     range EXPORT R WHAT: every row in [-R, R], not all equal;
-    note A B WHAT: whether A and B hold the same bits (no verdict);
   prints "ok: WHAT" or "FAIL: WHAT: what differs" per line."""
 import os
 import sys
@@ -233,13 +232,9 @@ def in_range(export, r):
 
 def checks(d, path):
     """Each line of PATH: a check of the module's docstring; prints ok or
-    FAIL lines (note lines: what they found)."""
+    FAIL lines."""
     for line in open(path):
         w = line.split()
-        if w[0] == "note":
-            bad = same(w[1], w[2])
-            print("note: %s: %s" % (" ".join(w[3:]), bad or "the same bits"))
-            continue
         if w[0] in ("same", "bits"):
             bad, what = same(w[1], w[2], rows_only=w[0] == "same"), " ".join(w[3:])
         elif w[0] == "differ":
