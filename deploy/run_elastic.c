@@ -6,9 +6,12 @@
  * flotilla-run's torchrun mode already runs (--nnodes N --node_rank R
  * --master_addr A).  The agent finds N, R and A on etcd and runs one such
  * flotilla-run (a "round") at a time; when the world changes it stops the
- * round and starts the next one, whose trainers resume from the checkpoint
- * (train.checkpoint_dir, shared by the nodes) and re-shard the rest of the
- * epoch over the new world (see the trainer's elastic resume in loop.c).
+ * round and starts the next one, whose trainers take the newest state from
+ * the rank holding it (each node checkpoints into a train.checkpoint_dir of
+ * its own, FLOTILLA_NODE_CHECKPOINTS; the trainer's share_state broadcasts
+ * it) and re-shard the rest of the epoch over the new world (the trainer's
+ * elastic resume in loop.c).  PServer jobs in async or geo mode run no
+ * rounds: see "ps mode" below.
  *
  * Keys, under /flotilla/<JOB>/:
  *   nodes/<id>  one per live node, under the node's lease (value: its
