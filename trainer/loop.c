@@ -818,8 +818,8 @@ static fl_status keep_global_batch(trainer *t, const fl_trainer_options *o) {
   fl_ckpt_record rec;
   int64_t w0 = 0;
   int root;
-  if (!t->job->elastic.keep_global_batch || o->fresh || t->ps || !t->ckdir[0]) return FL_OK;
-  if (fl_ckpt_dir_load_latest(t->ckdir, &c, NULL) == FL_OK) {
+  if (!t->job->elastic.keep_global_batch || o->fresh || t->ps) return FL_OK;
+  if (t->ckdir[0] && fl_ckpt_dir_load_latest(t->ckdir, &c, NULL) == FL_OK) {
     const char *key = fl_ckpt_find(c, "meta/base_world", &rec) == FL_OK ? "meta/base_world"
                                                                           : "meta/world_size";
     if (fl_ckpt_get_i64(c, key, &w0) != FL_OK) w0 = 0;
@@ -1006,17 +1006,20 @@ static uint64_t state_digest(const trainer *t) {
  * (send_state), so that they go on from identical bits without a shared
  * directory.  No rank holding any: a fresh start for all. */
 static fl_status share_state(trainer *t, int held) {
-  int64_t step1;
+  int64_t newest, mine = held ? t->step : -1;
   int root;
-  FL_TRY(highest(t, held ? (double)t->step + 1 : 0, &step1, &root));
+  FL_TRY(highest(t, held ? (double)t->step + 1 : 0, &newest, &root));
   if (root < 0) return FL_OK;
   if (t->rank == root)
     FL_LOGI("elastic state: this rank holds the newest state (step %" PRId64 "): sending it to "
-            "the %d other rank(s)", t->step, t->world - 1);
+            "the %d other rank(s)", newest - 1, t->world - 1);
   FL_TRY(send_state(t, root));
-  if (t->rank != root)
-    FL_LOGI("elastic state: took rank %d's state: step %" PRId64 " (this rank held %s)", root,
-            t->step, held ? "an older one" : "none");
+  if (t->rank != root && mine < 0)
+    FL_LOGI("elastic state: took rank %d's state: step %" PRId64 " (this rank held none)", root,
+            t->step);
+  else if (t->rank != root)
+    FL_LOGI("elastic state: took rank %d's state: step %" PRId64 " (this rank held step %" PRId64
+            ")", root, t->step, mine);
   FL_LOGI("elastic state: step %" PRId64 ", parameters and optimizer state digest %016" PRIx64,
           t->step, state_digest(t));
   return FL_OK;
