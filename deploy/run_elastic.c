@@ -506,14 +506,17 @@ static fl_status step(agent *a, int *exit_code) {
  * is free: a joining node takes it, and its trainers register with the
  * same ids and go on from the steps the pservers hold for them; the slot
  * is its share of the data.  A node that finished marks its slot "done ..."
- * (never taken again).  Nodes come and go without stopping the others. */
+ * (never taken again); with every slot done, the job is (a->done).  Nodes
+ * come and go without stopping the others. */
 static fl_status claim_slot(agent *a) {
   char k[KEY_MAX], name[32], v[ROUND_MAX];
   int64_t rev;
+  int done = 0;
   for (int s = 0; s < a->o->max_nodes && a->slot < 0; s++) {
     int won = 0;
     snprintf(name, sizeof name, "slots/%d", s);
     FL_TRY(read_key(a, name, v, sizeof v, &rev));
+    done += rev && !strncmp(v, "done ", 5);
     if (rev && (!strncmp(v, "done ", 5) || find_member(&a->live, v) >= 0) && strcmp(v, a->id))
       continue;
     key(a, k, sizeof k, name);
@@ -521,6 +524,7 @@ static fl_status claim_slot(agent *a) {
     else FL_TRY(fl_etcd_cas(a->etcd, k, rev, a->id, &won));
     if (won) a->slot = s;
   }
+  a->done = done == a->o->max_nodes;
   return FL_OK;
 }
 
@@ -589,6 +593,11 @@ static fl_status step_ps(agent *a, int *exit_code) {
   if (read_live(a) != FL_OK || below_min(a, exit_code) || a->child) return FL_OK;
   if (a->live.n < a->o->min_nodes) return FL_OK; /* waiting for MIN nodes */
   if (a->slot < 0 && claim_slot(a) != FL_OK) return FL_OK; /* logged; next poll */
+  if (a->done) {
+    FL_LOGI("elastic ps: every slot's trainers completed; nothing left to join");
+    *exit_code = 0;
+    return FL_OK;
+  }
   if (a->slot < 0) return FL_OK; /* MAX slots taken: a spare until one frees */
   return start_slot(a);
 }
