@@ -3,7 +3,7 @@
 # (127.0.0.1, temporary data dir): one pserver on 127.0.0.1, started apart
 # for 3 trainer slots with FLOTILLA_PS_ELASTIC=1; nodes are flotilla-run
 # --nnodes 1:3 --mode ps --servers on 127.0.0.2..4, one trainer each:
-#   1. nodes 2 and 3 train; node 3 is killed (-9, whole node) mid-epoch:
+#   1. nodes 3 and 2 train; node 3 is killed (-9, whole node) mid-epoch:
 #      the pserver declares its trainer dead and goes on with node 2's;
 #      node 4 joins mid-run, takes a free slot, registers and trains; the
 #      job ends with nodes 2 and 4 done (exit 0) and the pserver complete
@@ -77,9 +77,12 @@ wait_line() {
 }
 
 # ---- 1: a trainer leaves, another joins; the job completes
-node 2
+# (one after the other: the pserver ends the job when every trainer that
+# registered completed, so node 2 must not finish before node 3 came)
 node 3
 wait_line "Epoch 0, batch 40\]" "log.3/round.1/workerlog.*" || fail "node 3 never trained"
+node 2
+wait_line "Epoch 0, batch 10\]" "log.2/round.1/workerlog.*" || fail "node 2 never trained"
 killpg KILL "$(cat pid.3)"
 node 4
 wait_line "declared dead" ps.log || fail "the pserver did not declare node 3's trainer dead"
