@@ -226,7 +226,7 @@ static void usage(FILE *out) {
       "  MASTER_ADDR, MASTER_PORT (FLOTILLA_CLUSTER_ENV=torchrun) instead of the\n"
       "  endpoint list, and tell trainer 0 their address at the rendezvous; ps mode\n"
       "  then needs --servers.\n"
-      "Elastic membership (collective jobs; torchrun's spelling):\n"
+      "Elastic membership (torchrun's spelling):\n"
       "  --nnodes MIN:MAX         between MIN and MAX nodes, joining and leaving\n"
       "  --rdzv_backend etcd      the nodes meet on etcd (its v3 API)\n"
       "  --rdzv_endpoint H:P[,H:P...]  etcd's client URLs\n"
@@ -240,9 +240,14 @@ static void usage(FILE *out) {
       "  Each world (a round) runs this node's share as --nnodes N --node_rank R\n"
       "  --master_addr A --master_port P+r%64 (P: --master_port, default 29500),\n"
       "  logs in DIR/round.<r>/; when a node dies or joins, or a trainer fails, the\n"
-      "  round is stopped and the next one resumes the newest checkpoint of\n"
-      "  train.checkpoint_dir, which every node must share (FLOTILLA_RUN_ID is\n"
+      "  round is stopped and the next one takes the newest state from the rank\n"
+      "  holding it: each node checkpoints into its own train.checkpoint_dir, and\n"
+      "  the new world's ranks broadcast the newest (FLOTILLA_RUN_ID is\n"
       "  elastic-JOB).  --max_restart counts this node's failed rounds (default 3).\n"
+      "  --mode ps (async or geo; sync only with MIN = MAX): no rounds; each node\n"
+      "  takes a trainer slot of MAX and trains until done, with --servers naming\n"
+      "  pservers that run apart (FLOTILLA_PS_ELASTIC=1, FLOTILLA_TRAINERS_NUM=MAX\n"
+      "  x nproc_per_node, FLOTILLA_RUN_ID=elastic-JOB); nodes join and leave.\n"
       "  --node_ip names this node (default: its host name).  Exit status: 0 done,\n"
       "  3 below MIN for --rdzv_timeout, 4 this node's lease was lost, 1 failure.\n"
       "  --help, --version\n"
@@ -1037,9 +1042,9 @@ static int check_elastic(const fl_run_opts *o, const fl_run_elastic_opts *e) {
     FL_LOGE("--rdzv_backend etcd needs --nnodes MIN:MAX, --rdzv_endpoint and --rdzv_id");
     return 2;
   }
-  if (o->ips_given || o->node_rank >= 0 || o->master_addr[0] || o->mode == FL_RUN_PS) {
+  if (o->ips_given || o->node_rank >= 0 || o->master_addr[0]) {
     FL_LOGE("--rdzv_backend etcd chooses the node ranks and the master itself: drop --ips, "
-            "--node_rank, --master_addr (and --mode ps: elastic runs collective jobs)");
+            "--node_rank, --master_addr");
     return 2;
   }
   return 0;
@@ -1256,6 +1261,30 @@ static void supervise(run *r) {
   }
 }
 
+/* An elastic ps job: async or geo (a sync step waits for a fixed set of
+ * trainers), pservers given by --servers and none of them on this node
+ * (they outlive the nodes); c gets the list.  0, or 2 (logged). */
+static int elastic_ps(const run *r, const fl_run_opts *o, const fl_job *job,
+                      fl_run_elastic_child *c) {
+  size_t off = 0;
+  if (!job->strategy.a_sync && r->el.min_nodes != r->el.max_nodes) {
+    FL_LOGE("%s: sync PS trains with a fixed set of trainers: --nnodes %d:%d is refused; give "
+            "--nnodes N:N, or strategy.a_sync: true (async, or geo with a_sync_configs.k_steps) "
+            "for trainers that join and leave", r->job_path, r->el.min_nodes, r->el.max_nodes);
+    return 2;
+  }
+  if (!o->n_servers || o->server_num) {
+    FL_LOGE("%s: elastic ps mode needs --servers (the pservers run apart from the elastic nodes, "
+            "started with FLOTILLA_PS_ELASTIC=1 and FLOTILLA_TRAINERS_NUM=%d), not --server_num",
+            r->job_path, r->el.max_nodes * (o->nproc_per_node ? o->nproc_per_node : 1));
+    return 2;
+  }
+  for (int i = 0; i < o->n_servers && off < sizeof c->servers; i++)
+    off += (size_t)snprintf(c->servers + off, sizeof c->servers - off, "%s%s", i ? "," : "",
+                            o->servers[i]);
+  return 0;
+}
+
 /* Hand the job to the elastic agent (run_elastic.c); its exit status. */
 static int run_elastic(run *r, const fl_run_opts *o, const fl_job *job) {
   static fl_run_elastic_child c;
@@ -1266,18 +1295,20 @@ static int run_elastic(run *r, const fl_run_opts *o, const fl_job *job) {
     return 1;
   }
   self[n] = '\0';
-  if (o->mode == FL_RUN_PS || job->cluster.mode == FL_MODE_PS) {
-    FL_LOGE("%s: elastic membership runs collective jobs; this one is ps mode", r->job_path);
-    return 2;
-  }
+  c.ps = o->mode == FL_RUN_PS || job->cluster.mode == FL_MODE_PS;
+  if (c.ps && elastic_ps(r, o, job, &c) != 0) return 2;
   const char *dir = getenv("FLOTILLA_CHECKPOINT_DIR");
-  if (!job->train.checkpoint_dir[0] && !(dir && *dir))
-    FL_LOGW("%s: no train.checkpoint_dir (nor FLOTILLA_CHECKPOINT_DIR): every new world "
-            "starts the job over; give one directory every node shares", r->job_path);
+  if (!c.ps && !job->train.checkpoint_dir[0] && !(dir && *dir))
+    FL_LOGW("%s: no train.checkpoint_dir (nor FLOTILLA_CHECKPOINT_DIR): a node whose "
+            "trainers restart has nothing to resume from; give each node a directory of its own",
+            r->job_path);
   /* one run for every round and node: checkpoints of earlier rounds are this run's */
   char run_id[160];
   snprintf(run_id, sizeof run_id, "elastic-%s", r->el.id);
   if (!getenv("FLOTILLA_RUN_ID")) setenv("FLOTILLA_RUN_ID", run_id, 1);
+  /* each node writes its own checkpoints; a new world takes the newest state
+   * from the rank holding it (the trainer's share_state) */
+  if (!c.ps) setenv("FLOTILLA_NODE_CHECKPOINTS", "1", 1);
   c.self = self;
   c.job_path = r->job_path;
   c.extra = r->extra;

@@ -6,9 +6,12 @@
  * flotilla-run's torchrun mode already runs (--nnodes N --node_rank R
  * --master_addr A).  The agent finds N, R and A on etcd and runs one such
  * flotilla-run (a "round") at a time; when the world changes it stops the
- * round and starts the next one, whose trainers resume from the checkpoint
- * (train.checkpoint_dir, shared by the nodes) and re-shard the rest of the
- * epoch over the new world (see the trainer's elastic resume in loop.c).
+ * round and starts the next one, whose trainers take the newest state from
+ * the rank holding it (each node checkpoints into a train.checkpoint_dir of
+ * its own, FLOTILLA_NODE_CHECKPOINTS; the trainer's share_state broadcasts
+ * it) and re-shard the rest of the epoch over the new world (the trainer's
+ * elastic resume in loop.c).  PServer jobs in async or geo mode run no
+ * rounds: see "ps mode" below.
  *
  * Keys, under /flotilla/<JOB>/:
  *   nodes/<id>  one per live node, under the node's lease (value: its
@@ -147,6 +150,7 @@ typedef struct agent {
   int64_t child_r;    /* its round */
   int stopping;       /* we asked it to stop */
   int failures;       /* rounds of this node whose trainers failed */
+  int slot;           /* ps mode: this node's trainer slot, -1 = none yet */
 } agent;
 
 static double now_s(void) {
@@ -321,9 +325,8 @@ static int round_argv(const agent *a, const world *w, int rank, char **argv, cha
   return n;
 }
 
-static fl_status start_round(agent *a, int rank) {
-  char *argv[64], buf[8192];
-  round_argv(a, &a->round, rank, argv, buf, sizeof buf);
+/* Start argv as this node's flotilla-run of a->round. */
+static fl_status spawn(agent *a, char **argv) {
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return FL_ERR(FL_EIO, "elastic: cannot fork round %lld: %s",
@@ -338,6 +341,13 @@ static fl_status start_round(agent *a, int rank) {
   a->child = pid;
   a->child_r = a->round.r;
   a->stopping = 0;
+  return FL_OK;
+}
+
+static fl_status start_round(agent *a, int rank) {
+  char *argv[64], buf[8192];
+  round_argv(a, &a->round, rank, argv, buf, sizeof buf);
+  FL_TRY(spawn(a, argv));
   FL_LOGI("elastic: round %lld: node rank %d of %d, master %s:%d; logs in %s/round.%lld",
           (long long)a->round.r, rank, a->round.n, a->round.m[0].addr, a->round.port,
           a->c->log_dir, (long long)a->round.r);
@@ -406,11 +416,20 @@ static fl_status round_ended(agent *a, int status) {
 
 /* ------------------------------------------------------------ the loop */
 
-/* Join: a lease, the node key under it, the keeper. */
+#define JOIN_TRIES 10
+
+/* Join: a lease, the node key under it, the keeper.  The first call is
+ * tried JOIN_TRIES times, a second apart (etcd busy or electing a leader:
+ * each failure is logged). */
 static fl_status join(agent *a) {
   char k[KEY_MAX];
+  fl_status st = FL_EIO;
   FL_TRY(fl_etcd_connect(a->o->endpoint, 5, &a->etcd));
-  FL_TRY(fl_etcd_lease_grant(a->etcd, (int64_t)a->o->lease_s, &a->lease));
+  for (int i = 0; i < JOIN_TRIES && st != FL_OK && !g_signal; i++) {
+    if (i) sleep(1);
+    st = fl_etcd_lease_grant(a->etcd, (int64_t)a->o->lease_s, &a->lease);
+  }
+  FL_TRY(st);
   snprintf(k, sizeof k, "%snodes/%s", a->prefix, a->id);
   FL_TRY(fl_etcd_put(a->etcd, k, a->c->node_addr, a->lease));
   FL_TRY(fl_etcd_keeper_start(a->o->endpoint, a->lease, (int64_t)a->o->lease_s,
@@ -428,6 +447,18 @@ static fl_status join(agent *a) {
     }
   }
   return FL_OK;
+}
+
+/* Fewer than MIN nodes live for --rdzv_timeout: 1 and *exit_code set. */
+static int below_min(agent *a, int *exit_code) {
+  double t = now_s();
+  if (a->live.n >= a->o->min_nodes) a->below_since = 0;
+  else if (!a->below_since) a->below_since = t;
+  if (!a->below_since || t - a->below_since < a->o->timeout_s) return 0;
+  FL_LOGE("elastic: fewer than %d nodes in job %s for %.0f s (--rdzv_timeout): stopping; the "
+          "newest checkpoint stays for a later run", a->o->min_nodes, a->o->id, a->o->timeout_s);
+  *exit_code = FL_RUN_EXIT_BELOW_MIN;
+  return 1;
 }
 
 /* One poll; *exit_code >= 0 when the agent is to end with it. */
@@ -452,15 +483,7 @@ static fl_status step(agent *a, int *exit_code) {
     *exit_code = 1;
     return FL_OK;
   }
-  double t = now_s();
-  if (a->live.n >= a->o->min_nodes) a->below_since = 0;
-  else if (!a->below_since) a->below_since = t;
-  if (a->below_since && t - a->below_since >= a->o->timeout_s) {
-    FL_LOGE("elastic: fewer than %d nodes in job %s for %.0f s (--rdzv_timeout): stopping; the "
-            "newest checkpoint stays for a later run", a->o->min_nodes, a->o->id, a->o->timeout_s);
-    *exit_code = FL_RUN_EXIT_BELOW_MIN;
-    return FL_OK;
-  }
+  if (below_min(a, exit_code)) return FL_OK;
   if (should_propose(a) && propose(a) != FL_OK) return FL_OK; /* logged; next poll */
   if (a->round.r > a->child_r || (a->child && a->round.r == a->child_r && round_stale(a) &&
                                   a->failed_r == a->round.r)) {
@@ -470,6 +493,113 @@ static fl_status step(agent *a, int *exit_code) {
     else if (rank < 0) a->child_r = a->round.r; /* a spare: wait for the next round */
   }
   return FL_OK;
+}
+
+/* ------------------------------------------------------------ ps mode */
+
+/* PServer jobs in async or geo mode need no rounds: the pservers run apart
+ * (--servers, started with FLOTILLA_PS_ELASTIC=1 for MAX x nproc_per_node
+ * trainers) and keep the model; each node takes a trainer slot s in
+ * [0, MAX) - key slots/<s> = its id, by compare-and-swap - and runs the
+ * trainers s x nproc .. of MAX x nproc (flotilla-run --mode ps --nnodes MAX
+ * --node_rank s) until they complete.  A slot whose node is no longer live
+ * is free: a joining node takes it, and its trainers register with the
+ * same ids and go on from the steps the pservers hold for them; the slot
+ * is its share of the data.  A node that finished marks its slot "done ..."
+ * (never taken again); with every slot done, the job is (a->done).  Nodes
+ * come and go without stopping the others. */
+static fl_status claim_slot(agent *a) {
+  char k[KEY_MAX], name[32], v[ROUND_MAX];
+  int64_t rev;
+  int done = 0;
+  for (int s = 0; s < a->o->max_nodes && a->slot < 0; s++) {
+    int won = 0;
+    snprintf(name, sizeof name, "slots/%d", s);
+    FL_TRY(read_key(a, name, v, sizeof v, &rev));
+    done += rev && !strncmp(v, "done ", 5);
+    if (rev && (!strncmp(v, "done ", 5) || find_member(&a->live, v) >= 0) && strcmp(v, a->id))
+      continue;
+    key(a, k, sizeof k, name);
+    if (!strcmp(v, a->id)) won = 1;
+    else FL_TRY(fl_etcd_cas(a->etcd, k, rev, a->id, &won));
+    if (won) a->slot = s;
+  }
+  a->done = done == a->o->max_nodes;
+  return FL_OK;
+}
+
+/* This node's flotilla-run for its slot (a->round.r counts its starts). */
+static fl_status start_slot(agent *a) {
+  const fl_run_elastic_child *c = a->c;
+  char *argv[64], buf[8192], arg[sizeof c->servers + 16];
+  a->round.r++;
+  a->round.port = c->master_port;
+  a->round.n = a->o->max_nodes;
+  for (int i = 0; i < a->round.n; i++)
+    snprintf(a->round.m[i].addr, FL_RUN_EP_MAX, "%s", c->node_addr);
+  /* --nnodes MAX --node_rank slot --master_addr M: torchrun mode wants node
+   * 0's address, which nobody contacts in ps mode; slot 0 gives its own, the
+   * others a stand-in that is not theirs */
+  if (a->slot)
+    snprintf(a->round.m[0].addr, FL_RUN_EP_MAX, "%s",
+             strcmp(c->node_addr, "127.0.0.1") ? "127.0.0.1" : "localhost");
+  int n = round_argv(a, &a->round, a->slot, argv, buf, sizeof buf);
+  memmove(argv + 3, argv + 1, (size_t)n * sizeof *argv); /* the NULL too */
+  argv[1] = "--mode=ps";
+  snprintf(arg, sizeof arg, "--servers=%s", c->servers);
+  argv[2] = arg;
+  FL_TRY(spawn(a, argv));
+  FL_LOGI("elastic ps: slot %d of %d (trainer ids from %d); logs in %s/round.%lld", a->slot,
+          a->round.n, a->slot * (c->nproc_per_node ? c->nproc_per_node : 1), c->log_dir,
+          (long long)a->round.r);
+  return FL_OK;
+}
+
+/* The slot's flotilla-run ended: done (the slot is marked so), a stop we
+ * asked for, or a failure (started again, up to --max_restart). */
+static fl_status slot_ended(agent *a, int status, int *exit_code) {
+  char k[KEY_MAX], v[ID_MAX + 8];
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    snprintf(k, sizeof k, "%sslots/%d", a->prefix, a->slot);
+    snprintf(v, sizeof v, "done %s", a->id);
+    *exit_code = 0;
+    return fl_etcd_put(a->etcd, k, v, 0);
+  }
+  if (a->stopping) return FL_OK;
+  a->failures++;
+  FL_LOGW("elastic ps: the trainers of slot %d ended with %s %d (failure %d, --max_restart %d)",
+          a->slot, WIFEXITED(status) ? "status" : "signal",
+          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), a->failures,
+          a->c->max_restart);
+  return FL_OK;
+}
+
+/* One poll of ps mode; *exit_code >= 0 when the agent is to end with it. */
+static fl_status step_ps(agent *a, int *exit_code) {
+  int status;
+  if (reap(a, &status) && slot_ended(a, status, exit_code) != FL_OK)
+    FL_LOGW("elastic ps: slot %d's end is not on etcd; going on", a->slot);
+  if (*exit_code >= 0) return FL_OK;
+  if (!fl_etcd_keeper_alive(a->keeper)) {
+    *exit_code = FL_RUN_EXIT_LEASE_LOST;
+    return FL_OK;
+  }
+  if (a->failures > a->c->max_restart) {
+    FL_LOGE("elastic ps: this node's trainers failed %d times (--max_restart %d): leaving the job",
+            a->failures, a->c->max_restart);
+    *exit_code = 1;
+    return FL_OK;
+  }
+  if (read_live(a) != FL_OK || below_min(a, exit_code) || a->child) return FL_OK;
+  if (a->live.n < a->o->min_nodes) return FL_OK; /* waiting for MIN nodes */
+  if (a->slot < 0 && claim_slot(a) != FL_OK) return FL_OK; /* logged; next poll */
+  if (a->done) {
+    FL_LOGI("elastic ps: every slot's trainers completed; nothing left to join");
+    *exit_code = 0;
+    return FL_OK;
+  }
+  if (a->slot < 0) return FL_OK; /* MAX slots taken: a spare until one frees */
+  return start_slot(a);
 }
 
 static void leave(agent *a) {
@@ -489,6 +619,7 @@ int fl_run_elastic(const fl_run_elastic_opts *o, const fl_run_elastic_child *c) 
   snprintf(a.prefix, sizeof a.prefix, "/flotilla/%s/", o->id);
   snprintf(a.id, sizeof a.id, "%s-%ld", c->node_addr, (long)getpid());
   a.last_change = a.below_since = now_s();
+  a.slot = -1;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -497,7 +628,7 @@ int fl_run_elastic(const fl_run_elastic_opts *o, const fl_run_elastic_child *c) 
   sigaction(SIGHUP, &sa, NULL);
   fl_status st = join(&a);
   while (st == FL_OK && exit_code < 0 && !g_signal) {
-    st = step(&a, &exit_code);
+    st = c->ps ? step_ps(&a, &exit_code) : step(&a, &exit_code);
     usleep((useconds_t)(o->poll_s * 1e6));
   }
   if (exit_code < 0) exit_code = st != FL_OK ? 1 : 128 + g_signal;

@@ -296,6 +296,8 @@ typedef struct fl_run_elastic_child {
   char gpus[256];                   /* --gpus as given, "" = none */
   const char *start_flag;           /* --resume / --fresh for the first round */
   int max_restart;                  /* rounds this node may see fail */
+  int ps;                           /* ps mode (async or geo): trainer slots, no rounds */
+  char servers[2048];               /* ps mode: --servers as given */
 } fl_run_elastic_child;
 
 /* Defaults: timeout 600 s, lease 10 s, settle 3 s, poll 0.25 s, stop 30 s. */

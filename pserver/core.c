@@ -103,6 +103,11 @@ fl_status fl_ps_core_create(const fl_ps_core_opts *o, fl_ps_core **out) {
   if (!c->o.max_dense_elements) c->o.max_dense_elements = FL_PS_DEFAULT_MAX_DENSE;
   c->ops = fl_ps_mode_ops_of(fl_ps_mode_of(&c->o.job));
   c->nt = o->num_trainers;
+  if (o->elastic && c->ops->mode == FL_PS_SYNC) {
+    free(c);
+    return FL_ERR(FL_EINVAL, "pserver: elastic trainers (FLOTILLA_PS_ELASTIC) need async or geo "
+                  "mode (strategy.a_sync); sync PS trains with a fixed set of trainers");
+  }
   if ((st = fl_job_pserver_hparams(&c->o.job, &c->dense_hp, &c->sparse_hp, c->exclude)) != FL_OK) {
     free(c);
     return st;
@@ -128,7 +133,8 @@ fl_status fl_ps_core_create(const fl_ps_core_opts *o, fl_ps_core **out) {
   pthread_mutex_init(&c->cb_mu, NULL);
   c->on_progress = o->on_progress;
   c->progress_ctx = o->progress_ctx;
-  for (int t = 0; t < c->nt; t++) psc_set_counted(c, t, 1);
+  /* elastic: a trainer counts from its registration on */
+  for (int t = 0; t < c->nt && !o->elastic; t++) psc_set_counted(c, t, 1);
   atomic_init(&c->gate, -1);
   *out = c;
   return FL_OK;

@@ -155,7 +155,8 @@ static int register_trainer(fl_ps_core *c, int t, uint64_t incarnation) {
       }
     }
     FL_LOGI("trainer %d registered%s", t,
-            was == T_DEAD ? " again after being declared dead"
+            c->o.elastic && was != T_LIVE ? " (elastic: it joins the running job)"
+            : was == T_DEAD ? " again after being declared dead"
             : was == T_LIVE ? " again (new process)"
             : was == T_DONE ? " again after completing" : "");
     c->tr[t].state = T_LIVE;
@@ -342,7 +343,8 @@ int fl_ps_core_finished(fl_ps_core *c) {
   }
   pthread_mutex_unlock(&c->mu);
   if (done == 0 || open > 0) return 0;
-  return never ? -1 : 1;
+  /* elastic: a slot no trainer took is spare room, not a missing trainer */
+  return never && !c->o.elastic ? -1 : 1;
 }
 
 size_t fl_ps_core_unregistered(fl_ps_core *c, char *out, size_t cap) {

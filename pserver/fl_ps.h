@@ -264,6 +264,11 @@ typedef struct fl_ps_core_opts {
   int n_servers;
   int num_trainers;
   double heartbeat_timeout_s; /* <= 0: never declare a trainer dead */
+  /* Elastic trainers (async and geo only; FLOTILLA_PS_ELASTIC=1): the
+   * num_trainers ids are slots that trainers take and leave while the job
+   * runs; nothing waits for a slot no trainer registered in, and the job is
+   * complete when every trainer that registered completed or died. */
+  int elastic;
   size_t max_sparse_keys;     /* most keys in one sparse call (0 = 1<<20) */
   /* Most dense floats this server holds (0 = FL_PS_DEFAULT_MAX_DENSE): a
    * Register (or checkpoint) whose layout puts more here, or more than the

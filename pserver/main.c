@@ -621,6 +621,7 @@ static fl_status make_core(app *a, const cli_opts *cli, const fl_run_identity *i
   co.n_servers = a->cl.n_pservers;
   co.num_trainers = a->cl.trainers_num;
   co.heartbeat_timeout_s = a->job.cluster.heartbeat_timeout_s;
+  co.elastic = getenv("FLOTILLA_PS_ELASTIC") && !strcmp(getenv("FLOTILLA_PS_ELASTIC"), "1");
   co.max_dense_elements = cli->max_dense;
   snprintf(co.run_id, sizeof co.run_id, "%s", id->run_id);
   co.job_hash = id->job_hash;

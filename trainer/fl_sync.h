@@ -55,6 +55,9 @@ typedef struct fl_sync_ops {
    * rank 0 is writing (collective: the allreduce tuning); a failed put is
    * reported by the writer's commit. */
   void (*ckpt_save)(void *self, fl_ckpt_writer *w);
+  /* Optional (NULL: none): bytes of buf from rank root to every rank (an
+   * elastic resume hands the newest state over with it). */
+  fl_status (*broadcast)(void *self, void *buf, size_t bytes, int root);
 } fl_sync_ops;
 
 /* A mode instance: ops plus its private state. */

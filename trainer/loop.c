@@ -94,6 +94,8 @@ typedef struct trainer {
   int64_t last_saved;
   char ckdir[FL_JOB_PATH_MAX];
   const fl_run_identity *id;
+  int node_ckpt; /* FLOTILLA_NODE_CHECKPOINTS: this rank writes its node's
+                  * own checkpoint_dir (local rank 0 of an elastic round) */
   int ps; /* ps mode: the servers hold the parameters and the step */
   int binary; /* bce_with_logits on the host: evaluations give auc and log loss */
 
@@ -669,7 +671,7 @@ static void put_state(trainer *t, fl_ckpt_writer *w) {
 
 static fl_status save_checkpoint(trainer *t) {
   fl_ckpt_writer *w;
-  if (t->rank != 0 || !t->ckdir[0] || t->last_saved == t->step) return FL_OK;
+  if ((t->rank != 0 && !t->node_ckpt) || !t->ckdir[0] || t->last_saved == t->step) return FL_OK;
   FL_TRY(fl_ckpt_dir_begin(t->ckdir, t->step, &w));
   put_state(t, w);
   FL_TRY(fl_ckpt_writer_commit(w)); /* reports the first failed put, if any */
@@ -783,44 +785,70 @@ static fl_status load_position(trainer *t, const fl_ckpt *c, const char *path) {
   return FL_OK;
 }
 
+/* Every rank gives mine (>= 0); *max gets the highest of them and *root the
+ * lowest rank that gave it (-1 when every one gave 0). */
+static fl_status highest(trainer *t, double mine, int64_t *max, int *root) {
+  double *v = calloc((size_t)t->world, sizeof *v), best = 0;
+  if (!v) return FL_ERR(FL_ENOMEM, "rank %d: no memory for %d ranks' values", t->rank, t->world);
+  v[t->rank] = mine;
+  fl_status st = t->ops->reduce_metrics(t->self, v, (size_t)t->world);
+  *root = -1;
+  for (int r = 0; st == FL_OK && r < t->world; r++)
+    if (v[r] > best) best = v[r], *root = r;
+  free(v);
+  *max = (int64_t)best;
+  return st;
+}
+
+/* FLOTILLA_NODE_CHECKPOINTS=1 (set by flotilla-run's elastic agent): every
+ * node keeps its own checkpoint_dir, written by its local rank 0 (the
+ * survivors' memory of the state when the agent restarts their trainers;
+ * share_state hands it to the nodes without one). */
+static int node_checkpoints(void) {
+  const char *v = getenv("FLOTILLA_NODE_CHECKPOINTS"), *lr = getenv("FLOTILLA_LOCAL_RANK");
+  return v && !strcmp(v, "1") && (!lr || !lr[0] || !strcmp(lr, "0"));
+}
+
 /* elastic.keep_global_batch: in a world other than the run's first (the
  * newest checkpoint's meta/base_world), gradient merge k becomes
  * k0 x first world / world, so that the global batch stays; when that does
  * not divide, k stays and the LR scales with the global batch. */
-static void keep_global_batch(trainer *t, const fl_trainer_options *o) {
+static fl_status keep_global_batch(trainer *t, const fl_trainer_options *o) {
   fl_ckpt *c;
   fl_ckpt_record rec;
   int64_t w0 = 0;
-  if (!t->job->elastic.keep_global_batch || o->fresh || t->ps || !t->ckdir[0]) return;
-  if (fl_ckpt_dir_load_latest(t->ckdir, &c, NULL) != FL_OK) return;
-  const char *key = fl_ckpt_find(c, "meta/base_world", &rec) == FL_OK ? "meta/base_world"
-                                                                        : "meta/world_size";
-  if (fl_ckpt_get_i64(c, key, &w0) != FL_OK) w0 = 0;
-  fl_ckpt_free(c);
-  if (w0 < 1 || w0 == t->world) return;
+  int root;
+  if (!t->job->elastic.keep_global_batch || o->fresh || t->ps) return FL_OK;
+  if (t->ckdir[0] && fl_ckpt_dir_load_latest(t->ckdir, &c, NULL) == FL_OK) {
+    const char *key = fl_ckpt_find(c, "meta/base_world", &rec) == FL_OK ? "meta/base_world"
+                                                                          : "meta/world_size";
+    if (fl_ckpt_get_i64(c, key, &w0) != FL_OK) w0 = 0;
+    fl_ckpt_free(c);
+  }
+  /* a node without a checkpoint of its own takes the others' first world */
+  if (t->world > 1) FL_TRY(highest(t, (double)(w0 > 0 ? w0 : 0), &w0, &root));
+  if (w0 < 1 || w0 == t->world) return FL_OK;
   if ((int64_t)t->k0 * w0 % t->world) {
     FL_LOGW("elastic.keep_global_batch: k %d x first world %" PRId64 " is no multiple of this "
             "world %d: k stays, the learning rate scales with the global batch", t->k0, w0,
             t->world);
-    return;
+    return FL_OK;
   }
   t->k = (int)((int64_t)t->k0 * w0 / t->world);
   if (t->k0 == 1) t->avg = 1; /* the merged gradient stands for one batch of k x B */
   FL_LOGI("elastic.keep_global_batch: a world of %d after %" PRId64 ": gradient merge k %d "
           "(the job's %d), global batch %" PRId64 " x %zu", t->world, w0, t->k, t->k0,
           (int64_t)t->world * t->k, t->job->train.batch_size);
+  return FL_OK;
 }
 
-/* Restore everything save_checkpoint wrote from the newest checkpoint, when
- * the directory's checkpoints are this run's or `start` says to take them
- * (fl_ckpt_dir_claim). */
-static fl_status load_checkpoint(trainer *t, fl_ckpt_start start) {
-  fl_ckpt *c = NULL;
-  int64_t step = 0, v;
-  char path[FL_JOB_PATH_MAX + 64], name[FL_MODEL_NAME_MAX + 16];
-  fl_ckpt_record rec;
-  fl_status st;
-
+/* The newest checkpoint of the directory into *c (NULL: none to take),
+ * when the directory's checkpoints are this run's or `start` says to take
+ * them (fl_ckpt_dir_claim); its path into path. */
+static fl_status find_checkpoint(trainer *t, fl_ckpt_start start, fl_ckpt **c, char *path,
+                                 size_t cap) {
+  int64_t step = 0;
+  *c = NULL;
   if (!t->ckdir[0]) {
     if (start != FL_CKPT_START_RESUME) return FL_OK;
     /* ps mode: the servers hold the parameters and the step */
@@ -828,19 +856,27 @@ static fl_status load_checkpoint(trainer *t, fl_ckpt_start start) {
     return FL_ERR(FL_EINVAL, "--resume needs train.checkpoint_dir (or FLOTILLA_CHECKPOINT_DIR)");
   }
   if (t->id) {
-    FL_TRY(fl_ckpt_dir_claim(t->ckdir, t->id, start, t->rank == 0, &c, &step));
-    if (!c) return FL_OK;
+    FL_TRY(fl_ckpt_dir_claim(t->ckdir, t->id, start, t->rank == 0 || t->node_ckpt, c, &step));
   } else {
     if (start != FL_CKPT_START_RESUME) return FL_OK;
-    st = fl_ckpt_dir_load_latest(t->ckdir, &c, &step);
+    fl_status st = fl_ckpt_dir_load_latest(t->ckdir, c, &step);
     if (st == FL_ENOTFOUND) {
       FL_LOGW("--resume: no checkpoint in %s, starting from scratch", t->ckdir);
       return FL_OK;
     }
     FL_TRY(st);
   }
-  fl_ckpt_dir_path(t->ckdir, step, path, sizeof path);
-  st = fl_ckpt_find(c, "meta/format", &rec);
+  if (*c) fl_ckpt_dir_path(t->ckdir, step, path, cap);
+  return FL_OK;
+}
+
+/* Restore everything put_state wrote from checkpoint c (named path in
+ * messages); c stays the caller's. */
+static fl_status apply_checkpoint(trainer *t, const fl_ckpt *c, const char *path) {
+  int64_t v;
+  char name[FL_MODEL_NAME_MAX + 16];
+  fl_ckpt_record rec;
+  fl_status st = fl_ckpt_find(c, "meta/format", &rec);
   if (st != FL_OK || rec.nbytes != strlen(CKPT_FORMAT) || memcmp(rec.data, CKPT_FORMAT, rec.nbytes)) {
     st = FL_ERR(FL_EPROTO, "%s: not a flotilla-trainer checkpoint", path);
     goto done;
@@ -889,8 +925,104 @@ static fl_status load_checkpoint(trainer *t, fl_ckpt_start start) {
   FL_LOGI("resumed from %s: step %" PRId64 ", epoch %" PRId64 ", batch %" PRId64, path, t->step,
           t->epoch, t->batch);
 done:
-  fl_ckpt_free(c);
   return st;
+}
+
+/* Restore the newest checkpoint of the directory, if any (find_checkpoint);
+ * *held: 1 when one was restored. */
+static fl_status load_checkpoint(trainer *t, fl_ckpt_start start, int *held) {
+  fl_ckpt *c;
+  char path[FL_JOB_PATH_MAX + 64];
+  *held = 0;
+  FL_TRY(find_checkpoint(t, start, &c, path, sizeof path));
+  if (!c) return FL_OK;
+  fl_status st = apply_checkpoint(t, c, path);
+  fl_ckpt_free(c);
+  *held = st == FL_OK;
+  return st;
+}
+
+/* ------------------------------------------------------------ elastic state */
+
+/* Rank root's state to every rank: root serializes everything put_state
+ * writes (the checkpoint writer, into memory: the same format as on disk),
+ * broadcasts its length and bytes, and the others restore it as they would
+ * the file. */
+static fl_status send_state(trainer *t, int root) {
+  void *buf = NULL;
+  size_t len = 0;
+  char name[64];
+  if (t->rank == root) {
+    fl_ckpt_writer *w;
+    FL_TRY(fl_ckpt_writer_open_mem(&w));
+    put_state(t, w);
+    FL_TRY(fl_ckpt_writer_commit_mem(w, &buf, &len));
+  }
+  uint64_t n = len;
+  fl_status st = t->ops->broadcast(t->self, &n, sizeof n, root);
+  if (st == FL_OK && t->rank != root && !(buf = malloc(n ? n : 1)))
+    st = FL_ERR(FL_ENOMEM, "rank %d: no memory for rank %d's state (%" PRIu64 " bytes)", t->rank,
+                root, n);
+  if (st == FL_OK) st = t->ops->broadcast(t->self, buf, (size_t)n, root);
+  if (st == FL_OK && t->rank != root) {
+    fl_ckpt *c;
+    snprintf(name, sizeof name, "rank %d's state (%" PRIu64 " bytes over the collective)", root, n);
+    st = fl_ckpt_load_mem(buf, (size_t)n, name, &c);
+    if (st == FL_OK) st = apply_checkpoint(t, c, name);
+    fl_ckpt_free(c);
+  }
+  free(buf);
+  return st;
+}
+
+/* FNV-1a 64 over n bytes, from h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * UINT64_C(0x100000001b3);
+  return h;
+}
+
+/* A digest of the parameters and the optimizer state, logged after a
+ * state transfer: equal on every rank when they hold the same bits. */
+static uint64_t state_digest(const trainer *t) {
+  uint64_t h = UINT64_C(0xcbf29ce484222325);
+  for (size_t i = 0; i < t->np; i++) {
+    fl_param *p = fl_model_param(t->model, i);
+    h = fnv(h, p->value, p->n * sizeof(float));
+  }
+  for (size_t j = 0; j < t->nt; j++) {
+    size_t n = fl_model_param(t->model, t->tparam[j])->n * sizeof(float);
+    if (t->tens[j].state1) h = fnv(h, t->tens[j].state1, n);
+    if (t->tens[j].state2) h = fnv(h, t->tens[j].state2, n);
+  }
+  return h;
+}
+
+/* The ranks of a new world start from the newest state any of them holds
+ * (collective mode, world > 1).  Each rank restored the newest checkpoint
+ * of its own checkpoint_dir that is this run's (fl_ckpt_dir_claim), or none
+ * (a joining node's empty directory); they tell each other its step (held
+ * 0: none), and the lowest rank of the highest step hands its state to all
+ * (send_state), so that they go on from identical bits without a shared
+ * directory.  No rank holding any: a fresh start for all. */
+static fl_status share_state(trainer *t, int held) {
+  int64_t newest, mine = held ? t->step : -1;
+  int root;
+  FL_TRY(highest(t, held ? (double)t->step + 1 : 0, &newest, &root));
+  if (root < 0) return FL_OK;
+  if (t->rank == root)
+    FL_LOGI("elastic state: this rank holds the newest state (step %" PRId64 "): sending it to "
+            "the %d other rank(s)", newest - 1, t->world - 1);
+  FL_TRY(send_state(t, root));
+  if (t->rank != root && mine < 0)
+    FL_LOGI("elastic state: took rank %d's state: step %" PRId64 " (this rank held none)", root,
+            t->step);
+  else if (t->rank != root)
+    FL_LOGI("elastic state: took rank %d's state: step %" PRId64 " (this rank held step %" PRId64
+            ")", root, t->step, mine);
+  FL_LOGI("elastic state: step %" PRId64 ", parameters and optimizer state digest %016" PRIx64,
+          t->step, state_digest(t));
+  return FL_OK;
 }
 
 /* ------------------------------------------------------------------ steps */
@@ -1575,13 +1707,14 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   t.last_saved = -1;
   t.base_world = t.world;
   t.id = o->identity;
+  t.node_ckpt = node_checkpoints();
   t.ps = fl_sync_ps_client(sync) != NULL;
   t.sync = sync;
   t.snap.step = -1;
   snprintf(t.ckdir, sizeof t.ckdir, "%s",
            o->checkpoint_dir && o->checkpoint_dir[0] ? o->checkpoint_dir : job->train.checkpoint_dir);
   set_threads(job->train.num_threads);
-  keep_global_batch(&t, o);
+  if ((st = keep_global_batch(&t, o)) != FL_OK) goto done;
 
   if ((st = fl_job_optim_hparams(job, &t.hp, t.exclude)) != FL_OK) goto done;
   t.scaler = fl_job_loss_scaler(job);
@@ -1621,11 +1754,13 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
                         : o->resume ? FL_CKPT_START_RESUME
                                     : FL_CKPT_START_AUTO;
   start_validation(&t);
-  if ((st = load_checkpoint(&t, start)) != FL_OK) goto done;
-  /* the ranks start together, from the same checkpoint (ps mode restarts
-   * one trainer alone) */
-  if (t.world > 1 && !t.ps && t.ckdir[0] && start != FL_CKPT_START_FRESH &&
-      (st = check_same_position(&t)) != FL_OK)
+  int held;
+  if ((st = load_checkpoint(&t, start, &held)) != FL_OK) goto done;
+  /* the ranks start together, from the same state (ps mode restarts one
+   * trainer alone) */
+  if (t.world > 1 && !t.ps && start != FL_CKPT_START_FRESH &&
+      (st = t.ops->broadcast ? share_state(&t, held)
+                             : t.ckdir[0] ? check_same_position(&t) : FL_OK) != FL_OK)
     goto done;
   if ((st = t.ops->init_params(t.self, t.model)) != FL_OK) goto done;
   if (t.ps && fl_sync_ps_join_step(sync) > 0 && (st = catch_up(&t, fl_sync_ps_step(sync))) != FL_OK)

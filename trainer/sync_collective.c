@@ -398,6 +398,10 @@ static void restored_tuning(const fl_job *job, const fl_cluster *cl, uint8_t *bl
   fl_ckpt_free(c);
 }
 
+static fl_status coll_broadcast(void *self, void *buf, size_t bytes, int root) {
+  return fl_coll_broadcast(((sync_coll *)self)->comm, buf, bytes, root);
+}
+
 static fl_status coll_finish(void *self) {
   ((sync_coll *)self)->finished = 1;
   return FL_OK;
@@ -430,6 +434,7 @@ static const fl_sync_ops coll_ops = {
     .finish = coll_finish,
     .destroy = coll_destroy,
     .ckpt_save = coll_ckpt_save,
+    .broadcast = coll_broadcast,
 };
 
 static int env_flag(const char *name, int dflt) {

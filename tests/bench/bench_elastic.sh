@@ -2,7 +2,8 @@
 # Elastic recovery time on etcd: 3 nodes (flotilla-run --nnodes 2:3 on
 # 127.0.0.1..3, a throw-away etcd on 127.0.0.1, trainers over TCP) train a
 # Fashion-MNIST MLP; node 3 is killed (-9, its whole process group) in
-# mid-epoch.  Prints
+# mid-epoch.  Each node checkpoints into a directory of its own; the new
+# world's rank 0 broadcasts the newest state.  Prints
 #   elastic_detect_s:    kill -> the survivors' round failed (their trainers'
 #                        collective broke)
 #   elastic_recovery_s:  kill -> the new world's first training line
@@ -38,10 +39,10 @@ train: {epochs: 1, batch_size: 32, seed: 1, log_interval: 10, num_threads: 1,
         checkpoint_interval: 10, checkpoint_keep: 2}
 cluster: {mode: collective, collective_timeout_s: 30}
 YAML
-export FLOTILLA_TOKEN=bench FLOTILLA_COLLECTIVE_BACKEND=tcp FLOTILLA_CHECKPOINT_DIR=$tmp/ck
+export FLOTILLA_TOKEN=bench FLOTILLA_COLLECTIVE_BACKEND=tcp
 port=$(etcd_free_port 127.0.0.1)
 for n in 1 2 3; do
-  setsid timeout 200 "$B/flotilla-run" --nnodes 2:3 --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" \
+  FLOTILLA_CHECKPOINT_DIR=$tmp/ck.$n setsid timeout 200 "$B/flotilla-run" --nnodes 2:3 --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" \
     --rdzv_id bench --rdzv_conf "lease_s=$LEASE_S,settle_s=$SETTLE_S" --node_ip "127.0.0.$n" \
     --master_port "$port" --log_dir "$tmp/log.$n" job.yaml > "$tmp/out.$n" 2>&1 &
   echo $! > "pid.$n"

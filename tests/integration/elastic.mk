@@ -1,6 +1,7 @@
 # Elastic membership on etcd: the etcd v3 client against a real etcd
 # (test_etcd.sh drives test_etcd_client), and flotilla-run's etcd
-# rendezvous with nodes leaving (test_elastic.sh).  Both SKIP without etcd.
+# rendezvous with nodes leaving (test_elastic.sh; in ps mode
+# test_elastic_ps.sh).  They SKIP without etcd.
 check_PROGRAMS += tests/integration/test_etcd_client
 tests_integration_test_etcd_client_SOURCES = tests/integration/test_etcd_client.c
 tests_integration_test_etcd_client_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) $(CHECK_CFLAGS)
@@ -10,3 +11,5 @@ EXTRA_DIST += tests/integration/etcd_lib.sh
 TESTS += tests/integration/test_etcd.sh
 dist_check_SCRIPTS += tests/integration/test_elastic.sh
 TESTS += tests/integration/test_elastic.sh
+dist_check_SCRIPTS += tests/integration/test_elastic_ps.sh
+TESTS += tests/integration/test_elastic_ps.sh

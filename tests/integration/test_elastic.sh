@@ -2,8 +2,11 @@
 # flotilla-run's elastic membership on a real etcd (started here on
 # 127.0.0.1, temporary data dir), nodes being flotilla-run processes on
 # 127.0.0.1..3 (trainers over TCP, as on separate hosts):
-#   1. --nnodes 2:3: 2 nodes train; a 3rd joins in mid-epoch (round 2 of 3
-#      nodes, resumed from the checkpoint the 2 wrote when stopped); node 2
+#   1. --nnodes 2:3, each node with a checkpoint_dir of its own: 2 nodes
+#      train; a 3rd joins in mid-epoch with an empty directory (round 2 of
+#      3 nodes: rank 0 resumes the checkpoint it wrote when stopped and
+#      sends the state over the collective; every rank logs the same
+#      parameter digest); node 2
 #      is stopped (SIGSTOP, whole node) for less than its lease and
 #      continued: no new world; node 3 is killed (-9, whole node) in
 #      mid-epoch: the 2 others form round 3, resume the checkpoint on the
@@ -62,7 +65,7 @@ export FLOTILLA_TOKEN=elastic-test-token FLOTILLA_COLLECTIVE_BACKEND=tcp
 node() {
   j=$1 n=$2 mm=$3 p=$4
   shift 4
-  FLOTILLA_CHECKPOINT_DIR="$tmp/ck.$j" setsid timeout 150 "$RUN" --nnodes "$mm" \
+  FLOTILLA_CHECKPOINT_DIR="$tmp/ck.$j.$n" setsid timeout 150 "$RUN" --nnodes "$mm" \
     --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" --rdzv_id "$j" \
     --rdzv_conf lease_s=4,settle_s=1 --node_ip "127.0.0.$n" --master_port "$p" \
     --log_dir "$tmp/log.$j.$n" "$@" job.yaml > "$tmp/out.$j.$n" 2>&1 &
@@ -106,6 +109,18 @@ grep -q "elastic resume: a world of 2 ranks took" log.kill.1/round.2/workerlog.*
   fail "round 2 did not resume round 1's checkpoint"
 grep -q "elastic resume: a world of 3 ranks took" log.kill.1/round.3/workerlog.* ||
   fail "round 3 did not resume round 2's checkpoint"
+# no shared directory: the joiner (empty ck.kill.3) took the state over the
+# collective, and every rank of rounds 2 and 3 holds the same bits after it
+[ -z "$(ls ck.kill.3/ckpt-*.flc 2> /dev/null | head -1)" ] && fail "node 3 wrote no checkpoint"
+grep -q "elastic state: took rank 0's state: step [1-9][0-9]* (this rank held none)" \
+  log.kill.3/round.2/workerlog.* || fail "the joining node 3 did not take the state from rank 0"
+for r in 2 3; do
+  # shellcheck disable=SC2086
+  d=$(sed -n 's/.*elastic state: step [0-9]*, .* digest \([0-9a-f]*\).*/\1/p' \
+    log.kill.*/round.$r/workerlog.* | sort | uniq -c | awk '{print $1}')
+  [ "$d" = "$((r == 2 ? 3 : 2))" ] ||
+    fail "round $r: the ranks' parameter digests after the transfer differ or are missing ($d)"
+done
 grep -q "the learning rate scales by 3/2" log.kill.1/round.2/workerlog.* ||
   fail "round 2 (3 nodes after 2) did not scale the learning rate by 3/2"
 a=$(acc out.kill.1)
@@ -123,7 +138,7 @@ wait "$(cat pid.low.1)"
 rc=$?
 [ $rc = 3 ] || fail "below MIN: exit $rc, want 3"
 grep -q "fewer than 2 nodes in job low for 4 s" out.low.1 || fail "no below-MIN message"
-ls ck.low/ckpt-*.flc > /dev/null 2>&1 || fail "no checkpoint kept"
+ls ck.low.1/ckpt-*.flc > /dev/null 2>&1 || fail "no checkpoint kept"
 # ---- 3: elastic.keep_global_batch: a 2-trainer checkpoint resumed by 1
 # trainer raises gradient merge k to 2 (no etcd needed)
 sed 's/^cluster: .*/cluster: {mode: collective}\nelastic: {keep_global_batch: true}/' job.yaml > kgb.yaml

@@ -336,7 +336,7 @@ static void rec_destroy(void *self) { free(((rec_sync *)self)->snapshot); }
 
 static const fl_sync_ops rec_ops = {"record", rec_init,   rec_agree, rec_begin,  rec_ready,
                                     rec_end,  rec_reduce, rec_rank,  rec_world, rec_finish,
-                                    rec_destroy, NULL};
+                                    rec_destroy, NULL, NULL};
 
 START_TEST(sync_hooks_in_order) {
   static fl_job job;

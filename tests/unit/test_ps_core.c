@@ -21,6 +21,7 @@
 
 static uint64_t mk_max_dense; /* max_dense_elements of the next mk (0: default) */
 static size_t mk_block = N;   /* dense_block_size of the next mk */
+static int mk_elastic;        /* elastic trainer slots in the next mk */
 
 static fl_ps_core *mk(int nt, int a_sync, int k_steps, fl_optim_kind kind, float lr,
                       double hb_timeout) {
@@ -42,6 +43,7 @@ static fl_ps_core *mk(int nt, int a_sync, int k_steps, fl_optim_kind kind, float
   o.num_trainers = nt;
   o.heartbeat_timeout_s = hb_timeout;
   o.max_dense_elements = mk_max_dense;
+  o.elastic = mk_elastic;
   ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
   return c;
 }
@@ -294,6 +296,42 @@ START_TEST(test_incomplete_without_every_trainer) {
   ck_assert_uint_eq(fl_ps_core_unregistered(c, ids, sizeof ids), 2);
   ck_assert_str_eq(ids, "1, 2");
   fl_ps_core_free(c);
+}
+END_TEST
+
+/* Elastic slots (async): nothing waits for a slot nobody took; a trainer
+ * registering mid-run counts from then on; the job is complete when the
+ * trainers that came completed.  Sync mode refuses elastic slots. */
+START_TEST(test_elastic_slots) {
+  Flotilla__BarrierRequest b = FLOTILLA__BARRIER_REQUEST__INIT;
+  Flotilla__CompleteRequest cr = FLOTILLA__COMPLETE_REQUEST__INIT;
+  Flotilla__CompleteResponse co = FLOTILLA__COMPLETE_RESPONSE__INIT;
+  fl_ps_core_opts o;
+  fl_ps_core *c = NULL;
+  mk_elastic = 1;
+  c = mk(3, 1, 0, FL_OPTIM_SGD, 0.1f, 0);
+  mk_elastic = 0;
+  ck_assert_int_eq(reg(c, 0, 3, 1, NULL), FL_OK);
+  b.name = "epoch0";
+  b.trainer_id = 0;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_OK); /* slots 1, 2: nobody */
+  ck_assert_int_eq(reg(c, 2, 3, 1, NULL), FL_OK);     /* a trainer joins */
+  b.name = "epoch1";
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_EAGAIN);
+  b.trainer_id = 2;
+  ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_OK);
+  for (int t = 0; t <= 2; t += 2) {
+    cr.trainer_id = t;
+    ck_assert_int_eq(fl_ps_core_complete(c, &cr, &co), FL_OK);
+  }
+  ck_assert_int_eq(fl_ps_core_finished(c), 1);
+  fl_ps_core_free(c);
+  memset(&o, 0, sizeof o);
+  fl_job_defaults(&o.job);
+  o.n_servers = 1;
+  o.num_trainers = 2;
+  o.elastic = 1;
+  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_EINVAL);
 }
 END_TEST
 
@@ -969,6 +1007,7 @@ int main(void) {
   tcase_add_test(tc, test_duplicate_push_ignored);
   tcase_add_test(tc, test_dead_trainer_not_waited_for);
   tcase_add_test(tc, test_async_and_geo);
+  tcase_add_test(tc, test_elastic_slots);
   tcase_add_test(tc, test_bad_requests_change_nothing);
   tcase_add_test(tc, test_step_window);
   tcase_add_test(tc, test_layout_limit);
