@@ -204,12 +204,12 @@ static fl_status stripe_dump(ps_table *pt, unsigned s, int has_after, uint64_t a
 
 /* One stripe's share of a merged page: a chunk of its rows (ascending)
  * and where the merge is in it; more: the stripe has rows above the
- * chunk's last key (its cursor). */
+ * chunk's last key (its cursor); done: it has none left. */
 typedef struct cursor {
   uint64_t *keys;
   float *vals;
   size_t got, at;
-  int more;
+  int more, done;
 } cursor;
 
 /* The head of stripe s's rows in cu, its next chunk fetched (rows above
@@ -218,11 +218,15 @@ typedef struct cursor {
 static fl_status head_of(ps_table *pt, unsigned s, cursor *cu, int has_after, uint64_t after,
                          size_t chunk, int *has) {
   *has = cu->at < cu->got;
-  if (*has || (cu->got && !cu->more)) return FL_OK;
+  if (*has || cu->done) return FL_OK;
   if (cu->got) has_after = 1, after = cu->keys[cu->got - 1];
+  if (cu->got && !cu->more) {
+    cu->done = 1;
+    return FL_OK;
+  }
   FL_TRY(stripe_dump(pt, s, has_after, after, chunk, cu->keys, cu->vals, &cu->got, &cu->more));
   cu->at = 0;
-  if (!cu->got) cu->more = 0;
+  cu->done = !cu->got;
   *has = cu->got > 0;
   return FL_OK;
 }

@@ -781,6 +781,31 @@ START_TEST(test_core_stripes_equal_one) {
 }
 END_TEST
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* DumpSparse pages of a 16-stripe table whose rows crowd into one stripe:
+ * that stripe's cursor fetches chunk after chunk, the page stays full and
+ * ascending, and every row comes once. */
+START_TEST(test_dump_cursor_refills) {
+  fl_ps_core *c = mk_core_with(1 << 17, 0, 0);
+  uint64_t want[200], *got;
+  float *vals;
+  size_t n = 0;
+  for (uint64_t k = 1; n < 200; k++)
+    if (fl_ps_table_stripe(k, 16) == 5 || k % 7 == 0) want[n++] = k;
+  for (size_t i = 0; i < 200; i += 40) core_pull(c, 0, want + i, 40);
+  qsort(want, 200, sizeof *want, cmp_u64);
+  ck_assert_uint_eq(dump_all(c, &got, &vals), 200);
+  ck_assert_mem_eq(got, want, sizeof want);
+  free(got);
+  free(vals);
+  fl_ps_core_free(c);
+}
+END_TEST
+
 /* A table big enough for lock stripes is striped with admission or delta
  * checkpoints as without them, and saves as format 3 (its sketch with
  * admission). */
@@ -819,6 +844,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_striped_save_load);
   tcase_add_test(tc, test_format2_loads);
   tcase_add_test(tc, test_core_stripes_equal_one);
+  tcase_add_test(tc, test_dump_cursor_refills);
   tcase_add_test(tc, test_core_stripes_by_feature);
   suite_add_tcase(s, tc);
   return s;
