@@ -460,6 +460,8 @@ static const field f_pserver[] = {
      .off = 0,
      .sub = (const field[]){E("every", F_I64, fl_job_pserver, checkpoint_delta.every, MIN(0)),
                             END}},
+    E("serving_export", F_STR, fl_job_pserver, serving_export,
+      STRCAP(fl_job_pserver, serving_export)),
     END};
 
 /* Paddle's DistributedStrategy, with its BuildStrategy / ExecutionStrategy

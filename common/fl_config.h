@@ -367,6 +367,7 @@ typedef struct fl_job_pserver {
   struct {
     int64_t every; /* interval checkpoints are deltas, a whole base every N: 0 = off */
   } checkpoint_delta;
+  char serving_export[FL_JOB_PATH_MAX]; /* each checkpoint's tables for serving: "" = off */
 } fl_job_pserver;
 
 /* --------------------------------------------------------------- strategy */

@@ -1,9 +1,12 @@
 /* admit.c - a count-min sketch (conservative update) counting how often a
  * sparse table's ids were seen, so that the table admits an id (creates
  * its row) only once it was seen often enough; the bound it keeps is in
- * ps_admit.h.  Kernels-free: plain counters, one hash per row. */
+ * ps_admit.h.  Kernels-free: plain counters, one hash per row.  An add
+ * takes the sketch's own mutex: the lock stripes of a table share one
+ * sketch, and only an id without a row (a miss) counts a sighting. */
 #include <config.h>
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +19,7 @@ struct fl_ps_sketch {
   uint64_t seed[FL_PS_SKETCH_DEPTH];
   uint64_t total;
   uint32_t *c;       /* [FL_PS_SKETCH_DEPTH * width] */
+  pthread_mutex_t mu; /* an add's read and update as one */
 };
 
 fl_status fl_ps_sketch_create(size_t bytes, uint64_t seed, fl_ps_sketch **out) {
@@ -34,12 +38,14 @@ fl_status fl_ps_sketch_create(size_t bytes, uint64_t seed, fl_ps_sketch **out) {
   }
   for (int i = 0; i < FL_PS_SKETCH_DEPTH; i++)
     s->seed[i] = fl_ps_mix64(seed + 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1));
+  pthread_mutex_init(&s->mu, NULL);
   *out = s;
   return FL_OK;
 }
 
 void fl_ps_sketch_free(fl_ps_sketch *s) {
   if (!s) return;
+  pthread_mutex_destroy(&s->mu);
   free(s->c);
   free(s);
 }
@@ -60,15 +66,17 @@ uint32_t fl_ps_sketch_estimate(const fl_ps_sketch *s, uint64_t key) {
 }
 
 uint32_t fl_ps_sketch_add(fl_ps_sketch *s, uint64_t key) {
-  uint32_t est = fl_ps_sketch_estimate(s, key), want;
-  if (est == UINT32_MAX) return est;
-  want = est + 1;
+  uint32_t est, want;
+  pthread_mutex_lock(&s->mu);
+  est = fl_ps_sketch_estimate(s, key);
+  want = est == UINT32_MAX ? est : est + 1;
   /* Conservative update: no counter needs to exceed the new estimate. */
-  for (int i = 0; i < FL_PS_SKETCH_DEPTH; i++) {
+  for (int i = 0; want != est && i < FL_PS_SKETCH_DEPTH; i++) {
     uint32_t *p = cell(s, i, key);
     if (*p < want) *p = want;
   }
-  s->total++;
+  s->total += want != est;
+  pthread_mutex_unlock(&s->mu);
   return want;
 }
 

@@ -24,6 +24,7 @@
 #include "fl_log.h"
 #include "fl_metrics.h"
 #include "core_internal.h"
+#include "ps_serving.h"
 
 double psc_wall_now(void) {
   struct timespec ts;
@@ -154,6 +155,28 @@ static fl_status write_file(fl_ps_core *c, const char *dir, const psc_ckpt_kind 
   return st;
 }
 
+/* pserver.serving_export: the checkpoint just written (path, of kind k,
+ * holding step) again for serving, in <serving_export>/pserver-<index>.
+ * A failed export is logged; the next checkpoint is then a base, so that
+ * the serving chain starts over whole.  Not with the disk tier: its rows
+ * are not in the checkpoint's records (logged at each checkpoint). */
+static void serving_export(fl_ps_core *c, const char *path, const psc_ckpt_kind *k,
+                           int64_t step) {
+  const char *root = c->o.job.pserver.serving_export;
+  char dir[FL_JOB_PATH_MAX + 32];
+  if (!root[0]) return;
+  if (c->tier) {
+    FL_LOGE("serving export: not written: the rows of the disk tier (pserver.memory_budget) "
+            "are not in the checkpoint's records; set pserver.memory_budget or "
+            "pserver.serving_export to off");
+    return;
+  }
+  snprintf(dir, sizeof dir, "%s/pserver-%d", root, c->o.server_index);
+  if (fl_ps_serving_export(dir, path, k->delta ? k->base : step, k->delta ? k->seq : 0, step) !=
+      FL_OK)
+    c->have_base = 0;
+}
+
 fl_status fl_ps_core_save_dir(fl_ps_core *c, const char *dir, int64_t *step, char *path,
                               size_t cap) {
   psc_ckpt_kind k;
@@ -184,6 +207,7 @@ fl_status fl_ps_core_save_dir(fl_ps_core *c, const char *dir, int64_t *step, cha
   }
   atomic_fetch_add(&c->checkpoints, 1);
   log_tables(c);
+  serving_export(c, path, &k, *step);
   return FL_OK;
 }
 

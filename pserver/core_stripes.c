@@ -7,8 +7,11 @@
  * ascending stripe order; within a stripe the keys keep their order, so a
  * row's updates apply in the order they came (each update atomic).  Tables
  * of fewer than STRIPE_MIN_ROWS rows per stripe keep one stripe: exactly
- * the single LRU of before; so do tables with admission, expiry or delta
- * checkpoints (their sketch, recency walk and change log are per table). */
+ * the single LRU of before.  Admission, expiry and delta checkpoints work
+ * per stripe: the stripes share the table's sketch (its adds locked in
+ * admit.c) and its clock (a push ticks the stripes it does not touch);
+ * each expires from its own LRU tail and keeps its own changed rows and
+ * deleted keys, and a checkpoint or delta writes them all as one table's. */
 #include <config.h>
 
 #include <pthread.h>
@@ -23,9 +26,6 @@
 
 static unsigned stripes_for(const fl_ps_table_opts *o) {
   unsigned ns = 1;
-  if (o->admit_threshold > 1 || o->expire_after_steps > 0 || o->expire_after_seconds > 0 ||
-      o->track_changes)
-    return 1;
   while (ns < MAX_STRIPES && o->max_rows / (2 * (int64_t)ns) >= STRIPE_MIN_ROWS) ns *= 2;
   return ns;
 }
@@ -40,13 +40,16 @@ fl_status psc_stripes_create(fl_ps_core *c, ps_table *pt, fl_ps_table_opts *o) {
     fl_status st;
     o->max_rows = (total + pt->ns - 1) / pt->ns;
     o->stripe = s;
+    o->sketch_of = s ? pt->sh[0] : NULL;
     if ((st = fl_ps_table_create(o, &pt->sh[s])) != FL_OK) {
+      o->sketch_of = NULL;
       psc_stripes_free(pt);
       return st;
     }
     pthread_mutex_init(&pt->smu[s], NULL);
   }
   o->max_rows = total;
+  o->sketch_of = NULL;
   pt->t = pt->sh[0];
   return FL_OK;
 }
@@ -135,12 +138,18 @@ fl_status psc_stripes_push(ps_table *pt, const uint64_t *keys, size_t n, const f
   size_t dim = fl_ps_table_dim(pt->t);
   groups g;
   fl_status st = FL_OK;
-  if (pt->ns == 1) return stripe_call(pt, 0, keys, n, NULL, grad, 0);
+  if (pt->ns == 1 || !n) return stripe_call(pt, 0, keys, n, NULL, grad, 0);
   FL_TRY(group(pt, keys, n, dim, &g));
   for (size_t j = 0; j < n; j++) memcpy(g.rows + j * dim, grad + g.order[j] * dim, dim * sizeof *grad);
-  for (unsigned s = 0; s < pt->ns && st == FL_OK; s++)
+  for (unsigned s = 0; s < pt->ns && st == FL_OK; s++) {
+    if (g.start[s + 1] == g.start[s]) { /* a step of the table all the same */
+      pthread_mutex_lock(&pt->smu[s]);
+      fl_ps_table_tick(pt->sh[s]);
+      pthread_mutex_unlock(&pt->smu[s]);
+    }
     st = stripe_call(pt, s, g.keys + g.start[s], g.start[s + 1] - g.start[s],
                      NULL, g.rows + g.start[s] * dim, 0);
+  }
   ungroup(&g);
   return st;
 }
@@ -193,36 +202,79 @@ static fl_status stripe_dump(ps_table *pt, unsigned s, int has_after, uint64_t a
   return st;
 }
 
+/* One stripe's share of a merged page: a chunk of its rows (ascending)
+ * and where the merge is in it; more: the stripe has rows above the
+ * chunk's last key (its cursor); done: it has none left. */
+typedef struct cursor {
+  uint64_t *keys;
+  float *vals;
+  size_t got, at;
+  int more, done;
+} cursor;
+
+/* The head of stripe s's rows in cu, its next chunk fetched (rows above
+ * the last one taken, or the page's start) when the chunk is used up;
+ * 0 when the stripe has none left. */
+static fl_status head_of(ps_table *pt, unsigned s, cursor *cu, int has_after, uint64_t after,
+                         size_t chunk, int *has) {
+  *has = cu->at < cu->got;
+  if (*has || cu->done) return FL_OK;
+  if (cu->got) has_after = 1, after = cu->keys[cu->got - 1];
+  if (cu->got && !cu->more) {
+    cu->done = 1;
+    return FL_OK;
+  }
+  FL_TRY(stripe_dump(pt, s, has_after, after, chunk, cu->keys, cu->vals, &cu->got, &cu->more));
+  cu->at = 0;
+  cu->done = !cu->got;
+  *has = cu->got > 0;
+  return FL_OK;
+}
+
+/* Merge the stripes' rows into the page: the smallest head each time.
+ * Keys hash evenly over the stripes, so each stripe's chunk (a share of
+ * the page and a margin) is seldom fetched twice: a page costs about one
+ * page of rows copied, not one per stripe. */
+static fl_status merge(ps_table *pt, cursor *cu, int has_after, uint64_t after, size_t chunk,
+                       size_t max, uint64_t *keys, float *vals, size_t *n, int *more) {
+  const size_t dim = fl_ps_table_dim(pt->t);
+  *n = 0;
+  *more = 0;
+  while (*n < max) {
+    int best = -1, has;
+    for (unsigned s = 0; s < pt->ns; s++) {
+      FL_TRY(head_of(pt, s, &cu[s], has_after, after, chunk, &has));
+      if (has && (best < 0 || cu[s].keys[cu[s].at] < cu[best].keys[cu[best].at])) best = (int)s;
+    }
+    if (best < 0) return FL_OK;
+    keys[*n] = cu[best].keys[cu[best].at];
+    memcpy(vals + *n * dim, cu[best].vals + cu[best].at * dim, dim * sizeof *vals);
+    cu[best].at++;
+    (*n)++;
+  }
+  for (unsigned s = 0; s < pt->ns; s++) *more |= cu[s].at < cu[s].got || cu[s].more;
+  return FL_OK;
+}
+
 fl_status psc_stripes_dump(ps_table *pt, int has_after, uint64_t after, size_t max,
                            uint64_t *keys, float *vals, size_t *n, int *more) {
   const size_t dim = fl_ps_table_dim(pt->t);
-  size_t got[MAX_STRIPES] = {0}, at[MAX_STRIPES] = {0};
-  int left = 0;
+  cursor cu[MAX_STRIPES];
+  size_t chunk = max / pt->ns + max / (4 * pt->ns) + 8;
+  fl_status st;
   if (pt->ns == 1) return stripe_dump(pt, 0, has_after, after, max, keys, vals, n, more);
-  uint64_t *sk = malloc((size_t)pt->ns * max * sizeof *sk);
-  float *sv = malloc((size_t)pt->ns * max * dim * sizeof *sv);
-  fl_status st = sk && sv ? FL_OK
-                          : FL_ERR(FL_ENOMEM, "sparse table %s: out of memory listing rows",
-                                   fl_ps_table_name(pt->t));
-  for (unsigned s = 0; s < pt->ns && st == FL_OK; s++) {
-    int m = 0;
-    st = stripe_dump(pt, s, has_after, after, max, sk + s * max, sv + s * max * dim, &got[s], &m);
-    left |= m;
+  if (chunk > max) chunk = max;
+  uint64_t *sk = malloc((size_t)pt->ns * chunk * sizeof *sk);
+  float *sv = malloc((size_t)pt->ns * chunk * dim * sizeof *sv);
+  st = sk && sv ? FL_OK
+                : FL_ERR(FL_ENOMEM, "sparse table %s: out of memory listing rows",
+                         fl_ps_table_name(pt->t));
+  memset(cu, 0, sizeof cu);
+  for (unsigned s = 0; sk && sv && s < pt->ns; s++) {
+    cu[s].keys = sk + s * chunk;
+    cu[s].vals = sv + s * chunk * dim;
   }
-  *n = 0;
-  while (st == FL_OK && *n < max) { /* merge: the smallest head of the stripes' pages */
-    int best = -1;
-    for (unsigned s = 0; s < pt->ns; s++)
-      if (at[s] < got[s] && (best < 0 || sk[s * max + at[s]] < sk[(unsigned)best * max + at[best]]))
-        best = (int)s;
-    if (best < 0) break;
-    keys[*n] = sk[(size_t)best * max + at[best]];
-    memcpy(vals + *n * dim, sv + ((size_t)best * max + at[best]) * dim, dim * sizeof *vals);
-    at[best]++;
-    (*n)++;
-  }
-  for (unsigned s = 0; s < pt->ns; s++) left |= at[s] < got[s];
-  *more = left;
+  if (st == FL_OK) st = merge(pt, cu, has_after, after, chunk, max, keys, vals, n, more);
   free(sk);
   free(sv);
   return st;
@@ -243,12 +295,12 @@ static void lock_all(fl_ps_core *c, size_t nt, int lock) {
 }
 
 /* pt's rows into w under prefix (pt->mu and its stripes' locks held): a
- * delta (one stripe: stripes_for) or whole; marked saved when k->mark. */
+ * delta or whole; marked saved when k->mark. */
 static fl_status save_table(ps_table *pt, fl_ckpt_writer *w, const char *prefix,
                             const psc_ckpt_kind *k) {
-  fl_status st = k->delta ? fl_ps_table_save_delta(pt->sh[0], w, prefix)
-                          : fl_ps_table_save_many((const fl_ps_table *const *)pt->sh, pt->ns,
-                                                  w, prefix);
+  const fl_ps_table *const *ts = (const fl_ps_table *const *)pt->sh;
+  fl_status st = k->delta ? fl_ps_table_save_delta_many(ts, pt->ns, w, prefix)
+                          : fl_ps_table_save_many(ts, pt->ns, w, prefix);
   for (unsigned s = 0; st == FL_OK && k->mark && s < pt->ns; s++)
     fl_ps_table_mark_saved(pt->sh[s]);
   return st;
@@ -289,14 +341,10 @@ fl_status psc_stripes_load(ps_table *pt, const fl_ckpt *ck, const char *prefix) 
 
 fl_status psc_stripes_apply_delta(ps_table *pt, const fl_ckpt *ck, const char *prefix) {
   fl_status st;
-  if (pt->ns != 1)
-    return FL_ERR(FL_ECORRUPT, "sparse table %s: a delta checkpoint for a table of %u stripes "
-                  "(deltas need one: pserver.checkpoint_delta.every must be on before the base)",
-                  fl_ps_table_name(pt->t), pt->ns);
   pthread_mutex_lock(&pt->mu);
-  pthread_mutex_lock(&pt->smu[0]);
-  st = fl_ps_table_apply_delta(pt->sh[0], ck, prefix);
-  pthread_mutex_unlock(&pt->smu[0]);
+  for (unsigned s = 0; s < pt->ns; s++) pthread_mutex_lock(&pt->smu[s]);
+  st = fl_ps_table_apply_delta_many(pt->sh, pt->ns, ck, prefix);
+  for (unsigned s = 0; s < pt->ns; s++) pthread_mutex_unlock(&pt->smu[s]);
   pthread_mutex_unlock(&pt->mu);
   return st;
 }
@@ -322,12 +370,13 @@ void psc_stripes_sweep(ps_table *pt, int expire, double now, fl_ps_table_counts 
 }
 
 int psc_stripes_delta_ok(ps_table *pt) {
-  int ok;
-  if (pt->ns != 1) return 0;
+  int ok = 1;
   pthread_mutex_lock(&pt->mu);
-  pthread_mutex_lock(&pt->smu[0]);
-  ok = fl_ps_table_delta_ok(pt->sh[0]);
-  pthread_mutex_unlock(&pt->smu[0]);
+  for (unsigned s = 0; s < pt->ns; s++) {
+    pthread_mutex_lock(&pt->smu[s]);
+    ok &= fl_ps_table_delta_ok(pt->sh[s]);
+    pthread_mutex_unlock(&pt->smu[s]);
+  }
   pthread_mutex_unlock(&pt->mu);
   return ok;
 }

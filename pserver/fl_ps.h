@@ -97,6 +97,9 @@ typedef struct fl_ps_table_opts {
   uint32_t admit_threshold;
   size_t admit_sketch_bytes;
   float admit_default;
+  /* A lock stripe after the first: it counts sightings in the sketch of
+   * sketch_of (the table's first stripe, which owns it); NULL: its own. */
+  const struct fl_ps_table *sketch_of;
   /* Expiry (fl_ps_table_expire): rows unseen for expire_after_steps of
    * the table's steps (pushes applied to it) or for expire_after_seconds
    * of the wall clock are deleted; 0: never. */
@@ -145,6 +148,9 @@ fl_status fl_ps_table_pull(fl_ps_table *t, const uint64_t *keys, size_t n, float
  * creating missing rows first (under admission: dropping their gradients
  * instead); one step of the table's clock. */
 fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const float *g);
+/* One step of the table's clock without a row (a lock stripe that a push
+ * to its table did not touch: every stripe counts the table's steps). */
+void fl_ps_table_tick(fl_ps_table *t);
 /* Rows of keys into out (n*dim floats) without changing the table: no row
  * is created, nothing counted, recency and eviction stay as they are; a
  * key without a row reads as the value it would be created with (its
@@ -216,15 +222,22 @@ fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix)
 
 /* One table kept as ns stripes (a power of two; the core's lock striping):
  * key's rows live in stripe fl_ps_table_stripe(key, ns), each stripe a
- * table of its own (hash, LRU, max_rows).  save_many writes the stripes as
- * one table's records (stripe after stripe, each least recent first);
- * load_many puts each row back into its stripe, so that every stripe gets
- * its rows in the order it had them. */
+ * table of its own (hash, LRU, max_rows, marks and deleted keys), all
+ * with the same clock and one admission sketch (sketch_of).  save_many
+ * writes the stripes as one table's records (stripe after stripe, each
+ * least recent first; save_delta_many: what changed); load_many and
+ * apply_delta_many put each row back into its stripe, so that every
+ * stripe gets its rows in the order it had them.  ns 1: the one-table
+ * calls. */
 unsigned fl_ps_table_stripe(uint64_t key, unsigned ns);
 fl_status fl_ps_table_save_many(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
                                 const char *prefix);
 fl_status fl_ps_table_load_many(fl_ps_table *const *ts, size_t ns, const fl_ckpt *c,
                                 const char *prefix);
+fl_status fl_ps_table_save_delta_many(const fl_ps_table *const *ts, size_t ns,
+                                      fl_ckpt_writer *w, const char *prefix);
+fl_status fl_ps_table_apply_delta_many(fl_ps_table *const *ts, size_t ns, const fl_ckpt *c,
+                                       const char *prefix);
 
 /* -------------------------------------------------------------------- core */
 

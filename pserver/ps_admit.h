@@ -9,7 +9,12 @@
  * row's excess is at most N/w on average; Markov, rows hashed
  * independently).  Conservative update (only the smallest counters grow)
  * keeps the excess lower still.  Counters saturate at UINT32_MAX.
- * Not thread-safe: the table's lock covers it. */
+ * fl_ps_sketch_add may be called from several threads at once (the lock
+ * stripes of one table share its sketch: an add takes the sketch's mutex);
+ * the others need the adds stopped (every stripe of the table locked).
+ * Conservative update depends on the order of the adds only where ids
+ * share counters: with no collision among them, any order gives the same
+ * counters. */
 #ifndef FL_PS_ADMIT_H
 #define FL_PS_ADMIT_H
 

@@ -27,7 +27,6 @@
 #include "ps_admit.h"
 
 #define MAX_DIM (1u << 16)
-#define FORMAT_STRIPED 2 /* what a table of several stripes writes */
 
 struct fl_ps_table {
   char name[128];
@@ -70,6 +69,7 @@ struct fl_ps_table {
   uint64_t *pf_seqs; /* their demotion sequences */
   unsigned char *one, *out; /* one row looked up, one row demoted */
   fl_ps_sketch *sketch; /* admission; NULL: every id is admitted */
+  int sketch_shared;    /* sketch is another stripe's (not freed here) */
   uint32_t admit_threshold;
   float admit_default;
   int64_t expire_steps;
@@ -78,7 +78,8 @@ struct fl_ps_table {
   double now;           /* wall clock of the last expiry sweep */
   int64_t *seen_step;   /* per row: clock when last seen */
   double *seen_time;    /* per row: now when last seen */
-  uint8_t *dirty;       /* per row: seen or changed since the last checkpoint */
+  uint8_t *dirty;       /* per row: seen or changed since the last checkpoint;
+                           these rows lead the LRU list (see first_saved) */
   int track;            /* keep deleted keys for delta checkpoints */
   uint64_t *tomb;       /* keys deleted since the last checkpoint */
   size_t ntomb, tomb_cap;
@@ -132,6 +133,11 @@ static fl_status set_admission(fl_ps_table *t, const fl_ps_table_opts *o) {
   t->now = o->now;
   t->track = o->track_changes;
   if (o->admit_threshold < 2) return FL_OK;
+  if (o->sketch_of) {
+    t->sketch = o->sketch_of->sketch;
+    t->sketch_shared = 1;
+    return FL_OK;
+  }
   return fl_ps_sketch_create(o->admit_sketch_bytes, o->seed ^ t->name_hash, &t->sketch);
 }
 
@@ -200,7 +206,7 @@ void fl_ps_table_free(fl_ps_table *t) {
   free(t->seen_time);
   free(t->dirty);
   free(t->tomb);
-  fl_ps_sketch_free(t->sketch);
+  if (!t->sketch_shared) fl_ps_sketch_free(t->sketch);
   free(t);
 }
 
@@ -493,6 +499,8 @@ fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const
   return FL_OK;
 }
 
+void fl_ps_table_tick(fl_ps_table *t) { t->clock++; }
+
 fl_status fl_ps_table_read(const fl_ps_table *t, const uint64_t *keys, size_t n, float *out) {
   size_t d = t->dim;
   if (t->tier) return tier_read(t, keys, n, out);
@@ -609,12 +617,15 @@ fl_status fl_ps_table_dump(const fl_ps_table *t, int has_after, uint64_t after, 
  * (no "format" record, before row-wise Adagrad and FTRL) held the server's
  * sgd, adagrad or adam state as [rows, dim], the same shapes as format 2,
  * and still loads.  A table of several stripes (fl_ps_table_save_many)
- * writes format 2, stripe after stripe; its load puts each row in its
- * stripe. */
+ * writes format 3 too: its rows stripe after stripe, the counters summed,
+ * the clock and the sketch the stripes share; its load puts each row in
+ * its stripe.  (Builds before admission, expiry and deltas were striped
+ * wrote such a table as format 2, which loads the same way.) */
 
 fl_optim_kind fl_ps_table_kind(const fl_ps_table *t) { return t->hp.kind; }
 
-/* The rows copied out for a checkpoint, least recently seen first. */
+/* The rows copied out for a checkpoint, least recently seen first (stripe
+ * after stripe). */
 typedef struct rows_out {
   size_t n;
   uint64_t *keys;
@@ -633,11 +644,47 @@ static void rows_out_free(rows_out *o) {
   free(o->b);
 }
 
-/* Copy every row (only_dirty: those seen since the last checkpoint). */
-static fl_status gather(const fl_ps_table *t, int only_dirty, rows_out *o) {
-  size_t n = 0, d = t->dim, sl = t->slen, m, i = 0;
+/* The least recently seen row of t to save (only_dirty: of those seen
+ * since the last checkpoint), -1 when none; the rows to save follow it
+ * toward the head.  The rows seen since the last checkpoint lead the LRU
+ * list (a touch marks a row and moves it to the head, mark_saved clears
+ * them all), so a delta finds them from the head, looking at no other. */
+static int32_t first_saved(const fl_ps_table *t, int only_dirty, size_t *n) {
+  int32_t first = -1;
+  if (!only_dirty) {
+    *n = t->n;
+    return t->tail;
+  }
+  *n = 0;
+  for (int32_t r = t->head; r >= 0 && t->dirty[r]; r = t->next[r], (*n)++) first = r;
+  return first;
+}
+
+/* Copy the rows of stripe t to save into o from index *i on. */
+static void gather_one(const fl_ps_table *t, int only_dirty, rows_out *o, size_t *i) {
+  size_t d = t->dim, sl = t->slen, n;
+  for (int32_t r = first_saved(t, only_dirty, &n); r >= 0; r = t->prev[r], (*i)++) {
+    o->keys[*i] = t->keys[r];
+    o->steps[*i] = t->t[r];
+    o->sstep[*i] = t->seen_step[r];
+    o->stime[*i] = t->seen_time[r];
+    memcpy(o->v + *i * d, t->val + (size_t)r * d, d * sizeof *o->v);
+    if (o->a) memcpy(o->a + *i * sl, t->s1 + (size_t)r * sl, sl * sizeof *o->a);
+    if (o->b) memcpy(o->b + *i * sl, t->s2 + (size_t)r * sl, sl * sizeof *o->b);
+  }
+}
+
+/* Copy the rows of ns stripes (only_dirty: those seen since the last
+ * checkpoint), stripe after stripe, each oldest first: loading into as
+ * many stripes gives each its rows in the same order. */
+static fl_status gather(const fl_ps_table *const *ts, size_t ns, int only_dirty, rows_out *o) {
+  const fl_ps_table *t = ts[0];
+  size_t n = 0, d = t->dim, sl = t->slen, m, i = 0, k;
   memset(o, 0, sizeof *o);
-  for (size_t r = 0; r < t->n; r++) n += !only_dirty || t->dirty[r];
+  for (size_t s = 0; s < ns; s++) {
+    first_saved(ts[s], only_dirty, &k);
+    n += k;
+  }
   m = n ? n : 1;
   o->n = n;
   o->keys = malloc(m * sizeof *o->keys);
@@ -650,17 +697,7 @@ static fl_status gather(const fl_ps_table *t, int only_dirty, rows_out *o) {
   if (!o->keys || !o->steps || !o->sstep || !o->stime || !o->v || (t->nstate >= 1 && !o->a) ||
       (t->nstate >= 2 && !o->b))
     return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory saving %zu rows", t->name, n);
-  for (int32_t r = t->tail; r >= 0; r = t->prev[r]) {
-    if (only_dirty && !t->dirty[r]) continue;
-    o->keys[i] = t->keys[r];
-    o->steps[i] = t->t[r];
-    o->sstep[i] = t->seen_step[r];
-    o->stime[i] = t->seen_time[r];
-    memcpy(o->v + i * d, t->val + (size_t)r * d, d * sizeof *o->v);
-    if (o->a) memcpy(o->a + i * sl, t->s1 + (size_t)r * sl, sl * sizeof *o->a);
-    if (o->b) memcpy(o->b + i * sl, t->s2 + (size_t)r * sl, sl * sizeof *o->b);
-    i++;
-  }
+  for (size_t s = 0; s < ns; s++) gather_one(ts[s], only_dirty, o, &i);
   return FL_OK;
 }
 
@@ -675,11 +712,18 @@ static fl_status put_i64(fl_ckpt_writer *w, const char *prefix, const char *suff
   return put(w, prefix, suffix, FL_CKPT_I64, 0, NULL, &v);
 }
 
-/* The table's own records: format, optimizer, clock, counts, sketch. */
-static fl_status put_head(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix) {
-  int64_t four = 4;
-  int64_t counts[4] = {(int64_t)t->counts.admitted, (int64_t)t->counts.refused,
-                       (int64_t)t->counts.expired, (int64_t)t->counts.evicted};
+/* The table's own records: format, optimizer, clock (every stripe's is
+ * the table's), counts (summed over the stripes), sketch (shared). */
+static fl_status put_head(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
+                          const char *prefix) {
+  const fl_ps_table *t = ts[0];
+  int64_t four = 4, counts[4] = {0, 0, 0, 0};
+  for (size_t s = 0; s < ns; s++) {
+    counts[0] += (int64_t)ts[s]->counts.admitted;
+    counts[1] += (int64_t)ts[s]->counts.refused;
+    counts[2] += (int64_t)ts[s]->counts.expired;
+    counts[3] += (int64_t)ts[s]->counts.evicted;
+  }
   FL_TRY(put_i64(w, prefix, "format", FL_PS_TABLE_FORMAT));
   FL_TRY(put_i64(w, prefix, "optimizer", (int64_t)t->hp.kind));
   FL_TRY(put_i64(w, prefix, "clock", t->clock));
@@ -707,16 +751,33 @@ static fl_status put_rows(const fl_ps_table *t, fl_ckpt_writer *w, const char *p
   return put(w, prefix, "seen_time", FL_CKPT_F64, 1, shape, o->stime);
 }
 
-static fl_status save_any(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix, int delta) {
+/* A delta's records "delta" and "deleted" (the keys of every stripe). */
+static fl_status put_deleted(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
+                             const char *prefix) {
+  size_t n = 0, i = 0;
+  uint64_t *keys;
+  fl_status st;
+  for (size_t s = 0; s < ns; s++) n += ts[s]->ntomb;
+  keys = malloc((n ? n : 1) * sizeof *keys);
+  if (!keys)
+    return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory saving %zu deleted keys",
+                  ts[0]->name, n);
+  for (size_t s = 0; s < ns; i += ts[s]->ntomb, s++)
+    if (ts[s]->ntomb) memcpy(keys + i, ts[s]->tomb, ts[s]->ntomb * sizeof *keys);
+  st = put_i64(w, prefix, "delta", 1);
+  int64_t nk = (int64_t)n;
+  if (st == FL_OK) st = put(w, prefix, "deleted", FL_CKPT_U64, 1, &nk, keys);
+  free(keys);
+  return st;
+}
+
+static fl_status save_any(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
+                          const char *prefix, int delta) {
   rows_out o;
-  fl_status st = gather(t, delta, &o);
-  if (st == FL_OK) st = put_head(t, w, prefix);
-  if (st == FL_OK) st = put_rows(t, w, prefix, &o);
-  if (st == FL_OK && delta) {
-    int64_t nt = (int64_t)t->ntomb;
-    st = put_i64(w, prefix, "delta", 1);
-    if (st == FL_OK) st = put(w, prefix, "deleted", FL_CKPT_U64, 1, &nt, t->tomb ? t->tomb : &o.n);
-  }
+  fl_status st = gather(ts, ns, delta, &o);
+  if (st == FL_OK) st = put_head(ts, ns, w, prefix);
+  if (st == FL_OK) st = put_rows(ts[0], w, prefix, &o);
+  if (st == FL_OK && delta) st = put_deleted(ts, ns, w, prefix);
   rows_out_free(&o);
   return st;
 }
@@ -725,88 +786,32 @@ unsigned fl_ps_table_stripe(uint64_t key, unsigned ns) {
   return (unsigned)(fl_ps_mix64(key ^ 0x2545f4914f6cdd1dULL) >> 32) & (ns - 1);
 }
 
-/* The rows of ns stripes (ns > 1: no admission, expiry or deltas) as
- * format 2: stripe after stripe, each oldest first. */
-static fl_status save_striped(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
-                              const char *prefix) {
-  const fl_ps_table *t = ts[0];
-  size_t n = 0, d = t->dim, sl = t->slen, m, i = 0;
-  uint64_t *keys;
-  int64_t *steps;
-  float *v, *a, *b;
-  char name[FL_CKPT_NAME_MAX];
-  int64_t shape[2] = {0, (int64_t)d}, sshape[2] = {0, (int64_t)sl};
-  fl_status st = FL_OK;
-
-  for (size_t s = 0; s < ns; s++) n += ts[s]->n;
-  m = n ? n : 1;
-  shape[0] = sshape[0] = (int64_t)n;
-  keys = malloc(m * sizeof *keys);
-  steps = malloc(m * sizeof *steps);
-  v = malloc(m * d * sizeof *v);
-  a = t->nstate >= 1 ? malloc(m * sl * sizeof *a) : NULL;
-  b = t->nstate >= 2 ? malloc(m * sl * sizeof *b) : NULL;
-  if (!keys || !steps || !v || (t->nstate >= 1 && !a) || (t->nstate >= 2 && !b)) {
-    st = FL_ERR(FL_ENOMEM, "sparse table %s: out of memory saving %zu rows", t->name, n);
-    goto done;
-  }
-  /* Stripe after stripe, each oldest first: loading into as many stripes
-   * gives each its rows in the same order. */
-  for (size_t s = 0; s < ns; s++)
-    for (int32_t r = ts[s]->tail; r >= 0; r = ts[s]->prev[r], i++) {
-      const fl_ps_table *x = ts[s];
-      keys[i] = x->keys[r];
-      steps[i] = x->t[r];
-      memcpy(v + i * d, x->val + (size_t)r * d, d * sizeof *v);
-      if (a) memcpy(a + i * sl, x->s1 + (size_t)r * sl, sl * sizeof *a);
-      if (b) memcpy(b + i * sl, x->s2 + (size_t)r * sl, sl * sizeof *b);
-    }
-#define NAME(suffix) snprintf(name, sizeof name, "%s%s", prefix, suffix)
-#define PUT(suffix, dt, nd, shp, data)                                       \
-  do {                                                                       \
-    NAME(suffix);                                                            \
-    if ((st = fl_ckpt_put(w, name, dt, nd, shp, data)) != FL_OK) goto done;  \
-  } while (0)
-  NAME("format");
-  if ((st = fl_ckpt_put_i64(w, name, FORMAT_STRIPED)) != FL_OK) goto done;
-  NAME("optimizer");
-  if ((st = fl_ckpt_put_i64(w, name, (int64_t)t->hp.kind)) != FL_OK) goto done;
-  PUT("keys", FL_CKPT_U64, 1, shape, keys);
-  PUT("steps", FL_CKPT_I64, 1, shape, steps);
-  PUT("values", FL_CKPT_F32, 2, shape, v);
-  if (a) PUT("state1", FL_CKPT_F32, 2, sshape, a);
-  if (b) PUT("state2", FL_CKPT_F32, 2, sshape, b);
-#undef PUT
-#undef NAME
-done:
-  free(keys);
-  free(steps);
-  free(v);
-  free(a);
-  free(b);
-  return st;
-}
-
 fl_status fl_ps_table_save_many(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
                                 const char *prefix) {
-  return ns == 1 ? save_any(ts[0], w, prefix, 0) : save_striped(ts, ns, w, prefix);
+  return save_any(ts, ns, w, prefix, 0);
 }
 
 fl_status fl_ps_table_save(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix) {
-  return save_any(t, w, prefix, 0);
+  return save_any(&t, 1, w, prefix, 0);
+}
+
+fl_status fl_ps_table_save_delta_many(const fl_ps_table *const *ts, size_t ns,
+                                      fl_ckpt_writer *w, const char *prefix) {
+  for (size_t s = 0; s < ns; s++)
+    if (!fl_ps_table_delta_ok(ts[s]))
+      return FL_ERR(FL_ESTATE, "sparse table %s: the keys deleted since the last checkpoint "
+                    "were not all kept: take a whole checkpoint", ts[s]->name);
+  return save_any(ts, ns, w, prefix, 1);
 }
 
 fl_status fl_ps_table_save_delta(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix) {
-  if (!fl_ps_table_delta_ok(t))
-    return FL_ERR(FL_ESTATE, "sparse table %s: the keys deleted since the last checkpoint were "
-                  "not all kept: take a whole checkpoint", t->name);
-  return save_any(t, w, prefix, 1);
+  return fl_ps_table_save_delta_many(&t, 1, w, prefix);
 }
 
 int fl_ps_table_delta_ok(const fl_ps_table *t) { return t->track && !t->tomb_overflow; }
 
 void fl_ps_table_mark_saved(fl_ps_table *t) {
-  if (t->n) memset(t->dirty, 0, t->n);
+  for (int32_t r = t->head; r >= 0 && t->dirty[r]; r = t->next[r]) t->dirty[r] = 0;
   t->ntomb = 0;
   t->tomb_overflow = 0;
 }
@@ -1033,8 +1038,19 @@ fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix)
   return FL_OK;
 }
 
+/* The table's own state of x into its ns stripes: every stripe's clock
+ * is the table's, the counters go to the first (only their sums are
+ * read), the sketch is shared. */
+static void head_many(fl_ps_table *const *ts, size_t ns, const rows_in *x) {
+  for (size_t s = 1; s < ns; s++) {
+    memset(&ts[s]->counts, 0, sizeof ts[s]->counts);
+    if (x->fmt >= 3) ts[s]->clock = x->clock;
+  }
+  rows_head(ts[0], x);
+}
+
 /* Load the rows into ns > 1 stripes, each key into its stripe, oldest
- * first; the marks of format 3 kept, its counters and sketch not. */
+ * first, with the marks, clock, counters and sketch of format 3. */
 static fl_status load_striped(fl_ps_table *const *ts, size_t ns, const fl_ckpt *c,
                               const char *prefix) {
   rows_in x;
@@ -1043,14 +1059,20 @@ static fl_status load_striped(fl_ps_table *const *ts, size_t ns, const fl_ckpt *
   memset(&x, 0, sizeof x);
   FL_TRY(verify_any(c, prefix, ts[0]->dim, ts[0]->hp.kind, &x.n, &x.fmt, &delta));
   if (delta)
-    return FL_ERR(FL_EINVAL, "checkpoint: the table under %s is a delta, and this table has %zu "
-                  "stripes: resume from its base with pserver.checkpoint_delta on", prefix, ns);
+    return FL_ERR(FL_EINVAL, "checkpoint: the table under %s is a delta: load its base first",
+                  prefix);
   FL_TRY(rows_find(ts[0], c, prefix, &x));
-  for (size_t s = 0; s < ns; s++) empty(ts[s]);
+  for (size_t s = 0; s < ns; s++) {
+    empty(ts[s]);
+    memset(&ts[s]->counts, 0, sizeof ts[s]->counts);
+    ts[s]->clock = 0;
+  }
   for (size_t i = 0; i < (size_t)x.n; i++) {
     uint64_t key = ((const uint64_t *)x.k.data)[i];
     FL_TRY(rows_put(ts[fl_ps_table_stripe(key, (unsigned)ns)], &x, i));
   }
+  head_many(ts, ns, &x);
+  for (size_t s = 0; s < ns; s++) fl_ps_table_mark_saved(ts[s]);
   return FL_OK;
 }
 
@@ -1059,28 +1081,38 @@ fl_status fl_ps_table_load_many(fl_ps_table *const *ts, size_t ns, const fl_ckpt
   return ns == 1 ? fl_ps_table_load(ts[0], c, prefix) : load_striped(ts, ns, c, prefix);
 }
 
-fl_status fl_ps_table_apply_delta(fl_ps_table *t, const fl_ckpt *c, const char *prefix) {
+fl_status fl_ps_table_apply_delta_many(fl_ps_table *const *ts, size_t ns, const fl_ckpt *c,
+                                       const char *prefix) {
   rows_in x;
   fl_ckpt_record rd;
   char name[FL_CKPT_NAME_MAX];
   int delta;
 
   memset(&x, 0, sizeof x);
-  FL_TRY(verify_any(c, prefix, t->dim, t->hp.kind, &x.n, &x.fmt, &delta));
+  FL_TRY(verify_any(c, prefix, ts[0]->dim, ts[0]->hp.kind, &x.n, &x.fmt, &delta));
   if (!delta)
     return FL_ERR(FL_EINVAL, "checkpoint: the table under %s is not a delta", prefix);
-  FL_TRY(rows_find(t, c, prefix, &x));
+  FL_TRY(rows_find(ts[0], c, prefix, &x));
   snprintf(name, sizeof name, "%sdeleted", prefix);
   fl_ckpt_find(c, name, &rd);
   /* Deleted keys first: a key deleted, then seen again, is among the rows. */
   for (int64_t i = 0; i < rd.shape[0]; i++) {
-    int32_t r = find(t, ((const uint64_t *)rd.data)[i]);
+    uint64_t key = ((const uint64_t *)rd.data)[i];
+    fl_ps_table *t = ts[fl_ps_table_stripe(key, (unsigned)ns)];
+    int32_t r = find(t, key);
     if (r >= 0) drop_row(t, r);
   }
-  for (size_t i = 0; i < (size_t)x.n; i++) FL_TRY(rows_put(t, &x, i));
-  rows_head(t, &x);
-  fl_ps_table_mark_saved(t);
+  for (size_t i = 0; i < (size_t)x.n; i++) {
+    uint64_t key = ((const uint64_t *)x.k.data)[i];
+    FL_TRY(rows_put(ts[fl_ps_table_stripe(key, (unsigned)ns)], &x, i));
+  }
+  head_many(ts, ns, &x);
+  for (size_t s = 0; s < ns; s++) fl_ps_table_mark_saved(ts[s]);
   return FL_OK;
+}
+
+fl_status fl_ps_table_apply_delta(fl_ps_table *t, const fl_ckpt *c, const char *prefix) {
+  return fl_ps_table_apply_delta_many(&t, 1, c, prefix);
 }
 
 /* -------------------------------------------------------------- disk tier

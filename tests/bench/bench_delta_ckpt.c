@@ -11,7 +11,11 @@
  *
  * Output: `name: value unit` lines - full_ckpt_bytes, delta_ckpt_bytes,
  * delta_ckpt_bytes_over_full, full_ckpt_seconds, delta_ckpt_seconds,
- * delta_ckpt_seconds_over_full, and the scale.  Not a pass/fail test.
+ * delta_ckpt_seconds_over_full, and the scale; then the same two
+ * checkpoints built in memory (full_mem_seconds, delta_mem_seconds,
+ * delta_mem_seconds_over_full: what the table's side costs, without the
+ * disk's write and fsync, which dominate a small delta's file).  Not a
+ * pass/fail test.
  * Usage: bench_delta_ckpt [--rows N] [--dim D] [--touch FRACTION]
  *                         [--rounds K] [--dir DIR] */
 #include <config.h>
@@ -56,6 +60,23 @@ static double write_one(fl_ps_table *t, const char *path, int delta, double *sec
   *sec = now_s() - t0;
   if (stat(path, &sb) != 0) exit(1);
   return (double)sb.st_size;
+}
+
+/* Build t's checkpoint (whole or its delta) in memory, not marking it
+ * saved; its seconds. */
+static double build_mem(fl_ps_table *t, int delta) {
+  fl_ckpt_writer *w = NULL;
+  void *buf = NULL;
+  size_t len = 0;
+  double t0 = now_s();
+  if (fl_ckpt_writer_open_mem(&w) != FL_OK) exit(1);
+  if ((delta ? fl_ps_table_save_delta(t, w, "sparse/emb/") : fl_ps_table_save(t, w, "sparse/emb/")) !=
+          FL_OK ||
+      fl_ckpt_writer_commit_mem(w, &buf, &len) != FL_OK)
+    exit(1);
+  t0 = now_s() - t0;
+  free(buf);
+  return t0;
 }
 
 /* Push gradients to n random rows of [0, rows). */
@@ -112,14 +133,16 @@ int main(int argc, char **argv) {
   char full_path[4096], delta_path[4096];
   snprintf(full_path, sizeof full_path, "%s/bench_delta_full.flc", dir);
   snprintf(delta_path, sizeof delta_path, "%s/bench_delta_delta.flc", dir);
-  double fb[100], db[100], fs[100], ds[100], scratch;
+  double fb[100], db[100], fs[100], ds[100], fm[100], dm[100], scratch;
   size_t n_touch = (size_t)((double)rows * touch);
   write_one(t, full_path, 0, &scratch); /* the base */
   for (int r = 0; r < rounds; r++) {
     /* Both see the same interval: a delta of it, then the whole table. */
     touch_rows(t, rows, n_touch, dim, &rng);
+    dm[r] = build_mem(t, 1);
     db[r] = write_one(t, delta_path, 1, &ds[r]);
     fb[r] = write_one(t, full_path, 0, &fs[r]);
+    fm[r] = build_mem(t, 0);
   }
   double mfb = median(fb, rounds), mdb = median(db, rounds);
   double mfs = median(fs, rounds), mds = median(ds, rounds);
@@ -129,6 +152,9 @@ int main(int argc, char **argv) {
   printf("delta_ckpt_bytes_over_full: %.4f ratio\n", mdb / mfb);
   printf("full_ckpt_seconds: %.4f s\ndelta_ckpt_seconds: %.4f s\n", mfs, mds);
   printf("delta_ckpt_seconds_over_full: %.4f ratio\n", mds / mfs);
+  double mfm = median(fm, rounds), mdm = median(dm, rounds);
+  printf("full_mem_seconds: %.4f s\ndelta_mem_seconds: %.4f s\n", mfm, mdm);
+  printf("delta_mem_seconds_over_full: %.4f ratio\n", mdm / mfm);
   unlink(full_path);
   unlink(delta_path);
   fl_ps_table_free(t);

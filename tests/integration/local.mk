@@ -17,3 +17,4 @@ include $(srcdir)/tests/integration/tier.mk
 include $(srcdir)/tests/integration/sparse_restart.mk
 include $(srcdir)/tests/integration/elastic.mk
 include $(srcdir)/tests/integration/delta.mk
+include $(srcdir)/tests/integration/serving_export.mk

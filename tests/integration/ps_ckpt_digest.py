@@ -1,16 +1,17 @@
 """ps_ckpt_digest.py - one line per record of a pserver checkpoint (.flc, the
 format of common/fl_ckpt.h), `name sha256`, so that two runs' final states
 compare with diff: a sparse table's per-row records (keys, steps, values,
-state1, state2) are taken in key order, since the order of rows in the file
-is the order the table touched them, which the timing of the trainers
-decides.  meta/ records (run id, incarnations, times) are left out.
+state1, state2, seen_step) are taken in key order, since the order of rows
+in the file is the order the table touched them, which the timing of the
+trainers decides.  meta/ records (run id, incarnations, times) and the
+rows' seen_time (the wall clock when last seen) are left out.
     python3 ps_ckpt_digest.py FILE.flc"""
 import hashlib
 import struct
 import sys
 
 DTYPE_SIZE = {0: 4, 1: 8, 2: 8, 3: 1, 4: 4, 5: 2, 6: 2, 7: 4}
-ROW_RECORDS = ("keys", "steps", "values", "state1", "state2")
+ROW_RECORDS = ("keys", "steps", "values", "state1", "state2", "seen_step")
 
 
 def records(path):
@@ -52,7 +53,7 @@ def main():
             h = hashlib.sha256(b"".join(raw[i * w:(i + 1) * w] for i in order))
             print(name, n, h.hexdigest())
     for name in sorted(recs):
-        if not name.startswith("meta/"):
+        if not name.startswith("meta/") and not name.endswith("/seen_time"):
             print(name, hashlib.sha256(recs[name][1]).hexdigest())
 
 
