@@ -639,6 +639,7 @@ void fl_ps_tier_get_stats(fl_ps_tier *t, fl_ps_tier_stats *s) {
     rocksdb_property_int(t->db, "rocksdb.cur-size-all-mem-tables", &mem);
   }
   s->bytes = sst + mem + pend;
+  s->mem = rocksdb_cache_get_usage(t->cache) + mem + pend;
   s->hits = atomic_load(&t->hits);
   s->misses = atomic_load(&t->misses);
   s->promotions = atomic_load(&t->promotions);

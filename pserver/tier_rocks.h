@@ -19,6 +19,7 @@ typedef struct fl_ps_tier fl_ps_tier;
 typedef struct fl_ps_tier_stats {
   uint64_t rows;       /* rows held now */
   uint64_t bytes;      /* on disk (SST files), the memtables and pending writes */
+  uint64_t mem;        /* RocksDB's memory: block cache, memtables, pending writes */
   uint64_t hits;       /* lookups that found the row */
   uint64_t misses;     /* lookups that did not (a new row) */
   uint64_t promotions; /* rows taken back into memory */
