@@ -12,7 +12,9 @@
 # Zipf stream on a table of MEMIDS ids (default 10^7) all in memory gives
 # the rate to compare.  Prints table_fill_rows_per_s, the pull+push rates,
 # tier_pull_push_vs_memory, tier_mem_over_budget (the cgroup's peak usage
-# / BUDGET), the limit's hits and the bytes read from disk.  Needs root
+# / BUDGET: at the limit whenever the page cache filled it),
+# tier_rss_over_budget (the process's own peak), the limit's hits and the
+# bytes read from disk.  Needs root
 # and /sys/fs/cgroup/memory (SKIP otherwise).  Not a pass/fail test.
 #   tests/bench/bench_tier_cgroup.sh [BUILDDIR] [IDS] [BUDGET] [BATCHES] [MEMIDS]
 set -eu
@@ -58,11 +60,13 @@ m=$(sed -n 's/^memory pull_push_rows_per_s: \([0-9]*\).*/\1/p' "$tmp/mem")
 t=$(sed -n 's/^tier pull_push_rows_per_s: \([0-9]*\).*/\1/p' "$tmp/tier")
 mc=$(sed -n 's/^memory pull_push_rows_per_cpu_s: \([0-9]*\).*/\1/p' "$tmp/mem")
 tc=$(sed -n 's/^tier pull_push_rows_per_cpu_s: \([0-9]*\).*/\1/p' "$tmp/tier")
+rss=$(sed -n 's/^tier peak_rss: \([0-9.]*\) MB.*/\1/p' "$tmp/tier")
 awk -v m="$m" -v t="$t" -v mc="$mc" -v tc="$tc" -v n="$ids" -v mn="$memids" -v p="$peak" \
-  -v bu="$budget" -v l="$limit" -v f="$fails" -v o="${oom:-0}" 'BEGIN {
+  -v bu="$budget" -v l="$limit" -v f="$fails" -v o="${oom:-0}" -v r="$rss" 'BEGIN {
   printf "tier_pull_push_vs_memory: %.3f ratio (%d ids tiered vs %d in memory, wall)\n", t / m, n, mn
   printf "tier_pull_push_vs_memory_cpu: %.3f ratio (rows per CPU second)\n", tc / mc
   printf "tier_cgroup_peak: %.1f MB (limit %.1f MB, budget %.1f MB; %d limit hits, %d OOM kills)\n",
     p / 1048576, l / 1048576, bu / 1048576, f, o
-  printf "tier_mem_over_budget: %.3f ratio\n", p / bu
+  printf "tier_mem_over_budget: %.3f ratio (the cgroup peak, page cache included)\n", p / bu
+  printf "tier_rss_over_budget: %.3f ratio (the process peak RSS)\n", r * 1048576 / bu
 }'
