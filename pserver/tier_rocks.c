@@ -275,6 +275,75 @@ static void keep_delete(void *wi, const char *k, size_t kl) {
   rocksdb_writebatch_wi_delete(wi, k, kl);
 }
 
+/* A pending write, seen through rocksdb_writebatch_iterate (k and v point
+ * into the batch); i is its place in the batch. */
+typedef struct ent {
+  const char *k, *v;
+  size_t vl;
+  size_t i;
+  int del;
+} ent;
+
+typedef struct ents {
+  ent *a;
+  size_t n, cap;
+  int bad; /* out of memory: write the batch as it is */
+} ents;
+
+static void ents_add(ents *x, const char *k, const char *v, size_t vl, int del) {
+  if (x->bad) return;
+  if (x->n == x->cap) {
+    size_t cap = x->cap ? 2 * x->cap : 1024;
+    ent *a = realloc(x->a, cap * sizeof *a);
+    if (!a) {
+      x->bad = 1;
+      return;
+    }
+    x->a = a;
+    x->cap = cap;
+  }
+  x->a[x->n] = (ent){k, v, vl, x->n, del};
+  x->n++;
+}
+
+static void ents_put(void *x, const char *k, size_t kl, const char *v, size_t vl) {
+  (void)kl; /* every key is KEY_LEN */
+  ents_add(x, k, v, vl, 0);
+}
+
+static void ents_delete(void *x, const char *k, size_t kl) {
+  (void)kl;
+  ents_add(x, k, NULL, 0, 1);
+}
+
+/* Key order, then batch order (a key's later write stays later). */
+static int cmp_ent(const void *pa, const void *pb) {
+  const ent *a = pa, *b = pb;
+  int c = memcmp(a->k, b->k, KEY_LEN);
+  return c ? c : (a->i > b->i) - (a->i < b->i);
+}
+
+/* Write e's pending batch in key order: the memtable's skip list takes
+ * sorted keys for a fraction of the cost of random ones. */
+static void write_sorted(fl_ps_tier *t, tier_table *e, char **err) {
+  ents x = {0};
+  rocksdb_writebatch_t *wb;
+  rocksdb_writebatch_iterate(e->pend, &x, ents_put, ents_delete);
+  if (x.bad || !(wb = rocksdb_writebatch_create())) {
+    free(x.a);
+    rocksdb_write(t->db, t->wo, e->pend, err);
+    return;
+  }
+  qsort(x.a, x.n, sizeof *x.a, cmp_ent);
+  for (size_t i = 0; i < x.n; i++) {
+    if (x.a[i].del) rocksdb_writebatch_delete(wb, x.a[i].k, KEY_LEN);
+    else rocksdb_writebatch_put(wb, x.a[i].k, KEY_LEN, x.a[i].v, x.a[i].vl);
+  }
+  free(x.a);
+  rocksdb_write(t->db, t->wo, wb, err);
+  rocksdb_writebatch_destroy(wb);
+}
+
 /* Apply e's pending writes as one RocksDB write.  Writes RocksDB refuses
  * move to e->stuck, an indexed batch read through until a later call
  * applies it; the error is logged the first time. */
@@ -282,7 +351,7 @@ static fl_status settle(fl_ps_tier *t, tier_table *e) {
   char *err = NULL;
   if (!e->pend_bytes) return FL_OK;
   if (e->stuck) rocksdb_write_writebatch_wi(t->db, t->wo, e->stuck, &err);
-  else rocksdb_write(t->db, t->wo, e->pend, &err);
+  else write_sorted(t, e, &err);
   if (!err) {
     if (e->stuck) rocksdb_writebatch_wi_destroy(e->stuck);
     e->stuck = NULL;
