@@ -3,8 +3,11 @@
  * demoted out of their memory budget (pserver.memory_budget).  Rows are
  * opaque blobs of a table's fixed row length, keyed by the table (its name
  * hash) and the row id; each table's rows are also kept in demotion order
- * so that the least recently used row of both tiers can be found.  Not
- * thread-safe: a table calls it under the lock that guards the table. */
+ * so that the least recently used row of both tiers can be found.  A
+ * table's writes wait in its own batch until its next read or a
+ * checkpoint (tier_rocks.c).  Calls for one table are not thread-safe: a
+ * table calls it under the lock that guards the table; different tables
+ * may call at once. */
 #ifndef FL_PS_TIER_ROCKS_H
 #define FL_PS_TIER_ROCKS_H
 
