@@ -43,8 +43,10 @@ const char *fl_ps_tier_path(const fl_ps_tier *t);
 size_t fl_ps_tier_overhead(size_t budget);
 
 /* Write row (len bytes) of key in table, the most recently demoted of its
- * table.  On failure (disk full, I/O error) the store is unchanged for key
- * and the error names the path. */
+ * table (into the table's pending batch).  Refused (FL_EIO) while RocksDB
+ * refuses the table's earlier writes (disk full, I/O error; logged with
+ * the path where that write failed): the store is unchanged for key, and
+ * the writes refused stay readable. */
 fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
                          size_t len);
 /* Look up n keys of table with one multi-get: found[i] 1, rows + i * len
