@@ -144,6 +144,30 @@ static fl_series *series(const char *name, const char *help, const char *tier) {
   return s;
 }
 
+/* The budget's split and RocksDB's measured share, as gauges: what
+ * /metrics states of the formula in docs/DESIGN.md (disk tier). */
+static void publish_budget(fl_ps_core *c) {
+  static const char *const help = "pserver.memory_budget's parts: hot rows, RocksDB's share "
+                                  "(its block cache, memtables, pending writes), and that share "
+                                  "in use now";
+  const char *parts[3] = {"hot_rows", "rocksdb", "rocksdb_used"};
+  fl_ps_tier_stats ts;
+  double v[3];
+  fl_metric *m = NULL;
+  fl_ps_tier_get_stats(c->tier, &ts);
+  v[0] = (double)c->hot_budget;
+  v[1] = (double)fl_ps_tier_overhead(c->o.job.pserver.memory_budget);
+  v[2] = (double)ts.mem;
+  if (fl_metrics_gauge(fl_metrics_default(), "flotilla_ps_memory_budget_bytes", help, "part", &m) !=
+      FL_OK)
+    return;
+  for (int i = 0; i < 3; i++) {
+    fl_series *s = NULL;
+    const char *lv[1] = {parts[i]};
+    if (fl_metric_series(m, lv, &s) == FL_OK) fl_series_set(s, v[i]);
+  }
+}
+
 void fl_ps_core_publish_tiers(fl_ps_core *c) {
   static const char *const names[4] = {"flotilla_ps_tier_hits_total",
                                        "flotilla_ps_tier_misses_total",
@@ -157,6 +181,7 @@ void fl_ps_core_publish_tiers(fl_ps_core *c) {
   fl_ps_tiers t;
   uint64_t now[4];
   fl_ps_core_tier_stats(c, &t);
+  if (c->tier) publish_budget(c);
   fl_series_set(series("flotilla_ps_sparse_rows", "Sparse rows held, per tier", "memory"),
                 (double)t.mem_rows);
   fl_series_set(series("flotilla_ps_sparse_rows", "Sparse rows held, per tier", "disk"),

@@ -3,8 +3,11 @@
  * demoted out of their memory budget (pserver.memory_budget).  Rows are
  * opaque blobs of a table's fixed row length, keyed by the table (its name
  * hash) and the row id; each table's rows are also kept in demotion order
- * so that the least recently used row of both tiers can be found.  Not
- * thread-safe: a table calls it under the lock that guards the table. */
+ * so that the least recently used row of both tiers can be found.  A
+ * table's writes wait in its own batch until its next read or a
+ * checkpoint (tier_rocks.c).  Calls for one table are not thread-safe: a
+ * table calls it under the lock that guards the table; different tables
+ * may call at once. */
 #ifndef FL_PS_TIER_ROCKS_H
 #define FL_PS_TIER_ROCKS_H
 
@@ -18,7 +21,8 @@ typedef struct fl_ps_tier fl_ps_tier;
 /* Counters of a tier (all tables). */
 typedef struct fl_ps_tier_stats {
   uint64_t rows;       /* rows held now */
-  uint64_t bytes;      /* on disk (SST files) plus the memtables */
+  uint64_t bytes;      /* on disk (SST files), the memtables and pending writes */
+  uint64_t mem;        /* RocksDB's memory: block cache, memtables, pending writes */
   uint64_t hits;       /* lookups that found the row */
   uint64_t misses;     /* lookups that did not (a new row) */
   uint64_t promotions; /* rows taken back into memory */
@@ -39,8 +43,10 @@ const char *fl_ps_tier_path(const fl_ps_tier *t);
 size_t fl_ps_tier_overhead(size_t budget);
 
 /* Write row (len bytes) of key in table, the most recently demoted of its
- * table.  On failure (disk full, I/O error) the store is unchanged for key
- * and the error names the path. */
+ * table (into the table's pending batch).  Refused (FL_EIO) while RocksDB
+ * refuses the table's earlier writes (disk full, I/O error; logged with
+ * the path where that write failed): the store is unchanged for key, and
+ * the writes refused stay readable. */
 fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
                          size_t len);
 /* Look up n keys of table with one multi-get: found[i] 1, rows + i * len

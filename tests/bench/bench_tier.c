@@ -1,12 +1,14 @@
 /* bench_tier.c - one sparse table (32-float rows, row-wise Adagrad) all in
  * memory or with the disk tier (pserver.memory_budget), in this process:
- *   bench_tier memory|tier IDS BATCHES DIR
+ *   bench_tier memory|tier IDS BATCHES DIR [BUDGET]
  * fills the table with IDS distinct ids in batches of 4096 (prints
  * table_fill_rows_per_s), then pulls and pushes BATCHES batches of 4096
  * ids drawn from Zipf(1.05) over the ids (prints pull_push_rows_per_s),
- * and the process's peak RSS beside the budget (tier: 10% of the table's
- * row bytes; RocksDB's share of it is fl_ps_tier_overhead).  The store
- * goes under DIR.  tests/bench/bench_tier.sh runs both and the ratio. */
+ * the process's peak RSS beside the budget (tier: BUDGET bytes, default
+ * 10% of the table's row bytes; RocksDB's share of it is
+ * fl_ps_tier_overhead) and the bytes it read from disk.  The store goes
+ * under DIR.  tests/bench/bench_tier.sh runs both and the ratio;
+ * bench_tier_cgroup.sh runs the tier in a memory cgroup. */
 #include <config.h>
 
 #include <math.h>
@@ -30,26 +32,37 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Zipf(s) over [0, n): the cumulative weights, then draws by bisection. */
-static double *zipf_cdf(size_t n, double s) {
-  double *c = malloc(n * sizeof *c), sum = 0;
-  if (!c) return NULL;
-  for (size_t i = 0; i < n; i++) c[i] = sum += pow((double)(i + 1), -s);
-  for (size_t i = 0; i < n; i++) c[i] /= sum;
-  return c;
+/* CPU seconds of the process, every thread (RocksDB's background ones
+ * too): on a loaded machine rows per CPU second compare better than
+ * rows per wall second. */
+static double cpu(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t zipf_draw(const double *c, size_t n, uint64_t *rng) {
-  double u;
-  size_t lo = 0, hi = n - 1;
+/* Zipf(s) over [0, n) without a table (its n doubles would count
+ * against the budget): the inverse of the continuous power law's CDF over
+ * [1, n + 1), floored; the ranks are scattered over the id space. */
+static uint64_t zipf_draw(size_t n, double s, uint64_t *rng) {
+  double u, e = 1.0 - s, x;
+  uint64_t r;
   *rng = fl_ps_mix64(*rng + 0x9e3779b97f4a7c15ULL);
   u = (double)(*rng >> 11) * (1.0 / 9007199254740992.0);
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (c[mid] < u) lo = mid + 1;
-    else hi = mid;
-  }
-  return fl_ps_mix64(lo); /* ranks scattered over the id space */
+  x = pow((pow((double)n + 1.0, e) - 1.0) * u + 1.0, 1.0 / e);
+  r = (uint64_t)x - 1;
+  return fl_ps_mix64(r < n ? r : n - 1);
+}
+
+/* Bytes this process read from the disk (/proc/self/io); 0 when unknown. */
+static unsigned long long read_bytes(void) {
+  FILE *f = fopen("/proc/self/io", "r");
+  char line[128];
+  unsigned long long v = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "read_bytes: %llu", &v) == 1) break;
+  if (f) fclose(f);
+  return v;
 }
 
 int main(int argc, char **argv) {
@@ -61,12 +74,12 @@ int main(int argc, char **argv) {
   _Atomic uint64_t hot = 0;
   size_t ids, batches, row = 8 + (DIM + 1) * 4 + 24;
   uint64_t budget = 0, rng = 1;
-  double *cdf, t0, el;
+  double t0, c0, el;
   struct rusage ru;
   int tiered;
 
-  if (argc != 5) {
-    fprintf(stderr, "usage: bench_tier memory|tier IDS BATCHES DIR\n");
+  if (argc != 5 && argc != 6) {
+    fprintf(stderr, "usage: bench_tier memory|tier IDS BATCHES DIR [BUDGET]\n");
     return 2;
   }
   tiered = !strcmp(argv[1], "tier");
@@ -82,17 +95,18 @@ int main(int argc, char **argv) {
   o.lr = 0.05f;
   if (tiered) {
     char path[4096];
-    budget = (uint64_t)(ids * row / 10);
+    budget = argc == 6 ? strtoull(argv[5], NULL, 10) : (uint64_t)(ids * row / 10);
     snprintf(path, sizeof path, "%s/bench_tier.rocksdb", argv[4]);
     if (fl_ps_tier_open(path, budget, &tier) != FL_OK) return 1;
     o.tier = tier;
     o.hot_bytes = &hot;
     o.hot_budget = budget - fl_ps_tier_overhead(budget);
   }
-  if (fl_ps_table_create(&o, &t) != FL_OK || !(cdf = zipf_cdf(ids, 1.05))) return 1;
+  if (fl_ps_table_create(&o, &t) != FL_OK) return 1;
   for (size_t i = 0; i < BATCH * DIM; i++) g[i] = 0.001f * (float)(i % 7);
 
   t0 = now();
+  c0 = cpu();
   for (size_t b = 0; b * BATCH < ids; b++) {
     size_t n = ids - b * BATCH < BATCH ? ids - b * BATCH : BATCH;
     for (size_t i = 0; i < n; i++) keys[i] = fl_ps_mix64(b * BATCH + i);
@@ -101,10 +115,12 @@ int main(int argc, char **argv) {
   el = now() - t0;
   printf("%s table_fill_rows_per_s: %.0f rows/s (%zu rows, %.1f s)\n", argv[1],
          (double)ids / el, ids, el);
+  printf("%s table_fill_rows_per_cpu_s: %.0f rows/s\n", argv[1], (double)ids / (cpu() - c0));
 
   t0 = now();
+  c0 = cpu();
   for (size_t b = 0; b < batches; b++) {
-    for (size_t i = 0; i < BATCH; i++) keys[i] = zipf_draw(cdf, ids, &rng);
+    for (size_t i = 0; i < BATCH; i++) keys[i] = zipf_draw(ids, 1.05, &rng);
     if (fl_ps_table_pull(t, keys, BATCH, out) != FL_OK ||
         fl_ps_table_push(t, keys, BATCH, g) != FL_OK)
       return 1;
@@ -112,6 +128,8 @@ int main(int argc, char **argv) {
   el = now() - t0;
   printf("%s pull_push_rows_per_s: %.0f rows/s (%zu batches of %d, %.1f s)\n", argv[1],
          (double)batches * BATCH / el, batches, BATCH, el);
+  printf("%s pull_push_rows_per_cpu_s: %.0f rows/s\n", argv[1],
+         (double)batches * BATCH / (cpu() - c0));
   if (tier) {
     fl_ps_tier_stats st;
     fl_ps_tier_get_stats(tier, &st);
@@ -120,11 +138,10 @@ int main(int argc, char **argv) {
            (unsigned long long)st.promotions, (unsigned long long)st.demotions);
   }
   getrusage(RUSAGE_SELF, &ru);
-  printf("%s peak_rss: %.1f MB (budget %.1f MB; table in memory %.1f MB; Zipf table %.1f MB)\n",
-         argv[1], (double)ru.ru_maxrss / 1024.0, (double)budget / 1e6,
-         (double)(ids * row) / 1e6, (double)(ids * sizeof(double)) / 1e6);
+  printf("%s peak_rss: %.1f MB (budget %.1f MB; table in memory %.1f MB)\n", argv[1],
+         (double)ru.ru_maxrss / 1024.0, (double)budget / 1e6, (double)(ids * row) / 1e6);
+  printf("%s disk_read_bytes: %llu bytes\n", argv[1], read_bytes());
   fl_ps_table_free(t);
   fl_ps_tier_close(tier);
-  free(cdf);
   return 0;
 }

@@ -100,7 +100,7 @@ noinst_PROGRAMS += tests/bench/bench_tier
 tests_bench_bench_tier_SOURCES = tests/bench/bench_tier.c
 tests_bench_bench_tier_CFLAGS = $(FL_PSERVER_CFLAGS) $(ROCKSDB_CFLAGS)
 tests_bench_bench_tier_LDADD = $(FL_PSERVER_LIBS) -lm
-EXTRA_DIST += tests/bench/bench_tier.sh
+EXTRA_DIST += tests/bench/bench_tier.sh tests/bench/bench_tier_cgroup.sh
 # The CTR preset's share of step time waiting for sparse rows, pipelined
 # pulls (pserver.sparse.pipeline) against sequential ones, async and sync:
 # tests/bench/bench_sparse_pipeline.sh.

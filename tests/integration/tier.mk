@@ -7,3 +7,7 @@ tests_integration_ps_rows_digest_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) $(ROCKSD
 tests_integration_ps_rows_digest_LDADD = $(FL_LIBS) $(ROCKSDB_LIBS)
 dist_check_SCRIPTS += tests/integration/test_tier.sh
 TESTS += tests/integration/test_tier.sh
+# kill -9 of a budgeted pserver during a RocksDB compaction: the restart
+# stands at its last checkpoint with the same rows in both tiers.
+dist_check_SCRIPTS += tests/integration/test_tier_kill.sh
+TESTS += tests/integration/test_tier_kill.sh

@@ -322,6 +322,12 @@ START_TEST(test_core_checkpoint_keeps_disk_tier) {
              (unsigned long long)ts.demotions);
     ck_assert_ptr_nonnull(strstr(text, want));
     ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_tier_promotions_total"));
+    /* The budget's split: hot rows and RocksDB's share make the budget. */
+    snprintf(want, sizeof want, "flotilla_ps_memory_budget_bytes{part=\"rocksdb\"} %llu",
+             (unsigned long long)fl_ps_tier_overhead(16 << 10));
+    ck_assert_ptr_nonnull(strstr(text, want));
+    ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_memory_budget_bytes{part=\"hot_rows\"}"));
+    ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_memory_budget_bytes{part=\"rocksdb_used\"}"));
     free(text);
   }
   snprintf(path, sizeof path, "%s/ckpt-40.flc", dir);

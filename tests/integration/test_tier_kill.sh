@@ -1,0 +1,95 @@
+#!/bin/bash
+# kill -9 of a pserver with pserver.memory_budget while its RocksDB store
+# compacts: a CTR job in PS async mode (1 pserver, 2 trainers, a budget of
+# a few rows, so that rows go to the store all the time and its 64 KiB
+# memtables flush and compact every few steps), checkpoints every 4 steps.
+# Once the store's LOG shows a compaction started and not finished, the
+# trainers are held and the pserver killed -9 (tried again until the kill
+# lands during one).  The restart removes the live store, loads its last
+# checkpoint and the store's copy beside it: a checkpoint it writes then
+# (SaveCheckpoint, trainers held) holds the same rows, bit for bit, as the
+# one it loaded (ps_rows_digest reads both tiers): nothing lost beyond the
+# documented window (the updates after that checkpoint).  The job is not
+# run to its end (test_tier.sh covers a whole budgeted job).  Seconds.
+. "$FL_SRCDIR/tests/integration/faults_lib.sh"
+DIGEST=$FL_BUILDDIR/tests/integration/ps_rows_digest
+n=compact
+cat > "$tmp/$n.yaml" << EOF2
+model:
+  kind: ctr
+  num_classes: 2
+  hidden: [16]
+  ctr: {embedding_dim: 8, sparse_slots: 26, dense_features: 13, hash_buckets: 20011}
+data:
+  format: synthetic
+  synthetic: {kind: ctr, train_samples: 16384, test_samples: 256, seed: 7}
+optimizer: {name: adam, lr: 0.001}
+pserver:
+  sparse:
+    optimizer: {name: rowwise_adagrad, lr: 0.05}
+  checkpoint_dir: $tmp/$n.ck
+  checkpoint_interval_steps: 4
+  memory_budget: 8000
+train: {epochs: 1, batch_size: 32, seed: 1, eval: false, log_interval: 4, num_threads: 1}
+cluster: {mode: ps, heartbeat_timeout_s: 10, rpc_timeout_s: 5}
+strategy: {a_sync: true}
+EOF2
+LOG=$tmp/$n.ck/pserver-0/tier.rocksdb/LOG
+# compacting: 0 while the store's LOG shows a compaction not yet finished.
+compacting() {
+  _s=$(grep -c '"event": "compaction_started"' "$LOG" 2> /dev/null)
+  _f=$(grep -c '"event": "compaction_finished"' "$LOG" 2> /dev/null)
+  [ "${_s:-0}" -gt "${_f:-0}" ]
+}
+
+JOB_ENV=FLOTILLA_RUN_ID=$n ps_job $n "$tmp/$n.yaml" 1 2
+wait_log "$tmp/$n.ps0.log" 'checkpoint of step [0-9]+ written to ' 60 ||
+  fail "$n: the pserver wrote no checkpoint"
+caught=
+for ((try = 0; try < 20 && fails == 0; try++)); do
+  for ((i = 0; i < 2000; i++)); do compacting && break; done
+  kill -STOP "$TR0" "$TR1"
+  if compacting; then
+    kill -KILL "$PS0"
+    caught=$try
+    break
+  fi
+  kill -CONT "$TR0" "$TR1"
+  running "$TR0" || break
+done
+if [ -z "$caught" ]; then
+  echo "SKIP: $n: no kill landed during a compaction in $try tries"
+  finish
+fi
+wait_exit "$PS0" 5
+before=$(grep -E 'checkpoint of step [0-9]+ written to ' "$tmp/$n.ps0.log" | tail -1 |
+  sed -n 's/.*checkpoint of step \([0-9]*\) written to .*/\1/p')
+mv "$tmp/$n.ps0.log" "$tmp/$n.ps0.first.log"
+
+JOB_ENV=FLOTILLA_RUN_ID=$n start_pserver $n "$tmp/$n.yaml" 0 2
+wait_log "$tmp/$n.ps0.log" '\] serving ' 20 || fail "$n: the restarted pserver does not serve"
+loaded=$(sed -n 's/.*loaded checkpoint \([^ ]*\.flc\): step \([0-9]*\)$/\1 \2/p' "$tmp/$n.ps0.log" | tail -1)
+[ -n "$loaded" ] || fail "$n: the restarted pserver loaded no checkpoint"
+path=${loaded% *} step=${loaded#* }
+[ -n "$loaded" ] && [ "$step" -ge "$before" ] ||
+  fail "$n: restarted at step $step, before the last checkpoint written ($before)"
+# The checkpoint loaded, both tiers, before anything is written over it.
+"$DIGEST" "$path" > "$tmp/loaded.digest" 2>&1 || fail "$n: digest of $path: $(cat "$tmp/loaded.digest")"
+grep -q '^tier .*[1-9][0-9]* of its rows on disk' "$tmp/loaded.digest" ||
+  fail "$n: the checkpoint loaded keeps no rows on disk"
+for ((i = 0; i < 5; i++)); do
+  FL_PROBE_TIMEOUT=20 "$PROBE" save "$PSLIST" > "$tmp/$n.save" 2>&1 && break
+  sleep 1
+done
+[ $i -lt 5 ] || fail "$n: SaveCheckpoint: $(cat "$tmp/$n.save")"
+has "$tmp/$n.save" "^step $step\$" "$n: SaveCheckpoint after the restart"
+again=$(sed -n 's/^path //p' "$tmp/$n.save")
+"$DIGEST" "$again" > "$tmp/again.digest" 2>&1 || fail "$n: digest of $again: $(cat "$tmp/again.digest")"
+grep -v '^tier ' "$tmp/loaded.digest" > "$tmp/loaded.cmp"
+grep -v '^tier ' "$tmp/again.digest" > "$tmp/again.cmp"
+diff -q "$tmp/loaded.cmp" "$tmp/again.cmp" > /dev/null ||
+  fail "$n: the restarted pserver's rows differ from the checkpoint it loaded"
+ran=$((ran + 1))
+[ "$fails" = 0 ] && ok "$n: killed during a compaction (try $((caught + 1))), restarted at step $step of ${path##*/}, same rows" ||
+  show "$tmp/$n".*.log
+finish
