@@ -136,13 +136,24 @@ static int table_of(const fl_ckpt_record *r, char *out, size_t cap) {
   return 1;
 }
 
+/* s as a JSON string (quoted, with " \\ and control bytes escaped) to f. */
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
 /* One table's files from ck; its name and dim appended to the manifest's
- * list (json, cap bytes). */
+ * list (json; first: no comma before it). */
 static fl_status put_table(const fl_ckpt *ck, const char *dir, const char *tname, int64_t dim,
-                           int64_t base, int64_t seq, char *json, size_t cap) {
-  char stem[4200], name[FL_CKPT_NAME_MAX];
+                           int64_t base, int64_t seq, FILE *json, int first) {
+  char stem[4200], name[FL_CKPT_NAME_MAX + 16];
   fl_ckpt_record keys, vals, del;
-  size_t used = strlen(json);
   if (seq) snprintf(stem, sizeof stem, "%s/%s.delta-%" PRId64 "-%" PRId64, dir, tname, base, seq);
   else snprintf(stem, sizeof stem, "%s/%s.base-%" PRId64, dir, tname, base);
   snprintf(name, sizeof name, "sparse/%s/keys", tname);
@@ -158,8 +169,9 @@ static fl_status put_table(const fl_ckpt *ck, const char *dir, const char *tname
                   "export of it", tname, seq ? " or deleted ids" : "");
   FL_TRY(put_ids(stem, "ids", &keys, &vals, (size_t)dim));
   if (seq) FL_TRY(put_ids(stem, "deleted", &del, NULL, 0));
-  snprintf(json + used, cap - used, "%s\n    {\"name\": \"%s\", \"dim\": %" PRId64 "}",
-           used > 1 ? "," : "", tname, dim);
+  fprintf(json, "%s\n    {\"name\": ", first ? "" : ",");
+  json_str(json, tname);
+  fprintf(json, ", \"dim\": %" PRId64 "}", dim);
   return FL_OK;
 }
 
@@ -184,23 +196,30 @@ static void prune(const char *dir, int64_t base) {
 /* Every table of ck; the manifest last. */
 static fl_status put_all(const fl_ckpt *ck, const char *dir, int64_t base, int64_t seq,
                          int64_t step) {
-  char tables[8192] = "[", man[8400], path[4200];
-  for (size_t i = 0; i < fl_ckpt_count(ck); i++) {
+  char path[4200], *man = NULL;
+  size_t len = 0;
+  int n = 0;
+  fl_status st = FL_OK;
+  FILE *f = open_memstream(&man, &len);
+  if (!f) return FL_ERR(FL_ENOMEM, "serving export: no memory for the manifest of %s", dir);
+  fprintf(f, "{\n  \"format\": 1,\n  \"step\": %" PRId64 ",\n  \"base\": %" PRId64
+          ",\n  \"deltas\": %" PRId64 ",\n  \"tables\": [", step, base, seq);
+  for (size_t i = 0; st == FL_OK && i < fl_ckpt_count(ck); i++) {
     fl_ckpt_record r;
-    char tname[128];
+    char tname[FL_CKPT_NAME_MAX];
     if (fl_ckpt_record_at(ck, i, &r) != FL_OK || !table_of(&r, tname, sizeof tname) ||
         r.dtype != FL_CKPT_I64 || r.ndim != 0)
       continue;
-    FL_TRY(put_table(ck, dir, tname, *(const int64_t *)r.data, base, seq, tables, sizeof tables));
+    st = put_table(ck, dir, tname, *(const int64_t *)r.data, base, seq, f, n++ == 0);
   }
-  int len = snprintf(man, sizeof man,
-                     "{\n  \"format\": 1,\n  \"step\": %" PRId64 ",\n  \"base\": %" PRId64
-                     ",\n  \"deltas\": %" PRId64 ",\n  \"tables\": %s\n  ]\n}\n",
-                     step, base, seq, tables);
+  fputs("\n  ]\n}\n", f);
+  if (fclose(f) != 0 && st == FL_OK)
+    st = FL_ERR(FL_ENOMEM, "serving export: no memory for the manifest of %s", dir);
   snprintf(path, sizeof path, "%s/manifest.json", dir);
-  FL_TRY(write_atomic(path, man, (size_t)len, NULL, 0));
-  if (!seq) prune(dir, base);
-  return FL_OK;
+  if (st == FL_OK) st = write_atomic(path, man, len, NULL, 0);
+  free(man);
+  if (st == FL_OK && !seq) prune(dir, base);
+  return st;
 }
 
 fl_status fl_ps_serving_export(const char *dir, const char *ckpt, int64_t base, int64_t seq,
