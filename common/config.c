@@ -72,6 +72,8 @@ static const char *const k_devices[] = {"cpu", "gpu", NULL};
 static const char *const k_activations[] = {"relu", "tanh", NULL};
 static const char *const k_norms[] = {"none", "bn", "gn", NULL};
 static const char *const k_synth_kinds[] = {"image", "ctr", NULL};
+/* fl_job_sparse_init; "uniform" also takes an argument, "uniform(R)". */
+static const char *const k_sparse_inits[] = {"uniform", "from_model", NULL};
 
 /* Each enum's names, one per value and a NULL, checked against its COUNT. */
 #define NAMES_OF(t, count) \
@@ -83,6 +85,7 @@ NAMES_OF(k_ar_algos, FL_AR_COUNT);
 NAMES_OF(k_amp_dtypes, FL_AMP_DTYPE_COUNT);
 NAMES_OF(k_devices, FL_DEVICE_COUNT);
 NAMES_OF(fl_lr_metric_names, FL_LR_METRIC_COUNT);
+NAMES_OF(k_sparse_inits, FL_SPARSE_INIT_COUNT);
 
 const char *fl_mode_name(fl_mode mode) {
   if ((unsigned)mode < FL_MODE_COUNT) return k_modes[mode];
@@ -1002,26 +1005,28 @@ static fl_status parse_path_map(ctx *c, const field *f, const yaml_node_t *v,
   return FL_OK;
 }
 
-/* A sparse table's init: "from_model", "uniform" (pserver.sparse.init_range,
- * filled by normalise) or "uniform(R)", R in [0, 1e3]. */
+/* A sparse table's init: a name of k_sparse_inits ("uniform" takes
+ * pserver.sparse.init_range, filled by normalise) or "uniform(R)", R in
+ * [0, 1e3]. */
 static fl_status parse_sparse_init(ctx *c, const yaml_node_t *v, const yaml_mark_t *km,
                                    char *base, const char *path) {
   fl_job_sparse_table *e = (fl_job_sparse_table *)base;
-  const char *s = plain(v);
+  const char *s = plain(v), *u = k_sparse_inits[FL_SPARSE_INIT_UNIFORM];
+  const size_t ul = strlen(u);
   char got[64], *end = NULL;
   double r = 0;
   describe(v, got, sizeof got);
   e->init_range = NAN;
-  if (s && !strcmp(s, "from_model")) {
-    e->init = FL_SPARSE_INIT_FROM_MODEL;
-    return FL_OK;
-  }
+  for (int i = 0; s && i < FL_SPARSE_INIT_COUNT; i++)
+    if (!strcmp(s, k_sparse_inits[i])) {
+      e->init = (fl_job_sparse_init)i;
+      return FL_OK;
+    }
   e->init = FL_SPARSE_INIT_UNIFORM;
-  if (s && !strcmp(s, "uniform")) return FL_OK;
-  if (s && !strncmp(s, "uniform(", 8)) r = strtod(s + 8, &end);
-  if (!end || end == s + 8 || strcmp(end, ")") || !(r >= 0 && r <= 1e3))
-    return perr(c, km, path, "expected uniform, uniform(R) with R in [0, 1000] or from_model, "
-                "got %s", got);
+  if (s && !strncmp(s, u, ul) && s[ul] == '(') r = strtod(s + ul + 1, &end);
+  if (!end || end == s + ul + 1 || strcmp(end, ")") || !(r >= 0 && r <= 1e3))
+    return perr(c, km, path, "expected %s, %s(R) with R in [0, 1000] or %s, got %s", u, u,
+                k_sparse_inits[FL_SPARSE_INIT_FROM_MODEL], got);
   e->init_range = (float)r;
   return FL_OK;
 }
@@ -1918,8 +1923,10 @@ static int emit_table_map(yaml_emitter_t *em, const field *f, const char *base) 
 static int emit_sparse_init(yaml_emitter_t *em, const char *base) {
   const fl_job_sparse_table *e = (const fl_job_sparse_table *)base;
   char buf[64];
-  if (e->init == FL_SPARSE_INIT_FROM_MODEL) return emit_scalar(em, "from_model", 0);
-  snprintf(buf, sizeof buf, "uniform(%.9g)", (double)e->init_range);
+  if (e->init == FL_SPARSE_INIT_FROM_MODEL)
+    return emit_scalar(em, k_sparse_inits[FL_SPARSE_INIT_FROM_MODEL], 0);
+  snprintf(buf, sizeof buf, "%s(%.9g)", k_sparse_inits[FL_SPARSE_INIT_UNIFORM],
+           (double)e->init_range);
   return emit_scalar(em, buf, 0);
 }
 

@@ -331,6 +331,7 @@ typedef struct fl_job_cluster {
 typedef enum fl_job_sparse_init {
   FL_SPARSE_INIT_UNIFORM,    /* uniform in [-init_range, init_range] */
   FL_SPARSE_INIT_FROM_MODEL, /* rows 0..V-1 from the model's initializer, others uniform */
+  FL_SPARSE_INIT_COUNT
 } fl_job_sparse_init;
 
 /* One of a model's initializers kept as a sparse table on the pservers
