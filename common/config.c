@@ -31,7 +31,8 @@ _Static_assert(sizeof(fl_optim_kind) == sizeof(int) && sizeof(fl_lr_kind) == siz
                    sizeof(fl_grad_compression) == sizeof(int) &&
                    sizeof(fl_amp_dtype) == sizeof(int) &&
                    sizeof(fl_train_device) == sizeof(int) &&
-                   sizeof(fl_val_metric) == sizeof(int),
+                   sizeof(fl_val_metric) == sizeof(int) &&
+                   sizeof(fl_synth_kind) == sizeof(int),
                "enum fields must be int-sized");
 
 /* Bounds that keep a hostile job file cheap: libyaml holds every node of the
@@ -71,7 +72,7 @@ static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
 static const char *const k_devices[] = {"cpu", "gpu", NULL};
 static const char *const k_activations[] = {"relu", "tanh", NULL};
 static const char *const k_norms[] = {"none", "bn", "gn", NULL};
-static const char *const k_synth_kinds[] = {"image", "ctr", NULL};
+const char *const fl_synth_kind_names[] = {"image", "ctr", NULL};
 /* fl_job_sparse_init; "uniform" also takes an argument, "uniform(R)". */
 static const char *const k_sparse_inits[] = {"uniform", "from_model", NULL};
 
@@ -86,6 +87,7 @@ NAMES_OF(k_amp_dtypes, FL_AMP_DTYPE_COUNT);
 NAMES_OF(k_devices, FL_DEVICE_COUNT);
 NAMES_OF(fl_lr_metric_names, FL_LR_METRIC_COUNT);
 NAMES_OF(k_sparse_inits, FL_SPARSE_INIT_COUNT);
+NAMES_OF(fl_synth_kind_names, FL_SYNTH_COUNT);
 
 const char *fl_mode_name(fl_mode mode) {
   if ((unsigned)mode < FL_MODE_COUNT) return k_modes[mode];
@@ -264,8 +266,8 @@ static const field f_data[] = {
      .type = F_MAP,
      .off = 0,
      .sub = (const field[]){
-         E("kind", F_CHOICE, fl_job_data, synthetic.kind, STRCAP(fl_job_data, synthetic.kind),
-           .choices = k_synth_kinds, DEFS("image")),
+         E("kind", F_ENUM, fl_job_data, synthetic.kind, .choices = fl_synth_kind_names,
+           DEF(FL_SYNTH_IMAGE)),
          E("train_samples", F_I64, fl_job_data, synthetic.train_samples, RANGE(1, 1e9), DEF(8192)),
          E("test_samples", F_I64, fl_job_data, synthetic.test_samples, RANGE(0, 1e9), DEF(2048)),
          E("seed", F_U64, fl_job_data, synthetic.seed, DEF(1)),
@@ -1396,13 +1398,18 @@ int fl_job_has_validation(const fl_job *job) {
          job->data.n_validation_inputs;
 }
 
+int fl_job_sparse_data(const fl_job *job) {
+  const fl_job_data *d = &job->data;
+  return d->format == FL_DATA_LIBSVM ||
+         (d->format == FL_DATA_SYNTHETIC && d->synthetic.kind == FL_SYNTH_CTR);
+}
+
 /* The validation set's sources, and what needs one. */
 static fl_status check_validation(const ctx *c, const fl_job *job) {
   const char *src = job->source;
   const fl_job_data *d = &job->data;
   const fl_job_train *t = &job->train;
-  const int sparse = d->format == FL_DATA_LIBSVM || d->format == FL_DATA_CRITEO ||
-                     (d->format == FL_DATA_SYNTHETIC && !strcmp(d->synthetic.kind, "ctr"));
+  const int sparse = fl_job_sparse_data(job) || d->format == FL_DATA_CRITEO;
   if (d->validation_split > 0 && d->validation_x[0])
     return kerr(c, src, "data.validation_x", "give data.validation_split or validation files, "
                 "not both");
@@ -1597,8 +1604,7 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
                   m->gn_groups, m->conv_channels[0], m->conv_channels[1]);
   }
   int ctr_model = fl_model_kind_has(m->kind, FL_KIND_SPARSE);
-  int ctr_data = d->format == FL_DATA_LIBSVM ||
-                 (d->format == FL_DATA_SYNTHETIC && !strcmp(d->synthetic.kind, "ctr"));
+  int ctr_data = fl_job_sparse_data(job);
   if (!file && d->format == FL_DATA_CRITEO)
     return kerr(c, src, "data.format", "criteo feeds an ONNX model (model.kind onnx, its inputs "
                 "named in data.criteo), not %s; for the ctr model use data.format libsvm or "

@@ -91,6 +91,15 @@ typedef enum fl_grad_compression {
 
 typedef enum fl_amp_dtype { FL_AMP_FLOAT16 = 0, FL_AMP_BFLOAT16 = 1, FL_AMP_DTYPE_COUNT } fl_amp_dtype;
 
+/* data.synthetic.kind: what the seeded generator makes. */
+typedef enum fl_synth_kind {
+  FL_SYNTH_IMAGE = 0, /* learnable images for the presets */
+  FL_SYNTH_CTR = 1,   /* sparse CTR samples for the ctr model */
+  FL_SYNTH_COUNT
+} fl_synth_kind;
+/* Their names, indexed by fl_synth_kind, NULL-terminated. */
+extern const char *const fl_synth_kind_names[];
+
 /* Where a trainer computes (train.device, as Paddle's set_device): the host
  * CPU, or a CUDA GPU (the one FLOTILLA_SELECTED_GPUS gives the trainer,
  * else local rank % GPUs on the node). */
@@ -157,7 +166,7 @@ typedef struct fl_job_data {
   fl_job_input test_inputs[FL_JOB_MAX_INPUTS];
   size_t n_test_inputs;
   struct {
-    char kind[8];          /* "image" (default) or "ctr" */
+    fl_synth_kind kind;    /* image (default) or ctr */
     int64_t train_samples; /* 8192 */
     int64_t test_samples;  /* 2048 */
     uint64_t seed;         /* 1 */
@@ -279,6 +288,9 @@ extern const char *const fl_val_metric_names[];
 struct fl_job;
 /* Whether the job has a validation set (data.validation_split or files). */
 int fl_job_has_validation(const struct fl_job *job);
+/* Whether the job's data is sparse (CTR samples, read into a sparse
+ * dataset): data.format libsvm, or synthetic kind ctr. */
+int fl_job_sparse_data(const struct fl_job *job);
 
 /* ------------------------------------------------------------------ train */
 typedef struct fl_job_train {

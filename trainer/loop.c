@@ -51,7 +51,7 @@ typedef struct trainer {
                        * elastic.keep_global_batch) */
 
   fl_dataset train, test;
-  fl_sparse_dataset strain, stest; /* sparse data (fl_loop_sparse_data) */
+  fl_sparse_dataset strain, stest; /* sparse data (fl_job_sparse_data) */
   fl_sparse_run *sparse;           /* a model with sparse tables: its pulls and pushes */
   int have_test;
   float *evalx; /* eval_batch_size samples of uint8 test features as fp32 */
@@ -229,7 +229,7 @@ static fl_status load_data(trainer *t) {
   const fl_job_data *d = &job->data;
   int nc = job->model.num_classes;
   t->have_test = job->train.eval;
-  if (fl_loop_sparse_data(job)) {
+  if (fl_job_sparse_data(job)) {
     FL_TRY(fl_loop_load_sparse(job, &t->strain, &t->stest));
     t->have_test = t->stest.n > 0;
     FL_LOGI("data: %zu training and %zu test sparse samples of %u slots", t->strain.n,
@@ -243,9 +243,9 @@ static fl_status load_data(trainer *t) {
       FL_TRY(fl_idx_load(d->test_images, d->test_labels, nc, (size_t)d->limit_test, &t->test));
     break;
   case FL_DATA_SYNTHETIC: {
-    if (strcmp(d->synthetic.kind, "image") != 0)
+    if (d->synthetic.kind != FL_SYNTH_IMAGE)
       return FL_ERR(FL_ENOTSUP, "%s: data.synthetic.kind %s: the CTR model trains in ps mode only",
-                    job->source, d->synthetic.kind);
+                    job->source, fl_synth_kind_names[d->synthetic.kind]);
     fl_synth_image_config c = {.n = (size_t)d->synthetic.train_samples,
                                .channels = job->model.input_shape[0],
                                .height = job->model.input_shape[1],

@@ -196,7 +196,7 @@ START_TEST(test_every_section) {
   ck_assert_str_eq(j.data.test_labels, "/d");
   ck_assert_str_eq(j.data.train_path, "/e");
   ck_assert_str_eq(j.data.test_path, "/f");
-  ck_assert_str_eq(j.data.synthetic.kind, "image");
+  ck_assert_int_eq(j.data.synthetic.kind, FL_SYNTH_IMAGE);
   ck_assert_int_eq(j.data.synthetic.train_samples, 1000);
   ck_assert_int_eq(j.data.synthetic.test_samples, 100);
   ck_assert_uint_eq(j.data.synthetic.seed, 42);
