@@ -32,7 +32,8 @@ _Static_assert(sizeof(fl_optim_kind) == sizeof(int) && sizeof(fl_lr_kind) == siz
                    sizeof(fl_amp_dtype) == sizeof(int) &&
                    sizeof(fl_train_device) == sizeof(int) &&
                    sizeof(fl_val_metric) == sizeof(int) &&
-                   sizeof(fl_synth_kind) == sizeof(int),
+                   sizeof(fl_synth_kind) == sizeof(int) &&
+                   sizeof(fl_loss_kind) == sizeof(int),
                "enum fields must be int-sized");
 
 /* Bounds that keep a hostile job file cheap: libyaml holds every node of the
@@ -226,8 +227,7 @@ static const field f_model[] = {
     E("plugin_args", F_STR, fl_job_model, plugin_args, STRCAP(fl_job_model, plugin_args)),
     E("path", F_STR, fl_job_model, path, STRCAP(fl_job_model, path)),
     E("output", F_STR, fl_job_model, output, STRCAP(fl_job_model, output)),
-    E("loss", F_CHOICE, fl_job_model, loss, STRCAP(fl_job_model, loss), .choices = fl_loss_names,
-      DEFS("softmax_cross_entropy")),
+    E("loss", F_ENUM, fl_job_model, loss, .choices = fl_loss_names, DEF(FL_LOSS_SOFTMAX_XENT)),
     E("ignore_index", F_I64, fl_job_model, ignore_index, RANGE(-2147483648.0, 2147483647.0),
       DEF(-100)),
     {.key = "ctr",
@@ -1589,9 +1589,9 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   if (!file && (m->path[0] || m->output[0]))
     return kerr(c, src, m->path[0] ? "model.path" : "model.output",
                 "only for model.kind onnx, the kind is %s", m->kind);
-  if (!file && strcmp(m->loss, fl_loss_names[FL_LOSS_SOFTMAX_XENT])) /* the presets train with the first loss */
-    return kerr(c, src, "model.loss", "%s needs model.kind onnx; %s trains with "
-                "softmax_cross_entropy", m->loss, m->kind);
+  if (!file && m->loss != FL_LOSS_SOFTMAX_XENT) /* the presets train with the first loss */
+    return kerr(c, src, "model.loss", "%s needs model.kind onnx; %s trains with %s",
+                fl_loss_names[m->loss], m->kind, fl_loss_names[FL_LOSS_SOFTMAX_XENT]);
   if (job->train.export_onnx[0] && !fl_model_kind_has(m->kind, FL_KIND_EXPORT))
     return kerr(c, src, "train.export_onnx", "model.kind %s cannot be exported as ONNX "
                 "(logreg, mlp, cnn and onnx can)", m->kind);

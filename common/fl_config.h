@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fl_layers.h"
 #include "fl_optim.h"
 #include "fl_status.h"
 
@@ -124,8 +125,8 @@ typedef struct fl_job_model {
   char plugin_args[256];             /* plugin: free-form string for it ("") */
   char path[FL_JOB_PATH_MAX]; /* onnx: the model file (required) */
   char output[128];   /* onnx: the value the loss reads ("" = the graph's only output) */
-  char loss[32];      /* "softmax_cross_entropy" (default; the only one of the presets),
-                         "bce_with_logits" or "mse" (onnx, float targets) */
+  fl_loss_kind loss;  /* softmax_cross_entropy (default; the only one of the presets),
+                         bce_with_logits or mse (onnx, float targets) */
   int64_t ignore_index; /* onnx with data.inputs: a class id the softmax loss and the
                            accuracy skip (-100, as nn.CrossEntropyLoss) */
   struct {

@@ -169,14 +169,14 @@ static fl_status load_npy(trainer *t) {
    * onnx model's class count is its output width, known once it is built
    * (check_labels); the presets' is model.num_classes. */
   int lnc = fl_model_kind_has(job->model.kind, FL_KIND_FILE) ? 0 : nc;
-  int want_float = job->model.loss[0] && strcmp(job->model.loss, "softmax_cross_entropy") != 0;
+  int want_float = job->model.loss != FL_LOSS_SOFTMAX_XENT;
   const char *ty = d->train_y;
   if (d->n_inputs) FL_TRY(load_named(t, 0, lnc));
   else FL_TRY(fl_npy_load(d->train_x, d->train_y, lnc, d->scale, (size_t)d->limit_train, &t->train));
   if (want_float != (t->train.t != NULL))
     return FL_ERR(FL_EINVAL, "%s: %s, but model.loss %s needs %s", ty,
                   t->train.t ? "float32 targets" : "integer class ids",
-                  job->model.loss[0] ? job->model.loss : "softmax_cross_entropy",
+                  fl_loss_names[job->model.loss],
                   want_float ? "float32 targets" : "int64 or int32 class ids");
   if (t->have_test) {
     if (d->n_inputs) FL_TRY(load_named(t, 1, lnc));
@@ -213,8 +213,7 @@ static fl_status open_stream(trainer *t, int test, fl_stream **out) {
       .shuffle_buffer = test ? 0 : (size_t)d->shuffle_buffer,
       .bad_lines = d->bad_lines ? FL_CRITEO_SKIP : FL_CRITEO_STOP,
       .hash_buckets = (uint64_t)d->hash_buckets, .count = !test,
-      .float_targets =
-          t->job->model.loss[0] && strcmp(t->job->model.loss, "softmax_cross_entropy")};
+      .float_targets = t->job->model.loss != FL_LOSS_SOFTMAX_XENT};
   return fl_stream_open(&o, out);
 }
 
@@ -485,7 +484,7 @@ void fl_trainer_model_spec(const fl_job *job, int device, const char *ck[FL_TRAI
   snprintf(s.plugin_args, sizeof s.plugin_args, "%s", jm->plugin_args);
   snprintf(s.path, sizeof s.path, "%s", jm->path);
   snprintf(s.output, sizeof s.output, "%s", jm->output);
-  snprintf(s.loss, sizeof s.loss, "%s", jm->loss);
+  s.loss = jm->loss;
   device_spec(job, device, &s);
   *out = s;
 }

@@ -117,7 +117,6 @@ static fl_status resolve_spec(const fl_model_spec *spec, fl_model_spec *r) {
   r->plugin_args[sizeof r->plugin_args - 1] = '\0';
   r->path[sizeof r->path - 1] = '\0';
   r->output[sizeof r->output - 1] = '\0';
-  r->loss[sizeof r->loss - 1] = '\0';
   if (r->n_checkpoints > 0 && !r->checkpoints)
     return FL_ERR(FL_EINVAL, "model: %zu recompute checkpoints but no names", r->n_checkpoints);
   if ((r->n_amp_white > 0 && !r->amp_white) || (r->n_amp_black > 0 && !r->amp_black))
@@ -195,12 +194,11 @@ static fl_status check_params(const fl_model *m) {
 
 /* The graph of kind onnx: spec->path, its output and loss.  Logs. */
 static fl_status load_onnx(const fl_model_spec *s, fl_graph **g) {
-  fl_gloss loss = FL_GLOSS_SOFTMAX_XENT;
   if (!s->path[0]) return FL_ERR(FL_EINVAL, "model: kind onnx needs path (the .onnx file)");
-  if (s->loss[0] && fl_onnx_loss_parse(s->loss, &loss) != FL_OK)
-    return FL_ERR(FL_EINVAL, "model: loss '%s' must be softmax_cross_entropy, bce_with_logits "
-                  "or mse", s->loss);
-  return fl_onnx_load(s->path, s->output, loss, g);
+  if ((unsigned)s->loss >= FL_LOSS_COUNT)
+    return FL_ERR(FL_EINVAL, "model %s: loss %d is not an fl_loss_kind (0 to %d)", s->path,
+                  (int)s->loss, FL_LOSS_COUNT - 1);
+  return fl_onnx_load(s->path, s->output, (fl_gloss)s->loss, g);
 }
 
 /* Values per sample of a compiled graph's output (the classes of a

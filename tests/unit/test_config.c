@@ -753,7 +753,7 @@ END_TEST
 START_TEST(test_onnx_keys) {
   fl_job j;
   fl_job_defaults(&j);
-  ck_assert_str_eq(j.model.loss, "softmax_cross_entropy");
+  ck_assert_int_eq(j.model.loss, FL_LOSS_SOFTMAX_XENT);
   ck_assert_str_eq(j.model.path, "");
   ck_assert_str_eq(j.model.output, "");
   ck_assert_str_eq(j.train.export_onnx, "");
@@ -765,7 +765,7 @@ START_TEST(test_onnx_keys) {
   ck_assert_str_eq(j.model.kind, "onnx");
   ck_assert_str_eq(j.model.path, "/m/net.onnx");
   ck_assert_str_eq(j.model.output, "logits");
-  ck_assert_str_eq(j.model.loss, "bce_with_logits");
+  ck_assert_int_eq(j.model.loss, FL_LOSS_BCE_LOGITS);
   ck_assert_str_eq(j.train.export_onnx, "/out/trained.onnx");
   round_trip(&j);
   /* the presets export too, with their only loss */
