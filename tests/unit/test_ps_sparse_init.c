@@ -218,6 +218,28 @@ START_TEST(test_table_settings_and_padding) {
 }
 END_TEST
 
+/* A table's init uniform(0) (init_range 0): its rows start at zeros. */
+START_TEST(test_uniform_zero_rows) {
+  fl_ps_core_opts o;
+  fl_job_sparse_table *jt = &o.job.pserver.sparse_tables[0];
+  uint64_t keys[16];
+  float v[16 * DIM];
+  pt_opts(&o, 1, 1, FL_OPTIM_SGD, 0.5f, 100);
+  snprintf(jt->name, sizeof jt->name, "emb");
+  jt->init = FL_SPARSE_INIT_UNIFORM;
+  jt->init_range = 0.0f;
+  o.job.pserver.n_sparse_tables = 1;
+  fl_ps_core *c = pt_core(&o);
+  pt_register(c, &(pt_reg){.n_trainers = 1, .mode = FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC,
+                           .dim = DIM});
+  for (uint64_t k = 0; k < 16; k++) keys[k] = k * 7919;
+  ck_assert_int_eq(spull(c, keys, 16, 0, v), FL_OK);
+  for (int j = 0; j < 16 * DIM; j++) ck_assert_float_eq(v[j], 0.0f);
+  ck_assert_uint_eq(fl_ps_table_rows(fl_ps_core_table(c, "emb")), 16);
+  fl_ps_core_free(c);
+}
+END_TEST
+
 START_TEST(test_dump_pages) {
   fl_ps_core *c = mk(1, 0, 1, 1000);
   /* Keys in no order, the extremes included (7 is the padding id: no row). */
@@ -579,6 +601,7 @@ int main(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, test_init_creates_if_absent);
   tcase_add_test(tc, test_table_settings_and_padding);
+  tcase_add_test(tc, test_uniform_zero_rows);
   tcase_add_test(tc, test_dump_pages);
   tcase_add_test(tc, test_dump_keeps_recency);
   tcase_add_test(tc, test_init_and_dump_over_stripes);
