@@ -33,7 +33,8 @@ _Static_assert(sizeof(fl_optim_kind) == sizeof(int) && sizeof(fl_lr_kind) == siz
                    sizeof(fl_train_device) == sizeof(int) &&
                    sizeof(fl_val_metric) == sizeof(int) &&
                    sizeof(fl_synth_kind) == sizeof(int) &&
-                   sizeof(fl_loss_kind) == sizeof(int),
+                   sizeof(fl_loss_kind) == sizeof(int) &&
+                   sizeof(fl_norm_kind) == sizeof(int),
                "enum fields must be int-sized");
 
 /* Bounds that keep a hostile job file cheap: libyaml holds every node of the
@@ -72,7 +73,7 @@ static const char *const k_ar_algos[] = {"auto", "ring", "halving_doubling", "tr
 static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
 static const char *const k_devices[] = {"cpu", "gpu", NULL};
 static const char *const k_activations[] = {"relu", "tanh", NULL};
-static const char *const k_norms[] = {"none", "bn", "gn", NULL};
+const char *const fl_norm_names[] = {"none", "bn", "gn", NULL};
 const char *const fl_synth_kind_names[] = {"image", "ctr", NULL};
 /* fl_job_sparse_init; "uniform" also takes an argument, "uniform(R)". */
 static const char *const k_sparse_inits[] = {"uniform", "from_model", NULL};
@@ -89,6 +90,7 @@ NAMES_OF(k_devices, FL_DEVICE_COUNT);
 NAMES_OF(fl_lr_metric_names, FL_LR_METRIC_COUNT);
 NAMES_OF(k_sparse_inits, FL_SPARSE_INIT_COUNT);
 NAMES_OF(fl_synth_kind_names, FL_SYNTH_COUNT);
+NAMES_OF(fl_norm_names, FL_NORM_COUNT);
 
 const char *fl_mode_name(fl_mode mode) {
   if ((unsigned)mode < FL_MODE_COUNT) return k_modes[mode];
@@ -99,6 +101,16 @@ fl_status fl_mode_parse(const char *name, fl_mode *out) {
   for (int i = 0; name && k_modes[i]; i++)
     if (!strcmp(name, k_modes[i])) {
       *out = (fl_mode)i;
+      return FL_OK;
+    }
+  return FL_EINVAL;
+}
+
+fl_status fl_norm_parse(const char *name, fl_norm_kind *out) {
+  if (!name || !*name) name = fl_norm_names[FL_NORM_NONE];
+  for (int i = 0; fl_norm_names[i]; i++)
+    if (!strcmp(name, fl_norm_names[i])) {
+      *out = (fl_norm_kind)i;
       return FL_OK;
     }
   return FL_EINVAL;
@@ -218,8 +230,7 @@ static const field f_model[] = {
       DEFL(32, 64)),
     E("conv_kernel", F_INT, fl_job_model, conv_kernel, RANGE(1, 15), DEF(5)),
     E("fc_hidden", F_SIZE, fl_job_model, fc_hidden, RANGE(0, 1 << 24)),
-    E("norm", F_CHOICE, fl_job_model, norm, STRCAP(fl_job_model, norm), .choices = k_norms,
-      DEFS("none")),
+    E("norm", F_ENUM, fl_job_model, norm, .choices = fl_norm_names, DEF(FL_NORM_NONE)),
     E("gn_groups", F_INT, fl_job_model, gn_groups, RANGE(1, 4096), DEF(8)),
     E("bn_momentum", F_FLOAT, fl_job_model, bn_momentum, RANGE(0, 1), DEF(0.1)),
     E("bn_epsilon", F_FLOAT, fl_job_model, bn_epsilon, MINX(0), DEF(1e-5)),
@@ -1598,7 +1609,7 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   if (fl_model_kind_has(m->kind, FL_KIND_CONV)) {
     if (m->conv_kernel % 2 == 0)
       return kerr(c, src, "model.conv_kernel", "must be odd, got %d", m->conv_kernel);
-    if (!strcmp(m->norm, "gn") &&
+    if (m->norm == FL_NORM_GN &&
         (m->conv_channels[0] % m->gn_groups || m->conv_channels[1] % m->gn_groups))
       return kerr(c, src, "model.gn_groups", "%d must divide both conv_channels [%d, %d]",
                   m->gn_groups, m->conv_channels[0], m->conv_channels[1]);

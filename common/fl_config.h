@@ -92,6 +92,20 @@ typedef enum fl_grad_compression {
 
 typedef enum fl_amp_dtype { FL_AMP_FLOAT16 = 0, FL_AMP_BFLOAT16 = 1, FL_AMP_DTYPE_COUNT } fl_amp_dtype;
 
+/* model.norm: the cnn preset's normalisation after each convolution. */
+typedef enum fl_norm_kind {
+  FL_NORM_NONE = 0,
+  FL_NORM_BN = 1, /* batch norm */
+  FL_NORM_GN = 2, /* group norm (model.gn_groups) */
+  FL_NORM_COUNT
+} fl_norm_kind;
+/* Their names ("none", "bn", "gn"), indexed by fl_norm_kind, NULL-terminated. */
+extern const char *const fl_norm_names[];
+/* One of fl_norm_names into *out, NULL or "" being none (a model spec's
+ * norm); FL_EINVAL for another name, not logged (callers say where the name
+ * came from). */
+fl_status fl_norm_parse(const char *name, fl_norm_kind *out);
+
 /* data.synthetic.kind: what the seeded generator makes. */
 typedef enum fl_synth_kind {
   FL_SYNTH_IMAGE = 0, /* learnable images for the presets */
@@ -117,7 +131,7 @@ typedef struct fl_job_model {
   int conv_channels[2]; /* cnn: [32, 64] */
   int conv_kernel;    /* cnn: 5 (odd; padding keeps the size) */
   size_t fc_hidden;   /* cnn: hidden fc width after the convs, 0 = none (0) */
-  char norm[8];       /* cnn: "none" (default), "bn" or "gn" */
+  fl_norm_kind norm;  /* cnn: none (default), bn or gn */
   int gn_groups;      /* 8; must divide both conv_channels when norm is gn */
   float bn_momentum;  /* 0.1 */
   float bn_epsilon;   /* 1e-5 */

@@ -457,7 +457,7 @@ void fl_trainer_model_spec(const fl_job *job, int device, const char *ck[FL_TRAI
   s.conv_channels[1] = jm->conv_channels[1];
   s.conv_kernel = jm->conv_kernel;
   s.fc_hidden = jm->fc_hidden;
-  if (!strcmp(jm->norm, "bn") || !strcmp(jm->norm, "gn")) memcpy(s.norm, jm->norm, 3); /* else none */
+  if (jm->norm != FL_NORM_NONE) snprintf(s.norm, sizeof s.norm, "%s", fl_norm_names[jm->norm]);
   s.gn_groups = jm->gn_groups;
   s.bn_momentum = jm->bn_momentum;
   s.bn_epsilon = jm->bn_epsilon;

@@ -148,8 +148,9 @@ static fl_status resolve_spec(const fl_model_spec *spec, fl_model_spec *r) {
   fl_act act;
   if (fl_act_parse(r->activation, &act) != FL_OK || act == FL_ACT_NONE)
     return FL_ERR(FL_EINVAL, "model: activation '%s' must be relu or tanh", r->activation);
-  if (r->norm[0] && strcmp(r->norm, "bn") != 0 && strcmp(r->norm, "gn") != 0)
-    return FL_ERR(FL_EINVAL, "model: norm '%s' must be \"\", bn or gn", r->norm);
+  fl_norm_kind nk;
+  if (fl_norm_parse(r->norm, &nk) != FL_OK)
+    return FL_ERR(FL_EINVAL, "model: norm '%s' must be \"\" (none), bn or gn", r->norm);
   if (r->conv_channels[0] < 0 || r->conv_channels[1] < 0 || r->conv_kernel < 0 ||
       r->gn_groups < 0)
     return FL_ERR(FL_EINVAL, "model: conv channels %d/%d, kernel %d and gn_groups %d must be "

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl_config.h"
 #include "fl_log.h"
 #include "fl_graph.h"
 #include "model_internal.h"
@@ -105,7 +106,10 @@ static fl_status build_cnn(const fl_model_spec *s, preset *p, char ck[][FL_MODEL
   if (s->conv_kernel % 2 == 0)
     return FL_ERR(FL_EINVAL, "model: cnn conv_kernel %d must be odd ('same' padding)",
                   s->conv_kernel);
-  const int bn = !strcmp(s->norm, "bn"), gn = !strcmp(s->norm, "gn");
+  fl_norm_kind nk;
+  if (fl_norm_parse(s->norm, &nk) != FL_OK)
+    return FL_ERR(FL_EINVAL, "model: cnn norm '%s' must be \"\" (none), bn or gn", s->norm);
+  const int bn = nk == FL_NORM_BN, gn = nk == FL_NORM_GN;
   const int64_t dims[4] = {FL_G_BATCH, s->in_channels, s->in_height, s->in_width};
   int x;
   FL_TRY(fl_graph_input(p->g, "input", 4, dims, &x));

@@ -180,7 +180,7 @@ START_TEST(test_every_section) {
   ck_assert_int_eq(j.model.conv_channels[1], 48);
   ck_assert_int_eq(j.model.conv_kernel, 3);
   ck_assert_uint_eq(j.model.fc_hidden, 128);
-  ck_assert_str_eq(j.model.norm, "gn");
+  ck_assert_int_eq(j.model.norm, FL_NORM_GN);
   ck_assert_int_eq(j.model.gn_groups, 4);
   ck_assert_float_eq(j.model.bn_momentum, 0.2f);
   ck_assert_float_eq(j.model.bn_epsilon, 0.001f);
