@@ -71,7 +71,7 @@ static const char *const k_compress[] = {"none", "fp16", "bf16", NULL};
 static const char *const k_ar_algos[] = {"auto", "ring", "halving_doubling", "tree",
                                          "hierarchical", NULL};
 static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
-static const char *const k_devices[] = {"cpu", "gpu", NULL};
+const char *const fl_train_device_names[] = {"cpu", "gpu", NULL};
 static const char *const k_activations[] = {"relu", "tanh", NULL};
 const char *const fl_norm_names[] = {"none", "bn", "gn", NULL};
 const char *const fl_synth_kind_names[] = {"image", "ctr", NULL};
@@ -86,7 +86,7 @@ NAMES_OF(k_formats, FL_DATA_FORMAT_COUNT);
 NAMES_OF(k_compress, FL_COMPRESS_COUNT);
 NAMES_OF(k_ar_algos, FL_AR_COUNT);
 NAMES_OF(k_amp_dtypes, FL_AMP_DTYPE_COUNT);
-NAMES_OF(k_devices, FL_DEVICE_COUNT);
+NAMES_OF(fl_train_device_names, FL_DEVICE_COUNT);
 NAMES_OF(fl_lr_metric_names, FL_LR_METRIC_COUNT);
 NAMES_OF(k_sparse_inits, FL_SPARSE_INIT_COUNT);
 NAMES_OF(fl_synth_kind_names, FL_SYNTH_COUNT);
@@ -97,23 +97,24 @@ const char *fl_mode_name(fl_mode mode) {
   return "?";
 }
 
+int fl_names_find(const char *const *names, const char *name) {
+  for (int i = 0; name && names[i]; i++)
+    if (!strcmp(name, names[i])) return i;
+  return -1;
+}
+
 fl_status fl_mode_parse(const char *name, fl_mode *out) {
-  for (int i = 0; name && k_modes[i]; i++)
-    if (!strcmp(name, k_modes[i])) {
-      *out = (fl_mode)i;
-      return FL_OK;
-    }
-  return FL_EINVAL;
+  const int i = fl_names_find(k_modes, name);
+  if (i < 0) return FL_EINVAL;
+  *out = (fl_mode)i;
+  return FL_OK;
 }
 
 fl_status fl_norm_parse(const char *name, fl_norm_kind *out) {
-  if (!name || !*name) name = fl_norm_names[FL_NORM_NONE];
-  for (int i = 0; fl_norm_names[i]; i++)
-    if (!strcmp(name, fl_norm_names[i])) {
-      *out = (fl_norm_kind)i;
-      return FL_OK;
-    }
-  return FL_EINVAL;
+  const int i = fl_names_find(fl_norm_names, name && *name ? name : fl_norm_names[FL_NORM_NONE]);
+  if (i < 0) return FL_EINVAL;
+  *out = (fl_norm_kind)i;
+  return FL_OK;
 }
 
 const char *fl_cfg_optim_name(fl_optim_kind k) {
@@ -397,7 +398,7 @@ static const field f_train[] = {
     E("checkpoint_keep", F_INT, fl_job_train, checkpoint_keep, RANGE(1, 1000), DEF(3)),
     E("num_threads", F_INT, fl_job_train, num_threads, RANGE(0, 1024)),
     E("max_steps", F_I64, fl_job_train, max_steps, MIN(0)),
-    E("device", F_ENUM, fl_job_train, device, .choices = k_devices),
+    E("device", F_ENUM, fl_job_train, device, .choices = fl_train_device_names),
     E("export_onnx", F_STR, fl_job_train, export_onnx, STRCAP(fl_job_train, export_onnx)),
     E("validate_every", F_I64, fl_job_train, validate_every, MIN(0)),
     E("keep_best", F_ENUM, fl_job_train, keep_best, .choices = fl_val_metric_names),

@@ -58,6 +58,10 @@ typedef enum fl_mode {
   FL_MODE_COUNT
 } fl_mode;
 
+/* The index of name in the NULL-terminated table names (an enum's names),
+ * or -1 when it is not there (or name is NULL). */
+int fl_names_find(const char *const *names, const char *name);
+
 /* "local", "collective", "ps" and back; parse gives FL_EINVAL on another
  * name (without logging: callers say where the name came from). */
 const char *fl_mode_name(fl_mode mode);
@@ -119,6 +123,9 @@ extern const char *const fl_synth_kind_names[];
  * CPU, or a CUDA GPU (the one FLOTILLA_SELECTED_GPUS gives the trainer,
  * else local rank % GPUs on the node). */
 typedef enum fl_train_device { FL_DEVICE_CPU = 0, FL_DEVICE_GPU = 1, FL_DEVICE_COUNT } fl_train_device;
+/* Their names ("cpu", "gpu"), indexed by fl_train_device, NULL-terminated:
+ * also a model spec's device. */
+extern const char *const fl_train_device_names[];
 
 /* ------------------------------------------------------------------ model */
 typedef struct fl_job_model {

@@ -433,7 +433,7 @@ static fl_status check_labels(const trainer *t) {
  * the job whatever the device, so that the names are checked everywhere). */
 static void device_spec(const fl_job *job, int device, fl_model_spec *s) {
   if (job->train.device != FL_DEVICE_GPU) return;
-  snprintf(s->device, sizeof s->device, "gpu");
+  snprintf(s->device, sizeof s->device, "%s", fl_train_device_names[FL_DEVICE_GPU]);
   s->device_id = device;
   if (job->strategy.amp)
     s->linear_math = s->conv_math =

@@ -77,20 +77,21 @@ void fl_model_spec_defaults(fl_model_spec *spec) {
   spec->gn_groups = 8;
   spec->bn_momentum = 0.1f;
   spec->bn_epsilon = 1e-5f;
-  strcpy(spec->device, "cpu");
+  strcpy(spec->device, fl_train_device_names[FL_DEVICE_CPU]);
 }
 
 /* The device fields of r: "" becomes "cpu"; a gpu model needs a built-in
  * kind, a CUDA build and the device.  Logs what is wrong. */
 static fl_status resolve_device(fl_model_spec *r) {
   r->device[sizeof r->device - 1] = '\0';
-  if (!r->device[0]) strcpy(r->device, "cpu");
+  if (!r->device[0]) strcpy(r->device, fl_train_device_names[FL_DEVICE_CPU]);
   const int lm = (int)r->linear_math, cm = (int)r->conv_math;
   if (lm < FL_MATH_FP32 || lm > FL_MATH_BF16 || cm < FL_MATH_FP32 || cm > FL_MATH_BF16)
     return FL_ERR(FL_EINVAL, "model: linear_math %d / conv_math %d must be an fl_math", lm,
                   cm);
-  if (strcmp(r->device, "cpu") == 0) return FL_OK;
-  if (strcmp(r->device, "gpu") != 0)
+  const int dev = fl_names_find(fl_train_device_names, r->device);
+  if (dev == FL_DEVICE_CPU) return FL_OK;
+  if (dev != FL_DEVICE_GPU)
     return FL_ERR(FL_EINVAL, "model: device '%s' must be cpu or gpu", r->device);
   if (!fl_model_kind_has(r->kind, FL_KIND_GPU))
     return FL_ERR(FL_ENOTSUP, "model: device gpu: model.kind %s computes on the host (use cpu)",
@@ -257,7 +258,8 @@ static fl_status create_graph(fl_model *m, uint64_t seed) {
   opt.n_amp_black = nb;
   opt.amp_white = s->amp_white;
   opt.n_amp_white = s->n_amp_white;
-  opt.device = strcmp(s->device, "gpu") == 0 ? s->device_id : -1;
+  opt.device =
+      fl_names_find(fl_train_device_names, s->device) == FL_DEVICE_GPU ? s->device_id : -1;
   FL_TRY(fl_graph_model_create(g, &opt, &m->handle));
   m->ops = &fl_graph_model_ops;
   m->graph = 1;
