@@ -31,7 +31,10 @@ _Static_assert(sizeof(fl_optim_kind) == sizeof(int) && sizeof(fl_lr_kind) == siz
                    sizeof(fl_grad_compression) == sizeof(int) &&
                    sizeof(fl_amp_dtype) == sizeof(int) &&
                    sizeof(fl_train_device) == sizeof(int) &&
-                   sizeof(fl_val_metric) == sizeof(int),
+                   sizeof(fl_val_metric) == sizeof(int) &&
+                   sizeof(fl_synth_kind) == sizeof(int) &&
+                   sizeof(fl_loss_kind) == sizeof(int) &&
+                   sizeof(fl_norm_kind) == sizeof(int),
                "enum fields must be int-sized");
 
 /* Bounds that keep a hostile job file cheap: libyaml holds every node of the
@@ -68,10 +71,12 @@ static const char *const k_compress[] = {"none", "fp16", "bf16", NULL};
 static const char *const k_ar_algos[] = {"auto", "ring", "halving_doubling", "tree",
                                          "hierarchical", NULL};
 static const char *const k_amp_dtypes[] = {"float16", "bfloat16", NULL};
-static const char *const k_devices[] = {"cpu", "gpu", NULL};
+const char *const fl_train_device_names[] = {"cpu", "gpu", NULL};
 static const char *const k_activations[] = {"relu", "tanh", NULL};
-static const char *const k_norms[] = {"none", "bn", "gn", NULL};
-static const char *const k_synth_kinds[] = {"image", "ctr", NULL};
+const char *const fl_norm_names[] = {"none", "bn", "gn", NULL};
+const char *const fl_synth_kind_names[] = {"image", "ctr", NULL};
+/* fl_job_sparse_init; "uniform" also takes an argument, "uniform(R)". */
+static const char *const k_sparse_inits[] = {"uniform", "from_model", NULL};
 
 /* Each enum's names, one per value and a NULL, checked against its COUNT. */
 #define NAMES_OF(t, count) \
@@ -81,21 +86,35 @@ NAMES_OF(k_formats, FL_DATA_FORMAT_COUNT);
 NAMES_OF(k_compress, FL_COMPRESS_COUNT);
 NAMES_OF(k_ar_algos, FL_AR_COUNT);
 NAMES_OF(k_amp_dtypes, FL_AMP_DTYPE_COUNT);
-NAMES_OF(k_devices, FL_DEVICE_COUNT);
+NAMES_OF(fl_train_device_names, FL_DEVICE_COUNT);
 NAMES_OF(fl_lr_metric_names, FL_LR_METRIC_COUNT);
+NAMES_OF(k_sparse_inits, FL_SPARSE_INIT_COUNT);
+NAMES_OF(fl_synth_kind_names, FL_SYNTH_COUNT);
+NAMES_OF(fl_norm_names, FL_NORM_COUNT);
 
 const char *fl_mode_name(fl_mode mode) {
   if ((unsigned)mode < FL_MODE_COUNT) return k_modes[mode];
   return "?";
 }
 
+int fl_names_find(const char *const *names, const char *name) {
+  for (int i = 0; name && names[i]; i++)
+    if (!strcmp(name, names[i])) return i;
+  return -1;
+}
+
 fl_status fl_mode_parse(const char *name, fl_mode *out) {
-  for (int i = 0; name && k_modes[i]; i++)
-    if (!strcmp(name, k_modes[i])) {
-      *out = (fl_mode)i;
-      return FL_OK;
-    }
-  return FL_EINVAL;
+  const int i = fl_names_find(k_modes, name);
+  if (i < 0) return FL_EINVAL;
+  *out = (fl_mode)i;
+  return FL_OK;
+}
+
+fl_status fl_norm_parse(const char *name, fl_norm_kind *out) {
+  const int i = fl_names_find(fl_norm_names, name && *name ? name : fl_norm_names[FL_NORM_NONE]);
+  if (i < 0) return FL_EINVAL;
+  *out = (fl_norm_kind)i;
+  return FL_OK;
 }
 
 const char *fl_cfg_optim_name(fl_optim_kind k) {
@@ -212,8 +231,7 @@ static const field f_model[] = {
       DEFL(32, 64)),
     E("conv_kernel", F_INT, fl_job_model, conv_kernel, RANGE(1, 15), DEF(5)),
     E("fc_hidden", F_SIZE, fl_job_model, fc_hidden, RANGE(0, 1 << 24)),
-    E("norm", F_CHOICE, fl_job_model, norm, STRCAP(fl_job_model, norm), .choices = k_norms,
-      DEFS("none")),
+    E("norm", F_ENUM, fl_job_model, norm, .choices = fl_norm_names, DEF(FL_NORM_NONE)),
     E("gn_groups", F_INT, fl_job_model, gn_groups, RANGE(1, 4096), DEF(8)),
     E("bn_momentum", F_FLOAT, fl_job_model, bn_momentum, RANGE(0, 1), DEF(0.1)),
     E("bn_epsilon", F_FLOAT, fl_job_model, bn_epsilon, MINX(0), DEF(1e-5)),
@@ -221,8 +239,7 @@ static const field f_model[] = {
     E("plugin_args", F_STR, fl_job_model, plugin_args, STRCAP(fl_job_model, plugin_args)),
     E("path", F_STR, fl_job_model, path, STRCAP(fl_job_model, path)),
     E("output", F_STR, fl_job_model, output, STRCAP(fl_job_model, output)),
-    E("loss", F_CHOICE, fl_job_model, loss, STRCAP(fl_job_model, loss), .choices = fl_loss_names,
-      DEFS("softmax_cross_entropy")),
+    E("loss", F_ENUM, fl_job_model, loss, .choices = fl_loss_names, DEF(FL_LOSS_SOFTMAX_XENT)),
     E("ignore_index", F_I64, fl_job_model, ignore_index, RANGE(-2147483648.0, 2147483647.0),
       DEF(-100)),
     {.key = "ctr",
@@ -261,8 +278,8 @@ static const field f_data[] = {
      .type = F_MAP,
      .off = 0,
      .sub = (const field[]){
-         E("kind", F_CHOICE, fl_job_data, synthetic.kind, STRCAP(fl_job_data, synthetic.kind),
-           .choices = k_synth_kinds, DEFS("image")),
+         E("kind", F_ENUM, fl_job_data, synthetic.kind, .choices = fl_synth_kind_names,
+           DEF(FL_SYNTH_IMAGE)),
          E("train_samples", F_I64, fl_job_data, synthetic.train_samples, RANGE(1, 1e9), DEF(8192)),
          E("test_samples", F_I64, fl_job_data, synthetic.test_samples, RANGE(0, 1e9), DEF(2048)),
          E("seed", F_U64, fl_job_data, synthetic.seed, DEF(1)),
@@ -381,7 +398,7 @@ static const field f_train[] = {
     E("checkpoint_keep", F_INT, fl_job_train, checkpoint_keep, RANGE(1, 1000), DEF(3)),
     E("num_threads", F_INT, fl_job_train, num_threads, RANGE(0, 1024)),
     E("max_steps", F_I64, fl_job_train, max_steps, MIN(0)),
-    E("device", F_ENUM, fl_job_train, device, .choices = k_devices),
+    E("device", F_ENUM, fl_job_train, device, .choices = fl_train_device_names),
     E("export_onnx", F_STR, fl_job_train, export_onnx, STRCAP(fl_job_train, export_onnx)),
     E("validate_every", F_I64, fl_job_train, validate_every, MIN(0)),
     E("keep_best", F_ENUM, fl_job_train, keep_best, .choices = fl_val_metric_names),
@@ -1004,26 +1021,28 @@ static fl_status parse_path_map(ctx *c, const field *f, const yaml_node_t *v,
   return FL_OK;
 }
 
-/* A sparse table's init: "from_model", "uniform" (pserver.sparse.init_range,
- * filled by normalise) or "uniform(R)", R in [0, 1e3]. */
+/* A sparse table's init: a name of k_sparse_inits ("uniform" takes
+ * pserver.sparse.init_range, filled by normalise) or "uniform(R)", R in
+ * [0, 1e3]. */
 static fl_status parse_sparse_init(ctx *c, const yaml_node_t *v, const yaml_mark_t *km,
                                    char *base, const char *path) {
   fl_job_sparse_table *e = (fl_job_sparse_table *)base;
-  const char *s = plain(v);
+  const char *s = plain(v), *u = k_sparse_inits[FL_SPARSE_INIT_UNIFORM];
+  const size_t ul = strlen(u);
   char got[64], *end = NULL;
   double r = 0;
   describe(v, got, sizeof got);
   e->init_range = NAN;
-  if (s && !strcmp(s, "from_model")) {
-    e->init = FL_SPARSE_INIT_FROM_MODEL;
-    return FL_OK;
-  }
+  for (int i = 0; s && i < FL_SPARSE_INIT_COUNT; i++)
+    if (!strcmp(s, k_sparse_inits[i])) {
+      e->init = (fl_job_sparse_init)i;
+      return FL_OK;
+    }
   e->init = FL_SPARSE_INIT_UNIFORM;
-  if (s && !strcmp(s, "uniform")) return FL_OK;
-  if (s && !strncmp(s, "uniform(", 8)) r = strtod(s + 8, &end);
-  if (!end || end == s + 8 || strcmp(end, ")") || !(r >= 0 && r <= 1e3))
-    return perr(c, km, path, "expected uniform, uniform(R) with R in [0, 1000] or from_model, "
-                "got %s", got);
+  if (s && !strncmp(s, u, ul) && s[ul] == '(') r = strtod(s + ul + 1, &end);
+  if (!end || end == s + ul + 1 || strcmp(end, ")") || !(r >= 0 && r <= 1e3))
+    return perr(c, km, path, "expected %s, %s(R) with R in [0, 1000] or %s, got %s", u, u,
+                k_sparse_inits[FL_SPARSE_INIT_FROM_MODEL], got);
   e->init_range = (float)r;
   return FL_OK;
 }
@@ -1393,13 +1412,18 @@ int fl_job_has_validation(const fl_job *job) {
          job->data.n_validation_inputs;
 }
 
+int fl_job_sparse_data(const fl_job *job) {
+  const fl_job_data *d = &job->data;
+  return d->format == FL_DATA_LIBSVM ||
+         (d->format == FL_DATA_SYNTHETIC && d->synthetic.kind == FL_SYNTH_CTR);
+}
+
 /* The validation set's sources, and what needs one. */
 static fl_status check_validation(const ctx *c, const fl_job *job) {
   const char *src = job->source;
   const fl_job_data *d = &job->data;
   const fl_job_train *t = &job->train;
-  const int sparse = d->format == FL_DATA_LIBSVM || d->format == FL_DATA_CRITEO ||
-                     (d->format == FL_DATA_SYNTHETIC && !strcmp(d->synthetic.kind, "ctr"));
+  const int sparse = fl_job_sparse_data(job) || d->format == FL_DATA_CRITEO;
   if (d->validation_split > 0 && d->validation_x[0])
     return kerr(c, src, "data.validation_x", "give data.validation_split or validation files, "
                 "not both");
@@ -1579,23 +1603,22 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   if (!file && (m->path[0] || m->output[0]))
     return kerr(c, src, m->path[0] ? "model.path" : "model.output",
                 "only for model.kind onnx, the kind is %s", m->kind);
-  if (!file && strcmp(m->loss, fl_loss_names[FL_LOSS_SOFTMAX_XENT])) /* the presets train with the first loss */
-    return kerr(c, src, "model.loss", "%s needs model.kind onnx; %s trains with "
-                "softmax_cross_entropy", m->loss, m->kind);
+  if (!file && m->loss != FL_LOSS_SOFTMAX_XENT) /* the presets train with the first loss */
+    return kerr(c, src, "model.loss", "%s needs model.kind onnx; %s trains with %s",
+                fl_loss_names[m->loss], m->kind, fl_loss_names[FL_LOSS_SOFTMAX_XENT]);
   if (job->train.export_onnx[0] && !fl_model_kind_has(m->kind, FL_KIND_EXPORT))
     return kerr(c, src, "train.export_onnx", "model.kind %s cannot be exported as ONNX "
                 "(logreg, mlp, cnn and onnx can)", m->kind);
   if (fl_model_kind_has(m->kind, FL_KIND_CONV)) {
     if (m->conv_kernel % 2 == 0)
       return kerr(c, src, "model.conv_kernel", "must be odd, got %d", m->conv_kernel);
-    if (!strcmp(m->norm, "gn") &&
+    if (m->norm == FL_NORM_GN &&
         (m->conv_channels[0] % m->gn_groups || m->conv_channels[1] % m->gn_groups))
       return kerr(c, src, "model.gn_groups", "%d must divide both conv_channels [%d, %d]",
                   m->gn_groups, m->conv_channels[0], m->conv_channels[1]);
   }
   int ctr_model = fl_model_kind_has(m->kind, FL_KIND_SPARSE);
-  int ctr_data = d->format == FL_DATA_LIBSVM ||
-                 (d->format == FL_DATA_SYNTHETIC && !strcmp(d->synthetic.kind, "ctr"));
+  int ctr_data = fl_job_sparse_data(job);
   if (!file && d->format == FL_DATA_CRITEO)
     return kerr(c, src, "data.format", "criteo feeds an ONNX model (model.kind onnx, its inputs "
                 "named in data.criteo), not %s; for the ctr model use data.format libsvm or "
@@ -1920,8 +1943,10 @@ static int emit_table_map(yaml_emitter_t *em, const field *f, const char *base) 
 static int emit_sparse_init(yaml_emitter_t *em, const char *base) {
   const fl_job_sparse_table *e = (const fl_job_sparse_table *)base;
   char buf[64];
-  if (e->init == FL_SPARSE_INIT_FROM_MODEL) return emit_scalar(em, "from_model", 0);
-  snprintf(buf, sizeof buf, "uniform(%.9g)", (double)e->init_range);
+  if (e->init == FL_SPARSE_INIT_FROM_MODEL)
+    return emit_scalar(em, k_sparse_inits[FL_SPARSE_INIT_FROM_MODEL], 0);
+  snprintf(buf, sizeof buf, "%s(%.9g)", k_sparse_inits[FL_SPARSE_INIT_UNIFORM],
+           (double)e->init_range);
   return emit_scalar(em, buf, 0);
 }
 

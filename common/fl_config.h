@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fl_layers.h"
 #include "fl_optim.h"
 #include "fl_status.h"
 
@@ -56,6 +57,10 @@ typedef enum fl_mode {
   FL_MODE_PS = 2,         /* parameter servers */
   FL_MODE_COUNT
 } fl_mode;
+
+/* The index of name in the NULL-terminated table names (an enum's names),
+ * or -1 when it is not there (or name is NULL). */
+int fl_names_find(const char *const *names, const char *name);
 
 /* "local", "collective", "ps" and back; parse gives FL_EINVAL on another
  * name (without logging: callers say where the name came from). */
@@ -91,10 +96,36 @@ typedef enum fl_grad_compression {
 
 typedef enum fl_amp_dtype { FL_AMP_FLOAT16 = 0, FL_AMP_BFLOAT16 = 1, FL_AMP_DTYPE_COUNT } fl_amp_dtype;
 
+/* model.norm: the cnn preset's normalisation after each convolution. */
+typedef enum fl_norm_kind {
+  FL_NORM_NONE = 0,
+  FL_NORM_BN = 1, /* batch norm */
+  FL_NORM_GN = 2, /* group norm (model.gn_groups) */
+  FL_NORM_COUNT
+} fl_norm_kind;
+/* Their names ("none", "bn", "gn"), indexed by fl_norm_kind, NULL-terminated. */
+extern const char *const fl_norm_names[];
+/* One of fl_norm_names into *out, NULL or "" being none (a model spec's
+ * norm); FL_EINVAL for another name, not logged (callers say where the name
+ * came from). */
+fl_status fl_norm_parse(const char *name, fl_norm_kind *out);
+
+/* data.synthetic.kind: what the seeded generator makes. */
+typedef enum fl_synth_kind {
+  FL_SYNTH_IMAGE = 0, /* learnable images for the presets */
+  FL_SYNTH_CTR = 1,   /* sparse CTR samples for the ctr model */
+  FL_SYNTH_COUNT
+} fl_synth_kind;
+/* Their names, indexed by fl_synth_kind, NULL-terminated. */
+extern const char *const fl_synth_kind_names[];
+
 /* Where a trainer computes (train.device, as Paddle's set_device): the host
  * CPU, or a CUDA GPU (the one FLOTILLA_SELECTED_GPUS gives the trainer,
  * else local rank % GPUs on the node). */
 typedef enum fl_train_device { FL_DEVICE_CPU = 0, FL_DEVICE_GPU = 1, FL_DEVICE_COUNT } fl_train_device;
+/* Their names ("cpu", "gpu"), indexed by fl_train_device, NULL-terminated:
+ * also a model spec's device. */
+extern const char *const fl_train_device_names[];
 
 /* ------------------------------------------------------------------ model */
 typedef struct fl_job_model {
@@ -107,7 +138,7 @@ typedef struct fl_job_model {
   int conv_channels[2]; /* cnn: [32, 64] */
   int conv_kernel;    /* cnn: 5 (odd; padding keeps the size) */
   size_t fc_hidden;   /* cnn: hidden fc width after the convs, 0 = none (0) */
-  char norm[8];       /* cnn: "none" (default), "bn" or "gn" */
+  fl_norm_kind norm;  /* cnn: none (default), bn or gn */
   int gn_groups;      /* 8; must divide both conv_channels when norm is gn */
   float bn_momentum;  /* 0.1 */
   float bn_epsilon;   /* 1e-5 */
@@ -115,8 +146,8 @@ typedef struct fl_job_model {
   char plugin_args[256];             /* plugin: free-form string for it ("") */
   char path[FL_JOB_PATH_MAX]; /* onnx: the model file (required) */
   char output[128];   /* onnx: the value the loss reads ("" = the graph's only output) */
-  char loss[32];      /* "softmax_cross_entropy" (default; the only one of the presets),
-                         "bce_with_logits" or "mse" (onnx, float targets) */
+  fl_loss_kind loss;  /* softmax_cross_entropy (default; the only one of the presets),
+                         bce_with_logits or mse (onnx, float targets) */
   int64_t ignore_index; /* onnx with data.inputs: a class id the softmax loss and the
                            accuracy skip (-100, as nn.CrossEntropyLoss) */
   struct {
@@ -157,7 +188,7 @@ typedef struct fl_job_data {
   fl_job_input test_inputs[FL_JOB_MAX_INPUTS];
   size_t n_test_inputs;
   struct {
-    char kind[8];          /* "image" (default) or "ctr" */
+    fl_synth_kind kind;    /* image (default) or ctr */
     int64_t train_samples; /* 8192 */
     int64_t test_samples;  /* 2048 */
     uint64_t seed;         /* 1 */
@@ -279,6 +310,9 @@ extern const char *const fl_val_metric_names[];
 struct fl_job;
 /* Whether the job has a validation set (data.validation_split or files). */
 int fl_job_has_validation(const struct fl_job *job);
+/* Whether the job's data is sparse (CTR samples, read into a sparse
+ * dataset): data.format libsvm, or synthetic kind ctr. */
+int fl_job_sparse_data(const struct fl_job *job);
 
 /* ------------------------------------------------------------------ train */
 typedef struct fl_job_train {
@@ -331,6 +365,7 @@ typedef struct fl_job_cluster {
 typedef enum fl_job_sparse_init {
   FL_SPARSE_INIT_UNIFORM,    /* uniform in [-init_range, init_range] */
   FL_SPARSE_INIT_FROM_MODEL, /* rows 0..V-1 from the model's initializer, others uniform */
+  FL_SPARSE_INIT_COUNT
 } fl_job_sparse_init;
 
 /* One of a model's initializers kept as a sparse table on the pservers

@@ -132,6 +132,10 @@ enum {
 
 /* torchrun's dashed spellings (--nproc-per-node, --node-rank, --master-addr,
  * --master-port) come with every option from fl_args.h. */
+/* --mode's names, indexed by fl_run_mode. */
+static const char *const k_run_modes[] = {"collective", "ps"};
+_Static_assert(sizeof k_run_modes / sizeof k_run_modes[0] == FL_RUN_PS + 1, "one per fl_run_mode");
+
 static const fl_arg_opt k_opts[] = {
     {"mode", 1, OPT_MODE},
     {"ips", 1, OPT_IPS},
@@ -875,7 +879,7 @@ static void print_layout(run *r, const fl_run_opts *o) {
   const fl_run_plan *pl = r->plan;
   printf("+------------------------- flotilla-run -------------------------+\n");
   printf("  job            %s\n", r->job_path);
-  printf("  mode           %s\n", pl->mode == FL_RUN_PS ? "ps" : "collective");
+  printf("  mode           %s\n", k_run_modes[pl->mode]);
   printf("  nodes          %d (this is node %d, %s)\n", o->n_ips, pl->this_node,
          o->ips[pl->this_node]);
   printf("  trainers       %d (%d per node)\n", pl->n_trainers, pl->trainers_per_node);
@@ -1073,17 +1077,17 @@ static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
   while ((ch = fl_args_next(&args)) != FL_ARGS_END) {
     const char *val = args.val;
     switch (ch) {
-    case OPT_MODE:
-      if (strcmp(val, "collective") == 0)
-        o->mode = FL_RUN_COLLECTIVE;
-      else if (strcmp(val, "ps") == 0)
-        o->mode = FL_RUN_PS;
-      else {
-        FL_LOGE("--mode %s: want collective or ps", val);
+    case OPT_MODE: {
+      int m = FL_RUN_PS;
+      while (m >= 0 && strcmp(val, k_run_modes[m])) m--;
+      if (m < 0) {
+        FL_LOGE("--mode %s: want %s or %s", val, k_run_modes[0], k_run_modes[1]);
         return 2;
       }
+      o->mode = (fl_run_mode)m;
       o->mode_given = 1;
       break;
+    }
     case OPT_IPS:
       if (fl_run_split_list("--ips", val, o->ips, FL_RUN_MAX_NODES, &o->n_ips) != FL_OK)
         return 2;

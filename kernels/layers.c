@@ -22,27 +22,25 @@ const char *const fl_loss_names[] = {"softmax_cross_entropy", "bce_with_logits",
 _Static_assert(sizeof fl_loss_names / sizeof fl_loss_names[0] == FL_LOSS_COUNT + 1,
                "one name per fl_loss_kind, then NULL");
 
-const char *fl_act_name(fl_act act) {
-  switch (act) {
-  case FL_ACT_NONE: return "none";
-  case FL_ACT_RELU: return "relu";
-  case FL_ACT_TANH: return "tanh";
-  }
-  return "unknown";
-}
+/* Indexed by fl_act. */
+static const char *const k_act_names[] = {"none", "relu", "tanh"};
+#define N_ACTS (sizeof k_act_names / sizeof k_act_names[0])
+_Static_assert(N_ACTS == FL_ACT_TANH + 1, "one name per fl_act");
+
+const char *fl_act_name(fl_act act) { return fl_act_valid(act) ? k_act_names[act] : "unknown"; }
 
 fl_status fl_act_parse(const char *name, fl_act *out) {
   if (!out) return FL_EINVAL;
-  if (!name || !*name || strcmp(name, "none") == 0) *out = FL_ACT_NONE;
-  else if (strcmp(name, "relu") == 0) *out = FL_ACT_RELU;
-  else if (strcmp(name, "tanh") == 0) *out = FL_ACT_TANH;
-  else return FL_EINVAL;
-  return FL_OK;
+  if (!name || !*name) name = k_act_names[FL_ACT_NONE];
+  for (size_t i = 0; i < N_ACTS; i++)
+    if (strcmp(name, k_act_names[i]) == 0) {
+      *out = (fl_act)i;
+      return FL_OK;
+    }
+  return FL_EINVAL;
 }
 
-int fl_act_valid(fl_act act) {
-  return act == FL_ACT_NONE || act == FL_ACT_RELU || act == FL_ACT_TANH;
-}
+int fl_act_valid(fl_act act) { return (unsigned)act < N_ACTS; }
 
 /* ------------------------------------------------------------ element-wise */
 

@@ -82,7 +82,7 @@ typedef struct fl_model_spec {
   /* Appended after the device fields (plugins never read them): */
   char path[512];           /* onnx: the model file */
   char output[128];         /* onnx: the tensor the loss reads ("" = the graph's only output) */
-  char loss[32];            /* onnx: softmax_cross_entropy (""), bce_with_logits or mse */
+  fl_loss_kind loss;        /* onnx: softmax_cross_entropy (0), bce_with_logits or mse */
   /* recompute: names of graph tensors that bound the segments (ONNX value
    * names; the job's recompute_configs.checkpoints), read at create only;
    * 0 = the model's own choice (see below). */

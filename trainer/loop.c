@@ -51,7 +51,7 @@ typedef struct trainer {
                        * elastic.keep_global_batch) */
 
   fl_dataset train, test;
-  fl_sparse_dataset strain, stest; /* sparse data (fl_loop_sparse_data) */
+  fl_sparse_dataset strain, stest; /* sparse data (fl_job_sparse_data) */
   fl_sparse_run *sparse;           /* a model with sparse tables: its pulls and pushes */
   int have_test;
   float *evalx; /* eval_batch_size samples of uint8 test features as fp32 */
@@ -171,14 +171,14 @@ static fl_status load_npy(trainer *t) {
    * onnx model's class count is its output width, known once it is built
    * (check_labels); the presets' is model.num_classes. */
   int lnc = fl_model_kind_has(job->model.kind, FL_KIND_FILE) ? 0 : nc;
-  int want_float = job->model.loss[0] && strcmp(job->model.loss, "softmax_cross_entropy") != 0;
+  int want_float = job->model.loss != FL_LOSS_SOFTMAX_XENT;
   const char *ty = d->train_y;
   if (d->n_inputs) FL_TRY(load_named(t, 0, lnc));
   else FL_TRY(fl_npy_load(d->train_x, d->train_y, lnc, d->scale, (size_t)d->limit_train, &t->train));
   if (want_float != (t->train.t != NULL))
     return FL_ERR(FL_EINVAL, "%s: %s, but model.loss %s needs %s", ty,
                   t->train.t ? "float32 targets" : "integer class ids",
-                  job->model.loss[0] ? job->model.loss : "softmax_cross_entropy",
+                  fl_loss_names[job->model.loss],
                   want_float ? "float32 targets" : "int64 or int32 class ids");
   if (t->have_test) {
     if (d->n_inputs) FL_TRY(load_named(t, 1, lnc));
@@ -215,8 +215,7 @@ static fl_status open_stream(trainer *t, int test, fl_stream **out) {
       .shuffle_buffer = test ? 0 : (size_t)d->shuffle_buffer,
       .bad_lines = d->bad_lines ? FL_CRITEO_SKIP : FL_CRITEO_STOP,
       .hash_buckets = (uint64_t)d->hash_buckets, .count = !test,
-      .float_targets =
-          t->job->model.loss[0] && strcmp(t->job->model.loss, "softmax_cross_entropy")};
+      .float_targets = t->job->model.loss != FL_LOSS_SOFTMAX_XENT};
   return fl_stream_open(&o, out);
 }
 
@@ -231,7 +230,7 @@ static fl_status load_data(trainer *t) {
   const fl_job_data *d = &job->data;
   int nc = job->model.num_classes;
   t->have_test = job->train.eval;
-  if (fl_loop_sparse_data(job)) {
+  if (fl_job_sparse_data(job)) {
     FL_TRY(fl_loop_load_sparse(job, &t->strain, &t->stest));
     t->have_test = t->stest.n > 0;
     FL_LOGI("data: %zu training and %zu test sparse samples of %u slots", t->strain.n,
@@ -245,9 +244,9 @@ static fl_status load_data(trainer *t) {
       FL_TRY(fl_idx_load(d->test_images, d->test_labels, nc, (size_t)d->limit_test, &t->test));
     break;
   case FL_DATA_SYNTHETIC: {
-    if (strcmp(d->synthetic.kind, "image") != 0)
+    if (d->synthetic.kind != FL_SYNTH_IMAGE)
       return FL_ERR(FL_ENOTSUP, "%s: data.synthetic.kind %s: the CTR model trains in ps mode only",
-                    job->source, d->synthetic.kind);
+                    job->source, fl_synth_kind_names[d->synthetic.kind]);
     fl_synth_image_config c = {.n = (size_t)d->synthetic.train_samples,
                                .channels = job->model.input_shape[0],
                                .height = job->model.input_shape[1],
@@ -436,7 +435,7 @@ static fl_status check_labels(const trainer *t) {
  * the job whatever the device, so that the names are checked everywhere). */
 static void device_spec(const fl_job *job, int device, fl_model_spec *s) {
   if (job->train.device != FL_DEVICE_GPU) return;
-  snprintf(s->device, sizeof s->device, "gpu");
+  snprintf(s->device, sizeof s->device, "%s", fl_train_device_names[FL_DEVICE_GPU]);
   s->device_id = device;
   if (job->strategy.amp)
     s->linear_math = s->conv_math =
@@ -460,7 +459,7 @@ void fl_trainer_model_spec(const fl_job *job, int device, const char *ck[FL_TRAI
   s.conv_channels[1] = jm->conv_channels[1];
   s.conv_kernel = jm->conv_kernel;
   s.fc_hidden = jm->fc_hidden;
-  if (!strcmp(jm->norm, "bn") || !strcmp(jm->norm, "gn")) memcpy(s.norm, jm->norm, 3); /* else none */
+  if (jm->norm != FL_NORM_NONE) snprintf(s.norm, sizeof s.norm, "%s", fl_norm_names[jm->norm]);
   s.gn_groups = jm->gn_groups;
   s.bn_momentum = jm->bn_momentum;
   s.bn_epsilon = jm->bn_epsilon;
@@ -487,7 +486,7 @@ void fl_trainer_model_spec(const fl_job *job, int device, const char *ck[FL_TRAI
   snprintf(s.plugin_args, sizeof s.plugin_args, "%s", jm->plugin_args);
   snprintf(s.path, sizeof s.path, "%s", jm->path);
   snprintf(s.output, sizeof s.output, "%s", jm->output);
-  snprintf(s.loss, sizeof s.loss, "%s", jm->loss);
+  s.loss = jm->loss;
   device_spec(job, device, &s);
   *out = s;
 }

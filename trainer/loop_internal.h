@@ -16,10 +16,6 @@
 #include "fl_sync.h"
 #include "fl_trainer.h"
 
-/* Whether the job's data is sparse (data.format libsvm, or synthetic kind
- * ctr): read by fl_loop_load_sparse into a sparse dataset. */
-int fl_loop_sparse_data(const fl_job *job);
-
 /* The job's sparse training set, and its test set when train.eval (the
  * caller owns both: fl_sparse_dataset_free, also on error). */
 fl_status fl_loop_load_sparse(const fl_job *job, fl_sparse_dataset *train,

@@ -92,12 +92,6 @@ struct fl_sparse_run {
   merge_rows merge[FL_SPARSE_MAX_TABLES];
 };
 
-int fl_loop_sparse_data(const fl_job *job) {
-  const fl_job_data *d = &job->data;
-  return d->format == FL_DATA_LIBSVM ||
-         (d->format == FL_DATA_SYNTHETIC && !strcmp(d->synthetic.kind, "ctr"));
-}
-
 fl_status fl_loop_load_sparse(const fl_job *job, fl_sparse_dataset *train,
                               fl_sparse_dataset *test) {
   const fl_job_data *d = &job->data;

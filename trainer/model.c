@@ -77,20 +77,21 @@ void fl_model_spec_defaults(fl_model_spec *spec) {
   spec->gn_groups = 8;
   spec->bn_momentum = 0.1f;
   spec->bn_epsilon = 1e-5f;
-  strcpy(spec->device, "cpu");
+  strcpy(spec->device, fl_train_device_names[FL_DEVICE_CPU]);
 }
 
 /* The device fields of r: "" becomes "cpu"; a gpu model needs a built-in
  * kind, a CUDA build and the device.  Logs what is wrong. */
 static fl_status resolve_device(fl_model_spec *r) {
   r->device[sizeof r->device - 1] = '\0';
-  if (!r->device[0]) strcpy(r->device, "cpu");
+  if (!r->device[0]) strcpy(r->device, fl_train_device_names[FL_DEVICE_CPU]);
   const int lm = (int)r->linear_math, cm = (int)r->conv_math;
   if (lm < FL_MATH_FP32 || lm > FL_MATH_BF16 || cm < FL_MATH_FP32 || cm > FL_MATH_BF16)
     return FL_ERR(FL_EINVAL, "model: linear_math %d / conv_math %d must be an fl_math", lm,
                   cm);
-  if (strcmp(r->device, "cpu") == 0) return FL_OK;
-  if (strcmp(r->device, "gpu") != 0)
+  const int dev = fl_names_find(fl_train_device_names, r->device);
+  if (dev == FL_DEVICE_CPU) return FL_OK;
+  if (dev != FL_DEVICE_GPU)
     return FL_ERR(FL_EINVAL, "model: device '%s' must be cpu or gpu", r->device);
   if (!fl_model_kind_has(r->kind, FL_KIND_GPU))
     return FL_ERR(FL_ENOTSUP, "model: device gpu: model.kind %s computes on the host (use cpu)",
@@ -117,7 +118,6 @@ static fl_status resolve_spec(const fl_model_spec *spec, fl_model_spec *r) {
   r->plugin_args[sizeof r->plugin_args - 1] = '\0';
   r->path[sizeof r->path - 1] = '\0';
   r->output[sizeof r->output - 1] = '\0';
-  r->loss[sizeof r->loss - 1] = '\0';
   if (r->n_checkpoints > 0 && !r->checkpoints)
     return FL_ERR(FL_EINVAL, "model: %zu recompute checkpoints but no names", r->n_checkpoints);
   if ((r->n_amp_white > 0 && !r->amp_white) || (r->n_amp_black > 0 && !r->amp_black))
@@ -149,8 +149,9 @@ static fl_status resolve_spec(const fl_model_spec *spec, fl_model_spec *r) {
   fl_act act;
   if (fl_act_parse(r->activation, &act) != FL_OK || act == FL_ACT_NONE)
     return FL_ERR(FL_EINVAL, "model: activation '%s' must be relu or tanh", r->activation);
-  if (r->norm[0] && strcmp(r->norm, "bn") != 0 && strcmp(r->norm, "gn") != 0)
-    return FL_ERR(FL_EINVAL, "model: norm '%s' must be \"\", bn or gn", r->norm);
+  fl_norm_kind nk;
+  if (fl_norm_parse(r->norm, &nk) != FL_OK)
+    return FL_ERR(FL_EINVAL, "model: norm '%s' must be \"\" (none), bn or gn", r->norm);
   if (r->conv_channels[0] < 0 || r->conv_channels[1] < 0 || r->conv_kernel < 0 ||
       r->gn_groups < 0)
     return FL_ERR(FL_EINVAL, "model: conv channels %d/%d, kernel %d and gn_groups %d must be "
@@ -195,12 +196,11 @@ static fl_status check_params(const fl_model *m) {
 
 /* The graph of kind onnx: spec->path, its output and loss.  Logs. */
 static fl_status load_onnx(const fl_model_spec *s, fl_graph **g) {
-  fl_gloss loss = FL_GLOSS_SOFTMAX_XENT;
   if (!s->path[0]) return FL_ERR(FL_EINVAL, "model: kind onnx needs path (the .onnx file)");
-  if (s->loss[0] && fl_onnx_loss_parse(s->loss, &loss) != FL_OK)
-    return FL_ERR(FL_EINVAL, "model: loss '%s' must be softmax_cross_entropy, bce_with_logits "
-                  "or mse", s->loss);
-  return fl_onnx_load(s->path, s->output, loss, g);
+  if ((unsigned)s->loss >= FL_LOSS_COUNT)
+    return FL_ERR(FL_EINVAL, "model %s: loss %d is not an fl_loss_kind (0 to %d)", s->path,
+                  (int)s->loss, FL_LOSS_COUNT - 1);
+  return fl_onnx_load(s->path, s->output, (fl_gloss)s->loss, g);
 }
 
 /* Values per sample of a compiled graph's output (the classes of a
@@ -258,7 +258,8 @@ static fl_status create_graph(fl_model *m, uint64_t seed) {
   opt.n_amp_black = nb;
   opt.amp_white = s->amp_white;
   opt.n_amp_white = s->n_amp_white;
-  opt.device = strcmp(s->device, "gpu") == 0 ? s->device_id : -1;
+  opt.device =
+      fl_names_find(fl_train_device_names, s->device) == FL_DEVICE_GPU ? s->device_id : -1;
   FL_TRY(fl_graph_model_create(g, &opt, &m->handle));
   m->ops = &fl_graph_model_ops;
   m->graph = 1;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl_config.h"
 #include "fl_log.h"
 #include "fl_graph.h"
 #include "model_internal.h"
@@ -27,6 +28,7 @@ typedef struct preset {
   uint64_t seed;
   size_t np;         /* parameters declared so far: the init stream */
   const char *act;   /* "relu" or "tanh" */
+  int relu;          /* act is relu: weights take ReLU's gain */
 } preset;
 
 /* A weight of the given dims, initialised uniform in +-bound. */
@@ -71,7 +73,7 @@ static fl_status gemm(preset *p, int i, int x, int64_t in, int64_t out, const ch
   snprintf(on, sizeof on, "fc%d", i);
   const int64_t wd[2] = {out, in};
   int w, b;
-  FL_TRY(weight(p, wn, 2, wd, act && !strcmp(act, "relu"), &w));
+  FL_TRY(weight(p, wn, 2, wd, act && p->relu, &w));
   FL_TRY(vec(p, bn, out, 0.0f, 1, &b));
   const int ins[3] = {x, w, b};
   fl_gattr at[2] = {{.name = "transB", .kind = FL_GA_INT, .i = 1}, act_attr(act)};
@@ -104,7 +106,10 @@ static fl_status build_cnn(const fl_model_spec *s, preset *p, char ck[][FL_MODEL
   if (s->conv_kernel % 2 == 0)
     return FL_ERR(FL_EINVAL, "model: cnn conv_kernel %d must be odd ('same' padding)",
                   s->conv_kernel);
-  const int bn = !strcmp(s->norm, "bn"), gn = !strcmp(s->norm, "gn");
+  fl_norm_kind nk;
+  if (fl_norm_parse(s->norm, &nk) != FL_OK)
+    return FL_ERR(FL_EINVAL, "model: cnn norm '%s' must be \"\" (none), bn or gn", s->norm);
+  const int bn = nk == FL_NORM_BN, gn = nk == FL_NORM_GN;
   const int64_t dims[4] = {FL_G_BATCH, s->in_channels, s->in_height, s->in_width};
   int x;
   FL_TRY(fl_graph_input(p->g, "input", 4, dims, &x));
@@ -118,7 +123,7 @@ static fl_status build_cnn(const fl_model_spec *s, preset *p, char ck[][FL_MODEL
     snprintf(wn, sizeof wn, "conv%d.weight", b);
     const int64_t wd[4] = {oc, c, k, k};
     int wid, bid = -1;
-    FL_TRY(weight(p, wn, 4, wd, !strcmp(p->act, "relu"), &wid));
+    FL_TRY(weight(p, wn, 4, wd, p->relu, &wid));
     if (!(bn || gn)) {
       snprintf(bname, sizeof bname, "conv%d.bias", b);
       FL_TRY(vec(p, bname, oc, 0.0f, 1, &bid));
@@ -191,6 +196,25 @@ static fl_status build_cnn(const fl_model_spec *s, preset *p, char ck[][FL_MODEL
   return fl_graph_set_output(p->g, x, FL_GLOSS_SOFTMAX_XENT);
 }
 
+static fl_status build_logreg(const fl_model_spec *s, preset *p, char ck[][FL_MODEL_NAME_MAX],
+                              size_t *n_ck) {
+  return build_linear(s, 0, p, ck, n_ck);
+}
+
+static fl_status build_mlp(const fl_model_spec *s, preset *p, char ck[][FL_MODEL_NAME_MAX],
+                           size_t *n_ck) {
+  if (s->n_hidden == 0)
+    return FL_ERR(FL_EINVAL, "model: mlp needs at least one hidden layer (use logreg for none)");
+  return build_linear(s, s->n_hidden, p, ck, n_ck);
+}
+
+/* The presets, by model.kind. */
+static const struct {
+  const char *kind;
+  fl_status (*build)(const fl_model_spec *s, preset *p, char ck[][FL_MODEL_NAME_MAX],
+                     size_t *n_ck);
+} k_presets[] = {{"logreg", build_logreg}, {"mlp", build_mlp}, {"cnn", build_cnn}};
+
 fl_status fl_graph_preset(const fl_model_spec *spec, uint64_t seed, fl_graph **out,
                           char ckpt[][FL_MODEL_NAME_MAX], size_t *n_ckpt) {
   *out = NULL;
@@ -199,14 +223,13 @@ fl_status fl_graph_preset(const fl_model_spec *spec, uint64_t seed, fl_graph **o
   fl_act act;
   if (fl_act_parse(spec->activation, &act) != FL_OK || act == FL_ACT_NONE)
     return FL_ERR(FL_EINVAL, "model: activation '%s' must be relu or tanh", spec->activation);
-  const int logreg = !strcmp(spec->kind, "logreg"), mlp = !strcmp(spec->kind, "mlp");
-  if (mlp && spec->n_hidden == 0)
-    return FL_ERR(FL_EINVAL, "model: mlp needs at least one hidden layer (use logreg for none)");
+  p.relu = act == FL_ACT_RELU;
+  size_t k = 0;
+  while (k < sizeof k_presets / sizeof k_presets[0] && strcmp(spec->kind, k_presets[k].kind)) k++;
+  if (k == sizeof k_presets / sizeof k_presets[0])
+    return FL_ERR(FL_EINVAL, "model: no preset called '%s' (logreg, mlp or cnn)", spec->kind);
   FL_TRY(fl_graph_new(spec->kind, &p.g));
-  fl_status st;
-  if (logreg || mlp) st = build_linear(spec, logreg ? 0 : spec->n_hidden, &p, ckpt, n_ckpt);
-  else if (!strcmp(spec->kind, "cnn")) st = build_cnn(spec, &p, ckpt, n_ckpt);
-  else st = FL_ERR(FL_EINVAL, "model: no preset called '%s'", spec->kind);
+  const fl_status st = k_presets[k].build(spec, &p, ckpt, n_ckpt);
   if (st != FL_OK) {
     fl_graph_free(p.g);
     return st;

@@ -33,22 +33,9 @@
 #define PATH(m) (fl_proto_methods[FL_PROTO_##m].rpc.path)
 #define ANSWER(m) (fl_proto_methods[FL_PROTO_##m].rpc.resp)
 
-/* "PushDense" of "/flotilla.ParameterServer/PushDense". */
-static const char *short_name(const char *path) { return strrchr(path, '/') + 1; }
-
-/* An operation in flight is one of the wire table's methods: its type is
- * the method's fl_proto_id (short names for the switch cases below). */
-enum {
-  OP_PUSH = FL_PROTO_PUSH_DENSE,
-  OP_PULL = FL_PROTO_PULL_DENSE,
-  OP_SPULL = FL_PROTO_PULL_SPARSE,
-  OP_SPUSH = FL_PROTO_PUSH_SPARSE,
-  OP_BARRIER = FL_PROTO_BARRIER,
-  OP_SINIT = FL_PROTO_INIT_SPARSE
-};
-
+/* An operation in flight is one of the wire table's methods. */
 typedef struct op {
-  int type;
+  fl_proto_id type;
   int server;
   uint32_t block;
   int kind;
@@ -171,7 +158,17 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static const char *op_name(int type) { return fl_proto_methods[type].name; }
+static const char *op_name(fl_proto_id type) { return fl_proto_methods[type].name; }
+
+/* Calls that carry gradients (counted as pushes) and rows or blocks read. */
+static int push_type(fl_proto_id t) {
+  return t == FL_PROTO_PUSH_DENSE || t == FL_PROTO_PUSH_SPARSE;
+}
+static int pull_type(fl_proto_id t) {
+  return t == FL_PROTO_PULL_DENSE || t == FL_PROTO_PULL_SPARSE;
+}
+/* Calls whose answer carries nothing to read. */
+static int sends_only(fl_proto_id t) { return push_type(t) || t == FL_PROTO_INIT_SPARSE; }
 
 static char *dup_opt(const char *s) { return s && s[0] ? strdup(s) : NULL; }
 
@@ -195,11 +192,11 @@ static int retriable(grpc_status_code code) {
   return code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED;
 }
 
-/* Count one finished attempt of a call to `method` ("PushDense", ...):
+/* Count one finished attempt of a call of the wire table's row `method`:
  * answered by the server (OK or an error status that is not retried) or
  * not (retried, or failed when given up).  FAILED_PRECONDITION is the
  * server asking for a registration, not a failure. */
-static void count_call(fl_ps_client *c, const char *method, grpc_status_code code, size_t sent,
+static void count_call(fl_ps_client *c, fl_proto_id method, grpc_status_code code, size_t sent,
                        size_t received, int retried) {
   if (retriable(code)) {
     atomic_fetch_add(retried ? &c->n_retries : &c->n_failed, 1);
@@ -212,10 +209,8 @@ static void count_call(fl_ps_client *c, const char *method, grpc_status_code cod
     return;
   }
   atomic_fetch_add(&c->n_received, received);
-  if (!strcmp(method, "PushDense") || !strcmp(method, "PushSparse"))
-    atomic_fetch_add(&c->n_pushes, 1);
-  else if (!strcmp(method, "PullDense") || !strcmp(method, "PullSparse"))
-    atomic_fetch_add(&c->n_pulls, 1);
+  if (push_type(method)) atomic_fetch_add(&c->n_pushes, 1);
+  else if (pull_type(method)) atomic_fetch_add(&c->n_pulls, 1);
 }
 
 /* --------------------------------------------------------------- calls */
@@ -229,7 +224,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
   int64_t shape[2];
 
   switch (o->type) {
-  case OP_PUSH: {
+  case FL_PROTO_PUSH_DENSE: {
     Flotilla__PushDenseRequest r = FLOTILLA__PUSH_DENSE_REQUEST__INIT;
     Flotilla__DenseBlock b = FLOTILLA__DENSE_BLOCK__INIT, *bp = &b;
     const fl_ps_block *blk = &c->layout->blocks[o->block];
@@ -266,7 +261,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     method = PATH(PUSH_DENSE);
     break;
   }
-  case OP_PULL: {
+  case FL_PROTO_PULL_DENSE: {
     Flotilla__PullDenseRequest r = FLOTILLA__PULL_DENSE_REQUEST__INIT;
     r.trainer_id = c->o.trainer_id;
     r.min_step = o->min_step;
@@ -276,7 +271,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     method = PATH(PULL_DENSE);
     break;
   }
-  case OP_BARRIER: {
+  case FL_PROTO_BARRIER: {
     Flotilla__BarrierRequest r = FLOTILLA__BARRIER_REQUEST__INIT;
     r.trainer_id = c->o.trainer_id;
     r.name = (char *)o->name;
@@ -287,7 +282,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     method = PATH(BARRIER);
     break;
   }
-  case OP_SINIT: {
+  case FL_PROTO_INIT_SPARSE: {
     Flotilla__InitSparseRequest r = FLOTILLA__INIT_SPARSE_REQUEST__INIT;
     shape[0] = (int64_t)o->nkeys;
     shape[1] = o->dim;
@@ -305,7 +300,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     method = PATH(INIT_SPARSE);
     break;
   }
-  case OP_SPULL: {
+  case FL_PROTO_PULL_SPARSE: {
     Flotilla__PullSparseRequest r = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
     r.trainer_id = c->o.trainer_id;
     r.table = (char *)o->table;
@@ -346,7 +341,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
 }
 
 /* A fresh op of lane L's current batch (trainer thread). */
-static op *lane_op_new(fl_ps_client *c, lane *L, int type, int server) {
+static op *lane_op_new(fl_ps_client *c, lane *L, fl_proto_id type, int server) {
   op *o;
   pthread_mutex_lock(&c->mu);
   if (L->n_ops == L->cap_ops) {
@@ -388,7 +383,7 @@ static op *lane_op_new(fl_ps_client *c, lane *L, int type, int server) {
 }
 
 /* A fresh op of the blocking calls' batch (trainer thread). */
-static op *op_new(fl_ps_client *c, int type, int server) {
+static op *op_new(fl_ps_client *c, fl_proto_id type, int server) {
   return lane_op_new(c, &c->lanes[LANE_MAIN], type, server);
 }
 
@@ -422,11 +417,11 @@ static fl_status op_submit(fl_ps_client *c, op *o) {
 static fl_status op_parse(fl_ps_client *c, op *o) {
   ProtobufCMessage *m;
   fl_status st = FL_OK;
-  if (o->type == OP_PUSH || o->type == OP_SPUSH || o->type == OP_SINIT) return FL_OK;
+  if (sends_only(o->type)) return FL_OK;
   if (fl_rpc_inbuf_read(&c->in, o->call.recv) != FL_OK)
     return FL_ERR(FL_EPROTO, "pserver %d (%s): unreadable %s answer", o->server,
                   c->names[o->server], op_name(o->type));
-  if (o->type == OP_BARRIER) {
+  if (o->type == FL_PROTO_BARRIER) {
     Flotilla__BarrierResponse *r = (Flotilla__BarrierResponse *)fl_rpc_unpack(
         &c->arena, ANSWER(BARRIER), c->in.data, c->in.len);
     if (!r || r->n_sums != o->nv) {
@@ -436,7 +431,7 @@ static fl_status op_parse(fl_ps_client *c, op *o) {
       if (o->nv) memcpy(o->sums, r->sums, o->nv * sizeof *o->sums);
       if (o->min) *o->min = r->min;
     }
-  } else if (o->type == OP_PULL) {
+  } else if (o->type == FL_PROTO_PULL_DENSE) {
     Flotilla__PullDenseResponse *r;
     const fl_ps_block *blk = &c->layout->blocks[o->block];
     m = fl_rpc_unpack(&c->arena, ANSWER(PULL_DENSE), c->in.data,
@@ -472,17 +467,16 @@ static fl_status op_parse(fl_ps_client *c, op *o) {
 }
 
 static int held_call(const op *o) {
-  return o->type == OP_BARRIER || (o->type == OP_PULL && o->min_step > 0);
+  return o->type == FL_PROTO_BARRIER || (o->type == FL_PROTO_PULL_DENSE && o->min_step > 0);
 }
 
 /* Observability of a call that went through: its latency histogram and a
  * span on the timeline (on the driver thread's row). */
 static void obs_op(const op *o, double seconds) {
   const fl_std_metrics *m = fl_metrics_std();
-  fl_series *h = o->type == OP_PUSH || o->type == OP_SPUSH || o->type == OP_SINIT
-                     ? m->push_seconds
-                 : o->type == OP_PULL || o->type == OP_SPULL ? m->pull_seconds
-                                                             : m->wait_seconds;
+  fl_series *h = sends_only(o->type) ? m->push_seconds
+                 : pull_type(o->type)  ? m->pull_seconds
+                                       : m->wait_seconds;
   fl_series_observe(h, seconds);
   int64_t t1 = fl_timeline_now_us();
   fl_timeline_span(fl_timeline_default(), "ps", op_name(o->type), t1 - (int64_t)(seconds * 1e6),
@@ -501,14 +495,14 @@ static void on_complete(fl_ps_client *c, op *o) {
       silent_for(c, o->server) > c->o.server_timeout_s) {
     /* Not slow trainers: the server itself answers nothing, heartbeats
      * included (stopped, hung, or cut off). */
-    count_call(c, op_name(o->type), code, o->req_bytes, 0, 0);
+    count_call(c, o->type, code, o->req_bytes, 0, 0);
     st = FL_ETIMEDOUT;
     if (!atomic_exchange(&c->hung_said[o->server], 1))
       FL_LOGE("pserver %d (%s) has answered nothing for %.0f s (heartbeat_timeout_s %.0f): it "
               "is hung or unreachable; giving up %s", o->server, c->names[o->server],
               silent_for(c, o->server), c->o.server_timeout_s, op_name(o->type));
   } else if (code == GRPC_STATUS_OK) {
-    count_call(c, op_name(o->type), code, o->req_bytes,
+    count_call(c, o->type, code, o->req_bytes,
                o->call.recv ? grpc_byte_buffer_length(o->call.recv) : 0, 0);
     st = op_parse(c, o);
     obs_op(o, now - o->start);
@@ -537,7 +531,7 @@ static void on_complete(fl_ps_client *c, op *o) {
       o->said = now;
     }
     o->attempt++;
-    count_call(c, op_name(o->type), code, 0, 0, 1);
+    count_call(c, o->type, code, 0, 0, 1);
     fl_rpc_call_end(&o->call);
     pthread_mutex_lock(&c->mu);
     o->due = now + back;
@@ -546,7 +540,7 @@ static void on_complete(fl_ps_client *c, op *o) {
     pthread_mutex_unlock(&c->mu);
     return;
   } else {
-    count_call(c, op_name(o->type), code, o->req_bytes, 0, 0);
+    count_call(c, o->type, code, o->req_bytes, 0, 0);
     st = fl_rpc_status_from_grpc(code);
     if (st != FL_ESTATE)
       FL_LOGE("pserver %d (%s) %s%s: %s (%s)", o->server, c->names[o->server], op_name(o->type),
@@ -600,14 +594,14 @@ static void *driver_main(void *arg) {
 
 /* One unary call with retries of UNAVAILABLE / deadline within the budget.
  * Answer in c->uin; *code gets the final gRPC status.  Not logged. */
-static fl_status unary(fl_ps_client *c, int server, const char *method,
+static fl_status unary(fl_ps_client *c, int server, fl_proto_id id,
                        const ProtobufCMessage *req, double timeout, fl_rpc_outbuf *ob,
                        fl_rpc_inbuf *in, grpc_status_code *code, char *details, size_t cap) {
   double start = now_s(), said = start;
   int attempt = 0, warned = 0;
   for (;;) {
-    fl_status st = fl_rpc_unary(c->ch[server], method, req, timeout, c->token, ob, in, code,
-                                details, cap);
+    fl_status st = fl_rpc_unary(c->ch[server], fl_proto_methods[id].rpc.path, req, timeout,
+                                c->token, ob, in, code, details, cap);
     int last = st == FL_OK || !retriable(*code) || now_s() - start > c->o.retry_budget_s;
     double back;
     if (!retriable(*code)) heard_from(c, server);
@@ -615,18 +609,18 @@ static fl_status unary(fl_ps_client *c, int server, const char *method,
     if (*code == GRPC_STATUS_DEADLINE_EXCEEDED && c->o.server_timeout_s > 0 &&
         silent_for(c, server) > c->o.server_timeout_s)
       last = 1;
-    count_call(c, short_name(method), *code, fl_rpc_outbuf_len(ob),
+    count_call(c, id, *code, fl_rpc_outbuf_len(ob),
                st == FL_OK ? in->len : 0, !last);
     if (last) return st;
     if (!warned) {
       FL_LOGW("pserver %d (%s) %s: %s (%s); retrying for up to %.0f s", server, c->names[server],
-              short_name(method), fl_rpc_code_name(*code), details ? details : "",
+              op_name(id), fl_rpc_code_name(*code), details ? details : "",
               c->o.retry_budget_s);
       warned = 1;
       said = now_s();
     } else if (now_s() - said >= 5) {
       FL_LOGI("pserver %d (%s) %s: %s, still retrying after %.0f s of %.0f", server,
-              c->names[server], short_name(method), fl_rpc_code_name(*code),
+              c->names[server], op_name(id), fl_rpc_code_name(*code),
               now_s() - start, c->o.retry_budget_s);
       said = now_s();
     }
@@ -687,7 +681,7 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t declare, int64_
   r.step = declare;
   r.run_id = c->run_id;
   r.job_hash = c->o.job_hash;
-  st = unary(c, s, PATH(REGISTER), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code, details,
+  st = unary(c, s, FL_PROTO_REGISTER, &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code, details,
              sizeof details);
   if (st != FL_OK) {
     if (code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED)
@@ -731,7 +725,7 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t declare, int64_
       q.kind = FLOTILLA__PUSH_KIND__PUSH_INIT;
       q.n_blocks = 1;
       q.blocks = &dbp;
-      st = unary(c, s, PATH(PUSH_DENSE), &q.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
+      st = unary(c, s, FL_PROTO_PUSH_DENSE, &q.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
                  details, sizeof details);
       if (st != FL_OK)
         st = FL_ERR(st, "pserver %d (%s): initialising block %zu failed: %s (%s)", s, c->names[s],
@@ -862,7 +856,7 @@ static void *hb_main(void *arg) {
       r.step = atomic_load(&c->step_seen);
       fl_status st = fl_rpc_unary(c->ch[s], PATH(HEARTBEAT), &r.base, c->o.heartbeat_interval_s,
                                   c->token, ob, &in, &code, NULL, 0);
-      count_call(c, "Heartbeat", code, fl_rpc_outbuf_len(ob), st == FL_OK ? in.len : 0, 0);
+      count_call(c, FL_PROTO_HEARTBEAT, code, fl_rpc_outbuf_len(ob), st == FL_OK ? in.len : 0, 0);
       if (!retriable(code)) heard_from(c, s);
       if (st != FL_OK && code == GRPC_STATUS_FAILED_PRECONDITION)
         FL_LOGI("pserver %d (%s) does not know trainer %d (any more); its next call registers "
@@ -985,7 +979,7 @@ fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int
   op *o;
   if (!c->layout || block >= c->layout->n_blocks)
     return FL_ERR(FL_EINVAL, "ps client: push of unknown block %u", block);
-  o = op_new(c, OP_PUSH, c->layout->blocks[block].server);
+  o = op_new(c, FL_PROTO_PUSH_DENSE, c->layout->blocks[block].server);
   if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
   o->block = block;
   o->kind = kind;
@@ -1001,7 +995,7 @@ fl_status fl_ps_client_pull_block(fl_ps_client *c, uint32_t block, int64_t min_s
   op *o;
   if (!c->layout || block >= c->layout->n_blocks)
     return FL_ERR(FL_EINVAL, "ps client: pull of unknown block %u", block);
-  o = op_new(c, OP_PULL, c->layout->blocks[block].server);
+  o = op_new(c, FL_PROTO_PULL_DENSE, c->layout->blocks[block].server);
   if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
   o->block = block;
   o->min_step = min_step;
@@ -1029,7 +1023,7 @@ static int64_t declared_step(fl_ps_client *c) {
 }
 
 /* Whether o is a push: repeated, and over, before any pull is repeated. */
-static int is_push(const op *o) { return o->type == OP_PUSH || o->type == OP_SPUSH; }
+static int is_push(const op *o) { return push_type(o->type); }
 
 static int op_inflight(fl_ps_client *c, const op *o) {
   pthread_mutex_lock(&c->mu);
@@ -1101,7 +1095,7 @@ static fl_status lane_recover(fl_ps_client *c, lane *L) {
 static void lane_pushed(fl_ps_client *c, const lane *L) {
   for (size_t i = 0; i < L->n_ops; i++) {
     const op *o = L->pool[i];
-    int64_t *next = o->type == OP_SPUSH ? table_next_of(c, o->table) : NULL;
+    int64_t *next = o->type == FL_PROTO_PUSH_SPARSE ? table_next_of(c, o->table) : NULL;
     if (next && o->step + 1 > *next) *next = o->step + 1;
   }
 }
@@ -1186,7 +1180,7 @@ static fl_status group_keys(fl_ps_client *c, server_buf *sb, const uint64_t *key
 /* One sparse call: type, table and its row width, the push's step, n keys
  * with their gradient rows (push) or where their rows go (pull). */
 typedef struct sparse_req {
-  int type;
+  fl_proto_id type;
   const char *table;
   uint32_t dim;
   int64_t step;
@@ -1204,15 +1198,15 @@ typedef struct sparse_req {
  * pushed to the table. */
 static fl_status sparse_submit(fl_ps_client *c, lane *L, server_buf *sb, const sparse_req *q) {
   int64_t *next = table_next_of(c, q->table);
-  if (q->type == OP_SPUSH && q->n > SPARSE_CHUNK * 64)
+  if (q->type == FL_PROTO_PUSH_SPARSE && q->n > SPARSE_CHUNK * 64)
     return FL_ERR(FL_EINVAL, "ps client: %zu rows in one sparse push (at most %u)", q->n,
                   SPARSE_CHUNK * 64);
-  const int rows_out = q->type == OP_SPUSH || q->type == OP_SINIT; /* grads: rows sent */
+  const int rows_out = sends_only(q->type); /* grads or initial rows: rows sent */
   FL_TRY(group_keys(c, sb, q->keys, q->n, q->dim, rows_out ? q->grads : NULL));
   for (int s = 0; s < c->o.n_servers; s++) {
     server_buf *b = &sb[s];
     uint32_t seq = 0, parts = (uint32_t)((b->n + SPARSE_CHUNK - 1) / SPARSE_CHUNK);
-    if (q->type == OP_SPUSH && parts == 0) parts = 1;
+    if (q->type == FL_PROTO_PUSH_SPARSE && parts == 0) parts = 1;
     for (size_t off = 0; seq < parts; off += SPARSE_CHUNK, seq++) {
       op *o = lane_op_new(c, L, q->type, s);
       if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
@@ -1244,12 +1238,12 @@ static fl_status sparse_call(fl_ps_client *c, const sparse_req *q) {
 
 fl_status fl_ps_client_pull_sparse(fl_ps_client *c, const char *table, uint32_t dim,
                                    const uint64_t *keys, size_t n, float *out) {
-  return sparse_call(c, &(sparse_req){OP_SPULL, table, dim, 0, keys, n, NULL, out, 0});
+  return sparse_call(c, &(sparse_req){FL_PROTO_PULL_SPARSE, table, dim, 0, keys, n, NULL, out, 0});
 }
 
 fl_status fl_ps_client_read_sparse(fl_ps_client *c, const char *table, uint32_t dim,
                                    const uint64_t *keys, size_t n, float *out) {
-  return sparse_call(c, &(sparse_req){OP_SPULL, table, dim, 0, keys, n, NULL, out, 1});
+  return sparse_call(c, &(sparse_req){FL_PROTO_PULL_SPARSE, table, dim, 0, keys, n, NULL, out, 1});
 }
 
 fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t dim,
@@ -1281,7 +1275,8 @@ static fl_status sparse_start(fl_ps_client *c, int which, const sparse_req *q) {
 
 fl_status fl_ps_client_pull_sparse_start(fl_ps_client *c, const char *table, uint32_t dim,
                                          const uint64_t *keys, size_t n, float *out) {
-  return sparse_start(c, LANE_SPULL, &(sparse_req){OP_SPULL, table, dim, 0, keys, n, NULL, out, 0});
+  return sparse_start(c, LANE_SPULL,
+                      &(sparse_req){FL_PROTO_PULL_SPARSE, table, dim, 0, keys, n, NULL, out, 0});
 }
 
 fl_status fl_ps_client_pull_sparse_finish(fl_ps_client *c) {
@@ -1291,8 +1286,9 @@ fl_status fl_ps_client_pull_sparse_finish(fl_ps_client *c) {
 fl_status fl_ps_client_push_sparse_start(fl_ps_client *c, const char *table, uint32_t dim,
                                          int64_t step, const uint64_t *keys, size_t n,
                                          const float *grads) {
-  return sparse_start(c, LANE_SPUSH,
-                      &(sparse_req){OP_SPUSH, table, dim, step, keys, n, grads, NULL, 0});
+  return sparse_start(
+      c, LANE_SPUSH,
+      &(sparse_req){FL_PROTO_PUSH_SPARSE, table, dim, step, keys, n, grads, NULL, 0});
 }
 
 fl_status fl_ps_client_push_sparse_finish(fl_ps_client *c) {
@@ -1320,7 +1316,7 @@ fl_status fl_ps_client_init_sparse(fl_ps_client *c, const char *table, uint32_t 
   FL_TRY(check_width(c, "InitSparse", table, width));
   for (size_t off = 0; off < n; off += INIT_ROUND) {
     size_t k = n - off < INIT_ROUND ? n - off : INIT_ROUND;
-    FL_TRY(sparse_call(c, &(sparse_req){OP_SINIT, table, width, 0, ids + off, k,
+    FL_TRY(sparse_call(c, &(sparse_req){FL_PROTO_INIT_SPARSE, table, width, 0, ids + off, k,
                                         rows + off * width, NULL, 0}));
   }
   return FL_OK;
@@ -1389,7 +1385,7 @@ static fl_status dump_server(fl_ps_client *c, int s, const char *table, dump_acc
     q.table = (char *)table;
     q.after_key = after;
     q.has_after = has_after;
-    st = unary(c, s, PATH(DUMP_SPARSE), &q.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
+    st = unary(c, s, FL_PROTO_DUMP_SPARSE, &q.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
                details, sizeof details);
     if (st != FL_OK)
       return FL_ERR(st, "pserver %d (%s) DumpSparse of table %s: %s (%s)", s, c->names[s], table,
@@ -1459,7 +1455,7 @@ fl_status fl_ps_client_barrier(fl_ps_client *c, const char *name, const double *
   /* Every server hears of it: while this trainer waits, no server's sync
    * step waits for it.  The answer comes from server 0 (all agree). */
   for (int s = 0; s < c->o.n_servers; s++) {
-    op *o = op_new(c, OP_BARRIER, s);
+    op *o = op_new(c, FL_PROTO_BARRIER, s);
     if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
     o->name = name;
     o->values = values;
@@ -1494,7 +1490,7 @@ fl_status fl_ps_client_complete(fl_ps_client *c) {
     fl_status st;
     r.trainer_id = c->o.trainer_id;
     for (int round = 0;; round++) {
-      st = unary(c, s, PATH(COMPLETE), &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
+      st = unary(c, s, FL_PROTO_COMPLETE, &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
                  details, sizeof details);
       if (st != FL_ESTATE || round >= 2) break;
       FL_TRY(register_server(c, s, declared_step(c), NULL, NULL));

@@ -437,10 +437,13 @@ static const fl_sync_ops coll_ops = {
     .broadcast = coll_broadcast,
 };
 
+/* The values that turn an environment flag off; any other sets it. */
+static const char *const k_flag_off[] = {"0", "false", "off", NULL};
+
 static int env_flag(const char *name, int dflt) {
   const char *v = getenv(name);
   if (!v || !v[0]) return dflt;
-  return strcmp(v, "0") != 0 && strcmp(v, "false") != 0 && strcmp(v, "off") != 0;
+  return fl_names_find(k_flag_off, v) < 0;
 }
 
 fl_status fl_sync_collective_create(const fl_job *job, const fl_cluster *cluster, fl_sync *out) {

@@ -259,7 +259,7 @@ START_TEST(loop_resume_on_gpu) {
   static fl_job job;
   small_job(&job, FL_DEVICE_GPU);
   snprintf(job.model.kind, sizeof job.model.kind, "cnn");
-  snprintf(job.model.norm, sizeof job.model.norm, "bn");
+  job.model.norm = FL_NORM_BN;
   job.model.conv_channels[0] = 4;
   job.model.conv_channels[1] = 8;
   job.model.conv_kernel = 3;

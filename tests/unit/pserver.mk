@@ -26,7 +26,7 @@ tests_unit_test_wire_service_LDADD = libfltrainer.la $(FL_PS_UNIT_LDADD)
 # and 3 trainers and every sparse optimizer, read-only pulls.
 check_PROGRAMS += tests/unit/test_ps_rows
 TESTS += tests/unit/test_ps_rows
-tests_unit_test_ps_rows_SOURCES = tests/unit/test_ps_rows.c
+tests_unit_test_ps_rows_SOURCES = tests/unit/test_ps_rows.c tests/unit/ps_testutil.h
 tests_unit_test_ps_rows_CFLAGS = $(FL_PS_UNIT_CFLAGS)
 tests_unit_test_ps_rows_LDADD = $(FL_PS_UNIT_LDADD)
 # A model's own sparse tables: per-table init_range and padding_id,
@@ -34,6 +34,6 @@ tests_unit_test_ps_rows_LDADD = $(FL_PS_UNIT_LDADD)
 # trainer's client.
 check_PROGRAMS += tests/unit/test_ps_sparse_init
 TESTS += tests/unit/test_ps_sparse_init
-tests_unit_test_ps_sparse_init_SOURCES = tests/unit/test_ps_sparse_init.c
+tests_unit_test_ps_sparse_init_SOURCES = tests/unit/test_ps_sparse_init.c tests/unit/ps_testutil.h
 tests_unit_test_ps_sparse_init_CFLAGS = $(FL_PS_UNIT_CFLAGS) -I$(top_srcdir)/trainer
 tests_unit_test_ps_sparse_init_LDADD = libfltrainer.la $(FL_PS_UNIT_LDADD)

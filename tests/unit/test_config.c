@@ -180,7 +180,7 @@ START_TEST(test_every_section) {
   ck_assert_int_eq(j.model.conv_channels[1], 48);
   ck_assert_int_eq(j.model.conv_kernel, 3);
   ck_assert_uint_eq(j.model.fc_hidden, 128);
-  ck_assert_str_eq(j.model.norm, "gn");
+  ck_assert_int_eq(j.model.norm, FL_NORM_GN);
   ck_assert_int_eq(j.model.gn_groups, 4);
   ck_assert_float_eq(j.model.bn_momentum, 0.2f);
   ck_assert_float_eq(j.model.bn_epsilon, 0.001f);
@@ -196,7 +196,7 @@ START_TEST(test_every_section) {
   ck_assert_str_eq(j.data.test_labels, "/d");
   ck_assert_str_eq(j.data.train_path, "/e");
   ck_assert_str_eq(j.data.test_path, "/f");
-  ck_assert_str_eq(j.data.synthetic.kind, "image");
+  ck_assert_int_eq(j.data.synthetic.kind, FL_SYNTH_IMAGE);
   ck_assert_int_eq(j.data.synthetic.train_samples, 1000);
   ck_assert_int_eq(j.data.synthetic.test_samples, 100);
   ck_assert_uint_eq(j.data.synthetic.seed, 42);
@@ -753,7 +753,7 @@ END_TEST
 START_TEST(test_onnx_keys) {
   fl_job j;
   fl_job_defaults(&j);
-  ck_assert_str_eq(j.model.loss, "softmax_cross_entropy");
+  ck_assert_int_eq(j.model.loss, FL_LOSS_SOFTMAX_XENT);
   ck_assert_str_eq(j.model.path, "");
   ck_assert_str_eq(j.model.output, "");
   ck_assert_str_eq(j.train.export_onnx, "");
@@ -765,7 +765,7 @@ START_TEST(test_onnx_keys) {
   ck_assert_str_eq(j.model.kind, "onnx");
   ck_assert_str_eq(j.model.path, "/m/net.onnx");
   ck_assert_str_eq(j.model.output, "logits");
-  ck_assert_str_eq(j.model.loss, "bce_with_logits");
+  ck_assert_int_eq(j.model.loss, FL_LOSS_BCE_LOGITS);
   ck_assert_str_eq(j.train.export_onnx, "/out/trained.onnx");
   round_trip(&j);
   /* the presets export too, with their only loss */
@@ -796,9 +796,10 @@ START_TEST(test_sparse_tables_keys) {
   snprintf(text, sizeof text, "%spserver:\n  sparse: {init_range: 0.02, optimizer: {name: ftrl, lr: 0.7}}\n"
            "  sparse_tables:\n"
            "    emb.weight: {optimizer: {name: sgd, lr: 0.5}, init: from_model, padding_id: 0}\n"
-           "    bag.weight: {init: uniform(0.1)}\n    t3: {init: uniform}\n", base);
+           "    bag.weight: {init: uniform(0.1)}\n    t3: {init: uniform}\n"
+           "    t4: {init: uniform(0)}\n", base);
   ck_assert_int_eq(fl_job_load_string(text, "st.yaml", &j), FL_OK);
-  ck_assert_int_eq(j.pserver.n_sparse_tables, 3);
+  ck_assert_int_eq(j.pserver.n_sparse_tables, 4);
   const fl_job_sparse_table *t = j.pserver.sparse_tables;
   ck_assert_str_eq(t[0].name, "emb.weight");
   ck_assert_int_eq(t[0].optimizer.hp.kind, FL_OPTIM_SGD);
@@ -811,9 +812,16 @@ START_TEST(test_sparse_tables_keys) {
   ck_assert_float_eq(t[1].init_range, 0.1f);
   ck_assert_int_eq(t[1].has_padding, 0);
   ck_assert_float_eq(t[2].init_range, 0.02f); /* pserver.sparse.init_range */
+  ck_assert_int_eq(t[3].init, FL_SPARSE_INIT_UNIFORM); /* uniform(0): rows start at zeros */
+  ck_assert_float_eq(t[3].init_range, 0.0f);
   round_trip(&j);
-  snprintf(text, sizeof text, "%spserver: {sparse_tables: {e: {init: normal(1)}}}\n", base);
-  EXPECT_ERROR(text, "pserver.sparse_tables.e.init: expected uniform, uniform(R)", "from_model");
+  static const char *const bad[] = {"normal(1)", "uniform(-0.1)", "uniform(1001)", "uniform()",
+                                    "uniform(0.1", "uniform(0.1)x", "uniform0.1"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    snprintf(text, sizeof text, "%spserver: {sparse_tables: {e: {init: '%s'}}}\n", base, bad[i]);
+    EXPECT_ERROR(text, "pserver.sparse_tables.e.init: expected uniform, uniform(R) with R in "
+                 "[0, 1000] or from_model, got", bad[i]);
+  }
   snprintf(text, sizeof text, "%spserver: {sparse_tables: {e: {}, e: {}}}\n", base);
   EXPECT_ERROR(text, "pserver.sparse_tables.e: duplicate table");
   int len = snprintf(text, sizeof text, "%spserver: {sparse_tables: {", base);

@@ -545,15 +545,16 @@ static const float *fixture_f32(const char *model, const char *what, size_t n, f
  * step's loss is PyTorch's. */
 START_TEST(onnx_kind_through_model) {
   struct {
-    const char *name, *loss;
+    const char *name;
+    fl_loss_kind loss;
     size_t batch, in, k;
-  } fx[2] = {{"mlp", "", 6, 12, 5}, {"residual", "mse", 3, 2 * 6 * 6, 3}};
+  } fx[2] = {{"mlp", FL_LOSS_SOFTMAX_XENT, 6, 12, 5}, {"residual", FL_LOSS_MSE, 3, 2 * 6 * 6, 3}};
   for (int i = 0; i < 2; i++) {
     fl_model_spec s;
     fl_model_spec_defaults(&s);
     snprintf(s.kind, sizeof s.kind, "onnx");
     fixture(s.path, sizeof s.path, fx[i].name, "onnx");
-    snprintf(s.loss, sizeof s.loss, "%s", fx[i].loss);
+    s.loss = fx[i].loss;
     fl_model *m = NULL;
     ck_assert_int_eq(fl_model_create(&s, fx[i].batch, 1, &m), FL_OK);
     ck_assert_int_eq(fl_model_get_spec(m)->num_classes, (int)fx[i].k);
@@ -566,7 +567,7 @@ START_TEST(onnx_kind_through_model) {
     fixture(p, sizeof p, fx[i].name, "y.npy");
     ck_assert_int_eq(fl_npy_open(p, &fx_y), FL_OK);
     fl_model_result r;
-    if (fx[i].loss[0]) {
+    if (fx[i].loss != FL_LOSS_SOFTMAX_XENT) {
       ck_assert(fl_model_float_targets(m));
       const float *t = fl_npy_data(fx_y);
       int32_t y0[8] = {0};
@@ -586,16 +587,16 @@ START_TEST(onnx_kind_through_model) {
     fl_npy_close(fx_x), fl_npy_close(fx_y), fl_npy_close(fx_l);
     fl_model_destroy(m);
   }
-  /* no path, a bad loss name, a missing file */
+  /* no path, a loss that is no fl_loss_kind, a missing file */
   fl_model_spec s;
   fl_model_spec_defaults(&s);
   snprintf(s.kind, sizeof s.kind, "onnx");
   fl_model *m = NULL;
   ck_assert_int_eq(fl_model_create(&s, 4, 1, &m), FL_EINVAL);
   fixture(s.path, sizeof s.path, "mlp", "onnx");
-  snprintf(s.loss, sizeof s.loss, "hinge");
+  s.loss = FL_LOSS_COUNT;
   ck_assert_int_eq(fl_model_create(&s, 4, 1, &m), FL_EINVAL);
-  s.loss[0] = '\0';
+  s.loss = FL_LOSS_SOFTMAX_XENT;
   fixture(s.path, sizeof s.path, "no_such_model", "onnx");
   ck_assert_int_ne(fl_model_create(&s, 4, 1, &m), FL_OK);
   ck_assert_ptr_null(m);

@@ -671,14 +671,8 @@ START_TEST(test_garbage) {
 END_TEST
 
 START_TEST(test_loss_names) {
-  fl_gloss l;
-  ck_assert_int_eq(fl_onnx_loss_parse("softmax_cross_entropy", &l), FL_OK);
-  ck_assert_int_eq(l, FL_GLOSS_SOFTMAX_XENT);
-  ck_assert_int_eq(fl_onnx_loss_parse("bce_with_logits", &l), FL_OK);
-  ck_assert_int_eq(l, FL_GLOSS_BCE_LOGITS);
-  ck_assert_int_eq(fl_onnx_loss_parse("mse", &l), FL_OK);
-  ck_assert_int_eq(l, FL_GLOSS_MSE);
-  ck_assert_int_eq(fl_onnx_loss_parse("hinge", &l), FL_EINVAL);
+  ck_assert_str_eq(fl_onnx_loss_name(FL_GLOSS_SOFTMAX_XENT), "softmax_cross_entropy");
+  ck_assert_str_eq(fl_onnx_loss_name(FL_GLOSS_MSE), "mse");
   ck_assert_str_eq(fl_onnx_loss_name(FL_GLOSS_BCE_LOGITS), "bce_with_logits");
   ck_assert_str_eq(fl_onnx_loss_name((fl_gloss)9), "?");
 }

@@ -337,7 +337,7 @@ START_TEST(test_export_round_trip) {
   fl_model_spec_defaults(&s);
   snprintf(s.kind, sizeof s.kind, "onnx");
   snprintf(s.path, sizeof s.path, "%s", src);
-  snprintf(s.loss, sizeof s.loss, "mse");
+  s.loss = FL_LOSS_MSE;
   fl_model *m = NULL;
   ck_assert_int_eq(fl_model_create(&s, 4, 1, &m), FL_OK);
   float x[12], t[8];

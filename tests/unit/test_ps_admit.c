@@ -24,6 +24,7 @@
 #include "fl_metrics.h"
 #include "fl_ps.h"
 #include "ps_admit.h"
+#include "ps_testutil.h"
 
 #define DIM 3
 
@@ -307,40 +308,22 @@ static struct {
   size_t sketch_bytes;
 } cfg;
 
-/* A core of one async trainer and table emb of max_rows rows, with
+/* A core of one trainer (async unless cfg.sync) and table emb of max_rows rows, with
  * admit_threshold admit and checkpoint_delta.every every (and cfg). */
 static fl_ps_core *mk_core_with(int64_t max_rows, int admit, int64_t every) {
   fl_ps_core_opts o;
-  fl_ps_core *c = NULL;
-  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
-  Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
-  Flotilla__SparseTableSpec s = FLOTILLA__SPARSE_TABLE_SPEC__INIT, *sp = &s;
-  memset(&o, 0, sizeof o);
-  fl_job_defaults(&o.job);
-  o.job.pserver.optimizer.hp.kind = FL_OPTIM_SGD;
-  o.job.pserver.dense_block_size = 4;
-  o.job.pserver.sparse.optimizer.hp.kind = FL_OPTIM_ADAGRAD;
-  o.job.pserver.sparse.optimizer.lr = 0.1f;
-  o.job.pserver.sparse.max_rows = max_rows;
+  fl_ps_core *c;
+  pt_opts(&o, 1, !cfg.sync, FL_OPTIM_ADAGRAD, 0.1f, max_rows);
   o.job.pserver.sparse.admit_threshold = admit;
   o.job.pserver.sparse.admit_sketch_bytes = cfg.sketch_bytes ? cfg.sketch_bytes : 4096;
   o.job.pserver.sparse.expire_after_steps = cfg.expire_steps;
   o.job.pserver.checkpoint_delta.every = every;
-  o.job.strategy.a_sync = !cfg.sync;
-  o.n_servers = 1;
-  o.num_trainers = 1;
   snprintf(o.run_id, sizeof o.run_id, "run-a");
-  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
-  s.name = "emb";
-  s.dim = DIM;
-  r.num_trainers = 1;
-  r.incarnation = 1000;
-  r.mode = cfg.sync ? FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC : FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC;
-  r.dense_block_size = 4;
-  r.num_servers = 1;
-  r.n_sparse = 1;
-  r.sparse = &sp;
-  ck_assert_int_eq(fl_ps_core_register(c, &r, &out), FL_OK);
+  c = pt_core(&o);
+  pt_register(c, &(pt_reg){.n_trainers = 1,
+                           .mode = cfg.sync ? FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC
+                                            : FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC,
+                           .dim = DIM});
   return c;
 }
 

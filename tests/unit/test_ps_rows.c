@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "fl_ps.h"
+#include "ps_testutil.h"
 
 #define DIM 2
 #define STEPS 3
@@ -22,80 +23,26 @@
 
 static fl_ps_core *mk(int nt, int a_sync, fl_optim_kind sparse, int64_t max_rows) {
   fl_ps_core_opts o;
-  fl_ps_core *c = NULL;
-  memset(&o, 0, sizeof o);
-  fl_job_defaults(&o.job);
-  o.job.pserver.optimizer.hp.kind = FL_OPTIM_SGD;
-  o.job.pserver.dense_block_size = 4;
-  o.job.pserver.sparse.optimizer.hp.kind = sparse;
-  o.job.pserver.sparse.optimizer.lr = 0.1f;
-  o.job.pserver.sparse.max_rows = max_rows;
-  o.job.strategy.a_sync = a_sync;
-  o.server_index = 0;
-  o.n_servers = 1;
-  o.num_trainers = nt;
-  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
-  return c;
+  pt_opts(&o, nt, a_sync, sparse, 0.1f, max_rows);
+  return pt_core(&o);
 }
 
 static void reg(fl_ps_core *c, int t, int nt, int mode) {
-  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
-  Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
-  Flotilla__SparseTableSpec s = FLOTILLA__SPARSE_TABLE_SPEC__INIT, *sp = &s;
-  s.name = "emb";
-  s.dim = DIM;
-  r.trainer_id = t;
-  r.num_trainers = nt;
-  r.incarnation = 1000 + (uint64_t)t;
-  r.mode = mode;
-  r.dense_block_size = 4;
-  r.num_servers = 1;
-  r.n_sparse = 1;
-  r.sparse = &sp;
-  ck_assert_int_eq(fl_ps_core_register(c, &r, &out), FL_OK);
+  pt_register(c, &(pt_reg){.trainer = t, .n_trainers = nt, .mode = mode, .dim = DIM});
 }
 
 static fl_status spush(fl_ps_core *c, int t, int64_t step, uint32_t seq, uint32_t parts,
                        const uint64_t *keys, size_t n, const float *g) {
-  Flotilla__PushSparseRequest p = FLOTILLA__PUSH_SPARSE_REQUEST__INIT;
-  Flotilla__PushSparseResponse pr = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
-  Flotilla__Tensor gt = FLOTILLA__TENSOR__INIT;
-  int64_t shape[2] = {(int64_t)n, DIM};
-  gt.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
-  gt.n_shape = 2;
-  gt.shape = shape;
-  gt.data.data = (uint8_t *)g;
-  gt.data.len = n * DIM * sizeof(float);
-  p.trainer_id = t;
-  p.step = step;
-  p.table = "emb";
-  p.n_keys = n;
-  p.keys = (uint64_t *)keys;
-  p.grads = &gt;
-  p.seq = seq;
-  p.parts = parts;
-  return fl_ps_core_push_sparse(c, &p, &pr);
+  return pt_push_sparse(c, &(pt_call){.trainer = t, .table = "emb", .dim = DIM, .step = step,
+                                      .seq = seq, .parts = parts},
+                        keys, n, g);
 }
 
 static fl_status spull(fl_ps_core *c, int t, int64_t min_step, int read_only,
                        const uint64_t *keys, size_t n, float *out) {
-  Flotilla__PullSparseRequest q = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
-  Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
-  Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
-  int64_t shape[2];
-  float *scratch = NULL;
-  size_t cap = 0;
-  fl_status st;
-  q.trainer_id = t;
-  q.table = "emb";
-  q.n_keys = n;
-  q.keys = (uint64_t *)keys;
-  q.min_step = min_step;
-  q.read_only = read_only;
-  st = fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &r, &v, shape);
-  if (st == FL_OK && n) memcpy(out, scratch, n * DIM * sizeof(float));
-  free(scratch);
-  return st;
+  return pt_pull_sparse(c, &(pt_call){.trainer = t, .table = "emb", .dim = DIM,
+                                      .min_step = min_step, .read_only = read_only},
+                        keys, n, out);
 }
 
 /* Trainer t's rows of step s: overlapping key sets, values that do not
@@ -270,17 +217,7 @@ END_TEST
  * per-table settings. */
 static fl_ps_core *mk_per_table(void) {
   fl_ps_core_opts o;
-  fl_ps_core *c = NULL;
-  memset(&o, 0, sizeof o);
-  fl_job_defaults(&o.job);
-  o.job.pserver.optimizer.hp.kind = FL_OPTIM_SGD;
-  o.job.pserver.dense_block_size = 4;
-  o.job.pserver.sparse.optimizer.hp.kind = FL_OPTIM_ADAGRAD;
-  o.job.pserver.sparse.optimizer.lr = 0.1f;
-  o.job.pserver.sparse.max_rows = 100;
-  o.server_index = 0;
-  o.n_servers = 1;
-  o.num_trainers = 1;
+  pt_opts(&o, 1, 0, FL_OPTIM_ADAGRAD, 0.1f, 100);
   o.n_table_optims = 2;
   snprintf(o.table_optims[0].name, sizeof o.table_optims[0].name, "wide");
   o.table_optims[0].hp = fl_optim_hparams_default(FL_OPTIM_FTRL);
@@ -289,31 +226,14 @@ static fl_ps_core *mk_per_table(void) {
   snprintf(o.table_optims[1].name, sizeof o.table_optims[1].name, "narrow");
   o.table_optims[1].hp = fl_optim_hparams_default(FL_OPTIM_ROWWISE_ADAGRAD);
   o.table_optims[1].lr = 0.2f;
-  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
-  return c;
+  return pt_core(&o);
 }
 
 /* Register trainer 0 with the tables emb, wide and narrow (dim DIM). */
 static void reg3(fl_ps_core *c) {
-  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
-  Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
-  Flotilla__SparseTableSpec s[3], *sp[3];
-  const char *names[3] = {"emb", "wide", "narrow"};
-  for (int i = 0; i < 3; i++) {
-    flotilla__sparse_table_spec__init(&s[i]);
-    s[i].name = (char *)names[i];
-    s[i].dim = DIM;
-    sp[i] = &s[i];
-  }
-  r.trainer_id = 0;
-  r.num_trainers = 1;
-  r.incarnation = 1000;
-  r.mode = FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC;
-  r.dense_block_size = 4;
-  r.num_servers = 1;
-  r.n_sparse = 3;
-  r.sparse = sp;
-  ck_assert_int_eq(fl_ps_core_register(c, &r, &out), FL_OK);
+  static const char *const names[3] = {"emb", "wide", "narrow"};
+  pt_register(c, &(pt_reg){.n_trainers = 1, .mode = FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC,
+                           .dim = DIM, .tables = names, .n_tables = 3});
 }
 
 START_TEST(test_per_table_optimizers) {

@@ -18,6 +18,7 @@
 
 #include "fl_ps.h"
 #include "fl_ps_client.h"
+#include "ps_testutil.h"
 
 #define DIM 3
 
@@ -25,16 +26,8 @@
  * whose table "emb" has its own settings: init_range 0.5, padding id 7. */
 static fl_ps_core *mk(int a_sync, int si, int ns, int64_t max_rows) {
   fl_ps_core_opts o;
-  fl_ps_core *c = NULL;
   fl_job_sparse_table *jt;
-  memset(&o, 0, sizeof o);
-  fl_job_defaults(&o.job);
-  o.job.pserver.optimizer.hp.kind = FL_OPTIM_SGD;
-  o.job.pserver.dense_block_size = 4;
-  o.job.pserver.sparse.optimizer.hp.kind = FL_OPTIM_SGD;
-  o.job.pserver.sparse.optimizer.lr = 0.5f;
-  o.job.pserver.sparse.max_rows = max_rows;
-  o.job.strategy.a_sync = a_sync;
+  pt_opts(&o, 1, a_sync, FL_OPTIM_SGD, 0.5f, max_rows);
   jt = &o.job.pserver.sparse_tables[0];
   snprintf(jt->name, sizeof jt->name, "emb");
   jt->init = FL_SPARSE_INIT_FROM_MODEL;
@@ -44,34 +37,18 @@ static fl_ps_core *mk(int a_sync, int si, int ns, int64_t max_rows) {
   o.job.pserver.n_sparse_tables = 1;
   o.server_index = si;
   o.n_servers = ns;
-  o.num_trainers = 1;
-  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
-  return c;
+  return pt_core(&o);
 }
 
 /* Register trainer 0 with the tables "emb" (its own settings) and "plain"
  * (the server's), both DIM wide. */
 static void reg(fl_ps_core *c, int a_sync, int si, int ns) {
-  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
-  Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
-  Flotilla__SparseTableSpec s[2], *sp[2];
-  const char *names[2] = {"emb", "plain"};
-  for (int i = 0; i < 2; i++) {
-    flotilla__sparse_table_spec__init(&s[i]);
-    s[i].name = (char *)names[i];
-    s[i].dim = DIM;
-    sp[i] = &s[i];
-  }
-  r.trainer_id = 0;
-  r.num_trainers = 1;
-  r.incarnation = 1000;
-  r.mode = a_sync ? FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC : FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC;
-  r.dense_block_size = 4;
-  r.num_servers = ns;
-  r.server_index = si;
-  r.n_sparse = 2;
-  r.sparse = sp;
-  ck_assert_int_eq(fl_ps_core_register(c, &r, &out), FL_OK);
+  static const char *const names[2] = {"emb", "plain"};
+  pt_register(c, &(pt_reg){.n_trainers = 1,
+                           .mode = a_sync ? FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC
+                                          : FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC,
+                           .server_index = si, .n_servers = ns, .dim = DIM, .tables = names,
+                           .n_tables = 2});
 }
 
 static void tensor(Flotilla__Tensor *t, int64_t *shape, size_t n, size_t dim, const float *v) {
@@ -106,39 +83,14 @@ static fl_status init_rows(fl_ps_core *c, const char *table, const uint64_t *key
 
 static fl_status spull(fl_ps_core *c, const uint64_t *keys, size_t n, int read_only,
                        float *out) {
-  Flotilla__PullSparseRequest q = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
-  Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
-  Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
-  int64_t shape[2];
-  float *scratch = NULL;
-  size_t cap = 0;
-  fl_status st;
-  q.trainer_id = 0;
-  q.table = "emb";
-  q.n_keys = n;
-  q.keys = (uint64_t *)keys;
-  q.read_only = read_only;
-  st = fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &r, &v, shape);
-  if (st == FL_OK && n) memcpy(out, scratch, n * DIM * sizeof(float));
-  free(scratch);
-  return st;
+  return pt_pull_sparse(c, &(pt_call){.table = "emb", .dim = DIM, .read_only = read_only}, keys,
+                        n, out);
 }
 
 static fl_status spush(fl_ps_core *c, int64_t step, const uint64_t *keys, size_t n,
                        const float *g) {
-  Flotilla__PushSparseRequest p = FLOTILLA__PUSH_SPARSE_REQUEST__INIT;
-  Flotilla__PushSparseResponse pr = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
-  Flotilla__Tensor t;
-  int64_t shape[2];
-  tensor(&t, shape, n, DIM, g);
-  p.trainer_id = 0;
-  p.step = step;
-  p.table = "emb";
-  p.n_keys = n;
-  p.keys = (uint64_t *)keys;
-  p.grads = &t;
-  p.parts = 1;
-  return fl_ps_core_push_sparse(c, &p, &pr);
+  return pt_push_sparse(c, &(pt_call){.table = "emb", .dim = DIM, .step = step, .parts = 1},
+                        keys, n, g);
 }
 
 /* One DumpSparse page into keys / vals (copied); its row count. */
@@ -252,24 +204,39 @@ START_TEST(test_table_settings_and_padding) {
     }
     ck_assert(maxabs > 0.1f && maxabs <= 0.5f);
     {
-      Flotilla__PullSparseRequest q = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
-      Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
-      Flotilla__Tensor t = FLOTILLA__TENSOR__INIT;
-      int64_t shape[2];
-      float *scratch = NULL;
-      size_t cap = 0;
       uint64_t pk[2] = {7, 100};
-      q.table = "plain"; /* no padding id there: 7 is a row like any other */
-      q.n_keys = 2;
-      q.keys = pk;
-      ck_assert_int_eq(fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &r, &t, shape), FL_OK);
-      for (int j = 0; j < 2 * DIM; j++) pmax = scratch[j] > pmax ? scratch[j] : -scratch[j] > pmax ? -scratch[j] : pmax;
+      float pv[2 * DIM];
+      /* no padding id there: 7 is a row like any other */
+      ck_assert_int_eq(pt_pull_sparse(c, &(pt_call){.table = "plain", .dim = DIM}, pk, 2, pv),
+                       FL_OK);
+      for (int j = 0; j < 2 * DIM; j++) pmax = pv[j] > pmax ? pv[j] : -pv[j] > pmax ? -pv[j] : pmax;
       ck_assert(pmax > 0 && pmax <= 0.01f);
       ck_assert(fl_ps_table_peek(fl_ps_core_table(c, "plain"), 7, plain));
-      free(scratch);
     }
     fl_ps_core_free(c);
   }
+}
+END_TEST
+
+/* A table's init uniform(0) (init_range 0): its rows start at zeros. */
+START_TEST(test_uniform_zero_rows) {
+  fl_ps_core_opts o;
+  fl_job_sparse_table *jt = &o.job.pserver.sparse_tables[0];
+  uint64_t keys[16];
+  float v[16 * DIM];
+  pt_opts(&o, 1, 1, FL_OPTIM_SGD, 0.5f, 100);
+  snprintf(jt->name, sizeof jt->name, "emb");
+  jt->init = FL_SPARSE_INIT_UNIFORM;
+  jt->init_range = 0.0f;
+  o.job.pserver.n_sparse_tables = 1;
+  fl_ps_core *c = pt_core(&o);
+  pt_register(c, &(pt_reg){.n_trainers = 1, .mode = FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC,
+                           .dim = DIM});
+  for (uint64_t k = 0; k < 16; k++) keys[k] = k * 7919;
+  ck_assert_int_eq(spull(c, keys, 16, 0, v), FL_OK);
+  for (int j = 0; j < 16 * DIM; j++) ck_assert_float_eq(v[j], 0.0f);
+  ck_assert_uint_eq(fl_ps_table_rows(fl_ps_core_table(c, "emb")), 16);
+  fl_ps_core_free(c);
 }
 END_TEST
 
@@ -634,6 +601,7 @@ int main(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, test_init_creates_if_absent);
   tcase_add_test(tc, test_table_settings_and_padding);
+  tcase_add_test(tc, test_uniform_zero_rows);
   tcase_add_test(tc, test_dump_pages);
   tcase_add_test(tc, test_dump_keeps_recency);
   tcase_add_test(tc, test_init_and_dump_over_stripes);

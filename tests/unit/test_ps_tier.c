@@ -27,6 +27,7 @@
 
 #include "fl_metrics.h"
 #include "fl_ps.h"
+#include "ps_testutil.h"
 #include "tier_rocks.h"
 
 #define DIM 8
@@ -204,80 +205,27 @@ END_TEST
 
 static fl_ps_core *mk(int nt, int a_sync, size_t budget, int64_t max_rows) {
   fl_ps_core_opts o;
-  fl_ps_core *c = NULL;
-  memset(&o, 0, sizeof o);
-  fl_job_defaults(&o.job);
-  o.job.pserver.optimizer.hp.kind = FL_OPTIM_SGD;
-  o.job.pserver.dense_block_size = 4;
-  o.job.pserver.sparse.optimizer.hp.kind = FL_OPTIM_ROWWISE_ADAGRAD;
-  o.job.pserver.sparse.optimizer.lr = 0.1f;
-  o.job.pserver.sparse.max_rows = max_rows;
+  pt_opts(&o, nt, a_sync, FL_OPTIM_ROWWISE_ADAGRAD, 0.1f, max_rows);
   o.job.pserver.memory_budget = budget;
-  o.job.strategy.a_sync = a_sync;
-  o.server_index = 0;
-  o.n_servers = 1;
-  o.num_trainers = nt;
-  ck_assert_int_eq(fl_ps_core_create(&o, &c), FL_OK);
-  return c;
+  return pt_core(&o);
 }
 
 static void reg(fl_ps_core *c, int t, int nt, int mode) {
-  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
-  Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
-  Flotilla__SparseTableSpec s = FLOTILLA__SPARSE_TABLE_SPEC__INIT, *sp = &s;
-  s.name = "emb";
-  s.dim = DIM;
-  r.trainer_id = t;
-  r.num_trainers = nt;
-  r.incarnation = 1000 + (uint64_t)t;
-  r.mode = mode;
-  r.dense_block_size = 4;
-  r.num_servers = 1;
-  r.n_sparse = 1;
-  r.sparse = &sp;
-  ck_assert_int_eq(fl_ps_core_register(c, &r, &out), FL_OK);
+  pt_register(c, &(pt_reg){.trainer = t, .n_trainers = nt, .mode = mode, .dim = DIM});
 }
 
 static fl_status spush(fl_ps_core *c, int t, int64_t step, const uint64_t *keys, size_t n,
                        const float *g) {
-  Flotilla__PushSparseRequest p = FLOTILLA__PUSH_SPARSE_REQUEST__INIT;
-  Flotilla__PushSparseResponse pr = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
-  Flotilla__Tensor gt = FLOTILLA__TENSOR__INIT;
-  int64_t shape[2] = {(int64_t)n, DIM};
-  gt.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
-  gt.n_shape = 2;
-  gt.shape = shape;
-  gt.data.data = (uint8_t *)g;
-  gt.data.len = n * DIM * sizeof(float);
-  p.trainer_id = t;
-  p.step = step;
-  p.table = "emb";
-  p.n_keys = n;
-  p.keys = (uint64_t *)keys;
-  p.grads = &gt;
-  p.parts = 1;
-  return fl_ps_core_push_sparse(c, &p, &pr);
+  return pt_push_sparse(c, &(pt_call){.trainer = t, .table = "emb", .dim = DIM, .step = step,
+                                      .parts = 1},
+                        keys, n, g);
 }
 
 static fl_status spull(fl_ps_core *c, int t, int64_t min_step, int read_only,
                        const uint64_t *keys, size_t n, float *out) {
-  Flotilla__PullSparseRequest q = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
-  Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
-  Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
-  int64_t shape[2];
-  float *scratch = NULL;
-  size_t cap = 0;
-  fl_status st;
-  q.trainer_id = t;
-  q.table = "emb";
-  q.n_keys = n;
-  q.keys = (uint64_t *)keys;
-  q.min_step = min_step;
-  q.read_only = read_only;
-  st = fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &r, &v, shape);
-  if (st == FL_OK && n) memcpy(out, scratch, n * DIM * sizeof(float));
-  free(scratch);
-  return st;
+  return pt_pull_sparse(c, &(pt_call){.trainer = t, .table = "emb", .dim = DIM,
+                                      .min_step = min_step, .read_only = read_only},
+                        keys, n, out);
 }
 
 static void read_all(fl_ps_core *c, float *out) {
@@ -480,18 +428,9 @@ START_TEST(test_stripes_async_no_lost_update) {
   fl_ps_core_opts o;
   fl_ps_core *a = NULL, *b = NULL;
   static float va[KEYS * DIM], vb[KEYS * DIM];
-  memset(&o, 0, sizeof o);
-  fl_job_defaults(&o.job);
-  o.job.pserver.optimizer.hp.kind = FL_OPTIM_SGD;
-  o.job.pserver.dense_block_size = 4;
-  o.job.pserver.sparse.optimizer.hp.kind = FL_OPTIM_SGD;
-  o.job.pserver.sparse.optimizer.lr = 0.25f;
-  o.job.pserver.sparse.max_rows = 1 << 20;
-  o.job.strategy.a_sync = 1;
-  o.n_servers = 1;
-  o.num_trainers = NTH;
-  ck_assert_int_eq(fl_ps_core_create(&o, &a), FL_OK);
-  ck_assert_int_eq(fl_ps_core_create(&o, &b), FL_OK);
+  pt_opts(&o, NTH, 1, FL_OPTIM_SGD, 0.25f, 1 << 20);
+  a = pt_core(&o);
+  b = pt_core(&o);
   for (int t = 0; t < NTH; t++) {
     reg(a, t, NTH, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
     reg(b, t, NTH, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);

@@ -3,6 +3,6 @@
 # full, checkpoints of the tier, concurrent pulls and pushes.
 check_PROGRAMS += tests/unit/test_ps_tier
 TESTS += tests/unit/test_ps_tier
-tests_unit_test_ps_tier_SOURCES = tests/unit/test_ps_tier.c
+tests_unit_test_ps_tier_SOURCES = tests/unit/test_ps_tier.c tests/unit/ps_testutil.h
 tests_unit_test_ps_tier_CFLAGS = $(FL_PS_UNIT_CFLAGS) $(ROCKSDB_CFLAGS)
 tests_unit_test_ps_tier_LDADD = $(FL_PS_UNIT_LDADD)

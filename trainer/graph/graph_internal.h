@@ -118,6 +118,8 @@ typedef struct fl_gop {
   int opset_min, opset_max;     /* ONNX opsets whose definition this row implements (0: from
                                    or up to any the importer takes); out of range: refused */
   const char *doc;              /* one line for docs/ONNX_OPS.md: what is taken, what refused */
+  int variant;                  /* which of the rows sharing a family's functions this is (which
+                                   binary operation, ...): read by that family's code only */
   fl_act act;                   /* an activation a producer can apply itself: the value of
                                    FL_GRAPH_ACT_ATTR it stands for (FL_ACT_NONE: none) */
   const struct fl_gop *with_relu; /* the op a node of this type becomes when the fusion pass

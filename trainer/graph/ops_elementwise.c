@@ -20,14 +20,8 @@
 
 enum bin_kind { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV, BIN_POW };
 
-static enum bin_kind bin_kind_of(const fl_gnode *n) {
-  const char *t = n->op->type;
-  if (strcmp(t, "Add") == 0) return BIN_ADD;
-  if (strcmp(t, "Sub") == 0) return BIN_SUB;
-  if (strcmp(t, "Mul") == 0) return BIN_MUL;
-  if (strcmp(t, "Div") == 0) return BIN_DIV;
-  return BIN_POW;
-}
+/* The row's variant (Add and its Relu twin: BIN_ADD, 0). */
+static enum bin_kind bin_kind_of(const fl_gnode *n) { return (enum bin_kind)n->op->variant; }
 
 /* Add on the gpu (see add_gpu_layout). */
 typedef struct add_gpu {
@@ -450,7 +444,7 @@ static fl_status add_relu_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
 
 static const char *const add_relu_attrs[] = {NULL};
 const fl_gop fl_gop_add_relu = {.type = "Add", .paddle = "elementwise_add", .min_in = 2,
-                                .max_in = 2, .min_out = 1, .max_out = 1,
+                                .max_in = 2, .min_out = 1, .max_out = 1, .variant = BIN_ADD,
                                 .attrs = add_relu_attrs, .infer = add_relu_infer,
                                 .forward = add_relu_forward, .backward = add_relu_backward,
                                 .save_out = 1};
@@ -622,11 +616,7 @@ static fl_status act_backward_cuda(fl_gnode *n, fl_gctx *c, unsigned acc) {
  * Not negates; Where selects with a broadcast condition (nonzero = true). */
 enum cmp_kind { CMP_EQ, CMP_LT, CMP_GT };
 
-static enum cmp_kind cmp_kind_of(const fl_gnode *n) {
-  if (strcmp(n->op->type, "Less") == 0) return CMP_LT;
-  if (strcmp(n->op->type, "Greater") == 0) return CMP_GT;
-  return CMP_EQ;
-}
+static enum cmp_kind cmp_kind_of(const fl_gnode *n) { return (enum cmp_kind)n->op->variant; }
 
 static fl_status cmp_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   const fl_gtensor *a = fl_gin(n, c, 0), *b = fl_gin(n, c, 1);
@@ -944,10 +934,10 @@ static const char *const leaky_attrs[] = {"alpha", NULL};
 static const char *const cast_attrs[] = {"to", NULL};
 static const char *const dropout_attrs[] = {"ratio", "seed", NULL};
 
-#define BINARY(T, P, SAVE)                                                                \
+#define BINARY(T, P, SAVE, K)                                                             \
   {.type = T, .paddle = P, .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,          \
    .attrs = no_attrs, .infer = binary_infer, .forward = binary_forward,                   \
-   .backward = binary_backward, .save_in = SAVE, .save_out = 0}
+   .backward = binary_backward, .save_in = SAVE, .save_out = 0, .variant = K}
 #define UNARY(T, P, SIN, SOUT, ATTRS)                                                     \
   {.type = T, .paddle = P, .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,          \
    .attrs = ATTRS, .infer = unary_infer, .forward = unary_forward,                        \
@@ -957,13 +947,13 @@ const fl_gop fl_gops_elementwise[] = {
     {.type = "Add", .paddle = "elementwise_add", .min_in = 2, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = binary_infer, .forward = binary_forward,
      .backward = binary_backward, .forward_cuda = add_forward_cuda,
-     .backward_cuda = add_backward_cuda, .with_relu = &fl_gop_add_relu},
-    BINARY("Sub", "elementwise_sub", 0),
-    BINARY("Mul", "elementwise_mul", 3),
-    BINARY("Div", "elementwise_div", 3),
+     .backward_cuda = add_backward_cuda, .with_relu = &fl_gop_add_relu, .variant = BIN_ADD},
+    BINARY("Sub", "elementwise_sub", 0, BIN_SUB),
+    BINARY("Mul", "elementwise_mul", 3, BIN_MUL),
+    BINARY("Div", "elementwise_div", 3, BIN_DIV),
     {.type = "Pow", .paddle = "elementwise_pow", .min_in = 2, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = binary_infer, .forward = binary_forward,
-     .backward = binary_backward, .save_in = 3, .save_out = 1},
+     .backward = binary_backward, .save_in = 3, .save_out = 1, .variant = BIN_POW},
     {.type = "Relu", .paddle = "relu", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
      .attrs = no_attrs, .infer = unary_infer, .forward = unary_forward,
      .backward = unary_backward, .save_out = 1, .forward_cuda = act_forward_cuda,
@@ -981,13 +971,13 @@ const fl_gop fl_gops_elementwise[] = {
     UNARY("Log", "log", 1, 0, no_attrs),
     {.type = "Equal", .paddle = "equal", .min_in = 2, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = cmp_infer, .forward = cmp_forward,
-     .nodiff_in = 3},
+     .nodiff_in = 3, .variant = CMP_EQ},
     {.type = "Less", .paddle = "less_than", .min_in = 2, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = cmp_infer, .forward = cmp_forward,
-     .nodiff_in = 3},
+     .nodiff_in = 3, .variant = CMP_LT},
     {.type = "Greater", .paddle = "greater_than", .min_in = 2, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = cmp_infer, .forward = cmp_forward,
-     .nodiff_in = 3},
+     .nodiff_in = 3, .variant = CMP_GT},
     {.type = "Not", .paddle = "logical_not", .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = not_infer, .forward = not_forward,
      .nodiff_in = 1},

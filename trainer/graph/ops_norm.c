@@ -1019,7 +1019,7 @@ static fl_status sm_params(const fl_gnode *n, const fl_gctx *c, sm_p *p) {
   p->outer = fl_gnumel(a, x->shape);
   p->len = (size_t)x->shape[a];
   p->inner = fl_gnumel(x->ndim - a - 1, x->shape + a + 1);
-  p->log = strcmp(n->op->type, "LogSoftmax") == 0;
+  p->log = n->op->variant; /* LogSoftmax's row */
   return FL_OK;
 }
 
@@ -1197,7 +1197,7 @@ const fl_gop fl_gops_norm[] = {
      .doc = "any axis (opset 13 semantics: one axis)"},
     {.type = "LogSoftmax", .paddle = "log_softmax", .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 1, .attrs = sm_attrs, .infer = sm_infer, .forward = sm_forward,
-     .backward = sm_backward, .save_out = 1,
+     .backward = sm_backward, .save_out = 1, .variant = 1,
      .doc = "any axis (opset 13 semantics: one axis)"},
 };
 const size_t fl_gops_norm_n = sizeof fl_gops_norm / sizeof fl_gops_norm[0];

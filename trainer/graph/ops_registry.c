@@ -244,13 +244,7 @@ fl_status fl_ga_ints(const fl_gnode *n, const char *name, int64_t *out, int max,
 fl_status fl_ga_act(const fl_gnode *n, fl_act *act) {
   const char *s;
   FL_TRY(fl_ga_str(n, FL_GRAPH_ACT_ATTR, "", &s));
-  if (strcmp(s, "") == 0 || strcmp(s, "none") == 0)
-    *act = FL_ACT_NONE;
-  else if (strcmp(s, "relu") == 0)
-    *act = FL_ACT_RELU;
-  else if (strcmp(s, "tanh") == 0)
-    *act = FL_ACT_TANH;
-  else
+  if (fl_act_parse(s, act) != FL_OK)
     return fl_gop_fail(n, FL_EINVAL, FL_GRAPH_ACT_ATTR " \"%s\" is not supported (relu, tanh)", s);
   return FL_OK;
 }

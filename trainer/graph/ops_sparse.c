@@ -22,15 +22,20 @@
 
 #include "ops_internal.h"
 
+/* The attribute mode's names, indexed by the node's "all" flag. */
+static const char *const k_pool_modes[] = {"slots", "all"};
+
 /* The node's groups: S slots, or one group (mode "all", *all = 1). */
 static fl_status pool_groups(const fl_gnode *n, int64_t *groups, int *all) {
   const char *mode;
   int64_t s;
-  FL_TRY(fl_ga_str(n, "mode", "slots", &mode));
+  FL_TRY(fl_ga_str(n, "mode", k_pool_modes[0], &mode));
   FL_TRY(fl_ga_int(n, "num_slots", 0, &s));
-  *all = !strcmp(mode, "all");
-  if (!*all && strcmp(mode, "slots"))
-    return fl_gop_fail(n, FL_EINVAL, "mode '%s' (it takes slots or all)", mode);
+  *all = 1;
+  while (*all >= 0 && strcmp(mode, k_pool_modes[*all])) (*all)--;
+  if (*all < 0)
+    return fl_gop_fail(n, FL_EINVAL, "mode '%s' (it takes %s or %s)", mode, k_pool_modes[0],
+                       k_pool_modes[1]);
   if (*all && fl_gattr_find(n, "num_slots"))
     return fl_gop_fail(n, FL_EINVAL, "num_slots with mode all (every entry is one group)");
   if (!*all && s < 1)
@@ -80,19 +85,32 @@ static int64_t pool_at(const fl_graph_sparse_entry *e, int64_t groups, int all, 
   return ((int64_t)e->sample * groups + e->slot) * D;
 }
 
+/* What forward and backward both read: the groups, mode all, this step's
+ * feed and the rows' width. */
+typedef struct pool_p {
+  int64_t groups, D;
+  int all;
+  const fl_graph_sparse_feed *f;
+} pool_p;
+
+static fl_status pool_plan(const fl_gnode *n, const fl_gctx *c, pool_p *p) {
+  FL_TRY(pool_groups(n, &p->groups, &p->all));
+  FL_TRY(pool_feed(n, c, &p->f));
+  p->D = fl_gin(n, c, 0)->shape[1];
+  return FL_OK;
+}
+
 static fl_status pool_forward(fl_gnode *n, fl_gctx *c) {
   const fl_gtensor *x = fl_gin(n, c, 0);
   fl_gtensor *y = fl_gout(n, c, 0);
-  const fl_graph_sparse_feed *f;
-  int64_t groups;
-  int all;
-  FL_TRY(pool_groups(n, &groups, &all));
-  FL_TRY(pool_feed(n, c, &f));
-  const int64_t D = x->shape[1];
+  pool_p p;
+  FL_TRY(pool_plan(n, c, &p));
+  const fl_graph_sparse_feed *f = p.f;
+  const int64_t D = p.D;
   memset(y->data, 0, y->n * sizeof *y->data);
   for (size_t k = 0; k < f->n; k++) {
     const fl_graph_sparse_entry *e = &f->e[k];
-    const int64_t at = pool_at(e, groups, all, D);
+    const int64_t at = pool_at(e, p.groups, p.all, D);
     if (at < 0) continue;
     const float *r = x->data + (size_t)e->row * (size_t)D;
     float *o = y->data + at;
@@ -104,16 +122,14 @@ static fl_status pool_forward(fl_gnode *n, fl_gctx *c) {
 static fl_status pool_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   const fl_gtensor *x = fl_gin(n, c, 0), *y = fl_gout(n, c, 0);
   if (!x->grad) return FL_OK;
-  const fl_graph_sparse_feed *f;
-  int64_t groups;
-  int all;
-  FL_TRY(pool_groups(n, &groups, &all));
-  FL_TRY(pool_feed(n, c, &f));
-  const int64_t D = x->shape[1];
+  pool_p p;
+  FL_TRY(pool_plan(n, c, &p));
+  const fl_graph_sparse_feed *f = p.f;
+  const int64_t D = p.D;
   if (!fl_gacc(acc, 0)) memset(x->grad, 0, x->n * sizeof *x->grad);
   for (size_t k = 0; k < f->n; k++) {
     const fl_graph_sparse_entry *e = &f->e[k];
-    const int64_t at = pool_at(e, groups, all, D);
+    const int64_t at = pool_at(e, p.groups, p.all, D);
     if (at < 0) continue;
     float *g = x->grad + (size_t)e->row * (size_t)D;
     const float *dy = y->grad + at;

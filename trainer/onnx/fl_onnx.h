@@ -59,10 +59,8 @@ fl_status fl_onnx_load(const char *path, const char *output, fl_gloss loss, fl_g
 fl_status fl_onnx_load_mem(const void *buf, size_t len, const char *name, const char *output,
                            fl_gloss loss, fl_graph **out);
 
-/* Job-file loss names: "softmax_cross_entropy", "bce_with_logits", "mse".
- * parse: FL_EINVAL (not logged) for another name; name: "?" for a bad
- * value.  The strings are static. */
-fl_status fl_onnx_loss_parse(const char *name, fl_gloss *out);
+/* A loss's job-file name (fl_loss_names: "softmax_cross_entropy",
+ * "bce_with_logits", "mse"), "?" for a bad value.  The strings are static. */
 const char *fl_onnx_loss_name(fl_gloss loss);
 
 /* Write the trained graph as ONNX to out_path (a temporary file in the same

@@ -189,15 +189,6 @@ const char *fl_onnx_dtype_name(int32_t dt) {
   return "unknown";
 }
 
-fl_status fl_onnx_loss_parse(const char *name, fl_gloss *out) {
-  for (int i = 0; name && i < FL_LOSS_COUNT; i++)
-    if (!strcmp(name, fl_loss_names[i])) {
-      *out = (fl_gloss)i;
-      return FL_OK;
-    }
-  return FL_EINVAL;
-}
-
 const char *fl_onnx_loss_name(fl_gloss loss) {
   if ((unsigned)loss < FL_LOSS_COUNT) return fl_loss_names[loss];
   return "?";
