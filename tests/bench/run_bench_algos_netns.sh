@@ -5,25 +5,33 @@
 # ring, halving_doubling and tree, and the automatic choice's bus
 # bandwidth against each single algorithm at 64 KiB, 1 MiB and 16 MiB.
 # Prints the bench's `time_...`/`busbw_...` lines per algorithm
-# (label algo_<name>_<NODES>x1), OpenMPI's MPI_Allreduce on the same
+# (label algo_<name>_<NODES>x1) and round: with --rounds R every algorithm
+# runs R jobs of --iters iterations, the jobs of the algorithms taking
+# turns (ring, halving_doubling, tree, auto, ring, ...), so that a busy
+# spell of a shared machine falls on all of them alike; auto probes anew in
+# each of its jobs.  The ratios use each algorithm's median over all its
+# rounds.  Then OpenMPI's MPI_Allreduce on the same
 # namespaces (mpirun from node 0's namespace, one slot per node, reaching
 # the others through a plm_rsh_agent that is `ip netns exec`; skipped with
 # a line saying why without mpicc/mpirun), and the ratios of one run:
 #   ratio_<algo>_over_ring_<size>: the ring's time / the algorithm's
 #   ratio_<algo>_over_mpi_<size>:  MPI_Allreduce's time / the algorithm's
-#   ratio_auto_over_best_<size>:   the best single algorithm's busbw / auto's
-#                                  (inverted: auto's busbw / the best's)
+#   ratio_auto_over_best_<size>:   auto's busbw / the best single algorithm's
+#                                  (the best one's median time / auto's)
+# (MPI runs its --quick iteration counts: 50 at 64 KiB .. 2 at 64 MiB.)
 # Usage (root): bash tests/bench/run_bench_algos_netns.sh [BUILDDIR] [--nodes 8] [--iters N]
-#               [--sizes 64K,1M,16M] [--algos ring,halving_doubling,tree,auto] [--no-mpi]
+#               [--rounds R] [--sizes 64K,1M,16M] [--algos ring,halving_doubling,tree,auto]
+#               [--no-mpi]
 # Never pass/fail; exits 0 with SKIP where namespaces are unavailable.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-build=. nodes=8 iters=5 sizes=64K,1M,16M algos=ring,halving_doubling,tree,auto use_mpi=1
+build=. nodes=8 iters=5 rounds=1 sizes=64K,1M,16M algos=ring,halving_doubling,tree,auto use_mpi=1
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) nodes=$2; shift ;;
     --iters) iters=$2; shift ;;
+    --rounds) rounds=$2; shift ;;
     --sizes) sizes=$2; shift ;;
     --algos) algos=$2; shift ;;
     --no-mpi) use_mpi=0 ;;
@@ -48,7 +56,7 @@ trap 'exit 1' INT TERM
 fl_ns_setup "$nodes" || exit 0
 for ((k = 0; k < nodes; k++)); do fl_ns_shape $k 1gbit 100us - > /dev/null || exit 0; done
 export FLOTILLA_TOKEN=bench-algos-token
-echo "# $nodes nodes x 1 rank, 1 Gbit/s, 0.1 ms; $(nproc) CPUs"
+echo "# $nodes nodes x 1 rank, 1 Gbit/s, 0.1 ms; $(nproc) CPUs; $rounds round(s) of $iters iterations"
 run() {
   local algo=$1 sizes=$2 r eps="" base=$((20000 + RANDOM % 20000)) p=()
   for ((r = 0; r < nodes; r++)); do eps="$eps${eps:+,}${FL_IP[r]}:$((base + r))"; done
@@ -93,27 +101,36 @@ mpi() {
     --mca plm_rsh_agent "$tmp/agent.sh" --mca orte_tmpdir_base "$tmp/mpitmp" --mca btl tcp,self \
     --mca mpi_yield_when_idle 1 \
     --mca btl_tcp_if_include $FL_NET.0/24 --mca oob_tcp_if_include $FL_NET.0/24 \
-    "$tmp/mpi_allreduce" "${nodes}x1" --sizes "$sizes" > "$tmp/mpi.out" 2>&1 ||
+    "$tmp/mpi_allreduce" "${nodes}x1" --quick --sizes "$sizes" > "$tmp/mpi.out" 2>&1 ||
     echo "# mpi: exit $?: $(grep -v '^mpi_' "$tmp/mpi.out" | head -3 | tr '\n' ' ')"
   grep '^mpi_' "$tmp/mpi.out" | tee -a "$tmp/all"
 }
 
-for a in ${algos//,/ }; do run $a "$sizes"; done
+for ((k = 1; k <= rounds; k++)); do
+  [ $rounds = 1 ] || echo "# round $k of $rounds"
+  for a in ${algos//,/ }; do run $a "$sizes"; done
+done
 mpi
-# Ratios of this run's figures (medians measured side by side).
+# Ratios of this run's figures (medians over the rounds, measured in turns).
 awk -v n="${nodes}x1" '
+  function med(key,   m, i, j, x, a) {
+    m = cnt[key]; for (i = 1; i <= m; i++) a[i] = val[key, i]
+    for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { x = a[i]; a[i] = a[j]; a[j] = x }
+    return a[int((m + 1) / 2)] }
   /^time_algo_/ { split($1, p, "_"); sz = p[length(p)]; sub(/:$/, "", sz)
-                  a = $1; sub(/^time_algo_/, "", a); sub("_" n "_.*", "", a); t[a, sz] = $2; sizes[sz] = 1 }
-  /^busbw_algo_/ { a = $1; sub(/^busbw_algo_/, "", a); sz = a; sub("_" n "_.*", "", a)
-                   sub(".*_" n "_", "", sz); sub(/:$/, "", sz); bw[a, sz] = $2 }
+                  a = $1; sub(/^time_algo_/, "", a); sub("_" n "_.*", "", a)
+                  val["t" SUBSEP a SUBSEP sz, ++cnt["t" SUBSEP a SUBSEP sz]] = $2; have[a, sz] = 1; sizes[sz] = 1 }
   /^mpi_.*_time_/ { sz = $1; sub(/.*_/, "", sz); sub(/:$/, "", sz); m[sz] = $2 }
   END {
+    for (k in have) { split(k, q, SUBSEP); t[k] = med("t" SUBSEP k)
+                      if (cnt["t" SUBSEP k] > 1)
+                        printf "median_time_algo_%s_%s_%s: %.6f s (%d rounds)\n", q[1], n, q[2], t[k], cnt["t" SUBSEP k] }
     for (sz in sizes) {
       best = 0
       for (k in t) { split(k, q, SUBSEP); if (q[2] != sz) continue; a = q[1]
         if (t["ring", sz] > 0 && a != "ring") printf "ratio_%s_over_ring_%s: %.3f\n", a, sz, t["ring", sz] / t[a, sz]
         if (m[sz] > 0) printf "ratio_%s_over_mpi_%s: %.3f\n", a, sz, m[sz] / t[a, sz]
-        if (a != "auto" && bw[a, sz] > best) best = bw[a, sz] }
-      if (best > 0 && bw["auto", sz] > 0) printf "ratio_auto_over_best_%s: %.3f\n", sz, bw["auto", sz] / best
+        if (a != "auto" && t[a, sz] > 0 && (best == 0 || t[a, sz] < best)) best = t[a, sz] }
+      if (best > 0 && t["auto", sz] > 0) printf "ratio_auto_over_best_%s: %.3f\n", sz, best / t["auto", sz]
     }
   }' "$tmp/all" | sort

@@ -181,7 +181,11 @@ static double clampf(double v) {
  * algorithm stands, whatever the model says; above the large size the
  * table keeps the algorithm chosen there (factors measured on a few
  * pieces did not carry to buckets of many: the tree, cheap at 1 MiB, lost
- * to the ring at 16 MiB on the namespaces). */
+ * to the ring at 16 MiB on the namespaces), save the tree: it moves no
+ * fewer bytes than the ring and pays a step per piece, so there the faster
+ * of ring and halving_doubling at the large size takes over (on 8 shaped
+ * namespaces the tree took 1.3 to 3.9 times the ring's time at 64 MiB in
+ * each of four runs, and auto carried a tree won at 1 MiB up to it). */
 static void fit_factors(const coll_xport *x, coll_tuning *t, size_t bytes,
                         const double best[2][COLL_MODEL_ALGOS], double probe_s) {
   char desc[512];
@@ -205,8 +209,11 @@ static void fit_factors(const coll_xport *x, coll_tuning *t, size_t bytes,
   coll_model_table(&t->m, x->n, (double)x->chunk, t->table);
   t->table[coll_table_bin(GROUP_SMALL(bytes))] = (uint8_t)group_algos[fast[0]];
   t->table[coll_table_bin(bytes)] = (uint8_t)group_algos[fast[1]];
+  int above = fast[1];
+  if (group_algos[above] == COLL_ALGO_TREE) /* group_algos: ring, halving_doubling, tree */
+    above = best[1][1] < best[1][0] ? 1 : 0;
   for (int b = coll_table_bin(bytes) + 1; b < COLL_TABLE_BINS; b++)
-    t->table[b] = t->table[coll_table_bin(bytes)];
+    t->table[b] = (uint8_t)group_algos[above];
   describe(t, desc, sizeof desc);
   FL_LOGI("collective: network probe (%.0f ms): alpha %.1f us, beta %.3f ns/B (%.2f GB/s), "
           "reduce %.3f ns/B; allreduce of %zu / %zu KiB on %d ranks: ring %.2f / %.2f ms, "
