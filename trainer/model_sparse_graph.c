@@ -260,6 +260,7 @@ static fl_status sg_bind(void *self, unsigned slot, const float **targets) {
   for (size_t i = 0; i < s->nt; i++) {
     sg_table *t = &s->t[i];
     FL_TRY(fl_graph_model_set_rows(s->graph, t->job->name, t->rows[slot], &t->grad));
+    FL_TRY(fl_graph_model_rows_used(s->graph, t->job->name, t->n[slot]));
   }
   s->bound = slot;
   *targets = s->slot[slot].feed.t;

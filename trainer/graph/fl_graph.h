@@ -247,6 +247,14 @@ const float *fl_graph_model_output(void *handle);
 fl_status fl_graph_model_set_rows(void *handle, const char *name, const float *rows,
                                   const float **grad);
 
+/* Only rows [0, n_rows) of rows input name are read by the steps that
+ * follow (until the next bind to another batch size, which restores the
+ * capacity): the ops that read it see n_rows rows (at least 1, at most
+ * the capacity), so its gradient is written over those rows only; every
+ * id of those steps must be below n_rows.  FL_EINVAL (logged) when name is
+ * no rows input or the graph was never bound. */
+fl_status fl_graph_model_rows_used(void *handle, const char *name, size_t n_rows);
+
 /* The sparse feed of the node called node (an op that reads one, such as
  * EmbeddingBagSum) for the following steps: *feed is copied, its entries
  * are borrowed (kept valid and unchanged by the caller until the last call
