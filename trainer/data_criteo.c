@@ -45,6 +45,7 @@ struct fl_criteo_reader {
   int64_t *sparse;
   int32_t *y;
   float log1p_of[LOG1P_KEPT]; /* fl_criteo_log1p(i) */
+  int8_t hex_of[256];         /* a byte's hex digit value, or -1 */
 };
 
 const char *const fl_criteo_input_names[2] = {"dense", "sparse"};
@@ -76,25 +77,24 @@ static int parse_int(const char *p, const char *e, int64_t *v) {
   return 0;
 }
 
+/* A hex digit's value, or -1. */
+static int hex_digit(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
 /* 1..8 hex digits spanning [p, e) (empty: *present 0).  -1 otherwise. */
 static int parse_hex(const char *p, const char *e, uint32_t *v, int *present) {
   uint32_t x = 0;
   *present = p != e;
   if (e - p > 8) return -1;
   for (; p < e; p++) {
-    int d = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10
-            : *p >= 'A' && *p <= 'F' ? *p - 'A' + 10 : -1;
+    int d = hex_digit(*p);
     if (d < 0) return -1;
     x = x << 4 | (uint32_t)d;
   }
   *v = x;
   return 0;
-}
-
-/* A hex digit's value, or -1. */
-static inline int hex_digit(char c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
 /* An integer feature of p ending at a tab (decimal, an optional sign, at
@@ -126,7 +126,7 @@ static int parse_fast(const fl_criteo_reader *r, const char *p, sample *s) {
   for (uint32_t c = 0; c < FL_CRITEO_SPARSE; c++) {
     const char *a = p;
     uint32_t x = 0;
-    for (int d; (d = hex_digit(*p)) >= 0; p++) x = x << 4 | (uint32_t)d;
+    for (int d; (d = r->hex_of[(unsigned char)*p]) >= 0; p++) x = x << 4 | (uint32_t)d;
     if (p - a > 8 || *p != (c + 1 < FL_CRITEO_SPARSE ? '\t' : '\0')) return -1;
     uint64_t id = fl_criteo_hash(c, x, p != a);
     s->sparse[c] = (int64_t)(r->o.hash_buckets ? id % r->o.hash_buckets : id);
@@ -424,6 +424,7 @@ fl_status fl_criteo_open(const fl_criteo_options *o, fl_criteo_reader **out) {
   }
   r->o.paths = NULL; /* the copies in r->paths are used */
   for (int64_t i = 0; i < LOG1P_KEPT; i++) r->log1p_of[i] = fl_criteo_log1p(i);
+  for (int c = 0; c < 256; c++) r->hex_of[c] = (int8_t)hex_digit((char)c);
   *out = r;
   return FL_OK;
 }
