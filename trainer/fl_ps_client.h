@@ -100,11 +100,6 @@ const fl_ps_layout *fl_ps_client_layout(const fl_ps_client *c);
  * fl_ps_client_wait returns). */
 fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int64_t step,
                                   const float *src);
-/* Queue pushes of the n dense blocks blocks[0..n) (distinct) as push_block
- * does, block i from srcs[i]: a server's blocks go together, in the order
- * given, up to 1 MiB and 64 blocks a call. */
-fl_status fl_ps_client_push_dense(fl_ps_client *c, const uint32_t *blocks,
-                                  const float *const *srcs, size_t n, int kind, int64_t step);
 /* Queue pulls of every dense block into its parameter's value memory (a
  * server's blocks up to 1 MiB together in one call), answered once the
  * server applied every step < min_step (sync); min_step -(s+1): the values

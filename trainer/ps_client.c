@@ -28,8 +28,7 @@
 #define ZERO_COPY_MIN (64u << 10)
 #define SPARSE_CHUNK 65536u
 #define MAX_RECOVERIES 8
-#define PULL_GROUP_BYTES (1u << 20) /* dense blocks of a server in one call, at most */
-#define PUSH_GROUP_BLOCKS 64       /* and at most these many blocks in one push */
+#define PULL_GROUP_BYTES (1u << 20) /* dense blocks of a server pulled in one call, at most */
 
 /* Methods are called by their row of the wire's table (fl_protocol.h). */
 #define PATH(m) (fl_proto_methods[FL_PROTO_##m].rpc.path)
@@ -52,13 +51,13 @@ enum {
 typedef struct op {
   int type;
   int server;
-  const uint32_t *blocks; /* dense push or pull: nblocks blocks of one server */
+  uint32_t block;
+  const uint32_t *blocks; /* dense pull: nblocks blocks of one server (the client's groups) */
   size_t nblocks;
   int kind;
   int64_t step;
   int64_t min_step;
-  const float *srcs[PUSH_GROUP_BLOCKS]; /* dense push: block i's values */
-  uint32_t push_blocks[PUSH_GROUP_BLOCKS]; /* dense push: its blocks */
+  const float *src;
   /* sparse */
   const char *table;
   uint32_t dim;
@@ -227,72 +226,6 @@ static void count_call(fl_ps_client *c, const char *method, grpc_status_code cod
 
 /* --------------------------------------------------------------- calls */
 
-/* One block of a dense push: its message parts. */
-typedef struct push_part {
-  Flotilla__DenseBlock b;
-  Flotilla__Tensor t;
-  int64_t shape;
-} push_part;
-
-/* Block i of dense push o into p, its values at o->srcs[i] (or as fp16 /
- * bf16 at half, strategy.grad_compression: half the bytes). */
-static fl_status push_part_of(fl_ps_client *c, const op *o, size_t i, uint16_t *half,
-                              push_part *p) {
-  const size_t n = c->layout->blocks[o->blocks[i]].n;
-  flotilla__dense_block__init(&p->b);
-  flotilla__tensor__init(&p->t);
-  p->shape = (int64_t)n;
-  p->t.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
-  p->t.n_shape = 1;
-  p->t.shape = &p->shape;
-  p->t.data.data = (uint8_t *)o->srcs[i];
-  p->t.data.len = n * sizeof(float);
-  if (half) {
-    FL_TRY(c->o.wire_dtype == FLOTILLA__DTYPE__DTYPE_FP16 ? fl_cast_f32_to_f16(o->srcs[i], half, n)
-                                                           : fl_cast_f32_to_bf16(o->srcs[i], half, n));
-    p->t.dtype = c->o.wire_dtype;
-    p->t.data.data = (uint8_t *)half;
-    p->t.data.len = n * sizeof *half;
-  }
-  p->b.block = o->blocks[i];
-  p->b.value = &p->t;
-  return FL_OK;
-}
-
-/* Dense push o packed into *bb. */
-static fl_status pack_push(fl_ps_client *c, op *o, grpc_byte_buffer **bb) {
-  const int halved = c->o.wire_dtype != FLOTILLA__DTYPE__DTYPE_FP32 &&
-                     o->kind != FLOTILLA__PUSH_KIND__PUSH_INIT;
-  size_t total = 0, off = 0;
-  for (size_t i = 0; i < o->nblocks; i++) total += c->layout->blocks[o->blocks[i]].n;
-  if (halved && total > o->half_cap) {
-    uint16_t *h = realloc(o->half, total * sizeof *h);
-    if (!h) return FL_ERR(FL_ENOMEM, "ps client: out of memory for a push of %zu floats", total);
-    o->half = h;
-    o->half_cap = total;
-  }
-  push_part *parts = malloc(o->nblocks * sizeof *parts);
-  Flotilla__DenseBlock **bp = malloc(o->nblocks * sizeof *bp);
-  fl_status st = parts && bp ? FL_OK : FL_ERR(FL_ENOMEM, "ps client: out of memory for a push");
-  for (size_t i = 0; st == FL_OK && i < o->nblocks; i++) {
-    st = push_part_of(c, o, i, halved ? o->half + off : NULL, &parts[i]);
-    off += c->layout->blocks[o->blocks[i]].n;
-    bp[i] = &parts[i].b;
-  }
-  if (st == FL_OK) {
-    Flotilla__PushDenseRequest r = FLOTILLA__PUSH_DENSE_REQUEST__INIT;
-    r.trainer_id = c->o.trainer_id;
-    r.step = o->step;
-    r.kind = o->kind;
-    r.n_blocks = o->nblocks;
-    r.blocks = bp;
-    st = fl_rpc_pack(o->ob, &r.base, bb);
-  }
-  free(parts);
-  free(bp);
-  return st;
-}
-
 /* Pack and start op (any thread). */
 static fl_status op_launch(fl_ps_client *c, op *o) {
   grpc_byte_buffer *bb = NULL;
@@ -302,10 +235,43 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
   int64_t shape[2];
 
   switch (o->type) {
-  case OP_PUSH:
-    st = pack_push(c, o, &bb);
+  case OP_PUSH: {
+    Flotilla__PushDenseRequest r = FLOTILLA__PUSH_DENSE_REQUEST__INIT;
+    Flotilla__DenseBlock b = FLOTILLA__DENSE_BLOCK__INIT, *bp = &b;
+    const fl_ps_block *blk = &c->layout->blocks[o->block];
+    shape[0] = (int64_t)blk->n;
+    t.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+    t.n_shape = 1;
+    t.shape = shape;
+    t.data.data = (uint8_t *)o->src;
+    t.data.len = blk->n * sizeof(float);
+    if (c->o.wire_dtype != FLOTILLA__DTYPE__DTYPE_FP32 && o->kind != FLOTILLA__PUSH_KIND__PUSH_INIT) {
+      /* Compressed gradients (strategy.grad_compression): half the bytes. */
+      if (blk->n > o->half_cap) {
+        uint16_t *h = realloc(o->half, blk->n * sizeof *h);
+        if (!h) return FL_ERR(FL_ENOMEM, "ps client: out of memory for block %u", o->block);
+        o->half = h;
+        o->half_cap = blk->n;
+      }
+      st = c->o.wire_dtype == FLOTILLA__DTYPE__DTYPE_FP16
+               ? fl_cast_f32_to_f16(o->src, o->half, blk->n)
+               : fl_cast_f32_to_bf16(o->src, o->half, blk->n);
+      if (st != FL_OK) return st;
+      t.dtype = c->o.wire_dtype;
+      t.data.data = (uint8_t *)o->half;
+      t.data.len = blk->n * sizeof *o->half;
+    }
+    b.block = o->block;
+    b.value = &t;
+    r.trainer_id = c->o.trainer_id;
+    r.step = o->step;
+    r.kind = o->kind;
+    r.n_blocks = 1;
+    r.blocks = &bp;
+    st = fl_rpc_pack(o->ob, &r.base, &bb);
     method = PATH(PUSH_DENSE);
     break;
+  }
   case OP_PULL: {
     Flotilla__PullDenseRequest r = FLOTILLA__PULL_DENSE_REQUEST__INIT;
     r.trainer_id = c->o.trainer_id;
@@ -1058,54 +1024,21 @@ void fl_ps_client_set_total_steps(fl_ps_client *c, int64_t total_steps) {
   c->o.total_steps = total_steps;
 }
 
-/* A dense push of the n (<= PUSH_GROUP_BLOCKS) blocks blocks[0..n) to
- * their server (one). */
-static fl_status push_group(fl_ps_client *c, const uint32_t *blocks, const float *const *srcs,
-                            size_t n, int kind, int64_t step) {
-  op *o = op_new(c, OP_PUSH, c->layout->blocks[blocks[0]].server);
-  if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
-  memcpy(o->push_blocks, blocks, n * sizeof *blocks);
-  memcpy(o->srcs, srcs, n * sizeof *srcs);
-  o->blocks = o->push_blocks;
-  o->nblocks = n;
-  o->kind = kind;
-  o->step = step;
-  op_submit(c, o);
-  return FL_OK; /* a launch failure is reported by fl_ps_client_wait */
-}
-
-fl_status fl_ps_client_push_dense(fl_ps_client *c, const uint32_t *blocks,
-                                  const float *const *srcs, size_t n, int kind, int64_t step) {
-  uint32_t grp[PUSH_GROUP_BLOCKS];
-  const float *src[PUSH_GROUP_BLOCKS];
-  for (size_t i = 0; i < n; i++)
-    if (!c->layout || blocks[i] >= c->layout->n_blocks)
-      return FL_ERR(FL_EINVAL, "ps client: push of unknown block %u", blocks[i]);
-  if (kind != FLOTILLA__PUSH_KIND__PUSH_INIT && step > atomic_load(&c->step_pushed))
-    atomic_store(&c->step_pushed, step);
-  /* each server's blocks in the order given, up to PULL_GROUP_BYTES or
-   * PUSH_GROUP_BLOCKS blocks a call */
-  for (int s = 0; n && s < c->o.n_servers; s++) {
-    size_t k = 0, bytes = 0;
-    for (size_t i = 0; i <= n; i++) {
-      const fl_ps_block *b = i < n ? &c->layout->blocks[blocks[i]] : NULL;
-      if (b && b->server != s) continue;
-      if (k && (!b || k == PUSH_GROUP_BLOCKS || bytes + b->n * sizeof(float) > PULL_GROUP_BYTES)) {
-        FL_TRY(push_group(c, grp, src, k, kind, step));
-        k = bytes = 0;
-      }
-      if (!b) break;
-      grp[k] = blocks[i];
-      src[k++] = srcs[i];
-      bytes += b->n * sizeof(float);
-    }
-  }
-  return FL_OK;
-}
-
 fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int64_t step,
                                   const float *src) {
-  return fl_ps_client_push_dense(c, &block, &src, 1, kind, step);
+  op *o;
+  if (!c->layout || block >= c->layout->n_blocks)
+    return FL_ERR(FL_EINVAL, "ps client: push of unknown block %u", block);
+  o = op_new(c, OP_PUSH, c->layout->blocks[block].server);
+  if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+  o->block = block;
+  o->kind = kind;
+  o->step = step;
+  o->src = src;
+  if (kind != FLOTILLA__PUSH_KIND__PUSH_INIT && step > atomic_load(&c->step_pushed))
+    atomic_store(&c->step_pushed, step);
+  op_submit(c, o);
+  return FL_OK; /* a launch failure is reported by fl_ps_client_wait */
 }
 
 fl_status fl_ps_client_pull_dense(fl_ps_client *c, int64_t min_step) {

@@ -1,11 +1,9 @@
 /* sync_ps.c - PServer mode of fl_sync (fl_sync.h): how a trainer's step
  * reaches the parameter servers.
  *
- *   sync  (a_sync false): the merged gradients are pushed as backward
- *         reports their parameters final (grad_ready), gathered into calls
- *         of 1 MiB (a server's blocks of several parameters in one call),
- *         so pushes overlap the rest of backward; step_end pushes what is
- *         left and pulls every block asking
+ *   sync  (a_sync false): each block's merged gradient is pushed as soon as
+ *         backward reports its parameter final (grad_ready), so pushes
+ *         overlap the rest of backward; step_end pulls every block asking
  *         for the next step, which the servers answer once every live
  *         trainer's push of this step is summed and applied.  The loop does
  *         not run an optimizer (apply = 0).
@@ -67,9 +65,6 @@ typedef struct sync_ps {
   float *geo_delta;
   size_t total;
   uint8_t *pushed;     /* per param, this step */
-  uint32_t *pend;      /* blocks ready and not pushed yet (n_blocks room) */
-  const float **pend_src;
-  size_t npend, pend_bytes;
   fl_status err;       /* from grad_ready, reported by step_end */
   int registered;
   int finished;
@@ -146,9 +141,7 @@ static fl_status ps_init_params(void *self, fl_model *m) {
     s->step = fl_ps_client_own_next_step(s->client);
   if (s->join_step > 0) s->loop_step = s->step; /* where the loop catches up to */
   s->pushed = calloc(s->np, 1);
-  s->pend = malloc(fl_ps_client_layout(s->client)->n_blocks * sizeof *s->pend);
-  s->pend_src = malloc(fl_ps_client_layout(s->client)->n_blocks * sizeof *s->pend_src);
-  if (!s->pushed || !s->pend || !s->pend_src) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
+  if (!s->pushed) return FL_ERR(FL_ENOMEM, "ps mode: out of memory");
   /* Everyone starts from the servers' values; in sync mode those as of the
    * step to push next (a rejoining trainer may find it applied on some
    * blocks already: they answer the values from before it). */
@@ -227,26 +220,16 @@ static fl_status ps_step_begin(void *self, fl_model *m, int64_t step) {
   return FL_OK;
 }
 
-/* Queue the gradient pushes of the pending blocks. */
-static void push_pending(sync_ps *s) {
-  if (!s->npend) return;
-  fl_status st = fl_ps_client_push_dense(s->client, s->pend, s->pend_src, s->npend,
-                                         FLOTILLA__PUSH_KIND__PUSH_GRAD, s->step);
-  if (st != FL_OK && s->err == FL_OK) s->err = st;
-  s->npend = s->pend_bytes = 0;
-}
-
-/* params[i]'s blocks to push, pushed with the pending ones from 1 MiB on. */
+/* Queue the gradient pushes of params[i]'s blocks. */
 static void push_param(sync_ps *s, size_t i) {
   const fl_ps_layout *l = fl_ps_client_layout(s->client);
   if (s->pushed[i]) return;
   s->pushed[i] = 1;
   for (size_t b = l->first_block[i]; b < l->first_block[i + 1]; b++) {
-    s->pend[s->npend] = (uint32_t)b;
-    s->pend_src[s->npend++] = s->params[i]->grad + l->blocks[b].offset;
-    s->pend_bytes += l->blocks[b].n * sizeof(float);
+    fl_status st = fl_ps_client_push_block(s->client, (uint32_t)b, FLOTILLA__PUSH_KIND__PUSH_GRAD,
+                                           s->step, s->params[i]->grad + l->blocks[b].offset);
+    if (st != FL_OK && s->err == FL_OK) s->err = st;
   }
-  if (s->pend_bytes >= (1u << 20)) push_pending(s);
 }
 
 static void ps_grad_ready(void *self, fl_model *m, size_t index) {
@@ -268,7 +251,6 @@ static fl_status ps_step_end(void *self, fl_model *m, int64_t step, int *apply) 
   }
   *apply = 0;
   for (size_t i = 0; i < s->np; i++) push_param(s, i);
-  push_pending(s);
   FL_TRY(s->err);
   if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC) {
     /* The servers hold these pulls until the step is applied. */
@@ -321,8 +303,6 @@ static void ps_destroy(void *self) {
   free(s->params);
   free(s->index_of);
   free(s->pushed);
-  free(s->pend);
-  free(s->pend_src);
   free(s->geo_old);
   free(s->geo_delta);
   for (size_t i = 0; i < s->n_tables; i++) free((char *)s->tables[i].name);
