@@ -415,7 +415,10 @@ static void elem_tensor(const fl_optim_hparams *hp, const step_c *c, const fl_op
 
 static void elem_step(const fl_optim_hparams *hp, const step_c *c, const fl_optim_tensor *t,
                       size_t nt, size_t total, int nthr) {
-  (void)nthr; /* unused without OpenMP */
+  if (nthr <= 1) { /* the same as one thread of the team, without the team's cost */
+    for (size_t i = 0; i < nt; i++) elem_tensor(hp, c, &t[i], 0, t[i].n);
+    return;
+  }
   FL_OMP(omp parallel num_threads(nthr) if (nthr > 1))
   {
     size_t T = (size_t)fl_kern_nthreads(), k = (size_t)fl_kern_tid();

@@ -84,6 +84,8 @@ struct fl_ps_table {
   uint64_t *tomb;       /* keys deleted since the last checkpoint */
   size_t ntomb, tomb_cap;
   int tomb_overflow;    /* more than max_rows of them: the next must be whole */
+  fl_optim_tensor *steps; /* a push's rows stepped together, steps_cap of them */
+  size_t steps_cap;
 };
 
 static fl_status tier_setup(fl_ps_table *t, const fl_ps_table_opts *o);
@@ -206,6 +208,7 @@ void fl_ps_table_free(fl_ps_table *t) {
   free(t->seen_time);
   free(t->dirty);
   free(t->tomb);
+  free(t->steps);
   if (!t->sketch_shared) fl_ps_sketch_free(t->sketch);
   free(t);
 }
@@ -472,31 +475,52 @@ fl_status fl_ps_table_pull(fl_ps_table *t, const uint64_t *keys, size_t n, float
   return FL_OK;
 }
 
+/* Step the pending rows xs[0..*nx) together (one thread, in order: the
+ * same operations as one call per row); *nx becomes 0. */
+static fl_status step_rows(fl_ps_table *t, size_t *nx) {
+  const size_t n = *nx;
+  *nx = 0;
+  return n ? fl_optim_step(&t->hp, t->steps, n, t->lr, 1) : FL_OK;
+}
+
 fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const float *g) {
-  size_t d = t->dim;
-  /* One step per row, right after fetching it: creating a later row may
-   * evict (and reuse the memory of) an earlier one of the same push, and a
-   * key repeated within a push is applied twice, in order, like two pushes.
-   * A key not admitted has no row: its gradient is dropped. */
+  size_t d = t->dim, nx = 0;
+  /* Adam's bias correction counts each row's own updates: one call per
+   * row; the other optimizers step a push's rows in one call, made before
+   * a row is created (creating a row may evict, and reuse the memory of,
+   * a pending one).  A key repeated within a push is applied twice, in
+   * order, like two pushes.  A key not admitted has no row: its gradient
+   * is dropped. */
+  const int per_row = t->hp.kind == FL_OPTIM_ADAM || t->hp.kind == FL_OPTIM_ADAMW;
   if (t->tier) FL_TRY(tier_prefetch(t, keys, n));
+  if (!per_row && t->steps_cap < n) {
+    fl_optim_tensor *p = realloc(t->steps, n * sizeof *p);
+    if (!p) return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory for a push of %zu rows",
+                          t->name, n);
+    t->steps = p;
+    t->steps_cap = n;
+  }
   t->clock++;
   for (size_t i = 0; i < n; i++) {
     int32_t r;
-    fl_optim_tensor x;
     if (is_padding(t, keys[i])) {
       t->padding_dropped++;
       continue;
     }
-    FL_TRY(train_row(t, keys[i], 0, &r));
-    if (r < 0) continue;
+    if ((r = find(t, keys[i])) < 0) {
+      FL_TRY(step_rows(t, &nx));
+      FL_TRY(train_row(t, keys[i], 0, &r));
+      if (r < 0) continue;
+    }
     touch(t, r);
-    x = state_of(t, r);
+    fl_optim_tensor x = state_of(t, r);
     x.param = t->val + (size_t)r * d;
     x.grad = g + i * d;
-    /* Adam's bias correction counts each row's own updates. */
-    FL_TRY(fl_optim_step(&t->hp, &x, 1, t->lr, ++t->t[r]));
+    ++t->t[r];
+    if (per_row) FL_TRY(fl_optim_step(&t->hp, &x, 1, t->lr, t->t[r]));
+    else t->steps[nx++] = x;
   }
-  return FL_OK;
+  return step_rows(t, &nx);
 }
 
 void fl_ps_table_tick(fl_ps_table *t) { t->clock++; }

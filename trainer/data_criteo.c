@@ -22,6 +22,7 @@
 #define FIELDS (1 + FL_CRITEO_DENSE + FL_CRITEO_SPARSE)
 #define MAX_LINE (1u << 20)
 #define SKIP_LOGGED 10 /* skipped lines named in the log, per epoch */
+#define LOG1P_KEPT 4096 /* integer features below this: log1p from a table */
 
 typedef struct sample {
   float dense[FL_CRITEO_DENSE];
@@ -43,6 +44,8 @@ struct fl_criteo_reader {
   float *dense, *labels;
   int64_t *sparse;
   int32_t *y;
+  float log1p_of[LOG1P_KEPT]; /* fl_criteo_log1p(i) */
+  int8_t hex_of[256];         /* a byte's hex digit value, or -1 */
 };
 
 const char *const fl_criteo_input_names[2] = {"dense", "sparse"};
@@ -74,14 +77,19 @@ static int parse_int(const char *p, const char *e, int64_t *v) {
   return 0;
 }
 
+/* A hex digit's value, or -1. */
+static int hex_digit(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
 /* 1..8 hex digits spanning [p, e) (empty: *present 0).  -1 otherwise. */
 static int parse_hex(const char *p, const char *e, uint32_t *v, int *present) {
   uint32_t x = 0;
   *present = p != e;
   if (e - p > 8) return -1;
   for (; p < e; p++) {
-    int d = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10
-            : *p >= 'A' && *p <= 'F' ? *p - 'A' + 10 : -1;
+    int d = hex_digit(*p);
     if (d < 0) return -1;
     x = x << 4 | (uint32_t)d;
   }
@@ -89,10 +97,49 @@ static int parse_hex(const char *p, const char *e, uint32_t *v, int *present) {
   return 0;
 }
 
+/* An integer feature of p ending at a tab (decimal, an optional sign, at
+ * most 18 digits) into *v; *p moves past the tab.  -1 otherwise. */
+static inline int fast_int(const char **p, int64_t *v) {
+  const char *q = *p;
+  const int sign = *q == '-' || *q == '+', neg = *q == '-';
+  q += sign;
+  const char *d = q;
+  uint64_t x = 0;
+  for (; (unsigned)(*q - '0') < 10u; q++) x = x * 10 + (uint64_t)(*q - '0');
+  if (*q != '\t' || q - d > 18 || (sign && q == d)) return -1;
+  *v = neg ? -(int64_t)x : (int64_t)x;
+  *p = q + 1;
+  return 0;
+}
+
+/* parse_line of a well-formed line in one pass: 0 (s filled), or -1 for
+ * any line parse_line might refuse or read otherwise (s undefined). */
+static int parse_fast(const fl_criteo_reader *r, const char *p, sample *s) {
+  if ((p[0] != '0' && p[0] != '1') || p[1] != '\t') return -1;
+  s->label = (float)(p[0] - '0');
+  p += 2;
+  for (size_t i = 0; i < FL_CRITEO_DENSE; i++) {
+    int64_t v;
+    if (fast_int(&p, &v)) return -1;
+    s->dense[i] = v >= 0 && v < LOG1P_KEPT ? r->log1p_of[v] : fl_criteo_log1p(v);
+  }
+  for (uint32_t c = 0; c < FL_CRITEO_SPARSE; c++) {
+    const char *a = p;
+    uint32_t x = 0;
+    for (int d; (d = r->hex_of[(unsigned char)*p]) >= 0; p++) x = x << 4 | (uint32_t)d;
+    if (p - a > 8 || *p != (c + 1 < FL_CRITEO_SPARSE ? '\t' : '\0')) return -1;
+    uint64_t id = fl_criteo_hash(c, x, p != a);
+    s->sparse[c] = (int64_t)(r->o.hash_buckets ? id % r->o.hash_buckets : id);
+    p++;
+  }
+  return 0;
+}
+
 /* One line (no line end) into s; NULL, or what is wrong with it. */
 static const char *parse_line(const fl_criteo_reader *r, char *line, sample *s) {
   const char *f[FIELDS + 1];
   size_t n = 0;
+  if (!parse_fast(r, line, s)) return NULL;
   f[n++] = line;
   for (char *p = line; *p; p++)
     if (*p == '\t') {
@@ -376,6 +423,8 @@ fl_status fl_criteo_open(const fl_criteo_options *o, fl_criteo_reader **out) {
                   bs, o->shuffle_buffer);
   }
   r->o.paths = NULL; /* the copies in r->paths are used */
+  for (int64_t i = 0; i < LOG1P_KEPT; i++) r->log1p_of[i] = fl_criteo_log1p(i);
+  for (int c = 0; c < 256; c++) r->hex_of[c] = (int8_t)hex_digit((char)c);
   *out = r;
   return FL_OK;
 }

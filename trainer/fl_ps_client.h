@@ -100,10 +100,11 @@ const fl_ps_layout *fl_ps_client_layout(const fl_ps_client *c);
  * fl_ps_client_wait returns). */
 fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int64_t step,
                                   const float *src);
-/* Queue a pull of dense block `block` into its parameter's value memory,
- * answered once the server applied every step < min_step (sync); min_step
- * -(s+1): the values as of step s (sync, see pserver/fl_ps.h). */
-fl_status fl_ps_client_pull_block(fl_ps_client *c, uint32_t block, int64_t min_step);
+/* Queue pulls of every dense block into its parameter's value memory (a
+ * server's blocks up to 1 MiB together in one call), answered once the
+ * server applied every step < min_step (sync); min_step -(s+1): the values
+ * as of step s (sync, see pserver/fl_ps.h). */
+fl_status fl_ps_client_pull_dense(fl_ps_client *c, int64_t min_step);
 /* Wait for every queued call (repeating them after a re-registration when
  * needed: a server that forgot this trainer, restarted from a checkpoint,
  * is registered with again and gets every call of every batch again, the

@@ -72,6 +72,10 @@ typedef struct sg {
   unsigned bound;
   int64_t *scratch;             /* ids while preparing */
   size_t cap_scratch;
+  int64_t *sort_tmp;            /* the sort's scratch, cap_sort values */
+  size_t cap_sort;
+  const char *tnames[FL_SPARSE_MAX_TABLES]; /* t[i].job->name */
+  size_t off[FL_SPARSE_MAX_TABLES + 1];     /* table i's ids: scratch[off[i], off[i + 1]) */
 } sg;
 
 static void sg_destroy(void *self) {
@@ -90,6 +94,7 @@ static void sg_destroy(void *self) {
     free(s->slot[k].t);
   }
   free(s->scratch);
+  free(s->sort_tmp);
   free(s);
 }
 
@@ -123,6 +128,7 @@ static fl_status sg_edit(fl_graph *g, void *ctx) {
     if (id >= 0 && fl_graph_tensor_info(g, id, &ti) == FL_OK && ti.ndim == 2 && per == 0)
       cap = ti.dims[0];
     t->job = &ps->sparse_tables[i];
+    s->tnames[s->nt] = t->job->name;
     FL_TRY(fl_graph_sparse_table(g, t->job->name, cap, &width, &t->init, &t->vocab));
     s->nt++;
     t->capacity = cap;
@@ -215,16 +221,14 @@ static fl_status copy_batch(sg *s, sg_slot *sl, const fl_batch *b, size_t n) {
   return FL_OK;
 }
 
-/* Table t's distinct ids of the slot's feed, ascending (any 64-bit value). */
-static fl_status table_ids(sg *s, sg_table *t, unsigned slot, size_t n) {
-  size_t m = 0;
-  FL_TRY(fl_graph_model_table_ids(s->graph, t->job->name, &s->slot[slot].feed, n, &s->scratch,
-                                  &s->cap_scratch, &m));
-  const size_t u = fl_graph_unique_ids(s->scratch, m);
+/* Table t's distinct ids of the slot's feed, ascending (any 64-bit value),
+ * from its m ids. */
+static fl_status table_ids(sg *s, sg_table *t, unsigned slot, int64_t *ids, size_t m) {
+  const size_t u = fl_graph_unique_ids(ids, s->sort_tmp, m);
   if (u > (size_t)t->capacity)
     return FL_ERR(FL_EINVAL, "sparse table %s: %zu distinct ids in a batch, over the %" PRId64
                   " rows planned", t->job->name, u, t->capacity);
-  for (size_t i = 0; i < u; i++) t->ids[slot][i] = (uint64_t)s->scratch[i];
+  for (size_t i = 0; i < u; i++) t->ids[slot][i] = (uint64_t)ids[i];
   t->n[slot] = u;
   return FL_OK;
 }
@@ -234,9 +238,17 @@ static fl_status sg_prepare(void *self, unsigned slot, const fl_batch *b, size_t
                             fl_sparse_need *need) {
   sg *s = self;
   FL_TRY(copy_batch(s, &s->slot[slot], b, n));
+  FL_TRY(fl_graph_model_tables_ids(s->graph, s->tnames, s->nt, &s->slot[slot].feed, n,
+                                   &s->scratch, &s->cap_scratch, s->off));
+  if (s->cap_sort < s->cap_scratch) {
+    int64_t *p = realloc(s->sort_tmp, s->cap_scratch * sizeof *p);
+    if (!p) return FL_ERR(FL_ENOMEM, "sparse tables: out of memory for %zu ids", s->cap_scratch);
+    s->sort_tmp = p;
+    s->cap_sort = s->cap_scratch;
+  }
   for (size_t i = 0; i < s->nt; i++) {
     sg_table *t = &s->t[i];
-    FL_TRY(table_ids(s, t, slot, n));
+    FL_TRY(table_ids(s, t, slot, s->scratch + s->off[i], s->off[i + 1] - s->off[i]));
     need[i] = (fl_sparse_need){t->ids[slot], t->n[slot], t->rows[slot]};
   }
   return FL_OK;
@@ -248,6 +260,7 @@ static fl_status sg_bind(void *self, unsigned slot, const float **targets) {
   for (size_t i = 0; i < s->nt; i++) {
     sg_table *t = &s->t[i];
     FL_TRY(fl_graph_model_set_rows(s->graph, t->job->name, t->rows[slot], &t->grad));
+    FL_TRY(fl_graph_model_rows_used(s->graph, t->job->name, t->n[slot]));
   }
   s->bound = slot;
   *targets = s->slot[slot].feed.t;

@@ -28,6 +28,7 @@
 #define ZERO_COPY_MIN (64u << 10)
 #define SPARSE_CHUNK 65536u
 #define MAX_RECOVERIES 8
+#define PULL_GROUP_BYTES (1u << 20) /* dense blocks of a server pulled in one call, at most */
 
 /* Methods are called by their row of the wire's table (fl_protocol.h). */
 #define PATH(m) (fl_proto_methods[FL_PROTO_##m].rpc.path)
@@ -38,6 +39,8 @@ typedef struct op {
   fl_proto_id type;
   int server;
   uint32_t block;
+  const uint32_t *blocks; /* dense pull: nblocks blocks of one server (the client's groups) */
+  size_t nblocks;
   int kind;
   int64_t step;
   int64_t min_step;
@@ -118,6 +121,9 @@ struct fl_ps_client {
 
   /* registration */
   fl_ps_layout *layout;
+  uint32_t *grp_blocks; /* the layout's blocks in pull groups: group g is */
+  size_t *grp_start;    /* grp_blocks[grp_start[g], grp_start[g + 1]) */
+  size_t n_groups;
   fl_ps_dense_param *params;
   size_t np;
   fl_ps_sparse_spec *tables;
@@ -265,8 +271,8 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     Flotilla__PullDenseRequest r = FLOTILLA__PULL_DENSE_REQUEST__INIT;
     r.trainer_id = c->o.trainer_id;
     r.min_step = o->min_step;
-    r.n_blocks = 1;
-    r.blocks = &o->block;
+    r.n_blocks = o->nblocks;
+    r.blocks = (uint32_t *)o->blocks;
     st = fl_rpc_pack(o->ob, &r.base, &bb);
     method = PATH(PULL_DENSE);
     break;
@@ -413,6 +419,28 @@ static fl_status op_submit(fl_ps_client *c, op *o) {
   return st;
 }
 
+/* The blocks of a dense pull's answer r (NULL: unreadable) into their
+ * parameters' values; FL_EPROTO (logged) when r is not o's blocks in its
+ * order, each of its size in fp32. */
+static fl_status pulled_blocks(fl_ps_client *c, const op *o, const Flotilla__PullDenseResponse *r) {
+  int ok = r && r->n_blocks == o->nblocks;
+  for (size_t i = 0; ok && i < o->nblocks; i++) {
+    const Flotilla__DenseBlock *b = r->blocks[i];
+    ok = b->block == o->blocks[i] && b->value && b->value->dtype == FLOTILLA__DTYPE__DTYPE_FP32 &&
+         b->value->data.len == c->layout->blocks[o->blocks[i]].n * sizeof(float);
+  }
+  if (!ok)
+    return FL_ERR(FL_EPROTO, "pserver %d (%s): malformed answer to a pull of %zu blocks from "
+                  "block %u", o->server, c->names[o->server], o->nblocks, o->blocks[0]);
+  for (size_t i = 0; i < o->nblocks; i++) {
+    const fl_ps_block *blk = &c->layout->blocks[o->blocks[i]];
+    memcpy(c->params[blk->param].value + blk->offset, r->blocks[i]->value->data.data,
+           blk->n * sizeof(float));
+  }
+  if (r->step > atomic_load(&c->step_seen)) atomic_store(&c->step_seen, r->step);
+  return FL_OK;
+}
+
 /* Handle a successful answer (driver thread). */
 static fl_status op_parse(fl_ps_client *c, op *o) {
   ProtobufCMessage *m;
@@ -432,21 +460,8 @@ static fl_status op_parse(fl_ps_client *c, op *o) {
       if (o->min) *o->min = r->min;
     }
   } else if (o->type == FL_PROTO_PULL_DENSE) {
-    Flotilla__PullDenseResponse *r;
-    const fl_ps_block *blk = &c->layout->blocks[o->block];
-    m = fl_rpc_unpack(&c->arena, ANSWER(PULL_DENSE), c->in.data,
-                      c->in.len);
-    r = (Flotilla__PullDenseResponse *)m;
-    if (!r || r->n_blocks != 1 || r->blocks[0]->block != o->block || !r->blocks[0]->value ||
-        r->blocks[0]->value->dtype != FLOTILLA__DTYPE__DTYPE_FP32 ||
-        r->blocks[0]->value->data.len != blk->n * sizeof(float)) {
-      st = FL_ERR(FL_EPROTO, "pserver %d (%s): malformed answer to a pull of block %u", o->server,
-                  c->names[o->server], o->block);
-    } else {
-      memcpy(c->params[blk->param].value + blk->offset, r->blocks[0]->value->data.data,
-             blk->n * sizeof(float));
-      if (r->step > atomic_load(&c->step_seen)) atomic_store(&c->step_seen, r->step);
-    }
+    st = pulled_blocks(c, o, (Flotilla__PullDenseResponse *)fl_rpc_unpack(
+                                 &c->arena, ANSWER(PULL_DENSE), c->in.data, c->in.len));
   } else {
     Flotilla__PullSparseResponse *r;
     m = fl_rpc_unpack(&c->arena, ANSWER(PULL_SPARSE), c->in.data,
@@ -870,6 +885,34 @@ static void *hb_main(void *arg) {
   return NULL;
 }
 
+/* c's layout's blocks grouped for pulls: each server's blocks in order,
+ * a group holding up to PULL_GROUP_BYTES (a larger block alone). */
+static fl_status pull_groups(fl_ps_client *c) {
+  const fl_ps_layout *l = c->layout;
+  free(c->grp_blocks);
+  free(c->grp_start);
+  c->grp_blocks = malloc(l->n_blocks * sizeof *c->grp_blocks);
+  c->grp_start = malloc((l->n_blocks + 1) * sizeof *c->grp_start);
+  if (!c->grp_blocks || !c->grp_start) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+  size_t k = 0, g = 0;
+  for (int s = 0; s < l->n_servers; s++) {
+    size_t bytes = 0;
+    for (size_t b = 0; b < l->n_blocks; b++) {
+      if (l->blocks[b].server != s) continue;
+      const size_t nb = l->blocks[b].n * sizeof(float);
+      if (k == 0 || l->blocks[c->grp_blocks[k - 1]].server != s || bytes + nb > PULL_GROUP_BYTES) {
+        c->grp_start[g++] = k;
+        bytes = 0;
+      }
+      bytes += nb;
+      c->grp_blocks[k++] = (uint32_t)b;
+    }
+  }
+  c->grp_start[g] = k;
+  c->n_groups = g;
+  return FL_OK;
+}
+
 fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params, size_t n,
                                 const fl_ps_sparse_spec *tables, size_t n_tables,
                                 int64_t *step) {
@@ -911,6 +954,7 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
     st = fl_ps_layout_build(numel, n, c->o.dense_block_size, c->o.n_servers, &c->layout);
     free(numel);
     FL_TRY(st);
+    FL_TRY(pull_groups(c));
   }
   int64_t *at = calloc((size_t)c->o.n_servers, sizeof *at);
   if (!at) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
@@ -991,15 +1035,17 @@ fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int
   return FL_OK; /* a launch failure is reported by fl_ps_client_wait */
 }
 
-fl_status fl_ps_client_pull_block(fl_ps_client *c, uint32_t block, int64_t min_step) {
-  op *o;
-  if (!c->layout || block >= c->layout->n_blocks)
-    return FL_ERR(FL_EINVAL, "ps client: pull of unknown block %u", block);
-  o = op_new(c, FL_PROTO_PULL_DENSE, c->layout->blocks[block].server);
-  if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
-  o->block = block;
-  o->min_step = min_step;
-  op_submit(c, o);
+fl_status fl_ps_client_pull_dense(fl_ps_client *c, int64_t min_step) {
+  if (!c->layout) return FL_ERR(FL_EINVAL, "ps client: dense pull before a dense layout");
+  for (size_t g = 0; g < c->n_groups; g++) {
+    const uint32_t *b = c->grp_blocks + c->grp_start[g];
+    op *o = op_new(c, FL_PROTO_PULL_DENSE, c->layout->blocks[b[0]].server);
+    if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+    o->blocks = b;
+    o->nblocks = c->grp_start[g + 1] - c->grp_start[g];
+    o->min_step = min_step;
+    op_submit(c, o);
+  }
   return FL_OK;
 }
 
@@ -1567,6 +1613,8 @@ void fl_ps_client_destroy(fl_ps_client *c) {
   free(c->tables);
   free(c->table_next);
   fl_ps_layout_free(c->layout);
+  free(c->grp_blocks);
+  free(c->grp_start);
   fl_rpc_arena_free(&c->arena);
   fl_rpc_arena_free(&c->uarena);
   fl_rpc_inbuf_free(&c->in);

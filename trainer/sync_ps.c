@@ -110,10 +110,7 @@ static fl_status collect_params(sync_ps *s, fl_model *m) {
 }
 
 static fl_status pull_all(sync_ps *s, int64_t min_step) {
-  const fl_ps_layout *l = fl_ps_client_layout(s->client);
-  for (size_t b = 0; b < l->n_blocks; b++)
-    FL_TRY(fl_ps_client_pull_block(s->client, (uint32_t)b, min_step));
-  return FL_OK;
+  return fl_ps_client_pull_dense(s->client, min_step);
 }
 
 static fl_status ps_init_params(void *self, fl_model *m) {

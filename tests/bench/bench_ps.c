@@ -151,7 +151,7 @@ static int trainer_child(int id, const fl_endpoint *eps, int iters, int go_fd, i
                                   blk->offset);
     }
     if (fl_ps_client_wait(c) != FL_OK) return 1;
-    for (size_t b = 0; b < l->n_blocks; b++) fl_ps_client_pull_block(c, (uint32_t)b, 0);
+    fl_ps_client_pull_dense(c, 0);
     if (fl_ps_client_wait(c) != FL_OK) return 1;
     step++;
     dt = now_s() - t0;

@@ -77,7 +77,8 @@ START_TEST(test_rows_match_dense) {
   size_t cap = 0, n = 0;
   ck_assert_int_eq(fl_graph_model_table_ids(sp, "emb", &f, B, &ids, &cap, &n), FL_OK);
   ck_assert_uint_eq(n, B * L);
-  const size_t nu = fl_graph_unique_ids(ids, n);
+  int64_t tmp[B * L];
+  const size_t nu = fl_graph_unique_ids(ids, tmp, n);
   ck_assert_uint_eq(nu, 3); /* 2 3 4 */
   float pulled[B * L * D] = {0};
   for (size_t r = 0; r < nu; r++) memcpy(pulled + r * D, init + ids[r] * D, D * sizeof(float));

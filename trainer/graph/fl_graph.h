@@ -247,6 +247,14 @@ const float *fl_graph_model_output(void *handle);
 fl_status fl_graph_model_set_rows(void *handle, const char *name, const float *rows,
                                   const float **grad);
 
+/* Only rows [0, n_rows) of rows input name are read by the steps that
+ * follow (until the next bind to another batch size, which restores the
+ * capacity): the ops that read it see n_rows rows (at least 1, at most
+ * the capacity), so its gradient is written over those rows only; every
+ * id of those steps must be below n_rows.  FL_EINVAL (logged) when name is
+ * no rows input or the graph was never bound. */
+fl_status fl_graph_model_rows_used(void *handle, const char *name, size_t n_rows);
+
 /* The sparse feed of the node called node (an op that reads one, such as
  * EmbeddingBagSum) for the following steps: *feed is copied, its entries
  * are borrowed (kept valid and unchanged by the caller until the last call
@@ -272,8 +280,9 @@ const float *fl_graph_value(const fl_graph *g, const char *name, size_t *n);
 
 /* Sparse tables in a built graph (graph_sparse.c).  Sort ids[0..n) and keep
  * each distinct id once (ascending): the order a batch's rows of a sparse
- * table are pulled in; returns how many. */
-size_t fl_graph_unique_ids(int64_t *ids, size_t n);
+ * table are pulled in; returns how many.  tmp: the caller's scratch of n
+ * values. */
+size_t fl_graph_unique_ids(int64_t *ids, int64_t *tmp, size_t n);
 
 /* Make the fp32 initializer called name a sparse table: it becomes a rows
  * input [capacity, width] and the ids every reader gathers go through a
@@ -292,5 +301,12 @@ fl_status fl_graph_sparse_table(fl_graph *g, const char *name, int64_t capacity,
  * Logged. */
 fl_status fl_graph_model_table_ids(void *handle, const char *name, const fl_model_feed *f,
                                    size_t batch, int64_t **ids, size_t *cap, size_t *n);
+
+/* fl_graph_model_table_ids of the nt tables names at once, each int64
+ * node run once for all of them: table k's ids are (*ids)[off[k],
+ * off[k + 1]) (off: nt + 1 values).  Logged. */
+fl_status fl_graph_model_tables_ids(void *handle, const char *const *names, size_t nt,
+                                    const fl_model_feed *f, size_t batch, int64_t **ids,
+                                    size_t *cap, size_t *off);
 
 #endif

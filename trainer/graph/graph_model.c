@@ -779,6 +779,19 @@ fl_status fl_graph_model_set_rows(void *handle, const char *name, const float *r
   return FL_OK;
 }
 
+fl_status fl_graph_model_rows_used(void *handle, const char *name, size_t n_rows) {
+  fl_gmodel *m = handle;
+  const int t = m && name ? fl_graph_find(m->g, name) : -1;
+  if (t < 0 || m->g->t[t].kind != FL_GT_ROWS || !m->bound)
+    return FL_ERR(FL_EINVAL, "graph %s: rows_used %s: %s", m ? m->g->name : "",
+                  name ? name : "(null)", t >= 0 && m->g->t[t].kind == FL_GT_ROWS
+                  ? "the graph is not bound to a batch yet" : "no rows input of that name");
+  fl_gtensor *x = &m->g->t[t];
+  x->shape[0] = n_rows < 1 ? 1 : n_rows < (size_t)x->dims[0] ? (int64_t)n_rows : x->dims[0];
+  x->n = (size_t)x->shape[0] * (size_t)x->shape[1];
+  return FL_OK;
+}
+
 fl_status fl_graph_model_set_sparse_feed(void *handle, const char *node,
                                          const fl_graph_sparse_feed *feed) {
   fl_gmodel *m = handle;

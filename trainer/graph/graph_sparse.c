@@ -142,25 +142,56 @@ static fl_status reader_ids(fl_gmodel *m, int i, unsigned char *done, int64_t **
   return FL_OK;
 }
 
-fl_status fl_graph_model_table_ids(void *handle, const char *name, const fl_model_feed *f,
-                                   size_t batch, int64_t **ids, size_t *cap, size_t *n) {
+/* Table name's rows input in m, or FL_EINVAL (logged). */
+static fl_status rows_input(fl_gmodel *m, const char *name, int *t) {
+  *t = name ? fl_graph_find(m->g, name) : -1;
+  if (*t < 0 || m->g->t[*t].kind != FL_GT_ROWS)
+    return FL_ERR(FL_EINVAL, "graph %s: ids of sparse table %s: no such rows input", m->g->name,
+                  name ? name : "(null)");
+  return FL_OK;
+}
+
+/* The ids of every reader of rows input t appended to *ids; the nodes
+ * already run (done) are not run again. */
+static fl_status table_ids(fl_gmodel *m, int t, unsigned char *done, int64_t **ids,
+                           size_t *cap, size_t *n) {
+  for (int i = 0; i < m->g->nn; i++) {
+    const fl_gnode *r = &m->g->nodes[i];
+    if (r->n_in > 1 && r->in[0] == t)
+      FL_TRY(reader_ids(m, m->g->t[r->in[1]].producer, done, ids, cap, n));
+  }
+  return FL_OK;
+}
+
+fl_status fl_graph_model_tables_ids(void *handle, const char *const *names, size_t nt,
+                                    const fl_model_feed *f, size_t batch, int64_t **ids,
+                                    size_t *cap, size_t *off) {
   fl_gmodel *m = handle;
-  const int t = m && name ? fl_graph_find(m->g, name) : -1;
-  if (t < 0 || m->g->t[t].kind != FL_GT_ROWS || !f || batch == 0 || batch > m->max_batch)
-    return FL_ERR(FL_EINVAL, "graph %s: ids of sparse table %s: %s", m ? m->g->name : "",
-                  name ? name : "(null)", t < 0 || m->g->t[t].kind != FL_GT_ROWS
-                  ? "no such rows input" : "NULL feed or batch out of range");
+  if (!m || !names || !f || batch == 0 || batch > m->max_batch)
+    return FL_ERR(FL_EINVAL, "graph %s: ids of sparse tables: NULL feed or batch out of range",
+                  m ? m->g->name : "");
   FL_TRY(feed_ids(m, f));
   FL_TRY(fl_gbind(m, batch));
+  /* one run of each int64 node for all tables: they share the nodes
+   * before their readers (the ids modulo the vocabulary, ...) */
   unsigned char *done = calloc((size_t)m->g->nn + 1, 1);
   if (!done) return FL_ERR(FL_ENOMEM, "graph %s: out of memory", m->g->name);
   fl_status st = FL_OK;
-  *n = 0;
-  for (int i = 0; st == FL_OK && i < m->g->nn; i++) {
-    const fl_gnode *r = &m->g->nodes[i];
-    if (r->n_in > 1 && r->in[0] == t)
-      st = reader_ids(m, m->g->t[r->in[1]].producer, done, ids, cap, n);
+  off[0] = 0;
+  for (size_t k = 0; st == FL_OK && k < nt; k++) {
+    int t = -1;
+    off[k + 1] = off[k];
+    st = rows_input(m, names[k], &t);
+    if (st == FL_OK) st = table_ids(m, t, done, ids, cap, &off[k + 1]);
   }
   free(done);
+  return st;
+}
+
+fl_status fl_graph_model_table_ids(void *handle, const char *name, const fl_model_feed *f,
+                                   size_t batch, int64_t **ids, size_t *cap, size_t *n) {
+  size_t off[2] = {0, 0};
+  const fl_status st = fl_graph_model_tables_ids(handle, &name, 1, f, batch, ids, cap, off);
+  *n = off[1];
   return st;
 }

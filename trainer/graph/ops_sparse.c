@@ -140,17 +140,49 @@ static fl_status pool_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
 
 /* ------------------------------------------------------ SparseRowIndex */
 
-static int cmp_i64(const void *a, const void *b) {
-  const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return x < y ? -1 : x > y;
+#define SIGN_BIT 0x8000000000000000ULL /* flipped: int64 order as unsigned */
+
+/* ids[0..n) ascending by a byte-wise LSD radix sort through tmp (n values),
+ * skipping the bytes all ids share (ids modulo a vocabulary differ in two
+ * or three of eight). */
+static void radix_sort(int64_t *ids, int64_t *tmp, size_t n) {
+  uint64_t any = 0, all = ~0ULL;
+  for (size_t i = 0; i < n; i++) {
+    const uint64_t k = (uint64_t)ids[i] ^ SIGN_BIT;
+    any |= k;
+    all &= k;
+  }
+  int64_t *src = ids, *dst = tmp;
+  for (unsigned b = 0; b < 64; b += 8) {
+    if (!(((any ^ all) >> b) & 0xffu)) continue;
+    size_t at[257] = {0};
+    for (size_t i = 0; i < n; i++) at[((((uint64_t)src[i] ^ SIGN_BIT) >> b) & 0xffu) + 1]++;
+    for (size_t j = 1; j < 257; j++) at[j] += at[j - 1];
+    for (size_t i = 0; i < n; i++) dst[at[(((uint64_t)src[i] ^ SIGN_BIT) >> b) & 0xffu]++] = src[i];
+    int64_t *w = src;
+    src = dst;
+    dst = w;
+  }
+  if (src != ids) memcpy(ids, src, n * sizeof *ids);
 }
 
-size_t fl_graph_unique_ids(int64_t *ids, size_t n) {
+size_t fl_graph_unique_ids(int64_t *ids, int64_t *tmp, size_t n) {
   size_t u = 0;
-  if (n) qsort(ids, n, sizeof *ids, cmp_i64);
+  radix_sort(ids, tmp, n);
   for (size_t i = 0; i < n; i++)
     if (!u || ids[i] != ids[u - 1]) ids[u++] = ids[i];
   return u;
+}
+
+/* The position of id among u[0..nu) (ascending, holding id). */
+static size_t rank_of(const int64_t *u, size_t nu, int64_t id) {
+  size_t lo = 0, hi = nu;
+  while (hi - lo > 1) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (u[mid] <= id) lo = mid;
+    else hi = mid;
+  }
+  return lo;
 }
 
 /* Ids [any shape] -> their positions among the sorted distinct ids, the
@@ -162,7 +194,7 @@ static fl_status rowidx_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved
   FL_TRY(fl_ga_int(n, "capacity", 0, &cap));
   if (cap < 1) return fl_gop_fail(n, FL_EINVAL, "capacity %lld must be > 0", (long long)cap);
   fl_gset_out(n, c, 0, FL_G_I64, x->ndim, x->shape);
-  *ws = 2 * (x->n ? x->n : 1); /* a sorted copy of the ids, int64 */
+  *ws = 4 * (x->n ? x->n : 1); /* a sorted copy of the ids and the sort's scratch, int64 */
   *saved = 0;
   return FL_OK;
 }
@@ -173,14 +205,11 @@ static fl_status rowidx_forward(fl_gnode *n, fl_gctx *c) {
   int64_t cap, *u = (int64_t *)(void *)n->ws;
   FL_TRY(fl_ga_int(n, "capacity", 0, &cap));
   if (x->n) memcpy(u, x->idata, x->n * sizeof *u);
-  const size_t nu = fl_graph_unique_ids(u, x->n);
+  const size_t nu = fl_graph_unique_ids(u, u + x->n, x->n);
   if (nu > (size_t)cap)
     return fl_gop_fail(n, FL_EINVAL, "%zu distinct ids in the batch, over the %lld rows the "
                        "sparse table's rows input holds", nu, (long long)cap);
-  for (size_t i = 0; i < x->n; i++) {
-    const int64_t *p = bsearch(&x->idata[i], u, nu, sizeof *u, cmp_i64);
-    y->idata[i] = p - u;
-  }
+  for (size_t i = 0; i < x->n; i++) y->idata[i] = (int64_t)rank_of(u, nu, x->idata[i]);
   return FL_OK;
 }
 
