@@ -50,7 +50,9 @@ enum {
   FL_GOP_TENSOR_VALUE = 1u << 6, /* its "value" attribute may be a one-element ONNX tensor */
   FL_GOP_NO_FOLD = 1u << 7,     /* never evaluated at create on constants: its value depends on
                                    the step or the mode (Dropout) */
-  FL_GOP_CAST = 1u << 8         /* converts its input to the element type its "to" names */
+  FL_GOP_CAST = 1u << 8,        /* converts its input to the element type its "to" names */
+  FL_GOP_ROW_READER = 1u << 9   /* reads whole rows of input 0 at the ids of input 1 (on axis 0,
+                                   when it has an "axis"): may read a sparse table */
 };
 
 /* Element types, numbered as ONNX's TensorProto.DataType. */

@@ -18,16 +18,13 @@
 #include "graph_engine.h"
 
 /* Whether node n reads table tensor t only where a sparse table may be
- * read: the data of a Gather on axis 0, the weight of an EmbeddingBag. */
+ * read: input 0 of a row reader (FL_GOP_ROW_READER: a Gather on axis 0,
+ * an EmbeddingBag's weight). */
 static int reads_rows(const fl_gnode *n, int t) {
-  const int gather = !strcmp(n->op->type, "Gather"), bag = !strcmp(n->op->type, "EmbeddingBag");
-  if (!gather && !bag) return 0;
+  const fl_gattr *axis = fl_gattr_find(n, "axis");
+  if (!(n->op->traits & FL_GOP_ROW_READER) || (axis && axis->i != 0)) return 0;
   for (int i = 1; i < n->n_in; i++)
     if (n->in[i] == t) return 0;
-  if (gather) {
-    const fl_gattr *a = fl_gattr_find(n, "axis");
-    if (a && a->i != 0) return 0;
-  }
   return 1;
 }
 

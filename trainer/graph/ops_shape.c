@@ -958,7 +958,7 @@ const fl_gop fl_gops_shape[] = {
      .doc = "starts, ends, axes, steps known at bind; negative steps"},
     {.type = "Gather", .paddle = "gather", .min_in = 2, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = axis_attrs, .infer = gather_infer, .forward = gather_forward,
-     .backward = gather_backward, .save_in = 2, .nodiff_in = 2,
+     .backward = gather_backward, .save_in = 2, .nodiff_in = 2, .traits = FL_GOP_ROW_READER,
      .doc = "any axis; int64 indices known at bind or computed from data (negative counted "
             "from the end); gradient scatter-added into the data"},
     {.type = "Expand", .paddle = "expand_v2", .min_in = 2, .max_in = 2, .min_out = 1,
