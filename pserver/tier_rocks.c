@@ -1,12 +1,16 @@
 /* tier_rocks.c - the sparse tables' disk tier on RocksDB (tier_rocks.h).
  * Keys are 17 bytes: 'r', the table's name hash and the row id, both
- * big-endian, holding [u64 demotion sequence][the row's bytes]; and 'o',
+ * big-endian, holding [u64 demotion sequence][the row's bytes] (a row of
+ * the layout before the marks is FL_PS_TIER_MARKS_LEN shorter); and 'o',
  * the table, the demotion sequence, holding the row id: the table's rows in
  * the order they were demoted, oldest first, which (demotion taking the
  * memory tier's least recent row) is their order of last use.
  * Writes (demotions, removals) gather in a per-table indexed write batch
  * applied as one RocksDB write when it is full or before the table's next
  * read; a batch RocksDB refuses (disk full) stays and is read through.
+ * Expiry walks a table's 'o' keys oldest first, reading each row's marks
+ * through the caller, and deletes while they are due: the same rows, in
+ * the same order, as a table all in memory would drop from its LRU tail.
  * The write-ahead log is off: the store is rebuilt from a checkpoint at
  * start, never replayed, so rows written after the last checkpoint are not
  * needed after a crash.  Memory (fl_ps_tier_overhead): RocksDB's share is
@@ -454,16 +458,27 @@ static fl_status mget_alloc(const fl_ps_tier *t, mget *g, uint64_t table, const 
   return FL_OK;
 }
 
+/* Copy the row of value v (vn bytes) into row (len bytes): a value of the
+ * layout before the marks (FL_PS_TIER_MARKS_LEN shorter) gets them zero.
+ * FL_ECORRUPT when the length is neither. */
+static fl_status copy_row(const fl_ps_tier *t, const char *v, size_t vn, void *row, size_t len) {
+  size_t have = vn - SEQ_LEN;
+  if (vn != SEQ_LEN + len && !(len >= FL_PS_TIER_MARKS_LEN && vn == SEQ_LEN + len -
+                                                                    FL_PS_TIER_MARKS_LEN))
+    return FL_ERR(FL_ECORRUPT, "disk tier %s: a row of %zu bytes where %zu were expected",
+                  t->path, vn, SEQ_LEN + len);
+  memcpy(row, v + SEQ_LEN, have);
+  memset((char *)row + have, 0, len - have);
+  return FL_OK;
+}
+
 /* Take the value v (vn bytes; NULL: none) of row i: FL_ECORRUPT when its
  * length is wrong. */
 static fl_status take_value(fl_ps_tier *t, const char *v, size_t vn, size_t i, void *rows,
                             size_t len, uint8_t *found, uint64_t *seqs) {
   found[i] = 0;
-  if (v && vn != SEQ_LEN + len)
-    return FL_ERR(FL_ECORRUPT, "disk tier %s: a row of %zu bytes where %zu were expected",
-                  t->path, vn, SEQ_LEN + len);
   if (v) {
-    memcpy((char *)rows + i * len, v + SEQ_LEN, len);
+    FL_TRY(copy_row(t, v, vn, (char *)rows + i * len, len));
     if (seqs) seqs[i] = get_be64((const unsigned char *)v);
     found[i] = 1;
   }
@@ -568,13 +583,8 @@ fl_status fl_ps_tier_scan(fl_ps_tier *t, uint64_t table, int has_after, uint64_t
     size_t kl = 0, vl = 0;
     const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
     if (kl != KEY_LEN || memcmp(k, lo, 9)) break; /* past this table's rows */
-    if (vl != SEQ_LEN + len) {
-      st = FL_ERR(FL_ECORRUPT, "disk tier %s: a row of %zu bytes where %zu were expected",
-                  t->path, vl, SEQ_LEN + len);
-      break;
-    }
+    if ((st = copy_row(t, v, vl, (char *)rows + *n * len, len)) != FL_OK) break;
     keys[*n] = get_be64((const unsigned char *)k + 9);
-    memcpy((char *)rows + *n * len, v + SEQ_LEN, len);
     (*n)++;
   }
   rocksdb_iter_destroy(it);
@@ -602,6 +612,56 @@ fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t *key, 
   rocksdb_iter_destroy(it);
   if (!*found) return FL_OK;
   return delete_row(t, table, *key, seq);
+}
+
+/* The value of the row key k (KEY_LEN bytes) of table e into row (len
+ * bytes), read through e's refused writes; *found 0 when absent.  Not
+ * counted as a hit or miss. */
+static fl_status read_row(fl_ps_tier *t, tier_table *e, const char *k, void *row, size_t len,
+                          int *found) {
+  char *err = NULL, *v;
+  size_t vn = 0;
+  fl_status st = FL_OK;
+  v = e->stuck ? rocksdb_writebatch_wi_get_from_batch_and_db(e->stuck, t->db, t->ro, k, KEY_LEN,
+                                                             &vn, &err)
+               : rocksdb_get(t->db, t->ro, k, KEY_LEN, &vn, &err);
+  *found = v != NULL;
+  if (err) st = FL_ERR(FL_EIO, "disk tier %s: reading a row failed: %s", t->path, err);
+  else if (v) st = copy_row(t, v, vn, row, len);
+  rocksdb_free(err);
+  rocksdb_free(v);
+  return st;
+}
+
+fl_status fl_ps_tier_expire(fl_ps_tier *t, uint64_t table, void *row, size_t len,
+                            fl_ps_tier_old_fn old, void *ctx, size_t *n, int *all) {
+  unsigned char lo[KEY_LEN], rk[KEY_LEN];
+  rocksdb_iterator_t *it = iter_of(t, table);
+  tier_table *e = table_of(t, table);
+  fl_status st = FL_OK;
+  *n = 0;
+  *all = 1;
+  make_key(lo, 'o', table, 0);
+  for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); e && st == FL_OK && rocksdb_iter_valid(it);
+       rocksdb_iter_next(it)) {
+    size_t kl = 0, vl = 0;
+    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
+    uint64_t key;
+    int found = 0;
+    if (kl != KEY_LEN || memcmp(k, lo, 9) || vl != 8) break; /* past this table's order */
+    key = get_be64((const unsigned char *)v);
+    make_key(rk, 'r', table, key);
+    st = read_row(t, e, (const char *)rk, row, len, &found);
+    if (st != FL_OK || !found) continue; /* none: an order key left by a crash, skipped */
+    if (!old(ctx, key, row)) {
+      *all = 0;
+      break;
+    }
+    st = delete_row(t, table, key, get_be64((const unsigned char *)k + 9));
+    if (st == FL_OK) (*n)++;
+  }
+  rocksdb_iter_destroy(it);
+  return st;
 }
 
 size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table) {
