@@ -6,7 +6,8 @@
  * exactly as one memory tier would; with admission and expiry (steps or
  * seconds) the same rows are admitted, refused and expired, from disk too,
  * and an id on disk is a row, not admitted again; a value of the layout
- * before the marks reads with them zero; a core's checkpoint keeps the disk
+ * before the marks reads with them zero; the store's id filter never
+ * hides a row held (rebuilt as it grows) nor shows one removed; a core's checkpoint keeps the disk
  * tier (a RocksDB checkpoint beside the file) and a fresh core restores
  * it, one without a budget refuses it; a store another process holds is
  * refused, not wiped; /metrics shows both tiers; a full
@@ -656,6 +657,43 @@ START_TEST(test_tier_value_without_marks) {
 }
 END_TEST
 
+START_TEST(test_tier_filter_no_false_negative) {
+  /* 20000 rows (the id filter rebuilt on the way, sized from 4096), some
+   * removed: every row held is found, no id never written is, and a row
+   * removed reads as absent though the filter still holds it. */
+  char dir[] = "/tmp/fl_test_tier_XXXXXX", path[64];
+  fl_ps_tier *t = NULL;
+  enum { N = 20000 };
+  static uint64_t keys[N], seqs[N];
+  static unsigned char rows[N * 8];
+  static uint8_t found[N];
+  uint64_t v;
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/store", dir);
+  ck_assert_int_eq(fl_ps_tier_open(path, 1 << 20, &t), FL_OK);
+  for (uint64_t i = 0; i < N; i++) {
+    keys[i] = i * 7919 + 3;
+    v = i;
+    ck_assert_int_eq(fl_ps_tier_put(t, 9, keys[i], &v, 8), FL_OK);
+  }
+  ck_assert_int_eq(fl_ps_tier_get_many(t, 9, keys, N, rows, 8, found, seqs), FL_OK);
+  for (size_t i = 0; i < N; i++) {
+    ck_assert_int_eq(found[i], 1);
+    memcpy(&v, rows + i * 8, 8);
+    ck_assert_uint_eq(v, i);
+  }
+  ck_assert_int_eq(fl_ps_tier_drop(t, 9, keys[5], seqs[5]), FL_OK);
+  for (uint64_t i = 0; i < N; i++) keys[i] = i * 7919 + 4;
+  keys[0] = 5 * 7919 + 3;
+  ck_assert_int_eq(fl_ps_tier_get_many(t, 9, keys, N, rows, 8, found, NULL), FL_OK);
+  for (size_t i = 0; i < N; i++) ck_assert_int_eq(found[i], 0);
+  ck_assert_int_eq(fl_ps_tier_get_many(t, 10, keys, 1, rows, 8, found, NULL), FL_OK);
+  ck_assert_int_eq(found[0], 0);
+  fl_ps_tier_close(t);
+  rm_tree(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ps_tier");
   TCase *tc = tcase_create("tier");
@@ -665,6 +703,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_tier_admission_expiry_same_bits);
   tcase_add_test(tc, test_tier_disk_row_not_readmitted);
   tcase_add_test(tc, test_tier_value_without_marks);
+  tcase_add_test(tc, test_tier_filter_no_false_negative);
   tcase_add_test(tc, test_tier_disk_full_keeps_rows);
   tcase_add_test(tc, test_core_checkpoint_keeps_disk_tier);
   tcase_add_test(tc, test_core_budget_needs_dir);
