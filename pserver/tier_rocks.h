@@ -54,7 +54,8 @@ size_t fl_ps_tier_overhead(size_t budget);
  * the writes refused stay readable. */
 fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
                          size_t len);
-/* Look up n keys of table with one multi-get: found[i] 1, rows + i * len
+/* Look up n keys of table with one multi-get (those the table's filter of
+ * ids on disk rules out are answered without it): found[i] 1, rows + i * len
  * filled and seqs[i] (seqs may be NULL) set to the row's demotion sequence
  * when held.  Nothing is removed. */
 fl_status fl_ps_tier_get_many(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n,
