@@ -1072,6 +1072,10 @@ static void head_many(fl_ps_table *const *ts, size_t ns, const rows_in *x) {
     if (x->fmt >= 3) ts[s]->clock = x->clock;
   }
   rows_head(ts[0], x);
+  for (size_t s = 0; s < ns; s++) {
+    ts[s]->legacy_step = ts[s]->clock;
+    ts[s]->legacy_time = ts[s]->now;
+  }
 }
 
 /* Load the rows into ns > 1 stripes, each key into its stripe, oldest
