@@ -7,7 +7,8 @@
  * seconds) the same rows are admitted, refused and expired, from disk too,
  * and an id on disk is a row, not admitted again; a value of the layout
  * before the marks reads with them zero; the store's id filter never
- * hides a row held (rebuilt as it grows) nor shows one removed; a core's checkpoint keeps the disk
+ * hides a row held (rebuilt as it grows) nor shows one removed; a disk
+ * row without marks counts as seen at the table's start; a core's checkpoint keeps the disk
  * tier (a RocksDB checkpoint beside the file) and a fresh core restores
  * it, one without a budget refuses it; a store another process holds is
  * refused, not wiped; /metrics shows both tiers; a full
@@ -31,6 +32,7 @@
 
 #include "fl_metrics.h"
 #include "fl_ps.h"
+#include "fl_ps_layout.h"
 #include "tier_rocks.h"
 
 #define DIM 8
@@ -657,6 +659,36 @@ START_TEST(test_tier_value_without_marks) {
 }
 END_TEST
 
+START_TEST(test_tier_legacy_row_expires) {
+  /* A disk row of the layout before the marks (as a store copy of an older
+   * pserver holds) reads, and counts as seen when the table was made or
+   * loaded: expired 3 steps later. */
+  fl_ps_table_opts o = opts(FL_OPTIM_SGD, 1000);
+  tiered x;
+  uint64_t h = 1469598103934665603ULL, k42 = 42, k1 = 1;
+  unsigned char old[8 + DIM * 4];
+  float v[DIM], g[DIM] = {0};
+  int64_t updates = 5;
+  for (const char *p = "emb"; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+  o.expire_after_steps = 3;
+  make_tiered_opts(&x, o, 4);
+  memcpy(old, &updates, 8);
+  for (int j = 0; j < DIM; j++) memcpy(old + 8 + j * 4, &(float){0.25f}, 4);
+  ck_assert_int_eq(fl_ps_tier_put(x.tier, fl_ps_mix64(h + 0), 42, old, sizeof old), FL_OK);
+  ck_assert_int_eq(fl_ps_table_read(x.t, &k42, 1, v), FL_OK);
+  ck_assert(v[0] == 0.25f && v[DIM - 1] == 0.25f);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(fl_ps_table_push(x.t, &k1, 1, g), FL_OK);
+  ck_assert_uint_eq(fl_ps_table_expire(x.t, 0), 0); /* unseen 2 steps */
+  ck_assert_uint_eq(fl_ps_table_disk_rows(x.t), 1);
+  ck_assert_int_eq(fl_ps_table_push(x.t, &k1, 1, g), FL_OK);
+  ck_assert_uint_eq(fl_ps_table_expire(x.t, 0), 1);
+  ck_assert_uint_eq(fl_ps_table_disk_rows(x.t), 0);
+  ck_assert_int_eq(fl_ps_table_read(x.t, &k42, 1, v), FL_OK);
+  ck_assert(v[0] != 0.25f);
+  free_tiered(&x);
+}
+END_TEST
+
 START_TEST(test_tier_filter_no_false_negative) {
   /* 20000 rows (the id filter rebuilt on the way, sized from 4096), some
    * removed: every row held is found, no id never written is, and a row
@@ -704,6 +736,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_tier_disk_row_not_readmitted);
   tcase_add_test(tc, test_tier_value_without_marks);
   tcase_add_test(tc, test_tier_filter_no_false_negative);
+  tcase_add_test(tc, test_tier_legacy_row_expires);
   tcase_add_test(tc, test_tier_disk_full_keeps_rows);
   tcase_add_test(tc, test_core_checkpoint_keeps_disk_tier);
   tcase_add_test(tc, test_core_budget_needs_dir);
