@@ -1514,25 +1514,14 @@ static fl_status check_sparse_tables(const ctx *c, const fl_job *job) {
   return FL_OK;
 }
 
-/* The disk tier (pserver.memory_budget) keeps no per-row marks, sketch or
- * change log: delta checkpoints, admission and expiry need the table all
- * in memory. */
+/* The disk tier (pserver.memory_budget) keeps no change log of the rows on
+ * disk: delta checkpoints need the table all in memory.  Admission and
+ * expiry work with it (docs/DESIGN.md, disk tier). */
 static fl_status check_tier(const ctx *c, const fl_job *job) {
   const fl_job_pserver *ps = &job->pserver;
-  const char *src = job->source;
-  if (ps->memory_budget == 0) return FL_OK;
-  if (ps->checkpoint_delta.every > 0)
-    return kerr(c, src, "pserver.checkpoint_delta.every", "delta checkpoints do not work with "
-                "pserver.memory_budget (the disk tier): set one of them to 0");
-  if (ps->sparse.admit_threshold > 1)
-    return kerr(c, src, "pserver.sparse.admit_threshold", "admission does not work with "
-                "pserver.memory_budget (the disk tier): set one of them to 0");
-  if (ps->sparse.expire_after_steps > 0 || ps->sparse.expire_after_seconds > 0)
-    return kerr(c, src, ps->sparse.expire_after_steps > 0 ? "pserver.sparse.expire_after_steps"
-                                                          : "pserver.sparse.expire_after_seconds",
-                "expiry does not work with pserver.memory_budget (the disk tier): set one of "
-                "them to 0");
-  return FL_OK;
+  if (ps->memory_budget == 0 || ps->checkpoint_delta.every <= 0) return FL_OK;
+  return kerr(c, job->source, "pserver.checkpoint_delta.every", "delta checkpoints do not work "
+              "with pserver.memory_budget (the disk tier): set one of them to 0");
 }
 
 /* The cross-field rules; c (may be NULL) gives the marks. */

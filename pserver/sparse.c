@@ -60,7 +60,9 @@ struct fl_ps_table {
   fl_ps_tier *tier;
   _Atomic uint64_t *hot_bytes;
   uint64_t hot_budget, row_bytes, tier_id;
-  size_t blob; /* a row's bytes in the tier: step, value, state */
+  size_t blob; /* a row's bytes in the tier: step, value, state, marks */
+  int64_t legacy_step; /* the marks of disk rows without theirs: the load's */
+  double legacy_time;
   int tier_broken; /* a demotion failed: rows stay in memory */
   size_t pf_n, pf_cap; /* a call's misses, looked up at once: sorted keys */
   uint64_t *pf_keys;
@@ -90,6 +92,11 @@ struct fl_ps_table {
 
 static fl_status tier_setup(fl_ps_table *t, const fl_ps_table_opts *o);
 static fl_status tier_get_row(fl_ps_table *t, uint64_t key, int32_t *out);
+static fl_status tier_lookup(fl_ps_table *t, uint64_t key, const unsigned char **b, int *found,
+                             uint64_t *seq);
+static fl_status tier_place(fl_ps_table *t, uint64_t key, const unsigned char *b, int found,
+                            uint64_t seq, int32_t *out);
+static size_t tier_expire(fl_ps_table *t, int *all);
 static fl_status tier_prefetch(fl_ps_table *t, const uint64_t *keys, size_t n);
 static fl_status tier_read(const fl_ps_table *t, const uint64_t *keys, size_t n, float *out);
 static fl_status tier_has(fl_ps_table *t, uint64_t key, int *found);
@@ -124,15 +131,15 @@ static fl_status set_admission(fl_ps_table *t, const fl_ps_table_opts *o) {
   if (o->expire_after_steps < 0 || !(o->expire_after_seconds >= 0) || !isfinite(o->admit_default))
     return FL_ERR(FL_EINVAL, "sparse table %s: expire_after_steps / expire_after_seconds below 0 "
                   "or admit_default not finite", o->name);
-  if (o->tier && (o->admit_threshold > 1 || o->expire_after_steps > 0 ||
-                  o->expire_after_seconds > 0 || o->track_changes))
-    return FL_ERR(FL_EINVAL, "sparse table %s: admission, expiry and delta checkpoints do not "
-                  "work with the disk tier (pserver.memory_budget): turn one off", o->name);
+  if (o->tier && o->track_changes)
+    return FL_ERR(FL_EINVAL, "sparse table %s: delta checkpoints do not work with the disk "
+                  "tier (pserver.memory_budget): turn one off", o->name);
   t->admit_threshold = o->admit_threshold;
   t->admit_default = o->admit_default;
   t->expire_steps = o->expire_after_steps;
   t->expire_s = o->expire_after_seconds;
   t->now = o->now;
+  t->legacy_time = o->now;
   t->track = o->track_changes;
   if (o->admit_threshold < 2) return FL_OK;
   if (o->sketch_of) {
@@ -435,15 +442,22 @@ static void drop_row(fl_ps_table *t, int32_t r) {
   note_deleted(t, t->keys[r]);
   if (r != last) move_row(t, last, r);
   t->n--;
+  if (t->tier) atomic_fetch_sub(t->hot_bytes, t->row_bytes);
 }
 
 /* The row of key for training: created when absent and admitted (then
  * counted), else -1 (a training pull's sighting counted when pull). */
 static fl_status train_row(fl_ps_table *t, uint64_t key, int pull, int32_t *out) {
   int32_t r = find(t, key);
+  const unsigned char *b = NULL;
+  int found = 0;
+  uint64_t seq = 0;
   *out = r;
   if (r >= 0) return FL_OK;
-  if (t->tier) return get_row(t, key, out); /* no admission with the tier */
+  if (t->tier) { /* a row on disk is a row: promoted, not admitted again */
+    FL_TRY(tier_lookup(t, key, &b, &found, &seq));
+    if (found) return tier_place(t, key, b, 1, seq, out);
+  }
   if (t->sketch) {
     if (!pull) return FL_OK; /* a gradient of an id without a row: dropped */
     if (fl_ps_sketch_add(t->sketch, key) < t->admit_threshold) {
@@ -452,7 +466,7 @@ static fl_status train_row(fl_ps_table *t, uint64_t key, int pull, int32_t *out)
     }
   }
   t->counts.admitted++;
-  return create_row(t, key, out);
+  return t->tier ? tier_place(t, key, NULL, 0, 0, out) : create_row(t, key, out);
 }
 
 fl_status fl_ps_table_pull(fl_ps_table *t, const uint64_t *keys, size_t n, float *out) {
@@ -539,14 +553,23 @@ fl_status fl_ps_table_read(const fl_ps_table *t, const uint64_t *keys, size_t n,
   return FL_OK;
 }
 
+/* Whether marks (step, time) are past the expiry limits. */
+static int is_old(const fl_ps_table *t, int64_t step, double time) {
+  return (t->expire_steps > 0 && t->clock - step >= t->expire_steps) ||
+         (t->expire_s > 0 && t->now - time >= t->expire_s);
+}
+
+/* The disk tier's rows are older than every memory row (a demotion takes
+ * the memory tail), so the sweep starts there and goes on into memory only
+ * once the disk has no row left that is not due. */
 size_t fl_ps_table_expire(fl_ps_table *t, double now) {
   size_t k = 0;
+  int all = 1;
   if (now > t->now) t->now = now;
-  while (t->tail >= 0) {
+  if (t->tier && (t->expire_steps > 0 || t->expire_s > 0)) k = tier_expire(t, &all);
+  while (all && t->tail >= 0) {
     int32_t r = t->tail;
-    int old = (t->expire_steps > 0 && t->clock - t->seen_step[r] >= t->expire_steps) ||
-              (t->expire_s > 0 && t->now - t->seen_time[r] >= t->expire_s);
-    if (!old) break;
+    if (!is_old(t, t->seen_step[r], t->seen_time[r])) break;
     drop_row(t, r);
     k++;
   }
@@ -1056,6 +1079,8 @@ fl_status fl_ps_table_load(fl_ps_table *t, const fl_ckpt *c, const char *prefix)
   memset(&t->counts, 0, sizeof t->counts);
   t->clock = 0;
   rows_head(t, &x);
+  t->legacy_step = t->clock;
+  t->legacy_time = t->now;
   first = x.n > t->max_rows ? (size_t)(x.n - t->max_rows) : 0;
   for (size_t i = first; i < (size_t)x.n; i++) FL_TRY(rows_put(t, &x, i));
   fl_ps_table_mark_saved(t);
@@ -1071,6 +1096,10 @@ static void head_many(fl_ps_table *const *ts, size_t ns, const rows_in *x) {
     if (x->fmt >= 3) ts[s]->clock = x->clock;
   }
   rows_head(ts[0], x);
+  for (size_t s = 0; s < ns; s++) {
+    ts[s]->legacy_step = ts[s]->clock;
+    ts[s]->legacy_time = ts[s]->now;
+  }
 }
 
 /* Load the rows into ns > 1 stripes, each key into its stripe, oldest
@@ -1173,7 +1202,8 @@ static fl_status tier_setup(fl_ps_table *t, const fl_ps_table_opts *o) {
   t->hot_budget = o->hot_budget;
   t->tier_id = fl_ps_mix64(t->name_hash + o->stripe);
   t->row_bytes = row_cost(t);
-  t->blob = sizeof(int64_t) + (t->dim + (size_t)t->nstate * t->slen) * sizeof(float);
+  t->blob = sizeof(int64_t) + (t->dim + (size_t)t->nstate * t->slen) * sizeof(float) +
+            FL_PS_TIER_MARKS_LEN;
   t->one = malloc(t->blob);
   t->out = malloc(t->blob);
   return t->one && t->out ? FL_OK : FL_ENOMEM;
@@ -1202,6 +1232,33 @@ static size_t tier_cap(const fl_ps_table *t, size_t nc) {
   return nc < lim ? nc : lim;
 }
 
+/* A row on disk (layout 1): [i64 updates][floats: value, state 1, state 2]
+ * [u64 layout (1)][i64 seen step][f64 seen time].  Layout 0 (written
+ * before expiry worked with the tier) lacks the last three: they read as
+ * zero (tier_rocks.h), and its rows count as seen at the load. */
+#define BLOB_LAYOUT 1
+
+/* Row r's marks in blob b (len bytes). */
+static void pack_marks(const fl_ps_table *t, int32_t r, unsigned char *b) {
+  uint64_t v = BLOB_LAYOUT;
+  unsigned char *m = b + t->blob - FL_PS_TIER_MARKS_LEN;
+  memcpy(m, &v, sizeof v);
+  memcpy(m + 8, &t->seen_step[r], sizeof(int64_t));
+  memcpy(m + 16, &t->seen_time[r], sizeof(double));
+}
+
+/* The marks of blob b (the load's for layout 0). */
+static void blob_marks(const fl_ps_table *t, const unsigned char *b, int64_t *step, double *time) {
+  uint64_t v;
+  const unsigned char *m = b + t->blob - FL_PS_TIER_MARKS_LEN;
+  memcpy(&v, m, sizeof v);
+  *step = t->legacy_step;
+  *time = t->legacy_time;
+  if (v == 0) return;
+  memcpy(step, m + 8, sizeof *step);
+  memcpy(time, m + 16, sizeof *time);
+}
+
 static void pack_row(const fl_ps_table *t, int32_t r, unsigned char *b) {
   size_t d = t->dim, sl = t->slen;
   float *f = (float *)(b + sizeof(int64_t));
@@ -1209,6 +1266,7 @@ static void pack_row(const fl_ps_table *t, int32_t r, unsigned char *b) {
   memcpy(f, t->val + (size_t)r * d, d * sizeof *f);
   if (t->nstate >= 1) memcpy(f + d, t->s1 + (size_t)r * sl, sl * sizeof *f);
   if (t->nstate >= 2) memcpy(f + d + sl, t->s2 + (size_t)r * sl, sl * sizeof *f);
+  pack_marks(t, r, b);
 }
 
 static void unpack_row(fl_ps_table *t, int32_t r, const unsigned char *b) {
@@ -1218,6 +1276,28 @@ static void unpack_row(fl_ps_table *t, int32_t r, const unsigned char *b) {
   memcpy(t->val + (size_t)r * d, f, d * sizeof *f);
   if (t->nstate >= 1) memcpy(t->s1 + (size_t)r * sl, f + d, sl * sizeof *f);
   if (t->nstate >= 2) memcpy(t->s2 + (size_t)r * sl, f + d + sl, sl * sizeof *f);
+  blob_marks(t, b, &t->seen_step[r], &t->seen_time[r]);
+}
+
+/* fl_ps_tier_old_fn of a table: its blob's marks past the limits. */
+static int blob_old(void *ctx, uint64_t key, const void *row) {
+  const fl_ps_table *t = ctx;
+  int64_t step;
+  double time;
+  (void)key;
+  blob_marks(t, row, &step, &time);
+  return is_old(t, step, time);
+}
+
+/* Delete the disk rows due for expiry (counted by the caller); *all 1 when
+ * none is left that is not due.  An error (logged) stops the sweep. */
+static size_t tier_expire(fl_ps_table *t, int *all) {
+  size_t k = 0;
+  *all = 0;
+  if (fl_ps_tier_expire(t->tier, t->tier_id, t->one, t->blob, blob_old, t, &k, all) != FL_OK)
+    *all = 0;
+  t->pf_n = 0; /* a look-up kept from the last call may be of a row deleted here */
+  return k;
 }
 
 static int cmp_key(const void *a, const void *b) { return cmp_u64(a, b); }
@@ -1336,8 +1416,15 @@ static fl_status tier_get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
   const unsigned char *b;
   int found;
   uint64_t seq = 0;
-  int32_t r;
   FL_TRY(tier_lookup(t, key, &b, &found, &seq));
+  return tier_place(t, key, b, found, seq, out);
+}
+
+/* A memory row for key: the disk's blob b (found, with its sequence seq),
+ * promoted, or a new row (!found). */
+static fl_status tier_place(fl_ps_table *t, uint64_t key, const unsigned char *b, int found,
+                            uint64_t seq, int32_t *out) {
+  int32_t r;
   FL_TRY(tier_slot(t, !found, &r));
   t->keys[r] = key;
   if (found) {
@@ -1380,7 +1467,9 @@ static fl_status tier_read(const fl_ps_table *t, const uint64_t *keys, size_t n,
   st = fl_ps_tier_get_many(t->tier, t->tier_id, miss, m, rows, t->blob, found, NULL);
   for (size_t j = 0; st == FL_OK && j < m; j++) {
     if (found[j]) memcpy(out + at[j] * d, rows + j * t->blob + sizeof(int64_t), d * sizeof(float));
-    else init_row(t, miss[j], out + at[j] * d);
+    else if (!t->sketch) init_row(t, miss[j], out + at[j] * d);
+    else
+      for (size_t i = 0; i < d; i++) out[at[j] * d + i] = t->admit_default;
   }
 done:
   free(miss);

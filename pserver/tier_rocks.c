@@ -1,12 +1,18 @@
 /* tier_rocks.c - the sparse tables' disk tier on RocksDB (tier_rocks.h).
  * Keys are 17 bytes: 'r', the table's name hash and the row id, both
- * big-endian, holding [u64 demotion sequence][the row's bytes]; and 'o',
+ * big-endian, holding [u64 demotion sequence][the row's bytes] (a row of
+ * the layout before the marks is FL_PS_TIER_MARKS_LEN shorter); and 'o',
  * the table, the demotion sequence, holding the row id: the table's rows in
  * the order they were demoted, oldest first, which (demotion taking the
  * memory tier's least recent row) is their order of last use.
  * Writes (demotions, removals) gather in a per-table indexed write batch
  * applied as one RocksDB write when it is full or before the table's next
  * read; a batch RocksDB refuses (disk full) stays and is read through.
+ * Expiry walks a table's 'o' keys oldest first, reading each row's marks
+ * through the caller, and deletes while they are due: the same rows, in
+ * the same order, as a table all in memory would drop from its LRU tail.
+ * A table's id filter (a blocked Bloom filter) answers most new ids
+ * without a look-up.
  * The write-ahead log is off: the store is rebuilt from a checkpoint at
  * start, never replayed, so rows written after the last checkpoint are not
  * needed after a crash.  Memory (fl_ps_tier_overhead): RocksDB's share is
@@ -43,8 +49,23 @@
 #define FL_TIER_MIN_PENDING (16u << 10)
 #define ENTRY_COST 48 /* a batch entry's index and header, roughly */
 
+/* A blocked Bloom filter of a table's row ids on disk: a 512-bit block
+ * per id, FILTER_PROBES bits in it.  Ids are added, never removed (a
+ * deleted id is a false positive: one look-up); it is built again from the
+ * table's 'o' keys (small values) once it took more ids than it was sized
+ * for, and at every restore. */
+#define FILTER_BITS_PER_ID 10
+#define FILTER_PROBES 6
+#define FILTER_MIN_IDS 4096
+typedef struct id_filter {
+  uint64_t *w;    /* nblocks * 8 words */
+  size_t nblocks; /* a power of two */
+  uint64_t adds, cap;
+} id_filter;
+
 typedef struct tier_table {
   uint64_t id;
+  id_filter f;
   _Atomic uint64_t rows;
   rocksdb_writebatch_t *pend; /* writes not yet applied */
   _Atomic size_t pend_bytes;
@@ -78,6 +99,53 @@ static uint64_t get_be64(const unsigned char *p) {
   return v;
 }
 
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/* Size f for ids ids (cleared); FL_ENOMEM leaves f without bits (every id
+ * then may be on disk). */
+static fl_status filter_size(id_filter *f, uint64_t ids) {
+  size_t nb = 1;
+  uint64_t *w;
+  if (ids < FILTER_MIN_IDS) ids = FILTER_MIN_IDS;
+  while ((uint64_t)nb * 512 < ids * FILTER_BITS_PER_ID) nb <<= 1;
+  w = calloc(nb * 8, sizeof *w);
+  free(f->w);
+  f->w = w;
+  f->nblocks = w ? nb : 0;
+  f->adds = 0;
+  f->cap = w ? ids : 0;
+  if (w) return FL_OK;
+  return FL_ERR(FL_ENOMEM, "disk tier: out of memory for the filter of %llu row ids; new ids "
+                "are looked up in the store", (unsigned long long)ids);
+}
+
+static void filter_add(id_filter *f, uint64_t id) {
+  uint64_t h = mix64(id), *b;
+  if (!f->w) return;
+  b = f->w + (h & (f->nblocks - 1)) * 8;
+  h = mix64(h ^ 0x9e3779b97f4a7c15ULL);
+  for (int i = 0; i < FILTER_PROBES; i++, h >>= 9) b[(h >> 6) & 7] |= 1ULL << (h & 63);
+  f->adds++;
+}
+
+/* 0 when id is surely not on disk. */
+static int filter_may(const id_filter *f, uint64_t id) {
+  uint64_t h = mix64(id);
+  const uint64_t *b;
+  if (!f->w) return 1;
+  b = f->w + (h & (f->nblocks - 1)) * 8;
+  h = mix64(h ^ 0x9e3779b97f4a7c15ULL);
+  for (int i = 0; i < FILTER_PROBES; i++, h >>= 9)
+    if (!(b[(h >> 6) & 7] & (1ULL << (h & 63)))) return 0;
+  return 1;
+}
+
 static void make_key(unsigned char *k, char kind, uint64_t table, uint64_t x) {
   k[0] = (unsigned char)kind;
   put_be64(k + 1, table);
@@ -108,6 +176,7 @@ static tier_table *table_of(fl_ps_tier *t, uint64_t table) {
     e->pend = rocksdb_writebatch_create();
     e->pend_bytes = 0;
     e->stuck = NULL;
+    (void)filter_size(&e->f, FILTER_MIN_IDS);
     atomic_store(&t->n_tables, n + 1);
   }
   pthread_mutex_unlock(&t->mu);
@@ -257,6 +326,7 @@ void fl_ps_tier_close(fl_ps_tier *t) {
   for (int i = 0; i < atomic_load(&t->n_tables); i++) {
     rocksdb_writebatch_destroy(t->tables[i].pend);
     if (t->tables[i].stuck) rocksdb_writebatch_wi_destroy(t->tables[i].stuck);
+    free(t->tables[i].f.w);
   }
   rocksdb_readoptions_destroy(t->ro);
   rocksdb_writeoptions_destroy(t->wo);
@@ -386,6 +456,8 @@ static void grew(fl_ps_tier *t, tier_table *e, size_t bytes) {
   if (e->pend_bytes >= t->pend_cap) (void)settle(t, e);
 }
 
+static void rebuild_filter(fl_ps_tier *t, tier_table *e);
+
 fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
                          size_t len) {
   unsigned char rk[KEY_LEN], ok[KEY_LEN], id[8], sq[SEQ_LEN];
@@ -414,6 +486,8 @@ fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void
   atomic_fetch_add(&e->rows, 1);
   atomic_fetch_add(&t->demotions, 1);
   grew(t, e, 2 * KEY_LEN + SEQ_LEN + len + 8);
+  filter_add(&e->f, key);
+  if (e->f.adds > e->f.cap) rebuild_filter(t, e);
   return FL_OK;
 }
 
@@ -424,6 +498,8 @@ typedef struct mget {
   size_t *ks;
   rocksdb_pinnableslice_t **vals;
   char **errs;
+  size_t *pos; /* the caller's index of each key looked up */
+  size_t m;    /* keys looked up: those the filter did not rule out */
 } mget;
 
 static void mget_free(mget *g, size_t n) {
@@ -434,23 +510,48 @@ static void mget_free(mget *g, size_t n) {
   free(g->ks);
   free(g->vals);
   free(g->errs);
+  free(g->pos);
 }
 
-static fl_status mget_alloc(const fl_ps_tier *t, mget *g, uint64_t table, const uint64_t *keys,
-                            size_t n) {
+/* The scratch of n keys of table e; the keys e's filter rules out are
+ * answered here (found 0, a miss), the others listed to look up. */
+static fl_status mget_alloc(fl_ps_tier *t, const tier_table *e, mget *g, uint64_t table,
+                            const uint64_t *keys, size_t n, uint8_t *found) {
   size_t m = n ? n : 1;
   g->kb = malloc(m * KEY_LEN);
   g->kl = malloc(m * sizeof *g->kl);
   g->ks = malloc(m * sizeof *g->ks);
   g->vals = calloc(m, sizeof *g->vals);
   g->errs = calloc(m, sizeof *g->errs);
-  if (!g->kb || !g->kl || !g->ks || !g->vals || !g->errs)
+  g->pos = malloc(m * sizeof *g->pos);
+  if (!g->kb || !g->kl || !g->ks || !g->vals || !g->errs || !g->pos)
     return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory looking up %zu rows", t->path, n);
   for (size_t i = 0; i < n; i++) {
-    make_key(g->kb + i * KEY_LEN, 'r', table, keys[i]);
-    g->kl[i] = (const char *)g->kb + i * KEY_LEN;
-    g->ks[i] = KEY_LEN;
+    size_t j = g->m;
+    if (e && !filter_may(&e->f, keys[i])) {
+      found[i] = 0;
+      atomic_fetch_add(&t->misses, 1);
+      continue;
+    }
+    make_key(g->kb + j * KEY_LEN, 'r', table, keys[i]);
+    g->kl[j] = (const char *)g->kb + j * KEY_LEN;
+    g->ks[j] = KEY_LEN;
+    g->pos[g->m++] = i;
   }
+  return FL_OK;
+}
+
+/* Copy the row of value v (vn bytes) into row (len bytes): a value of the
+ * layout before the marks (FL_PS_TIER_MARKS_LEN shorter) gets them zero.
+ * FL_ECORRUPT when the length is neither. */
+static fl_status copy_row(const fl_ps_tier *t, const char *v, size_t vn, void *row, size_t len) {
+  size_t have = vn - SEQ_LEN;
+  if (vn != SEQ_LEN + len && !(len >= FL_PS_TIER_MARKS_LEN && vn == SEQ_LEN + len -
+                                                                    FL_PS_TIER_MARKS_LEN))
+    return FL_ERR(FL_ECORRUPT, "disk tier %s: a row of %zu bytes where %zu were expected",
+                  t->path, vn, SEQ_LEN + len);
+  memcpy(row, v + SEQ_LEN, have);
+  memset((char *)row + have, 0, len - have);
   return FL_OK;
 }
 
@@ -459,11 +560,8 @@ static fl_status mget_alloc(const fl_ps_tier *t, mget *g, uint64_t table, const 
 static fl_status take_value(fl_ps_tier *t, const char *v, size_t vn, size_t i, void *rows,
                             size_t len, uint8_t *found, uint64_t *seqs) {
   found[i] = 0;
-  if (v && vn != SEQ_LEN + len)
-    return FL_ERR(FL_ECORRUPT, "disk tier %s: a row of %zu bytes where %zu were expected",
-                  t->path, vn, SEQ_LEN + len);
   if (v) {
-    memcpy((char *)rows + i * len, v + SEQ_LEN, len);
+    FL_TRY(copy_row(t, v, vn, (char *)rows + i * len, len));
     if (seqs) seqs[i] = get_be64((const unsigned char *)v);
     found[i] = 1;
   }
@@ -473,31 +571,32 @@ static fl_status take_value(fl_ps_tier *t, const char *v, size_t vn, size_t i, v
 
 /* The look-ups of a table whose batch RocksDB refused: one by one through
  * the batch. */
-static fl_status get_through(fl_ps_tier *t, tier_table *e, mget *g, size_t n, void *rows,
-                             size_t len, uint8_t *found, uint64_t *seqs) {
+static fl_status get_through(fl_ps_tier *t, tier_table *e, mget *g, void *rows, size_t len,
+                             uint8_t *found, uint64_t *seqs) {
   fl_status st = FL_OK;
-  for (size_t i = 0; i < n && st == FL_OK; i++) {
+  for (size_t i = 0; i < g->m && st == FL_OK; i++) {
     char *err = NULL, *v;
     size_t vn = 0;
     v = rocksdb_writebatch_wi_get_from_batch_and_db(e->stuck, t->db, t->ro, g->kl[i], KEY_LEN,
                                                     &vn, &err);
     if (err) st = FL_ERR(FL_EIO, "disk tier %s: reading a row failed: %s", t->path, err);
-    else st = take_value(t, v, vn, i, rows, len, found, seqs);
+    else st = take_value(t, v, vn, g->pos[i], rows, len, found, seqs);
     rocksdb_free(err);
     rocksdb_free(v);
   }
   return st;
 }
 
-static fl_status get_batched(fl_ps_tier *t, mget *g, size_t n, void *rows, size_t len,
-                             uint8_t *found, uint64_t *seqs) {
+static fl_status get_batched(fl_ps_tier *t, mget *g, void *rows, size_t len, uint8_t *found,
+                             uint64_t *seqs) {
   fl_status st = FL_OK;
-  rocksdb_batched_multi_get_cf(t->db, t->ro, t->cf, n, g->kl, g->ks, g->vals, g->errs, false);
-  for (size_t i = 0; i < n && st == FL_OK; i++) {
+  if (!g->m) return FL_OK;
+  rocksdb_batched_multi_get_cf(t->db, t->ro, t->cf, g->m, g->kl, g->ks, g->vals, g->errs, false);
+  for (size_t i = 0; i < g->m && st == FL_OK; i++) {
     size_t vn = 0;
     const char *v = g->vals[i] ? rocksdb_pinnableslice_value(g->vals[i], &vn) : NULL;
     if (g->errs[i]) st = FL_ERR(FL_EIO, "disk tier %s: reading a row failed: %s", t->path, g->errs[i]);
-    else st = take_value(t, v, vn, i, rows, len, found, seqs);
+    else st = take_value(t, v, vn, g->pos[i], rows, len, found, seqs);
   }
   return st;
 }
@@ -508,11 +607,11 @@ fl_status fl_ps_tier_get_many(fl_ps_tier *t, uint64_t table, const uint64_t *key
   mget g = {0};
   fl_status st;
   if (!n) return FL_OK;
-  if (e) (void)settle(t, e); /* a refusal keeps the batch, read through below */
-  st = mget_alloc(t, &g, table, keys, n);
+  st = mget_alloc(t, e, &g, table, keys, n, found);
+  if (e && g.m) (void)settle(t, e); /* a refusal keeps the batch, read through below */
   if (st == FL_OK)
-    st = e && e->stuck ? get_through(t, e, &g, n, rows, len, found, seqs)
-                       : get_batched(t, &g, n, rows, len, found, seqs);
+    st = e && e->stuck ? get_through(t, e, &g, rows, len, found, seqs)
+                       : get_batched(t, &g, rows, len, found, seqs);
   mget_free(&g, n);
   return st;
 }
@@ -554,6 +653,24 @@ static rocksdb_iterator_t *iter_of(fl_ps_tier *t, uint64_t table) {
   return e && e->stuck ? rocksdb_writebatch_wi_create_iterator_with_base(e->stuck, it) : it;
 }
 
+/* Build e's filter again from its 'o' keys, sized for twice its rows (so
+ * that a rebuild's scan is paid for by as many adds). */
+static void rebuild_filter(fl_ps_tier *t, tier_table *e) {
+  unsigned char lo[KEY_LEN];
+  rocksdb_iterator_t *it;
+  if (filter_size(&e->f, 2 * atomic_load(&e->rows)) != FL_OK) return;
+  it = iter_of(t, e->id);
+  make_key(lo, 'o', e->id, 0);
+  for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); rocksdb_iter_valid(it);
+       rocksdb_iter_next(it)) {
+    size_t kl = 0, vl = 0;
+    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
+    if (kl != KEY_LEN || memcmp(k, lo, 9) || vl != 8) break;
+    filter_add(&e->f, get_be64((const unsigned char *)v));
+  }
+  rocksdb_iter_destroy(it);
+}
+
 fl_status fl_ps_tier_scan(fl_ps_tier *t, uint64_t table, int has_after, uint64_t after,
                           size_t max, uint64_t *keys, void *rows, size_t len, size_t *n) {
   unsigned char lo[KEY_LEN];
@@ -568,13 +685,8 @@ fl_status fl_ps_tier_scan(fl_ps_tier *t, uint64_t table, int has_after, uint64_t
     size_t kl = 0, vl = 0;
     const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
     if (kl != KEY_LEN || memcmp(k, lo, 9)) break; /* past this table's rows */
-    if (vl != SEQ_LEN + len) {
-      st = FL_ERR(FL_ECORRUPT, "disk tier %s: a row of %zu bytes where %zu were expected",
-                  t->path, vl, SEQ_LEN + len);
-      break;
-    }
+    if ((st = copy_row(t, v, vl, (char *)rows + *n * len, len)) != FL_OK) break;
     keys[*n] = get_be64((const unsigned char *)k + 9);
-    memcpy((char *)rows + *n * len, v + SEQ_LEN, len);
     (*n)++;
   }
   rocksdb_iter_destroy(it);
@@ -602,6 +714,56 @@ fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t *key, 
   rocksdb_iter_destroy(it);
   if (!*found) return FL_OK;
   return delete_row(t, table, *key, seq);
+}
+
+/* The value of the row key k (KEY_LEN bytes) of table e into row (len
+ * bytes), read through e's refused writes; *found 0 when absent.  Not
+ * counted as a hit or miss. */
+static fl_status read_row(fl_ps_tier *t, tier_table *e, const char *k, void *row, size_t len,
+                          int *found) {
+  char *err = NULL, *v;
+  size_t vn = 0;
+  fl_status st = FL_OK;
+  v = e->stuck ? rocksdb_writebatch_wi_get_from_batch_and_db(e->stuck, t->db, t->ro, k, KEY_LEN,
+                                                             &vn, &err)
+               : rocksdb_get(t->db, t->ro, k, KEY_LEN, &vn, &err);
+  *found = v != NULL;
+  if (err) st = FL_ERR(FL_EIO, "disk tier %s: reading a row failed: %s", t->path, err);
+  else if (v) st = copy_row(t, v, vn, row, len);
+  rocksdb_free(err);
+  rocksdb_free(v);
+  return st;
+}
+
+fl_status fl_ps_tier_expire(fl_ps_tier *t, uint64_t table, void *row, size_t len,
+                            fl_ps_tier_old_fn old, void *ctx, size_t *n, int *all) {
+  unsigned char lo[KEY_LEN], rk[KEY_LEN];
+  rocksdb_iterator_t *it = iter_of(t, table);
+  tier_table *e = table_of(t, table);
+  fl_status st = FL_OK;
+  *n = 0;
+  *all = 1;
+  make_key(lo, 'o', table, 0);
+  for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); e && st == FL_OK && rocksdb_iter_valid(it);
+       rocksdb_iter_next(it)) {
+    size_t kl = 0, vl = 0;
+    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
+    uint64_t key;
+    int found = 0;
+    if (kl != KEY_LEN || memcmp(k, lo, 9) || vl != 8) break; /* past this table's order */
+    key = get_be64((const unsigned char *)v);
+    make_key(rk, 'r', table, key);
+    st = read_row(t, e, (const char *)rk, row, len, &found);
+    if (st != FL_OK || !found) continue; /* none: an order key left by a crash, skipped */
+    if (!old(ctx, key, row)) {
+      *all = 0;
+      break;
+    }
+    st = delete_row(t, table, key, get_be64((const unsigned char *)k + 9));
+    if (st == FL_OK) (*n)++;
+  }
+  rocksdb_iter_destroy(it);
+  return st;
 }
 
 size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table) {
@@ -677,6 +839,7 @@ static void rescan(fl_ps_tier *t) {
   }
   rocksdb_iter_destroy(it);
   atomic_store(&t->seq, next);
+  for (int i = 0; i < atomic_load(&t->n_tables); i++) rebuild_filter(t, &t->tables[i]);
 }
 
 fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir) {

@@ -18,6 +18,11 @@
 
 typedef struct fl_ps_tier fl_ps_tier;
 
+/* A row's last FL_PS_TIER_MARKS_LEN bytes are its last-seen marks (the
+ * caller's layout); a value written before they existed is that much
+ * shorter and reads with them zero, which the caller takes as "no marks". */
+#define FL_PS_TIER_MARKS_LEN 24
+
 /* Counters of a tier (all tables). */
 typedef struct fl_ps_tier_stats {
   uint64_t rows;       /* rows held now */
@@ -49,7 +54,8 @@ size_t fl_ps_tier_overhead(size_t budget);
  * the writes refused stay readable. */
 fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
                          size_t len);
-/* Look up n keys of table with one multi-get: found[i] 1, rows + i * len
+/* Look up n keys of table with one multi-get (those the table's filter of
+ * ids on disk rules out are answered without it): found[i] 1, rows + i * len
  * filled and seqs[i] (seqs may be NULL) set to the row's demotion sequence
  * when held.  Nothing is removed. */
 fl_status fl_ps_tier_get_many(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n,
@@ -65,6 +71,15 @@ fl_status fl_ps_tier_drop(fl_ps_tier *t, uint64_t table, uint64_t key, uint64_t 
 fl_status fl_ps_tier_scan(fl_ps_tier *t, uint64_t table, int has_after, uint64_t after,
                           size_t max, uint64_t *keys, void *rows, size_t len, size_t *n);
 fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t *key, int *found);
+/* Whether row (a blob read from the store) of key is due for expiry; ctx
+ * is the caller's. */
+typedef int (*fl_ps_tier_old_fn)(void *ctx, uint64_t key, const void *row);
+/* Delete table's rows in demotion order (oldest first) while old says so:
+ * *n gets how many, *all 1 when no row of table is left that old refused.
+ * row is the caller's scratch of len bytes.  One iterator and one read per
+ * row looked at; the deletes join the table's pending batch. */
+fl_status fl_ps_tier_expire(fl_ps_tier *t, uint64_t table, void *row, size_t len,
+                            fl_ps_tier_old_fn old, void *ctx, size_t *n, int *all);
 /* Rows of table held here. */
 size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table);
 

@@ -60,7 +60,8 @@ static void tier_rows(rocksdb_t *db, const char *name, size_t blob, row *rows, s
     int mine = 0;
     if (kl != 17 || k[0] != 'r') break;
     for (unsigned s = 0; s < STRIPES; s++) mine |= get_be64(k + 1) == ids[s];
-    if (!mine || vl != 8 + blob || *n == MAX_ROWS) continue;
+    /* [sequence][blob][24 bytes of last-seen marks, layout 1; none before] */
+    if (!mine || (vl != 8 + blob && vl != 8 + blob + 24) || *n == MAX_ROWS) continue;
     rows[*n].key = get_be64(k + 9);
     rows[*n].blob = malloc(blob);
     memcpy(rows[*n].blob, v + 8, blob);

@@ -6,6 +6,12 @@
 # the pservers' final checkpoints hold the same rows, bit for bit (values,
 # optimizer state, update counts; ps_rows_digest reads the tiered one's
 # rows from the file and its .tier copy), and the same dense values.
+# Then the same pair with admission (ids seen twice; one trainer, so that
+# the order of sightings is the same in both runs) and expiry on, its
+# sweeps walking the disk rows' marks.  The pserver sweeps on a wall-clock
+# timer, so which rows a short limit expires differs from run to run even
+# all in memory: the limit here (1000 steps) expires none, and the same
+# bits for rows that do expire are test_ps_tier's (a scripted stream).
 # Seconds.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
@@ -15,7 +21,7 @@ tmp=$(mktemp -d /tmp/fl_tier.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 
-# job NAME BUDGET
+# job NAME BUDGET [SPARSE-EXTRA]
 job() {
   cat > "$tmp/$1.yaml" <<EOF2
 model:
@@ -30,6 +36,7 @@ optimizer: {name: adam, lr: 0.001}
 pserver:
   sparse:
     optimizer: {name: rowwise_adagrad, lr: 0.05}
+${3:-}
   checkpoint_dir: $tmp/$1.ck
   memory_budget: $2
 train: {epochs: 1, batch_size: 128, seed: 1, eval: true, log_interval: 100, num_threads: 1}
@@ -38,8 +45,9 @@ strategy: {a_sync: false}
 EOF2
 }
 
+# run NAME [TRAINERS]
 run() {
-  timeout 120 "$RUN" --log_dir "$tmp/$1.log" --mode ps --server_num 1 --nproc_per_node 2 \
+  timeout 120 "$RUN" --log_dir "$tmp/$1.log" --mode ps --server_num 1 --nproc_per_node "${2:-2}" \
     "$tmp/$1.yaml" > "$tmp/$1.out" 2>&1 && return 0
   tail -20 "$tmp/$1.out" "$tmp/$1.log"/*log.* 2> /dev/null
   echo "FAIL: $1 did not finish"
@@ -65,3 +73,24 @@ if ! diff "$tmp/mem.digest" "$(grep -v '^tier ' "$tmp/tier.digest" > "$tmp/tier.
   exit 1
 fi
 echo "PASS: same bits with and without pserver.memory_budget"
+
+# Admission and expiry: a trainer's 16 steps, under the limit.
+ae="    admit_threshold: 2
+    expire_after_steps: 1000"
+job amem 0 "$ae"
+job atier 8000 "$ae"
+run amem 1
+run atier 1
+"$DIGEST" "$(last "$tmp/amem.ck")" > "$tmp/amem.digest" || { echo "FAIL: digest amem"; exit 1; }
+"$DIGEST" "$(last "$tmp/atier.ck")" > "$tmp/atier.digest" || { echo "FAIL: digest atier"; exit 1; }
+cat "$tmp/amem.digest" "$tmp/atier.digest"
+if ! grep -q "^tier ctr.emb: [0-9]\{3,\} of its rows on disk" "$tmp/atier.digest"; then
+  echo "FAIL: the budgeted run with admission kept its rows in memory"
+  exit 1
+fi
+grep -v '^tier ' "$tmp/atier.digest" > "$tmp/atier.cmp"
+if ! diff "$tmp/amem.digest" "$tmp/atier.cmp"; then
+  echo "FAIL: with admission, expiry and pserver.memory_budget the rows or dense values differ"
+  exit 1
+fi
+echo "PASS: same bits with admission and expiry, with and without pserver.memory_budget"

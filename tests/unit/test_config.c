@@ -936,15 +936,12 @@ START_TEST(test_admission_keys) {
   round_trip(&j);
   ck_assert_int_eq(fl_job_load_string("pserver: {sparse: {admit_sketch_bytes: 100}}\n", "a.yaml", &j),
                    FL_EINVAL);
-  /* The disk tier takes none of deltas, admission and expiry: named with both keys. */
+  /* The disk tier takes no deltas (named with both keys); admission and expiry it takes. */
   EXPECT_ERROR("pserver: {memory_budget: 1000000, checkpoint_delta: {every: 4}}\n",
                "pserver.checkpoint_delta.every", "pserver.memory_budget");
-  EXPECT_ERROR("pserver: {memory_budget: 1000000, sparse: {admit_threshold: 2}}\n",
-               "pserver.sparse.admit_threshold", "pserver.memory_budget");
-  EXPECT_ERROR("pserver: {memory_budget: 1000000, sparse: {expire_after_seconds: 60}}\n",
-               "pserver.sparse.expire_after_seconds", "pserver.memory_budget");
   ck_assert_int_eq(fl_job_load_string("pserver: {memory_budget: 1000000, sparse: {admit_threshold: "
-                                      "1}}\n", "a.yaml", &j),
+                                      "2, expire_after_steps: 10, expire_after_seconds: 60}}\n",
+                                      "a.yaml", &j),
                    FL_OK);
 }
 END_TEST

@@ -3,7 +3,12 @@
  * the pulls and rows of one without (rows demoted and promoted, a call's
  * misses looked up at once, row-wise Adagrad and Adam state and step
  * counts carried), max_rows evicts the least recent row of both tiers
- * exactly as one memory tier would; a core's checkpoint keeps the disk
+ * exactly as one memory tier would; with admission and expiry (steps or
+ * seconds) the same rows are admitted, refused and expired, from disk too,
+ * and an id on disk is a row, not admitted again; a value of the layout
+ * before the marks reads with them zero; the store's id filter never
+ * hides a row held (rebuilt as it grows) nor shows one removed; a disk
+ * row without marks counts as seen at the table's start; a core's checkpoint keeps the disk
  * tier (a RocksDB checkpoint beside the file) and a fresh core restores
  * it, one without a budget refuses it; a store another process holds is
  * refused, not wiped; /metrics shows both tiers; a full
@@ -27,6 +32,7 @@
 
 #include "fl_metrics.h"
 #include "fl_ps.h"
+#include "fl_ps_layout.h"
 #include "ps_testutil.h"
 #include "tier_rocks.h"
 
@@ -64,9 +70,8 @@ static fl_ps_table_opts opts(fl_optim_kind kind, int64_t max_rows) {
   return o;
 }
 
-/* A table whose memory tier holds about hot_rows rows. */
-static void make_tiered(tiered *x, fl_optim_kind kind, int64_t max_rows, size_t hot_rows) {
-  fl_ps_table_opts o = opts(kind, max_rows);
+/* A table of options o whose memory tier holds about hot_rows rows. */
+static void make_tiered_opts(tiered *x, fl_ps_table_opts o, size_t hot_rows) {
   char path[96];
   size_t row = sizeof(uint64_t) + (DIM + 2 * DIM) * sizeof(float) + 24;
   snprintf(x->dir, sizeof x->dir, "/tmp/fl_test_tier_XXXXXX");
@@ -78,6 +83,10 @@ static void make_tiered(tiered *x, fl_optim_kind kind, int64_t max_rows, size_t 
   o.hot_bytes = &x->hot;
   o.hot_budget = x->budget = hot_rows * row;
   ck_assert_int_eq(fl_ps_table_create(&o, &x->t), FL_OK);
+}
+
+static void make_tiered(tiered *x, fl_optim_kind kind, int64_t max_rows, size_t hot_rows) {
+  make_tiered_opts(x, opts(kind, max_rows), hot_rows);
 }
 
 static void free_tiered(tiered *x) {
@@ -456,12 +465,217 @@ START_TEST(test_stripes_async_no_lost_update) {
 }
 END_TEST
 
+/* Options with admission (ids seen twice) and expiry (after steps or
+ * seconds, one second a batch). */
+static fl_ps_table_opts admit_opts(int64_t steps, double seconds) {
+  fl_ps_table_opts o = opts(FL_OPTIM_ADAGRAD, 100000);
+  o.admit_threshold = 2;
+  o.admit_default = 0.125f;
+  o.admit_sketch_bytes = 8192;
+  o.expire_after_steps = steps;
+  o.expire_after_seconds = seconds;
+  o.now = 1000;
+  return o;
+}
+
+/* run_both with an expiry sweep after each push: the same rows expire
+ * from both, the same ids are admitted and refused. */
+static void run_expiring(fl_ps_table *a, fl_ps_table *b, int batches) {
+  uint64_t keys[BATCH], all[KEYS];
+  float g[BATCH * DIM], pa[BATCH * DIM], pb[BATCH * DIM];
+  static float ra[KEYS * DIM], rb[KEYS * DIM];
+  fl_ps_table_counts na, nb;
+  for (int i = 0; i < batches; i++) {
+    batch(i, keys, g);
+    ck_assert_int_eq(fl_ps_table_pull(a, keys, BATCH, pa), FL_OK);
+    ck_assert_int_eq(fl_ps_table_pull(b, keys, BATCH, pb), FL_OK);
+    ck_assert_mem_eq(pa, pb, sizeof pa);
+    ck_assert_int_eq(fl_ps_table_push(a, keys, BATCH, g), FL_OK);
+    ck_assert_int_eq(fl_ps_table_push(b, keys, BATCH, g), FL_OK);
+    ck_assert_uint_eq(fl_ps_table_expire(a, 1001.0 + i), fl_ps_table_expire(b, 1001.0 + i));
+  }
+  for (uint64_t k = 0; k < KEYS; k++) all[k] = k;
+  ck_assert_int_eq(fl_ps_table_read(a, all, KEYS, ra), FL_OK);
+  ck_assert_int_eq(fl_ps_table_read(b, all, KEYS, rb), FL_OK);
+  ck_assert_mem_eq(ra, rb, sizeof ra);
+  fl_ps_table_counts_of(a, &na);
+  fl_ps_table_counts_of(b, &nb);
+  ck_assert_mem_eq(&na, &nb, sizeof na);
+  ck_assert_uint_gt(na.refused, 0);
+  ck_assert_uint_gt(na.expired, 100);
+  ck_assert_uint_eq(fl_ps_table_rows(b) + fl_ps_table_disk_rows(b), fl_ps_table_rows(a));
+}
+
+START_TEST(test_tier_admission_expiry_same_bits) {
+  /* Expiry after 6 steps, then after 6 seconds: 30 rows in memory, the
+   * rest on disk, where most of the expired rows are. */
+  const int64_t steps[2] = {6, 0};
+  const double secs[2] = {0, 6};
+  for (int k = 0; k < 2; k++) {
+    fl_ps_table_opts o = admit_opts(steps[k], secs[k]);
+    fl_ps_table *mem = NULL;
+    tiered x;
+    fl_ps_tier_stats st;
+    ck_assert_int_eq(fl_ps_table_create(&o, &mem), FL_OK);
+    make_tiered_opts(&x, o, 30);
+    run_expiring(mem, x.t, 80);
+    fl_ps_tier_get_stats(x.tier, &st);
+    ck_assert_uint_gt(st.demotions, 100);
+    ck_assert_uint_gt(st.promotions, 10);
+    ck_assert_uint_gt(fl_ps_table_disk_rows(x.t), 0);
+    /* Rows demoted and not promoted, not on disk now: expired there. */
+    ck_assert_uint_eq(st.rows, fl_ps_table_disk_rows(x.t));
+    ck_assert_uint_gt(st.demotions - st.promotions - st.rows, 50);
+    ck_assert_uint_le(fl_ps_table_hot_bytes(x.t), x.budget);
+    fl_ps_table_free(mem);
+    free_tiered(&x);
+  }
+}
+END_TEST
+
+START_TEST(test_tier_disk_row_not_readmitted) {
+  /* Id 7 admitted (two sightings), then demoted by ids 100..: a pull of 7
+   * promotes it, neither admitted nor refused again, its trained value
+   * kept; a gradient of an id on disk applies. */
+  fl_ps_table_opts o = admit_opts(0, 0);
+  tiered x;
+  fl_ps_table_counts n0, n1;
+  float v[DIM], w[DIM], g[DIM];
+  uint64_t k7 = 7;
+  for (int j = 0; j < DIM; j++) g[j] = 0.5f;
+  make_tiered_opts(&x, o, 4);
+  ck_assert_int_eq(fl_ps_table_pull(x.t, &k7, 1, v), FL_OK);
+  ck_assert_uint_eq(fl_ps_table_rows(x.t), 0);
+  ck_assert(v[0] == 0.125f);
+  ck_assert_int_eq(fl_ps_table_pull(x.t, &k7, 1, v), FL_OK);
+  ck_assert_int_eq(fl_ps_table_push(x.t, &k7, 1, g), FL_OK);
+  ck_assert(fl_ps_table_peek(x.t, 7, v));
+  for (uint64_t k = 100; k < 120; k++)
+    for (int r = 0; r < 2; r++) ck_assert_int_eq(fl_ps_table_pull(x.t, &k, 1, w), FL_OK);
+  ck_assert(!fl_ps_table_peek(x.t, 7, w));
+  ck_assert_uint_gt(fl_ps_table_disk_rows(x.t), 0);
+  fl_ps_table_counts_of(x.t, &n0);
+  ck_assert_uint_eq(n0.admitted, 21);
+  ck_assert_uint_eq(n0.refused, 21);
+  ck_assert_int_eq(fl_ps_table_push(x.t, &k7, 1, g), FL_OK); /* on disk: applies */
+  ck_assert_int_eq(fl_ps_table_pull(x.t, &k7, 1, w), FL_OK);
+  fl_ps_table_counts_of(x.t, &n1);
+  ck_assert_uint_eq(n1.admitted, n0.admitted);
+  ck_assert_uint_eq(n1.refused, n0.refused);
+  ck_assert(w[0] != 0.125f && w[0] < v[0]);
+  /* A gradient of an id on neither tier is dropped, no row made. */
+  k7 = 500;
+  ck_assert_int_eq(fl_ps_table_push(x.t, &k7, 1, g), FL_OK);
+  ck_assert(!fl_ps_table_peek(x.t, 500, w));
+  ck_assert_int_eq(fl_ps_table_read(x.t, &k7, 1, w), FL_OK);
+  ck_assert(w[0] == 0.125f);
+  free_tiered(&x);
+}
+END_TEST
+
+START_TEST(test_tier_value_without_marks) {
+  /* A value written before the marks (24 bytes shorter) reads with them
+   * zero; any other length is refused as corrupt. */
+  char dir[] = "/tmp/fl_test_tier_XXXXXX", path[64];
+  fl_ps_tier *t = NULL;
+  unsigned char row[64], got[64 + FL_PS_TIER_MARKS_LEN];
+  uint64_t key = 5;
+  uint8_t found = 0;
+  memset(row, 0xab, sizeof row);
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/store", dir);
+  ck_assert_int_eq(fl_ps_tier_open(path, 1 << 20, &t), FL_OK);
+  ck_assert_int_eq(fl_ps_tier_put(t, 1, key, row, sizeof row), FL_OK);
+  memset(got, 0xff, sizeof got);
+  ck_assert_int_eq(fl_ps_tier_get_many(t, 1, &key, 1, got, sizeof got, &found, NULL), FL_OK);
+  ck_assert_int_eq(found, 1);
+  ck_assert_mem_eq(got, row, sizeof row);
+  for (size_t i = sizeof row; i < sizeof got; i++) ck_assert_int_eq(got[i], 0);
+  ck_assert_int_eq(fl_ps_tier_get_many(t, 1, &key, 1, got, sizeof row + 8, &found, NULL),
+                   FL_ECORRUPT);
+  fl_ps_tier_close(t);
+  rm_tree(dir);
+}
+END_TEST
+
+START_TEST(test_tier_legacy_row_expires) {
+  /* A disk row of the layout before the marks (as a store copy of an older
+   * pserver holds) reads, and counts as seen when the table was made or
+   * loaded: expired 3 steps later. */
+  fl_ps_table_opts o = opts(FL_OPTIM_SGD, 1000);
+  tiered x;
+  uint64_t h = 1469598103934665603ULL, k42 = 42, k1 = 1;
+  unsigned char old[8 + DIM * 4];
+  float v[DIM], g[DIM] = {0};
+  int64_t updates = 5;
+  for (const char *p = "emb"; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+  o.expire_after_steps = 3;
+  make_tiered_opts(&x, o, 4);
+  memcpy(old, &updates, 8);
+  for (int j = 0; j < DIM; j++) memcpy(old + 8 + j * 4, &(float){0.25f}, 4);
+  ck_assert_int_eq(fl_ps_tier_put(x.tier, fl_ps_mix64(h + 0), 42, old, sizeof old), FL_OK);
+  ck_assert_int_eq(fl_ps_table_read(x.t, &k42, 1, v), FL_OK);
+  ck_assert(v[0] == 0.25f && v[DIM - 1] == 0.25f);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(fl_ps_table_push(x.t, &k1, 1, g), FL_OK);
+  ck_assert_uint_eq(fl_ps_table_expire(x.t, 0), 0); /* unseen 2 steps */
+  ck_assert_uint_eq(fl_ps_table_disk_rows(x.t), 1);
+  ck_assert_int_eq(fl_ps_table_push(x.t, &k1, 1, g), FL_OK);
+  ck_assert_uint_eq(fl_ps_table_expire(x.t, 0), 1);
+  ck_assert_uint_eq(fl_ps_table_disk_rows(x.t), 0);
+  ck_assert_int_eq(fl_ps_table_read(x.t, &k42, 1, v), FL_OK);
+  ck_assert(v[0] != 0.25f);
+  free_tiered(&x);
+}
+END_TEST
+
+START_TEST(test_tier_filter_no_false_negative) {
+  /* 20000 rows (the id filter rebuilt on the way, sized from 4096), some
+   * removed: every row held is found, no id never written is, and a row
+   * removed reads as absent though the filter still holds it. */
+  char dir[] = "/tmp/fl_test_tier_XXXXXX", path[64];
+  fl_ps_tier *t = NULL;
+  enum { N = 20000 };
+  static uint64_t keys[N], seqs[N];
+  static unsigned char rows[N * 8];
+  static uint8_t found[N];
+  uint64_t v;
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/store", dir);
+  ck_assert_int_eq(fl_ps_tier_open(path, 1 << 20, &t), FL_OK);
+  for (uint64_t i = 0; i < N; i++) {
+    keys[i] = i * 7919 + 3;
+    v = i;
+    ck_assert_int_eq(fl_ps_tier_put(t, 9, keys[i], &v, 8), FL_OK);
+  }
+  ck_assert_int_eq(fl_ps_tier_get_many(t, 9, keys, N, rows, 8, found, seqs), FL_OK);
+  for (size_t i = 0; i < N; i++) {
+    ck_assert_int_eq(found[i], 1);
+    memcpy(&v, rows + i * 8, 8);
+    ck_assert_uint_eq(v, i);
+  }
+  ck_assert_int_eq(fl_ps_tier_drop(t, 9, keys[5], seqs[5]), FL_OK);
+  for (uint64_t i = 0; i < N; i++) keys[i] = i * 7919 + 4;
+  keys[0] = 5 * 7919 + 3;
+  ck_assert_int_eq(fl_ps_tier_get_many(t, 9, keys, N, rows, 8, found, NULL), FL_OK);
+  for (size_t i = 0; i < N; i++) ck_assert_int_eq(found[i], 0);
+  ck_assert_int_eq(fl_ps_tier_get_many(t, 10, keys, 1, rows, 8, found, NULL), FL_OK);
+  ck_assert_int_eq(found[0], 0);
+  fl_ps_tier_close(t);
+  rm_tree(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ps_tier");
   TCase *tc = tcase_create("tier");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_tier_same_bits);
   tcase_add_test(tc, test_tier_max_rows_lru);
+  tcase_add_test(tc, test_tier_admission_expiry_same_bits);
+  tcase_add_test(tc, test_tier_disk_row_not_readmitted);
+  tcase_add_test(tc, test_tier_value_without_marks);
+  tcase_add_test(tc, test_tier_filter_no_false_negative);
+  tcase_add_test(tc, test_tier_legacy_row_expires);
   tcase_add_test(tc, test_tier_disk_full_keeps_rows);
   tcase_add_test(tc, test_core_checkpoint_keeps_disk_tier);
   tcase_add_test(tc, test_core_budget_needs_dir);
