@@ -60,13 +60,13 @@ static void publish(const fl_ps_table *t, const fl_ps_table_counts *n, size_t ro
     fl_series_set(s, (double)rows);
 }
 
-void psc_sparse_sweep(fl_ps_core *c) {
+void psc_sparse_sweep(fl_ps_core *c, int expire) {
   double now = psc_wall_now();
   for (size_t i = 0; i < atomic_load(&c->n_tables); i++) {
     ps_table *pt = &c->tables[i];
     fl_ps_table_counts n;
     size_t rows;
-    psc_stripes_sweep(pt, 1, now, &n, &rows);
+    psc_stripes_sweep(pt, expire, now, &n, &rows);
     publish(pt->t, &n, rows);
   }
 }
@@ -190,7 +190,7 @@ fl_status fl_ps_core_save_dir(fl_ps_core *c, const char *dir, int64_t *step, cha
   if (c->o.job.pserver.checkpoint_delta.every > 0) k.nonce = k.delta ? c->base_nonce : new_nonce();
   k.base = c->base_step;
   k.seq = c->delta_seq + 1;
-  psc_sparse_sweep(c); /* expired rows are not written */
+  psc_sparse_sweep(c, 1); /* expired rows are not written */
   st = write_file(c, dir, &k, step, path, cap);
   if (st != FL_OK) {
     c->have_base = 0; /* the rows marked saved are in no file: start over */

@@ -335,6 +335,11 @@ fl_status psc_stripes_load(ps_table *pt, const fl_ckpt *ck, const char *prefix);
  * memory over its stripes (pt->mu, then each stripe's lock, taken here). */
 void psc_stripes_sweep(ps_table *pt, int expire, double now, fl_ps_table_counts *n,
                        size_t *rows);
+/* Expire pt's old rows at now, stripe after stripe (pt->mu held; each
+ * stripe's lock taken here): a sync step's apply, so that which rows go is
+ * the same bits in every run (as the table's clock, not the wall clock
+ * that the periodic sweep runs by, says). */
+void psc_stripes_expire(ps_table *pt, double now);
 /* 1 when pt can write a delta (one stripe, fl_ps_table_delta_ok). */
 int psc_stripes_delta_ok(ps_table *pt);
 /* Apply the delta records under prefix to pt (one stripe; pt->mu and its
@@ -372,10 +377,10 @@ typedef struct psc_ckpt_kind {
  * step it holds.  Takes the block and table locks one at a time. */
 fl_status psc_write_state(fl_ps_core *c, fl_ckpt_writer *w, const psc_ckpt_kind *k,
                           int64_t *step);
-/* Expire every table's old rows (by the wall clock) and publish the
- * tables' admission, expiry and eviction counters in /metrics.  No lock
- * held (takes each table's). */
-void psc_sparse_sweep(fl_ps_core *c);
+/* Expire every table's old rows (when expire) and publish the tables'
+ * admission, expiry and eviction counters in /metrics.  No lock held
+ * (takes each table's). */
+void psc_sparse_sweep(fl_ps_core *c, int expire);
 /* The wall clock in seconds since the epoch (rows' last-seen times). */
 double psc_wall_now(void);
 

@@ -327,7 +327,8 @@ void fl_ps_core_tick(fl_ps_core *c, double now) {
     }
     pthread_mutex_unlock(&pt->mu);
   }
-  psc_sparse_sweep(c);
+  /* sync mode expires rows at each step's apply (core_rows.c) */
+  psc_sparse_sweep(c, c->ops->mode != FL_PS_SYNC);
   if (changed) psc_reevaluate(c);
 }
 

@@ -99,6 +99,7 @@ static fl_status rows_apply(fl_ps_core *c, ps_table *pt) {
     /* the trainers' mean as a trainer's gradient merge takes it (loop_sparse.c) */
     if (len) st = fl_gm_finalize(&acc, &len, 1, pt->n_pend, 1);
     if (st == FL_OK) st = psc_stripes_push(pt, keys, nu, acc);
+    if (st == FL_OK) psc_stripes_expire(pt, psc_wall_now());
   }
   free(keys);
   free(acc);

@@ -349,6 +349,14 @@ fl_status psc_stripes_apply_delta(ps_table *pt, const fl_ckpt *ck, const char *p
   return st;
 }
 
+void psc_stripes_expire(ps_table *pt, double now) {
+  for (unsigned s = 0; s < pt->ns; s++) {
+    pthread_mutex_lock(&pt->smu[s]);
+    fl_ps_table_expire(pt->sh[s], now);
+    pthread_mutex_unlock(&pt->smu[s]);
+  }
+}
+
 void psc_stripes_sweep(ps_table *pt, int expire, double now, fl_ps_table_counts *n,
                        size_t *rows) {
   memset(n, 0, sizeof *n);

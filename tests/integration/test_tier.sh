@@ -8,10 +8,10 @@
 # rows from the file and its .tier copy), and the same dense values.
 # Then the same pair with admission (ids seen twice; one trainer, so that
 # the order of sightings is the same in both runs) and expiry on, its
-# sweeps walking the disk rows' marks.  The pserver sweeps on a wall-clock
-# timer, so which rows a short limit expires differs from run to run even
-# all in memory: the limit here (1000 steps) expires none, and the same
-# bits for rows that do expire are test_ps_tier's (a scripted stream).
+# sweeps walking the disk rows' marks.  A sync pserver expires rows at each
+# step's apply (by the table's clock), so a short limit (4 steps) expires
+# the same rows in every run: the rows expired are counted and must be
+# some.
 # Seconds.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
@@ -74,9 +74,9 @@ if ! diff "$tmp/mem.digest" "$(grep -v '^tier ' "$tmp/tier.digest" > "$tmp/tier.
 fi
 echo "PASS: same bits with and without pserver.memory_budget"
 
-# Admission and expiry: a trainer's 16 steps, under the limit.
+# Admission and expiry: a trainer's 16 steps, rows unseen for 4 expire.
 ae="    admit_threshold: 2
-    expire_after_steps: 1000"
+    expire_after_steps: 4"
 job amem 0 "$ae"
 job atier 8000 "$ae"
 run amem 1
@@ -93,4 +93,12 @@ if ! diff "$tmp/amem.digest" "$tmp/atier.cmp"; then
   echo "FAIL: with admission, expiry and pserver.memory_budget the rows or dense values differ"
   exit 1
 fi
-echo "PASS: same bits with admission and expiry, with and without pserver.memory_budget"
+# the log line at each checkpoint counts the rows expired: some, and as many
+expired() { sed -n 's/.*sparse table ctr.emb:.* expired \([0-9]*\),.*/\1/p' "$tmp/$1.log"/serverlog.0 | tail -1; }
+ex=$(expired amem)
+case $ex in '' | 0 | *[!0-9]*) ex=none ;; esac
+if [ "$ex" = none ] || [ "$ex" != "$(expired atier)" ]; then
+  echo "FAIL: rows expired: '$(expired amem)' all in memory, '$(expired atier)' with the budget (want as many, some)"
+  exit 1
+fi
+echo "PASS: same bits with admission and expiry ($ex rows of ctr.emb expired), with and without pserver.memory_budget"
