@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -266,6 +267,17 @@ static void set_table_options(fl_ps_tier *t, size_t cache) {
   rocksdb_options_set_block_based_table_factory(t->opt, t->bbo);
 }
 
+/* The SST files RocksDB may hold open: a quarter of the descriptors the
+ * process may open (RLIMIT_NOFILE, which the daemons raise to its hard
+ * limit at start), so that a store of many files never takes the
+ * descriptors gRPC needs for its connections; at least 64. */
+static int open_files_cap(void) {
+  struct rlimit rl;
+  rlim_t n = 256;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) n = rl.rlim_cur / 4;
+  return n < 64 ? 64 : n > 65536 ? 65536 : (int)n;
+}
+
 static void set_options(fl_ps_tier *t) {
   size_t cache = t->budget / FL_TIER_CACHE_SHARE, mt = t->budget / FL_TIER_MEMTABLE_SHARE;
   if (cache < FL_TIER_MIN_BYTES) cache = FL_TIER_MIN_BYTES;
@@ -280,6 +292,7 @@ static void set_options(fl_ps_tier *t) {
   rocksdb_options_set_memtable_prefix_bloom_size_ratio(t->opt, 0.05);
   rocksdb_options_set_memtable_whole_key_filtering(t->opt, 1);
   rocksdb_options_set_compression(t->opt, rocksdb_no_compression);
+  rocksdb_options_set_max_open_files(t->opt, open_files_cap());
   /* Rows land at random keys and small memtables flush often: leveled
    * compaction would rewrite the whole last level for every few
    * memtables (measured: 58% of the CPU); universal compaction merges
