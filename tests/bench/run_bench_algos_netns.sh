@@ -21,12 +21,19 @@
 # (MPI runs its --quick iteration counts: 50 at 64 KiB .. 2 at 64 MiB.)
 # Usage (root): bash tests/bench/run_bench_algos_netns.sh [BUILDDIR] [--nodes 8] [--iters N]
 #               [--rounds R] [--sizes 64K,1M,16M] [--algos ring,halving_doubling,tree,auto]
-#               [--no-mpi]
+#               [--no-mpi] [--counters]
+# --counters: after each job, per node, the link's losses and TCP's
+# retransmissions so far (cumulative over the jobs): the wire's stats line
+# (netns_wire: overflow = its delay queue was full), the drops of the tbf
+# qdiscs on the node's eth0 and on its switch port, the TAP devices'
+# tx_dropped (a TAP drops when its reader, the wire, falls behind), and
+# nstat's TcpRetransSegs, TcpExtTCPTimeouts (of which TCPSynRetrans on
+# connecting, TCPSpuriousRTOs undone) in the node's namespace.
 # Never pass/fail; exits 0 with SKIP where namespaces are unavailable.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-build=. nodes=8 iters=5 rounds=1 sizes=64K,1M,16M algos=ring,halving_doubling,tree,auto use_mpi=1
+build=. nodes=8 iters=5 rounds=1 sizes=64K,1M,16M algos=ring,halving_doubling,tree,auto use_mpi=1 counters=0
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) nodes=$2; shift ;;
@@ -35,6 +42,7 @@ while [ $# -gt 0 ]; do
     --sizes) sizes=$2; shift ;;
     --algos) algos=$2; shift ;;
     --no-mpi) use_mpi=0 ;;
+    --counters) counters=1 ;;
     *) build=$1 ;;
   esac
   shift
@@ -70,6 +78,24 @@ run() {
   done
   for ((r = 0; r < nodes; r++)); do wait ${p[r]} || echo "# $algo: rank $r exited $?: $(tail -2 "$tmp/$algo.$r")"; done
   grep -E '^(busbw|time)_|^#|network probe' "$tmp/$algo.0" | tee -a "$tmp/all"
+  [ $counters = 0 ] || drops "$algo"
+}
+
+# One line per node: where frames were lost so far, and TCP's answer.
+drops() {
+  local k w tb sw tap swtap tcp
+  for ((k = 0; k < nodes; k++)); do
+    w=$(cat "${fl_ns_wire_stats[$k]:-/dev/null}" 2> /dev/null)
+    tb=$(tc -s -n ${FL_NS[k]} qdisc show dev eth0 | sed -n 's/.*(dropped \([0-9]*\),.*/\1/p' | head -1)
+    sw=$(tc -s -n $FL_NS_SW qdisc show dev p$k | sed -n 's/.*(dropped \([0-9]*\),.*/\1/p' | head -1)
+    tap=$(ip netns exec ${FL_NS[k]} cat /sys/class/net/eth0/statistics/tx_dropped 2> /dev/null)
+    swtap=$(ip netns exec $FL_NS_SW cat /sys/class/net/p$k/statistics/tx_dropped 2> /dev/null)
+    tcp=$(ip netns exec ${FL_NS[k]} nstat -az TcpRetransSegs TcpExtTCPTimeouts \
+      TcpExtTCPSynRetrans TcpExtTCPSpuriousRTOs 2> /dev/null |
+      awk '/^Tcp/ { printf "%s %s ", $1, $2 }')
+    echo "# counters after $1, node $k: wire [${w:-none}] tbf_eth0_dropped ${tb:-?}" \
+      "tbf_port_dropped ${sw:-?} tap_eth0_tx_dropped ${tap:-?} tap_port_tx_dropped ${swtap:-?} $tcp"
+  done
 }
 
 # OpenMPI on the same namespaces, one rank per node.

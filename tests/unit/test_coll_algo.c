@@ -12,7 +12,9 @@
  * Choice: the model's predictions (latency-bound small buckets leave the
  * ring, large ones go back to it), auto's table broadcast from rank 0, an
  * explicit setting honoured, and a tuning restored from a checkpoint
- * reused instead of a probe (and dropped when the world size changed). */
+ * reused instead of a probe (and dropped when the world size changed);
+ * the probe's medians over interleaved rounds, with a stand-in clock whose
+ * outliers must not move the choice. */
 #include <config.h>
 
 #include <check.h>
@@ -299,6 +301,73 @@ START_TEST(model_efficiency) {
 }
 END_TEST
 
+/* ------------------------------------------------ probe under noise */
+
+/* The group probe's clock stood in for: each algorithm's true time at the
+ * small and the large size, some calls (counted from 0, the warm-up round
+ * included) 10 times slower (a busy spell) or faster (a lucky one), and
+ * the order of the calls checked: ring, halving-doubling, tree at the
+ * small size, then at the large one, round after round. */
+typedef struct fake_clock {
+  double t[2][COLL_MODEL_ALGOS];
+  size_t bytes;
+  int slow[3], fast[3]; /* call numbers; -1: none */
+  int calls, shares, out_of_order;
+} fake_clock;
+
+static fl_status fake_run(void *arg, int algo, size_t len, double *secs) {
+  fake_clock *f = arg;
+  int k = len == f->bytes, i = algo - COLL_ALGO_RING;
+  if (f->calls % (2 * COLL_MODEL_ALGOS) != k * COLL_MODEL_ALGOS + i) f->out_of_order++;
+  *secs = f->t[k][i];
+  for (int j = 0; j < 3; j++) {
+    if (f->slow[j] == f->calls) *secs *= 10;
+    if (f->fast[j] == f->calls) *secs /= 10;
+  }
+  f->calls++;
+  return FL_OK;
+}
+
+static fl_status fake_share(void *arg, uint32_t *v) {
+  (void)v;
+  ((fake_clock *)arg)->shares++;
+  return FL_OK;
+}
+
+/* On 8 ranks the tree is fastest at 64 KiB and the ring at 1 MiB; one
+ * ring repetition at 1 MiB and one tree repetition at 64 KiB 10x slow, and
+ * one halving-doubling repetition at 1 MiB 10x fast (the best of the
+ * rounds took halving-doubling there), the warm-up slow too: the medians
+ * are the true times and the table takes the tree and the ring. */
+START_TEST(probe_median_outliers) {
+  size_t mib = (size_t)1 << 20;
+  fake_clock f = {{{3e-3, 2.5e-3, 1.5e-3}, {15e-3, 25e-3, 30e-3}}, mib, {3, 6 + 3, 12 + 2},
+                  {18 + 4, -1, -1}, 0, 0, 0};
+  coll_probe_clock c = {fake_run, fake_share, &f};
+  double med[2][COLL_MODEL_ALGOS];
+  int rounds = 0;
+  ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds), FL_OK);
+  ck_assert_int_eq(rounds, 5); /* 77 ms a round: the fewest the probe runs */
+  ck_assert_int_eq(f.calls, 6 * (1 + rounds));
+  ck_assert_int_eq(f.shares, 1);
+  ck_assert_int_eq(f.out_of_order, 0);
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < COLL_MODEL_ALGOS; i++) ck_assert(med[k][i] == f.t[k][i]);
+  coll_tuning t = {8, {100e-6, 8e-9, 0.1e-9, {1, 1, 1}, {1, 1, 1}}, {0}};
+  coll_tune_fit(&t, 8, 512.0 * 1024, mib, med);
+  ck_assert_int_eq(t.table[coll_table_bin(mib / 16)], COLL_ALGO_TREE);
+  ck_assert_int_eq(t.table[coll_table_bin(mib)], COLL_ALGO_RING);
+  ck_assert_int_eq(t.table[coll_table_bin(mib * 16)], COLL_ALGO_RING);
+  /* Fast rounds (loopback): as many as the probe takes, no more. */
+  fake_clock g = {{{1e-4, 1e-4, 1e-4}, {2e-4, 2e-4, 2e-4}}, mib, {-1, -1, -1}, {-1, -1, -1},
+                  0, 0, 0};
+  c.arg = &g;
+  ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds), FL_OK);
+  ck_assert_int_eq(rounds, 9);
+  ck_assert_int_eq(g.calls, 6 * 10);
+}
+END_TEST
+
 /* ---------------------------------------------------------- choice */
 
 typedef struct choice_spec {
@@ -426,6 +495,7 @@ static Suite *suite(void) {
   tcase_add_test(t, shm_transport_same_bits);
   tcase_add_test(t, model_predictions);
   tcase_add_test(t, model_efficiency);
+  tcase_add_test(t, probe_median_outliers);
   tcase_add_test(t, choice_auto_explicit_resume);
   tcase_add_test(t, unknown_algorithm_refused);
   suite_add_tcase(s, t);

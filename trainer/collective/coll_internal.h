@@ -273,6 +273,29 @@ typedef struct coll_tuning {
 void coll_tuning_encode(const coll_tuning *t, uint8_t out[COLL_TUNING_BYTES]);
 /* FL_EPROTO (not logged) for a blob of another version or a bad table. */
 fl_status coll_tuning_decode(const uint8_t *p, size_t len, coll_tuning *t);
+/* tune.c: the group probe's source of times, a parameter so that a test
+ * can stand in for the network.  run(arg, algo, len, &secs): one allreduce
+ * of algo over len bytes on every member, this member's seconds in *secs;
+ * share(arg, &v): every member's *v becomes member 0's. */
+typedef struct coll_probe_clock {
+  fl_status (*run)(void *arg, int algo, size_t len, double *secs);
+  fl_status (*share)(void *arg, uint32_t *v);
+  void *arg;
+} coll_probe_clock;
+/* Every member: the group probe at bytes and bytes / 16, each algorithm
+ * in turn (ring, halving-doubling, tree at the small size, then at the
+ * large, round after round): a warm-up round, then as many rounds as
+ * member 0 says fit the probe's time budget (at least 5, at most 9);
+ * med[k][i]: the median of algorithm i's rounds at the small (k 0) and
+ * the large size (k 1); *rounds: how many.  The caller owns everything. */
+fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
+                           double med[2][COLL_MODEL_ALGOS], int *rounds);
+/* Member 0: t's factors for a group of n ranks from the group probe's
+ * medians at bytes / 16 and bytes (t's alpha, beta, gamma set before),
+ * and t's table for buckets sent in pieces of chunk bytes.  The caller
+ * owns t. */
+void coll_tune_fit(coll_tuning *t, int n, double chunk, size_t bytes,
+                   const double med[2][COLL_MODEL_ALGOS]);
 /* tune.c: the group's allreduce choice, on every member after the links
  * are up.  A fixed c->algo_req sets *algo and nothing moves.  Otherwise
  * (*algo = COLL_ALGO_AUTO) group member 0 takes the tuning restored from

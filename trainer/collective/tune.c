@@ -3,23 +3,26 @@
  * alpha-beta-gamma fit, the per-size table, and its broadcast from rank 0
  * so that every rank runs the same algorithm on the same bucket.
  *
- * The probe is a ping-pong of PROBE_SIZES messages (best of PROBE_REPS
- * round trips each, one warm-up), alpha from the smallest one-way time,
- * beta from the slope to the largest, and the local cost of
+ * The probe is a ping-pong of PROBE_SIZES messages (the median of
+ * PROBE_REPS round trips each, after one warm-up), alpha from the smallest
+ * one-way time, beta from the slope to the largest, and the local cost of
  * adding a byte (gamma: fp32 reduce of 256 KiB).  Then the whole group
  * runs allreduces of each algorithm at two sizes (1 MiB, less where the
  * model says that takes over GROUP_BUDGET_S, and 1/16 of it; a warm-up
- * and the best of GROUP_REPS rounds), and each algorithm's latency and
+ * round, then the median of as many rounds as fit GROUP_ROUNDS_S, between
+ * GROUP_REPS_MIN and GROUP_REPS_MAX, the algorithms taking turns in each
+ * round so that a busy spell of a loaded machine falls on all of them
+ * alike: the best of two rounds, before, gave a different table in each
+ * of three jobs on 8 shaped namespaces), and each algorithm's latency and
  * bandwidth terms get the factors (coll_model.lat, eff) that make the
  * model give what they really took: two algorithms that move the same
  * bytes need not move them equally fast (halving-doubling's few large
  * exchanges, one after the other, ran 1.6 times slower than the ring's
  * pipelined steps on 8 shaped namespaces, where the plain model called
  * them equal), and a step costs more than one link's alpha when every
- * rank sends at once.  On 8 nodes at 1 Gbit/s with 0.1 ms delay the probe takes
- * under a second.  A tuning restored from a checkpoint for the same
- * group size is used as is, so a resumed run keeps its algorithms, hence
- * its bits. */
+ * rank sends at once.  The probe logs its cost and its number of rounds.
+ * A tuning restored from a checkpoint for the same group size is used as
+ * is, so a resumed run keeps its algorithms, hence its bits. */
 #include <config.h>
 
 #include <stdio.h>
@@ -29,11 +32,13 @@
 
 #include "coll_internal.h"
 
-#define PROBE_REPS 3
+#define PROBE_REPS 5
 static const size_t probe_sizes[] = {8, 4096, 65536, 262144, 1048576};
 #define PROBE_SIZES (sizeof probe_sizes / sizeof probe_sizes[0])
 #define GAMMA_FLOATS 65536
-#define GROUP_REPS 2
+#define GROUP_REPS_MIN 5
+#define GROUP_REPS_MAX 9
+#define GROUP_ROUNDS_S 0.25
 #define GROUP_MAX ((size_t)1 << 20)
 #define GROUP_MIN ((size_t)1 << 16)
 #define GROUP_BUDGET_S 0.05
@@ -47,6 +52,17 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The median of v[0..n) (0 < n <= GROUP_REPS_MAX); v is left as it was. */
+static double median(const double *v, int n) {
+  double s[GROUP_REPS_MAX];
+  for (int i = 0; i < n; i++) {
+    int j = i;
+    for (; j > 0 && s[j - 1] > v[i]; j--) s[j] = s[j - 1];
+    s[j] = v[i];
+  }
+  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2.0;
 }
 
 /* Move len bytes to or from group member peer on channel 0, blocking. */
@@ -71,7 +87,7 @@ static fl_status xfer(const coll_xport *x, int peer, int send, uint8_t *p, size_
 static fl_status ping_pong(const coll_xport *x, uint8_t *buf, double *oneway) {
   int peer = x->me == 0 ? 1 : 0;
   for (size_t i = 0; i < PROBE_SIZES; i++) {
-    double best = 1e30;
+    double dt[PROBE_REPS + 1];
     for (int r = 0; r <= PROBE_REPS; r++) {
       double t0 = now_s();
       if (x->me == 0) {
@@ -81,10 +97,9 @@ static fl_status ping_pong(const coll_xport *x, uint8_t *buf, double *oneway) {
         FL_TRY(xfer(x, peer, 0, buf, probe_sizes[i]));
         FL_TRY(xfer(x, peer, 1, buf, probe_sizes[i]));
       }
-      double dt = (now_s() - t0) / 2.0;
-      if (r > 0 && dt < best) best = dt;
+      dt[r] = (now_s() - t0) / 2.0;
     }
-    oneway[i] = best;
+    oneway[i] = median(dt + 1, PROBE_REPS);
   }
   return FL_OK;
 }
@@ -144,27 +159,68 @@ static size_t group_bytes(const coll_model *m, int n, double chunk) {
   return b;
 }
 
-/* Every member: a warm-up round and GROUP_REPS rounds of one allreduce of
- * GROUP_SMALL(bytes) and one of `bytes` per algorithm, interleaved, in
- * pieces of GROUP_CHUNK(bytes) so that the tree pipelines as it does on
- * large buckets; best[k][i]: member 0's best time of group_algos[i] at
- * the small (k 0) and the large size (k 1). */
-static fl_status group_probe(const coll_xport *xp, coll_sched *s, uint64_t *seq, uint8_t *buf,
-                             size_t bytes, double best[2][COLL_MODEL_ALGOS]) {
-  coll_xport xc = *xp, *x = &xc;
-  xc.chunk = GROUP_CHUNK(bytes);
-  for (int i = 0; i < 2 * COLL_MODEL_ALGOS; i++) best[i / COLL_MODEL_ALGOS][i % COLL_MODEL_ALGOS] = 1e30;
-  for (int r = 0; r <= GROUP_REPS; r++)
-    for (int k = 0; k < 2; k++)
-      for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
-        size_t len = k ? bytes : GROUP_SMALL(bytes);
-        coll_op a = {COLL_OP_ALLREDUCE, group_algos[i], buf, len / sizeof(float), FL_COLL_F32, 0,
-                     ++*seq};
-        double t0 = now_s();
-        FL_TRY(coll_sched_run(s, x, &a));
-        double dt = now_s() - t0;
-        if (r > 0 && dt < best[k][i]) best[k][i] = dt;
-      }
+/* One round of the group probe: each algorithm at the small, then the
+ * large size; t[k][i][r]: algorithm i's time at size k; *total: the
+ * round's time. */
+static fl_status group_round(const coll_probe_clock *c, size_t bytes, int r,
+                             double t[2][COLL_MODEL_ALGOS][GROUP_REPS_MAX], double *total) {
+  *total = 0;
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
+      double dt = 0;
+      FL_TRY(c->run(c->arg, group_algos[i], k ? bytes : GROUP_SMALL(bytes), &dt));
+      t[k][i][r] = dt;
+      *total += dt;
+    }
+  return FL_OK;
+}
+
+/* Member 0 sizes the rounds from the warm-up round's time; all learn it. */
+fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
+                           double med[2][COLL_MODEL_ALGOS], int *rounds) {
+  double t[2][COLL_MODEL_ALGOS][GROUP_REPS_MAX], warm = 0;
+  FL_TRY(group_round(c, bytes, 0, t, &warm));
+  double fit = warm > 0 ? GROUP_ROUNDS_S / warm : GROUP_REPS_MAX;
+  uint32_t n = fit >= GROUP_REPS_MAX   ? GROUP_REPS_MAX
+               : fit <= GROUP_REPS_MIN ? GROUP_REPS_MIN
+                                       : (uint32_t)fit;
+  FL_TRY(c->share(c->arg, &n));
+  if (n < GROUP_REPS_MIN || n > GROUP_REPS_MAX)
+    return FL_ERR(FL_EPROTO, "collective: member 0 asked for %u network probe rounds (%d..%d)",
+                  n, GROUP_REPS_MIN, GROUP_REPS_MAX);
+  for (uint32_t r = 0; r < n; r++) FL_TRY(group_round(c, bytes, (int)r, t, &warm));
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < COLL_MODEL_ALGOS; i++) med[k][i] = median(t[k][i], (int)n);
+  *rounds = (int)n;
+  return FL_OK;
+}
+
+/* The group probe's clock on the real network: allreduces of buf in
+ * pieces of GROUP_CHUNK(bytes), so that the tree pipelines as it does on
+ * large buckets. */
+typedef struct net_clock {
+  coll_xport x;
+  coll_sched *s;
+  uint64_t *seq;
+  uint8_t *buf;
+} net_clock;
+
+static fl_status net_run(void *arg, int algo, size_t len, double *secs) {
+  net_clock *nc = arg;
+  coll_op a = {COLL_OP_ALLREDUCE, algo, nc->buf, len / sizeof(float), FL_COLL_F32, 0, ++*nc->seq};
+  double t0 = now_s();
+  FL_TRY(coll_sched_run(nc->s, &nc->x, &a));
+  *secs = now_s() - t0;
+  return FL_OK;
+}
+
+static fl_status net_share(void *arg, uint32_t *v) {
+  net_clock *nc = arg;
+  uint8_t b[4];
+  coll_put_u32(b, *v);
+  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, b, sizeof b, FL_COLL_F32, 0, ++*nc->seq};
+  FL_TRY(coll_sched_run(nc->s, &nc->x, &a));
+  *v = coll_get_u32(b);
   return FL_OK;
 }
 
@@ -186,15 +242,14 @@ static double clampf(double v) {
  * of ring and halving_doubling at the large size takes over (on 8 shaped
  * namespaces the tree took 1.3 to 3.9 times the ring's time at 64 MiB in
  * each of four runs, and auto carried a tree won at 1 MiB up to it). */
-static void fit_factors(const coll_xport *x, coll_tuning *t, size_t bytes,
-                        const double best[2][COLL_MODEL_ALGOS], double probe_s) {
-  char desc[512];
-  double chunk = (double)GROUP_CHUNK(bytes);
+void coll_tune_fit(coll_tuning *t, int n, double chunk, size_t bytes,
+                   const double best[2][COLL_MODEL_ALGOS]) {
+  double piece = (double)GROUP_CHUNK(bytes);
   int fast[2] = {0, 0}; /* the measured fastest at the small and the large size */
   for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
     double ls, ws, lb, wb;
-    coll_model_terms(&t->m, group_algos[i], x->n, (double)GROUP_SMALL(bytes), chunk, &ls, &ws);
-    coll_model_terms(&t->m, group_algos[i], x->n, (double)bytes, chunk, &lb, &wb);
+    coll_model_terms(&t->m, group_algos[i], n, (double)GROUP_SMALL(bytes), piece, &ls, &ws);
+    coll_model_terms(&t->m, group_algos[i], n, (double)bytes, piece, &lb, &wb);
     double det = ls * wb - lb * ws;
     double l = det != 0 ? (best[0][i] * wb - best[1][i] * ws) / det : 1.0;
     t->m.lat[i] = clampf(l);
@@ -206,7 +261,7 @@ static void fit_factors(const coll_xport *x, coll_tuning *t, size_t bytes,
     if (best[0][i] < best[0][fast[0]]) fast[0] = i;
     if (best[1][i] < best[1][fast[1]]) fast[1] = i;
   }
-  coll_model_table(&t->m, x->n, (double)x->chunk, t->table);
+  coll_model_table(&t->m, n, chunk, t->table);
   t->table[coll_table_bin(GROUP_SMALL(bytes))] = (uint8_t)group_algos[fast[0]];
   t->table[coll_table_bin(bytes)] = (uint8_t)group_algos[fast[1]];
   int above = fast[1];
@@ -214,15 +269,23 @@ static void fit_factors(const coll_xport *x, coll_tuning *t, size_t bytes,
     above = best[1][1] < best[1][0] ? 1 : 0;
   for (int b = coll_table_bin(bytes) + 1; b < COLL_TABLE_BINS; b++)
     t->table[b] = (uint8_t)group_algos[above];
+}
+
+/* Member 0: the probe's outcome, once. */
+static void log_tuning(const coll_xport *x, const coll_tuning *t, size_t bytes,
+                       const double best[2][COLL_MODEL_ALGOS], int rounds, double probe_s) {
+  char desc[512];
   describe(t, desc, sizeof desc);
-  FL_LOGI("collective: network probe (%.0f ms): alpha %.1f us, beta %.3f ns/B (%.2f GB/s), "
-          "reduce %.3f ns/B; allreduce of %zu / %zu KiB on %d ranks: ring %.2f / %.2f ms, "
-          "halving_doubling %.2f / %.2f ms, tree %.2f / %.2f ms (latency x%.2f, x%.2f, x%.2f, "
-          "bandwidth x%.2f, x%.2f, x%.2f); allreduce algorithm by bucket size: %s",
-          probe_s * 1e3, t->m.alpha * 1e6, t->m.beta * 1e9, 1e-9 / t->m.beta, t->m.gamma * 1e9,
-          GROUP_SMALL(bytes) >> 10, bytes >> 10, x->n, best[0][0] * 1e3, best[1][0] * 1e3,
-          best[0][1] * 1e3, best[1][1] * 1e3, best[0][2] * 1e3, best[1][2] * 1e3, t->m.lat[0],
-          t->m.lat[1], t->m.lat[2], t->m.eff[0], t->m.eff[1], t->m.eff[2], desc);
+  FL_LOGI("collective: network probe (%.0f ms, medians of %d rounds): alpha %.1f us, "
+          "beta %.3f ns/B (%.2f GB/s), reduce %.3f ns/B; allreduce of %zu / %zu KiB on %d "
+          "ranks: ring %.2f / %.2f ms, halving_doubling %.2f / %.2f ms, tree %.2f / %.2f ms "
+          "(latency x%.2f, x%.2f, x%.2f, bandwidth x%.2f, x%.2f, x%.2f); allreduce algorithm "
+          "by bucket size: %s",
+          probe_s * 1e3, rounds, t->m.alpha * 1e6, t->m.beta * 1e9, 1e-9 / t->m.beta,
+          t->m.gamma * 1e9, GROUP_SMALL(bytes) >> 10, bytes >> 10, x->n, best[0][0] * 1e3,
+          best[1][0] * 1e3, best[0][1] * 1e3, best[1][1] * 1e3, best[0][2] * 1e3,
+          best[1][2] * 1e3, t->m.lat[0], t->m.lat[1], t->m.lat[2], t->m.eff[0], t->m.eff[1],
+          t->m.eff[2], desc);
 }
 
 /* Member 0: restored tuning (*group = 0), or the ping-pong's fit and the
@@ -280,8 +343,15 @@ static fl_status probe(const coll_xport *x, coll_sched *s, uint64_t *seq, coll_t
   if (group > GROUP_MAX)
     return FL_ERR(FL_EPROTO, "collective: rank 0 asked for a %zu-byte network probe", group);
   if (group == 0) return FL_OK;
-  FL_TRY(group_probe(x, s, seq, buf, group, best));
-  if (x->me == 0) fit_factors(x, t, group, best, now_s() - t0);
+  net_clock nc = {*x, s, seq, buf};
+  nc.x.chunk = GROUP_CHUNK(group);
+  coll_probe_clock clock = {net_run, net_share, &nc};
+  int rounds = 0;
+  FL_TRY(coll_group_probe(&clock, group, best, &rounds));
+  if (x->me == 0) {
+    coll_tune_fit(t, x->n, (double)x->chunk, group, best);
+    log_tuning(x, t, group, best, rounds, now_s() - t0);
+  }
   return FL_OK;
 }
 
