@@ -5,7 +5,8 @@
  * Why an agent around flotilla-run: a world of N nodes is exactly what
  * flotilla-run's torchrun mode already runs (--nnodes N --node_rank R
  * --master_addr A).  The agent finds N, R and A on etcd and runs one such
- * flotilla-run (a "round") at a time; when the world changes it stops the
+ * flotilla-run (a "round") at a time; when the world changes it hands the
+ * new round to the running trainers (see "In process" below), or stops the
  * round and starts the next one, whose trainers take the newest state from
  * the rank holding it (each node checkpoints into a train.checkpoint_dir of
  * its own, FLOTILLA_NODE_CHECKPOINTS; the trainer's share_state broadcasts

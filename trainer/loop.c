@@ -107,6 +107,8 @@ typedef struct trainer {
   fl_val_tracker best, stop; /* train.keep_best, train.early_stopping */
   fl_val_snapshot snap;      /* the best validation's model */
   int early_stopped;
+  float *bufsnap; /* elastic in process: the buffers (batch-norm statistics)
+                   * at the start of the step, for undo_step; else NULL */
 } trainer;
 
 static double clock_s(clockid_t id) {
@@ -1534,6 +1536,7 @@ static void trainer_free(trainer *t) {
   free(t->accbuf);
   fl_dataset_free(&t->val);
   fl_val_snapshot_free(&t->snap);
+  free(t->bufsnap);
 }
 
 /* ------------------------------------------------------------ elastic worlds */
@@ -1612,14 +1615,40 @@ static fl_status lost_world(trainer *t, const fl_trainer_options *o, fl_trainer_
   return keep_for_world(t, rep, t0);
 }
 
+/* Copy the buffers (parameters without a gradient: batch-norm running
+ * statistics, which forward updates) to or from t->bufsnap. */
+static void copy_buffers(trainer *t, int save) {
+  float *q = t->bufsnap;
+  for (size_t i = 0; q && i < t->np; i++) {
+    fl_param *p = fl_model_param(t->model, i);
+    if (p->grad) continue;
+    memcpy(save ? q : p->value, save ? p->value : q, p->n * sizeof(float));
+    q += p->n;
+  }
+}
+
+/* Elastic in process: room to keep the buffers at each step's start. */
+static fl_status alloc_bufsnap(trainer *t) {
+  size_t n = 0;
+  for (size_t i = 0; i < t->np; i++) {
+    fl_param *p = fl_model_param(t->model, i);
+    if (!p->grad) n += p->n;
+  }
+  if (n && !(t->bufsnap = malloc(n * sizeof(float))))
+    return FL_ERR(FL_ENOMEM, "rank %d: no memory to keep %zu buffer values per step", t->rank, n);
+  return FL_OK;
+}
+
 /* Undo what a step that failed in a collective did to this rank: the
- * micro-batches it took (the position goes back to the step's start) and
- * the gradients merged so far.  The parameters and the optimizer state
- * are untouched: the update comes after the allreduce (train_step). */
+ * micro-batches it took (the position goes back to the step's start), the
+ * gradients merged so far and forward's updates of the buffers.  The
+ * parameters and the optimizer state are untouched: the update comes
+ * after the allreduce (train_step). */
 static void undo_step(trainer *t, int64_t batch0) {
   t->batch = batch0;
   for (size_t i = 0; i < t->np; i++)
     if (t->acc[i]) memset(t->acc[i], 0, fl_model_param(t->model, i)->n * sizeof(float));
+  copy_buffers(t, 0);
 }
 
 /* Where a run stopped by a signal stands, and where its state is. */
@@ -1699,6 +1728,7 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
       }
       fl_step_report r;
       int64_t batch0 = t->batch;
+      copy_buffers(t, 1);
       fl_status sst = train_step(t, &r);
       if (sst != FL_OK) {
         undo_step(t, batch0);
@@ -1837,6 +1867,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
 
   if ((st = bind_inputs(&t)) != FL_OK || (st = check_labels(&t)) != FL_OK) goto done;
   if ((st = build_optimizer(&t)) != FL_OK) goto done;
+  if (o->world_file && (st = alloc_bufsnap(&t)) != FL_OK) goto done;
   rep.activation_bytes = fl_model_activation_bytes(t.model);
   rep.steps_per_epoch = t.steps_per_epoch;
   fl_ckpt_start start = o->fresh    ? FL_CKPT_START_FRESH

@@ -330,7 +330,7 @@ static fl_status next_world(const cli_opts *cli, const fl_job *job, fl_sync_crea
                             fl_trainer_options *o, fl_cluster *cl, fl_sync *sync) {
   long long r;
   int nodes, node_rank, port;
-  char addr[FL_HOST_MAX + 1], ctx[32];
+  char addr[256], ctx[32]; /* %255s below */
   FILE *f = fopen(o->world_file, "r");
   int n = f ? fscanf(f, "%lld %d %d %255s %d", &r, &nodes, &node_rank, addr, &port) : 0;
   if (f) fclose(f);
