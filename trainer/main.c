@@ -323,22 +323,38 @@ static void setenv_int(const char *name, long long v) {
   setenv(name, b, 1);
 }
 
-/* Join the newest round of the world file: torchrun's variables of this
+/* The world file's round into *r and the rest; 5 when it holds one. */
+static int read_world(const char *path, long long *r, int *nodes, int *node_rank, char *addr,
+                      int *port) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int n = fscanf(f, "%lld %d %d %255s %d", r, nodes, node_rank, addr, port);
+  fclose(f);
+  return n;
+}
+
+/* Join the next round of the world file: torchrun's variables of this
  * trainer for it (its local rank and node size stay), the cluster, and the
- * mode's fl_sync for it in *sync. */
+ * mode's fl_sync for it in *sync.  The ranks stop when any of them saw the
+ * round: this node's agent may write it a moment later (world_wait_s at
+ * most). */
 static fl_status next_world(const cli_opts *cli, const fl_job *job, fl_sync_create_fn create,
                             fl_trainer_options *o, fl_cluster *cl, fl_sync *sync) {
-  long long r;
-  int nodes, node_rank, port;
-  char addr[256], ctx[32]; /* %255s below */
-  FILE *f = fopen(o->world_file, "r");
-  int n = f ? fscanf(f, "%lld %d %d %255s %d", &r, &nodes, &node_rank, addr, &port) : 0;
-  if (f) fclose(f);
+  long long r = 0;
+  int nodes = 0, node_rank = -1, port = 0, n = 0;
+  char addr[256], ctx[32]; /* %255s in read_world */
+  for (int i = 0; i * 0.05 < o->world_wait_s && !g_stop; i++) {
+    n = read_world(o->world_file, &r, &nodes, &node_rank, addr, &port);
+    if (n == 5 && r > o->world_round) break;
+    usleep(50 * 1000);
+  }
   const char *lr = getenv("LOCAL_RANK"), *ls = getenv("LOCAL_WORLD_SIZE");
-  if (n != 5 || !lr || !ls || nodes < 1 || node_rank < 0 || node_rank >= nodes)
-    return FL_ERR(FL_EPROTO, "elastic: %s: want '<round> <nodes> <node rank> <master addr> "
-                  "<master port>' and LOCAL_RANK, LOCAL_WORLD_SIZE set; check flotilla-run",
-                  o->world_file);
+  if (n != 5 || r <= o->world_round || !lr || !ls || nodes < 1 || node_rank < 0 ||
+      node_rank >= nodes)
+    return FL_ERR(FL_EPROTO, "elastic: %s: no round after %" PRId64 " within %.0f s (want "
+                  "'<round> <nodes> <node rank> <master addr> <master port>', and LOCAL_RANK, "
+                  "LOCAL_WORLD_SIZE set); check this node's flotilla-run", o->world_file,
+                  o->world_round, o->world_wait_s);
   setenv_int("RANK", (long long)node_rank * atoi(ls) + atoi(lr));
   setenv_int("WORLD_SIZE", (long long)nodes * atoi(ls));
   setenv_int("GROUP_RANK", node_rank);

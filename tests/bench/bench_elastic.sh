@@ -26,7 +26,7 @@
 # about LEASE_S + SETTLE_S, plus the trainers' start when restarting).
 # Usage: FL_BUILDDIR=build tests/bench/bench_elastic.sh
 set -u
-B=${FL_BUILDDIR:-build}
+B=$(cd "${FL_BUILDDIR:-build}" && pwd) # the runs cd to a temporary directory
 S=${FL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 LEASE_S=${LEASE_S:-4}
 SETTLE_S=${SETTLE_S:-1}
@@ -90,7 +90,10 @@ one() {
   fi
   wait "$(cat pid.$m.1)" "$(cat pid.$m.2)"
   if [ "$2" = 1 ]; then
-    last=$(sed -n 's/.*stopped at step \([0-9]*\) .*/\1/p' log.$m.1/round.1/workerlog.* | tail -1)
+    # the newest step a survivor completed (one may have finished the step
+    # the others lost)
+    last=$(sed -n 's/.*stopped at step \([0-9]*\) .*/\1/p' log.$m.[12]/round.1/workerlog.* |
+      sort -n | tail -1)
     from=$(sed -n 's/.*elastic: round 2: rank .* from step \([0-9]*\);.*/\1/p' \
       log.$m.1/round.1/workerlog.* | head -1)
   else
