@@ -114,7 +114,7 @@ for n in 1 2; do
   [ -d log.kill.$n/round.2 ] || [ -d log.kill.$n/round.3 ] &&
     fail "node $n started new trainers for a new world"
 done
-w=log.kill.1/round.1/workerlog.0
+w=$(ls log.kill.1/round.1/workerlog.* | head -1) # its rank: its place in the join order
 pids=$(sed -n 's/.*elastic: round [23]: rank .* took [0-9.]* s in pid \([0-9]*\).*/\1/p' $w | sort -u)
 [ "$(echo "$pids" | wc -w)" = 1 ] && grep -q "elastic: round 3: rank" $w ||
   fail "node 1's trainer did not go through rounds 2 and 3 in one process (pids: $pids)"
