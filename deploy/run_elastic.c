@@ -5,7 +5,8 @@
  * Why an agent around flotilla-run: a world of N nodes is exactly what
  * flotilla-run's torchrun mode already runs (--nnodes N --node_rank R
  * --master_addr A).  The agent finds N, R and A on etcd and runs one such
- * flotilla-run (a "round") at a time; when the world changes it stops the
+ * flotilla-run (a "round") at a time; when the world changes it hands the
+ * new round to the running trainers (see "In process" below), or stops the
  * round and starts the next one, whose trainers take the newest state from
  * the rank holding it (each node checkpoints into a train.checkpoint_dir of
  * its own, FLOTILLA_NODE_CHECKPOINTS; the trainer's share_state broadcasts
@@ -27,6 +28,20 @@
  * left for settle_s (or MAX are live), and, after a failure with unchanged
  * membership, lease_s passed (so that a dead node's lease has expired).
  * There is no Watch: every node polls these keys every poll_s.
+ *
+ * In process (rdzv_conf in_process=1, the default): when this node is in
+ * the next round and runs the trainers of a round of more than one node,
+ * and the next round has more than one node too, the agent does not stop
+ * them: it writes the round ("<r> <nodes> <node rank> <master addr>
+ * <master port>") into <log_dir>/elastic.world (a new file renamed over
+ * the old, so a reader sees one whole line; FLOTILLA_ELASTIC_WORLD names
+ * it to the trainers), and the trainers stop at an agreed step, or where a
+ * collective failed, rebuild their communicator for the new world and go
+ * on from the state in their memory (trainer/main.c, loop.c).  A trainer
+ * that cannot (it ends with an error) ends its flotilla-run, and the next
+ * round starts new processes as before; a dead agent takes its round with
+ * it (PR_SET_PDEATHSIG), so a file nobody updates is never waited on for
+ * longer than FLOTILLA_ELASTIC_WAIT_S.
  *
  * A node is dead when its lease expires (its flotilla-run stopped renewing
  * for lease_s); a slow node (stopped by SIGSTOP for less than the lease,
@@ -65,6 +80,7 @@ static const conf_row k_conf[] = {
     {"settle_s", offsetof(fl_run_elastic_opts, settle_s), 0, 3600},
     {"poll_s", offsetof(fl_run_elastic_opts, poll_s), 0.05, 60},
     {"stop_s", offsetof(fl_run_elastic_opts, stop_s), 1, 3600},
+    {"in_process", offsetof(fl_run_elastic_opts, in_process), 0, 1},
 };
 
 /* Ownership: nothing kept. */
@@ -75,6 +91,7 @@ void fl_run_elastic_defaults(fl_run_elastic_opts *e) {
   e->settle_s = 3;
   e->poll_s = 0.25;
   e->stop_s = 30;
+  e->in_process = 1;
 }
 
 /* Ownership: nothing kept. */
@@ -102,7 +119,7 @@ fl_status fl_run_elastic_conf(const char *conf, fl_run_elastic_opts *e) {
       if (!strcmp(kv, k_conf[i].name)) row = &k_conf[i];
     if (!eq || !row)
       return FL_ERR(FL_EINVAL, "--rdzv_conf %s: want key=seconds with key lease_s, settle_s, "
-                    "poll_s or stop_s", kv);
+                    "poll_s or stop_s, or in_process=0|1", kv);
     double v = strtod(eq + 1, &end);
     if (end == eq + 1 || *end || !(v >= row->lo && v <= row->hi))
       return FL_ERR(FL_EINVAL, "--rdzv_conf %s=%s: want seconds in [%g, %g]", kv, eq + 1, row->lo,
@@ -147,7 +164,9 @@ typedef struct agent {
   double failed_at;   /* when this node first saw round `failed_r` failed */
   double below_since; /* since when fewer than MIN nodes are live, 0 = not */
   long child;         /* pid of this round's flotilla-run, 0 = none */
-  int64_t child_r;    /* its round */
+  int64_t child_r;    /* its round (the newest handed to it) */
+  int child_n;        /* the number of nodes of the round it was started for */
+  char world_file[PATH_MAX]; /* in process: <log_dir>/elastic.world */
   int stopping;       /* we asked it to stop */
   int failures;       /* rounds of this node whose trainers failed */
   int slot;           /* ps mode: this node's trainer slot, -1 = none yet */
@@ -347,10 +366,40 @@ static fl_status spawn(agent *a, char **argv) {
 static fl_status start_round(agent *a, int rank) {
   char *argv[64], buf[8192];
   round_argv(a, &a->round, rank, argv, buf, sizeof buf);
+  char r[24];
+  snprintf(r, sizeof r, "%lld", (long long)a->round.r);
+  setenv("FLOTILLA_ELASTIC_ROUND", r, 1); /* the round its trainers start in */
   FL_TRY(spawn(a, argv));
+  a->child_n = a->round.n;
   FL_LOGI("elastic: round %lld: node rank %d of %d, master %s:%d; logs in %s/round.%lld",
           (long long)a->round.r, rank, a->round.n, a->round.m[0].addr, a->round.port,
           a->c->log_dir, (long long)a->round.r);
+  return FL_OK;
+}
+
+/* Can the running trainers take a->round in their process?  Both worlds
+ * have more than one node: their trainers run with torchrun's variables,
+ * which the new world only changes. */
+static int can_hand_over(const agent *a) {
+  return a->world_file[0] && a->child && !a->stopping && a->child_n > 1 && a->round.n > 1 &&
+         a->round.r > a->child_r && !a->done;
+}
+
+/* Tell this node's running trainers the new round (rank = this node's
+ * position in it) through the world file. */
+static fl_status hand_over(agent *a, int rank) {
+  char tmp[PATH_MAX + 8];
+  snprintf(tmp, sizeof tmp, "%s.new", a->world_file);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return FL_ERR(FL_EIO, "elastic: cannot write %s: %s", tmp, strerror(errno));
+  fprintf(f, "%lld %d %d %s %d\n", (long long)a->round.r, a->round.n, rank, a->round.m[0].addr,
+          a->round.port);
+  if (fclose(f) != 0 || rename(tmp, a->world_file) != 0)
+    return FL_ERR(FL_EIO, "elastic: cannot write %s: %s", a->world_file, strerror(errno));
+  FL_LOGI("elastic: round %lld: node rank %d of %d, master %s:%d; handed to the running "
+          "trainers of round %lld (their logs go on there)", (long long)a->round.r, rank,
+          a->round.n, a->round.m[0].addr, a->round.port, (long long)a->child_r);
+  a->child_r = a->round.r;
   return FL_OK;
 }
 
@@ -487,8 +536,9 @@ static fl_status step(agent *a, int *exit_code) {
   if (should_propose(a) && propose(a) != FL_OK) return FL_OK; /* logged; next poll */
   if (a->round.r > a->child_r || (a->child && a->round.r == a->child_r && round_stale(a) &&
                                   a->failed_r == a->round.r)) {
-    if (a->child) stop_round(a);
     int rank = find_member(&a->round, a->id);
+    if (rank >= 0 && can_hand_over(a) && hand_over(a, rank) == FL_OK) return FL_OK;
+    if (a->child) stop_round(a);
     if (rank >= 0 && a->round.r > a->child_r && !a->done) FL_TRY(start_round(a, rank));
     else if (rank < 0) a->child_r = a->round.r; /* a spare: wait for the next round */
   }
@@ -602,6 +652,21 @@ static fl_status step_ps(agent *a, int *exit_code) {
   return start_slot(a);
 }
 
+/* In process: the world file the trainers watch (none left from an
+ * earlier run), and how long a trainer whose collective failed waits in it
+ * for the next round: a dead node's lease, the settle time, polls. */
+static void world_file_setup(agent *a) {
+  char dir[PATH_MAX], v[32];
+  if (a->c->ps || a->o->in_process < 0.5) return;
+  if (mkdir(a->c->log_dir, 0755) != 0 && errno != EEXIST) return; /* flotilla-run says why */
+  if (!realpath(a->c->log_dir, dir)) return;
+  snprintf(a->world_file, sizeof a->world_file, "%.*s/elastic.world", PATH_MAX - 16, dir);
+  unlink(a->world_file);
+  setenv("FLOTILLA_ELASTIC_WORLD", a->world_file, 1);
+  snprintf(v, sizeof v, "%.0f", 2 * a->o->lease_s + a->o->settle_s + 10 * a->o->poll_s + 5);
+  setenv("FLOTILLA_ELASTIC_WAIT_S", v, 1);
+}
+
 static void leave(agent *a) {
   if (a->child) stop_round(a);
   if (a->keeper) fl_etcd_keeper_stop(a->keeper);
@@ -626,6 +691,7 @@ int fl_run_elastic(const fl_run_elastic_opts *o, const fl_run_elastic_child *c) 
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
+  world_file_setup(&a);
   fl_status st = join(&a);
   while (st == FL_OK && exit_code < 0 && !g_signal) {
     st = c->ps ? step_ps(&a, &exit_code) : step(&a, &exit_code);

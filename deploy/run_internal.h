@@ -279,6 +279,7 @@ typedef struct fl_run_elastic_opts {
   char id[128];                     /* --rdzv_id */
   double timeout_s;                 /* --rdzv_timeout: below MIN this long -> exit 3 */
   double lease_s, settle_s, poll_s, stop_s; /* --rdzv_conf */
+  double in_process;                /* --rdzv_conf: 1 hands a new world to running trainers */
 } fl_run_elastic_opts;
 
 /* What each round's flotilla-run is started with. */

@@ -130,6 +130,22 @@ typedef struct fl_trainer_options {
    * returns FL_OK with report.stopped set, without sync->ops->finish (the
    * job is not complete; --resume continues it). */
   volatile sig_atomic_t *stop;
+  /* Elastic worlds kept in process (collective, flotilla-run's agent:
+   * FLOTILLA_ELASTIC_WORLD).  world_file: where the agent writes the next
+   * round "<r> <nodes> <node rank> <master addr> <master port>"; NULL: none.
+   * A newer round than world_round stops the ranks at an agreed step, and a
+   * collective that fails (a dead peer) makes this rank wait for one, up
+   * to world_wait_s, at its last completed step: the run then returns
+   * FL_OK with report.world_changed and its state in report.state.
+   * state/state_len: such a state (the checkpoint format) to start from
+   * instead of the checkpoint directory, stopped at world_t0 (monotonic
+   * seconds, for the log line of the change). */
+  const char *world_file;
+  int64_t world_round;
+  double world_wait_s;
+  const void *state;
+  size_t state_len;
+  double world_t0;
 } fl_trainer_options;
 
 #define FL_TRAINER_STOP_EVERY 4
@@ -149,6 +165,10 @@ typedef struct fl_trainer_report {
   double val[FL_VAL_COUNT]; /* last validation, by fl_val_metric (NaN: not given) */
   int early_stopped;       /* 1: train.early_stopping ended the run (complete) */
   int64_t best_step;       /* train.keep_best: the step of the best validation, -1 */
+  int world_changed;       /* 1: stopped for a newer round of world_file (not complete) */
+  void *state;             /* then its state (caller frees), state_len bytes */
+  size_t state_len;
+  double world_t0;         /* when it stopped training (monotonic seconds) */
 } fl_trainer_report;
 
 /* Train the job with the mode in sync (which stays the caller's); a

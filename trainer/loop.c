@@ -107,6 +107,8 @@ typedef struct trainer {
   fl_val_tracker best, stop; /* train.keep_best, train.early_stopping */
   fl_val_snapshot snap;      /* the best validation's model */
   int early_stopped;
+  float *bufsnap; /* elastic in process: the buffers (batch-norm statistics)
+                   * at the start of the step, for undo_step; else NULL */
 } trainer;
 
 static double clock_s(clockid_t id) {
@@ -808,6 +810,12 @@ static int node_checkpoints(void) {
   return v && !strcmp(v, "1") && (!lr || !lr[0] || !strcmp(lr, "0"));
 }
 
+/* The state this process kept across a world change (opts->state) into
+ * *c; the caller frees it. */
+static fl_status open_kept_state(const fl_trainer_options *o, fl_ckpt **c) {
+  return fl_ckpt_load_mem(o->state, o->state_len, "this process's state (world change)", c);
+}
+
 /* elastic.keep_global_batch: in a world other than the run's first (the
  * newest checkpoint's meta/base_world), gradient merge k becomes
  * k0 x first world / world, so that the global batch stays; when that does
@@ -818,7 +826,8 @@ static fl_status keep_global_batch(trainer *t, const fl_trainer_options *o) {
   int64_t w0 = 0;
   int root;
   if (!t->job->elastic.keep_global_batch || o->fresh || t->ps) return FL_OK;
-  if (t->ckdir[0] && fl_ckpt_dir_load_latest(t->ckdir, &c, NULL) == FL_OK) {
+  if (o->state ? open_kept_state(o, &c) == FL_OK
+               : t->ckdir[0] && fl_ckpt_dir_load_latest(t->ckdir, &c, NULL) == FL_OK) {
     const char *key = fl_ckpt_find(c, "meta/base_world", &rec) == FL_OK ? "meta/base_world"
                                                                           : "meta/world_size";
     if (fl_ckpt_get_i64(c, key, &w0) != FL_OK) w0 = 0;
@@ -927,13 +936,16 @@ done:
   return st;
 }
 
-/* Restore the newest checkpoint of the directory, if any (find_checkpoint);
- * *held: 1 when one was restored. */
-static fl_status load_checkpoint(trainer *t, fl_ckpt_start start, int *held) {
+/* Restore the state this process kept across a world change, else the
+ * newest checkpoint of the directory, if any (find_checkpoint); *held: 1
+ * when one was restored. */
+static fl_status load_checkpoint(trainer *t, const fl_trainer_options *o, fl_ckpt_start start,
+                                 int *held) {
   fl_ckpt *c;
-  char path[FL_JOB_PATH_MAX + 64];
+  char path[FL_JOB_PATH_MAX + 64] = "this process's state (world change)";
   *held = 0;
-  FL_TRY(find_checkpoint(t, start, &c, path, sizeof path));
+  if (o->state) FL_TRY(open_kept_state(o, &c));
+  else FL_TRY(find_checkpoint(t, start, &c, path, sizeof path));
   if (!c) return FL_OK;
   fl_status st = apply_checkpoint(t, c, path);
   fl_ckpt_free(c);
@@ -1523,19 +1535,119 @@ static void trainer_free(trainer *t) {
   free(t->accbuf);
   fl_dataset_free(&t->val);
   fl_val_snapshot_free(&t->snap);
+  free(t->bufsnap);
 }
 
-/* A stop was asked (opts->stop) and, in collective mode, the ranks agree
- * on this step: every rank asks at the same steps (a multiple of
- * FL_TRAINER_STOP_EVERY), and they stop when any rank was asked. */
-static int stop_agreed(trainer *t, const fl_trainer_options *o, fl_status *st) {
-  if (!o->stop) return 0;
-  int mine = *o->stop != 0;
-  if (t->world == 1 || t->ps) return mine;
-  if (t->step % FL_TRAINER_STOP_EVERY != 0) return 0;
-  double v = mine;
-  *st = t->ops->reduce_metrics(t->self, &v, 1);
-  return *st == FL_OK && v > 0;
+/* ------------------------------------------------------------ elastic worlds */
+
+/* The round in the agent's world file (opts->world_file), 0 when it holds
+ * none (the agent renames a whole new file over it: one read sees one
+ * whole line). */
+static int64_t world_file_round(const char *path) {
+  long long r = 0;
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  if (fscanf(f, "%lld", &r) != 1) r = 0;
+  fclose(f);
+  return (int64_t)r;
+}
+
+static int world_newer(const fl_trainer_options *o) {
+  return o->world_file && world_file_round(o->world_file) > o->world_round;
+}
+
+/* What the ranks do after this step: go on, stop (opts->stop: a signal)
+ * or stop for a newer world (the world file).  In collective mode every
+ * rank asks at the same steps (a multiple of FL_TRAINER_STOP_EVERY) and
+ * they act when any rank was asked; a stop wins over a new world. */
+enum { AGREE_GO, AGREE_STOP, AGREE_WORLD };
+static int agree(trainer *t, const fl_trainer_options *o, fl_status *st) {
+  int stop = o->stop && *o->stop != 0;
+  if (t->world == 1 || t->ps) return stop ? AGREE_STOP : AGREE_GO;
+  if ((!o->stop && !o->world_file) || t->step % FL_TRAINER_STOP_EVERY != 0) return AGREE_GO;
+  double v[2] = {stop, world_newer(o)};
+  *st = t->ops->reduce_metrics(t->self, v, 2);
+  if (*st != FL_OK) return AGREE_GO;
+  return v[0] > 0 ? AGREE_STOP : v[1] > 0 ? AGREE_WORLD : AGREE_GO;
+}
+
+/* Stop for the next world: this rank's whole state, as put_state writes it
+ * (the checkpoint format, in memory), into the report for fl_trainer_run
+ * in the new world; t0: when training stopped. */
+static fl_status keep_for_world(trainer *t, fl_trainer_report *rep, double t0) {
+  fl_ckpt_writer *w;
+  FL_TRY(fl_ckpt_writer_open_mem(&w));
+  put_state(t, w);
+  FL_TRY(fl_ckpt_writer_commit_mem(w, &rep->state, &rep->state_len));
+  rep->world_changed = 1;
+  rep->world_t0 = t0;
+  FL_LOGI("elastic: stopped at step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ") for the "
+          "next world; pid %ld keeps the state, digest %016" PRIx64, t->step, t->epoch, t->batch,
+          (long)getpid(), state_digest(t));
+  return FL_OK;
+}
+
+/* The failures of a collective a dead or stopped peer causes. */
+static int peer_failure(fl_status st) {
+  return st == FL_ECLOSED || st == FL_ETIMEDOUT || st == FL_EPROTO;
+}
+
+/* A collective of the step after t->step failed with st (logged where it
+ * happened).  With a world file, this rank waits at its last completed
+ * step for the agent's next round (a dead node's lease runs out first), up
+ * to world_wait_s, and stops for it; else, or when none comes, st. */
+static fl_status lost_world(trainer *t, const fl_trainer_options *o, fl_trainer_report *rep,
+                            fl_status st) {
+  double t0 = clock_s(CLOCK_MONOTONIC);
+  if (!o->world_file || !peer_failure(st)) return st;
+  FL_LOGW("elastic: a collective after step %" PRId64 " failed: waiting up to %.0f s for the next "
+          "world (FLOTILLA_ELASTIC_WAIT_S) to go on from step %" PRId64, t->step, o->world_wait_s,
+          t->step);
+  while (!world_newer(o)) {
+    if ((o->stop && *o->stop) || clock_s(CLOCK_MONOTONIC) - t0 > o->world_wait_s) {
+      FL_LOGE("elastic: no next world within %.0f s after the failed collective: ending",
+              o->world_wait_s);
+      return st;
+    }
+    usleep(50 * 1000);
+  }
+  return keep_for_world(t, rep, t0);
+}
+
+/* Copy the buffers (parameters without a gradient: batch-norm running
+ * statistics, which forward updates) to or from t->bufsnap. */
+static void copy_buffers(trainer *t, int save) {
+  float *q = t->bufsnap;
+  for (size_t i = 0; q && i < t->np; i++) {
+    fl_param *p = fl_model_param(t->model, i);
+    if (p->grad) continue;
+    memcpy(save ? q : p->value, save ? p->value : q, p->n * sizeof(float));
+    q += p->n;
+  }
+}
+
+/* Elastic in process: room to keep the buffers at each step's start. */
+static fl_status alloc_bufsnap(trainer *t) {
+  size_t n = 0;
+  for (size_t i = 0; i < t->np; i++) {
+    fl_param *p = fl_model_param(t->model, i);
+    if (!p->grad) n += p->n;
+  }
+  if (n && !(t->bufsnap = malloc(n * sizeof(float))))
+    return FL_ERR(FL_ENOMEM, "rank %d: no memory to keep %zu buffer values per step", t->rank, n);
+  return FL_OK;
+}
+
+/* Undo what a step that failed in a collective did to this rank: the
+ * micro-batches it took (the position goes back to the step's start), the
+ * gradients merged so far and forward's updates of the buffers.  The
+ * parameters and the optimizer state are untouched: the update comes
+ * after the allreduce (train_step). */
+static void undo_step(trainer *t, int64_t batch0) {
+  t->batch = batch0;
+  for (size_t i = 0; i < t->np; i++)
+    if (t->acc[i]) memset(t->acc[i], 0, fl_model_param(t->model, i)->n * sizeof(float));
+  copy_buffers(t, 0);
 }
 
 /* Where a run stopped by a signal stands, and where its state is. */
@@ -1614,18 +1726,25 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
         break;
       }
       fl_step_report r;
-      FL_TRY(train_step(t, &r));
+      int64_t batch0 = t->batch;
+      copy_buffers(t, 1);
+      fl_status sst = train_step(t, &r);
+      if (sst != FL_OK) {
+        undo_step(t, batch0);
+        return lost_world(t, o, rep, sst);
+      }
       samples += (int64_t)(t->k * job->train.batch_size);
       steps++;
       if (o->on_step) o->on_step(o->on_step_ctx, &r);
-      fl_status sst = FL_OK;
-      if (stop_agreed(t, o, &sst)) {
+      int act = agree(t, o, &sst);
+      if (act == AGREE_STOP) {
         FL_TRY(save_checkpoint(t));
         log_stopped(t);
         rep->stopped = 1;
         return FL_OK;
       }
-      FL_TRY(sst);
+      if (act == AGREE_WORLD) return keep_for_world(t, rep, clock_s(CLOCK_MONOTONIC));
+      if (sst != FL_OK) return lost_world(t, o, rep, sst);
       if (validation_due(t, 0)) FL_TRY(validate(t, rep));
       if (t->early_stopped) {
         stopped = 1;
@@ -1747,6 +1866,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
 
   if ((st = bind_inputs(&t)) != FL_OK || (st = check_labels(&t)) != FL_OK) goto done;
   if ((st = build_optimizer(&t)) != FL_OK) goto done;
+  if (o->world_file && (st = alloc_bufsnap(&t)) != FL_OK) goto done;
   rep.activation_bytes = fl_model_activation_bytes(t.model);
   rep.steps_per_epoch = t.steps_per_epoch;
   fl_ckpt_start start = o->fresh    ? FL_CKPT_START_FRESH
@@ -1754,7 +1874,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
                                     : FL_CKPT_START_AUTO;
   start_validation(&t);
   int held;
-  if ((st = load_checkpoint(&t, start, &held)) != FL_OK) goto done;
+  if ((st = load_checkpoint(&t, o, start, &held)) != FL_OK) goto done;
   /* the ranks start together, from the same state (ps mode restarts one
    * trainer alone) */
   if (t.world > 1 && !t.ps && start != FL_CKPT_START_FRESH &&
@@ -1762,6 +1882,10 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
                              : t.ckdir[0] ? check_same_position(&t) : FL_OK) != FL_OK)
     goto done;
   if ((st = t.ops->init_params(t.self, t.model)) != FL_OK) goto done;
+  if (o->state)
+    FL_LOGI("elastic: round %" PRId64 ": rank %d of %d from step %" PRId64 "; the world change "
+            "took %.2f s in pid %ld (from the stop to training again)", o->world_round, t.rank,
+            t.world, t.step, clock_s(CLOCK_MONOTONIC) - o->world_t0, (long)getpid());
   if (t.ps && fl_sync_ps_join_step(sync) > 0 && (st = catch_up(&t, fl_sync_ps_step(sync))) != FL_OK)
     goto done;
   FL_LOGI("training %s: %" PRId64 " epochs of %" PRId64 " steps (%d x %zu samples, rank %d of %d), "
@@ -1773,13 +1897,14 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
   st = run_epochs(&t, o, &rep);
   if (st == FL_OK && t.sparse) st = fl_sparse_run_drain(t.sparse);
   rep.steps = t.step;
-  if (st == FL_OK && !rep.stopped) st = final_model(&t, &rep);
-  /* finish while the model still exists: geo pushes its last delta from it;
-   * a run stopped by a signal is not finished (not complete) */
-  if (st == FL_OK && !rep.stopped && t.sparse && job->train.export_onnx[0])
+  /* a run stopped by a signal or for a new world is not complete */
+  int ended = !rep.stopped && !rep.world_changed;
+  if (st == FL_OK && ended) st = final_model(&t, &rep);
+  /* finish while the model still exists: geo pushes its last delta from it */
+  if (st == FL_OK && ended && t.sparse && job->train.export_onnx[0])
     st = fl_sparse_run_export(t.sparse, job->train.export_onnx); /* before finish: the rows */
-  if (st == FL_OK && !rep.stopped) st = t.ops->finish(t.self);
-  if (st == FL_OK && !rep.stopped && t.rank == 0 && job->train.export_onnx[0])
+  if (st == FL_OK && ended) st = t.ops->finish(t.self);
+  if (st == FL_OK && ended && t.rank == 0 && job->train.export_onnx[0])
     st = fl_trainer_export_onnx(job, t.model, job->train.export_onnx);
 done:
   trainer_free(&t);

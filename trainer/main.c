@@ -9,6 +9,14 @@
  * ctr trainer stops after its step without a checkpoint of its own: its
  * model lives on the pservers.
  *
+ * Elastic worlds in process (flotilla-run --rdzv_backend etcd sets
+ * FLOTILLA_ELASTIC_WORLD for trainers that run with torchrun's variables):
+ * when the loop stops for a new world (fl_trainer_options.world_file), the
+ * communicator is torn down, the new round's rank, world size and master
+ * replace torchrun's variables, and the loop runs again in the new world
+ * from the state it kept (loop.c's share_state then gives every rank the
+ * newest one).
+ *
  * Exit status: 0 the run finished, or was stopped by a signal and
  * checkpointed; 1 it failed while running (data files, checkpoints, model,
  * peers); 2 the command line, the job file or the FLOTILLA_* environment is
@@ -286,6 +294,106 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
   return -1;
 }
 
+/* The cluster from the environment and the command line, checked. */
+static fl_status load_cluster(const cli_opts *cli, const fl_job *job, fl_cluster *cl) {
+  FL_TRY(fl_cluster_from_env(cl));
+  for (size_t i = 0; i < cli->n_cluster; i++)
+    FL_TRY(fl_cluster_set(cl, cli->cluster_name[i], cli->cluster_val[i]));
+  FL_TRY(fl_cluster_from_engines(cl, job->cluster.mode));
+  return fl_cluster_validate(cl, job->cluster.mode);
+}
+
+/* Elastic worlds in process: the agent's world file, when this collective
+ * trainer runs with torchrun's variables (their rank and master are what a
+ * new world changes). */
+static void elastic_options(const fl_job *job, fl_trainer_options *o) {
+  const char *f = getenv("FLOTILLA_ELASTIC_WORLD"), *env = getenv("FLOTILLA_CLUSTER_ENV");
+  const char *r = getenv("FLOTILLA_ELASTIC_ROUND"), *w = getenv("FLOTILLA_ELASTIC_WAIT_S");
+  if (!f || !f[0] || !env || strcmp(env, "torchrun") || job->cluster.mode != FL_MODE_COLLECTIVE)
+    return;
+  o->world_file = f;
+  o->world_round = r ? strtoll(r, NULL, 10) : 0;
+  o->world_wait_s = w && atof(w) > 0 ? atof(w) : 60;
+}
+
+/* Set an environment variable to a number. */
+static void setenv_int(const char *name, long long v) {
+  char b[24];
+  snprintf(b, sizeof b, "%lld", v);
+  setenv(name, b, 1);
+}
+
+/* The world file's round into *r and the rest; 5 when it holds one. */
+static int read_world(const char *path, long long *r, int *nodes, int *node_rank, char *addr,
+                      int *port) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int n = fscanf(f, "%lld %d %d %255s %d", r, nodes, node_rank, addr, port);
+  fclose(f);
+  return n;
+}
+
+/* Join the next round of the world file: torchrun's variables of this
+ * trainer for it (its local rank and node size stay), the cluster, and the
+ * mode's fl_sync for it in *sync.  The ranks stop when any of them saw the
+ * round: this node's agent may write it a moment later (world_wait_s at
+ * most). */
+static fl_status next_world(const cli_opts *cli, const fl_job *job, fl_sync_create_fn create,
+                            fl_trainer_options *o, fl_cluster *cl, fl_sync *sync) {
+  long long r = 0;
+  int nodes = 0, node_rank = -1, port = 0, n = 0;
+  char addr[256], ctx[32]; /* %255s in read_world */
+  for (int i = 0; i * 0.05 < o->world_wait_s && !g_stop; i++) {
+    n = read_world(o->world_file, &r, &nodes, &node_rank, addr, &port);
+    if (n == 5 && r > o->world_round) break;
+    usleep(50 * 1000);
+  }
+  const char *lr = getenv("LOCAL_RANK"), *ls = getenv("LOCAL_WORLD_SIZE");
+  if (n != 5 || r <= o->world_round || !lr || !ls || nodes < 1 || node_rank < 0 ||
+      node_rank >= nodes)
+    return FL_ERR(FL_EPROTO, "elastic: %s: no round after %" PRId64 " within %.0f s (want "
+                  "'<round> <nodes> <node rank> <master addr> <master port>', and LOCAL_RANK, "
+                  "LOCAL_WORLD_SIZE set); check this node's flotilla-run", o->world_file,
+                  o->world_round, o->world_wait_s);
+  setenv_int("RANK", (long long)node_rank * atoi(ls) + atoi(lr));
+  setenv_int("WORLD_SIZE", (long long)nodes * atoi(ls));
+  setenv_int("GROUP_RANK", node_rank);
+  setenv_int("MASTER_PORT", port);
+  setenv("MASTER_ADDR", addr, 1);
+  FL_TRY(load_cluster(cli, job, cl));
+  snprintf(ctx, sizeof ctx, "trainer %d", cl->trainer_id);
+  fl_log_set_context(ctx);
+  o->world_round = r;
+  FL_LOGI("elastic: joining round %lld as rank %d of %d (master %s:%d)", r, cl->trainer_id,
+          cl->trainers_num, addr, port);
+  return create(job, cl, sync);
+}
+
+/* Run the loop, and again in each new world it stops for (the state it
+ * kept handed on); *sync is the last world's (ops NULL when none could be
+ * made). */
+static fl_status train_worlds(const cli_opts *cli, const fl_job *job, fl_sync_create_fn create,
+                              fl_trainer_options *o, fl_cluster *cl, fl_sync *sync,
+                              fl_trainer_report *rep) {
+  void *kept = NULL;
+  fl_status st = fl_trainer_run(o, sync, rep);
+  while (st == FL_OK && rep->world_changed) {
+    sync->ops->destroy(sync->self);
+    memset(sync, 0, sizeof *sync);
+    free(kept);
+    kept = rep->state;
+    o->state = kept;
+    o->state_len = rep->state_len;
+    o->world_t0 = rep->world_t0;
+    o->fresh = o->resume = 0;
+    memset(rep, 0, sizeof *rep);
+    st = next_world(cli, job, create, o, cl, sync);
+    if (st == FL_OK) st = fl_trainer_run(o, sync, rep);
+  }
+  free(kept);
+  return st;
+}
+
 int main(int argc, char **argv) {
   cli_opts cli;
   const char *config, *dump, *export_onnx;
@@ -389,10 +497,11 @@ int main(int argc, char **argv) {
                              .checkpoint_dir = cl.checkpoint_dir[0] ? cl.checkpoint_dir : NULL};
   fl_trainer_report rep;
   memset(&rep, 0, sizeof rep);
+  elastic_options(&job, &opts);
   catch_stop_signals();
-  st = fl_trainer_run(&opts, &sync, &rep);
+  st = train_worlds(&cli, &job, create, &opts, &cl, &sync, &rep);
   if (st == FL_OK && !rep.stopped) st = sync.ops->finish(sync.self);
-  sync.ops->destroy(sync.self);
+  if (sync.ops) sync.ops->destroy(sync.self);
   fl_status obs_st = fl_obs_stop(obs);
   if (st == FL_OK) st = obs_st;
   if (st != FL_OK) return EXIT_RUN; /* logged where it happened */

@@ -2,17 +2,31 @@
 # Elastic recovery time on etcd: 3 nodes (flotilla-run --nnodes 2:3 on
 # 127.0.0.1..3, a throw-away etcd on 127.0.0.1, trainers over TCP) train a
 # Fashion-MNIST MLP; node 3 is killed (-9, its whole process group) in
-# mid-epoch.  Each node checkpoints into a directory of its own; the new
-# world's rank 0 broadcasts the newest state.  Prints
-#   elastic_detect_s:    kill -> the survivors' round failed (their trainers'
-#                        collective broke)
-#   elastic_recovery_s:  kill -> the new world's first training line
-#   elastic_lost_steps:  steps trained again (since the last checkpoint)
-# with the lease and settle times it ran with (LEASE_S, SETTLE_S, default 4
-# and 1; recovery is about LEASE_S + SETTLE_S + the trainers' start).
+# mid-epoch.  Each node checkpoints into a directory of its own.  Run twice,
+# side by side:
+#   restart     (--rdzv_conf in_process=0) the survivors' trainers exit, the
+#               next round's new processes load their node's newest
+#               checkpoint and rank 0 broadcasts it;
+#   in_process  (the default) the survivors' trainers wait at their last
+#               completed step, rebuild their communicator for the next
+#               round and go on from the state in memory.
+# Prints, for each (suffix _restart, _in_process):
+#   elastic_detect_s:    kill -> the survivors saw it (restart: their round
+#                        ended with an error; in process: a trainer's
+#                        collective failed)
+#   elastic_recovery_s:  kill -> the new world trains (restart: its first
+#                        training line; in process: the trainer's line
+#                        "round 2: rank ..." logged right before its first
+#                        step)
+#   elastic_lost_steps:  steps trained again (restart: since the last
+#                        checkpoint; in process: since the last completed
+#                        step)
+# and elastic_recovery_ratio (restart / in process), with the lease and
+# settle times it ran with (LEASE_S, SETTLE_S, default 4 and 1; recovery is
+# about LEASE_S + SETTLE_S, plus the trainers' start when restarting).
 # Usage: FL_BUILDDIR=build tests/bench/bench_elastic.sh
 set -u
-B=${FL_BUILDDIR:-build}
+B=$(cd "${FL_BUILDDIR:-build}" && pwd) # the runs cd to a temporary directory
 S=${FL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 LEASE_S=${LEASE_S:-4}
 SETTLE_S=${SETTLE_S:-1}
@@ -40,14 +54,6 @@ train: {epochs: 1, batch_size: 32, seed: 1, log_interval: 10, num_threads: 1,
 cluster: {mode: collective, collective_timeout_s: 30}
 YAML
 export FLOTILLA_TOKEN=bench FLOTILLA_COLLECTIVE_BACKEND=tcp
-port=$(etcd_free_port 127.0.0.1)
-for n in 1 2 3; do
-  FLOTILLA_CHECKPOINT_DIR=$tmp/ck.$n setsid timeout 200 "$B/flotilla-run" --nnodes 2:3 --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" \
-    --rdzv_id bench --rdzv_conf "lease_s=$LEASE_S,settle_s=$SETTLE_S" --node_ip "127.0.0.$n" \
-    --master_port "$port" --log_dir "$tmp/log.$n" job.yaml > "$tmp/out.$n" 2>&1 &
-  echo $! > "pid.$n"
-  groups="$groups $!"
-done
 now() { date +%s.%N; }
 until_line() { # PATTERN GLOB
   i=0
@@ -59,17 +65,55 @@ until_line() { # PATTERN GLOB
   done
   return 1
 }
-until_line "Epoch 0, batch 100\]" "log.*/round.1/workerlog.*" || { echo "elastic: round 1 never trained"; exit 0; }
-t0=$(now)
-killpg KILL "$(cat pid.3)"
-until_line "ended with" "out.1 out.2" && t1=$(now)
-until_line "Epoch 0, batch 0\]" "log.*/round.2/workerlog.*" && t2=$(now)
-wait "$(cat pid.1)" "$(cat pid.2)"
-step_killed=$(sed -n 's/.*\[Epoch 0, batch \([0-9]*\)\].*/\1/p' log.*/round.1/workerlog.* | sort -n | tail -1)
-step_resumed=$(sed -n 's/.*resumed from .*: step \([0-9]*\),.*/\1/p' log.1/round.2/workerlog.* | head -1)
-awk -v t0="$t0" -v t1="${t1:-0}" -v t2="${t2:-0}" -v l="$LEASE_S" -v s="$SETTLE_S" 'BEGIN {
-  printf "elastic_lease_s: %s s\nelastic_settle_s: %s s\n", l, s
-  if (t1 > 0) printf "elastic_detect_s: %.2f s\n", t1 - t0
-  if (t2 > 0) printf "elastic_recovery_s: %.2f s\n", t2 - t0
+# one MODE IN_PROCESS: a run of 3 nodes, node 3 killed; prints the figures
+one() {
+  m=$1
+  port=$(etcd_free_port 127.0.0.1)
+  for n in 1 2 3; do
+    FLOTILLA_CHECKPOINT_DIR=$tmp/ck.$m.$n setsid timeout 200 "$B/flotilla-run" --nnodes 2:3 \
+      --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" --rdzv_id "bench$m" \
+      --rdzv_conf "lease_s=$LEASE_S,settle_s=$SETTLE_S,in_process=$2" --node_ip "127.0.0.$n" \
+      --master_port "$port" --log_dir "$tmp/log.$m.$n" job.yaml > "$tmp/out.$m.$n" 2>&1 &
+    echo $! > "pid.$m.$n"
+    groups="$groups $!"
+  done
+  until_line "Epoch 0, batch 100\]" "log.$m.*/round.1/workerlog.*" ||
+    { echo "elastic ($m): round 1 never trained"; return; }
+  t0=$(now) t1=0 t2=0
+  killpg KILL "$(cat pid.$m.3)"
+  if [ "$2" = 1 ]; then
+    until_line "a collective after step" "log.$m.[12]/round.1/workerlog.*" && t1=$(now)
+    until_line "elastic: round 2: rank" "log.$m.[12]/round.1/workerlog.*" && t2=$(now)
+  else
+    until_line "ended with" "out.$m.1 out.$m.2" && t1=$(now)
+    until_line "Epoch 0, batch 0\]" "log.$m.*/round.2/workerlog.*" && t2=$(now)
+  fi
+  wait "$(cat pid.$m.1)" "$(cat pid.$m.2)"
+  if [ "$2" = 1 ]; then
+    # the newest step a survivor completed (one may have finished the step
+    # the others lost)
+    last=$(sed -n 's/.*stopped at step \([0-9]*\) .*/\1/p' log.$m.[12]/round.1/workerlog.* |
+      sort -n | tail -1)
+    from=$(sed -n 's/.*elastic: round 2: rank .* from step \([0-9]*\);.*/\1/p' \
+      log.$m.1/round.1/workerlog.* | head -1)
+  else
+    last=$(sed -n 's/.*\[Epoch 0, batch \([0-9]*\)\].*/\1/p' log.$m.*/round.1/workerlog.* |
+      sort -n | tail -1)
+    from=$(sed -n 's/.*resumed from .*: step \([0-9]*\),.*/\1/p' log.$m.1/round.2/workerlog.* |
+      head -1)
+  fi
+  awk -v m="$m" -v t0="$t0" -v t1="$t1" -v t2="$t2" 'BEGIN {
+    if (t1 > 0) printf "elastic_detect_s_%s: %.2f s\n", m, t1 - t0
+    if (t2 > 0) printf "elastic_recovery_s_%s: %.2f s\n", m, t2 - t0
+  }'
+  echo "elastic_lost_steps_$m: $((${last:-0} - ${from:-0})) steps"
+  [ "$t2" = 0 ] || eval "rec_$m=$(awk -v a="$t2" -v b="$t0" 'BEGIN { print a - b }')"
+}
+rec_restart=0 rec_in_process=0
+echo "elastic_lease_s: $LEASE_S s"
+echo "elastic_settle_s: $SETTLE_S s"
+one restart 0
+one in_process 1
+awk -v a="$rec_restart" -v b="$rec_in_process" 'BEGIN {
+  if (a > 0 && b > 0) printf "elastic_recovery_ratio: %.2f (restart / in process)\n", a / b
 }'
-echo "elastic_lost_steps: $(( ${step_killed:-0} - ${step_resumed:-0} )) steps (last logged step seen, log_interval 10)"

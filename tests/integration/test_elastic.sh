@@ -4,14 +4,17 @@
 # 127.0.0.1..3 (trainers over TCP, as on separate hosts):
 #   1. --nnodes 2:3, each node with a checkpoint_dir of its own: 2 nodes
 #      train; a 3rd joins in mid-epoch with an empty directory (round 2 of
-#      3 nodes: rank 0 resumes the checkpoint it wrote when stopped and
-#      sends the state over the collective; every rank logs the same
-#      parameter digest); node 2
-#      is stopped (SIGSTOP, whole node) for less than its lease and
-#      continued: no new world; node 3 is killed (-9, whole node) in
-#      mid-epoch: the 2 others form round 3, resume the checkpoint on the
-#      rest of the epoch and finish, with a final test accuracy within 0.5
-#      point of an uninterrupted 2-node run (run alongside);
+#      3 nodes: the 2 survivors keep their trainer processes - same pid,
+#      their logs go on in round.1 - stop at an agreed step, rebuild their
+#      communicator, and rank 0 sends the state it holds in memory over the
+#      collective to the joiner; every rank logs the same parameter digest,
+#      the survivors' digest at the stop); node 2 is stopped (SIGSTOP,
+#      whole node) for less than its lease and continued: no new world;
+#      node 3 is killed (-9, whole node) in mid-epoch: the 2 others' collective
+#      fails, they wait at their last completed step, form round 3 in the
+#      same processes, re-shard the rest of the epoch and finish, with a
+#      final test accuracy within 0.5 point of an uninterrupted 2-node run
+#      (run alongside);
 #   2. 3 nodes, --nnodes 2:3, nodes 2 and 3 killed: node 1 waits
 #      --rdzv_timeout, then stops with exit status 3, the checkpoint kept;
 #   3. elastic.keep_global_batch: a checkpoint of 2 trainers resumed by one
@@ -105,23 +108,40 @@ for f in base.1 base.2 kill.1 kill.2; do
 done
 grep -q "round 2: node rank [012] of 3" out.kill.1 || fail "no round of 3 nodes after the join"
 grep -q "round 3: node rank [01] of 2" out.kill.1 || fail "no round of 2 nodes after the kill"
-grep -q "elastic resume: a world of 2 ranks took" log.kill.1/round.2/workerlog.* ||
-  fail "round 2 did not resume round 1's checkpoint"
-grep -q "elastic resume: a world of 3 ranks took" log.kill.1/round.3/workerlog.* ||
-  fail "round 3 did not resume round 2's checkpoint"
+# the survivors kept their processes: no new trainers on nodes 1 and 2, and
+# node 1's trainer logs both world changes with one pid
+for n in 1 2; do
+  [ -d log.kill.$n/round.2 ] || [ -d log.kill.$n/round.3 ] &&
+    fail "node $n started new trainers for a new world"
+done
+w=$(ls log.kill.1/round.1/workerlog.* | head -1) # its rank: its place in the join order
+pids=$(sed -n 's/.*elastic: round [23]: rank .* took [0-9.]* s in pid \([0-9]*\).*/\1/p' $w | sort -u)
+[ "$(echo "$pids" | wc -w)" = 1 ] && grep -q "elastic: round 3: rank" $w ||
+  fail "node 1's trainer did not go through rounds 2 and 3 in one process (pids: $pids)"
+grep -q "elastic: round 2: rank .* pid $pids" $w && grep -q "pid $pids keeps the state" $w ||
+  fail "node 1's trainer logged no stop for the next world in pid $pids"
+grep -q "elastic: a collective after step [0-9]* failed: waiting" log.kill.1/round.1/workerlog.* ||
+  fail "node 1's trainer did not wait for the next world after node 3 died"
+grep -q "elastic resume: a world of 2 ranks took" $w ||
+  fail "round 2 did not re-shard after round 1's world of 2"
+grep -q "elastic resume: a world of 3 ranks took" $w ||
+  fail "round 3 did not re-shard after round 2's world of 3"
 # no shared directory: the joiner (empty ck.kill.3) took the state over the
 # collective, and every rank of rounds 2 and 3 holds the same bits after it
 [ -z "$(ls ck.kill.3/ckpt-*.flc 2> /dev/null | head -1)" ] && fail "node 3 wrote no checkpoint"
 grep -q "elastic state: took rank 0's state: step [1-9][0-9]* (this rank held none)" \
   log.kill.3/round.2/workerlog.* || fail "the joining node 3 did not take the state from rank 0"
-for r in 2 3; do
-  # shellcheck disable=SC2086
-  d=$(sed -n 's/.*elastic state: step [0-9]*, .* digest \([0-9a-f]*\).*/\1/p' \
-    log.kill.*/round.$r/workerlog.* | sort | uniq -c | awk '{print $1}')
-  [ "$d" = "$((r == 2 ? 3 : 2))" ] ||
-    fail "round $r: the ranks' parameter digests after the transfer differ or are missing ($d)"
-done
-grep -q "the learning rate scales by 3/2" log.kill.1/round.2/workerlog.* ||
+# the transfers of rounds 2 and 3, by step: 3 then 2 ranks, one digest each
+d=$(sed -n 's/.*elastic state: step \([0-9]*\), .* digest \([0-9a-f]*\).*/\1 \2/p' \
+  log.kill.*/round.*/workerlog.* | sort -n | uniq -c | awk '{printf "%s ", $1}')
+[ "$d" = "3 2 " ] ||
+  fail "rounds 2 and 3: the ranks' parameter digests after the transfer differ or are missing ($d)"
+# a survivor's state is the one it held at the stop (the planned change to 3)
+k=$(sed -n 's/.*keeps the state, digest \([0-9a-f]*\).*/\1/p' $w | head -1)
+grep -q "elastic state: step [0-9]*, .* digest ${k:-none}" $w ||
+  fail "node 1's state after round 2's transfer is not the one it kept (${k:-none})"
+grep "the world change took" $w | sed 's/.*\] *//'
+grep -q "the learning rate scales by 3/2" $w ||
   fail "round 2 (3 nodes after 2) did not scale the learning rate by 3/2"
 a=$(acc out.kill.1)
 b=$(acc out.base.1)
