@@ -13,8 +13,10 @@
 #      node 3 is killed (-9, whole node) in mid-epoch: the 2 others' collective
 #      fails, they wait at their last completed step, form round 3 in the
 #      same processes, re-shard the rest of the epoch and finish, with a
-#      final test accuracy within 0.5 point of an uninterrupted 2-node run
-#      (run alongside);
+#      final test accuracy no more than 0.5 point below an uninterrupted
+#      2-node run's (run alongside; the changed worlds see the samples in
+#      another order and at other learning rates, and ended up to 0.7
+#      point above it in some runs, which is no fault);
 #   2. 3 nodes, --nnodes 2:3, nodes 2 and 3 killed: node 1 waits
 #      --rdzv_timeout, then stops with exit status 3, the checkpoint kept;
 #   3. elastic.keep_global_batch: a checkpoint of 2 trainers resumed by one
@@ -146,8 +148,8 @@ grep -q "the learning rate scales by 3/2" $w ||
 a=$(acc out.kill.1)
 b=$(acc out.base.1)
 echo "accuracy: interrupted ${a:-none}, uninterrupted ${b:-none}"
-/usr/bin/python3 -c "import sys; sys.exit(abs(${a:-0} - ${b:-1}) > 0.005)" ||
-  fail "final accuracy ${a:-none} is not within 0.5 point of the uninterrupted run's ${b:-none}"
+/usr/bin/python3 -c "import sys; sys.exit(${a:-0} < ${b:-1} - 0.005)" ||
+  fail "final accuracy ${a:-none} is more than 0.5 point below the uninterrupted run's ${b:-none}"
 
 # ---- 2: below MIN: wait --rdzv_timeout, then exit 3 with the checkpoint kept
 p3=$(etcd_free_port 127.0.0.1)
