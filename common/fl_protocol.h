@@ -59,6 +59,10 @@
     flotilla__init_sparse_response, 0)                                                           \
   X(DUMP_SPARSE, "flotilla.ParameterServer", "DumpSparse", flotilla__dump_sparse_request,        \
     flotilla__dump_sparse_response, 0)                                                           \
+  X(PULL_SPARSE_BATCH, "flotilla.ParameterServer", "PullSparseBatch",                            \
+    flotilla__pull_sparse_batch_request, flotilla__pull_sparse_batch_response, 0)                \
+  X(PUSH_SPARSE_BATCH, "flotilla.ParameterServer", "PushSparseBatch",                            \
+    flotilla__push_sparse_batch_request, flotilla__push_sparse_batch_response, 0)                \
   X(HEALTH_CHECK, "grpc.health.v1.Health", "Check", grpc__health__v1__health_check_request,      \
     grpc__health__v1__health_check_response, FL_PROTO_NO_TOKEN)
 

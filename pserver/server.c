@@ -43,7 +43,7 @@
 #include "health.pb-c.h"
 
 enum { K_REQ = 0, K_RECV, K_SEND, K_CLOSE };
-enum { H_NONE = 0, H_PULL, H_BARRIER, H_SPULL };
+enum { H_NONE = 0, H_PULL, H_BARRIER, H_SPULL, H_SBATCH };
 
 /* The i-th method this server has a handler for (its table below is
  * indexed by the wire's fl_proto_id; tests/unit/test_wire_service.c checks
@@ -90,6 +90,7 @@ struct call {
   uint64_t *keys;  /* a held sparse pull's keys */
   size_t n_keys, cap_keys;
   int read_only;
+  Flotilla__PullSparseBatchRequest *bq; /* a held batch pull's copy (owned) */
   Flotilla__BarrierResponse bres; /* a barrier's result, taken for this call */
   double bbuf[FL_PS_BARRIER_MAX_VALUES];
   call *prev, *next;
@@ -100,6 +101,9 @@ struct call {
   fl_rpc_outbuf *ob;
   float *scratch;
   size_t scratch_cap;
+  float **pscr; /* a batch pull's rows: part i's in pscr[i] (pcap[i] floats) */
+  size_t *pcap;
+  size_t n_pscr;
   call *free_next;
 };
 
@@ -140,6 +144,8 @@ static void call_release(call *c) {
   if (c->recv) grpc_byte_buffer_destroy(c->recv);
   if (c->resp) grpc_byte_buffer_destroy(c->resp);
   c->recv = c->resp = NULL;
+  if (c->bq) protobuf_c_message_free_unpacked(&c->bq->base, NULL);
+  c->bq = NULL;
   pthread_mutex_lock(&w->free_mu);
   c->free_next = w->free_list;
   w->free_list = c;
@@ -149,6 +155,9 @@ static void call_release(call *c) {
 static void call_free(call *c) {
   fl_rpc_outbuf_free(c->ob);
   free(c->scratch);
+  for (size_t i = 0; i < c->n_pscr; i++) free(c->pscr[i]);
+  free(c->pscr);
+  free(c->pcap);
   free(c->blocks);
   free(c->keys);
   free(c);
@@ -278,6 +287,8 @@ static void answer_pull(call *c) {
 }
 
 static void answer_sparse_pull(call *c);
+static fl_status batch_ready(fl_ps_core *core, const Flotilla__PullSparseBatchRequest *q);
+static void batch_pull(call *c, const Flotilla__PullSparseBatchRequest *q);
 
 /* Answer a barrier call with the result taken into c->bres (st FL_OK). */
 static void answer_barrier(call *c, fl_status st) {
@@ -300,6 +311,8 @@ void fl_ps_server_progress(void *server) {
       st = fl_ps_core_pull_check(s->core, c->tid, c->min_step, c->blocks, c->n_blocks);
     } else if (c->held == H_SPULL) {
       st = fl_ps_core_sparse_ready(s->core, c->tid, c->bname, c->min_step);
+    } else if (c->held == H_SBATCH) {
+      st = batch_ready(s->core, c->bq);
     } else {
       flotilla__barrier_response__init(&c->bres);
       st = fl_ps_core_barrier_take(s->core, c->bname, c->tid, &c->bres, c->bbuf);
@@ -314,10 +327,11 @@ void fl_ps_server_progress(void *server) {
   pthread_mutex_unlock(&s->held_mu);
   for (c = ready; c; c = next) {
     next = c->ready_next;
-    if (c->ready_kind == H_PULL || c->ready_kind == H_SPULL) {
+    if (c->ready_kind != H_BARRIER) {
       if (c->ready_st != FL_OK) respond_status(c, c->ready_st, NULL);
       else if (c->ready_kind == H_PULL) answer_pull(c);
-      else answer_sparse_pull(c);
+      else if (c->ready_kind == H_SPULL) answer_sparse_pull(c);
+      else batch_pull(c, c->bq);
     } else {
       answer_barrier(c, c->ready_st);
     }
@@ -428,6 +442,115 @@ static void h_push_sparse(call *c, ProtobufCMessage *msg) {
   Flotilla__PushSparseResponse r = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
   st = fl_ps_core_push_sparse(core, (Flotilla__PushSparseRequest *)msg, &r);
   respond_msg(c, st, &r.base);
+}
+
+/* Whether every part of a batch pull may be answered: FL_OK, FL_EAGAIN
+ * (some table has not applied the step its part asks for), or the first
+ * part's error. */
+static fl_status batch_ready(fl_ps_core *core, const Flotilla__PullSparseBatchRequest *q) {
+  for (size_t i = 0; i < q->n_pulls; i++) {
+    const Flotilla__PullSparseRequest *p = q->pulls[i];
+    fl_status st = fl_ps_core_sparse_ready(core, p->trainer_id, p->table, p->min_step);
+    if (st != FL_OK) return st;
+  }
+  return FL_OK;
+}
+
+/* Room in c for the rows of n parts of a batch pull. */
+static fl_status part_scratch(call *c, size_t n) {
+  float **ns;
+  size_t *nc;
+  if (n <= c->n_pscr) return FL_OK;
+  ns = realloc(c->pscr, n * sizeof *ns);
+  if (ns) c->pscr = ns;
+  nc = ns ? realloc(c->pcap, n * sizeof *nc) : NULL;
+  if (nc) c->pcap = nc;
+  if (!ns || !nc) return FL_ERR(FL_ENOMEM, "pserver: out of memory for a batch of %zu pulls", n);
+  for (size_t i = c->n_pscr; i < n; i++) {
+    ns[i] = NULL;
+    nc[i] = 0;
+  }
+  c->n_pscr = n;
+  return FL_OK;
+}
+
+/* Hold a batch pull (a copy of the request read by worker w goes into c)
+ * until every part may be answered. */
+static void batch_hold(call *c, const Flotilla__PullSparseBatchRequest *q) {
+  worker *w = c->w;
+  if (q != c->bq) {
+    c->bq = (Flotilla__PullSparseBatchRequest *)protobuf_c_message_unpack(
+        &flotilla__pull_sparse_batch_request__descriptor, NULL, w->in.len, w->in.data);
+    if (!c->bq) {
+      respond_status(c, FL_ENOMEM, "pserver out of memory");
+      return;
+    }
+  }
+  hold(c, H_SBATCH);
+}
+
+/* One part's answer of a batch pull. */
+typedef struct pull_part {
+  Flotilla__PullSparseResponse r;
+  Flotilla__Tensor v;
+  int64_t shape[2];
+} pull_part;
+
+/* A batch pull answered once all of its parts are ready (held until then:
+ * the condition is rechecked on progress), each part as PullSparse. */
+static void batch_pull(call *c, const Flotilla__PullSparseBatchRequest *q) {
+  fl_ps_core *core = c->w->s->core;
+  Flotilla__PullSparseBatchResponse r = FLOTILLA__PULL_SPARSE_BATCH_RESPONSE__INIT;
+  size_t n = q->n_pulls;
+  pull_part *pp = NULL;
+  Flotilla__PullSparseResponse **rp = NULL;
+  fl_status st = batch_ready(core, q);
+  if (st == FL_OK) st = part_scratch(c, n);
+  if (st == FL_OK) {
+    pp = calloc(n ? n : 1, sizeof *pp);
+    rp = calloc(n ? n : 1, sizeof *rp);
+    if (!pp || !rp) st = FL_ERR(FL_ENOMEM, "pserver: out of memory for a batch of %zu pulls", n);
+  }
+  for (size_t i = 0; st == FL_OK && i < n; i++) {
+    flotilla__pull_sparse_response__init(&pp[i].r);
+    flotilla__tensor__init(&pp[i].v);
+    rp[i] = &pp[i].r;
+    st = fl_ps_core_pull_sparse(core, q->pulls[i], &c->pscr[i], &c->pcap[i], &pp[i].r, &pp[i].v,
+                                pp[i].shape);
+  }
+  r.n_pulls = n;
+  r.pulls = rp;
+  if (st == FL_EAGAIN) batch_hold(c, q);
+  else respond_msg(c, st, &r.base);
+  free(pp);
+  free(rp);
+}
+
+static void h_pull_sparse_batch(call *c, ProtobufCMessage *msg) {
+  batch_pull(c, (const Flotilla__PullSparseBatchRequest *)msg);
+}
+
+/* A batch push: its parts applied in order, each as PushSparse; the first
+ * error stops it (the parts before stay applied: repeating the batch drops
+ * them as duplicates). */
+static void h_push_sparse_batch(call *c, ProtobufCMessage *msg) {
+  const Flotilla__PushSparseBatchRequest *q = (const Flotilla__PushSparseBatchRequest *)msg;
+  Flotilla__PushSparseBatchResponse r = FLOTILLA__PUSH_SPARSE_BATCH_RESPONSE__INIT;
+  size_t n = q->n_pushes;
+  Flotilla__PushSparseResponse *rs = calloc(n ? n : 1, sizeof *rs);
+  Flotilla__PushSparseResponse **rp = calloc(n ? n : 1, sizeof *rp);
+  fl_status st = FL_OK;
+  if (!rs || !rp) st = FL_ERR(FL_ENOMEM, "pserver: out of memory for a batch of %zu pushes", n);
+  for (size_t i = 0; st == FL_OK && i < n; i++) {
+    flotilla__push_sparse_response__init(&rs[i]);
+    rp[i] = &rs[i];
+    st = fl_ps_core_push_sparse(c->w->s->core, q->pushes[i], &rs[i]);
+  }
+  r.n_pushes = n;
+  r.pushes = rp;
+  respond_msg(c, st, &r.base);
+  free(rs);
+  free(rp);
 }
 
 static void h_init_sparse(call *c, ProtobufCMessage *msg) {
@@ -566,6 +689,8 @@ static handler_fn *const handlers[FL_PROTO_COUNT] = {
     [FL_PROTO_STATS] = h_stats,
     [FL_PROTO_INIT_SPARSE] = h_init_sparse,
     [FL_PROTO_DUMP_SPARSE] = h_dump_sparse,
+    [FL_PROTO_PULL_SPARSE_BATCH] = h_pull_sparse_batch,
+    [FL_PROTO_PUSH_SPARSE_BATCH] = h_push_sparse_batch,
     [FL_PROTO_HEALTH_CHECK] = h_health_check,
 };
 

@@ -156,7 +156,10 @@ fl_status fl_ps_client_dump_sparse(fl_ps_client *c, const char *table, uint32_t 
  * is written until the pull's finish returns.  A pull asks, as the
  * blocking one, for the step after the last push to the table that a push
  * finish saw through.  At most one start per table and kind between two
- * finishes; the thread that makes the client's other calls makes these. */
+ * finishes; the thread that makes the client's other calls makes these.
+ * A start only queues its calls: fl_ps_client_sparse_send (or the finish)
+ * sends what the starts queued, one call per server for all the tables
+ * (PullSparseBatch / PushSparseBatch). */
 fl_status fl_ps_client_pull_sparse_start(fl_ps_client *c, const char *table, uint32_t dim,
                                          const uint64_t *keys, size_t n, float *out);
 fl_status fl_ps_client_pull_sparse_finish(fl_ps_client *c);
@@ -164,6 +167,9 @@ fl_status fl_ps_client_push_sparse_start(fl_ps_client *c, const char *table, uin
                                          int64_t step, const uint64_t *keys, size_t n,
                                          const float *grads);
 fl_status fl_ps_client_push_sparse_finish(fl_ps_client *c);
+/* Send the sparse pulls and pushes queued by the starts since the last
+ * send: per kind, one call to each server with all of its tables' rows. */
+fl_status fl_ps_client_sparse_send(fl_ps_client *c);
 
 /* Barrier `name` over every live trainer, held on every server (so no
  * server's sync step waits for a trainer that waits here): sums[0..nv)

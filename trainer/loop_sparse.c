@@ -232,9 +232,16 @@ static fl_status fetch(fl_sparse_run *r, unsigned slot, const fl_batch *b, size_
   if (!r->inited) FL_TRY(init_tables(r));
   FL_TRY(r->hooks->prepare(r->self, slot, b, n, need));
   const double t0 = mono_s();
-  for (size_t t = 0; t < r->nt; t++)
-    FL_TRY((read_only ? fl_ps_client_read_sparse : fl_ps_client_pull_sparse)(
-        c, r->tables[t].name, r->tables[t].width, need[t].ids, need[t].n, need[t].rows));
+  if (read_only) {
+    for (size_t t = 0; t < r->nt; t++)
+      FL_TRY(fl_ps_client_read_sparse(c, r->tables[t].name, r->tables[t].width, need[t].ids,
+                                      need[t].n, need[t].rows));
+  } else { /* every table's rows in one call per server */
+    for (size_t t = 0; t < r->nt; t++)
+      FL_TRY(fl_ps_client_pull_sparse_start(c, r->tables[t].name, r->tables[t].width,
+                                            need[t].ids, need[t].n, need[t].rows));
+    FL_TRY(fl_ps_client_pull_sparse_finish(c));
+  }
   r->waited += mono_s() - t0;
   return FL_OK;
 }
@@ -254,7 +261,7 @@ static fl_status pull_ahead(fl_sparse_run *r) {
   for (size_t t = 0; t < r->nt; t++)
     FL_TRY(fl_ps_client_pull_sparse_start(c, r->tables[t].name, r->tables[t].width,
                                           need[t].ids, need[t].n, need[t].rows));
-  return FL_OK;
+  return fl_ps_client_sparse_send(c);
 }
 
 fl_status fl_sparse_run_next(fl_sparse_run *r, int64_t step, fl_batch *b) {
@@ -373,6 +380,7 @@ fl_status fl_sparse_run_push(fl_sparse_run *r, int64_t step) {
                                           r->k > 1 ? m->n : need[t].n,
                                           r->k > 1 ? m->g : r->hooks->row_grad(r->self, t)));
   }
+  FL_TRY(fl_ps_client_sparse_send(c));
   if (r->pipeline && !r->sync_mode) return FL_OK;
   /* sync: once the servers hold this step's push, the next step's pull
    * may wait there for the step to be applied */

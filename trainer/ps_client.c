@@ -29,6 +29,7 @@
 #define SPARSE_CHUNK 65536u
 #define MAX_RECOVERIES 8
 #define PULL_GROUP_BYTES (1u << 20) /* dense blocks of a server pulled in one call, at most */
+#define SPARSE_BATCH_BYTES (8u << 20) /* rows of the sparse calls batched in one call, at most */
 
 /* Methods are called by their row of the wire's table (fl_protocol.h). */
 #define PATH(m) (fl_proto_methods[FL_PROTO_##m].rpc.path)
@@ -55,6 +56,10 @@ typedef struct op {
   float *out;
   uint32_t seq, parts; /* sparse push: part seq of parts to this server */
   int read_only;       /* sparse pull: an evaluation read */
+  int queued;          /* sparse call waiting for its lane's send (lane_send) */
+  int batched;         /* sparse call sent as a part of a batch call */
+  struct op **bparts; /* a batch call: its sparse calls, in order (kept) */
+  size_t nbparts, bparts_cap;
   /* barrier */
   const char *name;
   const double *values;
@@ -168,10 +173,10 @@ static const char *op_name(fl_proto_id type) { return fl_proto_methods[type].nam
 
 /* Calls that carry gradients (counted as pushes) and rows or blocks read. */
 static int push_type(fl_proto_id t) {
-  return t == FL_PROTO_PUSH_DENSE || t == FL_PROTO_PUSH_SPARSE;
+  return t == FL_PROTO_PUSH_DENSE || t == FL_PROTO_PUSH_SPARSE || t == FL_PROTO_PUSH_SPARSE_BATCH;
 }
 static int pull_type(fl_proto_id t) {
-  return t == FL_PROTO_PULL_DENSE || t == FL_PROTO_PULL_SPARSE;
+  return t == FL_PROTO_PULL_DENSE || t == FL_PROTO_PULL_SPARSE || t == FL_PROTO_PULL_SPARSE_BATCH;
 }
 /* Calls whose answer carries nothing to read. */
 static int sends_only(fl_proto_id t) { return push_type(t) || t == FL_PROTO_INIT_SPARSE; }
@@ -222,6 +227,74 @@ static void count_call(fl_ps_client *c, fl_proto_id method, grpc_status_code cod
 /* --------------------------------------------------------------- calls */
 
 /* Pack and start op (any thread). */
+/* The request of sparse pull o. */
+static void pull_fill(fl_ps_client *c, const op *o, Flotilla__PullSparseRequest *r) {
+  r->trainer_id = c->o.trainer_id;
+  r->table = (char *)o->table;
+  r->n_keys = o->nkeys;
+  r->keys = (uint64_t *)o->keys;
+  r->min_step = o->min_step;
+  r->read_only = o->read_only;
+}
+
+/* The request of sparse push o, its gradient rows in t (shape: 2 dims). */
+static void push_fill(fl_ps_client *c, const op *o, Flotilla__PushSparseRequest *r,
+                      Flotilla__Tensor *t, int64_t *shape) {
+  shape[0] = (int64_t)o->nkeys;
+  shape[1] = o->dim;
+  t->dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+  t->n_shape = 2;
+  t->shape = shape;
+  t->data.data = (uint8_t *)o->grads;
+  t->data.len = o->nkeys * o->dim * sizeof(float);
+  r->trainer_id = c->o.trainer_id;
+  r->step = o->step;
+  r->table = (char *)o->table;
+  r->n_keys = o->nkeys;
+  r->keys = (uint64_t *)o->keys;
+  r->grads = t;
+  r->seq = o->seq;
+  r->parts = o->parts;
+}
+
+/* One part of a batch call's request. */
+typedef struct batch_part {
+  Flotilla__PullSparseRequest pull;
+  Flotilla__PushSparseRequest push;
+  Flotilla__Tensor t;
+  int64_t shape[2];
+} batch_part;
+
+/* Pack batch call o (its parts' requests in order) into *bb. */
+static fl_status batch_pack(fl_ps_client *c, op *o, grpc_byte_buffer **bb) {
+  Flotilla__PullSparseBatchRequest pr = FLOTILLA__PULL_SPARSE_BATCH_REQUEST__INIT;
+  Flotilla__PushSparseBatchRequest ur = FLOTILLA__PUSH_SPARSE_BATCH_REQUEST__INIT;
+  const int push = o->type == FL_PROTO_PUSH_SPARSE_BATCH;
+  batch_part *bp = calloc(o->nbparts, sizeof *bp);
+  void **ptrs = calloc(o->nbparts, sizeof *ptrs);
+  fl_status st;
+  if (!bp || !ptrs) {
+    free(bp);
+    free(ptrs);
+    return FL_ERR(FL_ENOMEM, "ps client: out of memory for a batch of %zu calls", o->nbparts);
+  }
+  for (size_t i = 0; i < o->nbparts; i++) {
+    flotilla__pull_sparse_request__init(&bp[i].pull);
+    flotilla__push_sparse_request__init(&bp[i].push);
+    flotilla__tensor__init(&bp[i].t);
+    if (push) push_fill(c, o->bparts[i], &bp[i].push, &bp[i].t, bp[i].shape);
+    else pull_fill(c, o->bparts[i], &bp[i].pull);
+    ptrs[i] = push ? (void *)&bp[i].push : (void *)&bp[i].pull;
+  }
+  pr.n_pulls = ur.n_pushes = o->nbparts;
+  pr.pulls = (Flotilla__PullSparseRequest **)ptrs;
+  ur.pushes = (Flotilla__PushSparseRequest **)ptrs;
+  st = fl_rpc_pack(o->ob, push ? &ur.base : &pr.base, bb);
+  free(bp);
+  free(ptrs);
+  return st;
+}
+
 static fl_status op_launch(fl_ps_client *c, op *o) {
   grpc_byte_buffer *bb = NULL;
   const char *method;
@@ -308,37 +381,22 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
   }
   case FL_PROTO_PULL_SPARSE: {
     Flotilla__PullSparseRequest r = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
-    r.trainer_id = c->o.trainer_id;
-    r.table = (char *)o->table;
-    r.n_keys = o->nkeys;
-    r.keys = (uint64_t *)o->keys;
-    r.min_step = o->min_step;
-    r.read_only = o->read_only;
+    pull_fill(c, o, &r);
     st = fl_rpc_pack(o->ob, &r.base, &bb);
     method = PATH(PULL_SPARSE);
     break;
   }
-  default: {
+  case FL_PROTO_PUSH_SPARSE: {
     Flotilla__PushSparseRequest r = FLOTILLA__PUSH_SPARSE_REQUEST__INIT;
-    shape[0] = (int64_t)o->nkeys;
-    shape[1] = o->dim;
-    t.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
-    t.n_shape = 2;
-    t.shape = shape;
-    t.data.data = (uint8_t *)o->grads;
-    t.data.len = o->nkeys * o->dim * sizeof(float);
-    r.trainer_id = c->o.trainer_id;
-    r.step = o->step;
-    r.table = (char *)o->table;
-    r.n_keys = o->nkeys;
-    r.keys = (uint64_t *)o->keys;
-    r.grads = &t;
-    r.seq = o->seq;
-    r.parts = o->parts;
+    push_fill(c, o, &r, &t, shape);
     st = fl_rpc_pack(o->ob, &r.base, &bb);
     method = PATH(PUSH_SPARSE);
     break;
   }
+  default:
+    st = batch_pack(c, o, &bb);
+    method = fl_proto_methods[o->type].rpc.path;
+    break;
   }
   if (st != FL_OK) return st;
   o->req_bytes = grpc_byte_buffer_length(bb);
@@ -377,10 +435,14 @@ static op *lane_op_new(fl_ps_client *c, lane *L, fl_proto_id type, int server) {
     fl_rpc_outbuf *ob = o->ob;
     uint16_t *half = o->half;
     size_t half_cap = o->half_cap;
+    op **bparts = o->bparts;
+    size_t bparts_cap = o->bparts_cap;
     memset(o, 0, sizeof *o);
     o->ob = ob;
     o->half = half;
     o->half_cap = half_cap;
+    o->bparts = bparts;
+    o->bparts_cap = bparts_cap;
   }
   o->type = type;
   o->server = server;
@@ -441,6 +503,19 @@ static fl_status pulled_blocks(fl_ps_client *c, const op *o, const Flotilla__Pul
   return FL_OK;
 }
 
+/* The rows of sparse pull o's answer r (NULL: unreadable) into its output;
+ * FL_EPROTO (logged) when r is not o's rows in fp32. */
+static fl_status pulled_rows(fl_ps_client *c, const op *o, const Flotilla__PullSparseResponse *r) {
+  if (!r || !r->values || r->values->dtype != FLOTILLA__DTYPE__DTYPE_FP32 ||
+      r->values->data.len != o->nkeys * o->dim * sizeof(float))
+    return FL_ERR(FL_EPROTO, "pserver %d (%s): malformed answer to a pull of %zu rows of %s",
+                  o->server, c->names[o->server], o->nkeys, o->table);
+  const float *v = (const float *)(const void *)r->values->data.data;
+  for (size_t i = 0; i < o->nkeys; i++)
+    memcpy(o->out + o->pos[i] * o->dim, v + i * o->dim, o->dim * sizeof(float));
+  return FL_OK;
+}
+
 /* Handle a successful answer (driver thread). */
 static fl_status op_parse(fl_ps_client *c, op *o) {
   ProtobufCMessage *m;
@@ -462,20 +537,17 @@ static fl_status op_parse(fl_ps_client *c, op *o) {
   } else if (o->type == FL_PROTO_PULL_DENSE) {
     st = pulled_blocks(c, o, (Flotilla__PullDenseResponse *)fl_rpc_unpack(
                                  &c->arena, ANSWER(PULL_DENSE), c->in.data, c->in.len));
+  } else if (o->type == FL_PROTO_PULL_SPARSE) {
+    m = fl_rpc_unpack(&c->arena, ANSWER(PULL_SPARSE), c->in.data, c->in.len);
+    st = pulled_rows(c, o, (Flotilla__PullSparseResponse *)m);
   } else {
-    Flotilla__PullSparseResponse *r;
-    m = fl_rpc_unpack(&c->arena, ANSWER(PULL_SPARSE), c->in.data,
-                      c->in.len);
-    r = (Flotilla__PullSparseResponse *)m;
-    if (!r || !r->values || r->values->dtype != FLOTILLA__DTYPE__DTYPE_FP32 ||
-        r->values->data.len != o->nkeys * o->dim * sizeof(float)) {
-      st = FL_ERR(FL_EPROTO, "pserver %d (%s): malformed answer to a pull of %zu rows of %s",
-                  o->server, c->names[o->server], o->nkeys, o->table);
-    } else {
-      const float *v = (const float *)(const void *)r->values->data.data;
-      for (size_t i = 0; i < o->nkeys; i++)
-        memcpy(o->out + o->pos[i] * o->dim, v + i * o->dim, o->dim * sizeof(float));
-    }
+    Flotilla__PullSparseBatchResponse *r = (Flotilla__PullSparseBatchResponse *)fl_rpc_unpack(
+        &c->arena, ANSWER(PULL_SPARSE_BATCH), c->in.data, c->in.len);
+    if (!r || r->n_pulls != o->nbparts)
+      st = FL_ERR(FL_EPROTO, "pserver %d (%s): malformed answer to a batch of %zu pulls",
+                  o->server, c->names[o->server], o->nbparts);
+    for (size_t i = 0; st == FL_OK && i < o->nbparts; i++)
+      st = pulled_rows(c, o->bparts[i], r->pulls[i]);
   }
   fl_rpc_arena_reset(&c->arena);
   return st;
@@ -519,6 +591,8 @@ static void on_complete(fl_ps_client *c, op *o) {
   } else if (code == GRPC_STATUS_OK) {
     count_call(c, o->type, code, o->req_bytes,
                o->call.recv ? grpc_byte_buffer_length(o->call.recv) : 0, 0);
+    if (o->nbparts > 1) /* a batch's parts count as the server counts them: each one */
+      atomic_fetch_add(push_type(o->type) ? &c->n_pushes : &c->n_pulls, o->nbparts - 1);
     st = op_parse(c, o);
     obs_op(o, now - o->start);
   } else if (retriable(code) && !c->shutting &&
@@ -1091,7 +1165,8 @@ static fl_status repeat_calls(fl_ps_client *c, const int *again, int pushes) {
       size_t n = L->n_ops ? L->n_ops : l == LANE_SPUSH ? L->last_n : 0;
       for (size_t i = 0; i < n; i++) {
         op *o = L->pool[i];
-        if (!again[o->server] || is_push(o) != pushes || (pass == 0 && op_inflight(c, o)))
+        if (!again[o->server] || o->batched || o->queued || is_push(o) != pushes ||
+            (pass == 0 && op_inflight(c, o)))
           continue;
         if (pass == 0) {
           o->attempt = 0;
@@ -1146,11 +1221,80 @@ static void lane_pushed(fl_ps_client *c, const lane *L) {
   }
 }
 
+/* The call of lane L to server s taking its queued sparse calls from
+ * pool[from] (queued, to s) on, of pool[from]'s type, before pool[to], as
+ * many as fit in SPARSE_BATCH_BYTES (at least one): a batch call when
+ * several. */
+static fl_status batch_one(fl_ps_client *c, lane *L, int s, size_t from, size_t to) {
+  size_t bytes = 0, n = 0, i, last;
+  op *b;
+  fl_proto_id type = L->pool[from]->type;
+  for (i = from; i < to; i++) {
+    op *o = L->pool[i];
+    if (!o->queued || o->server != s || o->type != type) continue;
+    if (n && bytes + o->nkeys * o->dim * sizeof(float) > SPARSE_BATCH_BYTES) break;
+    bytes += o->nkeys * o->dim * sizeof(float);
+    n++;
+  }
+  last = i;
+  if (n == 1) {
+    L->pool[from]->queued = 0;
+    op_submit(c, L->pool[from]);
+    return FL_OK;
+  }
+  b = lane_op_new(c, L, type == FL_PROTO_PULL_SPARSE ? FL_PROTO_PULL_SPARSE_BATCH
+                                                      : FL_PROTO_PUSH_SPARSE_BATCH, s);
+  if (!b) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+  if (n > b->bparts_cap) {
+    op **np = realloc(b->bparts, n * sizeof *np);
+    if (!np) return FL_ERR(FL_ENOMEM, "ps client: out of memory for a batch of %zu calls", n);
+    b->bparts = np;
+    b->bparts_cap = n;
+  }
+  for (i = from; i < last; i++) {
+    op *o = L->pool[i];
+    if (!o->queued || o->server != s || o->type != type) continue;
+    o->queued = 0;
+    o->batched = 1;
+    b->bparts[b->nbparts++] = o;
+  }
+  op_submit(c, b);
+  return FL_OK;
+}
+
+/* Send lane L's queued sparse calls: one call per server (a batch call
+ * when it has several; more when their rows exceed SPARSE_BATCH_BYTES),
+ * the parts in their queued order.  A lane's sparse calls are all pulls or
+ * all pushes. */
+static fl_status lane_send(fl_ps_client *c, lane *L) {
+  const size_t end = L->n_ops; /* batch calls go after it */
+  for (int s = 0; s < c->o.n_servers; s++) {
+    size_t i = 0;
+    while (i < end) {
+      if (L->pool[i]->queued && L->pool[i]->server == s) FL_TRY(batch_one(c, L, s, i, end));
+      else i++;
+    }
+  }
+  return FL_OK;
+}
+
+/* After lane L's send failed with st: its calls in flight are waited for
+ * and the batch emptied.  st. */
+static fl_status lane_drop(fl_ps_client *c, lane *L, fl_status st) {
+  pthread_mutex_lock(&c->mu);
+  while (L->pending > 0) pthread_cond_wait(&c->cv, &c->mu);
+  L->last_n = 0;
+  L->n_ops = 0;
+  pthread_mutex_unlock(&c->mu);
+  return st;
+}
+
 /* Wait for every call of L's batch (the time blocked is a span `what` on
  * the timeline), recovering from restarted servers; the batch is then
  * empty.  The first error. */
 static fl_status lane_wait(fl_ps_client *c, lane *L, const char *what) {
-  fl_status st = FL_OK;
+  fl_status st = lane_send(c, L);
+  if (st != FL_OK) return lane_drop(c, L, st);
   for (int round = 0;; round++) {
     fl_status first = FL_OK;
     int any = 0;
@@ -1268,7 +1412,7 @@ static fl_status sparse_submit(fl_ps_client *c, lane *L, server_buf *sb, const s
       o->seq = seq;
       o->parts = parts;
       o->read_only = q->read_only;
-      op_submit(c, o);
+      o->queued = 1; /* sent by lane_send, batched by server */
     }
   }
   return FL_OK;
@@ -1323,6 +1467,11 @@ fl_status fl_ps_client_pull_sparse_start(fl_ps_client *c, const char *table, uin
                                          const uint64_t *keys, size_t n, float *out) {
   return sparse_start(c, LANE_SPULL,
                       &(sparse_req){FL_PROTO_PULL_SPARSE, table, dim, 0, keys, n, NULL, out, 0});
+}
+
+fl_status fl_ps_client_sparse_send(fl_ps_client *c) {
+  FL_TRY(lane_send(c, &c->lanes[LANE_SPULL]));
+  return lane_send(c, &c->lanes[LANE_SPUSH]);
 }
 
 fl_status fl_ps_client_pull_sparse_finish(fl_ps_client *c) {
@@ -1565,6 +1714,7 @@ static void lane_free(lane *L) {
     if (L->pool[i]) {
       fl_rpc_outbuf_free(L->pool[i]->ob);
       free(L->pool[i]->half);
+      free(L->pool[i]->bparts);
       free(L->pool[i]);
     }
   free(L->pool);

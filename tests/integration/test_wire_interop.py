@@ -347,6 +347,7 @@ def sequence(s):
     check(np.array_equal(ro[0], again[0]) and np.all(np.abs(ro[1]) <= 0.5) and np.any(ro[1] != 0),
           "read-only PullSparse: the stored row, and an unseen key's init")
     sparse_init_dump(ps, keys, again)
+    sparse_batch(ps, keys, rng)
 
     # Barrier: sums in trainer order; the same name again is a new round.
     for rnd, (v0, v1) in enumerate(((1.0, 2.0), (10.0, 20.0))):
@@ -397,6 +398,44 @@ def sequence(s):
     except subprocess.TimeoutExpired:
         rc = None
     check(rc == 0, f"the pserver exits 0 once every trainer completed (exit {rc})")
+
+
+def sparse_batch(ps, keys, rng):
+    """PullSparseBatch / PushSparseBatch: the parts of a batch are their own
+    calls done in order; a batch pull waits until every part may be
+    answered (sync: step 4 applied), a repeated batch push is a duplicate."""
+    before = from_tensor(ps.PullSparse(pb.PullSparseRequest(trainer_id=0, table=TABLE, keys=keys,
+                                                            read_only=True),
+                                       metadata=MD, timeout=5).values)
+    g1 = rng.standard_normal((3, DIM)).astype(np.float32)
+    g0 = rng.standard_normal((1, DIM)).astype(np.float32)
+    b1 = pb.PushSparseBatchRequest(pushes=[
+        pb.PushSparseRequest(trainer_id=1, step=4, table=TABLE, keys=keys[:2],
+                             grads=tensor(g1[:2]), seq=0, parts=2),
+        pb.PushSparseRequest(trainer_id=1, step=4, table=TABLE, keys=keys[2:],
+                             grads=tensor(g1[2:]), seq=1, parts=2)])
+    r = ps.PushSparseBatch(b1, metadata=MD, timeout=5)
+    acc = [p.accepted for p in r.pushes]
+    check(acc == [2, 1], f"PushSparseBatch: parts accepted {acc} ([2, 1])")
+    r = ps.PushSparseBatch(b1, metadata=MD, timeout=5)
+    check([p.accepted for p in r.pushes] == [0, 0], "PushSparseBatch again: duplicates dropped")
+    fut = ps.PullSparseBatch.future(pb.PullSparseBatchRequest(pulls=[
+        pb.PullSparseRequest(trainer_id=1, table=TABLE, keys=keys[1:], min_step=5),
+        pb.PullSparseRequest(trainer_id=1, table=TABLE, keys=keys[:1], min_step=5,
+                             read_only=True)]), metadata=MD, timeout=10)
+    time.sleep(0.3)
+    check(not fut.done(), "PullSparseBatch min_step 5 waits for trainer 0's push of step 4")
+    ps.PushSparseBatch(pb.PushSparseBatchRequest(pushes=[
+        pb.PushSparseRequest(trainer_id=0, step=4, table=TABLE, keys=keys[:1],
+                             grads=tensor(g0))]), metadata=MD, timeout=5)
+    parts = fut.result().pulls
+    mean = g1.copy()
+    mean[0] = g0[0] + g1[0]
+    mean *= np.float32(0.5)
+    want = before - SPARSE_LR * mean
+    check(len(parts) == 2 and np.allclose(from_tensor(parts[0].values), want[1:], atol=1e-6)
+          and np.allclose(from_tensor(parts[1].values), want[:1], atol=1e-6),
+          "PullSparseBatch: each part's rows, after the step the batch push applied")
 
 
 def sparse_init_dump(ps, keys, rows):

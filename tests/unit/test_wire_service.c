@@ -49,7 +49,7 @@ START_TEST(test_service_block_present) {
   const ProtobufCServiceDescriptor *h = &grpc__health__v1__health__descriptor;
   ck_assert_str_eq(ps->name, "flotilla.ParameterServer");
   ck_assert_str_eq(h->name, "grpc.health.v1.Health");
-  ck_assert_uint_eq(ps->n_methods, 13);
+  ck_assert_uint_eq(ps->n_methods, 15);
   ck_assert_uint_eq(h->n_methods, 1);
   ck_assert_str_eq(h->methods[0].name, "Check");
 }
