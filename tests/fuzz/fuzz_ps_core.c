@@ -117,6 +117,30 @@ static void answer_pull(fuzz_state *f, const uint32_t *ids, size_t n) {
   flotilla__pull_dense_response__free_unpacked(r, NULL);
 }
 
+/* A batch of sparse pulls or pushes as the server takes it (pserver/server.c):
+ * its parts in order through the single-table calls, the first refused part
+ * ending it (the parts before it stay applied). */
+static fl_status sparse_batch(fuzz_state *f, int m, ProtobufCMessage *msg) {
+  fl_status st = FL_OK;
+  if (m == FL_PROTO_PUSH_SPARSE_BATCH) {
+    const Flotilla__PushSparseBatchRequest *q = (const Flotilla__PushSparseBatchRequest *)msg;
+    for (size_t i = 0; st == FL_OK && i < q->n_pushes; i++) {
+      Flotilla__PushSparseResponse r = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
+      st = fl_ps_core_push_sparse(f->core, q->pushes[i], &r);
+    }
+    return st;
+  }
+  const Flotilla__PullSparseBatchRequest *q = (const Flotilla__PullSparseBatchRequest *)msg;
+  for (size_t i = 0; st == FL_OK && i < q->n_pulls; i++) {
+    Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
+    Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
+    int64_t shape[2];
+    st = fl_ps_core_pull_sparse(f->core, q->pulls[i], &f->scratch, &f->scratch_cap, &r, &v, shape);
+    if (st == FL_OK) pack_response(f, &r.base);
+  }
+  return st;
+}
+
 static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
   fl_ps_core *core = f->core;
   fl_status st = FL_OK;
@@ -213,12 +237,18 @@ static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
     pack_response(f, &r.base);
     break;
   }
+  case FL_PROTO_PULL_SPARSE_BATCH:
+  case FL_PROTO_PUSH_SPARSE_BATCH:
+    st = sparse_batch(f, m, msg);
+    break;
   default: /* Save / Load: the service hands only the step to its callbacks; Health: no
             * state (the request is unpacked all the same) */
     break;
   }
   FUZZ_CHECK(st == FL_OK || st == FL_EINVAL || st == FL_ESTATE || st == FL_EAGAIN,
              "method %d: status %d", m, (int)st);
+  if (m == FL_PROTO_PULL_SPARSE_BATCH || m == FL_PROTO_PUSH_SPARSE_BATCH)
+    return; /* a refused part may follow applied ones */
   if (st != FL_EINVAL && m != FL_PROTO_DUMP_SPARSE &&
       !(m == FL_PROTO_PULL_SPARSE && ((const Flotilla__PullSparseRequest *)msg)->read_only))
     return;
