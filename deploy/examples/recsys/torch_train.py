@@ -16,8 +16,15 @@ import os
 import sys
 import time
 
-import numpy as np
-import torch
+# One thread in every pool, set before torch loads its BLAS: with
+# torch.set_num_threads(1) alone, OpenBLAS/OpenMP worker threads still
+# spin-wait between calls, and their CPU time (counted by process_time)
+# halved the samples per CPU-second measured on an idle machine.
+for _pool in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_pool, "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import criteo_tsv  # noqa: E402
