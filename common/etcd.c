@@ -67,6 +67,9 @@ fl_status fl_etcd_connect(const char *endpoints, double timeout_s, fl_etcd **out
   e->timeout_s = timeout_s > 0 ? timeout_s : 5.0;
   fl_rpc_init();
   memset(&ro, 0, sizeof ro);
+  /* etcd's handshake can take over a second on a loaded machine: a
+   * connection attempt gets the call's whole time, not gRPC's 100 ms */
+  ro.connect_timeout_ms = (int)(e->timeout_s * 1000);
   fl_status st = fl_rpc_outbuf_create(0, &e->ob);
   if (st == FL_OK) st = fl_rpc_channel_create(target, &ro, &e->ch);
   if (st != FL_OK) {

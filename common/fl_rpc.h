@@ -62,6 +62,11 @@ typedef struct fl_rpc_opts {
   const char *tls_key;
   const char *tls_ca;
   int tls_mutual;
+  /* Client: the least time a connection attempt is given (TCP and the
+   * HTTP/2 handshake; gRPC's min connect timeout).  0 = 100 ms, for a
+   * restarted pserver found again at once; a server in another process
+   * that may answer slowly under load (etcd) wants seconds. */
+  int connect_timeout_ms;
 } fl_rpc_opts;
 
 /* grpc_init / grpc_shutdown (reference counted by gRPC).  Never call

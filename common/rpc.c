@@ -213,9 +213,11 @@ fl_status fl_rpc_channel_create(const char *target, const fl_rpc_opts *o, grpc_c
   FL_TRY(channel_creds(o, &creds));
   args[n++] = int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, max_message(o));
   args[n++] = int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, max_message(o));
-  /* A restarted pserver must be found again quickly. */
+  /* A restarted pserver must be found again quickly.  gRPC takes the
+   * "min reconnect backoff" as the least time a connection attempt gets. */
   args[n++] = int_arg(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args[n++] = int_arg(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args[n++] = int_arg(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+                      o && o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 100);
   args[n++] = int_arg(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   /* Our own retry loop decides what is retried (pushes are deduplicated). */
   args[n++] = int_arg(GRPC_ARG_ENABLE_RETRIES, 0);
