@@ -228,27 +228,32 @@ fl_status fl_etcd_delete_prefix(fl_etcd *e, const char *prefix, int64_t *deleted
   return FL_OK;
 }
 
-/* Ownership: nothing kept. */
-fl_status fl_etcd_cas(fl_etcd *e, const char *key, int64_t mod_revision, const char *value,
-                      int *won) {
-  Etcdserverpb__Compare cmp = ETCDSERVERPB__COMPARE__INIT;
+/* Put key = value under lease (0: none) if every keys[i]'s mod revision
+ * is still revs[i] (0: the key is absent); *won says whether it was. */
+static fl_status txn_put(fl_etcd *e, const char *key, const char *value, int64_t lease,
+                         const char *const *keys, const int64_t *revs, size_t n, int *won) {
+  Etcdserverpb__Compare cmp[2], *cmps[2];
   Etcdserverpb__PutRequest put = ETCDSERVERPB__PUT_REQUEST__INIT;
   Etcdserverpb__RequestOp op = ETCDSERVERPB__REQUEST_OP__INIT;
   Etcdserverpb__TxnRequest req = ETCDSERVERPB__TXN_REQUEST__INIT;
-  Etcdserverpb__Compare *cmps[1] = {&cmp};
   Etcdserverpb__RequestOp *ops[1] = {&op};
   ProtobufCMessage *m;
   *won = 0;
-  cmp.result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL;
-  cmp.target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__MOD;
-  cmp.key = bin(key);
-  cmp.target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_MOD_REVISION;
-  cmp.mod_revision = mod_revision;
+  for (size_t i = 0; i < n && i < 2; i++) {
+    etcdserverpb__compare__init(&cmp[i]);
+    cmp[i].result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL;
+    cmp[i].target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__MOD;
+    cmp[i].key = bin(keys[i]);
+    cmp[i].target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_MOD_REVISION;
+    cmp[i].mod_revision = revs[i];
+    cmps[i] = &cmp[i];
+  }
   put.key = bin(key);
   put.value = bin(value);
+  put.lease = lease;
   op.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
   op.request_put = &put;
-  req.n_compare = 1;
+  req.n_compare = n < 2 ? n : 2;
   req.compare = cmps;
   req.n_success = 1;
   req.success = ops;
@@ -257,6 +262,21 @@ fl_status fl_etcd_cas(fl_etcd *e, const char *key, int64_t mod_revision, const c
   *won = ((Etcdserverpb__TxnResponse *)m)->succeeded;
   protobuf_c_message_free_unpacked(m, NULL);
   return FL_OK;
+}
+
+/* Ownership: nothing kept. */
+fl_status fl_etcd_cas(fl_etcd *e, const char *key, int64_t mod_revision, const char *value,
+                      int *won) {
+  const char *keys[1] = {key};
+  return txn_put(e, key, value, 0, keys, &mod_revision, 1, won);
+}
+
+/* Ownership: nothing kept. */
+fl_status fl_etcd_create(fl_etcd *e, const char *key, const char *value, int64_t lease,
+                         const char *unless, int *won) {
+  const char *keys[2] = {key, unless};
+  const int64_t revs[2] = {0, 0};
+  return txn_put(e, key, value, lease, keys, revs, unless ? 2 : 1, won);
 }
 
 /* Ownership: nothing kept. */

@@ -4,7 +4,8 @@
  * Debian packages no C client of etcd, so this one speaks etcd's own wire
  * (proto/etcd_min.proto keeps etcd's package, methods and field numbers)
  * through the gRPC C core wrappers of fl_rpc.h: KV.Range, KV.Put,
- * KV.DeleteRange, KV.Txn (compare-and-swap on a key's mod revision),
+ * KV.DeleteRange, KV.Txn (compare-and-swap on a key's mod revision, create
+ * if absent),
  * Lease.LeaseGrant, Lease.LeaseRevoke and Lease.LeaseKeepAlive (etcd's
  * bidirectional stream, used one request per call).  There is no Watch:
  * callers poll with Range and compare revisions.
@@ -65,6 +66,14 @@ fl_status fl_etcd_delete_prefix(fl_etcd *e, const char *prefix, int64_t *deleted
  * put happened, 0 when another writer came first (not an error). */
 fl_status fl_etcd_cas(fl_etcd *e, const char *key, int64_t mod_revision, const char *value,
                       int *won);
+
+/* Create key = value under lease (0 = none) in one transaction, only if
+ * the key is absent and so is `unless` (NULL: no second key): a claim
+ * that vanishes with its holder's lease and is never taken again once
+ * `unless` (its "done" mark) exists.  *won gets 1 when this put happened,
+ * 0 when either key exists (not an error). */
+fl_status fl_etcd_create(fl_etcd *e, const char *key, const char *value, int64_t lease,
+                         const char *unless, int *won);
 
 /* Grant a lease of ttl_s seconds; *id gets its id. */
 fl_status fl_etcd_lease_grant(fl_etcd *e, int64_t ttl_s, int64_t *id);

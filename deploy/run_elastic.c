@@ -81,6 +81,7 @@ static const conf_row k_conf[] = {
     {"poll_s", offsetof(fl_run_elastic_opts, poll_s), 0.05, 60},
     {"stop_s", offsetof(fl_run_elastic_opts, stop_s), 1, 3600},
     {"in_process", offsetof(fl_run_elastic_opts, in_process), 0, 1},
+    {"chunks", offsetof(fl_run_elastic_opts, chunks), 0, 4096},
 };
 
 /* Ownership: nothing kept. */
@@ -92,6 +93,7 @@ void fl_run_elastic_defaults(fl_run_elastic_opts *e) {
   e->poll_s = 0.25;
   e->stop_s = 30;
   e->in_process = 1;
+  e->chunks = -1;
 }
 
 /* Ownership: nothing kept. */
@@ -119,10 +121,10 @@ fl_status fl_run_elastic_conf(const char *conf, fl_run_elastic_opts *e) {
       if (!strcmp(kv, k_conf[i].name)) row = &k_conf[i];
     if (!eq || !row)
       return FL_ERR(FL_EINVAL, "--rdzv_conf %s: want key=seconds with key lease_s, settle_s, "
-                    "poll_s or stop_s, or in_process=0|1", kv);
+                    "poll_s or stop_s, in_process=0|1 or chunks=N", kv);
     double v = strtod(eq + 1, &end);
     if (end == eq + 1 || *end || !(v >= row->lo && v <= row->hi))
-      return FL_ERR(FL_EINVAL, "--rdzv_conf %s=%s: want seconds in [%g, %g]", kv, eq + 1, row->lo,
+      return FL_ERR(FL_EINVAL, "--rdzv_conf %s=%s: want a value in [%g, %g]", kv, eq + 1, row->lo,
                     row->hi);
     *(double *)((char *)e + row->off) = v;
   }
@@ -326,8 +328,10 @@ static int round_argv(const agent *a, const world *w, int rank, char **argv, cha
   if (w->n > 1) {
     ARG("--nnodes=%d", w->n);
     ARG("--node_rank=%d", rank);
-    ARG("--master_addr=%s", w->m[0].addr);
-    ARG("--master_port=%d", w->port);
+    if (!c->ps) { /* ps trainers meet no trainer 0: they contact the pservers */
+      ARG("--master_addr=%s", w->m[0].addr);
+      ARG("--master_port=%d", w->port);
+    }
     ARG("--node_ip=%s", w->m[rank].addr);
   }
   ARG("--log_dir=%s/round.%lld", c->log_dir, (long long)w->r);
@@ -467,6 +471,27 @@ static fl_status round_ended(agent *a, int status) {
 
 #define JOIN_TRIES 10
 
+/* Keys a node alone in the job removes; ended: only when the job's "done"
+ * key says its last run finished (ps slots and chunks of a run that did
+ * not finish stay, so a node rejoining it goes on from its epochs). */
+static const struct {
+  const char *name;
+  int ended;
+} k_stale[] = {{"round", 0}, {"failed", 0}, {"slots/", 1}, {"chunks/", 1}, {"done", 0}};
+
+/* Alone: whatever rounds the job had are over (an earlier run of it that
+ * ended or died); start counting afresh, the checkpoints stay. */
+static fl_status forget_ended(agent *a) {
+  char k[KEY_MAX], done[32];
+  FL_TRY(read_key(a, "done", done, sizeof done, NULL));
+  for (size_t i = 0; i < sizeof k_stale / sizeof k_stale[0]; i++) {
+    if (k_stale[i].ended && !done[0]) continue;
+    key(a, k, sizeof k, k_stale[i].name);
+    FL_TRY(fl_etcd_delete_prefix(a->etcd, k, NULL));
+  }
+  return FL_OK;
+}
+
 /* Join: a lease, the node key under it, the keeper.  The first call is
  * tried JOIN_TRIES times, a second apart (etcd busy or electing a leader:
  * each failure is logged). */
@@ -485,16 +510,8 @@ static fl_status join(agent *a) {
                               a->o->lease_s / 4, &a->keeper));
   FL_LOGI("elastic: node %s joined job %s at etcd %s (%d..%d nodes, lease %.0f s)", a->id,
           a->o->id, a->o->endpoint, a->o->min_nodes, a->o->max_nodes, a->o->lease_s);
-  /* alone: whatever rounds the job had are over (an earlier run of it that
-   * ended or died); start counting afresh, the checkpoints stay */
   FL_TRY(read_live(a));
-  if (a->live.n == 1 && !strcmp(a->live.m[0].id, a->id)) {
-    static const char *const stale[] = {"round", "failed", "done"};
-    for (size_t i = 0; i < sizeof stale / sizeof stale[0]; i++) {
-      key(a, k, sizeof k, stale[i]);
-      FL_TRY(fl_etcd_delete_prefix(a->etcd, k, NULL));
-    }
-  }
+  if (a->live.n == 1 && !strcmp(a->live.m[0].id, a->id)) FL_TRY(forget_ended(a));
   return FL_OK;
 }
 
@@ -578,6 +595,25 @@ static fl_status claim_slot(agent *a) {
   return FL_OK;
 }
 
+/* The number of chunks per epoch, 0 when the slots keep their shares. */
+static int chunk_count(const agent *a) {
+  return a->o->chunks < 0 ? 4 * a->o->max_nodes : (int)a->o->chunks;
+}
+
+/* FLOTILLA_ELASTIC_CHUNKS for this node's trainers (trainer/fl_chunks.h):
+ * the chunks per epoch, the lease of their claims, etcd, the keys. */
+static fl_status chunks_env(agent *a) {
+  char v[1024];
+  if (!chunk_count(a)) return FL_OK;
+  int n = snprintf(v, sizeof v, "%d %.0f %s %schunks/", chunk_count(a), a->o->lease_s,
+                   a->o->endpoint, a->prefix);
+  if (n < 0 || (size_t)n >= sizeof v)
+    return FL_ERR(FL_EINVAL, "elastic ps: --rdzv_endpoint and --rdzv_id are too long for "
+                  "FLOTILLA_ELASTIC_CHUNKS (%zu bytes at most)", sizeof v - 1);
+  setenv("FLOTILLA_ELASTIC_CHUNKS", v, 1);
+  return FL_OK;
+}
+
 /* This node's flotilla-run for its slot (a->round.r counts its starts). */
 static fl_status start_slot(agent *a) {
   const fl_run_elastic_child *c = a->c;
@@ -587,12 +623,7 @@ static fl_status start_slot(agent *a) {
   a->round.n = a->o->max_nodes;
   for (int i = 0; i < a->round.n; i++)
     snprintf(a->round.m[i].addr, FL_RUN_EP_MAX, "%s", c->node_addr);
-  /* --nnodes MAX --node_rank slot --master_addr M: torchrun mode wants node
-   * 0's address, which nobody contacts in ps mode; slot 0 gives its own, the
-   * others a stand-in that is not theirs */
-  if (a->slot)
-    snprintf(a->round.m[0].addr, FL_RUN_EP_MAX, "%s",
-             strcmp(c->node_addr, "127.0.0.1") ? "127.0.0.1" : "localhost");
+  FL_TRY(chunks_env(a));
   int n = round_argv(a, &a->round, a->slot, argv, buf, sizeof buf);
   memmove(argv + 3, argv + 1, (size_t)n * sizeof *argv); /* the NULL too */
   argv[1] = "--mode=ps";
@@ -613,7 +644,10 @@ static fl_status slot_ended(agent *a, int status, int *exit_code) {
     snprintf(k, sizeof k, "%sslots/%d", a->prefix, a->slot);
     snprintf(v, sizeof v, "done %s", a->id);
     *exit_code = 0;
-    return fl_etcd_put(a->etcd, k, v, 0);
+    FL_TRY(fl_etcd_put(a->etcd, k, v, 0));
+    /* chunks: trainers end only when the last epoch's chunks are all done */
+    key(a, k, sizeof k, "done");
+    return chunk_count(a) ? fl_etcd_put(a->etcd, k, "1", 0) : FL_OK;
   }
   if (a->stopping) return FL_OK;
   a->failures++;
@@ -621,6 +655,15 @@ static fl_status slot_ended(agent *a, int status, int *exit_code) {
           a->slot, WIFEXITED(status) ? "status" : "signal",
           WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), a->failures,
           a->c->max_restart);
+  return FL_OK;
+}
+
+/* Chunks: the job is done once a node's trainers ended after the last
+ * epoch (the "done" key). */
+static fl_status read_state_ps(agent *a) {
+  char v[32];
+  FL_TRY(read_key(a, "done", v, sizeof v, NULL));
+  a->done = v[0] != '\0';
   return FL_OK;
 }
 
@@ -642,9 +685,11 @@ static fl_status step_ps(agent *a, int *exit_code) {
   }
   if (read_live(a) != FL_OK || below_min(a, exit_code) || a->child) return FL_OK;
   if (a->live.n < a->o->min_nodes) return FL_OK; /* waiting for MIN nodes */
-  if (a->slot < 0 && claim_slot(a) != FL_OK) return FL_OK; /* logged; next poll */
+  if (chunk_count(a) && read_state_ps(a) != FL_OK) return FL_OK; /* logged; next poll */
+  if (a->slot < 0 && !a->done && claim_slot(a) != FL_OK) return FL_OK; /* logged; next poll */
   if (a->done) {
-    FL_LOGI("elastic ps: every slot's trainers completed; nothing left to join");
+    FL_LOGI("elastic ps: %s; nothing left to join",
+            chunk_count(a) ? "every chunk of the last epoch is done" : "every slot's trainers completed");
     *exit_code = 0;
     return FL_OK;
   }

@@ -280,6 +280,8 @@ typedef struct fl_run_elastic_opts {
   double timeout_s;                 /* --rdzv_timeout: below MIN this long -> exit 3 */
   double lease_s, settle_s, poll_s, stop_s; /* --rdzv_conf */
   double in_process;                /* --rdzv_conf: 1 hands a new world to running trainers */
+  double chunks;                    /* --rdzv_conf: ps chunks per epoch, 0 = slot shares,
+                                     * < 0 = 4 x MAX (the default) */
 } fl_run_elastic_opts;
 
 /* What each round's flotilla-run is started with. */

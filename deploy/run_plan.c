@@ -35,6 +35,34 @@ void fl_run_opts_defaults(fl_run_opts *o) {
 
 #define TORCHRUN_DEFAULT_PORT 29500
 
+/* What a mode asks of nodes known only by number (--nnodes N > 1, no
+ * --ips): collective trainers meet at trainer 0, so node 0's address is
+ * needed; ps trainers contact only the pservers, so their endpoints are. */
+typedef struct mode_rule {
+  int needs_master;    /* --master_addr */
+  int needs_servers;   /* --servers */
+  const char *master_why, *servers_why;
+} mode_rule;
+
+static const mode_rule k_mode_rules[] = {
+    [FL_RUN_COLLECTIVE] = {1, 0, "the address of node rank 0, where the trainers meet", NULL},
+    [FL_RUN_PS] = {0, 1, NULL, "the pservers' endpoints: nodes known by number cannot be given "
+                               "pservers"},
+};
+
+/* The rule's requirements of nodes known by number. */
+static fl_status check_mode_rule(const fl_run_opts *o) {
+  const mode_rule *r = &k_mode_rules[o->mode];
+  const char *name = o->mode == FL_RUN_PS ? "ps" : "collective";
+  if (r->needs_master && !o->master_addr[0])
+    return FL_ERR(FL_EINVAL, "--mode %s with --nnodes %d and no --ips needs --master_addr (%s)",
+                  name, o->nnodes, r->master_why);
+  if (r->needs_servers && !o->n_servers)
+    return FL_ERR(FL_EINVAL, "--mode %s with --nnodes %d and no --ips needs --servers (%s)", name,
+                  o->nnodes, r->servers_why);
+  return FL_OK;
+}
+
 fl_status fl_run_torchrun_opts(fl_run_opts *o) {
   if (o->ips_given) {
     if (o->nnodes && o->nnodes != o->n_ips)
@@ -51,17 +79,12 @@ fl_status fl_run_torchrun_opts(fl_run_opts *o) {
       return FL_ERR(FL_EINVAL, "--master_addr %s: trainer 0 runs on the first of --ips, %s",
                     o->master_addr, o->ips[0]);
   } else if (o->nnodes > 1) {
-    if (!o->master_addr[0])
-      return FL_ERR(FL_EINVAL, "--nnodes %d without --ips needs --master_addr (the address of "
-                    "node rank 0, where the trainers meet)", o->nnodes);
+    FL_TRY(check_mode_rule(o));
     if (o->nnodes > FL_RUN_MAX_NODES)
       return FL_ERR(FL_EINVAL, "--nnodes %d: at most %d", o->nnodes, FL_RUN_MAX_NODES);
     if (o->node_rank >= o->nnodes)
       return FL_ERR(FL_EINVAL, "--node_rank %d: want 0 .. %d (--nnodes %d)", o->node_rank,
                     o->nnodes - 1, o->nnodes);
-    if (o->mode == FL_RUN_PS && !o->n_servers)
-      return FL_ERR(FL_EINVAL, "--mode ps with --nnodes and no --ips needs --servers (the "
-                    "pservers' endpoints: nodes known by number cannot be given pservers)");
     if (o->port && o->master_port && o->port != o->master_port)
       return FL_ERR(FL_EINVAL, "--port %d and --master_port %d disagree", o->port,
                     o->master_port);
@@ -70,9 +93,9 @@ fl_status fl_run_torchrun_opts(fl_run_opts *o) {
     o->torchrun = 1;
     o->n_ips = o->nnodes;
     for (int i = 0; i < o->n_ips; i++) snprintf(o->ips[i], FL_RUN_EP_MAX, "(node %d)", i); /* never a host */
-    snprintf(o->ips[0], FL_RUN_EP_MAX, "%s", o->master_addr);
+    if (o->master_addr[0]) snprintf(o->ips[0], FL_RUN_EP_MAX, "%s", o->master_addr);
     if (o->node_ip[0]) {
-      if (o->node_rank == 0 && strcmp(o->node_ip, o->master_addr))
+      if (o->node_rank == 0 && o->master_addr[0] && strcmp(o->node_ip, o->master_addr))
         return FL_ERR(FL_EINVAL, "--node_rank 0 runs trainer 0 at --master_addr %s, but "
                       "--node_ip says %s", o->master_addr, o->node_ip);
       snprintf(o->ips[o->node_rank], FL_RUN_EP_MAX, "%s", o->node_ip);
@@ -330,7 +353,7 @@ fl_status fl_run_make_plan(const fl_run_opts *o, int this_node, fl_run_plan *out
     p->local = p->node == this_node;
     p->gpu = o->n_gpus ? o->gpus[p->local_rank] : -1;
     if (o->torchrun) {
-      if (r == 0)
+      if (r == 0 && o->master_addr[0])
         snprintf(p->endpoint, FL_RUN_EP_MAX, strchr(o->master_addr, ':') ? "[%.140s]:%d" : "%.140s:%d",
                  o->master_addr, o->master_port);
     } else if (o->mode == FL_RUN_COLLECTIVE) {
@@ -386,8 +409,8 @@ fl_status fl_run_make_plan(const fl_run_opts *o, int this_node, fl_run_plan *out
       if (st == FL_OK) st = add_env(p, "LOCAL_RANK", "%d", p->local_rank);
       if (st == FL_OK) st = add_env(p, "LOCAL_WORLD_SIZE", "%d", per_node);
       if (st == FL_OK) st = add_env(p, "GROUP_RANK", "%d", p->node);
-      if (st == FL_OK) st = add_env(p, "MASTER_ADDR", "%s", o->master_addr);
-      if (st == FL_OK) st = add_env(p, "MASTER_PORT", "%d", o->master_port);
+      if (st == FL_OK && o->master_addr[0]) st = add_env(p, "MASTER_ADDR", "%s", o->master_addr);
+      if (st == FL_OK && o->master_addr[0]) st = add_env(p, "MASTER_PORT", "%d", o->master_port);
       if (st == FL_OK && p->gpu >= 0) st = add_env(p, "FLOTILLA_SELECTED_GPUS", "%d", p->gpu);
     } else if (p->role == FL_RUN_TRAINER) {
       st = add_env(p, "FLOTILLA_ROLE", "TRAINER");

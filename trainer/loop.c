@@ -20,6 +20,7 @@
 #include <omp.h>
 #endif
 
+#include "fl_chunks.h"
 #include "fl_ckpt.h"
 #include "fl_data.h"
 #include "fl_graph.h"
@@ -109,6 +110,9 @@ typedef struct trainer {
   int early_stopped;
   float *bufsnap; /* elastic in process: the buffers (batch-norm statistics)
                    * at the start of the step, for undo_step; else NULL */
+  fl_chunks *chunks; /* elastic ps: the epoch's data claimed chunk by chunk
+                      * (fl_chunks.h); the trainers' steps then differ, so
+                      * each evaluates alone (no step-named barrier) */
 } trainer;
 
 static double clock_s(clockid_t id) {
@@ -1308,17 +1312,25 @@ static fl_status add_pairs(const trainer *t, const fl_dataset *d, size_t off, si
   return FL_OK;
 }
 
+/* The ranks agree on their batch-norm statistics (not in chunk mode:
+ * each trainer evaluates alone). */
+static fl_status agree_buffers(trainer *t) {
+  return t->chunks ? FL_OK : fl_val_agree_buffers(t->sync, t->model);
+}
+
 /* Samples [first, first + n) of d evaluated over all ranks, after the
  * ranks agreed on their batch-norm statistics: each rank a contiguous
  * slice, sums reduced into *all; a binary model's pairs gathered and
- * merged into *auc. */
+ * merged into *auc.  In chunk mode this trainer evaluates all of them. */
 static fl_status eval_set(trainer *t, const fl_dataset *d, size_t first, size_t n,
                           fl_model_result *all, fl_auc_result *auc) {
-  const size_t w = (size_t)t->world, r = (size_t)t->rank, bs = t->job->train.eval_batch_size;
+  const int alone = t->chunks != NULL;
+  const size_t w = alone ? 1 : (size_t)t->world, r = alone ? 0 : (size_t)t->rank;
+  const size_t bs = t->job->train.eval_batch_size;
   const size_t lo = first + n * r / w, hi = first + n * (r + 1) / w;
   double v[EVAL_SUMS] = {0};
   fl_auc_acc mine = {0}, every = {0};
-  fl_status st = fl_val_agree_buffers(t->sync, t->model);
+  fl_status st = agree_buffers(t);
   for (size_t off = lo; st == FL_OK && off < hi; off += bs) {
     const size_t cnt = hi - off < bs ? hi - off : bs;
     fl_model_result res = {0};
@@ -1326,11 +1338,12 @@ static fl_status eval_set(trainer *t, const fl_dataset *d, size_t first, size_t 
     if (st == FL_OK && t->binary) st = add_pairs(t, d, off, cnt, &mine);
     result_to_sums(&res, v);
   }
-  if (st == FL_OK) st = t->ops->reduce_metrics(t->self, v, EVAL_SUMS);
-  if (st == FL_OK && t->binary) st = fl_auc_gather(t->sync, &mine, (lo - first) * d->tdim,
-                                                   n * d->tdim, &every);
+  if (st == FL_OK && !alone) st = t->ops->reduce_metrics(t->self, v, EVAL_SUMS);
+  if (st == FL_OK && t->binary && !alone)
+    st = fl_auc_gather(t->sync, &mine, (lo - first) * d->tdim, n * d->tdim, &every);
+  const fl_auc_acc *pairs = alone ? &mine : &every;
   if (st == FL_OK && t->binary)
-    st = fl_auc_merge(&(fl_auc_part){every.score, every.label, every.n}, 1, auc);
+    st = fl_auc_merge(&(fl_auc_part){pairs->score, pairs->label, pairs->n}, 1, auc);
   fl_auc_acc_free(&mine);
   fl_auc_acc_free(&every);
   *all = sums_to_result(v);
@@ -1513,6 +1526,7 @@ static void set_threads(int n) {
 }
 
 static void trainer_free(trainer *t) {
+  fl_chunks_close(t->chunks);
   fl_loader_destroy(t->loader);
   fl_stream_close(t->stream);
   fl_stream_close(t->tstream);
@@ -1694,12 +1708,33 @@ static fl_status final_model(trainer *t, fl_trainer_report *rep) {
   rep->early_stopped = t->early_stopped;
   rep->best_step = t->snap.step;
   if (t->sparse) return FL_OK;
-  if (t->snap.step < 0 || t->snap.step == t->step) return fl_val_agree_buffers(t->sync, t->model);
+  if (t->snap.step < 0 || t->snap.step == t->step) return agree_buffers(t);
   fl_val_snapshot_restore(&t->snap, t->model);
   FL_LOGI("keep_best: the final test and export use the model of step %" PRId64 " (%s %.5f)",
           t->snap.step, fl_val_metric_names[t->best.metric], t->best.best);
   if (t->have_test) return evaluate(t, rep);
-  return fl_val_agree_buffers(t->sync, t->model);
+  return agree_buffers(t);
+}
+
+/* Chunk mode: start at the first epoch other trainers left unfinished,
+ * from its start (a claimed chunk is trained whole). */
+static fl_status chunks_first_epoch(trainer *t) {
+  int64_t e;
+  FL_TRY(fl_chunks_first_epoch(t->chunks, t->epoch, t->job->train.epochs, &e));
+  if (e != t->epoch || t->batch) t->last_saved = -1;
+  t->epoch = e;
+  t->batch = 0;
+  return FL_OK;
+}
+
+/* Chunk mode: the sample source of the next step (the loader restarts at
+ * a newly claimed chunk); *more 0 when the epoch's chunks are all done. */
+static fl_status chunk_step(trainer *t, int *more) {
+  int64_t at;
+  FL_TRY(fl_chunks_next_step(t->chunks, t->epoch, &at, more));
+  if (at < 0) return FL_OK;
+  FL_TRY(fl_loader_set_offset(t->loader, (size_t)at));
+  return fl_loader_start(t->loader, t->epoch, 0);
 }
 
 /* Train epochs from the current position until the end or max_steps. */
@@ -1709,15 +1744,16 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
   int64_t interval = job->train.checkpoint_interval;
 
   if (t->sparse) fl_sparse_run_limit(t->sparse, t->steps_per_epoch, max_steps);
+  if (t->chunks) FL_TRY(chunks_first_epoch(t));
   while (t->epoch < job->train.epochs) {
     if (max_steps > 0 && t->step >= max_steps) break;
-    int64_t first = t->batch / t->k, epoch_steps = t->steps_per_epoch;
+    int64_t first = t->batch / t->k, epoch_steps = t->chunks ? INT64_MAX : t->steps_per_epoch;
     int stopped = 0;
     if (t->epoch_off && t->loader) { /* an elastic resume's partial epoch */
       FL_TRY(fl_loader_set_offset(t->loader, (size_t)t->epoch_off));
       epoch_steps = (int64_t)fl_loader_batches(t->loader) / t->k;
     }
-    FL_TRY(start_epoch(t));
+    if (!t->chunks) FL_TRY(start_epoch(t));
     double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     int64_t samples = 0, steps = 0;
     for (int64_t s = first; s < epoch_steps; s++) {
@@ -1726,6 +1762,9 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
         break;
       }
       fl_step_report r;
+      int more = 1;
+      if (t->chunks) FL_TRY(chunk_step(t, &more));
+      if (!more) break; /* every chunk of the epoch is done */
       int64_t batch0 = t->batch;
       copy_buffers(t, 1);
       fl_status sst = train_step(t, &r);
@@ -1780,13 +1819,22 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
   return FL_OK;
 }
 
+/* Elastic ps (flotilla-run's agent sets FLOTILLA_ELASTIC_CHUNKS): the
+ * trainers claim the epoch chunk by chunk; sparse data (its batches run
+ * ahead of the step, loop_sparse.c) keeps the rank's share. */
+static int chunk_mode(const trainer *t) {
+  const char *v = getenv("FLOTILLA_ELASTIC_CHUNKS");
+  return v && v[0] && t->ps && !t->stream && !t->strain.n;
+}
+
 /* The loader over the data in memory (none for a stream). */
 static fl_status make_loader(trainer *t) {
   const fl_job *job = t->job;
   if (t->stream) return FL_OK;
+  const int whole = chunk_mode(t); /* chunks of the whole epoch, not a rank's share */
   fl_shard_spec spec = {.n = t->strain.n ? t->strain.n : t->train.n,
-                        .batch_size = job->train.batch_size, .rank = t->rank,
-                        .world_size = t->world, .seed = job->train.seed,
+                        .batch_size = job->train.batch_size, .rank = whole ? 0 : t->rank,
+                        .world_size = whole ? 1 : t->world, .seed = job->train.seed,
                         .shuffle = job->data.shuffle, .remainder = FL_REMAINDER_DROP};
   FL_TRY(fl_shard_check(&spec));
   FL_TRY(fl_loader_create(t->strain.n ? NULL : &t->train, t->strain.n ? &t->strain : NULL, &spec,
@@ -1855,6 +1903,16 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
                 job->source, source_batches(&t), job->train.batch_size, t.k);
     goto done;
   }
+  if (chunk_mode(&t) && t.sparse) {
+    st = FL_ERR(FL_ENOTSUP, "model %s: its sparse tables read batches ahead of the step, which "
+                "elastic chunks cannot cut; run it with flotilla-run --rdzv_conf chunks=0 (each "
+                "node's slot its share)", job->model.kind);
+    goto done;
+  }
+  if (chunk_mode(&t) &&
+      (st = fl_chunks_open(t.steps_per_epoch, (int64_t)(t.k * job->train.batch_size),
+                           job->train.seed, &t.chunks)) != FL_OK)
+    goto done;
   int64_t total = t.steps_per_epoch * job->train.epochs;
   if (job->train.max_steps > 0 && job->train.max_steps < total) total = job->train.max_steps;
   if ((st = fl_job_lr_schedule(job, total, &t.sched)) != FL_OK) goto done;

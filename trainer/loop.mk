@@ -6,6 +6,8 @@ libfltrainer_la_SOURCES += trainer/fl_data.h trainer/data_internal.h trainer/dat
 	trainer/fl_trainer.h trainer/loop.c trainer/sync_local.c \
 	trainer/loop_internal.h trainer/loop_sparse.c trainer/fl_sparse_model.h \
 	trainer/loop_valid.c
+# elastic ps: the epoch claimed chunk by chunk on etcd
+libfltrainer_la_SOURCES += trainer/fl_chunks.h trainer/elastic_chunks.c
 
 bin_PROGRAMS += flotilla-trainer
 flotilla_trainer_SOURCES = trainer/main.c

@@ -1,6 +1,7 @@
 /* test_etcd_client.c - the etcd v3 client (common/etcd.c) against a real
  * etcd whose endpoint test_etcd.sh passes in FL_ETCD_ENDPOINT: put and
  * range (exact and by prefix), delete, compare-and-swap won and lost, a
+ * create-if-absent under a lease (a chunk claim), a
  * lease kept alive by its keeper, a lease left to expire taking its key
  * with it, a dead endpoint failing within the deadline, and a 3-member
  * cluster losing its leader. */
@@ -108,6 +109,34 @@ START_TEST(lease_kept_then_expires) {
 }
 END_TEST
 
+/* A chunk claim: created under a lease only while neither it nor its done
+ * mark exists; it vanishes with the lease, then another takes it; the
+ * done mark (no lease) keeps it from ever being taken again. */
+START_TEST(claim_create_if_absent) {
+  fl_etcd *e;
+  int64_t a = 0, b = 0;
+  int won = -1;
+  ck_assert_int_eq(fl_etcd_connect(endpoint(), 5, &e), FL_OK);
+  ck_assert_int_eq(fl_etcd_lease_grant(e, 30, &a), FL_OK);
+  ck_assert_int_eq(fl_etcd_lease_grant(e, 30, &b), FL_OK);
+  ck_assert_int_eq(fl_etcd_create(e, "/t/e0/c1", "a", a, "/t/e0/c1/done", &won), FL_OK);
+  ck_assert_int_eq(won, 1);
+  ck_assert_int_eq(fl_etcd_create(e, "/t/e0/c1", "b", b, "/t/e0/c1/done", &won), FL_OK);
+  ck_assert_int_eq(won, 0); /* held by a */
+  ck_assert_int_eq(fl_etcd_lease_revoke(e, a), FL_OK); /* a dies: its claim goes */
+  ck_assert_int_eq(fl_etcd_create(e, "/t/e0/c1", "b", b, "/t/e0/c1/done", &won), FL_OK);
+  ck_assert_int_eq(won, 1);
+  ck_assert_int_eq(fl_etcd_put(e, "/t/e0/c1/done", "b", 0), FL_OK);
+  ck_assert_int_eq(fl_etcd_lease_revoke(e, b), FL_OK);
+  ck_assert_uint_eq(count(e, "/t/e0/c1"), 0);
+  ck_assert_int_eq(fl_etcd_create(e, "/t/e0/c1", "c", 0, "/t/e0/c1/done", &won), FL_OK);
+  ck_assert_int_eq(won, 0); /* done: never taken again */
+  ck_assert_int_eq(fl_etcd_create(e, "/t/e0/c2", "c", 0, NULL, &won), FL_OK);
+  ck_assert_int_eq(won, 1);
+  fl_etcd_close(e);
+}
+END_TEST
+
 START_TEST(dead_endpoint_fails) {
   fl_etcd *e;
   fl_etcd_kv *kvs;
@@ -162,6 +191,7 @@ int main(void) {
   tcase_add_test(tc, put_range_delete);
   tcase_add_test(tc, compare_and_swap);
   tcase_add_test(tc, lease_kept_then_expires);
+  tcase_add_test(tc, claim_create_if_absent);
   tcase_add_test(tc, dead_endpoint_fails);
   tcase_add_test(tc, cluster_leader_lost);
   suite_add_tcase(s, tc);

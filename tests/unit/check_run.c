@@ -278,11 +278,29 @@ START_TEST(test_torchrun_opts) {
   ck_assert_ptr_null(env_of(t5, "FLOTILLA_TRAINER_ENDPOINTS"));
   plan_free(p);
 
+  /* ps mode: --servers, never --master_addr (the trainers meet nobody) */
   fl_run_opts_defaults(&o);
   o.nnodes = 2;
   o.mode = FL_RUN_PS;
-  snprintf(o.master_addr, sizeof o.master_addr, "10.77.0.1");
   ck_assert_int_eq(fl_run_torchrun_opts(&o), FL_EINVAL); /* ps needs --servers */
+  o.n_servers = 1;
+  snprintf(o.servers[0], sizeof o.servers[0], "10.77.0.9:6170");
+  o.node_rank = 1;
+  snprintf(o.node_ip, sizeof o.node_ip, "10.77.0.2");
+  ck_assert_int_eq(fl_run_torchrun_opts(&o), FL_OK);
+  ck_assert_int_eq(fl_run_find_node(&o, local, 1, &node), FL_OK);
+  ck_assert_int_eq(node, 1);
+  p = plan_of(&o, node, FL_OK);
+  ck_assert_int_eq(p->n_trainers, 2);
+  ck_assert(p->procs[1].local);
+  ck_assert_str_eq(env_of(&p->procs[1], "FLOTILLA_MODE"), "ps");
+  ck_assert_str_eq(env_of(&p->procs[1], "RANK"), "1");
+  ck_assert_ptr_null(env_of(&p->procs[1], "MASTER_ADDR"));
+  plan_free(p);
+  fl_run_opts_defaults(&o);
+  o.nnodes = 2;
+  o.mode = FL_RUN_COLLECTIVE;
+  ck_assert_int_eq(fl_run_torchrun_opts(&o), FL_EINVAL); /* collective needs --master_addr */
   fl_run_opts_defaults(&o);
   o.nnodes = 2;
   o.node_rank = 2;
