@@ -569,12 +569,17 @@ static fl_status step(agent *a, int *exit_code) {
  * trainers) and keep the model; each node takes a trainer slot s in
  * [0, MAX) - key slots/<s> = its id, by compare-and-swap - and runs the
  * trainers s x nproc .. of MAX x nproc (flotilla-run --mode ps --nnodes MAX
- * --node_rank s) until they complete.  A slot whose node is no longer live
- * is free: a joining node takes it, and its trainers register with the
- * same ids and go on from the steps the pservers hold for them; the slot
- * is its share of the data.  A node that finished marks its slot "done ..."
- * (never taken again); with every slot done, the job is (a->done).  Nodes
- * come and go without stopping the others. */
+ * --node_rank s, no --master_addr) until they complete.  A slot whose node
+ * is no longer live is free: a joining node takes it, and its trainers
+ * register with the same ids and go on from the steps the pservers hold
+ * for them.  The data: with chunks (the default) the trainers claim each
+ * epoch's chunks on etcd under chunks/ (trainer/fl_chunks.h; this agent
+ * only names the keys in FLOTILLA_ELASTIC_CHUNKS) and end when the last
+ * epoch's are done, so the first node whose trainers end sets "done" and
+ * the job is over; with chunks=0 the slot is its share of the data, a node
+ * that finished marks its slot "done ..." (never taken again), and with
+ * every slot done the job is (a->done).  Nodes come and go without
+ * stopping the others. */
 static fl_status claim_slot(agent *a) {
   char k[KEY_MAX], name[32], v[ROUND_MAX];
   int64_t rev;

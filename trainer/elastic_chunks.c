@@ -125,8 +125,8 @@ fl_status fl_chunks_first_epoch(fl_chunks *c, int64_t from, int64_t epochs, int6
     if (done < c->n) break;
   }
   if (*epoch > from)
-    FL_LOGI("elastic chunks: epochs %" PRId64 "..%" PRId64 " are done by other trainers; "
-            "starting at epoch %" PRId64, from, *epoch - 1, *epoch);
+    FL_LOGI("elastic chunks: epochs %" PRId64 "..%" PRId64 " are done; starting at epoch %" PRId64,
+            from, *epoch - 1, *epoch);
   return FL_OK;
 }
 

@@ -1606,10 +1606,11 @@ static int peer_failure(fl_status st) {
   return st == FL_ECLOSED || st == FL_ETIMEDOUT || st == FL_EPROTO;
 }
 
-/* A collective of the step after t->step failed with st (logged where it
- * happened).  With a world file, this rank waits at its last completed
- * step for the agent's next round (a dead node's lease runs out first), up
- * to world_wait_s, and stops for it; else, or when none comes, st. */
+/* A collective of the step after t->step (or of an evaluation after it)
+ * failed with st (logged where it happened).  With a world file, this
+ * rank waits at its last completed step for the agent's next round (a
+ * dead node's lease runs out first), up to world_wait_s, and stops for
+ * it; else, or when none comes, st. */
 static fl_status lost_world(trainer *t, const fl_trainer_options *o, fl_trainer_report *rep,
                             fl_status st) {
   double t0 = clock_s(CLOCK_MONOTONIC);
@@ -1716,11 +1717,12 @@ static fl_status final_model(trainer *t, fl_trainer_report *rep) {
   return agree_buffers(t);
 }
 
-/* Chunk mode: start at the first epoch other trainers left unfinished,
- * from its start (a claimed chunk is trained whole). */
+/* Chunk mode: start at the first epoch whose chunks are not all done
+ * (etcd knows; a checkpoint's or the pservers' step does not: the
+ * trainers' steps differ), from its start (a chunk is trained whole). */
 static fl_status chunks_first_epoch(trainer *t) {
   int64_t e;
-  FL_TRY(fl_chunks_first_epoch(t->chunks, t->epoch, t->job->train.epochs, &e));
+  FL_TRY(fl_chunks_first_epoch(t->chunks, 0, t->job->train.epochs, &e));
   if (e != t->epoch || t->batch) t->last_saved = -1;
   t->epoch = e;
   t->batch = 0;
@@ -1735,6 +1737,16 @@ static fl_status chunk_step(trainer *t, int *more) {
   if (at < 0) return FL_OK;
   FL_TRY(fl_loader_set_offset(t->loader, (size_t)at));
   return fl_loader_start(t->loader, t->epoch, 0);
+}
+
+/* The epoch's validation and test.  Their collectives fail like a step's
+ * when a peer dies: the caller then joins the next world (lost_world) at
+ * the epoch's end, and that world evaluates again. */
+static fl_status epoch_end_evals(trainer *t, fl_trainer_report *rep, int stopped) {
+  if (validation_due(t, 1) && !stopped) FL_TRY(validate(t, rep));
+  if (t->have_test) FL_TRY(evaluate(t, rep));
+  if (t->have_test && !t->vn) FL_TRY(observe_metric(t, rep, NULL));
+  return FL_OK;
 }
 
 /* Train epochs from the current position until the end or max_steps. */
@@ -1784,7 +1796,8 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
       }
       if (act == AGREE_WORLD) return keep_for_world(t, rep, clock_s(CLOCK_MONOTONIC));
       if (sst != FL_OK) return lost_world(t, o, rep, sst);
-      if (validation_due(t, 0)) FL_TRY(validate(t, rep));
+      if (validation_due(t, 0) && (sst = validate(t, rep)) != FL_OK)
+        return lost_world(t, o, rep, sst);
       if (t->early_stopped) {
         stopped = 1;
         break;
@@ -1800,9 +1813,8 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
                "%.1f samples/s, cpu %.2f s\n", t->epoch, steps, samples, dt,
                dt > 0 ? (double)samples / dt : 0.0, cpu);
     if (t->sparse) FL_TRY(fl_sparse_run_epoch_end(t->sparse, t->epoch, t->log));
-    if (validation_due(t, 1) && !stopped) FL_TRY(validate(t, rep));
-    if (t->have_test) FL_TRY(evaluate(t, rep));
-    if (t->have_test && !t->vn) FL_TRY(observe_metric(t, rep, NULL));
+    fl_status est = epoch_end_evals(t, rep, stopped);
+    if (est != FL_OK) return lost_world(t, o, rep, est);
     if (stopped) {
       FL_TRY(save_checkpoint(t));
       break;

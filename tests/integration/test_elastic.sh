@@ -20,7 +20,12 @@
 #   2. 3 nodes, --nnodes 2:3, nodes 2 and 3 killed: node 1 waits
 #      --rdzv_timeout, then stops with exit status 3, the checkpoint kept;
 #   3. elastic.keep_global_batch: a checkpoint of 2 trainers resumed by one
-#      raises gradient merge k to 2.
+#      raises gradient merge k to 2;
+#   4. 3 nodes, --nnodes 2:3, one epoch and a test set whose evaluation
+#      takes a while: node 3 is killed while the epoch's test is evaluated;
+#      the 2 others' reduce of its metrics fails, they wait at the epoch's
+#      end, form a world of 2 in the same processes and evaluate again,
+#      then finish.
 # SKIP (77) when etcd or fashion-mnist is not installed.  Bounded by
 # timeout; cleaned up.
 set -u
@@ -171,5 +176,33 @@ FLOTILLA_CHECKPOINT_DIR="$tmp/ck.kgb" timeout 60 "$FL_BUILDDIR/flotilla-trainer"
 grep -q "keep_global_batch: a world of 1 after 2: gradient merge k 2" out.kgb.2 ||
   fail "keep_global_batch: k not raised to 2"
 grep -q "done: 14 steps" out.kgb.2 || fail "keep_global_batch: the resumed trainer did not finish"
+# ---- 4: a peer dies during the epoch's evaluation: the survivors join the
+# next world in process and evaluate again there
+sed -e 's/limit_train: 24000/limit_train: 6000/' -e 's/limit_test: 2000/limit_test: 10000/' \
+  -e 's/epochs: 2,/epochs: 1,/' job.yaml > ev.yaml
+p4=$(etcd_free_port 127.0.0.1)
+for n in 1 2 3; do
+  FLOTILLA_CHECKPOINT_DIR="$tmp/ck.ev.$n" setsid timeout 120 "$RUN" --nnodes 2:3 \
+    --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" --rdzv_id ev \
+    --rdzv_conf lease_s=4,settle_s=1 --node_ip "127.0.0.$n" --master_port "$p4" \
+    --log_dir "$tmp/log.ev.$n" ev.yaml > "$tmp/out.ev.$n" 2>&1 &
+  echo $! > "$tmp/pid.ev.$n"
+  groups="$groups $!"
+done
+wait_line "\[Epoch 0\] train: " "log.ev.1/round.*/workerlog.*" || fail "ev: epoch 0 never ended"
+killpg KILL "$(cat pid.ev.3)"
+for n in 1 2; do
+  wait "$(cat pid.ev.$n)" || fail "ev: node $n exited $?"
+done
+w=$(ls log.ev.1/round.*/workerlog.* | head -1)
+# in that log: the epoch's end, the failed collective, the new world of 2,
+# the test evaluated there
+order=$(awk '/\[Epoch 0\] train: / { print "train" } /elastic: a collective after step/ { print "failed" }
+  /elastic: round [0-9]*: rank [01] of 2/ { print "world" } /\[Epoch 0\] test loss/ { print "test" }' "$w" |
+  tr '\n' ' ')
+[ "$order" = "train failed world test " ] ||
+  fail "ev: node 1 did not evaluate again in the next world after a failed evaluation ($order)"
+[ "$(ls -d log.ev.1/round.* | wc -l)" = 1 ] || fail "ev: node 1 started new trainers"
+grep -q "final test accuracy" out.ev.1 || fail "ev: node 1's job did not finish"
 [ $fails = 0 ] || { for f in out.*; do echo "== $f"; tail -5 "$f"; done; exit 1; }
 echo "elastic: ok"

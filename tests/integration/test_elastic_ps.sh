@@ -3,11 +3,14 @@
 # (127.0.0.1, temporary data dir): one pserver on 127.0.0.1, started apart
 # for 3 trainer slots with FLOTILLA_PS_ELASTIC=1; nodes are flotilla-run
 # --nnodes 1:3 --mode ps --servers on 127.0.0.2..4, one trainer each:
-#   1. nodes 3 and 2 train; node 3 is killed (-9, whole node) mid-epoch:
-#      the pserver declares its trainer dead and goes on with node 2's;
-#      node 4 joins mid-run, takes a free slot, registers and trains; the
-#      job ends with nodes 2 and 4 done (exit 0) and the pserver complete
-#      (exit 0);
+#   1. nodes 3 and 2 train, claiming each epoch's 12 chunks on etcd; node 3
+#      is stopped while it holds a chunk and killed (-9, whole node): the
+#      pserver declares its trainer dead and goes on with node 2's, and
+#      that chunk, freed with node 3's lease, is trained by another node;
+#      node 4 joins mid-run, takes a free slot and free chunks; the job
+#      ends with nodes 2 and 4 done (exit 0) and the pserver complete
+#      (exit 0); the trainers' logs hold every chunk of every epoch done
+#      exactly once, summing to the epoch's 24000 samples;
 #   2. sync PS with --nnodes 1:3 is refused (exit 2, naming a_sync).
 # SKIP (77) when etcd is not installed.  Bounded by timeout; cleaned up.
 set -u
@@ -76,17 +79,35 @@ wait_line() {
   return 1
 }
 
+# held N: the "epoch E chunk C" node N's trainer claimed last and has not
+# finished, or nothing
+held() {
+  cat log.$1/round.1/workerlog.* | grep "elastic chunks: epoch [0-9]* chunk [0-9]* " |
+    sed 's/.*elastic chunks: \(epoch [0-9]* chunk [0-9]*\) \([a-z]*\).*/\1 \2/' |
+    tail -1 | sed -n 's/ claimed$//p'
+}
+
 # ---- 1: a trainer leaves, another joins; the job completes
-# (one after the other: the pserver ends the job when every trainer that
-# registered completed, so node 2 must not finish before node 3 came)
 node 3
 wait_line "Epoch 0, batch 40\]" "log.3/round.1/workerlog.*" || fail "node 3 never trained"
 node 2
-wait_line "Epoch 0, batch 10\]" "log.2/round.1/workerlog.*" || fail "node 2 never trained"
+wait_line "elastic chunks: epoch 0 chunk [0-9]* done" "log.2/round.1/workerlog.*" ||
+  fail "node 2 never finished a chunk"
+# stop node 3 where it holds a chunk (between two chunks: let it go on)
+lost=""
+tries=0
+while [ -z "$lost" ] && [ $tries -lt 50 ]; do
+  killpg STOP "$(cat pid.3)"
+  lost=$(held 3)
+  [ -n "$lost" ] || { killpg CONT "$(cat pid.3)"; sleep 0.05; }
+  tries=$((tries + 1))
+done
+[ -n "$lost" ] || fail "node 3 never held a chunk when stopped"
 killpg KILL "$(cat pid.3)"
 node 4
 wait_line "declared dead" ps.log || fail "the pserver did not declare node 3's trainer dead"
-wait_line "Epoch 0, batch 20\]" "log.4/round.1/workerlog.*" || fail "the joining node 4 never trained"
+wait_line "elastic chunks: epoch [0-9]* chunk [0-9]* claimed" "log.4/round.1/workerlog.*" ||
+  fail "the joining node 4 claimed no chunk"
 for n in 2 4; do
   wait "$(cat pid.$n)" || fail "node $n exited $?"
 done
@@ -98,6 +119,18 @@ grep -q "elastic ps: slot [0-2] of 3" out.4 || fail "node 4 took no slot"
 for n in 2 4; do
   grep -q "done: " log.$n/round.1/workerlog.* || fail "node $n's trainer did not finish"
 done
+# every chunk of the 6 epochs done once; the samples sum to each epoch
+cat log.*/round.1/workerlog.* | sed -n 's/.*elastic chunks: epoch \([0-9]*\) chunk \([0-9]*\) done (\([0-9]*\) samples).*/\1 \2 \3/p' > done.txt
+twice=$(cut -d' ' -f1,2 done.txt | sort | uniq -d)
+[ -z "$twice" ] || fail "chunks done twice: $twice"
+[ "$(wc -l < done.txt)" = 72 ] || fail "$(wc -l < done.txt) chunks done, want 6 epochs x 12"
+for e in 0 1 2 3 4 5; do
+  sum=$(awk -v e=$e '$1 == e { s += $3 } END { print s + 0 }' done.txt)
+  [ "$sum" = 24000 ] || fail "epoch $e: chunks of $sum samples done, want 24000"
+done
+# node 3's chunk was trained again, from its start, by another node
+[ -z "$lost" ] || grep -q "elastic chunks: $lost done" log.2/round.1/workerlog.* log.4/round.1/workerlog.* ||
+  fail "node 3's $lost was not trained by another node"
 
 # ---- 2: sync PS at a changing world is refused
 timeout 20 "$RUN" --nnodes 1:3 --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" --rdzv_id sync \
