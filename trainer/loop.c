@@ -1856,6 +1856,18 @@ static fl_status make_loader(trainer *t) {
                                                        ? job->data.train_x : job->source);
 }
 
+/* Chunk mode: the claims on etcd, once the steps of a whole epoch are
+ * known (a model with sparse tables is refused: its batches run ahead). */
+static fl_status open_chunks(trainer *t) {
+  if (!chunk_mode(t)) return FL_OK;
+  if (t->sparse)
+    return FL_ERR(FL_ENOTSUP, "model %s: its sparse tables read batches ahead of the step, which "
+                  "elastic chunks cannot cut; run it with flotilla-run --rdzv_conf chunks=0 (each "
+                  "node's slot its share)", t->job->model.kind);
+  return fl_chunks_open(t->steps_per_epoch, (int64_t)(t->k * t->job->train.batch_size),
+                        t->job->train.seed, &t->chunks);
+}
+
 /* Full batches of the rank per epoch (a stream's last short one dropped). */
 static size_t source_batches(const trainer *t) {
   if (t->stream) return fl_stream_samples(t->stream) / t->job->train.batch_size;
@@ -1915,16 +1927,7 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
                 job->source, source_batches(&t), job->train.batch_size, t.k);
     goto done;
   }
-  if (chunk_mode(&t) && t.sparse) {
-    st = FL_ERR(FL_ENOTSUP, "model %s: its sparse tables read batches ahead of the step, which "
-                "elastic chunks cannot cut; run it with flotilla-run --rdzv_conf chunks=0 (each "
-                "node's slot its share)", job->model.kind);
-    goto done;
-  }
-  if (chunk_mode(&t) &&
-      (st = fl_chunks_open(t.steps_per_epoch, (int64_t)(t.k * job->train.batch_size),
-                           job->train.seed, &t.chunks)) != FL_OK)
-    goto done;
+  if ((st = open_chunks(&t)) != FL_OK) goto done;
   int64_t total = t.steps_per_epoch * job->train.epochs;
   if (job->train.max_steps > 0 && job->train.max_steps < total) total = job->train.max_steps;
   if ((st = fl_job_lr_schedule(job, total, &t.sched)) != FL_OK) goto done;
