@@ -693,8 +693,9 @@ static fl_status step_ps(agent *a, int *exit_code) {
   if (chunk_count(a) && read_state_ps(a) != FL_OK) return FL_OK; /* logged; next poll */
   if (a->slot < 0 && !a->done && claim_slot(a) != FL_OK) return FL_OK; /* logged; next poll */
   if (a->done) {
-    FL_LOGI("elastic ps: %s; nothing left to join",
-            chunk_count(a) ? "every chunk of the last epoch is done" : "every slot's trainers completed");
+    FL_LOGI("elastic ps: %s; nothing left to join", chunk_count(a)
+                                                         ? "every chunk of the last epoch is done"
+                                                         : "every slot's trainers completed");
     *exit_code = 0;
     return FL_OK;
   }

@@ -197,11 +197,13 @@ fl_status fl_chunks_next_step(fl_chunks *c, int64_t epoch, int64_t *first_sample
     c->left--;
     return FL_OK;
   }
-  if (c->cur >= 0) FL_TRY(finish_chunk(c));
   for (;;) {
+    /* a lost lease freed the chunk being trained: another trainer may hold
+     * it now, so it is not marked done here */
     if (!fl_etcd_keeper_alive(c->keeper))
       return FL_ERR(FL_ECLOSED, "elastic chunks: this trainer's etcd lease is lost (its claims "
                     "went with it): stopping; the agent starts it again");
+    if (c->cur >= 0) FL_TRY(finish_chunk(c));
     FL_TRY(read_epoch(c, epoch, state, &done));
     if (done == c->n) {
       *more = 0;
