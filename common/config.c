@@ -97,12 +97,6 @@ const char *fl_mode_name(fl_mode mode) {
   return "?";
 }
 
-int fl_names_find(const char *const *names, const char *name) {
-  for (int i = 0; name && names[i]; i++)
-    if (!strcmp(name, names[i])) return i;
-  return -1;
-}
-
 fl_status fl_mode_parse(const char *name, fl_mode *out) {
   const int i = fl_names_find(k_modes, name);
   if (i < 0) return FL_EINVAL;
@@ -1348,8 +1342,7 @@ static fl_status check_lr_keys(const ctx *c, const fl_job *job) {
   fl_lr_kind k = job->lr_schedule.kind;
   char path[PATH_BUF];
   for (const field *f = f_lr; f->key; f++) {
-    int common = 0;
-    for (size_t i = 0; k_lr_common[i]; i++) common |= !strcmp(k_lr_common[i], f->key);
+    const int common = fl_names_find(k_lr_common, f->key) >= 0;
     snprintf(path, sizeof path, "lr_schedule.%s", f->key);
     if (common || fl_lr_kind_takes(k, f->key) ||
         at_default(f, (const char *)&job->lr_schedule))
@@ -1698,9 +1691,7 @@ static void log_defaults(const ctx *c, const fl_job *job) {
       fprintf(f, "%s%s (whole section)", n++ ? ", " : "", s->key);
       continue;
     }
-    int d = 0;
-    for (size_t k = 0; detailed[k]; k++) d |= !strcmp(detailed[k], s->key);
-    if (!d) continue;
+    if (fl_names_find(detailed, s->key) < 0) continue;
     for (const field *g = s->sub; g->key; g++) {
       if (g->type == F_MAP || g->type == F_FP16AR || g->type == F_UNSUP_BOOL ||
           g->type == F_UNSUP_NUM || g->type == F_UNSUP_MAP)
