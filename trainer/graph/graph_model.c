@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "fl_log.h"
+#include "fl_names.h"
 #include "fl_timeline.h"
 #include "graph_engine.h"
 
@@ -177,10 +178,8 @@ done:
  * Only Gemm and Conv have a 16-bit GEMM on the gpu (their CUDA twins take
  * n->math); the CPU computes everything in fp32. */
 static int amp_linear_name(const char *name) {
-  static const char *const names[] = {"linear", "matmul_v2", "matmul", "mul"};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (!strcmp(name, names[i])) return 1;
-  return 0;
+  static const char *const names[] = {"linear", "matmul_v2", "matmul", "mul", NULL};
+  return fl_names_find(names, name) >= 0;
 }
 
 #define AMP_MAX_TARGETS 8
