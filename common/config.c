@@ -160,6 +160,27 @@ typedef enum ftype {
   F_SPARSE_INIT /* "uniform", "uniform(R)" or "from_model": a table's init, init_range */
 } ftype;
 
+/* The element of a list type (F_INT_ARRAY..F_PATH_LIST): its type, and
+ * its size in bytes in *esz. */
+static ftype list_elem(ftype list, size_t *esz) {
+  static const struct {
+    ftype elem;
+    size_t size;
+  } rows[] = {
+      [F_INT_ARRAY - F_INT_ARRAY] = {F_INT, sizeof(int)},
+      [F_SIZE_LIST - F_INT_ARRAY] = {F_SIZE, sizeof(size_t)},
+      [F_I64_LIST - F_INT_ARRAY] = {F_I64, sizeof(int64_t)},
+      [F_FLOAT_LIST - F_INT_ARRAY] = {F_FLOAT, sizeof(float)},
+      [F_STR_LIST - F_INT_ARRAY] = {F_STR, FL_JOB_NAME_MAX},
+      [F_PATH_LIST - F_INT_ARRAY] = {F_STR, FL_JOB_PATH_MAX},
+  };
+  _Static_assert(sizeof rows / sizeof rows[0] == F_PATH_LIST - F_INT_ARRAY + 1,
+                 "one row per list type");
+  const size_t i = (size_t)(list - F_INT_ARRAY);
+  *esz = rows[i].size;
+  return rows[i].elem;
+}
+
 /* LIM_INF: F_FLOAT also takes inf (or .inf), past the range check. */
 enum { LIM_LO = 1, LIM_HI = 2, LIM_LOX = 4, LIM_HIX = 8, LIM_INF = 16 };
 
@@ -1122,17 +1143,8 @@ static fl_status parse_field(ctx *c, const field *f, const yaml_node_t *v, const
     if (f->type == F_INT_ARRAY && cnt != f->cap)
       return perr(c, km, path, "expected exactly %zu entries, got %zu", f->cap, cnt);
     if (cnt > f->cap) return perr(c, km, path, "at most %zu entries, got %zu", f->cap, cnt);
-    ftype et = f->type == F_INT_ARRAY ? F_INT
-               : f->type == F_SIZE_LIST ? F_SIZE
-               : f->type == F_I64_LIST  ? F_I64
-               : f->type == F_FLOAT_LIST ? F_FLOAT
-                                         : F_STR;
-    size_t esz = et == F_INT ? sizeof(int)
-                 : et == F_SIZE ? sizeof(size_t)
-                 : et == F_I64  ? sizeof(int64_t)
-                 : et == F_FLOAT ? sizeof(float)
-                 : f->type == F_PATH_LIST ? FL_JOB_PATH_MAX
-                                 : FL_JOB_NAME_MAX;
+    size_t esz;
+    const ftype et = list_elem(f->type, &esz);
     for (size_t i = 0; i < cnt; i++) {
       const yaml_node_t *item = yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
       char ipath[PATH_BUF];
@@ -1977,17 +1989,8 @@ static int emit_map(yaml_emitter_t *em, const field *table, const char *base) {
       if (!emit_sparse_init(em, base)) return 0;
     } else if (f->type >= F_INT_ARRAY && f->type <= F_PATH_LIST) {
       size_t cnt = f->type == F_INT_ARRAY ? f->cap : *(const size_t *)(base + f->count_off);
-      ftype et = f->type == F_INT_ARRAY ? F_INT
-                 : f->type == F_SIZE_LIST ? F_SIZE
-                 : f->type == F_I64_LIST  ? F_I64
-                 : f->type == F_FLOAT_LIST ? F_FLOAT
-                                           : F_STR;
-      size_t esz = et == F_INT ? sizeof(int)
-                   : et == F_SIZE ? sizeof(size_t)
-                   : et == F_I64  ? sizeof(int64_t)
-                   : et == F_FLOAT ? sizeof(float)
-                   : f->type == F_PATH_LIST ? FL_JOB_PATH_MAX
-                                   : FL_JOB_NAME_MAX;
+      size_t esz;
+      const ftype et = list_elem(f->type, &esz);
       if (!yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1, YAML_FLOW_SEQUENCE_STYLE) ||
           !yaml_emitter_emit(em, &ev))
         return 0;
