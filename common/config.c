@@ -20,6 +20,7 @@
 #include "fl_config.h"
 #include "fl_layers.h"
 #include "fl_model_kind.h"
+#include "fl_names.h"
 #include "fl_log.h"
 #include "fl_protocol.h"
 
@@ -853,12 +854,12 @@ static const char *plain(const yaml_node_t *n) {
 }
 
 static int parse_bool(const char *v, int *out) {
-  static const char *const t[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
-  static const char *const f[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
-  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-    if (!strcmp(v, t[i])) return *out = 1, 1;
-    if (!strcmp(v, f[i])) return *out = 0, 1;
-  }
+  static const char *const t[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON",
+                                  NULL};
+  static const char *const f[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF",
+                                  NULL};
+  if (fl_names_find(t, v) >= 0) return *out = 1, 1;
+  if (fl_names_find(f, v) >= 0) return *out = 0, 1;
   return 0;
 }
 
@@ -983,12 +984,12 @@ static fl_status parse_elem(ctx *c, const field *f, ftype et, const yaml_node_t 
       set_str(dst, strcap, s);
       return FL_OK;
     }
-    for (int i = 0; f->choices[i]; i++)
-      if (!strcmp(s, f->choices[i])) {
-        if (et == F_ENUM) *(int *)dst = i;
-        else set_str(dst, strcap, s);
-        return FL_OK;
-      }
+    const int i = fl_names_find(f->choices, s);
+    if (i >= 0) {
+      if (et == F_ENUM) *(int *)dst = i;
+      else set_str(dst, strcap, s);
+      return FL_OK;
+    }
     char list[256] = "";
     for (int i = 0; f->choices[i]; i++) {
       strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
@@ -1048,11 +1049,11 @@ static fl_status parse_sparse_init(ctx *c, const yaml_node_t *v, const yaml_mark
   double r = 0;
   describe(v, got, sizeof got);
   e->init_range = NAN;
-  for (int i = 0; s && i < FL_SPARSE_INIT_COUNT; i++)
-    if (!strcmp(s, k_sparse_inits[i])) {
-      e->init = (fl_job_sparse_init)i;
-      return FL_OK;
-    }
+  const int i = fl_names_find(k_sparse_inits, s);
+  if (i >= 0) {
+    e->init = (fl_job_sparse_init)i;
+    return FL_OK;
+  }
   e->init = FL_SPARSE_INIT_UNIFORM;
   if (s && !strncmp(s, u, ul) && s[ul] == '(') r = strtod(s + ul + 1, &end);
   if (!end || end == s + ul + 1 || strcmp(end, ")") || !(r >= 0 && r <= 1e3))
