@@ -132,9 +132,10 @@ enum {
 
 /* torchrun's dashed spellings (--nproc-per-node, --node-rank, --master-addr,
  * --master-port) come with every option from fl_args.h. */
-/* --mode's names, indexed by fl_run_mode. */
+/* --mode's names, indexed by fl_run_mode, then NULL. */
 static const char *const k_run_modes[] = {"collective", "ps", NULL};
-_Static_assert(sizeof k_run_modes / sizeof k_run_modes[0] == FL_RUN_PS + 2, "one per fl_run_mode");
+_Static_assert(sizeof k_run_modes / sizeof k_run_modes[0] == FL_RUN_PS + 2,
+               "one per fl_run_mode, then NULL");
 
 static const fl_arg_opt k_opts[] = {
     {"mode", 1, OPT_MODE},
