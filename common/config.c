@@ -20,6 +20,7 @@
 #include "fl_config.h"
 #include "fl_layers.h"
 #include "fl_model_kind.h"
+#include "fl_names.h"
 #include "fl_log.h"
 #include "fl_protocol.h"
 
@@ -97,12 +98,6 @@ const char *fl_mode_name(fl_mode mode) {
   return "?";
 }
 
-int fl_names_find(const char *const *names, const char *name) {
-  for (int i = 0; name && names[i]; i++)
-    if (!strcmp(name, names[i])) return i;
-  return -1;
-}
-
 fl_status fl_mode_parse(const char *name, fl_mode *out) {
   const int i = fl_names_find(k_modes, name);
   if (i < 0) return FL_EINVAL;
@@ -165,6 +160,27 @@ typedef enum ftype {
   F_TABLE_MAP, /* {name: {sub}}: fl_job_sparse_table[cap], count (int) at count_off */
   F_SPARSE_INIT /* "uniform", "uniform(R)" or "from_model": a table's init, init_range */
 } ftype;
+
+/* The element of a list type (F_INT_ARRAY..F_PATH_LIST): its type, and
+ * its size in bytes in *esz. */
+static ftype list_elem(ftype list, size_t *esz) {
+  static const struct {
+    ftype elem;
+    size_t size;
+  } rows[] = {
+      [F_INT_ARRAY - F_INT_ARRAY] = {F_INT, sizeof(int)},
+      [F_SIZE_LIST - F_INT_ARRAY] = {F_SIZE, sizeof(size_t)},
+      [F_I64_LIST - F_INT_ARRAY] = {F_I64, sizeof(int64_t)},
+      [F_FLOAT_LIST - F_INT_ARRAY] = {F_FLOAT, sizeof(float)},
+      [F_STR_LIST - F_INT_ARRAY] = {F_STR, FL_JOB_NAME_MAX},
+      [F_PATH_LIST - F_INT_ARRAY] = {F_STR, FL_JOB_PATH_MAX},
+  };
+  _Static_assert(sizeof rows / sizeof rows[0] == F_PATH_LIST - F_INT_ARRAY + 1,
+                 "one row per list type");
+  const size_t i = (size_t)(list - F_INT_ARRAY);
+  *esz = rows[i].size;
+  return rows[i].elem;
+}
 
 /* LIM_INF: F_FLOAT also takes inf (or .inf), past the range check. */
 enum { LIM_LO = 1, LIM_HI = 2, LIM_LOX = 4, LIM_HIX = 8, LIM_INF = 16 };
@@ -838,12 +854,12 @@ static const char *plain(const yaml_node_t *n) {
 }
 
 static int parse_bool(const char *v, int *out) {
-  static const char *const t[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
-  static const char *const f[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
-  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-    if (!strcmp(v, t[i])) return *out = 1, 1;
-    if (!strcmp(v, f[i])) return *out = 0, 1;
-  }
+  static const char *const t[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON",
+                                  NULL};
+  static const char *const f[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF",
+                                  NULL};
+  if (fl_names_find(t, v) >= 0) return *out = 1, 1;
+  if (fl_names_find(f, v) >= 0) return *out = 0, 1;
   return 0;
 }
 
@@ -968,12 +984,12 @@ static fl_status parse_elem(ctx *c, const field *f, ftype et, const yaml_node_t 
       set_str(dst, strcap, s);
       return FL_OK;
     }
-    for (int i = 0; f->choices[i]; i++)
-      if (!strcmp(s, f->choices[i])) {
-        if (et == F_ENUM) *(int *)dst = i;
-        else set_str(dst, strcap, s);
-        return FL_OK;
-      }
+    const int i = fl_names_find(f->choices, s);
+    if (i >= 0) {
+      if (et == F_ENUM) *(int *)dst = i;
+      else set_str(dst, strcap, s);
+      return FL_OK;
+    }
     char list[256] = "";
     for (int i = 0; f->choices[i]; i++) {
       strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
@@ -1033,11 +1049,11 @@ static fl_status parse_sparse_init(ctx *c, const yaml_node_t *v, const yaml_mark
   double r = 0;
   describe(v, got, sizeof got);
   e->init_range = NAN;
-  for (int i = 0; s && i < FL_SPARSE_INIT_COUNT; i++)
-    if (!strcmp(s, k_sparse_inits[i])) {
-      e->init = (fl_job_sparse_init)i;
-      return FL_OK;
-    }
+  const int i = fl_names_find(k_sparse_inits, s);
+  if (i >= 0) {
+    e->init = (fl_job_sparse_init)i;
+    return FL_OK;
+  }
   e->init = FL_SPARSE_INIT_UNIFORM;
   if (s && !strncmp(s, u, ul) && s[ul] == '(') r = strtod(s + ul + 1, &end);
   if (!end || end == s + ul + 1 || strcmp(end, ")") || !(r >= 0 && r <= 1e3))
@@ -1128,17 +1144,8 @@ static fl_status parse_field(ctx *c, const field *f, const yaml_node_t *v, const
     if (f->type == F_INT_ARRAY && cnt != f->cap)
       return perr(c, km, path, "expected exactly %zu entries, got %zu", f->cap, cnt);
     if (cnt > f->cap) return perr(c, km, path, "at most %zu entries, got %zu", f->cap, cnt);
-    ftype et = f->type == F_INT_ARRAY ? F_INT
-               : f->type == F_SIZE_LIST ? F_SIZE
-               : f->type == F_I64_LIST  ? F_I64
-               : f->type == F_FLOAT_LIST ? F_FLOAT
-                                         : F_STR;
-    size_t esz = et == F_INT ? sizeof(int)
-                 : et == F_SIZE ? sizeof(size_t)
-                 : et == F_I64  ? sizeof(int64_t)
-                 : et == F_FLOAT ? sizeof(float)
-                 : f->type == F_PATH_LIST ? FL_JOB_PATH_MAX
-                                 : FL_JOB_NAME_MAX;
+    size_t esz;
+    const ftype et = list_elem(f->type, &esz);
     for (size_t i = 0; i < cnt; i++) {
       const yaml_node_t *item = yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
       char ipath[PATH_BUF];
@@ -1348,8 +1355,7 @@ static fl_status check_lr_keys(const ctx *c, const fl_job *job) {
   fl_lr_kind k = job->lr_schedule.kind;
   char path[PATH_BUF];
   for (const field *f = f_lr; f->key; f++) {
-    int common = 0;
-    for (size_t i = 0; k_lr_common[i]; i++) common |= !strcmp(k_lr_common[i], f->key);
+    const int common = fl_names_find(k_lr_common, f->key) >= 0;
     snprintf(path, sizeof path, "lr_schedule.%s", f->key);
     if (common || fl_lr_kind_takes(k, f->key) ||
         at_default(f, (const char *)&job->lr_schedule))
@@ -1698,9 +1704,7 @@ static void log_defaults(const ctx *c, const fl_job *job) {
       fprintf(f, "%s%s (whole section)", n++ ? ", " : "", s->key);
       continue;
     }
-    int d = 0;
-    for (size_t k = 0; detailed[k]; k++) d |= !strcmp(detailed[k], s->key);
-    if (!d) continue;
+    if (fl_names_find(detailed, s->key) < 0) continue;
     for (const field *g = s->sub; g->key; g++) {
       if (g->type == F_MAP || g->type == F_FP16AR || g->type == F_UNSUP_BOOL ||
           g->type == F_UNSUP_NUM || g->type == F_UNSUP_MAP)
@@ -1986,17 +1990,8 @@ static int emit_map(yaml_emitter_t *em, const field *table, const char *base) {
       if (!emit_sparse_init(em, base)) return 0;
     } else if (f->type >= F_INT_ARRAY && f->type <= F_PATH_LIST) {
       size_t cnt = f->type == F_INT_ARRAY ? f->cap : *(const size_t *)(base + f->count_off);
-      ftype et = f->type == F_INT_ARRAY ? F_INT
-                 : f->type == F_SIZE_LIST ? F_SIZE
-                 : f->type == F_I64_LIST  ? F_I64
-                 : f->type == F_FLOAT_LIST ? F_FLOAT
-                                           : F_STR;
-      size_t esz = et == F_INT ? sizeof(int)
-                   : et == F_SIZE ? sizeof(size_t)
-                   : et == F_I64  ? sizeof(int64_t)
-                   : et == F_FLOAT ? sizeof(float)
-                   : f->type == F_PATH_LIST ? FL_JOB_PATH_MAX
-                                   : FL_JOB_NAME_MAX;
+      size_t esz;
+      const ftype et = list_elem(f->type, &esz);
       if (!yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1, YAML_FLOW_SEQUENCE_STYLE) ||
           !yaml_emitter_emit(em, &ev))
         return 0;

@@ -37,6 +37,7 @@
 #include <stdio.h>
 
 #include "fl_layers.h"
+#include "fl_names.h"
 #include "fl_optim.h"
 #include "fl_status.h"
 
@@ -57,10 +58,6 @@ typedef enum fl_mode {
   FL_MODE_PS = 2,         /* parameter servers */
   FL_MODE_COUNT
 } fl_mode;
-
-/* The index of name in the NULL-terminated table names (an enum's names),
- * or -1 when it is not there (or name is NULL). */
-int fl_names_find(const char *const *names, const char *name);
 
 /* "local", "collective", "ps" and back; parse gives FL_EINVAL on another
  * name (without logging: callers say where the name came from). */

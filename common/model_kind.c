@@ -1,9 +1,8 @@
 /* model_kind.c - the model kinds table (fl_model_kind.h). */
 #include <config.h>
 
-#include <string.h>
-
 #include "fl_model_kind.h"
+#include "fl_names.h"
 
 /* One line per kind: its index, name and flags; both tables below come
  * from it, so they cannot disagree. */
@@ -20,11 +19,7 @@
 const fl_model_kind fl_model_kinds[FL_MODEL_KINDS] = {ROWS(ROW)};
 const char *const fl_model_kind_names[FL_MODEL_KINDS + 1] = {ROWS(NAME)[FL_MODEL_KINDS] = NULL};
 
-int fl_model_kind_index(const char *name) {
-  for (int i = 0; name && i < FL_MODEL_KINDS; i++)
-    if (!strcmp(fl_model_kinds[i].name, name)) return i;
-  return -1;
-}
+int fl_model_kind_index(const char *name) { return fl_names_find(fl_model_kind_names, name); }
 
 int fl_model_kind_has(const char *name, unsigned flags) {
   const int i = fl_model_kind_index(name);

@@ -132,9 +132,10 @@ enum {
 
 /* torchrun's dashed spellings (--nproc-per-node, --node-rank, --master-addr,
  * --master-port) come with every option from fl_args.h. */
-/* --mode's names, indexed by fl_run_mode. */
-static const char *const k_run_modes[] = {"collective", "ps"};
-_Static_assert(sizeof k_run_modes / sizeof k_run_modes[0] == FL_RUN_PS + 1, "one per fl_run_mode");
+/* --mode's names, indexed by fl_run_mode, then NULL. */
+static const char *const k_run_modes[] = {"collective", "ps", NULL};
+_Static_assert(sizeof k_run_modes / sizeof k_run_modes[0] == FL_RUN_PS + 2,
+               "one per fl_run_mode, then NULL");
 
 static const fl_arg_opt k_opts[] = {
     {"mode", 1, OPT_MODE},
@@ -1086,8 +1087,7 @@ static int parse_args(int argc, char **argv, fl_run_opts *o, run *r) {
     const char *val = args.val;
     switch (ch) {
     case OPT_MODE: {
-      int m = FL_RUN_PS;
-      while (m >= 0 && strcmp(val, k_run_modes[m])) m--;
+      const int m = fl_names_find(k_run_modes, val);
       if (m < 0) {
         FL_LOGE("--mode %s: want %s or %s", val, k_run_modes[0], k_run_modes[1]);
         return 2;

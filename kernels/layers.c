@@ -16,28 +16,26 @@
 #endif
 
 #include "fl_layers.h"
+#include "fl_names.h"
 #include "layers_internal.h"
 
 const char *const fl_loss_names[] = {"softmax_cross_entropy", "bce_with_logits", "mse", NULL};
 _Static_assert(sizeof fl_loss_names / sizeof fl_loss_names[0] == FL_LOSS_COUNT + 1,
                "one name per fl_loss_kind, then NULL");
 
-/* Indexed by fl_act. */
-static const char *const k_act_names[] = {"none", "relu", "tanh"};
-#define N_ACTS (sizeof k_act_names / sizeof k_act_names[0])
+/* Indexed by fl_act, then NULL. */
+static const char *const k_act_names[] = {"none", "relu", "tanh", NULL};
+#define N_ACTS (sizeof k_act_names / sizeof k_act_names[0] - 1)
 _Static_assert(N_ACTS == FL_ACT_TANH + 1, "one name per fl_act");
 
 const char *fl_act_name(fl_act act) { return fl_act_valid(act) ? k_act_names[act] : "unknown"; }
 
 fl_status fl_act_parse(const char *name, fl_act *out) {
   if (!out) return FL_EINVAL;
-  if (!name || !*name) name = k_act_names[FL_ACT_NONE];
-  for (size_t i = 0; i < N_ACTS; i++)
-    if (strcmp(name, k_act_names[i]) == 0) {
-      *out = (fl_act)i;
-      return FL_OK;
-    }
-  return FL_EINVAL;
+  const int i = fl_names_find(k_act_names, name && *name ? name : k_act_names[FL_ACT_NONE]);
+  if (i < 0) return FL_EINVAL;
+  *out = (fl_act)i;
+  return FL_OK;
 }
 
 int fl_act_valid(fl_act act) { return (unsigned)act < N_ACTS; }

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fl_names.h"
 #include "fl_optim.h"
 
 typedef struct lr_row {
@@ -176,13 +177,11 @@ const char *fl_lr_kind_name(fl_lr_kind kind) {
 }
 
 fl_status fl_lr_kind_parse(const char *name, fl_lr_kind *out) {
-  if (!name || !out) return FL_EINVAL;
-  for (size_t i = 0; i < FL_LR_COUNT; i++)
-    if (strcmp(name, rows[i].name) == 0) {
-      *out = (fl_lr_kind)i;
-      return FL_OK;
-    }
-  return FL_EINVAL;
+  if (!out) return FL_EINVAL;
+  const int i = fl_names_find(fl_lr_kind_names, name);
+  if (i < 0) return FL_EINVAL;
+  *out = (fl_lr_kind)i;
+  return FL_OK;
 }
 
 const char *fl_lr_kind_keys(fl_lr_kind kind) {

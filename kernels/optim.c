@@ -18,6 +18,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fl_names.h"
 #include "fl_optim.h"
 #include "kern_internal.h"
 
@@ -113,14 +114,13 @@ const char *fl_optim_kind_name(fl_optim_kind kind) {
 }
 
 fl_status fl_optim_kind_parse(const char *name, fl_optim_kind *out) {
-  if (!name || !out)
+  if (!out)
     return FL_EINVAL;
-  for (size_t i = 0; i < N_KINDS; i++)
-    if (strcmp(name, fl_optim_kind_names[i]) == 0) {
-      *out = (fl_optim_kind)i;
-      return FL_OK;
-    }
-  return FL_EINVAL;
+  const int i = fl_names_find(fl_optim_kind_names, name);
+  if (i < 0)
+    return FL_EINVAL;
+  *out = (fl_optim_kind)i;
+  return FL_OK;
 }
 
 static int nonneg(float x) { return isfinite(x) && x >= 0.0f; }

@@ -34,3 +34,4 @@ include $(srcdir)/tests/integration/local.mk
 include $(srcdir)/tests/bench/local.mk
 include $(srcdir)/tests/fuzz/local.mk
 include $(srcdir)/tests/unit/graph_sparse.mk
+include $(srcdir)/tests/unit/names.mk

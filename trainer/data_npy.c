@@ -27,6 +27,7 @@
 
 #include "fl_data.h"
 #include "fl_log.h"
+#include "fl_names.h"
 
 #define NPY_MAGIC "\x93NUMPY"
 #define NPY_MAGIC_LEN 6
@@ -177,10 +178,8 @@ static fl_status parse_dict(hdr *h, fl_npy *f) {
     if (!strcmp(key, "descr")) {
       if (have_descr++) return herr(h, "duplicate key 'descr'");
       FL_TRY(parse_str(h, val, sizeof val, "'descr' must be a dtype string such as '<f4'"));
-      size_t i;
-      for (i = 0; i < sizeof k_descrs / sizeof k_descrs[0]; i++)
-        if (!strcmp(val, k_descrs[i].descr)) break;
-      if (i == sizeof k_descrs / sizeof k_descrs[0])
+      const int i = FL_ROWS_FIND(k_descrs, val);
+      if (i < 0)
         return FL_ERR(FL_EPROTO, "%s: unsupported .npy dtype '%s' (supported: '<f4' float32, "
                       "'<f2' float16, '|u1' uint8, '|b1' bool, '<i8' int64, '<i4' int32, "
                       "little-endian)", h->name, val);

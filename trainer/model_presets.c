@@ -20,6 +20,7 @@
 
 #include "fl_config.h"
 #include "fl_log.h"
+#include "fl_names.h"
 #include "fl_graph.h"
 #include "model_internal.h"
 
@@ -224,9 +225,8 @@ fl_status fl_graph_preset(const fl_model_spec *spec, uint64_t seed, fl_graph **o
   if (fl_act_parse(spec->activation, &act) != FL_OK || act == FL_ACT_NONE)
     return FL_ERR(FL_EINVAL, "model: activation '%s' must be relu or tanh", spec->activation);
   p.relu = act == FL_ACT_RELU;
-  size_t k = 0;
-  while (k < sizeof k_presets / sizeof k_presets[0] && strcmp(spec->kind, k_presets[k].kind)) k++;
-  if (k == sizeof k_presets / sizeof k_presets[0])
+  const int k = FL_ROWS_FIND(k_presets, spec->kind);
+  if (k < 0)
     return FL_ERR(FL_EINVAL, "model: no preset called '%s' (logreg, mlp or cnn)", spec->kind);
   FL_TRY(fl_graph_new(spec->kind, &p.g));
   const fl_status st = k_presets[k].build(spec, &p, ckpt, n_ckpt);

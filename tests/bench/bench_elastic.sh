@@ -32,17 +32,16 @@ LEASE_S=${LEASE_S:-4}
 SETTLE_S=${SETTLE_S:-1}
 FM=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d /tmp/fl_bench_elastic.XXXXXX)
-ETCD_PID=""
+. "$S/tests/integration/etcd_lib.sh"
 groups=""
 killpg() { /bin/kill -s "$1" -- "-$2"; }
 cleanup() {
   for g in $groups; do killpg KILL "$g" 2> /dev/null; done
-  [ -n "$ETCD_PID" ] && kill "$ETCD_PID" 2> /dev/null && wait "$ETCD_PID" 2> /dev/null
+  etcd_stop
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 cd "$tmp" || exit 1
-. "$S/tests/integration/etcd_lib.sh"
 etcd_start "$tmp" 127.0.0.1 || { echo "elastic: etcd unavailable"; exit 0; }
 cat > job.yaml << YAML
 model: {kind: mlp, input_shape: [1, 28, 28], num_classes: 10, hidden: [512, 256], activation: relu}

@@ -33,23 +33,20 @@ RUN=$FL_BUILDDIR/flotilla-run
 FM=/usr/share/datasets/fashion-mnist
 [ -f $FM/train-images-idx3-ubyte.gz ] || { echo "SKIP: $FM not installed"; exit 77; }
 tmp=$(mktemp -d /tmp/fl_elastic.XXXXXX)
-ETCD_PID=""
+. "$FL_SRCDIR/tests/integration/etcd_lib.sh"
 groups=""
 # killpg SIG PGID: signal a node's whole process group (dash's kill takes no -PGID)
 killpg() { /bin/kill -s "$1" -- "-$2"; }
 cleanup() {
   for g in $groups; do killpg KILL "$g" 2> /dev/null; done
-  [ -n "$ETCD_PID" ] && kill "$ETCD_PID" 2> /dev/null && wait "$ETCD_PID" 2> /dev/null
+  etcd_stop
   [ -n "${FL_KEEP_TMP:-}" ] || rm -rf "$tmp"
 }
 trap cleanup EXIT
 cd "$tmp" || exit 1
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-. "$FL_SRCDIR/tests/integration/etcd_lib.sh"
-etcd_start "$tmp" 127.0.0.1
-rc=$?
-[ $rc = 0 ] || exit $rc
+etcd_start "$tmp" 127.0.0.1 || exit
 
 cat > job.yaml << YAML
 model: {kind: mlp, input_shape: [1, 28, 28], num_classes: 10, hidden: [512, 256], activation: relu}

@@ -23,7 +23,7 @@ killpg() { /bin/kill -s "$1" -- "-$2"; }
 cleanup() {
   for g in $groups; do killpg KILL "$g" 2> /dev/null; done
   [ -n "$PS_PID" ] && kill -9 "$PS_PID" 2> /dev/null
-  [ -n "$ETCD_PID" ] && kill "$ETCD_PID" 2> /dev/null && wait "$ETCD_PID" 2> /dev/null
+  [ -n "$ETCD_PID" ] && etcd_stop
   [ -n "${FL_KEEP_TMP:-}" ] || rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -31,9 +31,7 @@ cd "$tmp" || exit 1
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 . "$FL_SRCDIR/tests/integration/etcd_lib.sh"
-etcd_start "$tmp" 127.0.0.1
-rc=$?
-[ $rc = 0 ] || exit $rc
+etcd_start "$tmp" 127.0.0.1 || exit
 
 # job FILE A_SYNC
 job() {

@@ -6,17 +6,9 @@
 # installed.
 set -u
 tmp=$(mktemp -d /tmp/fl_etcd.XXXXXX)
-ETCD_PID=""
-ETCD_PIDS=""
-cleanup() {
-  for p in $ETCD_PID $ETCD_PIDS; do kill "$p" 2> /dev/null && wait "$p" 2> /dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
 . "$FL_SRCDIR/tests/integration/etcd_lib.sh"
-etcd_start "$tmp" 127.0.0.1
-rc=$?
-[ $rc = 0 ] || exit $rc
+trap 'etcd_stop; rm -rf "$tmp"' EXIT
+etcd_start "$tmp" 127.0.0.1 || exit
 etcd_cluster_start "$tmp" || exit 1
 FL_ETCD_ENDPOINT=$ETCD_EP FL_ETCD_DEAD="127.0.0.1:$(etcd_free_port 127.0.0.1)" \
   FL_ETCD_CLUSTER=$ETCD_EPS FL_ETCD_LEADER_PID=$ETCD_LEADER_PID \

@@ -8,7 +8,7 @@ tests_unit_test_metrics_auc_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
 
 check_PROGRAMS += tests/unit/test_criteo
 TESTS += tests/unit/test_criteo
-tests_unit_test_criteo_SOURCES = tests/unit/test_criteo.c
+tests_unit_test_criteo_SOURCES = tests/unit/test_criteo.c tests/unit/log_capture.h
 tests_unit_test_criteo_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_criteo_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
 

@@ -3,7 +3,8 @@
 # graph (test_onnx_export).
 check_PROGRAMS += tests/unit/test_onnx
 TESTS += tests/unit/test_onnx
-tests_unit_test_onnx_SOURCES = tests/unit/test_onnx.c tests/unit/onnx_testutil.h
+tests_unit_test_onnx_SOURCES = tests/unit/test_onnx.c tests/unit/onnx_testutil.h \
+	tests/unit/log_capture.h
 tests_unit_test_onnx_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_onnx_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl_names.h"
 #include "fl_optim.h"
 
 #define MAX_T 8
@@ -44,9 +45,8 @@ static void parse_head(char *line, clip_case *cc) {
   memset(cc, 0, sizeof *cc);
   ck_assert_int_eq(sscanf(line, "case %31s max_norm=%lf clip_value=%lf norm_type=%lf", kind, &mx,
                           &cv, &p), 4);
-  int k = 0;
-  while (fl_clip_kind_names[k] && strcmp(fl_clip_kind_names[k], kind) != 0) k++;
-  ck_assert_msg(fl_clip_kind_names[k] != NULL, "fixture: unknown kind %s", kind);
+  const int k = fl_names_find(fl_clip_kind_names, kind);
+  ck_assert_msg(k >= 0, "fixture: unknown kind %s", kind);
   cc->c = (fl_clip){.kind = (fl_clip_kind)k, .max_norm = (float)mx, .clip_value = (float)cv,
                     .norm_type = (float)p};
 }

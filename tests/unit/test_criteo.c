@@ -17,6 +17,7 @@
 #include <zlib.h>
 
 #include "fl_data.h"
+#include "log_capture.h"
 
 static char g_dir[256];
 
@@ -85,30 +86,6 @@ static size_t read_ids(fl_criteo_reader *r, int64_t epoch, int *ids, size_t cap)
       ids[n++] = (int)lround(expm1(b.dense[i * 13]));
     }
   }
-}
-
-/* Capture stderr around a call. */
-static int g_saved = -1;
-static char g_cap[300];
-static void capture_begin(void) {
-  snprintf(g_cap, sizeof g_cap, "%s/stderr.txt", g_dir);
-  int fd = open(g_cap, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  ck_assert_int_ge(fd, 0);
-  fflush(stderr);
-  g_saved = dup(STDERR_FILENO);
-  dup2(fd, STDERR_FILENO);
-  close(fd);
-}
-static char *capture_end(void) {
-  static char buf[4096];
-  fflush(stderr);
-  dup2(g_saved, STDERR_FILENO);
-  close(g_saved);
-  FILE *f = fopen(g_cap, "rb");
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = 0;
-  fclose(f);
-  return buf;
 }
 
 START_TEST(test_hash_and_log) {

@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "fl_data.h"
+#include "log_capture.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -46,32 +47,6 @@ static void write_gz(const char *path, const void *data, size_t len) {
   ck_assert_ptr_nonnull(f);
   ck_assert_int_eq(gzwrite(f, data, (unsigned)len), (int)len);
   ck_assert_int_eq(gzclose(f), Z_OK);
-}
-
-/* Capture what the library logs to stderr while running a call. */
-static int g_saved_stderr = -1;
-static char g_cap_path[300];
-
-static void capture_begin(void) {
-  ck_assert_msg(g_dir[0] != '\0', "capture_begin needs make_dir first");
-  path_in_dir(g_cap_path, sizeof g_cap_path, "stderr.txt");
-  int fd = open(g_cap_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  ck_assert_int_ge(fd, 0);
-  g_saved_stderr = dup(STDERR_FILENO);
-  dup2(fd, STDERR_FILENO);
-  close(fd);
-}
-
-static char *capture_end(void) {
-  static char buf[8192];
-  dup2(g_saved_stderr, STDERR_FILENO);
-  close(g_saved_stderr);
-  FILE *f = fopen(g_cap_path, "rb");
-  ck_assert_ptr_nonnull(f);
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return buf;
 }
 
 static void put_be32(unsigned char *p, uint32_t v) {

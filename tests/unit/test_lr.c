@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl_names.h"
 #include "fl_optim.h"
 
 #define EXPECT_LR(s, step, want)                                                     \
@@ -270,9 +271,8 @@ static void set_key(fl_lr_schedule *s, const char *key, char *val) {
       for (char *p = val; *p && s->n_boundaries < FL_LR_MAX_PIECES; p += *p == ',')
         s->boundaries[s->n_boundaries++] = strtoll(p, &p, 10);
     } else {
-      int k = 0;
-      while (f->choices[k] && strcmp(f->choices[k], val) != 0) k++;
-      ck_assert_msg(f->choices[k] != NULL, "fixture: %s=%s is no choice", key, val);
+      const int k = fl_names_find(f->choices, val);
+      ck_assert_msg(k >= 0, "fixture: %s=%s is no choice", key, val);
       *(int *)(base + f->off) = k;
     }
     return;

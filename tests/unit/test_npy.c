@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "fl_data.h"
+#include "log_capture.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -44,30 +45,6 @@ static void write_file(const char *path, const void *data, size_t len) {
   ck_assert_ptr_nonnull(f);
   ck_assert_uint_eq(fwrite(data, 1, len, f), len);
   ck_assert_int_eq(fclose(f), 0);
-}
-
-static int g_saved_stderr = -1;
-static char g_cap_path[300];
-
-static void capture_begin(void) {
-  snprintf(g_cap_path, sizeof g_cap_path, "%s/stderr.txt", g_dir);
-  int fd = open(g_cap_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  ck_assert_int_ge(fd, 0);
-  g_saved_stderr = dup(STDERR_FILENO);
-  dup2(fd, STDERR_FILENO);
-  close(fd);
-}
-
-static char *capture_end(void) {
-  static char buf[8192];
-  dup2(g_saved_stderr, STDERR_FILENO);
-  close(g_saved_stderr);
-  FILE *f = fopen(g_cap_path, "rb");
-  ck_assert_ptr_nonnull(f);
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return buf;
 }
 
 /* A .npy file image: version major, the header text as given (padded with

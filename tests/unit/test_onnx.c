@@ -18,36 +18,8 @@
 #include "fl_graph_inspect.h"
 #include "fl_log.h"
 #include "fl_onnx.h"
+#include "log_capture.h"
 #include "onnx_testutil.h"
-
-/* ------------------------------------------------------------ log capture */
-
-static char g_cap_path[64];
-static int g_saved = -1;
-
-static void capture_begin(void) {
-  snprintf(g_cap_path, sizeof g_cap_path, "/tmp/fl_test_onnx_XXXXXX");
-  int fd = mkstemp(g_cap_path);
-  ck_assert_int_ge(fd, 0);
-  fflush(stderr);
-  g_saved = dup(STDERR_FILENO);
-  dup2(fd, STDERR_FILENO);
-  close(fd);
-}
-
-static const char *capture_end(void) {
-  static char buf[16384];
-  fflush(stderr);
-  dup2(g_saved, STDERR_FILENO);
-  close(g_saved);
-  FILE *f = fopen(g_cap_path, "rb");
-  ck_assert_ptr_nonnull(f);
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  unlink(g_cap_path);
-  return buf;
-}
 
 /* Load the model t describes; expect status want and every fragment in the
  * log (which must hold exactly one error line when want is not FL_OK). */

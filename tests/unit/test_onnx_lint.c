@@ -18,32 +18,11 @@
 #include "fl_graph.h"
 #include "fl_log.h"
 #include "fl_onnx.h"
+#include "log_capture.h"
 #include "onnx_testutil.h"
 
-static char g_log[16384];
-
-/* stderr into a temporary file while loading; the log into g_log. */
-static int g_saved = -1;
-static FILE *g_cap;
-
-static void capture_begin(void) {
-  fflush(stderr);
-  g_cap = tmpfile();
-  ck_assert_ptr_nonnull(g_cap);
-  g_saved = dup(STDERR_FILENO);
-  ck_assert_int_ge(g_saved, 0);
-  dup2(fileno(g_cap), STDERR_FILENO);
-}
-
-static void capture_end(void) {
-  fflush(stderr);
-  dup2(g_saved, STDERR_FILENO);
-  close(g_saved);
-  rewind(g_cap);
-  const size_t n = fread(g_log, 1, sizeof g_log - 1, g_cap);
-  g_log[n] = '\0';
-  fclose(g_cap);
-}
+/* What the last capture_end read back. */
+static const char *g_log = "";
 
 /* Warning lines (" W " after the time stamp) in g_log. */
 static int warnings(void) {
@@ -63,7 +42,7 @@ static void load(const tm *t, const char *name) {
   fl_graph *g = NULL;
   capture_begin();
   const fl_status st = fl_onnx_load_mem(b, len, name, NULL, FL_GLOSS_MSE, &g);
-  capture_end();
+  g_log = capture_end();
   ck_assert_msg(st == FL_OK, "%s: %d\n%s", name, st, g_log);
   fl_graph_free(g);
   free(b);
@@ -212,7 +191,7 @@ START_TEST(test_clean) {
     fl_graph *g = NULL;
     capture_begin();
     const fl_status st = fl_onnx_load(path, NULL, FL_GLOSS_MSE, &g);
-    capture_end();
+    g_log = capture_end();
     ck_assert_msg(st == FL_OK, "%s: %d\n%s", path, st, g_log);
     ck_assert_msg(warnings() == 0, "%s:\n%s", path, g_log);
     fl_graph_free(g);

@@ -181,6 +181,18 @@ static void *save_mem(const fl_ps_table *t, int delta, size_t *len) {
   return buf;
 }
 
+/* The ns stripes ts saved by fl_ps_table_save_many, in memory (the
+ * caller frees the bytes). */
+static void *save_many_mem(fl_ps_table *const *ts, size_t ns, size_t *len) {
+  fl_ckpt_writer *w = NULL;
+  void *buf = NULL;
+  ck_assert_int_eq(fl_ckpt_writer_open_mem(&w), FL_OK);
+  ck_assert_int_eq(fl_ps_table_save_many((const fl_ps_table *const *)ts, ns, w, "sparse/emb/"),
+                   FL_OK);
+  ck_assert_int_eq(fl_ckpt_writer_commit_mem(w, &buf, len), FL_OK);
+  return buf;
+}
+
 static fl_ckpt *open_mem(const void *buf, size_t len) {
   fl_ckpt *c = NULL;
   ck_assert_int_eq(fl_ckpt_load_mem(buf, len, "mem", &c), FL_OK);
@@ -472,7 +484,6 @@ END_TEST
 START_TEST(test_striped_save_load) {
   fl_ps_table_opts o = opts(FL_OPTIM_ADAGRAD, 64);
   fl_ps_table *ts[4], *us[4], *one;
-  fl_ckpt_writer *w = NULL;
   fl_ckpt *c;
   fl_ckpt_record r;
   void *buf, *b1, *b2;
@@ -486,10 +497,7 @@ START_TEST(test_striped_save_load) {
     ck_assert_int_eq(fl_ps_table_pull(t, &k, 1, v), FL_OK);
     if (k % 3 == 0) ck_assert_int_eq(fl_ps_table_push(t, &k, 1, g), FL_OK);
   }
-  ck_assert_int_eq(fl_ckpt_writer_open_mem(&w), FL_OK);
-  ck_assert_int_eq(fl_ps_table_save_many((const fl_ps_table *const *)ts, 4, w, "sparse/emb/"),
-                   FL_OK);
-  ck_assert_int_eq(fl_ckpt_writer_commit_mem(w, &buf, &len), FL_OK);
+  buf = save_many_mem(ts, 4, &len);
   c = open_mem(buf, len);
   ck_assert_int_eq(fl_ckpt_get_i64(c, "sparse/emb/format", &fmt), FL_OK);
   ck_assert_int_eq(fmt, FL_PS_TABLE_FORMAT);
@@ -509,19 +517,13 @@ START_TEST(test_striped_save_load) {
   }
   fl_ckpt_free(c);
   /* Loaded into as many stripes, it saves the same bytes again. */
-  ck_assert_int_eq(fl_ckpt_writer_open_mem(&w), FL_OK);
-  ck_assert_int_eq(fl_ps_table_save_many((const fl_ps_table *const *)us, 4, w, "sparse/emb/"),
-                   FL_OK);
-  ck_assert_int_eq(fl_ckpt_writer_commit_mem(w, &b1, &l1), FL_OK);
+  b1 = save_many_mem(us, 4, &l1);
   ck_assert_uint_eq(l1, len);
   ck_assert_mem_eq(b1, buf, len);
   free(b1);
   free(buf);
   b1 = save_mem(one, 0, &l1);
-  ck_assert_int_eq(fl_ckpt_writer_open_mem(&w), FL_OK);
-  ck_assert_int_eq(fl_ps_table_save_many((const fl_ps_table *const *)&one, 1, w, "sparse/emb/"),
-                   FL_OK);
-  ck_assert_int_eq(fl_ckpt_writer_commit_mem(w, &b2, &l2), FL_OK);
+  b2 = save_many_mem(&one, 1, &l2);
   ck_assert_uint_eq(l1, l2);
   ck_assert_mem_eq(b1, b2, l1);
   free(b1);
@@ -603,39 +605,18 @@ static int64_t core_table_format(fl_ps_core *c, int *sketch) {
 /* A sync pull of keys at min_step (1 for the pulls of step 0 on), and a
  * push of step with gradients from the keys. */
 static void core_pull(fl_ps_core *c, int64_t min_step, const uint64_t *keys, size_t n) {
-  Flotilla__PullSparseRequest q = FLOTILLA__PULL_SPARSE_REQUEST__INIT;
-  Flotilla__PullSparseResponse r = FLOTILLA__PULL_SPARSE_RESPONSE__INIT;
-  Flotilla__Tensor v = FLOTILLA__TENSOR__INIT;
-  int64_t shape[2];
-  float *scratch = NULL;
-  size_t cap = 0;
-  q.table = "emb";
-  q.n_keys = n;
-  q.keys = (uint64_t *)keys;
-  q.min_step = min_step;
-  ck_assert_int_eq(fl_ps_core_pull_sparse(c, &q, &scratch, &cap, &r, &v, shape), FL_OK);
-  free(scratch);
+  const pt_call k = {.table = "emb", .dim = DIM, .min_step = min_step};
+  float out[64 * DIM];
+  ck_assert_uint_le(n, 64);
+  ck_assert_int_eq(pt_pull_sparse(c, &k, keys, n, out), FL_OK);
 }
 
 static void core_push(fl_ps_core *c, int64_t step, const uint64_t *keys, size_t n) {
-  Flotilla__PushSparseRequest p = FLOTILLA__PUSH_SPARSE_REQUEST__INIT;
-  Flotilla__PushSparseResponse pr = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
-  Flotilla__Tensor gt = FLOTILLA__TENSOR__INIT;
-  int64_t shape[2] = {(int64_t)n, DIM};
+  const pt_call k = {.table = "emb", .dim = DIM, .step = step, .parts = 1};
   float g[64 * DIM];
+  ck_assert_uint_le(n, 64);
   for (size_t i = 0; i < n * DIM; i++) g[i] = 0.03f * (float)((keys[i / DIM] + i) % 17) - 0.2f;
-  gt.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
-  gt.n_shape = 2;
-  gt.shape = shape;
-  gt.data.data = (uint8_t *)g;
-  gt.data.len = n * DIM * sizeof(float);
-  p.table = "emb";
-  p.step = step;
-  p.n_keys = n;
-  p.keys = (uint64_t *)keys;
-  p.grads = &gt;
-  p.parts = 1;
-  ck_assert_int_eq(fl_ps_core_push_sparse(c, &p, &pr), FL_OK);
+  ck_assert_int_eq(pt_push_sparse(c, &k, keys, n, g), FL_OK);
 }
 
 /* Step s of a sync run: 40 keys of 300 (each seen every few steps, so

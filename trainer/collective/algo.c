@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "coll_internal.h"
+#include "fl_names.h"
 
 #define OPHDR 32
 #define OP_MAGIC 0x4448504fu /* "OPHD" */
@@ -77,14 +78,10 @@ struct coll_sched {
   uint8_t hdr_out[OPHDR];
 };
 
-const char *const coll_algo_names[COLL_ALGO_N] = {"auto", "ring", "halving_doubling", "tree",
-                                                  "hierarchical"};
+const char *const coll_algo_names[COLL_ALGO_N + 1] = {"auto", "ring", "halving_doubling", "tree",
+                                                      "hierarchical", NULL};
 
-int coll_algo_find(const char *name) {
-  for (int a = 0; a < COLL_ALGO_N; a++)
-    if (strcmp(coll_algo_names[a], name) == 0) return a;
-  return -1;
-}
+int coll_algo_find(const char *name) { return fl_names_find(coll_algo_names, name); }
 
 static const char *kind_name(int kind) {
   return kind == COLL_OP_ALLREDUCE ? "allreduce"

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "coll_internal.h"
+#include "fl_names.h"
 
 enum { REQ_ALLREDUCE = 0, REQ_BROADCAST, REQ_ALLGATHER, REQ_BARRIER, REQ_SET_ALGO };
 
@@ -587,9 +588,8 @@ static const coll_transport transports[] = {
 #define N_TRANSPORTS (sizeof transports / sizeof transports[0])
 
 const coll_transport *coll_transport_find(const char *name) {
-  for (size_t i = 0; i < N_TRANSPORTS; i++)
-    if (strcmp(transports[i].name, name) == 0) return &transports[i];
-  return NULL;
+  const int i = FL_ROWS_FIND(transports, name);
+  return i < 0 ? NULL : &transports[i];
 }
 
 /* "tcp, shm, nccl or auto": the names a job may give, for messages (the

@@ -167,7 +167,7 @@ void coll_claim_data(fl_coll *c, int peer, uint32_t tag, uint32_t ring, coll_dat
  * algo.c over a point-to-point transport.  Hierarchical is the composition
  * of hier.c (shm inside a node, tcp across), chosen per job. */
 enum { COLL_ALGO_AUTO = 0, COLL_ALGO_RING, COLL_ALGO_HD, COLL_ALGO_TREE, COLL_ALGO_HIER, COLL_ALGO_N };
-extern const char *const coll_algo_names[COLL_ALGO_N];
+extern const char *const coll_algo_names[COLL_ALGO_N + 1];
 /* The index of an algorithm's name, or -1. */
 int coll_algo_find(const char *name);
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "fl_log.h"
+#include "fl_names.h"
 #include "graph_engine.h"
 
 static char *dupstr(const char *s) {
@@ -275,9 +276,7 @@ fl_status fl_graph_node(fl_graph *g, const char *name, const char *op_type, cons
       return FL_ERR(FL_EINVAL, "graph %s: node %s (%s): input %d is tensor id %d, not declared",
                     g->name, nm, op_type, i, in[i]);
   for (int a = 0; a < n_attrs; a++) {
-    int ok = 0;
-    for (const char *const *s = op->attrs; s && *s && attrs[a].name; s++) ok |= !strcmp(*s, attrs[a].name);
-    if (!ok) {
+    if (!op->attrs || fl_names_find(op->attrs, attrs[a].name) < 0) {
       char list[512] = "";
       size_t len = 0;
       for (const char *const *s = op->attrs; s && *s; s++) {

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "fl_log.h"
+#include "fl_names.h"
 #include "fl_timeline.h"
 #include "graph_engine.h"
 
@@ -177,10 +178,8 @@ done:
  * Only Gemm and Conv have a 16-bit GEMM on the gpu (their CUDA twins take
  * n->math); the CPU computes everything in fp32. */
 static int amp_linear_name(const char *name) {
-  static const char *const names[] = {"linear", "matmul_v2", "matmul", "mul"};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (!strcmp(name, names[i])) return 1;
-  return 0;
+  static const char *const names[] = {"linear", "matmul_v2", "matmul", "mul", NULL};
+  return fl_names_find(names, name) >= 0;
 }
 
 #define AMP_MAX_TARGETS 8
@@ -509,6 +508,24 @@ static fl_status legacy_feed(const fl_gmodel *m, const float *x, const int32_t *
   return FL_OK;
 }
 
+/* legacy_feed of labels y, for a graph whose loss takes them (the call
+ * taking float targets instead is named fcall in the message). */
+static fl_status label_feed(const fl_gmodel *m, const float *x, const int32_t *y,
+                            const char *fcall, fl_model_input *in, fl_model_feed *f) {
+  if (m->g->loss != FL_GLOSS_SOFTMAX_XENT)
+    return FL_ERR(FL_EINVAL, "graph %s: its loss takes float targets (%s)", m->g->name, fcall);
+  return legacy_feed(m, x, y, NULL, in, f);
+}
+
+/* legacy_feed of float targets t, for a graph whose loss takes them. */
+static fl_status float_feed(const fl_gmodel *m, const float *x, const float *t,
+                            fl_model_input *in, fl_model_feed *f) {
+  if (!m) return FL_ERR(FL_EINVAL, "graph: NULL model");
+  if (m->g->loss == FL_GLOSS_SOFTMAX_XENT)
+    return FL_ERR(FL_EINVAL, "graph %s: softmax cross-entropy takes int labels", m->g->name);
+  return legacy_feed(m, x, NULL, t, in, f);
+}
+
 static void set_result(fl_model_result *res, double ls, size_t c1, size_t c5, size_t count) {
   if (res) *res = (fl_model_result){.loss_sum = ls, .correct1 = c1, .correct5 = c5, .count = count};
 }
@@ -702,9 +719,7 @@ static fl_status gm_train_step(void *handle, const float *x, const int32_t *y, s
   fl_gmodel *m = handle;
   fl_model_input in;
   fl_model_feed f;
-  if (m->g->loss != FL_GLOSS_SOFTMAX_XENT)
-    return FL_ERR(FL_EINVAL, "graph %s: its loss takes float targets (train_stepf)", m->g->name);
-  FL_TRY(legacy_feed(m, x, y, NULL, &in, &f));
+  FL_TRY(label_feed(m, x, y, "train_stepf", &in, &f));
   return step(m, &f, batch, loss_scale, on_ready, ctx, res);
 }
 
@@ -713,9 +728,7 @@ static fl_status gm_eval(void *handle, const float *x, const int32_t *y, size_t 
   fl_gmodel *m = handle;
   fl_model_input in;
   fl_model_feed f;
-  if (m->g->loss != FL_GLOSS_SOFTMAX_XENT)
-    return FL_ERR(FL_EINVAL, "graph %s: its loss takes float targets (evalf)", m->g->name);
-  FL_TRY(legacy_feed(m, x, y, NULL, &in, &f));
+  FL_TRY(label_feed(m, x, y, "evalf", &in, &f));
   return evaluate(m, &f, batch, res);
 }
 
@@ -725,10 +738,7 @@ fl_status fl_graph_model_train_stepf(void *handle, const float *x, const float *
   fl_gmodel *m = handle;
   fl_model_input in;
   fl_model_feed f;
-  if (!m) return FL_ERR(FL_EINVAL, "graph: NULL model");
-  if (m->g->loss == FL_GLOSS_SOFTMAX_XENT)
-    return FL_ERR(FL_EINVAL, "graph %s: softmax cross-entropy takes int labels", m->g->name);
-  FL_TRY(legacy_feed(m, x, NULL, t, &in, &f));
+  FL_TRY(float_feed(m, x, t, &in, &f));
   return step(m, &f, batch, loss_scale, on_ready, ctx, res);
 }
 
@@ -737,10 +747,7 @@ fl_status fl_graph_model_evalf(void *handle, const float *x, const float *t, siz
   fl_gmodel *m = handle;
   fl_model_input in;
   fl_model_feed f;
-  if (!m) return FL_ERR(FL_EINVAL, "graph: NULL model");
-  if (m->g->loss == FL_GLOSS_SOFTMAX_XENT)
-    return FL_ERR(FL_EINVAL, "graph %s: softmax cross-entropy takes int labels", m->g->name);
-  FL_TRY(legacy_feed(m, x, NULL, t, &in, &f));
+  FL_TRY(float_feed(m, x, t, &in, &f));
   return evaluate(m, &f, batch, res);
 }
 

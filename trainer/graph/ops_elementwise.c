@@ -14,6 +14,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "fl_names.h"
 #include "ops_internal.h"
 
 /* ------------------------------------------------------ binary, infer */
@@ -455,10 +456,9 @@ enum un_kind { UN_RELU, UN_LEAKY, UN_SIGMOID, UN_TANH, UN_ERF, UN_NEG, UN_SQRT, 
 
 static enum un_kind un_kind_of(const fl_gnode *n) {
   static const char *const names[] = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Erf",
-                                      "Neg",  "Sqrt",      "Exp",     "Log"};
-  for (int k = 0; k < (int)(sizeof names / sizeof names[0]); k++)
-    if (strcmp(n->op->type, names[k]) == 0) return (enum un_kind)k;
-  return UN_NEG;
+                                      "Neg",  "Sqrt",      "Exp",     "Log", NULL};
+  const int k = fl_names_find(names, n->op->type);
+  return k < 0 ? UN_NEG : (enum un_kind)k;
 }
 
 static fl_status unary_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {

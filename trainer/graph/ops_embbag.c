@@ -23,6 +23,7 @@
 
 #include <string.h>
 
+#include "fl_names.h"
 #include "ops_internal.h"
 
 typedef enum { EB_SUM, EB_MEAN, EB_MAX } eb_mode;
@@ -31,7 +32,6 @@ static const struct {
   const char *name;
   eb_mode mode;
 } eb_modes[] = {{"sum", EB_SUM}, {"mean", EB_MEAN}, {"max", EB_MAX}};
-#define N_EB_MODES (sizeof eb_modes / sizeof eb_modes[0])
 
 /* One call's view of the node's inputs. */
 typedef struct eb {
@@ -54,12 +54,10 @@ static fl_status eb_attrs(const fl_gnode *n, eb_mode *mode, int *last) {
   if (l != 0 && l != 1)
     return fl_gop_fail(n, FL_EINVAL, "include_last_offset %lld (it takes 0 or 1)", (long long)l);
   *last = (int)l;
-  for (size_t i = 0; i < N_EB_MODES; i++)
-    if (!strcmp(eb_modes[i].name, s)) {
-      *mode = eb_modes[i].mode;
-      return FL_OK;
-    }
-  return fl_gop_fail(n, FL_ENOTSUP, "mode '%s' is not supported (sum, mean or max)", s);
+  const int i = FL_ROWS_FIND(eb_modes, s);
+  if (i < 0) return fl_gop_fail(n, FL_ENOTSUP, "mode '%s' is not supported (sum, mean or max)", s);
+  *mode = eb_modes[i].mode;
+  return FL_OK;
 }
 
 /* The offsets and per-sample weights, checked against the indices. */

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl_names.h"
 #include "ops_internal.h"
 
 /* ------------------------------------------------------------ reductions */
@@ -136,9 +137,8 @@ static const red_kind red_kinds[] = {
 /* The node's row of red_kinds (every reduction of fl_gops_reduce has one;
  * the sum's row otherwise). */
 static const red_kind *red_kind_of(const fl_gnode *n) {
-  for (size_t i = 0; i < sizeof red_kinds / sizeof red_kinds[0]; i++)
-    if (!strcmp(red_kinds[i].type, n->op->type)) return &red_kinds[i];
-  return &red_kinds[1];
+  const int i = FL_ROWS_FIND(red_kinds, n->op->type);
+  return &red_kinds[i < 0 ? 1 : i];
 }
 
 typedef struct red_p {

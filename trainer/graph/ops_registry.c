@@ -11,6 +11,7 @@
 
 #include "fl_device.h"
 #include "fl_log.h"
+#include "fl_names.h"
 #include "fl_optim.h"
 #include "ops_internal.h"
 
@@ -95,9 +96,8 @@ const fl_gop *fl_gop_find_paddle(const char *name) {
     for (size_t i = 0; i < *families[f].n; i++)
       if (families[f].ops[i].paddle && strcmp(families[f].ops[i].paddle, name) == 0)
         return &families[f].ops[i];
-  for (size_t i = 0; i < sizeof paddle_alias / sizeof paddle_alias[0]; i++)
-    if (strcmp(paddle_alias[i].paddle, name) == 0) return fl_gop_find(paddle_alias[i].onnx);
-  return NULL;
+  const int a = FL_ROWS_FIND(paddle_alias, name);
+  return a < 0 ? NULL : fl_gop_find(paddle_alias[a].onnx);
 }
 
 static char supported_list[2048];

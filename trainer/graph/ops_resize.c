@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fl_names.h"
 #include "ops_internal.h"
 
 /* A name's row in a table of the string attribute's values, or the list of
@@ -36,11 +37,12 @@ static fl_status pick(const fl_gnode *n, const char *attr, const char *def, cons
                       size_t count, int *out) {
   const char *s;
   FL_TRY(fl_ga_str(n, attr, def, &s));
+  const int hit = fl_rows_find(rows, count, sizeof *rows, s);
+  if (hit >= 0) return *out = rows[hit].value, FL_OK;
   char list[256];
   size_t at = 0;
   list[0] = '\0';
   for (size_t i = 0; i < count; i++) {
-    if (strcmp(rows[i].name, s) == 0) return *out = rows[i].value, FL_OK;
     const int w = snprintf(list + at, sizeof list - at, "%s%s", i ? ", " : "", rows[i].name);
     if (w > 0 && (size_t)w < sizeof list - at) at += (size_t)w;
   }

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fl_names.h"
 #include "ops_internal.h"
 
 /* ---------------------------------------------------------- the cells */
@@ -147,12 +148,11 @@ static fl_status parse_attrs(const fl_gnode *n, const cell *cl, rnn_geo *g) {
   if (lbr != 0 && lbr != 1)
     return fl_gop_fail(n, FL_EINVAL, "linear_before_reset %lld must be 0 or 1",
                        (long long)lbr);
-  g->D = 0;
-  for (size_t i = 0; i < sizeof directions / sizeof directions[0]; i++)
-    if (!strcmp(dir, directions[i].name)) g->D = directions[i].D, g->rev0 = directions[i].rev0;
-  if (!g->D)
+  const int d = FL_ROWS_FIND(directions, dir);
+  if (d < 0)
     return fl_gop_fail(n, FL_EINVAL, "direction \"%s\" is none of forward, reverse, "
                        "bidirectional", dir);
+  g->D = directions[d].D, g->rev0 = directions[d].rev0;
   g->cl = cl;
   g->G = cl->gates;
   g->H = hs;

@@ -20,10 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fl_names.h"
 #include "ops_internal.h"
 
-/* The attribute mode's names, indexed by the node's "all" flag. */
-static const char *const k_pool_modes[] = {"slots", "all"};
+/* The attribute mode's names, indexed by the node's "all" flag, then NULL. */
+static const char *const k_pool_modes[] = {"slots", "all", NULL};
 
 /* The node's groups: S slots, or one group (mode "all", *all = 1). */
 static fl_status pool_groups(const fl_gnode *n, int64_t *groups, int *all) {
@@ -31,8 +32,7 @@ static fl_status pool_groups(const fl_gnode *n, int64_t *groups, int *all) {
   int64_t s;
   FL_TRY(fl_ga_str(n, "mode", k_pool_modes[0], &mode));
   FL_TRY(fl_ga_int(n, "num_slots", 0, &s));
-  *all = 1;
-  while (*all >= 0 && strcmp(mode, k_pool_modes[*all])) (*all)--;
+  *all = fl_names_find(k_pool_modes, mode);
   if (*all < 0)
     return fl_gop_fail(n, FL_EINVAL, "mode '%s' (it takes %s or %s)", mode, k_pool_modes[0],
                        k_pool_modes[1]);

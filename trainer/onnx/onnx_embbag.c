@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "fl_log.h"
+#include "fl_names.h"
 #include "onnx_embbag.h"
 
 static char k_empty[] = "", k_op[] = "EmbeddingBag", k_mode[] = "mode",
@@ -52,7 +53,6 @@ struct fl_onnx_embbag {
 static const struct {
   const char *reduce, *mode;
 } k_modes[] = {{"ReduceSum", "sum"}, {"ReduceMean", "mean"}, {"ReduceMax", "max"}};
-#define N_MODES (sizeof k_modes / sizeof k_modes[0])
 
 /* A graph and the one around it (outer-scope names resolve there). */
 typedef struct scope {
@@ -174,8 +174,8 @@ static int bag_slice(const scope *body, const char *name, const char *iter, cons
 static fl_status bag_reduce(const char *path, const scope *body, const Onnx__NodeProto *r,
                             bag *b) {
   b->reduce = S(r->op_type);
-  for (size_t m = 0; m < N_MODES; m++)
-    if (!strcmp(k_modes[m].reduce, b->reduce)) b->mode = (int)m;
+  const int m = FL_ROWS_FIND(k_modes, b->reduce);
+  if (m >= 0) b->mode = m;
   if (b->mode < 0)
     return BAG_ERR(path, b, "pools its bags with %s (mode unknown); supported: mode sum "
                    "(ReduceSum), mean (ReduceMean), max (ReduceMax): export one of those",
