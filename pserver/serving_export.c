@@ -110,20 +110,21 @@ static fl_status sorted(const uint64_t *k, const float *vals, size_t n, size_t d
   return FL_OK;
 }
 
-/* The n ids keys (and rows, when vals: [n, dim]) into <stem>.<what>.npy. */
+/* The n ids keys into <stem>.<what>.npy, and when dim their rows vals
+ * ([n, dim]) into <stem>.rows.npy. */
 static fl_status put_ids(const char *stem, const char *what, const uint64_t *keys, size_t n,
                          const float *vals, size_t dim) {
   int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
-  float *rows = vals ? malloc((n ? n : 1) * dim * sizeof *rows) : NULL;
+  float *rows = dim ? malloc((n ? n : 1) * dim * sizeof *rows) : NULL;
   char path[4200];
-  fl_status st = ids && (!vals || rows) ? FL_OK
+  fl_status st = ids && (!dim || rows) ? FL_OK
                                         : FL_ERR(FL_ENOMEM, "serving export: out of memory for "
                                                  "%zu rows of %s", n, stem);
-  if (st == FL_OK) st = sorted(keys, vals, n, dim, ids, rows);
+  if (st == FL_OK) st = sorted(keys, rows ? vals : NULL, n, dim, ids, rows);
   snprintf(path, sizeof path, "%s.%s.npy", stem, what);
   if (st == FL_OK) st = write_npy(path, "<i8", sizeof *ids, (int64_t)n, 0, ids);
   snprintf(path, sizeof path, "%s.rows.npy", stem);
-  if (st == FL_OK && vals) st = write_npy(path, "<f4", sizeof *rows, (int64_t)n, (int64_t)dim, rows);
+  if (st == FL_OK && dim) st = write_npy(path, "<f4", sizeof *rows, (int64_t)n, (int64_t)dim, rows);
   free(ids);
   free(rows);
   return st;

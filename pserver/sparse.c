@@ -87,7 +87,7 @@ struct fl_ps_table {
   uint64_t *tomb;       /* keys deleted since the last checkpoint */
   size_t ntomb, tomb_cap;
   uint64_t *moved;      /* keys seen or changed since then, demoted since */
-  size_t nmoved, moved_cap;
+  size_t nmoved, moved_cap, moved_uniq; /* unique: the first moved_uniq */
   int tomb_overflow;    /* more than max_rows of them: the next must be whole */
   fl_optim_tensor *steps; /* a push's rows stepped together, steps_cap of them */
   size_t steps_cap;
@@ -110,7 +110,8 @@ static size_t tier_cap(const fl_ps_table *t, size_t nc);
 static void tier_forget_rows(fl_ps_table *t);
 static void take_tail(fl_ps_table *t, int32_t *r);
 
-static void note_key(fl_ps_table *t, uint64_t **list, size_t *n, size_t *cap, uint64_t key);
+static void note_key(fl_ps_table *t, uint64_t **list, size_t *n, size_t *cap, int64_t lim,
+                     uint64_t key);
 
 static uint64_t str_hash(const char *s) {
   uint64_t h = 1469598103934665603ULL;
@@ -332,10 +333,12 @@ static void touch(fl_ps_table *t, int32_t r) {
   lru_push_head(t, r);
 }
 
-/* Keep key in list (*n of *cap) for the next delta (when tracking). */
-static void note_key(fl_ps_table *t, uint64_t **list, size_t *n, size_t *cap, uint64_t key) {
+/* Keep key in list (*n of *cap, at most lim) for the next delta (when
+ * tracking). */
+static void note_key(fl_ps_table *t, uint64_t **list, size_t *n, size_t *cap, int64_t lim,
+                     uint64_t key) {
   if (!t->track || t->tomb_overflow) return;
-  if ((int64_t)*n >= t->max_rows) {
+  if ((int64_t)*n >= lim) {
     t->tomb_overflow = 1; /* a whole checkpoint is smaller than this delta */
     return;
   }
@@ -354,7 +357,7 @@ static void note_key(fl_ps_table *t, uint64_t **list, size_t *n, size_t *cap, ui
 
 /* Keep key, deleted, for the next delta (when tracking). */
 static void note_deleted(fl_ps_table *t, uint64_t key) {
-  note_key(t, &t->tomb, &t->ntomb, &t->tomb_cap, key);
+  note_key(t, &t->tomb, &t->ntomb, &t->tomb_cap, t->max_rows, key);
 }
 
 /* Deterministic uniform init of the row of key in [-r, r]. */
@@ -915,7 +918,7 @@ int fl_ps_table_delta_ok(const fl_ps_table *t) {
 void fl_ps_table_mark_saved(fl_ps_table *t) {
   for (int32_t r = t->head; r >= 0 && t->dirty[r]; r = t->next[r]) t->dirty[r] = 0;
   t->ntomb = 0;
-  t->nmoved = 0;
+  t->nmoved = t->moved_uniq = 0;
   t->tomb_overflow = 0;
 }
 
@@ -1459,6 +1462,22 @@ static void tier_break(fl_ps_table *t) {
           "checkpoint, free space in %s, and restart", t->name, fl_ps_tier_path(t->tier));
 }
 
+/* Keep key, seen or changed and now demoted, for the next delta; a key
+ * demoted again is listed again: the list is made unique (sorted) when it
+ * reaches max_rows and twice its length after the last time (a sort per
+ * as many notes), and overflows once max_rows keys are unique. */
+static void note_moved(fl_ps_table *t, uint64_t key) {
+  size_t k = 0;
+  if ((int64_t)t->nmoved >= t->max_rows && t->nmoved >= 2 * t->moved_uniq) {
+    qsort(t->moved, t->nmoved, sizeof *t->moved, cmp_u64);
+    for (size_t i = 0; i < t->nmoved; i++)
+      if (!k || t->moved[k - 1] != t->moved[i]) t->moved[k++] = t->moved[i];
+    t->nmoved = t->moved_uniq = k;
+  }
+  if ((int64_t)t->moved_uniq >= t->max_rows) t->tomb_overflow = 1;
+  note_key(t, &t->moved, &t->nmoved, &t->moved_cap, 2 * t->max_rows, key);
+}
+
 /* Write the least recent memory row to disk; *r gets its index to reuse.
  * On failure the row stays (the table stops demoting). */
 static fl_status demote_tail(fl_ps_table *t, int32_t *r) {
@@ -1467,7 +1486,7 @@ static fl_status demote_tail(fl_ps_table *t, int32_t *r) {
     tier_break(t);
     return FL_EIO;
   }
-  if (t->dirty[t->tail]) note_key(t, &t->moved, &t->nmoved, &t->moved_cap, t->keys[t->tail]);
+  if (t->dirty[t->tail]) note_moved(t, t->keys[t->tail]);
   take_tail(t, r);
   return FL_OK;
 }

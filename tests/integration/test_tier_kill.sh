@@ -14,26 +14,15 @@
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
 DIGEST=$FL_BUILDDIR/tests/integration/ps_rows_digest
 n=compact
-cat > "$tmp/$n.yaml" << EOF2
-model:
-  kind: ctr
-  num_classes: 2
-  hidden: [16]
-  ctr: {embedding_dim: 8, sparse_slots: 26, dense_features: 13, hash_buckets: 20011}
-data:
-  format: synthetic
-  synthetic: {kind: ctr, train_samples: 16384, test_samples: 256, seed: 7}
-optimizer: {name: adam, lr: 0.001}
-pserver:
-  sparse:
-    optimizer: {name: rowwise_adagrad, lr: 0.05}
-  checkpoint_dir: $tmp/$n.ck
-  checkpoint_interval_steps: 4
-  memory_budget: 8000
-train: {epochs: 1, batch_size: 32, seed: 1, eval: false, log_interval: 4, num_threads: 1}
-cluster: {mode: ps, heartbeat_timeout_s: 10, rpc_timeout_s: 5}
-strategy: {a_sync: true}
-EOF2
+. "$FL_SRCDIR/tests/integration/tier_lib.sh"
+# The CTR job, async, checkpoints every 4 steps (plus PSERVER-EXTRA).
+# kill_job NAME [PSERVER-EXTRA]
+kill_job() {
+  buckets=20011 samples=16384 batch=32 evaluate=false log_every=4 heartbeat=10 rpc_timeout=5 \
+    a_sync=true tier_job "$tmp/$1.yaml" "$tmp/$1.ck" 8000 "" "  checkpoint_interval_steps: 4
+${2:-}"
+}
+kill_job $n
 LOG=$tmp/$n.ck/pserver-0/tier.rocksdb/LOG
 # compacting: 0 while the store's LOG shows a compaction not yet finished.
 compacting() {
