@@ -1,12 +1,15 @@
 /* core_delta.c - a pserver's checkpoint directory with delta checkpoints
  * (pserver.checkpoint_delta.every N): a whole base ckpt-<step>.flc, then
  * up to N deltas delta-<base>+<k>.flc holding the dense state, the rows
- * seen or changed and the keys deleted since the checkpoint before; a
- * restart loads the newest base that verifies and replays its deltas in
- * order, stopping at the first missing, truncated or corrupt one (named in
- * the log).  Also the sparse tables' sweep (expiry, counters in /metrics,
- * their log line at each checkpoint).  Saves are serialized by the caller
- * (the daemon's checkpoint lock); the format is fl_ckpt's. */
+ * seen or changed and the keys deleted since the checkpoint before (with
+ * the disk tier each file has the store's copy beside it); a restart
+ * loads the newest base that verifies and replays its deltas in order,
+ * into memory, stopping at the first missing, truncated or corrupt one,
+ * or one that lost its store copy (named in the log), then takes the disk
+ * tier from the last one loaded (core_tier.c).  Also the sparse tables'
+ * sweep (expiry, counters in /metrics, their log line at each
+ * checkpoint).  Saves are serialized by the caller (the daemon's
+ * checkpoint lock); the format is fl_ckpt's. */
 #include <config.h>
 
 #include <errno.h>
