@@ -829,46 +829,40 @@ static fl_status put_tier_ids(const fl_ps_table *const *ts, size_t ns, fl_ckpt_w
   return put(w, prefix, "tier_ids", FL_CKPT_U64, 1, &n, ids);
 }
 
-/* A delta's "moved" with the disk tier: the keys seen or changed since the
- * last checkpoint and demoted since (changes a serving export reads from
- * the store copy; a row promoted or deleted since may be among them). */
-static fl_status put_moved(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
-                           const char *prefix) {
+/* The keys of a per-stripe list of ns stripes as a record under prefix:
+ * "deleted" (deleted since the last checkpoint) or, when moved, "moved"
+ * (with the disk tier: seen or changed since then and demoted since,
+ * changes a serving export reads from the store copy; a row promoted or
+ * deleted since may be among them). */
+static fl_status put_keys(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
+                          const char *prefix, int moved) {
+  const char *what = moved ? "moved" : "deleted";
   size_t n = 0, i = 0;
   uint64_t *keys;
   fl_status st;
   int64_t nk;
-  for (size_t s = 0; s < ns; s++) n += ts[s]->nmoved;
+  for (size_t s = 0; s < ns; s++) n += moved ? ts[s]->nmoved : ts[s]->ntomb;
   keys = malloc((n ? n : 1) * sizeof *keys);
   if (!keys)
-    return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory saving %zu demoted keys",
-                  ts[0]->name, n);
-  for (size_t s = 0; s < ns; i += ts[s]->nmoved, s++)
-    if (ts[s]->nmoved) memcpy(keys + i, ts[s]->moved, ts[s]->nmoved * sizeof *keys);
+    return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory saving %zu %s keys", ts[0]->name,
+                  n, what);
+  for (size_t s = 0; s < ns; s++) {
+    size_t k = moved ? ts[s]->nmoved : ts[s]->ntomb;
+    if (k) memcpy(keys + i, moved ? ts[s]->moved : ts[s]->tomb, k * sizeof *keys);
+    i += k;
+  }
   nk = (int64_t)n;
-  st = put(w, prefix, "moved", FL_CKPT_U64, 1, &nk, keys);
+  st = put(w, prefix, what, FL_CKPT_U64, 1, &nk, keys);
   free(keys);
   return st;
 }
 
-/* A delta's records "delta" and "deleted" (the keys of every stripe). */
+/* A delta's records "delta", "deleted" and, with the disk tier, "moved". */
 static fl_status put_deleted(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
                              const char *prefix) {
-  size_t n = 0, i = 0;
-  uint64_t *keys;
-  fl_status st;
-  for (size_t s = 0; s < ns; s++) n += ts[s]->ntomb;
-  keys = malloc((n ? n : 1) * sizeof *keys);
-  if (!keys)
-    return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory saving %zu deleted keys",
-                  ts[0]->name, n);
-  for (size_t s = 0; s < ns; i += ts[s]->ntomb, s++)
-    if (ts[s]->ntomb) memcpy(keys + i, ts[s]->tomb, ts[s]->ntomb * sizeof *keys);
-  st = put_i64(w, prefix, "delta", 1);
-  int64_t nk = (int64_t)n;
-  if (st == FL_OK) st = put(w, prefix, "deleted", FL_CKPT_U64, 1, &nk, keys);
-  free(keys);
-  return st == FL_OK && ts[0]->tier ? put_moved(ts, ns, w, prefix) : st;
+  FL_TRY(put_i64(w, prefix, "delta", 1));
+  FL_TRY(put_keys(ts, ns, w, prefix, 0));
+  return ts[0]->tier ? put_keys(ts, ns, w, prefix, 1) : FL_OK;
 }
 
 static fl_status save_any(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
