@@ -318,14 +318,16 @@ END_TEST
 
 /* ------------------------------------------------- delta checkpoints */
 
-/* A core of one async trainer: with budget (then its disk tier in dir)
- * or without, deltas every 4 checkpoints; registered after a load. */
-static fl_ps_core *mk_delta(size_t budget, int64_t max_rows, const char *dir) {
+/* A core of one async trainer: with budget (then its disk tier in dir
+ * and deltas every 4 checkpoints) or without (whole checkpoints), rows
+ * expiring after expire steps (0: never); registered after a load. */
+static fl_ps_core *mk_delta(size_t budget, int64_t max_rows, int64_t expire, const char *dir) {
   fl_ps_core_opts o;
   fl_ps_core *c;
   pt_opts(&o, 1, 1, FL_OPTIM_ROWWISE_ADAGRAD, 0.1f, max_rows);
   o.job.pserver.memory_budget = budget;
-  o.job.pserver.checkpoint_delta.every = 4;
+  o.job.pserver.sparse.expire_after_steps = expire;
+  o.job.pserver.checkpoint_delta.every = budget ? 4 : 0;
   c = pt_core(&o);
   if (budget) ck_assert_int_eq(fl_ps_core_open_tier(c, dir), FL_OK);
   return c;
@@ -349,9 +351,10 @@ static void train(fl_ps_core *a, fl_ps_core *b, int from, int n) {
  * tier within the budget; with b (at the same state, no budget) it holds
  * as many rows and trains on alike, bit for bit.  Returns the deltas
  * replayed. */
-static int64_t restart_tier(const char *dir, int64_t max_rows, const float *want, fl_ps_core *b) {
+static int64_t restart_tier(const char *dir, int64_t max_rows, int64_t expire, const float *want,
+                            fl_ps_core *b) {
   static float got[KEYS * DIM], vb[KEYS * DIM];
-  fl_ps_core *d = mk_delta(DELTA_BUDGET, max_rows, dir);
+  fl_ps_core *d = mk_delta(DELTA_BUDGET, max_rows, expire, dir);
   fl_ckpt *ck = NULL;
   int64_t step, deltas = -1;
   char path[512], logp[512];
@@ -401,19 +404,23 @@ START_TEST(test_core_delta_chain_same_bits) {
   /* The same training with a budget and deltas (base + 4) and without a
    * budget: the same rows after each checkpoint; a restart from the chain
    * has them again (rows demoted since a delta wrote them, rows evicted
-   * from either tier at max_rows 400; 16 stripes at max_rows 2^20) and
-   * trains on alike.  A truncated third delta, or one whose store copy is
-   * gone, is named and the restart stops after the second, with its disk
-   * tier. */
-  const int64_t maxr[2] = {400, 1 << 20};
-  for (int v = 0; v < 2; v++) {
-    char dir[] = "/tmp/fl_test_tier_delta_XXXXXX", p[512], d3[512], cp[600], moved[600];
+   * from either tier at max_rows 400; 16 stripes at max_rows 2^20; rows
+   * unseen 12 steps expiring from either tier) and trains on alike.  A
+   * truncated third delta, or one whose store copy is gone, is named and
+   * the restart stops after the second, with its disk tier. */
+  const int64_t maxr[3] = {400, 1 << 20, 1 << 20}, expire[3] = {0, 0, 12};
+  uint64_t rows[3];
+  fl_ps_tiers tb;
+  for (int v = 0; v < 3; v++) {
+    char dir[] = "/tmp/fl_test_tier_delta_XXXXXX", bdir[] = "/tmp/fl_test_tier_whole_XXXXXX";
+    char p[512], d3[512], cp[600], moved[600];
     static float snap[5][KEYS * DIM], vb[KEYS * DIM];
     fl_ps_core *a, *b;
     int64_t step;
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    a = mk_delta(DELTA_BUDGET, maxr[v], dir);
-    b = mk_delta(0, maxr[v], NULL);
+    ck_assert_ptr_nonnull(mkdtemp(bdir));
+    a = mk_delta(DELTA_BUDGET, maxr[v], expire[v], dir);
+    b = mk_delta(0, maxr[v], expire[v], NULL);
     reg(a, 0, 1, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
     reg(b, 0, 1, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
     for (int k = 0; k < 5; k++) {
@@ -421,25 +428,31 @@ START_TEST(test_core_delta_chain_same_bits) {
       ck_assert_int_eq(fl_ps_core_save_dir(a, dir, &step, p, sizeof p), FL_OK);
       ck_assert_ptr_nonnull(strstr(p, k ? "/delta-" : "/ckpt-"));
       if (k == 3) snprintf(d3, sizeof d3, "%s", p);
+      ck_assert_int_eq(fl_ps_core_save_dir(b, bdir, &step, p, sizeof p), FL_OK);
+      ck_assert_ptr_nonnull(strstr(p, "/ckpt-"));
       read_all(a, snap[k]);
       read_all(b, vb);
       ck_assert_mem_eq(snap[k], vb, sizeof vb);
     }
     fl_ps_core_free(a);
-    ck_assert_int_eq(restart_tier(dir, maxr[v], snap[4], b), 4);
+    fl_ps_core_tier_stats(b, &tb);
+    rows[v] = tb.mem_rows;
+    if (v == 2) ck_assert_uint_lt(rows[2], rows[1]); /* rows expired */
+    ck_assert_int_eq(restart_tier(dir, maxr[v], expire[v], snap[4], b), 4);
     /* The third delta's copy gone: named, the chain stops after the second. */
     snprintf(cp, sizeof cp, "%s.tier", d3);
     snprintf(moved, sizeof moved, "%s/away.tier", dir);
     ck_assert_int_eq(rename(cp, moved), 0);
-    ck_assert_int_eq(restart_tier(dir, maxr[v], snap[2], NULL), 2);
+    ck_assert_int_eq(restart_tier(dir, maxr[v], expire[v], snap[2], NULL), 2);
     ck_assert(log_names(dir, d3));
     ck_assert_int_eq(rename(moved, cp), 0);
     /* Truncated: likewise. */
     ck_assert_int_eq(truncate(d3, 100), 0);
-    ck_assert_int_eq(restart_tier(dir, maxr[v], snap[2], NULL), 2);
+    ck_assert_int_eq(restart_tier(dir, maxr[v], expire[v], snap[2], NULL), 2);
     ck_assert(log_names(dir, d3));
     fl_ps_core_free(b);
     rm_tree(dir);
+    rm_tree(bdir);
   }
 }
 END_TEST
