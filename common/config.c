@@ -1520,16 +1520,6 @@ static fl_status check_sparse_tables(const ctx *c, const fl_job *job) {
   return FL_OK;
 }
 
-/* The disk tier (pserver.memory_budget) keeps no change log of the rows on
- * disk: delta checkpoints need the table all in memory.  Admission and
- * expiry work with it (docs/DESIGN.md, disk tier). */
-static fl_status check_tier(const ctx *c, const fl_job *job) {
-  const fl_job_pserver *ps = &job->pserver;
-  if (ps->memory_budget == 0 || ps->checkpoint_delta.every <= 0) return FL_OK;
-  return kerr(c, job->source, "pserver.checkpoint_delta.every", "delta checkpoints do not work "
-              "with pserver.memory_budget (the disk tier): set one of them to 0");
-}
-
 /* The cross-field rules; c (may be NULL) gives the marks. */
 static fl_status check_job(const ctx *c, const fl_job *job) {
   const char *src = job->source;
@@ -1664,7 +1654,6 @@ static fl_status check_job(const ctx *c, const fl_job *job) {
   FL_TRY(check_lr(c, job));
   FL_TRY(check_clip(c, job));
   FL_TRY(check_sparse_tables(c, job));
-  FL_TRY(check_tier(c, job));
   FL_TRY(check_validation(c, job));
 
   /* cluster */

@@ -158,8 +158,12 @@ fl_status fl_ps_core_save(fl_ps_core *c, const char *path) {
     fl_ckpt_writer_abort(w);
     return st;
   }
+  if ((st = psc_tier_place(c, path)) != FL_OK) {
+    fl_ckpt_writer_abort(w);
+    return st;
+  }
   st = fl_ckpt_writer_commit(w);
-  if (st == FL_OK) st = psc_tier_commit(c, path);
+  psc_tier_prune(c);
   if (st == FL_OK) atomic_fetch_add(&c->checkpoints, 1);
   return st;
 }
@@ -178,16 +182,15 @@ static fl_status rec1(const fl_ckpt *ck, const char *file, const char *key, fl_c
   return FL_OK;
 }
 
-/* The table name of a "sparse/<name>/dim" record into out, or 0. */
-static int sparse_dim_record(const fl_ckpt_record *rd, char *out, size_t cap) {
+int fl_ps_ckpt_table_of(const char *record, char *out, size_t cap) {
   const char *slash;
   size_t len;
-  if (strncmp(rd->name, "sparse/", 7) != 0) return 0;
-  slash = strrchr(rd->name, '/');
+  if (strncmp(record, "sparse/", 7) != 0) return 0;
+  slash = strrchr(record, '/');
   if (!slash || strcmp(slash, "/dim") != 0) return 0;
-  len = (size_t)(slash - (rd->name + 7));
-  if (len == 0 || len >= cap || memchr(rd->name + 7, '/', len)) return -1;
-  memcpy(out, rd->name + 7, len);
+  len = (size_t)(slash - (record + 7));
+  if (len == 0 || len >= cap || memchr(record + 7, '/', len)) return -1;
+  memcpy(out, record + 7, len);
   out[len] = '\0';
   return 1;
 }
@@ -336,7 +339,7 @@ static fl_status load_check_sparse(fl_ps_core *c, load_ctx *x) {
     fl_optim_hparams hp;
     float lr;
     if (fl_ckpt_record_at(x->ck, i, &rd) != FL_OK) continue;
-    kind = sparse_dim_record(&rd, tname, sizeof tname);
+    kind = fl_ps_ckpt_table_of(rd.name, tname, sizeof tname);
     if (kind == 0) continue;
     if (kind < 0 || rd.dtype != FL_CKPT_I64 || rd.ndim != 0) {
       st = FL_ERR(FL_ECORRUPT, "checkpoint %s: bad sparse record %s", x->file, rd.name);
@@ -429,7 +432,7 @@ static fl_status load_sparse(fl_ps_core *c, load_ctx *x) {
     char tname[128];
     ps_table *pt;
     if (fl_ckpt_record_at(x->ck, i, &rd) != FL_OK ||
-        sparse_dim_record(&rd, tname, sizeof tname) != 1)
+        fl_ps_ckpt_table_of(rd.name, tname, sizeof tname) != 1)
       continue;
     pthread_mutex_lock(&c->mu);
     pt = psc_table_of(c, tname);
@@ -451,7 +454,7 @@ static fl_status load_sparse(fl_ps_core *c, load_ctx *x) {
   return FL_OK;
 }
 
-fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
+fl_status psc_load_rows(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
   load_ctx x;
   fl_status st;
 
@@ -468,7 +471,7 @@ fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
   if ((st = load_take_layout(c, &x)) != FL_OK) goto out;
   load_blocks(c, &x);
   c->have_base = 0; /* the next directory checkpoint is a base */
-  if ((st = psc_tier_load(c, file)) != FL_OK || (st = load_sparse(c, &x)) != FL_OK) goto out;
+  if ((st = load_sparse(c, &x)) != FL_OK) goto out;
   /* Everyone registers again (their view of this server is gone). */
   pthread_mutex_lock(&c->mu);
   for (int t = 0; t < c->nt; t++)
@@ -481,4 +484,9 @@ out:
   free(x.numel);
   psc_free_names(x.names, x.np);
   return st;
+}
+
+fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *file) {
+  FL_TRY(psc_load_rows(c, ck, file));
+  return psc_tier_load(c, file);
 }

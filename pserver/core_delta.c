@@ -1,12 +1,15 @@
 /* core_delta.c - a pserver's checkpoint directory with delta checkpoints
  * (pserver.checkpoint_delta.every N): a whole base ckpt-<step>.flc, then
  * up to N deltas delta-<base>+<k>.flc holding the dense state, the rows
- * seen or changed and the keys deleted since the checkpoint before; a
- * restart loads the newest base that verifies and replays its deltas in
- * order, stopping at the first missing, truncated or corrupt one (named in
- * the log).  Also the sparse tables' sweep (expiry, counters in /metrics,
- * their log line at each checkpoint).  Saves are serialized by the caller
- * (the daemon's checkpoint lock); the format is fl_ckpt's. */
+ * seen or changed and the keys deleted since the checkpoint before (with
+ * the disk tier each file has the store's copy beside it); a restart
+ * loads the newest base that verifies and replays its deltas in order,
+ * into memory, stopping at the first missing, truncated or corrupt one,
+ * or one that lost its store copy (named in the log), then takes the disk
+ * tier from the last one loaded (core_tier.c).  Also the sparse tables'
+ * sweep (expiry, counters in /metrics, their log line at each
+ * checkpoint).  Saves are serialized by the caller (the daemon's
+ * checkpoint lock); the format is fl_ckpt's. */
 #include <config.h>
 
 #include <errno.h>
@@ -146,34 +149,30 @@ static fl_status write_file(fl_ps_core *c, const char *dir, const psc_ckpt_kind 
   st = psc_write_state(c, w, k, step);
   /* A base is named after the step written, which may be later. */
   if (st == FL_OK && !k->delta) st = fl_ckpt_dir_path(dir, *step, path, cap);
+  if (st == FL_OK) st = psc_tier_place(c, path); /* the store's copy first */
   if (st != FL_OK) {
     fl_ckpt_writer_abort(w);
     return st;
   }
   st = fl_ckpt_writer_commit_as(w, path);
-  if (st == FL_OK) st = psc_tier_commit(c, path); /* no tier with deltas: config.c */
+  psc_tier_prune(c);
   return st;
 }
 
 /* pserver.serving_export: the checkpoint just written (path, of kind k,
- * holding step) again for serving, in <serving_export>/pserver-<index>.
- * A failed export is logged; the next checkpoint is then a base, so that
- * the serving chain starts over whole.  Not with the disk tier: its rows
- * are not in the checkpoint's records (logged at each checkpoint). */
+ * holding step) again for serving, in <serving_export>/pserver-<index>;
+ * with the disk tier its rows there are read from the store's copy beside
+ * path.  A failed export is logged; the next checkpoint is then a base,
+ * so that the serving chain starts over whole. */
 static void serving_export(fl_ps_core *c, const char *path, const psc_ckpt_kind *k,
                            int64_t step) {
   const char *root = c->o.job.pserver.serving_export;
-  char dir[FL_JOB_PATH_MAX + 32];
+  char dir[FL_JOB_PATH_MAX + 32], copy[4200];
   if (!root[0]) return;
-  if (c->tier) {
-    FL_LOGE("serving export: not written: the rows of the disk tier (pserver.memory_budget) "
-            "are not in the checkpoint's records; set pserver.memory_budget or "
-            "pserver.serving_export to off");
-    return;
-  }
   snprintf(dir, sizeof dir, "%s/pserver-%d", root, c->o.server_index);
-  if (fl_ps_serving_export(dir, path, k->delta ? k->base : step, k->delta ? k->seq : 0, step) !=
-      FL_OK)
+  snprintf(copy, sizeof copy, "%s.tier", path);
+  if (fl_ps_serving_export(dir, path, c->tier ? copy : NULL, k->delta ? k->base : step,
+                           k->delta ? k->seq : 0, step) != FL_OK)
     c->have_base = 0;
 }
 
@@ -204,6 +203,7 @@ fl_status fl_ps_core_save_dir(fl_ps_core *c, const char *dir, int64_t *step, cha
     c->base_nonce = k.nonce;
     c->delta_seq = 0;
     prune_deltas(dir);
+    psc_tier_prune(c); /* the copies of the deltas pruned */
   }
   atomic_fetch_add(&c->checkpoints, 1);
   log_tables(c);
@@ -213,18 +213,26 @@ fl_status fl_ps_core_save_dir(fl_ps_core *c, const char *dir, int64_t *step, cha
 
 /* ---------------------------------------------------------------- replay */
 
-/* Load delta seq of base (nonce) from dir: 1 applied, 0 none there (the
- * chain ends), -1 bad (named in the log; nothing of it applied). */
-static int replay_one(fl_ps_core *c, const char *dir, int64_t base, uint64_t nonce, int64_t seq) {
-  char path[4096];
+/* Load delta seq of base (nonce, file bfile) from dir into memory (the
+ * store's copy comes after the chain: fl_ps_core_load_chain): 1 applied
+ * (path: its name), 0 none there (the chain ends), -1 bad (named in the
+ * log; nothing of it applied). */
+static int replay_one(fl_ps_core *c, const char *dir, const char *bfile, int64_t base,
+                      uint64_t nonce, int64_t seq, char *path) {
   struct stat sb;
   fl_ckpt *ck = NULL;
   fl_ckpt_record r;
   int64_t b = -1, s = -1;
   int rc = -1;
 
-  if (delta_path(dir, base, seq, path, sizeof path) != FL_OK) return -1;
+  if (delta_path(dir, base, seq, path, 4096) != FL_OK) return -1;
   if (stat(path, &sb) != 0 && errno == ENOENT) return 0;
+  if (psc_tier_copy_missing(c, bfile, path)) {
+    FL_LOGE("delta checkpoint %s has lost its copy of the disk tier (%s.tier): the restart "
+            "stops at step %" PRId64 " (the last good checkpoint)", path, path,
+            fl_ps_core_step(c));
+    return -1;
+  }
   if (fl_ckpt_load(path, &ck) != FL_OK) {
     FL_LOGE("delta checkpoint %s is truncated or corrupt: the restart stops at step %" PRId64
             " (the last good checkpoint); what its interval changed is lost", path,
@@ -236,7 +244,7 @@ static int replay_one(fl_ps_core *c, const char *dir, int64_t base, uint64_t non
       fl_ckpt_get_i64(ck, "ps/delta_seq", &s) != FL_OK || b != base || s != seq)
     FL_LOGW("delta checkpoint %s belongs to another base (an earlier run's): not replayed; the "
             "restart stops at step %" PRId64, path, fl_ps_core_step(c));
-  else if (fl_ps_core_load(c, ck, path) == FL_OK)
+  else if (psc_load_rows(c, ck, path) == FL_OK)
     rc = 1;
   else
     FL_LOGE("delta checkpoint %s does not apply (logged above): the restart stops at step %" PRId64,
@@ -250,18 +258,25 @@ fl_status fl_ps_core_load_chain(fl_ps_core *c, const fl_ckpt *ck, const char *fi
   fl_ckpt_record r;
   int64_t base, seq = 0;
   uint64_t nonce;
+  char last[4096], next[4096];
 
   *deltas = 0;
-  FL_TRY(fl_ps_core_load(c, ck, file));
+  FL_TRY(psc_load_rows(c, ck, file));
   c->have_base = 0; /* the next checkpoint is a new base */
-  if (fl_ckpt_find(ck, "ps/ckpt_nonce", &r) != FL_OK || r.dtype != FL_CKPT_U64 ||
-      fl_ckpt_get_i64(ck, "ps/step", &base) != FL_OK)
-    return FL_OK; /* written without deltas */
-  nonce = *(const uint64_t *)r.data;
-  while (replay_one(c, dir, base, nonce, seq + 1) == 1) seq++;
+  snprintf(last, sizeof last, "%s", file);
+  if (fl_ckpt_find(ck, "ps/ckpt_nonce", &r) == FL_OK && r.dtype == FL_CKPT_U64 &&
+      fl_ckpt_get_i64(ck, "ps/step", &base) == FL_OK) { /* else written without deltas */
+    nonce = *(const uint64_t *)r.data;
+    while (replay_one(c, dir, file, base, nonce, seq + 1, next) == 1) {
+      seq++;
+      memcpy(last, next, sizeof last);
+    }
+  }
   *deltas = seq;
   if (seq)
     FL_LOGI("replayed %" PRId64 " delta checkpoint(s) after %s: step %" PRId64, seq, file,
             fl_ps_core_step(c));
-  return FL_OK;
+  /* The disk tier: the copy of the last file loaded, then each row of
+   * both tiers settled (what the chain put in memory may be older). */
+  return psc_tier_load(c, last);
 }

@@ -350,13 +350,20 @@ fl_status psc_stripes_apply_delta(ps_table *pt, const fl_ckpt *ck, const char *p
 /* Copy the store into the data directory's temporary (every table's
  * stripes locked). */
 fl_status psc_tier_snapshot(fl_ps_core *c);
-/* The copy becomes the one of checkpoint file path (path.tier); copies of
- * checkpoints gone are removed. */
-fl_status psc_tier_commit(fl_ps_core *c, const char *path);
+/* The copy becomes the one of checkpoint file path (path.tier), before
+ * that file is committed (a file never lacks its copy). */
+fl_status psc_tier_place(fl_ps_core *c, const char *path);
+/* Remove the copies whose checkpoint file is gone. */
+void psc_tier_prune(fl_ps_core *c);
 /* Phase 1 of a load of checkpoint file: its disk copy fits this pserver.
- * Phase 2: the store becomes that copy (no table lock held). */
+ * Phase 2, once the rows of file (and of the deltas replayed after it)
+ * are in memory: the store becomes file's copy and the tables settle
+ * against it (fl_ps_table_tier_settle; no table lock held). */
 fl_status psc_tier_check_load(fl_ps_core *c, const char *file);
 fl_status psc_tier_load(fl_ps_core *c, const char *file);
+/* 1 when delta, replayed after base, lacks the disk copy that base has
+ * (it was lost: the chain stops before it). */
+int psc_tier_copy_missing(fl_ps_core *c, const char *base, const char *delta);
 
 /* core_barrier.c */
 /* Complete b when every counted trainer arrived.  c->mu held. */
@@ -377,6 +384,10 @@ typedef struct psc_ckpt_kind {
  * step it holds.  Takes the block and table locks one at a time. */
 fl_status psc_write_state(fl_ps_core *c, fl_ckpt_writer *w, const psc_ckpt_kind *k,
                           int64_t *step);
+/* fl_ps_core_load but the disk tier's step (psc_tier_load): the rows go
+ * to memory only, the store is left as it is (a chain's loads, then the
+ * copy of the last file loaded). */
+fl_status psc_load_rows(fl_ps_core *c, const fl_ckpt *ck, const char *file);
 /* Expire every table's old rows (when expire) and publish the tables'
  * admission, expiry and eviction counters in /metrics.  No lock held
  * (takes each table's). */

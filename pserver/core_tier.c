@@ -3,9 +3,12 @@
  * promotions sparse.c): the store opened in the pserver's data directory
  * only once the directory is claimed for this run (a second run there is
  * refused before its store is touched), a copy of it beside each
- * checkpoint file (<file>.tier: a RocksDB checkpoint, hard links) taken
- * with every table's stripes locked, restored on load and removed with its
- * checkpoint, and the tiers' /metrics. */
+ * checkpoint file, base or delta (<file>.tier: a RocksDB checkpoint, hard
+ * links) taken with every table's stripes locked and put in place before
+ * the file is committed, restored once a load (a base and its deltas) has
+ * put its rows in memory, then settled against them (the older copy of a
+ * row in both tiers goes), removed with its checkpoint; and the tiers'
+ * /metrics. */
 #include <config.h>
 
 #include <dirent.h>
@@ -53,9 +56,8 @@ fl_status psc_tier_snapshot(fl_ps_core *c) {
   return fl_ps_tier_checkpoint(c->tier, tmp);
 }
 
-/* Remove the copies whose checkpoint file is gone. */
-static void prune_copies(fl_ps_core *c) {
-  DIR *d = opendir(c->tier_dir);
+void psc_tier_prune(fl_ps_core *c) {
+  DIR *d = c->tier ? opendir(c->tier_dir) : NULL;
   struct dirent *e;
   char p[FL_JOB_PATH_MAX + 512];
   size_t ls = strlen(COPY_SUFFIX);
@@ -72,7 +74,7 @@ static void prune_copies(fl_ps_core *c) {
   closedir(d);
 }
 
-fl_status psc_tier_commit(fl_ps_core *c, const char *path) {
+fl_status psc_tier_place(fl_ps_core *c, const char *path) {
   char tmp[FL_JOB_PATH_MAX + 96], dst[FL_JOB_PATH_MAX + 512];
   if (!c->tier) return FL_OK;
   tmp_path(c, tmp, sizeof tmp);
@@ -80,7 +82,6 @@ fl_status psc_tier_commit(fl_ps_core *c, const char *path) {
   FL_TRY(fl_ps_tier_remove_copy(dst));
   if (rename(tmp, dst) != 0)
     return FL_ERR(FL_EIO, "disk tier: cannot rename %s to %s: %s", tmp, dst, strerror(errno));
-  prune_copies(c);
   return FL_OK;
 }
 
@@ -98,6 +99,11 @@ fl_status psc_tier_check_load(fl_ps_core *c, const char *file) {
   return FL_OK;
 }
 
+int psc_tier_copy_missing(fl_ps_core *c, const char *base, const char *delta) {
+  char dst[FL_JOB_PATH_MAX + 512];
+  return c->tier && has_copy(base, dst, sizeof dst) && !has_copy(delta, dst, sizeof dst);
+}
+
 fl_status psc_tier_load(fl_ps_core *c, const char *file) {
   char dst[FL_JOB_PATH_MAX + 512];
   size_t nt = atomic_load(&c->n_tables);
@@ -107,7 +113,13 @@ fl_status psc_tier_load(fl_ps_core *c, const char *file) {
     for (unsigned s = 0; s < c->tables[i].ns; s++) pthread_mutex_lock(&c->tables[i].smu[s]);
   st = fl_ps_tier_restore(c->tier, has_copy(file, dst, sizeof dst) ? dst : NULL);
   for (size_t i = 0; i < nt; i++)
-    for (unsigned s = 0; s < c->tables[i].ns; s++) pthread_mutex_unlock(&c->tables[i].smu[s]);
+    for (unsigned s = 0; s < c->tables[i].ns; s++) {
+      if (st == FL_OK) st = fl_ps_table_tier_settle(c->tables[i].sh[s]);
+      pthread_mutex_unlock(&c->tables[i].smu[s]);
+    }
+  if (st == FL_OK)
+    FL_LOGI("disk tier: the store is the copy beside %s%s", file,
+            has_copy(file, dst, sizeof dst) ? "" : " (none there: empty)");
   return st;
 }
 

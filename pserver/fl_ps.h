@@ -174,6 +174,15 @@ fl_status fl_ps_table_dump(const fl_ps_table *t, int has_after, uint64_t after, 
  * links and hash share) and rows in the disk tier. */
 uint64_t fl_ps_table_hot_bytes(const fl_ps_table *t);
 size_t fl_ps_table_disk_rows(const fl_ps_table *t);
+/* The id under which stripe `stripe` of table name keeps its rows in the
+ * disk tier's store (also the checkpoint record "tier_ids"). */
+uint64_t fl_ps_table_tier_id(const char *name, unsigned stripe);
+/* After a checkpoint loaded with the disk tier (its rows put in memory,
+ * never demoted meanwhile) and the store replaced by the checkpoint's
+ * copy: of a row in both tiers the older copy goes (update count, then
+ * last-seen step, then time; a tie keeps the disk's, the same bits), then
+ * the memory rows over the budget are demoted.  No-op without a tier. */
+fl_status fl_ps_table_tier_settle(fl_ps_table *t);
 
 /* Read a row without touching it (tests, checkpoints): 1 when present. */
 int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out);
@@ -198,7 +207,10 @@ fl_optim_kind fl_ps_table_kind(const fl_ps_table *t);
 fl_status fl_ps_table_save(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix);
 fl_status fl_ps_table_save_delta(const fl_ps_table *t, fl_ckpt_writer *w, const char *prefix);
 /* 1 when a delta can hold what changed since the last checkpoint (the
- * deleted keys kept did not overflow: else the next one must be whole). */
+ * deleted keys kept did not overflow, the disk tier never failed a write:
+ * else the next one must be whole).  With the disk tier a delta also
+ * writes "moved" (the keys seen or changed, then demoted) and every
+ * checkpoint "tier_ids" (fl_ps_table_tier_id of each stripe). */
 int fl_ps_table_delta_ok(const fl_ps_table *t);
 /* The checkpoint just written holds the table: what changed so far is
  * forgotten (call after a save that committed). */
@@ -507,11 +519,16 @@ fl_status fl_ps_core_save_dir(fl_ps_core *c, const char *dir, int64_t *step, cha
 fl_status fl_ps_core_load(fl_ps_core *c, const fl_ckpt *ck, const char *name);
 /* Load the base ck (file, from dir), then replay its deltas of dir in
  * order (*deltas gets how many), stopping at the first one missing, of
- * another base, truncated or corrupt (named in the log, at error level
- * when bad): the state is then that of the last good one.  Errors: those
- * of loading the base. */
+ * another base, truncated or corrupt, or without the disk tier's copy its
+ * base has (named in the log, at error level when bad): the state is then
+ * that of the last good one, the disk tier that one's copy.  Errors:
+ * those of loading the base or restoring the copy. */
 fl_status fl_ps_core_load_chain(fl_ps_core *c, const fl_ckpt *ck, const char *file,
                                 const char *dir, int64_t *deltas);
+/* The table name of a pserver checkpoint's record "sparse/<name>/dim"
+ * into out (cap bytes): 1; 0 when record is not such a name; -1 when its
+ * name is empty, holds '/' or does not fit. */
+int fl_ps_ckpt_table_of(const char *record, char *out, size_t cap);
 
 /* Test access: a copy of dense block `block`'s value (n floats) and its
  * step; FL_ENOTFOUND when the block is not on this server or unset. */

@@ -6,7 +6,10 @@
  * float32 [n, dim]): per table <table>.base-<N>.{ids,rows}.npy at a base
  * of step N, <table>.delta-<N>-<K>.{ids,rows,deleted}.npy at its delta K
  * (the rows seen or changed, the ids deleted: deletions apply first), and
- * then manifest.json naming the base and the deltas that follow it.  A
+ * then manifest.json naming the base and the deltas that follow it.  With
+ * the disk tier the rows on disk come from the store's copy beside the
+ * checkpoint: at a base all of them, at a delta those seen or changed
+ * since the checkpoint before and demoted since (record "moved").  A
  * serving system reads the manifest, loads the base and applies the
  * deltas in order (deploy/examples/recsys/apply_serving_deltas.py). */
 #include <config.h>
@@ -23,7 +26,9 @@
 
 #include "fl_ckpt.h"
 #include "fl_log.h"
+#include "fl_ps.h"
 #include "ps_serving.h"
+#include "tier_rocks.h"
 
 /* Write n bytes of buf to fd (all of them). */
 static int write_all(int fd, const void *buf, size_t n) {
@@ -105,35 +110,132 @@ static fl_status sorted(const uint64_t *k, const float *vals, size_t n, size_t d
   return FL_OK;
 }
 
-/* The ids (and rows, when vals) of record keys into <stem>.<what>.npy. */
-static fl_status put_ids(const char *stem, const char *what, const fl_ckpt_record *keys,
-                         const fl_ckpt_record *vals, size_t dim) {
-  size_t n = (size_t)keys->shape[0];
+/* The n ids keys into <stem>.<what>.npy, and when dim their rows vals
+ * ([n, dim]) into <stem>.rows.npy. */
+static fl_status put_ids(const char *stem, const char *what, const uint64_t *keys, size_t n,
+                         const float *vals, size_t dim) {
   int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
-  float *rows = vals ? malloc((n ? n : 1) * dim * sizeof *rows) : NULL;
+  float *rows = dim ? malloc((n ? n : 1) * dim * sizeof *rows) : NULL;
   char path[4200];
-  fl_status st = ids && (!vals || rows) ? FL_OK
+  fl_status st = ids && (!dim || rows) ? FL_OK
                                         : FL_ERR(FL_ENOMEM, "serving export: out of memory for "
                                                  "%zu rows of %s", n, stem);
-  if (st == FL_OK) st = sorted(keys->data, vals ? vals->data : NULL, n, dim, ids, rows);
+  if (st == FL_OK) st = sorted(keys, rows ? vals : NULL, n, dim, ids, rows);
   snprintf(path, sizeof path, "%s.%s.npy", stem, what);
   if (st == FL_OK) st = write_npy(path, "<i8", sizeof *ids, (int64_t)n, 0, ids);
   snprintf(path, sizeof path, "%s.rows.npy", stem);
-  if (st == FL_OK && vals) st = write_npy(path, "<f4", sizeof *rows, (int64_t)n, (int64_t)dim, rows);
+  if (st == FL_OK && dim) st = write_npy(path, "<f4", sizeof *rows, (int64_t)n, (int64_t)dim, rows);
   free(ids);
   free(rows);
   return st;
 }
 
-/* The table name of a "sparse/<name>/dim" record into out, or 0. */
-static int table_of(const fl_ckpt_record *r, char *out, size_t cap) {
-  size_t len = strlen(r->name);
-  if (strncmp(r->name, "sparse/", 7) != 0 || len < 12 || strcmp(r->name + len - 4, "/dim") != 0 ||
-      len - 11 >= cap || memchr(r->name + 7, '/', len - 11))
-    return 0;
-  memcpy(out, r->name + 7, len - 11);
-  out[len - 11] = '\0';
-  return 1;
+/* A table's rows to export with the disk tier: the checkpoint file's
+ * (their keys sorted into mem: a row there shadows its disk copy) and
+ * those read from the store's copy, gathered into k / v. */
+typedef struct gathered {
+  const fl_ckpt *ck;
+  const char *tname;
+  size_t dim, n, cap;
+  uint64_t *k, *mem;
+  size_t nmem;
+  float *v;
+} gathered;
+
+/* Append row (dim floats) of key to g. */
+static fl_status gather_add(gathered *g, uint64_t key, const float *row) {
+  if (g->n == g->cap) {
+    size_t nc = g->cap ? 2 * g->cap : 1024;
+    uint64_t *k = realloc(g->k, nc * sizeof *k);
+    float *v = k ? realloc(g->v, nc * g->dim * sizeof *v) : NULL;
+    if (k) g->k = k;
+    if (v) g->v = v;
+    if (!k || !v)
+      return FL_ERR(FL_ENOMEM, "serving export: out of memory for %zu rows of table %s", nc,
+                    g->tname);
+    g->cap = nc;
+  }
+  g->k[g->n] = key;
+  memcpy(g->v + g->n * g->dim, row, g->dim * sizeof *g->v);
+  g->n++;
+  return FL_OK;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* fl_ps_tier_row_fn: a disk row (blob: [i64 updates][dim floats]...) not
+ * shadowed by a row of the file, taken once. */
+static fl_status take_disk_row(void *ctx, uint64_t key, const void *row, size_t len) {
+  gathered *g = ctx;
+  if (len < sizeof(int64_t) + g->dim * sizeof(float))
+    return FL_ERR(FL_ECORRUPT, "serving export: table %s: a row on disk of %zu bytes, too short "
+                  "for dim %zu: is the store copy of this checkpoint?", g->tname, len, g->dim);
+  if (g->nmem && bsearch(&key, g->mem, g->nmem, sizeof key, cmp_u64)) return FL_OK;
+  return gather_add(g, key, (const float *)((const char *)row + sizeof(int64_t)));
+}
+
+/* A u64 1-d record sparse/<tname>/<what> of ck (*n elements), or NULL. */
+static const uint64_t *u64_rec(const fl_ckpt *ck, const char *tname, const char *what,
+                               size_t *n) {
+  char name[FL_CKPT_NAME_MAX + 16];
+  fl_ckpt_record r;
+  snprintf(name, sizeof name, "sparse/%s/%s", tname, what);
+  if (fl_ckpt_find(ck, name, &r) != FL_OK || r.dtype != FL_CKPT_U64 || r.ndim != 1) return NULL;
+  *n = (size_t)r.shape[0];
+  return r.data;
+}
+
+/* Into g the rows on disk to export: a base's every row of the table's
+ * stripes, a delta's rows seen or changed and then demoted ("moved", each
+ * looked up in its stripe, fl_ps_table_stripe, where still there). */
+static fl_status gather_disk(gathered *g, fl_ps_tier *tier, int delta) {
+  size_t ns = 0, nm = 0;
+  const uint64_t *ids = u64_rec(g->ck, g->tname, "tier_ids", &ns);
+  const uint64_t *moved = delta ? u64_rec(g->ck, g->tname, "moved", &nm) : NULL;
+  uint64_t *keys = NULL;
+  fl_status st = FL_OK;
+  if (!ids || ns == 0 || (ns & (ns - 1)) || (delta && !moved))
+    return FL_ERR(FL_ECORRUPT, "serving export: table %s: records tier_ids%s missing in a "
+                  "checkpoint with the disk tier", g->tname, delta ? " or moved" : "");
+  for (size_t s = 0; !delta && st == FL_OK && s < ns; s++)
+    st = fl_ps_tier_copy_rows(tier, ids[s], NULL, 0, take_disk_row, g);
+  if (!delta) return st;
+  /* a key demoted twice in the interval is listed twice: taken once */
+  if (!(keys = malloc((nm ? nm : 1) * sizeof *keys)))
+    return FL_ERR(FL_ENOMEM, "serving export: out of memory for table %s", g->tname);
+  memcpy(keys, moved, nm * sizeof *keys);
+  qsort(keys, nm, sizeof *keys, cmp_u64);
+  for (size_t i = 0; st == FL_OK && i < nm; i++)
+    if (i == 0 || keys[i] != keys[i - 1])
+      st = fl_ps_tier_copy_rows(tier, ids[fl_ps_table_stripe(keys[i], (unsigned)ns)], keys + i, 1,
+                                take_disk_row, g);
+  free(keys);
+  return st;
+}
+
+/* The rows of keys / vals (the file's) and, with the disk tier, those of
+ * its copy (gather_disk) into <stem>.ids.npy / .rows.npy. */
+static fl_status put_rows(gathered *g, fl_ps_tier *tier, int delta, const char *stem,
+                          const fl_ckpt_record *keys, const fl_ckpt_record *vals) {
+  size_t n = (size_t)keys->shape[0];
+  fl_status st = FL_OK;
+  if (!tier) return put_ids(stem, "ids", keys->data, n, vals->data, g->dim);
+  g->mem = malloc((n ? n : 1) * sizeof *g->mem);
+  if (!g->mem) return FL_ERR(FL_ENOMEM, "serving export: out of memory for table %s", g->tname);
+  memcpy(g->mem, keys->data, n * sizeof *g->mem);
+  qsort(g->mem, n, sizeof *g->mem, cmp_u64);
+  g->nmem = n;
+  for (size_t i = 0; i < n && st == FL_OK; i++)
+    st = gather_add(g, ((const uint64_t *)keys->data)[i], (const float *)vals->data + i * g->dim);
+  if (st == FL_OK) st = gather_disk(g, tier, delta);
+  if (st == FL_OK) st = put_ids(stem, "ids", g->k, g->n, g->v, g->dim);
+  free(g->mem);
+  free(g->k);
+  free(g->v);
+  return st;
 }
 
 /* s as a JSON string (quoted, with " \\ and control bytes escaped) to f. */
@@ -150,10 +252,12 @@ static void json_str(FILE *f, const char *s) {
 
 /* One table's files from ck; its name and dim appended to the manifest's
  * list (json; first: no comma before it). */
-static fl_status put_table(const fl_ckpt *ck, const char *dir, const char *tname, int64_t dim,
-                           int64_t base, int64_t seq, FILE *json, int first) {
+static fl_status put_table(const fl_ckpt *ck, fl_ps_tier *tier, const char *dir,
+                           const char *tname, int64_t dim, int64_t base, int64_t seq, FILE *json,
+                           int first) {
   char stem[4200], name[FL_CKPT_NAME_MAX + 16];
   fl_ckpt_record keys, vals, del;
+  gathered g = {.ck = ck, .tname = tname, .dim = (size_t)dim};
   if (seq) snprintf(stem, sizeof stem, "%s/%s.delta-%" PRId64 "-%" PRId64, dir, tname, base, seq);
   else snprintf(stem, sizeof stem, "%s/%s.base-%" PRId64, dir, tname, base);
   snprintf(name, sizeof name, "sparse/%s/keys", tname);
@@ -167,8 +271,8 @@ static fl_status put_table(const fl_ckpt *ck, const char *dir, const char *tname
   if (!ok)
     return FL_ERR(FL_ECORRUPT, "serving export: table %s has no rows%s in its checkpoint: no "
                   "export of it", tname, seq ? " or deleted ids" : "");
-  FL_TRY(put_ids(stem, "ids", &keys, &vals, (size_t)dim));
-  if (seq) FL_TRY(put_ids(stem, "deleted", &del, NULL, 0));
+  FL_TRY(put_rows(&g, tier, seq != 0, stem, &keys, &vals));
+  if (seq) FL_TRY(put_ids(stem, "deleted", del.data, (size_t)del.shape[0], NULL, 0));
   fprintf(json, "%s\n    {\"name\": ", first ? "" : ",");
   json_str(json, tname);
   fprintf(json, ", \"dim\": %" PRId64 "}", dim);
@@ -193,9 +297,10 @@ static void prune(const char *dir, int64_t base) {
   closedir(d);
 }
 
-/* Every table of ck; the manifest last. */
-static fl_status put_all(const fl_ckpt *ck, const char *dir, int64_t base, int64_t seq,
-                         int64_t step) {
+/* Every table of ck (its disk rows in tier: NULL, none); the manifest
+ * last. */
+static fl_status put_all(const fl_ckpt *ck, fl_ps_tier *tier, const char *dir, int64_t base,
+                         int64_t seq, int64_t step) {
   char path[4200], *man = NULL;
   size_t len = 0;
   int n = 0;
@@ -207,10 +312,11 @@ static fl_status put_all(const fl_ckpt *ck, const char *dir, int64_t base, int64
   for (size_t i = 0; st == FL_OK && i < fl_ckpt_count(ck); i++) {
     fl_ckpt_record r;
     char tname[FL_CKPT_NAME_MAX];
-    if (fl_ckpt_record_at(ck, i, &r) != FL_OK || !table_of(&r, tname, sizeof tname) ||
-        r.dtype != FL_CKPT_I64 || r.ndim != 0)
+    if (fl_ckpt_record_at(ck, i, &r) != FL_OK ||
+        fl_ps_ckpt_table_of(r.name, tname, sizeof tname) != 1 || r.dtype != FL_CKPT_I64 ||
+        r.ndim != 0)
       continue;
-    st = put_table(ck, dir, tname, *(const int64_t *)r.data, base, seq, f, n++ == 0);
+    st = put_table(ck, tier, dir, tname, *(const int64_t *)r.data, base, seq, f, n++ == 0);
   }
   fputs("\n  ]\n}\n", f);
   if (fclose(f) != 0 && st == FL_OK)
@@ -222,9 +328,10 @@ static fl_status put_all(const fl_ckpt *ck, const char *dir, int64_t base, int64
   return st;
 }
 
-fl_status fl_ps_serving_export(const char *dir, const char *ckpt, int64_t base, int64_t seq,
-                               int64_t step) {
+fl_status fl_ps_serving_export(const char *dir, const char *ckpt, const char *tier_copy,
+                               int64_t base, int64_t seq, int64_t step) {
   fl_ckpt *ck = NULL;
+  fl_ps_tier *tier = NULL;
   fl_status st;
   char parent[4200], *slash;
   snprintf(parent, sizeof parent, "%s", dir);
@@ -236,7 +343,9 @@ fl_status fl_ps_serving_export(const char *dir, const char *ckpt, int64_t base, 
     return FL_ERR(FL_EIO, "serving export: cannot create %s: %s (check "
                   "pserver.serving_export)", dir, strerror(errno));
   FL_TRY(fl_ckpt_load(ckpt, &ck));
-  st = put_all(ck, dir, base, seq, step);
+  st = tier_copy ? fl_ps_tier_open_copy(tier_copy, &tier) : FL_OK;
+  if (st == FL_OK) st = put_all(ck, tier, dir, base, seq, step);
+  fl_ps_tier_close(tier);
   fl_ckpt_free(ck);
   if (st == FL_OK && seq)
     FL_LOGI("serving export of step %" PRId64 " (delta %" PRId64 " of base %" PRId64

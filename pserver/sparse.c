@@ -64,6 +64,7 @@ struct fl_ps_table {
   int64_t legacy_step; /* the marks of disk rows without theirs: the load's */
   double legacy_time;
   int tier_broken; /* a demotion failed: rows stay in memory */
+  int loading;     /* a checkpoint loads: capacity not bounded by the budget */
   size_t pf_n, pf_cap; /* a call's misses, looked up at once: sorted keys */
   uint64_t *pf_keys;
   unsigned char *pf_rows;
@@ -85,6 +86,8 @@ struct fl_ps_table {
   int track;            /* keep deleted keys for delta checkpoints */
   uint64_t *tomb;       /* keys deleted since the last checkpoint */
   size_t ntomb, tomb_cap;
+  uint64_t *moved;      /* keys seen or changed since then, demoted since */
+  size_t nmoved, moved_cap, moved_uniq; /* unique: the first moved_uniq */
   int tomb_overflow;    /* more than max_rows of them: the next must be whole */
   fl_optim_tensor *steps; /* a push's rows stepped together, steps_cap of them */
   size_t steps_cap;
@@ -105,6 +108,10 @@ static fl_status tier_dump_merge(const fl_ps_table *t, int has_after, uint64_t a
 static void tier_free(fl_ps_table *t);
 static size_t tier_cap(const fl_ps_table *t, size_t nc);
 static void tier_forget_rows(fl_ps_table *t);
+static void take_tail(fl_ps_table *t, int32_t *r);
+
+static void note_key(fl_ps_table *t, uint64_t **list, size_t *n, size_t *cap, int64_t lim,
+                     uint64_t key);
 
 static uint64_t str_hash(const char *s) {
   uint64_t h = 1469598103934665603ULL;
@@ -131,9 +138,6 @@ static fl_status set_admission(fl_ps_table *t, const fl_ps_table_opts *o) {
   if (o->expire_after_steps < 0 || !(o->expire_after_seconds >= 0) || !isfinite(o->admit_default))
     return FL_ERR(FL_EINVAL, "sparse table %s: expire_after_steps / expire_after_seconds below 0 "
                   "or admit_default not finite", o->name);
-  if (o->tier && o->track_changes)
-    return FL_ERR(FL_EINVAL, "sparse table %s: delta checkpoints do not work with the disk "
-                  "tier (pserver.memory_budget): turn one off", o->name);
   t->admit_threshold = o->admit_threshold;
   t->admit_default = o->admit_default;
   t->expire_steps = o->expire_after_steps;
@@ -215,6 +219,7 @@ void fl_ps_table_free(fl_ps_table *t) {
   free(t->seen_time);
   free(t->dirty);
   free(t->tomb);
+  free(t->moved);
   free(t->steps);
   if (!t->sketch_shared) fl_ps_sketch_free(t->sketch);
   free(t);
@@ -328,24 +333,31 @@ static void touch(fl_ps_table *t, int32_t r) {
   lru_push_head(t, r);
 }
 
-/* Keep key, deleted, for the next delta (when tracking). */
-static void note_deleted(fl_ps_table *t, uint64_t key) {
+/* Keep key in list (*n of *cap, at most lim) for the next delta (when
+ * tracking). */
+static void note_key(fl_ps_table *t, uint64_t **list, size_t *n, size_t *cap, int64_t lim,
+                     uint64_t key) {
   if (!t->track || t->tomb_overflow) return;
-  if ((int64_t)t->ntomb >= t->max_rows) {
+  if ((int64_t)*n >= lim) {
     t->tomb_overflow = 1; /* a whole checkpoint is smaller than this delta */
     return;
   }
-  if (t->ntomb == t->tomb_cap) {
-    size_t nc = t->tomb_cap ? 2 * t->tomb_cap : 256;
-    uint64_t *p = realloc(t->tomb, nc * sizeof *p);
+  if (*n == *cap) {
+    size_t nc = *cap ? 2 * *cap : 256;
+    uint64_t *p = realloc(*list, nc * sizeof *p);
     if (!p) {
       t->tomb_overflow = 1; /* the next checkpoint is whole instead */
       return;
     }
-    t->tomb = p;
-    t->tomb_cap = nc;
+    *list = p;
+    *cap = nc;
   }
-  t->tomb[t->ntomb++] = key;
+  (*list)[(*n)++] = key;
+}
+
+/* Keep key, deleted, for the next delta (when tracking). */
+static void note_deleted(fl_ps_table *t, uint64_t key) {
+  note_key(t, &t->tomb, &t->ntomb, &t->tomb_cap, t->max_rows, key);
 }
 
 /* Deterministic uniform init of the row of key in [-r, r]. */
@@ -434,15 +446,21 @@ static void move_row(fl_ps_table *t, int32_t from, int32_t to) {
   else t->tail = to;
 }
 
-/* Delete row r; the last row takes its index, so rows stay in [0, n). */
-static void drop_row(fl_ps_table *t, int32_t r) {
+/* Free index r (unlinked, out of the hash): the last row takes it, so
+ * rows stay in [0, n). */
+static void free_index(fl_ps_table *t, int32_t r) {
   int32_t last = (int32_t)t->n - 1;
-  lru_unlink(t, r);
-  slot_delete(t, t->keys[r]);
-  note_deleted(t, t->keys[r]);
   if (r != last) move_row(t, last, r);
   t->n--;
   if (t->tier) atomic_fetch_sub(t->hot_bytes, t->row_bytes);
+}
+
+/* Delete row r (noted for the next delta). */
+static void drop_row(fl_ps_table *t, int32_t r) {
+  lru_unlink(t, r);
+  slot_delete(t, t->keys[r]);
+  note_deleted(t, t->keys[r]);
+  free_index(t, r);
 }
 
 /* The row of key for training: created when absent and admitted (then
@@ -798,24 +816,53 @@ static fl_status put_rows(const fl_ps_table *t, fl_ckpt_writer *w, const char *p
   return put(w, prefix, "seen_time", FL_CKPT_F64, 1, shape, o->stime);
 }
 
-/* A delta's records "delta" and "deleted" (the keys of every stripe). */
-static fl_status put_deleted(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
-                             const char *prefix) {
+/* With the disk tier: "tier_ids", each stripe's table id in the store
+ * (where a reader of the store copy finds the rows on disk). */
+static fl_status put_tier_ids(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
+                              const char *prefix) {
+  uint64_t ids[64];
+  int64_t n = (int64_t)ns;
+  if (ns > sizeof ids / sizeof *ids)
+    return FL_ERR(FL_EINVAL, "sparse table %s: %zu stripes, more than a checkpoint lists",
+                  ts[0]->name, ns);
+  for (size_t s = 0; s < ns; s++) ids[s] = ts[s]->tier_id;
+  return put(w, prefix, "tier_ids", FL_CKPT_U64, 1, &n, ids);
+}
+
+/* The keys of a per-stripe list of ns stripes as a record under prefix:
+ * "deleted" (deleted since the last checkpoint) or, when moved, "moved"
+ * (with the disk tier: seen or changed since then and demoted since,
+ * changes a serving export reads from the store copy; a row promoted or
+ * deleted since may be among them). */
+static fl_status put_keys(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
+                          const char *prefix, int moved) {
+  const char *what = moved ? "moved" : "deleted";
   size_t n = 0, i = 0;
   uint64_t *keys;
   fl_status st;
-  for (size_t s = 0; s < ns; s++) n += ts[s]->ntomb;
+  int64_t nk;
+  for (size_t s = 0; s < ns; s++) n += moved ? ts[s]->nmoved : ts[s]->ntomb;
   keys = malloc((n ? n : 1) * sizeof *keys);
   if (!keys)
-    return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory saving %zu deleted keys",
-                  ts[0]->name, n);
-  for (size_t s = 0; s < ns; i += ts[s]->ntomb, s++)
-    if (ts[s]->ntomb) memcpy(keys + i, ts[s]->tomb, ts[s]->ntomb * sizeof *keys);
-  st = put_i64(w, prefix, "delta", 1);
-  int64_t nk = (int64_t)n;
-  if (st == FL_OK) st = put(w, prefix, "deleted", FL_CKPT_U64, 1, &nk, keys);
+    return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory saving %zu %s keys", ts[0]->name,
+                  n, what);
+  for (size_t s = 0; s < ns; s++) {
+    size_t k = moved ? ts[s]->nmoved : ts[s]->ntomb;
+    if (k) memcpy(keys + i, moved ? ts[s]->moved : ts[s]->tomb, k * sizeof *keys);
+    i += k;
+  }
+  nk = (int64_t)n;
+  st = put(w, prefix, what, FL_CKPT_U64, 1, &nk, keys);
   free(keys);
   return st;
+}
+
+/* A delta's records "delta", "deleted" and, with the disk tier, "moved". */
+static fl_status put_deleted(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
+                             const char *prefix) {
+  FL_TRY(put_i64(w, prefix, "delta", 1));
+  FL_TRY(put_keys(ts, ns, w, prefix, 0));
+  return ts[0]->tier ? put_keys(ts, ns, w, prefix, 1) : FL_OK;
 }
 
 static fl_status save_any(const fl_ps_table *const *ts, size_t ns, fl_ckpt_writer *w,
@@ -824,6 +871,7 @@ static fl_status save_any(const fl_ps_table *const *ts, size_t ns, fl_ckpt_write
   fl_status st = gather(ts, ns, delta, &o);
   if (st == FL_OK) st = put_head(ts, ns, w, prefix);
   if (st == FL_OK) st = put_rows(ts[0], w, prefix, &o);
+  if (st == FL_OK && ts[0]->tier) st = put_tier_ids(ts, ns, w, prefix);
   if (st == FL_OK && delta) st = put_deleted(ts, ns, w, prefix);
   rows_out_free(&o);
   return st;
@@ -855,11 +903,16 @@ fl_status fl_ps_table_save_delta(const fl_ps_table *t, fl_ckpt_writer *w, const 
   return fl_ps_table_save_delta_many(&t, 1, w, prefix);
 }
 
-int fl_ps_table_delta_ok(const fl_ps_table *t) { return t->track && !t->tomb_overflow; }
+/* A stripe that stopped demoting may hold a row shadowing its disk copy:
+ * only a whole checkpoint's load resolves that (fl_ps_table_tier_settle). */
+int fl_ps_table_delta_ok(const fl_ps_table *t) {
+  return t->track && !t->tomb_overflow && !t->tier_broken;
+}
 
 void fl_ps_table_mark_saved(fl_ps_table *t) {
   for (int32_t r = t->head; r >= 0 && t->dirty[r]; r = t->next[r]) t->dirty[r] = 0;
   t->ntomb = 0;
+  t->nmoved = t->moved_uniq = 0;
   t->tomb_overflow = 0;
 }
 
@@ -1021,12 +1074,35 @@ static fl_status rows_find(const fl_ps_table *t, const fl_ckpt *c, const char *p
   return FL_OK;
 }
 
+/* A memory row for key while a checkpoint loads into a table with a disk
+ * tier: never demoted, never looked up on disk (the store is replaced
+ * after the load: fl_ps_table_tier_settle); at max_rows the least recent
+ * is reused. */
+static fl_status load_slot(fl_ps_table *t, uint64_t key, int32_t *out) {
+  fl_status st = FL_OK;
+  if ((int64_t)t->n >= t->max_rows) {
+    take_tail(t, out);
+  } else {
+    t->loading = 1;
+    if (t->n == t->cap) st = grow(t);
+    t->loading = 0;
+    FL_TRY(st);
+    *out = (int32_t)t->n++;
+    atomic_fetch_add(t->hot_bytes, t->row_bytes);
+  }
+  t->keys[*out] = key;
+  slot_insert(t, key, *out);
+  lru_push_head(t, *out);
+  touch(t, *out);
+  return FL_OK;
+}
+
 /* Put row i of x in as the most recently seen row. */
 static fl_status rows_put(fl_ps_table *t, const rows_in *x, size_t i) {
   size_t d = t->dim, sl = t->slen;
   uint64_t key = ((const uint64_t *)x->k.data)[i];
   int32_t r = find(t, key);
-  if (r < 0) FL_TRY(get_row(t, key, &r));
+  if (r < 0) FL_TRY(t->tier ? load_slot(t, key, &r) : get_row(t, key, &r));
   else touch(t, r);
   memcpy(t->val + (size_t)r * d, (const float *)x->v.data + i * d, d * sizeof(float));
   if (t->nstate >= 1) memcpy(t->s1 + (size_t)r * sl, (const float *)x->a.data + i * sl, sl * sizeof(float));
@@ -1196,11 +1272,15 @@ size_t fl_ps_table_disk_rows(const fl_ps_table *t) {
   return t->tier ? fl_ps_tier_rows(t->tier, t->tier_id) : 0;
 }
 
+uint64_t fl_ps_table_tier_id(const char *name, unsigned stripe) {
+  return fl_ps_mix64(str_hash(name) + stripe);
+}
+
 static fl_status tier_setup(fl_ps_table *t, const fl_ps_table_opts *o) {
   t->tier = o->tier;
   t->hot_bytes = o->hot_bytes;
   t->hot_budget = o->hot_budget;
-  t->tier_id = fl_ps_mix64(t->name_hash + o->stripe);
+  t->tier_id = fl_ps_table_tier_id(t->name, o->stripe);
   t->row_bytes = row_cost(t);
   t->blob = sizeof(int64_t) + (t->dim + (size_t)t->nstate * t->slen) * sizeof(float) +
             FL_PS_TIER_MARKS_LEN;
@@ -1225,9 +1305,11 @@ static void tier_free(fl_ps_table *t) {
   free(t->out);
 }
 
-/* Capacity grows no further than the budget's rows (or one more row). */
+/* Capacity grows no further than the budget's rows (or one more row),
+ * but while a checkpoint loads. */
 static size_t tier_cap(const fl_ps_table *t, size_t nc) {
   size_t lim = (size_t)(t->hot_budget / t->row_bytes) + 1;
+  if (t->loading) return nc;
   if (lim < t->n + 1) lim = t->n + 1;
   return nc < lim ? nc : lim;
 }
@@ -1279,14 +1361,16 @@ static void unpack_row(fl_ps_table *t, int32_t r, const unsigned char *b) {
   blob_marks(t, b, &t->seen_step[r], &t->seen_time[r]);
 }
 
-/* fl_ps_tier_old_fn of a table: its blob's marks past the limits. */
+/* fl_ps_tier_old_fn of a table: its blob's marks past the limits (the
+ * row is then deleted: noted for the next delta). */
 static int blob_old(void *ctx, uint64_t key, const void *row) {
-  const fl_ps_table *t = ctx;
+  fl_ps_table *t = ctx;
   int64_t step;
   double time;
-  (void)key;
   blob_marks(t, row, &step, &time);
-  return is_old(t, step, time);
+  if (!is_old(t, step, time)) return 0;
+  note_deleted(t, key);
+  return 1;
 }
 
 /* Delete the disk rows due for expiry (counted by the caller); *all 1 when
@@ -1372,6 +1456,22 @@ static void tier_break(fl_ps_table *t) {
           "checkpoint, free space in %s, and restart", t->name, fl_ps_tier_path(t->tier));
 }
 
+/* Keep key, seen or changed and now demoted, for the next delta; a key
+ * demoted again is listed again: the list is made unique (sorted) when it
+ * reaches max_rows and twice its length after the last time (a sort per
+ * as many notes), and overflows once max_rows keys are unique. */
+static void note_moved(fl_ps_table *t, uint64_t key) {
+  size_t k = 0;
+  if ((int64_t)t->nmoved >= t->max_rows && t->nmoved >= 2 * t->moved_uniq) {
+    qsort(t->moved, t->nmoved, sizeof *t->moved, cmp_u64);
+    for (size_t i = 0; i < t->nmoved; i++)
+      if (!k || t->moved[k - 1] != t->moved[i]) t->moved[k++] = t->moved[i];
+    t->nmoved = t->moved_uniq = k;
+  }
+  if ((int64_t)t->moved_uniq >= t->max_rows) t->tomb_overflow = 1;
+  note_key(t, &t->moved, &t->nmoved, &t->moved_cap, 2 * t->max_rows, key);
+}
+
 /* Write the least recent memory row to disk; *r gets its index to reuse.
  * On failure the row stays (the table stops demoting). */
 static fl_status demote_tail(fl_ps_table *t, int32_t *r) {
@@ -1380,6 +1480,7 @@ static fl_status demote_tail(fl_ps_table *t, int32_t *r) {
     tier_break(t);
     return FL_EIO;
   }
+  if (t->dirty[t->tail]) note_moved(t, t->keys[t->tail]);
   take_tail(t, r);
   return FL_OK;
 }
@@ -1392,8 +1493,11 @@ static fl_status tier_slot(fl_ps_table *t, int new_key, int32_t *r) {
     int f = 0;
     t->counts.evicted++;
     if (disk && !t->tier_broken) FL_TRY(fl_ps_tier_evict_oldest(t->tier, t->tier_id, &k, &f));
-    if (f) forget_lookup(t, k);
-    else {
+    if (f) {
+      forget_lookup(t, k);
+      note_deleted(t, k);
+    } else {
+      note_deleted(t, t->keys[t->tail]);
       take_tail(t, r);
       return FL_OK;
     }
@@ -1402,6 +1506,7 @@ static fl_status tier_slot(fl_ps_table *t, int new_key, int32_t *r) {
       atomic_load(t->hot_bytes) + t->row_bytes > t->hot_budget && demote_tail(t, r) == FL_OK)
     return FL_OK;
   if ((int64_t)t->n >= t->max_rows) {
+    note_deleted(t, t->keys[t->tail]);
     take_tail(t, r);
     t->counts.evicted++;
     return FL_OK;
@@ -1522,5 +1627,66 @@ static fl_status tier_dump_merge(const fl_ps_table *t, int has_after, uint64_t a
   free(mk);
   free(db);
   free(mv);
+  return st;
+}
+
+/* 1 when the disk copy b of row r's key is as new as the memory row or
+ * newer: the update count, then the last-seen step, then the time decide
+ * (each only grows over a row's life, and a copy equal in all three holds
+ * the same bits: values change only by an update). */
+static int disk_newer(const fl_ps_table *t, int32_t r, const unsigned char *b) {
+  int64_t upd, step;
+  double time;
+  memcpy(&upd, b, sizeof upd);
+  blob_marks(t, b, &step, &time);
+  if (upd != t->t[r]) return upd > t->t[r];
+  if (step != t->seen_step[r]) return step > t->seen_step[r];
+  return time >= t->seen_time[r];
+}
+
+/* The memory rows of keys[0..n) looked up in the store (rows, found, seqs:
+ * the caller's scratch for n): of a row in both tiers the older copy goes. */
+static fl_status settle_some(fl_ps_table *t, const uint64_t *keys, size_t n, unsigned char *rows,
+                             uint8_t *found, uint64_t *seqs) {
+  FL_TRY(fl_ps_tier_get_many(t->tier, t->tier_id, keys, n, rows, t->blob, found, seqs));
+  for (size_t i = 0; i < n; i++) {
+    int32_t r = find(t, keys[i]);
+    if (!found[i] || r < 0) continue;
+    if (disk_newer(t, r, rows + i * t->blob)) {
+      lru_unlink(t, r);
+      slot_delete(t, keys[i]);
+      free_index(t, r);
+    } else if (fl_ps_tier_drop(t->tier, t->tier_id, keys[i], seqs[i]) != FL_OK) {
+      tier_break(t);
+    }
+  }
+  return FL_OK;
+}
+
+fl_status fl_ps_table_tier_settle(fl_ps_table *t) {
+  enum { CHUNK = 512 };
+  size_t n = t->n, i = 0;
+  uint64_t *keys = t->tier ? malloc((n ? n : 1) * sizeof *keys) : NULL;
+  unsigned char *rows = t->tier ? malloc(CHUNK * t->blob) : NULL;
+  uint8_t *found = t->tier ? malloc(CHUNK) : NULL;
+  uint64_t *seqs = t->tier ? malloc(CHUNK * sizeof *seqs) : NULL;
+  fl_status st = FL_OK;
+  if (!t->tier) return FL_OK;
+  t->pf_n = 0;
+  if (!keys || !rows || !found || !seqs)
+    st = FL_ERR(FL_ENOMEM, "sparse table %s: out of memory settling %zu rows with the disk tier",
+                t->name, n);
+  for (int32_t r = t->tail; st == FL_OK && r >= 0; r = t->prev[r]) keys[i++] = t->keys[r];
+  for (size_t off = 0; st == FL_OK && off < n; off += CHUNK)
+    st = settle_some(t, keys + off, n - off < CHUNK ? n - off : CHUNK, rows, found, seqs);
+  while (st == FL_OK && t->n && !t->tier_broken && atomic_load(t->hot_bytes) > t->hot_budget) {
+    int32_t r;
+    if (demote_tail(t, &r) != FL_OK) break;
+    free_index(t, r);
+  }
+  free(keys);
+  free(rows);
+  free(found);
+  free(seqs);
   return st;
 }

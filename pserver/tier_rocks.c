@@ -872,6 +872,78 @@ fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir) {
 
 fl_status fl_ps_tier_remove_copy(const char *dir) { return remove_dir(dir); }
 
+/* A copy is read with a block cache of COPY_BUDGET / FL_TIER_CACHE_SHARE. */
+#define COPY_BUDGET (16u << 20)
+
+fl_status fl_ps_tier_open_copy(const char *dir, fl_ps_tier **out) {
+  fl_ps_tier *t;
+  char *err = NULL;
+  *out = NULL;
+  if (strlen(dir) >= sizeof t->path)
+    return FL_ERR(FL_EINVAL, "disk tier: path %s too long", dir);
+  t = calloc(1, sizeof *t);
+  if (!t) return FL_ERR(FL_ENOMEM, "disk tier: out of memory");
+  snprintf(t->path, sizeof t->path, "%s", dir);
+  t->budget = COPY_BUDGET;
+  pthread_mutex_init(&t->mu, NULL);
+  set_options(t);
+  t->db = rocksdb_open_for_read_only(t->opt, dir, 0, &err);
+  if (err) {
+    fl_status st = FL_ERR(FL_EIO, "disk tier: cannot read the store copy %s: %s", dir, err);
+    rocksdb_free(err);
+    t->db = NULL;
+    fl_ps_tier_close(t);
+    return st;
+  }
+  *out = t;
+  return FL_OK;
+}
+
+/* fn on the value v (vn bytes) of row key, if any: its blob after the
+ * demotion sequence. */
+static fl_status give_row(const fl_ps_tier *t, uint64_t key, const char *v, size_t vn,
+                          fl_ps_tier_row_fn fn, void *ctx) {
+  if (!v) return FL_OK;
+  if (vn < SEQ_LEN)
+    return FL_ERR(FL_ECORRUPT, "disk tier %s: a row of %zu bytes", t->path, vn);
+  return fn(ctx, key, v + SEQ_LEN, vn - SEQ_LEN);
+}
+
+/* Every row of table in t, keys ascending, to fn. */
+static fl_status each_row(fl_ps_tier *t, uint64_t table, fl_ps_tier_row_fn fn, void *ctx) {
+  unsigned char lo[KEY_LEN];
+  rocksdb_iterator_t *it = rocksdb_create_iterator(t->db, t->ro);
+  fl_status st = FL_OK;
+  make_key(lo, 'r', table, 0);
+  for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); st == FL_OK && rocksdb_iter_valid(it);
+       rocksdb_iter_next(it)) {
+    size_t kl = 0, vl = 0;
+    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
+    if (kl != KEY_LEN || memcmp(k, lo, 9)) break; /* past this table's rows */
+    st = give_row(t, get_be64((const unsigned char *)k + 9), v, vl, fn, ctx);
+  }
+  rocksdb_iter_destroy(it);
+  return st;
+}
+
+fl_status fl_ps_tier_copy_rows(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n,
+                               fl_ps_tier_row_fn fn, void *ctx) {
+  fl_status st = FL_OK;
+  if (!keys) return each_row(t, table, fn, ctx);
+  for (size_t i = 0; i < n && st == FL_OK; i++) {
+    unsigned char rk[KEY_LEN];
+    char *err = NULL, *v;
+    size_t vn = 0;
+    make_key(rk, 'r', table, keys[i]);
+    v = rocksdb_get(t->db, t->ro, (const char *)rk, KEY_LEN, &vn, &err);
+    st = err ? FL_ERR(FL_EIO, "disk tier %s: reading a row failed: %s", t->path, err)
+             : give_row(t, keys[i], v, vn, fn, ctx);
+    rocksdb_free(err);
+    rocksdb_free(v);
+  }
+  return st;
+}
+
 void fl_ps_tier_get_stats(fl_ps_tier *t, fl_ps_tier_stats *s) {
   uint64_t sst = 0, mem = 0, pend = 0;
   memset(s, 0, sizeof *s);

@@ -91,6 +91,17 @@ fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir);
 fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir);
 /* Remove a copy (a flat directory of files); FL_OK when there is none. */
 fl_status fl_ps_tier_remove_copy(const char *dir);
+/* Open the copy in dir (made by fl_ps_tier_checkpoint) read-only, to
+ * read with fl_ps_tier_copy_rows only; the caller owns *out
+ * (fl_ps_tier_close). */
+fl_status fl_ps_tier_open_copy(const char *dir, fl_ps_tier **out);
+/* A row read from a copy: key and its blob of len bytes (the caller's
+ * layout); an error stops the reading and is returned. */
+typedef fl_status (*fl_ps_tier_row_fn)(void *ctx, uint64_t key, const void *row, size_t len);
+/* fn on the rows of table in the copy t: every one, keys ascending (keys
+ * NULL), or those of keys[0..n) held there, in that order. */
+fl_status fl_ps_tier_copy_rows(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n,
+                               fl_ps_tier_row_fn fn, void *ctx);
 
 void fl_ps_tier_get_stats(fl_ps_tier *t, fl_ps_tier_stats *s);
 

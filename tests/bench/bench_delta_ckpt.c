@@ -14,10 +14,18 @@
  * delta_ckpt_seconds_over_full, and the scale; then the same two
  * checkpoints built in memory (full_mem_seconds, delta_mem_seconds,
  * delta_mem_seconds_over_full: what the table's side costs, without the
- * disk's write and fsync, which dominate a small delta's file).  Not a
+ * disk's write and fsync, which dominate a small delta's file).  With
+ * --budget BYTES the table keeps its rows beyond that in a disk tier (a
+ * RocksDB store in --dir) and each checkpoint, whole or delta, is its
+ * file plus the store's copy (fl_ps_tier_checkpoint: hard links, the
+ * memtables flushed first), as a pserver writes them.  The copy is the
+ * same for both kinds, so it is taken once a round, before the delta
+ * (tier_copy_seconds, tier_copy_bytes: the copy's new files, those not
+ * linked from the copy before - the rows demoted in the interval, flushed,
+ * and RocksDB's manifest), and added to each kind's figures.  Not a
  * pass/fail test.
  * Usage: bench_delta_ckpt [--rows N] [--dim D] [--touch FRACTION]
- *                         [--rounds K] [--dir DIR] */
+ *                         [--rounds K] [--dir DIR] [--budget BYTES] */
 #include <config.h>
 
 #include <stdint.h>
@@ -28,7 +36,54 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dirent.h>
+#include <stdatomic.h>
+
 #include "fl_ps.h"
+#include "tier_rocks.h"
+
+/* The disk tier with --budget (NULL: none) and the copy of the last
+ * checkpoint, each new copy's bytes counted against it. */
+static fl_ps_tier *tier;
+static char copy_dir[4096], prev_dir[4096];
+
+/* Bytes of the files of dir whose inode is not one of prev's. */
+static double new_bytes(const char *dir, const char *prev) {
+  ino_t seen[4096];
+  size_t ns = 0;
+  double bytes = 0;
+  char p[8300];
+  struct dirent *e;
+  struct stat sb;
+  DIR *d = opendir(prev);
+  while (d && (e = readdir(d)) && ns < 4096) {
+    snprintf(p, sizeof p, "%s/%s", prev, e->d_name);
+    if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) seen[ns++] = sb.st_ino;
+  }
+  if (d) closedir(d);
+  if (!(d = opendir(dir))) exit(1);
+  while ((e = readdir(d))) {
+    size_t i = 0;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    if (stat(p, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+    while (i < ns && seen[i] != sb.st_ino) i++;
+    if (i == ns) bytes += (double)sb.st_size;
+  }
+  closedir(d);
+  return bytes;
+}
+
+/* With the tier: the store's copy beside a checkpoint (the previous one
+ * removed once counted); its new bytes. */
+static double copy_store(void) {
+  double b;
+  if (!tier) return 0;
+  if (fl_ps_tier_remove_copy(copy_dir) != FL_OK || fl_ps_tier_checkpoint(tier, copy_dir) != FL_OK)
+    exit(1);
+  b = new_bytes(copy_dir, prev_dir);
+  if (fl_ps_tier_remove_copy(prev_dir) != FL_OK || rename(copy_dir, prev_dir) != 0) exit(1);
+  return b;
+}
 
 static double now_s(void) {
   struct timespec ts;
@@ -100,12 +155,15 @@ int main(int argc, char **argv) {
   double touch = 0.01;
   int rounds = 5;
   const char *dir = "/tmp";
+  size_t budget = 0;
+  _Atomic uint64_t hot = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--rows")) rows = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--dim")) dim = (uint32_t)atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--touch")) touch = atof(argv[i + 1]);
     else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
+    else if (!strcmp(argv[i], "--budget")) budget = strtoull(argv[i + 1], NULL, 10);
   }
   if (rounds < 1 || rounds > 100 || !dim || rows < 1) return 2;
   fl_ps_table_opts o;
@@ -119,6 +177,16 @@ int main(int argc, char **argv) {
   o.hp = fl_optim_hparams_default(FL_OPTIM_ADAGRAD);
   o.lr = 0.05f;
   o.track_changes = 1;
+  if (budget) {
+    char store[4200];
+    snprintf(store, sizeof store, "%s/bench_delta_store", dir);
+    snprintf(copy_dir, sizeof copy_dir, "%s/bench_delta_copy", dir);
+    snprintf(prev_dir, sizeof prev_dir, "%s/bench_delta_prev", dir);
+    if (fl_ps_tier_open(store, budget, &tier) != FL_OK) return 1;
+    o.tier = tier;
+    o.hot_bytes = &hot;
+    o.hot_budget = budget - fl_ps_tier_overhead(budget);
+  }
   if (fl_ps_table_create(&o, &t) != FL_OK) return 1;
   /* Fill: every row, in batches. */
   for (uint64_t k = 0; k < rows; k += 65536) {
@@ -133,21 +201,28 @@ int main(int argc, char **argv) {
   char full_path[4096], delta_path[4096];
   snprintf(full_path, sizeof full_path, "%s/bench_delta_full.flc", dir);
   snprintf(delta_path, sizeof delta_path, "%s/bench_delta_delta.flc", dir);
-  double fb[100], db[100], fs[100], ds[100], fm[100], dm[100], scratch;
+  double fb[100], db[100], fs[100], ds[100], fm[100], dm[100], cb[100], cs[100], scratch;
   size_t n_touch = (size_t)((double)rows * touch);
   write_one(t, full_path, 0, &scratch); /* the base */
   for (int r = 0; r < rounds; r++) {
     /* Both see the same interval: a delta of it, then the whole table. */
     touch_rows(t, rows, n_touch, dim, &rng);
+    cs[r] = now_s();
+    cb[r] = copy_store();
+    cs[r] = now_s() - cs[r];
     dm[r] = build_mem(t, 1);
     db[r] = write_one(t, delta_path, 1, &ds[r]);
     fb[r] = write_one(t, full_path, 0, &fs[r]);
     fm[r] = build_mem(t, 0);
   }
-  double mfb = median(fb, rounds), mdb = median(db, rounds);
-  double mfs = median(fs, rounds), mds = median(ds, rounds);
+  double mcb = median(cb, rounds), mcs = median(cs, rounds);
+  double mfb = median(fb, rounds) + mcb, mdb = median(db, rounds) + mcb;
+  double mfs = median(fs, rounds) + mcs, mds = median(ds, rounds) + mcs;
   printf("scale_rows: %llu rows\nscale_dim: %u floats\nscale_touched: %zu rows per interval\n",
          (unsigned long long)rows, dim, n_touch);
+  if (tier)
+    printf("scale_budget: %zu bytes\nscale_memory_rows: %zu rows\ntier_copy_bytes: %.0f bytes\n"
+           "tier_copy_seconds: %.4f s\n", budget, fl_ps_table_rows(t), mcb, mcs);
   printf("full_ckpt_bytes: %.0f bytes\ndelta_ckpt_bytes: %.0f bytes\n", mfb, mdb);
   printf("delta_ckpt_bytes_over_full: %.4f ratio\n", mdb / mfb);
   printf("full_ckpt_seconds: %.4f s\ndelta_ckpt_seconds: %.4f s\n", mfs, mds);
@@ -158,5 +233,12 @@ int main(int argc, char **argv) {
   unlink(full_path);
   unlink(delta_path);
   fl_ps_table_free(t);
+  if (tier) {
+    char store[4200];
+    snprintf(store, sizeof store, "%s/bench_delta_store", dir);
+    fl_ps_tier_close(tier);
+    fl_ps_tier_remove_copy(prev_dir);
+    fl_ps_tier_remove_copy(store);
+  }
   return 0;
 }

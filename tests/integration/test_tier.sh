@@ -21,29 +21,9 @@ tmp=$(mktemp -d /tmp/fl_tier.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 
+. "$FL_SRCDIR/tests/integration/tier_lib.sh"
 # job NAME BUDGET [SPARSE-EXTRA]
-job() {
-  cat > "$tmp/$1.yaml" <<EOF2
-model:
-  kind: ctr
-  num_classes: 2
-  hidden: [16]
-  ctr: {embedding_dim: 8, sparse_slots: 26, dense_features: 13, hash_buckets: 5003}
-data:
-  format: synthetic
-  synthetic: {kind: ctr, train_samples: 2048, test_samples: 256, seed: 7}
-optimizer: {name: adam, lr: 0.001}
-pserver:
-  sparse:
-    optimizer: {name: rowwise_adagrad, lr: 0.05}
-${3:-}
-  checkpoint_dir: $tmp/$1.ck
-  memory_budget: $2
-train: {epochs: 1, batch_size: 128, seed: 1, eval: true, log_interval: 100, num_threads: 1}
-cluster: {mode: ps, heartbeat_timeout_s: 20}
-strategy: {a_sync: false}
-EOF2
-}
+job() { tier_job "$tmp/$1.yaml" "$tmp/$1.ck" "$2" "${3:-}"; }
 
 # run NAME [TRAINERS]
 run() {

@@ -10,4 +10,5 @@ TESTS += tests/integration/test_tier.sh
 # kill -9 of a budgeted pserver during a RocksDB compaction: the restart
 # stands at its last checkpoint with the same rows in both tiers.
 dist_check_SCRIPTS += tests/integration/test_tier_kill.sh
+EXTRA_DIST += tests/integration/tier_lib.sh
 TESTS += tests/integration/test_tier_kill.sh

@@ -936,12 +936,10 @@ START_TEST(test_admission_keys) {
   round_trip(&j);
   ck_assert_int_eq(fl_job_load_string("pserver: {sparse: {admit_sketch_bytes: 100}}\n", "a.yaml", &j),
                    FL_EINVAL);
-  /* The disk tier takes no deltas (named with both keys); admission and expiry it takes. */
-  EXPECT_ERROR("pserver: {memory_budget: 1000000, checkpoint_delta: {every: 4}}\n",
-               "pserver.checkpoint_delta.every", "pserver.memory_budget");
-  ck_assert_int_eq(fl_job_load_string("pserver: {memory_budget: 1000000, sparse: {admit_threshold: "
-                                      "2, expire_after_steps: 10, expire_after_seconds: 60}}\n",
-                                      "a.yaml", &j),
+  /* The disk tier takes deltas, admission and expiry. */
+  ck_assert_int_eq(fl_job_load_string("pserver: {memory_budget: 1000000, checkpoint_delta: {every: "
+                                      "4}, sparse: {admit_threshold: 2, expire_after_steps: 10, "
+                                      "expire_after_seconds: 60}}\n", "a.yaml", &j),
                    FL_OK);
 }
 END_TEST

@@ -10,7 +10,9 @@
  * hides a row held (rebuilt as it grows) nor shows one removed; a disk
  * row without marks counts as seen at the table's start; a core's checkpoint keeps the disk
  * tier (a RocksDB checkpoint beside the file) and a fresh core restores
- * it, one without a budget refuses it; a store another process holds is
+ * it, one without a budget refuses it; delta checkpoints with a budget
+ * restore the same bits as whole ones without, a damaged delta (or its
+ * lost store copy) stops the restart at the one before; a store another process holds is
  * refused, not wiped; /metrics shows both tiers; a full
  * disk keeps every row (in memory, over budget); striped tables give the
  * same rows from concurrent trainers as from one thread: sync bit for bit,
@@ -18,6 +20,7 @@
 #include <config.h>
 
 #include <check.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
@@ -313,6 +316,147 @@ START_TEST(test_core_checkpoint_keeps_disk_tier) {
 }
 END_TEST
 
+/* ------------------------------------------------- delta checkpoints */
+
+/* A core of one async trainer: with budget (then its disk tier in dir
+ * and deltas every 4 checkpoints) or without (whole checkpoints), rows
+ * expiring after expire steps (0: never); registered after a load. */
+static fl_ps_core *mk_delta(size_t budget, int64_t max_rows, int64_t expire, const char *dir) {
+  fl_ps_core_opts o;
+  fl_ps_core *c;
+  pt_opts(&o, 1, 1, FL_OPTIM_ROWWISE_ADAGRAD, 0.1f, max_rows);
+  o.job.pserver.memory_budget = budget;
+  o.job.pserver.sparse.expire_after_steps = expire;
+  o.job.pserver.checkpoint_delta.every = budget ? 4 : 0;
+  c = pt_core(&o);
+  if (budget) ck_assert_int_eq(fl_ps_core_open_tier(c, dir), FL_OK);
+  return c;
+}
+
+/* Batches from..from+n pushed to both cores alike (b may be NULL). */
+static void train(fl_ps_core *a, fl_ps_core *b, int from, int n) {
+  uint64_t keys[BATCH];
+  float g[BATCH * DIM];
+  for (int i = from; i < from + n; i++) {
+    batch(i, keys, g);
+    ck_assert_int_eq(spush(a, 0, i, keys, BATCH, g), FL_OK);
+    if (b) ck_assert_int_eq(spush(b, 0, i, keys, BATCH, g), FL_OK);
+  }
+}
+
+#define DELTA_BUDGET (16 << 10)
+
+/* A fresh core with the budget restarts from the newest base of dir and
+ * its deltas (stderr into dir/log.txt): its rows are want, its memory
+ * tier within the budget; with b (at the same state, no budget) it holds
+ * as many rows and trains on alike, bit for bit.  Returns the deltas
+ * replayed. */
+static int64_t restart_tier(const char *dir, int64_t max_rows, int64_t expire, const float *want,
+                            fl_ps_core *b) {
+  static float got[KEYS * DIM], vb[KEYS * DIM];
+  fl_ps_core *d = mk_delta(DELTA_BUDGET, max_rows, expire, dir);
+  fl_ckpt *ck = NULL;
+  int64_t step, deltas = -1;
+  char path[512], logp[512];
+  fl_ps_tiers td, tb;
+  int saved = dup(2), fd;
+  snprintf(logp, sizeof logp, "%s/log.txt", dir);
+  fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ck_assert_int_eq(fl_ckpt_dir_load_latest(dir, &ck, &step), FL_OK);
+  fl_ckpt_dir_path(dir, step, path, sizeof path);
+  dup2(fd, 2);
+  ck_assert_int_eq(fl_ps_core_load_chain(d, ck, path, dir, &deltas), FL_OK);
+  dup2(saved, 2);
+  close(fd);
+  close(saved);
+  fl_ckpt_free(ck);
+  reg(d, 0, 1, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
+  read_all(d, got);
+  ck_assert_mem_eq(got, want, sizeof got);
+  fl_ps_core_tier_stats(d, &td);
+  ck_assert_uint_gt(td.disk_rows, 0);
+  ck_assert_uint_le(td.mem_bytes, DELTA_BUDGET - fl_ps_tier_overhead(DELTA_BUDGET));
+  if (b) {
+    fl_ps_core_tier_stats(b, &tb);
+    ck_assert_uint_eq(td.mem_rows + td.disk_rows, tb.mem_rows);
+    train(d, b, 100, 10);
+    read_all(d, got);
+    read_all(b, vb);
+    ck_assert_mem_eq(got, vb, sizeof got);
+  }
+  fl_ps_core_free(d);
+  return deltas;
+}
+
+/* 1 when dir/log.txt names what. */
+static int log_names(const char *dir, const char *what) {
+  char p[512], line[1024];
+  int found = 0;
+  FILE *f;
+  snprintf(p, sizeof p, "%s/log.txt", dir);
+  ck_assert_ptr_nonnull(f = fopen(p, "r"));
+  while (!found && fgets(line, sizeof line, f)) found = strstr(line, what) != NULL;
+  fclose(f);
+  return found;
+}
+
+START_TEST(test_core_delta_chain_same_bits) {
+  /* The same training with a budget and deltas (base + 4) and without a
+   * budget: the same rows after each checkpoint; a restart from the chain
+   * has them again (rows demoted since a delta wrote them, rows evicted
+   * from either tier at max_rows 400; 16 stripes at max_rows 2^20; rows
+   * unseen 12 steps expiring from either tier) and trains on alike.  A
+   * truncated third delta, or one whose store copy is gone, is named and
+   * the restart stops after the second, with its disk tier. */
+  const int64_t maxr[3] = {400, 1 << 20, 1 << 20}, expire[3] = {0, 0, 12};
+  uint64_t rows[3];
+  fl_ps_tiers tb;
+  for (int v = 0; v < 3; v++) {
+    char dir[] = "/tmp/fl_test_tier_delta_XXXXXX", bdir[] = "/tmp/fl_test_tier_whole_XXXXXX";
+    char p[512], d3[512], cp[600], moved[600];
+    static float snap[5][KEYS * DIM], vb[KEYS * DIM];
+    fl_ps_core *a, *b;
+    int64_t step;
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_ptr_nonnull(mkdtemp(bdir));
+    a = mk_delta(DELTA_BUDGET, maxr[v], expire[v], dir);
+    b = mk_delta(0, maxr[v], expire[v], NULL);
+    reg(a, 0, 1, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
+    reg(b, 0, 1, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
+    for (int k = 0; k < 5; k++) {
+      train(a, b, k * 8, 8);
+      ck_assert_int_eq(fl_ps_core_save_dir(a, dir, &step, p, sizeof p), FL_OK);
+      ck_assert_ptr_nonnull(strstr(p, k ? "/delta-" : "/ckpt-"));
+      if (k == 3) snprintf(d3, sizeof d3, "%s", p);
+      ck_assert_int_eq(fl_ps_core_save_dir(b, bdir, &step, p, sizeof p), FL_OK);
+      ck_assert_ptr_nonnull(strstr(p, "/ckpt-"));
+      read_all(a, snap[k]);
+      read_all(b, vb);
+      ck_assert_mem_eq(snap[k], vb, sizeof vb);
+    }
+    fl_ps_core_free(a);
+    fl_ps_core_tier_stats(b, &tb);
+    rows[v] = tb.mem_rows;
+    if (v == 2) ck_assert_uint_lt(rows[2], rows[1]); /* rows expired */
+    ck_assert_int_eq(restart_tier(dir, maxr[v], expire[v], snap[4], b), 4);
+    /* The third delta's copy gone: named, the chain stops after the second. */
+    snprintf(cp, sizeof cp, "%s.tier", d3);
+    snprintf(moved, sizeof moved, "%s/away.tier", dir);
+    ck_assert_int_eq(rename(cp, moved), 0);
+    ck_assert_int_eq(restart_tier(dir, maxr[v], expire[v], snap[2], NULL), 2);
+    ck_assert(log_names(dir, d3));
+    ck_assert_int_eq(rename(moved, cp), 0);
+    /* Truncated: likewise. */
+    ck_assert_int_eq(truncate(d3, 100), 0);
+    ck_assert_int_eq(restart_tier(dir, maxr[v], expire[v], snap[2], NULL), 2);
+    ck_assert(log_names(dir, d3));
+    fl_ps_core_free(b);
+    rm_tree(dir);
+    rm_tree(bdir);
+  }
+}
+END_TEST
+
 START_TEST(test_tier_in_use_refused) {
   /* Another process holds the store open: a second one refuses it and
    * removes nothing. */
@@ -444,15 +588,7 @@ START_TEST(test_stripes_async_no_lost_update) {
     reg(a, t, NTH, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
     reg(b, t, NTH, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
   }
-  {
-    pthread_t th[NTH];
-    worker w[NTH];
-    for (int t = 0; t < NTH; t++) {
-      w[t] = (worker){a, t, NTH, 0};
-      ck_assert_int_eq(pthread_create(&th[t], NULL, work, &w[t]), 0);
-    }
-    for (int t = 0; t < NTH; t++) pthread_join(th[t], NULL);
-  }
+  run_threads(a, NTH, 0);
   for (int t = 0; t < NTH; t++) {
     worker w = {b, t, NTH, 0};
     ck_assert_ptr_null(work(&w));
@@ -679,6 +815,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_tier_disk_full_keeps_rows);
   tcase_add_test(tc, test_core_checkpoint_keeps_disk_tier);
   tcase_add_test(tc, test_core_budget_needs_dir);
+  tcase_add_test(tc, test_core_delta_chain_same_bits);
   tcase_add_test(tc, test_tier_in_use_refused);
   tcase_add_test(tc, test_stripes_sync_same_bits);
   tcase_add_test(tc, test_stripes_async_no_lost_update);
