@@ -486,7 +486,30 @@ static fl_status pump_recv(coll_sched *s, const coll_xport *x, slink *l, int *mo
   return FL_OK;
 }
 
+/* The header (from byte l->hs) and the link's first piece in one write,
+ * once that piece may go; the header waits for it (a link with nothing to
+ * send sends its header alone).  *held: the header waits. */
+static fl_status send_joined(coll_sched *s, const coll_xport *x, slink *l, int *moved,
+                             int *held) {
+  const sop *o = &s->ops[l->sq[0]];
+  *held = !dep_done(s, o->dep);
+  if (*held) return FL_OK;
+  size_t put = 0;
+  FL_TRY(x->send2(x->st, l->peer, l->ch, s->hdr_out + l->hs, OPHDR - l->hs, o->ptr, o->len, &put));
+  if (put == 0) return FL_OK;
+  *moved = 1;
+  size_t h = put < OPHDR - l->hs ? put : OPHDR - l->hs;
+  l->hs += h;
+  l->soff = put - h;
+  return FL_OK;
+}
+
 static fl_status pump_send(coll_sched *s, const coll_xport *x, slink *l, int *moved) {
+  if (l->hs < OPHDR && l->si == 0 && l->soff == 0 && l->ns && x->send2) {
+    int held;
+    FL_TRY(send_joined(s, x, l, moved, &held));
+    if (held || l->hs < OPHDR) return FL_OK;
+  }
   while (l->hs < OPHDR || l->si < l->ns) {
     const uint8_t *src;
     size_t left, put = 0;
@@ -534,6 +557,14 @@ static size_t recv_need(const coll_sched *s, const slink *l) {
   return need;
 }
 
+/* Whether link l has bytes that may go now (a header held for its piece
+ * has not). */
+static int send_can(const coll_sched *s, const coll_xport *x, const slink *l) {
+  int next = l->si < l->ns && dep_done(s, s->ops[l->sq[l->si]].dep);
+  if (l->hs < OPHDR) return next || !x->send2 || l->ns == 0;
+  return next;
+}
+
 fl_status coll_sched_run(coll_sched *s, const coll_xport *x, const coll_op *a) {
   FL_TRY(build(s, x, a));
   for (int i = 0; i < s->nlinks; i++) {
@@ -548,7 +579,7 @@ fl_status coll_sched_run(coll_sched *s, const coll_xport *x, const coll_op *a) {
       FL_TRY(pump_recv(s, x, l, &moved));
       FL_TRY(pump_send(s, x, l, &moved));
       size_t need = recv_need(s, l);
-      int send_ready = l->hs < OPHDR || (l->si < l->ns && dep_done(s, s->ops[l->sq[l->si]].dep));
+      int send_ready = send_can(s, x, l);
       if (need || send_ready)
         s->want[nw++] = (coll_want){l->peer, l->ch, need > 0, send_ready, need};
     }

@@ -222,6 +222,11 @@ typedef struct coll_xport {
   fl_status (*send)(void *st, int peer, int ch, const void *p, size_t len, size_t *moved);
   fl_status (*recv)(void *st, int peer, int ch, void *p, size_t len, size_t *moved);
   fl_status (*wait)(void *st, const coll_want *w, int nw, coll_idle *idle, const char *op);
+  /* Optional (NULL: send twice): a then b in one write, as send moves
+   * them; the executor puts an op's header and its first piece out
+   * together, one segment fewer per link and op on a network. */
+  fl_status (*send2)(void *st, int peer, int ch, const void *a, size_t alen, const void *b,
+                     size_t blen, size_t *moved);
 } coll_xport;
 
 /* One collective for the executor: buf holds count elements of dt

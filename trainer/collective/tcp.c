@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "coll_internal.h"
@@ -199,6 +200,25 @@ static fl_status x_send(void *vs, int peer, int ch, const void *p, size_t len, s
   }
 }
 
+static fl_status x_send2(void *vs, int peer, int ch, const void *a, size_t alen, const void *b,
+                         size_t blen, size_t *moved) {
+  tcp_state *st = vs;
+  struct iovec iov[2] = {{(void *)a, alen}, {(void *)b, blen}};
+  struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
+  *moved = 0;
+  for (;;) {
+    ssize_t k = sendmsg(st->fd[peer * st->nch + ch], &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (k >= 0) {
+      *moved = (size_t)k;
+      st->sent += (size_t)k;
+      return FL_OK;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return FL_OK;
+    return io_failed(st, st->ranks[peer], ch, errno, "sending to");
+  }
+}
+
 static fl_status x_recv(void *vs, int peer, int ch, void *p, size_t len, size_t *moved) {
   tcp_state *st = vs;
   *moved = 0;
@@ -273,7 +293,8 @@ static fl_status tcp_init(fl_coll *c, const coll_group *g, void **state) {
     st->lowat[i] = 1;
   }
   atomic_init(&st->dead, 0);
-  st->x = (coll_xport){st, c, st->ranks, st->n, st->me, st->nch, c->chunk, x_send, x_recv, x_wait};
+  st->x = (coll_xport){st, c, st->ranks, st->n, st->me, st->nch, c->chunk, x_send, x_recv, x_wait,
+                      x_send2};
   if (st->n == 1) return FL_OK;
   FL_TRY(coll_sched_new(st->n, st->nch, &st->sched));
   FL_TRY(connect_peers(st));
