@@ -43,7 +43,6 @@
 
 #define LOWAT_MAX ((size_t)256 << 10) /* bytes: well below the 4 MiB buffers */
 
-
 typedef struct tcp_state tcp_state;
 
 typedef struct tcp_slot {
@@ -249,8 +248,8 @@ static void set_lowat(tcp_state *st, int k, size_t need) {
 }
 
 /* Nothing moved: sleep in poll until a link can move what the op needs
- * (at most 100 ms, to look at the clock).  With no progress for the rank-0 verdict's
- * grace, name the peer this rank waits on: the first it still receives
+ * (at most 100 ms, to look at the clock).  With no progress for the
+ * rank-0 verdict's grace, name the peer this rank waits on: the first it still receives
  * from, else the first that does not take what is sent. */
 static fl_status x_wait(void *vs, const coll_want *w, int nw, coll_idle *idle, const char *op) {
   tcp_state *st = vs;
