@@ -476,13 +476,37 @@ static fl_status pump_recv(coll_sched *s, const coll_xport *x, slink *l, int *mo
       coll_reduce_into(s->dt, o->ptr, l->scratch, o->len / s->unit);
     }
     o->done = 1;
+    *moved = 1; /* ops waiting on it may go on: no sleep before they had their turn */
     l->roff = 0;
     l->ri++;
   }
   return FL_OK;
 }
 
+/* The header (from byte l->hs) and the link's first piece in one write,
+ * once that piece may go; the header waits for it (a link with nothing to
+ * send sends its header alone).  *held: the header waits. */
+static fl_status send_joined(coll_sched *s, const coll_xport *x, slink *l, int *moved,
+                             int *held) {
+  const sop *o = &s->ops[l->sq[0]];
+  *held = !dep_done(s, o->dep);
+  if (*held) return FL_OK;
+  size_t put = 0;
+  FL_TRY(x->send2(x->st, l->peer, l->ch, s->hdr_out + l->hs, OPHDR - l->hs, o->ptr, o->len, &put));
+  if (put == 0) return FL_OK;
+  *moved = 1;
+  size_t h = put < OPHDR - l->hs ? put : OPHDR - l->hs;
+  l->hs += h;
+  l->soff = put - h;
+  return FL_OK;
+}
+
 static fl_status pump_send(coll_sched *s, const coll_xport *x, slink *l, int *moved) {
+  if (l->hs < OPHDR && l->si == 0 && l->soff == 0 && l->ns && x->send2) {
+    int held;
+    FL_TRY(send_joined(s, x, l, moved, &held));
+    if (held || l->hs < OPHDR) return FL_OK;
+  }
   while (l->hs < OPHDR || l->si < l->ns) {
     const uint8_t *src;
     size_t left, put = 0;
@@ -508,10 +532,34 @@ static fl_status pump_send(coll_sched *s, const coll_xport *x, slink *l, int *mo
     l->soff += put;
     if (l->soff < o->len) continue;
     o->done = 1;
+    *moved = 1;
     l->soff = 0;
     l->si++;
   }
   return FL_OK;
+}
+
+/* The bytes link l must receive before the executor can go on with them:
+ * the rest of the header and of the op at the head of its stream, unless
+ * that op cannot take bytes yet (its dependency is not done, or it waits
+ * with its piece in scratch to be added); 0: nothing to wait for here, so
+ * that a link whose bytes are already there but not yet wanted does not
+ * wake the wait at once, again and again. */
+static size_t recv_need(const coll_sched *s, const slink *l) {
+  size_t need = l->hr < OPHDR ? OPHDR - l->hr : 0;
+  if (l->ri < l->nr) {
+    const sop *o = &s->ops[l->rq[l->ri]];
+    if (o->reduce ? l->roff < o->len : dep_done(s, o->dep)) need += o->len - l->roff;
+  }
+  return need;
+}
+
+/* Whether link l has bytes that may go now (a header held for its piece
+ * has not). */
+static int send_can(const coll_sched *s, const coll_xport *x, const slink *l) {
+  int next = l->si < l->ns && dep_done(s, s->ops[l->sq[l->si]].dep);
+  if (l->hs < OPHDR) return next || !x->send2 || l->ns == 0;
+  return next;
 }
 
 fl_status coll_sched_run(coll_sched *s, const coll_xport *x, const coll_op *a) {
@@ -527,10 +575,10 @@ fl_status coll_sched_run(coll_sched *s, const coll_xport *x, const coll_op *a) {
       slink *l = &s->links[i];
       FL_TRY(pump_recv(s, x, l, &moved));
       FL_TRY(pump_send(s, x, l, &moved));
-      int recv_left = l->hr < OPHDR || l->ri < l->nr;
-      int send_ready = l->hs < OPHDR || (l->si < l->ns && dep_done(s, s->ops[l->sq[l->si]].dep));
-      if (recv_left || send_ready)
-        s->want[nw++] = (coll_want){l->peer, l->ch, recv_left, send_ready};
+      size_t need = recv_need(s, l);
+      int send_ready = send_can(s, x, l);
+      if (need || send_ready)
+        s->want[nw++] = (coll_want){l->peer, l->ch, need > 0, send_ready, need};
     }
     if (nw == 0) {
       int busy = 0;
@@ -550,15 +598,21 @@ fl_status coll_sched_run(coll_sched *s, const coll_xport *x, const coll_op *a) {
 
 #define SPIN_NS 50000u /* a stalled op yields the core this long before it sleeps */
 
-int coll_idle_spin(coll_idle *idle) {
+static uint64_t mono_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  const uint64_t t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-  if (!idle->since_ns) {
-    idle->since_ns = t;
-    idle->last_ms = coll_mono_ms();
-  }
-  if (t - idle->since_ns >= SPIN_NS) return 0;
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void coll_idle_mark(coll_idle *idle) {
+  if (idle->since_ns) return;
+  idle->since_ns = mono_ns();
+  idle->last_ms = coll_mono_ms();
+}
+
+int coll_idle_spin(coll_idle *idle) {
+  coll_idle_mark(idle);
+  if (mono_ns() - idle->since_ns >= SPIN_NS) return 0;
   sched_yield();
   return 1;
 }

@@ -173,10 +173,14 @@ int coll_algo_find(const char *name);
 
 enum { COLL_OP_ALLREDUCE = 1, COLL_OP_BROADCAST = 2, COLL_OP_ALLGATHER = 3 };
 
-/* A link the executor waits on: receive pending, send ready. */
+/* A link the executor waits on: receive pending, send ready; need: the
+ * bytes the link must bring before the executor can do more with them
+ * (the rest of the op's header and of the op being received), so that a
+ * transport may sleep until that many are there (0: any). */
 typedef struct coll_want {
   int peer, ch;
   int recv, send;
+  size_t need;
 } coll_want;
 
 /* Executor's idle bookkeeping, kept by the transport's wait. */
@@ -192,8 +196,10 @@ typedef struct coll_idle {
  * nothing moved: it waits a moment for the links in w to become ready,
  * and fails the communicator, naming the peer, when none did for the
  * collective timeout. */
-/* The two ends of a transport's wait (algo.c).  coll_idle_spin: the first
- * call of an idle spell marks its start; for a short while after it the
+/* The two ends of a transport's wait (algo.c).  coll_idle_mark: the first
+ * call of an idle spell marks its start (a transport that sleeps at once,
+ * as tcp does, calls it before its sleep).  coll_idle_spin: marks the
+ * start too; for a short while after it the
  * call only yields the core and returns 1 (the caller returns FL_OK: the
  * peer is likely about to move), then 0 (the caller sleeps on its links).
  * coll_idle_expired, after a sleep that saw nothing: FL_OK while the
@@ -202,6 +208,7 @@ typedef struct coll_idle {
  * receives from, else the first it sends to); `where` ends the message
  * (e.g. " in shared memory", or ""). */
 struct coll_xport;
+void coll_idle_mark(coll_idle *idle);
 int coll_idle_spin(coll_idle *idle);
 fl_status coll_idle_expired(const struct coll_xport *x, const coll_want *w, int nw,
                             const coll_idle *idle, const char *op, const char *where);
@@ -215,6 +222,11 @@ typedef struct coll_xport {
   fl_status (*send)(void *st, int peer, int ch, const void *p, size_t len, size_t *moved);
   fl_status (*recv)(void *st, int peer, int ch, void *p, size_t len, size_t *moved);
   fl_status (*wait)(void *st, const coll_want *w, int nw, coll_idle *idle, const char *op);
+  /* Optional (NULL: send twice): a then b in one write, as send moves
+   * them; the executor puts an op's header and its first piece out
+   * together, one segment fewer per link and op on a network. */
+  fl_status (*send2)(void *st, int peer, int ch, const void *a, size_t alen, const void *b,
+                     size_t blen, size_t *moved);
 } coll_xport;
 
 /* One collective for the executor: buf holds count elements of dt

@@ -219,7 +219,7 @@ fl_status coll_shm_rings_attach(fl_coll *c, void *region, int n, int me, int nch
   r->rings = (uint8_t *)region + head_bytes(n);
   atomic_init(&r->dead, 0);
   r->x = (coll_xport){r, c, ranks, n, me, nch, c->chunk < RING ? c->chunk : RING,
-                      x_send, x_recv, x_wait};
+                      x_send, x_recv, x_wait, NULL};
   *out = r;
   return FL_OK;
 }

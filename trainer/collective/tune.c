@@ -77,7 +77,7 @@ static fl_status xfer(const coll_xport *x, int peer, int send, uint8_t *p, size_
       idle.since_ns = 0;
       continue;
     }
-    coll_want w = {peer, 0, !send, send};
+    coll_want w = {peer, 0, !send, send, send ? 0 : len};
     FL_TRY(x->wait(x->st, &w, 1, &idle, "network probe"));
   }
   return FL_OK;
