@@ -1544,6 +1544,11 @@ fl_status fl_ps_client_pull_sparse_finish(fl_ps_client *c) {
 fl_status fl_ps_client_push_sparse_start(fl_ps_client *c, const char *table, uint32_t dim,
                                          int64_t step, const uint64_t *keys, size_t n,
                                          const float *grads) {
+  /* A step's dense pushes queued so far leave before its rows, as they
+   * did when each went at grad_ready: a sync server applies the rows'
+   * step without waiting for the dense blocks, so a trainer killed
+   * between the two must not have delivered the rows only. */
+  FL_TRY(lane_send(c, &c->lanes[LANE_MAIN]));
   return sparse_start(
       c, LANE_SPUSH,
       &(sparse_req){FL_PROTO_PUSH_SPARSE, table, dim, step, keys, n, grads, NULL, 0});
@@ -1692,6 +1697,13 @@ static fl_status dump_sorted(const dump_acc *a, const char *table, uint64_t **id
   return FL_OK;
 }
 
+/* Whether ids[0..n) ascend. */
+static int ascending(const uint64_t *ids, size_t n) {
+  for (size_t i = 1; i < n; i++)
+    if (ids[i - 1] >= ids[i]) return 0;
+  return 1;
+}
+
 fl_status fl_ps_client_dump_sparse(fl_ps_client *c, const char *table, uint32_t width,
                                    uint64_t **ids, float **rows, size_t *n) {
   dump_acc a = {NULL, NULL, 0, 0, width};
@@ -1702,6 +1714,12 @@ fl_status fl_ps_client_dump_sparse(fl_ps_client *c, const char *table, uint32_t 
   if (width == 0) return FL_ERR(FL_EINVAL, "ps client: DumpSparse of table %s with width 0", table);
   FL_TRY(check_width(c, "DumpSparse", table, width));
   for (int s = 0; s < c->o.n_servers && st == FL_OK; s++) st = dump_server(c, s, table, &a);
+  if (st == FL_OK && a.n && ascending(a.ids, a.n)) { /* one server's pages: sorted already */
+    *ids = a.ids;
+    *rows = a.rows;
+    *n = a.n;
+    return FL_OK;
+  }
   if (st == FL_OK && (st = dump_sorted(&a, table, ids, rows)) == FL_OK) *n = a.n;
   free(a.ids);
   free(a.rows);
