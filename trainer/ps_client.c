@@ -136,6 +136,7 @@ struct fl_ps_client {
   fl_ps_sparse_spec *tables;
   size_t n_tables;
   int64_t *table_next; /* [n_tables] one past the highest sparse step pushed */
+  size_t table_hint;   /* the table found last (table_index; trainer thread) */
   _Atomic int64_t step_seen;
   _Atomic int64_t step_pushed; /* highest step of a gradient/delta push */
   int64_t own_next; /* async/geo: min over servers of trainer_next_step, -1 unknown */
@@ -1173,11 +1174,21 @@ fl_status fl_ps_client_pull_dense(fl_ps_client *c, int64_t min_step) {
   return FL_OK;
 }
 
+/* The registered table called name's index (n_tables: none), tried first
+ * where the last one was found and after it: a step's calls name the
+ * tables in the same order each time. */
+static size_t table_index(fl_ps_client *c, const char *name) {
+  for (size_t i = c->table_hint; i < c->table_hint + 2 && i < c->n_tables; i++)
+    if (!strcmp(c->tables[i].name, name)) return c->table_hint = i;
+  for (size_t i = 0; i < c->n_tables; i++)
+    if (!strcmp(c->tables[i].name, name)) return c->table_hint = i;
+  return c->n_tables;
+}
+
 /* The registered table called name's slot in c->table_next, or NULL. */
 static int64_t *table_next_of(fl_ps_client *c, const char *table) {
-  for (size_t i = 0; i < c->n_tables; i++)
-    if (!strcmp(c->tables[i].name, table)) return &c->table_next[i];
-  return NULL;
+  const size_t i = table_index(c, table);
+  return i < c->n_tables ? &c->table_next[i] : NULL;
 }
 
 /* The step a registration again declares: the highest pushed, or the one
@@ -1511,8 +1522,7 @@ fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t 
  * the lane's own buffers. */
 static fl_status sparse_start(fl_ps_client *c, int which, const sparse_req *q) {
   lane *L = &c->lanes[which];
-  size_t ti = 0;
-  while (ti < c->n_tables && strcmp(c->tables[ti].name, q->table)) ti++;
+  const size_t ti = table_index(c, q->table);
   if (ti == c->n_tables)
     return FL_ERR(FL_EINVAL, "ps client: asynchronous call on table %s, which was not "
                   "registered", q->table);
