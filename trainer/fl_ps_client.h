@@ -97,7 +97,9 @@ const fl_ps_layout *fl_ps_client_layout(const fl_ps_client *c);
 
 /* Queue a push of dense block `block` (kind: 0 gradient, 1 delta) for step
  * from src (the block's n floats; must stay unchanged until the next
- * fl_ps_client_wait returns). */
+ * fl_ps_client_wait returns).  A server's queued blocks of one step and
+ * kind travel in one PushDense call, sent by the next
+ * fl_ps_client_pull_dense or fl_ps_client_wait, or once 1 MiB is queued. */
 fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int64_t step,
                                   const float *src);
 /* Queue pulls of every dense block into its parameter's value memory (a

@@ -1,9 +1,11 @@
 /* sync_ps.c - PServer mode of fl_sync (fl_sync.h): how a trainer's step
  * reaches the parameter servers.
  *
- *   sync  (a_sync false): each block's merged gradient is pushed as soon as
- *         backward reports its parameter final (grad_ready), so pushes
- *         overlap the rest of backward; step_end pulls every block asking
+ *   sync  (a_sync false): each block's merged gradient is queued as soon
+ *         as backward reports its parameter final (grad_ready); a server's
+ *         queued blocks go in one call once 1 MiB of them is queued (so a
+ *         large model's pushes overlap the rest of backward) or at the
+ *         step's end (fl_ps_client_push_block); step_end pulls every block asking
  *         for the next step, which the servers answer once every live
  *         trainer's push of this step is summed and applied.  The loop does
  *         not run an optimizer (apply = 0).

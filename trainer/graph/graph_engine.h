@@ -101,6 +101,7 @@ typedef struct fl_gmodel {
   float **saved_fwd, **saved_bwd; /* per node */
   size_t plan_floats;             /* arena floats the bound plan uses */
   float **rows_grad;              /* per tensor: a ROWS input's gradient (n floats), or NULL */
+  int rows_last;                  /* the rows input found last (fl_gmodel_rows_find) */
   size_t act_bytes;               /* at max_batch */
   fl_gctx ctx;
   fl_norm_sync_fn norm_sync;
@@ -108,6 +109,11 @@ typedef struct fl_gmodel {
   struct fl_gdev *dev;            /* gpu graph (graph_dev.c), NULL on the CPU */
   float *dev_out, *dev_dout;      /* gpu: host copies of the output and its grad (bce, mse) */
 } fl_gmodel;
+
+/* graph_model.c: the tensor called name (-1: none), tried first among
+ * the rows input found last and the one after it, since a step names the
+ * sparse tables in the same order each time. */
+int fl_gmodel_rows_find(fl_gmodel *m, const char *name);
 
 /* graph_dev.c: where the buffers live and the gpu path.
  *  alloc/free: arena memory (host: 64-byte aligned and zeroed; gpu:

@@ -772,11 +772,20 @@ const float *fl_graph_model_output(void *handle) {
   return m && !m->dev && m->bound ? m->g->t[m->g->output].data : NULL;
 }
 
+int fl_gmodel_rows_find(fl_gmodel *m, const char *name) {
+  const fl_graph *g = m->g;
+  for (int k = m->rows_last; name && k <= m->rows_last + 1 && k < g->nt; k++)
+    if (g->t[k].kind == FL_GT_ROWS && strcmp(g->t[k].name, name) == 0) return m->rows_last = k;
+  const int t = fl_graph_find(g, name);
+  if (t >= 0 && g->t[t].kind == FL_GT_ROWS) m->rows_last = t;
+  return t;
+}
+
 fl_status fl_graph_model_set_rows(void *handle, const char *name, const float *rows,
                                   const float **grad) {
   fl_gmodel *m = handle;
   if (!m) return FL_ERR(FL_EINVAL, "graph: NULL model");
-  const int t = fl_graph_find(m->g, name);
+  const int t = fl_gmodel_rows_find(m, name);
   const int is_rows = t >= 0 && m->g->t[t].kind == FL_GT_ROWS;
   if (!is_rows || !rows)
     return FL_ERR(FL_EINVAL, "graph %s: set_rows %s: %s", m->g->name, name ? name : "(null)",
@@ -788,7 +797,7 @@ fl_status fl_graph_model_set_rows(void *handle, const char *name, const float *r
 
 fl_status fl_graph_model_rows_used(void *handle, const char *name, size_t n_rows) {
   fl_gmodel *m = handle;
-  const int t = m && name ? fl_graph_find(m->g, name) : -1;
+  const int t = m && name ? fl_gmodel_rows_find(m, name) : -1;
   if (t < 0 || m->g->t[t].kind != FL_GT_ROWS || !m->bound)
     return FL_ERR(FL_EINVAL, "graph %s: rows_used %s: %s", m ? m->g->name : "",
                   name ? name : "(null)", t >= 0 && m->g->t[t].kind == FL_GT_ROWS

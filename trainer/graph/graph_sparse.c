@@ -141,7 +141,7 @@ static fl_status reader_ids(fl_gmodel *m, int i, unsigned char *done, int64_t **
 
 /* Table name's rows input in m, or FL_EINVAL (logged). */
 static fl_status rows_input(fl_gmodel *m, const char *name, int *t) {
-  *t = name ? fl_graph_find(m->g, name) : -1;
+  *t = name ? fl_gmodel_rows_find(m, name) : -1;
   if (*t < 0 || m->g->t[*t].kind != FL_GT_ROWS)
     return FL_ERR(FL_EINVAL, "graph %s: ids of sparse table %s: no such rows input", m->g->name,
                   name ? name : "(null)");
