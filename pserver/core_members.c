@@ -202,6 +202,7 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
   if ((st = register_dense(c, req, numel)) != FL_OK) goto out;
   if ((st = register_sparse(c, req)) != FL_OK) goto out;
   joined = register_trainer(c, t, req->incarnation);
+  psc_set_commits(c, t, req->commits);
   c->tr[t].last_seen = fl_ps_now();
 out:
   pthread_mutex_unlock(&c->mu);
@@ -215,6 +216,7 @@ out:
   }
   if (joined) psc_reevaluate(c);
   register_answer(c, t, resp);
+  if (c->ops->mode == FL_PS_SYNC) resp->trainer_staged = psc_staged(c, t, resp->step);
   return FL_OK;
 }
 
