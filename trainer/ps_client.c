@@ -1006,7 +1006,6 @@ static fl_status pull_groups(fl_ps_client *c) {
  * set.  When a server at lo lacks them (it restarted meanwhile), lo:
  * the step is done again, as before the commit. */
 static int64_t recovered_step(fl_ps_client *c, const int64_t *at, const int *staged, int64_t lo) {
-  if (c->o.mode != FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC) return lo;
   for (int s = 0; s < c->o.n_servers; s++)
     if (at[s] == lo && !staged[s]) {
       FL_LOGW("trainer %d: step %" PRId64 " is applied on some pservers but pserver %d (%s) "
@@ -1088,7 +1087,8 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
     if (s == 0 || (c->o.mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC ? st_s < best : st_s > best))
       best = st_s;
   }
-  if (st == FL_OK && hi == lo + 1) best = recovered_step(c, at, staged, lo);
+  if (st == FL_OK && hi == lo + 1 && c->o.mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC)
+    best = recovered_step(c, at, staged, lo);
   free(staged);
   if (st != FL_OK) {
     free(at);
