@@ -12,6 +12,7 @@
  * each block's and table's lock in turn. */
 #include <config.h>
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -27,6 +28,10 @@ void psc_set_commits(fl_ps_core *c, int t, int on) {
 fl_status fl_ps_core_commit(fl_ps_core *c, int32_t t, int64_t next) {
   fl_status st = psc_enter(c, t);
   if (st != FL_OK) return st;
+  if (next < 0 || next > FL_PS_MAX_STEP)
+    return psc_bad(c, "trainer %d commits the steps below %" PRId64 ": not in [0, %" PRId64
+                   "]; a trainer commits one past a step it pushed",
+                   t, next, (int64_t)FL_PS_MAX_STEP);
   if (c->ops->mode != FL_PS_SYNC) return FL_OK;
   int64_t cur = atomic_load(&c->committed[t]);
   while (cur < next && !atomic_compare_exchange_weak(&c->committed[t], &cur, next)) {

@@ -1137,11 +1137,13 @@ END_TEST
 START_TEST(test_commit_foreign_client) {
   /* Trainer 1 registers without the commit protocol (a foreign client):
    * its pushes count as committed; trainer 0's step waits for its own
-   * commit only.  A commit of a trainer not registered is refused. */
+   * commit only.  A commit of a trainer not registered, or of a step
+   * past the step range, is refused. */
   fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 0.5f, 0);
   ck_assert_int_eq(fl_ps_core_commit(c, 0, 1), FL_ESTATE);
   reg_commit(c, 0, 2, 1000, 1, NULL, NULL);
   reg_commit(c, 1, 2, 1001, 0, NULL, NULL);
+  ck_assert_int_eq(fl_ps_core_commit(c, 0, INT64_MAX), FL_EINVAL);
   ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
   push_step(c, 1, 0, cg1, cr1);
   push_step(c, 0, 0, cg0, cr0);
