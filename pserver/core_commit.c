@@ -19,10 +19,19 @@
 #include "fl_log.h"
 #include "core_internal.h"
 
-void psc_set_commits(fl_ps_core *c, int t, int on) {
+/* Raise trainer t's committed mark to next; 1 when it rose. */
+static int commit_mark(fl_ps_core *c, int t, int64_t next) {
+  int64_t cur = atomic_load(&c->committed[t]);
+  while (cur < next && !atomic_compare_exchange_weak(&c->committed[t], &cur, next)) {
+  }
+  return cur < next;
+}
+
+int psc_set_commits(fl_ps_core *c, int t, int on, int64_t committed) {
   uint64_t bit = 1ULL << (t % 64);
   if (on) atomic_fetch_or(&c->commits[t / 64], bit);
   else atomic_fetch_and(&c->commits[t / 64], ~bit);
+  return c->ops->mode == FL_PS_SYNC && on && commit_mark(c, t, committed);
 }
 
 fl_status fl_ps_core_commit(fl_ps_core *c, int32_t t, int64_t next) {
@@ -32,11 +41,8 @@ fl_status fl_ps_core_commit(fl_ps_core *c, int32_t t, int64_t next) {
     return psc_bad(c, "trainer %d commits the steps below %" PRId64 ": not in [0, %" PRId64
                    "]; a trainer commits one past a step it pushed",
                    t, next, (int64_t)FL_PS_MAX_STEP);
-  if (c->ops->mode != FL_PS_SYNC) return FL_OK;
-  int64_t cur = atomic_load(&c->committed[t]);
-  while (cur < next && !atomic_compare_exchange_weak(&c->committed[t], &cur, next)) {
-  }
-  if (cur < next) psc_reevaluate(c); /* its held steps may apply now */
+  if (c->ops->mode == FL_PS_SYNC && commit_mark(c, t, next))
+    psc_reevaluate(c); /* its held steps may apply now */
   return FL_OK;
 }
 

@@ -312,9 +312,11 @@ void psc_rows_free(ps_table *pt, int nt);
 int psc_rows_staged(ps_table *pt, int t, int64_t step);
 
 /* core_commit.c */
-/* Record whether trainer t commits its steps (Register's `commits`).  No
- * lock needed. */
-void psc_set_commits(fl_ps_core *c, int t, int on);
+/* Record whether trainer t commits its steps (Register's `commits`) and
+ * that it committed the steps below committed (a server that restarted
+ * learns them again); 1 when that is news (steps may apply now).  No lock
+ * needed. */
+int psc_set_commits(fl_ps_core *c, int t, int on, int64_t committed);
 /* Every push of trainer t for step is held here, or applied: each block
  * past step or holding t's push of it, each table the same.  No lock held
  * (takes each block's and table's). */

@@ -140,6 +140,7 @@ struct fl_ps_client {
   int64_t own_next; /* async/geo: min over servers of trainer_next_step, -1 unknown */
   int warned_spread; /* async/geo: the servers' spread of steps was reported */
   int recovered;     /* sync: registration found our step applied somewhere, staged elsewhere */
+  _Atomic int64_t committed; /* sync: one past the last step committed (declared at Register) */
   int64_t exit_at;   /* FLOTILLA_TEST_EXIT_AT (tests): the step whose commit is cut short */
 
   /* driver-thread scratch */
@@ -775,6 +776,7 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t declare, int64_
   r.run_id = c->run_id;
   r.job_hash = c->o.job_hash;
   r.commits = c->o.mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC;
+  r.committed = atomic_load(&c->committed);
   st = unary(c, s, FL_PROTO_REGISTER, &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code, details,
              sizeof details);
   if (st != FL_OK) {
@@ -1429,6 +1431,8 @@ fl_status fl_ps_client_commit_pull(fl_ps_client *c, int64_t step) {
   if (st == FL_OK) st = lane_settle(c, L, "push_ack"); /* every push of the step acknowledged */
   if (st != FL_OK) return lane_drop(c, L, st);
   const int n = c->exit_at == step ? 1 : c->o.n_servers;
+  if (step + 1 > atomic_load(&c->committed)) /* a restarted server learns it */
+    atomic_store(&c->committed, step + 1);
   for (int s = 0; s < n; s++) FL_TRY(commit_server(c, s, step));
   if (n < c->o.n_servers) exit_after_commit(c, step);
   return FL_OK;

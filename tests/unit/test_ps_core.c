@@ -1003,6 +1003,8 @@ END_TEST
 /* Register trainer t (process `inc`) announcing the commit protocol (or
  * not: a foreign client); *staged gets whether this core holds all its
  * pushes of the core's step, *step that step. */
+static int64_t reg_committed; /* Register's `committed` in the next reg_commit calls */
+
 static void reg_commit(fl_ps_core *c, int t, int nt, uint64_t inc, int commits, int *staged,
                        int64_t *step) {
   Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
@@ -1023,6 +1025,7 @@ static void reg_commit(fl_ps_core *c, int t, int nt, uint64_t inc, int commits, 
   r.n_sparse = 1;
   r.sparse = &sp;
   r.commits = commits;
+  r.committed = reg_committed;
   ck_assert_int_eq(fl_ps_core_register(c, &r, &out), FL_OK);
   if (staged) *staged = out.trainer_staged;
   if (step) *step = out.step;
@@ -1134,6 +1137,26 @@ START_TEST(test_commit_resend_replaces) {
 }
 END_TEST
 
+START_TEST(test_commit_declared_at_register) {
+  /* A server that restarted lost the commits it took: the trainers
+   * declare them when they register again, and repeat their pushes of
+   * the step in flight, which then applies without another commit. */
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 0.5f, 0);
+  reg_committed = 1;
+  reg_commit(c, 0, 2, 1000, 1, NULL, NULL);
+  reg_commit(c, 1, 2, 1001, 1, NULL, NULL);
+  reg_committed = 0;
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  push_step(c, 0, 0, cg0, cr0);
+  push_step(c, 1, 0, cg1, cr1);
+  ck_assert(applied(c, 0));
+  push_step(c, 0, 1, cg0, cr0);
+  push_step(c, 1, 1, cg1, cr1);
+  ck_assert(!applied(c, 1)); /* step 1: not committed yet */
+  fl_ps_core_free(c);
+}
+END_TEST
+
 START_TEST(test_commit_foreign_client) {
   /* Trainer 1 registers without the commit protocol (a foreign client):
    * its pushes count as committed; trainer 0's step waits for its own
@@ -1179,6 +1202,7 @@ int main(void) {
   tcase_add_test(tc, test_dense_waits_for_rows);
   tcase_add_test(tc, test_commit_all_or_none);
   tcase_add_test(tc, test_commit_resend_replaces);
+  tcase_add_test(tc, test_commit_declared_at_register);
   tcase_add_test(tc, test_commit_foreign_client);
   tcase_add_test(tc, test_sparse_calls);
   tcase_add_test(tc, test_sparse_key_sharding);
