@@ -1194,7 +1194,6 @@ static fl_status commit_server(fl_ps_client *c, int s, int64_t step) {
   return FL_OK;
 }
 
-
 /* The registered table called name's slot in c->table_next, or NULL. */
 static int64_t *table_next_of(fl_ps_client *c, const char *table) {
   for (size_t i = 0; i < c->n_tables; i++)
