@@ -178,6 +178,11 @@ struct fl_ps_core {
   ps_trainer tr[FL_CLUSTER_MAX_TRAINERS];
   _Atomic uint64_t counted[FL_CLUSTER_MAX_TRAINERS / 64];
   _Atomic uint64_t parked[FL_CLUSTER_MAX_TRAINERS / 64]; /* waiting in a barrier */
+  /* sync commits (core_commit.c): the trainers that announced the commit
+   * protocol at Register, and per trainer one past the highest step it
+   * committed (kept across its registrations; steps are the job's). */
+  _Atomic uint64_t commits[FL_CLUSTER_MAX_TRAINERS / 64];
+  _Atomic int64_t committed[FL_CLUSTER_MAX_TRAINERS];
 
   _Atomic(fl_ps_layout *) layout; /* set once */
   char layout_from[FL_JOB_PATH_MAX + 64]; /* who declared it, for messages */
@@ -234,6 +239,13 @@ static inline void psc_set_parked(fl_ps_core *c, int t, int on) {
 
 static inline int psc_is_parked(fl_ps_core *c, int t) {
   return (int)((atomic_load(&c->parked[t / 64]) >> (t % 64)) & 1u);
+}
+
+/* Trainer t's pushes of step count for a sync step: it committed the step,
+ * or it never announced the commit protocol (a foreign client). */
+static inline int psc_committed(fl_ps_core *c, int t, int64_t step) {
+  return !((atomic_load(&c->commits[t / 64]) >> (t % 64)) & 1u) ||
+         atomic_load(&c->committed[t]) > step;
 }
 
 /* The block of global id id when this server holds it, else NULL. */
@@ -295,6 +307,20 @@ int psc_rows_reevaluate(fl_ps_core *c);
  * may hold a block's, never a table's). */
 int psc_rows_through(fl_ps_core *c, int64_t step);
 void psc_rows_free(ps_table *pt, int nt);
+/* Trainer t's parts of step are all held by pt (or pt is past step, or
+ * holds no sync rows at all).  Takes pt->mu. */
+int psc_rows_staged(ps_table *pt, int t, int64_t step);
+
+/* core_commit.c */
+/* Record whether trainer t commits its steps (Register's `commits`) and
+ * that it committed the steps below committed (a server that restarted
+ * learns them again); 1 when that is news (steps may apply now).  No lock
+ * needed. */
+int psc_set_commits(fl_ps_core *c, int t, int on, int64_t committed);
+/* Every push of trainer t for step is held here, or applied: each block
+ * past step or holding t's push of it, each table the same.  No lock held
+ * (takes each block's and table's). */
+int psc_staged(fl_ps_core *c, int t, int64_t step);
 
 /* core_stripes.c: a table's rows in stripes */
 /* Make pt's stripes from o (its name, dim, ...; max_rows split among

@@ -48,6 +48,9 @@ static fl_status register_check(fl_ps_core *c, const Flotilla__RegisterRequest *
   if (req->step < 0 || req->step >= FL_PS_MAX_STEP)
     return psc_bad(c, "register: trainer %d declares step %" PRId64 " (must be in [0, %" PRId64
                    "))", t, req->step, FL_PS_MAX_STEP);
+  if (req->committed < 0 || req->committed > FL_PS_MAX_STEP)
+    return psc_bad(c, "register: trainer %d declares its commits below step %" PRId64
+                   " (must be in [0, %" PRId64 "])", t, req->committed, FL_PS_MAX_STEP);
   if (req->n_dense > FL_PS_MAX_BLOCKS) return psc_bad(c, "register: too many dense parameters");
   for (size_t i = 0; i < req->n_dense; i++) {
     const Flotilla__DenseParamSpec *p = req->dense[i];
@@ -202,6 +205,7 @@ fl_status fl_ps_core_register(fl_ps_core *c, const Flotilla__RegisterRequest *re
   if ((st = register_dense(c, req, numel)) != FL_OK) goto out;
   if ((st = register_sparse(c, req)) != FL_OK) goto out;
   joined = register_trainer(c, t, req->incarnation);
+  if (psc_set_commits(c, t, req->commits, req->committed)) joined = 1; /* re-evaluated below */
   c->tr[t].last_seen = fl_ps_now();
 out:
   pthread_mutex_unlock(&c->mu);
@@ -215,6 +219,7 @@ out:
   }
   if (joined) psc_reevaluate(c);
   register_answer(c, t, resp);
+  if (c->ops->mode == FL_PS_SYNC) resp->trainer_staged = psc_staged(c, t, resp->step);
   return FL_OK;
 }
 

@@ -28,7 +28,9 @@
  * trainer). */
 static int all_counted_pushed(fl_ps_core *c, const ps_block *b) {
   for (int t = 0; t < c->nt; t++)
-    if (psc_is_counted(c, t) && !psc_is_parked(c, t) && !b->have[t]) return 0;
+    if (psc_is_counted(c, t) && !psc_is_parked(c, t) &&
+        (!b->have[t] || !psc_committed(c, t, b->pend_step)))
+      return 0;
   return 1;
 }
 
@@ -107,8 +109,12 @@ static fl_status sync_push(fl_ps_core *c, ps_block *b, int t, int64_t step,
                            int *at_gate) {
   fl_status st = FL_OK;
   (void)scratch;
-  if (step < b->step || (b->n_pend && step == b->pend_step && b->have[t])) {
+  const int held = b->n_pend && step == b->pend_step && b->have[t];
+  if (step < b->step || (held && psc_committed(c, t, step))) {
     *dup = 1;
+  } else if (held) { /* sent again before its commit (core_commit.c): replaces */
+    const float *g = psc_as_f32(v, b->n, b->pend[t]);
+    if (g != b->pend[t]) memcpy(b->pend[t], g, b->n * sizeof(float));
   } else {
     if (b->n_pend && step > b->pend_step) {
       FL_LOGW("block %u: trainer %d pushed step %lld while step %lld has %d of its pushes; "

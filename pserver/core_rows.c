@@ -26,11 +26,13 @@ static int trainer_done(const ps_table *pt, int t) {
 }
 
 /* Every counted trainer not parked in a barrier sent the held step whole
- * (the dense rule, core_modes.c all_counted_pushed). */
+ * and committed it (the dense rule, core_modes.c all_counted_pushed). */
 static int may_apply(fl_ps_core *c, const ps_table *pt) {
   if (!pt->n_pend) return 0;
   for (int t = 0; t < c->nt; t++)
-    if (psc_is_counted(c, t) && !psc_is_parked(c, t) && !trainer_done(pt, t)) return 0;
+    if (psc_is_counted(c, t) && !psc_is_parked(c, t) &&
+        (!trainer_done(pt, t) || !psc_committed(c, t, pt->pend_step)))
+      return 0;
   return 1;
 }
 
@@ -143,14 +145,31 @@ static fl_status rows_hold(ps_rows *r, const uint64_t *keys, size_t n, const flo
   return FL_OK;
 }
 
+/* A part held but not committed, sent again (a restarted trainer that
+ * computed its step again): it replaces the held one.  Announcing another
+ * number of parts drops the trainer's other held parts.  pt->mu held. */
+static fl_status rows_replace(ps_table *pt, int t, uint32_t seq, uint32_t parts,
+                              const uint64_t *keys, size_t n, const float *g) {
+  if ((parts ? parts : 1) != pt->parts[t]) {
+    pt->got[t] = 0;
+    for (int s = 0; s < MAX_SEQ; s++) pt->pend[(size_t)t * MAX_SEQ + (size_t)s].n = 0;
+    pt->parts[t] = parts ? parts : 1;
+  }
+  pt->got[t] |= 1ULL << seq;
+  return rows_hold(&pt->pend[(size_t)t * MAX_SEQ + seq], keys, n, g, fl_ps_table_dim(pt->t));
+}
+
 fl_status psc_rows_push(fl_ps_core *c, ps_table *pt, int t, int64_t step, uint32_t seq,
                         uint32_t parts, const uint64_t *keys, size_t n, const float *g, int *dup,
                         int *progress) {
   fl_status st;
-  if (step < pt->step || (pt->n_pend && step <= pt->pend_step && ((pt->got[t] >> seq) & 1u))) {
+  const int held = pt->n_pend && step == pt->pend_step && ((pt->got[t] >> seq) & 1u);
+  if (step < pt->step || (pt->n_pend && step < pt->pend_step && ((pt->got[t] >> seq) & 1u)) ||
+      (held && psc_committed(c, t, step))) {
     *dup = 1;
     return FL_OK;
   }
+  if (held) return rows_replace(pt, t, seq, parts, keys, n, g);
   FL_TRY(rows_alloc(pt, c->nt));
   if (pt->n_pend && step > pt->pend_step) {
     FL_LOGW("sparse table %s: trainer %d pushed step %lld while step %lld has %d of its "
@@ -203,6 +222,14 @@ int psc_rows_through(fl_ps_core *c, int64_t step) {
     pthread_mutex_unlock(&pt->mu);
   }
   return through;
+}
+
+int psc_rows_staged(ps_table *pt, int t, int64_t step) {
+  pthread_mutex_lock(&pt->mu);
+  int ok = !pt->pend || pt->step > step ||
+           (pt->n_pend && pt->pend_step == step && trainer_done(pt, t));
+  pthread_mutex_unlock(&pt->mu);
+  return ok;
 }
 
 void psc_rows_free(ps_table *pt, int nt) {

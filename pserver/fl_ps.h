@@ -346,6 +346,13 @@ fl_status fl_ps_core_push_dense(fl_ps_core *c, const Flotilla__PushDenseRequest 
 #define FL_PS_OBSERVER (-1)
 fl_status fl_ps_core_pull_check(fl_ps_core *c, int32_t trainer_id, int64_t min_step,
                                 const uint32_t *blocks, size_t n);
+/* Sync commit (a PullDense's `committed`): trainer t has every server's
+ * acknowledgement of all its pushes of the steps before next, so steps
+ * below next may apply with its pushes; applies what may be applied now.
+ * Idempotent (a lower next changes nothing).  FL_ESTATE: t is not
+ * registered here; FL_EINVAL: next outside [0, FL_PS_MAX_STEP]; nothing
+ * changes in async and geo mode. */
+fl_status fl_ps_core_commit(fl_ps_core *c, int32_t t, int64_t next);
 /* Pack the answer of a pull that fl_ps_core_pull_check cleared (with the
  * same min_step) into a byte buffer (the blocks are copied under their
  * locks). */

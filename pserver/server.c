@@ -365,6 +365,15 @@ static void h_pull_dense(call *c, ProtobufCMessage *msg) {
   fl_ps_core *core = s->core;
   fl_status st;
   Flotilla__PullDenseRequest *q = (Flotilla__PullDenseRequest *)msg;
+  if (q->committed > 0) { /* the trainer's commit rides on its pull (docs/PROTOCOL.md) */
+    st = fl_ps_core_commit(core, q->trainer_id, q->committed);
+    if (st != FL_OK || q->n_blocks == 0) {
+      Flotilla__PullDenseResponse r = FLOTILLA__PULL_DENSE_RESPONSE__INIT;
+      r.step = st == FL_OK ? fl_ps_core_step(core) : 0;
+      respond_msg(c, st, &r.base);
+      return;
+    }
+  }
   st = fl_ps_core_pull_check(core, q->trainer_id, q->min_step, q->blocks, q->n_blocks);
   if (st != FL_OK && st != FL_EAGAIN) {
     respond_status(c, st, NULL);

@@ -107,6 +107,20 @@ fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int
  * server applied every step < min_step (sync); min_step -(s+1): the values
  * as of step s (sync, see pserver/fl_ps.h). */
 fl_status fl_ps_client_pull_dense(fl_ps_client *c, int64_t min_step);
+/* Sync: once every push of step this client made is acknowledged (the
+ * queued calls waited for, recovering as fl_ps_client_wait does, but kept
+ * in the batch so that a restarted server gets them again), queue pulls of
+ * every dense block asking for step + 1, each carrying the commit of step
+ * to its server, and a pull of no block to a server that holds none
+ * (docs/PROTOCOL.md, "Commit").  fl_ps_client_wait then waits for them.
+ * FLOTILLA_TEST_EXIT_AT=step (tests only) commits that step to server 0
+ * alone, waits until it applied it and ends the process. */
+fl_status fl_ps_client_commit_pull(fl_ps_client *c, int64_t step);
+/* 1 when the registration found this trainer's step s applied on some
+ * server and all its pushes of s held by the others (it was killed among
+ * its commits): the step returned is s + 1, and the caller commits s with
+ * fl_ps_client_commit_pull(c, s) instead of computing it again. */
+int fl_ps_client_recovered(const fl_ps_client *c);
 /* Wait for every queued call (repeating them after a re-registration when
  * needed: a server that forgot this trainer, restarted from a checkpoint,
  * is registered with again and gets every call of every batch again, the

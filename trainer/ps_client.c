@@ -46,6 +46,7 @@ typedef struct op {
   int kind;
   int64_t step;
   int64_t min_step;
+  int64_t committed; /* dense pull: the commit it carries (one past the step; 0: none) */
   const float *src;
   /* sparse */
   const char *table;
@@ -141,6 +142,9 @@ struct fl_ps_client {
   _Atomic int64_t step_pushed; /* highest step of a gradient/delta push */
   int64_t own_next; /* async/geo: min over servers of trainer_next_step, -1 unknown */
   int warned_spread; /* async/geo: the servers' spread of steps was reported */
+  int recovered;     /* sync: registration found our step applied somewhere, staged elsewhere */
+  _Atomic int64_t committed; /* sync: one past the last step committed (declared at Register) */
+  int64_t exit_at;   /* FLOTILLA_TEST_EXIT_AT (tests): the step whose commit is cut short */
 
   /* driver-thread scratch */
   fl_rpc_arena arena;
@@ -385,6 +389,7 @@ static fl_status op_launch(fl_ps_client *c, op *o) {
     Flotilla__PullDenseRequest r = FLOTILLA__PULL_DENSE_REQUEST__INIT;
     r.trainer_id = c->o.trainer_id;
     r.min_step = o->min_step;
+    r.committed = o->committed;
     r.n_blocks = o->nblocks;
     r.blocks = (uint32_t *)o->blocks;
     st = fl_rpc_pack(o->ob, &r.base, &bb);
@@ -768,7 +773,7 @@ static fl_status unary(fl_ps_client *c, int server, fl_proto_id id,
  * *own this trainer's next step as the server knows it (either may be
  * NULL). */
 static fl_status register_server(fl_ps_client *c, int s, int64_t declare, int64_t *step,
-                                 int64_t *own) {
+                                 int64_t *own, int *staged) {
   Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
   Flotilla__RegisterResponse *resp;
   Flotilla__DenseParamSpec *specs = NULL, **sp = NULL;
@@ -812,6 +817,8 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t declare, int64_
   r.step = declare;
   r.run_id = c->run_id;
   r.job_hash = c->o.job_hash;
+  r.commits = c->o.mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC;
+  r.committed = atomic_load(&c->committed);
   st = unary(c, s, FL_PROTO_REGISTER, &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code, details,
              sizeof details);
   if (st != FL_OK) {
@@ -836,6 +843,7 @@ static fl_status register_server(fl_ps_client *c, int s, int64_t declare, int64_
   }
   if (step) *step = resp->step;
   if (own) *own = resp->trainer_next_step;
+  if (staged) *staged = resp->trainer_staged;
   if (!resp->initialized && c->layout) {
     /* Our values become the server's (the first trainer's win). */
     for (size_t b = 0; b < c->layout->n_blocks && st == FL_OK; b++) {
@@ -915,6 +923,10 @@ fl_status fl_ps_client_create(const fl_ps_client_opts *o, fl_ps_client **out) {
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20) ^ (uint64_t)(now_s() * 1e9);
     c->incarnation = fl_ps_mix64(seed ^ ((uint64_t)o->trainer_id << 48)) | 1u;
     srand((unsigned)c->incarnation);
+  }
+  {
+    const char *e = getenv("FLOTILLA_TEST_EXIT_AT");
+    c->exit_at = e && *e ? strtoll(e, NULL, 10) : -1;
   }
   if ((st = fl_rpc_outbuf_create(ZERO_COPY_MIN, &c->ob)) != FL_OK) goto fail;
   fl_rpc_init();
@@ -1029,6 +1041,29 @@ static fl_status pull_groups(fl_ps_client *c) {
   return FL_OK;
 }
 
+/* Sync, the servers at steps lo and lo + 1 (at[s]): a server applied step
+ * lo, which it does only once every trainer committed it, and this
+ * trainer commits a step only after every server acknowledged all its
+ * pushes of it; so (a restarted trainer, killed among its commits) the
+ * others hold its pushes of lo (staged[s]) and it commits lo to them
+ * rather than computing it again: lo + 1 is returned and c->recovered
+ * set.  When a server at lo lacks them (it restarted meanwhile), lo:
+ * the step is done again, as before the commit. */
+static int64_t recovered_step(fl_ps_client *c, const int64_t *at, const int *staged, int64_t lo) {
+  for (int s = 0; s < c->o.n_servers; s++)
+    if (at[s] == lo && !staged[s]) {
+      FL_LOGW("trainer %d: step %" PRId64 " is applied on some pservers but pserver %d (%s) "
+              "does not hold all of this trainer's pushes of it (it restarted?): computing the "
+              "step again, whose update then differs across servers", c->o.trainer_id, lo, s,
+              c->names[s]);
+      return lo;
+    }
+  FL_LOGI("trainer %d: step %" PRId64 " is applied on some pservers and staged on the others: "
+          "committing it there instead of computing it again", c->o.trainer_id, lo);
+  c->recovered = 1;
+  return lo + 1;
+}
+
 fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params, size_t n,
                                 const fl_ps_sparse_spec *tables, size_t n_tables,
                                 int64_t *step) {
@@ -1073,13 +1108,18 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
     FL_TRY(pull_groups(c));
   }
   int64_t *at = calloc((size_t)c->o.n_servers, sizeof *at);
-  if (!at) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+  int *staged = calloc((size_t)c->o.n_servers, sizeof *staged);
+  if (!at || !staged) {
+    free(at);
+    free(staged);
+    return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+  }
   st = FL_OK;
   int64_t lo = INT64_MAX, hi = -1;
   int s_lo = 0, s_hi = 0;
   for (int s = 0; s < c->o.n_servers; s++) {
     int64_t st_s = 0, own = -1;
-    st = register_server(c, s, atomic_load(&c->step_pushed), &st_s, &own);
+    st = register_server(c, s, atomic_load(&c->step_pushed), &st_s, &own, &staged[s]);
     if (st != FL_OK) break;
     at[s] = st_s;
     if (st_s < lo) lo = st_s, s_lo = s;
@@ -1091,6 +1131,9 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
     if (s == 0 || (c->o.mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC ? st_s < best : st_s > best))
       best = st_s;
   }
+  if (st == FL_OK && hi == lo + 1 && c->o.mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC)
+    best = recovered_step(c, at, staged, lo);
+  free(staged);
   if (st != FL_OK) {
     free(at);
     return st;
@@ -1114,9 +1157,12 @@ fl_status fl_ps_client_register(fl_ps_client *c, const fl_ps_dense_param *params
   /* A server behind the others (it lost its state) is told where the job
    * is, so that it takes the pushes of step `best`. */
   for (int s = 0; s < c->o.n_servers && st == FL_OK; s++)
-    if (at[s] < best) st = register_server(c, s, best, NULL, NULL);
+    if (at[s] < best) st = register_server(c, s, best, NULL, NULL, NULL);
   free(at);
   FL_TRY(st);
+  /* sync: the rows pulled next are those of step `best` or later */
+  for (size_t i = 0; c->o.mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC && i < c->n_tables; i++)
+    if (c->table_next[i] < best) c->table_next[i] = best;
   if (step) *step = best;
   if (c->o.heartbeat_interval_s > 0 && !c->hb_started) {
     if (pthread_create(&c->hb, NULL, hb_main, c) != 0)
@@ -1159,18 +1205,43 @@ fl_status fl_ps_client_push_block(fl_ps_client *c, uint32_t block, int kind, int
   return FL_OK; /* a launch failure is reported by fl_ps_client_wait */
 }
 
+/* Queue the pull of group g (blocks of one server) asking for min_step,
+ * carrying the commit `committed` (0: none). */
+static fl_status pull_group(fl_ps_client *c, size_t g, int64_t min_step, int64_t committed) {
+  const uint32_t *b = c->grp_blocks + c->grp_start[g];
+  op *o = op_new(c, FL_PROTO_PULL_DENSE, c->layout->blocks[b[0]].server);
+  if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+  o->blocks = b;
+  o->nblocks = c->grp_start[g + 1] - c->grp_start[g];
+  o->min_step = min_step;
+  o->committed = committed;
+  op_submit(c, o);
+  return FL_OK;
+}
+
 fl_status fl_ps_client_pull_dense(fl_ps_client *c, int64_t min_step) {
   if (!c->layout) return FL_ERR(FL_EINVAL, "ps client: dense pull before a dense layout");
   FL_TRY(lane_send(c, &c->lanes[LANE_MAIN])); /* the queued pushes go first */
+  for (size_t g = 0; g < c->n_groups; g++) FL_TRY(pull_group(c, g, min_step, 0));
+  return FL_OK;
+}
+
+/* Queue server s's pulls of step + 1 carrying the commit of step: its pull
+ * groups, or one pull of no block where it holds none (its rows wait for
+ * the commit too). */
+static fl_status commit_server(fl_ps_client *c, int s, int64_t step) {
+  int any = 0;
   for (size_t g = 0; g < c->n_groups; g++) {
-    const uint32_t *b = c->grp_blocks + c->grp_start[g];
-    op *o = op_new(c, FL_PROTO_PULL_DENSE, c->layout->blocks[b[0]].server);
-    if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
-    o->blocks = b;
-    o->nblocks = c->grp_start[g + 1] - c->grp_start[g];
-    o->min_step = min_step;
-    op_submit(c, o);
+    if (c->layout->blocks[c->grp_blocks[c->grp_start[g]]].server != s) continue;
+    FL_TRY(pull_group(c, g, step + 1, step + 1));
+    any = 1;
   }
+  if (any) return FL_OK;
+  op *o = op_new(c, FL_PROTO_PULL_DENSE, s);
+  if (!o) return FL_ERR(FL_ENOMEM, "ps client: out of memory");
+  o->min_step = step + 1;
+  o->committed = step + 1;
+  op_submit(c, o);
   return FL_OK;
 }
 
@@ -1264,7 +1335,7 @@ static fl_status lane_recover(fl_ps_client *c, lane *L) {
     if (!again[s]) continue;
     FL_LOGI("pserver %d (%s) does not know trainer %d: registering again and repeating what "
             "it may have lost", s, c->names[s], c->o.trainer_id);
-    st = register_server(c, s, declared_step(c), NULL, NULL);
+    st = register_server(c, s, declared_step(c), NULL, NULL, NULL);
   }
   if (st == FL_OK) st = repeat_calls(c, again, 1);
   if (st == FL_OK) st = repeat_calls(c, again, 0);
@@ -1363,12 +1434,11 @@ static fl_status lane_drop(fl_ps_client *c, lane *L, fl_status st) {
   return st;
 }
 
-/* Wait for every call of L's batch (the time blocked is a span `what` on
- * the timeline), recovering from restarted servers; the batch is then
- * empty.  The first error. */
-static fl_status lane_wait(fl_ps_client *c, lane *L, const char *what) {
-  fl_status st = lane_send(c, L);
-  if (st != FL_OK) return lane_drop(c, L, st);
+/* Wait for every call of L's batch sent so far (the time blocked is a span
+ * `what` on the timeline), recovering from restarted servers; the batch
+ * stays as it is.  The first error. */
+static fl_status lane_settle(fl_ps_client *c, lane *L, const char *what) {
+  fl_status st = FL_OK;
   for (int round = 0;; round++) {
     fl_status first = FL_OK;
     int any = 0;
@@ -1395,6 +1465,14 @@ static fl_status lane_wait(fl_ps_client *c, lane *L, const char *what) {
     }
     if ((st = lane_recover(c, L)) != FL_OK) break;
   }
+  return st;
+}
+
+/* lane_settle, then the batch is over: empty.  The first error. */
+static fl_status lane_wait(fl_ps_client *c, lane *L, const char *what) {
+  fl_status st = lane_send(c, L);
+  if (st != FL_OK) return lane_drop(c, L, st);
+  st = lane_settle(c, L, what);
   if (st == FL_OK) lane_pushed(c, L);
   pthread_mutex_lock(&c->mu);
   L->last_n = st == FL_OK ? L->n_ops : 0;
@@ -1406,6 +1484,34 @@ static fl_status lane_wait(fl_ps_client *c, lane *L, const char *what) {
 fl_status fl_ps_client_wait(fl_ps_client *c) {
   return lane_wait(c, &c->lanes[LANE_MAIN], "wait");
 }
+
+/* FLOTILLA_TEST_EXIT_AT (integration tests): the commit of step went to
+ * pserver 0 alone; once it applied the step there, the process ends as a
+ * kill -9 would, its other commits never sent. */
+static void exit_after_commit(fl_ps_client *c, int64_t step) {
+  fl_status st = fl_ps_client_wait(c);
+  FL_LOGW("FLOTILLA_TEST_EXIT_AT=%" PRId64 ": step committed to pserver 0 only (%s); exiting",
+          step, fl_strerror(st));
+  fflush(NULL);
+  _exit(9);
+}
+
+fl_status fl_ps_client_commit_pull(fl_ps_client *c, int64_t step) {
+  lane *L = &c->lanes[LANE_MAIN];
+  if (!c->layout) return FL_ERR(FL_EINVAL, "ps client: dense pull before a dense layout");
+  if (c->lanes[LANE_SPUSH].n_ops) FL_TRY(fl_ps_client_push_sparse_finish(c));
+  fl_status st = lane_send(c, L);
+  if (st == FL_OK) st = lane_settle(c, L, "push_ack"); /* every push of the step acknowledged */
+  if (st != FL_OK) return lane_drop(c, L, st);
+  const int n = c->exit_at == step ? 1 : c->o.n_servers;
+  if (step + 1 > atomic_load(&c->committed)) /* a restarted server learns it */
+    atomic_store(&c->committed, step + 1);
+  for (int s = 0; s < n; s++) FL_TRY(commit_server(c, s, step));
+  if (n < c->o.n_servers) exit_after_commit(c, step);
+  return FL_OK;
+}
+
+int fl_ps_client_recovered(const fl_ps_client *c) { return c->recovered; }
 
 /* Group keys (and their gradient rows) by server into sb[0..n_servers). */
 static fl_status group_keys(fl_ps_client *c, server_buf *sb, const uint64_t *keys, size_t n,
@@ -1779,7 +1885,7 @@ fl_status fl_ps_client_complete(fl_ps_client *c) {
       st = unary(c, s, FL_PROTO_COMPLETE, &r.base, c->o.rpc_timeout_s, c->ob, &c->uin, &code,
                  details, sizeof details);
       if (st != FL_ESTATE || round >= 2) break;
-      FL_TRY(register_server(c, s, declared_step(c), NULL, NULL));
+      FL_TRY(register_server(c, s, declared_step(c), NULL, NULL, NULL));
     }
     if (st != FL_OK)
       return FL_ERR(st, "pserver %d (%s) Complete: %s (%s)", s, c->names[s],

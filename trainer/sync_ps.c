@@ -147,7 +147,10 @@ static fl_status ps_init_params(void *self, fl_model *m) {
   /* Everyone starts from the servers' values; in sync mode those as of the
    * step to push next (a rejoining trainer may find it applied on some
    * blocks already: they answer the values from before it). */
-  FL_TRY(pull_all(s, s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC ? -(s->step + 1) : 0));
+  if (fl_ps_client_recovered(s->client)) /* commit the step it was killed in */
+    FL_TRY(fl_ps_client_commit_pull(s->client, s->step - 1));
+  else
+    FL_TRY(pull_all(s, s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC ? -(s->step + 1) : 0));
   FL_TRY(fl_ps_client_wait(s->client));
   if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_GEO) {
     size_t off = 0;
@@ -255,8 +258,9 @@ static fl_status ps_step_end(void *self, fl_model *m, int64_t step, int *apply) 
   for (size_t i = 0; i < s->np; i++) push_param(s, i);
   FL_TRY(s->err);
   if (s->mode == FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC) {
-    /* The servers hold these pulls until the step is applied. */
-    FL_TRY(pull_all(s, s->step + 1));
+    /* Every push of the step acknowledged, the pulls commit it; the
+     * servers hold them until the step is applied. */
+    FL_TRY(fl_ps_client_commit_pull(s->client, s->step));
   } else {
     FL_TRY(fl_ps_client_wait(s->client));
     FL_TRY(pull_all(s, 0));

@@ -12,6 +12,7 @@
  * sparse tables of at most 8 rows, at most 64 keys per call; a Register
  * declaring more than 4096 dense floats in all is skipped (the first
  * registration sizes the server's memory by design).
+ * A PullDense carrying a commit takes the commit first, as the service does.
  * Invariants: a request refused with FL_EINVAL leaves every dense block
  * (value and step), every sparse table's row count and the push/update
  * counters as they were, and so does a read-only sparse pull, answered or
@@ -145,6 +146,7 @@ static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
   fl_ps_core *core = f->core;
   fl_status st = FL_OK;
   snapshot before, after;
+  int committed = 0; /* a PullDense's commit went through (it may apply a step) */
 
   if (m == FL_PROTO_REGISTER) {
     const Flotilla__RegisterRequest *q = (const Flotilla__RegisterRequest *)msg;
@@ -170,6 +172,11 @@ static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
   }
   case FL_PROTO_PULL_DENSE: {
     const Flotilla__PullDenseRequest *q = (const Flotilla__PullDenseRequest *)msg;
+    if (q->committed > 0) { /* the commit first, as the service takes it */
+      st = fl_ps_core_commit(core, q->trainer_id, q->committed);
+      if (st != FL_OK || q->n_blocks == 0) break;
+      committed = 1;
+    }
     st = fl_ps_core_pull_check(core, q->trainer_id, q->min_step, q->blocks, q->n_blocks);
     if (st == FL_OK) answer_pull(f, q->blocks, q->n_blocks);
     break;
@@ -247,8 +254,8 @@ static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
   }
   FUZZ_CHECK(st == FL_OK || st == FL_EINVAL || st == FL_ESTATE || st == FL_EAGAIN,
              "method %d: status %d", m, (int)st);
-  if (m == FL_PROTO_PULL_SPARSE_BATCH || m == FL_PROTO_PUSH_SPARSE_BATCH)
-    return; /* a refused part may follow applied ones */
+  if (m == FL_PROTO_PULL_SPARSE_BATCH || m == FL_PROTO_PUSH_SPARSE_BATCH || committed)
+    return; /* a refused part may follow applied ones (a refused pull, its commit) */
   if (st != FL_EINVAL && m != FL_PROTO_DUMP_SPARSE &&
       !(m == FL_PROTO_PULL_SPARSE && ((const Flotilla__PullSparseRequest *)msg)->read_only))
     return;

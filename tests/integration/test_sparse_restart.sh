@@ -24,6 +24,10 @@
 #     continues its tables from the checkpoint's step (so what the trainers
 #     send again of older steps is dropped as a duplicate, and nothing
 #     newer is);
+#   commit: trainer 1 ends (a test hook) after committing a step to
+#     pserver 0 only, which applied it, pserver 1 holding its pushes
+#     staged; restarted, it commits the step to pserver 1 instead of
+#     computing it again, and the run ends exactly as the uninterrupted one;
 #   async: trainer 1 killed and restarted the same way in async mode: it
 #     rejoins from its own last push and the job completes, every step
 #     done, with no push refused and a test AUC near the sync run's (async
@@ -155,6 +159,35 @@ for s in 0 1; do
 done
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n: killed and restarted, the run ends as the uninterrupted one" ||
+  show "$tmp/$n".*.log
+
+# ------------------------- a trainer killed among its commits (sync)
+# FLOTILLA_TEST_EXIT_AT=70: trainer 1 commits step 70 to pserver 0 alone
+# (every server acknowledged its pushes of it), waits until pserver 0
+# applied it and exits; pserver 1 holds its pushes staged.  Restarted, it
+# finds the step applied on one server and staged on the other, commits it
+# there instead of computing it again, and the run ends as the
+# uninterrupted one, bit for bit.
+n=commit
+job "$tmp/$n.yaml" $n
+PSLIST="127.0.0.1:$(free_port 127.0.0.1),127.0.0.1:$(free_port 127.0.0.1)"
+f0=$fails
+for s in 0 1; do start_pserver $n "$tmp/$n.yaml" $s 2; done
+start_trainer $n "$tmp/$n.yaml" 0 2
+JOB_ENV=FLOTILLA_TEST_EXIT_AT=70 start_trainer $n "$tmp/$n.yaml" 1 2
+wait_exit "$TR1" 60
+[ "$rc" = 9 ] || fail "$n: trainer 1 exit $rc, not the test hook's 9"
+has "$tmp/$n.tr1.log" 'FLOTILLA_TEST_EXIT_AT=70: step committed to pserver 0 only' "$n: trainer 1"
+mv "$tmp/$n.tr1.log" "$tmp/$n.tr1.first.log"
+start_trainer $n "$tmp/$n.yaml" 1 2
+ends $n
+has "$tmp/$n.tr1.log" 'step 70 is applied on some pservers and staged on the others' "$n: restarted trainer"
+has "$tmp/$n.tr1.log" 'rejoining the running job at step 71' "$n: restarted trainer"
+for t in 0 1; do has "$tmp/$n.tr$t.log" 'done: 192 steps, 3 epochs' "$n: trainer $t"; done
+for s in 0 1; do hasnt "$tmp/$n.ps$s.log" 'applying that step with what it has' "$n: pserver $s"; done
+same $n
+ran=$((ran + 1))
+[ $fails = "$f0" ] && ok "$n: killed between its commits of a step, ends as the uninterrupted run" ||
   show "$tmp/$n".*.log
 
 # --------------------------------------- kill -9 of a trainer (async)

@@ -3,7 +3,9 @@
  * until the step is applied, duplicate pushes ignored, dead trainers not
  * waited for, async and geo updates, barriers, bad requests that change
  * nothing, sparse calls, a sync step's dense blocks held until the rows
- * of it are in, and a checkpoint round trip of the whole core. */
+ * of it are in, a sync step held until every trainer committed it (and a
+ * restarted trainer's commit of a step applied elsewhere), and a
+ * checkpoint round trip of the whole core. */
 #include <config.h>
 
 #include <check.h>
@@ -998,6 +1000,188 @@ START_TEST(test_dense_waits_for_rows) {
 }
 END_TEST
 
+/* Register trainer t (process `inc`) announcing the commit protocol (or
+ * not: a foreign client); *staged gets whether this core holds all its
+ * pushes of the core's step, *step that step. */
+static int64_t reg_committed; /* Register's `committed` in the next reg_commit calls */
+
+static void reg_commit(fl_ps_core *c, int t, int nt, uint64_t inc, int commits, int *staged,
+                       int64_t *step) {
+  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
+  Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
+  Flotilla__DenseParamSpec p = FLOTILLA__DENSE_PARAM_SPEC__INIT, *pp = &p;
+  Flotilla__SparseTableSpec s = FLOTILLA__SPARSE_TABLE_SPEC__INIT, *sp = &s;
+  p.name = "w";
+  p.numel = N;
+  s.name = "emb";
+  s.dim = 2;
+  r.trainer_id = t;
+  r.num_trainers = nt;
+  r.incarnation = inc;
+  r.dense_block_size = N;
+  r.num_servers = 1;
+  r.n_dense = 1;
+  r.dense = &pp;
+  r.n_sparse = 1;
+  r.sparse = &sp;
+  r.commits = commits;
+  r.committed = reg_committed;
+  ck_assert_int_eq(fl_ps_core_register(c, &r, &out), FL_OK);
+  if (staged) *staged = out.trainer_staged;
+  if (step) *step = out.step;
+}
+
+/* Trainer t's pushes of step s: its dense gradient g and the row of key 7. */
+static void push_step(fl_ps_core *c, int t, int64_t s, const float *g, const float r[2]) {
+  int dup = 1;
+  ck_assert_int_eq(push(c, t, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
+  ck_assert_int_eq(dup, 0);
+  ck_assert_int_eq(rpush(c, t, s, 7, r), FL_OK);
+}
+
+/* Step s applied on c (dense and rows), as a pull of s + 1 sees it. */
+static int applied(fl_ps_core *c, int64_t s) {
+  uint32_t blk = 0;
+  fl_status d = fl_ps_core_pull_check(c, 0, s + 1, &blk, 1);
+  fl_status r = fl_ps_core_sparse_ready(c, 0, "emb", s + 1);
+  ck_assert_int_eq(d, r);
+  return d == FL_OK;
+}
+
+/* The dense values and key 7's row of c. */
+static void state_of(fl_ps_core *c, float v[N + 2]) {
+  value(c, v, NULL);
+  ck_assert(fl_ps_table_peek(fl_ps_core_table(c, "emb"), 7, v + N));
+}
+
+static const float cg0[N] = {1, 2, 3, 4}, cg1[N] = {0.25f, 3, -1, 7};
+static const float cr0[2] = {0.5f, 1}, cr1[2] = {-2, 0.125f};
+
+/* Two trainers that commit, on core c: registered, initial values. */
+static fl_ps_core *commit_core(void) {
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 0.5f, 0);
+  reg_commit(c, 0, 2, 1000, 1, NULL, NULL);
+  reg_commit(c, 1, 2, 1001, 1, NULL, NULL);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  return c;
+}
+
+START_TEST(test_commit_all_or_none) {
+  /* Trainer 1's pushes of step 0 are on two servers (a, b); it commits to
+   * a, which applies the step, and is killed before committing to b.
+   * Restarted, it finds the step applied on a and staged on b, and
+   * commits to b: both end with the bits of an undisturbed run (ref). */
+  fl_ps_core *a = commit_core(), *b = commit_core(), *ref = commit_core();
+  fl_ps_core *all[3] = {a, b, ref};
+  float va[N + 2], vb[N + 2], vr[N + 2];
+  int staged = 0;
+  int64_t step = -1;
+  for (int i = 0; i < 3; i++) {
+    push_step(all[i], 0, 0, cg0, cr0);
+    push_step(all[i], 1, 0, cg1, cr1);
+    ck_assert(!applied(all[i], 0)); /* pushed everywhere, committed nowhere */
+    ck_assert_int_eq(fl_ps_core_commit(all[i], 0, 1), FL_OK);
+    ck_assert(!applied(all[i], 0));
+  }
+  ck_assert_int_eq(fl_ps_core_commit(ref, 1, 1), FL_OK);
+  ck_assert_int_eq(fl_ps_core_commit(a, 1, 1), FL_OK); /* killed after this one */
+  ck_assert(applied(a, 0));
+  ck_assert(!applied(b, 0));
+  reg_commit(a, 1, 2, 2001, 1, &staged, &step); /* the restarted process */
+  ck_assert_int_eq(step, 1);
+  reg_commit(b, 1, 2, 2001, 1, &staged, &step);
+  ck_assert_int_eq(step, 0);
+  ck_assert(staged);
+  ck_assert_int_eq(fl_ps_core_commit(b, 1, 1), FL_OK);
+  ck_assert(applied(b, 0));
+  state_of(a, va);
+  state_of(b, vb);
+  state_of(ref, vr);
+  ck_assert_mem_eq(va, vr, sizeof va);
+  ck_assert_mem_eq(vb, vr, sizeof vb);
+  for (int i = 0; i < 3; i++) fl_ps_core_free(all[i]);
+}
+END_TEST
+
+START_TEST(test_commit_resend_replaces) {
+  /* A restarted trainer sends its staged (uncommitted) step again: the new
+   * pushes replace the held ones; once committed, a push of the step is a
+   * duplicate. */
+  fl_ps_core *c = commit_core(), *ref = commit_core();
+  const float bad[N] = {9, 9, 9, 9}, rbad[2] = {9, 9};
+  float vc[N + 2], vr[N + 2];
+  int dup = 0, staged = 0;
+  push_step(c, 0, 0, cg0, cr0);
+  push_step(c, 1, 0, bad, rbad);
+  reg_commit(c, 1, 2, 2001, 1, &staged, NULL); /* restarted before its commit */
+  ck_assert(staged);
+  push_step(c, 1, 0, cg1, cr1); /* not a duplicate: replaces */
+  push_step(ref, 0, 0, cg0, cr0);
+  push_step(ref, 1, 0, cg1, cr1);
+  for (int t = 0; t < 2; t++) {
+    ck_assert_int_eq(fl_ps_core_commit(c, t, 1), FL_OK);
+    ck_assert_int_eq(fl_ps_core_commit(ref, t, 1), FL_OK);
+  }
+  ck_assert(applied(c, 0));
+  state_of(c, vc);
+  state_of(ref, vr);
+  ck_assert_mem_eq(vc, vr, sizeof vc);
+  push_step(c, 0, 1, cg0, cr0);
+  push_step(c, 1, 1, cg1, cr1);
+  ck_assert_int_eq(fl_ps_core_commit(c, 1, 2), FL_OK);
+  reg_commit(c, 1, 2, 3001, 1, NULL, NULL);
+  ck_assert_int_eq(push(c, 1, 1, FLOTILLA__PUSH_KIND__PUSH_GRAD, bad, &dup), FL_OK);
+  ck_assert_int_eq(dup, 1); /* committed: what the other servers hold stays */
+  fl_ps_core_free(c);
+  fl_ps_core_free(ref);
+}
+END_TEST
+
+START_TEST(test_commit_declared_at_register) {
+  /* A server that restarted lost the commits it took: the trainers
+   * declare them when they register again, and repeat their pushes of
+   * the step in flight, which then applies without another commit. */
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 0.5f, 0);
+  reg_committed = 1;
+  reg_commit(c, 0, 2, 1000, 1, NULL, NULL);
+  reg_commit(c, 1, 2, 1001, 1, NULL, NULL);
+  reg_committed = 0;
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  push_step(c, 0, 0, cg0, cr0);
+  push_step(c, 1, 0, cg1, cr1);
+  ck_assert(applied(c, 0));
+  push_step(c, 0, 1, cg0, cr0);
+  push_step(c, 1, 1, cg1, cr1);
+  ck_assert(!applied(c, 1)); /* step 1: not committed yet */
+  fl_ps_core_free(c);
+}
+END_TEST
+
+START_TEST(test_commit_foreign_client) {
+  /* Trainer 1 registers without the commit protocol (a foreign client):
+   * its pushes count as committed; trainer 0's step waits for its own
+   * commit only.  A commit of a trainer not registered, or of a step
+   * past the step range, is refused. */
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 0.5f, 0);
+  ck_assert_int_eq(fl_ps_core_commit(c, 0, 1), FL_ESTATE);
+  reg_commit(c, 0, 2, 1000, 1, NULL, NULL);
+  reg_commit(c, 1, 2, 1001, 0, NULL, NULL);
+  ck_assert_int_eq(fl_ps_core_commit(c, 0, INT64_MAX), FL_EINVAL);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  push_step(c, 1, 0, cg1, cr1);
+  push_step(c, 0, 0, cg0, cr0);
+  ck_assert(!applied(c, 0));
+  ck_assert_int_eq(fl_ps_core_commit(c, 0, 1), FL_OK);
+  ck_assert(applied(c, 0));
+  push_step(c, 0, 1, cg0, cr0);
+  ck_assert_int_eq(fl_ps_core_commit(c, 0, 2), FL_OK);
+  ck_assert(!applied(c, 1)); /* the foreign client's push of step 1 is missing */
+  push_step(c, 1, 1, cg1, cr1);
+  ck_assert(applied(c, 1));
+  fl_ps_core_free(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ps_core");
   TCase *tc = tcase_create("core");
@@ -1016,6 +1200,10 @@ int main(void) {
   tcase_add_test(tc, test_barrier_rounds);
   tcase_add_test(tc, test_parked_trainer_not_waited_for);
   tcase_add_test(tc, test_dense_waits_for_rows);
+  tcase_add_test(tc, test_commit_all_or_none);
+  tcase_add_test(tc, test_commit_resend_replaces);
+  tcase_add_test(tc, test_commit_declared_at_register);
+  tcase_add_test(tc, test_commit_foreign_client);
   tcase_add_test(tc, test_sparse_calls);
   tcase_add_test(tc, test_sparse_key_sharding);
   tcase_add_test(tc, test_core_checkpoint);
