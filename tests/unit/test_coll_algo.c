@@ -312,7 +312,8 @@ START_TEST(tree_segment_agreed) {
   coll_model_table(&m, 16, a.table);
   uint8_t blob[COLL_TUNING_BYTES];
   coll_tuning_encode(&a, blob);
-  for (int r = 0; r < 4; r++) ck_assert_int_eq(coll_tuning_decode(blob, sizeof blob, &ranks[r]), FL_OK);
+  for (int r = 0; r < 4; r++)
+    ck_assert_int_eq(coll_tuning_decode(blob, sizeof blob, &ranks[r]), FL_OK);
   coll_model raw = {m.alpha, m.beta, m.gamma, {1, 1, 1}, {1, 1, 1}};
   for (int b = 10; b <= 30; b++) {
     size_t bytes = (size_t)1 << b, seg = coll_algo_seg(&a.m, COLL_ALGO_TREE, 16, bytes);

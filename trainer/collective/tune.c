@@ -279,16 +279,18 @@ static void log_tuning(const coll_xport *x, const coll_tuning *t, size_t bytes,
                        const double best[2][COLL_MODEL_ALGOS], int rounds, double probe_s) {
   char desc[512];
   describe(t, desc, sizeof desc);
+  size_t small = GROUP_SMALL(bytes);
   FL_LOGI("collective: network probe (%.0f ms, medians of %d rounds): alpha %.1f us, "
           "beta %.3f ns/B (%.2f GB/s), reduce %.3f ns/B; allreduce of %zu / %zu KiB on %d "
           "ranks: ring %.2f / %.2f ms, halving_doubling %.2f / %.2f ms, tree %.2f / %.2f ms "
-          "(latency x%.2f, x%.2f, x%.2f, bandwidth x%.2f, x%.2f, x%.2f); allreduce algorithm "
-          "by bucket size: %s",
+          "in %zu / %zu KiB pieces (latency x%.2f, x%.2f, x%.2f, bandwidth x%.2f, x%.2f, "
+          "x%.2f); allreduce algorithm by bucket size: %s",
           probe_s * 1e3, rounds, t->m.alpha * 1e6, t->m.beta * 1e9, 1e-9 / t->m.beta,
-          t->m.gamma * 1e9, GROUP_SMALL(bytes) >> 10, bytes >> 10, x->n, best[0][0] * 1e3,
-          best[1][0] * 1e3, best[0][1] * 1e3, best[1][1] * 1e3, best[0][2] * 1e3,
-          best[1][2] * 1e3, t->m.lat[0], t->m.lat[1], t->m.lat[2], t->m.eff[0], t->m.eff[1],
-          t->m.eff[2], desc);
+          t->m.gamma * 1e9, small >> 10, bytes >> 10, x->n, best[0][0] * 1e3, best[1][0] * 1e3,
+          best[0][1] * 1e3, best[1][1] * 1e3, best[0][2] * 1e3, best[1][2] * 1e3,
+          coll_algo_seg(&t->m, COLL_ALGO_TREE, x->n, small) >> 10,
+          coll_algo_seg(&t->m, COLL_ALGO_TREE, x->n, bytes) >> 10, t->m.lat[0], t->m.lat[1],
+          t->m.lat[2], t->m.eff[0], t->m.eff[1], t->m.eff[2], desc);
 }
 
 /* Member 0: restored tuning (*group = 0), or the ping-pong's fit and the
