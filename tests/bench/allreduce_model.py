@@ -138,12 +138,14 @@ def t_hd(p, S, r, a, f=1.0, l=1.0):
 def tree_seg(p, S, r, a):
     """The tree's piece, as coll_algo_seg: the power of two from SEG_MIN to
     SEG_MAX that the plain model (factors 1) gives the least time, the
-    larger one on a tie."""
+    larger one on a tie, none past the first that holds S/2 whole."""
     pick, best_t, c = SEG_MIN, None, SEG_MIN
     while c <= SEG_MAX:
         t = t_tree(p, S, r, a, c)
         if best_t is None or t <= best_t:
             pick, best_t = c, t
+        if 2 * c >= S:
+            break
         c *= 2
     return pick
 

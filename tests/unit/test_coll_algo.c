@@ -304,8 +304,9 @@ END_TEST
 
 /* The tree's piece: from the tuning every rank decodes, the same on all
  * of them, whatever the factors (the probe ran with pieces chosen before
- * they were measured), a power of two in bounds, small enough at 1 MiB on
- * 16 ranks that the tree pipelines (the 512 KiB chunk did not). */
+ * they were measured), a power of two in bounds and within a tree's half
+ * of the bucket, small enough at 1 MiB on 16 ranks that the tree
+ * pipelines (the 512 KiB chunk did not). */
 START_TEST(tree_segment_agreed) {
   coll_model m = {100e-6, 8e-9, 0.3e-9, {1.3, 0.7, 2.0}, {1.0, 1.6, 0.9}};
   coll_tuning a = {16, m, {0}}, ranks[4];
@@ -318,6 +319,7 @@ START_TEST(tree_segment_agreed) {
   for (int b = 10; b <= 30; b++) {
     size_t bytes = (size_t)1 << b, seg = coll_algo_seg(&a.m, COLL_ALGO_TREE, 16, bytes);
     ck_assert(seg >= COLL_SEG_MIN && seg <= COLL_SEG_MAX && (seg & (seg - 1)) == 0);
+    ck_assert(seg <= bytes / 2 || seg == COLL_SEG_MIN); /* no larger than a tree's half */
     ck_assert_uint_eq(coll_algo_seg(&raw, COLL_ALGO_TREE, 16, bytes), seg);
     for (int r = 0; r < 4; r++)
       ck_assert_uint_eq(coll_algo_seg(&ranks[r].m, COLL_ALGO_TREE, ranks[r].n, bytes), seg);

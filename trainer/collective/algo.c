@@ -694,7 +694,8 @@ void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double
 /* The tree's piece: the power of two from COLL_SEG_MIN to COLL_SEG_MAX
  * whose tree takes least by alpha, beta and gamma alone (the factors are
  * measured with these pieces, so they cannot choose them); on a tie the
- * larger piece, fewer ops. */
+ * larger piece, fewer ops; none past the first that holds a tree's half
+ * whole (all larger ones cut the bucket the same way). */
 size_t coll_algo_seg(const coll_model *m, int algo, int n, size_t bytes) {
   if (algo != COLL_ALGO_TREE || !(m->alpha > 0) || !(m->beta > 0)) return 0;
   coll_model raw = {m->alpha, m->beta, m->gamma, {1, 1, 1}, {1, 1, 1}};
@@ -706,6 +707,7 @@ size_t coll_algo_seg(const coll_model *m, int algo, int n, size_t bytes) {
       best = t;
       pick = c;
     }
+    if (2 * c >= bytes) break;
   }
   return pick;
 }
