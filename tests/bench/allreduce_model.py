@@ -28,7 +28,9 @@ formulas as coll_model_time, which picks per bucket size at run time):
                     f_hd 2S/r when p is not a power of two: q = 2^floor(log2 p),
                     the fold]
   double tree       T = 2 (d + c - 1)(l_tree a + f_tree 2 C / r),  d = floor(log2 p),
-                    c = ceil(S / 2C) chunks of C = min(512 KiB, S/2) per tree
+                    c = ceil(S / 2C) pieces of C = min(C*, S/2) per tree, C* the
+                    power of two (4 KiB .. 4 MiB) that minimizes T with l = f = 1
+                    (near sqrt(S/2 a r / 2 (d-1)); coll_algo_seg)
   ring              T = l_ring 2(p-1) a + f_ring 2(p-1)/p S / r
 (r = min(e L, k s)).  l, f: each algorithm's latency and bandwidth
 factors, which the run-time probe measures on the whole group (allreduces
@@ -124,7 +126,7 @@ def t_hier(N, g, S, L, a, e, s, B, k=1):
     return 2 * (g - 1) / g * S / B + t_ring(N, S, L, a, e, s, k)
 
 
-CHUNK = 512 * 1024
+SEG_MIN, SEG_MAX = 4 * 1024, 4 * 2**20
 
 
 def t_hd(p, S, r, a, f=1.0, l=1.0):
@@ -133,9 +135,24 @@ def t_hd(p, S, r, a, f=1.0, l=1.0):
     return l * 2 * math.log2(q) * a + f * 2 * (q - 1) / q * S / r + fold
 
 
-def t_tree(p, S, r, a, C=CHUNK, f=1.0, l=1.0):
+def tree_seg(p, S, r, a):
+    """The tree's piece, as coll_algo_seg: the power of two from SEG_MIN to
+    SEG_MAX that the plain model (factors 1) gives the least time, the
+    larger one on a tie, none past the first that holds S/2 whole."""
+    pick, best_t, c = SEG_MIN, None, SEG_MIN
+    while c <= SEG_MAX:
+        t = t_tree(p, S, r, a, c)
+        if best_t is None or t <= best_t:
+            pick, best_t = c, t
+        if 2 * c >= S:
+            break
+        c *= 2
+    return pick
+
+
+def t_tree(p, S, r, a, C=None, f=1.0, l=1.0):
     half = S / 2.0
-    c = min(C, half)
+    c = min(C if C else tree_seg(p, S, r, a), half)
     return 2 * (math.floor(math.log2(p)) + math.ceil(half / c) - 1) * (l * a + f * 2 * c / r)
 
 

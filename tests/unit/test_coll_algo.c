@@ -8,9 +8,11 @@
  * multiples of 1/4 small enough to be exact in every type must equal the
  * serial sum bit for bit under every algorithm (so each agrees with the
  * ring); random inputs must give the same bits on all ranks and in a
- * second run, and be within rounding of the ring's.
+ * second run, whatever the piece size, and be within rounding of the
+ * ring's.
  * Choice: the model's predictions (latency-bound small buckets leave the
- * ring, large ones go back to it), auto's table broadcast from rank 0, an
+ * ring, large ones go back to it; the order of the algorithms on a
+ * synthetic network; the tree's piece, the same from the same tuning), auto's table broadcast from rank 0, an
  * explicit setting honoured, and a tuning restored from a checkpoint
  * reused instead of a probe (and dropped when the world size changed);
  * the probe's medians over interleaved rounds, with a stand-in clock whose
@@ -211,6 +213,23 @@ START_TEST(algos_big) {
 }
 END_TEST
 
+/* The piece does not enter the sums: every algorithm (the tree's piece
+ * now varies with the bucket) gives, case by case, the same bits in 4 KiB
+ * pieces as in the default 512 KiB chunk. */
+START_TEST(pieces_same_bits) {
+  static uint64_t want[MAX_CASES];
+  spec fine = {5, 1, 4096, k_mid, 6, "ring", NULL, 0};
+  run_spec(&fine);
+  int k = g_res->ncases[0];
+  memcpy(want, g_res->hash[0], sizeof want);
+  spec coarse = {5, 1, 0, k_mid, 6, "ring", NULL, 0};
+  run_spec(&coarse);
+  ck_assert_int_eq(g_res->ncases[0], k);
+  for (int i = 0; i < k; i++)
+    ck_assert_msg(g_res->hash[0][i] == want[i], "case %d: 4 KiB pieces change the bits", i);
+}
+END_TEST
+
 /* Written once: each algorithm over the shared-memory transport (the shm
  * backend with the algorithm fixed at start, then switched in collective
  * order) gives, case by case, the bits it gives over tcp. */
@@ -248,7 +267,7 @@ START_TEST(model_predictions) {
   ck_assert(coll_model_time(&m, COLL_ALGO_HD, 9, 1e6, chunk) >
             coll_model_time(&m, COLL_ALGO_HD, 8, 1e6, chunk));
   uint8_t t[COLL_TABLE_BINS];
-  coll_model_table(&m, 64, chunk, t);
+  coll_model_table(&m, 64, t);
   ck_assert_int_ne(t[coll_table_bin(1024)], COLL_ALGO_RING);
   ck_assert_int_eq(coll_table_bin(1), 0);
   ck_assert_int_eq(coll_table_bin(1025), 11);
@@ -274,7 +293,7 @@ START_TEST(model_efficiency) {
   coll_model m = {184e-6, 7.5e-9, 0.02e-9, {1, 1, 1}, {1, 1, 1}};
   double chunk = 512 * 1024, mib = 1024 * 1024;
   uint8_t t[COLL_TABLE_BINS];
-  coll_model_table(&m, 8, chunk, t);
+  coll_model_table(&m, 8, t);
   ck_assert_int_ne(t[coll_table_bin((size_t)mib)], COLL_ALGO_RING);
   double lat, bw;
   coll_model_terms(&m, COLL_ALGO_HD, 8, mib, chunk, &lat, &bw);
@@ -282,7 +301,7 @@ START_TEST(model_efficiency) {
   m.eff[COLL_ALGO_HD - COLL_ALGO_RING] = 1.6;
   m.eff[COLL_ALGO_TREE - COLL_ALGO_RING] = 1.5;
   ck_assert(fabs(lat + 1.6 * bw - coll_model_time(&m, COLL_ALGO_HD, 8, mib, chunk)) < 1e-12);
-  coll_model_table(&m, 8, chunk, t);
+  coll_model_table(&m, 8, t);
   for (size_t b = (size_t)mib; b <= ((size_t)16 << 20); b *= 4)
     ck_assert_int_eq(t[coll_table_bin(b)], COLL_ALGO_RING);
   ck_assert_int_ne(t[coll_table_bin(1024)], COLL_ALGO_RING);
@@ -291,13 +310,72 @@ START_TEST(model_efficiency) {
   m.lat[COLL_ALGO_HD - COLL_ALGO_RING] = 2.0;
   coll_model_terms(&m, COLL_ALGO_HD, 8, 65536, chunk, &lat, &bw);
   ck_assert(fabs(2 * lat + 1.6 * bw - coll_model_time(&m, COLL_ALGO_HD, 8, 65536, chunk)) < 1e-12);
-  coll_model_table(&m, 8, chunk, t);
+  coll_model_table(&m, 8, t);
   ck_assert_int_ne(t[coll_table_bin(65536)], COLL_ALGO_HD);
   /* 0: not measured, as 1. */
   coll_model z = {184e-6, 7.5e-9, 0.02e-9, {0, 0, 0}, {0, 0, 0}};
   ck_assert(coll_model_time(&z, COLL_ALGO_TREE, 8, mib, chunk) ==
             coll_model_time(&(coll_model){184e-6, 7.5e-9, 0.02e-9, {1, 1, 1}, {1, 1, 1}}, COLL_ALGO_TREE, 8,
                             mib, chunk));
+}
+END_TEST
+
+/* The tree's piece: from the tuning every rank decodes, the same on all
+ * of them, whatever the factors (the probe ran with pieces chosen before
+ * they were measured), a power of two in bounds and within a tree's half
+ * of the bucket, small enough at 1 MiB on 16 ranks that the tree
+ * pipelines (the 512 KiB chunk did not). */
+START_TEST(tree_segment_agreed) {
+  coll_model m = {100e-6, 8e-9, 0.3e-9, {1.3, 0.7, 2.0}, {1.0, 1.6, 0.9}};
+  coll_tuning a = {16, m, {0}}, ranks[4];
+  coll_model_table(&m, 16, a.table);
+  uint8_t blob[COLL_TUNING_BYTES];
+  coll_tuning_encode(&a, blob);
+  for (int r = 0; r < 4; r++)
+    ck_assert_int_eq(coll_tuning_decode(blob, sizeof blob, &ranks[r]), FL_OK);
+  coll_model raw = {m.alpha, m.beta, m.gamma, {1, 1, 1}, {1, 1, 1}};
+  for (int b = 10; b <= 30; b++) {
+    size_t bytes = (size_t)1 << b, seg = coll_algo_seg(&a.m, COLL_ALGO_TREE, 16, bytes);
+    ck_assert(seg >= COLL_SEG_MIN && seg <= COLL_SEG_MAX && (seg & (seg - 1)) == 0);
+    ck_assert(seg <= bytes / 2 || seg == COLL_SEG_MIN); /* no larger than a tree's half */
+    ck_assert_uint_eq(coll_algo_seg(&raw, COLL_ALGO_TREE, 16, bytes), seg);
+    for (int r = 0; r < 4; r++)
+      ck_assert_uint_eq(coll_algo_seg(&ranks[r].m, COLL_ALGO_TREE, ranks[r].n, bytes), seg);
+    ck_assert_uint_eq(coll_algo_seg(&a.m, COLL_ALGO_RING, 16, bytes), 0);
+    ck_assert_uint_eq(coll_algo_seg(&a.m, COLL_ALGO_HD, 16, bytes), 0);
+  }
+  double mib = 1 << 20;
+  ck_assert_uint_eq(coll_algo_seg(&m, COLL_ALGO_TREE, 16, (size_t)mib), 32 << 10);
+  ck_assert(coll_model_predict(&m, COLL_ALGO_TREE, 16, (size_t)mib) <
+            0.5 * coll_model_time(&m, COLL_ALGO_TREE, 16, mib, 512 << 10));
+  coll_model none = {0, 0, 0, {0, 0, 0}, {0, 0, 0}}; /* a named algorithm: not probed */
+  ck_assert_uint_eq(coll_algo_seg(&none, COLL_ALGO_TREE, 16, (size_t)mib), 0);
+}
+END_TEST
+
+/* A synthetic network (16 ranks, 100 us, 1 Gbit/s; halving-doubling 1.6
+ * times slower per byte, the tree's steps half the latency): the model's
+ * order of the three algorithms at four sizes is the one written here,
+ * and the table takes the first of each. */
+START_TEST(model_order_matches_table) {
+  coll_model m = {100e-6, 8e-9, 0.3e-9, {1, 1, 0.5}, {1, 1.6, 1}};
+  static const struct {
+    size_t bytes;
+    int order[3];
+  } want[] = {{4 << 10, {COLL_ALGO_TREE, COLL_ALGO_HD, COLL_ALGO_RING}},
+              {64 << 10, {COLL_ALGO_HD, COLL_ALGO_TREE, COLL_ALGO_RING}},
+              {1 << 20, {COLL_ALGO_RING, COLL_ALGO_TREE, COLL_ALGO_HD}},
+              {64 << 20, {COLL_ALGO_RING, COLL_ALGO_TREE, COLL_ALGO_HD}}};
+  uint8_t t[COLL_TABLE_BINS];
+  coll_model_table(&m, 16, t);
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    for (int k = 0; k < 2; k++)
+      ck_assert_msg(coll_model_predict(&m, want[i].order[k], 16, want[i].bytes) <
+                        coll_model_predict(&m, want[i].order[k + 1], 16, want[i].bytes),
+                    "%zu bytes: %s not under %s", want[i].bytes, coll_algo_names[want[i].order[k]],
+                    coll_algo_names[want[i].order[k + 1]]);
+    ck_assert_int_eq(t[coll_table_bin(want[i].bytes)], want[i].order[0]);
+  }
 }
 END_TEST
 
@@ -354,7 +432,7 @@ START_TEST(probe_median_outliers) {
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < COLL_MODEL_ALGOS; i++) ck_assert(med[k][i] == f.t[k][i]);
   coll_tuning t = {8, {100e-6, 8e-9, 0.1e-9, {1, 1, 1}, {1, 1, 1}}, {0}};
-  coll_tune_fit(&t, 8, 512.0 * 1024, mib, med);
+  coll_tune_fit(&t, 8, mib, med);
   ck_assert_int_eq(t.table[coll_table_bin(mib / 16)], COLL_ALGO_TREE);
   ck_assert_int_eq(t.table[coll_table_bin(mib)], COLL_ALGO_RING);
   ck_assert_int_eq(t.table[coll_table_bin(mib * 16)], COLL_ALGO_RING);
@@ -492,9 +570,12 @@ static Suite *suite(void) {
   tcase_add_test(t, algos_8_ranks);
   tcase_add_test(t, algos_9_ranks);
   tcase_add_test(t, algos_big);
+  tcase_add_test(t, pieces_same_bits);
   tcase_add_test(t, shm_transport_same_bits);
   tcase_add_test(t, model_predictions);
   tcase_add_test(t, model_efficiency);
+  tcase_add_test(t, tree_segment_agreed);
+  tcase_add_test(t, model_order_matches_table);
   tcase_add_test(t, probe_median_outliers);
   tcase_add_test(t, choice_auto_explicit_resume);
   tcase_add_test(t, unknown_algorithm_refused);

@@ -382,7 +382,7 @@ static fl_status build(coll_sched *s, const coll_xport *x, const coll_op *a) {
   s->algo = a->kind == COLL_OP_ALLREDUCE ? a->algo : COLL_ALGO_RING;
   s->dt = a->dt;
   s->unit = a->kind == COLL_OP_ALLREDUCE ? fl_coll_dtype_size(a->dt) : 1;
-  s->chunk = x->chunk / s->unit;
+  s->chunk = (a->kind == COLL_OP_ALLREDUCE && a->seg ? a->seg : x->chunk) / s->unit;
   s->chunk = (s->chunk ? s->chunk : 1) * s->unit;
   uint8_t *buf = a->buf;
   for (int ch = 0; ch < x->nch; ch++) {
@@ -669,7 +669,7 @@ int coll_algo_peers(int n, int me, int *out) {
 
 /* ------------------------------------------------------------- model */
 
-void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double chunk, double *lat,
+void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double seg, double *lat,
                       double *bw) {
   double a = m->alpha, perb = 2.0 * m->beta + m->gamma, nn = n, l, w;
   if (n <= 1) {
@@ -679,7 +679,7 @@ void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double
     l = 2.0 * log2(p2) * a + (fold ? 0.0 : 2.0 * a);
     w = (p2 - 1.0) / p2 * bytes * perb + (fold ? 0.0 : bytes * perb);
   } else if (algo == COLL_ALGO_TREE) {
-    double half = bytes / 2.0, c = chunk < half ? chunk : half;
+    double half = bytes / 2.0, c = seg > 0 && seg < half ? seg : half;
     double k = ceil(half / (c > 0 ? c : 1.0)), steps = 2.0 * (floor(log2(nn)) + k - 1.0);
     l = steps * a;
     w = steps * c * perb;
@@ -691,24 +691,49 @@ void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double
   if (bw) *bw = w;
 }
 
+/* The tree's piece: the power of two from COLL_SEG_MIN to COLL_SEG_MAX
+ * whose tree takes least by alpha, beta and gamma alone (the factors are
+ * measured with these pieces, so they cannot choose them); on a tie the
+ * larger piece, fewer ops; none past the first that holds a tree's half
+ * whole (all larger ones cut the bucket the same way). */
+size_t coll_algo_seg(const coll_model *m, int algo, int n, size_t bytes) {
+  if (algo != COLL_ALGO_TREE || !(m->alpha > 0) || !(m->beta > 0)) return 0;
+  coll_model raw = {m->alpha, m->beta, m->gamma, {1, 1, 1}, {1, 1, 1}};
+  size_t pick = COLL_SEG_MIN;
+  double best = 0;
+  for (size_t c = COLL_SEG_MIN; c <= COLL_SEG_MAX; c *= 2) {
+    double t = coll_model_time(&raw, COLL_ALGO_TREE, n, (double)bytes, (double)c);
+    if (c == COLL_SEG_MIN || t <= best) {
+      best = t;
+      pick = c;
+    }
+    if (2 * c >= bytes) break;
+  }
+  return pick;
+}
+
 static double factor(const double *f, int algo) {
   int i = algo - COLL_ALGO_RING;
   return i >= 0 && i < COLL_MODEL_ALGOS && f[i] > 0 ? f[i] : 1.0; /* 0: not measured */
 }
 
-double coll_model_time(const coll_model *m, int algo, int n, double bytes, double chunk) {
+double coll_model_time(const coll_model *m, int algo, int n, double bytes, double seg) {
   double lat, bw;
-  coll_model_terms(m, algo, n, bytes, chunk, &lat, &bw);
+  coll_model_terms(m, algo, n, bytes, seg, &lat, &bw);
   return factor(m->lat, algo) * lat + factor(m->eff, algo) * bw;
 }
 
-void coll_model_table(const coll_model *m, int n, double chunk, uint8_t table[COLL_TABLE_BINS]) {
+double coll_model_predict(const coll_model *m, int algo, int n, size_t bytes) {
+  return coll_model_time(m, algo, n, (double)bytes, (double)coll_algo_seg(m, algo, n, bytes));
+}
+
+void coll_model_table(const coll_model *m, int n, uint8_t table[COLL_TABLE_BINS]) {
   static const int cand[] = {COLL_ALGO_RING, COLL_ALGO_HD, COLL_ALGO_TREE};
   for (int bin = 0; bin < COLL_TABLE_BINS; bin++) {
-    double bytes = ldexp(1.0, bin), best = 0;
+    double best = 0;
     int pick = COLL_ALGO_RING;
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
-      double t = coll_model_time(m, cand[i], n, bytes, chunk);
+      double t = coll_model_predict(m, cand[i], n, (size_t)1 << bin);
       if (i == 0 || t < best) {
         best = t;
         pick = cand[i];
@@ -732,30 +757,17 @@ int coll_table_bin(size_t bytes) {
  * u8 table[COLL_TABLE_BINS]. */
 #define TUNING_MAGIC 0x55544c46u
 
-static void put_f64(uint8_t *p, double v) {
-  uint64_t b;
-  memcpy(&b, &v, sizeof b);
-  coll_put_u64(p, b);
-}
-
-static double get_f64(const uint8_t *p) {
-  uint64_t b = coll_get_u64(p);
-  double v;
-  memcpy(&v, &b, sizeof v);
-  return v;
-}
-
 void coll_tuning_encode(const coll_tuning *t, uint8_t out[COLL_TUNING_BYTES]) {
   coll_put_u32(out, TUNING_MAGIC);
   coll_put_u32(out + 4, COLL_TUNING_VERSION);
   coll_put_u32(out + 8, (uint32_t)t->n);
   coll_put_u32(out + 12, 0);
-  put_f64(out + 16, t->m.alpha);
-  put_f64(out + 24, t->m.beta);
-  put_f64(out + 32, t->m.gamma);
+  coll_put_f64(out + 16, t->m.alpha);
+  coll_put_f64(out + 24, t->m.beta);
+  coll_put_f64(out + 32, t->m.gamma);
   for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
-    put_f64(out + 40 + 8 * i, t->m.lat[i]);
-    put_f64(out + 40 + 8 * (COLL_MODEL_ALGOS + i), t->m.eff[i]);
+    coll_put_f64(out + 40 + 8 * i, t->m.lat[i]);
+    coll_put_f64(out + 40 + 8 * (COLL_MODEL_ALGOS + i), t->m.eff[i]);
   }
   memcpy(out + 40 + 16 * COLL_MODEL_ALGOS, t->table, COLL_TABLE_BINS);
 }
@@ -765,12 +777,12 @@ fl_status coll_tuning_decode(const uint8_t *p, size_t len, coll_tuning *t) {
       coll_get_u32(p + 4) != COLL_TUNING_VERSION)
     return FL_EPROTO;
   t->n = (int)coll_get_u32(p + 8);
-  t->m.alpha = get_f64(p + 16);
-  t->m.beta = get_f64(p + 24);
-  t->m.gamma = get_f64(p + 32);
+  t->m.alpha = coll_get_f64(p + 16);
+  t->m.beta = coll_get_f64(p + 24);
+  t->m.gamma = coll_get_f64(p + 32);
   for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
-    t->m.lat[i] = get_f64(p + 40 + 8 * i);
-    t->m.eff[i] = get_f64(p + 40 + 8 * (COLL_MODEL_ALGOS + i));
+    t->m.lat[i] = coll_get_f64(p + 40 + 8 * i);
+    t->m.eff[i] = coll_get_f64(p + 40 + 8 * (COLL_MODEL_ALGOS + i));
   }
   memcpy(t->table, p + 40 + 16 * COLL_MODEL_ALGOS, COLL_TABLE_BINS);
   for (int b = 0; b < COLL_TABLE_BINS; b++)

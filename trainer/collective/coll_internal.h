@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <uv.h>
 
@@ -63,6 +64,17 @@ static inline uint32_t coll_get_u32(const uint8_t *p) {
 static inline uint64_t coll_get_u64(const uint8_t *p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+static inline void coll_put_f64(uint8_t *p, double v) {
+  uint64_t b;
+  memcpy(&b, &v, sizeof b);
+  coll_put_u64(p, b);
+}
+static inline double coll_get_f64(const uint8_t *p) {
+  uint64_t b = coll_get_u64(p);
+  double v;
+  memcpy(&v, &b, sizeof v);
   return v;
 }
 
@@ -239,6 +251,7 @@ typedef struct coll_op {
   fl_coll_dtype dt;
   int root;
   uint64_t seq; /* checked against the peers' */
+  size_t seg;   /* allreduce piece in bytes (coll_algo_seg); 0: x->chunk */
 } coll_op;
 
 typedef struct coll_sched coll_sched;
@@ -263,14 +276,25 @@ typedef struct coll_model {
   double lat[COLL_MODEL_ALGOS], eff[COLL_MODEL_ALGOS];
 } coll_model;
 #define COLL_TABLE_BINS 40 /* bin b: buckets of up to 2^b bytes */
-/* Predicted allreduce time of algo over n ranks for a buffer of bytes:
- * its factors times its two terms, which coll_model_terms gives without
- * the factors (either pointer may be NULL). */
-double coll_model_time(const coll_model *m, int algo, int n, double bytes, double chunk);
-void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double chunk, double *lat,
+/* Predicted allreduce time of algo over n ranks for a buffer of bytes
+ * sent in pieces of seg bytes (the tree's; 0: one piece per tree): its
+ * factors times its two terms, which coll_model_terms gives without the
+ * factors (either pointer may be NULL). */
+double coll_model_time(const coll_model *m, int algo, int n, double bytes, double seg);
+void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double seg, double *lat,
                       double *bw);
+/* The piece in which algo runs a bucket of bytes over n ranks with model
+ * m, the same on every rank that holds the same tuning: for the tree the
+ * one that the model's alpha, beta and gamma say is fastest (a power of
+ * two, COLL_SEG_MIN..COLL_SEG_MAX); 0 (the transport's chunk) for the
+ * other algorithms, and for a model that was not probed. */
+#define COLL_SEG_MIN ((size_t)4 << 10)
+#define COLL_SEG_MAX ((size_t)4 << 20)
+size_t coll_algo_seg(const coll_model *m, int algo, int n, size_t bytes);
+/* coll_model_time in the pieces coll_algo_seg gives, as buckets run. */
+double coll_model_predict(const coll_model *m, int algo, int n, size_t bytes);
 /* The fastest of ring, halving-doubling and tree per size bin. */
-void coll_model_table(const coll_model *m, int n, double chunk, uint8_t table[COLL_TABLE_BINS]);
+void coll_model_table(const coll_model *m, int n, uint8_t table[COLL_TABLE_BINS]);
 int coll_table_bin(size_t bytes);
 
 /* The tuning rank 0 decides and broadcasts: the fitted model and the
@@ -303,10 +327,10 @@ typedef struct coll_probe_clock {
 fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
                            double med[2][COLL_MODEL_ALGOS], int *rounds);
 /* Member 0: t's factors for a group of n ranks from the group probe's
- * medians at bytes / 16 and bytes (t's alpha, beta, gamma set before),
- * and t's table for buckets sent in pieces of chunk bytes.  The caller
- * owns t. */
-void coll_tune_fit(coll_tuning *t, int n, double chunk, size_t bytes,
+ * medians at bytes / 16 and bytes (t's alpha, beta, gamma set before,
+ * which fix the tree's pieces, coll_algo_seg, in the probe as in every
+ * bucket), and t's table.  The caller owns t. */
+void coll_tune_fit(coll_tuning *t, int n, size_t bytes,
                    const double med[2][COLL_MODEL_ALGOS]);
 /* tune.c: the group's allreduce choice, on every member after the links
  * are up.  A fixed c->algo_req sets *algo and nothing moves.  Otherwise

@@ -42,7 +42,6 @@ static const size_t probe_sizes[] = {8, 4096, 65536, 262144, 1048576};
 #define GROUP_MAX ((size_t)1 << 20)
 #define GROUP_MIN ((size_t)1 << 16)
 #define GROUP_BUDGET_S 0.05
-#define GROUP_CHUNK(bytes) ((bytes) / 8)
 #define GROUP_SMALL(bytes) ((bytes) / 16)
 #define EFF_MIN 0.1
 #define EFF_MAX 100.0
@@ -152,9 +151,9 @@ static void describe(const coll_tuning *t, char *out, size_t cap) {
 
 /* The group probe's size: GROUP_MAX, halved while the model gives the
  * ring more than GROUP_BUDGET_S for it. */
-static size_t group_bytes(const coll_model *m, int n, double chunk) {
+static size_t group_bytes(const coll_model *m, int n) {
   size_t b = GROUP_MAX;
-  while (b > GROUP_MIN && coll_model_time(m, COLL_ALGO_RING, n, (double)b, chunk) > GROUP_BUDGET_S)
+  while (b > GROUP_MIN && coll_model_predict(m, COLL_ALGO_RING, n, b) > GROUP_BUDGET_S)
     b /= 2;
   return b;
 }
@@ -195,19 +194,22 @@ fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
   return FL_OK;
 }
 
-/* The group probe's clock on the real network: allreduces of buf in
- * pieces of GROUP_CHUNK(bytes), so that the tree pipelines as it does on
- * large buckets. */
+/* The group probe's clock on the real network: allreduces of buf in the
+ * pieces a bucket of that size runs in (coll_algo_seg of member 0's
+ * alpha, beta and gamma, which every member learns first), so that the
+ * times measured are those of the buckets. */
 typedef struct net_clock {
   coll_xport x;
   coll_sched *s;
   uint64_t *seq;
   uint8_t *buf;
+  coll_model m;
 } net_clock;
 
 static fl_status net_run(void *arg, int algo, size_t len, double *secs) {
   net_clock *nc = arg;
-  coll_op a = {COLL_OP_ALLREDUCE, algo, nc->buf, len / sizeof(float), FL_COLL_F32, 0, ++*nc->seq};
+  coll_op a = {COLL_OP_ALLREDUCE, algo, nc->buf, len / sizeof(float), FL_COLL_F32, 0, ++*nc->seq,
+               coll_algo_seg(&nc->m, algo, nc->x.n, len)};
   double t0 = now_s();
   FL_TRY(coll_sched_run(nc->s, &nc->x, &a));
   *secs = now_s() - t0;
@@ -218,7 +220,7 @@ static fl_status net_share(void *arg, uint32_t *v) {
   net_clock *nc = arg;
   uint8_t b[4];
   coll_put_u32(b, *v);
-  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, b, sizeof b, FL_COLL_F32, 0, ++*nc->seq};
+  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, b, sizeof b, FL_COLL_F32, 0, ++*nc->seq, 0};
   FL_TRY(coll_sched_run(nc->s, &nc->x, &a));
   *v = coll_get_u32(b);
   return FL_OK;
@@ -242,14 +244,15 @@ static double clampf(double v) {
  * of ring and halving_doubling at the large size takes over (on 8 shaped
  * namespaces the tree took 1.3 to 3.9 times the ring's time at 64 MiB in
  * each of four runs, and auto carried a tree won at 1 MiB up to it). */
-void coll_tune_fit(coll_tuning *t, int n, double chunk, size_t bytes,
-                   const double best[2][COLL_MODEL_ALGOS]) {
-  double piece = (double)GROUP_CHUNK(bytes);
+void coll_tune_fit(coll_tuning *t, int n, size_t bytes, const double best[2][COLL_MODEL_ALGOS]) {
   int fast[2] = {0, 0}; /* the measured fastest at the small and the large size */
   for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
     double ls, ws, lb, wb;
-    coll_model_terms(&t->m, group_algos[i], n, (double)GROUP_SMALL(bytes), piece, &ls, &ws);
-    coll_model_terms(&t->m, group_algos[i], n, (double)bytes, piece, &lb, &wb);
+    size_t small = GROUP_SMALL(bytes);
+    coll_model_terms(&t->m, group_algos[i], n, (double)small,
+                     (double)coll_algo_seg(&t->m, group_algos[i], n, small), &ls, &ws);
+    coll_model_terms(&t->m, group_algos[i], n, (double)bytes,
+                     (double)coll_algo_seg(&t->m, group_algos[i], n, bytes), &lb, &wb);
     double det = ls * wb - lb * ws;
     double l = det != 0 ? (best[0][i] * wb - best[1][i] * ws) / det : 1.0;
     t->m.lat[i] = clampf(l);
@@ -261,7 +264,7 @@ void coll_tune_fit(coll_tuning *t, int n, double chunk, size_t bytes,
     if (best[0][i] < best[0][fast[0]]) fast[0] = i;
     if (best[1][i] < best[1][fast[1]]) fast[1] = i;
   }
-  coll_model_table(&t->m, n, chunk, t->table);
+  coll_model_table(&t->m, n, t->table);
   t->table[coll_table_bin(GROUP_SMALL(bytes))] = (uint8_t)group_algos[fast[0]];
   t->table[coll_table_bin(bytes)] = (uint8_t)group_algos[fast[1]];
   int above = fast[1];
@@ -276,16 +279,18 @@ static void log_tuning(const coll_xport *x, const coll_tuning *t, size_t bytes,
                        const double best[2][COLL_MODEL_ALGOS], int rounds, double probe_s) {
   char desc[512];
   describe(t, desc, sizeof desc);
+  size_t small = GROUP_SMALL(bytes);
   FL_LOGI("collective: network probe (%.0f ms, medians of %d rounds): alpha %.1f us, "
           "beta %.3f ns/B (%.2f GB/s), reduce %.3f ns/B; allreduce of %zu / %zu KiB on %d "
           "ranks: ring %.2f / %.2f ms, halving_doubling %.2f / %.2f ms, tree %.2f / %.2f ms "
-          "(latency x%.2f, x%.2f, x%.2f, bandwidth x%.2f, x%.2f, x%.2f); allreduce algorithm "
-          "by bucket size: %s",
+          "in %zu / %zu KiB pieces (latency x%.2f, x%.2f, x%.2f, bandwidth x%.2f, x%.2f, "
+          "x%.2f); allreduce algorithm by bucket size: %s",
           probe_s * 1e3, rounds, t->m.alpha * 1e6, t->m.beta * 1e9, 1e-9 / t->m.beta,
-          t->m.gamma * 1e9, GROUP_SMALL(bytes) >> 10, bytes >> 10, x->n, best[0][0] * 1e3,
-          best[1][0] * 1e3, best[0][1] * 1e3, best[1][1] * 1e3, best[0][2] * 1e3,
-          best[1][2] * 1e3, t->m.lat[0], t->m.lat[1], t->m.lat[2], t->m.eff[0], t->m.eff[1],
-          t->m.eff[2], desc);
+          t->m.gamma * 1e9, small >> 10, bytes >> 10, x->n, best[0][0] * 1e3, best[1][0] * 1e3,
+          best[0][1] * 1e3, best[1][1] * 1e3, best[0][2] * 1e3, best[1][2] * 1e3,
+          coll_algo_seg(&t->m, COLL_ALGO_TREE, x->n, small) >> 10,
+          coll_algo_seg(&t->m, COLL_ALGO_TREE, x->n, bytes) >> 10, t->m.lat[0], t->m.lat[1],
+          t->m.lat[2], t->m.eff[0], t->m.eff[1], t->m.eff[2], desc);
 }
 
 /* Member 0: restored tuning (*group = 0), or the ping-pong's fit and the
@@ -316,7 +321,26 @@ static fl_status decide(const coll_xport *x, coll_tuning *t, uint8_t *buf, size_
   FL_TRY(ping_pong(x, buf, oneway));
   t->n = x->n;
   fit(oneway, &t->m);
-  *group = group_bytes(&t->m, x->n, (double)x->chunk);
+  *group = group_bytes(&t->m, x->n);
+  return FL_OK;
+}
+
+/* Every member: member 0's group probe size (0: none) in *group and the
+ * alpha, beta and gamma that fix the tree's pieces in *m. */
+static fl_status share_plan(const coll_xport *x, coll_sched *s, uint64_t *seq, size_t *group,
+                            coll_model *m) {
+  uint8_t b[28];
+  coll_put_u32(b, (uint32_t)*group);
+  coll_put_f64(b + 4, m->alpha);
+  coll_put_f64(b + 12, m->beta);
+  coll_put_f64(b + 20, m->gamma);
+  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, b, sizeof b, FL_COLL_F32, 0, ++*seq, 0};
+  FL_TRY(coll_sched_run(s, x, &a));
+  *group = coll_get_u32(b);
+  *m = (coll_model){coll_get_f64(b + 4), coll_get_f64(b + 12), coll_get_f64(b + 20), {1, 1, 1},
+                    {1, 1, 1}};
+  if (*group > GROUP_MAX)
+    return FL_ERR(FL_EPROTO, "collective: rank 0 asked for a %zu-byte network probe", *group);
   return FL_OK;
 }
 
@@ -335,21 +359,14 @@ static fl_status probe(const coll_xport *x, coll_sched *s, uint64_t *seq, coll_t
     double unused[PROBE_SIZES];
     if (flag) FL_TRY(ping_pong(x, buf, unused));
   }
-  uint8_t gb[4];
-  coll_put_u32(gb, (uint32_t)group);
-  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, gb, sizeof gb, FL_COLL_F32, 0, ++*seq};
-  FL_TRY(coll_sched_run(s, x, &a));
-  group = coll_get_u32(gb);
-  if (group > GROUP_MAX)
-    return FL_ERR(FL_EPROTO, "collective: rank 0 asked for a %zu-byte network probe", group);
+  net_clock nc = {*x, s, seq, buf, t->m};
+  FL_TRY(share_plan(x, s, seq, &group, &nc.m));
   if (group == 0) return FL_OK;
-  net_clock nc = {*x, s, seq, buf};
-  nc.x.chunk = GROUP_CHUNK(group);
   coll_probe_clock clock = {net_run, net_share, &nc};
   int rounds = 0;
   FL_TRY(coll_group_probe(&clock, group, best, &rounds));
   if (x->me == 0) {
-    coll_tune_fit(t, x->n, (double)x->chunk, group, best);
+    coll_tune_fit(t, x->n, group, best);
     log_tuning(x, t, group, best, rounds, now_s() - t0);
   }
   return FL_OK;
@@ -371,7 +388,7 @@ fl_status coll_tune(const coll_xport *x, coll_sched *s, uint64_t *seq, int *algo
   FL_TRY(st);
   uint8_t blob[COLL_TUNING_BYTES];
   if (x->me == 0) coll_tuning_encode(t, blob);
-  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, blob, sizeof blob, FL_COLL_F32, 0, ++*seq};
+  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, blob, sizeof blob, FL_COLL_F32, 0, ++*seq, 0};
   FL_TRY(coll_sched_run(s, x, &a));
   if (coll_tuning_decode(blob, sizeof blob, t) != FL_OK)
     return FL_ERR(FL_EPROTO, "collective: rank 0 sent an unreadable allreduce tuning");
