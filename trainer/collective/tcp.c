@@ -13,13 +13,10 @@
  * of its own is active on a data connection after set-up).  That saves two
  * thread hand-offs per op and the loop's wake-ups per chunk, which is most
  * of the time of a small op.  When the descriptors have nothing to give,
- * the thread sleeps in poll() at once, each receiving descriptor set to
- * wake it only when the bytes the op waits for are there (SO_RCVLOWAT):
- * it used to yield the core (sched_yield) for 50 us first and to wake on
- * every segment, and with 16 ranks and their links on 2 busy cores each
- * yield gave away a time slice, so that a 64 KiB halving-doubling, 8
- * exchanges of up to 23 segments, took longer than the ring's 30 steps of
- * 3 segments.  A failure
+ * the thread yields the core for a moment (while recent stalls mostly
+ * ended in that moment: may_spin), then sleeps in poll(), each receiving
+ * descriptor set to wake it only when the bytes the op waits for are there
+ * (SO_RCVLOWAT) rather than at every segment.  A failure
  * (tcp_abort, on the loop) shuts the sockets down, which wakes the poll;
  * the descriptors are closed with the other connections at teardown, so
  * they are never reused under a running op.
@@ -42,6 +39,8 @@
 #include "fl_metrics.h"
 
 #define LOWAT_MAX ((size_t)256 << 10) /* bytes: well below the 4 MiB buffers */
+#define SPIN_SCORE_MAX 8
+#define SPIN_RETRY 16 /* with a score of 0, every 16th stall yields again */
 
 typedef struct tcp_state tcp_state;
 
@@ -57,6 +56,9 @@ struct tcp_state {
   uint32_t tag;
   int *fd;        /* n * nch descriptors, -1 where no connection */
   int *lowat;     /* n * nch: the SO_RCVLOWAT each descriptor has now */
+  int spin_score; /* 0..SPIN_SCORE_MAX: recent stalls that ended while yielding */
+  int slept;      /* the current stall went to sleep in poll */
+  unsigned stalls;
   tcp_slot *slot; /* n * nch */
   int setup_left;
   int setup_done;
@@ -247,6 +249,26 @@ static void set_lowat(tcp_state *st, int k, size_t need) {
   if (setsockopt(st->fd[k], SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0) st->lowat[k] = v;
 }
 
+/* Whether this stall may yield the core a moment before it sleeps (an
+ * adaptive spin): yes while recent stalls mostly ended during their yield
+ * (two ranks on a machine with cores to spare: the bytes come within
+ * microseconds, and a sleep in poll costs a wake-up each, a fifth of a
+ * 64 KiB op's bus bandwidth on loopback); no once they mostly went on to
+ * sleep (more processes than cores: each yield gives a time slice to
+ * another process, and with 16 ranks and their link shapers on 2 cores a
+ * 64 KiB halving-doubling took longer than the ring), trying again every
+ * SPIN_RETRY stalls. */
+static int may_spin(tcp_state *st, const coll_idle *idle) {
+  if (idle->since_ns == 0) { /* a new stall: score how the last one ended */
+    st->spin_score += st->slept ? -1 : 1;
+    if (st->spin_score < 0) st->spin_score = 0;
+    if (st->spin_score > SPIN_SCORE_MAX) st->spin_score = SPIN_SCORE_MAX;
+    st->slept = 0;
+    st->stalls++;
+  }
+  return st->spin_score > 0 || st->stalls % SPIN_RETRY == 0;
+}
+
 /* Nothing moved: sleep in poll until a link can move what the op needs
  * (at most 100 ms, to look at the clock).  With no progress for the
  * rank-0 verdict's grace, name the peer this rank waits on: the first it still receives
@@ -254,7 +276,8 @@ static void set_lowat(tcp_state *st, int k, size_t need) {
 static fl_status x_wait(void *vs, const coll_want *w, int nw, coll_idle *idle, const char *op) {
   tcp_state *st = vs;
   if (atomic_load(&st->dead)) return dead_status(st);
-  coll_idle_mark(idle);
+  if (may_spin(st, idle) && coll_idle_spin(idle)) return FL_OK;
+  st->slept = 1;
   for (int i = 0; i < nw; i++) {
     int k = w[i].peer * st->nch + w[i].ch;
     if (w[i].recv) set_lowat(st, k, w[i].need);
@@ -278,6 +301,7 @@ static fl_status tcp_init(fl_coll *c, const coll_group *g, void **state) {
   st->me = g->me;
   st->tag = g->tag;
   st->nch = c->nrings;
+  st->spin_score = SPIN_SCORE_MAX;
   size_t links = (size_t)g->n * (size_t)st->nch;
   st->ranks = malloc((size_t)g->n * sizeof(int));
   st->fd = malloc(links * sizeof(int));
