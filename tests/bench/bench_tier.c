@@ -6,7 +6,9 @@
  * ids drawn from Zipf(1.05) over the ids (prints pull_push_rows_per_s),
  * the process's peak RSS beside the budget (tier: BUDGET bytes, default
  * 10% of the table's row bytes; RocksDB's share of it is
- * fl_ps_tier_overhead) and the bytes it read from disk.  The store goes
+ * fl_ps_tier_overhead), the bytes it read from disk, and (tier) the
+ * fraction of pulled rows that came from disk and the bytes read while
+ * pulling and pushing.  The store goes
  * under DIR.  tests/bench/bench_tier.sh runs both and the ratio;
  * bench_tier_cgroup.sh runs the tier in a memory cgroup. */
 #include <config.h>
@@ -76,6 +78,8 @@ int main(int argc, char **argv) {
   uint64_t budget = 0, rng = 1;
   double t0, c0, el;
   struct rusage ru;
+  fl_ps_tier_stats st0 = {0};
+  unsigned long long rd0;
   int tiered;
 
   if (argc != 5 && argc != 6) {
@@ -117,6 +121,8 @@ int main(int argc, char **argv) {
          (double)ids / el, ids, el);
   printf("%s table_fill_rows_per_cpu_s: %.0f rows/s\n", argv[1], (double)ids / (cpu() - c0));
 
+  if (tier) fl_ps_tier_get_stats(tier, &st0);
+  rd0 = read_bytes();
   t0 = now();
   c0 = cpu();
   for (size_t b = 0; b < batches; b++) {
@@ -133,6 +139,9 @@ int main(int argc, char **argv) {
   if (tier) {
     fl_ps_tier_stats st;
     fl_ps_tier_get_stats(tier, &st);
+    printf("tier pull_push_miss_fraction: %.3f (rows promoted from disk per row pulled)\n",
+           (double)(st.promotions - st0.promotions) / ((double)batches * BATCH));
+    printf("tier pull_push_disk_read_bytes: %llu bytes\n", read_bytes() - rd0);
     printf("tier rows: %zu in memory, %llu on disk (%.1f MB); %llu promotions, %llu demotions\n",
            fl_ps_table_rows(t), (unsigned long long)st.rows, (double)st.bytes / 1e6,
            (unsigned long long)st.promotions, (unsigned long long)st.demotions);
