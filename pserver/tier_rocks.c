@@ -322,9 +322,10 @@ static void set_options(fl_ps_tier *t) {
   t->ro = rocksdb_readoptions_create();
 }
 
-fl_status fl_ps_tier_open(const char *dir, size_t budget, fl_ps_tier **out) {
+/* A tier of store dir with its options set, not opened yet.  Ownership:
+ * the caller owns *out (fl_ps_tier_close). */
+static fl_status tier_new(const char *dir, size_t budget, fl_ps_tier **out) {
   fl_ps_tier *t;
-  fl_status st;
   *out = NULL;
   if (strlen(dir) >= sizeof t->path)
     return FL_ERR(FL_EINVAL, "disk tier: path %s too long", dir);
@@ -334,6 +335,15 @@ fl_status fl_ps_tier_open(const char *dir, size_t budget, fl_ps_tier **out) {
   t->budget = budget;
   pthread_mutex_init(&t->mu, NULL);
   set_options(t);
+  *out = t;
+  return FL_OK;
+}
+
+fl_status fl_ps_tier_open(const char *dir, size_t budget, fl_ps_tier **out) {
+  fl_ps_tier *t;
+  fl_status st;
+  *out = NULL;
+  FL_TRY(tier_new(dir, budget, &t));
   if ((st = check_unused(dir)) != FL_OK || (st = remove_dir(dir)) != FL_OK ||
       (st = open_db(t)) != FL_OK) {
     fl_ps_tier_close(t);
@@ -890,14 +900,7 @@ fl_status fl_ps_tier_open_copy(const char *dir, fl_ps_tier **out) {
   fl_ps_tier *t;
   char *err = NULL;
   *out = NULL;
-  if (strlen(dir) >= sizeof t->path)
-    return FL_ERR(FL_EINVAL, "disk tier: path %s too long", dir);
-  t = calloc(1, sizeof *t);
-  if (!t) return FL_ERR(FL_ENOMEM, "disk tier: out of memory");
-  snprintf(t->path, sizeof t->path, "%s", dir);
-  t->budget = COPY_BUDGET;
-  pthread_mutex_init(&t->mu, NULL);
-  set_options(t);
+  FL_TRY(tier_new(dir, COPY_BUDGET, &t));
   t->db = rocksdb_open_for_read_only(t->opt, dir, 0, &err);
   if (err) {
     fl_status st = FL_ERR(FL_EIO, "disk tier: cannot read the store copy %s: %s", dir, err);

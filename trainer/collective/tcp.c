@@ -185,22 +185,6 @@ static fl_status dead_status(tcp_state *st) {
   return f != FL_OK ? f : FL_ECLOSED;
 }
 
-static fl_status x_send(void *vs, int peer, int ch, const void *p, size_t len, size_t *moved) {
-  tcp_state *st = vs;
-  *moved = 0;
-  for (;;) {
-    ssize_t k = send(st->fd[peer * st->nch + ch], p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (k >= 0) {
-      *moved = (size_t)k;
-      st->sent += (size_t)k;
-      return FL_OK;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return FL_OK;
-    return io_failed(st, st->ranks[peer], ch, errno, "sending to");
-  }
-}
-
 static fl_status x_send2(void *vs, int peer, int ch, const void *a, size_t alen, const void *b,
                          size_t blen, size_t *moved) {
   tcp_state *st = vs;
@@ -218,6 +202,10 @@ static fl_status x_send2(void *vs, int peer, int ch, const void *a, size_t alen,
     if (errno == EAGAIN || errno == EWOULDBLOCK) return FL_OK;
     return io_failed(st, st->ranks[peer], ch, errno, "sending to");
   }
+}
+
+static fl_status x_send(void *vs, int peer, int ch, const void *p, size_t len, size_t *moved) {
+  return x_send2(vs, peer, ch, p, len, NULL, 0, moved);
 }
 
 static fl_status x_recv(void *vs, int peer, int ch, void *p, size_t len, size_t *moved) {
