@@ -151,14 +151,18 @@ static void chunk_order(const fl_chunks *c, int64_t e, int64_t *order) {
 
 static int64_t chunk_first_step(const fl_chunks *c, int64_t ch) { return ch * c->steps / c->n; }
 
-/* Mark the chunk being trained done. */
+/* Mark the chunk being trained done.  Logged before the mark is put, so
+ * that a log never lacks a chunk etcd holds done: a trainer stopped in
+ * between leaves a chunk logged done and still claimed, which another
+ * trainer trains again once the claim's lease expires (the documented
+ * at-least-once window), never one done on etcd that no log shows. */
 static fl_status finish_chunk(fl_chunks *c) {
   char k[320];
   snprintf(k, sizeof k, "%se%" PRId64 "/c%" PRId64 "/done", c->prefix, c->epoch, c->cur);
-  FL_TRY(fl_etcd_put(c->etcd, k, c->id, 0));
   FL_LOGI("elastic chunks: epoch %" PRId64 " chunk %" PRId64 " done (%" PRId64 " samples)",
           c->epoch, c->cur,
           (chunk_first_step(c, c->cur + 1) - chunk_first_step(c, c->cur)) * c->step_samples);
+  FL_TRY(fl_etcd_put(c->etcd, k, c->id, 0));
   c->cur = -1;
   return FL_OK;
 }

@@ -11,6 +11,7 @@
 #include <cblas.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1743,6 +1744,13 @@ static fl_status chunk_step(trainer *t, int *more) {
  * when a peer dies: the caller then joins the next world (lost_world) at
  * the epoch's end, and that world evaluates again. */
 static fl_status epoch_end_evals(trainer *t, fl_trainer_report *rep, int stopped) {
+  static int held;
+  const char *hold = getenv("FLOTILLA_TEST_STOP_AT_EVAL"); /* tests: a peer lost mid-evaluation */
+  if (!held++ && hold && hold[0]) {
+    FL_LOGW("FLOTILLA_TEST_STOP_AT_EVAL: stopped before the epoch's evaluation");
+    fflush(NULL);
+    raise(SIGSTOP);
+  }
   if (validation_due(t, 1) && !stopped) FL_TRY(validate(t, rep));
   if (t->have_test) FL_TRY(evaluate(t, rep));
   if (t->have_test && !t->vn) FL_TRY(observe_metric(t, rep, NULL));

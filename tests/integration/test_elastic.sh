@@ -179,7 +179,9 @@ sed -e 's/limit_train: 24000/limit_train: 6000/' -e 's/limit_test: 2000/limit_te
   -e 's/epochs: 2,/epochs: 1,/' job.yaml > ev.yaml
 p4=$(etcd_free_port 127.0.0.1)
 for n in 1 2 3; do
-  FLOTILLA_CHECKPOINT_DIR="$tmp/ck.ev.$n" setsid timeout 120 "$RUN" --nnodes 2:3 \
+  hold=""
+  [ $n = 3 ] && hold=1 # node 3 stops itself before the epoch's evaluation
+  FLOTILLA_TEST_STOP_AT_EVAL=$hold FLOTILLA_CHECKPOINT_DIR="$tmp/ck.ev.$n" setsid timeout 120 "$RUN" --nnodes 2:3 \
     --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" --rdzv_id ev \
     --rdzv_conf lease_s=4,settle_s=1 --node_ip "127.0.0.$n" --master_port "$p4" \
     --log_dir "$tmp/log.ev.$n" ev.yaml > "$tmp/out.ev.$n" 2>&1 &
@@ -187,6 +189,8 @@ for n in 1 2 3; do
   groups="$groups $!"
 done
 wait_line "\[Epoch 0\] train: " "log.ev.1/round.*/workerlog.*" || fail "ev: epoch 0 never ended"
+wait_line "FLOTILLA_TEST_STOP_AT_EVAL: stopped" "log.ev.3/round.*/workerlog.*" ||
+  fail "ev: node 3 did not stop before its evaluation"
 killpg KILL "$(cat pid.ev.3)"
 for n in 1 2; do
   wait "$(cat pid.ev.$n)" || fail "ev: node $n exited $?"

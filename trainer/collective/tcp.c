@@ -246,7 +246,7 @@ static void set_lowat(tcp_state *st, int k, size_t need) {
  * another process, and with 16 ranks and their link shapers on 2 cores a
  * 64 KiB halving-doubling took longer than the ring), trying again every
  * SPIN_RETRY stalls. */
-static int may_spin(tcp_state *st, const coll_idle *idle) {
+static int may_spin(tcp_state *st, coll_idle *idle) {
   if (idle->since_ns == 0) { /* a new stall: score how the last one ended */
     st->spin_score += st->slept ? -1 : 1;
     if (st->spin_score < 0) st->spin_score = 0;
@@ -254,6 +254,7 @@ static int may_spin(tcp_state *st, const coll_idle *idle) {
     st->slept = 0;
     st->stalls++;
   }
+  coll_idle_mark(idle); /* the stall's start, which the timeout counts from */
   return st->spin_score > 0 || st->stalls % SPIN_RETRY == 0;
 }
 
