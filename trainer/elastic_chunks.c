@@ -191,6 +191,9 @@ static fl_status claim_free(fl_chunks *c, int64_t e, const unsigned char *state,
 }
 
 /* Ownership: nothing kept. */
+int64_t fl_chunks_left(const fl_chunks *c) { return c->cur >= 0 ? c->left : 0; }
+
+/* Ownership: nothing kept. */
 fl_status fl_chunks_next_step(fl_chunks *c, int64_t epoch, int64_t *first_sample, int *more) {
   unsigned char state[CHUNKS_MAX];
   int64_t done;

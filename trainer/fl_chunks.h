@@ -47,6 +47,11 @@ fl_status fl_chunks_first_epoch(fl_chunks *c, int64_t from, int64_t epochs, int6
  * other trainers hold the epoch's last chunks. */
 fl_status fl_chunks_next_step(fl_chunks *c, int64_t epoch, int64_t *first_sample, int *more);
 
+/* Steps of the claimed chunk not yet begun (0 when none is claimed): 0
+ * before fl_chunks_next_step means that call may mark the chunk done, so a
+ * caller with pushes in flight waits for them first. */
+int64_t fl_chunks_left(const fl_chunks *c);
+
 /* Stop the keeper and revoke the lease (claims not done are freed). */
 void fl_chunks_close(fl_chunks *c);
 

@@ -1734,9 +1734,13 @@ static fl_status chunks_first_epoch(trainer *t) {
  * a newly claimed chunk); *more 0 when the epoch's chunks are all done. */
 static fl_status chunk_step(trainer *t, int *more) {
   int64_t at;
+  /* a model with sparse tables: the chunk's last push acknowledged before
+   * the chunk is marked done (its pulls never run past the chunk) */
+  if (t->sparse && fl_chunks_left(t->chunks) == 0) FL_TRY(fl_sparse_run_drain(t->sparse));
   FL_TRY(fl_chunks_next_step(t->chunks, t->epoch, &at, more));
   if (at < 0) return FL_OK;
   FL_TRY(fl_loader_set_offset(t->loader, (size_t)at));
+  if (t->sparse) fl_sparse_run_chunk(t->sparse, (fl_chunks_left(t->chunks) + 1) * t->k);
   return fl_loader_start(t->loader, t->epoch, 0);
 }
 
@@ -1765,6 +1769,7 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
 
   if (t->sparse) fl_sparse_run_limit(t->sparse, t->steps_per_epoch, max_steps);
   if (t->chunks) FL_TRY(chunks_first_epoch(t));
+  if (t->chunks && t->sparse) fl_sparse_run_chunk(t->sparse, 0);
   while (t->epoch < job->train.epochs) {
     if (max_steps > 0 && t->step >= max_steps) break;
     int64_t first = t->batch / t->k, epoch_steps = t->chunks ? INT64_MAX : t->steps_per_epoch;
@@ -1840,11 +1845,11 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
 }
 
 /* Elastic ps (flotilla-run's agent sets FLOTILLA_ELASTIC_CHUNKS): the
- * trainers claim the epoch chunk by chunk; sparse data (its batches run
- * ahead of the step, loop_sparse.c) keeps the rank's share. */
+ * trainers claim the epoch chunk by chunk; a stream (read in order, not
+ * seekable) keeps the rank's share. */
 static int chunk_mode(const trainer *t) {
   const char *v = getenv("FLOTILLA_ELASTIC_CHUNKS");
-  return v && v[0] && t->ps && !t->stream && !t->strain.n;
+  return v && v[0] && t->ps && !t->stream;
 }
 
 /* The loader over the data in memory (none for a stream). */
@@ -1865,13 +1870,14 @@ static fl_status make_loader(trainer *t) {
 }
 
 /* Chunk mode: the claims on etcd, once the steps of a whole epoch are
- * known (a model with sparse tables is refused: its batches run ahead). */
+ * known. */
 static fl_status open_chunks(trainer *t) {
+  const char *v = getenv("FLOTILLA_ELASTIC_CHUNKS");
+  if (v && v[0] && t->ps && t->stream)
+    FL_LOGI("elastic chunks: %s is a stream (read in order): each trainer slot trains its rank's "
+            "share, not claimed chunks; a slot left empty leaves its share untrained",
+            t->job->source);
   if (!chunk_mode(t)) return FL_OK;
-  if (t->sparse)
-    return FL_ERR(FL_ENOTSUP, "model %s: its sparse tables read batches ahead of the step, which "
-                  "elastic chunks cannot cut; run it with flotilla-run --rdzv_conf chunks=0 (each "
-                  "node's slot its share)", t->job->model.kind);
   return fl_chunks_open(t->steps_per_epoch, (int64_t)(t->k * t->job->train.batch_size),
                         t->job->train.seed, &t->chunks);
 }

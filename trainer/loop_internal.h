@@ -41,6 +41,13 @@ void fl_sparse_run_free(fl_sparse_run *r);
  * past the epoch's steps_per_epoch or past max_steps (> 0). */
 void fl_sparse_run_limit(fl_sparse_run *r, int64_t steps_per_epoch, int64_t max_steps);
 
+/* Elastic chunk mode (run_epochs: 0 before the first claim, then at each
+ * claim, the loader restarted at the chunk's first batch): no micro-batch
+ * is pulled ahead past the chunk's micro_batches, counted from there; the
+ * trainers' steps differ, so from the first call on each trainer evaluates
+ * the whole test set alone and exports without waiting for the others. */
+void fl_sparse_run_chunk(fl_sparse_run *r, int64_t micro_batches);
+
 /* In place of fl_loader_next for the micro-batch of step `step`: *b (its
  * arrays may be gone; index and size stay) with its rows pulled into the
  * model's slot fl_sparse_run_slot, which the next fl_model_train_sparse

@@ -25,7 +25,9 @@
  * sequential pull would be: the same rows, bit for bit), overlapping the
  * dense sync.  A push stays in flight while the next step computes; its
  * errors come out at the next push or at the epoch's end.  No pull runs
- * ahead past the epoch or the run's last step.  Each step's share of time
+ * ahead past the epoch or the run's last step, nor, in elastic chunk mode,
+ * past the claimed chunk: the next chunk is claimed (and the loader moved
+ * there) only after this one's last push is acknowledged.  Each step's share of time
  * blocked waiting for rows goes to the step report, /metrics and the
  * timeline.  Evaluation reads rows read-only (it
  * changes no table) and each rank scores its contiguous share of the test
@@ -83,6 +85,9 @@ struct fl_sparse_run {
   fl_batch next_b; /* that micro-batch (index, size; its arrays are gone) */
   size_t index;    /* the trained micro-batch's index in the epoch */
   int64_t step, per_epoch, max_steps; /* no pull ahead past the epoch or run */
+  int64_t chunk; /* elastic chunks: micro-batches of the claimed chunk (no pull
+                  * ahead past it), 0 = none */
+  int alone;     /* elastic chunks: this trainer evaluates the whole test set */
   double t_step, waited;     /* the step's start, its time blocked on rows (s) */
   double wait_sum, time_sum; /* over the epoch */
   int inited; /* the model's initial rows were sent (init_tables) */
@@ -222,6 +227,11 @@ void fl_sparse_run_limit(fl_sparse_run *r, int64_t steps_per_epoch, int64_t max_
   r->max_steps = max_steps;
 }
 
+void fl_sparse_run_chunk(fl_sparse_run *r, int64_t micro_batches) {
+  r->chunk = micro_batches;
+  r->alone = 1;
+}
+
 /* Prepare b in slot and fetch its rows, blocking: a training pull (rows
  * created, a sync pull held for the step), or an evaluation's read-only
  * one. */
@@ -250,6 +260,7 @@ static fl_status fetch(fl_sparse_run *r, unsigned slot, const fl_batch *b, size_
  * one from the loader, prepared in the other slot, its pulls started. */
 static fl_status pull_ahead(fl_sparse_run *r) {
   if (r->ahead || (int64_t)r->index + 1 >= r->per_epoch ||
+      (r->chunk > 0 && (int64_t)r->index + 1 >= r->chunk) ||
       (r->max_steps > 0 && r->step + 1 >= r->max_steps))
     return FL_OK;
   fl_ps_client *c = fl_sync_ps_client(r->sync);
@@ -501,9 +512,11 @@ static fl_status oracle_auc(const fl_sparse_dataset *test, double *out) {
 /* This rank's share scored, every share gathered, the metrics merged. */
 static fl_status eval_all(fl_sparse_run *r, test_src *test, fl_auc_acc *mine,
                           fl_auc_acc *all, fl_auc_result *res, double *correct) {
-  const int w = r->sync->ops->world_size(r->sync->self), k = r->sync->ops->rank(r->sync->self);
+  const int w = r->alone ? 1 : r->sync->ops->world_size(r->sync->self),
+            k = r->alone ? 0 : r->sync->ops->rank(r->sync->self);
   const size_t n = test_n(test), lo = share_start(n, k, w), hi = share_start(n, k + 1, w);
   FL_TRY(score(r, test, lo, hi, mine, correct));
+  if (r->alone) return fl_auc_merge(&(fl_auc_part){mine->score, mine->label, mine->n}, 1, res);
   FL_TRY(r->sync->ops->reduce_metrics(r->sync->self, correct, 1));
   FL_TRY(fl_auc_gather(r->sync, mine, lo, n, all));
   return fl_auc_merge(&(fl_auc_part){all->score, all->label, all->n}, 1, res);
@@ -576,7 +589,8 @@ static fl_status export_table(fl_sparse_run *r, size_t t, const char *prefix) {
 
 fl_status fl_sparse_run_export(fl_sparse_run *r, const char *prefix) {
   double v = 0;
-  FL_TRY(r->sync->ops->reduce_metrics(r->sync->self, &v, 1)); /* every last push is in */
+  if (!r->alone) /* every last push is in (elastic chunks: this trainer's) */
+    FL_TRY(r->sync->ops->reduce_metrics(r->sync->self, &v, 1));
   if (r->sync->ops->rank(r->sync->self) != 0) return FL_OK;
   for (size_t t = 0; t < r->nt; t++) FL_TRY(export_table(r, t, prefix));
   return FL_OK;

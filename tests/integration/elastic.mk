@@ -18,3 +18,5 @@ dist_check_SCRIPTS += tests/integration/test_elastic.sh
 TESTS += tests/integration/test_elastic.sh
 dist_check_SCRIPTS += tests/integration/test_elastic_ps.sh
 TESTS += tests/integration/test_elastic_ps.sh
+dist_check_SCRIPTS += tests/integration/test_elastic_ps_sparse.sh
+TESTS += tests/integration/test_elastic_ps_sparse.sh
