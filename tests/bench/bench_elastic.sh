@@ -92,12 +92,12 @@ one() {
     # the newest step a survivor completed (one may have finished the step
     # the others lost)
     last=$(sed -n 's/.*stopped at step \([0-9]*\) .*/\1/p' log.$m.[12]/round.1/workerlog.* |
-      sort -n | tail -1)
+      sort -n | tail -n 1)
     from=$(sed -n 's/.*elastic: round 2: rank .* from step \([0-9]*\);.*/\1/p' \
       log.$m.1/round.1/workerlog.* | head -1)
   else
     last=$(sed -n 's/.*\[Epoch 0, batch \([0-9]*\)\].*/\1/p' log.$m.*/round.1/workerlog.* |
-      sort -n | tail -1)
+      sort -n | tail -n 1)
     from=$(sed -n 's/.*resumed from .*: step \([0-9]*\),.*/\1/p' log.$m.1/round.2/workerlog.* |
       head -1)
   fi

@@ -118,7 +118,7 @@ running() { [ ! -s "$(eval echo "\${fl_rcfile_$1:-}")" ]; }
 show() {
   for f in "$@"; do
     echo "----- $f"
-    tail -25 "$f" 2> /dev/null
+    tail -n 25 "$f" 2> /dev/null
   done
 }
 

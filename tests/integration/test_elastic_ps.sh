@@ -82,7 +82,7 @@ wait_line() {
 held() {
   cat log.$1/round.1/workerlog.* | grep "elastic chunks: epoch [0-9]* chunk [0-9]* " |
     sed 's/.*elastic chunks: \(epoch [0-9]* chunk [0-9]*\) \([a-z]*\).*/\1 \2/' |
-    tail -1 | sed -n 's/ claimed$//p'
+    tail -n 1 | sed -n 's/ claimed$//p'
 }
 
 # ---- 1: a trainer leaves, another joins; the job completes
@@ -137,7 +137,7 @@ rc=$?
 [ $rc = 2 ] || fail "sync PS with --nnodes 1:3: exit $rc, want 2"
 grep -q "sync PS trains with a fixed set of trainers" out.sync || fail "no sync PS refusal message"
 [ $fails = 0 ] || {
-  for f in out.* ps.log log.*/round.1/workerlog.*; do echo "== $f"; tail -8 "$f"; done
+  for f in out.* ps.log log.*/round.1/workerlog.*; do echo "== $f"; tail -n 8 "$f"; done
   exit 1
 }
 echo "elastic ps: ok"

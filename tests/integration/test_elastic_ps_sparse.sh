@@ -93,7 +93,7 @@ run() {
 run async "a_sync: true"
 run geo "a_sync: true, a_sync_configs: {k_steps: 2}"
 [ $fails = 0 ] || {
-  for f in *.out.* *.ps.log *.log.*/round.1/workerlog.*; do echo "== $f"; tail -8 "$f"; done
+  for f in *.out.* *.ps.log *.log.*/round.1/workerlog.*; do echo "== $f"; tail -n 8 "$f"; done
   exit 1
 }
 echo "elastic ps sparse: ok"
