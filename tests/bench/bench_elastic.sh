@@ -28,6 +28,7 @@
 set -u
 B=$(cd "${FL_BUILDDIR:-build}" && pwd) # the runs cd to a temporary directory
 S=${FL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+FL_SRCDIR=$S # etcd_lib.sh finds its helpers there
 LEASE_S=${LEASE_S:-4}
 SETTLE_S=${SETTLE_S:-1}
 FM=/usr/share/datasets/fashion-mnist
