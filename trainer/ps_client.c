@@ -1245,14 +1245,14 @@ static fl_status commit_server(fl_ps_client *c, int s, int64_t step) {
   return FL_OK;
 }
 
-/* The registered table called name's index (n_tables: none), tried first
- * where the last one was found and after it: a step's calls name the
- * tables in the same order each time. */
+/* The registered table called name's index (n_tables: none), looked for
+ * from where the last one was found on, round to it: a step's calls name
+ * the tables in the same order each time. */
 static size_t table_index(fl_ps_client *c, const char *name) {
-  for (size_t i = c->table_hint; i < c->table_hint + 2 && i < c->n_tables; i++)
+  for (size_t k = 0; k < c->n_tables; k++) {
+    const size_t i = (c->table_hint + k) % c->n_tables;
     if (!strcmp(c->tables[i].name, name)) return c->table_hint = i;
-  for (size_t i = 0; i < c->n_tables; i++)
-    if (!strcmp(c->tables[i].name, name)) return c->table_hint = i;
+  }
   return c->n_tables;
 }
 
