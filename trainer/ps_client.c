@@ -880,6 +880,32 @@ done:
   return st;
 }
 
+/* Frees c and what create sets up before its channels (buffers, locks,
+ * per-server arrays, credentials): the end of destroy, and create's way
+ * out before fl_rpc_init. */
+static void free_client(fl_ps_client *c) {
+  fl_rpc_arena_free(&c->arena);
+  fl_rpc_arena_free(&c->uarena);
+  fl_rpc_inbuf_free(&c->in);
+  fl_rpc_inbuf_free(&c->uin);
+  fl_rpc_outbuf_free(c->ob);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->hb_mu);
+  pthread_cond_destroy(&c->hb_cv);
+  free(c->eps);
+  free(c->names);
+  free(c->ch);
+  free(c->sb);
+  free((void *)c->last_answer);
+  free((void *)c->hung_said);
+  free(c->token);
+  free(c->tls_ca);
+  free(c->tls_cert);
+  free(c->tls_key);
+  free(c);
+}
+
 /* ----------------------------------------------------------------- public */
 
 fl_status fl_ps_client_create(const fl_ps_client_opts *o, fl_ps_client **out) {
@@ -957,18 +983,7 @@ fail_rpc:
   fl_ps_client_destroy(c);
   return st;
 fail:
-  fl_rpc_outbuf_free(c->ob);
-  free(c->eps);
-  free(c->names);
-  free(c->ch);
-  free(c->sb);
-  free((void *)c->last_answer);
-  free((void *)c->hung_said);
-  free(c->token);
-  free(c->tls_ca);
-  free(c->tls_cert);
-  free(c->tls_key);
-  free(c);
+  free_client(c);
   return st;
 }
 
@@ -1962,24 +1977,5 @@ void fl_ps_client_destroy(fl_ps_client *c) {
   fl_ps_layout_free(c->layout);
   free(c->grp_blocks);
   free(c->grp_start);
-  fl_rpc_arena_free(&c->arena);
-  fl_rpc_arena_free(&c->uarena);
-  fl_rpc_inbuf_free(&c->in);
-  fl_rpc_inbuf_free(&c->uin);
-  fl_rpc_outbuf_free(c->ob);
-  pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv);
-  pthread_mutex_destroy(&c->hb_mu);
-  pthread_cond_destroy(&c->hb_cv);
-  free(c->eps);
-  free(c->names);
-  free(c->ch);
-  free(c->sb);
-  free((void *)c->last_answer);
-  free((void *)c->hung_said);
-  free(c->token);
-  free(c->tls_ca);
-  free(c->tls_cert);
-  free(c->tls_key);
-  free(c);
+  free_client(c);
 }
