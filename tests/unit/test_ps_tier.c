@@ -20,7 +20,6 @@
 #include <config.h>
 
 #include <check.h>
-#include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
@@ -374,21 +373,11 @@ static int64_t restart_tier(const char *dir, int64_t max_rows, int64_t expire, c
                             fl_ps_core *b) {
   static float got[KEYS * DIM], vb[KEYS * DIM];
   fl_ps_core *d = mk_delta(DELTA_BUDGET, max_rows, expire, dir);
-  fl_ckpt *ck = NULL;
-  int64_t step, deltas = -1;
-  char path[512], logp[512];
+  int64_t deltas;
+  char logp[512];
   fl_ps_tiers td, tb;
-  int saved = dup(2), fd;
   snprintf(logp, sizeof logp, "%s/log.txt", dir);
-  fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ck_assert_int_eq(fl_ckpt_dir_load_latest(dir, &ck, &step), FL_OK);
-  fl_ckpt_dir_path(dir, step, path, sizeof path);
-  dup2(fd, 2);
-  ck_assert_int_eq(fl_ps_core_load_chain(d, ck, path, dir, &deltas), FL_OK);
-  dup2(saved, 2);
-  close(fd);
-  close(saved);
-  fl_ckpt_free(ck);
+  deltas = pt_load_chain(d, dir, logp);
   restored_rows(d, want, &td);
   ck_assert_uint_le(td.mem_bytes, DELTA_BUDGET - fl_ps_tier_overhead(DELTA_BUDGET));
   if (b) {
