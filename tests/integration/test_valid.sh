@@ -29,17 +29,7 @@ py=/usr/bin/python3
 tmp=$(mktemp -d /tmp/fl_valid.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-dist_run() {
-  name=$1
-  shift
-  timeout 120 "$RUN" --log_dir "$tmp/$name.log" "$@" "$tmp/$name.yaml" > "$tmp/$name.out" 2>&1
-  rc=$?
-  [ $rc -eq 0 ] || { tail -20 "$tmp/$name.out" "$tmp/$name.log"/workerlog.* 2> /dev/null
-    fail "$name: exit $rc"; return 1; }
-}
+. "$FL_SRCDIR/tests/integration/runs_lib.sh"
 
 # 1. batch-norm statistics agreed before the evaluation and the export
 part1() {
