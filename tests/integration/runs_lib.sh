@@ -1,10 +1,12 @@
 # runs_lib.sh - what the shell tests that train short jobs with
-# flotilla-trainer and flotilla-run share (sourced): failures counted in
-# $fails, a job NAME ($tmp/NAME.yaml) run locally or distributed within
-# 120 s, and two jobs' final checkpoints compared.  The caller sets tmp and
-# those of T (flotilla-trainer), RUN (flotilla-run) and DIFF (ckpt_maxdiff)
-# that it uses.
-# shellcheck disable=SC2154 # tmp, T, RUN, DIFF: set by the sourcing script
+# flotilla-trainer and flotilla-run share (sourced): the programs (T, RUN,
+# DIFF), failures counted in $fails, a job NAME ($tmp/NAME.yaml) run
+# locally or distributed within 120 s, and two jobs' final checkpoints
+# compared.  The caller sets tmp.
+# shellcheck disable=SC2154 # tmp: set by the sourcing script
+T=$FL_BUILDDIR/flotilla-trainer
+RUN=$FL_BUILDDIR/flotilla-run
+DIFF=$FL_BUILDDIR/tests/integration/ckpt_maxdiff
 fails=0
 # fail MESSAGE: one failure, said.
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }

@@ -15,9 +15,6 @@
 # Seconds in all.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
-T=$FL_BUILDDIR/flotilla-trainer
-RUN=$FL_BUILDDIR/flotilla-run
-DIFF=$FL_BUILDDIR/tests/integration/ckpt_maxdiff
 fx=$FL_SRCDIR/tests/fixtures/onnx
 tmp=$(mktemp -d /tmp/fl_clip_lr.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT

@@ -24,9 +24,6 @@
 # Each run is a few dozen steps of a tiny model: seconds in all.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
-T=$FL_BUILDDIR/flotilla-trainer
-RUN=$FL_BUILDDIR/flotilla-run
-DIFF=$FL_BUILDDIR/tests/integration/ckpt_maxdiff
 fx=$FL_SRCDIR/tests/fixtures/onnx
 tmp=$(mktemp -d /tmp/fl_onnx_modes.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT

@@ -22,8 +22,6 @@
 # without them they are skipped.  Seconds.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
-T=$FL_BUILDDIR/flotilla-trainer
-RUN=$FL_BUILDDIR/flotilla-run
 it=$FL_SRCDIR/tests/integration
 py=/usr/bin/python3
 tmp=$(mktemp -d /tmp/fl_valid.XXXXXX)
