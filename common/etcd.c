@@ -296,15 +296,21 @@ fl_status fl_etcd_lease_grant(fl_etcd *e, int64_t ttl_s, int64_t *id) {
   return st;
 }
 
+/* call for a Lease method about lease id, which its errors name. */
+static fl_status lease_call(fl_etcd *e, const char *method, int64_t id, const ProtobufCMessage *req,
+                            const ProtobufCMessageDescriptor *resp, ProtobufCMessage **m) {
+  char key[32];
+  snprintf(key, sizeof key, "lease %llx", (unsigned long long)id);
+  return call(e, method, key, req, resp, m);
+}
+
 /* Ownership: nothing kept. */
 fl_status fl_etcd_lease_keepalive(fl_etcd *e, int64_t id, int64_t *ttl) {
   Etcdserverpb__LeaseKeepAliveRequest req = ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
   ProtobufCMessage *m;
-  char key[32];
-  snprintf(key, sizeof key, "lease %llx", (unsigned long long)id);
   req.id = id;
-  FL_TRY(call(e, "/etcdserverpb.Lease/LeaseKeepAlive", key, &req.base,
-              &etcdserverpb__lease_keep_alive_response__descriptor, &m));
+  FL_TRY(lease_call(e, "/etcdserverpb.Lease/LeaseKeepAlive", id, &req.base,
+                    &etcdserverpb__lease_keep_alive_response__descriptor, &m));
   *ttl = ((Etcdserverpb__LeaseKeepAliveResponse *)m)->ttl;
   protobuf_c_message_free_unpacked(m, NULL);
   return FL_OK;
@@ -314,11 +320,9 @@ fl_status fl_etcd_lease_keepalive(fl_etcd *e, int64_t id, int64_t *ttl) {
 fl_status fl_etcd_lease_revoke(fl_etcd *e, int64_t id) {
   Etcdserverpb__LeaseRevokeRequest req = ETCDSERVERPB__LEASE_REVOKE_REQUEST__INIT;
   ProtobufCMessage *m;
-  char key[32];
-  snprintf(key, sizeof key, "lease %llx", (unsigned long long)id);
   req.id = id;
-  FL_TRY(call(e, "/etcdserverpb.Lease/LeaseRevoke", key, &req.base,
-              &etcdserverpb__lease_revoke_response__descriptor, &m));
+  FL_TRY(lease_call(e, "/etcdserverpb.Lease/LeaseRevoke", id, &req.base,
+                    &etcdserverpb__lease_revoke_response__descriptor, &m));
   protobuf_c_message_free_unpacked(m, NULL);
   return FL_OK;
 }

@@ -343,20 +343,16 @@ void fl_ps_server_progress(void *server) {
 
 /* One handler per method of the wire: it answers the call (or holds it). */
 static void h_register(call *c, ProtobufCMessage *msg) {
-  fl_ps_server *s = c->w->s;
-  fl_ps_core *core = s->core;
   fl_status st;
   Flotilla__RegisterResponse r = FLOTILLA__REGISTER_RESPONSE__INIT;
-  st = fl_ps_core_register(core, (Flotilla__RegisterRequest *)msg, &r);
+  st = fl_ps_core_register(c->w->s->core, (Flotilla__RegisterRequest *)msg, &r);
   respond_msg(c, st, &r.base);
 }
 
 static void h_push_dense(call *c, ProtobufCMessage *msg) {
-  fl_ps_server *s = c->w->s;
-  fl_ps_core *core = s->core;
   fl_status st;
   Flotilla__PushDenseResponse r = FLOTILLA__PUSH_DENSE_RESPONSE__INIT;
-  st = fl_ps_core_push_dense(core, (Flotilla__PushDenseRequest *)msg, &r);
+  st = fl_ps_core_push_dense(c->w->s->core, (Flotilla__PushDenseRequest *)msg, &r);
   respond_msg(c, st, &r.base);
 }
 
@@ -445,11 +441,9 @@ static void h_pull_sparse(call *c, ProtobufCMessage *msg) {
 }
 
 static void h_push_sparse(call *c, ProtobufCMessage *msg) {
-  fl_ps_server *s = c->w->s;
-  fl_ps_core *core = s->core;
   fl_status st;
   Flotilla__PushSparseResponse r = FLOTILLA__PUSH_SPARSE_RESPONSE__INIT;
-  st = fl_ps_core_push_sparse(core, (Flotilla__PushSparseRequest *)msg, &r);
+  st = fl_ps_core_push_sparse(c->w->s->core, (Flotilla__PushSparseRequest *)msg, &r);
   respond_msg(c, st, &r.base);
 }
 
@@ -602,11 +596,9 @@ static void h_barrier(call *c, ProtobufCMessage *msg) {
 }
 
 static void h_heartbeat(call *c, ProtobufCMessage *msg) {
-  fl_ps_server *s = c->w->s;
-  fl_ps_core *core = s->core;
   fl_status st;
   Flotilla__HeartbeatResponse r = FLOTILLA__HEARTBEAT_RESPONSE__INIT;
-  st = fl_ps_core_heartbeat(core, (Flotilla__HeartbeatRequest *)msg, &r);
+  st = fl_ps_core_heartbeat(c->w->s->core, (Flotilla__HeartbeatRequest *)msg, &r);
   respond_msg(c, st, &r.base);
 }
 
@@ -647,11 +639,9 @@ static void h_load_checkpoint(call *c, ProtobufCMessage *msg) {
 }
 
 static void h_complete(call *c, ProtobufCMessage *msg) {
-  fl_ps_server *s = c->w->s;
-  fl_ps_core *core = s->core;
   fl_status st;
   Flotilla__CompleteResponse r = FLOTILLA__COMPLETE_RESPONSE__INIT;
-  st = fl_ps_core_complete(core, (Flotilla__CompleteRequest *)msg, &r);
+  st = fl_ps_core_complete(c->w->s->core, (Flotilla__CompleteRequest *)msg, &r);
   respond_msg(c, st, &r.base);
 }
 

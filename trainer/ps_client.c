@@ -880,6 +880,32 @@ done:
   return st;
 }
 
+/* Frees c and what create sets up before its channels (buffers, locks,
+ * per-server arrays, credentials): the end of destroy, and create's way
+ * out before fl_rpc_init. */
+static void free_client(fl_ps_client *c) {
+  fl_rpc_arena_free(&c->arena);
+  fl_rpc_arena_free(&c->uarena);
+  fl_rpc_inbuf_free(&c->in);
+  fl_rpc_inbuf_free(&c->uin);
+  fl_rpc_outbuf_free(c->ob);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->hb_mu);
+  pthread_cond_destroy(&c->hb_cv);
+  free(c->eps);
+  free(c->names);
+  free(c->ch);
+  free(c->sb);
+  free((void *)c->last_answer);
+  free((void *)c->hung_said);
+  free(c->token);
+  free(c->tls_ca);
+  free(c->tls_cert);
+  free(c->tls_key);
+  free(c);
+}
+
 /* ----------------------------------------------------------------- public */
 
 fl_status fl_ps_client_create(const fl_ps_client_opts *o, fl_ps_client **out) {
@@ -957,18 +983,7 @@ fail_rpc:
   fl_ps_client_destroy(c);
   return st;
 fail:
-  fl_rpc_outbuf_free(c->ob);
-  free(c->eps);
-  free(c->names);
-  free(c->ch);
-  free(c->sb);
-  free((void *)c->last_answer);
-  free((void *)c->hung_said);
-  free(c->token);
-  free(c->tls_ca);
-  free(c->tls_cert);
-  free(c->tls_key);
-  free(c);
+  free_client(c);
   return st;
 }
 
@@ -1245,14 +1260,14 @@ static fl_status commit_server(fl_ps_client *c, int s, int64_t step) {
   return FL_OK;
 }
 
-/* The registered table called name's index (n_tables: none), tried first
- * where the last one was found and after it: a step's calls name the
- * tables in the same order each time. */
+/* The registered table called name's index (n_tables: none), looked for
+ * from where the last one was found on, round to it: a step's calls name
+ * the tables in the same order each time. */
 static size_t table_index(fl_ps_client *c, const char *name) {
-  for (size_t i = c->table_hint; i < c->table_hint + 2 && i < c->n_tables; i++)
+  for (size_t k = 0; k < c->n_tables; k++) {
+    const size_t i = (c->table_hint + k) % c->n_tables;
     if (!strcmp(c->tables[i].name, name)) return c->table_hint = i;
-  for (size_t i = 0; i < c->n_tables; i++)
-    if (!strcmp(c->tables[i].name, name)) return c->table_hint = i;
+  }
   return c->n_tables;
 }
 
@@ -1962,24 +1977,5 @@ void fl_ps_client_destroy(fl_ps_client *c) {
   fl_ps_layout_free(c->layout);
   free(c->grp_blocks);
   free(c->grp_start);
-  fl_rpc_arena_free(&c->arena);
-  fl_rpc_arena_free(&c->uarena);
-  fl_rpc_inbuf_free(&c->in);
-  fl_rpc_inbuf_free(&c->uin);
-  fl_rpc_outbuf_free(c->ob);
-  pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv);
-  pthread_mutex_destroy(&c->hb_mu);
-  pthread_cond_destroy(&c->hb_cv);
-  free(c->eps);
-  free(c->names);
-  free(c->ch);
-  free(c->sb);
-  free((void *)c->last_answer);
-  free((void *)c->hung_said);
-  free(c->token);
-  free(c->tls_ca);
-  free(c->tls_cert);
-  free(c->tls_key);
-  free(c);
+  free_client(c);
 }

@@ -11,7 +11,9 @@
  *     committed corpus is a regression test under gcc, ASan/UBSan and
  *     valgrind alike.
  * A harness returns 0 for every input; an input that breaks an invariant
- * (FUZZ_CHECK) aborts, which both modes report as a failure. */
+ * (FUZZ_CHECK) aborts, which both modes report as a failure.  The input
+ * reaches a loader of files as a memory file (fuzz_memfile), gzipped
+ * where the harness asks (fuzz_gzip). */
 #ifndef FL_FUZZ_H
 #define FL_FUZZ_H
 
@@ -19,6 +21,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include "fl_log.h"
 
@@ -55,6 +61,38 @@ static inline void fuzz_init_logging(void) {
 static inline uint16_t fuzz_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 static inline uint32_t fuzz_u32(const uint8_t *p) {
   return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* p[0..n) as a file: a memory file, whose path (/proc/self/fd/N) goes into
+ * path (cap bytes); returns its descriptor, which the caller closes. */
+static inline int fuzz_memfile(const uint8_t *p, size_t n, char *path, size_t cap) {
+  int fd = memfd_create("fuzz_input", MFD_CLOEXEC);
+  FUZZ_CHECK(fd >= 0, "memfd_create");
+  for (size_t off = 0; off < n;) {
+    ssize_t w = write(fd, p + off, n - off);
+    FUZZ_CHECK(w > 0, "write to memfd");
+    off += (size_t)w;
+  }
+  snprintf(path, cap, "/proc/self/fd/%d", fd);
+  return fd;
+}
+
+/* p[0..n) gzip-compressed: *zn bytes the caller frees. */
+static inline uint8_t *fuzz_gzip(const uint8_t *p, size_t n, size_t *zn) {
+  z_stream s;
+  memset(&s, 0, sizeof s);
+  FUZZ_CHECK(deflateInit2(&s, 1, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) == Z_OK, "deflate");
+  size_t cap = deflateBound(&s, (uLong)n) + 32;
+  uint8_t *z = malloc(cap);
+  FUZZ_CHECK(z != NULL, "malloc");
+  s.next_in = (Bytef *)(uintptr_t)p;
+  s.avail_in = (uInt)n;
+  s.next_out = z;
+  s.avail_out = (uInt)cap;
+  FUZZ_CHECK(deflate(&s, Z_FINISH) == Z_STREAM_END, "deflate");
+  *zn = cap - s.avail_out;
+  deflateEnd(&s);
+  return z;
 }
 
 #endif

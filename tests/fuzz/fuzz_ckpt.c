@@ -15,7 +15,6 @@
 #include <config.h>
 
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -50,15 +49,7 @@ static void repair(uint8_t *buf, size_t len) {
 
 static fl_status load_file(const uint8_t *buf, size_t len, fl_ckpt **out) {
   char path[64];
-  int fd = memfd_create("fuzz_ckpt", MFD_CLOEXEC);
-  FUZZ_CHECK(fd >= 0, "memfd_create");
-  size_t off = 0;
-  while (off < len) {
-    ssize_t n = write(fd, buf + off, len - off);
-    FUZZ_CHECK(n > 0, "write to memfd");
-    off += (size_t)n;
-  }
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  int fd = fuzz_memfile(buf, len, path, sizeof path);
   fl_status st = fl_ckpt_load(path, out);
   close(fd);
   return st;

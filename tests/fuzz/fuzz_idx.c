@@ -18,7 +18,6 @@
 
 #include <math.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -37,33 +36,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 /* A memfd holding p[0..n), gzip-compressed when gz; its /proc path in
  * path.  Returns the fd (the caller closes it). */
 static int make_file(const uint8_t *p, size_t n, int gz, char *path, size_t cap) {
-  uint8_t *z = NULL;
-  int fd = memfd_create("fuzz_idx", MFD_CLOEXEC);
-  FUZZ_CHECK(fd >= 0, "memfd_create");
-  if (gz) {
-    z_stream s;
-    memset(&s, 0, sizeof s);
-    FUZZ_CHECK(deflateInit2(&s, 1, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) == Z_OK, "deflate");
-    size_t zcap = deflateBound(&s, (uLong)n) + 32;
-    z = malloc(zcap);
-    FUZZ_CHECK(z != NULL, "malloc");
-    s.next_in = (Bytef *)(uintptr_t)p;
-    s.avail_in = (uInt)n;
-    s.next_out = z;
-    s.avail_out = (uInt)zcap;
-    FUZZ_CHECK(deflate(&s, Z_FINISH) == Z_STREAM_END, "deflate");
-    n = zcap - s.avail_out;
-    p = z;
-    deflateEnd(&s);
-  }
-  size_t off = 0;
-  while (off < n) {
-    ssize_t w = write(fd, p + off, n - off);
-    FUZZ_CHECK(w > 0, "write to memfd");
-    off += (size_t)w;
-  }
+  uint8_t *z = gz ? fuzz_gzip(p, n, &n) : NULL;
+  int fd = fuzz_memfile(z ? z : p, n, path, cap);
   free(z);
-  snprintf(path, cap, "/proc/self/fd/%d", fd);
   return fd;
 }
 

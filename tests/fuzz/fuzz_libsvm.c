@@ -14,7 +14,6 @@
 
 #include <math.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -33,32 +32,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static fl_status load_file(const uint8_t *p, size_t n, int gz, fl_sparse_format fmt,
                            fl_sparse_dataset *out) {
   char path[64];
-  uint8_t *z = NULL;
-  int fd = memfd_create("fuzz_libsvm", MFD_CLOEXEC);
-  FUZZ_CHECK(fd >= 0, "memfd_create");
-  if (gz) {
-    uLongf zn = compressBound((uLong)n) + 64;
-    z_stream s;
-    memset(&s, 0, sizeof s);
-    z = malloc(zn);
-    FUZZ_CHECK(z != NULL, "malloc");
-    FUZZ_CHECK(deflateInit2(&s, 1, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) == Z_OK, "deflate");
-    s.next_in = (Bytef *)(uintptr_t)p;
-    s.avail_in = (uInt)n;
-    s.next_out = z;
-    s.avail_out = (uInt)zn;
-    FUZZ_CHECK(deflate(&s, Z_FINISH) == Z_STREAM_END, "deflate");
-    n = zn - s.avail_out;
-    p = z;
-    deflateEnd(&s);
-  }
-  for (size_t off = 0; off < n;) {
-    ssize_t w = write(fd, p + off, n - off);
-    FUZZ_CHECK(w > 0, "write to memfd");
-    off += (size_t)w;
-  }
+  uint8_t *z = gz ? fuzz_gzip(p, n, &n) : NULL;
+  int fd = fuzz_memfile(z ? z : p, n, path, sizeof path);
   free(z);
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
   fl_status st = fl_sparse_load(path, fmt, out);
   close(fd);
   return st;

@@ -19,7 +19,6 @@
 #include <config.h>
 
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fl_data.h"
@@ -32,19 +31,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argv;
   fuzz_init_logging();
   return 0;
-}
-
-/* A memfd holding p[0..n); its /proc path in path.  Returns the fd. */
-static int make_file(const uint8_t *p, size_t n, char *path, size_t cap) {
-  int fd = memfd_create("fuzz_npy", MFD_CLOEXEC);
-  FUZZ_CHECK(fd >= 0, "memfd_create");
-  for (size_t off = 0; off < n;) {
-    ssize_t w = write(fd, p + off, n - off);
-    FUZZ_CHECK(w > 0, "write to memfd");
-    off += (size_t)w;
-  }
-  snprintf(path, cap, "/proc/self/fd/%d", fd);
-  return fd;
 }
 
 static size_t elem_size(fl_npy_dtype dt) {
@@ -72,7 +58,7 @@ static void one_file(const uint8_t *p, size_t n) {
   fl_npy *a = NULL, *b = NULL;
   char path[64];
   fl_status sa = fl_npy_open_mem(p, n, "fuzz.npy", &a);
-  int fd = make_file(p, n, path, sizeof path);
+  int fd = fuzz_memfile(p, n, path, sizeof path);
   fl_status sb = fl_npy_open(path, &b);
   close(fd);
   FUZZ_CHECK(sa == sb, "memory reader says %d, file reader %d", (int)sa, (int)sb);
@@ -99,8 +85,8 @@ static void two_files(uint8_t flags, const uint8_t *p, size_t n) {
   if (xl > n) xl = n;
   int nc = 1 + (flags >> 1);
   char xp[64], yp[64];
-  int xfd = make_file(p, xl, xp, sizeof xp);
-  int yfd = make_file(p + xl, n - xl, yp, sizeof yp);
+  int xfd = fuzz_memfile(p, xl, xp, sizeof xp);
+  int yfd = fuzz_memfile(p + xl, n - xl, yp, sizeof yp);
   fl_dataset d;
   fl_status st = fl_npy_load(xp, yp, nc, FL_NPY_DEFAULT_SCALE, limit, &d);
   close(xfd);

@@ -19,7 +19,6 @@
 #include <config.h>
 
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fl_graph_inspect.h"
@@ -38,15 +37,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static fl_status load_file(const uint8_t *buf, size_t len, const char *output, fl_gloss loss,
                            fl_graph **out) {
   char path[64];
-  int fd = memfd_create("fuzz_onnx", MFD_CLOEXEC);
-  FUZZ_CHECK(fd >= 0, "memfd_create");
-  size_t off = 0;
-  while (off < len) {
-    ssize_t n = write(fd, buf + off, len - off);
-    FUZZ_CHECK(n > 0, "write to memfd");
-    off += (size_t)n;
-  }
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  int fd = fuzz_memfile(buf, len, path, sizeof path);
   fl_status st = fl_onnx_load(path, output, loss, out);
   close(fd);
   return st;

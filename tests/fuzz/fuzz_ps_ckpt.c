@@ -25,6 +25,7 @@
 #include "fl_ps.h"
 #include "fl_ps_layout.h"
 #include "fuzz.h"
+#include "fuzz_ps.h"
 
 #define FUZZ_MAX_INPUT (256 * 1024)
 #define BLOCK 4
@@ -67,37 +68,12 @@ static void snap(fl_ps_core *c, snapshot *s) {
   s->sparse_rows = st.sparse_rows;
 }
 
-static fl_status do_register(fl_ps_core *c, int t, fl_ps_mode mode) {
-  Flotilla__DenseParamSpec w = FLOTILLA__DENSE_PARAM_SPEC__INIT;
-  Flotilla__DenseParamSpec b = FLOTILLA__DENSE_PARAM_SPEC__INIT;
-  Flotilla__DenseParamSpec *dense[2] = {&w, &b};
-  Flotilla__SparseTableSpec emb = FLOTILLA__SPARSE_TABLE_SPEC__INIT, *sparse[1] = {&emb};
-  Flotilla__RegisterRequest q = FLOTILLA__REGISTER_REQUEST__INIT;
-  Flotilla__RegisterResponse r = FLOTILLA__REGISTER_RESPONSE__INIT;
-  w.name = "fc.weight";
-  w.numel = 10;
-  b.name = "fc.bias";
-  b.numel = 3;
-  emb.name = "emb";
-  emb.dim = 3;
-  q.trainer_id = t;
-  q.num_trainers = 2;
-  q.incarnation = 100 + (uint64_t)t;
-  q.mode = (Flotilla__SyncMode)mode;
-  q.dense_block_size = BLOCK;
-  q.num_servers = 2;
-  q.n_dense = 2;
-  q.dense = dense;
-  q.n_sparse = 1;
-  q.sparse = sparse;
-  return fl_ps_core_register(c, &q, &r);
-}
-
 static void prepare(fl_ps_core *c, fl_ps_mode mode) {
   uint64_t numel[2] = {10, 3};
   fl_ps_layout *l;
   for (int t = 0; t < 2; t++)
-    FUZZ_CHECK(do_register(c, t, mode) == FL_OK, "register: %s", fl_ps_core_last_error());
+    FUZZ_CHECK(fuzz_ps_register(c, t, mode, BLOCK, 0) == FL_OK, "register: %s",
+               fl_ps_core_last_error());
   FUZZ_CHECK(fl_ps_layout_build(numel, 2, BLOCK, 2, &l) == FL_OK, "layout");
   for (uint32_t id = 0; id < l->n_blocks; id++) {
     if (l->blocks[id].server != 0) continue;
@@ -147,7 +123,6 @@ static int too_big(const fl_ckpt *ck) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const fl_ps_mode modes[4] = {FL_PS_SYNC, FL_PS_ASYNC, FL_PS_GEO, FL_PS_SYNC};
-  fl_ps_core_opts o;
   fl_ps_core *c = NULL;
   fl_ckpt *ck = NULL;
   snapshot before, after;
@@ -171,16 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
 
-  memset(&o, 0, sizeof o);
-  fl_job_defaults(&o.job);
-  o.job.pserver.dense_block_size = BLOCK;
-  o.job.pserver.sparse.max_rows = 8;
-  o.job.strategy.a_sync = mode != FL_PS_SYNC;
-  o.job.strategy.a_sync_configs.k_steps = mode == FL_PS_GEO ? 4 : 0;
-  o.n_servers = 2;
-  o.num_trainers = 2;
-  o.max_sparse_keys = 64;
-  FUZZ_CHECK(fl_ps_core_create(&o, &c) == FL_OK, "core_create");
+  c = fuzz_ps_core_new(mode, BLOCK);
   if (setup & 4) prepare(c, mode);
 
   snap(c, &before);
@@ -213,7 +179,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                  "loaded, but block %u is not the checkpoint's %s", after.id[i], name);
     }
     /* The trainers come back and pull what was loaded. */
-    st = do_register(c, 0, mode);
+    st = fuzz_ps_register(c, 0, mode, BLOCK, 0);
     FUZZ_CHECK(st == FL_OK || st == FL_EINVAL, "register after load: %d", (int)st);
     snap(c, &after);
     for (int i = 0; st == FL_OK && i < after.n; i++) {

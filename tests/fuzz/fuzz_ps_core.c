@@ -27,9 +27,9 @@
 #include "fl_ps_layout.h"
 #include "fl_rpc.h"
 #include "fuzz.h"
+#include "fuzz_ps.h"
 
 #define FUZZ_MAX_INPUT (256 * 1024)
-#define N_TRAINERS 2
 #define MAX_BLOCK_IDS 64
 #define BLOCK 4
 #define MAX_DENSE_FLOATS 4096
@@ -275,35 +275,9 @@ static void handle(fuzz_state *f, int m, ProtobufCMessage *msg) {
 /* Trainers 0 and 1 registered with two dense parameters (10 and 3 floats)
  * and a sparse table, and every block of this server given a value. */
 static void prepare(fuzz_state *f, fl_ps_mode mode, int fp16) {
-  Flotilla__DenseParamSpec w = FLOTILLA__DENSE_PARAM_SPEC__INIT;
-  Flotilla__DenseParamSpec b = FLOTILLA__DENSE_PARAM_SPEC__INIT;
-  Flotilla__DenseParamSpec *dense[2] = {&w, &b};
-  Flotilla__SparseTableSpec emb = FLOTILLA__SPARSE_TABLE_SPEC__INIT;
-  Flotilla__SparseTableSpec *sparse[1] = {&emb};
-  w.name = "fc.weight";
-  w.numel = 10;
-  b.name = "fc.bias";
-  b.numel = 3;
-  emb.name = "emb";
-  emb.dim = 3;
-  for (int t = 0; t < N_TRAINERS; t++) {
-    Flotilla__RegisterRequest q = FLOTILLA__REGISTER_REQUEST__INIT;
-    Flotilla__RegisterResponse r = FLOTILLA__REGISTER_RESPONSE__INIT;
-    q.trainer_id = t;
-    q.num_trainers = N_TRAINERS;
-    q.incarnation = 100 + (uint64_t)t;
-    q.mode = (Flotilla__SyncMode)mode;
-    q.dense_block_size = BLOCK;
-    q.num_servers = 2;
-    q.server_index = 0;
-    q.n_dense = 2;
-    q.dense = dense;
-    q.n_sparse = 1;
-    q.sparse = sparse;
-    q.total_steps = 1000;
-    FUZZ_CHECK(fl_ps_core_register(f->core, &q, &r) == FL_OK, "register %d: %s", t,
+  for (int t = 0; t < 2; t++)
+    FUZZ_CHECK(fuzz_ps_register(f->core, t, mode, BLOCK, 1000) == FL_OK, "register %d: %s", t,
                fl_ps_core_last_error());
-  }
   /* This server's blocks, as the core placed them. */
   uint64_t numel[2] = {10, 3};
   fl_ps_layout *l;
@@ -342,7 +316,6 @@ static void prepare(fuzz_state *f, fl_ps_mode mode, int fp16) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_state f;
-  fl_ps_core_opts o;
   fl_rpc_arena arena;
 
   if (size < 1 || size > FUZZ_MAX_INPUT) return 0;
@@ -351,18 +324,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fl_ps_mode mode = modes[setup & 3];
 
   memset(&f, 0, sizeof f);
-  memset(&o, 0, sizeof o);
-  fl_job_defaults(&o.job);
-  o.job.pserver.dense_block_size = BLOCK;
-  o.job.pserver.sparse.max_rows = 8;
-  o.job.strategy.a_sync = mode != FL_PS_SYNC;
-  o.job.strategy.a_sync_configs.k_steps = mode == FL_PS_GEO ? 4 : 0;
-  o.server_index = 0;
-  o.n_servers = 2;
-  o.num_trainers = N_TRAINERS;
-  o.heartbeat_timeout_s = 0;
-  o.max_sparse_keys = 64;
-  FUZZ_CHECK(fl_ps_core_create(&o, &f.core) == FL_OK, "core_create");
+  f.core = fuzz_ps_core_new(mode, BLOCK);
   FUZZ_CHECK(fl_rpc_outbuf_create(0, &f.ob) == FL_OK, "outbuf_create");
   fl_rpc_arena_init(&arena);
   if (setup & 4) prepare(&f, mode, setup & 16);

@@ -44,12 +44,14 @@ tests_fuzz_fuzz_proto_SOURCES = tests/fuzz/fuzz_proto.c tests/fuzz/replay.c test
 tests_fuzz_fuzz_proto_CFLAGS = $(FL_FUZZ_CFLAGS) -DFUZZ_NAME=proto
 tests_fuzz_fuzz_proto_LDADD = $(FL_FUZZ_LDADD) $(GRPC_LIBS) $(PROTOBUFC_LIBS)
 
-tests_fuzz_fuzz_ps_core_SOURCES = tests/fuzz/fuzz_ps_core.c tests/fuzz/replay.c tests/fuzz/fuzz.h
+tests_fuzz_fuzz_ps_core_SOURCES = tests/fuzz/fuzz_ps_core.c tests/fuzz/replay.c tests/fuzz/fuzz.h \
+	tests/fuzz/fuzz_ps.h
 tests_fuzz_fuzz_ps_core_CFLAGS = $(FL_PSERVER_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests/fuzz \
 	-DFUZZ_NAME=ps_core
 tests_fuzz_fuzz_ps_core_LDADD = $(FL_PSERVER_LIBS) $(CHECK_LIBS) -lm
 
-tests_fuzz_fuzz_ps_ckpt_SOURCES = tests/fuzz/fuzz_ps_ckpt.c tests/fuzz/replay.c tests/fuzz/fuzz.h
+tests_fuzz_fuzz_ps_ckpt_SOURCES = tests/fuzz/fuzz_ps_ckpt.c tests/fuzz/replay.c tests/fuzz/fuzz.h \
+	tests/fuzz/fuzz_ps.h
 tests_fuzz_fuzz_ps_ckpt_CFLAGS = $(FL_PSERVER_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/tests/fuzz \
 	-DFUZZ_NAME=ps_ckpt
 tests_fuzz_fuzz_ps_ckpt_LDADD = $(FL_PSERVER_LIBS) $(CHECK_LIBS) $(ZLIB_LIBS) -lm

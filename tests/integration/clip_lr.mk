@@ -4,3 +4,4 @@
 # PS sync.  Seconds.
 dist_check_SCRIPTS += tests/integration/test_clip_lr.sh
 TESTS += tests/integration/test_clip_lr.sh
+EXTRA_DIST += tests/integration/runs_lib.sh

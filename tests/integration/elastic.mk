@@ -4,11 +4,13 @@
 # rendezvous with nodes leaving (test_elastic.sh; in ps mode
 # test_elastic_ps.sh).  They SKIP without etcd.
 check_PROGRAMS += tests/integration/test_etcd_client
-tests_integration_test_etcd_client_SOURCES = tests/integration/test_etcd_client.c
+tests_integration_test_etcd_client_SOURCES = tests/integration/test_etcd_client.c \
+	tests/integration/etcd_testutil.h
 tests_integration_test_etcd_client_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) $(CHECK_CFLAGS)
 tests_integration_test_etcd_client_LDADD = $(FL_LIBS) $(CHECK_LIBS)
 check_PROGRAMS += tests/integration/test_chunks
-tests_integration_test_chunks_SOURCES = tests/integration/test_chunks.c
+tests_integration_test_chunks_SOURCES = tests/integration/test_chunks.c \
+	tests/integration/etcd_testutil.h
 tests_integration_test_chunks_CFLAGS = $(FL_TRAINER_CFLAGS) $(CHECK_CFLAGS)
 tests_integration_test_chunks_LDADD = libfltrainer.la $(FL_LIBS) $(CHECK_LIBS) -lm
 dist_check_SCRIPTS += tests/integration/test_etcd.sh

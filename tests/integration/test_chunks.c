@@ -11,16 +11,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "etcd_testutil.h"
 #include "fl_chunks.h"
 
 /* A trainer's chunks of a 10-step epoch of 4 chunks, 3 samples a step,
  * claims under prefix with a lease of 2 s. */
 static fl_chunks *trainer(const char *prefix) {
-  const char *ep = getenv("FL_ETCD_ENDPOINT");
   char v[512];
   fl_chunks *c = NULL;
-  ck_assert_msg(ep && ep[0], "FL_ETCD_ENDPOINT not set (run through test_etcd.sh)");
-  snprintf(v, sizeof v, "4 2 %s %s", ep, prefix);
+  snprintf(v, sizeof v, "4 2 %s %s", etcd_test_endpoint(), prefix);
   ck_assert_int_eq(setenv("FLOTILLA_ELASTIC_CHUNKS", v, 1), 0);
   ck_assert_int_eq(fl_chunks_open(10, 3, 7, &c), FL_OK);
   ck_assert_ptr_nonnull(c);
@@ -97,14 +96,6 @@ START_TEST(share_die_retrain) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("chunks");
-  TCase *tc = tcase_create("etcd");
-  tcase_set_timeout(tc, 30);
-  tcase_add_test(tc, share_die_retrain);
-  suite_add_tcase(s, tc);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  const TTest *tests[] = {share_die_retrain};
+  return etcd_test_main("chunks", CK_FORK_GETENV, tests, sizeof tests / sizeof *tests);
 }

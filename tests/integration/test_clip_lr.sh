@@ -15,15 +15,11 @@
 # Seconds in all.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
-T=$FL_BUILDDIR/flotilla-trainer
-RUN=$FL_BUILDDIR/flotilla-run
-DIFF=$FL_BUILDDIR/tests/integration/ckpt_maxdiff
 fx=$FL_SRCDIR/tests/fixtures/onnx
 tmp=$(mktemp -d /tmp/fl_clip_lr.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$FL_SRCDIR/tests/integration/runs_lib.sh"
 
 # job NAME BATCH MODE OPTIMIZER_EXTRA [LR_SCHEDULE] [STRATEGY]
 job() {
@@ -39,28 +35,6 @@ cluster: {mode: $3, heartbeat_timeout_s: 20, collective_timeout_s: 60}
 pserver: {dense_block_size: 100}
 strategy: {${6:-}}
 EOF
-}
-
-local_run() {
-  timeout 120 "$T" --config "$tmp/$1.yaml" > "$tmp/$1.out" 2>&1
-  rc=$?
-  [ $rc -eq 0 ] || { tail -n 20 "$tmp/$1.out"; fail "$1: exit $rc"; return 1; }
-}
-dist_run() {
-  name=$1
-  shift
-  timeout 120 "$RUN" --log_dir "$tmp/$name.log" "$@" "$tmp/$name.yaml" > "$tmp/$name.out" 2>&1
-  rc=$?
-  [ $rc -eq 0 ] || { tail -n 20 "$tmp/$name.out" "$tmp/$name.log"/workerlog.* 2> /dev/null
-    fail "$name: exit $rc"; return 1; }
-}
-same() {
-  if "$DIFF" "$tmp/$1.ck" "$tmp/$2.ck" "$3" > "$tmp/$1-$2.diff" 2>&1; then
-    echo "ok: $1 = $2 ($(cat "$tmp/$1-$2.diff"))"
-  else
-    cat "$tmp/$1-$2.diff"
-    fail "$1 and $2 differ by more than $3"
-  fi
 }
 
 clip=", grad_clip: {kind: global_norm, max_norm: 0.05}"

@@ -13,20 +13,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "etcd_testutil.h"
 #include "fl_etcd.h"
-
-static const char *endpoint(void) {
-  const char *ep = getenv("FL_ETCD_ENDPOINT");
-  ck_assert_msg(ep && ep[0], "FL_ETCD_ENDPOINT not set (run through test_etcd.sh)");
-  return ep;
-}
 
 START_TEST(put_range_delete) {
   fl_etcd *e;
   fl_etcd_kv *kvs;
   size_t n;
   int64_t rev = 0, del = 0;
-  ck_assert_int_eq(fl_etcd_connect(endpoint(), 5, &e), FL_OK);
+  ck_assert_int_eq(fl_etcd_connect(etcd_test_endpoint(), 5, &e), FL_OK);
   ck_assert_int_eq(fl_etcd_put(e, "/t/a/2", "two", 0), FL_OK);
   ck_assert_int_eq(fl_etcd_put(e, "/t/a/1", "one", 0), FL_OK);
   ck_assert_int_eq(fl_etcd_put(e, "/t/ab", "other", 0), FL_OK);
@@ -53,7 +48,7 @@ START_TEST(compare_and_swap) {
   fl_etcd_kv *kvs;
   size_t n;
   int won = -1;
-  ck_assert_int_eq(fl_etcd_connect(endpoint(), 5, &e), FL_OK);
+  ck_assert_int_eq(fl_etcd_connect(etcd_test_endpoint(), 5, &e), FL_OK);
   ck_assert_int_eq(fl_etcd_cas(e, "/t/round", 0, "r1", &won), FL_OK);
   ck_assert_int_eq(won, 1);
   ck_assert_int_eq(fl_etcd_cas(e, "/t/round", 0, "r1-again", &won), FL_OK);
@@ -85,11 +80,11 @@ START_TEST(lease_kept_then_expires) {
   fl_etcd *e;
   fl_etcd_keeper *k;
   int64_t id = 0, ttl = -1;
-  ck_assert_int_eq(fl_etcd_connect(endpoint(), 5, &e), FL_OK);
+  ck_assert_int_eq(fl_etcd_connect(etcd_test_endpoint(), 5, &e), FL_OK);
   ck_assert_int_eq(fl_etcd_lease_grant(e, 2, &id), FL_OK);
   ck_assert_int_ne(id, 0);
   ck_assert_int_eq(fl_etcd_put(e, "/t/node", "alive", id), FL_OK);
-  ck_assert_int_eq(fl_etcd_keeper_start(endpoint(), id, 2, 0.5, &k), FL_OK);
+  ck_assert_int_eq(fl_etcd_keeper_start(etcd_test_endpoint(), id, 2, 0.5, &k), FL_OK);
   sleep(3); /* longer than the TTL: the keeper holds it */
   ck_assert_int_eq(fl_etcd_keeper_alive(k), 1);
   ck_assert_uint_eq(count(e, "/t/node"), 1);
@@ -116,7 +111,7 @@ START_TEST(claim_create_if_absent) {
   fl_etcd *e;
   int64_t a = 0, b = 0;
   int won = -1;
-  ck_assert_int_eq(fl_etcd_connect(endpoint(), 5, &e), FL_OK);
+  ck_assert_int_eq(fl_etcd_connect(etcd_test_endpoint(), 5, &e), FL_OK);
   ck_assert_int_eq(fl_etcd_lease_grant(e, 30, &a), FL_OK);
   ck_assert_int_eq(fl_etcd_lease_grant(e, 30, &b), FL_OK);
   ck_assert_int_eq(fl_etcd_create(e, "/t/e0/c1", "a", a, "/t/e0/c1/done", &won), FL_OK);
@@ -150,7 +145,7 @@ START_TEST(dead_endpoint_fails) {
   fl_etcd_close(e);
   /* a list whose first member is dead still reaches the live one */
   char list[256];
-  snprintf(list, sizeof list, "%s,%s", dead, endpoint());
+  snprintf(list, sizeof list, "%s,%s", dead, etcd_test_endpoint());
   ck_assert_int_eq(fl_etcd_connect(list, 5, &e), FL_OK);
   ck_assert_int_eq(fl_etcd_put(e, "/t/list", "ok", 0), FL_OK);
   fl_etcd_close(e);
@@ -187,20 +182,7 @@ START_TEST(cluster_leader_lost) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("etcd_client");
-  TCase *tc = tcase_create("etcd");
-  tcase_set_timeout(tc, 30);
-  tcase_add_test(tc, put_range_delete);
-  tcase_add_test(tc, compare_and_swap);
-  tcase_add_test(tc, lease_kept_then_expires);
-  tcase_add_test(tc, claim_create_if_absent);
-  tcase_add_test(tc, dead_endpoint_fails);
-  tcase_add_test(tc, cluster_leader_lost);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *tests[] = {put_range_delete,       compare_and_swap,    lease_kept_then_expires,
+                          claim_create_if_absent, dead_endpoint_fails, cluster_leader_lost};
+  return etcd_test_main("etcd_client", CK_NOFORK, tests, sizeof tests / sizeof *tests);
 }

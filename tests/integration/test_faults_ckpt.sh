@@ -241,19 +241,26 @@ shards_run() {
   done
   mv "$tmp/$n.tr0.log" "$tmp/$n.tr0.$1.log"
 }
-shards_run first
-older=$(ls "$tmp/$n.ck/pserver-1" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -n 1)
-cp "$tmp/$n.ck/pserver-1/ckpt-$older.flc" "$tmp/$n.saved.flc"
-# one more epoch (the same run resumes its own checkpoints)
-sed -i 's/epochs: 1,/epochs: 2,/' "$tmp/$n.yaml"
-shards_run second
-newest=$(ls "$tmp/$n.ck/pserver-0" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -n 1)
-# pserver 1 gets back its checkpoint of the first epoch's end only
-rm -f "$tmp/$n.ck/pserver-1"/ckpt-*.flc
-cp "$tmp/$n.saved.flc" "$tmp/$n.ck/pserver-1/ckpt-$older.flc"
-for s in 0 1; do JOB_ENV=FLOTILLA_RUN_ID=sh start_pserver $n "$tmp/$n.yaml" $s 1; done
-JOB_ENV=FLOTILLA_RUN_ID=sh start_trainer $n "$tmp/$n.yaml" 0 1
-wait_exit "$TR0" 60
+# last_ckpt DIR: the step of DIR's newest checkpoint.
+last_ckpt() { steps_of "$1" | awk '{print $NF}'; }
+# shards_apart: the job to its end, then one more epoch (the same run
+# resumes its own checkpoints); pserver 1 gets back its checkpoint of the
+# first epoch's end only (step $older; pserver 0 at $newest) and the job
+# starts again: the trainer's exit in $rc.
+shards_apart() {
+  shards_run first
+  older=$(last_ckpt "$tmp/$n.ck/pserver-1")
+  cp "$tmp/$n.ck/pserver-1/ckpt-$older.flc" "$tmp/$n.saved.flc"
+  sed -i 's/epochs: 1,/epochs: 2,/' "$tmp/$n.yaml"
+  shards_run second
+  newest=$(last_ckpt "$tmp/$n.ck/pserver-0")
+  rm -f "$tmp/$n.ck/pserver-1"/ckpt-*.flc
+  cp "$tmp/$n.saved.flc" "$tmp/$n.ck/pserver-1/ckpt-$older.flc"
+  for s in 0 1; do JOB_ENV=FLOTILLA_RUN_ID=sh start_pserver $n "$tmp/$n.yaml" $s 1; done
+  JOB_ENV=FLOTILLA_RUN_ID=sh start_trainer $n "$tmp/$n.yaml" 0 1
+  wait_exit "$TR0" 60
+}
+shards_apart
 [ "$rc" = 1 ] || fail "$n: trainer exit $rc over shards of steps $newest and $older (want 1)"
 has "$tmp/$n.tr0.log" "the pservers stand at different steps: pserver 1 \(127\.0\.0\.1:[0-9]+\) at step $older, pserver 0 \(127\.0\.0\.1:[0-9]+\) at step $newest" "$n: trainer"
 for s in 0 1; do
@@ -269,17 +276,7 @@ job "$tmp/$n.yaml" 1 "$tmp/$n.ck" 16 ps
 sed -i 's/checkpoint_interval_steps: 10/checkpoint_interval_steps: 10, dense_block_size: 100/' "$tmp/$n.yaml"
 echo 'strategy: {a_sync: true}' >> "$tmp/$n.yaml"
 f0=$fails
-shards_run first
-older=$(ls "$tmp/$n.ck/pserver-1" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -n 1)
-cp "$tmp/$n.ck/pserver-1/ckpt-$older.flc" "$tmp/$n.saved.flc"
-sed -i 's/epochs: 1,/epochs: 2,/' "$tmp/$n.yaml"
-shards_run second
-newest=$(ls "$tmp/$n.ck/pserver-0" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -n 1)
-rm -f "$tmp/$n.ck/pserver-1"/ckpt-*.flc
-cp "$tmp/$n.saved.flc" "$tmp/$n.ck/pserver-1/ckpt-$older.flc"
-for s in 0 1; do JOB_ENV=FLOTILLA_RUN_ID=sh start_pserver $n "$tmp/$n.yaml" $s 1; done
-JOB_ENV=FLOTILLA_RUN_ID=sh start_trainer $n "$tmp/$n.yaml" 0 1
-wait_exit "$TR0" 60
+shards_apart
 [ "$rc" = 0 ] || fail "$n: trainer exit $rc over async shards of steps $newest and $older (want 0: a warning)"
 has "$tmp/$n.tr0.log" " W .*the pservers stand $((newest - older)) steps apart: pserver 1 \(127\.0\.0\.1:[0-9]+\) at step $older, pserver 0 \(127\.0\.0\.1:[0-9]+\) at step $newest" "$n: trainer"
 for s in 0 1; do

@@ -97,23 +97,34 @@ ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n (both ranks at step $s0)" || show "$tmp/$n".*.log
 
 # ------------------------------------------------------ ps, SIGTERM
+# sigterm_trainer RUN_ID PATTERN: part $n's job (1 pserver, 1 trainer)
+# until the trainer's log has PATTERN, then SIGTERM to the trainer, which
+# exits 0.
+sigterm_trainer() {
+  JOB_ENV=FLOTILLA_RUN_ID=$1 ps_job $n "$tmp/$n.yaml" 1 1
+  wait_log "$tmp/$n.tr0.log" "$2" 60 || fail "$n: no training"
+  kill -TERM "$TR0"
+  wait_exit "$TR0" 60
+  [ "$rc" = 0 ] || fail "$n: trainer exit $rc (want 0)"
+}
+# pserver_outlives: the pserver did not count the stopped trainer as
+# completed, still runs, and exits 0 on SIGTERM; the end of part $n.
+pserver_outlives() {
+  hasnt "$tmp/$n.ps0.log" 'trainer 0 completed' "$n: pserver"
+  running "$PS0" || fail "$n: the pserver ended with the stopped trainer"
+  kill -TERM "$PS0"
+  wait_exit "$PS0" 30
+  [ "$rc" = 0 ] || fail "$n: pserver exit $rc after SIGTERM"
+  ran=$((ran + 1))
+  [ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
+}
 n=ps
 job "$tmp/$n.yaml" ps "$tmp/$n.ck"
 f0=$fails
-JOB_ENV=FLOTILLA_RUN_ID=pssig ps_job $n "$tmp/$n.yaml" 1 1
-wait_log "$tmp/$n.tr0.log" '^\[Epoch 1, batch' 60 || fail "$n: no training"
-kill -TERM "$TR0"
-wait_exit "$TR0" 60
-[ "$rc" = 0 ] || fail "$n: trainer exit $rc (want 0)"
+sigterm_trainer pssig '^\[Epoch 1, batch'
 s=$(stop_step "$tmp/$n.tr0.log")
 [ -n "$s" ] && [ -f "$tmp/$n.ck/ckpt-$s.flc" ] || fail "$n: no trainer checkpoint of step '$s'"
-hasnt "$tmp/$n.ps0.log" 'trainer 0 completed' "$n: pserver"
-running "$PS0" || fail "$n: the pserver ended with the stopped trainer"
-kill -TERM "$PS0"
-wait_exit "$PS0" 30
-[ "$rc" = 0 ] || fail "$n: pserver exit $rc after SIGTERM"
-ran=$((ran + 1))
-[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
+pserver_outlives
 
 # -------------------------------------------------- ctr (ps), SIGTERM
 # The ctr model's state is the pservers': its trainer stops after the step
@@ -123,20 +134,10 @@ f0=$fails
 sed -e 's/train_samples: 65536/train_samples: 200000/; s/epochs: 2/epochs: 100/' \
   -e 's/log_interval: 50/log_interval: 10/' \
   "$FL_SRCDIR/deploy/examples/ctr_ps_synthetic.yaml" > "$tmp/$n.yaml"
-JOB_ENV=FLOTILLA_RUN_ID=ctrsig ps_job $n "$tmp/$n.yaml" 1 1
-wait_log "$tmp/$n.tr0.log" '^\[Epoch 0, batch 20\]' 60 || fail "$n: no training"
-kill -TERM "$TR0"
-wait_exit "$TR0" 60
-[ "$rc" = 0 ] || fail "$n: trainer exit $rc (want 0)"
+sigterm_trainer ctrsig '^\[Epoch 0, batch 20\]'
 has "$tmp/$n.tr0.log" "stopped by a signal at step [0-9]* .*the ctr model's state is the pservers'" "$n: trainer"
 hasnt "$tmp/$n.tr0.log" 'done: ' "$n: trainer"
-hasnt "$tmp/$n.ps0.log" 'trainer 0 completed' "$n: pserver"
-running "$PS0" || fail "$n: the pserver ended with the stopped trainer"
-kill -TERM "$PS0"
-wait_exit "$PS0" 30
-[ "$rc" = 0 ] || fail "$n: pserver exit $rc after SIGTERM"
-ran=$((ran + 1))
-[ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*.log
+pserver_outlives
 
 # ----------------- ps sync: SIGTERM to everybody, shards agree (fault 6)
 # As flotilla-run stops a job: every process gets SIGTERM at once.  The

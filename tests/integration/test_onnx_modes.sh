@@ -24,15 +24,11 @@
 # Each run is a few dozen steps of a tiny model: seconds in all.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
-T=$FL_BUILDDIR/flotilla-trainer
-RUN=$FL_BUILDDIR/flotilla-run
-DIFF=$FL_BUILDDIR/tests/integration/ckpt_maxdiff
 fx=$FL_SRCDIR/tests/fixtures/onnx
 tmp=$(mktemp -d /tmp/fl_onnx_modes.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$FL_SRCDIR/tests/integration/runs_lib.sh"
 
 # job NAME FIXTURE INPUT_SHAPE CLASSES BATCH MODE STRATEGY [TRAIN_EXTRA]
 job() {
@@ -47,31 +43,6 @@ cluster: {mode: $6, heartbeat_timeout_s: 20, collective_timeout_s: 60}
 pserver: {dense_block_size: 100}
 strategy: {$7}
 EOF
-}
-
-# local NAME: one flotilla-trainer; distributed NAME FLAGS...: flotilla-run
-local_run() {
-  timeout 120 "$T" --config "$tmp/$1.yaml" > "$tmp/$1.out" 2>&1
-  rc=$?
-  [ $rc -eq 0 ] || { tail -n 20 "$tmp/$1.out"; fail "$1: exit $rc"; return 1; }
-}
-dist_run() {
-  name=$1
-  shift
-  timeout 120 "$RUN" --log_dir "$tmp/$name.log" "$@" "$tmp/$name.yaml" > "$tmp/$name.out" 2>&1
-  rc=$?
-  [ $rc -eq 0 ] || { tail -n 20 "$tmp/$name.out" "$tmp/$name.log"/*log.* 2> /dev/null
-    fail "$name: exit $rc"; return 1; }
-}
-
-# same A B BOUND: the final checkpoints of jobs A and B within BOUND
-same() {
-  if "$DIFF" "$tmp/$1.ck" "$tmp/$2.ck" "$3" > "$tmp/$1-$2.diff" 2>&1; then
-    echo "ok: $1 = $2 ($(cat "$tmp/$1-$2.diff"))"
-  else
-    cat "$tmp/$1-$2.diff"
-    fail "$1 and $2 differ by more than $3"
-  fi
 }
 
 mlp="mlp [1,3,4] 5"      # (N, 12) -> 5 classes: Gemm, Relu, Tanh

@@ -22,24 +22,12 @@
 # without them they are skipped.  Seconds.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
-T=$FL_BUILDDIR/flotilla-trainer
-RUN=$FL_BUILDDIR/flotilla-run
 it=$FL_SRCDIR/tests/integration
 py=/usr/bin/python3
 tmp=$(mktemp -d /tmp/fl_valid.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-dist_run() {
-  name=$1
-  shift
-  timeout 120 "$RUN" --log_dir "$tmp/$name.log" "$@" "$tmp/$name.yaml" > "$tmp/$name.out" 2>&1
-  rc=$?
-  [ $rc -eq 0 ] || { tail -n 20 "$tmp/$name.out" "$tmp/$name.log"/workerlog.* 2> /dev/null
-    fail "$name: exit $rc"; return 1; }
-}
+. "$FL_SRCDIR/tests/integration/runs_lib.sh"
 
 # 1. batch-norm statistics agreed before the evaluation and the export
 part1() {

@@ -1,16 +1,19 @@
 /* ps_testutil.h - helpers for the pserver core's unit tests, which build a
  * core without a network: its options (one server, dense SGD in blocks of
  * 4 floats, the sparse rows' optimizer, sync or async), the core itself,
- * a trainer registered with its sparse tables, and PushSparse / PullSparse
- * of rows of one width.  Failures are Check assertions in the caller's
- * test; the calls that a test expects to fail return their fl_status. */
+ * a trainer registered with its sparse tables, PushSparse / PullSparse of
+ * rows of one width, and a restart from a directory's checkpoint chain.
+ * Failures are Check assertions in the caller's test; the calls that a
+ * test expects to fail return their fl_status. */
 #ifndef PS_TESTUTIL_H
 #define PS_TESTUTIL_H
 
 #include <check.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fl_ps.h"
 
@@ -133,6 +136,25 @@ static inline fl_status pt_pull_sparse(fl_ps_core *c, const pt_call *k, const ui
   if (st == FL_OK && n) memcpy(out, scratch, n * k->dim * sizeof(float));
   free(scratch);
   return st;
+}
+
+/* d restarted from dir's newest checkpoint and the deltas after it
+ * (fl_ps_core_load_chain), its stderr meanwhile in the file log_path
+ * (truncated first); returns the deltas replayed. */
+static inline int64_t pt_load_chain(fl_ps_core *d, const char *dir, const char *log_path) {
+  fl_ckpt *ck = NULL;
+  int64_t step, deltas = -1;
+  char path[512];
+  int saved = dup(2), fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ck_assert_int_eq(fl_ckpt_dir_load_latest(dir, &ck, &step), FL_OK);
+  fl_ckpt_dir_path(dir, step, path, sizeof path);
+  dup2(fd, 2);
+  ck_assert_int_eq(fl_ps_core_load_chain(d, ck, path, dir, &deltas), FL_OK);
+  dup2(saved, 2);
+  close(fd);
+  close(saved);
+  fl_ckpt_free(ck);
+  return deltas;
 }
 
 #endif

@@ -50,37 +50,58 @@ static fl_ps_core *mk(int nt, int a_sync, int k_steps, fl_optim_kind kind, float
   return c;
 }
 
-/* Register trainer t with one dense parameter "w" of N floats and a sparse
- * table "emb" of dim 2, declaring `declare` as its next push's step. */
+/* A Register request with the specs it points to. */
+typedef struct reg_req {
+  Flotilla__RegisterRequest r;
+  Flotilla__DenseParamSpec p, *pp;
+  Flotilla__SparseTableSpec s, *sp;
+} reg_req;
+
+/* Fills q (the caller's, which may change any field after): trainer t of
+ * nt, process inc, sync, with one dense parameter "w" of N floats in
+ * blocks of N and a sparse table "emb" of dim 2, on the only server. */
+static void reg_req_init(reg_req *q, int t, int nt, uint64_t inc) {
+  flotilla__register_request__init(&q->r);
+  flotilla__dense_param_spec__init(&q->p);
+  flotilla__sparse_table_spec__init(&q->s);
+  q->pp = &q->p;
+  q->sp = &q->s;
+  q->p.name = "w";
+  q->p.numel = N;
+  q->s.name = "emb";
+  q->s.dim = 2;
+  q->r.trainer_id = t;
+  q->r.num_trainers = nt;
+  q->r.incarnation = inc;
+  q->r.dense_block_size = N;
+  q->r.num_servers = 1;
+  q->r.n_dense = 1;
+  q->r.dense = &q->pp;
+  q->r.n_sparse = 1;
+  q->r.sparse = &q->sp;
+}
+
+/* Register trainer t (process 1000 + t) in mode, declaring `declare` as
+ * its next push's step; *step gets the core's. */
 static fl_status reg_at(fl_ps_core *c, int t, int nt, int mode, int64_t declare, int64_t *step) {
-  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
   Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
-  Flotilla__DenseParamSpec p = FLOTILLA__DENSE_PARAM_SPEC__INIT, *pp = &p;
-  Flotilla__SparseTableSpec s = FLOTILLA__SPARSE_TABLE_SPEC__INIT, *sp = &s;
+  reg_req q;
   fl_status st;
-  p.name = "w";
-  p.numel = N;
-  s.name = "emb";
-  s.dim = 2;
-  r.trainer_id = t;
-  r.num_trainers = nt;
-  r.incarnation = 1000 + (uint64_t)t;
-  r.mode = mode;
-  r.dense_block_size = N;
-  r.num_servers = 1;
-  r.server_index = 0;
-  r.n_dense = 1;
-  r.dense = &pp;
-  r.n_sparse = 1;
-  r.sparse = &sp;
-  r.step = declare;
-  st = fl_ps_core_register(c, &r, &out);
+  reg_req_init(&q, t, nt, 1000 + (uint64_t)t);
+  q.r.mode = mode;
+  q.r.step = declare;
+  st = fl_ps_core_register(c, &q.r, &out);
   if (step) *step = out.step;
   return st;
 }
 
 static fl_status reg(fl_ps_core *c, int t, int nt, int mode, int64_t *step) {
   return reg_at(c, t, nt, mode, 0, step);
+}
+
+/* Every trainer of nt registers in mode. */
+static void reg_all(fl_ps_core *c, int nt, int mode) {
+  for (int t = 0; t < nt; t++) ck_assert_int_eq(reg(c, t, nt, mode, NULL), FL_OK);
 }
 
 typedef struct push_req {
@@ -121,6 +142,13 @@ static fl_status push(fl_ps_core *c, int t, int64_t step, int kind, const float 
   return st;
 }
 
+/* Trainer t's gradient g of step, accepted: 1 when it was a duplicate. */
+static int grad_dup(fl_ps_core *c, int t, int64_t step, const float *g) {
+  int dup = -1;
+  ck_assert_int_eq(push(c, t, step, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
+  return dup;
+}
+
 static void value(fl_ps_core *c, float *out, int64_t *step) {
   ck_assert_int_eq(fl_ps_core_block_value(c, 0, out, N, step), FL_OK);
 }
@@ -134,7 +162,7 @@ static void sync_three(const int order[3], float out[N]) {
    * as t2, t0, t1 it would be (-1e8 + 1e8) + 1 = 1. */
   const float g[3][N] = {{1e8f, 1e8f, 0, 3}, {1, 1, 0, 3}, {-1e8f, -1e8f, 0, 3}};
   uint32_t blk = 0;
-  for (int t = 0; t < 3; t++) ck_assert_int_eq(reg(c, t, 3, 0, NULL), FL_OK);
+  reg_all(c, 3, 0);
   ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
   for (int i = 0; i < 3; i++) {
     ck_assert_int_eq(fl_ps_core_pull_check(c, order[i], 1, &blk, 1), FL_EAGAIN);
@@ -196,34 +224,25 @@ START_TEST(test_duplicate_push_ignored) {
   fl_ps_core *a = mk(1, 1, 0, FL_OPTIM_SGD, 1.0f, 0);
   const float g[N] = {1, 1, 1, 1};
   float v[N];
-  int dup;
   /* Sync: the retried push of step 0 counts once, before and after apply. */
-  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
-  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  reg_all(c, 2, 0);
   ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
-  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
-  ck_assert_int_eq(dup, 0);
-  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
-  ck_assert_int_eq(dup, 1);
-  ck_assert_int_eq(push(c, 1, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
-  ck_assert_int_eq(push(c, 1, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
-  ck_assert_int_eq(dup, 1);
+  ck_assert_int_eq(grad_dup(c, 0, 0, g), 0);
+  ck_assert_int_eq(grad_dup(c, 0, 0, g), 1);
+  ck_assert_int_eq(push(c, 1, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
+  ck_assert_int_eq(grad_dup(c, 1, 0, g), 1);
   value(c, v, NULL);
   for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 1.0f);
   /* Async: one application per (trainer, step), older steps ignored (the
    * trainer says it is at step 5). */
   ck_assert_int_eq(reg_at(a, 0, 1, 1, 5, NULL), FL_OK);
   ck_assert_int_eq(push(a, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
-  ck_assert_int_eq(push(a, 0, 5, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
-  ck_assert_int_eq(dup, 0);
-  ck_assert_int_eq(push(a, 0, 5, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
-  ck_assert_int_eq(dup, 1);
-  ck_assert_int_eq(push(a, 0, 4, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
-  ck_assert_int_eq(dup, 1);
+  ck_assert_int_eq(grad_dup(a, 0, 5, g), 0);
+  ck_assert_int_eq(grad_dup(a, 0, 5, g), 1);
+  ck_assert_int_eq(grad_dup(a, 0, 4, g), 1);
   value(a, v, NULL);
   for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 1.0f);
-  ck_assert_int_eq(push(a, 0, 6, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
-  ck_assert_int_eq(dup, 0);
+  ck_assert_int_eq(grad_dup(a, 0, 6, g), 0);
   value(a, v, NULL);
   for (int i = 0; i < N; i++) ck_assert_float_eq(v[i], init_v[i] - 2.0f);
   ck_assert_int_eq(fl_ps_core_step(a), 7);
@@ -239,8 +258,7 @@ START_TEST(test_dead_trainer_not_waited_for) {
   Flotilla__HeartbeatResponse hr = FLOTILLA__HEARTBEAT_RESPONSE__INIT;
   float v[N];
   uint32_t blk = 0;
-  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
-  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  reg_all(c, 2, 0);
   ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
   ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, NULL), FL_OK);
   usleep(300000);
@@ -342,8 +360,7 @@ START_TEST(test_async_and_geo) {
   fl_ps_core *g = mk(2, 1, 4, FL_OPTIM_SGD, 0.1f, 0);
   const float grad[N] = {1, 2, 3, 4}, delta[N] = {0.5f, 0.5f, -1, 0};
   float v[N];
-  ck_assert_int_eq(reg(a, 0, 2, 1, NULL), FL_OK);
-  ck_assert_int_eq(reg(a, 1, 2, 1, NULL), FL_OK);
+  reg_all(a, 2, 1);
   ck_assert_int_eq(push(a, 1, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
   /* Each push applies at once, no waiting for the other trainer. */
   ck_assert_int_eq(push(a, 0, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_OK);
@@ -379,8 +396,7 @@ START_TEST(test_bad_requests_change_nothing) {
   int64_t three = 3;
 
   ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_ESTATE);
-  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
-  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  reg_all(c, 2, 0);
   ck_assert_int_eq(reg(c, 5, 2, 0, NULL), FL_EINVAL);
   ck_assert_int_eq(reg(c, 0, 3, 0, NULL), FL_EINVAL); /* other trainer count */
   ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
@@ -451,12 +467,10 @@ START_TEST(test_step_window) {
   Flotilla__StatsResponse stats = FLOTILLA__STATS_RESPONSE__INIT;
   float v[N];
   int64_t step;
-  int dup;
   uint32_t blk = 0;
 
   /* sync: the block waits for step 0, so steps up to 1 are taken */
-  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
-  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  reg_all(c, 2, 0);
   ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
   ck_assert_int_eq(push(c, 0, INT64_MAX, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, NULL), FL_EINVAL);
   ck_assert_ptr_nonnull(strstr(fl_ps_core_last_error(), "9223372036854775807"));
@@ -474,10 +488,8 @@ START_TEST(test_step_window) {
   ck_assert_uint_eq(stats.pushes, 1); /* the init only */
   /* real steps go on as if nothing happened: not duplicates */
   for (int s = 0; s < 3; s++) {
-    ck_assert_int_eq(push(c, 0, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, &dup), FL_OK);
-    ck_assert_int_eq(dup, 0);
-    ck_assert_int_eq(push(c, 1, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, &dup), FL_OK);
-    ck_assert_int_eq(dup, 0);
+    ck_assert_int_eq(grad_dup(c, 0, s, grad), 0);
+    ck_assert_int_eq(grad_dup(c, 1, s, grad), 0);
   }
   ck_assert_int_eq(fl_ps_core_pull_check(c, 0, 3, &blk, 1), FL_OK);
   value(c, v, &step);
@@ -502,8 +514,7 @@ START_TEST(test_step_window) {
                    FL_EINVAL);
   ck_assert_int_eq(fl_ps_core_step(a), 0);
   for (int s = 0; s < 3; s++) {
-    ck_assert_int_eq(push(a, 0, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, grad, &dup), FL_OK);
-    ck_assert_int_eq(dup, 0);
+    ck_assert_int_eq(grad_dup(a, 0, s, grad), 0);
   }
   ck_assert_int_eq(fl_ps_core_step(a), 3);
   value(a, v, NULL);
@@ -524,18 +535,14 @@ END_TEST
 
 /* Register a dense layout of one parameter of numel floats. */
 static fl_status reg_numel(fl_ps_core *c, uint64_t numel, uint64_t block) {
-  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
   Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
-  Flotilla__DenseParamSpec p = FLOTILLA__DENSE_PARAM_SPEC__INIT, *pp = &p;
-  p.name = "huge";
-  p.numel = numel;
-  r.num_trainers = 1;
-  r.incarnation = 7;
-  r.dense_block_size = block;
-  r.num_servers = 1;
-  r.n_dense = 1;
-  r.dense = &pp;
-  return fl_ps_core_register(c, &r, &out);
+  reg_req q;
+  reg_req_init(&q, 0, 1, 7);
+  q.p.name = "huge";
+  q.p.numel = numel;
+  q.r.dense_block_size = block;
+  q.r.n_sparse = 0;
+  return fl_ps_core_register(c, &q.r, &out);
 }
 
 /* a first Register declaring 2^40 floats reserved
@@ -614,8 +621,7 @@ START_TEST(test_barrier) {
   Flotilla__BarrierRequest b = FLOTILLA__BARRIER_REQUEST__INIT;
   Flotilla__BarrierResponse r = FLOTILLA__BARRIER_RESPONSE__INIT;
   double v0[2] = {1, 2}, v1[2] = {10, 20}, buf[FL_PS_BARRIER_MAX_VALUES];
-  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
-  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  reg_all(c, 2, 0);
   b.name = "epoch0";
   b.trainer_id = 0;
   b.n_values = 2;
@@ -653,8 +659,7 @@ START_TEST(test_barrier_rounds) {
   Flotilla__BarrierRequest b = FLOTILLA__BARRIER_REQUEST__INIT;
   Flotilla__BarrierResponse r = FLOTILLA__BARRIER_RESPONSE__INIT;
   double one = 1, ten = 10, buf[FL_PS_BARRIER_MAX_VALUES];
-  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
-  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  reg_all(c, 2, 0);
   b.name = "round";
   b.n_values = 1;
   b.values = &one;
@@ -683,19 +688,11 @@ START_TEST(test_barrier_rounds) {
   ck_assert_int_eq(r.count, 2);
   /* trainer 1 restarted (a new process): it gets round 2's result */
   {
-    Flotilla__RegisterRequest rr = FLOTILLA__REGISTER_REQUEST__INIT;
     Flotilla__RegisterResponse ro = FLOTILLA__REGISTER_RESPONSE__INIT;
-    Flotilla__DenseParamSpec p = FLOTILLA__DENSE_PARAM_SPEC__INIT, *pp = &p;
-    p.name = "w";
-    p.numel = N;
-    rr.trainer_id = 1;
-    rr.num_trainers = 2;
-    rr.incarnation = 99; /* not 1001: another process */
-    rr.dense_block_size = N;
-    rr.num_servers = 1;
-    rr.n_dense = 1;
-    rr.dense = &pp;
-    ck_assert_int_eq(fl_ps_core_register(c, &rr, &ro), FL_OK);
+    reg_req rr;
+    reg_req_init(&rr, 1, 2, 99); /* not 1001: another process */
+    rr.r.n_sparse = 0;
+    ck_assert_int_eq(fl_ps_core_register(c, &rr.r, &ro), FL_OK);
   }
   ck_assert_int_eq(fl_ps_core_barrier(c, &b), FL_OK);
   ck_assert_int_eq(fl_ps_core_barrier_result(c, "round", 1, &r, buf), FL_OK);
@@ -829,8 +826,7 @@ START_TEST(test_sync_gate) {
   fl_ps_core_set_gate_hook(c, count_gate, NULL);
   fl_ps_core_set_gate(c, 2);
   ck_assert_int_eq(fl_ps_core_gate(c), 2);
-  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
-  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  reg_all(c, 2, 0);
   ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
   ck_assert_int_eq(fl_ps_core_at_gate(c), 0);
   for (int s = 0; s < 3; s++)
@@ -923,8 +919,7 @@ START_TEST(test_parked_trainer_not_waited_for) {
   const float g[N] = {1, 1, 1, 1};
   float v[N];
   uint32_t blk = 0;
-  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
-  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  reg_all(c, 2, 0);
   ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
   b.name = "eval";
   b.trainer_id = 0;
@@ -974,9 +969,7 @@ START_TEST(test_dense_waits_for_rows) {
   float v[N], row[2];
   uint32_t blk = 0;
   uint64_t key = 7;
-  int dup;
-  ck_assert_int_eq(reg(c, 0, 2, 0, NULL), FL_OK);
-  ck_assert_int_eq(reg(c, 1, 2, 0, NULL), FL_OK);
+  reg_all(c, 2, 0);
   ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
   for (int64_t s = 0; s < 2; s++) {
     ck_assert_int_eq(push(c, 0, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, g0, NULL), FL_OK);
@@ -985,8 +978,7 @@ START_TEST(test_dense_waits_for_rows) {
     if (s == 1) { /* killed here */
       ck_assert_int_eq(fl_ps_core_pull_check(c, 0, s + 1, &blk, 1), FL_EAGAIN);
       ck_assert_int_eq(fl_ps_core_sparse_ready(c, 0, "emb", s + 1), FL_EAGAIN);
-      ck_assert_int_eq(push(c, 1, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, g1, &dup), FL_OK);
-      ck_assert_int_eq(dup, 1);
+      ck_assert_int_eq(grad_dup(c, 1, s, g1), 1);
       ck_assert_int_eq(fl_ps_core_pull_check(c, 0, s + 1, &blk, 1), FL_EAGAIN);
     }
     ck_assert_int_eq(rpush(c, 1, s, key, r), FL_OK);
@@ -1007,35 +999,19 @@ static int64_t reg_committed; /* Register's `committed` in the next reg_commit c
 
 static void reg_commit(fl_ps_core *c, int t, int nt, uint64_t inc, int commits, int *staged,
                        int64_t *step) {
-  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
   Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
-  Flotilla__DenseParamSpec p = FLOTILLA__DENSE_PARAM_SPEC__INIT, *pp = &p;
-  Flotilla__SparseTableSpec s = FLOTILLA__SPARSE_TABLE_SPEC__INIT, *sp = &s;
-  p.name = "w";
-  p.numel = N;
-  s.name = "emb";
-  s.dim = 2;
-  r.trainer_id = t;
-  r.num_trainers = nt;
-  r.incarnation = inc;
-  r.dense_block_size = N;
-  r.num_servers = 1;
-  r.n_dense = 1;
-  r.dense = &pp;
-  r.n_sparse = 1;
-  r.sparse = &sp;
-  r.commits = commits;
-  r.committed = reg_committed;
-  ck_assert_int_eq(fl_ps_core_register(c, &r, &out), FL_OK);
+  reg_req q;
+  reg_req_init(&q, t, nt, inc);
+  q.r.commits = commits;
+  q.r.committed = reg_committed;
+  ck_assert_int_eq(fl_ps_core_register(c, &q.r, &out), FL_OK);
   if (staged) *staged = out.trainer_staged;
   if (step) *step = out.step;
 }
 
 /* Trainer t's pushes of step s: its dense gradient g and the row of key 7. */
 static void push_step(fl_ps_core *c, int t, int64_t s, const float *g, const float r[2]) {
-  int dup = 1;
-  ck_assert_int_eq(push(c, t, s, FLOTILLA__PUSH_KIND__PUSH_GRAD, g, &dup), FL_OK);
-  ck_assert_int_eq(dup, 0);
+  ck_assert_int_eq(grad_dup(c, t, s, g), 0);
   ck_assert_int_eq(rpush(c, t, s, 7, r), FL_OK);
 }
 
@@ -1110,7 +1086,7 @@ START_TEST(test_commit_resend_replaces) {
   fl_ps_core *c = commit_core(), *ref = commit_core();
   const float bad[N] = {9, 9, 9, 9}, rbad[2] = {9, 9};
   float vc[N + 2], vr[N + 2];
-  int dup = 0, staged = 0;
+  int staged = 0;
   push_step(c, 0, 0, cg0, cr0);
   push_step(c, 1, 0, bad, rbad);
   reg_commit(c, 1, 2, 2001, 1, &staged, NULL); /* restarted before its commit */
@@ -1130,8 +1106,7 @@ START_TEST(test_commit_resend_replaces) {
   push_step(c, 1, 1, cg1, cr1);
   ck_assert_int_eq(fl_ps_core_commit(c, 1, 2), FL_OK);
   reg_commit(c, 1, 2, 3001, 1, NULL, NULL);
-  ck_assert_int_eq(push(c, 1, 1, FLOTILLA__PUSH_KIND__PUSH_GRAD, bad, &dup), FL_OK);
-  ck_assert_int_eq(dup, 1); /* committed: what the other servers hold stays */
+  ck_assert_int_eq(grad_dup(c, 1, 1, bad), 1); /* committed: what the other servers hold stays */
   fl_ps_core_free(c);
   fl_ps_core_free(ref);
 }

@@ -20,7 +20,6 @@
 #include <config.h>
 
 #include <check.h>
-#include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
@@ -74,7 +73,7 @@ static fl_ps_table_opts opts(fl_optim_kind kind, int64_t max_rows) {
 }
 
 /* A table of options o whose memory tier holds about hot_rows rows. */
-static void make_tiered_opts(tiered *x, fl_ps_table_opts o, size_t hot_rows) {
+static void make_tiered(tiered *x, fl_ps_table_opts o, size_t hot_rows) {
   char path[96];
   size_t row = sizeof(uint64_t) + (DIM + 2 * DIM) * sizeof(float) + 24;
   snprintf(x->dir, sizeof x->dir, "/tmp/fl_test_tier_XXXXXX");
@@ -88,15 +87,23 @@ static void make_tiered_opts(tiered *x, fl_ps_table_opts o, size_t hot_rows) {
   ck_assert_int_eq(fl_ps_table_create(&o, &x->t), FL_OK);
 }
 
-static void make_tiered(tiered *x, fl_optim_kind kind, int64_t max_rows, size_t hot_rows) {
-  make_tiered_opts(x, opts(kind, max_rows), hot_rows);
-}
-
 static void free_tiered(tiered *x) {
   fl_ps_table_free(x->t);
   ck_assert_uint_eq(x->hot, 0);
   fl_ps_tier_close(x->tier);
   rm_tree(x->dir);
+}
+
+/* *mem, a table of options o all in memory, and x, one of the same
+ * options with a disk tier (make_tiered); free_pair frees both. */
+static void make_pair(fl_ps_table_opts o, size_t hot_rows, fl_ps_table **mem, tiered *x) {
+  ck_assert_int_eq(fl_ps_table_create(&o, mem), FL_OK);
+  make_tiered(x, o, hot_rows);
+}
+
+static void free_pair(fl_ps_table *mem, tiered *x) {
+  fl_ps_table_free(mem);
+  free_tiered(x);
 }
 
 /* Batch b of a skewed id stream (a few hot keys, a long tail), with
@@ -112,24 +119,33 @@ static void batch(int b, uint64_t *keys, float *g) {
   }
 }
 
-/* Pull then push batches on both tables; every pull and, at the end,
- * every row (read) are the same bits. */
-static void run_both(fl_ps_table *a, fl_ps_table *b, int batches) {
-  uint64_t keys[BATCH], all[KEYS];
+/* Batch i pulled then pushed on both tables: the pulls are the same bits. */
+static void step_both(fl_ps_table *a, fl_ps_table *b, int i) {
+  uint64_t keys[BATCH];
   float g[BATCH * DIM], pa[BATCH * DIM], pb[BATCH * DIM];
+  batch(i, keys, g);
+  ck_assert_int_eq(fl_ps_table_pull(a, keys, BATCH, pa), FL_OK);
+  ck_assert_int_eq(fl_ps_table_pull(b, keys, BATCH, pb), FL_OK);
+  ck_assert_mem_eq(pa, pb, sizeof pa);
+  ck_assert_int_eq(fl_ps_table_push(a, keys, BATCH, g), FL_OK);
+  ck_assert_int_eq(fl_ps_table_push(b, keys, BATCH, g), FL_OK);
+}
+
+/* Every row of both tables (read) is the same bits. */
+static void same_rows(fl_ps_table *a, fl_ps_table *b) {
+  uint64_t all[KEYS];
   static float ra[KEYS * DIM], rb[KEYS * DIM];
-  for (int i = 0; i < batches; i++) {
-    batch(i, keys, g);
-    ck_assert_int_eq(fl_ps_table_pull(a, keys, BATCH, pa), FL_OK);
-    ck_assert_int_eq(fl_ps_table_pull(b, keys, BATCH, pb), FL_OK);
-    ck_assert_mem_eq(pa, pb, sizeof pa);
-    ck_assert_int_eq(fl_ps_table_push(a, keys, BATCH, g), FL_OK);
-    ck_assert_int_eq(fl_ps_table_push(b, keys, BATCH, g), FL_OK);
-  }
   for (uint64_t k = 0; k < KEYS; k++) all[k] = k;
   ck_assert_int_eq(fl_ps_table_read(a, all, KEYS, ra), FL_OK);
   ck_assert_int_eq(fl_ps_table_read(b, all, KEYS, rb), FL_OK);
   ck_assert_mem_eq(ra, rb, sizeof ra);
+}
+
+/* Pull then push batches on both tables; every pull and, at the end,
+ * every row (read) are the same bits. */
+static void run_both(fl_ps_table *a, fl_ps_table *b, int batches) {
+  for (int i = 0; i < batches; i++) step_both(a, b, i);
+  same_rows(a, b);
 }
 
 START_TEST(test_tier_same_bits) {
@@ -139,8 +155,7 @@ START_TEST(test_tier_same_bits) {
     fl_ps_table *mem = NULL;
     tiered x;
     fl_ps_tier_stats st;
-    ck_assert_int_eq(fl_ps_table_create(&o, &mem), FL_OK);
-    make_tiered(&x, kinds[k], 100000, 40);
+    make_pair(o, 40, &mem, &x);
     run_both(mem, x.t, 60);
     fl_ps_tier_get_stats(x.tier, &st);
     /* Rows went both ways, and live in one tier or the other. */
@@ -151,8 +166,7 @@ START_TEST(test_tier_same_bits) {
     ck_assert_uint_eq(fl_ps_table_rows(x.t) + fl_ps_table_disk_rows(x.t), fl_ps_table_rows(mem));
     ck_assert_uint_eq(st.rows, fl_ps_table_disk_rows(x.t));
     ck_assert_uint_le(fl_ps_table_hot_bytes(x.t), x.budget);
-    fl_ps_table_free(mem);
-    free_tiered(&x);
+    free_pair(mem, &x);
   }
 }
 END_TEST
@@ -163,14 +177,12 @@ START_TEST(test_tier_max_rows_lru) {
   fl_ps_table_opts o = opts(FL_OPTIM_ADAGRAD, 200);
   fl_ps_table *mem = NULL;
   tiered x;
-  ck_assert_int_eq(fl_ps_table_create(&o, &mem), FL_OK);
-  make_tiered(&x, FL_OPTIM_ADAGRAD, 200, 30);
+  make_pair(o, 30, &mem, &x);
   run_both(mem, x.t, 40);
   ck_assert_uint_gt(fl_ps_table_evicted(mem), 0);
   ck_assert_uint_eq(fl_ps_table_evicted(x.t), fl_ps_table_evicted(mem));
   ck_assert_uint_eq(fl_ps_table_rows(x.t) + fl_ps_table_disk_rows(x.t), 200);
-  fl_ps_table_free(mem);
-  free_tiered(&x);
+  free_pair(mem, &x);
 }
 END_TEST
 
@@ -182,8 +194,7 @@ START_TEST(test_tier_disk_full_keeps_rows) {
   tiered x;
   struct rlimit rl = {256 << 10, 256 << 10};
   fl_ps_tier_stats st;
-  ck_assert_int_eq(fl_ps_table_create(&o, &mem), FL_OK);
-  make_tiered(&x, FL_OPTIM_ROWWISE_ADAGRAD, 100000, 10);
+  make_pair(o, 10, &mem, &x);
   signal(SIGXFSZ, SIG_IGN);
   ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
   {
@@ -246,10 +257,21 @@ static void read_all(fl_ps_core *c, float *out) {
   ck_assert_int_eq(spull(c, 0, 0, 1, all, KEYS, out), FL_OK);
 }
 
+/* d, just restored, registers its one async trainer: its rows are want,
+ * some of them on disk; *ts its tiers then. */
+static void restored_rows(fl_ps_core *d, const float *want, fl_ps_tiers *ts) {
+  static float got[KEYS * DIM];
+  reg(d, 0, 1, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
+  read_all(d, got);
+  ck_assert_mem_eq(got, want, sizeof got);
+  fl_ps_core_tier_stats(d, ts);
+  ck_assert_uint_gt(ts->disk_rows, 0);
+}
+
 START_TEST(test_core_checkpoint_keeps_disk_tier) {
   char dir[] = "/tmp/fl_test_tier_core_XXXXXX", path[128], copy[160];
   fl_ps_core *c, *d, *plain;
-  static float va[KEYS * DIM], vb[KEYS * DIM];
+  static float va[KEYS * DIM];
   uint64_t keys[BATCH];
   float g[BATCH * DIM];
   fl_ps_tiers ts;
@@ -305,11 +327,7 @@ START_TEST(test_core_checkpoint_keeps_disk_tier) {
   ck_assert_int_eq(fl_ps_core_load(plain, ck, path), FL_EINVAL); /* rows on disk: refused */
   ck_assert_int_eq(fl_ps_core_load(d, ck, path), FL_OK);
   fl_ckpt_free(ck);
-  reg(d, 0, 1, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
-  read_all(d, vb);
-  ck_assert_mem_eq(va, vb, sizeof va);
-  fl_ps_core_tier_stats(d, &ts);
-  ck_assert_uint_gt(ts.disk_rows, 0);
+  restored_rows(d, va, &ts);
   fl_ps_core_free(d);
   fl_ps_core_free(plain);
   rm_tree(dir);
@@ -355,26 +373,12 @@ static int64_t restart_tier(const char *dir, int64_t max_rows, int64_t expire, c
                             fl_ps_core *b) {
   static float got[KEYS * DIM], vb[KEYS * DIM];
   fl_ps_core *d = mk_delta(DELTA_BUDGET, max_rows, expire, dir);
-  fl_ckpt *ck = NULL;
-  int64_t step, deltas = -1;
-  char path[512], logp[512];
+  int64_t deltas;
+  char logp[512];
   fl_ps_tiers td, tb;
-  int saved = dup(2), fd;
   snprintf(logp, sizeof logp, "%s/log.txt", dir);
-  fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ck_assert_int_eq(fl_ckpt_dir_load_latest(dir, &ck, &step), FL_OK);
-  fl_ckpt_dir_path(dir, step, path, sizeof path);
-  dup2(fd, 2);
-  ck_assert_int_eq(fl_ps_core_load_chain(d, ck, path, dir, &deltas), FL_OK);
-  dup2(saved, 2);
-  close(fd);
-  close(saved);
-  fl_ckpt_free(ck);
-  reg(d, 0, 1, FLOTILLA__SYNC_MODE__SYNC_MODE_ASYNC);
-  read_all(d, got);
-  ck_assert_mem_eq(got, want, sizeof got);
-  fl_ps_core_tier_stats(d, &td);
-  ck_assert_uint_gt(td.disk_rows, 0);
+  deltas = pt_load_chain(d, dir, logp);
+  restored_rows(d, want, &td);
   ck_assert_uint_le(td.mem_bytes, DELTA_BUDGET - fl_ps_tier_overhead(DELTA_BUDGET));
   if (b) {
     fl_ps_core_tier_stats(b, &tb);
@@ -617,23 +621,12 @@ static fl_ps_table_opts admit_opts(int64_t steps, double seconds) {
 /* run_both with an expiry sweep after each push: the same rows expire
  * from both, the same ids are admitted and refused. */
 static void run_expiring(fl_ps_table *a, fl_ps_table *b, int batches) {
-  uint64_t keys[BATCH], all[KEYS];
-  float g[BATCH * DIM], pa[BATCH * DIM], pb[BATCH * DIM];
-  static float ra[KEYS * DIM], rb[KEYS * DIM];
   fl_ps_table_counts na, nb;
   for (int i = 0; i < batches; i++) {
-    batch(i, keys, g);
-    ck_assert_int_eq(fl_ps_table_pull(a, keys, BATCH, pa), FL_OK);
-    ck_assert_int_eq(fl_ps_table_pull(b, keys, BATCH, pb), FL_OK);
-    ck_assert_mem_eq(pa, pb, sizeof pa);
-    ck_assert_int_eq(fl_ps_table_push(a, keys, BATCH, g), FL_OK);
-    ck_assert_int_eq(fl_ps_table_push(b, keys, BATCH, g), FL_OK);
+    step_both(a, b, i);
     ck_assert_uint_eq(fl_ps_table_expire(a, 1001.0 + i), fl_ps_table_expire(b, 1001.0 + i));
   }
-  for (uint64_t k = 0; k < KEYS; k++) all[k] = k;
-  ck_assert_int_eq(fl_ps_table_read(a, all, KEYS, ra), FL_OK);
-  ck_assert_int_eq(fl_ps_table_read(b, all, KEYS, rb), FL_OK);
-  ck_assert_mem_eq(ra, rb, sizeof ra);
+  same_rows(a, b);
   fl_ps_table_counts_of(a, &na);
   fl_ps_table_counts_of(b, &nb);
   ck_assert_mem_eq(&na, &nb, sizeof na);
@@ -652,8 +645,7 @@ START_TEST(test_tier_admission_expiry_same_bits) {
     fl_ps_table *mem = NULL;
     tiered x;
     fl_ps_tier_stats st;
-    ck_assert_int_eq(fl_ps_table_create(&o, &mem), FL_OK);
-    make_tiered_opts(&x, o, 30);
+    make_pair(o, 30, &mem, &x);
     run_expiring(mem, x.t, 80);
     fl_ps_tier_get_stats(x.tier, &st);
     ck_assert_uint_gt(st.demotions, 100);
@@ -663,8 +655,7 @@ START_TEST(test_tier_admission_expiry_same_bits) {
     ck_assert_uint_eq(st.rows, fl_ps_table_disk_rows(x.t));
     ck_assert_uint_gt(st.demotions - st.promotions - st.rows, 50);
     ck_assert_uint_le(fl_ps_table_hot_bytes(x.t), x.budget);
-    fl_ps_table_free(mem);
-    free_tiered(&x);
+    free_pair(mem, &x);
   }
 }
 END_TEST
@@ -679,7 +670,7 @@ START_TEST(test_tier_disk_row_not_readmitted) {
   float v[DIM], w[DIM], g[DIM];
   uint64_t k7 = 7;
   for (int j = 0; j < DIM; j++) g[j] = 0.5f;
-  make_tiered_opts(&x, o, 4);
+  make_tiered(&x, o, 4);
   ck_assert_int_eq(fl_ps_table_pull(x.t, &k7, 1, v), FL_OK);
   ck_assert_uint_eq(fl_ps_table_rows(x.t), 0);
   ck_assert(v[0] == 0.125f);
@@ -746,7 +737,7 @@ START_TEST(test_tier_legacy_row_expires) {
   int64_t updates = 5;
   for (const char *p = "emb"; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ULL;
   o.expire_after_steps = 3;
-  make_tiered_opts(&x, o, 4);
+  make_tiered(&x, o, 4);
   memcpy(old, &updates, 8);
   for (int j = 0; j < DIM; j++) memcpy(old + 8 + j * 4, &(float){0.25f}, 4);
   ck_assert_int_eq(fl_ps_tier_put(x.tier, fl_ps_mix64(h + 0), 42, old, sizeof old), FL_OK);

@@ -1,12 +1,14 @@
 """fmnist_onnx.py - what the two ONNX examples share: the Fashion-MNIST .npy
 files (fmnist_to_npy.py), exporting a module as Flotilla imports it, copying
-an ONNX file's initializers back into the module, test accuracy, and a plain
-PyTorch training loop (the reference the benchmark compares against).
+an ONNX file's initializers back into the module, test accuracy, a plain
+PyTorch training loop (the reference the benchmark compares against), and
+the command line of an example's script.
 
 Used by resnet_fmnist.py, vit_fmnist.py, eval_onnx.py and
 tests/bench/torch_onnx_train.py; run them with /usr/bin/python3 (Debian's
 python3-torch and python3-onnx).
 """
+import argparse
 import copy
 import math
 import os
@@ -154,3 +156,32 @@ def train(model, x, y, xt, yt, epochs, batch, opt_name, lr, momentum=0.9, weight
         log(f"[torch epoch {ep}] loss {loss.item():.4f}, {steps * batch / dt:.1f} samples/s, "
             f"test acc1 {acc:.4f}")
     return acc, samples / seconds if seconds > 0 else 0.0
+
+
+def main(doc, build, job, name):
+    """The command line of an example's script (doc its docstring, job its
+    job's settings): `export OUT.onnx [--seed N]` writes build(seed),
+    untrained, as ONNX; `torch DATA_DIR [--epochs E]` trains build() in
+    PyTorch with the job's settings.  name (the model's) labels the output."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("export", help="write the untrained model as ONNX")
+    e.add_argument("out")
+    e.add_argument("--seed", type=int, default=1)
+    t = sub.add_parser("torch", help="train it in PyTorch with the job's settings")
+    t.add_argument("data_dir")
+    t.add_argument("--epochs", type=int, default=job["epochs"])
+    t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--limit", type=int, default=0)
+    a = ap.parse_args()
+    if a.cmd == "export":
+        m = build(a.seed)
+        export(m, a.out)
+        n = sum(p.numel() for p in m.parameters())
+        print(f"{a.out}: {name}, {n} parameters")
+        return
+    torch.set_num_threads(a.threads)
+    x, y = load_split(a.data_dir, "train", a.limit)
+    xt, yt = load_split(a.data_dir, "test")
+    acc, sps = train(build(), x, y, xt, yt, **dict(job, epochs=a.epochs))
+    print(f"torch {name.lower()}: test acc1 {acc:.4f}, {sps:.1f} samples/s")

@@ -18,7 +18,6 @@ the model stopped short of 0.93 test accuracy in 10 epochs (0.928-0.929,
 the second trains the same model in PyTorch with the job's settings (the
 reference of tests/bench/bench_onnx.sh).
 """
-import argparse
 import os
 import sys
 
@@ -71,31 +70,5 @@ def build(seed=1):
     return ResNetFMNIST()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    e = sub.add_parser("export", help="write the untrained model as ONNX")
-    e.add_argument("out")
-    e.add_argument("--seed", type=int, default=1)
-    t = sub.add_parser("torch", help="train it in PyTorch with the job's settings")
-    t.add_argument("data_dir")
-    t.add_argument("--epochs", type=int, default=JOB["epochs"])
-    t.add_argument("--threads", type=int, default=1)
-    t.add_argument("--limit", type=int, default=0)
-    a = ap.parse_args()
-    if a.cmd == "export":
-        m = build(a.seed)
-        fmnist_onnx.export(m, a.out)
-        n = sum(p.numel() for p in m.parameters())
-        print(f"{a.out}: ResNet, {n} parameters")
-        return
-    torch.set_num_threads(a.threads)
-    x, y = fmnist_onnx.load_split(a.data_dir, "train", a.limit)
-    xt, yt = fmnist_onnx.load_split(a.data_dir, "test")
-    job = dict(JOB, epochs=a.epochs)
-    acc, sps = fmnist_onnx.train(build(), x, y, xt, yt, **job)
-    print(f"torch resnet: test acc1 {acc:.4f}, {sps:.1f} samples/s")
-
-
 if __name__ == "__main__":
-    main()
+    fmnist_onnx.main(__doc__, build, JOB, "ResNet")
