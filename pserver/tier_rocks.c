@@ -923,27 +923,70 @@ static fl_status give_row(const fl_ps_tier *t, uint64_t key, const char *v, size
   return fn(ctx, key, v + SEQ_LEN, vn - SEQ_LEN);
 }
 
-/* Every row of table in t, keys ascending, to fn. */
-static fl_status each_row(fl_ps_tier *t, uint64_t table, fl_ps_tier_row_fn fn, void *ctx) {
-  unsigned char lo[KEY_LEN];
-  rocksdb_iterator_t *it = rocksdb_create_iterator(t->db, t->ro);
+struct fl_ps_tier_cursor {
+  fl_ps_tier *t;
+  rocksdb_iterator_t *it;
+  unsigned char lo[KEY_LEN]; /* the table's first key: its prefix */
+  int started, done;
+};
+
+fl_status fl_ps_tier_cursor_open(fl_ps_tier *t, uint64_t table, fl_ps_tier_cursor **out) {
+  fl_ps_tier_cursor *c = calloc(1, sizeof *c);
+  *out = NULL;
+  if (!c) return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory for a cursor", t->path);
+  c->t = t;
+  c->it = rocksdb_create_iterator(t->db, t->ro);
+  make_key(c->lo, 'r', table, 0);
+  rocksdb_iter_seek(c->it, (const char *)c->lo, KEY_LEN);
+  *out = c;
+  return FL_OK;
+}
+
+/* FL_EIO (logged) when c's iterator stopped on an error, else FL_OK. */
+static fl_status cursor_error(fl_ps_tier_cursor *c) {
+  char *err = NULL;
   fl_status st = FL_OK;
-  make_key(lo, 'r', table, 0);
-  for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); st == FL_OK && rocksdb_iter_valid(it);
-       rocksdb_iter_next(it)) {
-    size_t kl = 0, vl = 0;
-    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
-    if (kl != KEY_LEN || memcmp(k, lo, 9)) break; /* past this table's rows */
-    st = give_row(t, get_be64((const unsigned char *)k + 9), v, vl, fn, ctx);
-  }
-  rocksdb_iter_destroy(it);
+  rocksdb_iter_get_error(c->it, &err);
+  if (err) st = FL_ERR(FL_EIO, "disk tier %s: reading the rows failed: %s", c->t->path, err);
+  rocksdb_free(err);
   return st;
+}
+
+fl_status fl_ps_tier_cursor_next(fl_ps_tier_cursor *c, uint64_t *key, const void **row,
+                                 size_t *len, int *more) {
+  size_t kl = 0, vl = 0;
+  const char *k, *v;
+  *more = 0;
+  if (c->done) return FL_OK;
+  if (c->started) rocksdb_iter_next(c->it);
+  c->started = 1;
+  if (!rocksdb_iter_valid(c->it)) {
+    c->done = 1;
+    return cursor_error(c);
+  }
+  k = rocksdb_iter_key(c->it, &kl);
+  v = rocksdb_iter_value(c->it, &vl);
+  if (kl != KEY_LEN || memcmp(k, c->lo, 9)) { /* past this table's rows */
+    c->done = 1;
+    return FL_OK;
+  }
+  if (vl < SEQ_LEN) return FL_ERR(FL_ECORRUPT, "disk tier %s: a row of %zu bytes", c->t->path, vl);
+  *key = get_be64((const unsigned char *)k + 9);
+  *row = v + SEQ_LEN;
+  *len = vl - SEQ_LEN;
+  *more = 1;
+  return FL_OK;
+}
+
+void fl_ps_tier_cursor_close(fl_ps_tier_cursor *c) {
+  if (!c) return;
+  rocksdb_iter_destroy(c->it);
+  free(c);
 }
 
 fl_status fl_ps_tier_copy_rows(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n,
                                fl_ps_tier_row_fn fn, void *ctx) {
   fl_status st = FL_OK;
-  if (!keys) return each_row(t, table, fn, ctx);
   for (size_t i = 0; i < n && st == FL_OK; i++) {
     unsigned char rk[KEY_LEN];
     char *err = NULL, *v;
