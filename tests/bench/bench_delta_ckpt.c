@@ -18,13 +18,16 @@
  * --budget BYTES the table keeps its rows beyond that in a disk tier (a
  * RocksDB store in --dir) and each checkpoint, whole or delta, is its
  * file plus the store's copy (fl_ps_tier_checkpoint: hard links, the
- * memtables flushed first), as a pserver writes them.  The copy is the
- * same for both kinds, so it is taken once a round, before the delta
- * (tier_copy_seconds, tier_copy_bytes: the copy's new files, those not
- * linked from the copy before - the rows demoted in the interval, flushed,
- * the sorted runs a compaction wrote, and RocksDB's manifest), and added
- * to each kind's figures.  The copies of the chain (the base's, then each
- * delta's) are kept as a pserver keeps them until its next base: chain_*
+ * memtables flushed first), as a pserver writes them, each taken once a
+ * round, before the delta
+ * (tier_copy_seconds, tier_copy_bytes: a delta's copy, a store of the
+ * rows demoted since the copy before; tier_whole_copy_seconds,
+ * tier_whole_copy_bytes: a base's, hard links to the store's files, its
+ * bytes those not linked from the whole copy before - the rows demoted in
+ * the interval, flushed, the sorted runs a compaction wrote, RocksDB's
+ * manifest), each added to its kind's figures.  The copies of the chain
+ * (the base's, then each delta's) are kept as a pserver keeps them until
+ * its next base: chain_*
  * is their disk use as du counts it (a file linked from several copies
  * once): the base's copy, the whole chain's after --rounds deltas, what
  * each delta added to it on average (its file and its copy's new files)
@@ -103,14 +106,34 @@ static double chain_use(int last) {
   return bytes;
 }
 
-/* With the tier: the store's copy of chain position r (kept); the bytes
- * it adds to the chain before it. */
-static double copy_store(int r) {
+/* With the tier: chain position r's copy (kept): the base's whole (r 0),
+ * a delta's the rows demoted since the copy before; the bytes it adds to
+ * the chain before it. */
+static double copy_chain(int r) {
   char p[4200];
   if (!tier) return 0;
   chain_dir(r, p, sizeof p);
-  if (fl_ps_tier_remove_copy(p) != FL_OK || fl_ps_tier_checkpoint(tier, p) != FL_OK) exit(1);
+  if (fl_ps_tier_remove_copy(p) != FL_OK ||
+      (r ? fl_ps_tier_checkpoint_delta(tier, p) : fl_ps_tier_checkpoint(tier, p)) != FL_OK)
+    exit(1);
   return r ? chain_use(r) - chain_use(r - 1) : chain_use(0);
+}
+
+/* With the tier: a whole copy, as a base's, replacing the one before; its
+ * files not in the one before (their bytes). */
+static double copy_whole(void) {
+  static inode_use seen[MAX_INODES];
+  char prev[4200], cur[4200];
+  size_t n = 0;
+  double b;
+  if (!tier) return 0;
+  snprintf(prev, sizeof prev, "%s/bench_delta_whole", bench_dir);
+  snprintf(cur, sizeof cur, "%s/bench_delta_whole_new", bench_dir);
+  if (fl_ps_tier_remove_copy(cur) != FL_OK || fl_ps_tier_checkpoint(tier, cur) != FL_OK) exit(1);
+  if (access(prev, F_OK) == 0) dir_use(prev, seen, &n, MAX_INODES);
+  b = dir_use(cur, seen, &n, MAX_INODES);
+  if (fl_ps_tier_remove_copy(prev) != FL_OK || rename(cur, prev) != 0) exit(1);
+  return b;
 }
 
 static double now_s(void) {
@@ -248,12 +271,14 @@ int main(int argc, char **argv) {
   char full_path[4096], delta_path[4096];
   snprintf(full_path, sizeof full_path, "%s/bench_delta_full.flc", dir);
   snprintf(delta_path, sizeof delta_path, "%s/bench_delta_delta.flc", dir);
-  double fb[100], db[100], fs[100], ds[100], fm[100], dm[100], cb[100], cs[100], scratch;
+  double fb[100], db[100], fs[100], ds[100], fm[100], dm[100], cb[100], cs[100], wb[100], ws[100];
+  double scratch;
   size_t n_touch = (size_t)((double)rows * touch);
   fl_ps_tier_stats ts0, ts1;
   double demoted = 0, disk_rows = 0;
   write_one(t, full_path, 0, &scratch); /* the base */
-  copy_store(0);
+  copy_chain(0);
+  copy_whole();
   if (tier) {
     fl_ps_tier_get_stats(tier, &ts0);
     disk_rows = (double)ts0.rows;
@@ -267,21 +292,27 @@ int main(int argc, char **argv) {
       ts0 = ts1;
     }
     cs[r] = now_s();
-    cb[r] = copy_store(r + 1);
+    cb[r] = copy_chain(r + 1);
     cs[r] = now_s() - cs[r];
+    ws[r] = now_s();
+    wb[r] = copy_whole();
+    ws[r] = now_s() - ws[r];
     dm[r] = build_mem(t, 1);
     db[r] = write_one(t, delta_path, 1, &ds[r]);
     fb[r] = write_one(t, full_path, 0, &fs[r]);
     fm[r] = build_mem(t, 0);
   }
   double mcb = median(cb, rounds), mcs = median(cs, rounds);
-  double mfb = median(fb, rounds) + mcb, mdb = median(db, rounds) + mcb;
-  double mfs = median(fs, rounds) + mcs, mds = median(ds, rounds) + mcs;
+  double mwb = median(wb, rounds), mws = median(ws, rounds);
+  double mfb = median(fb, rounds) + mwb, mdb = median(db, rounds) + mcb;
+  double mfs = median(fs, rounds) + mws, mds = median(ds, rounds) + mcs;
   printf("scale_rows: %llu rows\nscale_dim: %u floats\nscale_touched: %zu rows per interval\n",
          (unsigned long long)rows, dim, n_touch);
   if (tier)
     printf("scale_budget: %zu bytes\nscale_memory_rows: %zu rows\ntier_copy_bytes: %.0f bytes\n"
-           "tier_copy_seconds: %.4f s\n", budget, fl_ps_table_rows(t), mcb, mcs);
+           "tier_copy_seconds: %.4f s\ntier_whole_copy_bytes: %.0f bytes\n"
+           "tier_whole_copy_seconds: %.4f s\n",
+           budget, fl_ps_table_rows(t), mcb, mcs, mwb, mws);
   printf("full_ckpt_bytes: %.0f bytes\ndelta_ckpt_bytes: %.0f bytes\n", mfb, mdb);
   printf("delta_ckpt_bytes_over_full: %.4f ratio\n", mdb / mfb);
   printf("full_ckpt_seconds: %.4f s\ndelta_ckpt_seconds: %.4f s\n", mfs, mds);
@@ -301,6 +332,8 @@ int main(int argc, char **argv) {
       chain_dir(r, store, sizeof store);
       fl_ps_tier_remove_copy(store);
     }
+    snprintf(store, sizeof store, "%s/bench_delta_whole", dir);
+    fl_ps_tier_remove_copy(store);
     snprintf(store, sizeof store, "%s/bench_delta_store", dir);
     fl_ps_tier_remove_copy(store);
   }
