@@ -374,8 +374,9 @@ fl_status psc_stripes_apply_delta(ps_table *pt, const fl_ckpt *ck, const char *p
 
 /* core_tier.c: the disk tier */
 /* Copy the store into the data directory's temporary (every table's
- * stripes locked): whole, or at a delta the rows demoted since. */
-fl_status psc_tier_snapshot(fl_ps_core *c, int delta);
+ * stripes locked): whole, or at a delta the rows demoted since the last
+ * checkpoint that marked its rows saved (mark). */
+fl_status psc_tier_snapshot(fl_ps_core *c, int delta, int mark);
 /* The copy becomes the one of checkpoint file path (path.tier), before
  * that file is committed (a file never lacks its copy). */
 fl_status psc_tier_place(fl_ps_core *c, const char *path);

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -52,11 +53,12 @@ static void tmp_path(const fl_ps_core *c, char *p, size_t cap) {
   snprintf(p, cap, "%s/tier.tmp", c->tier_dir);
 }
 
-fl_status psc_tier_snapshot(fl_ps_core *c, int delta) {
+fl_status psc_tier_snapshot(fl_ps_core *c, int delta, int mark) {
   char tmp[FL_JOB_PATH_MAX + 96];
   tmp_path(c, tmp, sizeof tmp);
   FL_TRY(fl_ps_tier_remove_copy(tmp));
-  return delta ? fl_ps_tier_checkpoint_delta(c->tier, tmp) : fl_ps_tier_checkpoint(c->tier, tmp);
+  return delta ? fl_ps_tier_checkpoint_delta(c->tier, tmp)
+               : fl_ps_tier_checkpoint(c->tier, tmp, mark);
 }
 
 void psc_tier_prune(fl_ps_core *c) {
@@ -107,6 +109,25 @@ int psc_tier_copy_missing(fl_ps_core *c, const char *base, const char *delta) {
   return c->tier && has_copy(base, dst, sizeof dst) && !has_copy(delta, dst, sizeof dst);
 }
 
+/* The n deleted keys del out of the store, each of the stripe table
+ * ids[fl_ps_table_stripe(key, ns)] (one removal call a stripe). */
+static fl_status remove_deleted(fl_ps_tier *t, const uint64_t *del, size_t n, const uint64_t *ids,
+                                unsigned ns) {
+  uint64_t *by = malloc((n ? n : 1) * sizeof *by);
+  size_t at[MAX_STRIPES + 1] = {0};
+  fl_status st = FL_OK;
+  if (!by) return FL_ERR(FL_ENOMEM, "disk tier: out of memory for %zu deleted keys", n);
+  for (size_t i = 0; i < n; i++) at[fl_ps_table_stripe(del[i], ns) + 1]++;
+  for (unsigned s = 0; s < ns; s++) at[s + 1] += at[s];
+  for (size_t i = 0; i < n; i++) by[at[fl_ps_table_stripe(del[i], ns)]++] = del[i];
+  for (unsigned s = 0; s < ns && st == FL_OK; s++) { /* at[s]: the end of stripe s now */
+    size_t lo = s ? at[s - 1] : 0;
+    st = fl_ps_tier_remove_keys(t, ids[s], by + lo, at[s] - lo);
+  }
+  free(by);
+  return st;
+}
+
 /* Delta file's deletions (record "deleted" of each table, by stripe:
  * record "tier_ids") out of the store, then its copy's rows over it. */
 static fl_status replay_delta(fl_ps_core *c, const char *file) {
@@ -122,16 +143,14 @@ static fl_status replay_delta(fl_ps_core *c, const char *file) {
     if (fl_ckpt_find(ck, name, &del) != FL_OK) continue; /* a table the delta lacks */
     snprintf(name, sizeof name, "sparse/%s/tier_ids", tn);
     if (fl_ckpt_find(ck, name, &ids) != FL_OK || ids.dtype != FL_CKPT_U64 || ids.ndim != 1 ||
-        ids.shape[0] < 1 || del.dtype != FL_CKPT_U64 || del.ndim != 1) {
-      st = FL_ERR(FL_ECORRUPT, "delta checkpoint %s: table %s has no record tier_ids: not a "
-                  "delta of the disk tier", file, tn);
+        ids.shape[0] < 1 || ids.shape[0] > MAX_STRIPES || del.dtype != FL_CKPT_U64 ||
+        del.ndim != 1) {
+      st = FL_ERR(FL_ECORRUPT, "delta checkpoint %s: table %s has no record tier_ids of its "
+                  "stripes: not a delta of the disk tier", file, tn);
       break;
     }
-    for (int64_t k = 0; st == FL_OK && k < del.shape[0]; k++) {
-      uint64_t key = ((const uint64_t *)del.data)[k];
-      uint64_t id = ((const uint64_t *)ids.data)[fl_ps_table_stripe(key, (unsigned)ids.shape[0])];
-      st = fl_ps_tier_remove_keys(c->tier, id, &key, 1);
-    }
+    st = remove_deleted(c->tier, del.data, (size_t)del.shape[0], ids.data,
+                        (unsigned)ids.shape[0]);
   }
   fl_ckpt_free(ck);
   if (st == FL_OK && has_copy(file, dst, sizeof dst)) st = fl_ps_tier_overlay(c->tier, dst);

@@ -810,7 +810,7 @@ size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table) {
   return 0;
 }
 
-fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir) {
+fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir, int mark) {
   char *err = NULL;
   rocksdb_checkpoint_t *cp;
   FL_TRY(settle_all(t));
@@ -818,7 +818,7 @@ fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir) {
   if (!err) rocksdb_checkpoint_create(cp, dir, 0, &err);
   if (cp) rocksdb_checkpoint_object_destroy(cp);
   if (!err) {
-    atomic_store(&t->ckpt_seq, atomic_load(&t->seq));
+    if (mark) atomic_store(&t->ckpt_seq, atomic_load(&t->seq));
     return FL_OK;
   }
   fl_status st = FL_ERR(FL_EIO, "disk tier %s: checkpoint into %s failed: %s", t->path, dir, err);

@@ -85,8 +85,9 @@ size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table);
 
 /* Copy the store into dir (not existing yet) with RocksDB's checkpoint
  * object: hard links to its files, the memtables flushed first (a base's
- * copy). */
-fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir);
+ * copy).  mark: a base of a delta chain (the next delta's copy holds the
+ * rows demoted from now on; else from the mark before). */
+fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir, int mark);
 /* A delta's copy into dir (not existing yet): a store of its own holding
  * only the rows demoted since the last checkpoint (base or delta) and
  * still here, as they are now; replayed onto the base's copy by

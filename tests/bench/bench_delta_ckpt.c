@@ -114,7 +114,7 @@ static double copy_chain(int r) {
   if (!tier) return 0;
   chain_dir(r, p, sizeof p);
   if (fl_ps_tier_remove_copy(p) != FL_OK ||
-      (r ? fl_ps_tier_checkpoint_delta(tier, p) : fl_ps_tier_checkpoint(tier, p)) != FL_OK)
+      (r ? fl_ps_tier_checkpoint_delta(tier, p) : fl_ps_tier_checkpoint(tier, p, 1)) != FL_OK)
     exit(1);
   return r ? chain_use(r) - chain_use(r - 1) : chain_use(0);
 }
@@ -129,7 +129,7 @@ static double copy_whole(void) {
   if (!tier) return 0;
   snprintf(prev, sizeof prev, "%s/bench_delta_whole", bench_dir);
   snprintf(cur, sizeof cur, "%s/bench_delta_whole_new", bench_dir);
-  if (fl_ps_tier_remove_copy(cur) != FL_OK || fl_ps_tier_checkpoint(tier, cur) != FL_OK) exit(1);
+  if (fl_ps_tier_remove_copy(cur) != FL_OK || fl_ps_tier_checkpoint(tier, cur, 0) != FL_OK) exit(1);
   if (access(prev, F_OK) == 0) dir_use(prev, seen, &n, MAX_INODES);
   b = dir_use(cur, seen, &n, MAX_INODES);
   if (fl_ps_tier_remove_copy(prev) != FL_OK || rename(cur, prev) != 0) exit(1);

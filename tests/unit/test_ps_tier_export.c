@@ -8,7 +8,8 @@
  * the disk refused leaves it) is never taken: the export of a delta and
  * of a base, a restart from a chain (delta replay) and from a base, the
  * pulls and pushes after them and their checkpoints all take the memory
- * copy, bit for bit as without a budget. */
+ * copy, bit for bit as without a budget; a delta's store copy holds the
+ * rows demoted in its interval, not the store. */
 #include <config.h>
 
 #include <check.h>
@@ -319,6 +320,35 @@ static size_t disk_blob(const char *file, found_blob *f) {
   return f->len;
 }
 
+/* The rows in the store copy beside the checkpoint file (all stripes). */
+static size_t copy_row_count(const char *file) {
+  char copy[600];
+  fl_ps_tier *t = NULL;
+  fl_ckpt *ck = NULL;
+  fl_ckpt_record r;
+  size_t n = 0;
+  snprintf(copy, sizeof copy, "%s.tier", file);
+  ck_assert_int_eq(fl_ckpt_load(file, &ck), FL_OK);
+  ck_assert_int_eq(fl_ckpt_find(ck, "sparse/emb/tier_ids", &r), FL_OK);
+  ck_assert_int_eq(fl_ps_tier_open_copy(copy, &t), FL_OK);
+  for (int64_t s = 0; s < r.shape[0]; s++) {
+    fl_ps_tier_cursor *cur = NULL;
+    uint64_t key;
+    const void *row;
+    size_t len;
+    int more = 1;
+    ck_assert_int_eq(fl_ps_tier_cursor_open(t, ((const uint64_t *)r.data)[s], &cur), FL_OK);
+    while (more) {
+      ck_assert_int_eq(fl_ps_tier_cursor_next(cur, &key, &row, &len, &more), FL_OK);
+      n += (size_t)more;
+    }
+    fl_ps_tier_cursor_close(cur);
+  }
+  fl_ps_tier_close(t);
+  fl_ckpt_free(ck);
+  return n;
+}
+
 /* 1 when the checkpoint file holds X among its memory rows. */
 static int file_has_x(const char *file) {
   fl_ckpt *ck = NULL;
@@ -342,7 +372,7 @@ static void inject_stale(const char *dir, const char *file, const found_blob *f)
   ck_assert_int_eq(fl_ps_tier_open(scratch, 1 << 20, &t), FL_OK);
   ck_assert_int_eq(fl_ps_tier_restore(t, copy), FL_OK);
   ck_assert_int_eq(fl_ps_tier_put(t, stripe_table(file, X), X, f->blob, f->len), FL_OK);
-  ck_assert_int_eq(fl_ps_tier_checkpoint(t, fresh), FL_OK);
+  ck_assert_int_eq(fl_ps_tier_checkpoint(t, fresh, 0), FL_OK);
   fl_ps_tier_close(t);
   ck_assert_int_eq(fl_ps_tier_remove_copy(copy), FL_OK);
   ck_assert_int_eq(rename(fresh, copy), 0);
@@ -504,6 +534,9 @@ START_TEST(test_stale_disk_copy_never_taken) {
     push_x(r, b);
     push_range(r, b, 3000 + (uint64_t)s * 100, 3200 + (uint64_t)s * 100);
     save_both(r, d, b, bdir, path, sizeof path);
+    /* a base's copy holds the store, a delta's the rows demoted since */
+    ck_assert_uint_gt(copy_row_count(path), s == 10 ? 3000 : 0);
+    if (s > 10) ck_assert_uint_le(copy_row_count(path), 202);
   }
   same_rows(r, b);
   fl_ps_core_free(r);
