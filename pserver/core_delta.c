@@ -5,8 +5,8 @@
  * the disk tier each file has the store's copy beside it); a restart
  * loads the newest base that verifies and replays its deltas in order,
  * into memory, stopping at the first missing, truncated or corrupt one,
- * or one that lost its store copy (named in the log), then takes the disk
- * tier from the last one loaded (core_tier.c).  Also the sparse tables'
+ * or one that lost its store copy (named in the log), then rebuilds the
+ * disk tier from the base's copy and the deltas' (core_tier.c).  Also the sparse tables'
  * sweep (expiry, counters in /metrics, their log line at each
  * checkpoint).  Saves are serialized by the caller (the daemon's
  * checkpoint lock); the format is fl_ckpt's. */
@@ -258,25 +258,36 @@ fl_status fl_ps_core_load_chain(fl_ps_core *c, const fl_ckpt *ck, const char *fi
   fl_ckpt_record r;
   int64_t base, seq = 0;
   uint64_t nonce;
-  char last[4096], next[4096];
+  char (*paths)[4096] = NULL, next[4096];
+  size_t cap = 0;
+  fl_status st;
 
   *deltas = 0;
   FL_TRY(psc_load_rows(c, ck, file));
   c->have_base = 0; /* the next checkpoint is a new base */
-  snprintf(last, sizeof last, "%s", file);
   if (fl_ckpt_find(ck, "ps/ckpt_nonce", &r) == FL_OK && r.dtype == FL_CKPT_U64 &&
       fl_ckpt_get_i64(ck, "ps/step", &base) == FL_OK) { /* else written without deltas */
     nonce = *(const uint64_t *)r.data;
     while (replay_one(c, dir, file, base, nonce, seq + 1, next) == 1) {
-      seq++;
-      memcpy(last, next, sizeof last);
+      if ((size_t)seq == cap) {
+        char (*p)[4096] = realloc(paths, (cap = cap ? 2 * cap : 8) * sizeof *paths);
+        if (!p) {
+          free(paths);
+          return FL_ERR(FL_ENOMEM, "checkpoint %s: out of memory for its deltas' names", file);
+        }
+        paths = p;
+      }
+      memcpy(paths[seq++], next, sizeof next);
     }
   }
   *deltas = seq;
   if (seq)
     FL_LOGI("replayed %" PRId64 " delta checkpoint(s) after %s: step %" PRId64, seq, file,
             fl_ps_core_step(c));
-  /* The disk tier: the copy of the last file loaded, then each row of
-   * both tiers settled (what the chain put in memory may be older). */
-  return psc_tier_load(c, last);
+  /* The disk tier: the base's copy, each delta's deletions and copy
+   * replayed onto it, then each row of both tiers settled (what the chain
+   * put in memory may be older). */
+  st = psc_tier_load_chain(c, file, paths, (size_t)seq);
+  free(paths);
+  return st;
 }

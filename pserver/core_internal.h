@@ -374,8 +374,9 @@ fl_status psc_stripes_apply_delta(ps_table *pt, const fl_ckpt *ck, const char *p
 
 /* core_tier.c: the disk tier */
 /* Copy the store into the data directory's temporary (every table's
- * stripes locked). */
-fl_status psc_tier_snapshot(fl_ps_core *c);
+ * stripes locked): whole, or at a delta the rows demoted since the last
+ * checkpoint that marked its rows saved (mark). */
+fl_status psc_tier_snapshot(fl_ps_core *c, int delta, int mark);
 /* The copy becomes the one of checkpoint file path (path.tier), before
  * that file is committed (a file never lacks its copy). */
 fl_status psc_tier_place(fl_ps_core *c, const char *path);
@@ -387,6 +388,9 @@ void psc_tier_prune(fl_ps_core *c);
  * against it (fl_ps_table_tier_settle; no table lock held). */
 fl_status psc_tier_check_load(fl_ps_core *c, const char *file);
 fl_status psc_tier_load(fl_ps_core *c, const char *file);
+/* psc_tier_load of base file and the n deltas replayed after it, in
+ * order (their deletions and copies replayed onto the base's copy). */
+fl_status psc_tier_load_chain(fl_ps_core *c, const char *file, char (*deltas)[4096], size_t n);
 /* 1 when delta, replayed after base, lacks the disk copy that base has
  * (it was lost: the chain stops before it). */
 int psc_tier_copy_missing(fl_ps_core *c, const char *base, const char *delta);

@@ -314,7 +314,7 @@ fl_status psc_save_tables(fl_ps_core *c, fl_ckpt_writer *w, const psc_ckpt_kind 
    * stripes'): each table's rows and its step saved as one */
   for (size_t i = 0; i < nt; i++) pthread_mutex_lock(&c->tables[i].mu);
   lock_all(c, nt, 1);
-  if (c->tier) st = psc_tier_snapshot(c);
+  if (c->tier) st = psc_tier_snapshot(c, k->delta, k->mark);
   for (size_t i = 0; i < nt && st == FL_OK; i++) {
     ps_table *pt = &c->tables[i];
     char prefix[256];

@@ -4,10 +4,12 @@
  * only once the directory is claimed for this run (a second run there is
  * refused before its store is touched), a copy of it beside each
  * checkpoint file, base or delta (<file>.tier: a RocksDB checkpoint, hard
- * links) taken with every table's stripes locked and put in place before
- * the file is committed, restored once a load (a base and its deltas) has
- * put its rows in memory, then settled against them (the older copy of a
- * row in both tiers goes), removed with its checkpoint; and the tiers'
+ * links; at a delta only the rows demoted since the checkpoint before)
+ * taken with every table's stripes locked and put in place before the
+ * file is committed, restored once a load (a base and its deltas) has put
+ * its rows in memory (the base's copy, then each delta's deletions and
+ * rows over it), then settled against them (the older copy of a row in
+ * both tiers goes), removed with its checkpoint; and the tiers'
  * /metrics. */
 #include <config.h>
 
@@ -15,10 +17,12 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fl_ckpt.h"
 #include "fl_log.h"
 #include "fl_metrics.h"
 #include "core_internal.h"
@@ -49,11 +53,12 @@ static void tmp_path(const fl_ps_core *c, char *p, size_t cap) {
   snprintf(p, cap, "%s/tier.tmp", c->tier_dir);
 }
 
-fl_status psc_tier_snapshot(fl_ps_core *c) {
+fl_status psc_tier_snapshot(fl_ps_core *c, int delta, int mark) {
   char tmp[FL_JOB_PATH_MAX + 96];
   tmp_path(c, tmp, sizeof tmp);
   FL_TRY(fl_ps_tier_remove_copy(tmp));
-  return fl_ps_tier_checkpoint(c->tier, tmp);
+  return delta ? fl_ps_tier_checkpoint_delta(c->tier, tmp)
+               : fl_ps_tier_checkpoint(c->tier, tmp, mark);
 }
 
 void psc_tier_prune(fl_ps_core *c) {
@@ -104,7 +109,55 @@ int psc_tier_copy_missing(fl_ps_core *c, const char *base, const char *delta) {
   return c->tier && has_copy(base, dst, sizeof dst) && !has_copy(delta, dst, sizeof dst);
 }
 
-fl_status psc_tier_load(fl_ps_core *c, const char *file) {
+/* The n deleted keys del out of the store, each of the stripe table
+ * ids[fl_ps_table_stripe(key, ns)] (one removal call a stripe). */
+static fl_status remove_deleted(fl_ps_tier *t, const uint64_t *del, size_t n, const uint64_t *ids,
+                                unsigned ns) {
+  uint64_t *by = malloc((n ? n : 1) * sizeof *by);
+  size_t at[MAX_STRIPES + 1] = {0};
+  fl_status st = FL_OK;
+  if (!by) return FL_ERR(FL_ENOMEM, "disk tier: out of memory for %zu deleted keys", n);
+  for (size_t i = 0; i < n; i++) at[fl_ps_table_stripe(del[i], ns) + 1]++;
+  for (unsigned s = 0; s < ns; s++) at[s + 1] += at[s];
+  for (size_t i = 0; i < n; i++) by[at[fl_ps_table_stripe(del[i], ns)]++] = del[i];
+  for (unsigned s = 0; s < ns && st == FL_OK; s++) { /* at[s]: the end of stripe s now */
+    size_t lo = s ? at[s - 1] : 0;
+    st = fl_ps_tier_remove_keys(t, ids[s], by + lo, at[s] - lo);
+  }
+  free(by);
+  return st;
+}
+
+/* Delta file's deletions (record "deleted" of each table, by stripe:
+ * record "tier_ids") out of the store, then its copy's rows over it. */
+static fl_status replay_delta(fl_ps_core *c, const char *file) {
+  char dst[FL_JOB_PATH_MAX + 512], name[FL_CKPT_NAME_MAX + 16];
+  fl_ckpt *ck = NULL;
+  fl_status st;
+  FL_TRY(fl_ckpt_load(file, &ck));
+  st = FL_OK;
+  for (size_t i = 0; st == FL_OK && i < atomic_load(&c->n_tables); i++) {
+    fl_ckpt_record del, ids;
+    const char *tn = fl_ps_table_name(c->tables[i].t);
+    snprintf(name, sizeof name, "sparse/%s/deleted", tn);
+    if (fl_ckpt_find(ck, name, &del) != FL_OK) continue; /* a table the delta lacks */
+    snprintf(name, sizeof name, "sparse/%s/tier_ids", tn);
+    if (fl_ckpt_find(ck, name, &ids) != FL_OK || ids.dtype != FL_CKPT_U64 || ids.ndim != 1 ||
+        ids.shape[0] < 1 || ids.shape[0] > MAX_STRIPES || del.dtype != FL_CKPT_U64 ||
+        del.ndim != 1) {
+      st = FL_ERR(FL_ECORRUPT, "delta checkpoint %s: table %s has no record tier_ids of its "
+                  "stripes: not a delta of the disk tier", file, tn);
+      break;
+    }
+    st = remove_deleted(c->tier, del.data, (size_t)del.shape[0], ids.data,
+                        (unsigned)ids.shape[0]);
+  }
+  fl_ckpt_free(ck);
+  if (st == FL_OK && has_copy(file, dst, sizeof dst)) st = fl_ps_tier_overlay(c->tier, dst);
+  return st;
+}
+
+fl_status psc_tier_load_chain(fl_ps_core *c, const char *file, char (*deltas)[4096], size_t n) {
   char dst[FL_JOB_PATH_MAX + 512];
   size_t nt = atomic_load(&c->n_tables);
   fl_status st;
@@ -112,15 +165,21 @@ fl_status psc_tier_load(fl_ps_core *c, const char *file) {
   for (size_t i = 0; i < nt; i++)
     for (unsigned s = 0; s < c->tables[i].ns; s++) pthread_mutex_lock(&c->tables[i].smu[s]);
   st = fl_ps_tier_restore(c->tier, has_copy(file, dst, sizeof dst) ? dst : NULL);
+  for (size_t d = 0; st == FL_OK && d < n; d++) st = replay_delta(c, deltas[d]);
+  if (st == FL_OK && n) fl_ps_tier_recount(c->tier);
   for (size_t i = 0; i < nt; i++)
     for (unsigned s = 0; s < c->tables[i].ns; s++) {
       if (st == FL_OK) st = fl_ps_table_tier_settle(c->tables[i].sh[s]);
       pthread_mutex_unlock(&c->tables[i].smu[s]);
     }
   if (st == FL_OK)
-    FL_LOGI("disk tier: the store is the copy beside %s%s", file,
-            has_copy(file, dst, sizeof dst) ? "" : " (none there: empty)");
+    FL_LOGI("disk tier: the store is the copy beside %s%s, then %zu delta(s) replayed onto it",
+            file, has_copy(file, dst, sizeof dst) ? "" : " (none there: empty)", n);
   return st;
+}
+
+fl_status psc_tier_load(fl_ps_core *c, const char *file) {
+  return psc_tier_load_chain(c, file, NULL, 0);
 }
 
 void fl_ps_core_tier_stats(fl_ps_core *c, fl_ps_tiers *out) {

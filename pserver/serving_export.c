@@ -10,8 +10,11 @@
  * the disk tier the rows on disk come from the store's copy beside the
  * checkpoint: at a base all of them, at a delta those seen or changed
  * since the checkpoint before and demoted since (record "moved").  A
- * serving system reads the manifest, loads the base and applies the
- * deltas in order (deploy/examples/recsys/apply_serving_deltas.py). */
+ * table's rows stream out in key order, merged from the file's rows and
+ * the copy's (a row of the file shadows its older copy on disk), in
+ * bounded memory: the file and one row per source, whatever the copy
+ * holds.  A serving system reads the manifest, loads the base and applies
+ * the deltas in order (deploy/examples/recsys/apply_serving_deltas.py). */
 #include <config.h>
 
 #include <dirent.h>
@@ -47,7 +50,7 @@ static int write_all(int fd, const void *buf, size_t n) {
  * renamed over path. */
 static fl_status write_atomic(const char *path, const void *head, size_t hlen, const void *body,
                               size_t blen) {
-  char tmp[4200];
+  char tmp[4300];
   int fd, bad;
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -65,24 +68,161 @@ static fl_status write_atomic(const char *path, const void *head, size_t hlen, c
   return FL_OK;
 }
 
-/* An .npy file (format 1.0) of n (x cols when cols) values of descr. */
-static fl_status write_npy(const char *path, const char *descr, size_t elem, int64_t n,
-                           int64_t cols, const void *data) {
-  char head[256], shape[64];
-  size_t len;
-  uint16_t hl;
-  if (cols) snprintf(shape, sizeof shape, "(%" PRId64 ", %" PRId64 ")", n, cols);
-  else snprintf(shape, sizeof shape, "(%" PRId64 ",)", n);
-  len = (size_t)snprintf(head + 10, sizeof head - 10,
-                         "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
-  while ((10 + len + 1) % 64) head[10 + len++] = ' '; /* the data 64-byte aligned */
-  head[10 + len++] = '\n';
-  memcpy(head, "\x93NUMPY\x01\x00", 8);
-  hl = (uint16_t)len;
-  head[8] = (char)(hl & 0xff);
-  head[9] = (char)(hl >> 8);
-  return write_atomic(path, head, 10 + len, data, (size_t)n * (cols ? (size_t)cols : 1) * elem);
+/* ------------------------------------------------------------ npy files
+ * An .npy file (format 1.0) written in bounded memory: a header sized for
+ * the largest row count, the values appended through a buffer, the count
+ * patched into the header at the end (the same bytes long), then synced
+ * and renamed over its name. */
+
+#define NPY_HEAD_MAX 256
+#define OUT_BUF (256u << 10) /* each file's write buffer */
+
+typedef struct npy_out {
+  char path[4300], tmp[4310];
+  const char *descr;
+  size_t elem, row; /* bytes of an element, of a row (of one id when 1-d) */
+  int64_t cols;     /* 0: 1-d */
+  int64_t n;        /* rows written */
+  int fd;
+  char *buf;
+  size_t used;
+} npy_out;
+
+/* The dictionary of the header of n rows into out (cap bytes): its length. */
+static size_t npy_dict(char *out, size_t cap, const npy_out *o, int64_t n) {
+  int k;
+  if (o->cols)
+    k = snprintf(out, cap, "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRId64
+                 ", %" PRId64 "), }", o->descr, n, o->cols);
+  else
+    k = snprintf(out, cap, "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRId64 ",), }",
+                 o->descr, n);
+  return k < 0 ? 0 : (size_t)k;
 }
+
+/* o's header for n rows into head (NPY_HEAD_MAX bytes), padded with
+ * spaces as for the largest count so that the data starts 64-byte aligned
+ * at one place whatever n is: its length. */
+static size_t npy_head(char *head, const npy_out *o, int64_t n) {
+  char widest[NPY_HEAD_MAX];
+  size_t len = npy_dict(head + 10, NPY_HEAD_MAX - 10, o, n);
+  size_t total = (10 + npy_dict(widest, sizeof widest, o, INT64_MAX) + 1 + 63) / 64 * 64;
+  memset(head + 10 + len, ' ', total - 11 - len);
+  head[total - 1] = '\n';
+  memcpy(head, "\x93NUMPY\x01\x00", 8);
+  head[8] = (char)((total - 10) & 0xff);
+  head[9] = (char)((total - 10) >> 8);
+  return total;
+}
+
+static fl_status out_fail(npy_out *o) {
+  return FL_ERR(FL_EIO, "serving export: writing %s failed: %s (disk full? check "
+                "pserver.serving_export)", o->tmp, strerror(errno));
+}
+
+/* Start path (an .npy of descr, elem bytes a value, cols a row; 0: 1-d)
+ * in o: its temporary created, the header's place written.  On failure
+ * nothing is left; else out_done or out_drop ends it. */
+static fl_status out_open(npy_out *o, const char *path, const char *descr, size_t elem,
+                          int64_t cols) {
+  char head[NPY_HEAD_MAX];
+  memset(o, 0, sizeof *o);
+  snprintf(o->path, sizeof o->path, "%s", path);
+  snprintf(o->tmp, sizeof o->tmp, "%s.tmp", path);
+  o->descr = descr;
+  o->elem = elem;
+  o->cols = cols;
+  o->row = elem * (cols ? (size_t)cols : 1);
+  if (!(o->buf = malloc(OUT_BUF)))
+    return FL_ERR(FL_ENOMEM, "serving export: out of memory for the buffer of %s", path);
+  o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (o->fd >= 0 && write_all(o->fd, head, npy_head(head, o, 0)) == 0) return FL_OK;
+  fl_status st = FL_ERR(FL_EIO, "serving export: cannot create %s: %s (check "
+                        "pserver.serving_export)", o->tmp, strerror(errno));
+  if (o->fd >= 0) close(o->fd);
+  unlink(o->tmp);
+  free(o->buf);
+  o->buf = NULL;
+  return st;
+}
+
+static fl_status out_flush(npy_out *o) {
+  if (o->used && write_all(o->fd, o->buf, o->used) != 0) return out_fail(o);
+  o->used = 0;
+  return FL_OK;
+}
+
+/* Append n rows of o's layout from p. */
+static fl_status out_add(npy_out *o, const void *p, size_t n) {
+  const char *c = p;
+  size_t bytes = n * o->row;
+  o->n += (int64_t)n;
+  while (bytes) {
+    size_t k = OUT_BUF - o->used < bytes ? OUT_BUF - o->used : bytes;
+    memcpy(o->buf + o->used, c, k);
+    o->used += k;
+    c += k;
+    bytes -= k;
+    if (o->used == OUT_BUF) FL_TRY(out_flush(o));
+  }
+  return FL_OK;
+}
+
+/* Abandon o: its temporary removed. */
+static void out_drop(npy_out *o) {
+  if (!o->buf) return;
+  close(o->fd);
+  unlink(o->tmp);
+  free(o->buf);
+  o->buf = NULL;
+}
+
+/* Finish o: the rest written, the count in the header, synced, renamed
+ * over its name (whole or not at all). */
+static fl_status out_done(npy_out *o) {
+  char head[NPY_HEAD_MAX];
+  size_t hl = npy_head(head, o, o->n);
+  fl_status st = out_flush(o);
+  if (st == FL_OK && (pwrite(o->fd, head, hl, 0) != (ssize_t)hl || fsync(o->fd) != 0))
+    st = out_fail(o);
+  if (st == FL_OK && close(o->fd) != 0) st = out_fail(o);
+  else if (st != FL_OK) close(o->fd);
+  if (st == FL_OK && rename(o->tmp, o->path) != 0) st = out_fail(o);
+  if (st != FL_OK) unlink(o->tmp);
+  free(o->buf);
+  o->buf = NULL;
+  return st;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The n ids of keys, ascending, into path (int64 [n]). */
+static fl_status put_ids(const char *path, const uint64_t *keys, size_t n) {
+  uint64_t *s = malloc((n ? n : 1) * sizeof *s);
+  npy_out o;
+  fl_status st;
+  if (!s) return FL_ERR(FL_ENOMEM, "serving export: out of memory for %zu ids of %s", n, path);
+  memcpy(s, keys, n * sizeof *s);
+  qsort(s, n, sizeof *s, cmp_u64);
+  st = out_open(&o, path, "<i8", sizeof(int64_t), 0); /* ids < 2^63: as the trainer's export */
+  if (st == FL_OK) st = out_add(&o, s, n);
+  if (st == FL_OK) st = out_done(&o);
+  else out_drop(&o);
+  free(s);
+  return st;
+}
+
+/* ------------------------------------------------------------- the rows
+ * A table's rows are merged in key order from the checkpoint file's (its
+ * memory rows, indexed by key) and, with the disk tier, the store's copy:
+ * at a base a cursor per stripe (each ascending), at a delta the rows
+ * seen or changed and demoted since ("moved", sorted, each looked up in
+ * its stripe).  A row of the file shadows a copy on disk (the newer copy
+ * rule: memory holds the row's last state).  Only the file, its key index
+ * and one row per source are held at a time. */
 
 typedef struct key_at {
   uint64_t key;
@@ -94,87 +234,107 @@ static int cmp_key_at(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Keys k ([n]) ascending as int64 into ids, and (vals: [n, dim]) their rows
- * into rows in the same order. */
-static fl_status sorted(const uint64_t *k, const float *vals, size_t n, size_t dim, int64_t *ids,
-                        float *rows) {
-  key_at *o = malloc((n ? n : 1) * sizeof *o);
-  if (!o) return FL_ERR(FL_ENOMEM, "serving export: out of memory sorting %zu ids", n);
-  for (size_t i = 0; i < n; i++) o[i] = (key_at){k[i], i};
-  qsort(o, n, sizeof *o, cmp_key_at);
-  for (size_t i = 0; i < n; i++) {
-    ids[i] = (int64_t)o[i].key; /* ids < 2^63: as the trainer's export */
-    if (rows) memcpy(rows + i * dim, vals + o[i].at * dim, dim * sizeof *rows);
-  }
-  free(o);
-  return FL_OK;
-}
+/* A source of disk rows in key order: a cursor, or sorted keys looked up. */
+typedef struct disk_src {
+  fl_ps_tier_cursor *cur; /* a base's stripe; NULL: a delta's look-ups */
+  int live;               /* key / row hold the next row */
+  uint64_t key;
+  const char *row; /* dim floats (unaligned) */
+} disk_src;
 
-/* The n ids keys into <stem>.<what>.npy, and when dim their rows vals
- * ([n, dim]) into <stem>.rows.npy. */
-static fl_status put_ids(const char *stem, const char *what, const uint64_t *keys, size_t n,
-                         const float *vals, size_t dim) {
-  int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
-  float *rows = dim ? malloc((n ? n : 1) * dim * sizeof *rows) : NULL;
-  char path[4200];
-  fl_status st = ids && (!dim || rows) ? FL_OK
-                                        : FL_ERR(FL_ENOMEM, "serving export: out of memory for "
-                                                 "%zu rows of %s", n, stem);
-  if (st == FL_OK) st = sorted(keys, rows ? vals : NULL, n, dim, ids, rows);
-  snprintf(path, sizeof path, "%s.%s.npy", stem, what);
-  if (st == FL_OK) st = write_npy(path, "<i8", sizeof *ids, (int64_t)n, 0, ids);
-  snprintf(path, sizeof path, "%s.rows.npy", stem);
-  if (st == FL_OK && dim) st = write_npy(path, "<f4", sizeof *rows, (int64_t)n, (int64_t)dim, rows);
-  free(ids);
-  free(rows);
-  return st;
-}
-
-/* A table's rows to export with the disk tier: the checkpoint file's
- * (their keys sorted into mem: a row there shadows its disk copy) and
- * those read from the store's copy, gathered into k / v. */
-typedef struct gathered {
-  const fl_ckpt *ck;
+typedef struct merge {
   const char *tname;
-  size_t dim, n, cap;
-  uint64_t *k, *mem;
-  size_t nmem;
-  float *v;
-} gathered;
+  size_t dim;
+  const float *vals; /* the file's rows, by mem[i].at */
+  key_at *mem;
+  size_t nmem, mi;
+  fl_ps_tier *tier;
+  const uint64_t *ids; /* tier_ids: each stripe's table id in the store */
+  size_t ns;
+  disk_src *src;
+  size_t nalloc, nsrc; /* sources allocated, opened */
+  uint64_t *moved; /* a delta's, sorted */
+  size_t nmoved, at;
+  char *scratch; /* the row a look-up found */
+  int found;
+} merge;
 
-/* Append row (dim floats) of key to g. */
-static fl_status gather_add(gathered *g, uint64_t key, const float *row) {
-  if (g->n == g->cap) {
-    size_t nc = g->cap ? 2 * g->cap : 1024;
-    uint64_t *k = realloc(g->k, nc * sizeof *k);
-    float *v = k ? realloc(g->v, nc * g->dim * sizeof *v) : NULL;
-    if (k) g->k = k;
-    if (v) g->v = v;
-    if (!k || !v)
-      return FL_ERR(FL_ENOMEM, "serving export: out of memory for %zu rows of table %s", nc,
-                    g->tname);
-    g->cap = nc;
-  }
-  g->k[g->n] = key;
-  memcpy(g->v + g->n * g->dim, row, g->dim * sizeof *g->v);
-  g->n++;
+/* fl_ps_tier_row_fn: a row (blob: [i64 updates][dim floats]...) checked
+ * and, for a look-up, copied into m->scratch. */
+static fl_status check_row(const merge *m, size_t len) {
+  if (len >= sizeof(int64_t) + m->dim * sizeof(float)) return FL_OK;
+  return FL_ERR(FL_ECORRUPT, "serving export: table %s: a row on disk of %zu bytes, too short "
+                "for dim %zu: is the store copy of this checkpoint?", m->tname, len, m->dim);
+}
+
+static fl_status take_looked_up(void *ctx, uint64_t key, const void *row, size_t len) {
+  merge *m = ctx;
+  (void)key;
+  FL_TRY(check_row(m, len));
+  memcpy(m->scratch, (const char *)row + sizeof(int64_t), m->dim * sizeof(float));
+  m->found = 1;
   return FL_OK;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
+/* s's next row (s->live 0 when none is left). */
+static fl_status src_next(merge *m, disk_src *s) {
+  s->live = 0;
+  if (s->cur) {
+    const void *row;
+    size_t len;
+    FL_TRY(fl_ps_tier_cursor_next(s->cur, &s->key, &row, &len, &s->live));
+    if (s->live) FL_TRY(check_row(m, len));
+    s->row = s->live ? (const char *)row + sizeof(int64_t) : NULL;
+    return FL_OK;
+  }
+  while (!s->live && m->at < m->nmoved) { /* a key demoted twice is listed twice */
+    uint64_t k = m->moved[m->at++];
+    if (m->at > 1 && m->moved[m->at - 2] == k) continue;
+    m->found = 0;
+    FL_TRY(fl_ps_tier_copy_rows(m->tier, m->ids[fl_ps_table_stripe(k, (unsigned)m->ns)], &k, 1,
+                                take_looked_up, m));
+    s->live = m->found;
+    s->key = k;
+    s->row = m->scratch;
+  }
+  return FL_OK;
 }
 
-/* fl_ps_tier_row_fn: a disk row (blob: [i64 updates][dim floats]...) not
- * shadowed by a row of the file, taken once. */
-static fl_status take_disk_row(void *ctx, uint64_t key, const void *row, size_t len) {
-  gathered *g = ctx;
-  if (len < sizeof(int64_t) + g->dim * sizeof(float))
-    return FL_ERR(FL_ECORRUPT, "serving export: table %s: a row on disk of %zu bytes, too short "
-                  "for dim %zu: is the store copy of this checkpoint?", g->tname, len, g->dim);
-  if (g->nmem && bsearch(&key, g->mem, g->nmem, sizeof key, cmp_u64)) return FL_OK;
-  return gather_add(g, key, (const float *)((const char *)row + sizeof(int64_t)));
+/* The next row in key order to ids / rows; *more 0 when none is left. */
+static fl_status merge_step(merge *m, npy_out *ids, npy_out *rows, int *more) {
+  uint64_t best = UINT64_MAX;
+  const char *row = NULL;
+  int any = m->mi < m->nmem;
+  if (any) {
+    best = m->mem[m->mi].key;
+    row = (const char *)(m->vals + m->mem[m->mi].at * m->dim);
+  }
+  for (size_t i = 0; i < m->nsrc; i++)
+    if (m->src[i].live && (!any || m->src[i].key < best)) {
+      best = m->src[i].key;
+      row = m->src[i].row;
+      any = 1;
+    }
+  *more = any;
+  if (!any) return FL_OK;
+  FL_TRY(out_add(ids, &best, 1));
+  FL_TRY(out_add(rows, row, 1));
+  if (m->mi < m->nmem && m->mem[m->mi].key == best) m->mi++;
+  for (size_t i = 0; i < m->nsrc; i++) /* a copy the file's row shadows goes too */
+    if (m->src[i].live && m->src[i].key == best) FL_TRY(src_next(m, &m->src[i]));
+  return FL_OK;
+}
+
+/* The file's rows (keys / vals, n) indexed by key into m. */
+static fl_status index_file(merge *m, const uint64_t *keys, const float *vals, size_t n) {
+  if (!(m->mem = malloc((n ? n : 1) * sizeof *m->mem)))
+    return FL_ERR(FL_ENOMEM, "serving export: out of memory indexing %zu rows of table %s", n,
+                  m->tname);
+  for (size_t i = 0; i < n; i++) m->mem[i] = (key_at){keys[i], i};
+  qsort(m->mem, n, sizeof *m->mem, cmp_key_at);
+  m->nmem = n;
+  m->vals = vals;
+  return FL_OK;
 }
 
 /* A u64 1-d record sparse/<tname>/<what> of ck (*n elements), or NULL. */
@@ -188,53 +348,59 @@ static const uint64_t *u64_rec(const fl_ckpt *ck, const char *tname, const char 
   return r.data;
 }
 
-/* Into g the rows on disk to export: a base's every row of the table's
- * stripes, a delta's rows seen or changed and then demoted ("moved", each
- * looked up in its stripe, fl_ps_table_stripe, where still there). */
-static fl_status gather_disk(gathered *g, fl_ps_tier *tier, int delta) {
-  size_t ns = 0, nm = 0;
-  const uint64_t *ids = u64_rec(g->ck, g->tname, "tier_ids", &ns);
-  const uint64_t *moved = delta ? u64_rec(g->ck, g->tname, "moved", &nm) : NULL;
-  uint64_t *keys = NULL;
-  fl_status st = FL_OK;
-  if (!ids || ns == 0 || (ns & (ns - 1)) || (delta && !moved))
+/* m's disk sources from the copy: a base's cursor per stripe, a delta's
+ * look-ups of its moved keys (sorted); each at its first row. */
+static fl_status open_sources(merge *m, const fl_ckpt *ck, int delta) {
+  const uint64_t *moved = NULL;
+  m->ids = u64_rec(ck, m->tname, "tier_ids", &m->ns);
+  if (delta) moved = u64_rec(ck, m->tname, "moved", &m->nmoved);
+  if (!m->ids || m->ns == 0 || (m->ns & (m->ns - 1)) || (delta && !moved))
     return FL_ERR(FL_ECORRUPT, "serving export: table %s: records tier_ids%s missing in a "
-                  "checkpoint with the disk tier", g->tname, delta ? " or moved" : "");
-  for (size_t s = 0; !delta && st == FL_OK && s < ns; s++)
-    st = fl_ps_tier_copy_rows(tier, ids[s], NULL, 0, take_disk_row, g);
-  if (!delta) return st;
-  /* a key demoted twice in the interval is listed twice: taken once */
-  if (!(keys = malloc((nm ? nm : 1) * sizeof *keys)))
-    return FL_ERR(FL_ENOMEM, "serving export: out of memory for table %s", g->tname);
-  memcpy(keys, moved, nm * sizeof *keys);
-  qsort(keys, nm, sizeof *keys, cmp_u64);
-  for (size_t i = 0; st == FL_OK && i < nm; i++)
-    if (i == 0 || keys[i] != keys[i - 1])
-      st = fl_ps_tier_copy_rows(tier, ids[fl_ps_table_stripe(keys[i], (unsigned)ns)], keys + i, 1,
-                                take_disk_row, g);
-  free(keys);
-  return st;
+                  "checkpoint with the disk tier", m->tname, delta ? " or moved" : "");
+  m->nalloc = delta ? 1 : m->ns;
+  m->src = calloc(m->nalloc, sizeof *m->src);
+  m->scratch = malloc(m->dim * sizeof(float) + 1);
+  m->moved = malloc((m->nmoved ? m->nmoved : 1) * sizeof *m->moved);
+  if (!m->src || !m->scratch || !m->moved)
+    return FL_ERR(FL_ENOMEM, "serving export: out of memory for table %s", m->tname);
+  if (delta) {
+    memcpy(m->moved, moved, m->nmoved * sizeof *m->moved);
+    qsort(m->moved, m->nmoved, sizeof *m->moved, cmp_u64);
+  }
+  for (m->nsrc = 0; m->nsrc < m->nalloc; m->nsrc++) {
+    if (!delta) FL_TRY(fl_ps_tier_cursor_open(m->tier, m->ids[m->nsrc], &m->src[m->nsrc].cur));
+    FL_TRY(src_next(m, &m->src[m->nsrc]));
+  }
+  return FL_OK;
+}
+
+static void merge_free(merge *m) {
+  for (size_t i = 0; m->src && i < m->nalloc; i++) fl_ps_tier_cursor_close(m->src[i].cur);
+  free(m->src);
+  free(m->scratch);
+  free(m->moved);
+  free(m->mem);
 }
 
 /* The rows of keys / vals (the file's) and, with the disk tier, those of
- * its copy (gather_disk) into <stem>.ids.npy / .rows.npy. */
-static fl_status put_rows(gathered *g, fl_ps_tier *tier, int delta, const char *stem,
+ * its copy, merged in key order into <stem>.ids.npy / .rows.npy. */
+static fl_status put_rows(merge *m, const fl_ckpt *ck, int delta, const char *stem,
                           const fl_ckpt_record *keys, const fl_ckpt_record *vals) {
-  size_t n = (size_t)keys->shape[0];
-  fl_status st = FL_OK;
-  if (!tier) return put_ids(stem, "ids", keys->data, n, vals->data, g->dim);
-  g->mem = malloc((n ? n : 1) * sizeof *g->mem);
-  if (!g->mem) return FL_ERR(FL_ENOMEM, "serving export: out of memory for table %s", g->tname);
-  memcpy(g->mem, keys->data, n * sizeof *g->mem);
-  qsort(g->mem, n, sizeof *g->mem, cmp_u64);
-  g->nmem = n;
-  for (size_t i = 0; i < n && st == FL_OK; i++)
-    st = gather_add(g, ((const uint64_t *)keys->data)[i], (const float *)vals->data + i * g->dim);
-  if (st == FL_OK) st = gather_disk(g, tier, delta);
-  if (st == FL_OK) st = put_ids(stem, "ids", g->k, g->n, g->v, g->dim);
-  free(g->mem);
-  free(g->k);
-  free(g->v);
+  char path[4300];
+  npy_out ids = {0}, rows = {0};
+  int more = 1;
+  fl_status st = index_file(m, keys->data, vals->data, (size_t)keys->shape[0]);
+  if (st == FL_OK && m->tier) st = open_sources(m, ck, delta);
+  snprintf(path, sizeof path, "%s.ids.npy", stem);
+  if (st == FL_OK) st = out_open(&ids, path, "<i8", sizeof(int64_t), 0);
+  snprintf(path, sizeof path, "%s.rows.npy", stem);
+  if (st == FL_OK) st = out_open(&rows, path, "<f4", sizeof(float), (int64_t)m->dim);
+  while (st == FL_OK && more) st = merge_step(m, &ids, &rows, &more);
+  if (st == FL_OK) st = out_done(&ids);
+  if (st == FL_OK) st = out_done(&rows);
+  out_drop(&ids);
+  out_drop(&rows);
+  merge_free(m);
   return st;
 }
 
@@ -255,9 +421,9 @@ static void json_str(FILE *f, const char *s) {
 static fl_status put_table(const fl_ckpt *ck, fl_ps_tier *tier, const char *dir,
                            const char *tname, int64_t dim, int64_t base, int64_t seq, FILE *json,
                            int first) {
-  char stem[4200], name[FL_CKPT_NAME_MAX + 16];
+  char stem[4200], path[4300], name[FL_CKPT_NAME_MAX + 16];
   fl_ckpt_record keys, vals, del;
-  gathered g = {.ck = ck, .tname = tname, .dim = (size_t)dim};
+  merge m = {.tname = tname, .dim = (size_t)dim, .tier = tier};
   if (seq) snprintf(stem, sizeof stem, "%s/%s.delta-%" PRId64 "-%" PRId64, dir, tname, base, seq);
   else snprintf(stem, sizeof stem, "%s/%s.base-%" PRId64, dir, tname, base);
   snprintf(name, sizeof name, "sparse/%s/keys", tname);
@@ -271,8 +437,9 @@ static fl_status put_table(const fl_ckpt *ck, fl_ps_tier *tier, const char *dir,
   if (!ok)
     return FL_ERR(FL_ECORRUPT, "serving export: table %s has no rows%s in its checkpoint: no "
                   "export of it", tname, seq ? " or deleted ids" : "");
-  FL_TRY(put_rows(&g, tier, seq != 0, stem, &keys, &vals));
-  if (seq) FL_TRY(put_ids(stem, "deleted", del.data, (size_t)del.shape[0], NULL, 0));
+  FL_TRY(put_rows(&m, ck, seq != 0, stem, &keys, &vals));
+  snprintf(path, sizeof path, "%s.deleted.npy", stem);
+  if (seq) FL_TRY(put_ids(path, del.data, (size_t)del.shape[0]));
   fprintf(json, "%s\n    {\"name\": ", first ? "" : ",");
   json_str(json, tname);
   fprintf(json, ", \"dim\": %" PRId64 "}", dim);

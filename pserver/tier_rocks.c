@@ -49,6 +49,8 @@
 #define FL_TIER_MIN_BYTES (64u << 10)
 #define FL_TIER_MIN_PENDING (16u << 10)
 #define ENTRY_COST 48 /* a batch entry's index and header, roughly */
+/* A copy is read with a block cache of COPY_BUDGET / FL_TIER_CACHE_SHARE. */
+#define COPY_BUDGET (16u << 20)
 
 /* A blocked Bloom filter of a table's row ids on disk: a 512-bit block
  * per id, FILTER_PROBES bits in it.  Ids are added, never removed (a
@@ -84,6 +86,7 @@ struct fl_ps_tier {
   rocksdb_writeoptions_t *wo;
   rocksdb_readoptions_t *ro;
   _Atomic uint64_t seq;
+  _Atomic uint64_t ckpt_seq; /* seq at the last checkpoint: rows demoted since have more */
   pthread_mutex_t mu; /* guards the list of tables */
   tier_table tables[MAX_TIER_TABLES];
   _Atomic int n_tables;
@@ -807,14 +810,17 @@ size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table) {
   return 0;
 }
 
-fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir) {
+fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir, int mark) {
   char *err = NULL;
   rocksdb_checkpoint_t *cp;
   FL_TRY(settle_all(t));
   cp = rocksdb_checkpoint_object_create(t->db, &err);
   if (!err) rocksdb_checkpoint_create(cp, dir, 0, &err);
   if (cp) rocksdb_checkpoint_object_destroy(cp);
-  if (!err) return FL_OK;
+  if (!err) {
+    if (mark) atomic_store(&t->ckpt_seq, atomic_load(&t->seq));
+    return FL_OK;
+  }
   fl_status st = FL_ERR(FL_EIO, "disk tier %s: checkpoint into %s failed: %s", t->path, dir, err);
   rocksdb_free(err);
   return st;
@@ -887,14 +893,170 @@ fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir) {
   FL_TRY(remove_dir(t->path));
   if (dir) FL_TRY(copy_dir(dir, t->path));
   FL_TRY(open_db(t));
-  rescan(t);
+  fl_ps_tier_recount(t);
   return FL_OK;
 }
 
 fl_status fl_ps_tier_remove_copy(const char *dir) { return remove_dir(dir); }
 
-/* A copy is read with a block cache of COPY_BUDGET / FL_TIER_CACHE_SHARE. */
-#define COPY_BUDGET (16u << 20)
+/* Write wb into t's store (and clear it); FL_EIO (logged) when refused. */
+static fl_status write_batch(fl_ps_tier *t, rocksdb_writebatch_t *wb) {
+  char *err = NULL;
+  fl_status st = FL_OK;
+  rocksdb_write(t->db, t->wo, wb, &err);
+  if (err)
+    st = FL_ERR(FL_EIO, "disk tier %s: writing rows failed: %s (disk full?)", t->path, err);
+  rocksdb_free(err);
+  rocksdb_writebatch_clear(wb);
+  return st;
+}
+
+/* The value of the key k (KEY_LEN bytes) in t (NULL: none; the caller
+ * frees it with rocksdb_free) and *vn its length; FL_EIO when the read
+ * fails. */
+static fl_status get_value(fl_ps_tier *t, const unsigned char *k, char **v, size_t *vn) {
+  char *err = NULL;
+  *v = rocksdb_get(t->db, t->ro, (const char *)k, KEY_LEN, vn, &err);
+  if (!err) return FL_OK;
+  fl_status st = FL_ERR(FL_EIO, "disk tier %s: reading a row failed: %s", t->path, err);
+  rocksdb_free(err);
+  return st;
+}
+
+/* Into wb: the removal of row rk (its 'r' key) from t with its order key,
+ * when t holds it. */
+static fl_status batch_remove(fl_ps_tier *t, const unsigned char *rk, rocksdb_writebatch_t *wb) {
+  unsigned char ok[KEY_LEN];
+  char *v = NULL;
+  size_t vn = 0;
+  FL_TRY(get_value(t, rk, &v, &vn));
+  if (v && vn >= SEQ_LEN) {
+    make_key(ok, 'o', get_be64(rk + 1), get_be64((const unsigned char *)v));
+    rocksdb_writebatch_delete(wb, (const char *)rk, KEY_LEN);
+    rocksdb_writebatch_delete(wb, (const char *)ok, KEY_LEN);
+  }
+  rocksdb_free(v);
+  return FL_OK;
+}
+
+#define CHAIN_BATCH 4096 /* rows a write of a delta's copy, or of its replay */
+
+/* Into d (a fresh store) the rows of e demoted since t's last checkpoint
+ * and still in t: the 'o' keys from that sequence on, each with its row
+ * (a row whose sequence is not its order key's is an order key left by a
+ * crash: skipped). */
+static fl_status copy_demoted(fl_ps_tier *t, tier_table *e, fl_ps_tier *d) {
+  unsigned char lo[KEY_LEN], rk[KEY_LEN];
+  rocksdb_iterator_t *it = rocksdb_create_iterator(t->db, t->ro);
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  fl_status st = FL_OK;
+  make_key(lo, 'o', e->id, atomic_load(&t->ckpt_seq));
+  for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); st == FL_OK && rocksdb_iter_valid(it);
+       rocksdb_iter_next(it)) {
+    size_t kl = 0, vl = 0, vn = 0;
+    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
+    char *row = NULL;
+    if (kl != KEY_LEN || memcmp(k, lo, 9) || vl != 8) break; /* past this table's order */
+    make_key(rk, 'r', e->id, get_be64((const unsigned char *)v));
+    st = get_value(t, rk, &row, &vn);
+    if (st == FL_OK && row && vn >= SEQ_LEN &&
+        get_be64((const unsigned char *)row) == get_be64((const unsigned char *)k + 9)) {
+      rocksdb_writebatch_put(wb, (const char *)rk, KEY_LEN, row, vn);
+      rocksdb_writebatch_put(wb, k, KEY_LEN, v, vl);
+    }
+    rocksdb_free(row);
+    if (st == FL_OK && rocksdb_writebatch_count(wb) >= CHAIN_BATCH) st = write_batch(d, wb);
+  }
+  if (st == FL_OK) st = write_batch(d, wb);
+  rocksdb_writebatch_destroy(wb);
+  rocksdb_iter_destroy(it);
+  return st;
+}
+
+/* d's memtables into its files. */
+static fl_status flush_db(fl_ps_tier *d) {
+  char *err = NULL;
+  rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+  fl_status st = FL_OK;
+  rocksdb_flushoptions_set_wait(fo, 1);
+  rocksdb_flush(d->db, fo, &err);
+  rocksdb_flushoptions_destroy(fo);
+  if (err) st = FL_ERR(FL_EIO, "disk tier: writing the delta copy %s failed: %s", d->path, err);
+  rocksdb_free(err);
+  return st;
+}
+
+fl_status fl_ps_tier_checkpoint_delta(fl_ps_tier *t, const char *dir) {
+  fl_ps_tier *d = NULL;
+  fl_status st;
+  FL_TRY(settle_all(t));
+  FL_TRY(tier_new(dir, COPY_BUDGET, &d));
+  st = open_db(d);
+  for (int i = 0; st == FL_OK && i < atomic_load(&t->n_tables); i++)
+    st = copy_demoted(t, &t->tables[i], d);
+  if (st == FL_OK) st = flush_db(d);
+  fl_ps_tier_close(d);
+  if (st == FL_OK) atomic_store(&t->ckpt_seq, atomic_load(&t->seq));
+  return st;
+}
+
+fl_status fl_ps_tier_remove_keys(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n) {
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  fl_status st = FL_OK;
+  for (size_t i = 0; i < n && st == FL_OK; i++) {
+    unsigned char rk[KEY_LEN];
+    make_key(rk, 'r', table, keys[i]);
+    st = batch_remove(t, rk, wb);
+    if (st == FL_OK && rocksdb_writebatch_count(wb) >= CHAIN_BATCH) st = write_batch(t, wb);
+  }
+  if (st == FL_OK) st = write_batch(t, wb);
+  rocksdb_writebatch_destroy(wb);
+  return st;
+}
+
+/* Each row of the open copy d (its 'r' keys) into t, over t's copy of it. */
+static fl_status overlay_rows(fl_ps_tier *t, fl_ps_tier *d) {
+  static const unsigned char lo[1] = {'r'};
+  rocksdb_iterator_t *it = rocksdb_create_iterator(d->db, d->ro);
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  fl_status st = FL_OK;
+  for (rocksdb_iter_seek(it, (const char *)lo, 1); st == FL_OK && rocksdb_iter_valid(it);
+       rocksdb_iter_next(it)) {
+    size_t kl = 0, vl = 0;
+    const unsigned char *k = (const unsigned char *)rocksdb_iter_key(it, &kl);
+    const char *v = rocksdb_iter_value(it, &vl);
+    unsigned char ok[KEY_LEN], id[8];
+    if (kl != KEY_LEN || k[0] != 'r') break;
+    if (vl < SEQ_LEN) {
+      st = FL_ERR(FL_ECORRUPT, "disk tier: the delta copy %s has a row of %zu bytes", d->path, vl);
+      break;
+    }
+    st = batch_remove(t, k, wb); /* a pending removal is read past: keys here are unique */
+    make_key(ok, 'o', get_be64(k + 1), get_be64((const unsigned char *)v));
+    memcpy(id, k + 9, 8);
+    rocksdb_writebatch_put(wb, (const char *)k, KEY_LEN, v, vl);
+    rocksdb_writebatch_put(wb, (const char *)ok, KEY_LEN, (const char *)id, 8);
+    if (st == FL_OK && rocksdb_writebatch_count(wb) >= CHAIN_BATCH) st = write_batch(t, wb);
+  }
+  if (st == FL_OK) st = write_batch(t, wb);
+  rocksdb_writebatch_destroy(wb);
+  rocksdb_iter_destroy(it);
+  return st;
+}
+
+fl_status fl_ps_tier_overlay(fl_ps_tier *t, const char *dir) {
+  fl_ps_tier *d = NULL;
+  fl_status st;
+  FL_TRY(fl_ps_tier_open_copy(dir, &d));
+  st = overlay_rows(t, d);
+  fl_ps_tier_close(d);
+  return st;
+}
+
+void fl_ps_tier_recount(fl_ps_tier *t) {
+  rescan(t);
+  atomic_store(&t->ckpt_seq, atomic_load(&t->seq));
+}
 
 fl_status fl_ps_tier_open_copy(const char *dir, fl_ps_tier **out) {
   fl_ps_tier *t;
@@ -923,27 +1085,70 @@ static fl_status give_row(const fl_ps_tier *t, uint64_t key, const char *v, size
   return fn(ctx, key, v + SEQ_LEN, vn - SEQ_LEN);
 }
 
-/* Every row of table in t, keys ascending, to fn. */
-static fl_status each_row(fl_ps_tier *t, uint64_t table, fl_ps_tier_row_fn fn, void *ctx) {
-  unsigned char lo[KEY_LEN];
-  rocksdb_iterator_t *it = rocksdb_create_iterator(t->db, t->ro);
+struct fl_ps_tier_cursor {
+  fl_ps_tier *t;
+  rocksdb_iterator_t *it;
+  unsigned char lo[KEY_LEN]; /* the table's first key: its prefix */
+  int started, done;
+};
+
+fl_status fl_ps_tier_cursor_open(fl_ps_tier *t, uint64_t table, fl_ps_tier_cursor **out) {
+  fl_ps_tier_cursor *c = calloc(1, sizeof *c);
+  *out = NULL;
+  if (!c) return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory for a cursor", t->path);
+  c->t = t;
+  c->it = rocksdb_create_iterator(t->db, t->ro);
+  make_key(c->lo, 'r', table, 0);
+  rocksdb_iter_seek(c->it, (const char *)c->lo, KEY_LEN);
+  *out = c;
+  return FL_OK;
+}
+
+/* FL_EIO (logged) when c's iterator stopped on an error, else FL_OK. */
+static fl_status cursor_error(fl_ps_tier_cursor *c) {
+  char *err = NULL;
   fl_status st = FL_OK;
-  make_key(lo, 'r', table, 0);
-  for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); st == FL_OK && rocksdb_iter_valid(it);
-       rocksdb_iter_next(it)) {
-    size_t kl = 0, vl = 0;
-    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
-    if (kl != KEY_LEN || memcmp(k, lo, 9)) break; /* past this table's rows */
-    st = give_row(t, get_be64((const unsigned char *)k + 9), v, vl, fn, ctx);
-  }
-  rocksdb_iter_destroy(it);
+  rocksdb_iter_get_error(c->it, &err);
+  if (err) st = FL_ERR(FL_EIO, "disk tier %s: reading the rows failed: %s", c->t->path, err);
+  rocksdb_free(err);
   return st;
+}
+
+fl_status fl_ps_tier_cursor_next(fl_ps_tier_cursor *c, uint64_t *key, const void **row,
+                                 size_t *len, int *more) {
+  size_t kl = 0, vl = 0;
+  const char *k, *v;
+  *more = 0;
+  if (c->done) return FL_OK;
+  if (c->started) rocksdb_iter_next(c->it);
+  c->started = 1;
+  if (!rocksdb_iter_valid(c->it)) {
+    c->done = 1;
+    return cursor_error(c);
+  }
+  k = rocksdb_iter_key(c->it, &kl);
+  v = rocksdb_iter_value(c->it, &vl);
+  if (kl != KEY_LEN || memcmp(k, c->lo, 9)) { /* past this table's rows */
+    c->done = 1;
+    return FL_OK;
+  }
+  if (vl < SEQ_LEN) return FL_ERR(FL_ECORRUPT, "disk tier %s: a row of %zu bytes", c->t->path, vl);
+  *key = get_be64((const unsigned char *)k + 9);
+  *row = v + SEQ_LEN;
+  *len = vl - SEQ_LEN;
+  *more = 1;
+  return FL_OK;
+}
+
+void fl_ps_tier_cursor_close(fl_ps_tier_cursor *c) {
+  if (!c) return;
+  rocksdb_iter_destroy(c->it);
+  free(c);
 }
 
 fl_status fl_ps_tier_copy_rows(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n,
                                fl_ps_tier_row_fn fn, void *ctx) {
   fl_status st = FL_OK;
-  if (!keys) return each_row(t, table, fn, ctx);
   for (size_t i = 0; i < n && st == FL_OK; i++) {
     unsigned char rk[KEY_LEN];
     char *err = NULL, *v;

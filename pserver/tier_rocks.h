@@ -84,24 +84,51 @@ fl_status fl_ps_tier_expire(fl_ps_tier *t, uint64_t table, void *row, size_t len
 size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table);
 
 /* Copy the store into dir (not existing yet) with RocksDB's checkpoint
- * object: hard links to its files, the memtables flushed first. */
-fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir);
+ * object: hard links to its files, the memtables flushed first (a base's
+ * copy).  mark: a base of a delta chain (the next delta's copy holds the
+ * rows demoted from now on; else from the mark before). */
+fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir, int mark);
+/* A delta's copy into dir (not existing yet): a store of its own holding
+ * only the rows demoted since the last checkpoint (base or delta) and
+ * still here, as they are now; replayed onto the base's copy by
+ * fl_ps_tier_overlay.  Read with fl_ps_tier_open_copy as a whole copy. */
+fl_status fl_ps_tier_checkpoint_delta(fl_ps_tier *t, const char *dir);
 /* Replace the store by the copy in dir (made by fl_ps_tier_checkpoint;
  * NULL: an empty store); dir itself is left as it was. */
 fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir);
+/* A delta's replay onto the store restored from its base: first the keys
+ * it deleted (remove_keys, n keys of table; those not here are skipped),
+ * then its copy's rows (overlay: each replaces the store's copy of its
+ * row), for each delta in order; then recount (rows, sequences, id
+ * filters).  Not thread-safe: no other call on t meanwhile. */
+fl_status fl_ps_tier_remove_keys(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n);
+fl_status fl_ps_tier_overlay(fl_ps_tier *t, const char *dir);
+void fl_ps_tier_recount(fl_ps_tier *t);
 /* Remove a copy (a flat directory of files); FL_OK when there is none. */
 fl_status fl_ps_tier_remove_copy(const char *dir);
 /* Open the copy in dir (made by fl_ps_tier_checkpoint) read-only, to
- * read with fl_ps_tier_copy_rows only; the caller owns *out
+ * read with fl_ps_tier_copy_rows and cursors only; the caller owns *out
  * (fl_ps_tier_close). */
 fl_status fl_ps_tier_open_copy(const char *dir, fl_ps_tier **out);
 /* A row read from a copy: key and its blob of len bytes (the caller's
  * layout); an error stops the reading and is returned. */
 typedef fl_status (*fl_ps_tier_row_fn)(void *ctx, uint64_t key, const void *row, size_t len);
-/* fn on the rows of table in the copy t: every one, keys ascending (keys
- * NULL), or those of keys[0..n) held there, in that order. */
+/* fn on the rows of keys[0..n) of table held in the copy t, in that
+ * order (one point look-up each). */
 fl_status fl_ps_tier_copy_rows(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n,
                                fl_ps_tier_row_fn fn, void *ctx);
+/* A walk over the rows of one table of a copy, keys ascending, one row at
+ * a time (one RocksDB iterator: the memory of its current blocks, not of
+ * the table). */
+typedef struct fl_ps_tier_cursor fl_ps_tier_cursor;
+/* A cursor on the rows of table in the copy t (which must outlive it);
+ * the caller owns *out (fl_ps_tier_cursor_close). */
+fl_status fl_ps_tier_cursor_open(fl_ps_tier *t, uint64_t table, fl_ps_tier_cursor **out);
+/* The next row: *key, *row (its blob of *len bytes, owned by c, valid
+ * until the next call) and *more 1; *more 0 past the table's last row. */
+fl_status fl_ps_tier_cursor_next(fl_ps_tier_cursor *c, uint64_t *key, const void **row,
+                                 size_t *len, int *more);
+void fl_ps_tier_cursor_close(fl_ps_tier_cursor *c);
 
 void fl_ps_tier_get_stats(fl_ps_tier *t, fl_ps_tier_stats *s);
 

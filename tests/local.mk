@@ -24,6 +24,7 @@ include $(srcdir)/tests/unit/typed_inputs.mk
 include $(srcdir)/tests/unit/collective.mk
 include $(srcdir)/tests/unit/pserver.mk
 include $(srcdir)/tests/unit/tier.mk
+include $(srcdir)/tests/unit/tier_export.mk
 include $(srcdir)/tests/unit/ps_admit.mk
 include $(srcdir)/tests/unit/obs.mk
 include $(srcdir)/tests/unit/run_failure.mk
