@@ -31,6 +31,7 @@ struct fl_chunks {
   int64_t n;            /* chunks per epoch */
   int64_t steps;        /* steps per epoch */
   int64_t step_samples; /* samples per step */
+  int64_t limit;        /* the job's steps (max_steps), 0 = every epoch's */
   uint64_t seed;
   int64_t epoch;        /* the epoch of cur */
   int64_t cur;          /* the chunk being trained, -1 = none */
@@ -94,6 +95,31 @@ void fl_chunks_close(fl_chunks *c) {
   free(c);
 }
 
+static int64_t chunk_first_step(const fl_chunks *c, int64_t ch) { return ch * c->steps / c->n; }
+
+/* The end of chunk ch of epoch e: the next chunk's first step, or the
+ * job's last step (max_steps) when that comes first. */
+static int64_t chunk_end(const fl_chunks *c, int64_t e, int64_t ch) {
+  int64_t end = chunk_first_step(c, ch + 1);
+  if (c->limit > 0 && c->limit - e * c->steps < end) end = c->limit - e * c->steps;
+  return end;
+}
+
+/* Ownership: nothing kept. */
+void fl_chunks_limit(fl_chunks *c, int64_t max_steps) {
+  if (max_steps > 0 && max_steps != c->limit)
+    FL_LOGI("elastic chunks: the job ends after %" PRId64 " steps of the epochs' order, whoever "
+            "trains them (train.max_steps counts the job's steps, not this trainer's)", max_steps);
+  c->limit = max_steps > 0 ? max_steps : 0;
+}
+
+/* Ownership: nothing kept. */
+int64_t fl_chunks_epochs(const fl_chunks *c, int64_t epochs) {
+  if (c->limit <= 0) return epochs;
+  const int64_t need = (c->limit + c->steps - 1) / c->steps;
+  return need < epochs ? need : epochs;
+}
+
 /* The chunks of epoch e: state[i] 0 free, 1 claimed, 2 done; *done counted. */
 static fl_status read_epoch(fl_chunks *c, int64_t e, unsigned char *state, int64_t *done) {
   char k[320];
@@ -111,6 +137,8 @@ static fl_status read_epoch(fl_chunks *c, int64_t e, unsigned char *state, int64
     unsigned char s = !strcmp(end, "/done") ? 2 : !*end ? 1 : 0;
     if (s > state[ch]) state[ch] = s;
   }
+  for (int64_t i = 0; i < c->n; i++) /* past the job's last step: never trained */
+    if (chunk_end(c, e, i) <= chunk_first_step(c, i)) state[i] = 2;
   for (int64_t i = 0; i < c->n; i++) *done += state[i] == 2;
   fl_etcd_kvs_free(kvs, n);
   return FL_OK;
@@ -149,8 +177,6 @@ static void chunk_order(const fl_chunks *c, int64_t e, int64_t *order) {
   }
 }
 
-static int64_t chunk_first_step(const fl_chunks *c, int64_t ch) { return ch * c->steps / c->n; }
-
 /* Mark the chunk being trained done.  Logged before the mark is put, so
  * that a log never lacks a chunk etcd holds done: a trainer stopped in
  * between leaves a chunk logged done and still claimed, which another
@@ -161,7 +187,7 @@ static fl_status finish_chunk(fl_chunks *c) {
   snprintf(k, sizeof k, "%se%" PRId64 "/c%" PRId64 "/done", c->prefix, c->epoch, c->cur);
   FL_LOGI("elastic chunks: epoch %" PRId64 " chunk %" PRId64 " done (%" PRId64 " samples)",
           c->epoch, c->cur,
-          (chunk_first_step(c, c->cur + 1) - chunk_first_step(c, c->cur)) * c->step_samples);
+          (chunk_end(c, c->epoch, c->cur) - chunk_first_step(c, c->cur)) * c->step_samples);
   FL_TRY(fl_etcd_put(c->etcd, k, c->id, 0));
   c->cur = -1;
   return FL_OK;
@@ -182,10 +208,10 @@ static fl_status claim_free(fl_chunks *c, int64_t e, const unsigned char *state,
     if (!*won) continue;
     c->epoch = e;
     c->cur = ch;
-    c->left = chunk_first_step(c, ch + 1) - chunk_first_step(c, ch);
+    c->left = chunk_end(c, e, ch) - chunk_first_step(c, ch);
     FL_LOGI("elastic chunks: epoch %" PRId64 " chunk %" PRId64 " claimed (samples %" PRId64
             "..%" PRId64 " of the epoch's order)", e, ch, chunk_first_step(c, ch) * c->step_samples,
-            chunk_first_step(c, ch + 1) * c->step_samples - 1);
+            chunk_end(c, e, ch) * c->step_samples - 1);
   }
   return FL_OK;
 }

@@ -19,7 +19,15 @@
  * steps the dead one pushed of it count twice (the at-least-once window).
  * Every other sample is trained once per epoch.  An epoch ends when every
  * chunk is done: a trainer with nothing left to claim waits for that (and
- * takes a chunk freed meanwhile). */
+ * takes a chunk freed meanwhile).
+ *
+ * train.max_steps (fl_chunks_limit) bounds the job, not a trainer: its
+ * steps are counted in the epochs' order, epoch e's step s being step
+ * e * steps + s of the job, and the steps from max_steps on are in no
+ * chunk (a chunk across the bound ends there; later chunks and epochs
+ * count as done), so the job trains max_steps steps between whichever
+ * trainers are live, as a world of one would, and every trainer stops
+ * when they are done. */
 #ifndef FL_CHUNKS_H
 #define FL_CHUNKS_H
 
@@ -34,6 +42,14 @@ typedef struct fl_chunks fl_chunks;
  * step_samples: samples per step; seed: the job's.  Grants the trainer's
  * lease and starts its keeper.  The caller owns *out (fl_chunks_close). */
 fl_status fl_chunks_open(int64_t steps, int64_t step_samples, uint64_t seed, fl_chunks **out);
+
+/* Bound the job to its first max_steps steps (0: every epoch whole);
+ * logged once.  Before the first fl_chunks_first_epoch. */
+void fl_chunks_limit(fl_chunks *c, int64_t max_steps);
+
+/* The epochs the job trains of `epochs`: fewer when max_steps ends it
+ * earlier (its last one then partly). */
+int64_t fl_chunks_epochs(const fl_chunks *c, int64_t epochs);
 
 /* The first epoch in [from, epochs) whose chunks are not all done, or
  * epochs when every one is (a late joiner starts there). */
