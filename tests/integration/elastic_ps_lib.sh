@@ -35,6 +35,43 @@ EOF
 EPS_GROUPS=""
 EPS_PS_PID=""
 
+# eps_begin NAME: an elastic test's start: its temporary directory
+# /tmp/fl_NAME.XXXXXX as tmp and the current directory (removed at exit,
+# after eps_cleanup, unless FL_KEEP_TMP is set), fails=0 and fail MESSAGE,
+# etcd_lib.sh sourced and a member started on 127.0.0.1 (exit 77 without
+# etcd, 1 when it does not start).
+eps_begin() {
+  tmp=$(mktemp -d "/tmp/fl_$1.XXXXXX")
+  ETCD_PID=""
+  trap 'eps_cleanup; [ -n "${FL_KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
+  cd "$tmp" || exit 1
+  fails=0
+  fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+  . "$FL_SRCDIR/tests/integration/etcd_lib.sh"
+  etcd_start "$tmp" 127.0.0.1 || exit
+}
+
+# eps_end MESSAGE: after failures, the tails of every output and log and
+# exit 1; else MESSAGE.
+eps_end() {
+  if [ "$fails" != 0 ]; then
+    for _f in *out.* *.ps.log *.log.*/round.1/workerlog.*; do
+      [ -f "$_f" ] && echo "== $_f" && tail -8 "$_f"
+    done
+    exit 1
+  fi
+  echo "$1"
+}
+
+# eps_need_torch: exit 77 (skip) unless Debian's python3 has torch and
+# onnx; py names it, PYTHONDONTWRITEBYTECODE is exported.
+eps_need_torch() {
+  py=/usr/bin/python3
+  PYTHONDONTWRITEBYTECODE=1
+  export PYTHONDONTWRITEBYTECODE
+  "$py" -c 'import torch, onnx' 2> /dev/null || { echo "SKIP: $py lacks torch or onnx"; exit 77; }
+}
+
 # eps_pserver NAME CONFIG SLOTS [TIMEOUT]: the pserver of job NAME (run id
 # elastic-NAME) on a free port of 127.0.0.1 for SLOTS trainer slots, log
 # NAME.ps.log (timeout: 60 s); sets EPS_PSEP and EPS_PS_PID.
@@ -109,38 +146,42 @@ eps_stop_holding() {
   done
 }
 
+# eps_sums NAME FILE COLUMN WHAT SAMPLES...: the numbers in COLUMN of
+# FILE's lines ("epoch ...") sum to the e-th of SAMPLES for epoch e
+# (failures name WHAT).
+eps_sums() {
+  _n=$1 _file=$2 _col=$3 _what=$4
+  shift 4
+  _e=0
+  for _want in "$@"; do
+    _sum=$(awk -v e=$_e -v c="$_col" '$1 == e { s += $c } END { print s + 0 }' "$_file")
+    [ "$_sum" = "$_want" ] || fail "$_n: epoch $_e: $_what $_sum samples, want $_want"
+    _e=$((_e + 1))
+  done
+}
+
 # eps_check_chunks NAME COUNT SAMPLES...: the chunk marks of job NAME's
 # trainer logs (into NAME.done: "epoch chunk samples"): no chunk done
 # twice, COUNT in all, and epoch e's summing to the e-th of SAMPLES.
-# Failures through the caller's fail.
+# Failures through fail.
 eps_check_chunks() {
-  _n=$1 _count=$2
+  _j=$1 _count=$2
   shift 2
-  cat "$_n".log.*/round.1/workerlog.* |
+  cat "$_j".log.*/round.1/workerlog.* |
     sed -n 's/.*elastic chunks: epoch \([0-9]*\) chunk \([0-9]*\) done (\([0-9]*\) samples).*/\1 \2 \3/p' \
-      > "$_n.done"
-  _twice=$(cut -d' ' -f1,2 "$_n.done" | sort | uniq -d | tr '\n' ' ')
-  [ -z "$_twice" ] || fail "$_n: chunks done twice: $_twice"
-  [ "$(wc -l < "$_n.done")" = "$_count" ] || fail "$_n: $(wc -l < "$_n.done") chunks done, want $_count"
-  _e=0
-  for _want in "$@"; do
-    _sum=$(awk -v e=$_e '$1 == e { s += $3 } END { print s + 0 }' "$_n.done")
-    [ "$_sum" = "$_want" ] || fail "$_n: epoch $_e: chunks of $_sum samples done, want $_want"
-    _e=$((_e + 1))
-  done
+      > "$_j.done"
+  _twice=$(cut -d' ' -f1,2 "$_j.done" | sort | uniq -d | tr '\n' ' ')
+  [ -z "$_twice" ] || fail "$_j: chunks done twice: $_twice"
+  [ "$(wc -l < "$_j.done")" = "$_count" ] || fail "$_j: $(wc -l < "$_j.done") chunks done, want $_count"
+  eps_sums "$_j" "$_j.done" 3 "chunks done of" "$@"
 }
 
 # eps_check_trained NAME SAMPLES...: the samples of the trainers' own epoch
 # lines ("[Epoch E] train: ...") sum to the e-th of SAMPLES for epoch e.
 eps_check_trained() {
-  _n=$1
+  _j=$1
   shift
-  cat "$_n".log.*/round.1/workerlog.* |
-    sed -n 's/^\[Epoch \([0-9]*\)\] train: [0-9]* steps, \([0-9]*\) samples.*/\1 \2/p' > "$_n.trained"
-  _e=0
-  for _want in "$@"; do
-    _sum=$(awk -v e=$_e '$1 == e { s += $2 } END { print s + 0 }' "$_n.trained")
-    [ "$_sum" = "$_want" ] || fail "$_n: epoch $_e: the trainers trained $_sum samples, want $_want"
-    _e=$((_e + 1))
-  done
+  cat "$_j".log.*/round.1/workerlog.* |
+    sed -n 's/^\[Epoch \([0-9]*\)\] train: [0-9]* steps, \([0-9]*\) samples.*/\1 \2/p' > "$_j.trained"
+  eps_sums "$_j" "$_j.trained" 2 "the trainers trained" "$@"
 }

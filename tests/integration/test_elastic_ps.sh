@@ -15,19 +15,8 @@
 # SKIP (77) when etcd is not installed.  Bounded by timeout; cleaned up.
 set -u
 RUN=$FL_BUILDDIR/flotilla-run
-tmp=$(mktemp -d /tmp/fl_elastic_ps.XXXXXX)
-ETCD_PID=""
-cleanup() {
-  eps_cleanup
-  [ -n "${FL_KEEP_TMP:-}" ] || rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || exit 1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-. "$FL_SRCDIR/tests/integration/etcd_lib.sh"
 . "$FL_SRCDIR/tests/integration/elastic_ps_lib.sh"
-etcd_start "$tmp" 127.0.0.1 || exit
+eps_begin elastic_ps
 
 # job FILE A_SYNC
 job() {
@@ -92,8 +81,4 @@ timeout 20 "$RUN" --nnodes 1:3 --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" --
 rc=$?
 [ $rc = 2 ] || fail "sync PS with --nnodes 1:3: exit $rc, want 2"
 grep -q "sync PS trains with a fixed set of trainers" out.sync || fail "no sync PS refusal message"
-[ $fails = 0 ] || {
-  for f in out.* ps.out.* ps.ps.log ps.log.*/round.1/workerlog.*; do echo "== $f"; tail -8 "$f"; done
-  exit 1
-}
-echo "elastic ps: ok"
+eps_end "elastic ps: ok"

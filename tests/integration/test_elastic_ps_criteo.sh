@@ -14,23 +14,10 @@
 # SKIP (77) without Debian's torch and onnx, or etcd.  Seconds; cleaned up.
 set -u
 : "${FL_BUILDDIR:?}" "${FL_SRCDIR:?}"
-py=/usr/bin/python3
-PYTHONDONTWRITEBYTECODE=1
-export PYTHONDONTWRITEBYTECODE
-"$py" -c 'import torch, onnx' 2> /dev/null || { echo "SKIP: $py lacks torch or onnx"; exit 77; }
-ex=$FL_SRCDIR/deploy/examples/recsys
-tmp=$(mktemp -d /tmp/fl_elastic_criteo.XXXXXX)
-ETCD_PID=""
-cleanup() {
-  eps_cleanup
-  [ -n "${FL_KEEP_TMP:-}" ] || rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || exit 1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-. "$FL_SRCDIR/tests/integration/etcd_lib.sh"
 . "$FL_SRCDIR/tests/integration/elastic_ps_lib.sh"
+eps_need_torch
+ex=$FL_SRCDIR/deploy/examples/recsys
+eps_begin elastic_criteo
 
 # 4096 good lines in two files, three bad lines among them; a test file
 "$py" "$ex/gen_criteo.py" --rows 4096 --seed 1 --out g.tsv > /dev/null 2>&1 &&
@@ -39,7 +26,6 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
   { echo "FAIL: data or export"; exit 1; }
 awk 'NR == 7 || NR == 1500 || NR == 3001 { print "0\tnot a line" } NR <= 2000 { print }' g.tsv > a1.tsv
 awk 'NR > 2000 { print }' g.tsv > a2.tsv
-etcd_start "$tmp" 127.0.0.1 || exit
 export FLOTILLA_TOKEN=elastic-criteo-token
 
 tables=""
@@ -85,8 +71,4 @@ if [ -n "$EPS_LOST" ]; then
   grep -q "elastic chunks: $EPS_LOST done" $(eps_logs crit 2) ||
     fail "node 3's $EPS_LOST was not trained by node 2"
 fi
-[ $fails = 0 ] || {
-  for f in *.out.* *.ps.log *.log.*/round.1/workerlog.*; do echo "== $f"; tail -8 "$f"; done
-  exit 1
-}
-echo "elastic ps criteo: ok (node 3 lost $EPS_LOST, trained by node 2)"
+eps_end "elastic ps criteo: ok (node 3 lost $EPS_LOST, trained by node 2)"

@@ -18,19 +18,8 @@
 # Every job ends (exit 0 of the live nodes and the pserver).
 # SKIP (77) when etcd is not installed.  Bounded by timeout; cleaned up.
 set -u
-tmp=$(mktemp -d /tmp/fl_elastic_sparse.XXXXXX)
-ETCD_PID=""
-cleanup() {
-  eps_cleanup
-  [ -n "${FL_KEEP_TMP:-}" ] || rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || exit 1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-. "$FL_SRCDIR/tests/integration/etcd_lib.sh"
 . "$FL_SRCDIR/tests/integration/elastic_ps_lib.sh"
-etcd_start "$tmp" 127.0.0.1 || exit
+eps_begin elastic_sparse
 export FLOTILLA_TOKEN=elastic-sparse-token
 
 # start NAME: the pserver and nodes 2 and 3 of job NAME (NAME.yaml)
@@ -108,8 +97,4 @@ if [ -n "$EPS_LOST" ]; then
   grep -q "elastic chunks: $EPS_LOST done" $(eps_logs kill 2) ||
     fail "kill: node 3's $EPS_LOST was not trained by node 2"
 fi
-[ $fails = 0 ] || {
-  for f in *.out.* *.ps.log *.log.*/round.1/workerlog.*; do echo "== $f"; tail -8 "$f"; done
-  exit 1
-}
-echo "elastic ps sparse: ok (node 3 lost $EPS_LOST, trained by node 2)"
+eps_end "elastic ps sparse: ok (node 3 lost $EPS_LOST, trained by node 2)"
