@@ -36,7 +36,7 @@ ends() {
   for n in "$@"; do
     wait "$(cat "$_j.pid.$n")" || fail "$_j: node $n exited $?"
     # shellcheck disable=SC2046
-    grep -q "done: " $(eps_logs "$_j" $n) || fail "$_j: node $n's trainer did not finish"
+    grep -q "done: " $(eps_logs "$_j" "$n") || fail "$_j: node $n's trainer did not finish"
   done
   wait "$EPS_PS_PID" || fail "$_j: the pserver exited $?"
   EPS_PS_PID=""
@@ -49,7 +49,7 @@ claimed() {
   shift
   for n in "$@"; do
     # shellcheck disable=SC2046
-    grep -q "elastic chunks: epoch [0-9]* chunk [0-9]* claimed" $(eps_logs "$_j" $n) ||
+    grep -q "elastic chunks: epoch [0-9]* chunk [0-9]* claimed" $(eps_logs "$_j" "$n") ||
       fail "$_j: node $n claimed no chunk"
   done
 }
