@@ -35,6 +35,7 @@ struct fl_chunks {
   uint64_t seed;
   int64_t epoch;        /* the epoch of cur */
   int64_t cur;          /* the chunk being trained, -1 = none */
+  int64_t skip;         /* its steps a stopped trainer trained (its at mark) */
   int64_t left;         /* its steps not yet begun */
 };
 
@@ -193,6 +194,39 @@ static fl_status finish_chunk(fl_chunks *c) {
   return FL_OK;
 }
 
+/* The steps of the chunk claimed as key that a stopped trainer trained
+ * (its "<key>/at" mark; fl_chunks_leave), 0 without one. */
+static fl_status chunk_at(fl_chunks *c, const char *key, int64_t len, int64_t *at) {
+  char k[340];
+  fl_etcd_kv *kvs;
+  size_t n;
+  snprintf(k, sizeof k, "%s/at", key);
+  FL_TRY(fl_etcd_range(c->etcd, k, 1, &kvs, &n, NULL));
+  *at = n ? strtoll(kvs[0].value, NULL, 10) : 0;
+  fl_etcd_kvs_free(kvs, n);
+  if (*at < 0 || *at >= len) {
+    FL_LOGW("elastic chunks: %s says %" PRId64 " of the chunk's %" PRId64 " steps are trained: "
+            "training the chunk whole", k, *at, len);
+    *at = 0;
+  }
+  return FL_OK;
+}
+
+/* Chunk ch of epoch e, just claimed: trained from its start, or where a
+ * stopped trainer left it. */
+static fl_status take_chunk(fl_chunks *c, int64_t e, int64_t ch, const char *key) {
+  const int64_t first = chunk_first_step(c, ch), len = chunk_end(c, e, ch) - first;
+  FL_TRY(chunk_at(c, key, len, &c->skip));
+  c->epoch = e;
+  c->cur = ch;
+  c->left = len - c->skip;
+  FL_LOGI("elastic chunks: epoch %" PRId64 " chunk %" PRId64 " claimed (samples %" PRId64 "..%"
+          PRId64 " of the epoch's order)%s", e, ch, (first + c->skip) * c->step_samples,
+          (first + len) * c->step_samples - 1,
+          c->skip ? ", going on where a stopped trainer left it" : "");
+  return FL_OK;
+}
+
 /* Try to claim a free chunk of epoch e: *won 1 and c->cur set when one was. */
 static fl_status claim_free(fl_chunks *c, int64_t e, const unsigned char *state, int *won) {
   int64_t order[CHUNKS_MAX];
@@ -205,14 +239,24 @@ static fl_status claim_free(fl_chunks *c, int64_t e, const unsigned char *state,
     snprintf(k, sizeof k, "%se%" PRId64 "/c%" PRId64, c->prefix, e, ch);
     snprintf(d, sizeof d, "%s/done", k);
     FL_TRY(fl_etcd_create(c->etcd, k, c->id, c->lease, d, won));
-    if (!*won) continue;
-    c->epoch = e;
-    c->cur = ch;
-    c->left = chunk_end(c, e, ch) - chunk_first_step(c, ch);
-    FL_LOGI("elastic chunks: epoch %" PRId64 " chunk %" PRId64 " claimed (samples %" PRId64
-            "..%" PRId64 " of the epoch's order)", e, ch, chunk_first_step(c, ch) * c->step_samples,
-            chunk_end(c, e, ch) * c->step_samples - 1);
+    if (*won) FL_TRY(take_chunk(c, e, ch, k));
   }
+  return FL_OK;
+}
+
+/* Ownership: nothing kept. */
+fl_status fl_chunks_leave(fl_chunks *c) {
+  char k[320], v[32];
+  if (c->cur < 0) return FL_OK;
+  if (c->left == 0) return finish_chunk(c);
+  const int64_t len = chunk_end(c, c->epoch, c->cur) - chunk_first_step(c, c->cur);
+  snprintf(k, sizeof k, "%se%" PRId64 "/c%" PRId64 "/at", c->prefix, c->epoch, c->cur);
+  snprintf(v, sizeof v, "%" PRId64, len - c->left);
+  FL_TRY(fl_etcd_put(c->etcd, k, v, 0));
+  FL_LOGI("elastic chunks: epoch %" PRId64 " chunk %" PRId64 " left after %" PRId64 " of its %"
+          PRId64 " steps (its next trainer goes on from there)", c->epoch, c->cur, len - c->left,
+          len);
+  c->cur = -1;
   return FL_OK;
 }
 
@@ -246,7 +290,7 @@ fl_status fl_chunks_next_step(fl_chunks *c, int64_t epoch, int64_t *first_sample
     if (won) break;
     usleep(POLL_US); /* the epoch's last chunks are held by others */
   }
-  *first_sample = chunk_first_step(c, c->cur) * c->step_samples;
+  *first_sample = (chunk_first_step(c, c->cur) + c->skip) * c->step_samples;
   c->left--;
   return FL_OK;
 }

@@ -17,6 +17,9 @@
  * lease.  A trainer that dies loses its claims with its lease (after
  * lease_s) and another trainer trains that chunk again from its start: the
  * steps the dead one pushed of it count twice (the at-least-once window).
+ * A trainer stopped by a signal leaves instead (fl_chunks_leave): its
+ * chunk's e<epoch>/c<chunk>/at = the steps of it trained, no lease, put
+ * while its claim still holds, so the next claimer goes on at that step.
  * Every other sample is trained once per epoch.  An epoch ends when every
  * chunk is done: a trainer with nothing left to claim waits for that (and
  * takes a chunk freed meanwhile).
@@ -67,6 +70,13 @@ fl_status fl_chunks_next_step(fl_chunks *c, int64_t epoch, int64_t *first_sample
  * before fl_chunks_next_step means that call may mark the chunk done, so a
  * caller with pushes in flight waits for them first. */
 int64_t fl_chunks_left(const fl_chunks *c);
+
+/* A trainer stopping between steps (a signal): the chunk being trained
+ * marked done when its steps are over, else its at mark put (its steps
+ * begun are trained: a caller with pushes in flight waits for them
+ * first), so that the next claimer goes on at the next step.  Then
+ * fl_chunks_close frees the claim. */
+fl_status fl_chunks_leave(fl_chunks *c);
 
 /* Stop the keeper and revoke the lease (claims not done are freed). */
 void fl_chunks_close(fl_chunks *c);

@@ -1759,6 +1759,13 @@ static fl_status chunk_step(trainer *t, int *more) {
   return fl_loader_start(t->loader, t->epoch, 0);
 }
 
+/* Chunk mode, stopped by a signal after a step: the chunk's pushes
+ * acknowledged, then its progress left on etcd for the next claimer. */
+static fl_status chunks_leave(trainer *t) {
+  if (t->sparse) FL_TRY(fl_sparse_run_drain(t->sparse));
+  return fl_chunks_leave(t->chunks);
+}
+
 /* The epoch's validation and test.  Their collectives fail like a step's
  * when a peer dies: the caller then joins the next world (lost_world) at
  * the epoch's end, and that world evaluates again. */
@@ -1822,6 +1829,7 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
       if (o->on_step) o->on_step(o->on_step_ctx, &r);
       int act = agree(t, o, &sst);
       if (act == AGREE_STOP) {
+        if (t->chunks) FL_TRY(chunks_leave(t));
         FL_TRY(save_checkpoint(t));
         log_stopped(t);
         rep->stopped = 1;

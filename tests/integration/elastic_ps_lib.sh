@@ -99,6 +99,11 @@ eps_node() {
 # eps_killpg SIGNAL NAME N: the signal to node N's process group.
 eps_killpg() { /bin/kill -s "$1" -- "-$(cat "$2.pid.$3")"; }
 
+# eps_term_agent NAME N: SIGTERM to node N's flotilla-run alone (the child
+# of its timeout; a signal to the group would reach its trainer twice,
+# which then exits at once): it stops its trainers at a step boundary.
+eps_term_agent() { kill -s TERM "$(ps -o pid= --ppid "$(cat "$1.pid.$2")")"; }
+
 # eps_cleanup: every node's group and the pserver killed, etcd stopped (the
 # EXIT trap's part; the caller removes its directory).
 eps_cleanup() {

@@ -14,7 +14,13 @@
 #   kill (async): node 3 is stopped while it holds a chunk and killed (-9,
 #     whole node); node 2 trains that chunk (claimed once, after node 3's
 #     lease expired) and the rest; every chunk is done exactly once (node
-#     3's lost one by node 2 only) and the job ends, the pserver complete.
+#     3's lost one by node 2 only) and the job ends, the pserver complete;
+#   leave (async): node 3's flotilla-run gets SIGTERM mid-epoch: its
+#     trainer ends after its step, leaving its chunk's progress on etcd,
+#     and node 2 goes on in that chunk where it was left (unless the step
+#     was the chunk's last: then node 3 marked it done);
+#     every chunk is done once and the two trainers' steps sum to the 2
+#     epochs' 1024: no step trained twice, none lost.
 # Every job ends (exit 0 of the live nodes and the pserver).
 # SKIP (77) when etcd is not installed.  Bounded by timeout; cleaned up.
 set -u
@@ -97,4 +103,27 @@ if [ -n "$EPS_LOST" ]; then
   grep -q "elastic chunks: $EPS_LOST done" $(eps_logs kill 2) ||
     fail "kill: node 3's $EPS_LOST was not trained by node 2"
 fi
-eps_end "elastic ps sparse: ok (node 3 lost $EPS_LOST, trained by node 2)"
+# ---- SIGTERM to a node's flotilla-run mid-epoch (async)
+epochs=2
+sparse_job leave.yaml
+start leave
+eps_wait_line "elastic chunks: epoch 0 chunk [0-9]* done" "$(eps_logs leave 3)" ||
+  fail "leave: node 3 never finished a chunk"
+eps_term_agent leave 3
+ends leave 2
+eps_check_chunks leave 32 32768 32768
+# shellcheck disable=SC2046
+steps=$(cat $(eps_logs leave 2) $(eps_logs leave 3) |
+  sed -n 's/.*\(done: \|stopped by [A-Za-z]* after \)\([0-9]*\) steps.*/\2/p' |
+  awk '{ s += $1; n++ } END { print n " " s + 0 }')
+[ "$steps" = "2 1024" ] || fail "leave: the trainers' (count, steps): $steps, want 2 1024"
+# shellcheck disable=SC2046
+left=$(cat $(eps_logs leave 3) | sed -n 's/.*elastic chunks: \(epoch [0-9]* chunk [0-9]*\) left after.*/\1/p')
+if [ -n "$left" ]; then
+  # shellcheck disable=SC2046
+  grep -q "elastic chunks: $left claimed (samples [0-9]*\.\.[0-9]* of the epoch's order), going on where" $(eps_logs leave 2) ||
+    fail "leave: node 2 did not go on in node 3's $left where it was left"
+else
+  echo "leave: node 3's last step was its chunk's last (marked done): no progress to go on from"
+fi
+eps_end "elastic ps sparse: ok (node 3 lost $EPS_LOST, trained by node 2; left ${left:-no chunk} to node 2)"
