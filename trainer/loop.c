@@ -1740,6 +1740,17 @@ static fl_status chunks_first_epoch(trainer *t) {
   return FL_OK;
 }
 
+/* Chunk mode's start: max_steps bounds the job's steps (fl_chunks_limit),
+ * not this trainer's, so *max_steps becomes 0 and *epochs the epochs the
+ * bound leaves; then the first epoch not done. */
+static fl_status chunks_start(trainer *t, int64_t *max_steps, int64_t *epochs) {
+  fl_chunks_limit(t->chunks, *max_steps);
+  *epochs = fl_chunks_epochs(t->chunks, *epochs);
+  *max_steps = 0;
+  if (t->sparse) fl_sparse_run_chunk(t->sparse, 0);
+  return chunks_first_epoch(t);
+}
+
 /* Chunk mode: the sample source of the next step (the loader restarts at
  * a newly claimed chunk); *more 0 when the epoch's chunks are all done. */
 static fl_status chunk_step(trainer *t, int *more) {
@@ -1789,14 +1800,8 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
   int64_t max_steps = o->max_steps > 0 ? o->max_steps : job->train.max_steps;
   int64_t interval = job->train.checkpoint_interval, epochs = job->train.epochs;
 
-  if (t->chunks) { /* max_steps bounds the job's steps, not this trainer's */
-    fl_chunks_limit(t->chunks, max_steps);
-    epochs = fl_chunks_epochs(t->chunks, epochs);
-    max_steps = 0;
-  }
+  if (t->chunks) FL_TRY(chunks_start(t, &max_steps, &epochs));
   if (t->sparse) fl_sparse_run_limit(t->sparse, t->steps_per_epoch, max_steps);
-  if (t->chunks) FL_TRY(chunks_first_epoch(t));
-  if (t->chunks && t->sparse) fl_sparse_run_chunk(t->sparse, 0);
   while (t->epoch < epochs) {
     if (max_steps > 0 && t->step >= max_steps) break;
     int64_t first = t->batch / t->k, epoch_steps = t->chunks ? INT64_MAX : t->steps_per_epoch;
