@@ -201,7 +201,7 @@ sort "$work/programs" > "$out/programs.txt"
   echo "cuda: $("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')" \
     "($CUDA_HOME; kernels as sm_90 code and compute_90 PTX)"
   echo "glibc: needs $(for f in "$out"/bin/flbundle-*; do objdump -T "$f"; done |
-    grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1) or newer"
+    grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n 1) or newer"
   for f in "$out"/bin/flbundle-*; do
     echo "$(basename "$f"): $(grep -c " $(basename "$f")\$" "$out/programs.txt") programs," \
       "needs: $(needed "$f")"

@@ -105,7 +105,7 @@ preflight() {
 # What a finished item's log says, in one line.
 figures_of() { # kind log
   case $1 in
-    check) grep -E '^[0-9]+%: Checks' "$2" | tail -1 ;;
+    check) grep -E '^[0-9]+%: Checks' "$2" | tail -n 1 ;;
     bench) grep -E '_gbps|params:|unavailable' "$2" | tr '\n' ';' ;;
     amp) grep -E '^\[Epoch 0\] (train|test)' "$2" | sed 's/^\[Epoch 0\] //' | tr '\n' ';' ;;
   esac

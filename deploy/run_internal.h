@@ -116,7 +116,8 @@ fl_status fl_run_torchrun_opts(fl_run_opts *o);
  * strings with fl_run_plan_clear).  Ports: --port BASE gives, in collective
  * mode, trainer i of a node BASE + i and, in ps mode (trainers do not
  * listen), pserver j of a node BASE + j; without
- * it, a one-node job takes free ports from the kernel and a multi-node job
+ * it, a one-node job takes free ports below the kernel's ephemeral range
+ * (so no outgoing connection takes one first) and a multi-node job
  * uses BASE 6170 (every node must compute the same endpoints).  Fills the
  * FLOTILLA_* environment of each process (see flotilla-run --help); a
  * collective job of one trainer runs it in local mode.

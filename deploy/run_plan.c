@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fl_log.h"
@@ -219,32 +220,69 @@ static fl_status ep_host(const char *ep, char *host) {
   return FL_OK;
 }
 
-/* Reserve n distinct free ports on host: bind them all (port 0), read them
- * back, then release them for the children. */
+/* The kernel's ephemeral port range (ip_local_port_range) into *lo, *hi;
+ * Linux's default 32768-60999 when it cannot be read. */
+static void ephemeral_range(int *lo, int *hi) {
+  *lo = 32768;
+  *hi = 60999;
+  FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (!f) return;
+  int a, b;
+  if (fscanf(f, "%d %d", &a, &b) == 2 && a > 0 && a <= b) {
+    *lo = a;
+    *hi = b;
+  }
+  fclose(f);
+}
+
+/* Reserve n distinct free ports on host, below the kernel's ephemeral
+ * range, then release them for the children.  A port from bind(port 0)
+ * is ephemeral: between its release and the child's bind the kernel may
+ * hand it to an outgoing connection (a trainer connecting to the pserver
+ * started first takes the port of the one not yet listening), and the
+ * child fails to bind.  The kernel never picks a port below the range
+ * for a connection.  Ports are tried from a random start in
+ * [max(1024, lo / 2), lo), each bound without SO_REUSEADDR (a port in
+ * TIME_WAIT is skipped), and all n are held until found. */
 static fl_status free_ports(const char *host, int n, int *ports) {
   int fds[FL_RUN_MAX_PROCS];
-  int opened = 0;
+  int opened = 0, lo, hi;
   fl_status st = FL_OK;
   struct addrinfo hints, *ai = NULL;
+  ephemeral_range(&lo, &hi);
+  const int first = lo / 2 > 1024 ? lo / 2 : 1024, span = lo - first;
+  if (span < n)
+    return FL_ERR(FL_EINVAL, "no %d ports below the ephemeral range %d-%d: give --port", n, lo,
+                  hi);
   memset(&hints, 0, sizeof hints);
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICHOST;
   if (getaddrinfo(host, "0", &hints, &ai) != 0)
     return FL_ERR(FL_EINVAL, "--ips %s: not a numeric IP address", host);
-  for (; opened < n; opened++) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const unsigned start = ((unsigned)getpid() * 2654435761u ^ (unsigned)now.tv_nsec) % (unsigned)span;
+  for (int tried = 0; opened < n && tried < span; tried++) {
+    const int port = first + (int)((start + (unsigned)tried) % (unsigned)span);
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-      st = FL_ERR(FL_EIO, "cannot bind a free port on %s: %s", host, strerror(errno));
-      if (fd >= 0) close(fd);
+    if (fd < 0) {
+      st = FL_ERR(FL_EIO, "cannot open a socket on %s: %s", host, strerror(errno));
       break;
     }
+    if (ai->ai_family == AF_INET)
+      ((struct sockaddr_in *)ai->ai_addr)->sin_port = htons((uint16_t)port);
+    else
+      ((struct sockaddr_in6 *)ai->ai_addr)->sin6_port = htons((uint16_t)port);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      close(fd);
+      continue;
+    }
     fds[opened] = fd;
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof ss;
-    getsockname(fd, (struct sockaddr *)&ss, &len);
-    ports[opened] = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-                                                  : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    ports[opened++] = port;
   }
+  if (st == FL_OK && opened < n)
+    st = FL_ERR(FL_EIO, "only %d of %d free ports on %s in %d-%d: give --port", opened, n, host,
+                first, lo - 1);
   for (int i = 0; i < opened; i++) close(fds[i]);
   freeaddrinfo(ai);
   return st;

@@ -84,7 +84,7 @@ t0=$(child_ticks)
 run=$!
 ( poll_pserver "$run" & ) # orphaned at once: its time is never this shell's children's
 wait "$run" ||
-  { tail -20 run.out log/workerlog.* >&2; echo "bench_dlrm: flotilla-run failed" >&2; exit 1; }
+  { tail -n 20 run.out log/workerlog.* >&2; echo "bench_dlrm: flotilla-run failed" >&2; exit 1; }
 t1=$(child_ticks)
 samples=$(sed -n 's/^\[Epoch [0-9]*\] train: [0-9]* steps, \([0-9]*\) samples.*/\1/p' log/workerlog.0 |
   awk '{ s += $1 } END { print s }')

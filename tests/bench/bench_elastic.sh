@@ -28,6 +28,7 @@
 set -u
 B=$(cd "${FL_BUILDDIR:-build}" && pwd) # the runs cd to a temporary directory
 S=${FL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+FL_SRCDIR=$S # etcd_lib.sh finds its helpers there
 LEASE_S=${LEASE_S:-4}
 SETTLE_S=${SETTLE_S:-1}
 FM=/usr/share/datasets/fashion-mnist
@@ -92,12 +93,12 @@ one() {
     # the newest step a survivor completed (one may have finished the step
     # the others lost)
     last=$(sed -n 's/.*stopped at step \([0-9]*\) .*/\1/p' log.$m.[12]/round.1/workerlog.* |
-      sort -n | tail -1)
+      sort -n | tail -n 1)
     from=$(sed -n 's/.*elastic: round 2: rank .* from step \([0-9]*\);.*/\1/p' \
       log.$m.1/round.1/workerlog.* | head -1)
   else
     last=$(sed -n 's/.*\[Epoch 0, batch \([0-9]*\)\].*/\1/p' log.$m.*/round.1/workerlog.* |
-      sort -n | tail -1)
+      sort -n | tail -n 1)
     from=$(sed -n 's/.*resumed from .*: step \([0-9]*\),.*/\1/p' log.$m.1/round.2/workerlog.* |
       head -1)
   fi

@@ -83,7 +83,7 @@ for m in ${BENCH_MODELS:-resnet vit}; do
     job_copy "$job" "$acc_job" "$tmp/$m.onnx"
     [ -n "${BENCH_EPOCHS:-}" ] && sed -i "s/^  epochs: .*/  epochs: $BENCH_EPOCHS/" "$acc_job"
     "$run" --nproc_per_node 2 --log_dir "$tmp/${m}_acc.log" "$acc_job" > "$tmp/${m}_acc.out" 2>&1 ||
-      { tail -40 "$tmp/${m}_acc.out" "$tmp/${m}_acc.log"/workerlog.* >&2; exit 1; }
+      { tail -n 40 "$tmp/${m}_acc.out" "$tmp/${m}_acc.log"/workerlog.* >&2; exit 1; }
     echo "${m}_test_acc1: $(last_acc1 "$tmp/${m}_acc.log/workerlog.0")"
     echo "${m}_epochs: $(n_evals "$tmp/${m}_acc.log/workerlog.0")"
     "$py" "$ex/eval_onnx.py" "$m" "$tmp/${m}_trained.onnx" "$data" > "$tmp/${m}_eval.out" 2>&1 ||
@@ -121,7 +121,7 @@ for m in ${BENCH_MODELS:-resnet vit}; do
   job_copy "$job" "$coll_job" "$tmp/$m.onnx" "s/^  eval: .*/  eval: false/" \
     "s/^  epochs: .*/  epochs: 1/" "/^  export_onnx: /d" "/^  augment: /d"
   "$run" --nproc_per_node 2 --log_dir "$tmp/${m}_2r.log" "$coll_job" -- --max-steps "$ddp_steps" \
-    > "$tmp/${m}_2r.out" 2>&1 || { tail -40 "$tmp/${m}_2r.out" "$tmp/${m}_2r.log"/workerlog.* >&2; exit 1; }
+    > "$tmp/${m}_2r.out" 2>&1 || { tail -n 40 "$tmp/${m}_2r.out" "$tmp/${m}_2r.log"/workerlog.* >&2; exit 1; }
   r0=$(train_rate "$tmp/${m}_2r.log/workerlog.0")
   r1=$(train_rate "$tmp/${m}_2r.log/workerlog.1")
   ours2=$(awk -v a="$r0" -v b="$r1" 'BEGIN {printf "%.1f", a + b}')

@@ -20,7 +20,7 @@ run() {
   grep -q "pipeline: $2" "$tmp/$1.yaml" || { echo "bench: cannot set pipeline in the example"; exit 1; }
   timeout 600 "$B/flotilla-run" --mode ps --server_num 2 --nproc_per_node 2 \
     --log_dir "$tmp/$1" "$tmp/$1.yaml" > "$tmp/$1.out" 2>&1 ||
-    { echo "bench: $1 failed"; tail -20 "$tmp/$1.out"; exit 1; }
+    { echo "bench: $1 failed"; tail -n 20 "$tmp/$1.out"; exit 1; }
 }
 
 # share NAME: the mean pull_wait share over the trainers' epochs.

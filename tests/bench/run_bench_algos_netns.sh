@@ -76,7 +76,7 @@ run() {
     p[r]=$!
     pids="$pids $!"
   done
-  for ((r = 0; r < nodes; r++)); do wait ${p[r]} || echo "# $algo: rank $r exited $?: $(tail -2 "$tmp/$algo.$r")"; done
+  for ((r = 0; r < nodes; r++)); do wait ${p[r]} || echo "# $algo: rank $r exited $?: $(tail -n 2 "$tmp/$algo.$r")"; done
   grep -E '^(busbw|time)_|^#|network probe' "$tmp/$algo.0" | tee -a "$tmp/all"
   [ $counters = 0 ] || drops "$algo"
 }

@@ -114,7 +114,7 @@ ours() {
     p[r]=$!
     pids="$pids $!"
   done
-  for ((r = 0; r < n; r++)); do wait ${p[r]} || say "# $label: rank $r exited $?: $(tail -2 "$tmp/$label.$r")"; done
+  for ((r = 0; r < n; r++)); do wait ${p[r]} || say "# $label: rank $r exited $?: $(tail -n 2 "$tmp/$label.$r")"; done
   grep -E '^(busbw|time)_|^#' "$tmp/$label.0" | while read -r l; do say "$l"; done
 }
 

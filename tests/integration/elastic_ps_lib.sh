@@ -56,7 +56,7 @@ eps_begin() {
 eps_end() {
   if [ "$fails" != 0 ]; then
     for _f in *out.* *.ps.log *.log.*/round.1/workerlog.*; do
-      [ -f "$_f" ] && echo "== $_f" && tail -8 "$_f"
+      [ -f "$_f" ] && echo "== $_f" && tail -n 8 "$_f"
     done
     exit 1
   fi
@@ -134,7 +134,7 @@ eps_held() {
   # shellcheck disable=SC2046 # the log files' names
   cat $(eps_logs "$1" "$2") | grep "elastic chunks: epoch [0-9]* chunk [0-9]* " |
     sed 's/.*elastic chunks: \(epoch [0-9]* chunk [0-9]*\) \([a-z]*\).*/\1 \2/' |
-    tail -1 | sed -n 's/ claimed$//p'
+    tail -n 1 | sed -n 's/ claimed$//p'
 }
 
 # eps_stop_holding NAME N: node N's group stopped (SIGSTOP) at a moment its

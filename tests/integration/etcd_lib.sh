@@ -9,10 +9,8 @@ ETCD_BIN=${ETCD_BIN:-/usr/bin/etcd}
 ETCD_PID=${ETCD_PID:-}
 ETCD_PIDS=${ETCD_PIDS:-}
 
-# etcd_free_port HOST: a TCP port free on HOST now.
-etcd_free_port() {
-  /usr/bin/python3 -c "import socket; s=socket.socket(); s.bind(('$1', 0)); print(s.getsockname()[1])"
-}
+# etcd_free_port HOST: a TCP port free on HOST now (free_port.py).
+etcd_free_port() { /usr/bin/python3 "$FL_SRCDIR/tests/integration/free_port.py" "$1"; }
 
 # etcd_member DIR NAME HOST CLIENT_PORT PEER_PORT INITIAL_CLUSTER: one member
 # in the background (data DIR/NAME.data, log DIR/NAME.log); sets _etcd_pid.

@@ -52,7 +52,7 @@ run_example() {
   if [ "$status" != 0 ] || ! grep -q "^\[Epoch 0, batch 0\] loss: " "$ex_tmp/$name.out1" ||
      ! grep -q "\] test " "$ex_tmp/$name.out1"; then
     echo "FAIL: $name (exit $status)"
-    for f in "$ex_tmp/$name".out*; do echo "----- $f"; tail -40 "$f"; done
+    for f in "$ex_tmp/$name".out*; do echo "----- $f"; tail -n 40 "$f"; done
     ex_fails=$((ex_fails + 1))
   else
     echo "ok: $name"

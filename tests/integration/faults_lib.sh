@@ -42,11 +42,8 @@ ok() { echo "ok: $*"; }
 has() { grep -Eq -- "$2" "$1" || fail "${3:-$1} lacks '$2'"; }
 hasnt() { ! grep -Eq -- "$2" "$1" || fail "${3:-$1} has '$2'"; }
 
-# A free TCP port on HOST (default 127.0.0.1): bound, then released.
-free_port() {
-  python3 -c 'import socket,sys
-s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "${1:-127.0.0.1}"
-}
+# A free TCP port on HOST (default 127.0.0.1), below the ephemeral range.
+free_port() { /usr/bin/python3 "$FL_SRCDIR/tests/integration/free_port.py" "${1:-127.0.0.1}"; }
 
 # spawn VAR LOG [NAME=VALUE...] -- PROGRAM ARGS...: start a daemon in the
 # background, output to LOG; its pid goes into the variable VAR.  A
@@ -118,7 +115,7 @@ running() { [ ! -s "$(eval echo "\${fl_rcfile_$1:-}")" ]; }
 show() {
   for f in "$@"; do
     echo "----- $f"
-    tail -25 "$f" 2> /dev/null
+    tail -n 25 "$f" 2> /dev/null
   done
 }
 

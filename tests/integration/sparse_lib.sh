@@ -45,7 +45,7 @@ refused() {
       > "$tmp/$1.out" 2>&1; then
     fail "$1: not refused"
   elif ! cat "$tmp/$1.out" "$tmp/$1.log"/* 2> /dev/null | grep -q "$2"; then
-    tail -5 "$tmp/$1.out"
+    tail -n 5 "$tmp/$1.out"
     fail "$1: no message '$2'"
   else
     echo "ok: $1 refused ($2)"

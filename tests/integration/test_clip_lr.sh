@@ -44,14 +44,14 @@ EOF
 local_run() {
   timeout 120 "$T" --config "$tmp/$1.yaml" > "$tmp/$1.out" 2>&1
   rc=$?
-  [ $rc -eq 0 ] || { tail -20 "$tmp/$1.out"; fail "$1: exit $rc"; return 1; }
+  [ $rc -eq 0 ] || { tail -n 20 "$tmp/$1.out"; fail "$1: exit $rc"; return 1; }
 }
 dist_run() {
   name=$1
   shift
   timeout 120 "$RUN" --log_dir "$tmp/$name.log" "$@" "$tmp/$name.yaml" > "$tmp/$name.out" 2>&1
   rc=$?
-  [ $rc -eq 0 ] || { tail -20 "$tmp/$name.out" "$tmp/$name.log"/workerlog.* 2> /dev/null
+  [ $rc -eq 0 ] || { tail -n 20 "$tmp/$name.out" "$tmp/$name.log"/workerlog.* 2> /dev/null
     fail "$name: exit $rc"; return 1; }
 }
 same() {
@@ -104,7 +104,7 @@ if local_run plat3 && timeout 60 "$T" --config "$tmp/plat3_resumed.yaml" --max-s
   timeout 60 "$T" --config "$tmp/plat3_resumed.yaml" --resume > "$tmp/plat3_resumed.out" 2>&1; then
   same plat3_resumed plat3 0
 else
-  tail -5 "$tmp/plat3_resumed.1.out" "$tmp/plat3_resumed.out"
+  tail -n 5 "$tmp/plat3_resumed.1.out" "$tmp/plat3_resumed.out"
   fail "plat3_resumed: the stopped or the resumed run failed"
 fi
 job ps_plateau 16 ps "" "kind: plateau" "a_sync: false"
@@ -114,7 +114,7 @@ if cat "$tmp/ps_plateau.out" "$tmp/ps_plateau.log"/* 2> /dev/null |
   grep -q "lr_schedule.kind plateau needs local, collective or geo ps mode"; then
   echo "ok: ps sync refuses plateau"
 else
-  tail -5 "$tmp/ps_plateau.out"
+  tail -n 5 "$tmp/ps_plateau.out"
   fail "ps_plateau: no refusal naming lr_schedule.kind"
 fi
 

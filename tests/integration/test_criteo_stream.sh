@@ -68,7 +68,7 @@ run() {
   sed -n 's/^\[Epoch [0-9]*, batch [0-9]*\] loss: \([0-9.]*\).*/\1/p' "$rn.out" >> "$rn.loss"
   return $rc
 }
-ok_run() { run "$@" || { tail -5 "$1.out"; fail "$1: exit non-zero"; }; }
+ok_run() { run "$@" || { tail -n 5 "$1.out"; fail "$1: exit non-zero"; }; }
 
 # 1. against PyTorch
 job plain "[$tmp/a.tsv]" 0 stop
@@ -92,7 +92,7 @@ done
 job stop "$tmp/b.tsv" 0 stop
 if run stop; then fail "3. bad_lines stop ran on"; fi
 grep -q "b.tsv:100: .*not 40\|b.tsv:100: .*fields" stop.out && echo "ok: 3. stop names b.tsv:100" ||
-  { tail -3 stop.out; fail "3. stop: no b.tsv:100"; }
+  { tail -n 3 stop.out; fail "3. stop: no b.tsv:100"; }
 job skip "$tmp/b.tsv" 0 skip
 ok_run skip
 grep -q "b.tsv:100: .*skipped" skip.out && grep -q "1 bad lines skipped" skip.out &&
@@ -107,7 +107,7 @@ grep -q "731 samples per epoch" short.out && grep -q "11 steps" short.out &&
 job tiny "$tmp/s.tsv" 0 stop
 if run tiny; then fail "4. a training set shorter than one batch ran"; fi
 grep -q "give no step" tiny.out && echo "ok: 4. a training set shorter than one batch refused" ||
-  { tail -3 tiny.out; fail "4. tiny: no clear refusal"; }
+  { tail -n 3 tiny.out; fail "4. tiny: no clear refusal"; }
 
 # 5. resume at the exact sample
 for v in shuf:a.tsv:100 seek:a.tsv.gz:0; do
@@ -133,7 +133,7 @@ done
 two() {
   # shellcheck disable=SC2086 # $3: the trainer's flags, word-split
   timeout 120 "$FL_BUILDDIR/flotilla-run" --log_dir "$1.log$2" --nproc_per_node 2 "$1.yaml" \
-    -- $3 > "$1.out$2" 2>&1 || { tail -5 "$1.out$2" "$1.log$2"/workerlog.*; fail "6. $1: exit"; }
+    -- $3 > "$1.out$2" 2>&1 || { tail -n 5 "$1.out$2" "$1.log$2"/workerlog.*; fail "6. $1: exit"; }
 }
 two two "" ""
 two two_r 1 "--max-steps 3"
@@ -180,12 +180,12 @@ job preset "$tmp/a.tsv" 0 stop
 sed -i 's|^model: .*|model: {kind: mlp, input_shape: [1, 1, 13], num_classes: 2}|' preset.yaml
 if run preset; then fail "8. criteo with model.kind mlp ran"; fi
 grep -q "criteo feeds an ONNX model" preset.out && echo "ok: 8. a preset model refused" ||
-  { tail -3 preset.out; fail "8. preset: no clear refusal"; }
+  { tail -n 3 preset.out; fail "8. preset: no clear refusal"; }
 job unfed "$tmp/a.tsv" 0 stop
 sed -i 's/dense_input: dense,/dense_input: features,/' unfed.yaml
 if run unfed; then fail "8. an input not fed ran"; fi
 grep -q "input 'dense' is not fed" unfed.out && echo "ok: 8. a model input not fed refused" ||
-  { tail -3 unfed.out; fail "8. unfed: no clear refusal"; }
+  { tail -n 3 unfed.out; fail "8. unfed: no clear refusal"; }
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "PASS: test_criteo_stream"

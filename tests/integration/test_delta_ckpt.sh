@@ -49,12 +49,12 @@ killed_after() {
     fail "$1: pserver 1 wrote no checkpoint matching $2"
   kill -STOP "$TR0" "$TR1"
   sleep 0.5 # the calls in flight are answered
-  _l=$(grep -E 'checkpoint of step [0-9]+ written to ' "$tmp/$1.ps1.log" | tail -1)
+  _l=$(grep -E 'checkpoint of step [0-9]+ written to ' "$tmp/$1.ps1.log" | tail -n 1)
   for ((_k = 0; _k < 5; _k++)); do
     echo "$_l" | grep -Eq -- "written to .*$3 " && break
     "$PROBE" save "${PSLIST#*,}" > "$tmp/$1.save0" 2>&1 ||
       fail "$1: SaveCheckpoint: $(cat "$tmp/$1.save0")"
-    _l=$(grep -E 'checkpoint of step [0-9]+ written to ' "$tmp/$1.ps1.log" | tail -1)
+    _l=$(grep -E 'checkpoint of step [0-9]+ written to ' "$tmp/$1.ps1.log" | tail -n 1)
   done
   kill -KILL "$PS1"
   wait_exit "$PS1" 5

@@ -205,5 +205,5 @@ order=$(awk '/\[Epoch 0\] train: / { print "train" } /elastic: a collective afte
   fail "ev: node 1 did not evaluate again in the next world after a failed evaluation ($order)"
 [ "$(ls -d log.ev.1/round.* | wc -l)" = 1 ] || fail "ev: node 1 started new trainers"
 grep -q "final test accuracy" out.ev.1 || fail "ev: node 1's job did not finish"
-[ $fails = 0 ] || { for f in out.*; do echo "== $f"; tail -5 "$f"; done; exit 1; }
+[ $fails = 0 ] || { for f in out.*; do echo "== $f"; tail -n 5 "$f"; done; exit 1; }
 echo "elastic: ok"

@@ -40,10 +40,10 @@ for m in ${EXAMPLES_ONNX-resnet vit}; do
   [ -n "$args" ] || { fail "$m: no '#   flotilla-run' line in the job's header"; continue; }
   # shellcheck disable=SC2086 # the documented flags, word-split
   timeout 300 "$RUN" --log_dir "$tmp/$m.log" $args "$job" -- --max-steps 5 > "$tmp/$m.out" 2>&1 ||
-    { tail -30 "$tmp/$m.out" "$tmp/$m.log"/workerlog.*; fail "$m: flotilla-run exited non-zero"; continue; }
+    { tail -n 30 "$tmp/$m.out" "$tmp/$m.log"/workerlog.*; fail "$m: flotilla-run exited non-zero"; continue; }
   w0=$tmp/$m.log/workerlog.0
   grep -q '^\[Epoch 0, batch 0\] loss: ' "$w0" || { cat "$w0"; fail "$m: no training line"; continue; }
-  ours=$(sed -n 's/^\[Epoch [0-9]*\] test loss: [0-9.]*, acc1: \([0-9.]*\).*/\1/p' "$w0" | tail -1)
+  ours=$(sed -n 's/^\[Epoch [0-9]*\] test loss: [0-9.]*, acc1: \([0-9.]*\).*/\1/p' "$w0" | tail -n 1)
   [ -n "$ours" ] || { cat "$w0"; fail "$m: no test line"; continue; }
   [ -s "$tmp/${m}_trained.onnx" ] || { cat "$w0"; fail "$m: no exported model"; continue; }
   timeout 120 "$py" "$ex/eval_onnx.py" "$m" "$tmp/${m}_trained.onnx" "$tmp/data" --limit 1000 \
@@ -75,7 +75,7 @@ EOF
     { cat "$d/out"; fail "$loss: flotilla-trainer exited non-zero"; continue; }
   losses=$(sed -n 's/^\[Epoch [0-9]*\] test loss: \([0-9.]*\),.*/\1/p' "$d/out")
   first=$(echo "$losses" | head -1)
-  last=$(echo "$losses" | tail -1)
+  last=$(echo "$losses" | tail -n 1)
   if [ -n "$first" ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.6 * a) }'; then
     echo "ok: $loss float targets (test loss $first after epoch 0, $last after the last)"
   else

@@ -242,12 +242,12 @@ shards_run() {
   mv "$tmp/$n.tr0.log" "$tmp/$n.tr0.$1.log"
 }
 shards_run first
-older=$(ls "$tmp/$n.ck/pserver-1" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -1)
+older=$(ls "$tmp/$n.ck/pserver-1" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -n 1)
 cp "$tmp/$n.ck/pserver-1/ckpt-$older.flc" "$tmp/$n.saved.flc"
 # one more epoch (the same run resumes its own checkpoints)
 sed -i 's/epochs: 1,/epochs: 2,/' "$tmp/$n.yaml"
 shards_run second
-newest=$(ls "$tmp/$n.ck/pserver-0" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -1)
+newest=$(ls "$tmp/$n.ck/pserver-0" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -n 1)
 # pserver 1 gets back its checkpoint of the first epoch's end only
 rm -f "$tmp/$n.ck/pserver-1"/ckpt-*.flc
 cp "$tmp/$n.saved.flc" "$tmp/$n.ck/pserver-1/ckpt-$older.flc"
@@ -270,11 +270,11 @@ sed -i 's/checkpoint_interval_steps: 10/checkpoint_interval_steps: 10, dense_blo
 echo 'strategy: {a_sync: true}' >> "$tmp/$n.yaml"
 f0=$fails
 shards_run first
-older=$(ls "$tmp/$n.ck/pserver-1" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -1)
+older=$(ls "$tmp/$n.ck/pserver-1" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -n 1)
 cp "$tmp/$n.ck/pserver-1/ckpt-$older.flc" "$tmp/$n.saved.flc"
 sed -i 's/epochs: 1,/epochs: 2,/' "$tmp/$n.yaml"
 shards_run second
-newest=$(ls "$tmp/$n.ck/pserver-0" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -1)
+newest=$(ls "$tmp/$n.ck/pserver-0" | sed -n 's/^ckpt-\([0-9]*\)\.flc$/\1/p' | sort -n | tail -n 1)
 rm -f "$tmp/$n.ck/pserver-1"/ckpt-*.flc
 cp "$tmp/$n.saved.flc" "$tmp/$n.ck/pserver-1/ckpt-$older.flc"
 for s in 0 1; do JOB_ENV=FLOTILLA_RUN_ID=sh start_pserver $n "$tmp/$n.yaml" $s 1; done

@@ -50,7 +50,7 @@ job() {
 }
 
 # The final test accuracy flotilla-run reports, in points (x100).
-acc_of() { sed -n 's/.*final test accuracy \([0-9.]*\).*/\1/p' "$1" | tail -1; }
+acc_of() { sed -n 's/.*final test accuracy \([0-9.]*\).*/\1/p' "$1" | tail -n 1; }
 
 # trainer_pid RUNPID ID: the pid of trainer ID among flotilla-run's children.
 trainer_pid() {

@@ -32,7 +32,7 @@ cluster: {mode: $2, collective_timeout_s: 20, heartbeat_timeout_s: 5, rpc_timeou
 EOF
 }
 
-stop_step() { sed -n 's/.*stopped by a signal at step \([0-9]*\) .*/\1/p' "$1" | tail -1; }
+stop_step() { sed -n 's/.*stopped by a signal at step \([0-9]*\) .*/\1/p' "$1" | tail -n 1; }
 
 # ------------------------------------------------------- local, SIGINT
 n=local

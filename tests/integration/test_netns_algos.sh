@@ -55,13 +55,13 @@ run() {
   done
   for ((r = 0; r < NODES; r++)); do
     if ! wait ${p[r]}; then
-      echo "FAIL: $tag: rank $r: $(tail -3 "$tmp/$tag.$r")"
+      echo "FAIL: $tag: rank $r: $(tail -n 3 "$tmp/$tag.$r")"
       bad=1
     fi
   done
   grep '^hash ' "$tmp/$tag.0" > "$tmp/$tag" 2> /dev/null
   if [ $bad -eq 0 ] && ! grep -qx ok "$tmp/$tag.0"; then
-    echo "FAIL: $tag: rank 0 did not finish: $(tail -3 "$tmp/$tag.0")"
+    echo "FAIL: $tag: rank 0 did not finish: $(tail -n 3 "$tmp/$tag.0")"
     bad=1
   fi
   return $bad

@@ -57,7 +57,7 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-show() { for f in "$@"; do echo "--- $f"; tail -15 "$f"; done; }
+show() { for f in "$@"; do echo "--- $f"; tail -n 15 "$f"; done; }
 
 fl_ns_setup 3
 rc=$?
@@ -250,7 +250,7 @@ AGENT
   if [ $launched = 0 ]; then
     echo "SKIP (part): $n: OpenMPI's launcher could not start its daemons in 3 tries, before any trainer ran (its report above)"
   else
-    [ $rc = 0 ] || fail "$n: mpirun exited $rc: $(tail -3 "$tmp/$n.mpirun")"
+    [ $rc = 0 ] || fail "$n: mpirun exited $rc: $(tail -n 3 "$tmp/$n.mpirun")"
     cat "$tmp/$n.out"/*/rank.*/std* > "$tmp/$n.all" 2> /dev/null
     c=$(grep -c "place from openmpi: trainer [0-5] of 6" "$tmp/$n.all")
     [ "$c" = 6 ] || fail "$n: $c of 6 trainers placed by openmpi's variables"
@@ -258,7 +258,7 @@ AGENT
     c=$(grep -c "done: 20 steps" "$tmp/$n.all")
     [ "$c" = 6 ] || fail "$n: $c of 6 trainers did 20 steps"
     [ $fails = $f0 ] && echo "ok: $n: mpirun -np 6 flotilla-trainer over 3 namespaces, placed by OMPI_COMM_WORLD_*" ||
-      { tail -20 "$tmp/$n.mpirun"; tail -20 "$tmp/$n.all"; }
+      { tail -n 20 "$tmp/$n.mpirun"; tail -n 20 "$tmp/$n.all"; }
   fi
 else
   echo "SKIP (part): $n: no mpirun (apt-get install openmpi-bin)"

@@ -45,7 +45,7 @@ run() {
   shift 2
   timeout 120 "$T" "$@" > "$tmp/$name.out" 2>&1
   rc=$?
-  [ "$rc" -eq "$want" ] || { tail -20 "$tmp/$name.out"; fail "$name: exit $rc, want $want"; return 1; }
+  [ "$rc" -eq "$want" ] || { tail -n 20 "$tmp/$name.out"; fail "$name: exit $rc, want $want"; return 1; }
 }
 
 expect_log() { grep -qF -- "$2" "$tmp/$1.out" || { cat "$tmp/$1.out"; fail "$1: no '$2'"; }; }
@@ -98,7 +98,7 @@ else
     job "$name" "{kind: $1, activation: $2, norm: $3, $geo}" \
       "epochs: 3, export_onnx: $tmp/$name.onnx" "$tmp/data"
     run "$name" 0 --config "$tmp/$name.yaml" || continue
-    ours=$(sed -n 's/^\[Epoch [0-9]*\] test loss: [0-9.]*, acc1: \([0-9.]*\).*/\1/p' "$tmp/$name.out" | tail -1)
+    ours=$(sed -n 's/^\[Epoch [0-9]*\] test loss: [0-9.]*, acc1: \([0-9.]*\).*/\1/p' "$tmp/$name.out" | tail -n 1)
     [ -n "$ours" ] || { cat "$tmp/$name.out"; fail "$name: no test line"; continue; }
     timeout 120 "$py" "$FL_SRCDIR/tests/integration/onnx_presets_torch.py" eval "$tmp/$name.onnx" \
       "$tmp/data" --kind "$1" --act "$2" --norm "$3" > "$tmp/$name.eval" 2>&1 ||

@@ -53,14 +53,14 @@ EOF
 local_run() {
   timeout 120 "$T" --config "$tmp/$1.yaml" > "$tmp/$1.out" 2>&1
   rc=$?
-  [ $rc -eq 0 ] || { tail -20 "$tmp/$1.out"; fail "$1: exit $rc"; return 1; }
+  [ $rc -eq 0 ] || { tail -n 20 "$tmp/$1.out"; fail "$1: exit $rc"; return 1; }
 }
 dist_run() {
   name=$1
   shift
   timeout 120 "$RUN" --log_dir "$tmp/$name.log" "$@" "$tmp/$name.yaml" > "$tmp/$name.out" 2>&1
   rc=$?
-  [ $rc -eq 0 ] || { tail -20 "$tmp/$name.out" "$tmp/$name.log"/workerlog.* 2> /dev/null
+  [ $rc -eq 0 ] || { tail -n 20 "$tmp/$name.out" "$tmp/$name.log"/*log.* 2> /dev/null
     fail "$name: exit $rc"; return 1; }
 }
 
@@ -163,7 +163,7 @@ if timeout 60 "$T" --config "$tmp/resume_res.yaml" --max-steps 30 > "$tmp/resume
    timeout 60 "$T" --config "$tmp/resume_res.yaml" --resume > "$tmp/resume_res.out" 2>&1; then
   same resume_res local_res 0
 else
-  tail -20 "$tmp/resume_res.1.out" "$tmp/resume_res.out"
+  tail -n 20 "$tmp/resume_res.1.out" "$tmp/resume_res.out"
   fail "resume_res: a run stopped at step 30 or its --resume failed"
 fi
 

@@ -58,7 +58,7 @@ train() {
   job "$name" $((16 / n)) ps
   if ! timeout 120 "$RUN" --log_dir "$tmp/$name.log" --mode ps --server_num 1 \
       --nproc_per_node "$n" "$tmp/$name.yaml" > "$tmp/$name.out" 2>&1; then
-    tail -20 "$tmp/$name.out" "$tmp/$name.log"/workerlog.* 2> /dev/null
+    tail -n 20 "$tmp/$name.out" "$tmp/$name.log"/workerlog.* 2> /dev/null
     fail "$name: flotilla-run failed"
     return
   fi

@@ -71,7 +71,7 @@ run() {
   shift 3
   if ! timeout 60 "$RUN" --log_dir "$tmp/$rn.log" --mode ps --server_num "$rs" \
       --nproc_per_node "$rt" "$@" "$tmp/$rn.yaml" > "$tmp/$rn.out" 2>&1; then
-    tail -5 "$tmp/$rn.out" "$tmp/$rn.log"/* 2> /dev/null
+    tail -n 5 "$tmp/$rn.out" "$tmp/$rn.log"/* 2> /dev/null
     fail "$rn: flotilla-run failed"
     return 1
   fi
@@ -209,7 +209,7 @@ else
   fail "rs: trainers 0 and 1 not found"
 fi
 if ! wait "$rp"; then
-  tail -20 "$tmp/rs.out"
+  tail -n 20 "$tmp/rs.out"
   fail "rs: flotilla-run failed after trainer 1 was killed"
 elif grep -q "trainer 1 was killed by signal 9 .*; restart 1 of 1" "$tmp/rs.out"; then
   grep -h "resumed from\|rejoining" "$tmp/rs.log/workerlog.1"

@@ -225,7 +225,7 @@ timeout 120 "$RUN" --log_dir "$tmp/$n" "$tmp/$n.yaml" > "$tmp/$n.out" 2>&1
 rc=$?
 [ $rc = 0 ] || fail "$n: flotilla-run exit $rc"
 has "$tmp/$n.out" '^\[flotilla-run\] epoch 2/2  step 32/32 \(100%\)' "$n"
-tail -1 "$tmp/$n.out" | grep -q 'job done in' || fail "$n: the summary is not the last line"
+tail -n 1 "$tmp/$n.out" | grep -q 'job done in' || fail "$n: the summary is not the last line"
 ran=$((ran + 1))
 [ $fails = "$f0" ] && ok "$n" || show "$tmp/$n".*
 

@@ -21,7 +21,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 #    only copies and relinks; unset MAKEFLAGS so an outer `make -j check`
 #    does not hand its jobserver to it)
 env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL timeout 300 make -C "$FL_BUILDDIR" install \
-  DESTDIR="$root" > "$tmp/install.log" 2>&1 || { tail -30 "$tmp/install.log"; fail "make install"; }
+  DESTDIR="$root" > "$tmp/install.log" 2>&1 || { tail -n 30 "$tmp/install.log"; fail "make install"; }
 pc=$(find "$root" -name flotilla.pc | head -1)
 [ -n "$pc" ] || fail "no flotilla.pc under $root"
 for h in fl_model.h fl_layers.h fl_status.h; do

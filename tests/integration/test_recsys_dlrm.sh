@@ -29,7 +29,7 @@ sed -e "s|/tmp/flotilla-recsys/|$tmp/|g" -e 's/shuffle_buffer: .*/shuffle_buffer
   -e 's/log_interval: .*/log_interval: 1/' "$ex/dlrm_sync.yaml" > job.yaml
 timeout 120 "$FL_BUILDDIR/flotilla-run" --log_dir log --mode ps --server_num 1 --nproc_per_node 1 \
   job.yaml -- --max-steps 20 > run.out 2>&1 ||
-  { tail -20 run.out log/workerlog.* 2> /dev/null; fail "flotilla-run exited non-zero"; }
+  { tail -n 20 run.out log/workerlog.* 2> /dev/null; fail "flotilla-run exited non-zero"; }
 sed -n 's/^\[Epoch 0, batch [0-9]*\] loss: \([0-9.]*\).*/\1/p' log/workerlog.0 > flotilla.loss
 timeout 120 "$py" "$ex/torch_train.py" --model dlrm --train train.tsv --batch 128 \
   --optimizer adagrad --lr 0.05 --max-steps 20 --print-steps 20 > torch.out 2>&1 ||

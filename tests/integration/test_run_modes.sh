@@ -161,7 +161,7 @@ else
 fi
 
 if [ $fails -ne 0 ]; then
-  for f in "$tmp"/*.out; do echo "----- $f"; tail -40 "$f"; done
+  for f in "$tmp"/*.out; do echo "----- $f"; tail -n 40 "$f"; done
   exit 1
 fi
 [ $ran -gt 0 ] || exit 77

@@ -65,7 +65,7 @@ for bad in "--nnodes 2:3 --rdzv_backend c10d" "--nnodes 3:2 --rdzv_backend etcd"
 done
 
 if [ $fails -ne 0 ]; then
-  for n in 0 1; do echo "--- out$n"; tail -20 "$tmp/out$n"; done
+  for n in 0 1; do echo "--- out$n"; tail -n 20 "$tmp/out$n"; done
   exit 1
 fi
 echo "PASS: flotilla-run --nnodes/--node_rank/--master_addr/--master_port"

@@ -254,12 +254,12 @@ if command -v openssl > /dev/null; then
   for ca in ca rogue; do
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$pki/$ca.key" \
       -subj "/CN=flotilla test $ca" -days 2 -out "$pki/$ca.crt" 2>> "$pki/log" ||
-      fail "$n: openssl could not make a CA: $(tail -3 "$pki/log")"
+      fail "$n: openssl could not make a CA: $(tail -n 3 "$pki/log")"
   done
   cert server 127.0.0.1 ca 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' &&
     cert client trainer ca 'extendedKeyUsage=clientAuth\n' &&
     cert intruder intruder rogue 'extendedKeyUsage=clientAuth\n' ||
-    fail "$n: openssl could not make the certificates: $(tail -3 "$pki/log")"
+    fail "$n: openssl could not make the certificates: $(tail -n 3 "$pki/log")"
   for mutual in false true; do
     m=$n.$mutual
     tls="tls: {cert: $pki/server.crt, key: $pki/server.key, ca: $pki/ca.crt, mutual: $mutual}"

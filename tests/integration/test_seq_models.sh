@@ -37,9 +37,9 @@ for m in text_classifier seq_tagger; do
   # shellcheck disable=SC2086 # the documented flags, word-split
   timeout 300 "$FL_BUILDDIR/flotilla-run" --log_dir "$d/log" $args "$d/job.yaml" \
     -- --max-steps 40 > "$d/run.out" 2>&1 ||
-    { tail -30 "$d/run.out" "$d"/log/workerlog.*; fail "$m: flotilla-run exited non-zero"; continue; }
+    { tail -n 30 "$d/run.out" "$d"/log/workerlog.*; fail "$m: flotilla-run exited non-zero"; continue; }
   ours=$(sed -n 's/^\[Epoch [0-9]*\] test loss: [0-9.]*, acc1: \([0-9.]*\).*/\1/p' \
-    "$d/log/workerlog.0" | tail -1)
+    "$d/log/workerlog.0" | tail -n 1)
   [ -n "$ours" ] || { cat "$d/log/workerlog.0"; fail "$m: no test line"; continue; }
   timeout 120 "$py" "$ex/$m.py" eval "$d/trained.onnx" "$d" > "$d/eval.out" 2>&1 ||
     { cat "$d/eval.out"; fail "$m: PyTorch refused the export"; continue; }

@@ -57,7 +57,7 @@ ${3:-}
 EOF
   if ! timeout 90 "$RUN" --log_dir "$_t/log" --mode ps --server_num 2 --nproc_per_node 2 \
       "$_t/job.yaml" > "$_t/run.out" 2>&1; then
-    tail -5 "$_t/run.out" "$_t/log"/* 2> /dev/null
+    tail -n 5 "$_t/run.out" "$_t/log"/* 2> /dev/null
     fail "$1: flotilla-run failed"
     return
   fi

@@ -143,8 +143,8 @@ for _ in $(seq 1 60); do
   sleep 0.5
 done
 if [ $up = 0 ]; then
-  echo "--- slurmctld"; tail -15 "$tmp/slurmctld.log" "$tmp/slurmctld.out" 2> /dev/null
-  echo "--- slurmd"; tail -15 "$tmp/slurmd.log" "$tmp/slurmd.out" 2> /dev/null
+  echo "--- slurmctld"; tail -n 15 "$tmp/slurmctld.log" "$tmp/slurmctld.out" 2> /dev/null
+  echo "--- slurmd"; tail -n 15 "$tmp/slurmd.log" "$tmp/slurmd.out" 2> /dev/null
   skip "Slurm did not come up here within 30 s (node state '${state:-none}'; logs above)"
 fi
 
@@ -225,10 +225,10 @@ else
   [ "$n" = 2 ] || fail "collective.sbatch: want 2 trainers done, got $n"
 fi
 if [ $fails -ne 0 ]; then
-  [ -n "$out" ] && tail -30 "$out"
-  [ -n "$psout" ] && tail -30 "$psout"
-  [ -n "${collout:-}" ] && tail -30 "$collout"
-  tail -15 "$tmp/slurmctld.log" "$tmp/slurmd.log" 2> /dev/null
+  [ -n "$out" ] && tail -n 30 "$out"
+  [ -n "$psout" ] && tail -n 30 "$psout"
+  [ -n "${collout:-}" ] && tail -n 30 "$collout"
+  tail -n 15 "$tmp/slurmctld.log" "$tmp/slurmd.log" 2> /dev/null
   exit 1
 fi
 grep -E "done:" "$psout" "$collout"

@@ -51,7 +51,7 @@ job() {
 }
 
 # The final evaluation line of a trainer's log.
-final_eval() { grep -E '^\[Epoch 2\] test auc' "$1" | tail -1; }
+final_eval() { grep -E '^\[Epoch 2\] test auc' "$1" | tail -n 1; }
 
 # ends NAME: every process of job NAME exits 0 (bounded).
 ends() {
@@ -73,7 +73,7 @@ same() {
   done
   for s in 0 1; do
     for r in base "$1"; do
-      "$PY" "$DIGEST" "$(ls "$tmp/$r.ck/pserver-$s"/ckpt-*.flc | sort -V | tail -1)" > "$tmp/$r.dig$s"
+      "$PY" "$DIGEST" "$(ls "$tmp/$r.ck/pserver-$s"/ckpt-*.flc | sort -V | tail -n 1)" > "$tmp/$r.dig$s"
     done
     diff "$tmp/base.dig$s" "$tmp/$1.dig$s" > "$tmp/$1.diff$s" ||
       fail "$1: pserver $s's final checkpoint differs in: $(cut -d' ' -f2 "$tmp/$1.diff$s" | sort -u | tr '\n' ' ')"
@@ -92,7 +92,7 @@ near() {
 
 # duplicates NAME S: the duplicate pushes pserver S of job NAME counted.
 duplicates() {
-  sed -n 's/.* \([0-9]*\) duplicates.*/\1/p' "$tmp/$1.ps$2.log" | tail -1
+  sed -n 's/.* \([0-9]*\) duplicates.*/\1/p' "$tmp/$1.ps$2.log" | tail -n 1
 }
 
 # kill_trainer NAME [A_SYNC]: job NAME run with trainer 1 killed (kill -9)

@@ -39,7 +39,7 @@ for u in pserver trainer; do
     cat "$tmp/$u.out"
   fi
   (cd "$tmp" && systemd-analyze security --offline=yes --threshold=30 "./flotilla-$u@x.service") \
-    > "$tmp/$u.sec" 2>&1 || { fail "flotilla-$u@.service exposure above 3.0:"; tail -3 "$tmp/$u.sec"; }
+    > "$tmp/$u.sec" 2>&1 || { fail "flotilla-$u@.service exposure above 3.0:"; tail -n 3 "$tmp/$u.sec"; }
   grep "Overall exposure" "$tmp/$u.sec"
   for key in Type=notify EnvironmentFile=/etc/flotilla/%i.env Restart=on-failure \
     NoNewPrivileges=yes ProtectSystem=strict PrivateTmp=yes ReadWritePaths=; do

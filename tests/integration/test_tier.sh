@@ -29,7 +29,7 @@ job() { tier_job "$tmp/$1.yaml" "$tmp/$1.ck" "$2" "${3:-}"; }
 run() {
   timeout 120 "$RUN" --log_dir "$tmp/$1.log" --mode ps --server_num 1 --nproc_per_node "${2:-2}" \
     "$tmp/$1.yaml" > "$tmp/$1.out" 2>&1 && return 0
-  tail -20 "$tmp/$1.out" "$tmp/$1.log"/*log.* 2> /dev/null
+  tail -n 20 "$tmp/$1.out" "$tmp/$1.log"/*log.* 2> /dev/null
   echo "FAIL: $1 did not finish"
   exit 1
 }
@@ -40,7 +40,7 @@ job mem 0
 job tier 8000
 run mem
 run tier
-last() { ls "$1"/pserver-0/ckpt-*.flc | sort -t- -k2 -n | tail -1; }
+last() { ls "$1"/pserver-0/ckpt-*.flc | sort -t- -k2 -n | tail -n 1; }
 "$DIGEST" "$(last "$tmp/mem.ck")" > "$tmp/mem.digest" || { echo "FAIL: digest mem"; exit 1; }
 "$DIGEST" "$(last "$tmp/tier.ck")" > "$tmp/tier.digest" || { echo "FAIL: digest tier"; exit 1; }
 cat "$tmp/tier.digest"
@@ -74,7 +74,7 @@ if ! diff "$tmp/amem.digest" "$tmp/atier.cmp"; then
   exit 1
 fi
 # the log line at each checkpoint counts the rows expired: some, and as many
-expired() { sed -n 's/.*sparse table ctr.emb:.* expired \([0-9]*\),.*/\1/p' "$tmp/$1.log"/serverlog.0 | tail -1; }
+expired() { sed -n 's/.*sparse table ctr.emb:.* expired \([0-9]*\),.*/\1/p' "$tmp/$1.log"/serverlog.0 | tail -n 1; }
 ex=$(expired amem)
 case $ex in '' | 0 | *[!0-9]*) ex=none ;; esac
 if [ "$ex" = none ] || [ "$ex" != "$(expired atier)" ]; then

@@ -52,13 +52,13 @@ if [ -z "$caught" ]; then
   echo "SKIP: $n: no kill landed during a compaction in $try tries"
 else
   wait_exit "$PS0" 5
-  before=$(grep -E 'checkpoint of step [0-9]+ written to ' "$tmp/$n.ps0.log" | tail -1 |
+  before=$(grep -E 'checkpoint of step [0-9]+ written to ' "$tmp/$n.ps0.log" | tail -n 1 |
     sed -n 's/.*checkpoint of step \([0-9]*\) written to .*/\1/p')
   mv "$tmp/$n.ps0.log" "$tmp/$n.ps0.first.log"
 
   JOB_ENV=FLOTILLA_RUN_ID=$n start_pserver $n "$tmp/$n.yaml" 0 2
   wait_log "$tmp/$n.ps0.log" '\] serving ' 20 || fail "$n: the restarted pserver does not serve"
-  loaded=$(sed -n 's/.*loaded checkpoint \([^ ]*\.flc\): step \([0-9]*\)$/\1 \2/p' "$tmp/$n.ps0.log" | tail -1)
+  loaded=$(sed -n 's/.*loaded checkpoint \([^ ]*\.flc\): step \([0-9]*\)$/\1 \2/p' "$tmp/$n.ps0.log" | tail -n 1)
   [ -n "$loaded" ] || fail "$n: the restarted pserver loaded no checkpoint"
   path=${loaded% *} step=${loaded#* }
   [ -n "$loaded" ] && [ "$step" -ge "$before" ] ||

@@ -47,7 +47,7 @@ for case in pooled tokens; do
     { cat "$tmp/py.out"; fail "$case: typed_inputs.py"; continue; }
   job "$d" "ids: $d/ids.npy, mask: $d/mask.npy"
   timeout 60 "$T" --config "$d/job.yaml" > "$d/out" 2>&1 ||
-    { tail -5 "$d/out"; fail "$case: trainer"; continue; }
+    { tail -n 5 "$d/out"; fail "$case: trainer"; continue; }
   r1=$(sed -n 1p "$d/ref.txt"); r2=$(sed -n 2p "$d/ref.txt")
   l1=$(sed -n 's/^\[Epoch 0, batch 0\] loss: \([0-9.]*\),.*/\1/p' "$d/out")
   l2=$(sed -n 's/^\[Epoch 1, batch 0\] loss: \([0-9.]*\),.*/\1/p' "$d/out")
@@ -63,7 +63,7 @@ refused() {
   if timeout 60 "$T" --config "$2/job.yaml" > "$2/bad.out" 2>&1; then
     fail "$1: the trainer did not refuse"
   elif ! grep -q "$3" "$2/bad.out"; then
-    tail -3 "$2/bad.out"
+    tail -n 3 "$2/bad.out"
     fail "$1: no message '$3'"
   fi
 }

@@ -37,7 +37,7 @@ dist_run() {
   shift
   timeout 120 "$RUN" --log_dir "$tmp/$name.log" "$@" "$tmp/$name.yaml" > "$tmp/$name.out" 2>&1
   rc=$?
-  [ $rc -eq 0 ] || { tail -20 "$tmp/$name.out" "$tmp/$name.log"/workerlog.* 2> /dev/null
+  [ $rc -eq 0 ] || { tail -n 20 "$tmp/$name.out" "$tmp/$name.log"/workerlog.* 2> /dev/null
     fail "$name: exit $rc"; return 1; }
 }
 
@@ -117,7 +117,7 @@ optimizer: {name: sgd, lr: 0.5}
 train: {epochs: 2, batch_size: 12, eval_batch_size: 5, seed: 1, log_interval: 100, num_threads: 1}
 EOF
   timeout 60 "$T" --config "$tmp/named.yaml" > "$tmp/named.out" 2>&1 ||
-    { tail -20 "$tmp/named.out"; fail "named inputs: exit non-zero"; return; }
+    { tail -n 20 "$tmp/named.out"; fail "named inputs: exit non-zero"; return; }
   v=$(sed -n 's/^\(\[Epoch [0-9]*\]\) val \(.*\) (step [0-9]*)$/\1 \2/p' "$tmp/named.out")
   t=$(sed -n 's/^\(\[Epoch [0-9]*\]\) test \(.*\)$/\1 \2/p' "$tmp/named.out")
   if [ -n "$v" ] && [ "$v" = "$t" ]; then
@@ -144,7 +144,7 @@ train: {epochs: 4, batch_size: 8, eval_batch_size: 64, log_interval: 1000, seed:
 EOF
 for n in 1 2; do
   timeout 60 "$T" --config "$tmp/es.yaml" --fresh > "$tmp/es$n.out" 2>&1 ||
-    { tail -20 "$tmp/es$n.out"; fail "early stopping: run $n exited non-zero"; }
+    { tail -n 20 "$tmp/es$n.out"; fail "early stopping: run $n exited non-zero"; }
 done
 grep -q "early stopping at step 15: val_acc1 has not improved by more than 2 for 2 validations" \
   "$tmp/es1.out" || { cat "$tmp/es1.out"; fail "early stopping: not at step 15"; }

@@ -36,12 +36,14 @@ missing: deploy/deps.sh installs them).
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from free_port import free_port  # noqa: E402 (beside this script)
 
 try:
     import grpc
@@ -79,14 +81,6 @@ def code_of(fn, *args, **kw):
     except grpc.RpcError as e:
         return e.code(), e.details() or ""
     return grpc.StatusCode.OK, ""
-
-
-def free_port(host):
-    s = socket.socket()
-    s.bind((host, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def rss_kib(pid, key):

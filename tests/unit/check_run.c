@@ -41,10 +41,21 @@ START_TEST(test_one_node_collective) {
   ck_assert_int_eq(p->n_trainers, 3);
   ck_assert_int_eq(p->n_pservers, 0);
   ck_assert_int_eq(p->n_procs, 3);
-  /* Free ports from the kernel: distinct, on the node's address. */
+  /* Free ports: distinct, on the node's address, below the kernel's
+   * ephemeral range (no outgoing connection can take one before its
+   * process binds it). */
+  int eph_lo = 32768;
+  FILE *rf = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (rf) {
+    ck_assert_int_eq(fscanf(rf, "%d", &eph_lo), 1);
+    fclose(rf);
+  }
   for (int i = 0; i < 3; i++) {
     ck_assert(p->procs[i].local);
     ck_assert_int_eq(strncmp(p->procs[i].endpoint, "127.0.0.1:", 10), 0);
+    const int port = atoi(p->procs[i].endpoint + 10);
+    ck_assert_int_ge(port, 1024);
+    ck_assert_int_lt(port, eph_lo);
     for (int j = 0; j < i; j++) ck_assert_str_ne(p->procs[i].endpoint, p->procs[j].endpoint);
   }
   char eps[512];
