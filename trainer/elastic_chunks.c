@@ -252,10 +252,10 @@ fl_status fl_chunks_leave(fl_chunks *c) {
   const int64_t len = chunk_end(c, c->epoch, c->cur) - chunk_first_step(c, c->cur);
   snprintf(k, sizeof k, "%se%" PRId64 "/c%" PRId64 "/at", c->prefix, c->epoch, c->cur);
   snprintf(v, sizeof v, "%" PRId64, len - c->left);
-  FL_TRY(fl_etcd_put(c->etcd, k, v, 0));
   FL_LOGI("elastic chunks: epoch %" PRId64 " chunk %" PRId64 " left after %" PRId64 " of its %"
           PRId64 " steps (its next trainer goes on from there)", c->epoch, c->cur, len - c->left,
-          len);
+          len); /* logged first, as a done mark (finish_chunk) */
+  FL_TRY(fl_etcd_put(c->etcd, k, v, 0));
   c->cur = -1;
   return FL_OK;
 }
