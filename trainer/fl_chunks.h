@@ -6,8 +6,10 @@
  * FLOTILLA_ELASTIC_CHUNKS="<chunks per epoch> <lease_s> <etcd endpoints>
  * <key prefix>"; without it there is no chunk mode and the loop shards by
  * rank as before.  The epoch is the loader's permutation of every sample
- * (a world of one); chunk c of C is steps [c*S/C, (c+1)*S/C) of its S
- * steps, i.e. the samples at those positions, in the loader's order.  The
+ * (a world of one), or a stream's files in order; chunk c of C is steps
+ * [c*S/C, (c+1)*S/C) of its S steps, i.e. the samples at those positions,
+ * in the loader's order (a stream: that range of its lines, sought,
+ * fl_stream_range).  The
  * order in which a trainer tries the chunks is shuffled per epoch from the
  * job's seed.
  *
