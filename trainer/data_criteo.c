@@ -35,7 +35,8 @@ struct fl_criteo_reader {
   char **paths;
   gzFile f;          /* the open file (index pos.file), or NULL */
   fl_criteo_pos pos; /* the reading head and what was handed out */
-  int started, at_end; /* at_end: every file is read */
+  int started, at_end; /* at_end: every file is read (or the range's lines) */
+  uint64_t end_line;   /* a range's end (fl_criteo_range), 0 = the files' end */
   char *line;
   size_t cap;
   sample *pool;      /* the shuffle buffer (shuffle_buffer slots) */
@@ -247,6 +248,10 @@ static fl_status stream_next(fl_criteo_reader *r, sample *s, int *got) {
   *got = 0;
   while (!r->at_end) {
     int have, nul;
+    if (r->end_line && r->pos.line >= r->end_line) {
+      r->at_end = 1;
+      break;
+    }
     FL_TRY(read_line(r, &have, &nul));
     if (!have) {
       if (r->pos.file + 1 >= r->o.n_paths) {
@@ -316,6 +321,7 @@ fl_status fl_criteo_next(fl_criteo_reader *r, fl_criteo_batch *out) {
 fl_status fl_criteo_start(fl_criteo_reader *r, int64_t epoch) {
   r->started = 0;
   r->at_end = 0;
+  r->end_line = 0;
   r->fill = 0;
   memset(&r->pos, 0, sizeof r->pos);
   r->pos.epoch = epoch;
@@ -361,6 +367,22 @@ fl_status fl_criteo_seek(fl_criteo_reader *r, const fl_criteo_pos *pos) {
   fl_status st = r->o.shuffle_buffer ? seek_replay(r, pos) : seek_direct(r, pos);
   r->started = st == FL_OK;
   return st;
+}
+
+/* Ownership: nothing kept. */
+fl_status fl_criteo_range(fl_criteo_reader *r, const fl_criteo_pos *from, uint64_t end_line,
+                          uint64_t salt) {
+  if (from->file >= r->o.n_paths || end_line <= from->line)
+    return FL_ERR(FL_EINVAL, "criteo: a range of lines %" PRIu64 "..%" PRIu64 " from file %u of "
+                  "%zu is empty or outside the files", from->line, end_line, from->file,
+                  r->o.n_paths);
+  FL_TRY(fl_criteo_start(r, from->epoch));
+  r->started = 0;
+  FL_TRY(seek_direct(r, from));
+  fl_drng_seed(&r->rng, r->o.seed, (uint64_t)from->epoch, salt);
+  r->end_line = end_line;
+  r->started = 1;
+  return FL_OK;
 }
 
 void fl_criteo_tell(const fl_criteo_reader *r, fl_criteo_pos *pos) { *pos = r->pos; }

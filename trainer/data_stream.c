@@ -2,7 +2,8 @@
  * (fl_data.h, "Criteo batch stream"): the files and globs expanded, the
  * Criteo reader (data_criteo.c) opened on the rank's share, its batches
  * handed out as named inputs, and an epoch begun at the exact sample a
- * checkpoint recorded.  The loop's other source, fl_loader, holds its data
+ * checkpoint recorded, or a range of the epoch begun at a batch counted
+ * at open (an elastic PServer job's chunk).  The loop's other source, fl_loader, holds its data
  * in memory; this one never holds more than the reader's buffers. */
 #include <config.h>
 
@@ -23,6 +24,8 @@ struct fl_stream {
   size_t samples; /* the rank's samples per epoch (counted at open), or 0 */
   int64_t epoch;
   size_t index;   /* next batch of the epoch */
+  fl_criteo_pos *marks; /* spec.marks: the position after each full batch, in file order */
+  size_t n_marks;
   int float_targets; /* batches carry float targets (else class ids) */
   fl_dataset desc; /* the two inputs as fed: names, dims, elements */
 };
@@ -71,8 +74,20 @@ static fl_criteo_options reader_options(const fl_stream *s, const fl_stream_spec
                              .hash_buckets = o->hash_buckets};
 }
 
+/* Keep the reader's position after a full batch of the count. */
+static fl_status add_mark(fl_stream *s, const fl_criteo_reader *r) {
+  if ((s->n_marks & (s->n_marks - 1)) == 0) { /* 0, 1, 2, 4, ...: double */
+    fl_criteo_pos *m = realloc(s->marks, (s->n_marks ? 2 * s->n_marks : 1) * sizeof *m);
+    if (!m) return FL_ERR(FL_ENOMEM, "criteo: cannot keep %zu batch positions", s->n_marks + 1);
+    s->marks = m;
+  }
+  fl_criteo_tell(r, &s->marks[s->n_marks++]);
+  return FL_OK;
+}
+
 /* One pass over the rank's share in file order: its sample count (a bad
- * line under bad_lines stop fails here, before training). */
+ * line under bad_lines stop fails here, before training), and with
+ * o->marks each full batch's end. */
 static fl_status count_samples(fl_stream *s, const fl_stream_spec *o) {
   fl_criteo_options co = reader_options(s, o, 0);
   fl_criteo_reader *r = NULL;
@@ -83,6 +98,7 @@ static fl_status count_samples(fl_stream *s, const fl_stream_spec *o) {
   do {
     if (st == FL_OK) st = fl_criteo_next(r, &b);
     if (st == FL_OK) s->samples += b.size;
+    if (st == FL_OK && o->marks && b.size == o->batch_size) st = add_mark(s, r);
   } while (st == FL_OK && b.size > 0);
   fl_criteo_tell(r, &pos);
   fl_criteo_close(r);
@@ -191,6 +207,21 @@ fl_status fl_stream_start(fl_stream *s, int64_t epoch, size_t first_batch, size_
   return FL_OK;
 }
 
+/* Distinct draws per range: a shuffle buffer's seed besides the epoch. */
+#define RANGE_SALT (0x63686bULL << 32)
+
+fl_status fl_stream_range(fl_stream *s, int64_t epoch, size_t first_batch, size_t end_batch) {
+  if (first_batch >= end_batch || end_batch > s->n_marks)
+    return FL_ERR(FL_EINVAL, "criteo: batches %zu..%zu of epoch %" PRId64 " asked, %zu full "
+                  "batches counted at open", first_batch, end_batch, epoch, s->n_marks);
+  fl_criteo_pos from = {0};
+  if (first_batch) from = s->marks[first_batch - 1];
+  from.epoch = epoch;
+  s->epoch = epoch;
+  s->index = first_batch;
+  return fl_criteo_range(s->r, &from, s->marks[end_batch - 1].line, RANGE_SALT | first_batch);
+}
+
 fl_status fl_stream_next(fl_stream *s, fl_batch *out) {
   fl_criteo_batch b;
   FL_TRY(fl_criteo_next(s->r, &b));
@@ -208,5 +239,6 @@ void fl_stream_close(fl_stream *s) {
   fl_criteo_close(s->r);
   for (size_t i = 0; i < s->n_paths; i++) free(s->paths[i]);
   free(s->paths);
+  free(s->marks);
   free(s);
 }

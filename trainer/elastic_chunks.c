@@ -31,9 +31,11 @@ struct fl_chunks {
   int64_t n;            /* chunks per epoch */
   int64_t steps;        /* steps per epoch */
   int64_t step_samples; /* samples per step */
+  int64_t limit;        /* the job's steps (max_steps), 0 = every epoch's */
   uint64_t seed;
   int64_t epoch;        /* the epoch of cur */
   int64_t cur;          /* the chunk being trained, -1 = none */
+  int64_t skip;         /* its steps a stopped trainer trained (its at mark) */
   int64_t left;         /* its steps not yet begun */
 };
 
@@ -94,6 +96,31 @@ void fl_chunks_close(fl_chunks *c) {
   free(c);
 }
 
+static int64_t chunk_first_step(const fl_chunks *c, int64_t ch) { return ch * c->steps / c->n; }
+
+/* The end of chunk ch of epoch e: the next chunk's first step, or the
+ * job's last step (max_steps) when that comes first. */
+static int64_t chunk_end(const fl_chunks *c, int64_t e, int64_t ch) {
+  int64_t end = chunk_first_step(c, ch + 1);
+  if (c->limit > 0 && c->limit - e * c->steps < end) end = c->limit - e * c->steps;
+  return end;
+}
+
+/* Ownership: nothing kept. */
+void fl_chunks_limit(fl_chunks *c, int64_t max_steps) {
+  if (max_steps > 0 && max_steps != c->limit)
+    FL_LOGI("elastic chunks: the job ends after %" PRId64 " steps of the epochs' order, whoever "
+            "trains them (train.max_steps counts the job's steps, not this trainer's)", max_steps);
+  c->limit = max_steps > 0 ? max_steps : 0;
+}
+
+/* Ownership: nothing kept. */
+int64_t fl_chunks_epochs(const fl_chunks *c, int64_t epochs) {
+  if (c->limit <= 0) return epochs;
+  const int64_t need = (c->limit + c->steps - 1) / c->steps;
+  return need < epochs ? need : epochs;
+}
+
 /* The chunks of epoch e: state[i] 0 free, 1 claimed, 2 done; *done counted. */
 static fl_status read_epoch(fl_chunks *c, int64_t e, unsigned char *state, int64_t *done) {
   char k[320];
@@ -111,6 +138,8 @@ static fl_status read_epoch(fl_chunks *c, int64_t e, unsigned char *state, int64
     unsigned char s = !strcmp(end, "/done") ? 2 : !*end ? 1 : 0;
     if (s > state[ch]) state[ch] = s;
   }
+  for (int64_t i = 0; i < c->n; i++) /* past the job's last step: never trained */
+    if (chunk_end(c, e, i) <= chunk_first_step(c, i)) state[i] = 2;
   for (int64_t i = 0; i < c->n; i++) *done += state[i] == 2;
   fl_etcd_kvs_free(kvs, n);
   return FL_OK;
@@ -149,8 +178,6 @@ static void chunk_order(const fl_chunks *c, int64_t e, int64_t *order) {
   }
 }
 
-static int64_t chunk_first_step(const fl_chunks *c, int64_t ch) { return ch * c->steps / c->n; }
-
 /* Mark the chunk being trained done.  Logged before the mark is put, so
  * that a log never lacks a chunk etcd holds done: a trainer stopped in
  * between leaves a chunk logged done and still claimed, which another
@@ -161,9 +188,42 @@ static fl_status finish_chunk(fl_chunks *c) {
   snprintf(k, sizeof k, "%se%" PRId64 "/c%" PRId64 "/done", c->prefix, c->epoch, c->cur);
   FL_LOGI("elastic chunks: epoch %" PRId64 " chunk %" PRId64 " done (%" PRId64 " samples)",
           c->epoch, c->cur,
-          (chunk_first_step(c, c->cur + 1) - chunk_first_step(c, c->cur)) * c->step_samples);
+          (chunk_end(c, c->epoch, c->cur) - chunk_first_step(c, c->cur)) * c->step_samples);
   FL_TRY(fl_etcd_put(c->etcd, k, c->id, 0));
   c->cur = -1;
+  return FL_OK;
+}
+
+/* The steps of the chunk claimed as key that a stopped trainer trained
+ * (its "<key>/at" mark; fl_chunks_leave), 0 without one. */
+static fl_status chunk_at(fl_chunks *c, const char *key, int64_t len, int64_t *at) {
+  char k[340];
+  fl_etcd_kv *kvs;
+  size_t n;
+  snprintf(k, sizeof k, "%s/at", key);
+  FL_TRY(fl_etcd_range(c->etcd, k, 1, &kvs, &n, NULL));
+  *at = n ? strtoll(kvs[0].value, NULL, 10) : 0;
+  fl_etcd_kvs_free(kvs, n);
+  if (*at < 0 || *at >= len) {
+    FL_LOGW("elastic chunks: %s says %" PRId64 " of the chunk's %" PRId64 " steps are trained: "
+            "training the chunk whole", k, *at, len);
+    *at = 0;
+  }
+  return FL_OK;
+}
+
+/* Chunk ch of epoch e, just claimed: trained from its start, or where a
+ * stopped trainer left it. */
+static fl_status take_chunk(fl_chunks *c, int64_t e, int64_t ch, const char *key) {
+  const int64_t first = chunk_first_step(c, ch), len = chunk_end(c, e, ch) - first;
+  FL_TRY(chunk_at(c, key, len, &c->skip));
+  c->epoch = e;
+  c->cur = ch;
+  c->left = len - c->skip;
+  FL_LOGI("elastic chunks: epoch %" PRId64 " chunk %" PRId64 " claimed (samples %" PRId64 "..%"
+          PRId64 " of the epoch's order)%s", e, ch, (first + c->skip) * c->step_samples,
+          (first + len) * c->step_samples - 1,
+          c->skip ? ", going on where a stopped trainer left it" : "");
   return FL_OK;
 }
 
@@ -179,14 +239,24 @@ static fl_status claim_free(fl_chunks *c, int64_t e, const unsigned char *state,
     snprintf(k, sizeof k, "%se%" PRId64 "/c%" PRId64, c->prefix, e, ch);
     snprintf(d, sizeof d, "%s/done", k);
     FL_TRY(fl_etcd_create(c->etcd, k, c->id, c->lease, d, won));
-    if (!*won) continue;
-    c->epoch = e;
-    c->cur = ch;
-    c->left = chunk_first_step(c, ch + 1) - chunk_first_step(c, ch);
-    FL_LOGI("elastic chunks: epoch %" PRId64 " chunk %" PRId64 " claimed (samples %" PRId64
-            "..%" PRId64 " of the epoch's order)", e, ch, chunk_first_step(c, ch) * c->step_samples,
-            chunk_first_step(c, ch + 1) * c->step_samples - 1);
+    if (*won) FL_TRY(take_chunk(c, e, ch, k));
   }
+  return FL_OK;
+}
+
+/* Ownership: nothing kept. */
+fl_status fl_chunks_leave(fl_chunks *c) {
+  char k[320], v[32];
+  if (c->cur < 0) return FL_OK;
+  if (c->left == 0) return finish_chunk(c);
+  const int64_t len = chunk_end(c, c->epoch, c->cur) - chunk_first_step(c, c->cur);
+  snprintf(k, sizeof k, "%se%" PRId64 "/c%" PRId64 "/at", c->prefix, c->epoch, c->cur);
+  snprintf(v, sizeof v, "%" PRId64, len - c->left);
+  FL_LOGI("elastic chunks: epoch %" PRId64 " chunk %" PRId64 " left after %" PRId64 " of its %"
+          PRId64 " steps (its next trainer goes on from there)", c->epoch, c->cur, len - c->left,
+          len); /* logged first, as a done mark (finish_chunk) */
+  FL_TRY(fl_etcd_put(c->etcd, k, v, 0));
+  c->cur = -1;
   return FL_OK;
 }
 
@@ -220,7 +290,7 @@ fl_status fl_chunks_next_step(fl_chunks *c, int64_t epoch, int64_t *first_sample
     if (won) break;
     usleep(POLL_US); /* the epoch's last chunks are held by others */
   }
-  *first_sample = chunk_first_step(c, c->cur) * c->step_samples;
+  *first_sample = (chunk_first_step(c, c->cur) + c->skip) * c->step_samples;
   c->left--;
   return FL_OK;
 }

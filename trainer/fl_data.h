@@ -550,6 +550,13 @@ fl_status fl_criteo_start(fl_criteo_reader *r, int64_t epoch);
 /* Continue at a position fl_criteo_tell gave (same files and options). */
 fl_status fl_criteo_seek(fl_criteo_reader *r, const fl_criteo_pos *pos);
 void fl_criteo_tell(const fl_criteo_reader *r, fl_criteo_pos *pos);
+/* Begin a range of the epoch: the lines after from (a position
+ * fl_criteo_tell gave in file order, its epoch the range's) up to line
+ * end_line (counted as pos.line), then the epoch ends; a shuffle buffer
+ * draws within the range only, from (seed, epoch, salt).  Elastic chunks
+ * of a stream (data_stream.c).  FL_EINVAL for an empty range. */
+fl_status fl_criteo_range(fl_criteo_reader *r, const fl_criteo_pos *from, uint64_t end_line,
+                          uint64_t salt);
 /* The next batch of the epoch (size 0 once it is over).  Errors: FL_EPROTO
  * for a bad line under FL_CRITEO_STOP (file:line named), FL_EIO / FL_EPROTO
  * for an unreadable or corrupt file, FL_EINVAL when this rank got no
@@ -589,6 +596,7 @@ typedef struct fl_stream_spec {
   fl_criteo_bad_lines bad_lines;
   uint64_t hash_buckets;
   int count;
+  int marks;         /* with count: the position after each full batch kept (fl_stream_range) */
   int float_targets; /* batches carry the labels as float targets, else as class ids */
 } fl_stream_spec;
 
@@ -613,6 +621,11 @@ fl_status fl_stream_bind(const fl_stream *s, const struct fl_model *m, const cha
  * epoch) when it is one, else by reading the first batches again. */
 fl_status fl_stream_start(fl_stream *s, int64_t epoch, size_t first_batch, size_t batch_size,
                           const fl_criteo_pos *saved);
+/* Begin batches [first_batch, end_batch) of epoch `epoch` (of batch_size,
+ * as counted: spec.marks), the epoch ending after them: an elastic chunk,
+ * sought directly (a shuffle buffer draws within it).  FL_EINVAL outside
+ * the counted batches. */
+fl_status fl_stream_range(fl_stream *s, int64_t epoch, size_t first_batch, size_t end_batch);
 /* The next batch (size 0 at the end of the rank's share); *out points
  * into the reader until the next call. */
 fl_status fl_stream_next(fl_stream *s, fl_batch *out);

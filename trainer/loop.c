@@ -206,6 +206,14 @@ static fl_status load_npy(trainer *t) {
   return FL_OK;
 }
 
+/* Elastic ps (flotilla-run's agent sets FLOTILLA_ELASTIC_CHUNKS): the
+ * trainers claim the epoch chunk by chunk, of the loader's or the stream's
+ * whole epoch (a world of one). */
+static int chunk_mode(const trainer *t) {
+  const char *v = getenv("FLOTILLA_ELASTIC_CHUNKS");
+  return v && v[0] && t->ps;
+}
+
 /* data.format criteo: the training files' stream (counted: the epoch's
  * steps) and the test files' (eval_batch_size, file order). */
 static fl_status open_stream(trainer *t, int test, fl_stream **out) {
@@ -214,11 +222,13 @@ static fl_status open_stream(trainer *t, int test, fl_stream **out) {
   size_t n = test ? d->n_test_files : d->n_train_files;
   for (size_t i = 0; i < n; i++) pat[i] = test ? d->test_files[i] : d->train_files[i];
   if (n == 0) pat[n++] = test ? d->test_path : d->train_path;
+  const int whole = chunk_mode(t); /* chunks of the whole files; each evaluates all */
   const fl_stream_spec o = {
       .patterns = pat, .n_patterns = n, .dense_name = d->dense_input,
       .sparse_name = d->sparse_input,
       .batch_size = test ? t->job->train.eval_batch_size : t->job->train.batch_size,
-      .rank = t->rank, .world_size = t->world, .seed = t->job->train.seed,
+      .rank = whole ? 0 : t->rank, .world_size = whole ? 1 : t->world,
+      .seed = t->job->train.seed, .marks = whole && !test,
       .shuffle_buffer = test ? 0 : (size_t)d->shuffle_buffer,
       .bad_lines = d->bad_lines ? FL_CRITEO_SKIP : FL_CRITEO_STOP,
       .hash_buckets = (uint64_t)d->hash_buckets, .count = !test,
@@ -1360,7 +1370,7 @@ static fl_status evaluate(trainer *t, fl_trainer_report *rep) {
   if (t->tstream) {
     double v[EVAL_SUMS] = {0};
     FL_TRY(eval_stream(t, v));
-    FL_TRY(t->ops->reduce_metrics(t->self, v, EVAL_SUMS));
+    if (!t->chunks) FL_TRY(t->ops->reduce_metrics(t->self, v, EVAL_SUMS));
     all = sums_to_result(v);
   } else {
     FL_TRY(eval_set(t, &t->test, 0, t->test.n, &all, &auc));
@@ -1730,6 +1740,17 @@ static fl_status chunks_first_epoch(trainer *t) {
   return FL_OK;
 }
 
+/* Chunk mode's start: max_steps bounds the job's steps (fl_chunks_limit),
+ * not this trainer's, so *max_steps becomes 0 and *epochs the epochs the
+ * bound leaves; then the first epoch not done. */
+static fl_status chunks_start(trainer *t, int64_t *max_steps, int64_t *epochs) {
+  fl_chunks_limit(t->chunks, *max_steps);
+  *epochs = fl_chunks_epochs(t->chunks, *epochs);
+  *max_steps = 0;
+  if (t->sparse) fl_sparse_run_chunk(t->sparse, 0);
+  return chunks_first_epoch(t);
+}
+
 /* Chunk mode: the sample source of the next step (the loader restarts at
  * a newly claimed chunk); *more 0 when the epoch's chunks are all done. */
 static fl_status chunk_step(trainer *t, int *more) {
@@ -1739,9 +1760,21 @@ static fl_status chunk_step(trainer *t, int *more) {
   if (t->sparse && fl_chunks_left(t->chunks) == 0) FL_TRY(fl_sparse_run_drain(t->sparse));
   FL_TRY(fl_chunks_next_step(t->chunks, t->epoch, &at, more));
   if (at < 0) return FL_OK;
+  const int64_t micro = (fl_chunks_left(t->chunks) + 1) * t->k;
+  if (t->sparse) fl_sparse_run_chunk(t->sparse, micro);
+  if (t->stream) { /* batches of the counted epoch, sought */
+    const size_t b0 = (size_t)at / t->job->train.batch_size;
+    return fl_stream_range(t->stream, t->epoch, b0, b0 + (size_t)micro);
+  }
   FL_TRY(fl_loader_set_offset(t->loader, (size_t)at));
-  if (t->sparse) fl_sparse_run_chunk(t->sparse, (fl_chunks_left(t->chunks) + 1) * t->k);
   return fl_loader_start(t->loader, t->epoch, 0);
+}
+
+/* Chunk mode, stopped by a signal after a step: the chunk's pushes
+ * acknowledged, then its progress left on etcd for the next claimer. */
+static fl_status chunks_leave(trainer *t) {
+  if (t->sparse) FL_TRY(fl_sparse_run_drain(t->sparse));
+  return fl_chunks_leave(t->chunks);
 }
 
 /* The epoch's validation and test.  Their collectives fail like a step's
@@ -1765,12 +1798,11 @@ static fl_status epoch_end_evals(trainer *t, fl_trainer_report *rep, int stopped
 static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_report *rep) {
   const fl_job *job = t->job;
   int64_t max_steps = o->max_steps > 0 ? o->max_steps : job->train.max_steps;
-  int64_t interval = job->train.checkpoint_interval;
+  int64_t interval = job->train.checkpoint_interval, epochs = job->train.epochs;
 
+  if (t->chunks) FL_TRY(chunks_start(t, &max_steps, &epochs));
   if (t->sparse) fl_sparse_run_limit(t->sparse, t->steps_per_epoch, max_steps);
-  if (t->chunks) FL_TRY(chunks_first_epoch(t));
-  if (t->chunks && t->sparse) fl_sparse_run_chunk(t->sparse, 0);
-  while (t->epoch < job->train.epochs) {
+  while (t->epoch < epochs) {
     if (max_steps > 0 && t->step >= max_steps) break;
     int64_t first = t->batch / t->k, epoch_steps = t->chunks ? INT64_MAX : t->steps_per_epoch;
     int stopped = 0;
@@ -1802,6 +1834,7 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
       if (o->on_step) o->on_step(o->on_step_ctx, &r);
       int act = agree(t, o, &sst);
       if (act == AGREE_STOP) {
+        if (t->chunks) FL_TRY(chunks_leave(t));
         FL_TRY(save_checkpoint(t));
         log_stopped(t);
         rep->stopped = 1;
@@ -1844,14 +1877,6 @@ static fl_status run_epochs(trainer *t, const fl_trainer_options *o, fl_trainer_
   return FL_OK;
 }
 
-/* Elastic ps (flotilla-run's agent sets FLOTILLA_ELASTIC_CHUNKS): the
- * trainers claim the epoch chunk by chunk; a stream (read in order, not
- * seekable) keeps the rank's share. */
-static int chunk_mode(const trainer *t) {
-  const char *v = getenv("FLOTILLA_ELASTIC_CHUNKS");
-  return v && v[0] && t->ps && !t->stream;
-}
-
 /* The loader over the data in memory (none for a stream). */
 static fl_status make_loader(trainer *t) {
   const fl_job *job = t->job;
@@ -1872,11 +1897,6 @@ static fl_status make_loader(trainer *t) {
 /* Chunk mode: the claims on etcd, once the steps of a whole epoch are
  * known. */
 static fl_status open_chunks(trainer *t) {
-  const char *v = getenv("FLOTILLA_ELASTIC_CHUNKS");
-  if (v && v[0] && t->ps && t->stream)
-    FL_LOGI("elastic chunks: %s is a stream (read in order): each trainer slot trains its rank's "
-            "share, not claimed chunks; a slot left empty leaves its share untrained",
-            t->job->source);
   if (!chunk_mode(t)) return FL_OK;
   return fl_chunks_open(t->steps_per_epoch, (int64_t)(t->k * t->job->train.batch_size),
                         t->job->train.seed, &t->chunks);

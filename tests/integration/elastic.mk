@@ -2,7 +2,7 @@
 # claims against a real etcd (test_etcd.sh drives test_etcd_client and
 # test_chunks), and flotilla-run's etcd
 # rendezvous with nodes leaving (test_elastic.sh; in ps mode
-# test_elastic_ps.sh).  They SKIP without etcd.
+# test_elastic_ps*.sh, sharing elastic_ps_lib.sh).  They SKIP without etcd.
 check_PROGRAMS += tests/integration/test_etcd_client
 tests_integration_test_etcd_client_SOURCES = tests/integration/test_etcd_client.c \
 	tests/integration/etcd_testutil.h
@@ -22,3 +22,6 @@ dist_check_SCRIPTS += tests/integration/test_elastic_ps.sh
 TESTS += tests/integration/test_elastic_ps.sh
 dist_check_SCRIPTS += tests/integration/test_elastic_ps_sparse.sh
 TESTS += tests/integration/test_elastic_ps_sparse.sh
+EXTRA_DIST += tests/integration/elastic_ps_lib.sh
+dist_check_SCRIPTS += tests/integration/test_elastic_ps_criteo.sh
+TESTS += tests/integration/test_elastic_ps_criteo.sh

@@ -3,7 +3,7 @@
  * FL_ETCD_ENDPOINT: two trainers share an epoch of 4 chunks (10 steps)
  * with no step trained twice; one dies holding a chunk, which the other
  * then trains again whole; an epoch whose chunks are all done is skipped by
- * a late joiner. */
+ * a late joiner; max_steps bounds the job's steps, in the epochs' order. */
 #include <check.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -95,7 +95,32 @@ START_TEST(share_die_retrain) {
 }
 END_TEST
 
+/* max_steps 16 of epochs of 10 steps (chunks at steps 0, 2, 5, 7): epoch
+ * 0 whole, epoch 1's steps 0..5 (chunk 2 cut to step 5), no epoch 2. */
+START_TEST(max_steps_of_the_job) {
+  fl_chunks *c = trainer("/tc/limit/chunks/");
+  int64_t at = -1, e = -1;
+  int steps[2] = {0, 0}, more = 1;
+  fl_chunks_limit(c, 16);
+  ck_assert_int_eq(fl_chunks_epochs(c, 5), 2);
+  for (int64_t ep = 0; ep < 2; ep++)
+    for (more = 1; more;) {
+      ck_assert_int_eq(fl_chunks_next_step(c, ep, &at, &more), FL_OK);
+      steps[ep] += more;
+      ck_assert(at < 0 || at % 3 == 0);
+      ck_assert(at < 6 * 3 || ep == 0);
+    }
+  ck_assert_int_eq(steps[0], 10);
+  ck_assert_int_eq(steps[1], 6);
+  ck_assert_int_eq(fl_chunks_first_epoch(c, 0, 5, &e), FL_OK);
+  ck_assert_int_eq(e, 5); /* every chunk of every epoch done or past the bound */
+  fl_chunks_limit(c, 0);
+  ck_assert_int_eq(fl_chunks_epochs(c, 5), 5);
+  fl_chunks_close(c);
+}
+END_TEST
+
 int main(void) {
-  const TTest *tests[] = {share_die_retrain};
+  const TTest *tests[] = {share_die_retrain, max_steps_of_the_job};
   return etcd_test_main("chunks", CK_FORK_GETENV, tests, sizeof tests / sizeof *tests);
 }

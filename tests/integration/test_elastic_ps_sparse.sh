@@ -1,99 +1,129 @@
 #!/bin/sh
 # Elastic chunks with a model with sparse tables (the CTR preset, its
-# in-memory synthetic data, rows pulled pipelined): an elastic PServer job
-# of 2 nodes (flotilla-run --nnodes 1:2 --rdzv_backend etcd, one trainer
-# each, 127.0.0.2..3) in async and in geo (k_steps 2) mode, each with its
-# own pserver on 127.0.0.1.  Both jobs end (exit 0), the two trainers both
-# claim chunks, and every chunk of every epoch is done exactly once,
-# summing to the epoch's 32768 samples, as do the samples of the trainers'
-# epoch lines.
+# in-memory synthetic data, rows pulled pipelined): elastic PServer jobs of
+# 2 nodes (flotilla-run --nnodes 1:2 --rdzv_backend etcd, one trainer
+# each, 127.0.0.2..3), each with its own pserver on 127.0.0.1; epochs of
+# 512 steps of the whole data in 16 chunks (2 epochs; 3 in kill):
+#   async: both trainers claim chunks; every chunk of every epoch is done
+#     exactly once, summing to the epoch's 32768 samples, as do the samples
+#     of the trainers' epoch lines;
+#   geo (k_steps 2) with train.max_steps 700: the bound is the job's, in
+#     the epochs' order: epoch 0 whole, epoch 1's steps 0..187 (chunks 0..4
+#     and 28 steps of chunk 5; no later chunk), 700 steps between the two
+#     trainers;
+#   kill (async): node 3 is stopped while it holds a chunk and killed (-9,
+#     whole node); node 2 trains that chunk (claimed once, after node 3's
+#     lease expired) and the rest; every chunk is done exactly once (node
+#     3's lost one by node 2 only) and the job ends, the pserver complete;
+#   leave (async): node 3's flotilla-run gets SIGTERM mid-epoch: its
+#     trainer ends after its step, leaving its chunk's progress on etcd,
+#     and node 2 goes on in that chunk where it was left (unless the step
+#     was the chunk's last: then node 3 marked it done);
+#     every chunk is done once and the two trainers' steps sum to the 2
+#     epochs' 1024: no step trained twice, none lost.
+# Every job ends (exit 0 of the live nodes and the pserver).
 # SKIP (77) when etcd is not installed.  Bounded by timeout; cleaned up.
 set -u
-RUN=$FL_BUILDDIR/flotilla-run
-tmp=$(mktemp -d /tmp/fl_elastic_sparse.XXXXXX)
-ETCD_PID=""
-pids=""
-cleanup() {
-  for p in $pids; do /bin/kill -s KILL -- "-$p" 2> /dev/null || kill -9 "$p" 2> /dev/null; done
-  [ -n "$ETCD_PID" ] && etcd_stop
-  [ -n "${FL_KEEP_TMP:-}" ] || rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || exit 1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-. "$FL_SRCDIR/tests/integration/etcd_lib.sh"
-etcd_start "$tmp" 127.0.0.1 || exit
+. "$FL_SRCDIR/tests/integration/elastic_ps_lib.sh"
+eps_begin elastic_sparse
 export FLOTILLA_TOKEN=elastic-sparse-token
 
-# job FILE STRATEGY: 2 epochs of 512 steps of the whole data, in 16 chunks
-job() {
-  cat > "$1" << YAML
-model:
-  kind: ctr
-  num_classes: 2
-  hidden: [16]
-  ctr: {embedding_dim: 4, sparse_slots: 8, hash_buckets: 10007}
-data:
-  format: synthetic
-  synthetic: {kind: ctr, train_samples: 32768, test_samples: 256, seed: 5}
-optimizer: {name: sgd, lr: 0.05}
-train: {epochs: 2, batch_size: 64, seed: 1, log_interval: 8, num_threads: 1}
-cluster: {mode: ps, heartbeat_timeout_s: 5, rpc_timeout_s: 5}
-pserver:
-  sparse: {optimizer: {name: adagrad, lr: 0.05}, pipeline: true}
-strategy: {$2}
-YAML
+# start NAME: the pserver and nodes 2 and 3 of job NAME (NAME.yaml)
+start() {
+  eps_pserver "$1" "$1.yaml" 2
+  for n in 2 3; do eps_node "$1" $n 1:2 lease_s=3,settle_s=0,chunks=16 "$1.yaml"; done
 }
 
-# run NAME STRATEGY: the pserver and nodes 2 and 3 of job NAME; checks
-run() {
-  job "$1.yaml" "$2"
-  psep=127.0.0.1:$(etcd_free_port 127.0.0.1)
-  FLOTILLA_MODE=ps FLOTILLA_ROLE=PSERVER FLOTILLA_PSERVERS_IP_PORT_LIST=$psep \
-    FLOTILLA_PSERVER_ID=0 FLOTILLA_TRAINERS_NUM=2 FLOTILLA_PS_ELASTIC=1 \
-    FLOTILLA_RUN_ID="elastic-$1" timeout 60 "$FL_BUILDDIR/flotilla-pserver" \
-    --config "$1.yaml" > "$1.ps.log" 2>&1 &
-  ps_pid=$!
-  pids="$pids $ps_pid"
-  for n in 2 3; do
-    setsid timeout 50 "$RUN" --nnodes 1:2 --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" \
-      --rdzv_id "$1" --rdzv_conf lease_s=3,settle_s=0,chunks=16 --node_ip "127.0.0.$n" --mode ps \
-      --servers "$psep" --log_dir "$tmp/$1.log.$n" "$1.yaml" > "$1.out.$n" 2>&1 &
-    echo $! > "$1.pid.$n"
-    pids="$pids $!"
+# ends NAME NODES...: the nodes and the pserver of job NAME exit 0, each
+# node's trainer finished, the pserver saw the job complete
+ends() {
+  _j=$1
+  shift
+  for n in "$@"; do
+    wait "$(cat "$_j.pid.$n")" || fail "$_j: node $n exited $?"
+    # shellcheck disable=SC2046
+    grep -q "done: " $(eps_logs "$_j" "$n") || fail "$_j: node $n's trainer did not finish"
   done
-  for n in 2 3; do
-    wait "$(cat "$1.pid.$n")" || fail "$1: node $n exited $?"
-  done
-  wait "$ps_pid" || fail "$1: the pserver exited $?"
-  cat "$1".log.*/round.1/workerlog.* |
-    sed -n 's/.*elastic chunks: epoch \([0-9]*\) chunk \([0-9]*\) done (\([0-9]*\) samples).*/\1 \2 \3/p' \
-      > "$1.done"
-  twice=$(cut -d' ' -f1,2 "$1.done" | sort | uniq -d)
-  [ -z "$twice" ] || fail "$1: chunks done twice: $twice"
-  [ "$(wc -l < "$1.done")" = 32 ] || fail "$1: $(wc -l < "$1.done") chunks done, want 2 epochs x 16"
-  # the trainers' own epoch lines: the samples they trained sum to the epoch
-  cat "$1".log.*/round.1/workerlog.* |
-    sed -n 's/^\[Epoch \([0-9]*\)\] train: [0-9]* steps, \([0-9]*\) samples.*/\1 \2/p' > "$1.trained"
-  for e in 0 1; do
-    sum=$(awk -v e=$e '$1 == e { s += $3 } END { print s + 0 }' "$1.done")
-    [ "$sum" = 32768 ] || fail "$1: epoch $e: chunks of $sum samples done, want 32768"
-    sum=$(awk -v e=$e '$1 == e { s += $2 } END { print s + 0 }' "$1.trained")
-    [ "$sum" = 32768 ] || fail "$1: epoch $e: the trainers trained $sum samples, want 32768"
-  done
-  for n in 2 3; do
-    grep -q "elastic chunks: epoch [0-9]* chunk [0-9]* claimed" "$1".log.$n/round.1/workerlog.* ||
-      fail "$1: node $n claimed no chunk"
-    grep -q "done: " "$1".log.$n/round.1/workerlog.* || fail "$1: node $n's trainer did not finish"
-  done
-  grep -q "every trainer completed" "$1.ps.log" || fail "$1: the pserver did not see the job complete"
+  wait "$EPS_PS_PID" || fail "$_j: the pserver exited $?"
+  EPS_PS_PID=""
+  grep -q "every trainer completed" "$_j.ps.log" || fail "$_j: the pserver did not see the job complete"
 }
 
-run async "a_sync: true"
-run geo "a_sync: true, a_sync_configs: {k_steps: 2}"
-[ $fails = 0 ] || {
-  for f in *.out.* *.ps.log *.log.*/round.1/workerlog.*; do echo "== $f"; tail -n 8 "$f"; done
-  exit 1
+# claimed NAME NODES...: each node's trainer claimed a chunk
+claimed() {
+  _j=$1
+  shift
+  for n in "$@"; do
+    # shellcheck disable=SC2046
+    grep -q "elastic chunks: epoch [0-9]* chunk [0-9]* claimed" $(eps_logs "$_j" "$n") ||
+      fail "$_j: node $n claimed no chunk"
+  done
 }
-echo "elastic ps sparse: ok"
+
+# ---- async
+sparse_job async.yaml
+start async
+ends async 2 3
+claimed async 2 3
+eps_check_chunks async 32 32768 32768
+eps_check_trained async 32768 32768
+
+# ---- geo, max_steps 700 of the job
+strategy="a_sync: true, a_sync_configs: {k_steps: 2}" train_extra="max_steps: 700"
+sparse_job geo.yaml
+strategy="" train_extra=""
+start geo
+ends geo 2 3
+claimed geo 2 3
+eps_check_chunks geo 22 32768 12032
+eps_check_trained geo 32768 12032
+steps=$(cat geo.log.*/round.1/workerlog.* | sed -n 's/.*done: \([0-9]*\) steps.*/\1/p' |
+  awk '{ s += $1 } END { print s + 0 }')
+[ "$steps" = 700 ] || fail "geo: the trainers did $steps steps in all, want max_steps 700"
+grep -q "chunk 5 done (1792 samples)" geo.log.*/round.1/workerlog.* ||
+  fail "geo: epoch 1's chunk 5 was not cut at step 188 (28 steps)"
+
+# ---- kill -9 of a node holding a chunk (async)
+epochs=3
+sparse_job kill.yaml
+start kill
+eps_wait_line "elastic chunks: epoch [0-9]* chunk [0-9]* done" "$(eps_logs kill 3)" ||
+  fail "kill: node 3 never finished a chunk"
+eps_stop_holding kill 3
+[ -n "$EPS_LOST" ] || fail "kill: node 3 never held a chunk when stopped"
+eps_killpg KILL kill 3
+ends kill 2
+grep -q "declared dead" kill.ps.log || fail "kill: the pserver did not declare node 3's trainer dead"
+eps_check_chunks kill 48 32768 32768 32768
+if [ -n "$EPS_LOST" ]; then
+  # shellcheck disable=SC2046
+  [ "$(cat $(eps_logs kill 2) | grep -c "elastic chunks: $EPS_LOST claimed")" = 1 ] ||
+    fail "kill: node 2 did not claim node 3's $EPS_LOST once"
+  # shellcheck disable=SC2046
+  grep -q "elastic chunks: $EPS_LOST done" $(eps_logs kill 2) ||
+    fail "kill: node 3's $EPS_LOST was not trained by node 2"
+fi
+# ---- SIGTERM to a node's flotilla-run mid-epoch (async)
+epochs=2
+sparse_job leave.yaml
+start leave
+eps_wait_line "elastic chunks: epoch [0-9]* chunk [0-9]* done" "$(eps_logs leave 3)" ||
+  fail "leave: node 3 never finished a chunk"
+eps_term_agent leave 3
+ends leave 2
+eps_check_chunks leave 32 32768 32768
+# shellcheck disable=SC2046
+steps=$(cat $(eps_logs leave 2) $(eps_logs leave 3) |
+  sed -n 's/.*\(done: \|stopped by [A-Za-z]* after \)\([0-9]*\) steps.*/\2/p' |
+  awk '{ s += $1; n++ } END { print n " " s + 0 }')
+[ "$steps" = "2 1024" ] || fail "leave: the trainers' (count, steps): $steps, want 2 1024"
+# shellcheck disable=SC2046
+left=$(cat $(eps_logs leave 3) | sed -n 's/.*elastic chunks: \(epoch [0-9]* chunk [0-9]*\) left after.*/\1/p')
+if [ -n "$left" ]; then
+  # shellcheck disable=SC2046
+  grep -q "elastic chunks: $left claimed (samples [0-9]*\.\.[0-9]* of the epoch's order), going on where" $(eps_logs leave 2) ||
+    fail "leave: node 2 did not go on in node 3's $left where it was left"
+else
+  echo "leave: node 3's last step was its chunk's last (marked done): no progress to go on from"
+fi
+eps_end "elastic ps sparse: ok (node 3 lost $EPS_LOST, trained by node 2; left ${left:-no chunk} to node 2)"

@@ -34,6 +34,7 @@
 #     runs differ by the order of the pushes, so not bit for bit).
 # Every part waits on log lines, bounded; the job is small (a few seconds).
 . "$FL_SRCDIR/tests/integration/faults_lib.sh"
+. "$FL_SRCDIR/tests/integration/elastic_ps_lib.sh"
 DIGEST=$FL_SRCDIR/tests/integration/ps_ckpt_digest.py
 PY=/usr/bin/python3
 # PIPELINE=false runs the same parts with today's sequential pulls.
@@ -42,24 +43,11 @@ PIPELINE=${PIPELINE:-true}
 # job FILE NAME [A_SYNC]: the CTR job, pserver checkpoints in $tmp/NAME.ck
 # every 8 steps (3 epochs of 64 steps per trainer).
 job() {
-  cat > "$1" << EOF
-model:
-  kind: ctr
-  num_classes: 2
-  hidden: [16]
-  ctr: {embedding_dim: 4, sparse_slots: 8, hash_buckets: 10007}
-data:
-  format: synthetic
-  synthetic: {kind: ctr, train_samples: 8192, test_samples: 1024, seed: 5}
-optimizer: {name: sgd, lr: 0.05}
-train: {epochs: 3, batch_size: 64, seed: 1, log_interval: 4, num_threads: 1}
-cluster: {mode: ps, heartbeat_timeout_s: 30, rpc_timeout_s: 5}
-pserver:
-  sparse: {optimizer: {name: adagrad, lr: 0.05}, pipeline: $PIPELINE}
-  checkpoint_dir: $tmp/$2.ck
-  checkpoint_interval_steps: 8
-strategy: {a_sync: ${3:-false}}
-EOF
+  samples=8192 test_samples=1024 epochs=3 log_every=4 heartbeat=30 pipeline=$PIPELINE
+  strategy="a_sync: ${3:-false}"
+  pserver_extra="  checkpoint_dir: $tmp/$2.ck
+  checkpoint_interval_steps: 8"
+  sparse_job "$1"
 }
 
 # The final evaluation line of a trainer's log.

@@ -3,7 +3,8 @@
  * the rank's samples counted at open, the two named inputs described for
  * a feed, labels as float targets or class ids, an epoch begun at a saved
  * position and by replaying equal to one read straight through, a bad
- * line reported at open under bad_lines stop. */
+ * line reported at open under bad_lines stop, ranges of counted batches
+ * (elastic chunks) that together hand out the epoch once. */
 #include <config.h>
 
 #include <check.h>
@@ -159,6 +160,42 @@ START_TEST(test_bad_line_at_open) {
 }
 END_TEST
 
+/* Ranges of batches across two files: in file order they tile the epoch's
+ * full batches; with a shuffle buffer each is its own samples reordered;
+ * a range past the counted batches is refused. */
+START_TEST(test_ranges) {
+  char p[300];
+  write_file("r1.tsv", 0, 14);
+  write_file("r2.tsv", 14, 16);
+  snprintf(p, sizeof p, "%s/r*.tsv", g_dir);
+  const char *pat[1] = {p};
+  static const size_t cut[4] = {0, 2, 5, 7}; /* 30 samples: 7 full batches of 4 */
+  for (size_t shuffle = 0; shuffle <= 8; shuffle += 8) {
+    const fl_stream_spec o = {.patterns = pat, .n_patterns = 1, .dense_name = "d",
+                              .sparse_name = "s", .batch_size = 4, .world_size = 1, .seed = 3,
+                              .shuffle_buffer = shuffle, .count = 1, .marks = 1};
+    fl_stream *s = NULL;
+    ck_assert_int_eq(fl_stream_open(&o, &s), FL_OK);
+    for (int r = 2; r >= 0; r--) { /* any order */
+      int seen[28] = {0}, ids[4];
+      ck_assert_int_eq(fl_stream_range(s, 1, cut[r], cut[r + 1]), FL_OK);
+      for (size_t k = cut[r]; k < cut[r + 1]; k++) {
+        ck_assert_uint_eq(next_ids(s, ids), 4);
+        for (int i = 0; i < 4; i++) {
+          ck_assert_int_ge(ids[i], (int)cut[r] * 4);
+          ck_assert_int_lt(ids[i], (int)cut[r + 1] * 4);
+          ck_assert_int_eq(seen[ids[i]]++, 0);
+          if (!shuffle) ck_assert_int_eq(ids[i], (int)k * 4 + i);
+        }
+      }
+      ck_assert_uint_eq(next_ids(s, ids), 0); /* the range's end */
+    }
+    ck_assert_int_eq(fl_stream_range(s, 1, 5, 8), FL_EINVAL);
+    fl_stream_close(s);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("data_stream");
   TCase *tc = tcase_create("stream");
@@ -166,6 +203,7 @@ int main(void) {
   tcase_add_test(tc, test_globs_count_inputs);
   tcase_add_test(tc, test_resume_paths);
   tcase_add_test(tc, test_bad_line_at_open);
+  tcase_add_test(tc, test_ranges);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
   srunner_run_all(sr, CK_NORMAL);
