@@ -252,6 +252,7 @@ typedef struct coll_op {
   int root;
   uint64_t seq; /* checked against the peers' */
   size_t seg;   /* allreduce piece in bytes (coll_algo_seg); 0: x->chunk */
+  int doubling; /* halving_doubling by recursive doubling (coll_algo_doubling) */
 } coll_op;
 
 typedef struct coll_sched coll_sched;
@@ -291,6 +292,11 @@ void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double
 #define COLL_SEG_MIN ((size_t)4 << 10)
 #define COLL_SEG_MAX ((size_t)4 << 20)
 size_t coll_algo_seg(const coll_model *m, int algo, int n, size_t bytes);
+/* Whether algo runs a bucket of bytes over n ranks by recursive doubling
+ * (1: halving_doubling where the model's alpha, beta and gamma, or
+ * defaults for a model that was not probed, make its fewer exchanges of
+ * the whole bucket faster than halving's; the same from the same tuning). */
+int coll_algo_doubling(const coll_model *m, int algo, int n, size_t bytes);
 /* coll_model_time in the pieces coll_algo_seg gives, as buckets run. */
 double coll_model_predict(const coll_model *m, int algo, int n, size_t bytes);
 /* The fastest of ring, halving-doubling and tree per size bin. */

@@ -38,6 +38,8 @@ static const size_t probe_sizes[] = {8, 4096, 65536, 262144, 1048576};
 #define GAMMA_FLOATS 65536
 #define GROUP_REPS_MIN 5
 #define GROUP_REPS_MAX 9
+#define GROUP_CLOSE 1.15 /* two fastest medians this near: the size runs again */
+#define GROUP_REPS_ALL (2 * GROUP_REPS_MAX)
 #define GROUP_ROUNDS_S 0.25
 #define GROUP_MAX ((size_t)1 << 20)
 #define GROUP_MIN ((size_t)1 << 16)
@@ -53,9 +55,9 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The median of v[0..n) (0 < n <= GROUP_REPS_MAX); v is left as it was. */
+/* The median of v[0..n) (0 < n <= GROUP_REPS_ALL); v is left as it was. */
 static double median(const double *v, int n) {
-  double s[GROUP_REPS_MAX];
+  double s[GROUP_REPS_ALL];
   for (int i = 0; i < n; i++) {
     int j = i;
     for (; j > 0 && s[j - 1] > v[i]; j--) s[j] = s[j - 1];
@@ -159,13 +161,13 @@ static size_t group_bytes(const coll_model *m, int n) {
 }
 
 /* One round of the group probe: each algorithm at the small, then the
- * large size; t[k][i][r]: algorithm i's time at size k; *total: the
- * round's time. */
-static fl_status group_round(const coll_probe_clock *c, size_t bytes, int r,
-                             double t[2][COLL_MODEL_ALGOS][GROUP_REPS_MAX], double *total) {
+ * large size (the sizes k whose bit is set in sizes); t[k][i][r]:
+ * algorithm i's time at size k; *total: the round's time. */
+static fl_status group_round(const coll_probe_clock *c, size_t bytes, int r, uint32_t sizes,
+                             double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL], double *total) {
   *total = 0;
   for (int k = 0; k < 2; k++)
-    for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
+    for (int i = 0; i < COLL_MODEL_ALGOS && (sizes >> k & 1); i++) {
       double dt = 0;
       FL_TRY(c->run(c->arg, group_algos[i], k ? bytes : GROUP_SMALL(bytes), &dt));
       t[k][i][r] = dt;
@@ -174,11 +176,45 @@ static fl_status group_round(const coll_probe_clock *c, size_t bytes, int r,
   return FL_OK;
 }
 
+/* Member 0: the sizes (bit k) where the two fastest medians of med lie
+ * within GROUP_CLOSE of each other. */
+static uint32_t close_sizes(const double med[2][COLL_MODEL_ALGOS]) {
+  uint32_t close = 0;
+  for (int k = 0; k < 2; k++) {
+    double a = med[k][0], b = 1e300; /* the fastest, the second */
+    for (int i = 1; i < COLL_MODEL_ALGOS; i++) {
+      double v = med[k][i];
+      b = v < a ? a : v < b ? v : b;
+      a = v < a ? v : a;
+    }
+    if (b <= a * GROUP_CLOSE) close |= 1u << k;
+  }
+  return close;
+}
+
+/* The sizes member 0 found close run n rounds more (all the algorithms,
+ * in turns as before), their medians taken over the 2 n rounds: a pick
+ * between two algorithms within the noise of one set of rounds flipped
+ * from job to job (64 KiB on 16 shaped namespaces, halving_doubling and
+ * tree). */
+static fl_status tie_break(const coll_probe_clock *c, size_t bytes, uint32_t n,
+                           double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL],
+                           double med[2][COLL_MODEL_ALGOS]) {
+  uint32_t close = close_sizes(med), got = close;
+  FL_TRY(c->share(c->arg, &got));
+  if (got > 3) return FL_ERR(FL_EPROTO, "collective: member 0 asked to probe sizes %#x again", got);
+  double unused;
+  for (uint32_t r = n; r < 2 * n && got; r++) FL_TRY(group_round(c, bytes, (int)r, got, t, &unused));
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < COLL_MODEL_ALGOS && (got >> k & 1); i++) med[k][i] = median(t[k][i], 2 * (int)n);
+  return FL_OK;
+}
+
 /* Member 0 sizes the rounds from the warm-up round's time; all learn it. */
 fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
                            double med[2][COLL_MODEL_ALGOS], int *rounds) {
-  double t[2][COLL_MODEL_ALGOS][GROUP_REPS_MAX], warm = 0;
-  FL_TRY(group_round(c, bytes, 0, t, &warm));
+  double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL], warm = 0;
+  FL_TRY(group_round(c, bytes, 0, 3, t, &warm));
   double fit = warm > 0 ? GROUP_ROUNDS_S / warm : GROUP_REPS_MAX;
   uint32_t n = fit >= GROUP_REPS_MAX   ? GROUP_REPS_MAX
                : fit <= GROUP_REPS_MIN ? GROUP_REPS_MIN
@@ -187,11 +223,11 @@ fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
   if (n < GROUP_REPS_MIN || n > GROUP_REPS_MAX)
     return FL_ERR(FL_EPROTO, "collective: member 0 asked for %u network probe rounds (%d..%d)",
                   n, GROUP_REPS_MIN, GROUP_REPS_MAX);
-  for (uint32_t r = 0; r < n; r++) FL_TRY(group_round(c, bytes, (int)r, t, &warm));
+  for (uint32_t r = 0; r < n; r++) FL_TRY(group_round(c, bytes, (int)r, 3, t, &warm));
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < COLL_MODEL_ALGOS; i++) med[k][i] = median(t[k][i], (int)n);
   *rounds = (int)n;
-  return FL_OK;
+  return tie_break(c, bytes, n, t, med);
 }
 
 /* The group probe's clock on the real network: allreduces of buf in the
@@ -209,7 +245,8 @@ typedef struct net_clock {
 static fl_status net_run(void *arg, int algo, size_t len, double *secs) {
   net_clock *nc = arg;
   coll_op a = {COLL_OP_ALLREDUCE, algo, nc->buf, len / sizeof(float), FL_COLL_F32, 0, ++*nc->seq,
-               coll_algo_seg(&nc->m, algo, nc->x.n, len)};
+               coll_algo_seg(&nc->m, algo, nc->x.n, len),
+               coll_algo_doubling(&nc->m, algo, nc->x.n, len)};
   double t0 = now_s();
   FL_TRY(coll_sched_run(nc->s, &nc->x, &a));
   *secs = now_s() - t0;
@@ -220,7 +257,7 @@ static fl_status net_share(void *arg, uint32_t *v) {
   net_clock *nc = arg;
   uint8_t b[4];
   coll_put_u32(b, *v);
-  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, b, sizeof b, FL_COLL_F32, 0, ++*nc->seq, 0};
+  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, b, sizeof b, FL_COLL_F32, 0, ++*nc->seq, 0, 0};
   FL_TRY(coll_sched_run(nc->s, &nc->x, &a));
   *v = coll_get_u32(b);
   return FL_OK;
@@ -334,7 +371,7 @@ static fl_status share_plan(const coll_xport *x, coll_sched *s, uint64_t *seq, s
   coll_put_f64(b + 4, m->alpha);
   coll_put_f64(b + 12, m->beta);
   coll_put_f64(b + 20, m->gamma);
-  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, b, sizeof b, FL_COLL_F32, 0, ++*seq, 0};
+  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, b, sizeof b, FL_COLL_F32, 0, ++*seq, 0, 0};
   FL_TRY(coll_sched_run(s, x, &a));
   *group = coll_get_u32(b);
   *m = (coll_model){coll_get_f64(b + 4), coll_get_f64(b + 12), coll_get_f64(b + 20), {1, 1, 1},
@@ -388,7 +425,7 @@ fl_status coll_tune(const coll_xport *x, coll_sched *s, uint64_t *seq, int *algo
   FL_TRY(st);
   uint8_t blob[COLL_TUNING_BYTES];
   if (x->me == 0) coll_tuning_encode(t, blob);
-  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, blob, sizeof blob, FL_COLL_F32, 0, ++*seq, 0};
+  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, blob, sizeof blob, FL_COLL_F32, 0, ++*seq, 0, 0};
   FL_TRY(coll_sched_run(s, x, &a));
   if (coll_tuning_decode(blob, sizeof blob, t) != FL_OK)
     return FL_ERR(FL_EPROTO, "collective: rank 0 sent an unreadable allreduce tuning");
