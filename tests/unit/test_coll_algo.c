@@ -356,17 +356,17 @@ END_TEST
 /* halving_doubling's variant: recursive doubling for latency-bound
  * buckets, halving for large ones, one crossover per group size (later on
  * a slower network, never for one rank), decided by alpha, beta and gamma
- * alone (the same from the same tuning whatever the factors, and from
- * defaults where nothing was probed), only for halving_doubling; the
- * model's time is the faster variant's. */
+ * alone (the same from the same tuning whatever the factors; never where
+ * nothing was probed), only for halving_doubling; the model's time is the
+ * faster variant's. */
 START_TEST(doubling_variant) {
   coll_model m = {100e-6, 8e-9, 0.3e-9, {1.3, 0.7, 2.0}, {1.0, 1.6, 0.9}};
   coll_model raw = {m.alpha, m.beta, m.gamma, {1, 1, 1}, {1, 1, 1}};
   coll_model none = {0, 0, 0, {0, 0, 0}, {0, 0, 0}};
-  for (int n = 2; n <= 4096; n = n * 2 + (n & 1)) {
+  for (int n = 2; n <= 4096; n = n < 9 ? n + 1 : n * 2) {
     ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_HD, n, 4), 1);
     ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_HD, n, (size_t)1 << 30), 0);
-    ck_assert_int_eq(coll_algo_doubling(&none, COLL_ALGO_HD, n, 4), 1);
+    ck_assert_int_eq(coll_algo_doubling(&none, COLL_ALGO_HD, n, 4), 0);
     int flips = 0;
     for (int b = 0; b < 30; b++) {
       size_t bytes = (size_t)1 << b;
@@ -485,15 +485,16 @@ START_TEST(probe_median_outliers) {
   c.arg = &g;
   ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds), FL_OK);
   ck_assert_int_eq(rounds, 9);
-  ck_assert_int_eq(g.calls, 6 * 10 + 2 * 3 * 9); /* all equal: both sizes run again */
+  ck_assert_int_eq(g.calls, 6 * 10 + 2 * 2 * 9); /* all equal: two at each size run again */
 }
 END_TEST
 
 /* 16 ranks at 64 KiB: halving-doubling 2.0 ms, the tree 2.1 ms, but a
  * busy spell makes halving-doubling 2.2 ms in the warm-up and four of the
- * five rounds, so their medians put the tree first, within 15%: the small
- * size alone runs five rounds more, and the medians of all ten pick
- * halving-doubling; the large size (far apart) does not run again. */
+ * five rounds, so their medians put the tree first, within 15%: the two
+ * run five rounds more at the small size, and the medians of all ten pick
+ * halving-doubling; the ring and the large size (far apart) do not run
+ * again.  Sizes whose rounds would take long do not either. */
 START_TEST(probe_close_runs_again) {
   size_t mib = (size_t)1 << 20;
   fake_clock f = {{{3e-3, 2.0e-3, 2.1e-3}, {15e-3, 25e-3, 30e-3}}, mib, {-1, -1, -1},
@@ -503,13 +504,18 @@ START_TEST(probe_close_runs_again) {
   int rounds = 0;
   ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds), FL_OK);
   ck_assert_int_eq(rounds, 5);
-  ck_assert_int_eq(f.calls, 6 * (1 + rounds) + 3 * rounds);
+  ck_assert_int_eq(f.calls, 6 * (1 + rounds) + 2 * rounds);
   ck_assert_int_eq(f.shares, 2);
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < COLL_MODEL_ALGOS; i++) ck_assert(med[k][i] == f.t[k][i]);
   coll_tuning t = {16, {100e-6, 8e-9, 0.1e-9, {1, 1, 1}, {1, 1, 1}}, {0}};
   coll_tune_fit(&t, 16, mib, med);
   ck_assert_int_eq(t.table[coll_table_bin(mib / 16)], COLL_ALGO_HD);
+  fake_clock slow = {{{3, 0.2, 0.21}, {15, 25, 30}}, mib, {-1, -1, -1}, {-1, -1, -1}, 0, 0, 0,
+                     0, 0, 1}; /* seconds */
+  c.arg = &slow;
+  ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds), FL_OK);
+  ck_assert_int_eq(slow.calls, 6 * (1 + rounds));
 }
 END_TEST
 

@@ -722,21 +722,13 @@ static void hd_terms(const coll_model *m, int n, double bytes, int rd, double *l
         fold * bytes * perb;
 }
 
-/* Defaults that decide halving_doubling's variant where no probe ran (an
- * algorithm set explicitly, a transport without one): a network of 50 us
- * and 1 GB/s, adding at 10 GB/s. */
-#define DOUBLING_ALPHA 50e-6
-#define DOUBLING_BETA 1e-9
-#define DOUBLING_GAMMA 0.1e-9
-
 /* Whether recursive doubling beats recursive halving by alpha, beta and
  * gamma alone (the probe measures halving_doubling in the variant these
- * pick, so its factors cannot choose it, as for the tree's pieces). */
+ * pick, so its factors cannot choose it, as for the tree's pieces); never
+ * for a model that was not probed. */
 static int doubling(const coll_model *m, int n, double bytes) {
-  if (n <= 1) return 0;
-  coll_model raw = {DOUBLING_ALPHA, DOUBLING_BETA, DOUBLING_GAMMA, {1, 1, 1}, {1, 1, 1}};
-  if (m->alpha > 0 && m->beta > 0) raw = (coll_model){m->alpha, m->beta, m->gamma, {1, 1, 1},
-                                                      {1, 1, 1}};
+  if (n <= 1 || !(m->alpha > 0) || !(m->beta > 0)) return 0;
+  coll_model raw = {m->alpha, m->beta, m->gamma, {1, 1, 1}, {1, 1, 1}};
   double lr, wr, lh, wh;
   hd_terms(&raw, n, bytes, 1, &lr, &wr);
   hd_terms(&raw, n, bytes, 0, &lh, &wh);

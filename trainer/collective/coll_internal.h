@@ -293,9 +293,9 @@ void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double
 #define COLL_SEG_MAX ((size_t)4 << 20)
 size_t coll_algo_seg(const coll_model *m, int algo, int n, size_t bytes);
 /* Whether algo runs a bucket of bytes over n ranks by recursive doubling
- * (1: halving_doubling where the model's alpha, beta and gamma, or
- * defaults for a model that was not probed, make its fewer exchanges of
- * the whole bucket faster than halving's; the same from the same tuning). */
+ * (1: halving_doubling where the model's alpha, beta and gamma make its
+ * fewer exchanges of the whole bucket faster than halving's; 0 for a model
+ * that was not probed; the same from the same tuning). */
 int coll_algo_doubling(const coll_model *m, int algo, int n, size_t bytes);
 /* coll_model_time in the pieces coll_algo_seg gives, as buckets run. */
 double coll_model_predict(const coll_model *m, int algo, int n, size_t bytes);

@@ -38,8 +38,10 @@ static const size_t probe_sizes[] = {8, 4096, 65536, 262144, 1048576};
 #define GAMMA_FLOATS 65536
 #define GROUP_REPS_MIN 5
 #define GROUP_REPS_MAX 9
-#define GROUP_CLOSE 1.15 /* two fastest medians this near: the size runs again */
+#define GROUP_CLOSE 1.15 /* two fastest medians this near: they run again */
+#define GROUP_TIE_S 0.5   /* at most this long */
 #define GROUP_REPS_ALL (2 * GROUP_REPS_MAX)
+#define PLAN_ALL 0x77u /* every algorithm at both sizes (group_round) */
 #define GROUP_ROUNDS_S 0.25
 #define GROUP_MAX ((size_t)1 << 20)
 #define GROUP_MIN ((size_t)1 << 16)
@@ -160,14 +162,15 @@ static size_t group_bytes(const coll_model *m, int n) {
   return b;
 }
 
-/* One round of the group probe: each algorithm at the small, then the
- * large size (the sizes k whose bit is set in sizes); t[k][i][r]:
- * algorithm i's time at size k; *total: the round's time. */
-static fl_status group_round(const coll_probe_clock *c, size_t bytes, int r, uint32_t sizes,
+/* One round of the group probe: at the small, then the large size k, the
+ * algorithms i whose bit i is set in plan's nibble k (PLAN_ALL: all);
+ * t[k][i][r]: algorithm i's time at size k; *total: the round's time. */
+static fl_status group_round(const coll_probe_clock *c, size_t bytes, int r, uint32_t plan,
                              double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL], double *total) {
   *total = 0;
   for (int k = 0; k < 2; k++)
-    for (int i = 0; i < COLL_MODEL_ALGOS && (sizes >> k & 1); i++) {
+    for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
+      if (!(plan >> (4 * k + i) & 1)) continue;
       double dt = 0;
       FL_TRY(c->run(c->arg, group_algos[i], k ? bytes : GROUP_SMALL(bytes), &dt));
       t[k][i][r] = dt;
@@ -176,37 +179,44 @@ static fl_status group_round(const coll_probe_clock *c, size_t bytes, int r, uin
   return FL_OK;
 }
 
-/* Member 0: the sizes (bit k) where the two fastest medians of med lie
- * within GROUP_CLOSE of each other. */
-static uint32_t close_sizes(const double med[2][COLL_MODEL_ALGOS]) {
-  uint32_t close = 0;
+/* Member 0: the plan of the rounds to run again: at each size whose two
+ * fastest medians of med lie within GROUP_CLOSE of each other, those two,
+ * if n more rounds of them take no more than GROUP_TIE_S. */
+static uint32_t tie_plan(const double med[2][COLL_MODEL_ALGOS], uint32_t n) {
+  uint32_t plan = 0;
   for (int k = 0; k < 2; k++) {
-    double a = med[k][0], b = 1e300; /* the fastest, the second */
+    int a = 0, b = -1; /* the fastest, the second */
     for (int i = 1; i < COLL_MODEL_ALGOS; i++) {
-      double v = med[k][i];
-      b = v < a ? a : v < b ? v : b;
-      a = v < a ? v : a;
+      if (med[k][i] < med[k][a]) {
+        b = a;
+        a = i;
+      } else if (b < 0 || med[k][i] < med[k][b]) {
+        b = i;
+      }
     }
-    if (b <= a * GROUP_CLOSE) close |= 1u << k;
+    if (med[k][b] <= med[k][a] * GROUP_CLOSE && (med[k][a] + med[k][b]) * n <= GROUP_TIE_S)
+      plan |= (1u << a | 1u << b) << (4 * k);
   }
-  return close;
+  return plan;
 }
 
-/* The sizes member 0 found close run n rounds more (all the algorithms,
- * in turns as before), their medians taken over the 2 n rounds: a pick
+/* The two algorithms member 0 found close at a size run n rounds more
+ * (in turns, as before), their medians taken over the 2 n rounds: a pick
  * between two algorithms within the noise of one set of rounds flipped
  * from job to job (64 KiB on 16 shaped namespaces, halving_doubling and
- * tree). */
+ * the tree). */
 static fl_status tie_break(const coll_probe_clock *c, size_t bytes, uint32_t n,
                            double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL],
                            double med[2][COLL_MODEL_ALGOS]) {
-  uint32_t close = close_sizes(med), got = close;
-  FL_TRY(c->share(c->arg, &got));
-  if (got > 3) return FL_ERR(FL_EPROTO, "collective: member 0 asked to probe sizes %#x again", got);
+  uint32_t plan = tie_plan(med, n);
+  FL_TRY(c->share(c->arg, &plan));
+  if (plan & ~(uint32_t)PLAN_ALL)
+    return FL_ERR(FL_EPROTO, "collective: member 0 sent network probe plan %#x", plan);
   double unused;
-  for (uint32_t r = n; r < 2 * n && got; r++) FL_TRY(group_round(c, bytes, (int)r, got, t, &unused));
+  for (uint32_t r = n; r < 2 * n && plan; r++) FL_TRY(group_round(c, bytes, (int)r, plan, t, &unused));
   for (int k = 0; k < 2; k++)
-    for (int i = 0; i < COLL_MODEL_ALGOS && (got >> k & 1); i++) med[k][i] = median(t[k][i], 2 * (int)n);
+    for (int i = 0; i < COLL_MODEL_ALGOS; i++)
+      if (plan >> (4 * k + i) & 1) med[k][i] = median(t[k][i], 2 * (int)n);
   return FL_OK;
 }
 
@@ -214,7 +224,7 @@ static fl_status tie_break(const coll_probe_clock *c, size_t bytes, uint32_t n,
 fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
                            double med[2][COLL_MODEL_ALGOS], int *rounds) {
   double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL], warm = 0;
-  FL_TRY(group_round(c, bytes, 0, 3, t, &warm));
+  FL_TRY(group_round(c, bytes, 0, PLAN_ALL, t, &warm));
   double fit = warm > 0 ? GROUP_ROUNDS_S / warm : GROUP_REPS_MAX;
   uint32_t n = fit >= GROUP_REPS_MAX   ? GROUP_REPS_MAX
                : fit <= GROUP_REPS_MIN ? GROUP_REPS_MIN
@@ -223,7 +233,7 @@ fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
   if (n < GROUP_REPS_MIN || n > GROUP_REPS_MAX)
     return FL_ERR(FL_EPROTO, "collective: member 0 asked for %u network probe rounds (%d..%d)",
                   n, GROUP_REPS_MIN, GROUP_REPS_MAX);
-  for (uint32_t r = 0; r < n; r++) FL_TRY(group_round(c, bytes, (int)r, 3, t, &warm));
+  for (uint32_t r = 0; r < n; r++) FL_TRY(group_round(c, bytes, (int)r, PLAN_ALL, t, &warm));
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < COLL_MODEL_ALGOS; i++) med[k][i] = median(t[k][i], (int)n);
   *rounds = (int)n;
@@ -409,13 +419,30 @@ static fl_status probe(const coll_xport *x, coll_sched *s, uint64_t *seq, coll_t
   return FL_OK;
 }
 
+/* A named halving_doubling: members 0 and 1 ping-pong, member 0 fits
+ * alpha, beta and gamma, and every member learns them, so that its
+ * variant (coll_algo_doubling) follows the network (defaults of 50 us
+ * and 1 GB/s took recursive doubling up to 64 KiB on 16 shaped, loaded
+ * namespaces, where it was slower than halving). */
+static fl_status fit_named(const coll_xport *x, coll_sched *s, uint64_t *seq, coll_model *m) {
+  uint8_t *buf = calloc(probe_sizes[PROBE_SIZES - 1], 1);
+  if (!buf) return FL_ERR(FL_ENOMEM, "collective: out of memory for the network probe");
+  double oneway[PROBE_SIZES] = {0};
+  fl_status st = x->me <= 1 ? ping_pong(x, buf, oneway) : FL_OK;
+  free(buf);
+  FL_TRY(st);
+  if (x->me == 0) fit(oneway, m);
+  size_t group = 0;
+  return share_plan(x, s, seq, &group, m);
+}
+
 fl_status coll_tune(const coll_xport *x, coll_sched *s, uint64_t *seq, int *algo, coll_tuning *t) {
   memset(t, 0, sizeof(*t));
   *algo = x->c->algo_req == COLL_ALGO_HIER ? COLL_ALGO_AUTO : x->c->algo_req;
   if (*algo != COLL_ALGO_AUTO) {
     t->n = x->n;
     memset(t->table, *algo, COLL_TABLE_BINS);
-    return FL_OK;
+    return *algo == COLL_ALGO_HD ? fit_named(x, s, seq, &t->m) : FL_OK;
   }
   size_t cap = probe_sizes[PROBE_SIZES - 1] > GROUP_MAX ? probe_sizes[PROBE_SIZES - 1] : GROUP_MAX;
   uint8_t *buf = calloc(cap, 1);
