@@ -49,6 +49,8 @@ typedef struct shared_res {
 } shared_res;
 
 static shared_res *g_res;
+static const uint8_t *g_tuning; /* given to rank 0 (NULL: none) */
+static size_t g_tuning_len;
 
 static float gen(int r, size_t i) {
   return (float)((int)((r * 7 + i * 3) % 17) - 8) * 0.25f;
@@ -155,6 +157,10 @@ static int rank_main(ct_job *j, int r, void *arg) {
   o.nrings = sp->nrings ? sp->nrings : 1;
   o.chunk_bytes = sp->chunk;
   o.algorithm = sp->algorithm;
+  if (r == 0) {
+    o.tuning = g_tuning;
+    o.tuning_len = g_tuning_len;
+  }
   fl_coll *c = NULL;
   if (fl_coll_create(&o, &c) != FL_OK) return 10;
   int k = 0, rc = run_cases(c, r, j->n, sp, &k);
@@ -246,6 +252,37 @@ START_TEST(shm_transport_same_bits) {
     ck_assert_int_eq(g_res->ncases[0], k);
     for (int i = 0; i < k; i++)
       ck_assert_msg(g_res->hash[0][i] == want[i], "%d ranks, case %d: shm's bits differ from tcp's",
+                    ns[q], i);
+  }
+}
+END_TEST
+
+/* Recursive doubling over tcp (a restored tuning whose 1 s alpha makes
+ * every bucket double) gives, case by case, the bits of halving (no
+ * tuning: a named halving_doubling halves), on 3, 4 and 8 ranks (with and
+ * without the fold), every dtype, in 4 KiB pieces and whole. */
+START_TEST(doubling_same_bits) {
+  static const int ns[] = {3, 4, 8};
+  static uint64_t want[MAX_CASES];
+  for (size_t q = 0; q < sizeof ns / sizeof ns[0]; q++) {
+    spec halving = {ns[q], 1, q == 1 ? 4096 : 0, k_mid, 6, "ring", NULL, 0};
+    run_spec(&halving);
+    int k = g_res->ncases[0];
+    memcpy(want, g_res->hash[0], sizeof want);
+    coll_tuning t = {ns[q], {1.0, 1e-9, 1e-10, {1, 1, 1}, {1, 1, 1}}, {0}};
+    memset(t.table, COLL_ALGO_HD, sizeof t.table);
+    ck_assert_int_eq(coll_algo_doubling(&t.m, COLL_ALGO_HD, ns[q], (size_t)65537 * 8), 1);
+    uint8_t blob[COLL_TUNING_BYTES];
+    coll_tuning_encode(&t, blob);
+    g_tuning = blob;
+    g_tuning_len = sizeof blob;
+    spec doubling = {ns[q], 1, q == 1 ? 4096 : 0, k_mid, 6, "auto", NULL, 0};
+    run_spec(&doubling);
+    g_tuning = NULL;
+    g_tuning_len = 0;
+    ck_assert_int_eq(g_res->ncases[0], k);
+    for (int i = 0; i < k; i++)
+      ck_assert_msg(g_res->hash[0][i] == want[i], "%d ranks, case %d: doubling's bits differ",
                     ns[q], i);
   }
 }
@@ -355,10 +392,9 @@ END_TEST
 
 /* halving_doubling's variant: recursive doubling for latency-bound
  * buckets, halving for large ones, one crossover per group size (later on
- * a slower network, never for one rank), decided by alpha, beta and gamma
- * alone (the same from the same tuning whatever the factors; never where
- * nothing was probed), only for halving_doubling; the model's time is the
- * faster variant's. */
+ * a slower network, or where halving_doubling's steps cost more), by the
+ * model with halving_doubling's factors, never where nothing was probed,
+ * only for halving_doubling; the model's time is the faster variant's. */
 START_TEST(doubling_variant) {
   coll_model m = {100e-6, 8e-9, 0.3e-9, {1.3, 0.7, 2.0}, {1.0, 1.6, 0.9}};
   coll_model raw = {m.alpha, m.beta, m.gamma, {1, 1, 1}, {1, 1, 1}};
@@ -372,11 +408,14 @@ START_TEST(doubling_variant) {
       size_t bytes = (size_t)1 << b;
       int d = coll_algo_doubling(&m, COLL_ALGO_HD, n, bytes);
       flips += b && d != coll_algo_doubling(&m, COLL_ALGO_HD, n, bytes / 2);
-      ck_assert_int_eq(coll_algo_doubling(&raw, COLL_ALGO_HD, n, bytes), d);
+      coll_model dear = m; /* steps ten times as dear */
+      dear.lat[COLL_ALGO_HD - COLL_ALGO_RING] *= 10;
+      ck_assert(!d || coll_algo_doubling(&dear, COLL_ALGO_HD, n, bytes));
       ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_RING, n, bytes), 0);
       ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_TREE, n, bytes), 0);
-      ck_assert(!d || coll_algo_doubling(&(coll_model){1e-3, 8e-9, 0.3e-9, {1, 1, 1}, {1, 1, 1}},
-                                         COLL_ALGO_HD, n, bytes));
+      coll_model slow = m;
+      slow.alpha = 1e-3;
+      ck_assert(!d || coll_algo_doubling(&slow, COLL_ALGO_HD, n, bytes));
     }
     ck_assert_int_eq(flips, 1);
   }
@@ -385,6 +424,9 @@ START_TEST(doubling_variant) {
    * at 1 MiB halving moves a quarter of the bytes. */
   ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_HD, 16, 4096), 1);
   ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_HD, 16, (size_t)1 << 20), 0);
+  /* Steps measured at a tenth of alpha (the probe's clamp): halving. */
+  m.lat[COLL_ALGO_HD - COLL_ALGO_RING] = 0.1;
+  ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_HD, 16, 4096), 0);
   double lat, bw;
   coll_model_terms(&raw, COLL_ALGO_HD, 16, 4096, 0, &lat, &bw);
   ck_assert(fabs(lat - 4 * m.alpha) < 1e-12 && fabs(bw - 4 * 4096 * (m.beta + m.gamma)) < 1e-12);
@@ -645,6 +687,7 @@ static Suite *suite(void) {
   tcase_add_test(t, algos_big);
   tcase_add_test(t, pieces_same_bits);
   tcase_add_test(t, shm_transport_same_bits);
+  tcase_add_test(t, doubling_same_bits);
   tcase_add_test(t, model_predictions);
   tcase_add_test(t, model_efficiency);
   tcase_add_test(t, tree_segment_agreed);

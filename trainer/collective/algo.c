@@ -722,17 +722,24 @@ static void hd_terms(const coll_model *m, int n, double bytes, int rd, double *l
         fold * bytes * perb;
 }
 
-/* Whether recursive doubling beats recursive halving by alpha, beta and
- * gamma alone (the probe measures halving_doubling in the variant these
- * pick, so its factors cannot choose it, as for the tree's pieces); never
- * for a model that was not probed. */
+static double factor(const double *f, int algo) {
+  int i = algo - COLL_ALGO_RING;
+  return i >= 0 && i < COLL_MODEL_ALGOS && f[i] > 0 ? f[i] : 1.0; /* 0: not measured */
+}
+
+/* Whether recursive doubling beats recursive halving by the model with
+ * halving_doubling's factors (measured in the variant that the plain
+ * alpha, beta and gamma pick, the probe's model); never for a model that
+ * was not probed, so a named halving_doubling halves (the ping-pong's
+ * alpha is no step's cost: on loopback 2 ranks, where it picked doubling
+ * up to 256 KiB, doubling was 20% to 3 times slower from 64 KiB, and 16
+ * loaded, shaped namespaces ran 64 KiB 25% slower by doubling). */
 static int doubling(const coll_model *m, int n, double bytes) {
   if (n <= 1 || !(m->alpha > 0) || !(m->beta > 0)) return 0;
-  coll_model raw = {m->alpha, m->beta, m->gamma, {1, 1, 1}, {1, 1, 1}};
-  double lr, wr, lh, wh;
-  hd_terms(&raw, n, bytes, 1, &lr, &wr);
-  hd_terms(&raw, n, bytes, 0, &lh, &wh);
-  return lr + wr < lh + wh;
+  double lr, wr, lh, wh, fl = factor(m->lat, COLL_ALGO_HD), fe = factor(m->eff, COLL_ALGO_HD);
+  hd_terms(m, n, bytes, 1, &lr, &wr);
+  hd_terms(m, n, bytes, 0, &lh, &wh);
+  return fl * lr + fe * wr < fl * lh + fe * wh;
 }
 
 int coll_algo_doubling(const coll_model *m, int algo, int n, size_t bytes) {
@@ -780,10 +787,6 @@ size_t coll_algo_seg(const coll_model *m, int algo, int n, size_t bytes) {
   return pick;
 }
 
-static double factor(const double *f, int algo) {
-  int i = algo - COLL_ALGO_RING;
-  return i >= 0 && i < COLL_MODEL_ALGOS && f[i] > 0 ? f[i] : 1.0; /* 0: not measured */
-}
 
 double coll_model_time(const coll_model *m, int algo, int n, double bytes, double seg) {
   double lat, bw;

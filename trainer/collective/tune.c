@@ -419,30 +419,13 @@ static fl_status probe(const coll_xport *x, coll_sched *s, uint64_t *seq, coll_t
   return FL_OK;
 }
 
-/* A named halving_doubling: members 0 and 1 ping-pong, member 0 fits
- * alpha, beta and gamma, and every member learns them, so that its
- * variant (coll_algo_doubling) follows the network (defaults of 50 us
- * and 1 GB/s took recursive doubling up to 64 KiB on 16 shaped, loaded
- * namespaces, where it was slower than halving). */
-static fl_status fit_named(const coll_xport *x, coll_sched *s, uint64_t *seq, coll_model *m) {
-  uint8_t *buf = calloc(probe_sizes[PROBE_SIZES - 1], 1);
-  if (!buf) return FL_ERR(FL_ENOMEM, "collective: out of memory for the network probe");
-  double oneway[PROBE_SIZES] = {0};
-  fl_status st = x->me <= 1 ? ping_pong(x, buf, oneway) : FL_OK;
-  free(buf);
-  FL_TRY(st);
-  if (x->me == 0) fit(oneway, m);
-  size_t group = 0;
-  return share_plan(x, s, seq, &group, m);
-}
-
 fl_status coll_tune(const coll_xport *x, coll_sched *s, uint64_t *seq, int *algo, coll_tuning *t) {
   memset(t, 0, sizeof(*t));
   *algo = x->c->algo_req == COLL_ALGO_HIER ? COLL_ALGO_AUTO : x->c->algo_req;
   if (*algo != COLL_ALGO_AUTO) {
     t->n = x->n;
     memset(t->table, *algo, COLL_TABLE_BINS);
-    return *algo == COLL_ALGO_HD ? fit_named(x, s, seq, &t->m) : FL_OK;
+    return FL_OK;
   }
   size_t cap = probe_sizes[PROBE_SIZES - 1] > GROUP_MAX ? probe_sizes[PROBE_SIZES - 1] : GROUP_MAX;
   uint8_t *buf = calloc(cap, 1);
