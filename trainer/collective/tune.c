@@ -133,23 +133,30 @@ static void fit(const double *t, coll_model *m) {
   m->gamma = best / (GAMMA_FLOATS * sizeof(float));
 }
 
-/* "<=64 KiB tree, <=1 MiB halving_doubling, above ring" */
+/* Bin b's algorithm, halving_doubling's variant told apart (one string
+ * per label, so that equal labels are equal pointers). */
+static const char *bin_label(const coll_tuning *t, int b) {
+  int a = t->table[b];
+  return coll_algo_doubling(&t->m, a, t->n, (size_t)1 << b) ? "halving_doubling by doubling"
+                                                             : coll_algo_names[a];
+}
+
+/* "<=4 KiB halving_doubling by doubling, <=64 KiB tree, <=1 MiB
+ * halving_doubling, above ring" */
 static void describe(const coll_tuning *t, char *out, size_t cap) {
   size_t o = 0;
   out[0] = 0;
   for (int b = 0; b < COLL_TABLE_BINS && o < cap; b++) {
-    if (b + 1 < COLL_TABLE_BINS && t->table[b + 1] == t->table[b]) continue;
+    const char *name = bin_label(t, b);
+    if (b + 1 < COLL_TABLE_BINS && bin_label(t, b + 1) == name) continue;
     if (b + 1 == COLL_TABLE_BINS)
-      o += (size_t)snprintf(out + o, cap - o, "%s%s", o ? "above " : "all ",
-                            coll_algo_names[t->table[b]]);
+      o += (size_t)snprintf(out + o, cap - o, "%s%s", o ? "above " : "all ", name);
     else if (b >= 20)
-      o += (size_t)snprintf(out + o, cap - o, "<=%d MiB %s, ", 1 << (b - 20),
-                            coll_algo_names[t->table[b]]);
+      o += (size_t)snprintf(out + o, cap - o, "<=%d MiB %s, ", 1 << (b - 20), name);
     else if (b >= 10)
-      o += (size_t)snprintf(out + o, cap - o, "<=%d KiB %s, ", 1 << (b - 10),
-                            coll_algo_names[t->table[b]]);
+      o += (size_t)snprintf(out + o, cap - o, "<=%d KiB %s, ", 1 << (b - 10), name);
     else
-      o += (size_t)snprintf(out + o, cap - o, "<=%d B %s, ", 1 << b, coll_algo_names[t->table[b]]);
+      o += (size_t)snprintf(out + o, cap - o, "<=%d B %s, ", 1 << b, name);
   }
 }
 
