@@ -327,9 +327,12 @@ typedef struct coll_probe_clock {
 /* Every member: the group probe at bytes and bytes / 16, each algorithm
  * in turn (ring, halving-doubling, tree at the small size, then at the
  * large, round after round): a warm-up round, then as many rounds as
- * member 0 says fit the probe's time budget (at least 5, at most 9);
+ * member 0 says fit the probe's time budget (at least 5, at most 9),
+ * then as many again of the two fastest at a size where member 0 found
+ * their medians within 15% of each other (if that takes at most 0.5 s);
  * med[k][i]: the median of algorithm i's rounds at the small (k 0) and
- * the large size (k 1); *rounds: how many.  The caller owns everything. */
+ * the large size (k 1); *rounds: how many (before those).  The caller
+ * owns everything. */
 fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
                            double med[2][COLL_MODEL_ALGOS], int *rounds);
 /* Member 0: t's factors for a group of n ranks from the group probe's

@@ -13,7 +13,10 @@
  * GROUP_REPS_MIN and GROUP_REPS_MAX, the algorithms taking turns in each
  * round so that a busy spell of a loaded machine falls on all of them
  * alike: the best of two rounds, before, gave a different table in each
- * of three jobs on 8 shaped namespaces), and each algorithm's latency and
+ * of three jobs on 8 shaped namespaces; where member 0 finds the two
+ * fastest medians of a size within GROUP_CLOSE, those two run as many
+ * rounds again if that fits GROUP_TIE_S, and take the medians of all), and
+ * each algorithm's latency and
  * bandwidth terms get the factors (coll_model.lat, eff) that make the
  * model give what they really took: two algorithms that move the same
  * bytes need not move them equally fast (halving-doubling's few large
