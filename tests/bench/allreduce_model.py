@@ -26,7 +26,10 @@ The latency-optimal algorithms (trainer/collective/algo.c; the same
 formulas as coll_model_time, which picks per bucket size at run time):
   halving-doubling  T = l_hd 2 log2(q) a + f_hd (2(q-1)/q S / r)  [+ l_hd 2a +
                     f_hd 2S/r when p is not a power of two: q = 2^floor(log2 p),
-                    the fold]
+                    the fold]; latency-bound buckets by recursive doubling:
+                    T = l_hd log2(q) a + f_hd log2(q) S / r [+ the fold], where
+                    that is less (coll_algo_doubling; printed
+                    "halving_doubling (doubling)")
   double tree       T = 2 (d + c - 1)(l_tree a + f_tree 2 C / r),  d = floor(log2 p),
                     c = ceil(S / 2C) pieces of C = min(C*, S/2) per tree, C* the
                     power of two (4 KiB .. 4 MiB) that minimizes T with l = f = 1
@@ -129,10 +132,22 @@ def t_hier(N, g, S, L, a, e, s, B, k=1):
 SEG_MIN, SEG_MAX = 4 * 1024, 4 * 2**20
 
 
+def hd_doubles(p, S, r, a, f=1.0, l=1.0):
+    """Whether halving-doubling runs S by recursive doubling, as
+    coll_algo_doubling: log2(q) exchanges of the whole bucket beat
+    recursive halving's 2 log2(q) smaller ones, with its factors."""
+    q = 2 ** int(math.floor(math.log2(p)))
+    k = math.log2(q)
+    return p > 1 and l * k * a + f * k * S / r < l * 2 * k * a + f * 2 * (q - 1) / q * S / r
+
+
 def t_hd(p, S, r, a, f=1.0, l=1.0):
     q = 2 ** int(math.floor(math.log2(p)))
+    k = math.log2(q)
     fold = 0.0 if q == p else l * 2 * a + f * 2 * S / r
-    return l * 2 * math.log2(q) * a + f * 2 * (q - 1) / q * S / r + fold
+    if hd_doubles(p, S, r, a, f, l):
+        return l * k * a + f * k * S / r + fold
+    return l * 2 * k * a + f * 2 * (q - 1) / q * S / r + fold
 
 
 def tree_seg(p, S, r, a):
@@ -160,7 +175,8 @@ def best(p, S, r, a, lf=((1.0, 1.0, 1.0), (1.0, 1.0, 1.0))):
     l, f = lf
     ts = {"ring": l[0] * 2 * (p - 1) * a + f[0] * 2 * (p - 1) / p * S / r,
           "halving_doubling": t_hd(p, S, r, a, f[1], l[1]), "tree": t_tree(p, S, r, a, f=f[2], l=l[2])}
-    return min(ts, key=ts.get)
+    w = min(ts, key=ts.get)
+    return w + " (doubling)" if w == "halving_doubling" and hd_doubles(p, S, r, a, f[1], l[1]) else w
 
 
 def crossovers(a, r, say, lf=((1.0, 1.0, 1.0), (1.0, 1.0, 1.0))):

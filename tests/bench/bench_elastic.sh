@@ -18,6 +18,11 @@
 #                        training line; in process: the trainer's line
 #                        "round 2: rank ..." logged right before its first
 #                        step)
+#   elastic_round_s:     kill -> a survivor's agent proposed the next
+#                        round (the dead node's lease ran out, then
+#                        SETTLE_S without change: most of the recovery)
+#   elastic_rebuild_s:   that proposal -> the new world trains (its
+#                        communicator, the network probe, the state)
 #   elastic_lost_steps:  steps trained again (restart: since the last
 #                        checkpoint; in process: since the last completed
 #                        step)
@@ -79,13 +84,15 @@ one() {
   done
   until_line "Epoch 0, batch 100\]" "log.$m.*/round.1/workerlog.*" ||
     { echo "elastic ($m): round 1 never trained"; return; }
-  t0=$(now) t1=0 t2=0
+  t0=$(now) t1=0 t2=0 tp=0
   killpg KILL "$(cat pid.$m.3)"
   if [ "$2" = 1 ]; then
     until_line "a collective after step" "log.$m.[12]/round.1/workerlog.*" && t1=$(now)
+    until_line "proposed round 2" "out.$m.1 out.$m.2" && tp=$(now)
     until_line "elastic: round 2: rank" "log.$m.[12]/round.1/workerlog.*" && t2=$(now)
   else
     until_line "ended with" "out.$m.1 out.$m.2" && t1=$(now)
+    until_line "proposed round 2" "out.$m.1 out.$m.2" && tp=$(now)
     until_line "Epoch 0, batch 0\]" "log.$m.*/round.2/workerlog.*" && t2=$(now)
   fi
   wait "$(cat pid.$m.1)" "$(cat pid.$m.2)"
@@ -102,8 +109,10 @@ one() {
     from=$(sed -n 's/.*resumed from .*: step \([0-9]*\),.*/\1/p' log.$m.1/round.2/workerlog.* |
       head -1)
   fi
-  awk -v m="$m" -v t0="$t0" -v t1="$t1" -v t2="$t2" 'BEGIN {
+  awk -v m="$m" -v t0="$t0" -v t1="$t1" -v t2="$t2" -v tp="$tp" 'BEGIN {
     if (t1 > 0) printf "elastic_detect_s_%s: %.2f s\n", m, t1 - t0
+    if (tp > 0) printf "elastic_round_s_%s: %.2f s\n", m, tp - t0
+    if (tp > 0 && t2 > 0) printf "elastic_rebuild_s_%s: %.2f s\n", m, t2 - tp
     if (t2 > 0) printf "elastic_recovery_s_%s: %.2f s\n", m, t2 - t0
   }'
   echo "elastic_lost_steps_$m: $((${last:-0} - ${from:-0})) steps"

@@ -49,6 +49,8 @@ typedef struct shared_res {
 } shared_res;
 
 static shared_res *g_res;
+static const uint8_t *g_tuning; /* given to rank 0 (NULL: none) */
+static size_t g_tuning_len;
 
 static float gen(int r, size_t i) {
   return (float)((int)((r * 7 + i * 3) % 17) - 8) * 0.25f;
@@ -155,6 +157,10 @@ static int rank_main(ct_job *j, int r, void *arg) {
   o.nrings = sp->nrings ? sp->nrings : 1;
   o.chunk_bytes = sp->chunk;
   o.algorithm = sp->algorithm;
+  if (r == 0) {
+    o.tuning = g_tuning;
+    o.tuning_len = g_tuning_len;
+  }
   fl_coll *c = NULL;
   if (fl_coll_create(&o, &c) != FL_OK) return 10;
   int k = 0, rc = run_cases(c, r, j->n, sp, &k);
@@ -246,6 +252,37 @@ START_TEST(shm_transport_same_bits) {
     ck_assert_int_eq(g_res->ncases[0], k);
     for (int i = 0; i < k; i++)
       ck_assert_msg(g_res->hash[0][i] == want[i], "%d ranks, case %d: shm's bits differ from tcp's",
+                    ns[q], i);
+  }
+}
+END_TEST
+
+/* Recursive doubling over tcp (a restored tuning whose 1 s alpha makes
+ * every bucket double) gives, case by case, the bits of halving (no
+ * tuning: a named halving_doubling halves), on 3 ranks (the fold) whole
+ * and 8 ranks in 4 KiB pieces, every dtype. */
+START_TEST(doubling_same_bits) {
+  static const int ns[] = {3, 8};
+  static uint64_t want[MAX_CASES];
+  for (size_t q = 0; q < sizeof ns / sizeof ns[0]; q++) {
+    spec halving = {ns[q], 1, q == 1 ? 4096 : 0, k_small, 4, "ring", NULL, 0};
+    run_spec(&halving);
+    int k = g_res->ncases[0];
+    memcpy(want, g_res->hash[0], sizeof want);
+    coll_tuning t = {ns[q], {1.0, 1e-9, 1e-10, {1, 1, 1}, {1, 1, 1}}, {0}};
+    memset(t.table, COLL_ALGO_HD, sizeof t.table);
+    ck_assert_int_eq(coll_algo_doubling(&t.m, COLL_ALGO_HD, ns[q], (size_t)4099 * 8), 1);
+    uint8_t blob[COLL_TUNING_BYTES];
+    coll_tuning_encode(&t, blob);
+    g_tuning = blob;
+    g_tuning_len = sizeof blob;
+    spec doubling = {ns[q], 1, q == 1 ? 4096 : 0, k_small, 4, "auto", NULL, 0};
+    run_spec(&doubling);
+    g_tuning = NULL;
+    g_tuning_len = 0;
+    ck_assert_int_eq(g_res->ncases[0], k);
+    for (int i = 0; i < k; i++)
+      ck_assert_msg(g_res->hash[0][i] == want[i], "%d ranks, case %d: doubling's bits differ",
                     ns[q], i);
   }
 }
@@ -353,6 +390,51 @@ START_TEST(tree_segment_agreed) {
 }
 END_TEST
 
+/* halving_doubling's variant: recursive doubling for latency-bound
+ * buckets, halving for large ones, one crossover per group size (later on
+ * a slower network, or where halving_doubling's steps cost more), by the
+ * model with halving_doubling's factors, never where nothing was probed,
+ * only for halving_doubling; the model's time is the faster variant's. */
+START_TEST(doubling_variant) {
+  coll_model m = {100e-6, 8e-9, 0.3e-9, {1.3, 0.7, 2.0}, {1.0, 1.6, 0.9}};
+  coll_model raw = {m.alpha, m.beta, m.gamma, {1, 1, 1}, {1, 1, 1}};
+  coll_model none = {0, 0, 0, {0, 0, 0}, {0, 0, 0}};
+  for (int n = 2; n <= 4096; n = n < 9 ? n + 1 : n * 2) {
+    ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_HD, n, 4), 1);
+    ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_HD, n, (size_t)1 << 30), 0);
+    ck_assert_int_eq(coll_algo_doubling(&none, COLL_ALGO_HD, n, 4), 0);
+    int flips = 0;
+    for (int b = 0; b < 30; b++) {
+      size_t bytes = (size_t)1 << b;
+      int d = coll_algo_doubling(&m, COLL_ALGO_HD, n, bytes);
+      flips += b && d != coll_algo_doubling(&m, COLL_ALGO_HD, n, bytes / 2);
+      coll_model dear = m; /* steps ten times as dear */
+      dear.lat[COLL_ALGO_HD - COLL_ALGO_RING] *= 10;
+      ck_assert(!d || coll_algo_doubling(&dear, COLL_ALGO_HD, n, bytes));
+      ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_RING, n, bytes), 0);
+      ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_TREE, n, bytes), 0);
+      coll_model slow = m;
+      slow.alpha = 1e-3;
+      ck_assert(!d || coll_algo_doubling(&slow, COLL_ALGO_HD, n, bytes));
+    }
+    ck_assert_int_eq(flips, 1);
+  }
+  ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_HD, 1, 4), 0);
+  /* 16 ranks, 100 us, 1 Gbit/s: 4 exchanges of 4 KiB beat 8 smaller ones;
+   * at 1 MiB halving moves a quarter of the bytes. */
+  ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_HD, 16, 4096), 1);
+  ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_HD, 16, (size_t)1 << 20), 0);
+  /* Steps measured at a tenth of alpha (the probe's clamp): halving. */
+  m.lat[COLL_ALGO_HD - COLL_ALGO_RING] = 0.1;
+  ck_assert_int_eq(coll_algo_doubling(&m, COLL_ALGO_HD, 16, 4096), 0);
+  double lat, bw;
+  coll_model_terms(&raw, COLL_ALGO_HD, 16, 4096, 0, &lat, &bw);
+  ck_assert(fabs(lat - 4 * m.alpha) < 1e-12 && fabs(bw - 4 * 4096 * (m.beta + m.gamma)) < 1e-12);
+  coll_model_terms(&raw, COLL_ALGO_HD, 17, 4096, 0, &lat, &bw); /* the fold: two exchanges more */
+  ck_assert(fabs(lat - 6 * m.alpha) < 1e-12);
+}
+END_TEST
+
 /* A synthetic network (16 ranks, 100 us, 1 Gbit/s; halving-doubling 1.6
  * times slower per byte, the tree's steps half the latency): the model's
  * order of the three algorithms at four sizes is the one written here,
@@ -362,7 +444,7 @@ START_TEST(model_order_matches_table) {
   static const struct {
     size_t bytes;
     int order[3];
-  } want[] = {{4 << 10, {COLL_ALGO_TREE, COLL_ALGO_HD, COLL_ALGO_RING}},
+  } want[] = {{4 << 10, {COLL_ALGO_HD, COLL_ALGO_TREE, COLL_ALGO_RING}}, /* by doubling */
               {64 << 10, {COLL_ALGO_HD, COLL_ALGO_TREE, COLL_ALGO_RING}},
               {1 << 20, {COLL_ALGO_RING, COLL_ALGO_TREE, COLL_ALGO_HD}},
               {64 << 20, {COLL_ALGO_RING, COLL_ALGO_TREE, COLL_ALGO_HD}}};
@@ -391,6 +473,8 @@ typedef struct fake_clock {
   size_t bytes;
   int slow[3], fast[3]; /* call numbers; -1: none */
   int calls, shares, out_of_order;
+  int skew_algo, skew_until; /* skew_algo's small-size calls before skew_until */
+  double skew;               /* take this many times as long */
 } fake_clock;
 
 static fl_status fake_run(void *arg, int algo, size_t len, double *secs) {
@@ -398,6 +482,7 @@ static fl_status fake_run(void *arg, int algo, size_t len, double *secs) {
   int k = len == f->bytes, i = algo - COLL_ALGO_RING;
   if (f->calls % (2 * COLL_MODEL_ALGOS) != k * COLL_MODEL_ALGOS + i) f->out_of_order++;
   *secs = f->t[k][i];
+  if (k == 0 && algo == f->skew_algo && f->calls < f->skew_until) *secs *= f->skew;
   for (int j = 0; j < 3; j++) {
     if (f->slow[j] == f->calls) *secs *= 10;
     if (f->fast[j] == f->calls) *secs /= 10;
@@ -420,14 +505,14 @@ static fl_status fake_share(void *arg, uint32_t *v) {
 START_TEST(probe_median_outliers) {
   size_t mib = (size_t)1 << 20;
   fake_clock f = {{{3e-3, 2.5e-3, 1.5e-3}, {15e-3, 25e-3, 30e-3}}, mib, {3, 6 + 3, 12 + 2},
-                  {18 + 4, -1, -1}, 0, 0, 0};
+                  {18 + 4, -1, -1}, 0, 0, 0, 0, 0, 1};
   coll_probe_clock c = {fake_run, fake_share, &f};
   double med[2][COLL_MODEL_ALGOS];
   int rounds = 0;
   ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds), FL_OK);
   ck_assert_int_eq(rounds, 5); /* 77 ms a round: the fewest the probe runs */
   ck_assert_int_eq(f.calls, 6 * (1 + rounds));
-  ck_assert_int_eq(f.shares, 1);
+  ck_assert_int_eq(f.shares, 2); /* the rounds, the sizes to run again: none */
   ck_assert_int_eq(f.out_of_order, 0);
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < COLL_MODEL_ALGOS; i++) ck_assert(med[k][i] == f.t[k][i]);
@@ -438,11 +523,41 @@ START_TEST(probe_median_outliers) {
   ck_assert_int_eq(t.table[coll_table_bin(mib * 16)], COLL_ALGO_RING);
   /* Fast rounds (loopback): as many as the probe takes, no more. */
   fake_clock g = {{{1e-4, 1e-4, 1e-4}, {2e-4, 2e-4, 2e-4}}, mib, {-1, -1, -1}, {-1, -1, -1},
-                  0, 0, 0};
+                  0, 0, 0, 0, 0, 1};
   c.arg = &g;
   ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds), FL_OK);
   ck_assert_int_eq(rounds, 9);
-  ck_assert_int_eq(g.calls, 6 * 10);
+  ck_assert_int_eq(g.calls, 6 * 10 + 2 * 2 * 9); /* all equal: two at each size run again */
+}
+END_TEST
+
+/* 16 ranks at 64 KiB: halving-doubling 2.0 ms, the tree 2.1 ms, but a
+ * busy spell makes halving-doubling 2.2 ms in the warm-up and four of the
+ * five rounds, so their medians put the tree first, within 15%: the two
+ * run five rounds more at the small size, and the medians of all ten pick
+ * halving-doubling; the ring and the large size (far apart) do not run
+ * again.  Sizes whose rounds would take long do not either. */
+START_TEST(probe_close_runs_again) {
+  size_t mib = (size_t)1 << 20;
+  fake_clock f = {{{3e-3, 2.0e-3, 2.1e-3}, {15e-3, 25e-3, 30e-3}}, mib, {-1, -1, -1},
+                  {-1, -1, -1}, 0, 0, 0, COLL_ALGO_HD, 6 * 5, 1.1};
+  coll_probe_clock c = {fake_run, fake_share, &f};
+  double med[2][COLL_MODEL_ALGOS];
+  int rounds = 0;
+  ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds), FL_OK);
+  ck_assert_int_eq(rounds, 5);
+  ck_assert_int_eq(f.calls, 6 * (1 + rounds) + 2 * rounds);
+  ck_assert_int_eq(f.shares, 2);
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < COLL_MODEL_ALGOS; i++) ck_assert(med[k][i] == f.t[k][i]);
+  coll_tuning t = {16, {100e-6, 8e-9, 0.1e-9, {1, 1, 1}, {1, 1, 1}}, {0}};
+  coll_tune_fit(&t, 16, mib, med);
+  ck_assert_int_eq(t.table[coll_table_bin(mib / 16)], COLL_ALGO_HD);
+  fake_clock slow = {{{3, 0.2, 0.21}, {15, 25, 30}}, mib, {-1, -1, -1}, {-1, -1, -1}, 0, 0, 0,
+                     0, 0, 1}; /* seconds */
+  c.arg = &slow;
+  ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds), FL_OK);
+  ck_assert_int_eq(slow.calls, 6 * (1 + rounds));
 }
 END_TEST
 
@@ -572,10 +687,13 @@ static Suite *suite(void) {
   tcase_add_test(t, algos_big);
   tcase_add_test(t, pieces_same_bits);
   tcase_add_test(t, shm_transport_same_bits);
+  tcase_add_test(t, doubling_same_bits);
   tcase_add_test(t, model_predictions);
   tcase_add_test(t, model_efficiency);
   tcase_add_test(t, tree_segment_agreed);
   tcase_add_test(t, model_order_matches_table);
+  tcase_add_test(t, doubling_variant);
+  tcase_add_test(t, probe_close_runs_again);
   tcase_add_test(t, probe_median_outliers);
   tcase_add_test(t, choice_auto_explicit_resume);
   tcase_add_test(t, unknown_algorithm_refused);

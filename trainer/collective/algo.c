@@ -20,6 +20,12 @@
  *     odd + even partner; then recursive halving: at each step the received
  *     half is added to the kept half, partners from distance 2^(k-1) down
  *     to 1 (in the folded numbering); the ranks' final blocks are copied;
+ *     or (small buckets, coll_algo_doubling) recursive doubling: the same
+ *     fold, then k exchanges of the whole part with the same partners in
+ *     the same order, each pair adding "lower + upper" (the partial of the
+ *     partner whose folded index has the step's bit clear first), so both
+ *     compute the same bits; the sum tree is halving's, and IEEE addition
+ *     commutes, so both variants give the same bits (NaN payloads aside);
  *   tree: two complementary binary trees (heap layout over the ranks, the
  *     second mirrored), each summing half of the data: a node adds its left
  *     child's subtree sum to its own data, then its right child's to that;
@@ -47,8 +53,10 @@ typedef struct sop {
   size_t len;
   int link;
   int dep; /* op index that must be done first, or -1 */
-  uint8_t send, reduce, done;
+  uint8_t send, reduce, done; /* reduce: RED_RECV_FIRST or RED_MINE_FIRST */
 } sop;
+
+enum { RED_RECV_FIRST = 1, RED_MINE_FIRST = 2 }; /* received + mine, mine + received */
 
 typedef struct slink {
   int peer, ch;
@@ -72,7 +80,7 @@ struct coll_sched {
   coll_want *want;
   int oom;
   /* the op */
-  int kind, algo;
+  int kind, algo, doubling;
   size_t unit, chunk;
   fl_coll_dtype dt;
   uint8_t hdr_out[OPHDR];
@@ -188,7 +196,7 @@ static void ring_allreduce(coll_sched *s, int me, int n, int ch, uint8_t *base, 
     coll_segment(count, n, mod(me - st - 1, n), &off, &len);
     for (size_t o = 0; o < len * u; o += s->chunk) {
       size_t m = len * u - o < s->chunk ? len * u - o : s->chunk;
-      int r = add_op(s, 0, prev, ch, base + off * u + o, m, 1, -1);
+      int r = add_op(s, 0, prev, ch, base + off * u + o, m, RED_RECV_FIRST, -1);
       add_op(s, 1, next, ch, base + off * u + o, m, 0, r);
     }
   }
@@ -262,7 +270,7 @@ static int hd_core(coll_sched *s, int nr, int p2, int rem, int ch, uint8_t *base
     seg_range(count, p2, (nr & mask) ? lo : mid, (nr & mask) ? mid : hi, u, &so, &sl);
     seg_range(count, p2, klo, khi, u, &ro, &rl);
     add_run(s, 1, peer, ch, base + so, sl, 0, last);
-    last = add_run(s, 0, peer, ch, base + ro, rl, 1, last);
+    last = add_run(s, 0, peer, ch, base + ro, rl, RED_RECV_FIRST, last);
     lo = klo;
     hi = khi;
   }
@@ -278,6 +286,26 @@ static int hd_core(coll_sched *s, int nr, int p2, int rem, int ch, uint8_t *base
   return last;
 }
 
+/* Recursive doubling among the folded ranks, piece by piece (a piece
+ * goes to the next partner once it holds the last exchange's sum; it is
+ * added after it went out, as the sum overwrites it); the index of the
+ * last op. */
+static int rd_core(coll_sched *s, int nr, int p2, int rem, int ch, uint8_t *base, size_t count,
+                   int dep) {
+  size_t bytes = count * s->unit;
+  int last = dep;
+  for (size_t o = 0; o < bytes; o += s->chunk) {
+    size_t m = bytes - o < s->chunk ? bytes - o : s->chunk;
+    last = dep;
+    for (int mask = p2 / 2; mask >= 1; mask /= 2) {
+      int peer = hd_rank(nr ^ mask, rem);
+      int sent = add_op(s, 1, peer, ch, base + o, m, 0, last);
+      last = add_op(s, 0, peer, ch, base + o, m, nr & mask ? RED_RECV_FIRST : RED_MINE_FIRST, sent);
+    }
+  }
+  return last;
+}
+
 static void hd_allreduce(coll_sched *s, int me, int n, int ch, uint8_t *base, size_t count) {
   int p2 = pow2_floor(n), rem = n - p2;
   size_t bytes = count * s->unit;
@@ -287,8 +315,9 @@ static void hd_allreduce(coll_sched *s, int me, int n, int ch, uint8_t *base, si
     return;
   }
   int dep = -1, nr = me < 2 * rem ? me / 2 : me - rem;
-  if (me < 2 * rem) dep = add_run(s, 0, me - 1, ch, base, bytes, 1, -1);
-  int last = hd_core(s, nr, p2, rem, ch, base, count, dep);
+  if (me < 2 * rem) dep = add_run(s, 0, me - 1, ch, base, bytes, RED_RECV_FIRST, -1);
+  int last = s->doubling ? rd_core(s, nr, p2, rem, ch, base, count, dep)
+                         : hd_core(s, nr, p2, rem, ch, base, count, dep);
   if (me < 2 * rem) add_run(s, 1, me - 1, ch, base, bytes, 0, last);
 }
 
@@ -321,7 +350,8 @@ static void tree_allreduce(coll_sched *s, int me, int n, int ch, uint8_t *base, 
         if (phase == 0) {
           int last = -1;
           for (int c = 0; c < 2; c++)
-            if (kids[c] < n) last = add_op(s, 0, tree_pos(t, kids[c], n), ch, p, m * u, 1, last);
+            if (kids[c] < n)
+              last = add_op(s, 0, tree_pos(t, kids[c], n), ch, p, m * u, RED_RECV_FIRST, last);
           up[k * 2 + (size_t)t] = parent >= 0 ? add_op(s, 1, parent, ch, p, m * u, 0, last) : last;
         } else {
           int got = up[k * 2 + (size_t)t];
@@ -380,6 +410,7 @@ static fl_status build(coll_sched *s, const coll_xport *x, const coll_op *a) {
   sched_reset(s, n, x->nch);
   s->kind = a->kind;
   s->algo = a->kind == COLL_OP_ALLREDUCE ? a->algo : COLL_ALGO_RING;
+  s->doubling = s->algo == COLL_ALGO_HD && a->doubling;
   s->dt = a->dt;
   s->unit = a->kind == COLL_OP_ALLREDUCE ? fl_coll_dtype_size(a->dt) : 1;
   s->chunk = (a->kind == COLL_OP_ALLREDUCE && a->seg ? a->seg : x->chunk) / s->unit;
@@ -409,7 +440,7 @@ static fl_status build(coll_sched *s, const coll_xport *x, const coll_op *a) {
     return FL_ERR(FL_ENOMEM, "collective: out of memory for a %s schedule", kind_name(a->kind));
   uint8_t *h = s->hdr_out;
   coll_put_u32(h, OP_MAGIC);
-  coll_put_u32(h + 4, (uint32_t)a->kind | (uint32_t)s->algo << 8);
+  coll_put_u32(h + 4, (uint32_t)a->kind | (uint32_t)s->algo << 8 | (uint32_t)s->doubling << 16);
   coll_put_u64(h + 8, a->seq);
   coll_put_u64(h + 16, a->count);
   coll_put_u32(h + 24, a->kind == COLL_OP_ALLREDUCE ? (uint32_t)a->dt : 0);
@@ -422,7 +453,7 @@ static fl_status build(coll_sched *s, const coll_xport *x, const coll_op *a) {
 static int header_ok(coll_sched *s, const coll_xport *x, slink *l) {
   if (memcmp(l->hdr_in, s->hdr_out, OPHDR) == 0) return 1;
   const uint8_t *h = l->hdr_in;
-  uint32_t ka = coll_get_u32(h + 4), kind = ka & 0xff, algo = ka >> 8;
+  uint32_t ka = coll_get_u32(h + 4), kind = ka & 0xff, algo = ka >> 8 & 0xff;
   int peer = x->ranks[l->peer];
   char nm[FL_HOST_MAX + 32];
   coll_fail(x->c, peer, FL_EPROTO, 0,
@@ -441,6 +472,16 @@ static int header_ok(coll_sched *s, const coll_xport *x, slink *l) {
 
 static int dep_done(const coll_sched *s, int dep) {
   return dep < 0 || s->ops[dep].done;
+}
+
+/* Add the piece received in scratch to op o's bytes, in o's order. */
+static void reduce_op(const coll_sched *s, const sop *o, uint8_t *scratch) {
+  if (o->reduce == RED_RECV_FIRST) {
+    coll_reduce_into(s->dt, o->ptr, scratch, o->len / s->unit);
+    return;
+  }
+  coll_reduce_into(s->dt, scratch, o->ptr, o->len / s->unit);
+  memcpy(o->ptr, scratch, o->len);
 }
 
 /* Receive on link l what arrives without blocking, adding pieces as they
@@ -473,7 +514,7 @@ static fl_status pump_recv(coll_sched *s, const coll_xport *x, slink *l, int *mo
     if (l->roff < o->len) continue;
     if (o->reduce) {
       if (!dep_done(s, o->dep)) return FL_OK;
-      coll_reduce_into(s->dt, o->ptr, l->scratch, o->len / s->unit);
+      reduce_op(s, o, l->scratch);
     }
     o->done = 1;
     *moved = 1; /* ops waiting on it may go on: no sleep before they had their turn */
@@ -669,15 +710,49 @@ int coll_algo_peers(int n, int me, int *out) {
 
 /* ------------------------------------------------------------- model */
 
+/* halving_doubling's terms on n ranks (n > 1): by recursive halving, or
+ * by recursive doubling (log2 of the folded group's size exchanges of the
+ * whole bucket, each sent once and added once); the fold of a group that
+ * is not a power of two costs both the same. */
+static void hd_terms(const coll_model *m, int n, double bytes, int rd, double *lat, double *bw) {
+  double a = m->alpha, perb = 2.0 * m->beta + m->gamma, p2 = pow2_floor(n), steps = log2(p2);
+  double fold = p2 == (double)n ? 0.0 : 1.0;
+  *lat = (rd ? steps : 2.0 * steps) * a + fold * 2.0 * a;
+  *bw = (rd ? steps * bytes * (m->beta + m->gamma) : (p2 - 1.0) / p2 * bytes * perb) +
+        fold * bytes * perb;
+}
+
+static double factor(const double *f, int algo) {
+  int i = algo - COLL_ALGO_RING;
+  return i >= 0 && i < COLL_MODEL_ALGOS && f[i] > 0 ? f[i] : 1.0; /* 0: not measured */
+}
+
+/* Whether recursive doubling beats recursive halving by the model with
+ * halving_doubling's factors (measured in the variant that the plain
+ * alpha, beta and gamma pick, the probe's model); never for a model that
+ * was not probed, so a named halving_doubling halves (the ping-pong's
+ * alpha is no step's cost: on loopback 2 ranks, where it picked doubling
+ * up to 256 KiB, doubling was 20% to 3 times slower from 64 KiB, and 16
+ * loaded, shaped namespaces ran 64 KiB 25% slower by doubling). */
+static int doubling(const coll_model *m, int n, double bytes) {
+  if (n <= 1 || !(m->alpha > 0) || !(m->beta > 0)) return 0;
+  double lr, wr, lh, wh, fl = factor(m->lat, COLL_ALGO_HD), fe = factor(m->eff, COLL_ALGO_HD);
+  hd_terms(m, n, bytes, 1, &lr, &wr);
+  hd_terms(m, n, bytes, 0, &lh, &wh);
+  return fl * lr + fe * wr < fl * lh + fe * wh;
+}
+
+int coll_algo_doubling(const coll_model *m, int algo, int n, size_t bytes) {
+  return algo == COLL_ALGO_HD && doubling(m, n, (double)bytes);
+}
+
 void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double seg, double *lat,
                       double *bw) {
   double a = m->alpha, perb = 2.0 * m->beta + m->gamma, nn = n, l, w;
   if (n <= 1) {
     l = w = 0.0;
   } else if (algo == COLL_ALGO_HD) {
-    double p2 = pow2_floor(n), fold = p2 == nn;
-    l = 2.0 * log2(p2) * a + (fold ? 0.0 : 2.0 * a);
-    w = (p2 - 1.0) / p2 * bytes * perb + (fold ? 0.0 : bytes * perb);
+    hd_terms(m, n, bytes, doubling(m, n, bytes), &l, &w);
   } else if (algo == COLL_ALGO_TREE) {
     double half = bytes / 2.0, c = seg > 0 && seg < half ? seg : half;
     double k = ceil(half / (c > 0 ? c : 1.0)), steps = 2.0 * (floor(log2(nn)) + k - 1.0);
@@ -712,10 +787,6 @@ size_t coll_algo_seg(const coll_model *m, int algo, int n, size_t bytes) {
   return pick;
 }
 
-static double factor(const double *f, int algo) {
-  int i = algo - COLL_ALGO_RING;
-  return i >= 0 && i < COLL_MODEL_ALGOS && f[i] > 0 ? f[i] : 1.0; /* 0: not measured */
-}
 
 double coll_model_time(const coll_model *m, int algo, int n, double bytes, double seg) {
   double lat, bw;

@@ -252,6 +252,7 @@ typedef struct coll_op {
   int root;
   uint64_t seq; /* checked against the peers' */
   size_t seg;   /* allreduce piece in bytes (coll_algo_seg); 0: x->chunk */
+  int doubling; /* halving_doubling by recursive doubling (coll_algo_doubling) */
 } coll_op;
 
 typedef struct coll_sched coll_sched;
@@ -291,6 +292,11 @@ void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double
 #define COLL_SEG_MIN ((size_t)4 << 10)
 #define COLL_SEG_MAX ((size_t)4 << 20)
 size_t coll_algo_seg(const coll_model *m, int algo, int n, size_t bytes);
+/* Whether algo runs a bucket of bytes over n ranks by recursive doubling
+ * (1: halving_doubling where the model's alpha, beta and gamma make its
+ * fewer exchanges of the whole bucket faster than halving's; 0 for a model
+ * that was not probed; the same from the same tuning). */
+int coll_algo_doubling(const coll_model *m, int algo, int n, size_t bytes);
 /* coll_model_time in the pieces coll_algo_seg gives, as buckets run. */
 double coll_model_predict(const coll_model *m, int algo, int n, size_t bytes);
 /* The fastest of ring, halving-doubling and tree per size bin. */
@@ -321,9 +327,12 @@ typedef struct coll_probe_clock {
 /* Every member: the group probe at bytes and bytes / 16, each algorithm
  * in turn (ring, halving-doubling, tree at the small size, then at the
  * large, round after round): a warm-up round, then as many rounds as
- * member 0 says fit the probe's time budget (at least 5, at most 9);
+ * member 0 says fit the probe's time budget (at least 5, at most 9),
+ * then as many again of the two fastest at a size where member 0 found
+ * their medians within 15% of each other (if that takes at most 0.5 s);
  * med[k][i]: the median of algorithm i's rounds at the small (k 0) and
- * the large size (k 1); *rounds: how many.  The caller owns everything. */
+ * the large size (k 1); *rounds: how many (before those).  The caller
+ * owns everything. */
 fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
                            double med[2][COLL_MODEL_ALGOS], int *rounds);
 /* Member 0: t's factors for a group of n ranks from the group probe's

@@ -359,7 +359,7 @@ static fl_status shm_allreduce(void *vs, void *buf, size_t count, fl_coll_dtype 
   if (!s->rings || s->algo == COLL_ALGO_AUTO || s->n == 1 || count == 0)
     return reduce(vs, buf, count, dt, -1);
   FL_TRY(check(s));
-  coll_op a = {COLL_OP_ALLREDUCE, s->algo, buf, count, dt, 0, ++s->seq, 0};
+  coll_op a = {COLL_OP_ALLREDUCE, s->algo, buf, count, dt, 0, ++s->seq, 0, 0};
   return coll_sched_run(s->sched, coll_shm_rings_xport(s->rings), &a);
 }
 

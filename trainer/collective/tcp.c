@@ -332,14 +332,15 @@ static fl_status tcp_allreduce(void *vs, void *buf, size_t count, fl_coll_dtype 
   size_t bytes = count * fl_coll_dtype_size(dt);
   if (algo == COLL_ALGO_AUTO) algo = st->tun.table[coll_table_bin(bytes)];
   coll_op a = {COLL_OP_ALLREDUCE, algo, buf, count, dt, 0, 0,
-               coll_algo_seg(&st->tun.m, algo, st->n, bytes)};
+               coll_algo_seg(&st->tun.m, algo, st->n, bytes),
+               coll_algo_doubling(&st->tun.m, algo, st->n, bytes)};
   return run_op(st, &a);
 }
 
 static fl_status tcp_broadcast(void *vs, void *buf, size_t bytes, int root) {
   tcp_state *st = vs;
   if (st->n == 1 || bytes == 0) return FL_OK;
-  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, buf, bytes, FL_COLL_F32, root, 0, 0};
+  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, buf, bytes, FL_COLL_F32, root, 0, 0, 0};
   return run_op(st, &a);
 }
 
@@ -348,7 +349,7 @@ static fl_status tcp_allgather(void *vs, const void *send, size_t bytes, void *r
   uint8_t *mine = (uint8_t *)recv + (size_t)st->me * bytes;
   if (bytes && mine != send) memmove(mine, send, bytes);
   if (st->n == 1 || bytes == 0) return FL_OK;
-  coll_op a = {COLL_OP_ALLGATHER, COLL_ALGO_RING, recv, bytes, FL_COLL_F32, 0, 0, 0};
+  coll_op a = {COLL_OP_ALLGATHER, COLL_ALGO_RING, recv, bytes, FL_COLL_F32, 0, 0, 0, 0};
   return run_op(st, &a);
 }
 

@@ -13,7 +13,10 @@
  * GROUP_REPS_MIN and GROUP_REPS_MAX, the algorithms taking turns in each
  * round so that a busy spell of a loaded machine falls on all of them
  * alike: the best of two rounds, before, gave a different table in each
- * of three jobs on 8 shaped namespaces), and each algorithm's latency and
+ * of three jobs on 8 shaped namespaces; where member 0 finds the two
+ * fastest medians of a size within GROUP_CLOSE, those two run as many
+ * rounds again if that fits GROUP_TIE_S, and take the medians of all), and
+ * each algorithm's latency and
  * bandwidth terms get the factors (coll_model.lat, eff) that make the
  * model give what they really took: two algorithms that move the same
  * bytes need not move them equally fast (halving-doubling's few large
@@ -38,6 +41,10 @@ static const size_t probe_sizes[] = {8, 4096, 65536, 262144, 1048576};
 #define GAMMA_FLOATS 65536
 #define GROUP_REPS_MIN 5
 #define GROUP_REPS_MAX 9
+#define GROUP_CLOSE 1.15 /* two fastest medians this near: they run again */
+#define GROUP_TIE_S 0.5   /* at most this long */
+#define GROUP_REPS_ALL (2 * GROUP_REPS_MAX)
+#define PLAN_ALL 0x77u /* every algorithm at both sizes (group_round) */
 #define GROUP_ROUNDS_S 0.25
 #define GROUP_MAX ((size_t)1 << 20)
 #define GROUP_MIN ((size_t)1 << 16)
@@ -53,9 +60,9 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The median of v[0..n) (0 < n <= GROUP_REPS_MAX); v is left as it was. */
+/* The median of v[0..n) (0 < n <= GROUP_REPS_ALL); v is left as it was. */
 static double median(const double *v, int n) {
-  double s[GROUP_REPS_MAX];
+  double s[GROUP_REPS_ALL];
   for (int i = 0; i < n; i++) {
     int j = i;
     for (; j > 0 && s[j - 1] > v[i]; j--) s[j] = s[j - 1];
@@ -129,23 +136,30 @@ static void fit(const double *t, coll_model *m) {
   m->gamma = best / (GAMMA_FLOATS * sizeof(float));
 }
 
-/* "<=64 KiB tree, <=1 MiB halving_doubling, above ring" */
+/* Bin b's algorithm, halving_doubling's variant told apart (one string
+ * per label, so that equal labels are equal pointers). */
+static const char *bin_label(const coll_tuning *t, int b) {
+  int a = t->table[b];
+  return coll_algo_doubling(&t->m, a, t->n, (size_t)1 << b) ? "halving_doubling by doubling"
+                                                             : coll_algo_names[a];
+}
+
+/* "<=4 KiB halving_doubling by doubling, <=64 KiB tree, <=1 MiB
+ * halving_doubling, above ring" */
 static void describe(const coll_tuning *t, char *out, size_t cap) {
   size_t o = 0;
   out[0] = 0;
   for (int b = 0; b < COLL_TABLE_BINS && o < cap; b++) {
-    if (b + 1 < COLL_TABLE_BINS && t->table[b + 1] == t->table[b]) continue;
+    const char *name = bin_label(t, b);
+    if (b + 1 < COLL_TABLE_BINS && bin_label(t, b + 1) == name) continue;
     if (b + 1 == COLL_TABLE_BINS)
-      o += (size_t)snprintf(out + o, cap - o, "%s%s", o ? "above " : "all ",
-                            coll_algo_names[t->table[b]]);
+      o += (size_t)snprintf(out + o, cap - o, "%s%s", o ? "above " : "all ", name);
     else if (b >= 20)
-      o += (size_t)snprintf(out + o, cap - o, "<=%d MiB %s, ", 1 << (b - 20),
-                            coll_algo_names[t->table[b]]);
+      o += (size_t)snprintf(out + o, cap - o, "<=%d MiB %s, ", 1 << (b - 20), name);
     else if (b >= 10)
-      o += (size_t)snprintf(out + o, cap - o, "<=%d KiB %s, ", 1 << (b - 10),
-                            coll_algo_names[t->table[b]]);
+      o += (size_t)snprintf(out + o, cap - o, "<=%d KiB %s, ", 1 << (b - 10), name);
     else
-      o += (size_t)snprintf(out + o, cap - o, "<=%d B %s, ", 1 << b, coll_algo_names[t->table[b]]);
+      o += (size_t)snprintf(out + o, cap - o, "<=%d B %s, ", 1 << b, name);
   }
 }
 
@@ -158,14 +172,15 @@ static size_t group_bytes(const coll_model *m, int n) {
   return b;
 }
 
-/* One round of the group probe: each algorithm at the small, then the
- * large size; t[k][i][r]: algorithm i's time at size k; *total: the
- * round's time. */
-static fl_status group_round(const coll_probe_clock *c, size_t bytes, int r,
-                             double t[2][COLL_MODEL_ALGOS][GROUP_REPS_MAX], double *total) {
+/* One round of the group probe: at the small, then the large size k, the
+ * algorithms i whose bit i is set in plan's nibble k (PLAN_ALL: all);
+ * t[k][i][r]: algorithm i's time at size k; *total: the round's time. */
+static fl_status group_round(const coll_probe_clock *c, size_t bytes, int r, uint32_t plan,
+                             double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL], double *total) {
   *total = 0;
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
+      if (!(plan >> (4 * k + i) & 1)) continue;
       double dt = 0;
       FL_TRY(c->run(c->arg, group_algos[i], k ? bytes : GROUP_SMALL(bytes), &dt));
       t[k][i][r] = dt;
@@ -174,11 +189,52 @@ static fl_status group_round(const coll_probe_clock *c, size_t bytes, int r,
   return FL_OK;
 }
 
+/* Member 0: the plan of the rounds to run again: at each size whose two
+ * fastest medians of med lie within GROUP_CLOSE of each other, those two,
+ * if n more rounds of them take no more than GROUP_TIE_S. */
+static uint32_t tie_plan(const double med[2][COLL_MODEL_ALGOS], uint32_t n) {
+  uint32_t plan = 0;
+  for (int k = 0; k < 2; k++) {
+    int a = 0, b = -1; /* the fastest, the second */
+    for (int i = 1; i < COLL_MODEL_ALGOS; i++) {
+      if (med[k][i] < med[k][a]) {
+        b = a;
+        a = i;
+      } else if (b < 0 || med[k][i] < med[k][b]) {
+        b = i;
+      }
+    }
+    if (med[k][b] <= med[k][a] * GROUP_CLOSE && (med[k][a] + med[k][b]) * n <= GROUP_TIE_S)
+      plan |= (1u << a | 1u << b) << (4 * k);
+  }
+  return plan;
+}
+
+/* The two algorithms member 0 found close at a size run n rounds more
+ * (in turns, as before), their medians taken over the 2 n rounds: a pick
+ * between two algorithms within the noise of one set of rounds flipped
+ * from job to job (64 KiB on 16 shaped namespaces, halving_doubling and
+ * the tree). */
+static fl_status tie_break(const coll_probe_clock *c, size_t bytes, uint32_t n,
+                           double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL],
+                           double med[2][COLL_MODEL_ALGOS]) {
+  uint32_t plan = tie_plan(med, n);
+  FL_TRY(c->share(c->arg, &plan));
+  if (plan & ~(uint32_t)PLAN_ALL)
+    return FL_ERR(FL_EPROTO, "collective: member 0 sent network probe plan %#x", plan);
+  double unused;
+  for (uint32_t r = n; r < 2 * n && plan; r++) FL_TRY(group_round(c, bytes, (int)r, plan, t, &unused));
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < COLL_MODEL_ALGOS; i++)
+      if (plan >> (4 * k + i) & 1) med[k][i] = median(t[k][i], 2 * (int)n);
+  return FL_OK;
+}
+
 /* Member 0 sizes the rounds from the warm-up round's time; all learn it. */
 fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
                            double med[2][COLL_MODEL_ALGOS], int *rounds) {
-  double t[2][COLL_MODEL_ALGOS][GROUP_REPS_MAX], warm = 0;
-  FL_TRY(group_round(c, bytes, 0, t, &warm));
+  double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL], warm = 0;
+  FL_TRY(group_round(c, bytes, 0, PLAN_ALL, t, &warm));
   double fit = warm > 0 ? GROUP_ROUNDS_S / warm : GROUP_REPS_MAX;
   uint32_t n = fit >= GROUP_REPS_MAX   ? GROUP_REPS_MAX
                : fit <= GROUP_REPS_MIN ? GROUP_REPS_MIN
@@ -187,11 +243,11 @@ fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
   if (n < GROUP_REPS_MIN || n > GROUP_REPS_MAX)
     return FL_ERR(FL_EPROTO, "collective: member 0 asked for %u network probe rounds (%d..%d)",
                   n, GROUP_REPS_MIN, GROUP_REPS_MAX);
-  for (uint32_t r = 0; r < n; r++) FL_TRY(group_round(c, bytes, (int)r, t, &warm));
+  for (uint32_t r = 0; r < n; r++) FL_TRY(group_round(c, bytes, (int)r, PLAN_ALL, t, &warm));
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < COLL_MODEL_ALGOS; i++) med[k][i] = median(t[k][i], (int)n);
   *rounds = (int)n;
-  return FL_OK;
+  return tie_break(c, bytes, n, t, med);
 }
 
 /* The group probe's clock on the real network: allreduces of buf in the
@@ -209,7 +265,8 @@ typedef struct net_clock {
 static fl_status net_run(void *arg, int algo, size_t len, double *secs) {
   net_clock *nc = arg;
   coll_op a = {COLL_OP_ALLREDUCE, algo, nc->buf, len / sizeof(float), FL_COLL_F32, 0, ++*nc->seq,
-               coll_algo_seg(&nc->m, algo, nc->x.n, len)};
+               coll_algo_seg(&nc->m, algo, nc->x.n, len),
+               coll_algo_doubling(&nc->m, algo, nc->x.n, len)};
   double t0 = now_s();
   FL_TRY(coll_sched_run(nc->s, &nc->x, &a));
   *secs = now_s() - t0;
@@ -220,7 +277,7 @@ static fl_status net_share(void *arg, uint32_t *v) {
   net_clock *nc = arg;
   uint8_t b[4];
   coll_put_u32(b, *v);
-  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, b, sizeof b, FL_COLL_F32, 0, ++*nc->seq, 0};
+  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, b, sizeof b, FL_COLL_F32, 0, ++*nc->seq, 0, 0};
   FL_TRY(coll_sched_run(nc->s, &nc->x, &a));
   *v = coll_get_u32(b);
   return FL_OK;
@@ -334,7 +391,7 @@ static fl_status share_plan(const coll_xport *x, coll_sched *s, uint64_t *seq, s
   coll_put_f64(b + 4, m->alpha);
   coll_put_f64(b + 12, m->beta);
   coll_put_f64(b + 20, m->gamma);
-  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, b, sizeof b, FL_COLL_F32, 0, ++*seq, 0};
+  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, b, sizeof b, FL_COLL_F32, 0, ++*seq, 0, 0};
   FL_TRY(coll_sched_run(s, x, &a));
   *group = coll_get_u32(b);
   *m = (coll_model){coll_get_f64(b + 4), coll_get_f64(b + 12), coll_get_f64(b + 20), {1, 1, 1},
@@ -388,7 +445,7 @@ fl_status coll_tune(const coll_xport *x, coll_sched *s, uint64_t *seq, int *algo
   FL_TRY(st);
   uint8_t blob[COLL_TUNING_BYTES];
   if (x->me == 0) coll_tuning_encode(t, blob);
-  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, blob, sizeof blob, FL_COLL_F32, 0, ++*seq, 0};
+  coll_op a = {COLL_OP_BROADCAST, COLL_ALGO_RING, blob, sizeof blob, FL_COLL_F32, 0, ++*seq, 0, 0};
   FL_TRY(coll_sched_run(s, x, &a));
   if (coll_tuning_decode(blob, sizeof blob, t) != FL_OK)
     return FL_ERR(FL_EPROTO, "collective: rank 0 sent an unreadable allreduce tuning");
