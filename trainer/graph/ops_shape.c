@@ -308,6 +308,19 @@ static fl_status concat_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved
   return FL_OK;
 }
 
+/* Copy nbytes: a block of at most 64 bytes, whole 4-byte elements, in
+ * fixed-size moves the compiler inlines (a concat of many small blocks,
+ * such as embedding rows, would otherwise be a library call each). */
+static void copy_block(char *d, const char *s, size_t nbytes) {
+  size_t k = 0;
+  if (nbytes > 64 || nbytes % 4) {
+    memcpy(d, s, nbytes);
+    return;
+  }
+  for (; k + 16 <= nbytes; k += 16) memcpy(d + k, s + k, 16);
+  for (; k < nbytes; k += 4) memcpy(d + k, s + k, 4);
+}
+
 /* Blocks: outer = prod(dims before axis), each input contributes a block
  * of shape[axis]*inner per outer index. */
 static fl_status concat_forward(fl_gnode *n, fl_gctx *c) {
@@ -323,7 +336,7 @@ static fl_status concat_forward(fl_gnode *n, fl_gctx *c) {
     const fl_gtensor *t = fl_gin(n, c, i);
     const size_t blk = (size_t)t->shape[axis] * inner * es;
     const char *td = edata(t);
-    for (size_t o = 0; o < outer && blk; o++) memcpy(yd + o * yrow + at, td + o * blk, blk);
+    for (size_t o = 0; o < outer && blk; o++) copy_block(yd + o * yrow + at, td + o * blk, blk);
     at += blk;
   }
   return FL_OK;
@@ -340,9 +353,13 @@ static fl_status concat_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   for (int i = 0; i < n->n_in; i++) {
     const fl_gtensor *t = fl_gin(n, c, i);
     const size_t blk = (size_t)t->shape[axis] * inner;
-    if (t->grad)
+    if (t->grad && !fl_gacc(acc, i))
       for (size_t o = 0; o < outer; o++)
-        fl_gput(t->grad + o * blk, y->grad + o * yrow + at, blk, fl_gacc(acc, i));
+        copy_block((char *)(t->grad + o * blk), (const char *)(y->grad + o * yrow + at),
+                   blk * sizeof *t->grad);
+    else if (t->grad)
+      for (size_t o = 0; o < outer; o++)
+        fl_gput(t->grad + o * blk, y->grad + o * yrow + at, blk, 1);
     at += blk;
   }
   return FL_OK;
