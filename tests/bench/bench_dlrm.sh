@@ -6,7 +6,9 @@
 # (shuffle_buffer 0), batch 256.  A benchmark, never a pass/fail test.
 #
 # Usage: tests/bench/bench_dlrm.sh [BUILDDIR]   (default: $FL_BUILDDIR or ./build)
-# Environment: BENCH_ROWS=100000 training rows (+10% test rows), BENCH_EPOCHS=1
+# Environment: BENCH_ROWS=100000 training rows (+10% test rows), BENCH_EPOCHS=1,
+# BENCH_PULL_WAIT=1 adds the same job in PS async mode with pipelined pulls
+# (pserver.sparse.pipeline true) and without (false), after the rest
 #
 # Prints `name: value unit` lines:
 #   dlrm_samples_per_cpu_s  samples trained / CPU seconds of every Flotilla
@@ -35,6 +37,10 @@
 #   dlrm_auc, torch_auc     test AUC of Flotilla's export (eval_export.py)
 #                           and of the PyTorch-trained module
 #   dlrm_auc_vs_torch       their difference (Flotilla - PyTorch)
+#   dlrm_pull_wait_share_async_pipelined, _sequential (BENCH_PULL_WAIT=1)
+#                           the trainer's share of step time blocked on
+#                           sparse rows (its "[Epoch N] pull_wait:" lines,
+#                           the epochs' mean) in async mode, pipelined or not
 # shellcheck disable=SC2015 # `A && echo ok || fail`: the echo never fails
 set -u
 B=${1:-${FL_BUILDDIR:-$PWD/build}}
@@ -120,3 +126,18 @@ fi
 echo "dlrm_auc: $auc"
 echo "torch_auc: $tauc"
 echo "dlrm_auc_vs_torch: $(awk -v a="$auc" -v b="$tauc" 'BEGIN { printf "%+.5f", a - b }')"
+
+# The pull wait share of the same job in async mode, pipelined (the
+# default) and not: pull_wait PIPELINE prints the trainer's mean share.
+pull_wait() {
+  sed -e 's/a_sync: .*/a_sync: true/' -e "s/^  sparse:$/  sparse:\n    pipeline: $1/" job.yaml > "pw_$1.yaml"
+  "$B/flotilla-run" --log_dir "pw_$1" --mode ps --server_num 1 --nproc_per_node 1 "pw_$1.yaml" \
+    > "pw_$1.out" 2>&1 || { tail -20 "pw_$1.out" >&2; echo "bench_dlrm: async run failed" >&2; return 1; }
+  sed -n 's/.*\] pull_wait: \([0-9.]*\) of the step time.*/\1/p' "pw_$1/workerlog.0" |
+    awk '{ s += $1; n++ } END { printf "%.4f", n ? s / n : 0 }'
+}
+if [ "${BENCH_PULL_WAIT:-0}" = 1 ]; then
+  grep -q '^  sparse:$' job.yaml || { echo "bench_dlrm: no pserver.sparse section" >&2; exit 1; }
+  echo "dlrm_pull_wait_share_async_pipelined: $(pull_wait true) share"
+  echo "dlrm_pull_wait_share_async_sequential: $(pull_wait false) share"
+fi

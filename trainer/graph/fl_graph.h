@@ -51,8 +51,10 @@ enum {
   FL_GOP_NO_FOLD = 1u << 7,     /* never evaluated at create on constants: its value depends on
                                    the step or the mode (Dropout) */
   FL_GOP_CAST = 1u << 8,        /* converts its input to the element type its "to" names */
-  FL_GOP_ROW_READER = 1u << 9   /* reads whole rows of input 0 at the ids of input 1 (on axis 0,
+  FL_GOP_ROW_READER = 1u << 9,  /* reads whole rows of input 0 at the ids of input 1 (on axis 0,
                                    when it has an "axis"): may read a sparse table */
+  FL_GOP_VIEW = 1u << 10        /* output 0 holds input 0's values as they are, another shape:
+                                   the planner may give both one buffer (its copy then none) */
 };
 
 /* Element types, numbered as ONNX's TensorProto.DataType. */

@@ -337,6 +337,51 @@ static void touch(planner *p, int b, int e) {
   if (e > x->end) x->end = e;
 }
 
+/* A view node's output (FL_GOP_VIEW) shares its input's forward buffer
+ * when both are float values computed once (neither recomputed): values
+ * are never written after their producer, so the shared bytes are both
+ * tensors' values; the output's own buffer is left empty.  The gradients
+ * keep their buffers. */
+static void share_views(const fl_gmodel *m, planner *p, int *bfwd, const int *bbwd) {
+  const fl_graph *g = m->g;
+  for (int i = 0; i < g->nn; i++) {
+    const fl_gnode *n = &g->nodes[i];
+    if (!(n->op->traits & FL_GOP_VIEW) || m->fwd_skip[i] || m->recomp[i] || n->n_in < 1 ||
+        n->in[0] < 0)
+      continue;
+    const int x = n->in[0], y = n->out[0];
+    if (bfwd[x] < 0 || bfwd[y] < 0 || bbwd[x] >= 0 || bbwd[y] >= 0 || g->t[x].n != g->t[y].n)
+      continue;
+    p->b[bfwd[y]].size = 0;
+    bfwd[y] = bfwd[x];
+  }
+}
+
+/* A view node's input gradient shares its output gradient's buffer when
+ * the view is the input's only reader: the output's gradient is complete
+ * (written by its readers' backwards) before the view's backward, which
+ * would copy it over the input's, written by no other. */
+static fl_status share_view_grads(const fl_gmodel *m, planner *p, int *bgrad) {
+  const fl_graph *g = m->g;
+  int *readers = calloc((size_t)g->nt, sizeof *readers);
+  if (!readers) return FL_ERR(FL_ENOMEM, "graph %s: out of memory planning buffers", g->name);
+  for (int i = 0; i < g->nn; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++)
+      if (g->nodes[i].in[k] >= 0) readers[g->nodes[i].in[k]]++;
+  for (int i = g->nn - 1; i >= 0; i--) { /* backward order: a chain's last view first */
+    const fl_gnode *n = &g->nodes[i];
+    if (!(n->op->traits & FL_GOP_VIEW) || n->n_in < 1 || n->in[0] < 0) continue;
+    const int x = n->in[0], y = n->out[0];
+    if (readers[x] != 1 || bgrad[x] < 0 || bgrad[y] < 0 || m->zero_grad[x] || m->zero_grad[y] ||
+        x == g->output || y == g->output || g->t[x].n != g->t[y].n)
+      continue;
+    p->b[bgrad[x]].size = 0;
+    bgrad[x] = bgrad[y];
+  }
+  free(readers);
+  return FL_OK;
+}
+
 /* Plan the buffers of the variant in use: *need receives the arena floats;
  * unless dry, pl receives the plan (offsets, scratch). */
 static fl_status plan_buffers(fl_gmodel *m, int dry, size_t *need, fl_gplan *pl) {
@@ -360,6 +405,8 @@ static fl_status plan_buffers(fl_gmodel *m, int dry, size_t *need, fl_gplan *pl)
         (bgrad[t] = add_buf(&p, x->n, -1, -1)) < 0)
       goto nomem;
   }
+  share_views(m, &p, bfwd, bbwd);
+  if ((st = share_view_grads(m, &p, bgrad)) != FL_OK) goto done;
   size_t ws = 0;
   for (int i = 0; i < nn; i++) {
     const fl_gnode *n = &g->nodes[i];

@@ -308,6 +308,19 @@ static fl_status concat_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved
   return FL_OK;
 }
 
+/* Copy nbytes: a block of at most 64 bytes, whole 4-byte elements, in
+ * fixed-size moves the compiler inlines (a concat of many small blocks,
+ * such as embedding rows, would otherwise be a library call each). */
+static void copy_block(char *d, const char *s, size_t nbytes) {
+  size_t k = 0;
+  if (nbytes > 64 || nbytes % 4) {
+    memcpy(d, s, nbytes);
+    return;
+  }
+  for (; k + 16 <= nbytes; k += 16) memcpy(d + k, s + k, 16);
+  for (; k < nbytes; k += 4) memcpy(d + k, s + k, 4);
+}
+
 /* Blocks: outer = prod(dims before axis), each input contributes a block
  * of shape[axis]*inner per outer index. */
 static fl_status concat_forward(fl_gnode *n, fl_gctx *c) {
@@ -323,7 +336,7 @@ static fl_status concat_forward(fl_gnode *n, fl_gctx *c) {
     const fl_gtensor *t = fl_gin(n, c, i);
     const size_t blk = (size_t)t->shape[axis] * inner * es;
     const char *td = edata(t);
-    for (size_t o = 0; o < outer && blk; o++) memcpy(yd + o * yrow + at, td + o * blk, blk);
+    for (size_t o = 0; o < outer && blk; o++) copy_block(yd + o * yrow + at, td + o * blk, blk);
     at += blk;
   }
   return FL_OK;
@@ -340,9 +353,13 @@ static fl_status concat_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   for (int i = 0; i < n->n_in; i++) {
     const fl_gtensor *t = fl_gin(n, c, i);
     const size_t blk = (size_t)t->shape[axis] * inner;
-    if (t->grad)
+    if (t->grad && !fl_gacc(acc, i))
       for (size_t o = 0; o < outer; o++)
-        fl_gput(t->grad + o * blk, y->grad + o * yrow + at, blk, fl_gacc(acc, i));
+        copy_block((char *)(t->grad + o * blk), (const char *)(y->grad + o * yrow + at),
+                   blk * sizeof *t->grad);
+    else if (t->grad)
+      for (size_t o = 0; o < outer; o++)
+        fl_gput(t->grad + o * blk, y->grad + o * yrow + at, blk, 1);
     at += blk;
   }
   return FL_OK;
@@ -601,6 +618,25 @@ static fl_status gather_index(const fl_gnode *n, int64_t v, int64_t dim, size_t 
   return FL_OK;
 }
 
+/* Gather of single elements (inner 1) along an axis of dim, indices
+ * checked: y[o, j] = x[o, ix[j]], each element moved as it is. */
+#define GATHER_ELEMS(T, X, Y)                                              \
+  for (size_t o = 0; o < outer; o++) {                                     \
+    const T *xo = (X) + o * (size_t)dim;                                   \
+    T *yo = (Y) + o * ni;                                                  \
+    for (size_t j = 0; j < ni; j++) {                                      \
+      const int64_t v = ix->idata[j];                                      \
+      yo[j] = xo[v < 0 ? v + dim : v];                                     \
+    }                                                                      \
+  }
+
+static void gather_elems(const fl_gtensor *x, const fl_gtensor *ix, fl_gtensor *y, size_t outer,
+                         int64_t dim) {
+  const size_t ni = ix->n;
+  if (x->dtype == FL_G_I64) GATHER_ELEMS(int64_t, x->idata, y->idata)
+  else GATHER_ELEMS(float, x->data, y->data)
+}
+
 static fl_status gather_forward(fl_gnode *n, fl_gctx *c) {
   const fl_gtensor *x = fl_gin(n, c, 0), *ix = fl_gin(n, c, 1);
   fl_gtensor *y = fl_gout(n, c, 0);
@@ -612,6 +648,10 @@ static fl_status gather_forward(fl_gnode *n, fl_gctx *c) {
   for (size_t j = 0; j < ni; j++) { /* check them all before writing */
     size_t p;
     FL_TRY(gather_index(n, ix->idata[j], dim, j, &p));
+  }
+  if (inner == 1) { /* single elements (index_select of columns): no call per element */
+    gather_elems(x, ix, y, outer, dim);
+    return FL_OK;
   }
   const char *xd = edata(x);
   char *yd = edata(y);
@@ -919,24 +959,24 @@ static const char *const cos_attrs[] = {"value", NULL};
 const fl_gop fl_gops_shape[] = {
     {.type = "Flatten", .paddle = "flatten", .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 1, .attrs = axis_attrs, .infer = flatten_infer, .forward = copy_forward,
-     .backward = copy_backward,
+     .backward = copy_backward, .traits = FL_GOP_VIEW,
      .forward_cuda = fl_gcu_copy_forward, .backward_cuda = fl_gcu_copy_backward,
      .doc = "axis, negative too"},
     {.type = "Reshape", .paddle = "reshape2", .min_in = 2, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = reshape_attrs, .infer = reshape_infer, .forward = copy_forward,
-     .backward = copy_backward,
+     .backward = copy_backward, .traits = FL_GOP_VIEW,
      .forward_cuda = fl_gcu_copy_forward, .backward_cuda = fl_gcu_copy_backward,
      .nodiff_in = 2,
      .doc = "shape known at bind (0 copies a dim, -1 infers one), allowzero"},
     {.type = "Squeeze", .paddle = "squeeze2", .min_in = 1, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = axes_attrs, .infer = squeeze_infer, .forward = copy_forward,
-     .backward = copy_backward,
+     .backward = copy_backward, .traits = FL_GOP_VIEW,
      .forward_cuda = fl_gcu_copy_forward, .backward_cuda = fl_gcu_copy_backward,
      .nodiff_in = 2,
      .doc = "axes as an input known at bind, or all size-1 dims"},
     {.type = "Unsqueeze", .paddle = "unsqueeze2", .min_in = 1, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = axes_attrs, .infer = unsqueeze_infer, .forward = copy_forward,
-     .backward = copy_backward,
+     .backward = copy_backward, .traits = FL_GOP_VIEW,
      .forward_cuda = fl_gcu_copy_forward, .backward_cuda = fl_gcu_copy_backward,
      .nodiff_in = 2,
      .doc = "axes as an input known at bind"},

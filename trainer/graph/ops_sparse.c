@@ -144,45 +144,42 @@ static fl_status pool_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
 
 /* ids[0..n) ascending by a byte-wise LSD radix sort through tmp (n values),
  * skipping the bytes all ids share (ids modulo a vocabulary differ in two
- * or three of eight). */
-static void radix_sort(int64_t *ids, int64_t *tmp, size_t n) {
+ * or three of eight).  pos (n values, or NULL) moves along with the ids
+ * through ptmp (stable: equal ids keep their order). */
+static void radix_sort(int64_t *ids, int64_t *tmp, int64_t *pos, int64_t *ptmp, size_t n) {
   uint64_t any = 0, all = ~0ULL;
   for (size_t i = 0; i < n; i++) {
     const uint64_t k = (uint64_t)ids[i] ^ SIGN_BIT;
     any |= k;
     all &= k;
   }
-  int64_t *src = ids, *dst = tmp;
+  int64_t *src = ids, *dst = tmp, *ps = pos, *pd = ptmp;
   for (unsigned b = 0; b < 64; b += 8) {
     if (!(((any ^ all) >> b) & 0xffu)) continue;
     size_t at[257] = {0};
     for (size_t i = 0; i < n; i++) at[((((uint64_t)src[i] ^ SIGN_BIT) >> b) & 0xffu) + 1]++;
     for (size_t j = 1; j < 257; j++) at[j] += at[j - 1];
-    for (size_t i = 0; i < n; i++) dst[at[(((uint64_t)src[i] ^ SIGN_BIT) >> b) & 0xffu]++] = src[i];
-    int64_t *w = src;
+    for (size_t i = 0; i < n; i++) {
+      const size_t j = at[(((uint64_t)src[i] ^ SIGN_BIT) >> b) & 0xffu]++;
+      dst[j] = src[i];
+      if (ps) pd[j] = ps[i];
+    }
+    int64_t *w = src, *pw = ps;
     src = dst;
     dst = w;
+    ps = pd;
+    pd = pw;
   }
   if (src != ids) memcpy(ids, src, n * sizeof *ids);
+  if (pos && ps != pos) memcpy(pos, ps, n * sizeof *pos);
 }
 
 size_t fl_graph_unique_ids(int64_t *ids, int64_t *tmp, size_t n) {
   size_t u = 0;
-  radix_sort(ids, tmp, n);
+  radix_sort(ids, tmp, NULL, NULL, n);
   for (size_t i = 0; i < n; i++)
     if (!u || ids[i] != ids[u - 1]) ids[u++] = ids[i];
   return u;
-}
-
-/* The position of id among u[0..nu) (ascending, holding id). */
-static size_t rank_of(const int64_t *u, size_t nu, int64_t id) {
-  size_t lo = 0, hi = nu;
-  while (hi - lo > 1) {
-    const size_t mid = lo + (hi - lo) / 2;
-    if (u[mid] <= id) lo = mid;
-    else hi = mid;
-  }
-  return lo;
 }
 
 /* Ids [any shape] -> their positions among the sorted distinct ids, the
@@ -194,7 +191,9 @@ static fl_status rowidx_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved
   FL_TRY(fl_ga_int(n, "capacity", 0, &cap));
   if (cap < 1) return fl_gop_fail(n, FL_EINVAL, "capacity %lld must be > 0", (long long)cap);
   fl_gset_out(n, c, 0, FL_G_I64, x->ndim, x->shape);
-  *ws = 4 * (x->n ? x->n : 1); /* a sorted copy of the ids and the sort's scratch, int64 */
+  /* a sorted copy of the ids, their positions and the sort's scratch for
+   * both, int64 */
+  *ws = 8 * (x->n ? x->n : 1);
   *saved = 0;
   return FL_OK;
 }
@@ -202,14 +201,19 @@ static fl_status rowidx_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved
 static fl_status rowidx_forward(fl_gnode *n, fl_gctx *c) {
   const fl_gtensor *x = fl_gin(n, c, 0);
   fl_gtensor *y = fl_gout(n, c, 0);
-  int64_t cap, *u = (int64_t *)(void *)n->ws;
+  int64_t cap, *u = (int64_t *)(void *)n->ws, *pos = u + 2 * x->n;
   FL_TRY(fl_ga_int(n, "capacity", 0, &cap));
   if (x->n) memcpy(u, x->idata, x->n * sizeof *u);
-  const size_t nu = fl_graph_unique_ids(u, u + x->n, x->n);
+  for (size_t i = 0; i < x->n; i++) pos[i] = (int64_t)i;
+  radix_sort(u, u + x->n, pos, pos + x->n, x->n);
+  size_t nu = 0; /* the distinct ids so far: the rank of the next new one */
+  for (size_t i = 0; i < x->n; i++) {
+    if (!i || u[i] != u[i - 1]) nu++;
+    y->idata[pos[i]] = (int64_t)nu - 1;
+  }
   if (nu > (size_t)cap)
     return fl_gop_fail(n, FL_EINVAL, "%zu distinct ids in the batch, over the %lld rows the "
                        "sparse table's rows input holds", nu, (long long)cap);
-  for (size_t i = 0; i < x->n; i++) y->idata[i] = (int64_t)rank_of(u, nu, x->idata[i]);
   return FL_OK;
 }
 
