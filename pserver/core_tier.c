@@ -51,6 +51,10 @@ static void tmp_path(const fl_ps_core *c, char *p, size_t cap) {
 
 fl_status psc_tier_snapshot(fl_ps_core *c) {
   char tmp[FL_JOB_PATH_MAX + 96];
+  size_t nt = atomic_load(&c->n_tables);
+  for (size_t i = 0; i < nt; i++)
+    for (unsigned s = 0; s < c->tables[i].ns; s++)
+      FL_TRY(fl_ps_table_tier_keep_order(c->tables[i].sh[s]));
   tmp_path(c, tmp, sizeof tmp);
   FL_TRY(fl_ps_tier_remove_copy(tmp));
   return fl_ps_tier_checkpoint(c->tier, tmp);

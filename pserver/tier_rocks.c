@@ -68,6 +68,7 @@ typedef struct tier_table {
   uint64_t id;
   id_filter f;
   _Atomic uint64_t rows;
+  uint64_t newest; /* the largest order sequence written (0: none) */
   rocksdb_writebatch_t *pend; /* writes not yet applied */
   _Atomic size_t pend_bytes;
   rocksdb_writebatch_wi_t *stuck; /* writes RocksDB refused (NULL: none), read through */
@@ -174,6 +175,7 @@ static tier_table *table_of(fl_ps_tier *t, uint64_t table) {
     e = &t->tables[n];
     e->id = table;
     atomic_store(&e->rows, 0);
+    e->newest = 0;
     e->pend = rocksdb_writebatch_create();
     e->pend_bytes = 0;
     e->stuck = NULL;
@@ -494,18 +496,22 @@ static void rebuild_filter(fl_ps_tier *t, tier_table *e);
 
 fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
                          size_t len) {
+  return fl_ps_tier_put_at(t, table, key, row, len, atomic_fetch_add(&t->seq, 1));
+}
+
+fl_status fl_ps_tier_put_at(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
+                            size_t len, uint64_t seq) {
   unsigned char rk[KEY_LEN], ok[KEY_LEN], id[8], sq[SEQ_LEN];
   const char *vp[2] = {(const char *)sq, row};
   const size_t vs[2] = {SEQ_LEN, len};
   const char *kp[1] = {(const char *)rk};
   const size_t ks[1] = {KEY_LEN};
   tier_table *e = table_of(t, table);
-  uint64_t seq;
   if (!e)
     return FL_ERR(FL_ENOMEM, "disk tier %s: more than %d tables (stripes) in one store; raise "
                   "MAX_TIER_TABLES", t->path, MAX_TIER_TABLES);
   if (e->stuck) FL_TRY(settle(t, e));
-  seq = atomic_fetch_add(&t->seq, 1);
+  if (seq > e->newest) e->newest = seq;
   make_key(rk, 'r', table, key);
   make_key(ok, 'o', table, seq);
   put_be64(sq, seq);
@@ -727,7 +733,8 @@ fl_status fl_ps_tier_scan(fl_ps_tier *t, uint64_t table, int has_after, uint64_t
   return st;
 }
 
-fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t *key, int *found) {
+fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t before, uint64_t *key,
+                                  int *found) {
   unsigned char lo[KEY_LEN];
   rocksdb_iterator_t *it = iter_of(t, table);
   const char *k, *v;
@@ -739,8 +746,8 @@ fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t *key, 
   if (rocksdb_iter_valid(it)) {
     k = rocksdb_iter_key(it, &kl);
     v = rocksdb_iter_value(it, &vl);
-    if (kl == KEY_LEN && !memcmp(k, lo, 9) && vl == 8) {
-      seq = get_be64((const unsigned char *)k + 9);
+    if (kl == KEY_LEN && !memcmp(k, lo, 9) && vl == 8 &&
+        (seq = get_be64((const unsigned char *)k + 9)) < before) {
       *key = get_be64((const unsigned char *)v);
       *found = 1;
     }
@@ -798,6 +805,54 @@ fl_status fl_ps_tier_expire(fl_ps_tier *t, uint64_t table, void *row, size_t len
   }
   rocksdb_iter_destroy(it);
   return st;
+}
+
+fl_status fl_ps_tier_put_note(fl_ps_tier *t, uint64_t table, const void *blob, size_t len) {
+  unsigned char k[KEY_LEN];
+  tier_table *e = table_of(t, table);
+  if (!e)
+    return FL_ERR(FL_ENOMEM, "disk tier %s: more than %d tables (stripes) in one store", t->path,
+                  MAX_TIER_TABLES);
+  make_key(k, 'u', table, 0);
+  if (e->stuck) rocksdb_writebatch_wi_put(e->stuck, (const char *)k, KEY_LEN, blob, len);
+  else rocksdb_writebatch_put(e->pend, (const char *)k, KEY_LEN, blob, len);
+  grew(t, e, KEY_LEN + len);
+  return FL_OK;
+}
+
+fl_status fl_ps_tier_get_note(fl_ps_tier *t, uint64_t table, void **blob, size_t *len) {
+  unsigned char k[KEY_LEN];
+  char *err = NULL, *v;
+  tier_table *e = table_of(t, table);
+  *blob = NULL;
+  *len = 0;
+  if (e) (void)settle(t, e);
+  make_key(k, 'u', table, 0);
+  v = e && e->stuck ? rocksdb_writebatch_wi_get_from_batch_and_db(e->stuck, t->db, t->ro,
+                                                                  (const char *)k, KEY_LEN, len,
+                                                                  &err)
+                    : rocksdb_get(t->db, t->ro, (const char *)k, KEY_LEN, len, &err);
+  if (err) {
+    fl_status st = FL_ERR(FL_EIO, "disk tier %s: reading a table's note failed: %s", t->path, err);
+    rocksdb_free(err);
+    rocksdb_free(v);
+    return st;
+  }
+  if (v && !(*blob = malloc(*len ? *len : 1))) {
+    rocksdb_free(v);
+    return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory reading a note of %zu bytes", t->path,
+                  *len);
+  }
+  if (v) memcpy(*blob, v, *len);
+  rocksdb_free(v);
+  return FL_OK;
+}
+
+uint64_t fl_ps_tier_newest(const fl_ps_tier *t, uint64_t table) {
+  int n = atomic_load(&t->n_tables);
+  for (int i = 0; i < n; i++)
+    if (t->tables[i].id == table) return t->tables[i].newest;
+  return 0;
 }
 
 size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table) {
@@ -862,13 +917,19 @@ static void rescan(fl_ps_tier *t) {
   rocksdb_iterator_t *it = rocksdb_create_iterator(t->db, t->ro);
   unsigned char lo[1] = {'o'};
   uint64_t next = 0;
-  for (int i = 0; i < atomic_load(&t->n_tables); i++) atomic_store(&t->tables[i].rows, 0);
+  for (int i = 0; i < atomic_load(&t->n_tables); i++) {
+    atomic_store(&t->tables[i].rows, 0);
+    t->tables[i].newest = 0;
+  }
   for (rocksdb_iter_seek(it, (const char *)lo, 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
     size_t kl = 0;
     const unsigned char *k = (const unsigned char *)rocksdb_iter_key(it, &kl);
     tier_table *e;
     if (kl != KEY_LEN || k[0] != 'o') break;
-    if ((e = table_of(t, get_be64(k + 1))) != NULL) atomic_fetch_add(&e->rows, 1);
+    if ((e = table_of(t, get_be64(k + 1))) != NULL) {
+      atomic_fetch_add(&e->rows, 1);
+      if (get_be64(k + 9) > e->newest) e->newest = get_be64(k + 9);
+    }
     if (get_be64(k + 9) >= next) next = get_be64(k + 9) + 1;
   }
   rocksdb_iter_destroy(it);
