@@ -1264,16 +1264,20 @@ fl_status fl_ps_table_apply_delta(fl_ps_table *t, const fl_ckpt *c, const char *
 }
 
 /* -------------------------------------------------------------- disk tier
- * With pserver.memory_budget the table keeps its most recently used rows
- * in memory while every table's hot rows together stay within the budget
- * (each table demotes its own least recent row to make room); the others
+ * With pserver.memory_budget the table keeps rows in memory while every
+ * table's hot rows together stay within the budget (each table demotes
+ * one of its own rows to make room: the least recent, or a row of the
+ * window that is used less often, see pick_demoted); the others
  * live in the disk tier (tier_rocks.c) as one blob each: [int64 updates]
  * [dim values][state1][state2].  A call's keys missing from memory are
  * looked up with one multi-get before its rows are taken in order; a key
  * demoted during the call (after that look-up) is read on its own.  A row
- * found on disk is promoted (taken back, removed there).  max_rows bounds
- * the rows of both tiers: a new row at the bound evicts the least recently
- * used row, the oldest on disk when there is one.  When a demotion fails
+ * found on disk is promoted (taken back, removed there) into the window.
+ * Every touch stamps a row's last use (use_clock); a row reaches the disk
+ * under its stamp, so the disk keeps its rows in the order of last use and
+ * max_rows, which bounds the rows of both tiers, evicts the least recent
+ * of the memory tail and the disk's oldest, as a table all in memory
+ * would.  When a demotion fails
  * (disk full), the error names the store's path and the table stops
  * demoting: its rows stay in memory, over the budget, none lost. */
 

@@ -1,10 +1,11 @@
 /* tier_rocks.c - the sparse tables' disk tier on RocksDB (tier_rocks.h).
  * Keys are 17 bytes: 'r', the table's name hash and the row id, both
- * big-endian, holding [u64 demotion sequence][the row's bytes] (a row of
- * the layout before the marks is FL_PS_TIER_MARKS_LEN shorter); and 'o',
- * the table, the demotion sequence, holding the row id: the table's rows in
- * the order they were demoted, oldest first, which (demotion taking the
- * memory tier's least recent row) is their order of last use.
+ * big-endian, holding [u64 order sequence][the row's bytes] (a row of
+ * the layout before the marks is FL_PS_TIER_MARKS_LEN shorter); 'o', the
+ * table, the order sequence, holding the row id: the table's rows oldest
+ * first (the caller passes each row's last use, fl_ps_tier_put_at; a
+ * store before that took the demotion order, which was the same); and 'u',
+ * the table, 0: the table's note (fl_ps_tier_put_note).
  * Writes (demotions, removals) gather in a per-table indexed write batch
  * applied as one RocksDB write when it is full or before the table's next
  * read; a batch RocksDB refuses (disk full) stays and is read through.
