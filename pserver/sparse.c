@@ -1383,6 +1383,12 @@ static int32_t win_front(fl_ps_table *t) {
   return -1;
 }
 
+/* Window row c joins the rest. */
+static void win_leave(fl_ps_table *t, int32_t c) {
+  t->prob[c] = 0;
+  t->nprob--;
+}
+
 /* Make the ring hold at least twice its live keys (stale ones dropped);
  * 0 when out of memory. */
 static int win_grow(fl_ps_table *t) {
@@ -1408,20 +1414,18 @@ static int win_grow(fl_ps_table *t) {
   return 1;
 }
 
-/* Row r came into memory: it joins the window (out of memory for the
- * window's keys: it is admitted at once). */
+/* Row r came into memory: it joins the window, whose oldest rows join the
+ * rest while it is full (memory is not: no row need go; so the window's
+ * keys stay within about win_cap).  Out of memory for the window's keys:
+ * r is admitted at once. */
 static void win_push(fl_ps_table *t, int32_t r) {
+  int32_t c;
   t->prob[r] = 0;
+  while (t->nprob >= t->win_cap && (c = win_front(t)) >= 0) win_leave(t, c);
   if (t->win_n == t->win_ring && !win_grow(t)) return;
   t->win[(t->win_at + t->win_n++) & (t->win_ring - 1)] = t->keys[r];
   t->prob[r] = 1;
   t->nprob++;
-}
-
-/* Window row c joins the rest. */
-static void win_leave(fl_ps_table *t, int32_t c) {
-  t->prob[c] = 0;
-  t->nprob--;
 }
 
 /* The memory row to demote.  A window over win_cap rows hands its oldest
