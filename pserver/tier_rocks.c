@@ -431,7 +431,14 @@ static int cmp_ent(const void *pa, const void *pb) {
 }
 
 /* Write e's pending batch in key order: the memtable's skip list takes
- * sorted keys for a fraction of the cost of random ones. */
+ * sorted keys for a fraction of the cost of random ones.  Its deletes go
+ * as single deletes: a row's 'r' key is put once per demotion and deleted
+ * once (promotion, eviction, expiry, a load's settling) before it can be
+ * put again, 'o' keys are unique, and the note ('u') is never deleted, so
+ * a delete and its put cancel in the first flush or compaction holding
+ * both instead of the tombstone travelling to the last sorted run (a row
+ * demoted and promoted again within a memtable's life never reaches an
+ * SST file). */
 static void write_sorted(fl_ps_tier *t, tier_table *e, char **err) {
   ents x = {0};
   rocksdb_writebatch_t *wb;
@@ -443,7 +450,7 @@ static void write_sorted(fl_ps_tier *t, tier_table *e, char **err) {
   }
   qsort(x.a, x.n, sizeof *x.a, cmp_ent);
   for (size_t i = 0; i < x.n; i++) {
-    if (x.a[i].del) rocksdb_writebatch_delete(wb, x.a[i].k, KEY_LEN);
+    if (x.a[i].del) rocksdb_writebatch_singledelete(wb, x.a[i].k, KEY_LEN);
     else rocksdb_writebatch_put(wb, x.a[i].k, KEY_LEN, x.a[i].v, x.a[i].vl);
   }
   free(x.a);
