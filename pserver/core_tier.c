@@ -55,6 +55,10 @@ static void tmp_path(const fl_ps_core *c, char *p, size_t cap) {
 
 fl_status psc_tier_snapshot(fl_ps_core *c, int delta, int mark) {
   char tmp[FL_JOB_PATH_MAX + 96];
+  size_t nt = atomic_load(&c->n_tables);
+  for (size_t i = 0; i < nt; i++)
+    for (unsigned s = 0; s < c->tables[i].ns; s++)
+      FL_TRY(fl_ps_table_tier_keep_order(c->tables[i].sh[s]));
   tmp_path(c, tmp, sizeof tmp);
   FL_TRY(fl_ps_tier_remove_copy(tmp));
   return delta ? fl_ps_tier_checkpoint_delta(c->tier, tmp)

@@ -183,6 +183,10 @@ uint64_t fl_ps_table_tier_id(const char *name, unsigned stripe);
  * last-seen step, then time; a tie keeps the disk's, the same bits), then
  * the memory rows over the budget are demoted.  No-op without a tier. */
 fl_status fl_ps_table_tier_settle(fl_ps_table *t);
+/* Before the store is copied for a checkpoint (t locked): each memory
+ * row's last use goes into the store (its note), so that loading that
+ * checkpoint restores the order of both tiers.  No-op without a tier. */
+fl_status fl_ps_table_tier_keep_order(fl_ps_table *t);
 
 /* Read a row without touching it (tests, checkpoints): 1 when present. */
 int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out);

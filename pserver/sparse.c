@@ -71,6 +71,15 @@ struct fl_ps_table {
   uint8_t *pf_found, *pf_used;
   uint64_t *pf_seqs; /* their demotion sequences */
   unsigned char *one, *out; /* one row looked up, one row demoted */
+  uint64_t *used;       /* per row: its last use (use_clock), the disk's order */
+  uint64_t use_clock;
+  uint8_t *prob;        /* per row: in the window, not yet admitted by frequency */
+  size_t nprob, win_cap;
+  uint64_t *win;        /* the window's keys, oldest first (a ring; stale ones skipped) */
+  size_t win_at, win_n, win_ring;
+  uint8_t *fq;          /* frequency sketch: FQ_DEPTH rows of fq_w 4-bit counters */
+  size_t fq_w;
+  uint64_t fq_adds;
   fl_ps_sketch *sketch; /* admission; NULL: every id is admitted */
   int sketch_shared;    /* sketch is another stripe's (not freed here) */
   uint32_t admit_threshold;
@@ -99,7 +108,7 @@ static fl_status tier_lookup(fl_ps_table *t, uint64_t key, const unsigned char *
                              uint64_t *seq);
 static fl_status tier_place(fl_ps_table *t, uint64_t key, const unsigned char *b, int found,
                             uint64_t seq, int32_t *out);
-static size_t tier_expire(fl_ps_table *t, int *all);
+static size_t tier_expire(fl_ps_table *t);
 static fl_status tier_prefetch(fl_ps_table *t, const uint64_t *keys, size_t n);
 static fl_status tier_read(const fl_ps_table *t, const uint64_t *keys, size_t n, float *out);
 static fl_status tier_has(fl_ps_table *t, uint64_t key, int *found);
@@ -290,6 +299,10 @@ static fl_status grow(fl_ps_table *t) {
   GROW(seen_step, nc);
   GROW(seen_time, nc);
   GROW(dirty, nc);
+  if (t->tier) {
+    GROW(used, nc);
+    GROW(prob, nc);
+  }
 #undef GROW
   t->cap = nc;
   for (ns = 16; ns < 2 * nc + 1; ns *= 2) {
@@ -328,6 +341,7 @@ static void touch(fl_ps_table *t, int32_t r) {
   t->seen_step[r] = t->clock;
   t->seen_time[r] = t->now;
   t->dirty[r] = 1;
+  if (t->used) t->used[r] = ++t->use_clock;
   if (t->head == r) return;
   lru_unlink(t, r);
   lru_push_head(t, r);
@@ -438,6 +452,10 @@ static void move_row(fl_ps_table *t, int32_t from, int32_t to) {
   t->seen_step[to] = t->seen_step[from];
   t->seen_time[to] = t->seen_time[from];
   t->dirty[to] = t->dirty[from];
+  if (t->used) {
+    t->used[to] = t->used[from];
+    t->prob[to] = t->prob[from];
+  }
   t->prev[to] = t->prev[from];
   t->next[to] = t->next[from];
   if (t->prev[to] >= 0) t->next[t->prev[to]] = to;
@@ -450,6 +468,7 @@ static void move_row(fl_ps_table *t, int32_t from, int32_t to) {
  * rows stay in [0, n). */
 static void free_index(fl_ps_table *t, int32_t r) {
   int32_t last = (int32_t)t->n - 1;
+  if (t->prob && t->prob[r]) t->nprob--;
   if (r != last) move_row(t, last, r);
   t->n--;
   if (t->tier) atomic_fetch_sub(t->hot_bytes, t->row_bytes);
@@ -577,15 +596,14 @@ static int is_old(const fl_ps_table *t, int64_t step, double time) {
          (t->expire_s > 0 && t->now - time >= t->expire_s);
 }
 
-/* The disk tier's rows are older than every memory row (a demotion takes
- * the memory tail), so the sweep starts there and goes on into memory only
- * once the disk has no row left that is not due. */
+/* Each tier is walked from its least recent row while the rows are due:
+ * a row's marks only grow with its last use, so the rows due are the
+ * least recent ones of both tiers together, the same as all in memory. */
 size_t fl_ps_table_expire(fl_ps_table *t, double now) {
   size_t k = 0;
-  int all = 1;
   if (now > t->now) t->now = now;
-  if (t->tier && (t->expire_steps > 0 || t->expire_s > 0)) k = tier_expire(t, &all);
-  while (all && t->tail >= 0) {
+  if (t->tier && (t->expire_steps > 0 || t->expire_s > 0)) k = tier_expire(t);
+  while (t->tail >= 0) {
     int32_t r = t->tail;
     if (!is_old(t, t->seen_step[r], t->seen_time[r])) break;
     drop_row(t, r);
@@ -1088,6 +1106,7 @@ static fl_status load_slot(fl_ps_table *t, uint64_t key, int32_t *out) {
     t->loading = 0;
     FL_TRY(st);
     *out = (int32_t)t->n++;
+    t->prob[*out] = 0;
     atomic_fetch_add(t->hot_bytes, t->row_bytes);
   }
   t->keys[*out] = key;
@@ -1245,25 +1264,29 @@ fl_status fl_ps_table_apply_delta(fl_ps_table *t, const fl_ckpt *c, const char *
 }
 
 /* -------------------------------------------------------------- disk tier
- * With pserver.memory_budget the table keeps its most recently used rows
- * in memory while every table's hot rows together stay within the budget
- * (each table demotes its own least recent row to make room); the others
+ * With pserver.memory_budget the table keeps rows in memory while every
+ * table's hot rows together stay within the budget (each table demotes
+ * one of its own rows to make room: the least recent, or a row of the
+ * window that is used less often, see pick_demoted); the others
  * live in the disk tier (tier_rocks.c) as one blob each: [int64 updates]
  * [dim values][state1][state2].  A call's keys missing from memory are
  * looked up with one multi-get before its rows are taken in order; a key
  * demoted during the call (after that look-up) is read on its own.  A row
- * found on disk is promoted (taken back, removed there).  max_rows bounds
- * the rows of both tiers: a new row at the bound evicts the least recently
- * used row, the oldest on disk when there is one.  When a demotion fails
+ * found on disk is promoted (taken back, removed there) into the window.
+ * Every touch stamps a row's last use (use_clock); a row reaches the disk
+ * under its stamp, so the disk keeps its rows in the order of last use and
+ * max_rows, which bounds the rows of both tiers, evicts the least recent
+ * of the memory tail and the disk's oldest, as a table all in memory
+ * would.  When a demotion fails
  * (disk full), the error names the store's path and the table stops
  * demoting: its rows stay in memory, over the budget, none lost. */
 
 static size_t row_cost(const fl_ps_table *t) {
   /* key, value, state, update count, LRU links, about two hash slots,
-   * seen marks (step, time, changed) */
+   * seen marks (step, time, changed), last use, window mark */
   return sizeof(uint64_t) + (t->dim + (size_t)t->nstate * t->slen) * sizeof(float) +
          sizeof(int64_t) + 2 * sizeof(int32_t) + 2 * sizeof(int32_t) + sizeof(int64_t) +
-         sizeof(double) + sizeof(uint8_t);
+         sizeof(double) + sizeof(uint8_t) + sizeof(uint64_t) + sizeof(uint8_t);
 }
 
 uint64_t fl_ps_table_hot_bytes(const fl_ps_table *t) { return (uint64_t)(t->n * row_cost(t)); }
@@ -1276,6 +1299,185 @@ uint64_t fl_ps_table_tier_id(const char *name, unsigned stripe) {
   return fl_ps_mix64(str_hash(name) + stripe);
 }
 
+/* Frequency-aware admission to memory (a window and a sketch, as
+ * W-TinyLFU): a row that comes into memory (new, or read from disk) joins
+ * the window; while the window holds more than win_cap rows, making room
+ * weighs its oldest row against the least recent row outside it by their
+ * estimated frequency of use: the more frequent stays (the window's row
+ * then leaves the window), the other is demoted.  The sketch counts every
+ * id of every pull and push in FQ_DEPTH rows of fq_w 4-bit counters, all
+ * halved every FQ_AGE * fq_w counts so that the recent past weighs more. */
+#define FQ_DEPTH 4
+#define FQ_MAX 15u
+#define FQ_AGE 10
+#define WIN_MIN 16
+#define FQ_MIN_W 1024
+
+/* The sketch sized for the table's memory rows: fq_w at least n (2 to 4
+ * bytes a row), made again, empty, when the rows outgrow it.  0 when out
+ * of memory (the old one kept). */
+static int fq_size(fl_ps_table *t) {
+  size_t w = t->fq_w ? t->fq_w : FQ_MIN_W;
+  uint8_t *fq;
+  while (w < t->n) w <<= 1;
+  if (t->fq && w == t->fq_w) return 1;
+  if (!(fq = calloc(FQ_DEPTH * w / 2, 1))) return 0;
+  free(t->fq);
+  t->fq = fq;
+  t->fq_w = w;
+  t->fq_adds = 0;
+  return 1;
+}
+
+static void fq_index(const fl_ps_table *t, uint64_t key, size_t *ix) {
+  uint64_t h = fl_ps_mix64(key ^ t->name_hash), g = fl_ps_mix64(h) | 1;
+  for (int i = 0; i < FQ_DEPTH; i++)
+    ix[i] = (size_t)i * t->fq_w + (size_t)((h + (uint64_t)i * g) & (t->fq_w - 1));
+}
+
+static unsigned fq_get(const fl_ps_table *t, size_t i) {
+  return (t->fq[i >> 1] >> ((i & 1) * 4)) & 15u;
+}
+
+static void fq_add(fl_ps_table *t, uint64_t key) {
+  size_t ix[FQ_DEPTH];
+  if (t->n > t->fq_w) (void)fq_size(t);
+  fq_index(t, key, ix);
+  for (int i = 0; i < FQ_DEPTH; i++)
+    if (fq_get(t, ix[i]) < FQ_MAX) t->fq[ix[i] >> 1] += (uint8_t)(1u << ((ix[i] & 1) * 4));
+  if (++t->fq_adds < FQ_AGE * (uint64_t)t->fq_w) return;
+  for (size_t i = 0; i < FQ_DEPTH * t->fq_w / 2; i++) t->fq[i] = (uint8_t)((t->fq[i] >> 1) & 0x77);
+  t->fq_adds = 0;
+}
+
+static unsigned fq_est(const fl_ps_table *t, uint64_t key) {
+  size_t ix[FQ_DEPTH];
+  unsigned m = FQ_MAX;
+  fq_index(t, key, ix);
+  for (int i = 0; i < FQ_DEPTH; i++)
+    if (fq_get(t, ix[i]) < m) m = fq_get(t, ix[i]);
+  return m;
+}
+
+/* A call with m ids missing from memory: the window keeps twice that many
+ * (a pull's rows stay for its push), shrinking slowly (1/64 a call: a
+ * window that shrinks and grows again demotes rows without weighing
+ * them) back to 1% of the table's memory rows (at least WIN_MIN), at most
+ * half of them. */
+static void win_size(fl_ps_table *t, size_t m) {
+  size_t lo = t->n / 100 > WIN_MIN ? t->n / 100 : WIN_MIN, top = t->n / 2 > lo ? t->n / 2 : lo;
+  t->win_cap -= t->win_cap / 64;
+  if (2 * m > t->win_cap) t->win_cap = 2 * m;
+  if (t->win_cap > top) t->win_cap = top;
+  if (t->win_cap < lo) t->win_cap = lo;
+}
+
+/* The window's oldest row still in it (stale keys dropped), -1: none. */
+static int32_t win_front(fl_ps_table *t) {
+  while (t->win_n) {
+    int32_t r = find(t, t->win[t->win_at]);
+    if (r >= 0 && t->prob[r]) return r;
+    t->win_at = (t->win_at + 1) & (t->win_ring - 1);
+    t->win_n--;
+  }
+  return -1;
+}
+
+/* Window row c joins the rest. */
+static void win_leave(fl_ps_table *t, int32_t c) {
+  t->prob[c] = 0;
+  t->nprob--;
+}
+
+/* Make the ring hold at least twice its live keys (stale ones dropped);
+ * 0 when out of memory. */
+static int win_grow(fl_ps_table *t) {
+  size_t live = 0, cap = t->win_ring ? t->win_ring : 1024;
+  uint64_t *w;
+  for (size_t i = 0; i < t->win_n; i++) {
+    int32_t r = find(t, t->win[(t->win_at + i) & (t->win_ring - 1)]);
+    live += r >= 0 && t->prob[r];
+  }
+  while (cap < 2 * live + 2) cap <<= 1;
+  if (!(w = malloc(cap * sizeof *w))) return 0;
+  live = 0;
+  for (size_t i = 0; i < t->win_n; i++) {
+    uint64_t k = t->win[(t->win_at + i) & (t->win_ring - 1)];
+    int32_t r = find(t, k);
+    if (r >= 0 && t->prob[r]) w[live++] = k;
+  }
+  free(t->win);
+  t->win = w;
+  t->win_ring = cap;
+  t->win_at = 0;
+  t->win_n = live;
+  return 1;
+}
+
+/* Row r came into memory: it joins the window, whose oldest rows join the
+ * rest while it is full (memory is not: no row need go; so the window's
+ * keys stay within about win_cap).  Out of memory for the window's keys:
+ * r is admitted at once. */
+static void win_push(fl_ps_table *t, int32_t r) {
+  int32_t c;
+  t->prob[r] = 0;
+  while (t->nprob >= t->win_cap && (c = win_front(t)) >= 0) win_leave(t, c);
+  if (t->win_n == t->win_ring && !win_grow(t)) return;
+  t->win[(t->win_at + t->win_n++) & (t->win_ring - 1)] = t->keys[r];
+  t->prob[r] = 1;
+  t->nprob++;
+}
+
+/* The memory row to demote.  A window over win_cap rows hands its oldest
+ * rows to the rest first; a full window weighs its oldest row c against
+ * the least recent row v, when that one is not in the window: the less
+ * frequent is demoted (c on a tie), c joining the rest if it stays. */
+static int32_t pick_demoted(fl_ps_table *t) {
+  int32_t c, v = t->tail;
+  while (t->nprob > t->win_cap && (c = win_front(t)) >= 0) win_leave(t, c);
+  if (t->nprob < t->win_cap || t->prob[v] || (c = win_front(t)) < 0) return v;
+  if (fq_est(t, t->keys[c]) <= fq_est(t, t->keys[v])) return c;
+  win_leave(t, c);
+  return v;
+}
+
+fl_status fl_ps_table_tier_keep_order(fl_ps_table *t) {
+  uint64_t *b;
+  size_t i = 0;
+  fl_status st;
+  if (!t->tier) return FL_OK;
+  if (!(b = malloc((t->n ? t->n : 1) * 2 * sizeof *b)))
+    return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory noting the last use of %zu rows",
+                  t->name, t->n);
+  for (int32_t r = t->tail; r >= 0; r = t->prev[r], i += 2) {
+    b[i] = t->keys[r];
+    b[i + 1] = t->used[r];
+  }
+  st = fl_ps_tier_put_note(t->tier, t->tier_id, b, i * sizeof *b);
+  free(b);
+  return st;
+}
+
+/* After a load: the memory rows get their last use from the store's note
+ * (fl_ps_table_tier_keep_order); those it lacks (a store written before
+ * the notes, which kept memory rows more recent than disk rows), least
+ * recent first, a use after every other row. */
+static void restamp(fl_ps_table *t) {
+  uint64_t top = fl_ps_tier_newest(t->tier, t->tier_id), *b = NULL;
+  size_t len = 0;
+  for (size_t r = 0; r < t->n; r++) t->used[r] = 0;
+  if (fl_ps_tier_get_note(t->tier, t->tier_id, (void **)&b, &len) != FL_OK) b = NULL;
+  for (size_t i = 0; b && i + 2 <= len / sizeof *b; i += 2) {
+    int32_t r = find(t, b[i]);
+    if (r >= 0) t->used[r] = b[i + 1];
+    if (b[i + 1] > top) top = b[i + 1];
+  }
+  free(b);
+  t->use_clock = top;
+  for (int32_t r = t->tail; r >= 0; r = t->prev[r])
+    if (!t->used[r]) t->used[r] = ++t->use_clock;
+}
+
 static fl_status tier_setup(fl_ps_table *t, const fl_ps_table_opts *o) {
   t->tier = o->tier;
   t->hot_bytes = o->hot_bytes;
@@ -1286,12 +1488,15 @@ static fl_status tier_setup(fl_ps_table *t, const fl_ps_table_opts *o) {
             FL_PS_TIER_MARKS_LEN;
   t->one = malloc(t->blob);
   t->out = malloc(t->blob);
-  return t->one && t->out ? FL_OK : FL_ENOMEM;
+  t->win_cap = WIN_MIN;
+  return t->one && t->out && fq_size(t) ? FL_OK : FL_ENOMEM;
 }
 
 static void tier_forget_rows(fl_ps_table *t) {
   atomic_fetch_sub(t->hot_bytes, (uint64_t)t->n * t->row_bytes);
   t->pf_n = 0;
+  t->nprob = 0;
+  t->win_n = 0;
 }
 
 static void tier_free(fl_ps_table *t) {
@@ -1303,6 +1508,10 @@ static void tier_free(fl_ps_table *t) {
   free(t->pf_seqs);
   free(t->one);
   free(t->out);
+  free(t->used);
+  free(t->prob);
+  free(t->win);
+  free(t->fq);
 }
 
 /* Capacity grows no further than the budget's rows (or one more row),
@@ -1373,13 +1582,12 @@ static int blob_old(void *ctx, uint64_t key, const void *row) {
   return 1;
 }
 
-/* Delete the disk rows due for expiry (counted by the caller); *all 1 when
- * none is left that is not due.  An error (logged) stops the sweep. */
-static size_t tier_expire(fl_ps_table *t, int *all) {
+/* Delete the disk rows due for expiry (counted by the caller).  An error
+ * (logged) stops the sweep. */
+static size_t tier_expire(fl_ps_table *t) {
   size_t k = 0;
-  *all = 0;
-  if (fl_ps_tier_expire(t->tier, t->tier_id, t->one, t->blob, blob_old, t, &k, all) != FL_OK)
-    *all = 0;
+  int all = 0;
+  (void)fl_ps_tier_expire(t->tier, t->tier_id, t->one, t->blob, blob_old, t, &k, &all);
   t->pf_n = 0; /* a look-up kept from the last call may be of a row deleted here */
   return k;
 }
@@ -1404,8 +1612,11 @@ static fl_status tier_prefetch(fl_ps_table *t, const uint64_t *keys, size_t n) {
     if (!t->pf_cap)
       return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory looking up %zu rows", t->name, n);
   }
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
+    fq_add(t, keys[i]);
     if (find(t, keys[i]) < 0) t->pf_keys[m++] = keys[i];
+  }
+  win_size(t, m);
   qsort(t->pf_keys, m, sizeof *t->pf_keys, cmp_key);
   t->pf_n = 0;
   for (size_t i = 0; i < m; i++)
@@ -1441,11 +1652,19 @@ static void forget_lookup(fl_ps_table *t, uint64_t key) {
   if (p) t->pf_used[p - t->pf_keys] = 1;
 }
 
+/* Unlink memory row r (its index to reuse): out of the LRU, the hash and
+ * the window. */
+static void unlink_row(fl_ps_table *t, int32_t r) {
+  lru_unlink(t, r);
+  slot_delete(t, t->keys[r]);
+  if (t->prob[r]) t->nprob--;
+  t->prob[r] = 0;
+}
+
 /* Unlink the least recent memory row; *r gets its index to reuse. */
 static void take_tail(fl_ps_table *t, int32_t *r) {
   *r = t->tail;
-  lru_unlink(t, *r);
-  slot_delete(t, t->keys[*r]);
+  unlink_row(t, *r);
 }
 
 /* A write to the disk tier failed (logged there): stop demoting. */
@@ -1472,16 +1691,17 @@ static void note_moved(fl_ps_table *t, uint64_t key) {
   note_key(t, &t->moved, &t->nmoved, &t->moved_cap, 2 * t->max_rows, key);
 }
 
-/* Write the least recent memory row to disk; *r gets its index to reuse.
- * On failure the row stays (the table stops demoting). */
-static fl_status demote_tail(fl_ps_table *t, int32_t *r) {
-  pack_row(t, t->tail, t->out);
-  if (fl_ps_tier_put(t->tier, t->tier_id, t->keys[t->tail], t->out, t->blob) != FL_OK) {
+/* Write memory row v to disk, in the order of its last use; *r gets its
+ * index to reuse.  On failure the row stays (the table stops demoting). */
+static fl_status demote_row(fl_ps_table *t, int32_t v, int32_t *r) {
+  pack_row(t, v, t->out);
+  if (fl_ps_tier_put_at(t->tier, t->tier_id, t->keys[v], t->out, t->blob, t->used[v]) != FL_OK) {
     tier_break(t);
     return FL_EIO;
   }
-  if (t->dirty[t->tail]) note_moved(t, t->keys[t->tail]);
-  take_tail(t, r);
+  if (t->dirty[v]) note_moved(t, t->keys[v]);
+  unlink_row(t, v);
+  *r = v;
   return FL_OK;
 }
 
@@ -1489,10 +1709,11 @@ static fl_status demote_tail(fl_ps_table *t, int32_t *r) {
 static fl_status tier_slot(fl_ps_table *t, int new_key, int32_t *r) {
   size_t disk = fl_ps_table_disk_rows(t);
   if (new_key && (int64_t)(t->n + disk) >= t->max_rows) {
-    uint64_t k;
+    uint64_t k, before = t->n ? t->used[t->tail] : UINT64_MAX;
     int f = 0;
     t->counts.evicted++;
-    if (disk && !t->tier_broken) FL_TRY(fl_ps_tier_evict_oldest(t->tier, t->tier_id, &k, &f));
+    if (disk && !t->tier_broken)
+      FL_TRY(fl_ps_tier_evict_oldest(t->tier, t->tier_id, before, &k, &f));
     if (f) {
       forget_lookup(t, k);
       note_deleted(t, k);
@@ -1503,7 +1724,8 @@ static fl_status tier_slot(fl_ps_table *t, int new_key, int32_t *r) {
     }
   }
   if (t->n && !t->tier_broken &&
-      atomic_load(t->hot_bytes) + t->row_bytes > t->hot_budget && demote_tail(t, r) == FL_OK)
+      atomic_load(t->hot_bytes) + t->row_bytes > t->hot_budget &&
+      demote_row(t, pick_demoted(t), r) == FL_OK)
     return FL_OK;
   if ((int64_t)t->n >= t->max_rows) {
     note_deleted(t, t->keys[t->tail]);
@@ -1544,6 +1766,8 @@ static fl_status tier_place(fl_ps_table *t, uint64_t key, const unsigned char *b
   }
   slot_insert(t, key, r);
   lru_push_head(t, r);
+  t->used[r] = ++t->use_clock;
+  win_push(t, r);
   *out = r;
   /* A copy left on a full disk is shadowed: the row stays in memory. */
   if (found && fl_ps_tier_drop(t->tier, t->tier_id, key, seq) != FL_OK) tier_break(t);
@@ -1679,9 +1903,10 @@ fl_status fl_ps_table_tier_settle(fl_ps_table *t) {
   for (int32_t r = t->tail; st == FL_OK && r >= 0; r = t->prev[r]) keys[i++] = t->keys[r];
   for (size_t off = 0; st == FL_OK && off < n; off += CHUNK)
     st = settle_some(t, keys + off, n - off < CHUNK ? n - off : CHUNK, rows, found, seqs);
+  restamp(t);
   while (st == FL_OK && t->n && !t->tier_broken && atomic_load(t->hot_bytes) > t->hot_budget) {
     int32_t r;
-    if (demote_tail(t, &r) != FL_OK) break;
+    if (demote_row(t, t->tail, &r) != FL_OK) break;
     free_index(t, r);
   }
   free(keys);

@@ -1,10 +1,11 @@
 /* tier_rocks.c - the sparse tables' disk tier on RocksDB (tier_rocks.h).
  * Keys are 17 bytes: 'r', the table's name hash and the row id, both
- * big-endian, holding [u64 demotion sequence][the row's bytes] (a row of
- * the layout before the marks is FL_PS_TIER_MARKS_LEN shorter); and 'o',
- * the table, the demotion sequence, holding the row id: the table's rows in
- * the order they were demoted, oldest first, which (demotion taking the
- * memory tier's least recent row) is their order of last use.
+ * big-endian, holding [u64 order sequence][the row's bytes] (a row of
+ * the layout before the marks is FL_PS_TIER_MARKS_LEN shorter); 'o', the
+ * table, the order sequence, holding the row id: the table's rows oldest
+ * first (the caller passes each row's last use, fl_ps_tier_put_at; a
+ * store before that took the demotion order, which was the same); and 'u',
+ * the table, 0: the table's note (fl_ps_tier_put_note).
  * Writes (demotions, removals) gather in a per-table indexed write batch
  * applied as one RocksDB write when it is full or before the table's next
  * read; a batch RocksDB refuses (disk full) stays and is read through.
@@ -70,6 +71,7 @@ typedef struct tier_table {
   uint64_t id;
   id_filter f;
   _Atomic uint64_t rows;
+  uint64_t newest; /* the largest order sequence written (0: none) */
   rocksdb_writebatch_t *pend; /* writes not yet applied */
   _Atomic size_t pend_bytes;
   rocksdb_writebatch_wi_t *stuck; /* writes RocksDB refused (NULL: none), read through */
@@ -177,6 +179,7 @@ static tier_table *table_of(fl_ps_tier *t, uint64_t table) {
     e = &t->tables[n];
     e->id = table;
     atomic_store(&e->rows, 0);
+    e->newest = 0;
     e->pend = rocksdb_writebatch_create();
     e->pend_bytes = 0;
     e->stuck = NULL;
@@ -431,7 +434,14 @@ static int cmp_ent(const void *pa, const void *pb) {
 }
 
 /* Write e's pending batch in key order: the memtable's skip list takes
- * sorted keys for a fraction of the cost of random ones. */
+ * sorted keys for a fraction of the cost of random ones.  Its deletes go
+ * as single deletes: a row's 'r' key is put once per demotion and deleted
+ * once (promotion, eviction, expiry, a load's settling) before it can be
+ * put again, 'o' keys are unique, and the note ('u') is never deleted, so
+ * a delete and its put cancel in the first flush or compaction holding
+ * both instead of the tombstone travelling to the last sorted run (a row
+ * demoted and promoted again within a memtable's life never reaches an
+ * SST file). */
 static void write_sorted(fl_ps_tier *t, tier_table *e, char **err) {
   ents x = {0};
   rocksdb_writebatch_t *wb;
@@ -443,7 +453,7 @@ static void write_sorted(fl_ps_tier *t, tier_table *e, char **err) {
   }
   qsort(x.a, x.n, sizeof *x.a, cmp_ent);
   for (size_t i = 0; i < x.n; i++) {
-    if (x.a[i].del) rocksdb_writebatch_delete(wb, x.a[i].k, KEY_LEN);
+    if (x.a[i].del) rocksdb_writebatch_singledelete(wb, x.a[i].k, KEY_LEN);
     else rocksdb_writebatch_put(wb, x.a[i].k, KEY_LEN, x.a[i].v, x.a[i].vl);
   }
   free(x.a);
@@ -497,18 +507,22 @@ static void rebuild_filter(fl_ps_tier *t, tier_table *e);
 
 fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
                          size_t len) {
+  return fl_ps_tier_put_at(t, table, key, row, len, atomic_fetch_add(&t->seq, 1));
+}
+
+fl_status fl_ps_tier_put_at(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
+                            size_t len, uint64_t seq) {
   unsigned char rk[KEY_LEN], ok[KEY_LEN], id[8], sq[SEQ_LEN];
   const char *vp[2] = {(const char *)sq, row};
   const size_t vs[2] = {SEQ_LEN, len};
   const char *kp[1] = {(const char *)rk};
   const size_t ks[1] = {KEY_LEN};
   tier_table *e = table_of(t, table);
-  uint64_t seq;
   if (!e)
     return FL_ERR(FL_ENOMEM, "disk tier %s: more than %d tables (stripes) in one store; raise "
                   "MAX_TIER_TABLES", t->path, MAX_TIER_TABLES);
   if (e->stuck) FL_TRY(settle(t, e));
-  seq = atomic_fetch_add(&t->seq, 1);
+  if (seq > e->newest) e->newest = seq;
   make_key(rk, 'r', table, key);
   make_key(ok, 'o', table, seq);
   put_be64(sq, seq);
@@ -730,7 +744,8 @@ fl_status fl_ps_tier_scan(fl_ps_tier *t, uint64_t table, int has_after, uint64_t
   return st;
 }
 
-fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t *key, int *found) {
+fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t before, uint64_t *key,
+                                  int *found) {
   unsigned char lo[KEY_LEN];
   rocksdb_iterator_t *it = iter_of(t, table);
   const char *k, *v;
@@ -742,8 +757,8 @@ fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t *key, 
   if (rocksdb_iter_valid(it)) {
     k = rocksdb_iter_key(it, &kl);
     v = rocksdb_iter_value(it, &vl);
-    if (kl == KEY_LEN && !memcmp(k, lo, 9) && vl == 8) {
-      seq = get_be64((const unsigned char *)k + 9);
+    if (kl == KEY_LEN && !memcmp(k, lo, 9) && vl == 8 &&
+        (seq = get_be64((const unsigned char *)k + 9)) < before) {
       *key = get_be64((const unsigned char *)v);
       *found = 1;
     }
@@ -801,6 +816,54 @@ fl_status fl_ps_tier_expire(fl_ps_tier *t, uint64_t table, void *row, size_t len
   }
   rocksdb_iter_destroy(it);
   return st;
+}
+
+fl_status fl_ps_tier_put_note(fl_ps_tier *t, uint64_t table, const void *blob, size_t len) {
+  unsigned char k[KEY_LEN];
+  tier_table *e = table_of(t, table);
+  if (!e)
+    return FL_ERR(FL_ENOMEM, "disk tier %s: more than %d tables (stripes) in one store", t->path,
+                  MAX_TIER_TABLES);
+  make_key(k, 'u', table, 0);
+  if (e->stuck) rocksdb_writebatch_wi_put(e->stuck, (const char *)k, KEY_LEN, blob, len);
+  else rocksdb_writebatch_put(e->pend, (const char *)k, KEY_LEN, blob, len);
+  grew(t, e, KEY_LEN + len);
+  return FL_OK;
+}
+
+fl_status fl_ps_tier_get_note(fl_ps_tier *t, uint64_t table, void **blob, size_t *len) {
+  unsigned char k[KEY_LEN];
+  char *err = NULL, *v;
+  tier_table *e = table_of(t, table);
+  *blob = NULL;
+  *len = 0;
+  if (e) (void)settle(t, e);
+  make_key(k, 'u', table, 0);
+  v = e && e->stuck ? rocksdb_writebatch_wi_get_from_batch_and_db(e->stuck, t->db, t->ro,
+                                                                  (const char *)k, KEY_LEN, len,
+                                                                  &err)
+                    : rocksdb_get(t->db, t->ro, (const char *)k, KEY_LEN, len, &err);
+  if (err) {
+    fl_status st = FL_ERR(FL_EIO, "disk tier %s: reading a table's note failed: %s", t->path, err);
+    rocksdb_free(err);
+    rocksdb_free(v);
+    return st;
+  }
+  if (v && !(*blob = malloc(*len ? *len : 1))) {
+    rocksdb_free(v);
+    return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory reading a note of %zu bytes", t->path,
+                  *len);
+  }
+  if (v) memcpy(*blob, v, *len);
+  rocksdb_free(v);
+  return FL_OK;
+}
+
+uint64_t fl_ps_tier_newest(const fl_ps_tier *t, uint64_t table) {
+  int n = atomic_load(&t->n_tables);
+  for (int i = 0; i < n; i++)
+    if (t->tables[i].id == table) return t->tables[i].newest;
+  return 0;
 }
 
 size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table) {
@@ -868,13 +931,19 @@ static void rescan(fl_ps_tier *t) {
   rocksdb_iterator_t *it = rocksdb_create_iterator(t->db, t->ro);
   unsigned char lo[1] = {'o'};
   uint64_t next = 0;
-  for (int i = 0; i < atomic_load(&t->n_tables); i++) atomic_store(&t->tables[i].rows, 0);
+  for (int i = 0; i < atomic_load(&t->n_tables); i++) {
+    atomic_store(&t->tables[i].rows, 0);
+    t->tables[i].newest = 0;
+  }
   for (rocksdb_iter_seek(it, (const char *)lo, 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
     size_t kl = 0;
     const unsigned char *k = (const unsigned char *)rocksdb_iter_key(it, &kl);
     tier_table *e;
     if (kl != KEY_LEN || k[0] != 'o') break;
-    if ((e = table_of(t, get_be64(k + 1))) != NULL) atomic_fetch_add(&e->rows, 1);
+    if ((e = table_of(t, get_be64(k + 1))) != NULL) {
+      atomic_fetch_add(&e->rows, 1);
+      if (get_be64(k + 9) > e->newest) e->newest = get_be64(k + 9);
+    }
     if (get_be64(k + 9) >= next) next = get_be64(k + 9) + 1;
   }
   rocksdb_iter_destroy(it);

@@ -54,6 +54,20 @@ size_t fl_ps_tier_overhead(size_t budget);
  * the writes refused stay readable. */
 fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
                          size_t len);
+/* fl_ps_tier_put with the caller's order sequence seq (unique within
+ * table): the table's rows leave in ascending seq (evict_oldest, expire),
+ * so a caller that passes each row's last use keeps them in that order
+ * whenever it demotes them. */
+fl_status fl_ps_tier_put_at(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
+                            size_t len, uint64_t seq);
+/* Keep blob (len bytes, copied) as table's note, replacing the one
+ * before; it travels with the store's copies.  Get it back with
+ * fl_ps_tier_get_note: *blob (the caller frees it with free(); NULL when
+ * table has none) and *len. */
+fl_status fl_ps_tier_put_note(fl_ps_tier *t, uint64_t table, const void *blob, size_t len);
+fl_status fl_ps_tier_get_note(fl_ps_tier *t, uint64_t table, void **blob, size_t *len);
+/* The largest order sequence of table written or restored (0: none). */
+uint64_t fl_ps_tier_newest(const fl_ps_tier *t, uint64_t table);
 /* Look up n keys of table with one multi-get (those the table's filter of
  * ids on disk rules out are answered without it): found[i] 1, rows + i * len
  * filled and seqs[i] (seqs may be NULL) set to the row's demotion sequence
@@ -63,14 +77,16 @@ fl_status fl_ps_tier_get_many(fl_ps_tier *t, uint64_t table, const uint64_t *key
 /* Remove key of table, read by get_many with its sequence seq (a
  * promotion). */
 fl_status fl_ps_tier_drop(fl_ps_tier *t, uint64_t table, uint64_t key, uint64_t seq);
-/* Remove the least recently demoted row of table: *key gets its id, *found
- * 0 when table has none here. */
 /* The rows of table above after (every row when has_after is 0), keys
  * ascending: at most max of them into keys (the caller's) and their blobs
  * of len bytes into rows; *n gets how many.  Reads only. */
 fl_status fl_ps_tier_scan(fl_ps_tier *t, uint64_t table, int has_after, uint64_t after,
                           size_t max, uint64_t *keys, void *rows, size_t len, size_t *n);
-fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t *key, int *found);
+/* Remove the row of table with the smallest order sequence if that is
+ * below before: *key gets its id, *found 0 when table has none here (or
+ * none below before). */
+fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t before, uint64_t *key,
+                                  int *found);
 /* Whether row (a blob read from the store) of key is due for expiry; ctx
  * is the caller's. */
 typedef int (*fl_ps_tier_old_fn)(void *ctx, uint64_t key, const void *row);

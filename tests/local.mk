@@ -36,3 +36,4 @@ include $(srcdir)/tests/bench/local.mk
 include $(srcdir)/tests/fuzz/local.mk
 include $(srcdir)/tests/unit/graph_sparse.mk
 include $(srcdir)/tests/unit/names.mk
+include $(srcdir)/tests/unit/tier_policy.mk
