@@ -241,7 +241,7 @@ static void usage(FILE *out) {
       "                           or later): stop with exit status 3 (default 600)\n"
       "  --rdzv_conf K=S,...      lease_s (6: a node silent this long is dead),\n"
       "                           settle_s (3: no join this long before a new world;\n"
-      "                           a departure needs none), poll_s (0.25), stop_s\n"
+      "                           a departure waits lease_s/6), poll_s (0.25), stop_s\n"
       "                           (30: SIGKILL a round that did not stop),\n"
       "                           in_process (1: survivors'\n"
       "                           trainers keep their process across a world\n"

@@ -29,8 +29,10 @@
  * membership, lease_s + settle_s passed (so that a dead node's lease has
  * expired).  settle_s batches joins only: a departure (a lease expired, a
  * node left) is the event the survivors were waiting for, and the next
- * round is proposed at the next poll.  There is no Watch: every node polls
- * these keys every poll_s.
+ * round waits only one renewal period more (lease_s / KEEPALIVES_PER_LEASE)
+ * without another departure: nodes that died together lose their leases
+ * within about that of each other, and go in one round.  There is no
+ * Watch: every node polls these keys every poll_s.
  *
  * In process (rdzv_conf in_process=1, the default): when this node is in
  * the next round and runs the trainers of a round of more than one node,
@@ -176,6 +178,7 @@ typedef struct agent {
   int64_t failed_r;   /* the last round reported failed */
   int done;
   double last_join;   /* when a node last joined the live set */
+  double last_leave;  /* when a node last left it */
   double failed_at;   /* when this node first saw round `failed_r` failed */
   double below_since; /* since when fewer than MIN nodes are live, 0 = not */
   long child;         /* pid of this round's flotilla-run, 0 = none */
@@ -216,8 +219,8 @@ static int by_create(const void *x, const void *y) {
   return (a->create_revision > b->create_revision) - (a->create_revision < b->create_revision);
 }
 
-/* Did a node of w join since `was` was read? */
-static int joined(const world *w, const world *was) {
+/* Has w a node that `was` lacks? */
+static int gained(const world *w, const world *was) {
   for (int i = 0; i < w->n; i++)
     if (find_member(was, w->m[i].id) < 0) return 1;
   return 0;
@@ -238,7 +241,8 @@ static fl_status read_live(agent *a) {
     w.n++;
   }
   fl_etcd_kvs_free(kvs, n);
-  if (joined(&w, &a->live)) a->last_join = now_s();
+  if (gained(&w, &a->live)) a->last_join = now_s();
+  if (gained(&a->live, &w)) a->last_leave = now_s();
   a->live = w;
   return FL_OK;
 }
@@ -307,7 +311,9 @@ static int should_propose(const agent *a) {
   double t = now_s();
   if (a->done || a->live.n < o->min_nodes || strcmp(a->live.m[0].id, a->id)) return 0;
   if (!round_stale(a)) return 0;
-  int settled = t - a->last_join >= o->settle_s || a->live.n >= o->max_nodes;
+  int settled = (t - a->last_join >= o->settle_s &&
+                 t - a->last_leave >= o->lease_s / KEEPALIVES_PER_LEASE) ||
+                a->live.n >= o->max_nodes;
   /* a failure with the same members: give a dead node's lease time to go */
   if (a->round.r && a->failed_r == a->round.r && same_members(&a->round, &a->live) &&
       t - a->failed_at < o->lease_s + o->settle_s)

@@ -19,8 +19,9 @@
 #                        "round 2: rank ..." logged right before its first
 #                        step)
 #   elastic_round_s:     kill -> a survivor's agent proposed the next
-#                        round (the dead node's lease ran out, then
-#                        SETTLE_S without change: most of the recovery)
+#                        round (the dead node's lease ran out, then a
+#                        renewal period without another departure: most
+#                        of the recovery)
 #   elastic_rebuild_s:   that proposal -> the new world trains (its
 #                        communicator, the network probe, the state)
 #   elastic_lost_steps:  steps trained again (restart: since the last
@@ -29,8 +30,8 @@
 # and elastic_recovery_ratio (restart / in process), with the lease and
 # settle times it ran with (LEASE_S, SETTLE_S; unset: flotilla-run's
 # defaults, printed as "default").  Recovery is about the lease (a dead
-# node's lease expires one keepalive period or less before a lease after
-# its death), plus the trainers' rebuild or start.
+# node's lease expires up to one renewal period before a lease after its
+# death), the wait after a departure, plus the trainers' rebuild or start.
 # Usage: FL_BUILDDIR=build tests/bench/bench_elastic.sh
 set -u
 B=$(cd "${FL_BUILDDIR:-build}" && pwd) # the runs cd to a temporary directory
