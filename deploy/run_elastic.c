@@ -24,10 +24,15 @@
  *   done        set when a round's trainers finished the job.
  * The first node in order proposes round r+1 (its live nodes, at most MAX)
  * when the round is stale - no round yet, the live nodes are not its
- * members, or it failed - and at least MIN nodes are live, none joined or
- * left for settle_s (or MAX are live), and, after a failure with unchanged
- * membership, lease_s passed (so that a dead node's lease has expired).
- * There is no Watch: every node polls these keys every poll_s.
+ * members, or it failed - and at least MIN nodes are live, none joined for
+ * settle_s (or MAX are live), and, after a failure with unchanged
+ * membership, lease_s + settle_s passed (so that a dead node's lease has
+ * expired).  settle_s batches joins only: a departure (a lease expired, a
+ * node left) is the event the survivors were waiting for, and the next
+ * round waits only one renewal period more (lease_s / KEEPALIVES_PER_LEASE)
+ * without another departure: nodes that died together lose their leases
+ * within about that of each other, and go in one round.  There is no
+ * Watch: every node polls these keys every poll_s.
  *
  * In process (rdzv_conf in_process=1, the default): when this node is in
  * the next round and runs the trainers of a round of more than one node,
@@ -68,6 +73,16 @@
 #define ROUND_MAX 4096
 #define ID_MAX (FL_RUN_EP_MAX + 24)
 
+/* The lease is renewed KEEPALIVES_PER_LEASE times per lease_s.  With the
+ * default lease of 6 s that is every second; a renewal that fails (its
+ * deadline is a second too) is tried again a second later, and this
+ * node's keeper gives the node up only after lease_s without a renewal:
+ * a 3-member etcd electing a leader may hold renewals up for 4 s (the
+ * worst alignment) without a change, and a node stopped (SIGSTOP) for
+ * under 5 s keeps its lease.  A killed node is seen 5..6 s after its
+ * death, plus etcd's expiry check (0.5 s) and a poll. */
+#define KEEPALIVES_PER_LEASE 6
+
 /* One --rdzv_conf key. */
 typedef struct conf_row {
   const char *name;
@@ -88,7 +103,7 @@ static const conf_row k_conf[] = {
 void fl_run_elastic_defaults(fl_run_elastic_opts *e) {
   memset(e, 0, sizeof *e);
   e->timeout_s = FL_RUN_RDZV_TIMEOUT_S;
-  e->lease_s = 10;
+  e->lease_s = 6;
   e->settle_s = 3;
   e->poll_s = 0.25;
   e->stop_s = 30;
@@ -162,7 +177,8 @@ typedef struct agent {
   world round;        /* the current round as read */
   int64_t failed_r;   /* the last round reported failed */
   int done;
-  double last_change; /* when the live set last changed */
+  double last_join;   /* when a node last joined the live set */
+  double last_leave;  /* when a node last left it */
   double failed_at;   /* when this node first saw round `failed_r` failed */
   double below_since; /* since when fewer than MIN nodes are live, 0 = not */
   long child;         /* pid of this round's flotilla-run, 0 = none */
@@ -203,6 +219,13 @@ static int by_create(const void *x, const void *y) {
   return (a->create_revision > b->create_revision) - (a->create_revision < b->create_revision);
 }
 
+/* Has w a node that `was` lacks? */
+static int gained(const world *w, const world *was) {
+  for (int i = 0; i < w->n; i++)
+    if (find_member(was, w->m[i].id) < 0) return 1;
+  return 0;
+}
+
 /* Read the live nodes into a->live (join order). */
 static fl_status read_live(agent *a) {
   char k[KEY_MAX];
@@ -218,7 +241,8 @@ static fl_status read_live(agent *a) {
     w.n++;
   }
   fl_etcd_kvs_free(kvs, n);
-  if (!same_members(&w, &a->live)) a->last_change = now_s();
+  if (gained(&w, &a->live)) a->last_join = now_s();
+  if (gained(&a->live, &w)) a->last_leave = now_s();
   a->live = w;
   return FL_OK;
 }
@@ -287,7 +311,9 @@ static int should_propose(const agent *a) {
   double t = now_s();
   if (a->done || a->live.n < o->min_nodes || strcmp(a->live.m[0].id, a->id)) return 0;
   if (!round_stale(a)) return 0;
-  int settled = t - a->last_change >= o->settle_s || a->live.n >= o->max_nodes;
+  int settled = (t - a->last_join >= o->settle_s &&
+                 t - a->last_leave >= o->lease_s / KEEPALIVES_PER_LEASE) ||
+                a->live.n >= o->max_nodes;
   /* a failure with the same members: give a dead node's lease time to go */
   if (a->round.r && a->failed_r == a->round.r && same_members(&a->round, &a->live) &&
       t - a->failed_at < o->lease_s + o->settle_s)
@@ -507,7 +533,7 @@ static fl_status join(agent *a) {
   snprintf(k, sizeof k, "%snodes/%s", a->prefix, a->id);
   FL_TRY(fl_etcd_put(a->etcd, k, a->c->node_addr, a->lease));
   FL_TRY(fl_etcd_keeper_start(a->o->endpoint, a->lease, (int64_t)a->o->lease_s,
-                              a->o->lease_s / 4, &a->keeper));
+                              a->o->lease_s / KEEPALIVES_PER_LEASE, &a->keeper));
   FL_LOGI("elastic: node %s joined job %s at etcd %s (%d..%d nodes, lease %.0f s)", a->id,
           a->o->id, a->o->endpoint, a->o->min_nodes, a->o->max_nodes, a->o->lease_s);
   FL_TRY(read_live(a));
@@ -734,7 +760,7 @@ int fl_run_elastic(const fl_run_elastic_opts *o, const fl_run_elastic_child *c) 
   a.c = c;
   snprintf(a.prefix, sizeof a.prefix, "/flotilla/%s/", o->id);
   snprintf(a.id, sizeof a.id, "%s-%ld", c->node_addr, (long)getpid());
-  a.last_change = a.below_since = now_s();
+  a.last_join = a.below_since = now_s();
   a.slot = -1;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);

@@ -304,7 +304,7 @@ typedef struct fl_run_elastic_child {
   char servers[2048];               /* ps mode: --servers as given */
 } fl_run_elastic_child;
 
-/* Defaults: timeout 600 s, lease 10 s, settle 3 s, poll 0.25 s, stop 30 s. */
+/* Defaults: timeout 600 s, lease 6 s, settle 3 s, poll 0.25 s, stop 30 s. */
 void fl_run_elastic_defaults(fl_run_elastic_opts *e);
 /* "MIN:MAX" (or "N") into e->min_nodes, e->max_nodes; FL_EINVAL logged. */
 fl_status fl_run_elastic_nnodes(const char *val, fl_run_elastic_opts *e);

@@ -19,23 +19,27 @@
 #                        "round 2: rank ..." logged right before its first
 #                        step)
 #   elastic_round_s:     kill -> a survivor's agent proposed the next
-#                        round (the dead node's lease ran out, then
-#                        SETTLE_S without change: most of the recovery)
+#                        round (the dead node's lease ran out, then a
+#                        renewal period without another departure: most
+#                        of the recovery)
 #   elastic_rebuild_s:   that proposal -> the new world trains (its
 #                        communicator, the network probe, the state)
 #   elastic_lost_steps:  steps trained again (restart: since the last
 #                        checkpoint; in process: since the last completed
 #                        step)
 # and elastic_recovery_ratio (restart / in process), with the lease and
-# settle times it ran with (LEASE_S, SETTLE_S, default 4 and 1; recovery is
-# about LEASE_S + SETTLE_S, plus the trainers' start when restarting).
+# settle times it ran with (LEASE_S, SETTLE_S; unset: flotilla-run's
+# defaults, printed as "default").  Recovery is about the lease (a dead
+# node's lease expires up to one renewal period before a lease after its
+# death), the wait after a departure, plus the trainers' rebuild or start.
 # Usage: FL_BUILDDIR=build tests/bench/bench_elastic.sh
 set -u
 B=$(cd "${FL_BUILDDIR:-build}" && pwd) # the runs cd to a temporary directory
 S=${FL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 FL_SRCDIR=$S # etcd_lib.sh finds its helpers there
-LEASE_S=${LEASE_S:-4}
-SETTLE_S=${SETTLE_S:-1}
+LEASE_S=${LEASE_S:-}
+SETTLE_S=${SETTLE_S:-}
+conf=${LEASE_S:+lease_s=$LEASE_S,}${SETTLE_S:+settle_s=$SETTLE_S,}
 FM=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d /tmp/fl_bench_elastic.XXXXXX)
 . "$S/tests/integration/etcd_lib.sh"
@@ -77,7 +81,7 @@ one() {
   for n in 1 2 3; do
     FLOTILLA_CHECKPOINT_DIR=$tmp/ck.$m.$n setsid timeout 200 "$B/flotilla-run" --nnodes 2:3 \
       --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" --rdzv_id "bench$m" \
-      --rdzv_conf "lease_s=$LEASE_S,settle_s=$SETTLE_S,in_process=$2" --node_ip "127.0.0.$n" \
+      --rdzv_conf "${conf}in_process=$2" --node_ip "127.0.0.$n" \
       --master_port "$port" --log_dir "$tmp/log.$m.$n" job.yaml > "$tmp/out.$m.$n" 2>&1 &
     echo $! > "pid.$m.$n"
     groups="$groups $!"
@@ -119,8 +123,8 @@ one() {
   [ "$t2" = 0 ] || eval "rec_$m=$(awk -v a="$t2" -v b="$t0" 'BEGIN { print a - b }')"
 }
 rec_restart=0 rec_in_process=0
-echo "elastic_lease_s: $LEASE_S s"
-echo "elastic_settle_s: $SETTLE_S s"
+echo "elastic_lease_s: ${LEASE_S:-default} s"
+echo "elastic_settle_s: ${SETTLE_S:-default} s"
 one restart 0
 one in_process 1
 awk -v a="$rec_restart" -v b="$rec_in_process" 'BEGIN {
