@@ -4,8 +4,11 @@
  * the layout before the marks is FL_PS_TIER_MARKS_LEN shorter); 'o', the
  * table, the order sequence, holding the row id: the table's rows oldest
  * first (the caller passes each row's last use, fl_ps_tier_put_at; a
- * store before that took the demotion order, which was the same); and 'u',
- * the table, 0: the table's note (fl_ps_tier_put_note).
+ * store before that took the demotion order, which was the same); 'u',
+ * the table, 0: the table's note (fl_ps_tier_put_note); and 'd', the
+ * table, a demotion's number, holding the row id: the rows demoted since
+ * the last checkpoint that marks its rows saved (a delta's copy takes
+ * them; a marking checkpoint or a restore removes them all).
  * Writes (demotions, removals) gather in a per-table indexed write batch
  * applied as one RocksDB write when it is full or before the table's next
  * read; a batch RocksDB refuses (disk full) stays and is read through.
@@ -87,8 +90,7 @@ struct fl_ps_tier {
   rocksdb_block_based_table_options_t *bbo;
   rocksdb_writeoptions_t *wo;
   rocksdb_readoptions_t *ro;
-  _Atomic uint64_t seq;
-  _Atomic uint64_t ckpt_seq; /* seq at the last checkpoint: rows demoted since have more */
+  _Atomic uint64_t seq; /* the next demotion's number ('d' keys; order of fl_ps_tier_put) */
   pthread_mutex_t mu; /* guards the list of tables */
   tier_table tables[MAX_TIER_TABLES];
   _Atomic int n_tables;
@@ -512,7 +514,7 @@ fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void
 
 fl_status fl_ps_tier_put_at(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
                             size_t len, uint64_t seq) {
-  unsigned char rk[KEY_LEN], ok[KEY_LEN], id[8], sq[SEQ_LEN];
+  unsigned char rk[KEY_LEN], ok[KEY_LEN], dk[KEY_LEN], id[8], sq[SEQ_LEN];
   const char *vp[2] = {(const char *)sq, row};
   const size_t vs[2] = {SEQ_LEN, len};
   const char *kp[1] = {(const char *)rk};
@@ -525,18 +527,21 @@ fl_status fl_ps_tier_put_at(fl_ps_tier *t, uint64_t table, uint64_t key, const v
   if (seq > e->newest) e->newest = seq;
   make_key(rk, 'r', table, key);
   make_key(ok, 'o', table, seq);
+  make_key(dk, 'd', table, atomic_fetch_add(&t->seq, 1));
   put_be64(sq, seq);
   put_be64(id, key);
   if (e->stuck) {
     rocksdb_writebatch_wi_putv(e->stuck, 1, kp, ks, 2, vp, vs);
     rocksdb_writebatch_wi_put(e->stuck, (const char *)ok, KEY_LEN, (const char *)id, 8);
+    rocksdb_writebatch_wi_put(e->stuck, (const char *)dk, KEY_LEN, (const char *)id, 8);
   } else {
     rocksdb_writebatch_putv(e->pend, 1, kp, ks, 2, vp, vs);
     rocksdb_writebatch_put(e->pend, (const char *)ok, KEY_LEN, (const char *)id, 8);
+    rocksdb_writebatch_put(e->pend, (const char *)dk, KEY_LEN, (const char *)id, 8);
   }
   atomic_fetch_add(&e->rows, 1);
   atomic_fetch_add(&t->demotions, 1);
-  grew(t, e, 2 * KEY_LEN + SEQ_LEN + len + 8);
+  grew(t, e, 3 * KEY_LEN + SEQ_LEN + len + 16 + ENTRY_COST);
   filter_add(&e->f, key);
   if (e->f.adds > e->f.cap) rebuild_filter(t, e);
   return FL_OK;
@@ -873,6 +878,8 @@ size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table) {
   return 0;
 }
 
+static fl_status forget_demoted(fl_ps_tier *t);
+
 fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir, int mark) {
   char *err = NULL;
   rocksdb_checkpoint_t *cp;
@@ -880,10 +887,7 @@ fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir, int mark) {
   cp = rocksdb_checkpoint_object_create(t->db, &err);
   if (!err) rocksdb_checkpoint_create(cp, dir, 0, &err);
   if (cp) rocksdb_checkpoint_object_destroy(cp);
-  if (!err) {
-    if (mark) atomic_store(&t->ckpt_seq, atomic_load(&t->seq));
-    return FL_OK;
-  }
+  if (!err) return mark ? forget_demoted(t) : FL_OK;
   fl_status st = FL_ERR(FL_EIO, "disk tier %s: checkpoint into %s failed: %s", t->path, dir, err);
   rocksdb_free(err);
   return st;
@@ -963,7 +967,7 @@ fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir) {
   if (dir) FL_TRY(copy_dir(dir, t->path));
   FL_TRY(open_db(t));
   fl_ps_tier_recount(t);
-  return FL_OK;
+  return forget_demoted(t);
 }
 
 fl_status fl_ps_tier_remove_copy(const char *dir) { return remove_dir(dir); }
@@ -992,6 +996,18 @@ static fl_status get_value(fl_ps_tier *t, const unsigned char *k, char **v, size
   return st;
 }
 
+/* Every 'd' key out of t: no row counts as demoted since the checkpoint
+ * (taken or restored) any more. */
+static fl_status forget_demoted(fl_ps_tier *t) {
+  static const char lo[1] = {'d'}, hi[1] = {'e'};
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  fl_status st;
+  rocksdb_writebatch_delete_range(wb, lo, 1, hi, 1);
+  st = write_batch(t, wb);
+  rocksdb_writebatch_destroy(wb);
+  return st;
+}
+
 /* Into wb: the removal of row rk (its 'r' key) from t with its order key,
  * when t holds it. */
 static fl_status batch_remove(fl_ps_tier *t, const unsigned char *rk, rocksdb_writebatch_t *wb) {
@@ -1010,28 +1026,39 @@ static fl_status batch_remove(fl_ps_tier *t, const unsigned char *rk, rocksdb_wr
 
 #define CHAIN_BATCH 4096 /* rows a write of a delta's copy, or of its replay */
 
-/* Into d (a fresh store) the rows of e demoted since t's last checkpoint
- * and still in t: the 'o' keys from that sequence on, each with its row
- * (a row whose sequence is not its order key's is an order key left by a
- * crash: skipped). */
+/* Into wb: e's note in t, when it has one. */
+static fl_status copy_note(fl_ps_tier *t, tier_table *e, rocksdb_writebatch_t *wb) {
+  unsigned char uk[KEY_LEN];
+  char *v = NULL;
+  size_t vn = 0;
+  make_key(uk, 'u', e->id, 0);
+  FL_TRY(get_value(t, uk, &v, &vn));
+  if (v) rocksdb_writebatch_put(wb, (const char *)uk, KEY_LEN, v, vn);
+  rocksdb_free(v);
+  return FL_OK;
+}
+
+/* Into d (a fresh store) the rows of e demoted since t's last marking
+ * checkpoint and still in t (its 'd' keys: each row with its order key),
+ * and e's note. */
 static fl_status copy_demoted(fl_ps_tier *t, tier_table *e, fl_ps_tier *d) {
-  unsigned char lo[KEY_LEN], rk[KEY_LEN];
+  unsigned char lo[KEY_LEN], rk[KEY_LEN], ok[KEY_LEN];
   rocksdb_iterator_t *it = rocksdb_create_iterator(t->db, t->ro);
   rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  fl_status st = FL_OK;
-  make_key(lo, 'o', e->id, atomic_load(&t->ckpt_seq));
+  fl_status st = copy_note(t, e, wb);
+  make_key(lo, 'd', e->id, 0);
   for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); st == FL_OK && rocksdb_iter_valid(it);
        rocksdb_iter_next(it)) {
     size_t kl = 0, vl = 0, vn = 0;
     const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
     char *row = NULL;
-    if (kl != KEY_LEN || memcmp(k, lo, 9) || vl != 8) break; /* past this table's order */
+    if (kl != KEY_LEN || memcmp(k, lo, 9) || vl != 8) break; /* past this table's demotions */
     make_key(rk, 'r', e->id, get_be64((const unsigned char *)v));
     st = get_value(t, rk, &row, &vn);
-    if (st == FL_OK && row && vn >= SEQ_LEN &&
-        get_be64((const unsigned char *)row) == get_be64((const unsigned char *)k + 9)) {
+    if (st == FL_OK && row && vn >= SEQ_LEN) { /* still on disk (a row demoted twice: twice) */
+      make_key(ok, 'o', e->id, get_be64((const unsigned char *)row));
       rocksdb_writebatch_put(wb, (const char *)rk, KEY_LEN, row, vn);
-      rocksdb_writebatch_put(wb, k, KEY_LEN, v, vl);
+      rocksdb_writebatch_put(wb, (const char *)ok, KEY_LEN, v, vl);
     }
     rocksdb_free(row);
     if (st == FL_OK && rocksdb_writebatch_count(wb) >= CHAIN_BATCH) st = write_batch(d, wb);
@@ -1065,7 +1092,7 @@ fl_status fl_ps_tier_checkpoint_delta(fl_ps_tier *t, const char *dir) {
     st = copy_demoted(t, &t->tables[i], d);
   if (st == FL_OK) st = flush_db(d);
   fl_ps_tier_close(d);
-  if (st == FL_OK) atomic_store(&t->ckpt_seq, atomic_load(&t->seq));
+  if (st == FL_OK) st = forget_demoted(t);
   return st;
 }
 
@@ -1113,19 +1140,35 @@ static fl_status overlay_rows(fl_ps_tier *t, fl_ps_tier *d) {
   return st;
 }
 
+/* Each note of the open copy d (its 'u' keys) into t, over t's. */
+static fl_status overlay_notes(fl_ps_tier *t, fl_ps_tier *d) {
+  static const unsigned char lo[1] = {'u'};
+  rocksdb_iterator_t *it = rocksdb_create_iterator(d->db, d->ro);
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  fl_status st;
+  for (rocksdb_iter_seek(it, (const char *)lo, 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+    size_t kl = 0, vl = 0;
+    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
+    if (kl != KEY_LEN || k[0] != 'u') break;
+    rocksdb_writebatch_put(wb, k, KEY_LEN, v, vl);
+  }
+  st = write_batch(t, wb);
+  rocksdb_writebatch_destroy(wb);
+  rocksdb_iter_destroy(it);
+  return st;
+}
+
 fl_status fl_ps_tier_overlay(fl_ps_tier *t, const char *dir) {
   fl_ps_tier *d = NULL;
   fl_status st;
   FL_TRY(fl_ps_tier_open_copy(dir, &d));
   st = overlay_rows(t, d);
+  if (st == FL_OK) st = overlay_notes(t, d);
   fl_ps_tier_close(d);
   return st;
 }
 
-void fl_ps_tier_recount(fl_ps_tier *t) {
-  rescan(t);
-  atomic_store(&t->ckpt_seq, atomic_load(&t->seq));
-}
+void fl_ps_tier_recount(fl_ps_tier *t) { rescan(t); }
 
 fl_status fl_ps_tier_open_copy(const char *dir, fl_ps_tier **out) {
   fl_ps_tier *t;

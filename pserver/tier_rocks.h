@@ -105,17 +105,18 @@ size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table);
  * rows demoted from now on; else from the mark before). */
 fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir, int mark);
 /* A delta's copy into dir (not existing yet): a store of its own holding
- * only the rows demoted since the last checkpoint (base or delta) and
- * still here, as they are now; replayed onto the base's copy by
- * fl_ps_tier_overlay.  Read with fl_ps_tier_open_copy as a whole copy. */
+ * only the rows demoted since the last marking checkpoint (base or delta)
+ * and still here, as they are now (each under its order key), and every
+ * table's note; replayed onto the base's copy by fl_ps_tier_overlay.
+ * Read with fl_ps_tier_open_copy as a whole copy. */
 fl_status fl_ps_tier_checkpoint_delta(fl_ps_tier *t, const char *dir);
 /* Replace the store by the copy in dir (made by fl_ps_tier_checkpoint;
  * NULL: an empty store); dir itself is left as it was. */
 fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir);
 /* A delta's replay onto the store restored from its base: first the keys
  * it deleted (remove_keys, n keys of table; those not here are skipped),
- * then its copy's rows (overlay: each replaces the store's copy of its
- * row), for each delta in order; then recount (rows, sequences, id
+ * then its copy's rows and notes (overlay: each replaces the store's
+ * copy of its row or note), for each delta in order; then recount (rows, sequences, id
  * filters).  Not thread-safe: no other call on t meanwhile. */
 fl_status fl_ps_tier_remove_keys(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n);
 fl_status fl_ps_tier_overlay(fl_ps_tier *t, const char *dir);
