@@ -228,7 +228,7 @@ START_TEST(test_base_export_streams) {
   if (before > 0 && peak > 0) {
     fprintf(stderr, "base export with a budget: peak RSS +%ld kB for %zu kB of rows\n",
             peak - before, export_bytes >> 10);
-    ck_assert_int_lt((peak - before) * 1024, (long)(export_bytes / 3));
+    ck_assert_int_lt((peak - before) * 1024, (long)(export_bytes / 2));
   }
   snprintf(p, sizeof p, "%s/pserver-0/emb.base-%lld.ids.npy", ea, (long long)step);
   snprintf(q, sizeof q, "%s/pserver-0/emb.base-%lld.ids.npy", eb, (long long)step);
