@@ -10,7 +10,7 @@
  *             output).
  * Invariants: a refused file gives FL_EPROTO, FL_EINVAL or FL_ENOTSUP (or
  * FL_EIO through the file) and no graph; an accepted one gives a graph
- * whose data input is a float tensor with the batch as dim 0 and fixed
+ * whose data input is a float or int64 tensor with the batch as dim 0 and fixed
  * dims after it, whose output is set with the loss asked for, whose tensor
  * names are unique and found by name, and whose nodes refer only to
  * declared tensors.  The graph is not compiled: shapes and the engine's
@@ -48,7 +48,8 @@ static void check_graph(const fl_graph *g, fl_gloss want) {
   fl_gtensor_info ti;
   const int in = fl_graph_input_id(g);
   FUZZ_CHECK(fl_graph_tensor_info(g, in, &ti) == FL_OK, "input id %d of %d", in, nt);
-  FUZZ_CHECK(ti.kind == FL_GT_INPUT && ti.dtype == FL_G_F32, "input %s kind %d", ti.name, ti.kind);
+  FUZZ_CHECK(ti.kind == FL_GT_INPUT && (ti.dtype == FL_G_F32 || ti.dtype == FL_G_I64),
+             "input %s kind %d dtype %d", ti.name, ti.kind, (int)ti.dtype);
   FUZZ_CHECK(ti.ndim >= 1 && ti.ndim <= FL_G_MAX_DIMS && ti.dims[0] == FL_G_BATCH,
              "input %s: ndim %d", ti.name, ti.ndim);
   for (int d = 1; d < ti.ndim; d++) FUZZ_CHECK(ti.dims[d] >= 1, "input dim %d", d);
