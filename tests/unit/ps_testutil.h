@@ -2,7 +2,8 @@
  * core without a network: its options (one server, dense SGD in blocks of
  * 4 floats, the sparse rows' optimizer, sync or async), the core itself,
  * a trainer registered with its sparse tables, PushSparse / PullSparse of
- * rows of one width, and a restart from a directory's checkpoint chain.
+ * rows of one width, a restart from a directory's checkpoint chain, and
+ * a sparse table with a disk tier in a temporary directory (pt_tiered).
  * Failures are Check assertions in the caller's test; the calls that a
  * test expects to fail return their fl_status. */
 #ifndef PS_TESTUTIL_H
@@ -10,12 +11,15 @@
 
 #include <check.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "fl_ps.h"
+#include "tier_rocks.h"
 
 /* Fill o (caller's): the job's defaults, server 0 of 1 with nt trainers,
  * dense SGD in blocks of 4 floats, sparse rows by `sparse` at lr, at most
@@ -155,6 +159,53 @@ static inline int64_t pt_load_chain(fl_ps_core *d, const char *dir, const char *
   close(saved);
   fl_ckpt_free(ck);
   return deltas;
+}
+
+static inline int pt_rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {
+  (void)sb;
+  (void)flag;
+  (void)f;
+  return remove(p);
+}
+
+/* Remove dir and everything under it (a test's temporary directory). */
+static inline void pt_rm_tree(const char *dir) { nftw(dir, pt_rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* A sparse table with a disk tier: its store in a new temporary directory
+ * named from prefix, its memory tier's bytes in hot, at most budget of
+ * them. */
+typedef struct pt_tiered {
+  char dir[64];
+  uint64_t budget;
+  fl_ps_tier *tier;
+  _Atomic uint64_t hot;
+  fl_ps_table *t;
+} pt_tiered;
+
+/* Open x (caller's storage): the directory, the store, and x->t, a table
+ * of options o whose memory tier holds budget bytes; pt_tiered_free frees
+ * them all. */
+static inline void pt_tiered_open(pt_tiered *x, const char *prefix, fl_ps_table_opts o,
+                                  uint64_t budget) {
+  char path[96];
+  snprintf(x->dir, sizeof x->dir, "/tmp/%s_XXXXXX", prefix);
+  ck_assert_ptr_nonnull(mkdtemp(x->dir));
+  snprintf(path, sizeof path, "%s/store", x->dir);
+  ck_assert_int_eq(fl_ps_tier_open(path, 1 << 20, &x->tier), FL_OK);
+  x->hot = 0;
+  o.tier = x->tier;
+  o.hot_bytes = &x->hot;
+  o.hot_budget = x->budget = budget;
+  ck_assert_int_eq(fl_ps_table_create(&o, &x->t), FL_OK);
+}
+
+/* Free x's table (its memory bytes back to 0), close its store, remove
+ * its directory. */
+static inline void pt_tiered_free(pt_tiered *x) {
+  fl_ps_table_free(x->t);
+  ck_assert_uint_eq(x->hot, 0);
+  fl_ps_tier_close(x->tier);
+  pt_rm_tree(x->dir);
 }
 
 #endif

@@ -20,7 +20,6 @@
 #include <config.h>
 
 #include <check.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -42,23 +41,6 @@
 #define KEYS 600
 #define BATCH 64
 
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {
-  (void)sb;
-  (void)flag;
-  (void)f;
-  return remove(p);
-}
-
-static void rm_tree(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
-
-typedef struct tiered {
-  char dir[64];
-  uint64_t budget;
-  fl_ps_tier *tier;
-  _Atomic uint64_t hot;
-  fl_ps_table *t;
-} tiered;
-
 static fl_ps_table_opts opts(fl_optim_kind kind, int64_t max_rows) {
   fl_ps_table_opts o;
   memset(&o, 0, sizeof o);
@@ -73,37 +55,21 @@ static fl_ps_table_opts opts(fl_optim_kind kind, int64_t max_rows) {
 }
 
 /* A table of options o whose memory tier holds about hot_rows rows. */
-static void make_tiered(tiered *x, fl_ps_table_opts o, size_t hot_rows) {
-  char path[96];
-  size_t row = sizeof(uint64_t) + (DIM + 2 * DIM) * sizeof(float) + 24;
-  snprintf(x->dir, sizeof x->dir, "/tmp/fl_test_tier_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(x->dir));
-  snprintf(path, sizeof path, "%s/store", x->dir);
-  ck_assert_int_eq(fl_ps_tier_open(path, 1 << 20, &x->tier), FL_OK);
-  x->hot = 0;
-  o.tier = x->tier;
-  o.hot_bytes = &x->hot;
-  o.hot_budget = x->budget = hot_rows * row;
-  ck_assert_int_eq(fl_ps_table_create(&o, &x->t), FL_OK);
-}
-
-static void free_tiered(tiered *x) {
-  fl_ps_table_free(x->t);
-  ck_assert_uint_eq(x->hot, 0);
-  fl_ps_tier_close(x->tier);
-  rm_tree(x->dir);
+static void make_tiered(pt_tiered *x, fl_ps_table_opts o, size_t hot_rows) {
+  pt_tiered_open(x, "fl_test_tier", o,
+                 hot_rows * (sizeof(uint64_t) + (DIM + 2 * DIM) * sizeof(float) + 24));
 }
 
 /* *mem, a table of options o all in memory, and x, one of the same
  * options with a disk tier (make_tiered); free_pair frees both. */
-static void make_pair(fl_ps_table_opts o, size_t hot_rows, fl_ps_table **mem, tiered *x) {
+static void make_pair(fl_ps_table_opts o, size_t hot_rows, fl_ps_table **mem, pt_tiered *x) {
   ck_assert_int_eq(fl_ps_table_create(&o, mem), FL_OK);
   make_tiered(x, o, hot_rows);
 }
 
-static void free_pair(fl_ps_table *mem, tiered *x) {
+static void free_pair(fl_ps_table *mem, pt_tiered *x) {
   fl_ps_table_free(mem);
-  free_tiered(x);
+  pt_tiered_free(x);
 }
 
 /* Batch b of a skewed id stream (a few hot keys, a long tail), with
@@ -153,7 +119,7 @@ START_TEST(test_tier_same_bits) {
   for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
     fl_ps_table_opts o = opts(kinds[k], 100000);
     fl_ps_table *mem = NULL;
-    tiered x;
+    pt_tiered x;
     fl_ps_tier_stats st;
     make_pair(o, 40, &mem, &x);
     run_both(mem, x.t, 60);
@@ -176,7 +142,7 @@ START_TEST(test_tier_max_rows_lru) {
    * least recent of both tiers, as in a table all in memory. */
   fl_ps_table_opts o = opts(FL_OPTIM_ADAGRAD, 200);
   fl_ps_table *mem = NULL;
-  tiered x;
+  pt_tiered x;
   make_pair(o, 30, &mem, &x);
   run_both(mem, x.t, 40);
   ck_assert_uint_gt(fl_ps_table_evicted(mem), 0);
@@ -191,7 +157,7 @@ START_TEST(test_tier_disk_full_keeps_rows) {
    * fail; demotion stops, every row stays readable, none lost. */
   fl_ps_table_opts o = opts(FL_OPTIM_ROWWISE_ADAGRAD, 100000);
   fl_ps_table *mem = NULL;
-  tiered x;
+  pt_tiered x;
   struct rlimit rl = {256 << 10, 256 << 10};
   fl_ps_tier_stats st;
   make_pair(o, 10, &mem, &x);
@@ -220,7 +186,7 @@ START_TEST(test_tier_disk_full_keeps_rows) {
   fl_ps_tier_close(x.tier);
   rl.rlim_cur = rl.rlim_max;
   setrlimit(RLIMIT_FSIZE, &rl);
-  rm_tree(x.dir);
+  pt_rm_tree(x.dir);
 }
 END_TEST
 
@@ -330,7 +296,7 @@ START_TEST(test_core_checkpoint_keeps_disk_tier) {
   restored_rows(d, va, &ts);
   fl_ps_core_free(d);
   fl_ps_core_free(plain);
-  rm_tree(dir);
+  pt_rm_tree(dir);
 }
 END_TEST
 
@@ -455,8 +421,8 @@ START_TEST(test_core_delta_chain_same_bits) {
     ck_assert_int_eq(restart_tier(dir, maxr[v], expire[v], snap[2], NULL), 2);
     ck_assert(log_names(dir, d3));
     fl_ps_core_free(b);
-    rm_tree(dir);
-    rm_tree(bdir);
+    pt_rm_tree(dir);
+    pt_rm_tree(bdir);
   }
 }
 END_TEST
@@ -491,7 +457,7 @@ START_TEST(test_tier_in_use_refused) {
   waitpid(pid, NULL, 0);
   ck_assert_int_eq(fl_ps_tier_open(path, 1 << 20, &t), FL_OK); /* free again */
   fl_ps_tier_close(t);
-  rm_tree(dir);
+  pt_rm_tree(dir);
 }
 END_TEST
 
@@ -643,7 +609,7 @@ START_TEST(test_tier_admission_expiry_same_bits) {
   for (int k = 0; k < 2; k++) {
     fl_ps_table_opts o = admit_opts(steps[k], secs[k]);
     fl_ps_table *mem = NULL;
-    tiered x;
+    pt_tiered x;
     fl_ps_tier_stats st;
     make_pair(o, 30, &mem, &x);
     run_expiring(mem, x.t, 80);
@@ -665,7 +631,7 @@ START_TEST(test_tier_disk_row_not_readmitted) {
    * promotes it, neither admitted nor refused again, its trained value
    * kept; a gradient of an id on disk applies. */
   fl_ps_table_opts o = admit_opts(0, 0);
-  tiered x;
+  pt_tiered x;
   fl_ps_table_counts n0, n1;
   float v[DIM], w[DIM], g[DIM];
   uint64_t k7 = 7;
@@ -696,7 +662,7 @@ START_TEST(test_tier_disk_row_not_readmitted) {
   ck_assert(!fl_ps_table_peek(x.t, 500, w));
   ck_assert_int_eq(fl_ps_table_read(x.t, &k7, 1, w), FL_OK);
   ck_assert(w[0] == 0.125f);
-  free_tiered(&x);
+  pt_tiered_free(&x);
 }
 END_TEST
 
@@ -721,7 +687,7 @@ START_TEST(test_tier_value_without_marks) {
   ck_assert_int_eq(fl_ps_tier_get_many(t, 1, &key, 1, got, sizeof row + 8, &found, NULL),
                    FL_ECORRUPT);
   fl_ps_tier_close(t);
-  rm_tree(dir);
+  pt_rm_tree(dir);
 }
 END_TEST
 
@@ -730,7 +696,7 @@ START_TEST(test_tier_legacy_row_expires) {
    * pserver holds) reads, and counts as seen when the table was made or
    * loaded: expired 3 steps later. */
   fl_ps_table_opts o = opts(FL_OPTIM_SGD, 1000);
-  tiered x;
+  pt_tiered x;
   uint64_t h = 1469598103934665603ULL, k42 = 42, k1 = 1;
   unsigned char old[8 + DIM * 4];
   float v[DIM], g[DIM] = {0};
@@ -751,7 +717,7 @@ START_TEST(test_tier_legacy_row_expires) {
   ck_assert_uint_eq(fl_ps_table_disk_rows(x.t), 0);
   ck_assert_int_eq(fl_ps_table_read(x.t, &k42, 1, v), FL_OK);
   ck_assert(v[0] != 0.25f);
-  free_tiered(&x);
+  pt_tiered_free(&x);
 }
 END_TEST
 
@@ -788,7 +754,7 @@ START_TEST(test_tier_filter_no_false_negative) {
   ck_assert_int_eq(fl_ps_tier_get_many(t, 10, keys, 1, rows, 8, found, NULL), FL_OK);
   ck_assert_int_eq(found[0], 0);
   fl_ps_tier_close(t);
-  rm_tree(dir);
+  pt_rm_tree(dir);
 }
 END_TEST
 

@@ -13,7 +13,6 @@
 #include <config.h>
 
 #include <check.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,14 +29,6 @@
 #define DIM 32
 #define X 7u /* the row whose copy on disk goes stale */
 
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {
-  (void)sb;
-  (void)flag;
-  (void)f;
-  return remove(p);
-}
-
-static void rm_tree(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
 /* A core of one async trainer (registered): with budget its disk tier in
  * dir, deltas every `every` checkpoints (0: none), its serving export in
@@ -245,7 +236,7 @@ START_TEST(test_base_export_streams) {
   same_file(p, q);
   fl_ps_core_free(a);
   fl_ps_core_free(b);
-  rm_tree(dir);
+  pt_rm_tree(dir);
 }
 END_TEST
 
@@ -543,7 +534,7 @@ START_TEST(test_stale_disk_copy_never_taken) {
   r = restart(d, ea, 2, b);
   fl_ps_core_free(r);
   fl_ps_core_free(b);
-  rm_tree(dir);
+  pt_rm_tree(dir);
 }
 END_TEST
 

@@ -8,7 +8,6 @@
 #include <config.h>
 
 #include <check.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,24 +15,11 @@
 
 #include "fl_ps.h"
 #include "fl_ps_layout.h"
+#include "ps_testutil.h"
 #include "tier_rocks.h"
 
 #define DIM 8
 #define BATCH 32
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f) {
-  (void)sb;
-  (void)flag;
-  (void)f;
-  return remove(p);
-}
-
-typedef struct tiered {
-  char dir[64];
-  fl_ps_tier *tier;
-  _Atomic uint64_t hot;
-  fl_ps_table *t;
-} tiered;
 
 static fl_ps_table_opts opts(int64_t max_rows, int64_t expire) {
   fl_ps_table_opts o;
@@ -51,32 +37,17 @@ static fl_ps_table_opts opts(int64_t max_rows, int64_t expire) {
 
 /* A table of options o whose memory holds about hot_rows rows (a row's
  * cost measured on a table of one row first). */
-static void make_tiered(tiered *x, fl_ps_table_opts o, size_t hot_rows) {
-  char path[96];
+static void make_tiered(pt_tiered *x, fl_ps_table_opts o, size_t hot_rows) {
   uint64_t key = 7;
   float out[DIM];
-  uint64_t row;
-  snprintf(x->dir, sizeof x->dir, "/tmp/fl_test_policy_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(x->dir));
-  snprintf(path, sizeof path, "%s/store", x->dir);
-  ck_assert_int_eq(fl_ps_tier_open(path, 1 << 20, &x->tier), FL_OK);
-  x->hot = 0;
+  pt_tiered_open(x, "fl_test_policy", o, 1 << 30);
+  ck_assert_int_eq(fl_ps_table_pull(x->t, &key, 1, out), FL_OK);
+  const uint64_t row = x->hot;
+  fl_ps_table_free(x->t);
   o.tier = x->tier;
   o.hot_bytes = &x->hot;
-  o.hot_budget = 1 << 30;
+  o.hot_budget = x->budget = hot_rows * row;
   ck_assert_int_eq(fl_ps_table_create(&o, &x->t), FL_OK);
-  ck_assert_int_eq(fl_ps_table_pull(x->t, &key, 1, out), FL_OK);
-  row = x->hot;
-  fl_ps_table_free(x->t);
-  o.hot_budget = hot_rows * row;
-  ck_assert_int_eq(fl_ps_table_create(&o, &x->t), FL_OK);
-}
-
-static void free_tiered(tiered *x) {
-  fl_ps_table_free(x->t);
-  ck_assert_uint_eq(x->hot, 0);
-  fl_ps_tier_close(x->tier);
-  nftw(x->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static void grads(uint64_t seed, float *g, size_t n) {
@@ -94,7 +65,7 @@ static void step(fl_ps_table *t, const uint64_t *keys, size_t n, uint64_t seed) 
 START_TEST(test_policy_hot_rows_survive_scan) {
   /* 60 rows in memory; 20 ids used in every batch, then a scan of 320
    * ids seen once: the 20 are still in memory after it. */
-  tiered x;
+  pt_tiered x;
   uint64_t keys[BATCH];
   fl_ps_tier_stats a, b;
   make_tiered(&x, opts(1 << 20, 0), 60);
@@ -113,7 +84,7 @@ START_TEST(test_policy_hot_rows_survive_scan) {
   fl_ps_tier_get_stats(x.tier, &b);
   ck_assert_uint_le(b.promotions - a.promotions, 2);
   ck_assert_uint_gt(b.demotions, 300); /* the scan went to disk */
-  free_tiered(&x);
+  pt_tiered_free(&x);
 }
 END_TEST
 
@@ -135,7 +106,7 @@ START_TEST(test_policy_evict_expire_same_bits) {
     fl_ps_table_opts o = opts(150, expire[v]);
     fl_ps_table *mem = NULL;
     fl_ps_table_counts cm, ct;
-    tiered x;
+    pt_tiered x;
     uint64_t keys[BATCH];
     static float pm[BATCH * DIM], pt[BATCH * DIM], g[BATCH * DIM];
     ck_assert_int_eq(fl_ps_table_create(&o, &mem), FL_OK);
@@ -157,7 +128,7 @@ START_TEST(test_policy_evict_expire_same_bits) {
     ck_assert_uint_gt(v ? cm.expired : cm.evicted, 0);
     ck_assert_uint_eq(fl_ps_table_rows(x.t) + fl_ps_table_disk_rows(x.t), fl_ps_table_rows(mem));
     fl_ps_table_free(mem);
-    free_tiered(&x);
+    pt_tiered_free(&x);
   }
 }
 END_TEST
