@@ -1216,21 +1216,35 @@ static void report_failure(run *r) {
   fl_run_report_print(r->report, r->attempt, TAIL_LINES, stderr);
 }
 
-/* Start the children, run the loop until every one has ended and its log
- * is drained, then write the outputs and say how it went. */
-static void supervise(run *r) {
-  r->loop = uv_default_loop();
+/* The event loop, its signal watchers and timers; FL_EIO (logged) when
+ * the loop cannot start (no descriptor left for its epoll or signal
+ * pipe), before any child is spawned. */
+static fl_status start_loop(run *r) {
   static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
-  for (int i = 0; i < 3; i++) {
-    uv_signal_init(r->loop, &r->sig[i]);
+  int rc = 0;
+  r->loop = uv_default_loop();
+  if (!r->loop)
+    return FL_ERR(FL_EIO, "cannot start the event loop: %s (raise ulimit -n)", strerror(errno));
+  for (int i = 0; i < 3 && rc == 0; i++) {
+    rc = uv_signal_init(r->loop, &r->sig[i]);
     r->sig[i].data = r;
-    uv_signal_start(&r->sig[i], on_signal, sigs[i]);
+    if (rc == 0) rc = uv_signal_start(&r->sig[i], on_signal, sigs[i]);
   }
+  if (rc != 0)
+    return FL_ERR(FL_EIO, "cannot watch signals: %s (raise ulimit -n)", uv_strerror(rc));
   uv_timer_t *timers[] = {&r->kill_timer, &r->restart_timer, &r->pserver_timer};
   for (int i = 0; i < 3; i++) {
     uv_timer_init(r->loop, timers[i]);
     timers[i]->data = r;
   }
+  return FL_OK;
+}
+
+/* Start the children, run the loop until every one has ended and its log
+ * is drained, then write the outputs and say how it went.  FL_EIO
+ * (logged, nothing spawned) when the loop cannot start. */
+static fl_status supervise(run *r) {
+  FL_TRY(start_loop(r));
   r->t0 = now_s();
   for (int i = 0; i < r->n_children && !r->stopping; i++)
     if (spawn_child(r, &r->children[i], 0) != FL_OK) stop_job(r, 1);
@@ -1272,6 +1286,7 @@ static void supervise(run *r) {
     say(r, "job failed after %.0f s (exit status %d); logs in %s/", took, r->exit_code,
         r->log_dir);
   }
+  return FL_OK;
 }
 
 /* An elastic ps job: async or geo (a sync step waits for a fixed set of
@@ -1404,8 +1419,7 @@ int main(int argc, char **argv) {
     goto done;
   if (fl_run_report_new(&r.report) != FL_OK) goto done;
   print_layout(&r, &o);
-  supervise(&r);
-  rc = r.exit_code;
+  if (supervise(&r) == FL_OK) rc = r.exit_code;
 done:
   fl_run_progress_free(r.progress);
   fl_run_report_free(r.report);

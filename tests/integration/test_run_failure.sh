@@ -5,7 +5,7 @@
 #   peer exits first blaming it is still named (cascade); two ranks
 #   SIGKILLed at once by someone else: one is named, the other "also
 #   failed" (twokill); a pserver SIGKILLed in PS mode (pskill); the history
-#   of --max_restart attempts.
+#   of --max_restart attempts; no descriptor to spare (ulimit -n 6).
 #   With the real daemons: a collective job of 3 trainers where trainer 1
 #   has a missing data file (a --trainer_bin wrapper gives rank 1 its own
 #   job file): trainer 1 and its error are named, ranks 0 and 2 are listed
@@ -85,6 +85,15 @@ has $o "^flotilla-run: first start: trainer 1 .*exited with status 3 .*cannot op
 has $o "^flotilla-run: first failure: trainer 1 \(pid [0-9]+\) exited with status 3 .*\(after restart 1\)"
 [ "$(sed -n '/last lines of/,/end of/p' $o | grep -c 'fake TRAINER 1 starting')" = 1 ] ||
   fail "refail: the tail is not the last attempt's alone"
+
+# 4b. No descriptor to spare (ulimit -n 6): flotilla-run says so and exits
+#     1 (it used to crash in the event loop's start, which found none).
+(ulimit -n 6 && exec timeout 30 "$RUN" --log_dir "$tmp/nofd" --trainer_bin "$FAKE" \
+  --pserver_bin "$FAKE" --nproc_per_node 2 "$JOB") > "$tmp/nofd.out" 2>&1
+rc=$?
+echo "== nofd: exit $rc"
+[ $rc = 1 ] || fail "nofd: exit $rc under ulimit -n 6, want 1"
+has "$tmp/nofd.out" "[Tt]oo many open files"
 
 # 5. Real daemons, collective, 3 trainers: trainer 1's job names a data file
 #    that does not exist.  Trainer 0 (told at once that rank 1 aborted) may
