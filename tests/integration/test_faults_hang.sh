@@ -171,12 +171,19 @@ n=emfile
 job "$tmp/$n.yaml" 2 512
 f0=$fails
 PSLIST="127.0.0.1:$(free_port)"
+# The trainers start first and wait for the pserver (their retries are at
+# most 2 s apart), so that all 12 come within its 5 s registration window
+# even when starting 12 processes takes longer than that on a loaded host.
+for ((t = 0; t < 12; t++)); do start_trainer $n "$tmp/$n.yaml" $t 12; done
+for ((t = 0; t < 12; t++)); do
+  wait_log "$tmp/$n.tr$t.log" 'Register: UNAVAILABLE .*retrying for up to' 60 ||
+    fail "$n: trainer $t never tried to register"
+done
 # soft and hard limit: flotilla-pserver cannot raise it
 spawn PS0 "$tmp/$n.ps0.log" FLOTILLA_MODE=ps FLOTILLA_ROLE=PSERVER FLOTILLA_PSERVERS_IP_PORT_LIST="$PSLIST" \
   FLOTILLA_PSERVER_ID=0 FLOTILLA_TRAINERS_NUM=12 -- bash -c "ulimit -n ${FL_EMFILE_LIMIT:-24} && exec \"\$0\" --config \"\$1\"" \
   "$PSERVER" "$tmp/$n.yaml"
 wait_log "$tmp/$n.ps0.log" '\] serving ' 20 || fail "$n: pserver does not serve"
-for ((t = 0; t < 12; t++)); do start_trainer $n "$tmp/$n.yaml" $t 12; done
 wait_exit "$PS0" 120
 [ "$rc" = 1 ] || fail "$n: pserver exit $rc (want 1: the job is not complete)"
 has "$tmp/$n.ps0.log" 'open files: limit [0-9]+' "$n: pserver"
