@@ -113,6 +113,11 @@ int psc_tier_copy_missing(fl_ps_core *c, const char *base, const char *delta) {
   return c->tier && has_copy(base, dst, sizeof dst) && !has_copy(delta, dst, sizeof dst);
 }
 
+int psc_tier_copy_bad(fl_ps_core *c, const char *delta) {
+  char dst[FL_JOB_PATH_MAX + 512];
+  return c->tier && has_copy(delta, dst, sizeof dst) && fl_ps_tier_check_copy(dst) != FL_OK;
+}
+
 /* The n deleted keys del out of the store, each of the stripe table
  * ids[fl_ps_table_stripe(key, ns)] (one removal call a stripe). */
 static fl_status remove_deleted(fl_ps_tier *t, const uint64_t *del, size_t n, const uint64_t *ids,
