@@ -759,27 +759,76 @@ fl_status fl_ps_tier_scan(fl_ps_tier *t, uint64_t table, int has_after, uint64_t
   return st;
 }
 
+/* The value of the row key k (KEY_LEN bytes) of table e read through e's
+ * refused writes (NULL: none; the caller frees it with rocksdb_free). */
+static fl_status get_through_one(fl_ps_tier *t, tier_table *e, const char *k, char **v,
+                                 size_t *vn) {
+  char *err = NULL;
+  fl_status st = FL_OK;
+  *v = e->stuck ? rocksdb_writebatch_wi_get_from_batch_and_db(e->stuck, t->db, t->ro, k, KEY_LEN,
+                                                              vn, &err)
+                : rocksdb_get(t->db, t->ro, k, KEY_LEN, vn, &err);
+  if (err) st = FL_ERR(FL_EIO, "disk tier %s: reading a row failed: %s", t->path, err);
+  rocksdb_free(err);
+  return st;
+}
+
+/* Remove e's order key of seq alone: a stale one (its row gone, or on
+ * disk under a newer order key since a removal of its copy never reached
+ * the disk); it counted as a row. */
+static void drop_stale_order(fl_ps_tier *t, tier_table *e, uint64_t seq) {
+  unsigned char ok[KEY_LEN];
+  make_key(ok, 'o', e->id, seq);
+  if (e->stuck) rocksdb_writebatch_wi_delete(e->stuck, (const char *)ok, KEY_LEN);
+  else rocksdb_writebatch_delete(e->pend, (const char *)ok, KEY_LEN);
+  if (atomic_load(&e->rows)) atomic_fetch_sub(&e->rows, 1);
+  grew(t, e, KEY_LEN);
+}
+
+/* *cur 1 when e's row key is on disk under the order key of seq, else 0. */
+static fl_status order_current(fl_ps_tier *t, tier_table *e, uint64_t key, uint64_t seq,
+                               int *cur) {
+  unsigned char rk[KEY_LEN];
+  char *v = NULL;
+  size_t vn = 0;
+  make_key(rk, 'r', e->id, key);
+  FL_TRY(get_through_one(t, e, (const char *)rk, &v, &vn));
+  *cur = v && vn >= SEQ_LEN && get_be64((const unsigned char *)v) == seq;
+  rocksdb_free(v);
+  return FL_OK;
+}
+
+/* The oldest order key naming its row's copy on disk; the stale ones
+ * before it (a removal of a promoted row's copy that never reached the
+ * disk, the row demoted again under a newer key) are removed, not
+ * followed: following one evicted the row's newer copy early. */
 fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t before, uint64_t *key,
                                   int *found) {
   unsigned char lo[KEY_LEN];
   rocksdb_iterator_t *it = iter_of(t, table);
-  const char *k, *v;
-  size_t kl = 0, vl = 0;
+  tier_table *e = table_of(t, table);
+  fl_status st = FL_OK;
   uint64_t seq = 0;
   *found = 0;
   make_key(lo, 'o', table, 0);
-  rocksdb_iter_seek(it, (const char *)lo, KEY_LEN);
-  if (rocksdb_iter_valid(it)) {
-    k = rocksdb_iter_key(it, &kl);
-    v = rocksdb_iter_value(it, &vl);
-    if (kl == KEY_LEN && !memcmp(k, lo, 9) && vl == 8 &&
-        (seq = get_be64((const unsigned char *)k + 9)) < before) {
-      *key = get_be64((const unsigned char *)v);
+  for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); e && st == FL_OK && rocksdb_iter_valid(it);
+       rocksdb_iter_next(it)) {
+    size_t kl = 0, vl = 0;
+    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
+    int cur = 0;
+    if (kl != KEY_LEN || memcmp(k, lo, 9) || vl != 8 ||
+        (seq = get_be64((const unsigned char *)k + 9)) >= before)
+      break;
+    *key = get_be64((const unsigned char *)v);
+    st = order_current(t, e, *key, seq, &cur);
+    if (st == FL_OK && cur) {
       *found = 1;
+      break;
     }
+    if (st == FL_OK) drop_stale_order(t, e, seq);
   }
   rocksdb_iter_destroy(it);
-  if (!*found) return FL_OK;
+  if (st != FL_OK || !*found) return st;
   return delete_row(t, table, *key, seq);
 }
 
@@ -787,17 +836,13 @@ fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t before
  * bytes), read through e's refused writes; *found 0 when absent.  Not
  * counted as a hit or miss. */
 static fl_status read_row(fl_ps_tier *t, tier_table *e, const char *k, void *row, size_t len,
-                          int *found) {
-  char *err = NULL, *v;
+                          int *found, uint64_t *seq) {
+  char *v = NULL;
   size_t vn = 0;
-  fl_status st = FL_OK;
-  v = e->stuck ? rocksdb_writebatch_wi_get_from_batch_and_db(e->stuck, t->db, t->ro, k, KEY_LEN,
-                                                             &vn, &err)
-               : rocksdb_get(t->db, t->ro, k, KEY_LEN, &vn, &err);
+  fl_status st = get_through_one(t, e, k, &v, &vn);
   *found = v != NULL;
-  if (err) st = FL_ERR(FL_EIO, "disk tier %s: reading a row failed: %s", t->path, err);
-  else if (v) st = copy_row(t, v, vn, row, len);
-  rocksdb_free(err);
+  if (st == FL_OK && v) st = copy_row(t, v, vn, row, len);
+  if (st == FL_OK && v) *seq = get_be64((const unsigned char *)v);
   rocksdb_free(v);
   return st;
 }
@@ -815,18 +860,23 @@ fl_status fl_ps_tier_expire(fl_ps_tier *t, uint64_t table, void *row, size_t len
        rocksdb_iter_next(it)) {
     size_t kl = 0, vl = 0;
     const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
-    uint64_t key;
+    uint64_t key, at, seq = 0;
     int found = 0;
     if (kl != KEY_LEN || memcmp(k, lo, 9) || vl != 8) break; /* past this table's order */
     key = get_be64((const unsigned char *)v);
+    at = get_be64((const unsigned char *)k + 9);
     make_key(rk, 'r', table, key);
-    st = read_row(t, e, (const char *)rk, row, len, &found);
-    if (st != FL_OK || !found) continue; /* none: an order key left by a crash, skipped */
+    st = read_row(t, e, (const char *)rk, row, len, &found, &seq);
+    if (st != FL_OK) break;
+    if (!found || seq != at) { /* a stale order key (or one a crash left): removed, not followed */
+      drop_stale_order(t, e, at);
+      continue;
+    }
     if (!old(ctx, key, row)) {
       *all = 0;
       break;
     }
-    st = delete_row(t, table, key, get_be64((const unsigned char *)k + 9));
+    st = delete_row(t, table, key, at);
     if (st == FL_OK) (*n)++;
   }
   rocksdb_iter_destroy(it);

@@ -84,7 +84,9 @@ fl_status fl_ps_tier_scan(fl_ps_tier *t, uint64_t table, int has_after, uint64_t
                           size_t max, uint64_t *keys, void *rows, size_t len, size_t *n);
 /* Remove the row of table with the smallest order sequence if that is
  * below before: *key gets its id, *found 0 when table has none here (or
- * none below before). */
+ * none below before).  Order keys whose row is gone or on disk under a
+ * newer one (stale) are removed on the way, never followed (as by
+ * expire). */
 fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t before, uint64_t *key,
                                   int *found);
 /* Whether row (a blob read from the store) of key is due for expiry; ctx
