@@ -233,6 +233,12 @@ static int replay_one(fl_ps_core *c, const char *dir, const char *bfile, int64_t
             fl_ps_core_step(c));
     return -1;
   }
+  if (psc_tier_copy_bad(c, path)) {
+    FL_LOGE("delta checkpoint %s: its copy of the disk tier (%s.tier) does not read (logged "
+            "above): the restart stops at step %" PRId64 " (the last good checkpoint)", path,
+            path, fl_ps_core_step(c));
+    return -1;
+  }
   if (fl_ckpt_load(path, &ck) != FL_OK) {
     FL_LOGE("delta checkpoint %s is truncated or corrupt: the restart stops at step %" PRId64
             " (the last good checkpoint); what its interval changed is lost", path,

@@ -394,6 +394,9 @@ fl_status psc_tier_load_chain(fl_ps_core *c, const char *file, char (*deltas)[40
 /* 1 when delta, replayed after base, lacks the disk copy that base has
  * (it was lost: the chain stops before it). */
 int psc_tier_copy_missing(fl_ps_core *c, const char *base, const char *delta);
+/* 1 when delta's disk copy is truncated or corrupt (logged: the chain
+ * stops before it). */
+int psc_tier_copy_bad(fl_ps_core *c, const char *delta);
 
 /* core_barrier.c */
 /* Complete b when every counted trainer arrived.  c->mu held. */

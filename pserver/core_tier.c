@@ -3,8 +3,9 @@
  * promotions sparse.c): the store opened in the pserver's data directory
  * only once the directory is claimed for this run (a second run there is
  * refused before its store is touched), a copy of it beside each
- * checkpoint file, base or delta (<file>.tier: a RocksDB checkpoint, hard
- * links; at a delta only the rows demoted since the checkpoint before)
+ * checkpoint file, base or delta (<file>.tier: a base's a RocksDB
+ * checkpoint, hard links; a delta's one SST file of the rows demoted since
+ * the checkpoint before, checked block by block before it is replayed)
  * taken with every table's stripes locked and put in place before the
  * file is committed, restored once a load (a base and its deltas) has put
  * its rows in memory (the base's copy, then each delta's deletions and
@@ -111,6 +112,11 @@ fl_status psc_tier_check_load(fl_ps_core *c, const char *file) {
 int psc_tier_copy_missing(fl_ps_core *c, const char *base, const char *delta) {
   char dst[FL_JOB_PATH_MAX + 512];
   return c->tier && has_copy(base, dst, sizeof dst) && !has_copy(delta, dst, sizeof dst);
+}
+
+int psc_tier_copy_bad(fl_ps_core *c, const char *delta) {
+  char dst[FL_JOB_PATH_MAX + 512];
+  return c->tier && has_copy(delta, dst, sizeof dst) && fl_ps_tier_check_copy(dst) != FL_OK;
 }
 
 /* The n deleted keys del out of the store, each of the stripe table

@@ -55,6 +55,14 @@
 #define ENTRY_COST 48 /* a batch entry's index and header, roughly */
 /* A copy is read with a block cache of COPY_BUDGET / FL_TIER_CACHE_SHARE. */
 #define COPY_BUDGET (16u << 20)
+/* A delta's copy (layout 2): the directory holds one SST file, DELTA_FILE,
+ * of the delta's 'o', 'r' and 'u' keys and a key 'v', 0, 0 holding the
+ * layout; read by ingesting it into a scratch store beside the copy
+ * (<copy>.<pid>-<n>.tier: a crash's leftover is pruned as a copy without
+ * its checkpoint file).  Layout 1, a RocksDB store of its own, still
+ * reads as any copy. */
+#define DELTA_FILE "delta.sst"
+#define DELTA_LAYOUT 2
 
 /* A blocked Bloom filter of a table's row ids on disk: a 512-bit block
  * per id, FILTER_PROBES bits in it.  Ids are added, never removed (a
@@ -95,6 +103,7 @@ struct fl_ps_tier {
   tier_table tables[MAX_TIER_TABLES];
   _Atomic int n_tables;
   _Atomic uint64_t hits, misses, promotions, demotions, write_errors;
+  int scratch; /* a store made to read a delta's copy: removed at close */
 };
 
 static void put_be64(unsigned char *p, uint64_t v) {
@@ -365,6 +374,7 @@ fl_status fl_ps_tier_open(const char *dir, size_t budget, fl_ps_tier **out) {
 void fl_ps_tier_close(fl_ps_tier *t) {
   if (!t) return;
   close_db(t);
+  if (t->scratch) (void)remove_dir(t->path);
   for (int i = 0; i < atomic_load(&t->n_tables); i++) {
     rocksdb_writebatch_destroy(t->tables[i].pend);
     if (t->tables[i].stuck) rocksdb_writebatch_wi_destroy(t->tables[i].stuck);
@@ -749,27 +759,76 @@ fl_status fl_ps_tier_scan(fl_ps_tier *t, uint64_t table, int has_after, uint64_t
   return st;
 }
 
+/* The value of the row key k (KEY_LEN bytes) of table e read through e's
+ * refused writes (NULL: none; the caller frees it with rocksdb_free). */
+static fl_status get_through_one(fl_ps_tier *t, tier_table *e, const char *k, char **v,
+                                 size_t *vn) {
+  char *err = NULL;
+  fl_status st = FL_OK;
+  *v = e->stuck ? rocksdb_writebatch_wi_get_from_batch_and_db(e->stuck, t->db, t->ro, k, KEY_LEN,
+                                                              vn, &err)
+                : rocksdb_get(t->db, t->ro, k, KEY_LEN, vn, &err);
+  if (err) st = FL_ERR(FL_EIO, "disk tier %s: reading a row failed: %s", t->path, err);
+  rocksdb_free(err);
+  return st;
+}
+
+/* Remove e's order key of seq alone: a stale one (its row gone, or on
+ * disk under a newer order key since a removal of its copy never reached
+ * the disk); it counted as a row. */
+static void drop_stale_order(fl_ps_tier *t, tier_table *e, uint64_t seq) {
+  unsigned char ok[KEY_LEN];
+  make_key(ok, 'o', e->id, seq);
+  if (e->stuck) rocksdb_writebatch_wi_delete(e->stuck, (const char *)ok, KEY_LEN);
+  else rocksdb_writebatch_delete(e->pend, (const char *)ok, KEY_LEN);
+  if (atomic_load(&e->rows)) atomic_fetch_sub(&e->rows, 1);
+  grew(t, e, KEY_LEN);
+}
+
+/* *cur 1 when e's row key is on disk under the order key of seq, else 0. */
+static fl_status order_current(fl_ps_tier *t, tier_table *e, uint64_t key, uint64_t seq,
+                               int *cur) {
+  unsigned char rk[KEY_LEN];
+  char *v = NULL;
+  size_t vn = 0;
+  make_key(rk, 'r', e->id, key);
+  FL_TRY(get_through_one(t, e, (const char *)rk, &v, &vn));
+  *cur = v && vn >= SEQ_LEN && get_be64((const unsigned char *)v) == seq;
+  rocksdb_free(v);
+  return FL_OK;
+}
+
+/* The oldest order key naming its row's copy on disk; the stale ones
+ * before it (a removal of a promoted row's copy that never reached the
+ * disk, the row demoted again under a newer key) are removed, not
+ * followed: following one evicted the row's newer copy early. */
 fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t before, uint64_t *key,
                                   int *found) {
   unsigned char lo[KEY_LEN];
   rocksdb_iterator_t *it = iter_of(t, table);
-  const char *k, *v;
-  size_t kl = 0, vl = 0;
+  tier_table *e = table_of(t, table);
+  fl_status st = FL_OK;
   uint64_t seq = 0;
   *found = 0;
   make_key(lo, 'o', table, 0);
-  rocksdb_iter_seek(it, (const char *)lo, KEY_LEN);
-  if (rocksdb_iter_valid(it)) {
-    k = rocksdb_iter_key(it, &kl);
-    v = rocksdb_iter_value(it, &vl);
-    if (kl == KEY_LEN && !memcmp(k, lo, 9) && vl == 8 &&
-        (seq = get_be64((const unsigned char *)k + 9)) < before) {
-      *key = get_be64((const unsigned char *)v);
+  for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); e && st == FL_OK && rocksdb_iter_valid(it);
+       rocksdb_iter_next(it)) {
+    size_t kl = 0, vl = 0;
+    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
+    int cur = 0;
+    if (kl != KEY_LEN || memcmp(k, lo, 9) || vl != 8 ||
+        (seq = get_be64((const unsigned char *)k + 9)) >= before)
+      break;
+    *key = get_be64((const unsigned char *)v);
+    st = order_current(t, e, *key, seq, &cur);
+    if (st == FL_OK && cur) {
       *found = 1;
+      break;
     }
+    if (st == FL_OK) drop_stale_order(t, e, seq);
   }
   rocksdb_iter_destroy(it);
-  if (!*found) return FL_OK;
+  if (st != FL_OK || !*found) return st;
   return delete_row(t, table, *key, seq);
 }
 
@@ -777,17 +836,13 @@ fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t before
  * bytes), read through e's refused writes; *found 0 when absent.  Not
  * counted as a hit or miss. */
 static fl_status read_row(fl_ps_tier *t, tier_table *e, const char *k, void *row, size_t len,
-                          int *found) {
-  char *err = NULL, *v;
+                          int *found, uint64_t *seq) {
+  char *v = NULL;
   size_t vn = 0;
-  fl_status st = FL_OK;
-  v = e->stuck ? rocksdb_writebatch_wi_get_from_batch_and_db(e->stuck, t->db, t->ro, k, KEY_LEN,
-                                                             &vn, &err)
-               : rocksdb_get(t->db, t->ro, k, KEY_LEN, &vn, &err);
+  fl_status st = get_through_one(t, e, k, &v, &vn);
   *found = v != NULL;
-  if (err) st = FL_ERR(FL_EIO, "disk tier %s: reading a row failed: %s", t->path, err);
-  else if (v) st = copy_row(t, v, vn, row, len);
-  rocksdb_free(err);
+  if (st == FL_OK && v) st = copy_row(t, v, vn, row, len);
+  if (st == FL_OK && v) *seq = get_be64((const unsigned char *)v);
   rocksdb_free(v);
   return st;
 }
@@ -805,18 +860,23 @@ fl_status fl_ps_tier_expire(fl_ps_tier *t, uint64_t table, void *row, size_t len
        rocksdb_iter_next(it)) {
     size_t kl = 0, vl = 0;
     const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
-    uint64_t key;
+    uint64_t key, at, seq = 0;
     int found = 0;
     if (kl != KEY_LEN || memcmp(k, lo, 9) || vl != 8) break; /* past this table's order */
     key = get_be64((const unsigned char *)v);
+    at = get_be64((const unsigned char *)k + 9);
     make_key(rk, 'r', table, key);
-    st = read_row(t, e, (const char *)rk, row, len, &found);
-    if (st != FL_OK || !found) continue; /* none: an order key left by a crash, skipped */
+    st = read_row(t, e, (const char *)rk, row, len, &found, &seq);
+    if (st != FL_OK) break;
+    if (!found || seq != at) { /* a stale order key (or one a crash left): removed, not followed */
+      drop_stale_order(t, e, at);
+      continue;
+    }
     if (!old(ctx, key, row)) {
       *all = 0;
       break;
     }
-    st = delete_row(t, table, key, get_be64((const unsigned char *)k + 9));
+    st = delete_row(t, table, key, at);
     if (st == FL_OK) (*n)++;
   }
   rocksdb_iter_destroy(it);
@@ -955,7 +1015,34 @@ static void rescan(fl_ps_tier *t) {
   for (int i = 0; i < atomic_load(&t->n_tables); i++) rebuild_filter(t, &t->tables[i]);
 }
 
+/* 1 when dir is a delta's copy (layout 2): sst (cap bytes) gets its file's
+ * path; else sst is "". */
+static int is_delta_copy(const char *dir, char *sst, size_t cap) {
+  snprintf(sst, cap, "%s/" DELTA_FILE, dir);
+  if (access(sst, F_OK) == 0) return 1;
+  sst[0] = '\0';
+  return 0;
+}
+
+/* The delta copy file sst ingested into t's store (copied: the
+ * checkpoint's file is left as it is). */
+static fl_status ingest_copy(fl_ps_tier *t, const char *sst) {
+  const char *files[1] = {sst};
+  char *err = NULL;
+  fl_status st = FL_OK;
+  rocksdb_ingestexternalfileoptions_t *io = rocksdb_ingestexternalfileoptions_create();
+  rocksdb_ingestexternalfileoptions_set_move_files(io, 0);
+  rocksdb_ingest_external_file(t->db, files, 1, io, &err);
+  rocksdb_ingestexternalfileoptions_destroy(io);
+  if (err)
+    st = FL_ERR(FL_ECORRUPT, "disk tier: the delta copy %s is truncated or corrupt: %s", sst,
+                err);
+  rocksdb_free(err);
+  return st;
+}
+
 fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir) {
+  char sst[4200] = "";
   close_db(t);
   for (int i = 0; i < atomic_load(&t->n_tables); i++) {
     rocksdb_writebatch_clear(t->tables[i].pend);
@@ -964,8 +1051,9 @@ fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir) {
     t->tables[i].stuck = NULL;
   }
   FL_TRY(remove_dir(t->path));
-  if (dir) FL_TRY(copy_dir(dir, t->path));
+  if (dir && !is_delta_copy(dir, sst, sizeof sst)) FL_TRY(copy_dir(dir, t->path));
   FL_TRY(open_db(t));
+  if (dir && sst[0]) FL_TRY(ingest_copy(t, sst));
   fl_ps_tier_recount(t);
   return forget_demoted(t);
 }
@@ -1024,74 +1112,253 @@ static fl_status batch_remove(fl_ps_tier *t, const unsigned char *rk, rocksdb_wr
   return FL_OK;
 }
 
-#define CHAIN_BATCH 4096 /* rows a write of a delta's copy, or of its replay */
+#define CHAIN_BATCH 4096 /* rows a write of a delta's replay */
 
-/* Into wb: e's note in t, when it has one. */
-static fl_status copy_note(fl_ps_tier *t, tier_table *e, rocksdb_writebatch_t *wb) {
-  unsigned char uk[KEY_LEN];
-  char *v = NULL;
-  size_t vn = 0;
-  make_key(uk, 'u', e->id, 0);
-  FL_TRY(get_value(t, uk, &v, &vn));
-  if (v) rocksdb_writebatch_put(wb, (const char *)uk, KEY_LEN, v, vn);
-  rocksdb_free(v);
+/* A row demoted since the last marking checkpoint and still on disk: its
+ * id, its order sequence there and its value (read once, written as is). */
+typedef struct demoted {
+  uint64_t id, seq;
+  char *v; /* malloc'd */
+  size_t vn;
+} demoted;
+
+static int cmp_demoted_id(const void *pa, const void *pb) {
+  const demoted *a = pa, *b = pb;
+  return a->id < b->id ? -1 : a->id > b->id;
+}
+
+static int cmp_demoted_seq(const void *pa, const void *pb) {
+  const demoted *a = pa, *b = pb;
+  return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+static void demoted_free(demoted *l, size_t n) {
+  for (size_t i = 0; l && i < n; i++) free(l[i].v);
+  free(l);
+}
+
+/* Append id to *l (*n rows, room for *cap). */
+static fl_status demoted_add(demoted **l, size_t *n, size_t *cap, uint64_t id) {
+  if (*n == *cap) {
+    demoted *p = realloc(*l, (*cap = *cap ? 2 * *cap : 256) * sizeof *p);
+    if (!p) return FL_ERR(FL_ENOMEM, "disk tier: out of memory for %zu demoted rows", *n);
+    *l = p;
+  }
+  (*l)[(*n)++] = (demoted){.id = id};
   return FL_OK;
 }
 
-/* Into d (a fresh store) the rows of e demoted since t's last marking
- * checkpoint and still in t (its 'd' keys: each row with its order key),
- * and e's note. */
-static fl_status copy_demoted(fl_ps_tier *t, tier_table *e, fl_ps_tier *d) {
-  unsigned char lo[KEY_LEN], rk[KEY_LEN], ok[KEY_LEN];
-  rocksdb_iterator_t *it = rocksdb_create_iterator(t->db, t->ro);
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  fl_status st = copy_note(t, e, wb);
-  make_key(lo, 'd', e->id, 0);
-  for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); st == FL_OK && rocksdb_iter_valid(it);
-       rocksdb_iter_next(it)) {
-    size_t kl = 0, vl = 0, vn = 0;
-    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
-    char *row = NULL;
-    if (kl != KEY_LEN || memcmp(k, lo, 9) || vl != 8) break; /* past this table's demotions */
-    make_key(rk, 'r', e->id, get_be64((const unsigned char *)v));
-    st = get_value(t, rk, &row, &vn);
-    if (st == FL_OK && row && vn >= SEQ_LEN) { /* still on disk (a row demoted twice: twice) */
-      make_key(ok, 'o', e->id, get_be64((const unsigned char *)row));
-      rocksdb_writebatch_put(wb, (const char *)rk, KEY_LEN, row, vn);
-      rocksdb_writebatch_put(wb, (const char *)ok, KEY_LEN, v, vl);
-    }
-    rocksdb_free(row);
-    if (st == FL_OK && rocksdb_writebatch_count(wb) >= CHAIN_BATCH) st = write_batch(d, wb);
+#define DELTA_READ 1024 /* rows a batched read of a delta's copy */
+
+/* The values of l[0..n) (unique ids of table e, ascending) read from t in
+ * one batched look-up; a row no longer on disk keeps v NULL. */
+static fl_status read_demoted(fl_ps_tier *t, tier_table *e, demoted *l, size_t n) {
+  unsigned char kb[DELTA_READ][KEY_LEN];
+  const char *kl[DELTA_READ];
+  size_t ks[DELTA_READ];
+  rocksdb_pinnableslice_t *vals[DELTA_READ];
+  char *errs[DELTA_READ];
+  fl_status st = FL_OK;
+  for (size_t i = 0; i < n; i++) {
+    make_key(kb[i], 'r', e->id, l[i].id);
+    kl[i] = (const char *)kb[i];
+    ks[i] = KEY_LEN;
   }
-  if (st == FL_OK) st = write_batch(d, wb);
-  rocksdb_writebatch_destroy(wb);
-  rocksdb_iter_destroy(it);
+  rocksdb_batched_multi_get_cf(t->db, t->ro, t->cf, n, kl, ks, vals, errs, true);
+  for (size_t i = 0; i < n; i++) {
+    size_t vn = 0;
+    const char *v = vals[i] ? rocksdb_pinnableslice_value(vals[i], &vn) : NULL;
+    if (errs[i] && st == FL_OK)
+      st = FL_ERR(FL_EIO, "disk tier %s: reading a row for a delta copy failed: %s", t->path,
+                  errs[i]);
+    else if (v && vn >= SEQ_LEN && st == FL_OK && (l[i].v = malloc(vn)) != NULL) {
+      memcpy(l[i].v, v, vn);
+      l[i].vn = vn;
+      l[i].seq = get_be64((const unsigned char *)v);
+    } else if (v && vn >= SEQ_LEN && st == FL_OK)
+      st = FL_ERR(FL_ENOMEM, "disk tier %s: out of memory for a delta copy", t->path);
+    rocksdb_pinnableslice_destroy(vals[i]);
+    rocksdb_free(errs[i]);
+  }
   return st;
 }
 
-/* d's memtables into its files. */
-static fl_status flush_db(fl_ps_tier *d) {
-  char *err = NULL;
-  rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+/* *l: the rows of e named by its 'd' keys (each once) still in t, with
+ * their order sequences and values, ids ascending; the caller frees *l
+ * (demoted_free). */
+static fl_status list_demoted(fl_ps_tier *t, tier_table *e, demoted **l, size_t *n) {
+  unsigned char lo[KEY_LEN];
+  rocksdb_iterator_t *it = rocksdb_create_iterator(t->db, t->ro);
+  size_t cap = 0, m = 0;
   fl_status st = FL_OK;
-  rocksdb_flushoptions_set_wait(fo, 1);
-  rocksdb_flush(d->db, fo, &err);
-  rocksdb_flushoptions_destroy(fo);
-  if (err) st = FL_ERR(FL_EIO, "disk tier: writing the delta copy %s failed: %s", d->path, err);
+  *l = NULL;
+  *n = 0;
+  make_key(lo, 'd', e->id, 0);
+  for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); st == FL_OK && rocksdb_iter_valid(it);
+       rocksdb_iter_next(it)) {
+    size_t kl = 0, vl = 0;
+    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
+    if (kl != KEY_LEN || memcmp(k, lo, 9) || vl != 8) break; /* past this table's demotions */
+    st = demoted_add(l, &m, &cap, get_be64((const unsigned char *)v));
+  }
+  rocksdb_iter_destroy(it);
+  if (m) qsort(*l, m, sizeof **l, cmp_demoted_id);
+  for (size_t i = 0; i < m; i++) /* a row demoted twice: once */
+    if (!*n || (*l)[*n - 1].id != (*l)[i].id) (*l)[(*n)++] = (*l)[i];
+  for (size_t i = 0; st == FL_OK && i < *n; i += DELTA_READ)
+    st = read_demoted(t, e, *l + i, *n - i < DELTA_READ ? *n - i : DELTA_READ);
+  if (st != FL_OK) {
+    demoted_free(*l, *n);
+    *l = NULL;
+    *n = 0;
+    return st;
+  }
+  m = 0;
+  for (size_t i = 0; i < *n; i++) /* still on disk */
+    if ((*l)[i].v) (*l)[m++] = (*l)[i];
+  *n = m;
+  return FL_OK;
+}
+
+/* A delta's copy being written: one SST file, keys added in order. */
+typedef struct delta_out {
+  fl_ps_tier *t;
+  rocksdb_sstfilewriter_t *w;
+  const char *path;
+  tier_table **tabs; /* the tables, ids ascending */
+  demoted **rows;    /* each table's rows, ids ascending */
+  size_t *nrows;
+} delta_out;
+
+/* FL_EIO (logged) for a refused add or finish of o's file (err freed). */
+static fl_status sst_error(delta_out *o, char *err) {
+  fl_status st = FL_ERR(FL_EIO, "disk tier %s: writing the delta copy %s failed: %s (disk "
+                        "full? free space there)", o->t->path, o->path, err);
   rocksdb_free(err);
   return st;
 }
 
+static fl_status sst_put(delta_out *o, const unsigned char *k, const char *v, size_t vn) {
+  char *err = NULL;
+  rocksdb_sstfilewriter_put(o->w, (const char *)k, KEY_LEN, v, vn, &err);
+  return err ? sst_error(o, err) : FL_OK;
+}
+
+/* Table i's order keys (sequences ascending; rows sorted by sequence). */
+static fl_status put_orders(delta_out *o, size_t i) {
+  unsigned char k[KEY_LEN], id[8];
+  demoted *l = o->rows[i];
+  fl_status st = FL_OK;
+  qsort(l, o->nrows[i], sizeof *l, cmp_demoted_seq);
+  for (size_t j = 0; st == FL_OK && j < o->nrows[i]; j++) {
+    if (j && l[j].seq == l[j - 1].seq) continue; /* one row an order key */
+    make_key(k, 'o', o->tabs[i]->id, l[j].seq);
+    put_be64(id, l[j].id);
+    st = sst_put(o, k, (const char *)id, 8);
+  }
+  qsort(l, o->nrows[i], sizeof *l, cmp_demoted_id);
+  return st;
+}
+
+/* Table i's rows as they were read (ids ascending). */
+static fl_status put_rows(delta_out *o, size_t i) {
+  unsigned char k[KEY_LEN];
+  fl_status st = FL_OK;
+  for (size_t j = 0; st == FL_OK && j < o->nrows[i]; j++) {
+    make_key(k, 'r', o->tabs[i]->id, o->rows[i][j].id);
+    st = sst_put(o, k, o->rows[i][j].v, o->rows[i][j].vn);
+  }
+  return st;
+}
+
+/* Table i's note, when it has one. */
+static fl_status put_note(delta_out *o, size_t i) {
+  unsigned char k[KEY_LEN];
+  char *v = NULL;
+  size_t vn = 0;
+  fl_status st;
+  make_key(k, 'u', o->tabs[i]->id, 0);
+  st = get_value(o->t, k, &v, &vn);
+  if (st == FL_OK && v) st = sst_put(o, k, v, vn);
+  rocksdb_free(v);
+  return st;
+}
+
+static int cmp_table_id(const void *pa, const void *pb) {
+  const tier_table *a = *(tier_table *const *)pa, *b = *(tier_table *const *)pb;
+  return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* o's keys in RocksDB's order ('o', 'r', 'u', then the layout key 'v'),
+ * each kind table by table, ids ascending; then the file finished
+ * (fsynced). */
+static fl_status write_delta(delta_out *o, size_t nt) {
+  unsigned char vk[KEY_LEN], ver[8];
+  char *err = NULL;
+  fl_status st = FL_OK;
+  for (size_t i = 0; st == FL_OK && i < nt; i++) st = put_orders(o, i);
+  for (size_t i = 0; st == FL_OK && i < nt; i++) st = put_rows(o, i);
+  for (size_t i = 0; st == FL_OK && i < nt; i++) st = put_note(o, i);
+  make_key(vk, 'v', 0, 0);
+  put_be64(ver, DELTA_LAYOUT);
+  if (st == FL_OK) st = sst_put(o, vk, (const char *)ver, 8);
+  if (st == FL_OK) rocksdb_sstfilewriter_finish(o->w, &err);
+  return st == FL_OK && err ? sst_error(o, err) : st;
+}
+
+/* dir's entries onto the disk (the directory fsynced). */
+static fl_status sync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || fsync(fd) != 0) {
+    fl_status st = FL_ERR(FL_EIO, "disk tier: cannot sync the directory %s: %s", dir,
+                          strerror(errno));
+    if (fd >= 0) close(fd);
+    return st;
+  }
+  close(fd);
+  return FL_OK;
+}
+
+/* Into o: the tables of t (ids ascending) and each one's demoted rows. */
+static fl_status gather_demoted(fl_ps_tier *t, delta_out *o, size_t nt) {
+  fl_status st = FL_OK;
+  o->tabs = calloc(nt ? nt : 1, sizeof *o->tabs);
+  o->rows = calloc(nt ? nt : 1, sizeof *o->rows);
+  o->nrows = calloc(nt ? nt : 1, sizeof *o->nrows);
+  if (!o->tabs || !o->rows || !o->nrows)
+    return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory for a delta copy", t->path);
+  for (size_t i = 0; i < nt; i++) o->tabs[i] = &t->tables[i];
+  if (nt) qsort(o->tabs, nt, sizeof *o->tabs, cmp_table_id);
+  for (size_t i = 0; st == FL_OK && i < nt; i++)
+    st = list_demoted(t, o->tabs[i], &o->rows[i], &o->nrows[i]);
+  return st;
+}
+
 fl_status fl_ps_tier_checkpoint_delta(fl_ps_tier *t, const char *dir) {
-  fl_ps_tier *d = NULL;
+  char path[4200];
+  size_t nt = (size_t)atomic_load(&t->n_tables);
+  rocksdb_envoptions_t *eo;
+  delta_out o = {.t = t, .path = path};
   fl_status st;
   FL_TRY(settle_all(t));
-  FL_TRY(tier_new(dir, COPY_BUDGET, &d));
-  st = open_db(d);
-  for (int i = 0; st == FL_OK && i < atomic_load(&t->n_tables); i++)
-    st = copy_demoted(t, &t->tables[i], d);
-  if (st == FL_OK) st = flush_db(d);
-  fl_ps_tier_close(d);
+  if (mkdir(dir, 0755) != 0)
+    return FL_ERR(FL_EIO, "disk tier: cannot create the delta copy %s: %s", dir, strerror(errno));
+  snprintf(path, sizeof path, "%s/" DELTA_FILE, dir);
+  st = gather_demoted(t, &o, nt);
+  eo = rocksdb_envoptions_create();
+  o.w = rocksdb_sstfilewriter_create(eo, t->opt);
+  if (st == FL_OK) {
+    char *err = NULL;
+    rocksdb_sstfilewriter_open(o.w, path, &err);
+    st = err ? sst_error(&o, err) : write_delta(&o, nt);
+  }
+  rocksdb_sstfilewriter_destroy(o.w);
+  rocksdb_envoptions_destroy(eo);
+  for (size_t i = 0; o.rows && i < nt; i++) demoted_free(o.rows[i], o.nrows[i]);
+  free(o.tabs);
+  free(o.rows);
+  free(o.nrows);
+  if (st == FL_OK) st = sync_dir(dir);
   if (st == FL_OK) st = forget_demoted(t);
   return st;
 }
@@ -1170,10 +1437,30 @@ fl_status fl_ps_tier_overlay(fl_ps_tier *t, const char *dir) {
 
 void fl_ps_tier_recount(fl_ps_tier *t) { rescan(t); }
 
+/* The delta copy file sst (layout 2) of the copy dir ingested into a
+ * fresh scratch store (removed at close). */
+static fl_status open_delta_copy(const char *dir, const char *sst, fl_ps_tier **out) {
+  static _Atomic unsigned n;
+  char path[4200];
+  fl_ps_tier *t;
+  fl_status st;
+  snprintf(path, sizeof path, "%s.%ld-%u.tier", dir, (long)getpid(), atomic_fetch_add(&n, 1));
+  FL_TRY(remove_dir(path));
+  FL_TRY(tier_new(path, COPY_BUDGET, &t));
+  t->scratch = 1;
+  if ((st = open_db(t)) != FL_OK || (st = ingest_copy(t, sst)) != FL_OK) {
+    fl_ps_tier_close(t);
+    return st;
+  }
+  *out = t;
+  return FL_OK;
+}
+
 fl_status fl_ps_tier_open_copy(const char *dir, fl_ps_tier **out) {
   fl_ps_tier *t;
-  char *err = NULL;
+  char *err = NULL, sst[4200];
   *out = NULL;
+  if (is_delta_copy(dir, sst, sizeof sst)) return open_delta_copy(dir, sst, out);
   FL_TRY(tier_new(dir, COPY_BUDGET, &t));
   t->db = rocksdb_open_for_read_only(t->opt, dir, 0, &err);
   if (err) {
@@ -1185,6 +1472,25 @@ fl_status fl_ps_tier_open_copy(const char *dir, fl_ps_tier **out) {
   }
   *out = t;
   return FL_OK;
+}
+
+fl_status fl_ps_tier_check_copy(const char *dir) {
+  fl_ps_tier *t;
+  rocksdb_iterator_t *it;
+  char *err = NULL, sst[4200];
+  fl_status st = FL_OK;
+  if (!is_delta_copy(dir, sst, sizeof sst)) return FL_OK; /* a whole store: opened when replayed */
+  FL_TRY(open_delta_copy(dir, sst, &t));
+  it = rocksdb_create_iterator(t->db, t->ro);
+  for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+  }
+  rocksdb_iter_get_error(it, &err);
+  if (err)
+    st = FL_ERR(FL_ECORRUPT, "disk tier: the delta copy %s is corrupt: %s", sst, err);
+  rocksdb_free(err);
+  rocksdb_iter_destroy(it);
+  fl_ps_tier_close(t);
+  return st;
 }
 
 /* fn on the value v (vn bytes) of row key, if any: its blob after the

@@ -84,7 +84,9 @@ fl_status fl_ps_tier_scan(fl_ps_tier *t, uint64_t table, int has_after, uint64_t
                           size_t max, uint64_t *keys, void *rows, size_t len, size_t *n);
 /* Remove the row of table with the smallest order sequence if that is
  * below before: *key gets its id, *found 0 when table has none here (or
- * none below before). */
+ * none below before).  Order keys whose row is gone or on disk under a
+ * newer one (stale) are removed on the way, never followed (as by
+ * expire). */
 fl_status fl_ps_tier_evict_oldest(fl_ps_tier *t, uint64_t table, uint64_t before, uint64_t *key,
                                   int *found);
 /* Whether row (a blob read from the store) of key is due for expiry; ctx
@@ -104,12 +106,16 @@ size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table);
  * copy).  mark: a base of a delta chain (the next delta's copy holds the
  * rows demoted from now on; else from the mark before). */
 fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir, int mark);
-/* A delta's copy into dir (not existing yet): a store of its own holding
- * only the rows demoted since the last marking checkpoint (base or delta)
- * and still here, as they are now (each under its order key), and every
- * table's note; replayed onto the base's copy by fl_ps_tier_overlay.
- * Read with fl_ps_tier_open_copy as a whole copy. */
+/* A delta's copy into dir (not existing yet): one SST file (fsynced, the
+ * directory too) holding only the rows demoted since the last marking
+ * checkpoint (base or delta) and still here, as they are now (each under
+ * its order key), and every table's note; replayed onto the base's copy
+ * by fl_ps_tier_overlay.  Read with fl_ps_tier_open_copy as a whole copy. */
 fl_status fl_ps_tier_checkpoint_delta(fl_ps_tier *t, const char *dir);
+/* FL_ECORRUPT (logged, naming the file) when the delta copy in dir is
+ * truncated or fails its checksums (every block read); FL_OK for a whole
+ * store's copy (checked when opened). */
+fl_status fl_ps_tier_check_copy(const char *dir);
 /* Replace the store by the copy in dir (made by fl_ps_tier_checkpoint;
  * NULL: an empty store); dir itself is left as it was. */
 fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir);
@@ -123,8 +129,10 @@ fl_status fl_ps_tier_overlay(fl_ps_tier *t, const char *dir);
 void fl_ps_tier_recount(fl_ps_tier *t);
 /* Remove a copy (a flat directory of files); FL_OK when there is none. */
 fl_status fl_ps_tier_remove_copy(const char *dir);
-/* Open the copy in dir (made by fl_ps_tier_checkpoint) read-only, to
- * read with fl_ps_tier_copy_rows and cursors only; the caller owns *out
+/* Open the copy in dir (made by fl_ps_tier_checkpoint or
+ * fl_ps_tier_checkpoint_delta, the latter ingested into a scratch store
+ * beside it, removed at close) read-only, to read with
+ * fl_ps_tier_copy_rows and cursors only; the caller owns *out
  * (fl_ps_tier_close). */
 fl_status fl_ps_tier_open_copy(const char *dir, fl_ps_tier **out);
 /* A row read from a copy: key and its blob of len bytes (the caller's

@@ -37,3 +37,4 @@ include $(srcdir)/tests/fuzz/local.mk
 include $(srcdir)/tests/unit/graph_sparse.mk
 include $(srcdir)/tests/unit/names.mk
 include $(srcdir)/tests/unit/tier_policy.mk
+include $(srcdir)/tests/unit/tier_ckpt.mk

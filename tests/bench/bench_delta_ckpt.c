@@ -20,8 +20,8 @@
  * file plus the store's copy (fl_ps_tier_checkpoint: hard links, the
  * memtables flushed first), as a pserver writes them, each taken once a
  * round, before the delta
- * (tier_copy_seconds, tier_copy_bytes: a delta's copy, a store of the
- * rows demoted since the copy before; tier_whole_copy_seconds,
+ * (tier_copy_seconds, tier_copy_bytes: a delta's copy, one SST file of
+ * the rows demoted since the copy before; tier_whole_copy_seconds,
  * tier_whole_copy_bytes: a base's, hard links to the store's files, its
  * bytes those not linked from the whole copy before - the rows demoted in
  * the interval, flushed, the sorted runs a compaction wrote, RocksDB's

@@ -416,6 +416,16 @@ START_TEST(test_core_delta_chain_same_bits) {
     ck_assert_int_eq(restart_tier(dir, maxr[v], expire[v], snap[2], NULL), 2);
     ck_assert(log_names(dir, d3));
     ck_assert_int_eq(rename(moved, cp), 0);
+    /* Its copy's file cut in half: named, likewise. */
+    {
+      struct stat sb;
+      char sst[700];
+      snprintf(sst, sizeof sst, "%s/delta.sst", cp);
+      ck_assert_int_eq(stat(sst, &sb), 0);
+      ck_assert_int_eq(truncate(sst, sb.st_size / 2), 0);
+      ck_assert_int_eq(restart_tier(dir, maxr[v], expire[v], snap[2], NULL), 2);
+      ck_assert(log_names(dir, "delta.sst is truncated or corrupt"));
+    }
     /* Truncated: likewise. */
     ck_assert_int_eq(truncate(d3, 100), 0);
     ck_assert_int_eq(restart_tier(dir, maxr[v], expire[v], snap[2], NULL), 2);
