@@ -335,13 +335,25 @@ static int read_world(const char *path, long long *r, int *nodes, int *node_rank
   return n;
 }
 
-/* Join the next round of the world file: torchrun's variables of this
- * trainer for it (its local rank and node size stay), the cluster, and the
- * mode's fl_sync for it in *sync.  The ranks stop when any of them saw the
+/* fl_sync_collective_give_up's test while a new world's rendezvous
+ * waits: has the agent named a round after the one being joined (a peer
+ * of that one died before it came)?  arg: the trainer options. */
+static int newer_round(void *arg) {
+  const fl_trainer_options *o = arg;
+  long long r;
+  int nodes, node_rank, port;
+  char addr[256]; /* %255s in read_world */
+  return read_world(o->world_file, &r, &nodes, &node_rank, addr, &port) == 5 &&
+         r > o->world_round;
+}
+
+/* Wait for a round after o->world_round in the world file, and set
+ * torchrun's variables of this trainer for it (its local rank and node
+ * size stay) and the cluster.  The ranks stop when any of them saw the
  * round: this node's agent may write it a moment later (world_wait_s at
  * most). */
-static fl_status next_world(const cli_opts *cli, const fl_job *job, fl_sync_create_fn create,
-                            fl_trainer_options *o, fl_cluster *cl, fl_sync *sync) {
+static fl_status await_round(const cli_opts *cli, const fl_job *job, fl_trainer_options *o,
+                             fl_cluster *cl) {
   long long r = 0;
   int nodes = 0, node_rank = -1, port = 0, n = 0;
   char addr[256], ctx[32]; /* %255s in read_world */
@@ -368,7 +380,27 @@ static fl_status next_world(const cli_opts *cli, const fl_job *job, fl_sync_crea
   o->world_round = r;
   FL_LOGI("elastic: joining round %lld as rank %d of %d (master %s:%d)", r, cl->trainer_id,
           cl->trainers_num, addr, port);
-  return create(job, cl, sync);
+  return FL_OK;
+}
+
+/* Join the next round of the world file: the mode's fl_sync for it in
+ * *sync.  A round whose rendezvous waits on a peer that died before it
+ * came (nodes that die a few seconds apart: the round after the first
+ * death still names the second) is given up as soon as the agent names
+ * the next one, which is joined instead; never a collective timeout. */
+static fl_status next_world(const cli_opts *cli, const fl_job *job, fl_sync_create_fn create,
+                            fl_trainer_options *o, fl_cluster *cl, fl_sync *sync) {
+  fl_status st;
+  fl_sync_collective_give_up(newer_round, o);
+  do {
+    st = await_round(cli, job, o, cl);
+    if (st == FL_OK) st = create(job, cl, sync);
+    if (st == FL_EAGAIN)
+      FL_LOGW("elastic: round %" PRId64 " has a peer that never came, and a newer round is "
+              "named: joining that one", o->world_round);
+  } while (st == FL_EAGAIN);
+  fl_sync_collective_give_up(NULL, NULL);
+  return st;
 }
 
 /* Run the loop, and again in each new world it stops for (the state it
