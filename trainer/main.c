@@ -384,21 +384,27 @@ static fl_status await_round(const cli_opts *cli, const fl_job *job, fl_trainer_
 }
 
 /* Join the next round of the world file: the mode's fl_sync for it in
- * *sync.  A round whose rendezvous waits on a peer that died before it
- * came (nodes that die a few seconds apart: the round after the first
- * death still names the second) is given up as soon as the agent names
- * the next one, which is joined instead; never a collective timeout. */
+ * *sync.  A round whose rendezvous cannot finish - it waits on a peer that
+ * died before it came (nodes dying a few seconds apart: the round after
+ * the first death still names the second), or a peer gave it up - is left
+ * as soon as the agent names the next one, which is joined instead; never
+ * a collective timeout. */
+static fl_status join_world(const cli_opts *cli, const fl_job *job, fl_sync_create_fn create,
+                            fl_trainer_options *o, fl_cluster *cl, fl_sync *sync) {
+  for (;;) {
+    FL_TRY(await_round(cli, job, o, cl));
+    fl_status st = create(job, cl, sync);
+    if (st != FL_EAGAIN && st != FL_ECLOSED && st != FL_ETIMEDOUT) return st;
+    FL_LOGW("elastic: round %" PRId64 " did not form (%s: a peer never came or gave it up): "
+            "joining the next round", o->world_round, fl_strerror(st));
+  }
+}
+
+/* join_world, its rendezvous given up when a newer round is named. */
 static fl_status next_world(const cli_opts *cli, const fl_job *job, fl_sync_create_fn create,
                             fl_trainer_options *o, fl_cluster *cl, fl_sync *sync) {
-  fl_status st;
   fl_sync_collective_give_up(newer_round, o);
-  do {
-    st = await_round(cli, job, o, cl);
-    if (st == FL_OK) st = create(job, cl, sync);
-    if (st == FL_EAGAIN)
-      FL_LOGW("elastic: round %" PRId64 " has a peer that never came, and a newer round is "
-              "named: joining that one", o->world_round);
-  } while (st == FL_EAGAIN);
+  fl_status st = join_world(cli, job, create, o, cl, sync);
   fl_sync_collective_give_up(NULL, NULL);
   return st;
 }
