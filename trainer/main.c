@@ -383,18 +383,19 @@ static fl_status await_round(const cli_opts *cli, const fl_job *job, fl_trainer_
   return FL_OK;
 }
 
-/* Join the next round of the world file: the mode's fl_sync for it in
- * *sync.  A round whose rendezvous cannot finish - it waits on a peer that
- * died before it came (nodes dying a few seconds apart: the round after
- * the first death still names the second), or a peer gave it up - is left
- * as soon as the agent names the next one, which is joined instead; never
- * a collective timeout. */
+/* Join the next round of the world file (first: the round this process
+ * was started for, its variables already set): the mode's fl_sync for it
+ * in *sync.  A round whose rendezvous cannot finish - it waits on a peer
+ * that died before it came (nodes dying a few seconds apart: the round
+ * after the first death still names the second), or a peer gave it up -
+ * is left as soon as the agent names the next one, which is joined
+ * instead; never a collective timeout. */
 static fl_status join_world(const cli_opts *cli, const fl_job *job, fl_sync_create_fn create,
-                            fl_trainer_options *o, fl_cluster *cl, fl_sync *sync) {
-  for (;;) {
-    FL_TRY(await_round(cli, job, o, cl));
+                            fl_trainer_options *o, fl_cluster *cl, fl_sync *sync, int first) {
+  for (;; first = 0) {
+    if (!first) FL_TRY(await_round(cli, job, o, cl));
     fl_status st = create(job, cl, sync);
-    if (st != FL_EAGAIN && st != FL_ECLOSED && st != FL_ETIMEDOUT) return st;
+    if (!o->world_file || (st != FL_EAGAIN && st != FL_ECLOSED && st != FL_ETIMEDOUT)) return st;
     FL_LOGW("elastic: round %" PRId64 " did not form (%s: a peer never came or gave it up): "
             "joining the next round", o->world_round, fl_strerror(st));
   }
@@ -402,9 +403,9 @@ static fl_status join_world(const cli_opts *cli, const fl_job *job, fl_sync_crea
 
 /* join_world, its rendezvous given up when a newer round is named. */
 static fl_status next_world(const cli_opts *cli, const fl_job *job, fl_sync_create_fn create,
-                            fl_trainer_options *o, fl_cluster *cl, fl_sync *sync) {
-  fl_sync_collective_give_up(newer_round, o);
-  fl_status st = join_world(cli, job, create, o, cl, sync);
+                            fl_trainer_options *o, fl_cluster *cl, fl_sync *sync, int first) {
+  if (o->world_file) fl_sync_collective_give_up(newer_round, o);
+  fl_status st = join_world(cli, job, create, o, cl, sync, first);
   fl_sync_collective_give_up(NULL, NULL);
   return st;
 }
@@ -427,7 +428,7 @@ static fl_status train_worlds(const cli_opts *cli, const fl_job *job, fl_sync_cr
     o->world_t0 = rep->world_t0;
     o->fresh = o->resume = 0;
     memset(rep, 0, sizeof *rep);
-    st = next_world(cli, job, create, o, cl, sync);
+    st = next_world(cli, job, create, o, cl, sync, 0);
     if (st == FL_OK) st = fl_trainer_run(o, sync, rep);
   }
   free(kept);
@@ -524,20 +525,19 @@ int main(int argc, char **argv) {
                    metrics_addr ? metrics_addr : job.cluster.metrics_addr, timeline,
                    &obs) != FL_OK)
     return EXIT_USAGE;
-  if (create(&job, &cl, &sync) != FL_OK) {
-    fl_obs_stop(obs);
-    return EXIT_RUN;
-  }
-  fl_notify_ready(NULL); /* joined the job: systemd's Type=notify start is done */
   step_obs so = {obs, (int64_t)job.train.batch_size * fl_job_merge_steps(&job)};
-
   fl_trainer_options opts = {.job = &job, .resume = resume, .fresh = fresh,
                              .identity = &identity, .max_steps = max_steps, .stop = &g_stop,
                              .on_step = on_step, .on_step_ctx = &so, .device = device,
                              .checkpoint_dir = cl.checkpoint_dir[0] ? cl.checkpoint_dir : NULL};
+  elastic_options(&job, &opts);
+  if (next_world(&cli, &job, create, &opts, &cl, &sync, 1) != FL_OK) {
+    fl_obs_stop(obs);
+    return EXIT_RUN;
+  }
+  fl_notify_ready(NULL); /* joined the job: systemd's Type=notify start is done */
   fl_trainer_report rep;
   memset(&rep, 0, sizeof rep);
-  elastic_options(&job, &opts);
   catch_stop_signals();
   st = train_worlds(&cli, &job, create, &opts, &cl, &sync, &rep);
   if (st == FL_OK && !rep.stopped) st = sync.ops->finish(sync.self);

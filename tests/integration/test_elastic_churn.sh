@@ -18,7 +18,12 @@
 #      election (the new leader extends every lease), so the job goes on
 #      in round 1: no new world is proposed, no trainer restarts, and every
 #      trainer ends with the steps of its uninterrupted run
-#      (epochs x steps per epoch); the etcd members elected a new leader.
+#      (epochs x steps per epoch); the etcd members elected a new leader;
+#   3. a join with a death: 3 nodes (--nnodes 2:4, lease 4 s, settle 1 s)
+#      train, rank 2's node is killed and a 4th node joins 1 s later, so
+#      round 2 (4 nodes) still names the dead one; the joiner's new trainer
+#      gives its first rendezvous up when round 3 (3 nodes) is named and
+#      joins it in its process, taking the state from the survivors.
 # SKIP (77) when etcd or fashion-mnist is not installed.  Bounded by
 # timeout; cleaned up.
 set -u
@@ -140,6 +145,30 @@ for wl in log.ldr.*/round.1/workerlog.*; do
     fail "ldr: $wl did not end with 4 x ${spe:-?} steps"
 done
 grep -h "elastic" out.ldr.* | grep -i "warn\|error" | sed 's/^/ldr agent: /' | head -n 6
+
+# ---- 3: a join with a death (after 1 and 2: the machine has 2 cores)
+pj=$(etcd_free_port 127.0.0.1)
+job jd.yaml 2
+for n in 7 8 9; do node jd $n 2:4 "$pj" "$single_ep" --rdzv_conf lease_s=4,settle_s=1; done
+wait_line "Epoch 0, batch 40\]" "log.jd.*/round.1/workerlog.*" || fail "jd: round 1 never trained"
+dead=$(grep -l "round 1: node rank 2 of 3" out.jd.* | sed 's/out.jd.//')
+killpg KILL "$(cat pid.jd.${dead:-9})"
+sleep 1
+node jd 10 2:4 "$pj" "$single_ep" --rdzv_conf lease_s=4,settle_s=1
+for n in 7 8 9 10; do
+  [ "$n" = "${dead:-9}" ] || wait "$(cat pid.jd.$n)" || fail "jd: node $n exited $?"
+done
+grep -q "round 2: node rank 3 of 4" out.jd.10 || fail "jd: the joiner's round 2 did not name the dead node"
+grep -q "round 3: node rank 2 of 3" out.jd.10 || fail "jd: no round of 3 after the dead node's lease"
+w=$(ls log.jd.10/round.2/workerlog.* | head -1)
+grep -q "round 2 did not form" "$w" && grep -q "joining round 3 as rank 2 of 3" "$w" ||
+  fail "jd: the joiner did not leave its first rendezvous for round 3 in its process"
+# round 3's transfer: its 3 ranks log one digest (the joiner's and the survivors')
+d=$(cat log.jd.*/round.*/workerlog.* | sed -n 's/.*elastic state: step [0-9]*, .* digest \([0-9a-f]*\).*/\1/p' |
+  sort | uniq -c | awk '{printf "%s ", $1}')
+grep -q "elastic state: took rank [01]'s state: step [1-9][0-9]* (this rank held none)" "$w" &&
+  [ "$d" = "3 " ] || fail "jd: the joiner did not take the survivors' state (digest counts: $d)"
+grep -q "final test accuracy" out.jd.10 || fail "jd: the joiner's job did not finish"
 [ $fails = 0 ] || {
   for f in out.*; do echo "== $f" && tail -n 5 "$f"; done
   exit 1
