@@ -67,7 +67,7 @@ train: {epochs: $2, batch_size: 32, seed: 1, eval: true, eval_batch_size: 500, l
 cluster: {mode: collective, collective_timeout_s: 120}
 YAML
 }
-job dd.yaml 2
+job dd.yaml 1
 job ldr.yaml 4
 export FLOTILLA_TOKEN=elastic-test-token FLOTILLA_COLLECTIVE_BACKEND=tcp
 
@@ -148,7 +148,7 @@ grep -h "elastic" out.ldr.* | grep -i "warn\|error" | sed 's/^/ldr agent: /' | h
 
 # ---- 3: a join with a death (after 1 and 2: the machine has 2 cores)
 pj=$(etcd_free_port 127.0.0.1)
-job jd.yaml 2
+job jd.yaml 1
 for n in 7 8 9; do node jd $n 2:4 "$pj" "$single_ep" --rdzv_conf lease_s=4,settle_s=1; done
 wait_line "Epoch 0, batch 40\]" "log.jd.*/round.1/workerlog.*" || fail "jd: round 1 never trained"
 dead=$(grep -l "round 1: node rank 2 of 3" out.jd.* | sed 's/out.jd.//')
