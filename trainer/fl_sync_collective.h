@@ -70,4 +70,10 @@
  * that this rank aborted.  job must outlive the instance. */
 fl_status fl_sync_collective_create(const fl_job *job, const fl_cluster *cluster, fl_sync *out);
 
+/* Elastic worlds: the creates from now on ask fn(arg) every 100 ms while
+ * their rendezvous waits for its peers, and give it up (FL_EAGAIN) when it
+ * returns nonzero (fl_coll_options.give_up); fn NULL: never.  Ownership:
+ * arg stays the caller's and must outlive those creates. */
+void fl_sync_collective_give_up(int (*fn)(void *arg), void *arg);
+
 #endif

@@ -1986,8 +1986,10 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
    * trainer alone) */
   if (t.world > 1 && !t.ps && start != FL_CKPT_START_FRESH &&
       (st = t.ops->broadcast ? share_state(&t, held)
-                             : t.ckdir[0] ? check_same_position(&t) : FL_OK) != FL_OK)
+                             : t.ckdir[0] ? check_same_position(&t) : FL_OK) != FL_OK) {
+    st = lost_world(&t, o, &rep, st); /* a peer died after the rendezvous: the next world */
     goto done;
+  }
   if ((st = t.ops->init_params(t.self, t.model)) != FL_OK) goto done;
   if (o->state)
     FL_LOGI("elastic: round %" PRId64 ": rank %d of %d from step %" PRId64 "; the world change "

@@ -335,13 +335,25 @@ static int read_world(const char *path, long long *r, int *nodes, int *node_rank
   return n;
 }
 
-/* Join the next round of the world file: torchrun's variables of this
- * trainer for it (its local rank and node size stay), the cluster, and the
- * mode's fl_sync for it in *sync.  The ranks stop when any of them saw the
+/* fl_sync_collective_give_up's test while a new world's rendezvous
+ * waits: has the agent named a round after the one being joined (a peer
+ * of that one died before it came)?  arg: the trainer options. */
+static int newer_round(void *arg) {
+  const fl_trainer_options *o = arg;
+  long long r;
+  int nodes, node_rank, port;
+  char addr[256]; /* %255s in read_world */
+  return read_world(o->world_file, &r, &nodes, &node_rank, addr, &port) == 5 &&
+         r > o->world_round;
+}
+
+/* Wait for a round after o->world_round in the world file, and set
+ * torchrun's variables of this trainer for it (its local rank and node
+ * size stay) and the cluster.  The ranks stop when any of them saw the
  * round: this node's agent may write it a moment later (world_wait_s at
  * most). */
-static fl_status next_world(const cli_opts *cli, const fl_job *job, fl_sync_create_fn create,
-                            fl_trainer_options *o, fl_cluster *cl, fl_sync *sync) {
+static fl_status await_round(const cli_opts *cli, const fl_job *job, fl_trainer_options *o,
+                             fl_cluster *cl) {
   long long r = 0;
   int nodes = 0, node_rank = -1, port = 0, n = 0;
   char addr[256], ctx[32]; /* %255s in read_world */
@@ -368,7 +380,34 @@ static fl_status next_world(const cli_opts *cli, const fl_job *job, fl_sync_crea
   o->world_round = r;
   FL_LOGI("elastic: joining round %lld as rank %d of %d (master %s:%d)", r, cl->trainer_id,
           cl->trainers_num, addr, port);
-  return create(job, cl, sync);
+  return FL_OK;
+}
+
+/* Join the next round of the world file (first: the round this process
+ * was started for, its variables already set): the mode's fl_sync for it
+ * in *sync.  A round whose rendezvous cannot finish - it waits on a peer
+ * that died before it came (nodes dying a few seconds apart: the round
+ * after the first death still names the second), or a peer gave it up -
+ * is left as soon as the agent names the next one, which is joined
+ * instead; never a collective timeout. */
+static fl_status join_world(const cli_opts *cli, const fl_job *job, fl_sync_create_fn create,
+                            fl_trainer_options *o, fl_cluster *cl, fl_sync *sync, int first) {
+  for (;; first = 0) {
+    if (!first) FL_TRY(await_round(cli, job, o, cl));
+    fl_status st = create(job, cl, sync);
+    if (!o->world_file || (st != FL_EAGAIN && st != FL_ECLOSED && st != FL_ETIMEDOUT)) return st;
+    FL_LOGW("elastic: round %" PRId64 " did not form (%s: a peer never came or gave it up): "
+            "joining the next round", o->world_round, fl_strerror(st));
+  }
+}
+
+/* join_world, its rendezvous given up when a newer round is named. */
+static fl_status next_world(const cli_opts *cli, const fl_job *job, fl_sync_create_fn create,
+                            fl_trainer_options *o, fl_cluster *cl, fl_sync *sync, int first) {
+  if (o->world_file) fl_sync_collective_give_up(newer_round, o);
+  fl_status st = join_world(cli, job, create, o, cl, sync, first);
+  fl_sync_collective_give_up(NULL, NULL);
+  return st;
 }
 
 /* Run the loop, and again in each new world it stops for (the state it
@@ -389,7 +428,7 @@ static fl_status train_worlds(const cli_opts *cli, const fl_job *job, fl_sync_cr
     o->world_t0 = rep->world_t0;
     o->fresh = o->resume = 0;
     memset(rep, 0, sizeof *rep);
-    st = next_world(cli, job, create, o, cl, sync);
+    st = next_world(cli, job, create, o, cl, sync, 0);
     if (st == FL_OK) st = fl_trainer_run(o, sync, rep);
   }
   free(kept);
@@ -486,20 +525,19 @@ int main(int argc, char **argv) {
                    metrics_addr ? metrics_addr : job.cluster.metrics_addr, timeline,
                    &obs) != FL_OK)
     return EXIT_USAGE;
-  if (create(&job, &cl, &sync) != FL_OK) {
-    fl_obs_stop(obs);
-    return EXIT_RUN;
-  }
-  fl_notify_ready(NULL); /* joined the job: systemd's Type=notify start is done */
   step_obs so = {obs, (int64_t)job.train.batch_size * fl_job_merge_steps(&job)};
-
   fl_trainer_options opts = {.job = &job, .resume = resume, .fresh = fresh,
                              .identity = &identity, .max_steps = max_steps, .stop = &g_stop,
                              .on_step = on_step, .on_step_ctx = &so, .device = device,
                              .checkpoint_dir = cl.checkpoint_dir[0] ? cl.checkpoint_dir : NULL};
+  elastic_options(&job, &opts);
+  if (next_world(&cli, &job, create, &opts, &cl, &sync, 1) != FL_OK) {
+    fl_obs_stop(obs);
+    return EXIT_RUN;
+  }
+  fl_notify_ready(NULL); /* joined the job: systemd's Type=notify start is done */
   fl_trainer_report rep;
   memset(&rep, 0, sizeof rep);
-  elastic_options(&job, &opts);
   catch_stop_signals();
   st = train_worlds(&cli, &job, create, &opts, &cl, &sync, &rep);
   if (st == FL_OK && !rep.stopped) st = sync.ops->finish(sync.self);

@@ -446,6 +446,15 @@ static int env_flag(const char *name, int dflt) {
   return fl_names_find(k_flag_off, v) < 0;
 }
 
+static int (*g_give_up)(void *arg);
+static void *g_give_up_arg;
+
+/* Ownership: arg stays the caller's. */
+void fl_sync_collective_give_up(int (*fn)(void *arg), void *arg) {
+  g_give_up = fn;
+  g_give_up_arg = arg;
+}
+
 fl_status fl_sync_collective_create(const fl_job *job, const fl_cluster *cluster, fl_sync *out) {
   memset(out, 0, sizeof(*out));
   fl_cluster *cl = malloc(sizeof(*cl));
@@ -483,6 +492,8 @@ fl_status fl_sync_collective_create(const fl_job *job, const fl_cluster *cluster
   o.nrings = sg->nccl_comm_num;
   o.algorithm = fl_allreduce_algorithm_name(sg->allreduce_algorithm);
   o.timeout_s = job->cluster.collective_timeout_s;
+  o.give_up = g_give_up;
+  o.give_up_arg = g_give_up_arg;
   uint8_t tuning[FL_COLL_TUNING_MAX];
   restored_tuning(job, cl, tuning, &o.tuning_len);
   o.tuning = tuning;

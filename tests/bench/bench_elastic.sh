@@ -27,6 +27,13 @@
 #   elastic_lost_steps:  steps trained again (restart: since the last
 #                        checkpoint; in process: since the last completed
 #                        step)
+# Then (TWO_GAP_S, default 3; 0 skips it) deaths apart: 4 nodes, in
+# process, rank 3 killed and rank 2 TWO_GAP_S later, so the world after
+# the first lease expiry still names the second victim:
+#   elastic_two_deaths_recovery_s:  first kill -> a world of 2 trains (in
+#                        process: its "round R: rank r of 2" line; new
+#                        processes: a training line of a later round)
+#   elastic_two_deaths_second_s:    the same from the second kill
 # and elastic_recovery_ratio (restart / in process), with the lease and
 # settle times it ran with (LEASE_S, SETTLE_S; unset: flotilla-run's
 # defaults, printed as "default").  Recovery is about the lease (a dead
@@ -122,11 +129,47 @@ one() {
   echo "elastic_lost_steps_$m: $((${last:-0} - ${from:-0})) steps"
   [ "$t2" = 0 ] || eval "rec_$m=$(awk -v a="$t2" -v b="$t0" 'BEGIN { print a - b }')"
 }
+# two GAP: 4 nodes, ranks 3 and 2 killed GAP s apart; prints the figures
+two() {
+  port=$(etcd_free_port 127.0.0.1)
+  for n in 1 2 3 4; do
+    FLOTILLA_CHECKPOINT_DIR=$tmp/ck.two.$n setsid timeout 300 "$B/flotilla-run" --nnodes 2:4 \
+      --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" --rdzv_id benchtwo \
+      ${conf:+--rdzv_conf "${conf%,}"} --node_ip "127.0.0.$n" \
+      --master_port "$port" --log_dir "$tmp/log.two.$n" job.yaml > "$tmp/out.two.$n" 2>&1 &
+    echo $! > "pid.two.$n"
+    groups="$groups $!"
+  done
+  until_line "Epoch 0, batch 60\]" "log.two.*/round.1/workerlog.*" ||
+    { echo "elastic (two): round 1 never trained"; return; }
+  v1=$(grep -l "round 1: node rank 3 of 4" out.two.* | sed 's/out.two.//')
+  v2=$(grep -l "round 1: node rank 2 of 4" out.two.* | sed 's/out.two.//')
+  t0=$(now) t2=0 i=0
+  killpg KILL "$(cat pid.two.$v1)"
+  sleep "$1"
+  killpg KILL "$(cat pid.two.$v2)"
+  while [ $i -lt 15000 ]; do
+    if cat log.two.*/round.1/workerlog.* | grep -q "elastic: round [0-9]*: rank [01] of 2" ||
+      cat log.two.*/round.[2-9]*/workerlog.* 2> /dev/null | grep -q "Epoch 0, batch [0-9]*\]"; then
+      t2=$(now)
+      break
+    fi
+    sleep 0.02
+    i=$((i + 1))
+  done
+  for n in 1 2 3 4; do [ "$n" = "$v1" ] || [ "$n" = "$v2" ] || wait "$(cat pid.two.$n)"; done
+  grep -q "round 2: node rank 0 of 3" out.two.* ||
+    echo "elastic (two): no world of 3 after the first death (seen together: not this case)"
+  awk -v t0="$t0" -v t2="$t2" -v g="$1" 'BEGIN { if (t2 > 0) {
+    printf "elastic_two_deaths_recovery_s: %.2f s\n", t2 - t0
+    printf "elastic_two_deaths_second_s: %.2f s\n", t2 - t0 - g } }'
+}
 rec_restart=0 rec_in_process=0
 echo "elastic_lease_s: ${LEASE_S:-default} s"
 echo "elastic_settle_s: ${SETTLE_S:-default} s"
 one restart 0
 one in_process 1
+[ "${TWO_GAP_S:-3}" = 0 ] || two "${TWO_GAP_S:-3}"
 awk -v a="$rec_restart" -v b="$rec_in_process" 'BEGIN {
   if (a > 0 && b > 0) printf "elastic_recovery_ratio: %.2f (restart / in process)\n", a / b
 }'

@@ -25,3 +25,5 @@ TESTS += tests/integration/test_elastic_ps_sparse.sh
 EXTRA_DIST += tests/integration/elastic_ps_lib.sh
 dist_check_SCRIPTS += tests/integration/test_elastic_ps_criteo.sh
 TESTS += tests/integration/test_elastic_ps_criteo.sh
+dist_check_SCRIPTS += tests/integration/test_elastic_churn.sh
+TESTS += tests/integration/test_elastic_churn.sh

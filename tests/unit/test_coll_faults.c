@@ -362,6 +362,59 @@ START_TEST(hostile_peers_are_dropped) {
 }
 END_TEST
 
+/* give_up: nonzero from 0.3 s after its first call. */
+static int give_up_soon(void *arg) {
+  double *t0 = arg;
+  if (*t0 == 0) *t0 = ct_now();
+  return ct_now() - *t0 > 0.3;
+}
+
+static int given_up_rank(ct_job *j, int r, void *arg) {
+  (void)arg;
+  double t0 = 0;
+  fl_coll_options o = ct_opts(j, r, "tcp", 30.0);
+  o.give_up = give_up_soon;
+  o.give_up_arg = &t0;
+  fl_coll *c = NULL;
+  fl_status st = fl_coll_create(&o, &c);
+  if (c) fl_coll_destroy(c);
+  return st == FL_EAGAIN ? 3 : st == FL_ECLOSED ? 4 : 7;
+}
+
+/* A rendezvous that waits on a rank that never starts (the last one, or
+ * rank 0 with the others connecting to it) ends with FL_EAGAIN as soon as
+ * give_up says so, well before the 30 s timeout (or with FL_ECLOSED on a
+ * rank whose rank 0 gave up first: the elastic trainer takes both). */
+static void run_given_up(int missing) {
+  const char *h[] = {L1, L1, L1};
+  ct_job j;
+  make_logs(3);
+  ck_assert_int_eq(ct_job_init(&j, 3, h), 0);
+  int start[3] = {1, 1, 1};
+  start[missing] = 0;
+  ct_spawn(&j, given_up_rank, NULL, start, g_logs);
+  ct_wait(&j, 20);
+  int given_up = 0;
+  for (int r = 0; r < 3; r++) {
+    if (r == missing) continue;
+    ck_assert_msg(j.status[r] == 3 || j.status[r] == 4, "rank %d ended with %d", r, j.status[r]);
+    ck_assert_msg(j.elapsed[r] < 5.0, "rank %d gave up after %.1f s", r, j.elapsed[r]);
+    given_up += j.status[r] == 3 && ct_file_has(g_logs[r], "rendezvous given up by the caller");
+  }
+  ck_assert_msg(given_up > 0, "no rank gave the rendezvous up (and said so)");
+  drop_logs(3);
+}
+
+START_TEST(rendezvous_given_up) {
+  run_given_up(2);
+}
+END_TEST
+
+START_TEST(rendezvous_given_up_no_rank_0) {
+  run_given_up(0);
+}
+END_TEST
+
 #define ADD(name)                                                                                  \
   do {                                                                                             \
     TCase *t = tcase_create(#name);                                                                \
@@ -375,6 +428,8 @@ int main(void) {
   ADD(wrong_token_cannot_join);
   ADD(wrong_token_alone_times_out);
   ADD(rank_never_starts);
+  ADD(rendezvous_given_up);
+  ADD(rendezvous_given_up_no_rank_0);
   ADD(killed_rank_tcp);
   ADD(killed_rank_0_tcp);
   ADD(killed_rank_shm);

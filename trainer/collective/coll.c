@@ -741,6 +741,23 @@ static fl_status setup_unstarted(fl_coll *c, const fl_coll_options *opt) {
   return FL_OK;
 }
 
+/* Wait for the rendezvous until deadline, asking opt->give_up every
+ * 100 ms when set. */
+static fl_status rdv_wait(fl_coll *c, const fl_coll_options *opt, uint64_t deadline) {
+  for (;;) {
+    uint64_t t = coll_mono_ms() + 100;
+    fl_status st = coll_wait_flag(c, &c->rdv_done, opt->give_up && t < deadline ? t : deadline);
+    if (st != FL_ETIMEDOUT || coll_failed(c) != FL_OK || coll_mono_ms() >= deadline ||
+        !opt->give_up)
+      return st;
+    if (opt->give_up(opt->give_up_arg)) {
+      coll_fail(c, -1, FL_EAGAIN, 1,
+                "rendezvous given up by the caller (an elastic trainer whose next world is named)");
+      return FL_EAGAIN;
+    }
+  }
+}
+
 fl_status fl_coll_create(const fl_coll_options *opt, fl_coll **out) {
   *out = NULL;
   int fd = opt->listen_fd;
@@ -819,7 +836,7 @@ fl_status fl_coll_create(const fl_coll_options *opt, fl_coll **out) {
   if (st == FL_OK) {
     uint64_t deadline =
         coll_mono_ms() + (uint64_t)((c->timeout_s + 2.0 * c->hb_s) * 1000.0) + 3000;
-    st = coll_wait_flag(c, &c->rdv_done, deadline);
+    st = rdv_wait(c, opt, deadline);
     if (st == FL_ETIMEDOUT) {
       coll_fail(c, -1, FL_ETIMEDOUT, 1, "rendezvous did not finish within %.1f s", c->timeout_s);
       st = FL_ETIMEDOUT;

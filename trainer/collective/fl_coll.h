@@ -88,6 +88,12 @@ typedef struct fl_coll_options {
    * checkpoint), reused instead of a probe when the group size matches. */
   const void *tuning;
   size_t tuning_len;
+  /* NULL, or asked every 100 ms while create waits for the rendezvous:
+   * nonzero gives it up at once (create returns FL_EAGAIN) instead of
+   * waiting timeout_s for a peer that will not come (an elastic trainer
+   * whose next world is already named).  Called on create's thread. */
+  int (*give_up)(void *arg);
+  void *give_up_arg;
 } fl_coll_options;
 
 #define FL_COLL_CHUNK ((size_t)1 << 19)
