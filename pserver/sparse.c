@@ -285,12 +285,12 @@ static void slot_delete(fl_ps_table *t, uint64_t key) {
 /* ---------------------------------------------------------------- storage */
 
 /* The meta array at nc rows: aligned so that no row's meta straddles two
- * cache lines (realloc aligns to 16 bytes only); the first t->n kept. */
+ * cache lines (realloc aligns to 16 bytes only); the live rows kept. */
 static fl_status grow_meta(fl_ps_table *t, size_t nc) {
-  const size_t bytes = (nc * sizeof(row_meta) + ROW_META_ALIGN - 1) / ROW_META_ALIGN * ROW_META_ALIGN;
-  row_meta *m = aligned_alloc(ROW_META_ALIGN, bytes); /* C11: a multiple of the alignment */
+  const size_t a = ROW_META_ALIGN, keep = t->n < nc ? t->n : nc;
+  row_meta *m = aligned_alloc(a, (nc * sizeof *m + a - 1) / a * a); /* C11: a multiple of a */
   if (!m) return FL_ENOMEM;
-  if (t->n) memcpy(m, t->meta, t->n * sizeof *m);
+  if (keep) memcpy(m, t->meta, keep * sizeof *m);
   free(t->meta);
   t->meta = m;
   return FL_OK;
