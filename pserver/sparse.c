@@ -28,6 +28,20 @@
 
 #define MAX_DIM (1u << 16)
 
+/* A row's bookkeeping that a pull or push reads or writes beside its
+ * value: kept together, so that a row seen costs one cache miss for it
+ * instead of one per array. */
+typedef struct row_meta {
+  int64_t step;     /* the table's clock when last seen */
+  double time;      /* now when last seen */
+  int64_t t;        /* update count (Adam's bias correction) */
+  int32_t prev;     /* LRU: toward the most recent (head) */
+  int32_t next;     /* LRU: toward the least recent (tail) */
+} row_meta;
+
+#define ROW_META_ALIGN 64 /* a cache line: a multiple of sizeof(row_meta) */
+_Static_assert(ROW_META_ALIGN % sizeof(row_meta) == 0, "a row's meta within one cache line");
+
 struct fl_ps_table {
   char name[128];
   uint32_t dim;
@@ -47,9 +61,7 @@ struct fl_ps_table {
   uint64_t *keys;
   float *val;
   float *s1, *s2;
-  int64_t *t;     /* per-row update count (Adam's bias correction) */
-  int32_t *prev;  /* LRU: toward the most recent (head) */
-  int32_t *next;  /* LRU: toward the least recent (tail) */
+  row_meta *meta; /* per row, one cache line shared by two rows (ROW_META_ALIGN) */
   int32_t head, tail;
 
   int32_t *slots; /* hash slots: row index or -1 */
@@ -88,8 +100,6 @@ struct fl_ps_table {
   double expire_s;
   int64_t clock;        /* the table's steps: pushes applied */
   double now;           /* wall clock of the last expiry sweep */
-  int64_t *seen_step;   /* per row: clock when last seen */
-  double *seen_time;    /* per row: now when last seen */
   uint8_t *dirty;       /* per row: seen or changed since the last checkpoint;
                            these rows lead the LRU list (see first_saved) */
   int track;            /* keep deleted keys for delta checkpoints */
@@ -220,12 +230,8 @@ void fl_ps_table_free(fl_ps_table *t) {
   free(t->val);
   free(t->s1);
   free(t->s2);
-  free(t->t);
-  free(t->prev);
-  free(t->next);
+  free(t->meta);
   free(t->slots);
-  free(t->seen_step);
-  free(t->seen_time);
   free(t->dirty);
   free(t->tomb);
   free(t->moved);
@@ -278,6 +284,18 @@ static void slot_delete(fl_ps_table *t, uint64_t key) {
 
 /* ---------------------------------------------------------------- storage */
 
+/* The meta array at nc rows: aligned so that no row's meta straddles two
+ * cache lines (realloc aligns to 16 bytes only); the live rows kept. */
+static fl_status grow_meta(fl_ps_table *t, size_t nc) {
+  const size_t a = ROW_META_ALIGN, keep = t->n < nc ? t->n : nc;
+  row_meta *m = aligned_alloc(a, (nc * sizeof *m + a - 1) / a * a); /* C11: a multiple of a */
+  if (!m) return FL_ENOMEM;
+  if (keep) memcpy(m, t->meta, keep * sizeof *m);
+  free(t->meta);
+  t->meta = m;
+  return FL_OK;
+}
+
 static fl_status grow(fl_ps_table *t) {
   size_t nc = t->cap ? t->cap * 2 : 1024, d = t->dim;
   size_t ns;
@@ -293,11 +311,7 @@ static fl_status grow(fl_ps_table *t) {
   GROW(val, nc * d);
   if (t->nstate >= 1) GROW(s1, nc * t->slen);
   if (t->nstate >= 2) GROW(s2, nc * t->slen);
-  GROW(t, nc);
-  GROW(prev, nc);
-  GROW(next, nc);
-  GROW(seen_step, nc);
-  GROW(seen_time, nc);
+  if (grow_meta(t, nc) != FL_OK) goto nomem;
   GROW(dirty, nc);
   if (t->tier) {
     GROW(used, nc);
@@ -322,24 +336,24 @@ nomem:
 }
 
 static void lru_unlink(fl_ps_table *t, int32_t r) {
-  if (t->prev[r] >= 0) t->next[t->prev[r]] = t->next[r];
-  else t->head = t->next[r];
-  if (t->next[r] >= 0) t->prev[t->next[r]] = t->prev[r];
-  else t->tail = t->prev[r];
+  if (t->meta[r].prev >= 0) t->meta[t->meta[r].prev].next = t->meta[r].next;
+  else t->head = t->meta[r].next;
+  if (t->meta[r].next >= 0) t->meta[t->meta[r].next].prev = t->meta[r].prev;
+  else t->tail = t->meta[r].prev;
 }
 
 static void lru_push_head(fl_ps_table *t, int32_t r) {
-  t->prev[r] = -1;
-  t->next[r] = t->head;
-  if (t->head >= 0) t->prev[t->head] = r;
+  t->meta[r].prev = -1;
+  t->meta[r].next = t->head;
+  if (t->head >= 0) t->meta[t->head].prev = r;
   t->head = r;
   if (t->tail < 0) t->tail = r;
 }
 
 /* Row r was seen now: the most recent, stamped, kept for the next delta. */
 static void touch(fl_ps_table *t, int32_t r) {
-  t->seen_step[r] = t->clock;
-  t->seen_time[r] = t->now;
+  t->meta[r].step = t->clock;
+  t->meta[r].time = t->now;
   t->dirty[r] = 1;
   if (t->used) t->used[r] = ++t->use_clock;
   if (t->head == r) return;
@@ -417,7 +431,7 @@ static fl_status create_row(fl_ps_table *t, uint64_t key, int32_t *out) {
       return FL_ERR(FL_EINVAL, "sparse table %s: %s refused to set up a row's state", t->name,
                     fl_optim_kind_name(t->hp.kind));
   }
-  t->t[r] = 0;
+  t->meta[r].t = 0;
   slot_insert(t, key, r);
   lru_push_head(t, r);
   touch(t, r);
@@ -448,19 +462,19 @@ static void move_row(fl_ps_table *t, int32_t from, int32_t to) {
   memcpy(t->val + (size_t)to * d, t->val + (size_t)from * d, d * sizeof *t->val);
   if (t->nstate >= 1) memcpy(t->s1 + (size_t)to * sl, t->s1 + (size_t)from * sl, sl * sizeof *t->s1);
   if (t->nstate >= 2) memcpy(t->s2 + (size_t)to * sl, t->s2 + (size_t)from * sl, sl * sizeof *t->s2);
-  t->t[to] = t->t[from];
-  t->seen_step[to] = t->seen_step[from];
-  t->seen_time[to] = t->seen_time[from];
+  t->meta[to].t = t->meta[from].t;
+  t->meta[to].step = t->meta[from].step;
+  t->meta[to].time = t->meta[from].time;
   t->dirty[to] = t->dirty[from];
   if (t->used) {
     t->used[to] = t->used[from];
     t->prob[to] = t->prob[from];
   }
-  t->prev[to] = t->prev[from];
-  t->next[to] = t->next[from];
-  if (t->prev[to] >= 0) t->next[t->prev[to]] = to;
+  t->meta[to].prev = t->meta[from].prev;
+  t->meta[to].next = t->meta[from].next;
+  if (t->meta[to].prev >= 0) t->meta[t->meta[to].prev].next = to;
   else t->head = to;
-  if (t->next[to] >= 0) t->prev[t->next[to]] = to;
+  if (t->meta[to].next >= 0) t->meta[t->meta[to].next].prev = to;
   else t->tail = to;
 }
 
@@ -567,8 +581,8 @@ fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const
     fl_optim_tensor x = state_of(t, r);
     x.param = t->val + (size_t)r * d;
     x.grad = g + i * d;
-    ++t->t[r];
-    if (per_row) FL_TRY(fl_optim_step(&t->hp, &x, 1, t->lr, t->t[r]));
+    ++t->meta[r].t;
+    if (per_row) FL_TRY(fl_optim_step(&t->hp, &x, 1, t->lr, t->meta[r].t));
     else t->steps[nx++] = x;
   }
   return step_rows(t, &nx);
@@ -605,7 +619,7 @@ size_t fl_ps_table_expire(fl_ps_table *t, double now) {
   if (t->tier && (t->expire_steps > 0 || t->expire_s > 0)) k = tier_expire(t);
   while (t->tail >= 0) {
     int32_t r = t->tail;
-    if (!is_old(t, t->seen_step[r], t->seen_time[r])) break;
+    if (!is_old(t, t->meta[r].step, t->meta[r].time)) break;
     drop_row(t, r);
     k++;
   }
@@ -739,18 +753,18 @@ static int32_t first_saved(const fl_ps_table *t, int only_dirty, size_t *n) {
     return t->tail;
   }
   *n = 0;
-  for (int32_t r = t->head; r >= 0 && t->dirty[r]; r = t->next[r], (*n)++) first = r;
+  for (int32_t r = t->head; r >= 0 && t->dirty[r]; r = t->meta[r].next, (*n)++) first = r;
   return first;
 }
 
 /* Copy the rows of stripe t to save into o from index *i on. */
 static void gather_one(const fl_ps_table *t, int only_dirty, rows_out *o, size_t *i) {
   size_t d = t->dim, sl = t->slen, n;
-  for (int32_t r = first_saved(t, only_dirty, &n); r >= 0; r = t->prev[r], (*i)++) {
+  for (int32_t r = first_saved(t, only_dirty, &n); r >= 0; r = t->meta[r].prev, (*i)++) {
     o->keys[*i] = t->keys[r];
-    o->steps[*i] = t->t[r];
-    o->sstep[*i] = t->seen_step[r];
-    o->stime[*i] = t->seen_time[r];
+    o->steps[*i] = t->meta[r].t;
+    o->sstep[*i] = t->meta[r].step;
+    o->stime[*i] = t->meta[r].time;
     memcpy(o->v + *i * d, t->val + (size_t)r * d, d * sizeof *o->v);
     if (o->a) memcpy(o->a + *i * sl, t->s1 + (size_t)r * sl, sl * sizeof *o->a);
     if (o->b) memcpy(o->b + *i * sl, t->s2 + (size_t)r * sl, sl * sizeof *o->b);
@@ -928,7 +942,7 @@ int fl_ps_table_delta_ok(const fl_ps_table *t) {
 }
 
 void fl_ps_table_mark_saved(fl_ps_table *t) {
-  for (int32_t r = t->head; r >= 0 && t->dirty[r]; r = t->next[r]) t->dirty[r] = 0;
+  for (int32_t r = t->head; r >= 0 && t->dirty[r]; r = t->meta[r].next) t->dirty[r] = 0;
   t->ntomb = 0;
   t->nmoved = t->moved_uniq = 0;
   t->tomb_overflow = 0;
@@ -1126,10 +1140,10 @@ static fl_status rows_put(fl_ps_table *t, const rows_in *x, size_t i) {
   memcpy(t->val + (size_t)r * d, (const float *)x->v.data + i * d, d * sizeof(float));
   if (t->nstate >= 1) memcpy(t->s1 + (size_t)r * sl, (const float *)x->a.data + i * sl, sl * sizeof(float));
   if (t->nstate >= 2) memcpy(t->s2 + (size_t)r * sl, (const float *)x->b.data + i * sl, sl * sizeof(float));
-  t->t[r] = ((const int64_t *)x->s.data)[i];
+  t->meta[r].t = ((const int64_t *)x->s.data)[i];
   if (x->fmt >= 3) {
-    t->seen_step[r] = ((const int64_t *)x->ss.data)[i];
-    t->seen_time[r] = ((const double *)x->stime.data)[i];
+    t->meta[r].step = ((const int64_t *)x->ss.data)[i];
+    t->meta[r].time = ((const double *)x->stime.data)[i];
   }
   return FL_OK;
 }
@@ -1449,7 +1463,7 @@ fl_status fl_ps_table_tier_keep_order(fl_ps_table *t) {
   if (!(b = malloc((t->n ? t->n : 1) * 2 * sizeof *b)))
     return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory noting the last use of %zu rows",
                   t->name, t->n);
-  for (int32_t r = t->tail; r >= 0; r = t->prev[r], i += 2) {
+  for (int32_t r = t->tail; r >= 0; r = t->meta[r].prev, i += 2) {
     b[i] = t->keys[r];
     b[i + 1] = t->used[r];
   }
@@ -1474,7 +1488,7 @@ static void restamp(fl_ps_table *t) {
   }
   free(b);
   t->use_clock = top;
-  for (int32_t r = t->tail; r >= 0; r = t->prev[r])
+  for (int32_t r = t->tail; r >= 0; r = t->meta[r].prev)
     if (!t->used[r]) t->used[r] = ++t->use_clock;
 }
 
@@ -1534,8 +1548,8 @@ static void pack_marks(const fl_ps_table *t, int32_t r, unsigned char *b) {
   uint64_t v = BLOB_LAYOUT;
   unsigned char *m = b + t->blob - FL_PS_TIER_MARKS_LEN;
   memcpy(m, &v, sizeof v);
-  memcpy(m + 8, &t->seen_step[r], sizeof(int64_t));
-  memcpy(m + 16, &t->seen_time[r], sizeof(double));
+  memcpy(m + 8, &t->meta[r].step, sizeof(int64_t));
+  memcpy(m + 16, &t->meta[r].time, sizeof(double));
 }
 
 /* The marks of blob b (the load's for layout 0). */
@@ -1553,7 +1567,7 @@ static void blob_marks(const fl_ps_table *t, const unsigned char *b, int64_t *st
 static void pack_row(const fl_ps_table *t, int32_t r, unsigned char *b) {
   size_t d = t->dim, sl = t->slen;
   float *f = (float *)(b + sizeof(int64_t));
-  memcpy(b, &t->t[r], sizeof(int64_t));
+  memcpy(b, &t->meta[r].t, sizeof(int64_t));
   memcpy(f, t->val + (size_t)r * d, d * sizeof *f);
   if (t->nstate >= 1) memcpy(f + d, t->s1 + (size_t)r * sl, sl * sizeof *f);
   if (t->nstate >= 2) memcpy(f + d + sl, t->s2 + (size_t)r * sl, sl * sizeof *f);
@@ -1563,11 +1577,11 @@ static void pack_row(const fl_ps_table *t, int32_t r, unsigned char *b) {
 static void unpack_row(fl_ps_table *t, int32_t r, const unsigned char *b) {
   size_t d = t->dim, sl = t->slen;
   const float *f = (const float *)(b + sizeof(int64_t));
-  memcpy(&t->t[r], b, sizeof(int64_t));
+  memcpy(&t->meta[r].t, b, sizeof(int64_t));
   memcpy(t->val + (size_t)r * d, f, d * sizeof *f);
   if (t->nstate >= 1) memcpy(t->s1 + (size_t)r * sl, f + d, sl * sizeof *f);
   if (t->nstate >= 2) memcpy(t->s2 + (size_t)r * sl, f + d + sl, sl * sizeof *f);
-  blob_marks(t, b, &t->seen_step[r], &t->seen_time[r]);
+  blob_marks(t, b, &t->meta[r].step, &t->meta[r].time);
 }
 
 /* fl_ps_tier_old_fn of a table: its blob's marks past the limits (the
@@ -1759,7 +1773,7 @@ static fl_status tier_place(fl_ps_table *t, uint64_t key, const unsigned char *b
   } else {
     init_row(t, key, t->val + (size_t)r * t->dim);
     fl_optim_tensor x = state_of(t, r);
-    t->t[r] = 0;
+    t->meta[r].t = 0;
     if (t->nstate >= 1 && fl_optim_init_state(&t->hp, &x, 1) != FL_OK)
       return FL_ERR(FL_EINVAL, "sparse table %s: %s refused to set up a row's state", t->name,
                     fl_optim_kind_name(t->hp.kind));
@@ -1863,9 +1877,9 @@ static int disk_newer(const fl_ps_table *t, int32_t r, const unsigned char *b) {
   double time;
   memcpy(&upd, b, sizeof upd);
   blob_marks(t, b, &step, &time);
-  if (upd != t->t[r]) return upd > t->t[r];
-  if (step != t->seen_step[r]) return step > t->seen_step[r];
-  return time >= t->seen_time[r];
+  if (upd != t->meta[r].t) return upd > t->meta[r].t;
+  if (step != t->meta[r].step) return step > t->meta[r].step;
+  return time >= t->meta[r].time;
 }
 
 /* The memory rows of keys[0..n) looked up in the store (rows, found, seqs:
@@ -1900,7 +1914,7 @@ fl_status fl_ps_table_tier_settle(fl_ps_table *t) {
   if (!keys || !rows || !found || !seqs)
     st = FL_ERR(FL_ENOMEM, "sparse table %s: out of memory settling %zu rows with the disk tier",
                 t->name, n);
-  for (int32_t r = t->tail; st == FL_OK && r >= 0; r = t->prev[r]) keys[i++] = t->keys[r];
+  for (int32_t r = t->tail; st == FL_OK && r >= 0; r = t->meta[r].prev) keys[i++] = t->keys[r];
   for (size_t off = 0; st == FL_OK && off < n; off += CHUNK)
     st = settle_some(t, keys + off, n - off < CHUNK ? n - off : CHUNK, rows, found, seqs);
   restamp(t);
