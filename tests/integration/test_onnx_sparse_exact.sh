@@ -5,7 +5,8 @@
 # sync PS, 2 steps of a global batch of 12 (samples in file order; the
 # strided shards make T trainers of 12/T samples a step the same batch):
 #   1. for each row optimizer (sgd, adagrad, adam, rowwise_adagrad, ftrl):
-#      T = 2 and 3 trainers on 1 and on 2 pservers, and 1 trainer merging
+#      T = 2 trainers on 1 pserver and 3 on 2 (sgd and adam: each T on 1
+#      and on 2 pservers), and 1 trainer merging
 #      T micro-batches of 12 / T (strategy.gradient_merge, its micro-batch
 #      j trainer j's samples: onnx_sparse_exact.py's mT_*.npy) export the
 #      same bits, rows and dense weights, pulls pipelined or not (both sum
@@ -99,20 +100,26 @@ same_losses() {
 for o in sgd adagrad adam rowwise_adagrad ftrl; do
   job "$o.1" 12 "$o" && run "$o.1" 1 1 && near "$o.1" "$o" "$o: 1 trainer against the reference"
   for t in 2 3; do
-    job "$o.$t.1ps" $((12 / t)) "$o" && run "$o.$t.1ps" $t 1
-    job "$o.$t.2ps" $((12 / t)) "$o" && run "$o.$t.2ps" $t 2
+    # 2 trainers on 1 pserver, 3 on 2 (and, for sgd and adam, on the other
+    # count too: the same bits whichever pserver holds a row)
+    ps=$((t - 1))
+    job "$o.$t.${ps}ps" $((12 / t)) "$o" && run "$o.$t.${ps}ps" $t $ps
+    if [ "$o" = sgd ] || [ "$o" = adam ]; then
+      qs=$((3 - ps))
+      job "$o.$t.${qs}ps" $((12 / t)) "$o" && run "$o.$t.${qs}ps" $t $qs
+      echo "bits $tmp/$o.$t.1ps.onnx $tmp/$o.$t.2ps.onnx $o: $t trainers on 1 and 2 pservers" >> "$checks"
+    fi
     pre=m${t}_
     job "$o.m$t" $((12 / t)) "$o" from_model \
       "strategy: {gradient_merge: true, gradient_merge_configs: {k_steps: $t}}" && run "$o.m$t" 1 1
     pre=
     {
-      echo "bits $tmp/$o.$t.1ps.onnx $tmp/$o.$t.2ps.onnx $o: $t trainers on 1 and 2 pservers"
-      echo "bits $tmp/$o.m$t.onnx $tmp/$o.$t.1ps.onnx $o: 1 trainer merging $t micro-batches and $t trainers"
-      echo "close $tmp/$o.1.onnx $tmp/$o.$t.1ps.onnx 1e-5 $o: $t trainers and 1 of the global batch without merge"
+      echo "bits $tmp/$o.m$t.onnx $tmp/$o.$t.${ps}ps.onnx $o: 1 trainer merging $t micro-batches and $t trainers on $ps pserver$([ $ps = 1 ] || echo s)"
+      echo "close $tmp/$o.1.onnx $tmp/$o.$t.${ps}ps.onnx 1e-5 $o: $t trainers and 1 of the global batch without merge"
     } >> "$checks"
-    same_losses "$(losses "$o.$t.2ps")" "$(losses "$o.1")" ||
-      fail "$o: $t trainers logged the losses $(losses "$o.$t.2ps"), 1 trainer $(losses "$o.1")"
-    near "$o.$t.2ps" "$o" "$o: $t trainers against the reference"
+    same_losses "$(losses "$o.$t.${ps}ps")" "$(losses "$o.1")" ||
+      fail "$o: $t trainers logged the losses $(losses "$o.$t.${ps}ps"), 1 trainer $(losses "$o.1")"
+    near "$o.$t.${ps}ps" "$o" "$o: $t trainers against the reference"
   done
 done
 # merge with sequential pulls (pserver.sparse.pipeline false): the same bits
