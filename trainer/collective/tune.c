@@ -3,7 +3,7 @@
  * alpha-beta-gamma fit, the per-size table, and its broadcast from rank 0
  * so that every rank runs the same algorithm on the same bucket.
  *
- * The probe is a ping-pong of PROBE_SIZES messages (the median of
+ * The probe is a ping-pong of PROBE_SIZES messages (the fastest of
  * PROBE_REPS round trips each, after one warm-up), alpha from the smallest
  * one-way time, beta from the slope to the largest, and the local cost of
  * adding a byte (gamma: fp32 reduce of 256 KiB).  Then the whole group
@@ -75,6 +75,18 @@ static double median(const double *v, int n) {
   return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2.0;
 }
 
+/* The least of v[0..n) (n > 0): a busy machine only adds to a round
+ * trip, so the fastest of a few is the link's own (on loaded shaped
+ * namespaces the median gave alpha 0.23 to 0.5 ms in most jobs and 1.3 ms
+ * in one, whose model then sent 64 KiB buckets by recursive doubling: 4
+ * times a named halving_doubling's time in that busy run). */
+static double fastest(const double *v, int n) {
+  double m = v[0];
+  for (int i = 1; i < n; i++)
+    if (v[i] < m) m = v[i];
+  return m;
+}
+
 /* Move len bytes to or from group member peer on channel 0, blocking. */
 static fl_status xfer(const coll_xport *x, int peer, int send, uint8_t *p, size_t len) {
   coll_idle idle = {0, 0};
@@ -109,7 +121,7 @@ static fl_status ping_pong(const coll_xport *x, uint8_t *buf, double *oneway) {
       }
       dt[r] = (now_s() - t0) / 2.0;
     }
-    oneway[i] = median(dt + 1, PROBE_REPS);
+    oneway[i] = fastest(dt + 1, PROBE_REPS);
   }
   return FL_OK;
 }
@@ -244,13 +256,13 @@ static fl_status tie_break(const coll_probe_clock *c, size_t bytes, uint32_t n,
 }
 
 /* The order in which close algorithms are preferred (index: ring,
- * halving-doubling, tree; lower first) at the small size, by fewer
- * latency steps (halving-doubling's 2 log2 n, the tree's 2 (log2 n +
- * pieces - 1), the ring's 2 (n - 1)), and at the large one, whose pick
- * also runs every larger bucket, the ring first (the one whose steps
- * overlap, the faster at 16 and 64 MiB when the two were close at 1 MiB),
- * then halving-doubling, then the tree. */
-static const int prefer[2][COLL_MODEL_ALGOS] = {{2, 0, 1}, {0, 1, 2}};
+ * halving-doubling, tree; lower first): fewer latency steps first
+ * (halving-doubling's 2 log2 n, the tree's 2 (log2 n + pieces - 1), the
+ * ring's 2 (n - 1)); at the large size too, whose pick also runs every
+ * larger bucket: halving-doubling moves the ring's bytes in fewer steps,
+ * and took 0.6 to 0.9 of the ring's time at 64 MiB on 8 and 16 shaped
+ * namespaces. */
+static const int prefer[COLL_MODEL_ALGOS] = {2, 0, 1};
 
 /* The pick at size k: the fastest median, save where the two fastest
  * medians are close: then the paired rounds decide (in each of the `runs`
@@ -279,7 +291,7 @@ static void pick_size(const double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL],
   if (ratio > GROUP_EVEN) p->fast[k] = b;
   if (ratio * GROUP_EVEN >= 1.0 && ratio <= GROUP_EVEN) {
     p->by_rule[k] = 1;
-    p->fast[k] = prefer[k][a] < prefer[k][b] ? a : b;
+    p->fast[k] = prefer[a] < prefer[b] ? a : b;
   }
 }
 
