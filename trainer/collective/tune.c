@@ -407,7 +407,7 @@ static void describe_close(const coll_probe_pick *p, size_t bytes, char *out, si
     if (p->close[k][0] < 0) continue;
     size_t kib = (k ? bytes : GROUP_SMALL(bytes)) >> 10;
     o += (size_t)snprintf(out + o, cap - o, "%s at %zu KiB: %s / %s paired x%.3f, picked %s%s",
-                          o ? "; " : " (close", kib, coll_algo_names[group_algos[p->close[k][0]]],
+                          o ? ";" : " (close", kib, coll_algo_names[group_algos[p->close[k][0]]],
                           coll_algo_names[group_algos[p->close[k][1]]], p->paired[k],
                           coll_algo_names[group_algos[p->fast[k]]],
                           p->by_rule[k] ? " by preference" : "");
