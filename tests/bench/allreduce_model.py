@@ -32,8 +32,8 @@ formulas as coll_model_time, which picks per bucket size at run time):
                     "halving_doubling (doubling)")
   double tree       T = 2 (d + c - 1)(l_tree a + f_tree 2 C / r),  d = floor(log2 p),
                     c = ceil(S / 2C) pieces of C = min(C*, S/2) per tree, C* the
-                    power of two (4 KiB .. 4 MiB) that minimizes T with l = f = 1
-                    (near sqrt(S/2 a r / 2 (d-1)); coll_algo_seg)
+                    largest power of two (4 KiB .. 4 MiB) whose T with l = f = 1
+                    is within 25% of the least (coll_algo_seg)
   ring              T = l_ring 2(p-1) a + f_ring 2(p-1)/p S / r
 (r = min(e L, k s)).  l, f: each algorithm's latency and bandwidth
 factors, which the run-time probe measures on the whole group (allreduces
@@ -130,6 +130,7 @@ def t_hier(N, g, S, L, a, e, s, B, k=1):
 
 
 SEG_MIN, SEG_MAX = 4 * 1024, 4 * 2**20
+SEG_MARGIN = 1.25  # coll_algo_seg's: the largest piece within 25% of the fastest
 
 
 def hd_doubles(p, S, r, a, f=1.0, l=1.0):
@@ -151,18 +152,18 @@ def t_hd(p, S, r, a, f=1.0, l=1.0):
 
 
 def tree_seg(p, S, r, a):
-    """The tree's piece, as coll_algo_seg: the power of two from SEG_MIN to
-    SEG_MAX that the plain model (factors 1) gives the least time, the
-    larger one on a tie, none past the first that holds S/2 whole."""
-    pick, best_t, c = SEG_MIN, None, SEG_MIN
+    """The tree's piece, as coll_algo_seg: the largest power of two from
+    SEG_MIN to SEG_MAX that the plain model (factors 1) gives within
+    SEG_MARGIN of the least time, none past the first that holds S/2
+    whole."""
+    ts, c = [], SEG_MIN
     while c <= SEG_MAX:
-        t = t_tree(p, S, r, a, c)
-        if best_t is None or t <= best_t:
-            pick, best_t = c, t
+        ts.append((c, t_tree(p, S, r, a, c)))
         if 2 * c >= S:
             break
         c *= 2
-    return pick
+    least = min(t for _, t in ts)
+    return max(c for c, t in ts if t <= least * SEG_MARGIN)
 
 
 def t_tree(p, S, r, a, C=None, f=1.0, l=1.0):

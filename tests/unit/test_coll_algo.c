@@ -382,7 +382,7 @@ START_TEST(tree_segment_agreed) {
     ck_assert_uint_eq(coll_algo_seg(&a.m, COLL_ALGO_HD, 16, bytes), 0);
   }
   double mib = 1 << 20;
-  ck_assert_uint_eq(coll_algo_seg(&m, COLL_ALGO_TREE, 16, (size_t)mib), 32 << 10);
+  ck_assert_uint_eq(coll_algo_seg(&m, COLL_ALGO_TREE, 16, (size_t)mib), 64 << 10); /* 32 KiB fastest, 64 KiB within 25% */
   ck_assert(coll_model_predict(&m, COLL_ALGO_TREE, 16, (size_t)mib) <
             0.5 * coll_model_time(&m, COLL_ALGO_TREE, 16, mib, 512 << 10));
   coll_model none = {0, 0, 0, {0, 0, 0}, {0, 0, 0}}; /* a named algorithm: not probed */
@@ -509,7 +509,8 @@ START_TEST(probe_median_outliers) {
   coll_probe_clock c = {fake_run, fake_share, &f};
   double med[2][COLL_MODEL_ALGOS];
   int rounds = 0;
-  ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds), FL_OK);
+  coll_probe_pick pick;
+  ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds, &pick), FL_OK);
   ck_assert_int_eq(rounds, 5); /* 77 ms a round: the fewest the probe runs */
   ck_assert_int_eq(f.calls, 6 * (1 + rounds));
   ck_assert_int_eq(f.shares, 2); /* the rounds, the sizes to run again: none */
@@ -517,7 +518,7 @@ START_TEST(probe_median_outliers) {
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < COLL_MODEL_ALGOS; i++) ck_assert(med[k][i] == f.t[k][i]);
   coll_tuning t = {8, {100e-6, 8e-9, 0.1e-9, {1, 1, 1}, {1, 1, 1}}, {0}};
-  coll_tune_fit(&t, 8, mib, med);
+  coll_tune_fit(&t, 8, mib, med, pick.fast);
   ck_assert_int_eq(t.table[coll_table_bin(mib / 16)], COLL_ALGO_TREE);
   ck_assert_int_eq(t.table[coll_table_bin(mib)], COLL_ALGO_RING);
   ck_assert_int_eq(t.table[coll_table_bin(mib * 16)], COLL_ALGO_RING);
@@ -525,9 +526,45 @@ START_TEST(probe_median_outliers) {
   fake_clock g = {{{1e-4, 1e-4, 1e-4}, {2e-4, 2e-4, 2e-4}}, mib, {-1, -1, -1}, {-1, -1, -1},
                   0, 0, 0, 0, 0, 1};
   c.arg = &g;
-  ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds), FL_OK);
+  ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds, &pick), FL_OK);
   ck_assert_int_eq(rounds, 9);
   ck_assert_int_eq(g.calls, 6 * 10 + 2 * 2 * 9); /* all equal: two at each size run again */
+  ck_assert_int_eq(pick.fast[0], 1); /* even: fewer latency steps, halving-doubling */
+  ck_assert_int_eq(pick.fast[1], 1); /* at the large size too */
+  ck_assert(pick.by_rule[0] && pick.by_rule[1]);
+}
+END_TEST
+
+/* Two algorithms within 1% of each other pick the same one whichever
+ * measures faster (the fixed preference, fewer latency steps:
+ * halving-doubling before the tree and the ring, at both sizes);
+ * 10% apart in every paired round, the faster one, by the paired ratio. */
+START_TEST(probe_close_does_not_flip) {
+  size_t mib = (size_t)1 << 20;
+  static const double small[3][3] = {{3e-3, 2.0e-3, 2.02e-3}, {3e-3, 2.02e-3, 2.0e-3},
+                                     {3e-3, 2.2e-3, 2.0e-3}};
+  static const double large[3][3] = {{20e-3, 20.2e-3, 30e-3}, {20.2e-3, 20e-3, 30e-3},
+                                     {20e-3, 30e-3, 40e-3}};
+  static const int want_small[3] = {1, 1, 2}, want_large[3] = {1, 1, 0};
+  for (int v = 0; v < 3; v++) {
+    fake_clock f = {{{0}}, mib, {-1, -1, -1}, {-1, -1, -1}, 0, 0, 0, 0, 0, 1};
+    memcpy(f.t[0], small[v], sizeof small[v]);
+    memcpy(f.t[1], large[v], sizeof large[v]);
+    coll_probe_clock c = {fake_run, fake_share, &f};
+    double med[2][COLL_MODEL_ALGOS];
+    int rounds = 0;
+    coll_probe_pick pick;
+    ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds, &pick), FL_OK);
+    ck_assert_int_eq(pick.fast[0], want_small[v]);
+    ck_assert_int_eq(pick.fast[1], want_large[v]);
+    ck_assert_int_eq(pick.by_rule[0], v < 2);
+    ck_assert_int_eq(pick.close[1][0] >= 0, v < 2); /* 20 / 30 ms: not close */
+    coll_tuning t = {16, {100e-6, 8e-9, 0.1e-9, {1, 1, 1}, {1, 1, 1}}, {0}};
+    coll_tune_fit(&t, 16, mib, med, pick.fast);
+    ck_assert_int_eq(t.table[coll_table_bin(mib / 16)], v < 2 ? COLL_ALGO_HD : COLL_ALGO_TREE);
+    ck_assert_int_eq(t.table[coll_table_bin(mib * 64)], v < 2 ? COLL_ALGO_HD : COLL_ALGO_RING);
+    if (v == 2) ck_assert(fabs(pick.paired[0] - 2.0 / 2.2) < 1e-9); /* tree / halving-doubling */
+  }
 }
 END_TEST
 
@@ -544,19 +581,20 @@ START_TEST(probe_close_runs_again) {
   coll_probe_clock c = {fake_run, fake_share, &f};
   double med[2][COLL_MODEL_ALGOS];
   int rounds = 0;
-  ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds), FL_OK);
+  coll_probe_pick pick;
+  ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds, &pick), FL_OK);
   ck_assert_int_eq(rounds, 5);
   ck_assert_int_eq(f.calls, 6 * (1 + rounds) + 2 * rounds);
   ck_assert_int_eq(f.shares, 2);
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < COLL_MODEL_ALGOS; i++) ck_assert(med[k][i] == f.t[k][i]);
   coll_tuning t = {16, {100e-6, 8e-9, 0.1e-9, {1, 1, 1}, {1, 1, 1}}, {0}};
-  coll_tune_fit(&t, 16, mib, med);
+  coll_tune_fit(&t, 16, mib, med, pick.fast);
   ck_assert_int_eq(t.table[coll_table_bin(mib / 16)], COLL_ALGO_HD);
   fake_clock slow = {{{3, 0.2, 0.21}, {15, 25, 30}}, mib, {-1, -1, -1}, {-1, -1, -1}, 0, 0, 0,
                      0, 0, 1}; /* seconds */
   c.arg = &slow;
-  ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds), FL_OK);
+  ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds, &pick), FL_OK);
   ck_assert_int_eq(slow.calls, 6 * (1 + rounds));
 }
 END_TEST
@@ -694,6 +732,7 @@ static Suite *suite(void) {
   tcase_add_test(t, model_order_matches_table);
   tcase_add_test(t, doubling_variant);
   tcase_add_test(t, probe_close_runs_again);
+  tcase_add_test(t, probe_close_does_not_flip);
   tcase_add_test(t, probe_median_outliers);
   tcase_add_test(t, choice_auto_explicit_resume);
   tcase_add_test(t, unknown_algorithm_refused);

@@ -766,27 +766,31 @@ void coll_model_terms(const coll_model *m, int algo, int n, double bytes, double
   if (bw) *bw = w;
 }
 
-/* The tree's piece: the power of two from COLL_SEG_MIN to COLL_SEG_MAX
- * whose tree takes least by alpha, beta and gamma alone (the factors are
- * measured with these pieces, so they cannot choose them); on a tie the
- * larger piece, fewer ops; none past the first that holds a tree's half
- * whole (all larger ones cut the bucket the same way). */
+/* The tree's piece: the largest power of two from COLL_SEG_MIN to
+ * COLL_SEG_MAX whose tree the model's alpha, beta and gamma alone (the
+ * factors are measured with these pieces, so they cannot choose them)
+ * predict within SEG_MARGIN of the fastest piece's; none past the first
+ * that holds a tree's half whole (all larger ones cut the bucket the same
+ * way).  The margin: every piece is a step, and a step costs more than
+ * the ping-pong's alpha when every rank sends at once (the ring's latency
+ * factor came out 3 to 7 on 16 shaped namespaces of a loaded machine):
+ * at 64 KiB there the tree in 16 KiB pieces, the model's fastest, took
+ * 1.2 times the tree in one piece per half. */
+#define SEG_MARGIN 1.25
 size_t coll_algo_seg(const coll_model *m, int algo, int n, size_t bytes) {
   if (algo != COLL_ALGO_TREE || !(m->alpha > 0) || !(m->beta > 0)) return 0;
   coll_model raw = {m->alpha, m->beta, m->gamma, {1, 1, 1}, {1, 1, 1}};
-  size_t pick = COLL_SEG_MIN;
-  double best = 0;
+  double t[32], best = 0;
+  int k = 0;
   for (size_t c = COLL_SEG_MIN; c <= COLL_SEG_MAX; c *= 2) {
-    double t = coll_model_time(&raw, COLL_ALGO_TREE, n, (double)bytes, (double)c);
-    if (c == COLL_SEG_MIN || t <= best) {
-      best = t;
-      pick = c;
-    }
+    t[k] = coll_model_time(&raw, COLL_ALGO_TREE, n, (double)bytes, (double)c);
+    if (k == 0 || t[k] < best) best = t[k];
+    k++;
     if (2 * c >= bytes) break;
   }
-  return pick;
+  while (k > 1 && t[k - 1] > best * SEG_MARGIN) k--;
+  return COLL_SEG_MIN << (k - 1);
 }
-
 
 double coll_model_time(const coll_model *m, int algo, int n, double bytes, double seg) {
   double lat, bw;

@@ -3,7 +3,7 @@
  * alpha-beta-gamma fit, the per-size table, and its broadcast from rank 0
  * so that every rank runs the same algorithm on the same bucket.
  *
- * The probe is a ping-pong of PROBE_SIZES messages (the median of
+ * The probe is a ping-pong of PROBE_SIZES messages (the fastest of
  * PROBE_REPS round trips each, after one warm-up), alpha from the smallest
  * one-way time, beta from the slope to the largest, and the local cost of
  * adding a byte (gamma: fp32 reduce of 256 KiB).  Then the whole group
@@ -15,7 +15,10 @@
  * alike: the best of two rounds, before, gave a different table in each
  * of three jobs on 8 shaped namespaces; where member 0 finds the two
  * fastest medians of a size within GROUP_CLOSE, those two run as many
- * rounds again if that fits GROUP_TIE_S, and take the medians of all), and
+ * rounds again if that fits GROUP_TIE_S, and take the medians of all; the
+ * pick between them is then the faster by the median of their paired
+ * rounds' ratios, and where that lies within GROUP_EVEN of 1, a fixed
+ * preference, so that noise cannot flip it from job to job), and
  * each algorithm's latency and
  * bandwidth terms get the factors (coll_model.lat, eff) that make the
  * model give what they really took: two algorithms that move the same
@@ -43,6 +46,7 @@ static const size_t probe_sizes[] = {8, 4096, 65536, 262144, 1048576};
 #define GROUP_REPS_MAX 9
 #define GROUP_CLOSE 1.15 /* two fastest medians this near: they run again */
 #define GROUP_TIE_S 0.5   /* at most this long */
+#define GROUP_EVEN 1.05   /* paired ratio this near 1: the fixed preference picks */
 #define GROUP_REPS_ALL (2 * GROUP_REPS_MAX)
 #define PLAN_ALL 0x77u /* every algorithm at both sizes (group_round) */
 #define GROUP_ROUNDS_S 0.25
@@ -69,6 +73,18 @@ static double median(const double *v, int n) {
     s[j] = v[i];
   }
   return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2.0;
+}
+
+/* The least of v[0..n) (n > 0): a busy machine only adds to a round
+ * trip, so the fastest of a few is the link's own (on loaded shaped
+ * namespaces the median gave alpha 0.23 to 0.5 ms in most jobs and 1.3 ms
+ * in one, whose model then sent 64 KiB buckets by recursive doubling: 4
+ * times a named halving_doubling's time in that busy run). */
+static double fastest(const double *v, int n) {
+  double m = v[0];
+  for (int i = 1; i < n; i++)
+    if (v[i] < m) m = v[i];
+  return m;
 }
 
 /* Move len bytes to or from group member peer on channel 0, blocking. */
@@ -105,7 +121,7 @@ static fl_status ping_pong(const coll_xport *x, uint8_t *buf, double *oneway) {
       }
       dt[r] = (now_s() - t0) / 2.0;
     }
-    oneway[i] = median(dt + 1, PROBE_REPS);
+    oneway[i] = fastest(dt + 1, PROBE_REPS);
   }
   return FL_OK;
 }
@@ -189,22 +205,30 @@ static fl_status group_round(const coll_probe_clock *c, size_t bytes, int r, uin
   return FL_OK;
 }
 
+/* Whether the two fastest medians of med (one size) lie within
+ * GROUP_CLOSE of each other; *a the fastest, *b the second. */
+static int close_pair(const double med[COLL_MODEL_ALGOS], int *a, int *b) {
+  *a = 0;
+  *b = -1;
+  for (int i = 1; i < COLL_MODEL_ALGOS; i++) {
+    if (med[i] < med[*a]) {
+      *b = *a;
+      *a = i;
+    } else if (*b < 0 || med[i] < med[*b]) {
+      *b = i;
+    }
+  }
+  return med[*b] <= med[*a] * GROUP_CLOSE;
+}
+
 /* Member 0: the plan of the rounds to run again: at each size whose two
  * fastest medians of med lie within GROUP_CLOSE of each other, those two,
  * if n more rounds of them take no more than GROUP_TIE_S. */
 static uint32_t tie_plan(const double med[2][COLL_MODEL_ALGOS], uint32_t n) {
   uint32_t plan = 0;
   for (int k = 0; k < 2; k++) {
-    int a = 0, b = -1; /* the fastest, the second */
-    for (int i = 1; i < COLL_MODEL_ALGOS; i++) {
-      if (med[k][i] < med[k][a]) {
-        b = a;
-        a = i;
-      } else if (b < 0 || med[k][i] < med[k][b]) {
-        b = i;
-      }
-    }
-    if (med[k][b] <= med[k][a] * GROUP_CLOSE && (med[k][a] + med[k][b]) * n <= GROUP_TIE_S)
+    int a, b;
+    if (close_pair(med[k], &a, &b) && (med[k][a] + med[k][b]) * n <= GROUP_TIE_S)
       plan |= (1u << a | 1u << b) << (4 * k);
   }
   return plan;
@@ -217,22 +241,63 @@ static uint32_t tie_plan(const double med[2][COLL_MODEL_ALGOS], uint32_t n) {
  * the tree). */
 static fl_status tie_break(const coll_probe_clock *c, size_t bytes, uint32_t n,
                            double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL],
-                           double med[2][COLL_MODEL_ALGOS]) {
-  uint32_t plan = tie_plan(med, n);
-  FL_TRY(c->share(c->arg, &plan));
-  if (plan & ~(uint32_t)PLAN_ALL)
-    return FL_ERR(FL_EPROTO, "collective: member 0 sent network probe plan %#x", plan);
+                           double med[2][COLL_MODEL_ALGOS], uint32_t *plan) {
+  *plan = tie_plan(med, n);
+  FL_TRY(c->share(c->arg, plan));
+  if (*plan & ~(uint32_t)PLAN_ALL)
+    return FL_ERR(FL_EPROTO, "collective: member 0 sent network probe plan %#x", *plan);
   double unused;
-  for (uint32_t r = n; r < 2 * n && plan; r++) FL_TRY(group_round(c, bytes, (int)r, plan, t, &unused));
+  for (uint32_t r = n; r < 2 * n && *plan; r++)
+    FL_TRY(group_round(c, bytes, (int)r, *plan, t, &unused));
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < COLL_MODEL_ALGOS; i++)
-      if (plan >> (4 * k + i) & 1) med[k][i] = median(t[k][i], 2 * (int)n);
+      if (*plan >> (4 * k + i) & 1) med[k][i] = median(t[k][i], 2 * (int)n);
   return FL_OK;
+}
+
+/* The order in which close algorithms are preferred (index: ring,
+ * halving-doubling, tree; lower first): fewer latency steps first
+ * (halving-doubling's 2 log2 n, the tree's 2 (log2 n + pieces - 1), the
+ * ring's 2 (n - 1)); at the large size too, whose pick also runs every
+ * larger bucket: halving-doubling moves the ring's bytes in fewer steps,
+ * and took 0.6 to 0.9 of the ring's time at 64 MiB on 8 and 16 shaped
+ * namespaces. */
+static const int prefer[COLL_MODEL_ALGOS] = {2, 0, 1};
+
+/* The pick at size k: the fastest median, save where the two fastest
+ * medians are close: then the paired rounds decide (in each of the `runs`
+ * rounds both ran in turn, so that a busy spell slows both; the median of
+ * their ratios), and where that ratio is within GROUP_EVEN of 1, the fixed
+ * preference: two medians within the noise of the rounds ranked the two
+ * differently from job to job, and auto ran the slower (0.8 of the best at
+ * 64 KiB and 1 MiB on 16 shaped namespaces). */
+static void pick_size(const double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL],
+                      const double med[2][COLL_MODEL_ALGOS], int k, uint32_t plan, int n,
+                      coll_probe_pick *p) {
+  int a, b;
+  p->close[k][0] = p->close[k][1] = -1;
+  p->paired[k] = 0;
+  p->by_rule[k] = 0;
+  int close = close_pair(med[k], &a, &b);
+  p->fast[k] = a;
+  if (!close) return;
+  int runs = (plan >> (4 * k + a) & 1) && (plan >> (4 * k + b) & 1) ? 2 * n : n;
+  double q[GROUP_REPS_ALL];
+  for (int r = 0; r < runs; r++) q[r] = t[k][b][r] > 0 ? t[k][a][r] / t[k][b][r] : 1.0;
+  double ratio = median(q, runs);
+  p->close[k][0] = a;
+  p->close[k][1] = b;
+  p->paired[k] = ratio;
+  if (ratio > GROUP_EVEN) p->fast[k] = b;
+  if (ratio * GROUP_EVEN >= 1.0 && ratio <= GROUP_EVEN) {
+    p->by_rule[k] = 1;
+    p->fast[k] = prefer[a] < prefer[b] ? a : b;
+  }
 }
 
 /* Member 0 sizes the rounds from the warm-up round's time; all learn it. */
 fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
-                           double med[2][COLL_MODEL_ALGOS], int *rounds) {
+                           double med[2][COLL_MODEL_ALGOS], int *rounds, coll_probe_pick *pick) {
   double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL], warm = 0;
   FL_TRY(group_round(c, bytes, 0, PLAN_ALL, t, &warm));
   double fit = warm > 0 ? GROUP_ROUNDS_S / warm : GROUP_REPS_MAX;
@@ -247,7 +312,10 @@ fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < COLL_MODEL_ALGOS; i++) med[k][i] = median(t[k][i], (int)n);
   *rounds = (int)n;
-  return tie_break(c, bytes, n, t, med);
+  uint32_t plan = 0;
+  FL_TRY(tie_break(c, bytes, n, t, med, &plan));
+  for (int k = 0; k < 2; k++) pick_size(t, med, k, plan, (int)n, pick);
+  return FL_OK;
 }
 
 /* The group probe's clock on the real network: allreduces of buf in the
@@ -292,8 +360,9 @@ static double clampf(double v) {
  * had to be clamped, the bandwidth factor that errs by the same relative
  * amount, in opposite directions, at both sizes: fitting the large size
  * alone made the tree, fastest at 64 KiB on 16 namespaces, look slow
- * there), then the table.  At the two measured sizes the measured fastest
- * algorithm stands, whatever the model says; above the large size the
+ * there), then the table.  At the two measured sizes the probe's pick
+ * stands (fast: the fastest, or of two close ones the faster in paired
+ * rounds, or the preferred), whatever the model says; above the large size the
  * table keeps the algorithm chosen there (factors measured on a few
  * pieces did not carry to buckets of many: the tree, cheap at 1 MiB, lost
  * to the ring at 16 MiB on the namespaces), save the tree: it moves no
@@ -301,8 +370,8 @@ static double clampf(double v) {
  * of ring and halving_doubling at the large size takes over (on 8 shaped
  * namespaces the tree took 1.3 to 3.9 times the ring's time at 64 MiB in
  * each of four runs, and auto carried a tree won at 1 MiB up to it). */
-void coll_tune_fit(coll_tuning *t, int n, size_t bytes, const double best[2][COLL_MODEL_ALGOS]) {
-  int fast[2] = {0, 0}; /* the measured fastest at the small and the large size */
+void coll_tune_fit(coll_tuning *t, int n, size_t bytes, const double best[2][COLL_MODEL_ALGOS],
+                   const int fast[2]) {
   for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
     double ls, ws, lb, wb;
     size_t small = GROUP_SMALL(bytes);
@@ -318,8 +387,6 @@ void coll_tune_fit(coll_tuning *t, int n, size_t bytes, const double best[2][COL
                            (ws / best[0][i] + wb / best[1][i]));
     else
       t->m.eff[i] = wb > 0 ? clampf((best[1][i] - t->m.lat[i] * lb) / wb) : 1.0;
-    if (best[0][i] < best[0][fast[0]]) fast[0] = i;
-    if (best[1][i] < best[1][fast[1]]) fast[1] = i;
   }
   coll_model_table(&t->m, n, t->table);
   t->table[coll_table_bin(GROUP_SMALL(bytes))] = (uint8_t)group_algos[fast[0]];
@@ -331,23 +398,42 @@ void coll_tune_fit(coll_tuning *t, int n, size_t bytes, const double best[2][COL
     t->table[b] = (uint8_t)group_algos[above];
 }
 
+/* " (close at 64 KiB: tree / halving_doubling paired x0.97, picked
+ * halving_doubling by preference)" for each close size of p, else "". */
+static void describe_close(const coll_probe_pick *p, size_t bytes, char *out, size_t cap) {
+  size_t o = 0;
+  out[0] = 0;
+  for (int k = 0; k < 2 && o < cap; k++) {
+    if (p->close[k][0] < 0) continue;
+    size_t kib = (k ? bytes : GROUP_SMALL(bytes)) >> 10;
+    o += (size_t)snprintf(out + o, cap - o, "%s at %zu KiB: %s / %s paired x%.3f, picked %s%s",
+                          o ? ";" : " (close", kib, coll_algo_names[group_algos[p->close[k][0]]],
+                          coll_algo_names[group_algos[p->close[k][1]]], p->paired[k],
+                          coll_algo_names[group_algos[p->fast[k]]],
+                          p->by_rule[k] ? " by preference" : "");
+  }
+  if (o && o < cap) snprintf(out + o, cap - o, ")");
+}
+
 /* Member 0: the probe's outcome, once. */
 static void log_tuning(const coll_xport *x, const coll_tuning *t, size_t bytes,
-                       const double best[2][COLL_MODEL_ALGOS], int rounds, double probe_s) {
-  char desc[512];
+                       const double best[2][COLL_MODEL_ALGOS], int rounds,
+                       const coll_probe_pick *pick, double probe_s) {
+  char desc[512], close[256];
   describe(t, desc, sizeof desc);
+  describe_close(pick, bytes, close, sizeof close);
   size_t small = GROUP_SMALL(bytes);
   FL_LOGI("collective: network probe (%.0f ms, medians of %d rounds): alpha %.1f us, "
           "beta %.3f ns/B (%.2f GB/s), reduce %.3f ns/B; allreduce of %zu / %zu KiB on %d "
           "ranks: ring %.2f / %.2f ms, halving_doubling %.2f / %.2f ms, tree %.2f / %.2f ms "
           "in %zu / %zu KiB pieces (latency x%.2f, x%.2f, x%.2f, bandwidth x%.2f, x%.2f, "
-          "x%.2f); allreduce algorithm by bucket size: %s",
+          "x%.2f)%s; allreduce algorithm by bucket size: %s",
           probe_s * 1e3, rounds, t->m.alpha * 1e6, t->m.beta * 1e9, 1e-9 / t->m.beta,
           t->m.gamma * 1e9, small >> 10, bytes >> 10, x->n, best[0][0] * 1e3, best[1][0] * 1e3,
           best[0][1] * 1e3, best[1][1] * 1e3, best[0][2] * 1e3, best[1][2] * 1e3,
           coll_algo_seg(&t->m, COLL_ALGO_TREE, x->n, small) >> 10,
           coll_algo_seg(&t->m, COLL_ALGO_TREE, x->n, bytes) >> 10, t->m.lat[0], t->m.lat[1],
-          t->m.lat[2], t->m.eff[0], t->m.eff[1], t->m.eff[2], desc);
+          t->m.lat[2], t->m.eff[0], t->m.eff[1], t->m.eff[2], close, desc);
 }
 
 /* Member 0: restored tuning (*group = 0), or the ping-pong's fit and the
@@ -421,10 +507,11 @@ static fl_status probe(const coll_xport *x, coll_sched *s, uint64_t *seq, coll_t
   if (group == 0) return FL_OK;
   coll_probe_clock clock = {net_run, net_share, &nc};
   int rounds = 0;
-  FL_TRY(coll_group_probe(&clock, group, best, &rounds));
+  coll_probe_pick pick;
+  FL_TRY(coll_group_probe(&clock, group, best, &rounds, &pick));
   if (x->me == 0) {
-    coll_tune_fit(t, x->n, group, best);
-    log_tuning(x, t, group, best, rounds, now_s() - t0);
+    coll_tune_fit(t, x->n, group, best, pick.fast);
+    log_tuning(x, t, group, best, rounds, &pick, now_s() - t0);
   }
   return FL_OK;
 }
