@@ -102,6 +102,7 @@ int main(int argc, char **argv) {
     budget = argc == 6 ? strtoull(argv[5], NULL, 10) : (uint64_t)(ids * row / 10);
     snprintf(path, sizeof path, "%s/bench_tier.rocksdb", argv[4]);
     if (fl_ps_tier_open(path, budget, &tier) != FL_OK) return 1;
+    fl_ps_tier_no_deltas(tier); /* as a pserver without pserver.checkpoint_delta */
     o.tier = tier;
     o.hot_bytes = &hot;
     o.hot_budget = budget - fl_ps_tier_overhead(budget);
