@@ -43,6 +43,7 @@ fl_status fl_ps_core_open_tier(fl_ps_core *c, const char *data_dir) {
   snprintf(c->tier_dir, sizeof c->tier_dir, "%s", data_dir);
   snprintf(path, sizeof path, "%s/tier.rocksdb", data_dir);
   FL_TRY(fl_ps_tier_open(path, budget, &c->tier));
+  if (c->o.job.pserver.checkpoint_delta.every <= 0) fl_ps_tier_no_deltas(c->tier);
   c->hot_budget = budget - over;
   FL_LOGI("disk tier %s: sparse rows in memory within %" PRIu64 " bytes of pserver.memory_budget "
           "%zu, RocksDB's block cache and memtables within the other %zu", path, c->hot_budget,

@@ -8,7 +8,8 @@
  * the table, 0: the table's note (fl_ps_tier_put_note); and 'd', the
  * table, a demotion's number, holding the row id: the rows demoted since
  * the last checkpoint that marks its rows saved (a delta's copy takes
- * them; a marking checkpoint or a restore removes them all).
+ * them; a marking checkpoint or a restore removes them all; a store that
+ * takes no deltas, fl_ps_tier_no_deltas, writes none).
  * Writes (demotions, removals) gather in a per-table indexed write batch
  * applied as one RocksDB write when it is full or before the table's next
  * read; a batch RocksDB refuses (disk full) stays and is read through.
@@ -99,6 +100,7 @@ struct fl_ps_tier {
   rocksdb_writeoptions_t *wo;
   rocksdb_readoptions_t *ro;
   _Atomic uint64_t seq; /* the next demotion's number ('d' keys; order of fl_ps_tier_put) */
+  int no_deltas; /* no delta copies: demotions write no 'd' key (fl_ps_tier_no_deltas) */
   pthread_mutex_t mu; /* guards the list of tables */
   tier_table tables[MAX_TIER_TABLES];
   _Atomic int n_tables;
@@ -142,13 +144,19 @@ static fl_status filter_size(id_filter *f, uint64_t ids) {
                 "are looked up in the store", (unsigned long long)ids);
 }
 
+/* An id the filter already answers (a row demoted again) is not counted:
+ * only new ids bring the rebuild nearer. */
 static void filter_add(id_filter *f, uint64_t id) {
-  uint64_t h = mix64(id), *b;
+  uint64_t h = mix64(id), *b, had = 1;
   if (!f->w) return;
   b = f->w + (h & (f->nblocks - 1)) * 8;
   h = mix64(h ^ 0x9e3779b97f4a7c15ULL);
-  for (int i = 0; i < FILTER_PROBES; i++, h >>= 9) b[(h >> 6) & 7] |= 1ULL << (h & 63);
-  f->adds++;
+  for (int i = 0; i < FILTER_PROBES; i++, h >>= 9) {
+    uint64_t bit = 1ULL << (h & 63);
+    had &= (b[(h >> 6) & 7] & bit) != 0;
+    b[(h >> 6) & 7] |= bit;
+  }
+  f->adds += !had;
 }
 
 /* 0 when id is surely not on disk. */
@@ -175,6 +183,8 @@ size_t fl_ps_tier_overhead(size_t budget) {
 }
 
 const char *fl_ps_tier_path(const fl_ps_tier *t) { return t->path; }
+
+void fl_ps_tier_no_deltas(fl_ps_tier *t) { t->no_deltas = 1; }
 
 /* The entry of table (added on first use). */
 static tier_table *table_of(fl_ps_tier *t, uint64_t table) {
@@ -543,15 +553,17 @@ fl_status fl_ps_tier_put_at(fl_ps_tier *t, uint64_t table, uint64_t key, const v
   if (e->stuck) {
     rocksdb_writebatch_wi_putv(e->stuck, 1, kp, ks, 2, vp, vs);
     rocksdb_writebatch_wi_put(e->stuck, (const char *)ok, KEY_LEN, (const char *)id, 8);
-    rocksdb_writebatch_wi_put(e->stuck, (const char *)dk, KEY_LEN, (const char *)id, 8);
+    if (!t->no_deltas)
+      rocksdb_writebatch_wi_put(e->stuck, (const char *)dk, KEY_LEN, (const char *)id, 8);
   } else {
     rocksdb_writebatch_putv(e->pend, 1, kp, ks, 2, vp, vs);
     rocksdb_writebatch_put(e->pend, (const char *)ok, KEY_LEN, (const char *)id, 8);
-    rocksdb_writebatch_put(e->pend, (const char *)dk, KEY_LEN, (const char *)id, 8);
+    if (!t->no_deltas)
+      rocksdb_writebatch_put(e->pend, (const char *)dk, KEY_LEN, (const char *)id, 8);
   }
   atomic_fetch_add(&e->rows, 1);
   atomic_fetch_add(&t->demotions, 1);
-  grew(t, e, 3 * KEY_LEN + SEQ_LEN + len + 16 + ENTRY_COST);
+  grew(t, e, (t->no_deltas ? 2 : 3) * KEY_LEN + SEQ_LEN + len + 16 + ENTRY_COST);
   filter_add(&e->f, key);
   if (e->f.adds > e->f.cap) rebuild_filter(t, e);
   return FL_OK;
@@ -566,6 +578,7 @@ typedef struct mget {
   char **errs;
   size_t *pos; /* the caller's index of each key looked up */
   size_t m;    /* keys looked up: those the filter did not rule out */
+  int sorted;  /* they ascend (the multi-get then skips its sort) */
 } mget;
 
 static void mget_free(mget *g, size_t n) {
@@ -592,6 +605,7 @@ static fl_status mget_alloc(fl_ps_tier *t, const tier_table *e, mget *g, uint64_
   g->pos = malloc(m * sizeof *g->pos);
   if (!g->kb || !g->kl || !g->ks || !g->vals || !g->errs || !g->pos)
     return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory looking up %zu rows", t->path, n);
+  g->sorted = 1;
   for (size_t i = 0; i < n; i++) {
     size_t j = g->m;
     if (e && !filter_may(&e->f, keys[i])) {
@@ -600,6 +614,7 @@ static fl_status mget_alloc(fl_ps_tier *t, const tier_table *e, mget *g, uint64_
       continue;
     }
     make_key(g->kb + j * KEY_LEN, 'r', table, keys[i]);
+    g->sorted &= !j || memcmp(g->kb + (j - 1) * KEY_LEN, g->kb + j * KEY_LEN, KEY_LEN) < 0;
     g->kl[j] = (const char *)g->kb + j * KEY_LEN;
     g->ks[j] = KEY_LEN;
     g->pos[g->m++] = i;
@@ -657,7 +672,8 @@ static fl_status get_batched(fl_ps_tier *t, mget *g, void *rows, size_t len, uin
                              uint64_t *seqs) {
   fl_status st = FL_OK;
   if (!g->m) return FL_OK;
-  rocksdb_batched_multi_get_cf(t->db, t->ro, t->cf, g->m, g->kl, g->ks, g->vals, g->errs, false);
+  rocksdb_batched_multi_get_cf(t->db, t->ro, t->cf, g->m, g->kl, g->ks, g->vals, g->errs,
+                               g->sorted != 0);
   for (size_t i = 0; i < g->m && st == FL_OK; i++) {
     size_t vn = 0;
     const char *v = g->vals[i] ? rocksdb_pinnableslice_value(g->vals[i], &vn) : NULL;
@@ -1340,6 +1356,9 @@ fl_status fl_ps_tier_checkpoint_delta(fl_ps_tier *t, const char *dir) {
   rocksdb_envoptions_t *eo;
   delta_out o = {.t = t, .path = path};
   fl_status st;
+  if (t->no_deltas)
+    return FL_ERR(FL_ESTATE, "disk tier %s: a delta copy of a store opened without deltas "
+                  "(fl_ps_tier_no_deltas): its demotions were not noted", t->path);
   FL_TRY(settle_all(t));
   if (mkdir(dir, 0755) != 0)
     return FL_ERR(FL_EIO, "disk tier: cannot create the delta copy %s: %s", dir, strerror(errno));

@@ -8,7 +8,9 @@
  * 10% of the table's row bytes; RocksDB's share of it is
  * fl_ps_tier_overhead), the bytes it read from disk, and (tier) the
  * fraction of pulled rows that came from disk and the bytes read while
- * pulling and pushing.  The store goes
+ * pulling and pushing.  The tier is that of a pserver without delta
+ * checkpoints (pserver.checkpoint_delta off, the default: no 'd' key per
+ * demotion, fl_ps_tier_no_deltas).  The store goes
  * under DIR.  tests/bench/bench_tier.sh runs both and the ratio;
  * bench_tier_cgroup.sh runs the tier in a memory cgroup. */
 #include <config.h>
@@ -102,6 +104,7 @@ int main(int argc, char **argv) {
     budget = argc == 6 ? strtoull(argv[5], NULL, 10) : (uint64_t)(ids * row / 10);
     snprintf(path, sizeof path, "%s/bench_tier.rocksdb", argv[4]);
     if (fl_ps_tier_open(path, budget, &tier) != FL_OK) return 1;
+    fl_ps_tier_no_deltas(tier); /* as a pserver without pserver.checkpoint_delta */
     o.tier = tier;
     o.hot_bytes = &hot;
     o.hot_budget = budget - fl_ps_tier_overhead(budget);

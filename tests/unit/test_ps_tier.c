@@ -768,6 +768,38 @@ START_TEST(test_tier_filter_no_false_negative) {
 }
 END_TEST
 
+START_TEST(test_tier_no_deltas) {
+  /* A store that takes no deltas keeps its rows as any (a row demoted,
+   * promoted and demoted again reads its last copy; keys looked up in
+   * ascending order or not), and refuses a delta copy. */
+  char dir[] = "/tmp/fl_test_tier_XXXXXX", path[64], cp[96];
+  fl_ps_tier *t = NULL;
+  uint64_t keys[3] = {30, 10, 20}, seqs[3], v;
+  unsigned char rows[3 * 8];
+  uint8_t found[3];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/store", dir);
+  snprintf(cp, sizeof cp, "%s/delta", dir);
+  ck_assert_int_eq(fl_ps_tier_open(path, 1 << 20, &t), FL_OK);
+  fl_ps_tier_no_deltas(t);
+  for (uint64_t i = 0; i < 3; i++) ck_assert_int_eq(fl_ps_tier_put(t, 4, keys[i], &i, 8), FL_OK);
+  ck_assert_int_eq(fl_ps_tier_get_many(t, 4, keys, 1, rows, 8, found, seqs), FL_OK);
+  ck_assert_int_eq(fl_ps_tier_drop(t, 4, keys[0], seqs[0]), FL_OK);
+  v = 7;
+  ck_assert_int_eq(fl_ps_tier_put(t, 4, keys[0], &v, 8), FL_OK);
+  ck_assert_int_eq(fl_ps_tier_get_many(t, 4, keys, 3, rows, 8, found, NULL), FL_OK);
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(found[i], 1);
+    memcpy(&v, rows + i * 8, 8);
+    ck_assert_uint_eq(v, i ? (uint64_t)i : 7);
+  }
+  ck_assert_uint_eq(fl_ps_tier_rows(t, 4), 3);
+  ck_assert_int_eq(fl_ps_tier_checkpoint_delta(t, cp), FL_ESTATE);
+  fl_ps_tier_close(t);
+  pt_rm_tree(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ps_tier");
   TCase *tc = tcase_create("tier");
@@ -778,6 +810,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_tier_disk_row_not_readmitted);
   tcase_add_test(tc, test_tier_value_without_marks);
   tcase_add_test(tc, test_tier_filter_no_false_negative);
+  tcase_add_test(tc, test_tier_no_deltas);
   tcase_add_test(tc, test_tier_legacy_row_expires);
   tcase_add_test(tc, test_tier_disk_full_keeps_rows);
   tcase_add_test(tc, test_core_checkpoint_keeps_disk_tier);
