@@ -4,12 +4,19 @@
  * rank (SIGSTOP), a rank that stays alive but never arrives, a rank that
  * never starts, a rank that finishes early, and mismatched collectives.
  * Every surviving rank must fail with an error naming the culprit, within
- * the collective timeout (2 s here) plus a small margin, never hang. */
+ * the collective timeout (2 s here) plus a small margin, never hang.
+ * Elastic paths: a rendezvous given up or timed out, then the next round
+ * joined in the same process; a peer that dies in the new world's state
+ * transfer (the trainers keep their state for the next round). */
 #include <config.h>
 
 #include <check.h>
 
 #include "coll_testutil.h"
+#include "fl_cluster.h"
+#include "fl_config.h"
+#include "fl_sync_collective.h"
+#include "fl_trainer.h"
 
 #define TMO 2.0
 #define L1 "127.0.0.1"
@@ -415,6 +422,209 @@ START_TEST(rendezvous_given_up_no_rank_0) {
 }
 END_TEST
 
+/* ------------------------------------- elastic: retry after a timeout */
+
+/* give_up that never gives up, counting how often it was asked. */
+static int never_give_up(void *arg) {
+  (*(int *)arg)++;
+  return 0;
+}
+
+/* A rank of a round of 3 whose rank 2 never comes: its rendezvous, with
+ * give_up set, ends at the timeout (FL_ETIMEDOUT, which an elastic trainer
+ * takes like a give-up); the same process then joins the next round (the
+ * 2 survivors) on the same ports, binding them again, and reduces in it. */
+static int timed_out_rank(ct_job *j, int r, void *arg) {
+  (void)arg;
+  int asked = 0;
+  fl_coll_options o = ct_opts(j, r, "tcp", 1.0);
+  o.give_up = never_give_up;
+  o.give_up_arg = &asked;
+  fl_coll *c = NULL;
+  double t0 = ct_now();
+  fl_status st = fl_coll_create(&o, &c);
+  if (c) fl_coll_destroy(c);
+  if (st != FL_ETIMEDOUT || asked < 3 || ct_now() - t0 > 4.0) return 20;
+  o.world_size = 2;
+  o.timeout_s = TMO;
+  o.give_up = NULL;
+  c = NULL;
+  if (fl_coll_create(&o, &c) != FL_OK) return 21;
+  float v[3] = {1, 2, (float)r};
+  st = fl_coll_allreduce(c, v, 3, FL_COLL_F32);
+  fl_coll_destroy(c);
+  return st == FL_OK && v[0] == 2 && v[1] == 4 && v[2] == 1 ? 0 : 22;
+}
+
+START_TEST(rendezvous_timeout_then_next_round) {
+  const char *h[] = {L1, L1, L1};
+  ct_job j;
+  make_logs(3);
+  ck_assert_int_eq(ct_job_init(&j, 3, h), 0);
+  ct_job_release(&j); /* the ranks bind their ports, twice, as trainers do */
+  int start[3] = {1, 1, 0};
+  ct_spawn(&j, timed_out_rank, NULL, start, g_logs);
+  ct_wait(&j, 20);
+  for (int r = 0; r < 2; r++)
+    ck_assert_msg(j.status[r] == 0, "rank %d ended with %d (20: no timeout, 21: no next round, "
+                  "22: a wrong sum)", r, j.status[r]);
+  char who[96];
+  snprintf(who, sizeof(who), "rank 2 (127.0.0.1:%u) did not register", (unsigned)j.eps[2].port);
+  ck_assert_msg(ct_file_has(g_logs[0], who), "rank 0 did not name the missing rank");
+  drop_logs(3);
+}
+END_TEST
+
+/* ------------------------- elastic: a peer dies in the state transfer */
+
+static char g_edir[64];
+
+/* A small job on synthetic images, checkpoints in dir ("": none). */
+static void elastic_job(fl_job *job, const char *dir) {
+  fl_job_defaults(job);
+  snprintf(job->source, sizeof job->source, "<elastic test>");
+  job->data.format = FL_DATA_SYNTHETIC;
+  job->data.synthetic.train_samples = 192;
+  job->data.synthetic.test_samples = 16;
+  job->data.synthetic.seed = 3;
+  job->model.input_shape[1] = 8;
+  job->model.input_shape[2] = 8;
+  job->model.num_classes = 4;
+  job->model.hidden[0] = 16;
+  job->model.n_hidden = 1;
+  job->train.batch_size = 8;
+  job->train.epochs = 2;
+  job->train.eval = 0;
+  job->train.num_threads = 1;
+  job->train.checkpoint_interval = 1;
+  job->cluster.mode = FL_MODE_COLLECTIVE;
+  job->cluster.collective_timeout_s = 10;
+  snprintf(job->train.checkpoint_dir, sizeof job->train.checkpoint_dir, "%s", dir);
+}
+
+/* The checkpoint a node holds: 3 steps of one local trainer in dir. */
+static int held_state_rank(ct_job *j, int r, void *arg) {
+  (void)j;
+  (void)r;
+  fl_job job;
+  elastic_job(&job, arg);
+  fl_cluster cl;
+  fl_cluster_defaults(&cl);
+  fl_sync s;
+  if (fl_sync_local_create(&job, &cl, &s) != FL_OK) return 10;
+  fl_trainer_options o = {.job = &job, .log = stderr, .max_steps = 3};
+  fl_trainer_report rep;
+  fl_status st = fl_trainer_run(&o, &s, &rep);
+  s.ops->destroy(s.self);
+  return st == FL_OK && rep.steps == 3 ? 0 : 11;
+}
+
+static fl_sync_ops g_dying_ops;
+
+/* The victim's broadcast: it dies at the state transfer's first one. */
+static fl_status die_in_broadcast(void *self, void *buf, size_t bytes, int root) {
+  (void)self;
+  (void)buf;
+  (void)bytes;
+  (void)root;
+  raise(SIGKILL);
+  return FL_EIO;
+}
+
+/* Rank r of a new world of 3 (round 1 of g_edir/world): rank 0 holds the
+ * checkpoint of g_edir/0, the others none; rank 2 dies in the transfer.
+ * Exit 0: the run ended for the next world, its state kept. */
+static int transfer_rank(ct_job *j, int r, void *arg) {
+  (void)arg;
+  char dir[96], wf[96];
+  snprintf(dir, sizeof dir, "%s/%d", g_edir, r);
+  snprintf(wf, sizeof wf, "%s/world", g_edir);
+  fl_job job;
+  elastic_job(&job, dir);
+  fl_cluster cl;
+  fl_cluster_defaults(&cl);
+  snprintf(cl.collective_backend, sizeof cl.collective_backend, "tcp");
+  cl.mode = FL_MODE_COLLECTIVE;
+  cl.trainer_id = r;
+  cl.trainers_num = j->n;
+  for (int q = 0; q < j->n; q++) cl.trainer_endpoints[q] = j->eps[q];
+  cl.n_trainer_endpoints = j->n;
+  snprintf(cl.token, sizeof cl.token, "elastic-test");
+  fl_sync s;
+  if (fl_sync_collective_create(&job, &cl, &s) != FL_OK) return 10;
+  const fl_sync_ops *ops = s.ops;
+  if (r == 2) {
+    g_dying_ops = *ops;
+    g_dying_ops.broadcast = die_in_broadcast;
+    s.ops = &g_dying_ops;
+  }
+  /* --resume: each rank restores its own directory's newest checkpoint */
+  fl_trainer_options o = {.job = &job, .log = stderr, .resume = 1, .world_file = wf,
+                          .world_round = 1, .world_wait_s = 20};
+  fl_trainer_report rep;
+  memset(&rep, 0, sizeof rep);
+  fl_status st = fl_trainer_run(&o, &s, &rep);
+  ops->destroy(s.self);
+  int kept = rep.world_changed && rep.state && rep.state_len > 0;
+  free(rep.state);
+  return st != FL_OK ? 11 : kept ? 0 : 12;
+}
+
+/* The next round in the agent's world file, renamed over it whole. */
+static void name_round(const char *dir, int round) {
+  char tmp[96], wf[96];
+  snprintf(tmp, sizeof tmp, "%s/world.tmp", dir);
+  snprintf(wf, sizeof wf, "%s/world", dir);
+  FILE *f = fopen(tmp, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "%d 2 0 127.0.0.1 1\n", round);
+  ck_assert_int_eq(fclose(f), 0);
+  ck_assert_int_eq(rename(tmp, wf), 0);
+}
+
+/* A peer dies after the rendezvous, in the state transfer: the survivors
+ * (the sender and a receiver) do not exit; they wait at the state they
+ * hold until the agent names the next round, then stop for it. */
+START_TEST(peer_dies_in_state_transfer) {
+  snprintf(g_edir, sizeof g_edir, "/tmp/fl_coll_faults_el.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(g_edir));
+  char d0[96];
+  snprintf(d0, sizeof d0, "%s/0", g_edir);
+  const char *h[] = {L1, L1, L1};
+  ct_job a;
+  ck_assert_int_eq(ct_job_init(&a, 1, h), 0);
+  ct_job_release(&a);
+  make_logs(3);
+  ct_spawn(&a, held_state_rank, d0, NULL, g_logs);
+  ct_wait(&a, 30);
+  ck_assert_msg(a.status[0] == 0, "the trainer that writes the held state ended with %d",
+                a.status[0]);
+  name_round(g_edir, 1);
+  ct_job j;
+  ck_assert_int_eq(ct_job_init(&j, 3, h), 0);
+  ct_job_release(&j);
+  ct_spawn(&j, transfer_rank, NULL, NULL, g_logs);
+  /* The next round comes only once the sender waits for it. */
+  double t0 = ct_now();
+  while (!ct_file_has(g_logs[0], "elastic: a collective after step") && ct_now() - t0 < 20)
+    usleep(20000);
+  name_round(g_edir, 2);
+  ct_wait(&j, 30);
+  ck_assert_msg(j.status[2] == 128 + SIGKILL, "the victim ended with %d", j.status[2]);
+  for (int r = 0; r < 2; r++)
+    ck_assert_msg(j.status[r] == 0, "rank %d ended with %d (11: an error, 12: no state kept)", r,
+                  j.status[r]);
+  ck_assert_msg(ct_file_has(g_logs[0], "elastic: stopped at step 3 "),
+                "the sender did not keep its step 3 for the next world");
+  ck_assert_msg(ct_file_has(g_logs[1], "for the next world"),
+                "the receiver did not stop for the next world");
+  drop_logs(3);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_edir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 #define ADD(name)                                                                                  \
   do {                                                                                             \
     TCase *t = tcase_create(#name);                                                                \
@@ -430,6 +640,8 @@ int main(void) {
   ADD(rank_never_starts);
   ADD(rendezvous_given_up);
   ADD(rendezvous_given_up_no_rank_0);
+  ADD(rendezvous_timeout_then_next_round);
+  ADD(peer_dies_in_state_transfer);
   ADD(killed_rank_tcp);
   ADD(killed_rank_0_tcp);
   ADD(killed_rank_shm);
