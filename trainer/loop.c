@@ -1617,18 +1617,15 @@ static int peer_failure(fl_status st) {
   return st == FL_ECLOSED || st == FL_ETIMEDOUT || st == FL_EPROTO;
 }
 
-/* A collective of the step after t->step (or of an evaluation after it)
- * failed with st (logged where it happened).  With a world file, this
- * rank waits at its last completed step for the agent's next round (a
- * dead node's lease runs out first), up to world_wait_s, and stops for
- * it; else, or when none comes, st. */
-static fl_status lost_world(trainer *t, const fl_trainer_options *o, fl_trainer_report *rep,
-                            fl_status st) {
+/* With a world file, wait for the agent's next round after a collective
+ * failed with st (`when`: where, for the log; a dead node's lease runs
+ * out first), up to world_wait_s: FL_OK once it is named; else, or when
+ * none comes, st. */
+static fl_status await_world(const fl_trainer_options *o, const char *when, fl_status st) {
   double t0 = clock_s(CLOCK_MONOTONIC);
   if (!o->world_file || !peer_failure(st)) return st;
-  FL_LOGW("elastic: a collective after step %" PRId64 " failed: waiting up to %.0f s for the next "
-          "world (FLOTILLA_ELASTIC_WAIT_S) to go on from step %" PRId64, t->step, o->world_wait_s,
-          t->step);
+  FL_LOGW("elastic: a collective %s failed: waiting up to %.0f s for the next world "
+          "(FLOTILLA_ELASTIC_WAIT_S)", when, o->world_wait_s);
   while (!world_newer(o)) {
     if ((o->stop && *o->stop) || clock_s(CLOCK_MONOTONIC) - t0 > o->world_wait_s) {
       FL_LOGE("elastic: no next world within %.0f s after the failed collective: ending",
@@ -1637,7 +1634,42 @@ static fl_status lost_world(trainer *t, const fl_trainer_options *o, fl_trainer_
     }
     usleep(50 * 1000);
   }
-  return keep_for_world(t, rep, t0);
+  return FL_OK;
+}
+
+/* A collective of the step after t->step (or of an evaluation after it)
+ * failed with st (logged where it happened).  With a world file, this
+ * rank waits at its last completed step for the agent's next round and
+ * stops for it, keeping its state; else, or when none comes, st. */
+static fl_status lost_world(trainer *t, const fl_trainer_options *o, fl_trainer_report *rep,
+                            fl_status st) {
+  double t0 = clock_s(CLOCK_MONOTONIC);
+  char when[48];
+  snprintf(when, sizeof when, "after step %" PRId64, t->step);
+  fl_status w = await_world(o, when, st);
+  return w != FL_OK ? w : keep_for_world(t, rep, t0);
+}
+
+/* A collective of this round's start failed with st before its state was
+ * loaded (the ranks agreeing on the steps): as lost_world, but what goes
+ * on to the next world is the state this round came with, unchanged: a
+ * copy of o->state (caller frees rep->state), or none when the round
+ * started from disk or fresh (the next one then starts the same way). */
+static fl_status lost_world_at_start(const fl_trainer_options *o, fl_trainer_report *rep,
+                                     fl_status st) {
+  fl_status w = await_world(o, "before this round's first step", st);
+  if (w != FL_OK) return w;
+  if (o->state) {
+    rep->state = malloc(o->state_len);
+    if (!rep->state) return FL_ERR(FL_ENOMEM, "elastic: %zu bytes to keep the state", o->state_len);
+    memcpy(rep->state, o->state, o->state_len);
+    rep->state_len = o->state_len;
+  }
+  rep->world_changed = 1;
+  rep->world_t0 = o->state ? o->world_t0 : clock_s(CLOCK_MONOTONIC);
+  FL_LOGI("elastic: stopped before this round's first step for the next world; pid %ld keeps %s",
+          (long)getpid(), o->state ? "the state it came with" : "no state (it starts as this round did)");
+  return FL_OK;
 }
 
 /* Copy the buffers (parameters without a gradient: batch-norm running
@@ -1955,7 +1987,10 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
     goto done;
   int64_t local_steps = (int64_t)source_batches(&t) / t.k;
   /* every epoch has the same shard sizes, so the ranks agree once */
-  if ((st = t.ops->agree_steps(t.self, local_steps, &t.steps_per_epoch)) != FL_OK) goto done;
+  if ((st = t.ops->agree_steps(t.self, local_steps, &t.steps_per_epoch)) != FL_OK) {
+    st = lost_world_at_start(o, &rep, st); /* a peer died after the rendezvous */
+    goto done;
+  }
   if (t.steps_per_epoch < 1) {
     st = FL_ERR(FL_EINVAL, "%s: %zu batches of %zu per epoch give no step of %d micro-batches",
                 job->source, source_batches(&t), job->train.batch_size, t.k);
@@ -1990,7 +2025,10 @@ fl_status fl_trainer_run(const fl_trainer_options *o, fl_sync *sync, fl_trainer_
     st = lost_world(&t, o, &rep, st); /* a peer died after the rendezvous: the next world */
     goto done;
   }
-  if ((st = t.ops->init_params(t.self, t.model)) != FL_OK) goto done;
+  if ((st = t.ops->init_params(t.self, t.model)) != FL_OK) {
+    st = lost_world(&t, o, &rep, st); /* the state is loaded: it goes on */
+    goto done;
+  }
   if (o->state)
     FL_LOGI("elastic: round %" PRId64 ": rank %d of %d from step %" PRId64 "; the world change "
             "took %.2f s in pid %ld (from the stop to training again)", o->world_round, t.rank,

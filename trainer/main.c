@@ -426,7 +426,7 @@ static fl_status train_worlds(const cli_opts *cli, const fl_job *job, fl_sync_cr
     o->state = kept;
     o->state_len = rep->state_len;
     o->world_t0 = rep->world_t0;
-    o->fresh = o->resume = 0;
+    if (kept) o->fresh = o->resume = 0; /* else it starts as the last round did */
     memset(rep, 0, sizeof *rep);
     st = next_world(cli, job, create, o, cl, sync, 0);
     if (st == FL_OK) st = fl_trainer_run(o, sync, rep);

@@ -531,11 +531,21 @@ static fl_status die_in_broadcast(void *self, void *buf, size_t bytes, int root)
   return FL_EIO;
 }
 
+/* The victim's agree_steps: it dies there, before any state moves. */
+static fl_status die_in_agree(void *self, int64_t local_steps, int64_t *steps) {
+  (void)self;
+  (void)local_steps;
+  (void)steps;
+  raise(SIGKILL);
+  return FL_EIO;
+}
+
 /* Rank r of a new world of 3 (round 1 of g_edir/world): rank 0 holds the
- * checkpoint of g_edir/0, the others none; rank 2 dies in the transfer.
- * Exit 0: the run ended for the next world, its state kept. */
+ * checkpoint of g_edir/0, the others none; rank 2 dies in the transfer
+ * (arg NULL) or, arg non-NULL, earlier, while the ranks agree on the
+ * steps.  Exit 0: the run ended for the next world, its state kept (none
+ * in the second case: the round started from disk, and so will the next). */
 static int transfer_rank(ct_job *j, int r, void *arg) {
-  (void)arg;
   char dir[96], wf[96];
   snprintf(dir, sizeof dir, "%s/%d", g_edir, r);
   snprintf(wf, sizeof wf, "%s/world", g_edir);
@@ -555,7 +565,10 @@ static int transfer_rank(ct_job *j, int r, void *arg) {
   const fl_sync_ops *ops = s.ops;
   if (r == 2) {
     g_dying_ops = *ops;
-    g_dying_ops.broadcast = die_in_broadcast;
+    if (arg)
+      g_dying_ops.agree_steps = die_in_agree;
+    else
+      g_dying_ops.broadcast = die_in_broadcast;
     s.ops = &g_dying_ops;
   }
   /* --resume: each rank restores its own directory's newest checkpoint */
@@ -565,7 +578,7 @@ static int transfer_rank(ct_job *j, int r, void *arg) {
   memset(&rep, 0, sizeof rep);
   fl_status st = fl_trainer_run(&o, &s, &rep);
   ops->destroy(s.self);
-  int kept = rep.world_changed && rep.state && rep.state_len > 0;
+  int kept = rep.world_changed && (arg ? !rep.state : rep.state && rep.state_len > 0);
   free(rep.state);
   return st != FL_OK ? 11 : kept ? 0 : 12;
 }
@@ -582,10 +595,11 @@ static void name_round(const char *dir, int round) {
   ck_assert_int_eq(rename(tmp, wf), 0);
 }
 
-/* A peer dies after the rendezvous, in the state transfer: the survivors
- * (the sender and a receiver) do not exit; they wait at the state they
- * hold until the agent names the next round, then stop for it. */
-START_TEST(peer_dies_in_state_transfer) {
+/* A peer dies after the rendezvous, in the state transfer (agree: NULL)
+ * or before it, while the ranks agree on the steps: the survivors (the
+ * sender and a receiver) do not exit; they wait at the state they hold
+ * until the agent names the next round, then stop for it. */
+static void peer_dies_after_rendezvous(const char *agree) {
   snprintf(g_edir, sizeof g_edir, "/tmp/fl_coll_faults_el.XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(g_edir));
   char d0[96];
@@ -603,10 +617,12 @@ START_TEST(peer_dies_in_state_transfer) {
   ct_job j;
   ck_assert_int_eq(ct_job_init(&j, 3, h), 0);
   ct_job_release(&j);
-  ct_spawn(&j, transfer_rank, NULL, NULL, g_logs);
+  ct_spawn(&j, transfer_rank, (void *)agree, NULL, g_logs);
   /* The next round comes only once the sender waits for it. */
   double t0 = ct_now();
-  while (!ct_file_has(g_logs[0], "elastic: a collective after step") && ct_now() - t0 < 20)
+  while (!ct_file_has(g_logs[0], agree ? "elastic: a collective before this round's first step"
+                                        : "elastic: a collective after step") &&
+         ct_now() - t0 < 20)
     usleep(20000);
   name_round(g_edir, 2);
   ct_wait(&j, 30);
@@ -614,8 +630,9 @@ START_TEST(peer_dies_in_state_transfer) {
   for (int r = 0; r < 2; r++)
     ck_assert_msg(j.status[r] == 0, "rank %d ended with %d (11: an error, 12: no state kept)", r,
                   j.status[r]);
-  ck_assert_msg(ct_file_has(g_logs[0], "elastic: stopped at step 3 "),
-                "the sender did not keep its step 3 for the next world");
+  ck_assert_msg(ct_file_has(g_logs[0], agree ? "elastic: stopped before this round's first step"
+                                              : "elastic: stopped at step 3 "),
+                "the sender did not keep its state for the next world");
   ck_assert_msg(ct_file_has(g_logs[1], "for the next world"),
                 "the receiver did not stop for the next world");
   drop_logs(3);
@@ -623,6 +640,11 @@ START_TEST(peer_dies_in_state_transfer) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_edir);
   ck_assert_int_eq(system(cmd), 0);
 }
+
+START_TEST(peer_dies_in_state_transfer) { peer_dies_after_rendezvous(NULL); }
+END_TEST
+
+START_TEST(peer_dies_agreeing_steps) { peer_dies_after_rendezvous("agree"); }
 END_TEST
 
 #define ADD(name)                                                                                  \
@@ -642,6 +664,7 @@ int main(void) {
   ADD(rendezvous_given_up_no_rank_0);
   ADD(rendezvous_timeout_then_next_round);
   ADD(peer_dies_in_state_transfer);
+  ADD(peer_dies_agreeing_steps);
   ADD(killed_rank_tcp);
   ADD(killed_rank_0_tcp);
   ADD(killed_rank_shm);
