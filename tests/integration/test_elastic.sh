@@ -28,25 +28,8 @@
 #      then finish.
 # SKIP (77) when etcd or fashion-mnist is not installed.  Bounded by
 # timeout; cleaned up.
-set -u
-RUN=$FL_BUILDDIR/flotilla-run
-FM=/usr/share/datasets/fashion-mnist
-[ -f $FM/train-images-idx3-ubyte.gz ] || { echo "SKIP: $FM not installed"; exit 77; }
-tmp=$(mktemp -d /tmp/fl_elastic.XXXXXX)
-. "$FL_SRCDIR/tests/integration/etcd_lib.sh"
-groups=""
-# killpg SIG PGID: signal a node's whole process group (dash's kill takes no -PGID)
-killpg() { /bin/kill -s "$1" -- "-$2"; }
-cleanup() {
-  for g in $groups; do killpg KILL "$g" 2> /dev/null; done
-  etcd_stop
-  [ -n "${FL_KEEP_TMP:-}" ] || rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || exit 1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-etcd_start "$tmp" 127.0.0.1 || exit
+. "$FL_SRCDIR/tests/integration/elastic_lib.sh"
+elastic_setup elastic
 
 cat > job.yaml << YAML
 model: {kind: mlp, input_shape: [1, 28, 28], num_classes: 10, hidden: [512, 256], activation: relu}

@@ -1,0 +1,27 @@
+# elastic_lib.sh - the set-up the elastic collective tests share (sourced
+# by test_elastic.sh and test_elastic_churn.sh): SKIP (77) without
+# Fashion-MNIST or etcd, a temporary directory $tmp (NAME in its name) to
+# work in, the nodes' process groups ($groups) killed and etcd stopped at
+# exit, fail(), and one etcd member ($ETCD_EP).
+# elastic_setup NAME
+set -u
+RUN=$FL_BUILDDIR/flotilla-run
+FM=/usr/share/datasets/fashion-mnist
+# killpg SIG PGID: signal a node's whole process group (dash's kill takes no -PGID)
+killpg() { /bin/kill -s "$1" -- "-$2"; }
+elastic_cleanup() {
+  for g in $groups; do killpg KILL "$g" 2> /dev/null; done
+  etcd_stop
+  [ -n "${FL_KEEP_TMP:-}" ] || rm -rf "$tmp"
+}
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+elastic_setup() {
+  [ -f $FM/train-images-idx3-ubyte.gz ] || { echo "SKIP: $FM not installed"; exit 77; }
+  tmp=$(mktemp -d "/tmp/fl_$1.XXXXXX")
+  . "$FL_SRCDIR/tests/integration/etcd_lib.sh"
+  groups=""
+  fails=0
+  trap elastic_cleanup EXIT
+  cd "$tmp" || exit 1
+  etcd_start "$tmp" 127.0.0.1 || exit
+}
