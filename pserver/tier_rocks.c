@@ -1265,6 +1265,7 @@ static fl_status put_orders(delta_out *o, size_t i) {
   unsigned char k[KEY_LEN], id[8];
   demoted *l = o->rows[i];
   fl_status st = FL_OK;
+  if (o->nrows[i] == 0) return FL_OK; /* l may be NULL: no qsort of it */
   qsort(l, o->nrows[i], sizeof *l, cmp_demoted_seq);
   for (size_t j = 0; st == FL_OK && j < o->nrows[i]; j++) {
     if (j && l[j].seq == l[j - 1].seq) continue; /* one row an order key */

@@ -126,6 +126,8 @@ int main(int argc, char **argv) {
   row *rows = malloc(MAX_ROWS * sizeof *rows);
   if (argc != 2 || !rows || fl_ckpt_load(argv[1], &ck) != FL_OK) {
     fprintf(stderr, "usage: ps_rows_digest CKPT_FILE\n");
+    free(rows);
+    rocksdb_options_destroy(opt);
     return 2;
   }
   snprintf(tier, sizeof tier, "%s.tier", argv[1]);
