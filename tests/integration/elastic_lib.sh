@@ -2,7 +2,7 @@
 # by test_elastic.sh and test_elastic_churn.sh): SKIP (77) without
 # Fashion-MNIST or etcd, a temporary directory $tmp (NAME in its name) to
 # work in, the nodes' process groups ($groups) killed and etcd stopped at
-# exit, fail(), and one etcd member ($ETCD_EP).
+# exit, fail(), wait_line, and one etcd member ($ETCD_EP).
 # elastic_setup NAME
 set -u
 RUN=$FL_BUILDDIR/flotilla-run
@@ -15,6 +15,18 @@ elastic_cleanup() {
   [ -n "${FL_KEEP_TMP:-}" ] || rm -rf "$tmp"
 }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# wait_line PATTERN GLOB: until a line of the files matches (60 s at most;
+# the glob is expanded each time: the files come later)
+wait_line() {
+  i=0
+  while [ $i -lt 600 ]; do
+    # shellcheck disable=SC2086
+    cat $2 2> /dev/null | grep -q "$1" && return 0
+    sleep 0.1
+    i=$((i + 1))
+  done
+  return 1
+}
 elastic_setup() {
   [ -f $FM/train-images-idx3-ubyte.gz ] || { echo "SKIP: $FM not installed"; exit 77; }
   tmp=$(mktemp -d "/tmp/fl_$1.XXXXXX")

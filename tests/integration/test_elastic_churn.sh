@@ -65,18 +65,6 @@ node() {
   echo $! > "$tmp/pid.$j.$n"
   groups="$groups $!"
 }
-# wait_line PATTERN GLOB: until a line of the files matches (60 s at most;
-# the glob is expanded each time: the files come later)
-wait_line() {
-  i=0
-  while [ $i -lt 600 ]; do
-    # shellcheck disable=SC2086
-    cat $2 2> /dev/null | grep -q "$1" && return 0
-    sleep 0.1
-    i=$((i + 1))
-  done
-  return 1
-}
 
 pd=$(etcd_free_port 127.0.0.1)
 pl=$(etcd_free_port 127.0.0.1)
