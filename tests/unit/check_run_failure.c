@@ -151,6 +151,7 @@ START_TEST(test_cause_stays) {
   fl_run_report_free(r);
 
   /* 0 blames 2 and 2 blames 1 (which did not fail): 0 is named. */
+  unlink(l.t2);
   write_log(l.t2, "E [trainer 2] rank 1 (h:1) closed the connection\n");
   unlink(l.t0);
   write_log(l.t0, "E [trainer 0] rank 2 (h:2) closed the connection\n");
