@@ -123,6 +123,7 @@ static size_t count_entries(const char *dir) {
   size_t n = 0;
   DIR *d = opendir(dir);
   struct dirent *e;
+  ck_assert_ptr_nonnull(d);
   while ((e = readdir(d)))
     if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
   closedir(d);
@@ -332,14 +333,7 @@ START_TEST(test_commit_as) {
   ck_assert_int_eq(fl_ckpt_dir_list(dir, steps, 4, &n), FL_OK);
   ck_assert_uint_eq(n, 1);
   /* no temporary left behind either: the directory holds ckpt-7.flc only */
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  int entries = 0;
-  ck_assert_ptr_nonnull(d);
-  while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) entries++;
-  closedir(d);
-  ck_assert_int_eq(entries, 1);
+  ck_assert_uint_eq(count_entries(dir), 1);
 }
 END_TEST
 
