@@ -641,7 +641,7 @@ static void on_hello(coll_conn *cn, uint32_t type, const uint8_t *p, uint32_t le
    * next elastic round, on the same port, come before this one's teardown
    * (it retries, and finds the next round's rank 0). */
   if (c->rank == 0 && coll_failed(c) != FL_OK) {
-    FL_LOGI("collective: rank 0: closed a registration from %s (claiming rank %d): this "
+    FL_LOGD("collective: rank 0: closed a registration from %s (claiming rank %d): this "
             "communicator failed; a rank of the next round retries", cn->peer_addr, h.rank);
     coll_conn_close(cn);
     return;
