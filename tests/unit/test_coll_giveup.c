@@ -7,7 +7,8 @@
  * table too), fast, leaving no fd or thread behind (/proc/self/fd and
  * /proc/self/task counted), and the same processes then form the next
  * world on the same ports and reduce in it.  tcp and the hierarchical
- * composition (2 hosts of 2 ranks: shm within a host). */
+ * composition (2 hosts of 2 ranks: shm within a host; no segment may be
+ * left in /dev/shm). */
 #include <config.h>
 
 #include <check.h>
@@ -92,7 +93,33 @@ static int rank_main(ct_job *j, int r, void *arg) {
   return st == FL_OK && v[0] == N && v[1] == 2 * N && v[2] == N * (N - 1) / 2 ? 0 : 13;
 }
 
+/* The names of /dev/shm/flotilla-* in *out (up to 64), and how many. */
+static int shm_names(char (*out)[256]) {
+  DIR *d = opendir("/dev/shm");
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) && n < 64)
+    if (strncmp(e->d_name, "flotilla-", 9) == 0) snprintf(out[n++], 256, "%s", e->d_name);
+  if (d) closedir(d);
+  return n;
+}
+
+/* A segment of the given-up world still in /dev/shm (named now, not at
+ * the start), or NULL. */
+static const char *shm_left(char (*before)[256], int nb) {
+  static char now[64][256];
+  int n = shm_names(now);
+  for (int i = 0; i < n; i++) {
+    int old = 0;
+    for (int b = 0; b < nb && !old; b++) old = strcmp(now[i], before[b]) == 0;
+    if (!old) return now[i];
+  }
+  return NULL;
+}
+
 static void run(int k, int hier) {
+  static char shm_before[64][256];
+  int nb = shm_names(shm_before);
   const char *one[N] = {"127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1"};
   const char *two[N] = {"127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2"};
   for (int r = 0; r < N; r++)
@@ -117,6 +144,8 @@ static void run(int k, int hier) {
     unlink(g_logs[r]);
   }
   ck_assert_msg(said, "rank 0 did not say it stopped after %d tables", k);
+  const char *left = shm_left(shm_before, nb);
+  ck_assert_msg(!left, "k %d: /dev/shm/%s left behind", k, left ? left : "");
   munmap(newer, sizeof *newer);
 }
 
