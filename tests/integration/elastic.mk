@@ -27,3 +27,5 @@ dist_check_SCRIPTS += tests/integration/test_elastic_ps_criteo.sh
 TESTS += tests/integration/test_elastic_ps_criteo.sh
 dist_check_SCRIPTS += tests/integration/test_elastic_churn.sh
 TESTS += tests/integration/test_elastic_churn.sh
+dist_check_SCRIPTS += tests/integration/test_elastic_nproc.sh
+TESTS += tests/integration/test_elastic_nproc.sh

@@ -531,11 +531,18 @@ static fl_status die_in_broadcast(void *self, void *buf, size_t bytes, int root)
   return FL_EIO;
 }
 
-/* The victim's agree_steps: it dies there, before any state moves. */
+/* The victim's agree_steps: it dies there, before any state moves, once
+ * the others' communicators are made (rank 0's may still probe the
+ * network when this one's is: a death then fails its create instead). */
 static fl_status die_in_agree(void *self, int64_t local_steps, int64_t *steps) {
   (void)self;
   (void)local_steps;
   (void)steps;
+  double t0 = ct_now();
+  while (!(ct_file_has(g_logs[0], "collective: rank 0 of 3") &&
+           ct_file_has(g_logs[1], "collective: rank 1 of 3")) &&
+         ct_now() - t0 < 10)
+    usleep(10000);
   raise(SIGKILL);
   return FL_EIO;
 }

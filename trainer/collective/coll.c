@@ -818,6 +818,8 @@ fl_status fl_coll_create(const fl_coll_options *opt, fl_coll **out) {
   c->ranks_per_node = opt->ranks_per_node;
   c->gpu = opt->gpu;
   c->listen_fd = -1;
+  c->give_up = opt->give_up;
+  c->give_up_arg = opt->give_up_arg;
   snprintf(c->backend_req, sizeof(c->backend_req), "%s", be);
   memcpy(c->token, opt->token ? opt->token : "", tl);
   c->token_len = tl;

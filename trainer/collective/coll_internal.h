@@ -518,6 +518,8 @@ struct fl_coll {
   uint64_t rdv_deadline_ms;
   int rdv_registered;     /* rank 0: ranks registered, self included */
   coll_ctrl_peer *ctrl;   /* rank 0: one per rank; others: [0] = rank 0 */
+  int (*give_up)(void *arg); /* fl_coll_options.give_up: rank 0 asks it before each table */
+  void *give_up_arg;
   int bye_sent, bye_done; /* shutdown handshake (mu) */
 
   /* guarded by mu */

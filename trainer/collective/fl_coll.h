@@ -91,7 +91,9 @@ typedef struct fl_coll_options {
   /* NULL, or asked every 100 ms while create waits for the rendezvous:
    * nonzero gives it up at once (create returns FL_EAGAIN) instead of
    * waiting timeout_s for a peer that will not come (an elastic trainer
-   * whose next world is already named).  Called on create's thread. */
+   * whose next world is already named).  Called on create's thread, and
+   * on rank 0 also on the engine's loop thread before each rank table is
+   * sent (nonzero there aborts every rank): it must be thread-safe. */
   int (*give_up)(void *arg);
   void *give_up_arg;
 } fl_coll_options;

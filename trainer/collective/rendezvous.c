@@ -10,8 +10,11 @@
  * token, a rank out of range, a second registration of a rank or a late
  * comer is refused with a REJECT frame and a warning naming the peer's
  * address.  When all ranks are in, rank 0 sends every rank the TABLE
- * (session nonce, endpoint of every rank, the NCCL id blob).  The
- * registration connection stays open as that rank's control channel.
+ * (session nonce, endpoint of every rank, the NCCL id blob), asking the
+ * caller's give_up before each one: a newer elastic round named meanwhile
+ * stops the sends and aborts every rank (FL_EAGAIN), those that already
+ * hold the table included.  The registration connection stays open as
+ * that rank's control channel.
  *
  * Data connections.  A backend asks to connect to a peer for (tag, ring),
  * or to claim the connection a peer opens for (tag, ring).  Both sides
@@ -379,8 +382,16 @@ static void send_tables(fl_coll *c) {
     memcpy(b + o + 4, c->peers[r].host, hl);
     o += 4 + hl;
   }
-  for (int r = 1; r < c->world; r++) coll_conn_send(c->ctrl[r].conn, MSG_TABLE, b, (uint32_t)o);
+  int r = 1;
+  for (; r < c->world && !(c->give_up && c->give_up(c->give_up_arg)); r++)
+    coll_conn_send(c->ctrl[r].conn, MSG_TABLE, b, (uint32_t)o);
   free(b);
+  if (r < c->world) {
+    coll_fail(c, -1, FL_EAGAIN, 1, "rendezvous given up by the caller after %d of %d rank "
+              "tables were sent (an elastic trainer whose next world is named)", r - 1,
+              c->world - 1);
+    return;
+  }
   if (table_apply(c) != FL_OK) return;
   FL_LOGI("collective: rank 0: all %d ranks registered (%d node%s)", c->world, c->n_nodes,
           c->n_nodes == 1 ? "" : "s");
@@ -625,11 +636,20 @@ static void on_hello(coll_conn *cn, uint32_t type, const uint8_t *p, uint32_t le
     data_hello(c, cn, &h);
     return;
   }
-  /* REGISTER: rank 0 only, while the rendezvous is open. */
+  /* REGISTER: rank 0 only, while the rendezvous is open.  A failed rank
+   * 0 closes instead of refusing: the registration is likely a rank of the
+   * next elastic round, on the same port, come before this one's teardown
+   * (it retries, and finds the next round's rank 0). */
+  if (c->rank == 0 && coll_failed(c) != FL_OK) {
+    FL_LOGD("collective: rank 0: closed a registration from %s (claiming rank %d): this "
+            "communicator failed; a rank of the next round retries", cn->peer_addr, h.rank);
+    coll_conn_close(cn);
+    return;
+  }
   const char *why = NULL;
   if (c->rank != 0)
     why = "this rank is not the rendezvous (rank 0)";
-  else if (c->rdv_done || coll_failed(c) != FL_OK)
+  else if (c->rdv_done)
     why = "the job has already started";
   else if (h.world != c->world)
     why = "world size differs";
