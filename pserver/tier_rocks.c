@@ -103,7 +103,7 @@ typedef struct tier_table {
   _Atomic size_t pend_bytes;
   rocksdb_writebatch_wi_t *stuck; /* writes RocksDB refused (NULL: none), read through */
   FILE *rec;   /* the record of demotions and removals (NULL: none yet) */
-  int rec_bad; /* an entry was lost: the next delta's copy is refused */
+  _Atomic int rec_bad; /* an entry was lost: the next delta's copy is refused */
 } tier_table;
 
 struct fl_ps_tier {
@@ -202,6 +202,13 @@ size_t fl_ps_tier_overhead(size_t budget) {
 const char *fl_ps_tier_path(const fl_ps_tier *t) { return t->path; }
 
 void fl_ps_tier_no_deltas(fl_ps_tier *t) { t->no_deltas = 1; }
+
+int fl_ps_tier_delta_ok(const fl_ps_tier *t) {
+  int n = atomic_load(&t->n_tables);
+  for (int i = 0; i < n; i++)
+    if (atomic_load(&t->tables[i].rec_bad)) return 0;
+  return !t->no_deltas;
+}
 
 /* The entry of table (added on first use). */
 static tier_table *table_of(fl_ps_tier *t, uint64_t table) {

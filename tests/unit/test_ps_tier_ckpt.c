@@ -343,7 +343,7 @@ START_TEST(test_delta_copy_record) {
    * demoted: 4 evicted, 5 expired since (their removals in the record):
    * the delta's copy holds 6 alone.  The record goes with each marking
    * checkpoint; a store without deltas writes none. */
-  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[600], delta[600], live[600];
+  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[600], delta[600], live[600], away[600];
   unsigned char row[LEN];
   uint64_t keys[6] = {1, 2, 3, 4, 5, 6}, key = 0;
   size_t n = 0;
@@ -381,6 +381,22 @@ START_TEST(test_delta_copy_record) {
   put(t, 1, 1);
   ck_assert_int_eq(fl_ps_tier_drop(t, TABLE, 1, 1), FL_OK);
   ck_assert_int_eq(records(live), 0);
+  ck_assert_int_eq(fl_ps_tier_delta_ok(t), 0);
+  fl_ps_tier_close(t);
+  /* A record that cannot be written (its directory gone meanwhile): no
+   * delta until the next marking checkpoint. */
+  pt_rm_tree(live);
+  t = open_store(dir, "live");
+  snprintf(away, sizeof away, "%s/away", dir);
+  ck_assert_int_eq(rename(live, away), 0);
+  put(t, 1, 1);
+  ck_assert_int_eq(rename(away, live), 0);
+  ck_assert_int_eq(fl_ps_tier_delta_ok(t), 0);
+  snprintf(delta, sizeof delta, "%s/delta2", dir);
+  ck_assert_int_eq(fl_ps_tier_checkpoint_delta(t, delta), FL_EIO);
+  snprintf(base, sizeof base, "%s/base2", dir);
+  ck_assert_int_eq(fl_ps_tier_checkpoint(t, base, 1), FL_OK);
+  ck_assert_int_eq(fl_ps_tier_delta_ok(t), 1);
   fl_ps_tier_close(t);
   pt_rm_tree(dir);
 }
