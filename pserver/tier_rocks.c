@@ -1361,7 +1361,7 @@ static fl_status put_orders(delta_out *o, size_t i) {
   return st;
 }
 
-/* Table i's rows as they were read (ids ascending). */
+/* Table i's rows as their records have them (ids ascending). */
 static fl_status put_rows(delta_out *o, size_t i) {
   unsigned char k[KEY_LEN];
   fl_status st = FL_OK;
