@@ -108,7 +108,7 @@ static uint64_t new_nonce(void) {
  * by this process, fewer than `every` deltas since, every table able to. */
 static int delta_due(fl_ps_core *c) {
   int64_t every = c->o.job.pserver.checkpoint_delta.every;
-  int ok = every > 0 && c->have_base && c->delta_seq < every;
+  int ok = every > 0 && c->have_base && c->delta_seq < every && psc_tier_delta_ok(c);
   for (size_t i = 0; ok && i < atomic_load(&c->n_tables); i++)
     ok = psc_stripes_delta_ok(&c->tables[i]);
   return ok;

@@ -397,6 +397,9 @@ int psc_tier_copy_missing(fl_ps_core *c, const char *base, const char *delta);
 /* 1 when delta's disk copy is truncated or corrupt (logged: the chain
  * stops before it). */
 int psc_tier_copy_bad(fl_ps_core *c, const char *delta);
+/* 0 when the disk tier cannot take a delta's copy now (its record of
+ * demoted rows lost an entry, logged then): the checkpoint is a base. */
+int psc_tier_delta_ok(fl_ps_core *c);
 
 /* core_barrier.c */
 /* Complete b when every counted trainer arrived.  c->mu held. */

@@ -120,6 +120,8 @@ int psc_tier_copy_bad(fl_ps_core *c, const char *delta) {
   return c->tier && has_copy(delta, dst, sizeof dst) && fl_ps_tier_check_copy(dst) != FL_OK;
 }
 
+int psc_tier_delta_ok(fl_ps_core *c) { return !c->tier || fl_ps_tier_delta_ok(c->tier); }
+
 /* The n deleted keys del out of the store, each of the stripe table
  * ids[fl_ps_table_stripe(key, ns)] (one removal call a stripe). */
 static fl_status remove_deleted(fl_ps_tier *t, const uint64_t *del, size_t n, const uint64_t *ids,

@@ -4,12 +4,18 @@
  * the layout before the marks is FL_PS_TIER_MARKS_LEN shorter); 'o', the
  * table, the order sequence, holding the row id: the table's rows oldest
  * first (the caller passes each row's last use, fl_ps_tier_put_at; a
- * store before that took the demotion order, which was the same); 'u',
- * the table, 0: the table's note (fl_ps_tier_put_note); and 'd', the
- * table, a demotion's number, holding the row id: the rows demoted since
- * the last checkpoint that marks its rows saved (a delta's copy takes
- * them; a marking checkpoint or a restore removes them all; a store that
- * takes no deltas, fl_ps_tier_no_deltas, writes none).
+ * store before that took the demotion order, which was the same); and
+ * 'u', the table, 0: the table's note (fl_ps_tier_put_note).  A store
+ * copy of an earlier build may hold 'd' keys (a demotion's number, the
+ * row id): removed at restore.
+ * The rows demoted since the last checkpoint that marks its rows saved,
+ * which a delta's copy takes, are a record file per table beside the
+ * store (RECORD_FILE): each demotion appends the row's id and value as
+ * written, each removal of a row from the store (promotion, eviction,
+ * expiry) its id, so the copy reads the record once, in order, instead
+ * of looking each row up in the store (random reads, most of a delta's
+ * cost); a marking checkpoint or a restore removes the records; a store
+ * that takes no deltas (fl_ps_tier_no_deltas) writes none.
  * Writes (demotions, removals) gather in a per-table indexed write batch
  * applied as one RocksDB write when it is full or before the table's next
  * read; a batch RocksDB refuses (disk full) stays and is read through.
@@ -37,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -64,6 +71,14 @@
  * reads as any copy. */
 #define DELTA_FILE "delta.sst"
 #define DELTA_LAYOUT 2
+/* A table's record of demotions and removals since the last marking
+ * checkpoint: <store>/RECORD_FILE with the table's id in hex; entries
+ * [u64 id][u64 value bytes, RECORD_REMOVED: a removal][the value: the
+ * order sequence big-endian, the row], native byte order (never read by
+ * another process). */
+#define RECORD_FILE "demoted-%016llx.rec"
+#define RECORD_REMOVED UINT64_MAX
+#define RECORD_BUFFER (64u << 10)
 
 /* A blocked Bloom filter of a table's row ids on disk: a 512-bit block
  * per id, FILTER_PROBES bits in it.  Ids are added, never removed (a
@@ -87,6 +102,8 @@ typedef struct tier_table {
   rocksdb_writebatch_t *pend; /* writes not yet applied */
   _Atomic size_t pend_bytes;
   rocksdb_writebatch_wi_t *stuck; /* writes RocksDB refused (NULL: none), read through */
+  FILE *rec;   /* the record of demotions and removals (NULL: none yet) */
+  _Atomic int rec_bad; /* an entry was lost: the next delta's copy is refused */
 } tier_table;
 
 struct fl_ps_tier {
@@ -99,8 +116,8 @@ struct fl_ps_tier {
   rocksdb_block_based_table_options_t *bbo;
   rocksdb_writeoptions_t *wo;
   rocksdb_readoptions_t *ro;
-  _Atomic uint64_t seq; /* the next demotion's number ('d' keys; order of fl_ps_tier_put) */
-  int no_deltas; /* no delta copies: demotions write no 'd' key (fl_ps_tier_no_deltas) */
+  _Atomic uint64_t seq; /* the next order sequence of fl_ps_tier_put */
+  int no_deltas; /* no delta copies: no record of demotions (fl_ps_tier_no_deltas) */
   pthread_mutex_t mu; /* guards the list of tables */
   tier_table tables[MAX_TIER_TABLES];
   _Atomic int n_tables;
@@ -186,6 +203,13 @@ const char *fl_ps_tier_path(const fl_ps_tier *t) { return t->path; }
 
 void fl_ps_tier_no_deltas(fl_ps_tier *t) { t->no_deltas = 1; }
 
+int fl_ps_tier_delta_ok(const fl_ps_tier *t) {
+  int n = atomic_load(&t->n_tables);
+  for (int i = 0; i < n; i++)
+    if (atomic_load(&t->tables[i].rec_bad)) return 0;
+  return !t->no_deltas;
+}
+
 /* The entry of table (added on first use). */
 static tier_table *table_of(fl_ps_tier *t, uint64_t table) {
   tier_table *e = NULL;
@@ -204,11 +228,57 @@ static tier_table *table_of(fl_ps_tier *t, uint64_t table) {
     e->pend = rocksdb_writebatch_create();
     e->pend_bytes = 0;
     e->stuck = NULL;
+    e->rec = NULL;
+    e->rec_bad = 0;
     (void)filter_size(&e->f, FILTER_MIN_IDS);
     atomic_store(&t->n_tables, n + 1);
   }
   pthread_mutex_unlock(&t->mu);
   return e;
+}
+
+static void record_path(const fl_ps_tier *t, const tier_table *e, char *p, size_t cap) {
+  snprintf(p, cap, "%s/" RECORD_FILE, t->path, (unsigned long long)e->id);
+}
+
+/* Append to e's record (opened on first use) the demotion of row key
+ * with the value sq (SEQ_LEN bytes) and row (len bytes), or with sq NULL
+ * its removal from the store.  A failure is logged once (until the next
+ * marking checkpoint) and refuses the next delta's copy; the demotion
+ * itself goes on. */
+static void record(fl_ps_tier *t, tier_table *e, uint64_t key, const unsigned char *sq,
+                   const void *row, size_t len) {
+  uint64_t head[2] = {key, sq ? SEQ_LEN + (uint64_t)len : RECORD_REMOVED};
+  char p[4200];
+  int ok;
+  if (t->no_deltas || e->rec_bad) return;
+  if (!e->rec) {
+    record_path(t, e, p, sizeof p);
+    if ((e->rec = fopen(p, "w+b")) != NULL) setvbuf(e->rec, NULL, _IOFBF, RECORD_BUFFER);
+  }
+  ok = e->rec && fwrite(head, sizeof head, 1, e->rec) == 1 &&
+       (!sq || (fwrite(sq, SEQ_LEN, 1, e->rec) == 1 && (!len || fwrite(row, len, 1, e->rec) == 1)));
+  if (ok) return;
+  e->rec_bad = 1;
+  record_path(t, e, p, sizeof p);
+  (void)FL_ERR(FL_EIO, "disk tier %s: cannot write the record of demoted rows %s: %s (disk "
+               "full?); the next checkpoint cannot be a delta and is taken whole", t->path, p,
+               strerror(errno));
+}
+
+/* Every table's record closed and removed: none demoted since now. */
+static void drop_records(fl_ps_tier *t) {
+  char p[4200];
+  for (int i = 0; i < atomic_load(&t->n_tables); i++) {
+    tier_table *e = &t->tables[i];
+    if (e->rec) {
+      fclose(e->rec);
+      record_path(t, e, p, sizeof p);
+      (void)unlink(p);
+    }
+    e->rec = NULL;
+    e->rec_bad = 0;
+  }
 }
 
 /* Remove dir and the files in it (the store is flat). */
@@ -384,6 +454,7 @@ fl_status fl_ps_tier_open(const char *dir, size_t budget, fl_ps_tier **out) {
 void fl_ps_tier_close(fl_ps_tier *t) {
   if (!t) return;
   close_db(t);
+  drop_records(t);
   if (t->scratch) (void)remove_dir(t->path);
   for (int i = 0; i < atomic_load(&t->n_tables); i++) {
     rocksdb_writebatch_destroy(t->tables[i].pend);
@@ -534,7 +605,7 @@ fl_status fl_ps_tier_put(fl_ps_tier *t, uint64_t table, uint64_t key, const void
 
 fl_status fl_ps_tier_put_at(fl_ps_tier *t, uint64_t table, uint64_t key, const void *row,
                             size_t len, uint64_t seq) {
-  unsigned char rk[KEY_LEN], ok[KEY_LEN], dk[KEY_LEN], id[8], sq[SEQ_LEN];
+  unsigned char rk[KEY_LEN], ok[KEY_LEN], id[8], sq[SEQ_LEN];
   const char *vp[2] = {(const char *)sq, row};
   const size_t vs[2] = {SEQ_LEN, len};
   const char *kp[1] = {(const char *)rk};
@@ -547,23 +618,19 @@ fl_status fl_ps_tier_put_at(fl_ps_tier *t, uint64_t table, uint64_t key, const v
   if (seq > e->newest) e->newest = seq;
   make_key(rk, 'r', table, key);
   make_key(ok, 'o', table, seq);
-  make_key(dk, 'd', table, atomic_fetch_add(&t->seq, 1));
   put_be64(sq, seq);
   put_be64(id, key);
   if (e->stuck) {
     rocksdb_writebatch_wi_putv(e->stuck, 1, kp, ks, 2, vp, vs);
     rocksdb_writebatch_wi_put(e->stuck, (const char *)ok, KEY_LEN, (const char *)id, 8);
-    if (!t->no_deltas)
-      rocksdb_writebatch_wi_put(e->stuck, (const char *)dk, KEY_LEN, (const char *)id, 8);
   } else {
     rocksdb_writebatch_putv(e->pend, 1, kp, ks, 2, vp, vs);
     rocksdb_writebatch_put(e->pend, (const char *)ok, KEY_LEN, (const char *)id, 8);
-    if (!t->no_deltas)
-      rocksdb_writebatch_put(e->pend, (const char *)dk, KEY_LEN, (const char *)id, 8);
   }
+  record(t, e, key, sq, row, len);
   atomic_fetch_add(&e->rows, 1);
   atomic_fetch_add(&t->demotions, 1);
-  grew(t, e, (t->no_deltas ? 2 : 3) * KEY_LEN + SEQ_LEN + len + 16 + ENTRY_COST);
+  grew(t, e, 2 * KEY_LEN + SEQ_LEN + len + 16 + ENTRY_COST);
   filter_add(&e->f, key);
   if (e->f.adds > e->f.cap) rebuild_filter(t, e);
   return FL_OK;
@@ -714,6 +781,7 @@ static fl_status delete_row(fl_ps_tier *t, uint64_t table, uint64_t key, uint64_
     rocksdb_writebatch_delete(e->pend, (const char *)rk, KEY_LEN);
     rocksdb_writebatch_delete(e->pend, (const char *)ok, KEY_LEN);
   }
+  record(t, e, key, NULL, NULL, 0);
   atomic_fetch_sub(&e->rows, 1);
   grew(t, e, 2 * KEY_LEN);
   return FL_OK;
@@ -955,6 +1023,7 @@ size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table) {
 }
 
 static fl_status forget_demoted(fl_ps_tier *t);
+static fl_status drop_old_demotions(fl_ps_tier *t);
 
 fl_status fl_ps_tier_checkpoint(fl_ps_tier *t, const char *dir, int mark) {
   char *err = NULL;
@@ -1066,11 +1135,13 @@ fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir) {
     if (t->tables[i].stuck) rocksdb_writebatch_wi_destroy(t->tables[i].stuck);
     t->tables[i].stuck = NULL;
   }
+  drop_records(t);
   FL_TRY(remove_dir(t->path));
   if (dir && !is_delta_copy(dir, sst, sizeof sst)) FL_TRY(copy_dir(dir, t->path));
   FL_TRY(open_db(t));
   if (dir && sst[0]) FL_TRY(ingest_copy(t, sst));
   fl_ps_tier_recount(t);
+  if (dir && !sst[0]) FL_TRY(drop_old_demotions(t));
   return forget_demoted(t);
 }
 
@@ -1100,9 +1171,15 @@ static fl_status get_value(fl_ps_tier *t, const unsigned char *k, char **v, size
   return st;
 }
 
-/* Every 'd' key out of t: no row counts as demoted since the checkpoint
- * (taken or restored) any more. */
+/* No row counts as demoted since the checkpoint (taken or restored) any
+ * more: the records go. */
 static fl_status forget_demoted(fl_ps_tier *t) {
+  drop_records(t);
+  return FL_OK;
+}
+
+/* The 'd' keys a restored copy of an earlier build holds, out of t. */
+static fl_status drop_old_demotions(fl_ps_tier *t) {
   static const char lo[1] = {'d'}, hi[1] = {'e'};
   rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
   fl_status st;
@@ -1131,16 +1208,19 @@ static fl_status batch_remove(fl_ps_tier *t, const unsigned char *rk, rocksdb_wr
 #define CHAIN_BATCH 4096 /* rows a write of a delta's replay */
 
 /* A row demoted since the last marking checkpoint and still on disk: its
- * id, its order sequence there and its value (read once, written as is). */
+ * id, its order sequence there and its value in the table's record
+ * (mapped; written as is); at, its entry's place in the record. */
 typedef struct demoted {
   uint64_t id, seq;
-  char *v; /* malloc'd */
-  size_t vn;
+  const char *v; /* NULL: removed since */
+  size_t vn, at;
 } demoted;
 
+/* Id, then the record's order (a row's last entry last). */
 static int cmp_demoted_id(const void *pa, const void *pb) {
   const demoted *a = pa, *b = pb;
-  return a->id < b->id ? -1 : a->id > b->id;
+  if (a->id != b->id) return a->id < b->id ? -1 : 1;
+  return (a->at > b->at) - (a->at < b->at);
 }
 
 static int cmp_demoted_seq(const void *pa, const void *pb) {
@@ -1148,91 +1228,94 @@ static int cmp_demoted_seq(const void *pa, const void *pb) {
   return a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 
-static void demoted_free(demoted *l, size_t n) {
-  for (size_t i = 0; l && i < n; i++) free(l[i].v);
-  free(l);
-}
+/* A table's record mapped into memory (len bytes; NULL when empty). */
+typedef struct record_map {
+  void *p;
+  size_t len;
+} record_map;
 
-/* Append id to *l (*n rows, room for *cap). */
-static fl_status demoted_add(demoted **l, size_t *n, size_t *cap, uint64_t id) {
-  if (*n == *cap) {
-    demoted *p = realloc(*l, (*cap = *cap ? 2 * *cap : 256) * sizeof *p);
-    if (!p) return FL_ERR(FL_ENOMEM, "disk tier: out of memory for %zu demoted rows", *n);
-    *l = p;
+/* e's record flushed and mapped into *m. */
+static fl_status map_record(fl_ps_tier *t, tier_table *e, record_map *m) {
+  struct stat sb;
+  char p[4200];
+  m->p = NULL;
+  m->len = 0;
+  if (e->rec_bad)
+    return FL_ERR(FL_EIO, "disk tier %s: the record of the rows demoted since the last "
+                  "checkpoint is incomplete (logged when it failed): take a whole checkpoint",
+                  t->path);
+  if (!e->rec) return FL_OK;
+  record_path(t, e, p, sizeof p);
+  if (fflush(e->rec) != 0 || fstat(fileno(e->rec), &sb) != 0)
+    return FL_ERR(FL_EIO, "disk tier %s: cannot write the record of demoted rows %s: %s (disk "
+                  "full?); take a whole checkpoint", t->path, p, strerror(errno));
+  if (sb.st_size == 0) return FL_OK;
+  m->p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fileno(e->rec), 0);
+  if (m->p == MAP_FAILED) {
+    m->p = NULL;
+    return FL_ERR(FL_EIO, "disk tier %s: cannot map the record of demoted rows %s: %s", t->path,
+                  p, strerror(errno));
   }
-  (*l)[(*n)++] = (demoted){.id = id};
+  m->len = (size_t)sb.st_size;
   return FL_OK;
 }
 
-#define DELTA_READ 1024 /* rows a batched read of a delta's copy */
-
-/* The values of l[0..n) (unique ids of table e, ascending) read from t in
- * one batched look-up; a row no longer on disk keeps v NULL. */
-static fl_status read_demoted(fl_ps_tier *t, tier_table *e, demoted *l, size_t n) {
-  unsigned char kb[DELTA_READ][KEY_LEN];
-  const char *kl[DELTA_READ];
-  size_t ks[DELTA_READ];
-  rocksdb_pinnableslice_t *vals[DELTA_READ];
-  char *errs[DELTA_READ];
-  fl_status st = FL_OK;
-  for (size_t i = 0; i < n; i++) {
-    make_key(kb[i], 'r', e->id, l[i].id);
-    kl[i] = (const char *)kb[i];
-    ks[i] = KEY_LEN;
-  }
-  rocksdb_batched_multi_get_cf(t->db, t->ro, t->cf, n, kl, ks, vals, errs, true);
-  for (size_t i = 0; i < n; i++) {
-    size_t vn = 0;
-    const char *v = vals[i] ? rocksdb_pinnableslice_value(vals[i], &vn) : NULL;
-    if (errs[i] && st == FL_OK)
-      st = FL_ERR(FL_EIO, "disk tier %s: reading a row for a delta copy failed: %s", t->path,
-                  errs[i]);
-    else if (v && vn >= SEQ_LEN && st == FL_OK && (l[i].v = malloc(vn)) != NULL) {
-      memcpy(l[i].v, v, vn);
-      l[i].vn = vn;
-      l[i].seq = get_be64((const unsigned char *)v);
-    } else if (v && vn >= SEQ_LEN && st == FL_OK)
-      st = FL_ERR(FL_ENOMEM, "disk tier %s: out of memory for a delta copy", t->path);
-    rocksdb_pinnableslice_destroy(vals[i]);
-    rocksdb_free(errs[i]);
-  }
-  return st;
+static void unmap_record(record_map *m) {
+  if (m->p) munmap(m->p, m->len);
+  m->p = NULL;
 }
 
-/* *l: the rows of e named by its 'd' keys (each once) still in t, with
- * their order sequences and values, ids ascending; the caller frees *l
- * (demoted_free). */
-static fl_status list_demoted(fl_ps_tier *t, tier_table *e, demoted **l, size_t *n) {
-  unsigned char lo[KEY_LEN];
-  rocksdb_iterator_t *it = rocksdb_create_iterator(t->db, t->ro);
-  size_t cap = 0, m = 0;
-  fl_status st = FL_OK;
+/* The entries of the record m into *l (*n of them, in order; the caller
+ * frees *l). */
+static fl_status parse_record(const fl_ps_tier *t, const record_map *m, demoted **l, size_t *n) {
+  const char *p = m->p, *end = p + m->len;
+  size_t cap = 0;
+  for (*n = 0; p < end; (*n)++) {
+    uint64_t head[2];
+    if ((size_t)(end - p) < sizeof head) break;
+    memcpy(head, p, sizeof head);
+    p += sizeof head;
+    if (head[1] != RECORD_REMOVED && (head[1] < SEQ_LEN || head[1] > (uint64_t)(end - p))) break;
+    if (*n == cap) {
+      demoted *q = realloc(*l, (cap = cap ? 2 * cap : 1024) * sizeof *q);
+      if (!q)
+        return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory for %zu demoted rows", t->path, *n);
+      *l = q;
+    }
+    (*l)[*n] = (demoted){.id = head[0], .at = *n};
+    if (head[1] == RECORD_REMOVED) continue;
+    (*l)[*n].v = p;
+    (*l)[*n].vn = (size_t)head[1];
+    (*l)[*n].seq = get_be64((const unsigned char *)p);
+    p += head[1];
+  }
+  if (p == end) return FL_OK;
+  return FL_ERR(FL_ECORRUPT, "disk tier %s: the record of demoted rows is cut short after %zu "
+                "entries: take a whole checkpoint", t->path, *n);
+}
+
+/* *l: the rows of e demoted since the last marking checkpoint and still
+ * on disk (each once, as its record's last entry has it), ids
+ * ascending, their values in m (mapped here; the caller unmaps it and
+ * frees *l). */
+static fl_status list_demoted(fl_ps_tier *t, tier_table *e, record_map *m, demoted **l,
+                              size_t *n) {
+  size_t k = 0;
+  fl_status st;
   *l = NULL;
   *n = 0;
-  make_key(lo, 'd', e->id, 0);
-  for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); st == FL_OK && rocksdb_iter_valid(it);
-       rocksdb_iter_next(it)) {
-    size_t kl = 0, vl = 0;
-    const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
-    if (kl != KEY_LEN || memcmp(k, lo, 9) || vl != 8) break; /* past this table's demotions */
-    st = demoted_add(l, &m, &cap, get_be64((const unsigned char *)v));
-  }
-  rocksdb_iter_destroy(it);
-  if (m) qsort(*l, m, sizeof **l, cmp_demoted_id);
-  for (size_t i = 0; i < m; i++) /* a row demoted twice: once */
-    if (!*n || (*l)[*n - 1].id != (*l)[i].id) (*l)[(*n)++] = (*l)[i];
-  for (size_t i = 0; st == FL_OK && i < *n; i += DELTA_READ)
-    st = read_demoted(t, e, *l + i, *n - i < DELTA_READ ? *n - i : DELTA_READ);
+  FL_TRY(map_record(t, e, m));
+  st = parse_record(t, m, l, n);
   if (st != FL_OK) {
-    demoted_free(*l, *n);
+    free(*l);
     *l = NULL;
     *n = 0;
     return st;
   }
-  m = 0;
-  for (size_t i = 0; i < *n; i++) /* still on disk */
-    if ((*l)[i].v) (*l)[m++] = (*l)[i];
-  *n = m;
+  if (*n) qsort(*l, *n, sizeof **l, cmp_demoted_id);
+  for (size_t i = 0; i < *n; i++) /* a row's last entry, when not a removal */
+    if ((i + 1 == *n || (*l)[i + 1].id != (*l)[i].id) && (*l)[i].v) (*l)[k++] = (*l)[i];
+  *n = k;
   return FL_OK;
 }
 
@@ -1244,6 +1327,7 @@ typedef struct delta_out {
   tier_table **tabs; /* the tables, ids ascending */
   demoted **rows;    /* each table's rows, ids ascending */
   size_t *nrows;
+  record_map *maps; /* each table's record, holding its rows' values */
 } delta_out;
 
 /* FL_EIO (logged) for a refused add or finish of o's file (err freed). */
@@ -1277,7 +1361,7 @@ static fl_status put_orders(delta_out *o, size_t i) {
   return st;
 }
 
-/* Table i's rows as they were read (ids ascending). */
+/* Table i's rows as their records have them (ids ascending). */
 static fl_status put_rows(delta_out *o, size_t i) {
   unsigned char k[KEY_LEN];
   fl_status st = FL_OK;
@@ -1342,13 +1426,26 @@ static fl_status gather_demoted(fl_ps_tier *t, delta_out *o, size_t nt) {
   o->tabs = calloc(nt ? nt : 1, sizeof *o->tabs);
   o->rows = calloc(nt ? nt : 1, sizeof *o->rows);
   o->nrows = calloc(nt ? nt : 1, sizeof *o->nrows);
-  if (!o->tabs || !o->rows || !o->nrows)
+  o->maps = calloc(nt ? nt : 1, sizeof *o->maps);
+  if (!o->tabs || !o->rows || !o->nrows || !o->maps)
     return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory for a delta copy", t->path);
   for (size_t i = 0; i < nt; i++) o->tabs[i] = &t->tables[i];
   if (nt) qsort(o->tabs, nt, sizeof *o->tabs, cmp_table_id);
   for (size_t i = 0; st == FL_OK && i < nt; i++)
-    st = list_demoted(t, o->tabs[i], &o->rows[i], &o->nrows[i]);
+    st = list_demoted(t, o->tabs[i], &o->maps[i], &o->rows[i], &o->nrows[i]);
   return st;
+}
+
+/* What gather_demoted took for o's nt tables. */
+static void release_demoted(delta_out *o, size_t nt) {
+  for (size_t i = 0; i < nt; i++) {
+    if (o->rows) free(o->rows[i]);
+    if (o->maps) unmap_record(&o->maps[i]);
+  }
+  free(o->tabs);
+  free(o->rows);
+  free(o->nrows);
+  free(o->maps);
 }
 
 fl_status fl_ps_tier_checkpoint_delta(fl_ps_tier *t, const char *dir) {
@@ -1374,10 +1471,7 @@ fl_status fl_ps_tier_checkpoint_delta(fl_ps_tier *t, const char *dir) {
   }
   rocksdb_sstfilewriter_destroy(o.w);
   rocksdb_envoptions_destroy(eo);
-  for (size_t i = 0; o.rows && i < nt; i++) demoted_free(o.rows[i], o.nrows[i]);
-  free(o.tabs);
-  free(o.rows);
-  free(o.nrows);
+  release_demoted(&o, nt);
   if (st == FL_OK) st = sync_dir(dir);
   if (st == FL_OK) st = forget_demoted(t);
   return st;

@@ -45,10 +45,14 @@ void fl_ps_tier_close(fl_ps_tier *t);
 /* The store's directory (owned by t). */
 const char *fl_ps_tier_path(const fl_ps_tier *t);
 /* No delta copy will be taken of t (pserver.checkpoint_delta off): from
- * now on a demotion writes its row and order key only, not the note for
- * the next delta ('d' key); fl_ps_tier_checkpoint_delta is refused
- * (FL_ESTATE).  Call right after fl_ps_tier_open. */
+ * now on a demotion writes its row and order key only, not the record
+ * the next delta's copy is written from; fl_ps_tier_checkpoint_delta is
+ * refused (FL_ESTATE).  Call right after fl_ps_tier_open. */
 void fl_ps_tier_no_deltas(fl_ps_tier *t);
+/* 0 when a delta's copy of t would be refused: its record of the rows
+ * demoted since the last marking checkpoint lost an entry (logged then;
+ * the next marking checkpoint starts it again), or t takes no deltas. */
+int fl_ps_tier_delta_ok(const fl_ps_tier *t);
 /* The memory RocksDB may use (block cache and memtables) out of budget. */
 size_t fl_ps_tier_overhead(size_t budget);
 

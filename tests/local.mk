@@ -39,3 +39,4 @@ include $(srcdir)/tests/unit/names.mk
 include $(srcdir)/tests/unit/tier_policy.mk
 include $(srcdir)/tests/unit/tier_ckpt.mk
 include $(srcdir)/tests/unit/coll_giveup.mk
+include $(srcdir)/tests/unit/tier_chain1.mk

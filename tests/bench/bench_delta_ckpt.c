@@ -25,7 +25,9 @@
  * tier_whole_copy_bytes: a base's, hard links to the store's files, its
  * bytes those not linked from the whole copy before - the rows demoted in
  * the interval, flushed, the sorted runs a compaction wrote, RocksDB's
- * manifest), each added to its kind's figures.  The copies of the chain
+ * manifest), each added to its kind's figures; tier_copy_cpu_seconds and
+ * tier_whole_copy_cpu_seconds: the CPU the copy call itself took on the
+ * calling thread, which a loaded machine changes less).  The copies of the chain
  * (the base's, then each delta's) are kept as a pserver keeps them until
  * its next base: chain_*
  * is their disk use as du counts it (a file linked from several copies
@@ -106,16 +108,30 @@ static double chain_use(int last) {
   return bytes;
 }
 
+/* The calling thread's CPU seconds (a copy's own work, without RocksDB's
+ * background threads; steadier than wall time on a loaded machine), and
+ * those of the last copy taken. */
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double copy_cpu;
+
 /* With the tier: chain position r's copy (kept): the base's whole (r 0),
  * a delta's the rows demoted since the copy before; the bytes it adds to
  * the chain before it. */
 static double copy_chain(int r) {
   char p[4200];
+  double c0;
   if (!tier) return 0;
   chain_dir(r, p, sizeof p);
-  if (fl_ps_tier_remove_copy(p) != FL_OK ||
-      (r ? fl_ps_tier_checkpoint_delta(tier, p) : fl_ps_tier_checkpoint(tier, p, 1)) != FL_OK)
+  if (fl_ps_tier_remove_copy(p) != FL_OK) exit(1);
+  c0 = cpu_s();
+  if ((r ? fl_ps_tier_checkpoint_delta(tier, p) : fl_ps_tier_checkpoint(tier, p, 1)) != FL_OK)
     exit(1);
+  copy_cpu = cpu_s() - c0;
   return r ? chain_use(r) - chain_use(r - 1) : chain_use(0);
 }
 
@@ -129,7 +145,11 @@ static double copy_whole(void) {
   if (!tier) return 0;
   snprintf(prev, sizeof prev, "%s/bench_delta_whole", bench_dir);
   snprintf(cur, sizeof cur, "%s/bench_delta_whole_new", bench_dir);
-  if (fl_ps_tier_remove_copy(cur) != FL_OK || fl_ps_tier_checkpoint(tier, cur, 0) != FL_OK) exit(1);
+  double c0;
+  if (fl_ps_tier_remove_copy(cur) != FL_OK) exit(1);
+  c0 = cpu_s();
+  if (fl_ps_tier_checkpoint(tier, cur, 0) != FL_OK) exit(1);
+  copy_cpu = cpu_s() - c0;
   if (access(prev, F_OK) == 0) dir_use(prev, seen, &n, MAX_INODES);
   b = dir_use(cur, seen, &n, MAX_INODES);
   if (fl_ps_tier_remove_copy(prev) != FL_OK || rename(cur, prev) != 0) exit(1);
@@ -272,6 +292,7 @@ int main(int argc, char **argv) {
   snprintf(full_path, sizeof full_path, "%s/bench_delta_full.flc", dir);
   snprintf(delta_path, sizeof delta_path, "%s/bench_delta_delta.flc", dir);
   double fb[100], db[100], fs[100], ds[100], fm[100], dm[100], cb[100], cs[100], wb[100], ws[100];
+  double cc[100], wc[100];
   double scratch;
   size_t n_touch = (size_t)((double)rows * touch);
   fl_ps_tier_stats ts0, ts1;
@@ -294,9 +315,11 @@ int main(int argc, char **argv) {
     cs[r] = now_s();
     cb[r] = copy_chain(r + 1);
     cs[r] = now_s() - cs[r];
+    cc[r] = copy_cpu;
     ws[r] = now_s();
     wb[r] = copy_whole();
     ws[r] = now_s() - ws[r];
+    wc[r] = copy_cpu;
     dm[r] = build_mem(t, 1);
     db[r] = write_one(t, delta_path, 1, &ds[r]);
     fb[r] = write_one(t, full_path, 0, &fs[r]);
@@ -313,6 +336,9 @@ int main(int argc, char **argv) {
            "tier_copy_seconds: %.4f s\ntier_whole_copy_bytes: %.0f bytes\n"
            "tier_whole_copy_seconds: %.4f s\n",
            budget, fl_ps_table_rows(t), mcb, mcs, mwb, mws);
+  if (tier)
+    printf("tier_copy_cpu_seconds: %.4f s\ntier_whole_copy_cpu_seconds: %.4f s\n",
+           median(cc, rounds), median(wc, rounds));
   printf("full_ckpt_bytes: %.0f bytes\ndelta_ckpt_bytes: %.0f bytes\n", mfb, mdb);
   printf("delta_ckpt_bytes_over_full: %.4f ratio\n", mdb / mfb);
   printf("full_ckpt_seconds: %.4f s\ndelta_ckpt_seconds: %.4f s\n", mfs, mds);

@@ -6,7 +6,9 @@
  * delta copy is refused by name; a delta copy of layout 1 (a RocksDB
  * store of its own, tests/fixtures/tier_delta_layout1, written by the
  * build before layout 2 with README.gen.c.txt there) still reads and
- * replays; and a stale order key in the live store (a promotion's
+ * replays; the record of demoted rows a delta's copy is written from
+ * drops the rows evicted or expired since and goes with each marking
+ * checkpoint; and a stale order key in the live store (a promotion's
  * removal that never reached the disk, the row demoted again) never makes
  * eviction or expiry take the row's newer copy. */
 #include <config.h>
@@ -318,6 +320,88 @@ START_TEST(test_stale_order_key_expire) {
 }
 END_TEST
 
+/* How many records of demoted rows (demoted-*.rec) dir holds. */
+static int records(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int n = 0;
+  ck_assert_ptr_nonnull(d);
+  while ((e = readdir(d)) != NULL) n += strncmp(e->d_name, "demoted-", 8) == 0;
+  closedir(d);
+  return n;
+}
+
+/* Only row 5 is old (expiry stops at the next). */
+static int only_5_old(void *ctx, uint64_t key, const void *row) {
+  (void)ctx;
+  (void)row;
+  return key == 5;
+}
+
+START_TEST(test_delta_copy_record) {
+  /* Rows 1..3 at order 10..12, a base; then 4 at order 1, 5 at 2, 6 at 20
+   * demoted: 4 evicted, 5 expired since (their removals in the record):
+   * the delta's copy holds 6 alone.  The record goes with each marking
+   * checkpoint; a store without deltas writes none. */
+  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[600], delta[600], live[600], away[600];
+  unsigned char row[LEN];
+  uint64_t keys[6] = {1, 2, 3, 4, 5, 6}, key = 0;
+  size_t n = 0;
+  int all = 0, f = 0, got = 0;
+  fl_ps_tier *t, *c = NULL;
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(base, sizeof base, "%s/base", dir);
+  snprintf(delta, sizeof delta, "%s/delta", dir);
+  snprintf(live, sizeof live, "%s/live", dir);
+  t = open_store(dir, "live");
+  for (uint64_t k = 1; k <= 3; k++) put(t, k, 9 + k);
+  ck_assert_int_eq(records(live), 1);
+  ck_assert_int_eq(fl_ps_tier_checkpoint(t, base, 1), FL_OK);
+  ck_assert_int_eq(records(live), 0);
+  put(t, 4, 1);
+  put(t, 5, 2);
+  put(t, 6, 20);
+  ck_assert_int_eq(fl_ps_tier_evict_oldest(t, TABLE, UINT64_MAX, &key, &f), FL_OK);
+  ck_assert_int_eq(f, 1);
+  ck_assert_uint_eq(key, 4);
+  ck_assert_int_eq(fl_ps_tier_expire(t, TABLE, row, LEN, only_5_old, NULL, &n, &all), FL_OK);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_int_eq(fl_ps_tier_checkpoint_delta(t, delta), FL_OK);
+  ck_assert_int_eq(records(live), 0);
+  ck_assert_int_eq(fl_ps_tier_open_copy(delta, &c), FL_OK);
+  ck_assert_int_eq(fl_ps_tier_copy_rows(c, TABLE, keys, 6, count_row, &got), FL_OK);
+  ck_assert_int_eq(got, 1);
+  ck_assert_int_eq(fl_ps_tier_copy_rows(c, TABLE, keys + 5, 1, count_row, &got), FL_OK);
+  ck_assert_int_eq(got, 2); /* the one is 6 */
+  fl_ps_tier_close(c);
+  fl_ps_tier_close(t);
+  pt_rm_tree(live);
+  t = open_store(dir, "live");
+  fl_ps_tier_no_deltas(t);
+  put(t, 1, 1);
+  ck_assert_int_eq(fl_ps_tier_drop(t, TABLE, 1, 1), FL_OK);
+  ck_assert_int_eq(records(live), 0);
+  ck_assert_int_eq(fl_ps_tier_delta_ok(t), 0);
+  fl_ps_tier_close(t);
+  /* A record that cannot be written (its directory gone meanwhile): no
+   * delta until the next marking checkpoint. */
+  pt_rm_tree(live);
+  t = open_store(dir, "live");
+  snprintf(away, sizeof away, "%s/away", dir);
+  ck_assert_int_eq(rename(live, away), 0);
+  put(t, 1, 1);
+  ck_assert_int_eq(rename(away, live), 0);
+  ck_assert_int_eq(fl_ps_tier_delta_ok(t), 0);
+  snprintf(delta, sizeof delta, "%s/delta2", dir);
+  ck_assert_int_eq(fl_ps_tier_checkpoint_delta(t, delta), FL_EIO);
+  snprintf(base, sizeof base, "%s/base2", dir);
+  ck_assert_int_eq(fl_ps_tier_checkpoint(t, base, 1), FL_OK);
+  ck_assert_int_eq(fl_ps_tier_delta_ok(t), 1);
+  fl_ps_tier_close(t);
+  pt_rm_tree(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ps_tier_ckpt");
   TCase *tc = tcase_create("core");
@@ -325,6 +409,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_delta_copy_one_file);
   tcase_add_test(tc, test_delta_copy_damaged_refused);
   tcase_add_test(tc, test_delta_copy_layout1_replays);
+  tcase_add_test(tc, test_delta_copy_record);
   tcase_add_test(tc, test_stale_order_key_evict);
   tcase_add_test(tc, test_stale_order_key_expire);
   suite_add_tcase(s, tc);
