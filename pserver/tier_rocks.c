@@ -520,8 +520,19 @@ static fl_status settle(fl_ps_tier *t, tier_table *e) {
   return st;
 }
 
+/* Every table's pending writes applied before a copy of the store.  Writes
+ * RocksDB still refuses (logged when first refused) refuse the copy, the
+ * reason named again: a checkpoint is not taken without them. */
 static fl_status settle_all(fl_ps_tier *t) {
-  for (int i = 0; i < atomic_load(&t->n_tables); i++) FL_TRY(settle(t, &t->tables[i]));
+  for (int i = 0; i < atomic_load(&t->n_tables); i++) {
+    int was_stuck = t->tables[i].stuck != NULL;
+    fl_status st = settle(t, &t->tables[i]);
+    if (st != FL_OK && was_stuck)
+      return FL_ERR(st, "disk tier %s: no copy of the store for the checkpoint: RocksDB still "
+                    "refuses the rows demoted since a write failed (disk full? RocksDB takes "
+                    "writes again within seconds of space freed there)", t->path);
+    FL_TRY(st);
+  }
   return FL_OK;
 }
 
