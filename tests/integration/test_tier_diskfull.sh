@@ -90,7 +90,7 @@ for size in $SIZES; do
     fail "$n: the rows after the full disk differ from those of the job all in memory"
   ran=$((ran + 1))
   [ $fails = "$f0" ] &&
-    ok "$n: a $size disk filled, $(grep -c ' not written' "$log") checkpoint(s) refused, no abort, SaveCheckpoint again after $i tries, same rows at the end" ||
+    ok "$n: a $size disk filled, $(grep -c ' not written' "$log") checkpoint(s) refused, no abort, SaveCheckpoint again at try $((i + 1)), same rows at the end" ||
     tail -n 5 "$tmp/$n".*.log
 done
 finish
