@@ -316,6 +316,7 @@ static int open_files_cap(void) {
   return n < 64 ? 64 : n > 65536 ? 65536 : (int)n;
 }
 
+#define ROCKSDB_FATAL_LEVEL 4 /* rocksdb::InfoLogLevel::FATAL_LEVEL: no name in the C API */
 static void set_options(fl_ps_tier *t) {
   size_t cache = t->budget / FL_TIER_CACHE_SHARE, mt = t->budget / FL_TIER_MEMTABLE_SHARE;
   if (cache < FL_TIER_MIN_BYTES) cache = FL_TIER_MIN_BYTES;
@@ -337,7 +338,7 @@ static void set_options(fl_ps_tier *t) {
    * file writer).  Its C API offers no logger of our own, so the LOG takes
    * fatal messages only; the errors reach the pserver's log through the
    * writes RocksDB refuses and its background-error count. */
-  rocksdb_options_set_info_log_level(t->opt, 4);
+  rocksdb_options_set_info_log_level(t->opt, ROCKSDB_FATAL_LEVEL);
   /* Rows land at random keys and small memtables flush often: leveled
    * compaction would rewrite the whole last level for every few
    * memtables (measured: 58% of the CPU); universal compaction merges
