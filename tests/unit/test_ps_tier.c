@@ -321,6 +321,9 @@ START_TEST(test_core_checkpoint_keeps_disk_tier) {
     ck_assert_ptr_nonnull(strstr(text, want));
     ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_memory_budget_bytes{part=\"hot_rows\"}"));
     ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_memory_budget_bytes{part=\"rocksdb_used\"}"));
+    /* RocksDB's background work; no error on this disk. */
+    ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_tier_background{work=\"compactions\"}"));
+    ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_tier_background{work=\"errors\"} 0\n"));
     free(text);
   }
   snprintf(path, sizeof path, "%s/ckpt-40.flc", dir);
