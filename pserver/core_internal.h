@@ -209,6 +209,7 @@ struct fl_ps_core {
   uint64_t hot_budget;
   char tier_dir[FL_JOB_PATH_MAX + 64];
   uint64_t published[4];
+  uint64_t tier_bg_errors; /* RocksDB's background errors already reported */
   /* Delta checkpoints (core_delta.c; saves serialized by the caller): the
    * base the next delta follows, its nonce, the deltas written since it;
    * have_base 0: the next checkpoint must be whole (the first one, after a

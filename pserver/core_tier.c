@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "fl_ckpt.h"
@@ -252,6 +253,39 @@ static void publish_budget(fl_ps_core *c) {
   }
 }
 
+/* RocksDB's background work as gauges (the store is one for all tables),
+ * read at each tick: a test sees a compaction running without the store's
+ * info LOG, which holds fatal messages only.  A new background error (a
+ * flush or compaction failed: a full disk) is logged once here with the
+ * free space; the writes RocksDB refuses from then on name its cause (its
+ * own recovery takes writes again once space is free). */
+static void publish_background(fl_ps_core *c) {
+  static const char *const help = "RocksDB's background work in the disk tier's store now: "
+                                  "flushes and compactions running, a compaction due (0/1), "
+                                  "background errors so far";
+  static const char *const kinds[4] = {"flushes", "compactions", "compaction_pending", "errors"};
+  fl_ps_tier_background b;
+  struct statvfs fs;
+  fl_metric *m = NULL;
+  fl_ps_tier_get_background(c->tier, &b);
+  const uint64_t v[4] = {b.flushes, b.compactions, b.compaction_pending, b.errors};
+  if (fl_metrics_gauge(fl_metrics_default(), "flotilla_ps_tier_background", help, "work", &m) ==
+      FL_OK)
+    for (int i = 0; i < 4; i++) {
+      fl_series *s = NULL;
+      const char *lv[1] = {kinds[i]};
+      if (fl_metric_series(m, lv, &s) == FL_OK) fl_series_set(s, (double)v[i]);
+    }
+  if (b.errors <= c->tier_bg_errors) return;
+  c->tier_bg_errors = b.errors;
+  FL_LOGE("disk tier %s: a RocksDB flush or compaction failed (%" PRIu64 " background "
+          "error(s); %.1f MiB free there): the store refuses writes, and checkpoints are "
+          "refused, until space is freed there (RocksDB resumes by itself within seconds); "
+          "sparse rows stay in memory over pserver.memory_budget, none lost",
+          fl_ps_tier_path(c->tier), b.errors,
+          statvfs(c->tier_dir, &fs) == 0 ? (double)fs.f_bavail * fs.f_frsize / 1048576.0 : -1.0);
+}
+
 void fl_ps_core_publish_tiers(fl_ps_core *c) {
   static const char *const names[4] = {"flotilla_ps_tier_hits_total",
                                        "flotilla_ps_tier_misses_total",
@@ -266,6 +300,7 @@ void fl_ps_core_publish_tiers(fl_ps_core *c) {
   uint64_t now[4];
   fl_ps_core_tier_stats(c, &t);
   if (c->tier) publish_budget(c);
+  if (c->tier) publish_background(c);
   fl_series_set(series("flotilla_ps_sparse_rows", "Sparse rows held, per tier", "memory"),
                 (double)t.mem_rows);
   fl_series_set(series("flotilla_ps_sparse_rows", "Sparse rows held, per tier", "disk"),

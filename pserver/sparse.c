@@ -1529,10 +1529,11 @@ static void tier_free(fl_ps_table *t) {
 }
 
 /* Capacity grows no further than the budget's rows (or one more row),
- * but while a checkpoint loads. */
+ * but while a checkpoint loads or once demotion stopped (the rows then
+ * stay in memory: grown a row at a time, each new row copied them all). */
 static size_t tier_cap(const fl_ps_table *t, size_t nc) {
   size_t lim = (size_t)(t->hot_budget / t->row_bytes) + 1;
-  if (t->loading) return nc;
+  if (t->loading || t->tier_broken) return nc;
   if (lim < t->n + 1) lim = t->n + 1;
   return nc < lim ? nc : lim;
 }

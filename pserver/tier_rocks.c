@@ -386,6 +386,7 @@ static int open_files_cap(void) {
   return n < 64 ? 64 : n > 65536 ? 65536 : (int)n;
 }
 
+#define ROCKSDB_FATAL_LEVEL 4 /* rocksdb::InfoLogLevel::FATAL_LEVEL: no name in the C API */
 static void set_options(fl_ps_tier *t) {
   size_t cache = t->budget / FL_TIER_CACHE_SHARE, mt = t->budget / FL_TIER_MEMTABLE_SHARE;
   if (cache < FL_TIER_MIN_BYTES) cache = FL_TIER_MIN_BYTES;
@@ -401,6 +402,13 @@ static void set_options(fl_ps_tier *t) {
   rocksdb_options_set_memtable_whole_key_filtering(t->opt, 1);
   rocksdb_options_set_compression(t->opt, rocksdb_no_compression);
   rocksdb_options_set_max_open_files(t->opt, open_files_cap());
+  /* The info LOG lives on the store's disk: on a full disk RocksDB's
+   * error handler writes to it after a failed flush, and librocksdb 7.8
+   * aborts the process when that write fails too (an assertion in its
+   * file writer).  Its C API offers no logger of our own, so the LOG takes
+   * fatal messages only; the errors reach the pserver's log through the
+   * writes RocksDB refuses and its background-error count. */
+  rocksdb_options_set_info_log_level(t->opt, ROCKSDB_FATAL_LEVEL);
   /* Rows land at random keys and small memtables flush often: leveled
    * compaction would rewrite the whole last level for every few
    * memtables (measured: 58% of the CPU); universal compaction merges
@@ -584,8 +592,19 @@ static fl_status settle(fl_ps_tier *t, tier_table *e) {
   return st;
 }
 
+/* Every table's pending writes applied before a copy of the store.  Writes
+ * RocksDB still refuses (logged when first refused) refuse the copy, the
+ * reason named again: a checkpoint is not taken without them. */
 static fl_status settle_all(fl_ps_tier *t) {
-  for (int i = 0; i < atomic_load(&t->n_tables); i++) FL_TRY(settle(t, &t->tables[i]));
+  for (int i = 0; i < atomic_load(&t->n_tables); i++) {
+    int was_stuck = t->tables[i].stuck != NULL;
+    fl_status st = settle(t, &t->tables[i]);
+    if (st != FL_OK && was_stuck)
+      return FL_ERR(st, "disk tier %s: no copy of the store for the checkpoint: RocksDB still "
+                    "refuses the rows demoted since a write failed (disk full? RocksDB takes "
+                    "writes again within seconds of space freed there)", t->path);
+    FL_TRY(st);
+  }
   return FL_OK;
 }
 
@@ -1713,4 +1732,17 @@ void fl_ps_tier_get_stats(fl_ps_tier *t, fl_ps_tier_stats *s) {
   s->promotions = atomic_load(&t->promotions);
   s->demotions = atomic_load(&t->demotions);
   s->write_errors = atomic_load(&t->write_errors);
+}
+
+/* The properties are RocksDB's own counters, read without a lock; the C
+ * API of RocksDB 7.8 has no event listener, and its statistics come as one
+ * text to parse, so these are the simplest exact source (the info LOG is
+ * kept quiet: set_options). */
+void fl_ps_tier_get_background(fl_ps_tier *t, fl_ps_tier_background *b) {
+  memset(b, 0, sizeof *b);
+  if (!t->db) return;
+  rocksdb_property_int(t->db, "rocksdb.num-running-flushes", &b->flushes);
+  rocksdb_property_int(t->db, "rocksdb.num-running-compactions", &b->compactions);
+  rocksdb_property_int(t->db, "rocksdb.compaction-pending", &b->compaction_pending);
+  rocksdb_property_int(t->db, "rocksdb.background-errors", &b->errors);
 }

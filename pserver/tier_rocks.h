@@ -166,4 +166,14 @@ void fl_ps_tier_cursor_close(fl_ps_tier_cursor *c);
 
 void fl_ps_tier_get_stats(fl_ps_tier *t, fl_ps_tier_stats *s);
 
+/* RocksDB's background work on the store now, read from its properties at
+ * the call: flushes and compactions running, whether a compaction is due,
+ * and the background errors so far (a flush or compaction that failed, e.g.
+ * on a full disk: the store then refuses writes until RocksDB's own
+ * recovery finds space free again).  t is only read; *b is the caller's. */
+typedef struct fl_ps_tier_background {
+  uint64_t flushes, compactions, compaction_pending, errors;
+} fl_ps_tier_background;
+void fl_ps_tier_get_background(fl_ps_tier *t, fl_ps_tier_background *b);
+
 #endif

@@ -12,3 +12,7 @@ TESTS += tests/integration/test_tier.sh
 dist_check_SCRIPTS += tests/integration/test_tier_kill.sh
 EXTRA_DIST += tests/integration/tier_lib.sh
 TESTS += tests/integration/test_tier_kill.sh
+# The disk tier on a full disk (a small tmpfs; root): no abort, the errors
+# named, checkpoints refused until space is freed, no row lost.
+dist_check_SCRIPTS += tests/integration/test_tier_diskfull.sh
+TESTS += tests/integration/test_tier_diskfull.sh

@@ -20,12 +20,14 @@
 #include <config.h>
 
 #include <check.h>
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -190,6 +192,49 @@ START_TEST(test_tier_disk_full_keeps_rows) {
 }
 END_TEST
 
+START_TEST(test_tier_copy_on_full_disk) {
+  /* A base and a delta copy of a store of 4 MB into a real full disk (a
+   * 256 KiB tmpfs: RocksDB copies across file systems; skipped where mount
+   * is refused): both refused, no abort; the store keeps every row and
+   * copies into a directory with room. */
+  enum { N = 20000, LEN = 200 };
+  char dir[] = "/tmp/fl_test_tier_full_XXXXXX", p[700], full[600];
+  static unsigned char row[N][LEN], got[N][LEN];
+  static uint64_t keys[N];
+  static uint8_t found[N];
+  fl_ps_tier *t = NULL;
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(full, sizeof full, "%s/full", dir);
+  ck_assert_int_eq(mkdir(full, 0700), 0);
+  if (mount("flotilla-test", full, "tmpfs", 0, "size=256k") != 0) {
+    fprintf(stderr, "test_tier_copy_on_full_disk skipped: mount: %s\n", strerror(errno));
+    pt_rm_tree(dir);
+    return;
+  }
+  snprintf(p, sizeof p, "%s/store", dir);
+  ck_assert_int_eq(fl_ps_tier_open(p, 1 << 20, &t), FL_OK);
+  for (size_t i = 0; i < N; i++) {
+    keys[i] = 7 + 3 * i;
+    memset(row[i], (int)(i % 251), LEN);
+    ck_assert_int_eq(fl_ps_tier_put(t, 1, keys[i], row[i], LEN), FL_OK);
+  }
+  snprintf(p, sizeof p, "%s/base", full);
+  ck_assert_int_ne(fl_ps_tier_checkpoint(t, p, 1), FL_OK);
+  snprintf(p, sizeof p, "%s/delta", full);
+  ck_assert_int_ne(fl_ps_tier_checkpoint_delta(t, p), FL_OK);
+  ck_assert_int_eq(fl_ps_tier_get_many(t, 1, keys, N, got, LEN, found, NULL), FL_OK);
+  for (size_t i = 0; i < N; i++) ck_assert_uint_eq(found[i], 1);
+  ck_assert_mem_eq(got, row, sizeof row);
+  snprintf(p, sizeof p, "%s/base", dir);
+  ck_assert_int_eq(fl_ps_tier_checkpoint(t, p, 1), FL_OK);
+  snprintf(p, sizeof p, "%s/delta", dir);
+  ck_assert_int_eq(fl_ps_tier_checkpoint_delta(t, p), FL_OK);
+  fl_ps_tier_close(t);
+  ck_assert_int_eq(umount2(full, MNT_DETACH), 0);
+  pt_rm_tree(dir);
+}
+END_TEST
+
 /* ------------------------------------------------------------- the core */
 
 static fl_ps_core *mk(int nt, int a_sync, size_t budget, int64_t max_rows) {
@@ -276,6 +321,9 @@ START_TEST(test_core_checkpoint_keeps_disk_tier) {
     ck_assert_ptr_nonnull(strstr(text, want));
     ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_memory_budget_bytes{part=\"hot_rows\"}"));
     ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_memory_budget_bytes{part=\"rocksdb_used\"}"));
+    /* RocksDB's background work; no error on this disk. */
+    ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_tier_background{work=\"compactions\"}"));
+    ck_assert_ptr_nonnull(strstr(text, "flotilla_ps_tier_background{work=\"errors\"} 0\n"));
     free(text);
   }
   snprintf(path, sizeof path, "%s/ckpt-40.flc", dir);
@@ -813,6 +861,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_tier_no_deltas);
   tcase_add_test(tc, test_tier_legacy_row_expires);
   tcase_add_test(tc, test_tier_disk_full_keeps_rows);
+  tcase_add_test(tc, test_tier_copy_on_full_disk);
   tcase_add_test(tc, test_core_checkpoint_keeps_disk_tier);
   tcase_add_test(tc, test_core_budget_needs_dir);
   tcase_add_test(tc, test_core_delta_chain_same_bits);
