@@ -136,6 +136,24 @@ static int parse_fast(const fl_criteo_reader *r, const char *p, sample *s) {
   return 0;
 }
 
+/* Whether parse_fast would read p (0) or refuse it (-1), without reading
+ * the values: the counting pass's check of a well-formed line. */
+static int check_fast(const fl_criteo_reader *r, const char *p) {
+  if ((p[0] != '0' && p[0] != '1') || p[1] != '\t') return -1;
+  p += 2;
+  for (size_t i = 0; i < FL_CRITEO_DENSE; i++) {
+    int64_t v;
+    if (fast_int(&p, &v)) return -1;
+  }
+  for (uint32_t c = 0; c < FL_CRITEO_SPARSE; c++) {
+    const char *a = p;
+    while (r->hex_of[(unsigned char)*p] >= 0) p++;
+    if (p - a > 8 || *p != (c + 1 < FL_CRITEO_SPARSE ? '\t' : '\0')) return -1;
+    p++;
+  }
+  return 0;
+}
+
 /* One line (no line end) into s; NULL, or what is wrong with it. */
 static const char *parse_line(const fl_criteo_reader *r, char *line, sample *s) {
   const char *f[FIELDS + 1];
@@ -242,7 +260,16 @@ static fl_status bad_line(fl_criteo_reader *r, const char *what) {
   return FL_OK;
 }
 
-/* The rank's next sample of the files into s; *got 0 when all are read. */
+/* What is wrong with a line, or NULL: parse_line's verdict; s NULL: only
+ * the verdict (a line parse_fast reads is never parsed). */
+static const char *line_verdict(const fl_criteo_reader *r, char *line, sample *s) {
+  sample scratch;
+  if (s) return parse_line(r, line, s);
+  return check_fast(r, line) ? parse_line(r, line, &scratch) : NULL;
+}
+
+/* The rank's next sample of the files into s (NULL: only checked, for the
+ * count); *got 0 when all are read. */
 static fl_status stream_next(fl_criteo_reader *r, sample *s, int *got) {
   const uint64_t w = (uint64_t)r->o.world_size, rank = (uint64_t)r->o.rank;
   *got = 0;
@@ -262,7 +289,7 @@ static fl_status stream_next(fl_criteo_reader *r, sample *s, int *got) {
       continue;
     }
     if ((r->pos.line - 1) % w != rank) continue;
-    const char *bad = nul ? "NUL byte in the line" : parse_line(r, r->line, s);
+    const char *bad = nul ? "NUL byte in the line" : line_verdict(r, r->line, s);
     if (!bad) {
       *got = 1;
       return FL_OK;
@@ -291,6 +318,14 @@ static fl_status next_sample(fl_criteo_reader *r, sample *s, int *got) {
   return FL_OK;
 }
 
+/* FL_EINVAL (logged): this rank got no sample in the epoch. */
+static fl_status no_sample(const fl_criteo_reader *r) {
+  return FL_ERR(FL_EINVAL, "%s%s: rank %d of %d gets no sample in epoch %" PRId64 " (%" PRIu64
+                " lines, %" PRIu64 " of this rank's skipped as bad)", r->paths[0],
+                r->o.n_paths > 1 ? " and the other files" : "", r->o.rank, r->o.world_size,
+                r->pos.epoch, r->pos.line, r->pos.skipped);
+}
+
 fl_status fl_criteo_next(fl_criteo_reader *r, fl_criteo_batch *out) {
   size_t n = 0;
   memset(out, 0, sizeof *out);
@@ -306,13 +341,24 @@ fl_status fl_criteo_next(fl_criteo_reader *r, fl_criteo_batch *out) {
     r->y[n] = (int32_t)s.label;
     r->pos.emitted++;
   }
-  if (r->pos.emitted == 0 && n == 0)
-    return FL_ERR(FL_EINVAL, "%s%s: rank %d of %d gets no sample in epoch %" PRId64 " (%" PRIu64
-                  " lines, %" PRIu64 " of this rank's skipped as bad)", r->paths[0],
-                  r->o.n_paths > 1 ? " and the other files" : "", r->o.rank, r->o.world_size,
-                  r->pos.epoch, r->pos.line, r->pos.skipped);
+  if (r->pos.emitted == 0 && n == 0) return no_sample(r);
   *out = (fl_criteo_batch){.size = n, .dense = r->dense, .sparse = r->sparse,
                            .labels = r->labels, .y = r->y};
+  return FL_OK;
+}
+
+fl_status fl_criteo_count(fl_criteo_reader *r, size_t *n) {
+  *n = 0;
+  if (!r->started) return FL_ERR(FL_ESTATE, "criteo: no epoch started");
+  if (r->o.shuffle_buffer) return FL_ERR(FL_EINVAL, "criteo: a count reads in file order");
+  for (;;) {
+    int got;
+    FL_TRY(stream_next(r, NULL, &got));
+    if (!got) break;
+    r->pos.emitted++;
+  }
+  if (r->pos.emitted == 0) return no_sample(r);
+  *n = (size_t)r->pos.emitted;
   return FL_OK;
 }
 

@@ -95,11 +95,13 @@ static fl_status count_samples(fl_stream *s, const fl_stream_spec *o) {
   fl_criteo_pos pos;
   FL_TRY(fl_criteo_open(&co, &r));
   fl_status st = fl_criteo_start(r, 0);
-  do {
-    if (st == FL_OK) st = fl_criteo_next(r, &b);
-    if (st == FL_OK) s->samples += b.size;
-    if (st == FL_OK && o->marks && b.size == o->batch_size) st = add_mark(s, r);
-  } while (st == FL_OK && b.size > 0);
+  if (st == FL_OK && !o->marks) st = fl_criteo_count(r, &s->samples);
+  else
+    do { /* each full batch's end kept */
+      if (st == FL_OK) st = fl_criteo_next(r, &b);
+      if (st == FL_OK) s->samples += b.size;
+      if (st == FL_OK && b.size == o->batch_size) st = add_mark(s, r);
+    } while (st == FL_OK && b.size > 0);
   fl_criteo_tell(r, &pos);
   fl_criteo_close(r);
   FL_TRY(st);

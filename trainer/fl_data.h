@@ -562,6 +562,10 @@ fl_status fl_criteo_range(fl_criteo_reader *r, const fl_criteo_pos *from, uint64
  * for an unreadable or corrupt file, FL_EINVAL when this rank got no
  * sample in the epoch, FL_ESTATE when no epoch was started. */
 fl_status fl_criteo_next(fl_criteo_reader *r, fl_criteo_batch *out);
+/* The samples left in the epoch (file order: a reader without a shuffle
+ * buffer), each line checked as fl_criteo_next does (the same errors and
+ * skipped lines) but no value read: a counting pass. */
+fl_status fl_criteo_count(fl_criteo_reader *r, size_t *n);
 /* The batch as named, typed inputs (n_inputs 2: inputs[0] the "dense"
  * floats [size, 13], inputs[1] the "sparse" int64 ids [size, 26]), float
  * targets t (the labels, tdim 1) and class ids y; for a model whose graph

@@ -134,11 +134,6 @@ fl_status fl_ps_client_wait(fl_ps_client *c);
  * client pushed to the table. */
 fl_status fl_ps_client_pull_sparse(fl_ps_client *c, const char *table, uint32_t dim,
                                    const uint64_t *keys, size_t n, float *out);
-/* As fl_ps_client_pull_sparse, for evaluation: a read-only pull that
- * creates no row and changes no server state; a key without a row reads
- * as its seeded initial value (docs/PROTOCOL.md). */
-fl_status fl_ps_client_read_sparse(fl_ps_client *c, const char *table, uint32_t dim,
-                                   const uint64_t *keys, size_t n, float *out);
 /* Push row gradients (n*dim floats) of distinct keys for step, to every
  * server (an empty push where a server owns none of them: a sync step
  * waits for every trainer's push). */
@@ -179,6 +174,13 @@ fl_status fl_ps_client_dump_sparse(fl_ps_client *c, const char *table, uint32_t 
 fl_status fl_ps_client_pull_sparse_start(fl_ps_client *c, const char *table, uint32_t dim,
                                          const uint64_t *keys, size_t n, float *out);
 fl_status fl_ps_client_pull_sparse_finish(fl_ps_client *c);
+/* As the pull start, for evaluation: a read-only pull that creates no row
+ * and changes no server state; a key without a row reads as its seeded
+ * initial value (docs/PROTOCOL.md).  An evaluation batch's tables go in one
+ * call per server; the pull finish waits for them.  Not mixed with
+ * training pulls between two finishes. */
+fl_status fl_ps_client_read_sparse_start(fl_ps_client *c, const char *table, uint32_t dim,
+                                         const uint64_t *keys, size_t n, float *out);
 fl_status fl_ps_client_push_sparse_start(fl_ps_client *c, const char *table, uint32_t dim,
                                          int64_t step, const uint64_t *keys, size_t n,
                                          const float *grads);

@@ -242,16 +242,11 @@ static fl_status fetch(fl_sparse_run *r, unsigned slot, const fl_batch *b, size_
   if (!r->inited) FL_TRY(init_tables(r));
   FL_TRY(r->hooks->prepare(r->self, slot, b, n, need));
   const double t0 = mono_s();
-  if (read_only) {
-    for (size_t t = 0; t < r->nt; t++)
-      FL_TRY(fl_ps_client_read_sparse(c, r->tables[t].name, r->tables[t].width, need[t].ids,
-                                      need[t].n, need[t].rows));
-  } else { /* every table's rows in one call per server */
-    for (size_t t = 0; t < r->nt; t++)
-      FL_TRY(fl_ps_client_pull_sparse_start(c, r->tables[t].name, r->tables[t].width,
-                                            need[t].ids, need[t].n, need[t].rows));
-    FL_TRY(fl_ps_client_pull_sparse_finish(c));
-  }
+  /* every table's rows in one call per server */
+  for (size_t t = 0; t < r->nt; t++)
+    FL_TRY((read_only ? fl_ps_client_read_sparse_start : fl_ps_client_pull_sparse_start)(
+        c, r->tables[t].name, r->tables[t].width, need[t].ids, need[t].n, need[t].rows));
+  FL_TRY(fl_ps_client_pull_sparse_finish(c));
   r->waited += mono_s() - t0;
   return FL_OK;
 }

@@ -1626,11 +1626,6 @@ fl_status fl_ps_client_pull_sparse(fl_ps_client *c, const char *table, uint32_t 
   return sparse_call(c, &(sparse_req){FL_PROTO_PULL_SPARSE, table, dim, 0, keys, n, NULL, out, 0});
 }
 
-fl_status fl_ps_client_read_sparse(fl_ps_client *c, const char *table, uint32_t dim,
-                                   const uint64_t *keys, size_t n, float *out) {
-  return sparse_call(c, &(sparse_req){FL_PROTO_PULL_SPARSE, table, dim, 0, keys, n, NULL, out, 1});
-}
-
 fl_status fl_ps_client_push_sparse(fl_ps_client *c, const char *table, uint32_t dim,
                                    int64_t step, const uint64_t *keys, size_t n,
                                    const float *grads) {
@@ -1661,6 +1656,12 @@ fl_status fl_ps_client_pull_sparse_start(fl_ps_client *c, const char *table, uin
                                          const uint64_t *keys, size_t n, float *out) {
   return sparse_start(c, LANE_SPULL,
                       &(sparse_req){FL_PROTO_PULL_SPARSE, table, dim, 0, keys, n, NULL, out, 0});
+}
+
+fl_status fl_ps_client_read_sparse_start(fl_ps_client *c, const char *table, uint32_t dim,
+                                         const uint64_t *keys, size_t n, float *out) {
+  return sparse_start(c, LANE_SPULL,
+                      &(sparse_req){FL_PROTO_PULL_SPARSE, table, dim, 0, keys, n, NULL, out, 1});
 }
 
 fl_status fl_ps_client_sparse_send(fl_ps_client *c) {

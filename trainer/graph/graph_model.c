@@ -16,6 +16,7 @@
 #include <config.h>
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,10 +37,29 @@ static float *alloc_floats(size_t n) {
   return p;
 }
 
+/* n zeroed floats, 64-byte aligned, from calloc: a large buffer's pages are
+ * the kernel's zero pages until written, so a rows gradient (sized for the
+ * largest eval batch) costs only the rows a training step writes.  The
+ * block calloc gave sits just before the floats, for free_zeroed. */
+static float *alloc_zeroed(size_t n) {
+  char *base = calloc(1, round_up(n) * sizeof(float) + 64 + sizeof(void *));
+  if (!base) return NULL;
+  uintptr_t at = ((uintptr_t)base + sizeof(void *) + 63) & ~(uintptr_t)63;
+  memcpy((char *)at - sizeof(void *), &base, sizeof base);
+  return (float *)at;
+}
+
+static void free_zeroed(float *p) {
+  void *base;
+  if (!p) return;
+  memcpy(&base, (char *)p - sizeof base, sizeof base);
+  free(base);
+}
+
 static void model_free(fl_gmodel *m) {
   if (!m) return;
   fl_gdev_release(m); /* the arenas first, while the device is known */
-  for (int t = 0; m->rows_grad && t < m->g->nt; t++) free(m->rows_grad[t]);
+  for (int t = 0; m->rows_grad && t < m->g->nt; t++) free_zeroed(m->rows_grad[t]);
   free(m->rows_grad);
   fl_graph_free(m->g);
   free(m->params);
@@ -313,7 +333,7 @@ static fl_status make_rows_grads(fl_gmodel *m, const fl_graph_options *opt) {
     if (g->t[t].kind != FL_GT_ROWS) continue;
     rows = 1;
     const size_t n = (size_t)g->t[t].dims[0] * (size_t)g->t[t].dims[1];
-    if (!(m->rows_grad[t] = alloc_floats(n)))
+    if (!(m->rows_grad[t] = alloc_zeroed(n)))
       return FL_ERR(FL_ENOMEM, "graph %s: out of memory for the gradient of rows input %s "
                     "(%zu floats)", g->name, g->t[t].name, n);
   }
