@@ -784,6 +784,37 @@ fl_status fl_ps_tier_get_many(fl_ps_tier *t, uint64_t table, const uint64_t *key
   return st;
 }
 
+/* The perf context is RocksDB's, per thread; nothing to free. */
+void fl_ps_tier_io_begin(void) {
+  rocksdb_perfcontext_t *pc = rocksdb_perfcontext_create();
+  rocksdb_set_perf_level(rocksdb_enable_count);
+  rocksdb_perfcontext_reset(pc);
+  rocksdb_perfcontext_destroy(pc);
+}
+
+/* The GB figure after label in RocksDB's stats text s, in bytes. */
+static uint64_t stats_gb(const char *s, const char *label) {
+  const char *p = s ? strstr(s, label) : NULL;
+  double gb = 0;
+  if (!p || sscanf(p + strlen(label), "%lf", &gb) != 1 || gb < 0) return 0;
+  return (uint64_t)(gb * 1073741824.0);
+}
+
+/* Fills the caller's *io; the stats text is freed here. */
+void fl_ps_tier_get_io(fl_ps_tier *t, fl_ps_tier_io *io) {
+  rocksdb_perfcontext_t *pc = rocksdb_perfcontext_create();
+  char *s = t->db ? rocksdb_property_value(t->db, "rocksdb.stats") : NULL;
+  const char *c = s ? strstr(s, "Cumulative compaction:") : NULL;
+  memset(io, 0, sizeof *io);
+  io->user_blocks = rocksdb_perfcontext_metric(pc, rocksdb_block_read_count);
+  io->user_bytes = rocksdb_perfcontext_metric(pc, rocksdb_block_read_byte);
+  rocksdb_perfcontext_destroy(pc);
+  io->compaction_written = stats_gb(c, "Cumulative compaction:");
+  io->compaction_read = stats_gb(c, "MB/s write,");
+  io->flushed = stats_gb(s, "Flush(GB): cumulative");
+  rocksdb_free(s);
+}
+
 /* Delete the two keys of row key of table whose demotion sequence is seq. */
 static fl_status delete_row(fl_ps_tier *t, uint64_t table, uint64_t key, uint64_t seq) {
   unsigned char rk[KEY_LEN], ok[KEY_LEN];

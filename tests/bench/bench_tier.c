@@ -8,7 +8,9 @@
  * 10% of the table's row bytes; RocksDB's share of it is
  * fl_ps_tier_overhead), the bytes it read from disk, and (tier) the
  * fraction of pulled rows that came from disk and the bytes read while
- * pulling and pushing.  The tier is that of a pserver without delta
+ * pulling and pushing, with where they went (per row promoted: from the
+ * disk, the look-ups' block reads from the store's files; the
+ * compactions' and flushes' bytes).  The tier is that of a pserver without delta
  * checkpoints (pserver.checkpoint_delta off, the default: no 'd' key per
  * demotion, fl_ps_tier_no_deltas).  The store goes
  * under DIR.  tests/bench/bench_tier.sh runs both and the ratio;
@@ -69,6 +71,27 @@ static unsigned long long read_bytes(void) {
   return v;
 }
 
+/* Where pull+push's reads went: the bytes read from disk (rd) per row
+ * promoted from it (misses), the look-ups' block reads from the store's
+ * files (this thread's; page cache or disk) and the compactions' and
+ * flushes' bytes since io0. */
+static void print_split(fl_ps_tier *tier, const fl_ps_tier_io *io0, unsigned long long rd,
+                        uint64_t misses) {
+  fl_ps_tier_io io;
+  double m = misses ? (double)misses : 1.0;
+  fl_ps_tier_get_io(tier, &io);
+  printf("tier pull_push_disk_read_bytes: %llu bytes\n", rd);
+  printf("tier pull_push_disk_read_per_miss: %.0f bytes (from the disk, per row promoted)\n",
+         (double)rd / m);
+  printf("tier pull_push_lookup_blocks_per_miss: %.2f blocks (%.0f bytes; read from the store's "
+         "files by look-ups and scans, page cache or disk)\n",
+         (double)io.user_blocks / m, (double)io.user_bytes / m);
+  printf("tier pull_push_compaction_read_bytes: %.0f MB (written %.0f MB, flushed %.0f MB)\n",
+         (double)(io.compaction_read - io0->compaction_read) / 1e6,
+         (double)(io.compaction_written - io0->compaction_written) / 1e6,
+         (double)(io.flushed - io0->flushed) / 1e6);
+}
+
 int main(int argc, char **argv) {
   static uint64_t keys[BATCH];
   static float g[BATCH * DIM], out[BATCH * DIM];
@@ -81,6 +104,7 @@ int main(int argc, char **argv) {
   double t0, c0, el;
   struct rusage ru;
   fl_ps_tier_stats st0 = {0};
+  fl_ps_tier_io io0 = {0};
   unsigned long long rd0;
   int tiered;
 
@@ -124,7 +148,11 @@ int main(int argc, char **argv) {
          (double)ids / el, ids, el);
   printf("%s table_fill_rows_per_cpu_s: %.0f rows/s\n", argv[1], (double)ids / (cpu() - c0));
 
-  if (tier) fl_ps_tier_get_stats(tier, &st0);
+  if (tier) {
+    fl_ps_tier_get_stats(tier, &st0);
+    fl_ps_tier_get_io(tier, &io0);
+    fl_ps_tier_io_begin();
+  }
   rd0 = read_bytes();
   t0 = now();
   c0 = cpu();
@@ -144,7 +172,7 @@ int main(int argc, char **argv) {
     fl_ps_tier_get_stats(tier, &st);
     printf("tier pull_push_miss_fraction: %.3f (rows promoted from disk per row pulled)\n",
            (double)(st.promotions - st0.promotions) / ((double)batches * BATCH));
-    printf("tier pull_push_disk_read_bytes: %llu bytes\n", read_bytes() - rd0);
+    print_split(tier, &io0, read_bytes() - rd0, st.promotions - st0.promotions);
     printf("tier rows: %zu in memory, %llu on disk (%.1f MB); %llu promotions, %llu demotions\n",
            fl_ps_table_rows(t), (unsigned long long)st.rows, (double)st.bytes / 1e6,
            (unsigned long long)st.promotions, (unsigned long long)st.demotions);

@@ -14,7 +14,8 @@
 # tier_pull_push_vs_memory, tier_mem_over_budget (the cgroup's peak usage
 # / BUDGET: at the limit whenever the page cache filled it),
 # tier_rss_over_budget (the process's own peak), the limit's hits and the
-# bytes read from disk.  Needs root
+# bytes read from disk (bench_tier's split of them: per miss, look-ups,
+# compactions).  Needs root
 # and /sys/fs/cgroup/memory (SKIP otherwise).  Not a pass/fail test.
 #   tests/bench/bench_tier_cgroup.sh [BUILDDIR] [IDS] [BUDGET] [BATCHES] [MEMIDS]
 set -eu
