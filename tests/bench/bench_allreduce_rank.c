@@ -10,6 +10,7 @@
  * median over the iterations.  Rank 0 prints, per size,
  *   busbw_LABEL_16MiB: 0.93 GB/s       (size * 2(n-1)/n / time, 1e9 bytes)
  *   time_LABEL_16MiB: 0.0321 s
+ *   # pick_LABEL_16MiB: ring          (the algorithm the tuning runs there)
  * Options: --sizes 1M,16M,64M  --iters N (per size; default 5)
  *          --hier (use_hierarchical_allreduce)  --rings N  --label NAME
  *          --timeout S (collective timeout, default 60).
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "coll_internal.h"
 #include "fl_cluster.h"
 #include "fl_coll.h"
 #include "fl_log.h"
@@ -46,6 +48,21 @@ static size_t parse_size(const char *s) {
   if (*end == 'K' || *end == 'k') v <<= 10, end++;
   else if (*end == 'M' || *end == 'm') v <<= 20, end++;
   return *end ? 0 : (size_t)v;
+}
+
+/* The algorithm c's tuning runs a bucket of bytes with (auto's pick,
+ * halving_doubling's doubling variant told apart), or "?" when c has none
+ * (one rank, shm). */
+static const char *pick_name(const fl_coll *c, size_t bytes) {
+  uint8_t blob[FL_COLL_TUNING_MAX];
+  size_t len = 0;
+  coll_tuning t;
+  if (fl_coll_get_tuning(c, blob, sizeof blob, &len) != FL_OK || !len ||
+      coll_tuning_decode(blob, len, &t) != FL_OK)
+    return "?";
+  int a = t.table[coll_table_bin(bytes)];
+  return coll_algo_doubling(&t.m, a, t.n, bytes) ? "halving_doubling_by_doubling"
+                                                 : coll_algo_names[a];
 }
 
 int main(int argc, char **argv) {
@@ -133,6 +150,7 @@ int main(int argc, char **argv) {
     else snprintf(name, sizeof name, "%zuKiB", bytes >> 10);
     printf("busbw_%s_%s: %.4f GB/s\n", label, name, (double)bytes * 2.0 * (n - 1) / n / med / 1e9);
     printf("time_%s_%s: %.6f s\n", label, name, med);
+    printf("# pick_%s_%s: %s\n", label, name, pick_name(c, bytes));
     fflush(stdout);
   }
   free(times);

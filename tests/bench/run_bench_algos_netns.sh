@@ -5,23 +5,46 @@
 # ring, halving_doubling and tree, and the automatic choice's bus
 # bandwidth against each single algorithm at 64 KiB, 1 MiB and 16 MiB.
 # Prints the bench's `time_...`/`busbw_...` lines per algorithm
-# (label algo_<name>_<NODES>x1) and round: with --rounds R every algorithm
-# runs R jobs of --iters iterations, the jobs of the algorithms taking
-# turns (ring, halving_doubling, tree, auto, ring, ...), so that a busy
-# spell of a shared machine falls on all of them alike; auto probes anew in
-# each of its jobs.  The ratios use each algorithm's median over all its
-# rounds.  Then OpenMPI's MPI_Allreduce on the same
+# (label algo_<name>_<NODES>x1) and round, and for auto the algorithm its
+# tuning ran at each size (`# pick_algo_auto_..._<size>: tree`).
+# Method: with --rounds R there are R rounds; in each, every algorithm
+# (auto included) runs one job of --iters iterations per size (its figure:
+# the median iteration, each iteration's time the slowest rank's), the
+# jobs taking turns and the order rotated by one from round to round
+# (round 1: ring, halving_doubling, tree, auto; round 2: halving_doubling,
+# tree, auto, ring; ...), so that a busy spell of a shared machine falls on
+# all of them alike and no algorithm always runs first or last; auto probes
+# anew in each of its jobs.  Then OpenMPI's MPI_Allreduce on the same
 # namespaces (mpirun from node 0's namespace, one slot per node, reaching
 # the others through a plm_rsh_agent that is `ip netns exec`; skipped with
-# a line saying why without mpicc/mpirun), and the ratios of one run:
-#   ratio_<algo>_over_ring_<size>: the ring's time / the algorithm's
+# a line saying why without mpicc/mpirun), and, per size:
+#   median_time_algo_<algo>_..._<size>: its median over the R rounds
+#   ratio_<algo>_over_ring_<size>: the ring's median time / the algorithm's
 #   ratio_<algo>_over_mpi_<size>:  MPI_Allreduce's time / the algorithm's
-#   ratio_auto_over_best_<size>:   auto's busbw / the best single algorithm's
-#                                  (the best one's median time / auto's)
+#   ratio_auto_over_best_<size>:   the best named algorithm's median time /
+#                                  auto's median time (auto's busbw over the
+#                                  best single algorithm's; the best is the
+#                                  named algorithm of least median, never
+#                                  auto, and never a round's lucky figure)
+#   paired_auto_over_best_<size>:  the median over the rounds of (the least
+#                                  named algorithm's time in that round /
+#                                  auto's time in that round)
+#   paired_auto_over_pick_<size>:  the median over the rounds of (the time of
+#                                  the named algorithm auto picked in that
+#                                  round / auto's): near 1, a gap to the
+#                                  best is the pick's, not the bench's noise
+#                                  (auto runs halving_doubling by doubling,
+#                                  and the tree in the model's pieces: a
+#                                  named run does neither)
+#   # best_<size>: the named algorithm of least median; # picks_<size>: how
+#   often auto ran each algorithm there.
+# --old OLDBUILD adds auto_old to the turns: auto as OLDBUILD's
+# bench_allreduce_rank runs it (a build copied aside before a change of the
+# choice), with the same figures as auto (and never counted as the best).
 # (MPI runs its --quick iteration counts: 50 at 64 KiB .. 2 at 64 MiB.)
 # Usage (root): bash tests/bench/run_bench_algos_netns.sh [BUILDDIR] [--nodes 8] [--iters N]
 #               [--rounds R] [--sizes 64K,1M,16M] [--algos ring,halving_doubling,tree,auto]
-#               [--no-mpi] [--counters]
+#               [--no-mpi] [--counters] [--old OLDBUILD]
 # --counters: after each job, per node, the link's losses and TCP's
 # retransmissions so far (cumulative over the jobs): the wire's stats line
 # (netns_wire: overflow = its delay queue was full), the drops of the tbf
@@ -33,7 +56,7 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-build=. nodes=8 iters=5 rounds=1 sizes=64K,1M,16M algos=ring,halving_doubling,tree,auto use_mpi=1 counters=0
+build=. nodes=8 iters=5 rounds=1 sizes=64K,1M,16M algos=ring,halving_doubling,tree,auto use_mpi=1 counters=0 old=
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) nodes=$2; shift ;;
@@ -43,6 +66,7 @@ while [ $# -gt 0 ]; do
     --algos) algos=$2; shift ;;
     --no-mpi) use_mpi=0 ;;
     --counters) counters=1 ;;
+    --old) old=$(cd "$2" && pwd); shift ;;
     *) build=$1 ;;
   esac
   shift
@@ -66,13 +90,14 @@ for ((k = 0; k < nodes; k++)); do fl_ns_shape $k 1gbit 100us - > /dev/null || ex
 export FLOTILLA_TOKEN=bench-algos-token
 echo "# $nodes nodes x 1 rank, 1 Gbit/s, 0.1 ms; $(nproc) CPUs; $rounds round(s) of $iters iterations"
 run() {
-  local algo=$1 sizes=$2 r eps="" base=$((20000 + RANDOM % 20000)) p=()
+  local algo=$1 sizes=$2 r eps="" base=$((20000 + RANDOM % 20000)) p=() bench=$BENCH
+  [ "$algo" != auto_old ] || bench=$old/tests/bench/bench_allreduce_rank
   for ((r = 0; r < nodes; r++)); do eps="$eps${eps:+,}${FL_IP[r]}:$((base + r))"; done
   for ((r = 0; r < nodes; r++)); do
     timeout 300 ip netns exec ${FL_NS[r]} env FLOTILLA_MODE=collective FLOTILLA_TRAINER_ID=$r \
       FLOTILLA_TRAINERS_NUM=$nodes FLOTILLA_TRAINER_ENDPOINTS=$eps FLOTILLA_COLLECTIVE_BACKEND=tcp \
-      FLOTILLA_LOG_LEVEL=info "$BENCH" --sizes "$sizes" --iters $iters \
-      --label "algo_${algo}_${nodes}x1" --algorithm "$algo" > "$tmp/$algo.$r" 2>&1 &
+      FLOTILLA_LOG_LEVEL=info "$bench" --sizes "$sizes" --iters $iters \
+      --label "algo_${algo}_${nodes}x1" --algorithm "${algo%_old}" > "$tmp/$algo.$r" 2>&1 &
     p[r]=$!
     pids="$pids $!"
   done
@@ -132,31 +157,62 @@ mpi() {
   grep '^mpi_' "$tmp/mpi.out" | tee -a "$tmp/all"
 }
 
+order=(${algos//,/ } ${old:+auto_old})
 for ((k = 1; k <= rounds; k++)); do
-  [ $rounds = 1 ] || echo "# round $k of $rounds"
-  for a in ${algos//,/ }; do run $a "$sizes"; done
+  echo "# round $k of $rounds" | tee -a "$tmp/all"
+  for ((i = 0; i < ${#order[@]}; i++)); do
+    run ${order[(i + k - 1) % ${#order[@]}]} "$sizes"
+  done
 done
 mpi
-# Ratios of this run's figures (medians over the rounds, measured in turns).
+# The figures of this run: medians over the rounds, per-round pairs.
 awk -v n="${nodes}x1" '
   function med(key,   m, i, j, x, a) {
-    m = cnt[key]; for (i = 1; i <= m; i++) a[i] = val[key, i]
+    m = cnt[key]
+    for (i = 1; i <= m; i++) a[i] = val[key, i]
     for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { x = a[i]; a[i] = a[j]; a[j] = x }
-    return a[int((m + 1) / 2)] }
-  /^time_algo_/ { split($1, p, "_"); sz = p[length(p)]; sub(/:$/, "", sz)
-                  a = $1; sub(/^time_algo_/, "", a); sub("_" n "_.*", "", a)
-                  val["t" SUBSEP a SUBSEP sz, ++cnt["t" SUBSEP a SUBSEP sz]] = $2; have[a, sz] = 1; sizes[sz] = 1 }
+    return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2 }
+  function put(key, v) { val[key, ++cnt[key]] = v }
+  function size_of(f,   p, sz) { split(f, p, "_"); sz = p[length(p)]; sub(/:$/, "", sz); return sz }
+  /^# round [0-9]+ of/ { rnd = $3 }
+  /^time_algo_/ { sz = size_of($1); a = $1; sub(/^time_algo_/, "", a); sub("_" n "_.*", "", a)
+                  put("t" SUBSEP a SUBSEP sz, $2); have[a, sz] = 1; sizes[sz] = 1; rounds[rnd] = 1
+                  tr[a, sz, rnd] = $2 }
+  /^# pick_algo_auto_/ { sz = size_of($2); p = $3; sub(/_by_doubling$/, "", p); a = $2
+                         sub(/^pick_algo_/, "", a); sub("_" n "_.*", "", a)
+                         pick[a, sz, rnd] = p; npick[a, sz, $3]++; autos[a] = 1 }
   /^mpi_.*_time_/ { sz = $1; sub(/.*_/, "", sz); sub(/:$/, "", sz); m[sz] = $2 }
+  # Auto variant x at size sz: its ratio to the best named median, and the
+  # medians of its per-round pairs.
+  function auto_figures(x, sz, best,   r, rb, k, q, p, line) {
+    if (best > 0 && t[x, sz] > 0) printf "ratio_%s_over_best_%s: %.3f\n", x, sz, best / t[x, sz]
+    for (r in rounds) {
+      if (!(tr[x, sz, r] > 0)) continue
+      rb = 0
+      for (k in have) { split(k, q, SUBSEP)
+        if (q[2] == sz && !(q[1] in autos) && tr[q[1], sz, r] > 0 && (rb == 0 || tr[q[1], sz, r] < rb)) rb = tr[q[1], sz, r] }
+      if (rb > 0) put("pb" SUBSEP x SUBSEP sz, rb / tr[x, sz, r])
+      p = pick[x, sz, r]
+      if (p != "" && tr[p, sz, r] > 0) put("pp" SUBSEP x SUBSEP sz, tr[p, sz, r] / tr[x, sz, r])
+    }
+    k = "pb" SUBSEP x SUBSEP sz
+    if (cnt[k]) printf "paired_%s_over_best_%s: %.3f (%d rounds)\n", x, sz, med(k), cnt[k]
+    k = "pp" SUBSEP x SUBSEP sz
+    if (cnt[k]) printf "paired_%s_over_pick_%s: %.3f (%d rounds)\n", x, sz, med(k), cnt[k]
+    line = ""
+    for (k in npick) { split(k, q, SUBSEP); if (q[1] == x && q[2] == sz) line = line " " q[3] " x" npick[k] }
+    if (line != "") printf "# picks_%s_%s_%s:%s\n", x, n, sz, line
+  }
   END {
-    for (k in have) { split(k, q, SUBSEP); t[k] = med("t" SUBSEP k)
-                      if (cnt["t" SUBSEP k] > 1)
-                        printf "median_time_algo_%s_%s_%s: %.6f s (%d rounds)\n", q[1], n, q[2], t[k], cnt["t" SUBSEP k] }
+    for (k in have) { split(k, q, SUBSEP); t[k] = med("t" SUBSEP k); if (q[1] ~ /^auto/) autos[q[1]] = 1
+                      printf "median_time_algo_%s_%s_%s: %.6f s (%d rounds)\n", q[1], n, q[2], t[k], cnt["t" SUBSEP k] }
     for (sz in sizes) {
-      best = 0
+      best = 0; bname = ""
       for (k in t) { split(k, q, SUBSEP); if (q[2] != sz) continue; a = q[1]
         if (t["ring", sz] > 0 && a != "ring") printf "ratio_%s_over_ring_%s: %.3f\n", a, sz, t["ring", sz] / t[a, sz]
         if (m[sz] > 0) printf "ratio_%s_over_mpi_%s: %.3f\n", a, sz, m[sz] / t[a, sz]
-        if (a != "auto" && t[a, sz] > 0 && (best == 0 || t[a, sz] < best)) best = t[a, sz] }
-      if (best > 0 && t["auto", sz] > 0) printf "ratio_auto_over_best_%s: %.3f\n", sz, best / t["auto", sz]
+        if (!(a in autos) && t[a, sz] > 0 && (best == 0 || t[a, sz] < best)) { best = t[a, sz]; bname = a } }
+      if (bname != "") printf "# best_%s_%s: %s\n", n, sz, bname
+      for (x in autos) auto_figures(x, sz, best)
     }
   }' "$tmp/all" | sort

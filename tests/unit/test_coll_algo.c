@@ -467,19 +467,29 @@ END_TEST
  * small and the large size, some calls (counted from 0, the warm-up round
  * included) 10 times slower (a busy spell) or faster (a lucky one), and
  * the order of the calls checked: ring, halving-doubling, tree at the
- * small size, then at the large one, round after round. */
+ * small size, then at the large one, round after round.  The calls at 4
+ * times the large size (t[2], ring and halving-doubling only, the first
+ * of a round last in the next) come last and are counted apart, in
+ * huge_calls; call huge_slow of them (-1: none) is 10 times slower. */
 typedef struct fake_clock {
-  double t[2][COLL_MODEL_ALGOS];
+  double t[3][COLL_MODEL_ALGOS];
   size_t bytes;
   int slow[3], fast[3]; /* call numbers; -1: none */
   int calls, shares, out_of_order;
   int skew_algo, skew_until; /* skew_algo's small-size calls before skew_until */
   double skew;               /* take this many times as long */
+  int huge_calls, huge_slow;
 } fake_clock;
 
 static fl_status fake_run(void *arg, int algo, size_t len, double *secs) {
   fake_clock *f = arg;
   int k = len == f->bytes, i = algo - COLL_ALGO_RING;
+  if (len == 4 * f->bytes) {
+    if (i != (f->huge_calls / 2 + f->huge_calls % 2) % 2) f->out_of_order++;
+    *secs = f->t[2][i] * (f->huge_calls == f->huge_slow ? 10 : 1);
+    f->huge_calls++;
+    return FL_OK;
+  }
   if (f->calls % (2 * COLL_MODEL_ALGOS) != k * COLL_MODEL_ALGOS + i) f->out_of_order++;
   *secs = f->t[k][i];
   if (k == 0 && algo == f->skew_algo && f->calls < f->skew_until) *secs *= f->skew;
@@ -505,7 +515,7 @@ static fl_status fake_share(void *arg, uint32_t *v) {
 START_TEST(probe_median_outliers) {
   size_t mib = (size_t)1 << 20;
   fake_clock f = {{{3e-3, 2.5e-3, 1.5e-3}, {15e-3, 25e-3, 30e-3}}, mib, {3, 6 + 3, 12 + 2},
-                  {18 + 4, -1, -1}, 0, 0, 0, 0, 0, 1};
+                  {18 + 4, -1, -1}, 0, 0, 0, 0, 0, 1, 0, -1};
   coll_probe_clock c = {fake_run, fake_share, &f};
   double med[2][COLL_MODEL_ALGOS];
   int rounds = 0;
@@ -518,13 +528,13 @@ START_TEST(probe_median_outliers) {
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < COLL_MODEL_ALGOS; i++) ck_assert(med[k][i] == f.t[k][i]);
   coll_tuning t = {8, {100e-6, 8e-9, 0.1e-9, {1, 1, 1}, {1, 1, 1}}, {0}};
-  coll_tune_fit(&t, 8, mib, med, pick.fast);
+  coll_tune_fit(&t, 8, mib, med, &pick);
   ck_assert_int_eq(t.table[coll_table_bin(mib / 16)], COLL_ALGO_TREE);
   ck_assert_int_eq(t.table[coll_table_bin(mib)], COLL_ALGO_RING);
   ck_assert_int_eq(t.table[coll_table_bin(mib * 16)], COLL_ALGO_RING);
   /* Fast rounds (loopback): as many as the probe takes, no more. */
   fake_clock g = {{{1e-4, 1e-4, 1e-4}, {2e-4, 2e-4, 2e-4}}, mib, {-1, -1, -1}, {-1, -1, -1},
-                  0, 0, 0, 0, 0, 1};
+                  0, 0, 0, 0, 0, 1, 0, -1};
   c.arg = &g;
   ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds, &pick), FL_OK);
   ck_assert_int_eq(rounds, 9);
@@ -547,7 +557,7 @@ START_TEST(probe_close_does_not_flip) {
                                      {20e-3, 30e-3, 40e-3}};
   static const int want_small[3] = {1, 1, 2}, want_large[3] = {1, 1, 0};
   for (int v = 0; v < 3; v++) {
-    fake_clock f = {{{0}}, mib, {-1, -1, -1}, {-1, -1, -1}, 0, 0, 0, 0, 0, 1};
+    fake_clock f = {{{0}}, mib, {-1, -1, -1}, {-1, -1, -1}, 0, 0, 0, 0, 0, 1, 0, -1};
     memcpy(f.t[0], small[v], sizeof small[v]);
     memcpy(f.t[1], large[v], sizeof large[v]);
     coll_probe_clock c = {fake_run, fake_share, &f};
@@ -560,9 +570,9 @@ START_TEST(probe_close_does_not_flip) {
     ck_assert_int_eq(pick.by_rule[0], v < 2);
     ck_assert_int_eq(pick.close[1][0] >= 0, v < 2); /* 20 / 30 ms: not close */
     coll_tuning t = {16, {100e-6, 8e-9, 0.1e-9, {1, 1, 1}, {1, 1, 1}}, {0}};
-    coll_tune_fit(&t, 16, mib, med, pick.fast);
+    coll_tune_fit(&t, 16, mib, med, &pick);
     ck_assert_int_eq(t.table[coll_table_bin(mib / 16)], v < 2 ? COLL_ALGO_HD : COLL_ALGO_TREE);
-    ck_assert_int_eq(t.table[coll_table_bin(mib * 64)], v < 2 ? COLL_ALGO_HD : COLL_ALGO_RING);
+    ck_assert_int_eq(t.table[coll_table_bin(mib * 64)], COLL_ALGO_RING); /* 4 MiB: even */
     if (v == 2) ck_assert(fabs(pick.paired[0] - 2.0 / 2.2) < 1e-9); /* tree / halving-doubling */
   }
 }
@@ -577,7 +587,7 @@ END_TEST
 START_TEST(probe_close_runs_again) {
   size_t mib = (size_t)1 << 20;
   fake_clock f = {{{3e-3, 2.0e-3, 2.1e-3}, {15e-3, 25e-3, 30e-3}}, mib, {-1, -1, -1},
-                  {-1, -1, -1}, 0, 0, 0, COLL_ALGO_HD, 6 * 5, 1.1};
+                  {-1, -1, -1}, 0, 0, 0, COLL_ALGO_HD, 6 * 5, 1.1, 0, -1};
   coll_probe_clock c = {fake_run, fake_share, &f};
   double med[2][COLL_MODEL_ALGOS];
   int rounds = 0;
@@ -589,13 +599,46 @@ START_TEST(probe_close_runs_again) {
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < COLL_MODEL_ALGOS; i++) ck_assert(med[k][i] == f.t[k][i]);
   coll_tuning t = {16, {100e-6, 8e-9, 0.1e-9, {1, 1, 1}, {1, 1, 1}}, {0}};
-  coll_tune_fit(&t, 16, mib, med, pick.fast);
+  coll_tune_fit(&t, 16, mib, med, &pick);
   ck_assert_int_eq(t.table[coll_table_bin(mib / 16)], COLL_ALGO_HD);
   fake_clock slow = {{{3, 0.2, 0.21}, {15, 25, 30}}, mib, {-1, -1, -1}, {-1, -1, -1}, 0, 0, 0,
-                     0, 0, 1}; /* seconds */
+                     0, 0, 1, 0, -1}; /* seconds */
   c.arg = &slow;
   ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds, &pick), FL_OK);
   ck_assert_int_eq(slow.calls, 6 * (1 + rounds));
+}
+END_TEST
+
+/* Above the large size the ring and halving-doubling run 3 rounds at 4
+ * times it, and the faster there runs every larger bucket, whatever won
+ * the large size: 16 ranks, halving-doubling fastest at 1 MiB (50 ms, the
+ * ring 71 ms), but the ring 200 ms at 4 MiB and halving-doubling 240 ms:
+ * halving-doubling at 1 MiB, the ring from 2 MiB up (the pick at 1 MiB ran
+ * at 16 and 64 MiB before).  One 10x slow ring round does not move it;
+ * halving-doubling 15% faster at 4 MiB takes over; within 5%, the ring. */
+START_TEST(probe_above_large) {
+  size_t mib = (size_t)1 << 20;
+  static const double huge[3][2] = {{200e-3, 240e-3}, {240e-3, 200e-3}, {200e-3, 195e-3}};
+  static const int want[3] = {COLL_ALGO_RING, COLL_ALGO_HD, COLL_ALGO_RING};
+  for (int v = 0; v < 3; v++) {
+    fake_clock f = {{{30e-3, 9e-3, 7e-3}, {71e-3, 50e-3, 56e-3}, {huge[v][0], huge[v][1], 0}},
+                    mib, {-1, -1, -1}, {-1, -1, -1}, 0, 0, 0, 0, 0, 1, 0, v == 0 ? 2 : -1};
+    coll_probe_clock c = {fake_run, fake_share, &f};
+    double med[2][COLL_MODEL_ALGOS];
+    int rounds = 0;
+    coll_probe_pick pick;
+    ck_assert_int_eq(coll_group_probe(&c, mib, med, &rounds, &pick), FL_OK);
+    ck_assert_int_eq(f.huge_calls, 2 * 3);
+    ck_assert_int_eq(f.out_of_order, 0);
+    ck_assert_int_eq(pick.fast[1], 1);
+    ck_assert(fabs(pick.huge[0] - huge[v][0]) < 1e-12 && fabs(pick.huge[1] - huge[v][1]) < 1e-12);
+    coll_tuning t = {16, {200e-6, 7.6e-9, 0.02e-9, {1, 1, 1}, {1, 1, 1}}, {0}};
+    coll_tune_fit(&t, 16, mib, med, &pick);
+    ck_assert_int_eq(t.table[coll_table_bin(mib / 16)], COLL_ALGO_TREE);
+    ck_assert_int_eq(t.table[coll_table_bin(mib)], COLL_ALGO_HD);
+    for (size_t b = 2 * mib; b <= 64 * mib; b *= 2)
+      ck_assert_int_eq(t.table[coll_table_bin(b)], want[v]);
+  }
 }
 END_TEST
 
@@ -734,6 +777,7 @@ static Suite *suite(void) {
   tcase_add_test(t, probe_close_runs_again);
   tcase_add_test(t, probe_close_does_not_flip);
   tcase_add_test(t, probe_median_outliers);
+  tcase_add_test(t, probe_above_large);
   tcase_add_test(t, choice_auto_explicit_resume);
   tcase_add_test(t, unknown_algorithm_refused);
   suite_add_tcase(s, t);

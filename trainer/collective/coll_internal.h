@@ -330,19 +330,26 @@ typedef struct coll_probe_clock {
  * within 15% of each other ({-1, -1} when not), and paired[k], the median
  * over the rounds of close[k][0]'s time over close[k][1]'s in the same
  * round (0 when not close); by_rule[k]: 1 when that ratio was within 5%
- * of 1 and the fixed preference chose (tune.c). */
+ * of 1 and the fixed preference chose (tune.c).  Above the large size:
+ * huge[i], the median time of the ring (0) and halving-doubling (1) at 4
+ * times the large size, huge_paired the median of the ring's time over
+ * halving-doubling's in the same round, and above, the one every larger
+ * bucket runs (0 or 1). */
 typedef struct coll_probe_pick {
   int fast[2];
   int close[2][2];
   double paired[2];
   int by_rule[2];
+  double huge[2], huge_paired;
+  int above;
 } coll_probe_pick;
 /* Every member: the group probe at bytes and bytes / 16, each algorithm
  * in turn (ring, halving-doubling, tree at the small size, then at the
  * large, round after round): a warm-up round, then as many rounds as
  * member 0 says fit the probe's time budget (at least 5, at most 9),
  * then as many again of the two fastest at a size where member 0 found
- * their medians within 15% of each other (if that takes at most 0.5 s);
+ * their medians within 15% of each other (if that takes at most 0.5 s),
+ * then 3 rounds of the ring and halving-doubling at 4 times bytes;
  * med[k][i]: the median of algorithm i's rounds at the small (k 0) and
  * the large size (k 1); *rounds: how many (before those); *pick: what
  * the table takes at each size.  The caller owns everything. */
@@ -351,10 +358,10 @@ fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
 /* Member 0: t's factors for a group of n ranks from the group probe's
  * medians at bytes / 16 and bytes (t's alpha, beta, gamma set before,
  * which fix the tree's pieces, coll_algo_seg, in the probe as in every
- * bucket), and t's table, which takes fast[k] (coll_probe_pick) at the two
- * measured sizes.  The caller owns t. */
+ * bucket), and t's table, which takes p->fast[k] at the two measured
+ * sizes and p->above beyond them.  The caller owns t. */
 void coll_tune_fit(coll_tuning *t, int n, size_t bytes, const double med[2][COLL_MODEL_ALGOS],
-                   const int fast[2]);
+                   const coll_probe_pick *p);
 /* tune.c: the group's allreduce choice, on every member after the links
  * are up.  A fixed c->algo_req sets *algo and nothing moves.  Otherwise
  * (*algo = COLL_ALGO_AUTO) group member 0 takes the tuning restored from

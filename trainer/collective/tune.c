@@ -18,7 +18,11 @@
  * rounds again if that fits GROUP_TIE_S, and take the medians of all; the
  * pick between them is then the faster by the median of their paired
  * rounds' ratios, and where that lies within GROUP_EVEN of 1, a fixed
- * preference, so that noise cannot flip it from job to job), and
+ * preference, so that noise cannot flip it from job to job); then the
+ * ring and halving-doubling at HUGE_FACTOR times the large size, whose
+ * faster runs every larger bucket (the pick at 1 MiB, where latency still
+ * counts, ran halving-doubling at 16 and 64 MiB on 16 shaped namespaces:
+ * 0.85 of the ring there); and
  * each algorithm's latency and
  * bandwidth terms get the factors (coll_model.lat, eff) that make the
  * model give what they really took: two algorithms that move the same
@@ -53,6 +57,8 @@ static const size_t probe_sizes[] = {8, 4096, 65536, 262144, 1048576};
 #define GROUP_MAX ((size_t)1 << 20)
 #define GROUP_MIN ((size_t)1 << 16)
 #define GROUP_BUDGET_S 0.05
+#define HUGE_FACTOR 4 /* the third size: this many times the large one */
+#define HUGE_REPS 3
 #define GROUP_SMALL(bytes) ((bytes) / 16)
 #define EFF_MIN 0.1
 #define EFF_MAX 100.0
@@ -258,10 +264,8 @@ static fl_status tie_break(const coll_probe_clock *c, size_t bytes, uint32_t n,
 /* The order in which close algorithms are preferred (index: ring,
  * halving-doubling, tree; lower first): fewer latency steps first
  * (halving-doubling's 2 log2 n, the tree's 2 (log2 n + pieces - 1), the
- * ring's 2 (n - 1)); at the large size too, whose pick also runs every
- * larger bucket: halving-doubling moves the ring's bytes in fewer steps,
- * and took 0.6 to 0.9 of the ring's time at 64 MiB on 8 and 16 shaped
- * namespaces. */
+ * ring's 2 (n - 1)); at the large size too (larger buckets have their
+ * own pick, huge_pick). */
 static const int prefer[COLL_MODEL_ALGOS] = {2, 0, 1};
 
 /* The pick at size k: the fastest median, save where the two fastest
@@ -295,6 +299,30 @@ static void pick_size(const double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL],
   }
 }
 
+/* The pick above the large size: HUGE_REPS rounds of the ring and
+ * halving-doubling at HUGE_FACTOR times it, the two taking turns (the
+ * first in one round last in the next); halving-doubling where the median
+ * of the ring's time over its own in the same round exceeds GROUP_EVEN,
+ * else the ring: with the same bytes on the wire the ring's pipelined
+ * steps were as fast or faster at 4 to 64 MiB on 8 and 16 shaped
+ * namespaces (1.05 to 1.3 times halving-doubling's bus bandwidth), and
+ * the order at the large size, where latency still counts, did not carry
+ * over.  Every member runs the same rounds; member 0's times decide. */
+static fl_status huge_pick(const coll_probe_clock *c, size_t bytes, coll_probe_pick *p) {
+  double t[2][GROUP_REPS_ALL], q[GROUP_REPS_ALL];
+  for (int r = 0; r < HUGE_REPS; r++) {
+    for (int j = 0; j < 2; j++) {
+      int i = (r + j) % 2; /* group_algos: ring, halving-doubling */
+      FL_TRY(c->run(c->arg, group_algos[i], HUGE_FACTOR * bytes, &t[i][r]));
+    }
+    q[r] = t[1][r] > 0 ? t[0][r] / t[1][r] : 1.0;
+  }
+  for (int i = 0; i < 2; i++) p->huge[i] = median(t[i], HUGE_REPS);
+  p->huge_paired = median(q, HUGE_REPS);
+  p->above = p->huge_paired > GROUP_EVEN ? 1 : 0;
+  return FL_OK;
+}
+
 /* Member 0 sizes the rounds from the warm-up round's time; all learn it. */
 fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
                            double med[2][COLL_MODEL_ALGOS], int *rounds, coll_probe_pick *pick) {
@@ -315,7 +343,7 @@ fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
   uint32_t plan = 0;
   FL_TRY(tie_break(c, bytes, n, t, med, &plan));
   for (int k = 0; k < 2; k++) pick_size(t, med, k, plan, (int)n, pick);
-  return FL_OK;
+  return huge_pick(c, bytes, pick);
 }
 
 /* The group probe's clock on the real network: allreduces of buf in the
@@ -362,16 +390,14 @@ static double clampf(double v) {
  * alone made the tree, fastest at 64 KiB on 16 namespaces, look slow
  * there), then the table.  At the two measured sizes the probe's pick
  * stands (fast: the fastest, or of two close ones the faster in paired
- * rounds, or the preferred), whatever the model says; above the large size the
- * table keeps the algorithm chosen there (factors measured on a few
- * pieces did not carry to buckets of many: the tree, cheap at 1 MiB, lost
- * to the ring at 16 MiB on the namespaces), save the tree: it moves no
- * fewer bytes than the ring and pays a step per piece, so there the faster
- * of ring and halving_doubling at the large size takes over (on 8 shaped
- * namespaces the tree took 1.3 to 3.9 times the ring's time at 64 MiB in
- * each of four runs, and auto carried a tree won at 1 MiB up to it). */
+ * rounds, or the preferred), whatever the model says; above the large
+ * size, the probe's pick there (above: ring or halving_doubling, measured
+ * at 4 times the large size; factors measured on a few pieces did not
+ * carry to buckets of many, and the tree, which moves no fewer bytes than
+ * the ring and pays a step per piece, took 1.3 to 3.9 times the ring's
+ * time at 64 MiB on 8 shaped namespaces). */
 void coll_tune_fit(coll_tuning *t, int n, size_t bytes, const double best[2][COLL_MODEL_ALGOS],
-                   const int fast[2]) {
+                   const coll_probe_pick *p) {
   for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
     double ls, ws, lb, wb;
     size_t small = GROUP_SMALL(bytes);
@@ -389,13 +415,10 @@ void coll_tune_fit(coll_tuning *t, int n, size_t bytes, const double best[2][COL
       t->m.eff[i] = wb > 0 ? clampf((best[1][i] - t->m.lat[i] * lb) / wb) : 1.0;
   }
   coll_model_table(&t->m, n, t->table);
-  t->table[coll_table_bin(GROUP_SMALL(bytes))] = (uint8_t)group_algos[fast[0]];
-  t->table[coll_table_bin(bytes)] = (uint8_t)group_algos[fast[1]];
-  int above = fast[1];
-  if (group_algos[above] == COLL_ALGO_TREE) /* group_algos: ring, halving_doubling, tree */
-    above = best[1][1] < best[1][0] ? 1 : 0;
+  t->table[coll_table_bin(GROUP_SMALL(bytes))] = (uint8_t)group_algos[p->fast[0]];
+  t->table[coll_table_bin(bytes)] = (uint8_t)group_algos[p->fast[1]];
   for (int b = coll_table_bin(bytes) + 1; b < COLL_TABLE_BINS; b++)
-    t->table[b] = (uint8_t)group_algos[above];
+    t->table[b] = (uint8_t)group_algos[p->above];
 }
 
 /* " (close at 64 KiB: tree / halving_doubling paired x0.97, picked
@@ -427,13 +450,15 @@ static void log_tuning(const coll_xport *x, const coll_tuning *t, size_t bytes,
           "beta %.3f ns/B (%.2f GB/s), reduce %.3f ns/B; allreduce of %zu / %zu KiB on %d "
           "ranks: ring %.2f / %.2f ms, halving_doubling %.2f / %.2f ms, tree %.2f / %.2f ms "
           "in %zu / %zu KiB pieces (latency x%.2f, x%.2f, x%.2f, bandwidth x%.2f, x%.2f, "
-          "x%.2f)%s; allreduce algorithm by bucket size: %s",
+          "x%.2f)%s; at %zu KiB ring %.2f ms, halving_doubling %.2f ms (paired x%.3f); "
+          "allreduce algorithm by bucket size: %s",
           probe_s * 1e3, rounds, t->m.alpha * 1e6, t->m.beta * 1e9, 1e-9 / t->m.beta,
           t->m.gamma * 1e9, small >> 10, bytes >> 10, x->n, best[0][0] * 1e3, best[1][0] * 1e3,
           best[0][1] * 1e3, best[1][1] * 1e3, best[0][2] * 1e3, best[1][2] * 1e3,
           coll_algo_seg(&t->m, COLL_ALGO_TREE, x->n, small) >> 10,
           coll_algo_seg(&t->m, COLL_ALGO_TREE, x->n, bytes) >> 10, t->m.lat[0], t->m.lat[1],
-          t->m.lat[2], t->m.eff[0], t->m.eff[1], t->m.eff[2], close, desc);
+          t->m.lat[2], t->m.eff[0], t->m.eff[1], t->m.eff[2], close, HUGE_FACTOR * bytes >> 10,
+          pick->huge[0] * 1e3, pick->huge[1] * 1e3, pick->huge_paired, desc);
 }
 
 /* Member 0: restored tuning (*group = 0), or the ping-pong's fit and the
@@ -510,7 +535,7 @@ static fl_status probe(const coll_xport *x, coll_sched *s, uint64_t *seq, coll_t
   coll_probe_pick pick;
   FL_TRY(coll_group_probe(&clock, group, best, &rounds, &pick));
   if (x->me == 0) {
-    coll_tune_fit(t, x->n, group, best, pick.fast);
+    coll_tune_fit(t, x->n, group, best, &pick);
     log_tuning(x, t, group, best, rounds, &pick, now_s() - t0);
   }
   return FL_OK;
@@ -524,7 +549,8 @@ fl_status coll_tune(const coll_xport *x, coll_sched *s, uint64_t *seq, int *algo
     memset(t->table, *algo, COLL_TABLE_BINS);
     return FL_OK;
   }
-  size_t cap = probe_sizes[PROBE_SIZES - 1] > GROUP_MAX ? probe_sizes[PROBE_SIZES - 1] : GROUP_MAX;
+  size_t cap = probe_sizes[PROBE_SIZES - 1] > HUGE_FACTOR * GROUP_MAX ? probe_sizes[PROBE_SIZES - 1]
+                                                                     : HUGE_FACTOR * GROUP_MAX;
   uint8_t *buf = calloc(cap, 1);
   if (!buf) return FL_ERR(FL_ENOMEM, "collective: out of memory for the network probe");
   fl_status st = probe(x, s, seq, t, buf);
