@@ -1,8 +1,9 @@
 # elastic_lib.sh - the set-up the elastic collective tests share (sourced
-# by test_elastic.sh and test_elastic_churn.sh): SKIP (77) without
-# Fashion-MNIST or etcd, a temporary directory $tmp (NAME in its name) to
-# work in, the nodes' process groups ($groups) killed and etcd stopped at
-# exit, fail(), wait_line, and one etcd member ($ETCD_EP).
+# by test_elastic.sh, test_elastic_churn.sh and test_elastic_nproc.sh):
+# SKIP (77) without Fashion-MNIST or etcd, a temporary directory $tmp
+# (NAME in its name) to work in, the nodes' process groups ($groups)
+# killed and etcd stopped at exit, fail(), wait_line, elastic_data (the
+# jobs' data section), and one etcd member ($ETCD_EP).
 # elastic_setup NAME
 set -u
 RUN=$FL_BUILDDIR/flotilla-run
@@ -26,6 +27,21 @@ wait_line() {
     i=$((i + 1))
   done
   return 1
+}
+# elastic_data N: a job's data section: Fashion-MNIST shuffled, its first
+# N training samples and 2000 test samples
+elastic_data() {
+  cat << YAML
+data:
+  format: idx
+  train_images: $FM/train-images-idx3-ubyte.gz
+  train_labels: $FM/train-labels-idx1-ubyte.gz
+  test_images: $FM/t10k-images-idx3-ubyte.gz
+  test_labels: $FM/t10k-labels-idx1-ubyte.gz
+  shuffle: true
+  limit_train: $1
+  limit_test: 2000
+YAML
 }
 elastic_setup() {
   [ -f $FM/train-images-idx3-ubyte.gz ] || { echo "SKIP: $FM not installed"; exit 77; }

@@ -33,15 +33,7 @@ elastic_setup elastic
 
 cat > job.yaml << YAML
 model: {kind: mlp, input_shape: [1, 28, 28], num_classes: 10, hidden: [512, 256], activation: relu}
-data:
-  format: idx
-  train_images: $FM/train-images-idx3-ubyte.gz
-  train_labels: $FM/train-labels-idx1-ubyte.gz
-  test_images: $FM/t10k-images-idx3-ubyte.gz
-  test_labels: $FM/t10k-labels-idx1-ubyte.gz
-  shuffle: true
-  limit_train: 24000
-  limit_test: 2000
+$(elastic_data 24000)
 optimizer: {name: momentum, lr: 0.05, momentum: 0.9}
 lr_schedule: {kind: cosine, warmup_steps: 0}
 train: {epochs: 2, batch_size: 32, seed: 1, eval: true, eval_batch_size: 500, log_interval: 20,

@@ -35,15 +35,7 @@ etcd_cluster_start "$tmp" || exit 1
 job() {
   cat > "$1" << YAML
 model: {kind: mlp, input_shape: [1, 28, 28], num_classes: 10, hidden: [512, 256], activation: relu}
-data:
-  format: idx
-  train_images: $FM/train-images-idx3-ubyte.gz
-  train_labels: $FM/train-labels-idx1-ubyte.gz
-  test_images: $FM/t10k-images-idx3-ubyte.gz
-  test_labels: $FM/t10k-labels-idx1-ubyte.gz
-  shuffle: true
-  limit_train: 24000
-  limit_test: 2000
+$(elastic_data 24000)
 optimizer: {name: momentum, lr: 0.05, momentum: 0.9}
 train: {epochs: $2, batch_size: 32, seed: 1, eval: true, eval_batch_size: 500, log_interval: 20,
         num_threads: 1, checkpoint_interval: 50}
