@@ -361,20 +361,31 @@ static void bye_on_loop(fl_coll *c, void *arg) {
   if (c->ctrl[0].conn) coll_conn_send(c->ctrl[0].conn, MSG_BYE, b, 8);
 }
 
+/* Rank 0's verdicts from the control channel.  A silent rank is judged
+ * before a lagging one: a rank whose link is cut stops its heartbeats
+ * while its ring neighbour, waiting on its data, lags; so while any rank
+ * has missed two heartbeats, no rank is named for lagging, and the silent
+ * one is named when its own timeout runs out. */
 static void watch_root(fl_coll *c, uint64_t now, uint64_t tmo) {
   char nm[FL_HOST_MAX + 32];
   uint64_t e = atomic_load(&c->entered), maxe = e;
+  uint64_t overdue = 2 * (uint64_t)(c->hb_s * 1000.0);
+  int quiet = 0;
   c->ctrl[0].entered = e;
   c->ctrl[0].last_seen_ms = now;
-  for (int r = 1; r < c->world; r++)
-    if (c->ctrl[r].entered > maxe) maxe = c->ctrl[r].entered;
-  for (int r = 0; r < c->world; r++) {
+  for (int r = 1; r < c->world; r++) {
     coll_ctrl_peer *cp = &c->ctrl[r];
-    if (r > 0 && !cp->bye && now - cp->last_seen_ms > tmo) {
+    if (cp->entered > maxe) maxe = cp->entered;
+    if (cp->bye) continue;
+    if (now - cp->last_seen_ms > tmo) {
       coll_fail(c, r, FL_ETIMEDOUT, 0, "%s did not respond within %.1f s",
                 coll_peer_name(c, r, nm, sizeof(nm)), c->timeout_s);
       return;
     }
+    quiet |= now - cp->last_seen_ms > overdue;
+  }
+  for (int r = 0; r < c->world; r++) {
+    coll_ctrl_peer *cp = &c->ctrl[r];
     if (cp->entered >= maxe) {
       cp->lag_since_ms = 0;
       continue;
@@ -388,7 +399,7 @@ static void watch_root(fl_coll *c, uint64_t now, uint64_t tmo) {
     }
     if (cp->lag_since_ms == 0) {
       cp->lag_since_ms = now;
-    } else if (now - cp->lag_since_ms > tmo) {
+    } else if (!quiet && now - cp->lag_since_ms > tmo) {
       coll_fail(c, r, FL_ETIMEDOUT, 0,
                 "%s did not arrive at collective #%llu within %.1f s (other ranks are in it)",
                 coll_peer_name(c, r, nm, sizeof(nm)), (unsigned long long)cp->entered + 1,
