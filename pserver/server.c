@@ -130,9 +130,26 @@ struct fl_ps_server {
   atomic_int stopping;
   atomic_int not_serving; /* health: set when the daemon begins to shut down */
   tag t_shutdown;
+  /* Shutdown: the server's notification can come while a worker still
+   * handles a call and is about to start a batch on its queue, and gRPC
+   * aborts on a batch started on a queue already shut down.  The queues
+   * are shut down once both the notification has come and no call is in
+   * use (live: calls taken from the free lists and not yet back), by
+   * whichever thread sees the second of the two. */
+  atomic_int live;
+  atomic_int shut_notified;
+  atomic_int cqs_down;
 };
 
 /* ------------------------------------------------------------ call memory */
+
+/* Shut every worker's queue down once the server's shutdown notification
+ * has come and no call is in use; at most once. */
+static void maybe_shut_queues(fl_ps_server *s) {
+  if (!atomic_load(&s->shut_notified) || atomic_load(&s->live) != 0) return;
+  if (atomic_exchange(&s->cqs_down, 1)) return;
+  for (int i = 0; i < s->nw; i++) grpc_completion_queue_shutdown(s->w[i].cq);
+}
 
 static void call_release(call *c) {
   worker *w = c->w;
@@ -150,6 +167,7 @@ static void call_release(call *c) {
   c->free_next = w->free_list;
   w->free_list = c;
   pthread_mutex_unlock(&w->free_mu);
+  if (atomic_fetch_sub(&w->s->live, 1) == 1) maybe_shut_queues(w->s);
 }
 
 static void call_free(call *c) {
@@ -190,6 +208,7 @@ static void arm(worker *w) {
   grpc_call_details_init(&c->details);
   grpc_metadata_array_init(&c->md);
   atomic_store(&c->refs, 1); /* the request itself */
+  atomic_fetch_add(&w->s->live, 1);
   e = grpc_server_request_call(w->s->srv, &c->gc, &c->details, &c->md, w->cq, w->cq, &c->t_req);
   if (e != GRPC_CALL_OK) {
     FL_LOGE("pserver: grpc_server_request_call failed (%d) on worker %d", (int)e, w->idx);
@@ -796,7 +815,8 @@ static void *worker_main(void *arg) {
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.type != GRPC_OP_COMPLETE) continue;
     if (ev.tag == &s->t_shutdown) {
-      for (int i = 0; i < s->nw; i++) grpc_completion_queue_shutdown(s->w[i].cq);
+      atomic_store(&s->shut_notified, 1);
+      maybe_shut_queues(s);
       continue;
     }
     t = ev.tag;
