@@ -16,3 +16,7 @@ TESTS += tests/integration/test_tier_kill.sh
 # named, checkpoints refused until space is freed, no row lost.
 dist_check_SCRIPTS += tests/integration/test_tier_diskfull.sh
 TESTS += tests/integration/test_tier_diskfull.sh
+# Delta checkpoints with a budget under ulimit -n 64: no descriptor
+# shortage, and the chain restores the rows of the job all in memory.
+dist_check_SCRIPTS += tests/integration/test_tier_nofile.sh
+TESTS += tests/integration/test_tier_nofile.sh
