@@ -25,27 +25,17 @@ PSERVER=$tmp/pserver
 
 # job NAME BUDGET [PSERVER-EXTRA]
 job() { evaluate=false tier_job "$tmp/$1.yaml" "$tmp/$1.ck" "$2" "" "${3:-}"; }
-# run_to_end NAME: the trainers and then the pserver of job NAME ended, 0.
-run_to_end() {
-  wait_exit "$TR0" 60
-  [ "$rc" = 0 ] || fail "$1: trainer 0 ended with exit status $rc"
-  wait_exit "$TR1" 20
-  [ "$rc" = 0 ] || fail "$1: trainer 1 ended with exit status $rc"
-  wait_exit "$PS0" 20
-  [ "$rc" = 0 ] || fail "$1: the pserver ended with exit status $rc"
-}
-last() { ls "$1"/pserver-0/ckpt-*.flc | sort -t- -k2 -n | tail -n 1; }
 
 job mem 0
 ps_job mem "$tmp/mem.yaml" 1 2
-run_to_end mem
-"$DIGEST" "$(last "$tmp/mem.ck")" > "$tmp/mem.digest" 2>&1 || fail "digest mem: $(cat "$tmp/mem.digest")"
+tier_run_to_end mem
+"$DIGEST" "$(tier_last "$tmp/mem.ck")" > "$tmp/mem.digest" 2>&1 || fail "digest mem: $(cat "$tmp/mem.digest")"
 
 n=tier log=$tmp/tier.ps0.log
 job $n 8000 "  checkpoint_interval_steps: 2
   checkpoint_delta: {every: 5}"
 JOB_ENV=FLOTILLA_RUN_ID=$n ps_job $n "$tmp/$n.yaml" 1 2
-run_to_end $n
+tier_run_to_end $n
 hasnt "$log" 'Too many open files|out of file descriptors|cannot open the record' "$n: under ulimit -n $NOFILE"
 has "$log" "checkpoint of step [0-9]+ written to .*/ckpt-[0-9]+\.flc" "$n: a base"
 has "$log" "checkpoint of step [0-9]+ written to .*/delta-[0-9]+\+[0-9]+\.flc" "$n: a delta"
