@@ -49,6 +49,17 @@ static fl_ps_tier *open_store(const char *dir, const char *name) {
   return t;
 }
 
+/* The scratch directory dir (a mkdtemp template) made, base and delta
+ * (PATH_CAP bytes each) the paths of copies there, and a live store
+ * "live" opened there (the caller closes it). */
+#define PATH_CAP 600
+static fl_ps_tier *scratch(char *dir, char *base, char *delta) {
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(base, PATH_CAP, "%s/base", dir);
+  snprintf(delta, PATH_CAP, "%s/delta", dir);
+  return open_store(dir, "live");
+}
+
 /* How many entries dir holds (without . and ..). */
 static int entries(const char *dir) {
   DIR *d = opendir(dir);
@@ -111,17 +122,14 @@ static void make_chain(fl_ps_tier *t, const char *base, const char *delta) {
 }
 
 START_TEST(test_delta_copy_one_file) {
-  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[600], delta[600];
+  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[PATH_CAP], delta[PATH_CAP];
   static const uint64_t all[] = {1, 2, 4, 5, 6, 7, 8}, order[] = {1, 4, 5, 6, 7, 8, 2};
   uint64_t keys[8], got[16];
   fl_ps_tier *t, *r, *c = NULL;
   void *note = NULL;
   size_t nl = 0;
   int n = 0;
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(base, sizeof base, "%s/base", dir);
-  snprintf(delta, sizeof delta, "%s/delta", dir);
-  t = open_store(dir, "live");
+  t = scratch(dir, base, delta);
   make_chain(t, base, delta);
   ck_assert_int_eq(entries(delta), 1); /* delta.sst alone */
   ck_assert_int_eq(fl_ps_tier_check_copy(delta), FL_OK);
@@ -169,14 +177,11 @@ static void copy_file(const char *from, const char *to, long keep, long flip) {
 }
 
 START_TEST(test_delta_copy_damaged_refused) {
-  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[600], delta[600], bad[600], f[700], g[700];
+  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[PATH_CAP], delta[PATH_CAP], bad[600], f[700], g[700];
   struct stat sb;
   fl_ps_tier *t, *c = NULL;
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(base, sizeof base, "%s/base", dir);
-  snprintf(delta, sizeof delta, "%s/delta", dir);
+  t = scratch(dir, base, delta);
   snprintf(bad, sizeof bad, "%s/bad", dir);
-  t = open_store(dir, "live");
   make_chain(t, base, delta);
   fl_ps_tier_close(t);
   snprintf(f, sizeof f, "%s/delta.sst", delta);
@@ -346,17 +351,14 @@ START_TEST(test_delta_copy_record) {
    * demoted: 4 evicted, 5 expired since (their removals in the record):
    * the delta's copy holds 6 alone.  The record goes with each marking
    * checkpoint; a store without deltas writes none. */
-  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[600], delta[600], live[600], away[600];
+  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[PATH_CAP], delta[PATH_CAP], live[600], away[600];
   unsigned char row[LEN];
   uint64_t keys[6] = {1, 2, 3, 4, 5, 6}, key = 0;
   size_t n = 0;
   int all = 0, f = 0, got = 0;
   fl_ps_tier *t, *c = NULL;
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(base, sizeof base, "%s/base", dir);
-  snprintf(delta, sizeof delta, "%s/delta", dir);
+  t = scratch(dir, base, delta);
   snprintf(live, sizeof live, "%s/live", dir);
-  t = open_store(dir, "live");
   for (uint64_t k = 1; k <= 3; k++) put(t, k, 9 + k);
   ck_assert_int_eq(records(live), 1);
   ck_assert_int_eq(fl_ps_tier_checkpoint(t, base, 1), FL_OK);
@@ -435,16 +437,13 @@ START_TEST(test_delta_copy_tables) {
   /* Three tables demote TAB_ROWS rows each, interleaved, after a base;
    * every tenth row is promoted since.  One record file holds them all;
    * the delta's copy holds each table's rows still on disk, no other. */
-  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[600], delta[600], live[600];
+  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[PATH_CAP], delta[PATH_CAP], live[600];
   unsigned char b[LEN];
   static uint64_t keys[TAB_ROWS];
   size_t n = 0;
   fl_ps_tier *t, *c = NULL;
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(base, sizeof base, "%s/base", dir);
-  snprintf(delta, sizeof delta, "%s/delta", dir);
+  t = scratch(dir, base, delta);
   snprintf(live, sizeof live, "%s/live", dir);
-  t = open_store(dir, "live");
   blob(0, b);
   for (uint64_t tab = 1; tab <= TABS; tab++)
     ck_assert_int_eq(fl_ps_tier_put_at(t, tab, 0, b, LEN, 1), FL_OK);
@@ -487,16 +486,13 @@ START_TEST(test_record_no_descriptor) {
   /* The record cannot be opened (no descriptor left): the demotion goes
    * on, the row is on disk, the next delta is refused and the checkpoint
    * after it is a base; then the record starts again. */
-  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[600], delta[600];
+  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[PATH_CAP], delta[PATH_CAP];
   unsigned char b[LEN], row[LEN];
   uint64_t key = 3;
   uint8_t found = 0;
   struct rlimit was, low;
   fl_ps_tier *t;
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(base, sizeof base, "%s/base", dir);
-  snprintf(delta, sizeof delta, "%s/delta", dir);
-  t = open_store(dir, "live");
+  t = scratch(dir, base, delta);
   ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
   low = was;
   low.rlim_cur = lowest_free_fd();
