@@ -1555,14 +1555,9 @@ static void pack_marks(const fl_ps_table *t, int32_t r, unsigned char *b) {
 
 /* The marks of blob b (the load's for layout 0). */
 static void blob_marks(const fl_ps_table *t, const unsigned char *b, int64_t *step, double *time) {
-  uint64_t v;
-  const unsigned char *m = b + t->blob - FL_PS_TIER_MARKS_LEN;
-  memcpy(&v, m, sizeof v);
   *step = t->legacy_step;
   *time = t->legacy_time;
-  if (v == 0) return;
-  memcpy(step, m + 8, sizeof *step);
-  memcpy(time, m + 16, sizeof *time);
+  (void)fl_ps_tier_marks(b + t->blob - FL_PS_TIER_MARKS_LEN, step, time);
 }
 
 static void pack_row(const fl_ps_table *t, int32_t r, unsigned char *b) {
@@ -1870,17 +1865,13 @@ static fl_status tier_dump_merge(const fl_ps_table *t, int has_after, uint64_t a
 }
 
 /* 1 when the disk copy b of row r's key is as new as the memory row or
- * newer: the update count, then the last-seen step, then the time decide
- * (each only grows over a row's life, and a copy equal in all three holds
- * the same bits: values change only by an update). */
+ * newer (fl_ps_tier_disk_newer). */
 static int disk_newer(const fl_ps_table *t, int32_t r, const unsigned char *b) {
   int64_t upd, step;
   double time;
   memcpy(&upd, b, sizeof upd);
   blob_marks(t, b, &step, &time);
-  if (upd != t->meta[r].t) return upd > t->meta[r].t;
-  if (step != t->meta[r].step) return step > t->meta[r].step;
-  return time >= t->meta[r].time;
+  return fl_ps_tier_disk_newer(upd, step, time, t->meta[r].t, t->meta[r].step, t->meta[r].time);
 }
 
 /* The memory rows of keys[0..n) looked up in the store (rows, found, seqs:

@@ -9,13 +9,17 @@
  * copy of an earlier build may hold 'd' keys (a demotion's number, the
  * row id): removed at restore.
  * The rows demoted since the last checkpoint that marks its rows saved,
- * which a delta's copy takes, are a record file per table beside the
- * store (RECORD_FILE): each demotion appends the row's id and value as
- * written, each removal of a row from the store (promotion, eviction,
- * expiry) its id, so the copy reads the record once, in order, instead
- * of looking each row up in the store (random reads, most of a delta's
- * cost); a marking checkpoint or a restore removes the records; a store
- * that takes no deltas (fl_ps_tier_no_deltas) writes none.
+ * which a delta's copy takes, are one record file beside the store
+ * (RECORD_FILE), all tables' alike: each demotion appends the row's id
+ * and value as written, each removal of a row from the store (promotion,
+ * eviction, expiry) its id, into its table's buffer, flushed into the
+ * file as a chunk when full; so the copy reads the record once, in
+ * order, instead of looking each row up in the store (random reads, most
+ * of a delta's cost); a marking checkpoint or a restore removes the
+ * record; a store that takes no deltas (fl_ps_tier_no_deltas) writes none.
+ * Descriptors: the record holds one while it has entries (RECORD_FILES),
+ * whatever the number of tables, and RocksDB's share of RLIMIT_NOFILE
+ * (open_files_cap) is that much smaller.
  * Writes (demotions, removals) gather in a per-table indexed write batch
  * applied as one RocksDB write when it is full or before the table's next
  * read; a batch RocksDB refuses (disk full) stays and is read through.
@@ -71,14 +75,23 @@
  * reads as any copy. */
 #define DELTA_FILE "delta.sst"
 #define DELTA_LAYOUT 2
-/* A table's record of demotions and removals since the last marking
- * checkpoint: <store>/RECORD_FILE with the table's id in hex; entries
- * [u64 id][u64 value bytes, RECORD_REMOVED: a removal][the value: the
- * order sequence big-endian, the row], native byte order (never read by
- * another process). */
-#define RECORD_FILE "demoted-%016llx.rec"
+/* The record of demotions and removals since the last marking
+ * checkpoint, every table's in one file, <store>/RECORD_FILE (a table a
+ * file took 16 descriptors a sparse table: a pserver of several tables
+ * under a low ulimit -n ran out of them): chunks [u64 table id][u64 bytes
+ * of entries][that table's entries], each a table's buffer of
+ * RECORD_BUFFER bytes flushed when full or before a delta's copy, at an
+ * offset taken under the store's record lock; entries [u64 id][u64 value
+ * bytes, RECORD_REMOVED: a removal][the value: the order sequence
+ * big-endian, the row], native byte order (never read by another
+ * process).  A table's chunks lie in its order (its calls come one at a
+ * time); different tables' interleave.  The record is no part of a
+ * checkpoint: a restore starts it afresh. */
+#define RECORD_FILE "demoted.rec"
 #define RECORD_REMOVED UINT64_MAX
 #define RECORD_BUFFER (64u << 10)
+#define RECORD_HEAD 16 /* a chunk's table id and length */
+#define RECORD_FILES 1 /* descriptors the tier keeps open besides RocksDB's */
 
 /* A blocked Bloom filter of a table's row ids on disk: a 512-bit block
  * per id, FILTER_PROBES bits in it.  Ids are added, never removed (a
@@ -102,13 +115,14 @@ typedef struct tier_table {
   rocksdb_writebatch_t *pend; /* writes not yet applied */
   _Atomic size_t pend_bytes;
   rocksdb_writebatch_wi_t *stuck; /* writes RocksDB refused (NULL: none), read through */
-  FILE *rec;   /* the record of demotions and removals (NULL: none yet) */
-  _Atomic int rec_bad; /* an entry was lost: the next delta's copy is refused */
+  unsigned char *rbuf; /* RECORD_HEAD, then entries not yet in the record (NULL: none yet) */
+  size_t rlen, rcap;   /* bytes of entries in rbuf, room for them */
 } tier_table;
 
 struct fl_ps_tier {
   char path[4096];
   size_t budget, pend_cap;
+  int max_files; /* RocksDB's max_open_files (open_files_cap at the open) */
   rocksdb_t *db;
   rocksdb_column_family_handle_t *cf;
   rocksdb_options_t *opt;
@@ -122,6 +136,10 @@ struct fl_ps_tier {
   tier_table tables[MAX_TIER_TABLES];
   _Atomic int n_tables;
   _Atomic uint64_t hits, misses, promotions, demotions, write_errors;
+  pthread_mutex_t rec_mu; /* guards rec_fd and rec_end */
+  int rec_fd;             /* the record of demotions and removals (-1: none yet) */
+  off_t rec_end;          /* its length, the chunks flushed and being flushed */
+  _Atomic int rec_bad;    /* an entry was lost: the next delta's copy is refused */
   int scratch; /* a store made to read a delta's copy: removed at close */
 };
 
@@ -204,10 +222,7 @@ const char *fl_ps_tier_path(const fl_ps_tier *t) { return t->path; }
 void fl_ps_tier_no_deltas(fl_ps_tier *t) { t->no_deltas = 1; }
 
 int fl_ps_tier_delta_ok(const fl_ps_tier *t) {
-  int n = atomic_load(&t->n_tables);
-  for (int i = 0; i < n; i++)
-    if (atomic_load(&t->tables[i].rec_bad)) return 0;
-  return !t->no_deltas;
+  return !t->no_deltas && !atomic_load(&t->rec_bad);
 }
 
 /* The entry of table (added on first use). */
@@ -228,8 +243,8 @@ static tier_table *table_of(fl_ps_tier *t, uint64_t table) {
     e->pend = rocksdb_writebatch_create();
     e->pend_bytes = 0;
     e->stuck = NULL;
-    e->rec = NULL;
-    e->rec_bad = 0;
+    e->rbuf = NULL;
+    e->rlen = e->rcap = 0;
     (void)filter_size(&e->f, FILTER_MIN_IDS);
     atomic_store(&t->n_tables, n + 1);
   }
@@ -237,48 +252,126 @@ static tier_table *table_of(fl_ps_tier *t, uint64_t table) {
   return e;
 }
 
-static void record_path(const fl_ps_tier *t, const tier_table *e, char *p, size_t cap) {
-  snprintf(p, cap, "%s/" RECORD_FILE, t->path, (unsigned long long)e->id);
+/* The SST files RocksDB may hold open: a quarter of the descriptors the
+ * process may open (RLIMIT_NOFILE, which the daemons raise to its hard
+ * limit at start) less the RECORD_FILES the tier keeps open itself, so
+ * that the disk tier never takes the descriptors gRPC needs for its
+ * connections; at least ROCKSDB_MIN_OPEN_FILES (RocksDB raises a smaller
+ * setting to that).  RocksDB also holds a few files outside that share
+ * (LOCK, MANIFEST, LOG, a flush's and a compaction's output). */
+#define ROCKSDB_MIN_OPEN_FILES 20
+static int open_files_cap(void) {
+  struct rlimit rl;
+  rlim_t n = 256;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) n = rl.rlim_cur / 4;
+  n = n > RECORD_FILES ? n - RECORD_FILES : 0;
+  return n < ROCKSDB_MIN_OPEN_FILES ? ROCKSDB_MIN_OPEN_FILES : n > 65536 ? 65536 : (int)n;
 }
 
-/* Append to e's record (opened on first use) the demotion of row key
- * with the value sq (SEQ_LEN bytes) and row (len bytes), or with sq NULL
- * its removal from the store.  A failure is logged once (until the next
+static void record_path(const fl_ps_tier *t, char *p, size_t cap) {
+  snprintf(p, cap, "%s/" RECORD_FILE, t->path);
+}
+
+/* The record lost an entry of table (what says how, err the errno): the
+ * next delta's copy is refused; logged once until the next marking
+ * checkpoint, with the descriptor limit when that was the cause. */
+static void record_lost(fl_ps_tier *t, uint64_t table, const char *what, int err) {
+  char p[4200], lim[160] = "";
+  struct rlimit rl;
+  if (atomic_exchange(&t->rec_bad, 1)) return;
+  record_path(t, p, sizeof p);
+  if ((err == EMFILE || err == ENFILE) && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+    snprintf(lim, sizeof lim, " (out of descriptors: RLIMIT_NOFILE %llu, RocksDB may hold %d of "
+             "them; raise ulimit -n)", (unsigned long long)rl.rlim_cur, t->max_files);
+  (void)FL_ERR(FL_EIO, "disk tier %s: cannot %s the record of demoted rows %s (table %016llx): "
+               "%s%s; no row is lost, but the next checkpoint cannot be a delta and is taken "
+               "whole", t->path, what, p, (unsigned long long)table, strerror(err), lim);
+}
+
+/* The record file opened (created empty) unless it is; 0 when that
+ * failed (logged, the record lost). */
+static int record_open(fl_ps_tier *t, uint64_t table) {
+  char p[4200];
+  int err = 0;
+  pthread_mutex_lock(&t->rec_mu);
+  if (t->rec_fd < 0) {
+    record_path(t, p, sizeof p);
+    t->rec_fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    err = t->rec_fd < 0 ? errno : 0;
+    t->rec_end = 0;
+  }
+  pthread_mutex_unlock(&t->rec_mu);
+  if (err) record_lost(t, table, "open", err);
+  return !err;
+}
+
+/* e's buffered entries appended to the record as one chunk (the buffer
+ * emptied); a failure is logged and loses the record. */
+static void record_flush(fl_ps_tier *t, tier_table *e) {
+  size_t n = RECORD_HEAD + e->rlen, done = 0;
+  uint64_t head[2] = {e->id, e->rlen};
+  off_t at;
+  if (!e->rlen) return;
+  e->rlen = 0;
+  if (atomic_load(&t->rec_bad)) return;
+  memcpy(e->rbuf, head, sizeof head);
+  pthread_mutex_lock(&t->rec_mu);
+  at = t->rec_end;
+  t->rec_end += (off_t)n;
+  pthread_mutex_unlock(&t->rec_mu);
+  while (done < n) {
+    ssize_t k = pwrite(t->rec_fd, e->rbuf + done, n - done, at + (off_t)done);
+    if (k <= 0) {
+      record_lost(t, e->id, "write", k < 0 ? errno : ENOSPC);
+      return;
+    }
+    done += (size_t)k;
+  }
+}
+
+/* Append to the record, through e's buffer, the demotion of row key with
+ * the value sq (SEQ_LEN bytes) and row (len bytes), or with sq NULL its
+ * removal from the store.  The file is opened by the first entry since
+ * the last marking checkpoint.  A failure is logged once (until the next
  * marking checkpoint) and refuses the next delta's copy; the demotion
  * itself goes on. */
 static void record(fl_ps_tier *t, tier_table *e, uint64_t key, const unsigned char *sq,
                    const void *row, size_t len) {
   uint64_t head[2] = {key, sq ? SEQ_LEN + (uint64_t)len : RECORD_REMOVED};
-  char p[4200];
-  int ok;
-  if (t->no_deltas || e->rec_bad) return;
-  if (!e->rec) {
-    record_path(t, e, p, sizeof p);
-    if ((e->rec = fopen(p, "w+b")) != NULL) setvbuf(e->rec, NULL, _IOFBF, RECORD_BUFFER);
+  size_t n = sizeof head + (sq ? SEQ_LEN + len : 0);
+  unsigned char *p;
+  if (t->no_deltas || atomic_load(&t->rec_bad)) return;
+  if (e->rlen + n > e->rcap) record_flush(t, e);
+  if (n > e->rcap) {
+    size_t cap = n > RECORD_BUFFER ? n : RECORD_BUFFER;
+    if (!(p = realloc(e->rbuf, RECORD_HEAD + cap))) {
+      record_lost(t, e->id, "buffer", ENOMEM);
+      return;
+    }
+    e->rbuf = p;
+    e->rcap = cap;
   }
-  ok = e->rec && fwrite(head, sizeof head, 1, e->rec) == 1 &&
-       (!sq || (fwrite(sq, SEQ_LEN, 1, e->rec) == 1 && (!len || fwrite(row, len, 1, e->rec) == 1)));
-  if (ok) return;
-  e->rec_bad = 1;
-  record_path(t, e, p, sizeof p);
-  (void)FL_ERR(FL_EIO, "disk tier %s: cannot write the record of demoted rows %s: %s (disk "
-               "full?); the next checkpoint cannot be a delta and is taken whole", t->path, p,
-               strerror(errno));
+  if (!e->rlen && !record_open(t, e->id)) return;
+  p = e->rbuf + RECORD_HEAD + e->rlen;
+  memcpy(p, head, sizeof head);
+  if (sq) memcpy(p + sizeof head, sq, SEQ_LEN);
+  if (len) memcpy(p + sizeof head + SEQ_LEN, row, len);
+  e->rlen += n;
 }
 
-/* Every table's record closed and removed: none demoted since now. */
+/* The record closed and removed, every table's buffer emptied: none
+ * demoted since now. */
 static void drop_records(fl_ps_tier *t) {
   char p[4200];
-  for (int i = 0; i < atomic_load(&t->n_tables); i++) {
-    tier_table *e = &t->tables[i];
-    if (e->rec) {
-      fclose(e->rec);
-      record_path(t, e, p, sizeof p);
-      (void)unlink(p);
-    }
-    e->rec = NULL;
-    e->rec_bad = 0;
+  for (int i = 0; i < atomic_load(&t->n_tables); i++) t->tables[i].rlen = 0;
+  if (t->rec_fd >= 0) {
+    close(t->rec_fd);
+    record_path(t, p, sizeof p);
+    (void)unlink(p);
   }
+  t->rec_fd = -1;
+  t->rec_end = 0;
+  atomic_store(&t->rec_bad, 0);
 }
 
 /* Remove dir and the files in it (the store is flat). */
@@ -375,17 +468,6 @@ static void set_table_options(fl_ps_tier *t, size_t cache) {
   rocksdb_options_set_block_based_table_factory(t->opt, t->bbo);
 }
 
-/* The SST files RocksDB may hold open: a quarter of the descriptors the
- * process may open (RLIMIT_NOFILE, which the daemons raise to its hard
- * limit at start), so that a store of many files never takes the
- * descriptors gRPC needs for its connections; at least 64. */
-static int open_files_cap(void) {
-  struct rlimit rl;
-  rlim_t n = 256;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) n = rl.rlim_cur / 4;
-  return n < 64 ? 64 : n > 65536 ? 65536 : (int)n;
-}
-
 #define ROCKSDB_FATAL_LEVEL 4 /* rocksdb::InfoLogLevel::FATAL_LEVEL: no name in the C API */
 static void set_options(fl_ps_tier *t) {
   size_t cache = t->budget / FL_TIER_CACHE_SHARE, mt = t->budget / FL_TIER_MEMTABLE_SHARE;
@@ -401,7 +483,8 @@ static void set_options(fl_ps_tier *t) {
   rocksdb_options_set_memtable_prefix_bloom_size_ratio(t->opt, 0.05);
   rocksdb_options_set_memtable_whole_key_filtering(t->opt, 1);
   rocksdb_options_set_compression(t->opt, rocksdb_no_compression);
-  rocksdb_options_set_max_open_files(t->opt, open_files_cap());
+  t->max_files = open_files_cap();
+  rocksdb_options_set_max_open_files(t->opt, t->max_files);
   /* The info LOG lives on the store's disk: on a full disk RocksDB's
    * error handler writes to it after a failed flush, and librocksdb 7.8
    * aborts the process when that write fails too (an assertion in its
@@ -439,6 +522,8 @@ static fl_status tier_new(const char *dir, size_t budget, fl_ps_tier **out) {
   snprintf(t->path, sizeof t->path, "%s", dir);
   t->budget = budget;
   pthread_mutex_init(&t->mu, NULL);
+  pthread_mutex_init(&t->rec_mu, NULL);
+  t->rec_fd = -1;
   set_options(t);
   *out = t;
   return FL_OK;
@@ -468,6 +553,7 @@ void fl_ps_tier_close(fl_ps_tier *t) {
     rocksdb_writebatch_destroy(t->tables[i].pend);
     if (t->tables[i].stuck) rocksdb_writebatch_wi_destroy(t->tables[i].stuck);
     free(t->tables[i].f.w);
+    free(t->tables[i].rbuf);
   }
   rocksdb_readoptions_destroy(t->ro);
   rocksdb_writeoptions_destroy(t->wo);
@@ -475,6 +561,7 @@ void fl_ps_tier_close(fl_ps_tier *t) {
   rocksdb_block_based_options_destroy(t->bbo);
   rocksdb_cache_destroy(t->cache);
   pthread_mutex_destroy(&t->mu);
+  pthread_mutex_destroy(&t->rec_mu);
   free(t);
 }
 
@@ -1258,17 +1345,18 @@ static fl_status batch_remove(fl_ps_tier *t, const unsigned char *rk, rocksdb_wr
 #define CHAIN_BATCH 4096 /* rows a write of a delta's replay */
 
 /* A row demoted since the last marking checkpoint and still on disk: its
- * id, its order sequence there and its value in the table's record
- * (mapped; written as is); at, its entry's place in the record. */
+ * table, id, order sequence there and value in the record (mapped;
+ * written as is); at, its entry's place in the record. */
 typedef struct demoted {
-  uint64_t id, seq;
+  uint64_t tab, id, seq;
   const char *v; /* NULL: removed since */
   size_t vn, at;
 } demoted;
 
-/* Id, then the record's order (a row's last entry last). */
+/* Table, id, then the record's order (a row's last entry last). */
 static int cmp_demoted_id(const void *pa, const void *pb) {
   const demoted *a = pa, *b = pb;
+  if (a->tab != b->tab) return a->tab < b->tab ? -1 : 1;
   if (a->id != b->id) return a->id < b->id ? -1 : 1;
   return (a->at > b->at) - (a->at < b->at);
 }
@@ -1278,35 +1366,31 @@ static int cmp_demoted_seq(const void *pa, const void *pb) {
   return a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 
-/* A table's record mapped into memory (len bytes; NULL when empty). */
+/* The record mapped into memory (len bytes; NULL when empty). */
 typedef struct record_map {
   void *p;
   size_t len;
 } record_map;
 
-/* e's record flushed and mapped into *m. */
-static fl_status map_record(fl_ps_tier *t, tier_table *e, record_map *m) {
-  struct stat sb;
+/* The record, every table's buffer flushed into it, mapped into *m. */
+static fl_status map_record(fl_ps_tier *t, record_map *m) {
   char p[4200];
   m->p = NULL;
   m->len = 0;
-  if (e->rec_bad)
+  for (int i = 0; i < atomic_load(&t->n_tables); i++) record_flush(t, &t->tables[i]);
+  if (atomic_load(&t->rec_bad))
     return FL_ERR(FL_EIO, "disk tier %s: the record of the rows demoted since the last "
                   "checkpoint is incomplete (logged when it failed): take a whole checkpoint",
                   t->path);
-  if (!e->rec) return FL_OK;
-  record_path(t, e, p, sizeof p);
-  if (fflush(e->rec) != 0 || fstat(fileno(e->rec), &sb) != 0)
-    return FL_ERR(FL_EIO, "disk tier %s: cannot write the record of demoted rows %s: %s (disk "
-                  "full?); take a whole checkpoint", t->path, p, strerror(errno));
-  if (sb.st_size == 0) return FL_OK;
-  m->p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fileno(e->rec), 0);
+  if (t->rec_fd < 0 || t->rec_end == 0) return FL_OK;
+  m->p = mmap(NULL, (size_t)t->rec_end, PROT_READ, MAP_PRIVATE, t->rec_fd, 0);
   if (m->p == MAP_FAILED) {
     m->p = NULL;
+    record_path(t, p, sizeof p);
     return FL_ERR(FL_EIO, "disk tier %s: cannot map the record of demoted rows %s: %s", t->path,
                   p, strerror(errno));
   }
-  m->len = (size_t)sb.st_size;
+  m->len = (size_t)t->rec_end;
   return FL_OK;
 }
 
@@ -1315,46 +1399,67 @@ static void unmap_record(record_map *m) {
   m->p = NULL;
 }
 
+/* The entries of one chunk of table tab, p to end, appended to *l (*n of
+ * them, *cap room); FL_ECORRUPT (not logged) when they do not fit the
+ * chunk. */
+static fl_status parse_chunk(const fl_ps_tier *t, uint64_t tab, const char *p, const char *end,
+                               demoted **l, size_t *n, size_t *cap) {
+  while (p < end) {
+    uint64_t head[2];
+    if ((size_t)(end - p) < sizeof head) return FL_ECORRUPT;
+    memcpy(head, p, sizeof head);
+    p += sizeof head;
+    if (head[1] != RECORD_REMOVED && (head[1] < SEQ_LEN || head[1] > (uint64_t)(end - p)))
+      return FL_ECORRUPT;
+    if (*n == *cap) {
+      demoted *q = realloc(*l, (*cap = *cap ? 2 * *cap : 1024) * sizeof *q);
+      if (!q)
+        return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory for %zu demoted rows", t->path, *n);
+      *l = q;
+    }
+    (*l)[*n] = (demoted){.tab = tab, .id = head[0], .at = *n};
+    if (head[1] != RECORD_REMOVED) {
+      (*l)[*n].v = p;
+      (*l)[*n].vn = (size_t)head[1];
+      (*l)[*n].seq = get_be64((const unsigned char *)p);
+      p += head[1];
+    }
+    (*n)++;
+  }
+  return FL_OK;
+}
+
 /* The entries of the record m into *l (*n of them, in order; the caller
  * frees *l). */
 static fl_status parse_record(const fl_ps_tier *t, const record_map *m, demoted **l, size_t *n) {
   const char *p = m->p, *end = p + m->len;
   size_t cap = 0;
-  for (*n = 0; p < end; (*n)++) {
+  fl_status st = FL_OK;
+  for (*n = 0; p && p < end;) {
     uint64_t head[2];
     if ((size_t)(end - p) < sizeof head) break;
     memcpy(head, p, sizeof head);
+    if (head[1] > (uint64_t)(end - p) - sizeof head) break;
     p += sizeof head;
-    if (head[1] != RECORD_REMOVED && (head[1] < SEQ_LEN || head[1] > (uint64_t)(end - p))) break;
-    if (*n == cap) {
-      demoted *q = realloc(*l, (cap = cap ? 2 * cap : 1024) * sizeof *q);
-      if (!q)
-        return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory for %zu demoted rows", t->path, *n);
-      *l = q;
-    }
-    (*l)[*n] = (demoted){.id = head[0], .at = *n};
-    if (head[1] == RECORD_REMOVED) continue;
-    (*l)[*n].v = p;
-    (*l)[*n].vn = (size_t)head[1];
-    (*l)[*n].seq = get_be64((const unsigned char *)p);
+    if ((st = parse_chunk(t, head[0], p, p + head[1], l, n, &cap)) != FL_OK) break;
     p += head[1];
   }
   if (p == end) return FL_OK;
+  if (st == FL_ENOMEM) return st;
   return FL_ERR(FL_ECORRUPT, "disk tier %s: the record of demoted rows is cut short after %zu "
                 "entries: take a whole checkpoint", t->path, *n);
 }
 
-/* *l: the rows of e demoted since the last marking checkpoint and still
- * on disk (each once, as its record's last entry has it), ids
+/* *l: the rows demoted since the last marking checkpoint and still on
+ * disk (each once, as its record's last entry has it), tables and ids
  * ascending, their values in m (mapped here; the caller unmaps it and
  * frees *l). */
-static fl_status list_demoted(fl_ps_tier *t, tier_table *e, record_map *m, demoted **l,
-                              size_t *n) {
+static fl_status list_demoted(fl_ps_tier *t, record_map *m, demoted **l, size_t *n) {
   size_t k = 0;
   fl_status st;
   *l = NULL;
   *n = 0;
-  FL_TRY(map_record(t, e, m));
+  FL_TRY(map_record(t, m));
   st = parse_record(t, m, l, n);
   if (st != FL_OK) {
     free(*l);
@@ -1364,7 +1469,9 @@ static fl_status list_demoted(fl_ps_tier *t, tier_table *e, record_map *m, demot
   }
   if (*n) qsort(*l, *n, sizeof **l, cmp_demoted_id);
   for (size_t i = 0; i < *n; i++) /* a row's last entry, when not a removal */
-    if ((i + 1 == *n || (*l)[i + 1].id != (*l)[i].id) && (*l)[i].v) (*l)[k++] = (*l)[i];
+    if ((i + 1 == *n || (*l)[i + 1].id != (*l)[i].id || (*l)[i + 1].tab != (*l)[i].tab) &&
+        (*l)[i].v)
+      (*l)[k++] = (*l)[i];
   *n = k;
   return FL_OK;
 }
@@ -1375,9 +1482,10 @@ typedef struct delta_out {
   rocksdb_sstfilewriter_t *w;
   const char *path;
   tier_table **tabs; /* the tables, ids ascending */
-  demoted **rows;    /* each table's rows, ids ascending */
+  demoted **rows;    /* each table's rows (in all), ids ascending */
   size_t *nrows;
-  record_map *maps; /* each table's record, holding its rows' values */
+  demoted *all;   /* every table's rows, tables and ids ascending */
+  record_map map; /* the record, holding the rows' values */
 } delta_out;
 
 /* FL_EIO (logged) for a refused add or finish of o's file (err freed). */
@@ -1472,30 +1580,31 @@ static fl_status sync_dir(const char *dir) {
 
 /* Into o: the tables of t (ids ascending) and each one's demoted rows. */
 static fl_status gather_demoted(fl_ps_tier *t, delta_out *o, size_t nt) {
-  fl_status st = FL_OK;
+  size_t n = 0, j = 0;
   o->tabs = calloc(nt ? nt : 1, sizeof *o->tabs);
   o->rows = calloc(nt ? nt : 1, sizeof *o->rows);
   o->nrows = calloc(nt ? nt : 1, sizeof *o->nrows);
-  o->maps = calloc(nt ? nt : 1, sizeof *o->maps);
-  if (!o->tabs || !o->rows || !o->nrows || !o->maps)
+  if (!o->tabs || !o->rows || !o->nrows)
     return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory for a delta copy", t->path);
   for (size_t i = 0; i < nt; i++) o->tabs[i] = &t->tables[i];
   if (nt) qsort(o->tabs, nt, sizeof *o->tabs, cmp_table_id);
-  for (size_t i = 0; st == FL_OK && i < nt; i++)
-    st = list_demoted(t, o->tabs[i], &o->maps[i], &o->rows[i], &o->nrows[i]);
-  return st;
+  FL_TRY(list_demoted(t, &o->map, &o->all, &n));
+  for (size_t i = 0; i < nt; i++) { /* the record's tables are t's */
+    size_t from = j;
+    while (j < n && o->all[j].tab == o->tabs[i]->id) j++;
+    o->rows[i] = j > from ? o->all + from : NULL;
+    o->nrows[i] = j - from;
+  }
+  return FL_OK;
 }
 
-/* What gather_demoted took for o's nt tables. */
-static void release_demoted(delta_out *o, size_t nt) {
-  for (size_t i = 0; i < nt; i++) {
-    if (o->rows) free(o->rows[i]);
-    if (o->maps) unmap_record(&o->maps[i]);
-  }
+/* What gather_demoted took for o. */
+static void release_demoted(delta_out *o) {
+  free(o->all);
+  unmap_record(&o->map);
   free(o->tabs);
   free(o->rows);
   free(o->nrows);
-  free(o->maps);
 }
 
 fl_status fl_ps_tier_checkpoint_delta(fl_ps_tier *t, const char *dir) {
@@ -1521,7 +1630,7 @@ fl_status fl_ps_tier_checkpoint_delta(fl_ps_tier *t, const char *dir) {
   }
   rocksdb_sstfilewriter_destroy(o.w);
   rocksdb_envoptions_destroy(eo);
-  release_demoted(&o, nt);
+  release_demoted(&o);
   if (st == FL_OK) st = sync_dir(dir);
   if (st == FL_OK) st = forget_demoted(t);
   return st;

@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "fl_status.h"
 
@@ -22,6 +23,33 @@ typedef struct fl_ps_tier fl_ps_tier;
  * caller's layout); a value written before they existed is that much
  * shorter and reads with them zero, which the caller takes as "no marks". */
 #define FL_PS_TIER_MARKS_LEN 24
+
+/* The marks m (FL_PS_TIER_MARKS_LEN bytes: a nonzero word when set, the
+ * last-seen step, the last-seen time) into *step and *time; 0, both left
+ * as they are, when m holds none. */
+static inline int fl_ps_tier_marks(const unsigned char *m, int64_t *step, double *time) {
+  uint64_t v;
+  memcpy(&v, m, sizeof v);
+  if (v == 0) return 0;
+  memcpy(step, m + 8, sizeof *step);
+  memcpy(time, m + 16, sizeof *time);
+  return 1;
+}
+
+/* Of a row held in both tiers (after a full disk: a promotion whose
+ * removal from the store failed), the copy a load keeps: 1 when the disk
+ * copy (update count upd, last-seen step and time) is as new as the
+ * memory copy (mupd, mstep, mtime) or newer.  The update count, then the
+ * step, then the time decide (each only grows over a row's life, and
+ * copies equal in all three hold the same bits: values change only by an
+ * update).  The one rule of the pserver's load (sparse.c) and of
+ * ps_rows_digest. */
+static inline int fl_ps_tier_disk_newer(int64_t upd, int64_t step, double time, int64_t mupd,
+                                        int64_t mstep, double mtime) {
+  if (upd != mupd) return upd > mupd;
+  if (step != mstep) return step > mstep;
+  return time >= mtime;
+}
 
 /* Counters of a tier (all tables). */
 typedef struct fl_ps_tier_stats {

@@ -4,7 +4,11 @@
  * one, from the disk tier's copy beside it (<file>.tier, read with
  * RocksDB), sorted by id; and the dense records.  Two runs with and
  * without pserver.memory_budget print the same lines when they hold the
- * same bits (test_tier.sh).
+ * same bits (test_tier.sh).  A row in both tiers (possible after a full
+ * disk: a promotion whose removal from the store failed) counts once, the
+ * copy a load keeps (fl_ps_tier_disk_newer, the pserver's own rule, on
+ * the update counts and last-seen marks of both copies); one whose disk
+ * copy has no marks (a store of a build before them) is refused.
  *   ps_rows_digest CKPT_FILE */
 #include <config.h>
 
@@ -16,13 +20,19 @@
 
 #include "fl_ckpt.h"
 #include "fl_ps_layout.h"
+#include "tier_rocks.h"
 
 #define MAX_ROWS (1u << 22)
 #define STRIPES 16
 
+/* A row of either tier: its blob ([update count][values][state]), its
+ * last-seen marks when it has them, and where it came from. */
 typedef struct row {
   uint64_t key;
   unsigned char *blob;
+  int64_t step;
+  double time;
+  int marks, disk;
 } row;
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
@@ -62,9 +72,10 @@ static void tier_rows(rocksdb_t *db, const char *name, size_t blob, row *rows, s
     for (unsigned s = 0; s < STRIPES; s++) mine |= get_be64(k + 1) == ids[s];
     /* [sequence][blob][24 bytes of last-seen marks, layout 1; none before] */
     if (!mine || (vl != 8 + blob && vl != 8 + blob + 24) || *n == MAX_ROWS) continue;
-    rows[*n].key = get_be64(k + 9);
-    rows[*n].blob = malloc(blob);
+    rows[*n] = (row){.key = get_be64(k + 9), .blob = malloc(blob), .disk = 1};
     memcpy(rows[*n].blob, v + 8, blob);
+    if (vl == 8 + blob + FL_PS_TIER_MARKS_LEN)
+      rows[*n].marks = fl_ps_tier_marks(v + 8 + blob, &rows[*n].step, &rows[*n].time);
     (*n)++;
   }
   rocksdb_iter_destroy(it);
@@ -78,40 +89,70 @@ static const fl_ckpt_record *rec(const fl_ckpt *ck, const char *t, const char *s
   return fl_ckpt_find(ck, name, r) == FL_OK ? r : NULL;
 }
 
+/* Of two copies x and y of one row (x before y by key), the one a load
+ * keeps into *keep; 1 (said) when that cannot be told. */
+static int newer(const char *t, const row *x, const row *y, const row **keep) {
+  const row *d = x->disk ? x : y, *m = x->disk ? y : x;
+  int64_t du, mu;
+  if (x->disk == y->disk || !d->marks || !m->marks) {
+    fprintf(stderr, "table %s: row %" PRIu64 " twice %s\n", t, x->key,
+            x->disk == y->disk ? "in one tier" : "in both tiers, a copy without last-seen marks");
+    return 1;
+  }
+  memcpy(&du, d->blob, sizeof du);
+  memcpy(&mu, m->blob, sizeof mu);
+  *keep = fl_ps_tier_disk_newer(du, d->step, d->time, mu, m->step, m->time) ? d : m;
+  return 0;
+}
+
 /* One table: its rows from the file, then the tier's; sorted; printed. */
 static int table(const fl_ckpt *ck, rocksdb_t *db, const char *t, row *rows) {
-  fl_ckpt_record rk, rs, rv, r1, r2;
-  const fl_ckpt_record *a, *b;
-  size_t n = 0, nf, d, sl = 0, blob;
+  fl_ckpt_record rk, rs, rv, r1, r2, rss, rst;
+  const fl_ckpt_record *a, *b, *ss, *st;
+  size_t n = 0, nf, d, sl = 0, blob, both = 0;
   uint64_t h = 1469598103934665603ULL;
+  int bad = 0;
   if (!rec(ck, t, "keys", &rk) || !rec(ck, t, "steps", &rs) || !rec(ck, t, "values", &rv))
     return 1;
   a = rec(ck, t, "state1", &r1);
   b = rec(ck, t, "state2", &r2);
+  ss = rec(ck, t, "seen_step", &rss);
+  st = rec(ck, t, "seen_time", &rst);
   nf = (size_t)rk.shape[0];
   d = (size_t)rv.shape[1];
   if (a) sl = (size_t)a->shape[1];
   blob = 8 + (d + (a ? sl : 0) + (b ? sl : 0)) * 4;
   for (size_t i = 0; i < nf && n < MAX_ROWS; i++, n++) {
-    unsigned char *p = rows[n].blob = malloc(blob);
-    rows[n].key = ((const uint64_t *)rk.data)[i];
+    unsigned char *p = malloc(blob);
+    rows[n] = (row){.key = ((const uint64_t *)rk.data)[i], .blob = p, .marks = ss && st};
+    if (ss && st) {
+      rows[n].step = ((const int64_t *)ss->data)[i];
+      rows[n].time = ((const double *)st->data)[i];
+    }
     memcpy(p, (const int64_t *)rs.data + i, 8);
     memcpy(p + 8, (const float *)rv.data + i * d, d * 4);
     if (a) memcpy(p + 8 + d * 4, (const float *)a->data + i * sl, sl * 4);
     if (b) memcpy(p + 8 + (d + sl) * 4, (const float *)b->data + i * sl, sl * 4);
   }
   if (db) tier_rows(db, t, blob, rows, &n);
-  if (db) printf("tier %s: %zu of its rows on disk\n", t, n - nf);
   qsort(rows, n, sizeof *rows, by_key);
-  for (size_t i = 0; i < n; i++) {
-    if (i && rows[i].key == rows[i - 1].key) {
-      fprintf(stderr, "table %s: row %" PRIu64 " in both tiers\n", t, rows[i].key);
-      return 1;
+  for (size_t i = 0; i < n && !bad; i++) {
+    const row *keep = &rows[i];
+    if (i + 1 < n && rows[i + 1].key == rows[i].key) {
+      bad = newer(t, &rows[i], &rows[i + 1], &keep);
+      both++;
+      i++;
     }
-    h = fnv(fnv(h, &rows[i].key, 8), rows[i].blob, blob);
+    h = fnv(fnv(h, &keep->key, 8), keep->blob, blob);
   }
   for (size_t i = 0; i < n; i++) free(rows[i].blob);
-  printf("sparse %s: %zu rows, digest %016" PRIx64 "\n", t, n, h);
+  if (bad) return 1;
+  if (db && both)
+    printf("tier %s: %zu of its rows on disk, %zu of them also in the file (the newer copy "
+           "kept)\n", t, n - nf, both);
+  else if (db)
+    printf("tier %s: %zu of its rows on disk\n", t, n - nf);
+  printf("sparse %s: %zu rows, digest %016" PRIx64 "\n", t, n - both, h);
   return 0;
 }
 

@@ -40,9 +40,8 @@ job mem 0
 job tier 8000
 run mem
 run tier
-last() { ls "$1"/pserver-0/ckpt-*.flc | sort -t- -k2 -n | tail -n 1; }
-"$DIGEST" "$(last "$tmp/mem.ck")" > "$tmp/mem.digest" || { echo "FAIL: digest mem"; exit 1; }
-"$DIGEST" "$(last "$tmp/tier.ck")" > "$tmp/tier.digest" || { echo "FAIL: digest tier"; exit 1; }
+"$DIGEST" "$(tier_last "$tmp/mem.ck")" > "$tmp/mem.digest" || { echo "FAIL: digest mem"; exit 1; }
+"$DIGEST" "$(tier_last "$tmp/tier.ck")" > "$tmp/tier.digest" || { echo "FAIL: digest tier"; exit 1; }
 cat "$tmp/tier.digest"
 if ! grep -q "^tier ctr.emb: [0-9]\{4,\} of its rows on disk" "$tmp/tier.digest"; then
   echo "FAIL: the budgeted run kept its rows in memory"
@@ -61,8 +60,8 @@ job amem 0 "$ae"
 job atier 8000 "$ae"
 run amem 1
 run atier 1
-"$DIGEST" "$(last "$tmp/amem.ck")" > "$tmp/amem.digest" || { echo "FAIL: digest amem"; exit 1; }
-"$DIGEST" "$(last "$tmp/atier.ck")" > "$tmp/atier.digest" || { echo "FAIL: digest atier"; exit 1; }
+"$DIGEST" "$(tier_last "$tmp/amem.ck")" > "$tmp/amem.digest" || { echo "FAIL: digest amem"; exit 1; }
+"$DIGEST" "$(tier_last "$tmp/atier.ck")" > "$tmp/atier.digest" || { echo "FAIL: digest atier"; exit 1; }
 cat "$tmp/amem.digest" "$tmp/atier.digest"
 if ! grep -q "^tier ctr.emb: [0-9]\{3,\} of its rows on disk" "$tmp/atier.digest"; then
   echo "FAIL: the budgeted run with admission kept its rows in memory"

@@ -3,6 +3,7 @@
 # same job all in memory (ps_rows_digest of the pservers' checkpoints).
 noinst_PROGRAMS += tests/integration/ps_rows_digest
 tests_integration_ps_rows_digest_SOURCES = tests/integration/ps_rows_digest.c
+tests_integration_ps_rows_digest_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/pserver
 tests_integration_ps_rows_digest_CFLAGS = $(AM_CFLAGS) $(FL_DEP_CFLAGS) $(ROCKSDB_CFLAGS)
 tests_integration_ps_rows_digest_LDADD = $(FL_LIBS) $(ROCKSDB_LIBS)
 dist_check_SCRIPTS += tests/integration/test_tier.sh
@@ -16,3 +17,7 @@ TESTS += tests/integration/test_tier_kill.sh
 # named, checkpoints refused until space is freed, no row lost.
 dist_check_SCRIPTS += tests/integration/test_tier_diskfull.sh
 TESTS += tests/integration/test_tier_diskfull.sh
+# Delta checkpoints with a budget under ulimit -n 64: no descriptor
+# shortage, and the chain restores the rows of the job all in memory.
+dist_check_SCRIPTS += tests/integration/test_tier_nofile.sh
+TESTS += tests/integration/test_tier_nofile.sh

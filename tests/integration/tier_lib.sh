@@ -1,5 +1,5 @@
-# tier_lib.sh - sourced by test_tier.sh and test_tier_kill.sh: the CTR job
-# of the disk tier's tests.
+# tier_lib.sh - sourced by the disk tier's tests (test_tier*.sh): the CTR
+# job they run and what they do with it.
 #
 # tier_job FILE CKDIR BUDGET [SPARSE-EXTRA [PSERVER-EXTRA]]: FILE gets the
 # CTR job (embedding dim 8, row-wise Adagrad rows) with its pservers'
@@ -31,4 +31,18 @@ train: {epochs: 1, batch_size: ${batch:-128}, seed: 1, eval: ${evaluate:-true}, 
 cluster: {mode: ps, heartbeat_timeout_s: ${heartbeat:-20}${rpc_timeout:+, rpc_timeout_s: $rpc_timeout}}
 strategy: {a_sync: ${a_sync:-false}}
 EOF2
+}
+
+# tier_last DIR: the newest base checkpoint of pserver 0 in DIR.
+tier_last() { ls "$1"/pserver-0/ckpt-*.flc | sort -t- -k2 -n | tail -n 1; }
+
+# tier_run_to_end NAME: the trainers and then the pserver of the job NAME
+# started by faults_lib.sh's ps_job (1 pserver, 2 trainers) ended, 0.
+tier_run_to_end() {
+  wait_exit "$TR0" 60
+  [ "$rc" = 0 ] || fail "$1: trainer 0 ended with exit status $rc"
+  wait_exit "$TR1" 20
+  [ "$rc" = 0 ] || fail "$1: trainer 1 ended with exit status $rc"
+  wait_exit "$PS0" 20
+  [ "$rc" = 0 ] || fail "$1: the pserver ended with exit status $rc"
 }

@@ -8,7 +8,9 @@
  * build before layout 2 with README.gen.c.txt there) still reads and
  * replays; the record of demoted rows a delta's copy is written from
  * drops the rows evicted or expired since and goes with each marking
- * checkpoint; and a stale order key in the live store (a promotion's
+ * checkpoint, all tables' in one file (one descriptor), and a record
+ * that cannot be opened (no descriptor left) makes the next checkpoint a
+ * base, no row lost; and a stale order key in the live store (a promotion's
  * removal that never reached the disk, the row demoted again) never makes
  * eviction or expiry take the row's newer copy. */
 #include <config.h>
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,6 +47,17 @@ static fl_ps_tier *open_store(const char *dir, const char *name) {
   snprintf(p, sizeof p, "%s/%s", dir, name);
   ck_assert_int_eq(fl_ps_tier_open(p, 1 << 20, &t), FL_OK);
   return t;
+}
+
+/* The scratch directory dir (a mkdtemp template) made, base and delta
+ * (PATH_CAP bytes each) the paths of copies there, and a live store
+ * "live" opened there (the caller closes it). */
+#define PATH_CAP 600
+static fl_ps_tier *scratch(char *dir, char *base, char *delta) {
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(base, PATH_CAP, "%s/base", dir);
+  snprintf(delta, PATH_CAP, "%s/delta", dir);
+  return open_store(dir, "live");
 }
 
 /* How many entries dir holds (without . and ..). */
@@ -108,17 +122,14 @@ static void make_chain(fl_ps_tier *t, const char *base, const char *delta) {
 }
 
 START_TEST(test_delta_copy_one_file) {
-  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[600], delta[600];
+  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[PATH_CAP], delta[PATH_CAP];
   static const uint64_t all[] = {1, 2, 4, 5, 6, 7, 8}, order[] = {1, 4, 5, 6, 7, 8, 2};
   uint64_t keys[8], got[16];
   fl_ps_tier *t, *r, *c = NULL;
   void *note = NULL;
   size_t nl = 0;
   int n = 0;
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(base, sizeof base, "%s/base", dir);
-  snprintf(delta, sizeof delta, "%s/delta", dir);
-  t = open_store(dir, "live");
+  t = scratch(dir, base, delta);
   make_chain(t, base, delta);
   ck_assert_int_eq(entries(delta), 1); /* delta.sst alone */
   ck_assert_int_eq(fl_ps_tier_check_copy(delta), FL_OK);
@@ -166,14 +177,11 @@ static void copy_file(const char *from, const char *to, long keep, long flip) {
 }
 
 START_TEST(test_delta_copy_damaged_refused) {
-  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[600], delta[600], bad[600], f[700], g[700];
+  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[PATH_CAP], delta[PATH_CAP], bad[600], f[700], g[700];
   struct stat sb;
   fl_ps_tier *t, *c = NULL;
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(base, sizeof base, "%s/base", dir);
-  snprintf(delta, sizeof delta, "%s/delta", dir);
+  t = scratch(dir, base, delta);
   snprintf(bad, sizeof bad, "%s/bad", dir);
-  t = open_store(dir, "live");
   make_chain(t, base, delta);
   fl_ps_tier_close(t);
   snprintf(f, sizeof f, "%s/delta.sst", delta);
@@ -320,13 +328,13 @@ START_TEST(test_stale_order_key_expire) {
 }
 END_TEST
 
-/* How many records of demoted rows (demoted-*.rec) dir holds. */
+/* How many records of demoted rows (demoted.rec) dir holds. */
 static int records(const char *dir) {
   DIR *d = opendir(dir);
   struct dirent *e;
   int n = 0;
   ck_assert_ptr_nonnull(d);
-  while ((e = readdir(d)) != NULL) n += strncmp(e->d_name, "demoted-", 8) == 0;
+  while ((e = readdir(d)) != NULL) n += strcmp(e->d_name, "demoted.rec") == 0;
   closedir(d);
   return n;
 }
@@ -343,17 +351,14 @@ START_TEST(test_delta_copy_record) {
    * demoted: 4 evicted, 5 expired since (their removals in the record):
    * the delta's copy holds 6 alone.  The record goes with each marking
    * checkpoint; a store without deltas writes none. */
-  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[600], delta[600], live[600], away[600];
+  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[PATH_CAP], delta[PATH_CAP], live[600], away[600];
   unsigned char row[LEN];
   uint64_t keys[6] = {1, 2, 3, 4, 5, 6}, key = 0;
   size_t n = 0;
   int all = 0, f = 0, got = 0;
   fl_ps_tier *t, *c = NULL;
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(base, sizeof base, "%s/base", dir);
-  snprintf(delta, sizeof delta, "%s/delta", dir);
+  t = scratch(dir, base, delta);
   snprintf(live, sizeof live, "%s/live", dir);
-  t = open_store(dir, "live");
   for (uint64_t k = 1; k <= 3; k++) put(t, k, 9 + k);
   ck_assert_int_eq(records(live), 1);
   ck_assert_int_eq(fl_ps_tier_checkpoint(t, base, 1), FL_OK);
@@ -402,6 +407,113 @@ START_TEST(test_delta_copy_record) {
 }
 END_TEST
 
+/* The rows of table tab in the copy c: keys ascending, each with its
+ * blob; *n gets how many. */
+static void copy_keys(fl_ps_tier *c, uint64_t tab, uint64_t *keys, size_t cap, size_t *n) {
+  fl_ps_tier_cursor *cur = NULL;
+  unsigned char b[LEN];
+  const void *row;
+  size_t len;
+  uint64_t key;
+  int more = 1;
+  *n = 0;
+  ck_assert_int_eq(fl_ps_tier_cursor_open(c, tab, &cur), FL_OK);
+  for (;;) {
+    ck_assert_int_eq(fl_ps_tier_cursor_next(cur, &key, &row, &len, &more), FL_OK);
+    if (!more) break;
+    ck_assert_uint_lt(*n, cap);
+    ck_assert_uint_eq(len, LEN);
+    blob(key, b);
+    ck_assert_mem_eq(row, b, LEN);
+    keys[(*n)++] = key;
+  }
+  fl_ps_tier_cursor_close(cur);
+}
+
+#define TABS 3
+#define TAB_ROWS 5000 /* entries of 40 bytes: about three 64 KiB chunks a table */
+
+START_TEST(test_delta_copy_tables) {
+  /* Three tables demote TAB_ROWS rows each, interleaved, after a base;
+   * every tenth row is promoted since.  One record file holds them all;
+   * the delta's copy holds each table's rows still on disk, no other. */
+  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[PATH_CAP], delta[PATH_CAP], live[600];
+  unsigned char b[LEN];
+  static uint64_t keys[TAB_ROWS];
+  size_t n = 0;
+  fl_ps_tier *t, *c = NULL;
+  t = scratch(dir, base, delta);
+  snprintf(live, sizeof live, "%s/live", dir);
+  blob(0, b);
+  for (uint64_t tab = 1; tab <= TABS; tab++)
+    ck_assert_int_eq(fl_ps_tier_put_at(t, tab, 0, b, LEN, 1), FL_OK);
+  ck_assert_int_eq(fl_ps_tier_checkpoint(t, base, 1), FL_OK);
+  for (uint64_t k = 1; k <= TAB_ROWS; k++)
+    for (uint64_t tab = 1; tab <= TABS; tab++) {
+      blob(k, b);
+      ck_assert_int_eq(fl_ps_tier_put_at(t, tab, k, b, LEN, 1 + k), FL_OK);
+      if (k % 10 == 0) ck_assert_int_eq(fl_ps_tier_drop(t, tab, k, 1 + k), FL_OK);
+    }
+  ck_assert_int_eq(records(live), 1);
+  ck_assert_int_eq(fl_ps_tier_delta_ok(t), 1);
+  ck_assert_int_eq(fl_ps_tier_checkpoint_delta(t, delta), FL_OK);
+  ck_assert_int_eq(records(live), 0);
+  ck_assert_int_eq(fl_ps_tier_open_copy(delta, &c), FL_OK);
+  for (uint64_t tab = 1; tab <= TABS; tab++) {
+    uint64_t want = 1;
+    copy_keys(c, tab, keys, TAB_ROWS, &n);
+    ck_assert_uint_eq(n, TAB_ROWS - TAB_ROWS / 10);
+    for (size_t i = 0; i < n; i++, want++) {
+      if (want % 10 == 0) want++;
+      ck_assert_uint_eq(keys[i], want);
+    }
+  }
+  fl_ps_tier_close(c);
+  fl_ps_tier_close(t);
+  pt_rm_tree(dir);
+}
+END_TEST
+
+/* The lowest descriptor free now: a limit of that many leaves none. */
+static rlim_t lowest_free_fd(void) {
+  int fd = dup(0);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  return (rlim_t)fd;
+}
+
+START_TEST(test_record_no_descriptor) {
+  /* The record cannot be opened (no descriptor left): the demotion goes
+   * on, the row is on disk, the next delta is refused and the checkpoint
+   * after it is a base; then the record starts again. */
+  char dir[] = "/tmp/fl_test_tckpt_XXXXXX", base[PATH_CAP], delta[PATH_CAP];
+  unsigned char b[LEN], row[LEN];
+  uint64_t key = 3;
+  uint8_t found = 0;
+  struct rlimit was, low;
+  fl_ps_tier *t;
+  t = scratch(dir, base, delta);
+  ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
+  low = was;
+  low.rlim_cur = lowest_free_fd();
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+  blob(key, b);
+  ck_assert_int_eq(fl_ps_tier_put_at(t, TABLE, key, b, LEN, 1), FL_OK);
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &was), 0);
+  ck_assert_int_eq(fl_ps_tier_delta_ok(t), 0);
+  ck_assert_int_eq(fl_ps_tier_get_many(t, TABLE, &key, 1, row, LEN, &found, NULL), FL_OK);
+  ck_assert_int_eq(found, 1);
+  ck_assert_mem_eq(row, b, LEN);
+  ck_assert_int_eq(fl_ps_tier_checkpoint_delta(t, delta), FL_EIO);
+  ck_assert_int_eq(fl_ps_tier_checkpoint(t, base, 1), FL_OK);
+  ck_assert_int_eq(fl_ps_tier_delta_ok(t), 1);
+  put(t, 4, 2);
+  ck_assert_int_eq(fl_ps_tier_delta_ok(t), 1);
+  fl_ps_tier_close(t);
+  pt_rm_tree(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ps_tier_ckpt");
   TCase *tc = tcase_create("core");
@@ -410,6 +522,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_delta_copy_damaged_refused);
   tcase_add_test(tc, test_delta_copy_layout1_replays);
   tcase_add_test(tc, test_delta_copy_record);
+  tcase_add_test(tc, test_delta_copy_tables);
+  tcase_add_test(tc, test_record_no_descriptor);
   tcase_add_test(tc, test_stale_order_key_evict);
   tcase_add_test(tc, test_stale_order_key_expire);
   suite_add_tcase(s, tc);
