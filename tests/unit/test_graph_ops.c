@@ -1589,6 +1589,22 @@ START_TEST(test_gather) {
                            h_x(&h, 0)->data[(a * 4 + iv2[j]) * 3 + k]);
   h_gradcheck(&h, "Gather axis 1", 1, 1e-3, 1e-4, 1e-3);
   h_free(&h);
+  /* Single elements (the last axis), an index repeated and a negative one:
+   * backward scatter-adds them. */
+  const int64_t xs3[] = {2, 5}, four[] = {4}, iv3[] = {4, 1, -1, 1};
+  h_init(&h, "Gather");
+  h_f32(&h, "x", 2, xs3, &s, -1, 1, 0);
+  h_i64(&h, "ids", 1, four, iv3);
+  h_ai(&h, "axis", 1);
+  h_outs(&h, 1);
+  h_ready(&h);
+  h_fwd(&h);
+  for (int a = 0; a < 2; a++)
+    for (int j = 0; j < 4; j++)
+      ck_assert_float_eq(h_y(&h, 0)->data[a * 4 + j],
+                         h_x(&h, 0)->data[a * 5 + (iv3[j] < 0 ? iv3[j] + 5 : iv3[j])]);
+  h_gradcheck(&h, "Gather last axis", 1, 1e-3, 1e-4, 1e-3);
+  h_free(&h);
   /* Shape domain: a scalar index into a shape gives a scalar. */
   const int64_t s3[] = {3}, shp[] = {8, 5, 16}, sc[] = {1}, idx[] = {-2};
   h_init(&h, "Gather");

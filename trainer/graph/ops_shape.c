@@ -675,6 +675,17 @@ static fl_status gather_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   const size_t inner = fl_gnumel(x->ndim - axis - 1, x->shape + axis + 1);
   if (!fl_gacc(acc, 0)) memset(x->grad, 0, x->n * sizeof *x->grad);
   /* Scatter-add in index order: repeated indices add up deterministically. */
+  if (inner == 1) { /* single elements (the forward's gather_elems): no loop per element */
+    for (size_t o = 0; o < outer; o++) {
+      float *d = x->grad + o * (size_t)dim;
+      const float *g = y->grad + o * ni;
+      for (size_t j = 0; j < ni; j++) {
+        const int64_t v = ix->idata[j];
+        d[v < 0 ? v + dim : v] += g[j];
+      }
+    }
+    return FL_OK;
+  }
   for (size_t o = 0; o < outer; o++)
     for (size_t j = 0; j < ni; j++) {
       const int64_t v = ix->idata[j];
