@@ -39,7 +39,17 @@ formulas as coll_model_time, which picks per bucket size at run time):
 factors, which the run-time probe measures on the whole group (allreduces
 of each algorithm at two sizes, tune.c, solved for l and f); 1 here unless
 given.  The crossovers (the bucket sizes where the fastest
-algorithm changes) are printed for 2 .. 4096 nodes.
+algorithm changes) are printed for 2 .. 4096 nodes, twice: the model's
+fastest of the three, and what tune.c's automatic choice runs given these
+times (`auto`), which differs in three ways:
+  - the probe measures at G and G/16, G = 1 MiB halved (not below 64 KiB)
+    while the plain model (factors 1) gives the ring over 50 ms for it;
+    at those two sizes, of two algorithms within 5% the one of fewer
+    latency steps (halving-doubling, the tree, the ring);
+  - up to G, the model's fastest (the table);
+  - above G (the 4 MiB rule: the ring and halving-doubling measured at 4 G
+    and extrapolated, tune.c's above_pick), never the tree, and
+    halving-doubling only where the ring's time is over 1.05 times its own.
 
 Usage: allreduce_model.py FIGURES [--png OUT.png] [--table OUT.md]
        allreduce_model.py --crossovers ALPHA_US GBIT [L_RING L_HD L_TREE F_RING F_HD F_TREE]
@@ -172,30 +182,72 @@ def t_tree(p, S, r, a, C=None, f=1.0, l=1.0):
     return 2 * (math.floor(math.log2(p)) + math.ceil(half / c) - 1) * (l * a + f * 2 * c / r)
 
 
-def best(p, S, r, a, lf=((1.0, 1.0, 1.0), (1.0, 1.0, 1.0))):
+PLAIN = ((1.0, 1.0, 1.0), (1.0, 1.0, 1.0))
+GROUP_MAX, GROUP_MIN, GROUP_BUDGET_S = 2**20, 2**16, 0.05  # tune.c's group probe size
+EVEN = 1.05                                                 # tune.c's GROUP_EVEN
+PREFER = ("halving_doubling", "tree", "ring")               # tune.c's prefer[], first first
+
+
+def times(p, S, r, a, lf=PLAIN):
     l, f = lf
-    ts = {"ring": l[0] * 2 * (p - 1) * a + f[0] * 2 * (p - 1) / p * S / r,
-          "halving_doubling": t_hd(p, S, r, a, f[1], l[1]), "tree": t_tree(p, S, r, a, f=f[2], l=l[2])}
-    w = min(ts, key=ts.get)
+    return {"ring": l[0] * 2 * (p - 1) * a + f[0] * 2 * (p - 1) / p * S / r,
+            "halving_doubling": t_hd(p, S, r, a, f[1], l[1]), "tree": t_tree(p, S, r, a, f=f[2], l=l[2])}
+
+
+def named(w, p, S, r, a, lf):
+    l, f = lf
     return w + " (doubling)" if w == "halving_doubling" and hd_doubles(p, S, r, a, f[1], l[1]) else w
 
 
-def crossovers(a, r, say, lf=((1.0, 1.0, 1.0), (1.0, 1.0, 1.0))):
-    """The fastest algorithm per bucket size (powers of two, 1 KiB .. 1 GiB)
-    and where it changes, for 2 .. 4096 nodes (one rank each, or the node
-    leaders of the hierarchical composition); lf: the latency and the
-    bandwidth factors of ring, halving-doubling and tree."""
+def best(p, S, r, a, lf=PLAIN):
+    ts = times(p, S, r, a, lf)
+    return named(min(ts, key=ts.get), p, S, r, a, lf)
+
+
+def group_bytes(p, r, a):
+    """The group probe's large size G, as tune.c's group_bytes."""
+    g = GROUP_MAX
+    while g > GROUP_MIN and times(p, g, r, a)["ring"] > GROUP_BUDGET_S:
+        g //= 2
+    return g
+
+
+def auto(p, S, r, a, lf=PLAIN):
+    """What tune.c's table runs for a bucket of S bytes when the probe
+    measures these times (see the module comment)."""
+    g = group_bytes(p, r, a)
+    ts = times(p, S, r, a, lf)
+    if S > g:
+        w = "halving_doubling" if ts["ring"] > EVEN * ts["halving_doubling"] else "ring"
+    elif S in (g, g // 16):
+        order = sorted(ts, key=ts.get)
+        w = order[0]
+        if ts[order[1]] <= EVEN * ts[order[0]]:
+            w = min(order[:2], key=PREFER.index)
+    else:
+        w = min(ts, key=ts.get)
+    return named(w, p, S, r, a, lf)
+
+
+def crossovers(a, r, say, lf=PLAIN):
+    """Per bucket size (powers of two, 1 KiB .. 1 GiB) the model's fastest
+    algorithm and tune.c's pick (auto), and where each changes, for 2 ..
+    4096 nodes (one rank each, or the node leaders of the hierarchical
+    composition); lf: the latency and the bandwidth factors of ring,
+    halving-doubling and tree."""
     say("Crossovers (alpha %.1f us, %.2f GB/s per link, latency x%.2f, x%.2f, x%.2f, bandwidth "
-        "x%.2f, x%.2f, x%.2f): fastest allreduce by bucket size" %
+        "x%.2f, x%.2f, x%.2f): allreduce by bucket size, the model's fastest and auto's pick" %
         ((a * 1e6, r / 1e9) + tuple(lf[0]) + tuple(lf[1])))
     for p in [2, 3, 4, 8, 9, 16, 64, 256, 1024, 4096]:
-        prev, parts = None, []
-        for b in range(10, 31):
-            w = best(p, 2.0 ** b, r, a, lf)
-            if w != prev:
-                parts.append("%s from %s" % (w, "%d KiB" % (2 ** b >> 10) if b < 20 else "%d MiB" % (2 ** b >> 20)))
-                prev = w
-        say("  %4d nodes: %s" % (p, ", ".join(parts)))
+        for label, pick in (("fastest", best), ("auto", auto)):
+            prev, parts = None, []
+            for b in range(10, 31):
+                w = pick(p, 2 ** b, r, a, lf)
+                if w != prev:
+                    parts.append("%s from %s" % (w, "%d KiB" % (2 ** b >> 10) if b < 20 else "%d MiB" % (2 ** b >> 20)))
+                    prev = w
+            say("  %4d nodes %-7s (probe at %4d KiB): %s" %
+                (p, label, group_bytes(p, r, a) >> 10, ", ".join(parts)))
 
 
 def busbw(p, S, t):

@@ -387,6 +387,13 @@ START_TEST(tree_segment_agreed) {
             0.5 * coll_model_time(&m, COLL_ALGO_TREE, 16, mib, 512 << 10));
   coll_model none = {0, 0, 0, {0, 0, 0}, {0, 0, 0}}; /* a named algorithm: not probed */
   ck_assert_uint_eq(coll_algo_seg(&none, COLL_ALGO_TREE, 16, (size_t)mib), 0);
+  /* 64 KiB on 8 ranks at the alpha and beta of shaped namespaces: the
+   * probe's 32 KiB piece is a tree's half, one piece per half, as the
+   * named tree's chunk (which holds the half whole) cuts it. */
+  coll_model ns = {200e-6, 7.5e-9, 0.027e-9, {1, 1, 1}, {1, 1, 1}};
+  size_t half = 65536 / 2, seg = coll_algo_seg(&ns, COLL_ALGO_TREE, 8, 65536);
+  ck_assert_uint_eq(seg, half);
+  ck_assert_uint_eq((half + seg - 1) / seg, (half + FL_COLL_CHUNK - 1) / FL_COLL_CHUNK);
 }
 END_TEST
 
@@ -610,17 +617,25 @@ START_TEST(probe_close_runs_again) {
 END_TEST
 
 /* Above the large size the ring and halving-doubling run 3 rounds at 4
- * times it, and the faster there runs every larger bucket, whatever won
+ * times it, and each larger bucket runs the one whose time there, its
+ * modelled latency taken off and the rest scaled, is less, whatever won
  * the large size: 16 ranks, halving-doubling fastest at 1 MiB (50 ms, the
- * ring 71 ms), but the ring 200 ms at 4 MiB and halving-doubling 240 ms:
- * halving-doubling at 1 MiB, the ring from 2 MiB up (the pick at 1 MiB ran
- * at 16 and 64 MiB before).  One 10x slow ring round does not move it;
- * halving-doubling 15% faster at 4 MiB takes over; within 5%, the ring. */
+ * ring 71 ms, whose fit gives the ring 27 ms of latency at 4 MiB and
+ * halving-doubling 6 ms).  The ring 200 ms at 4 MiB and halving-doubling
+ * 240 ms: the ring from 2 MiB up (the pick at 1 MiB ran at 16 and 64 MiB
+ * before), one 10x slow round not moving it; halving-doubling 20% faster
+ * at 4 MiB: halving-doubling up; within 5% at 4 MiB: halving-doubling at
+ * 2 MiB, where the ring's latency weighs more, the ring from 4 MiB;
+ * halving-doubling 13% faster at 4 MiB with a bandwidth term 2% less than
+ * the ring's (as on 16 shaped namespaces): halving-doubling to 8 MiB, the
+ * ring from 16 MiB (a pick at 4 MiB carried up ran halving-doubling at
+ * 64 MiB, where the ring took 0.87 of its time). */
 START_TEST(probe_above_large) {
   size_t mib = (size_t)1 << 20;
-  static const double huge[3][2] = {{200e-3, 240e-3}, {240e-3, 200e-3}, {200e-3, 195e-3}};
-  static const int want[3] = {COLL_ALGO_RING, COLL_ALGO_HD, COLL_ALGO_RING};
-  for (int v = 0; v < 3; v++) {
+  static const double huge[4][2] = {
+      {200e-3, 240e-3}, {240e-3, 200e-3}, {200e-3, 195e-3}, {214e-3, 190e-3}};
+  static const size_t hd_upto[4] = {0, 64, 2, 8}; /* MiB; the ring above */
+  for (int v = 0; v < 4; v++) {
     fake_clock f = {{{30e-3, 9e-3, 7e-3}, {71e-3, 50e-3, 56e-3}, {huge[v][0], huge[v][1], 0}},
                     mib, {-1, -1, -1}, {-1, -1, -1}, 0, 0, 0, 0, 0, 1, 0, v == 0 ? 2 : -1};
     coll_probe_clock c = {fake_run, fake_share, &f};
@@ -637,7 +652,8 @@ START_TEST(probe_above_large) {
     ck_assert_int_eq(t.table[coll_table_bin(mib / 16)], COLL_ALGO_TREE);
     ck_assert_int_eq(t.table[coll_table_bin(mib)], COLL_ALGO_HD);
     for (size_t b = 2 * mib; b <= 64 * mib; b *= 2)
-      ck_assert_int_eq(t.table[coll_table_bin(b)], want[v]);
+      ck_assert_int_eq(t.table[coll_table_bin(b)],
+                       b <= hd_upto[v] * mib ? COLL_ALGO_HD : COLL_ALGO_RING);
   }
 }
 END_TEST

@@ -333,15 +333,14 @@ typedef struct coll_probe_clock {
  * of 1 and the fixed preference chose (tune.c).  Above the large size:
  * huge[i], the median time of the ring (0) and halving-doubling (1) at 4
  * times the large size, huge_paired the median of the ring's time over
- * halving-doubling's in the same round, and above, the one every larger
- * bucket runs (0 or 1). */
+ * halving-doubling's in the same round (coll_tune_fit extrapolates them
+ * to every larger bucket). */
 typedef struct coll_probe_pick {
   int fast[2];
   int close[2][2];
   double paired[2];
   int by_rule[2];
   double huge[2], huge_paired;
-  int above;
 } coll_probe_pick;
 /* Every member: the group probe at bytes and bytes / 16, each algorithm
  * in turn (ring, halving-doubling, tree at the small size, then at the
@@ -359,7 +358,8 @@ fl_status coll_group_probe(const coll_probe_clock *c, size_t bytes,
  * medians at bytes / 16 and bytes (t's alpha, beta, gamma set before,
  * which fix the tree's pieces, coll_algo_seg, in the probe as in every
  * bucket), and t's table, which takes p->fast[k] at the two measured
- * sizes and p->above beyond them.  The caller owns t. */
+ * sizes and, beyond them, the ring or halving-doubling by p->huge
+ * extrapolated to each size (see tune.c).  The caller owns t. */
 void coll_tune_fit(coll_tuning *t, int n, size_t bytes, const double med[2][COLL_MODEL_ALGOS],
                    const coll_probe_pick *p);
 /* tune.c: the group's allreduce choice, on every member after the links

@@ -19,12 +19,14 @@
  * pick between them is then the faster by the median of their paired
  * rounds' ratios, and where that lies within GROUP_EVEN of 1, a fixed
  * preference, so that noise cannot flip it from job to job); then the
- * ring and halving-doubling at HUGE_FACTOR times the large size, whose
- * faster runs every larger bucket (the pick at 1 MiB, where latency still
- * counts, ran halving-doubling at 16 and 64 MiB on 16 shaped namespaces:
- * 0.85 of the ring there); and
- * each algorithm's latency and
- * bandwidth terms get the factors (coll_model.lat, eff) that make the
+ * ring and halving-doubling at HUGE_FACTOR times the large size, from
+ * which every larger bucket's pick between the two is extrapolated (their
+ * modelled latency taken off, their bandwidth terms scaled: above_pick;
+ * the pick at 1 MiB, where latency still counts, ran halving-doubling at
+ * 16 and 64 MiB on 16 shaped namespaces: 0.85 of the ring there, and so
+ * did the pick at 4 MiB carried up unchanged, in 2 of 3 jobs, where the
+ * ring took 0.87 of halving-doubling's time); and each algorithm's
+ * latency and bandwidth terms get the factors (coll_model.lat, eff) that make the
  * model give what they really took: two algorithms that move the same
  * bytes need not move them equally fast (halving-doubling's few large
  * exchanges, one after the other, ran 1.6 times slower than the ring's
@@ -299,15 +301,16 @@ static void pick_size(const double t[2][COLL_MODEL_ALGOS][GROUP_REPS_ALL],
   }
 }
 
-/* The pick above the large size: HUGE_REPS rounds of the ring and
+/* The times above the large size: HUGE_REPS rounds of the ring and
  * halving-doubling at HUGE_FACTOR times it, the two taking turns (the
- * first in one round last in the next); halving-doubling where the median
- * of the ring's time over its own in the same round exceeds GROUP_EVEN,
- * else the ring: with the same bytes on the wire the ring's pipelined
- * steps were as fast or faster at 4 to 64 MiB on 8 and 16 shaped
- * namespaces (1.05 to 1.3 times halving-doubling's bus bandwidth), and
- * the order at the large size, where latency still counts, did not carry
- * over.  Every member runs the same rounds; member 0's times decide. */
+ * first in one round last in the next); their medians, and the median of
+ * the ring's time over halving-doubling's in the same round, from which
+ * coll_tune_fit picks (above_pick).  With the same bytes on the wire the
+ * ring's pipelined steps were as fast or faster at 4 to 64 MiB on 8 and
+ * 16 shaped namespaces (1.05 to 1.3 times halving-doubling's bus
+ * bandwidth), and the order at the large size, where latency still
+ * counts, did not carry over.  Every member runs the same rounds; member
+ * 0's times decide. */
 static fl_status huge_pick(const coll_probe_clock *c, size_t bytes, coll_probe_pick *p) {
   double t[2][GROUP_REPS_ALL], q[GROUP_REPS_ALL];
   for (int r = 0; r < HUGE_REPS; r++) {
@@ -319,7 +322,6 @@ static fl_status huge_pick(const coll_probe_clock *c, size_t bytes, coll_probe_p
   }
   for (int i = 0; i < 2; i++) p->huge[i] = median(t[i], HUGE_REPS);
   p->huge_paired = median(q, HUGE_REPS);
-  p->above = p->huge_paired > GROUP_EVEN ? 1 : 0;
   return FL_OK;
 }
 
@@ -383,6 +385,30 @@ static double clampf(double v) {
   return !(v >= EFF_MIN) ? EFF_MIN : v > EFF_MAX ? EFF_MAX : v;
 }
 
+/* Member 0: the algorithm (index: 0 the ring, 1 halving-doubling) for a
+ * bucket of `bytes` above the large size, from their times at `huge`
+ * (p->huge: halving-doubling's median, the ring's that times the paired
+ * ratio): each time less the algorithm's modelled latency (m's factors,
+ * fitted at the two smaller sizes) is its bandwidth term there, scaled to
+ * `bytes`, the latency added back; halving-doubling where the ring's
+ * comes out over GROUP_EVEN times its own.  At `huge` itself that is the
+ * paired ratio's verdict; above, the ring's 2 (n - 1) steps weigh less
+ * and less: at 4 MiB on 16 shaped namespaces they made halving-doubling
+ * 6 to 13% faster, and a pick made there ran halving-doubling at 64 MiB,
+ * where the ring took 0.87 of its time. */
+static int above_pick(const coll_model *m, int n, size_t huge, const coll_probe_pick *p,
+                      size_t bytes) {
+  double measured[2] = {p->huge_paired * p->huge[1], p->huge[1]}, pred[2];
+  for (int i = 0; i < 2; i++) {
+    double lh, wh, lb, wb;
+    coll_model_terms(m, group_algos[i], n, (double)huge, 0, &lh, &wh);
+    coll_model_terms(m, group_algos[i], n, (double)bytes, 0, &lb, &wb);
+    double eff = wh > 0 ? clampf((measured[i] - m->lat[i] * lh) / wh) : 1.0;
+    pred[i] = m->lat[i] * lb + eff * wb;
+  }
+  return pred[0] > GROUP_EVEN * pred[1] ? 1 : 0;
+}
+
 /* Member 0: each algorithm's factors from its two measured times (the
  * latency factor solved with the bandwidth one; when that latency factor
  * had to be clamped, the bandwidth factor that errs by the same relative
@@ -391,11 +417,10 @@ static double clampf(double v) {
  * there), then the table.  At the two measured sizes the probe's pick
  * stands (fast: the fastest, or of two close ones the faster in paired
  * rounds, or the preferred), whatever the model says; above the large
- * size, the probe's pick there (above: ring or halving_doubling, measured
- * at 4 times the large size; factors measured on a few pieces did not
- * carry to buckets of many, and the tree, which moves no fewer bytes than
- * the ring and pays a step per piece, took 1.3 to 3.9 times the ring's
- * time at 64 MiB on 8 shaped namespaces). */
+ * size, the ring or halving_doubling by above_pick (factors measured on a
+ * few pieces did not carry to buckets of many, and the tree, which moves
+ * no fewer bytes than the ring and pays a step per piece, took 1.3 to 3.9
+ * times the ring's time at 64 MiB on 8 shaped namespaces). */
 void coll_tune_fit(coll_tuning *t, int n, size_t bytes, const double best[2][COLL_MODEL_ALGOS],
                    const coll_probe_pick *p) {
   for (int i = 0; i < COLL_MODEL_ALGOS; i++) {
@@ -417,8 +442,10 @@ void coll_tune_fit(coll_tuning *t, int n, size_t bytes, const double best[2][COL
   coll_model_table(&t->m, n, t->table);
   t->table[coll_table_bin(GROUP_SMALL(bytes))] = (uint8_t)group_algos[p->fast[0]];
   t->table[coll_table_bin(bytes)] = (uint8_t)group_algos[p->fast[1]];
-  for (int b = coll_table_bin(bytes) + 1; b < COLL_TABLE_BINS; b++)
-    t->table[b] = (uint8_t)group_algos[p->above];
+  for (int b = coll_table_bin(bytes) + 1; b < COLL_TABLE_BINS; b++) {
+    int i = above_pick(&t->m, n, HUGE_FACTOR * bytes, p, (size_t)1 << b);
+    t->table[b] = (uint8_t)group_algos[i];
+  }
 }
 
 /* " (close at 64 KiB: tree / halving_doubling paired x0.97, picked
