@@ -2,8 +2,8 @@
 # by test_elastic.sh, test_elastic_churn.sh and test_elastic_nproc.sh):
 # SKIP (77) without Fashion-MNIST or etcd, a temporary directory $tmp
 # (NAME in its name) to work in, the nodes' process groups ($groups)
-# killed and etcd stopped at exit, fail(), wait_line, elastic_data (the
-# jobs' data section), and one etcd member ($ETCD_EP).
+# killed and etcd stopped at exit, fail(), elastic_data (the jobs' data
+# section), and one etcd member ($ETCD_EP); etcd_lib.sh's wait_line.
 # elastic_setup NAME
 set -u
 RUN=$FL_BUILDDIR/flotilla-run
@@ -16,18 +16,6 @@ elastic_cleanup() {
   [ -n "${FL_KEEP_TMP:-}" ] || rm -rf "$tmp"
 }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-# wait_line PATTERN GLOB: until a line of the files matches (60 s at most;
-# the glob is expanded each time: the files come later)
-wait_line() {
-  i=0
-  while [ $i -lt 600 ]; do
-    # shellcheck disable=SC2086
-    cat $2 2> /dev/null | grep -q "$1" && return 0
-    sleep 0.1
-    i=$((i + 1))
-  done
-  return 1
-}
 # elastic_data N: a job's data section: Fashion-MNIST shuffled, its first
 # N training samples and 2000 test samples
 elastic_data() {

@@ -49,9 +49,9 @@ acc() { sed -n 's/.*final test accuracy \([0-9.]*\).*/\1/p' "$1"; }
 
 p1=$(etcd_free_port 127.0.0.1)
 for n in 1 2; do node el $n 2:3 "$p1"; done
-wait_line "Epoch 0, batch 100\]" "log.el.*/round.1/workerlog.*" || fail "round 1 never trained"
+wait_line 60 0.1 "Epoch 0, batch 100\]" "log.el.*/round.1/workerlog.*" || fail "round 1 never trained"
 node el 3 2:3 "$p1"
-wait_line "elastic state: took rank 0" "log.el.3/round.2/workerlog.*" || fail "no round 2 after the join"
+wait_line 60 0.1 "elastic state: took rank 0" "log.el.3/round.2/workerlog.*" || fail "no round 2 after the join"
 sleep 1
 killpg KILL "$(cat pid.el.3)"
 for n in 1 2; do
