@@ -3,7 +3,8 @@
 # SKIP (77) without Fashion-MNIST or etcd, a temporary directory $tmp
 # (NAME in its name) to work in, the nodes' process groups ($groups)
 # killed and etcd stopped at exit, fail(), elastic_data (the jobs' data
-# section), and one etcd member ($ETCD_EP); etcd_lib.sh's wait_line.
+# section), node and acc, and one etcd member ($ETCD_EP); etcd_lib.sh's
+# wait_line.
 # elastic_setup NAME
 set -u
 RUN=$FL_BUILDDIR/flotilla-run
@@ -31,6 +32,22 @@ data:
   limit_test: 2000
 YAML
 }
+# node JOB N MINMAX PORT [args]: flotilla-run of node 127.0.0.N (job.yaml,
+# lease 4 s, settle 1 s, a checkpoint directory of its own) in its own
+# process group (killed as a whole, as a node would be); its pid in
+# pid.JOB.N, its output in out.JOB.N
+node() {
+  j=$1 n=$2 mm=$3 p=$4
+  shift 4
+  FLOTILLA_CHECKPOINT_DIR="$tmp/ck.$j.$n" setsid timeout 150 "$RUN" --nnodes "$mm" \
+    --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" --rdzv_id "$j" \
+    --rdzv_conf lease_s=4,settle_s=1 --node_ip "127.0.0.$n" --master_port "$p" \
+    --log_dir "$tmp/log.$j.$n" "$@" job.yaml > "$tmp/out.$j.$n" 2>&1 &
+  echo $! > "$tmp/pid.$j.$n"
+  groups="$groups $!"
+}
+# acc OUT: the final test accuracy a node's output names
+acc() { sed -n 's/.*final test accuracy \([0-9.]*\).*/\1/p' "$1"; }
 elastic_setup() {
   [ -f $FM/train-images-idx3-ubyte.gz ] || { echo "SKIP: $FM not installed"; exit 77; }
   tmp=$(mktemp -d "/tmp/fl_$1.XXXXXX")

@@ -42,20 +42,6 @@ cluster: {mode: collective, collective_timeout_s: 30}
 YAML
 export FLOTILLA_TOKEN=elastic-test-token FLOTILLA_COLLECTIVE_BACKEND=tcp
 
-# node JOB N MINMAX PORT [args]: flotilla-run of node 127.0.0.N in its own
-# process group (killed as a whole, as a node would be); its pid in pid.JOB.N
-node() {
-  j=$1 n=$2 mm=$3 p=$4
-  shift 4
-  FLOTILLA_CHECKPOINT_DIR="$tmp/ck.$j.$n" setsid timeout 150 "$RUN" --nnodes "$mm" \
-    --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" --rdzv_id "$j" \
-    --rdzv_conf lease_s=4,settle_s=1 --node_ip "127.0.0.$n" --master_port "$p" \
-    --log_dir "$tmp/log.$j.$n" "$@" job.yaml > "$tmp/out.$j.$n" 2>&1 &
-  echo $! > "$tmp/pid.$j.$n"
-  groups="$groups $!"
-}
-acc() { sed -n 's/.*final test accuracy \([0-9.]*\).*/\1/p' "$1"; }
-
 # ---- 1: a node joins, a slow node is kept, a dead node is dropped
 p1=$(etcd_free_port 127.0.0.1)
 p2=$(etcd_free_port 127.0.0.1)
