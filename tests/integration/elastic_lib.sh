@@ -3,8 +3,8 @@
 # SKIP (77) without Fashion-MNIST or etcd, a temporary directory $tmp
 # (NAME in its name) to work in, the nodes' process groups ($groups)
 # killed and etcd stopped at exit, fail(), elastic_data (the jobs' data
-# section), node and acc, and one etcd member ($ETCD_EP); etcd_lib.sh's
-# wait_line.
+# section), node, acc and world_change, and one etcd member ($ETCD_EP);
+# etcd_lib.sh's wait_line.
 # elastic_setup NAME
 set -u
 RUN=$FL_BUILDDIR/flotilla-run
@@ -48,6 +48,22 @@ node() {
 }
 # acc OUT: the final test accuracy a node's output names
 acc() { sed -n 's/.*final test accuracy \([0-9.]*\).*/\1/p' "$1"; }
+# world_change FIGURE ROUND MAX LOG...: the seconds the trainer of each LOG
+# says its change to round ROUND took (its stop -> training in it),
+# printed as FIGURE; fail unless every LOG says it once, under MAX s (no
+# collective timeout waited for)
+world_change() {
+  _f=$1 _r=$2 _max=$3
+  shift 3
+  _s=""
+  for _w in "$@"; do
+    _s="$_s $(sed -n "s/.*elastic: round $_r: rank .* the world change took \([0-9.]*\) s.*/\1/p" "$_w")"
+  done
+  echo "$_f:$_s s (each survivor: its stop -> training in round $_r)"
+  echo "$_s" | awk -v n=$# -v m="$_max" '{ ok = NF == n; for (i = 1; i <= NF; i++) if ($i >= m) ok = 0 }
+    END { exit !ok }' ||
+    fail "$_f: round $_r trained${_s:- never} s after the stop (want < $_max s on all $#: no collective timeout)"
+}
 elastic_setup() {
   [ -f $FM/train-images-idx3-ubyte.gz ] || { echo "SKIP: $FM not installed"; exit 77; }
   tmp=$(mktemp -d "/tmp/fl_$1.XXXXXX")

@@ -61,13 +61,7 @@ grep -q "round 3: node rank [01] of 2" out.el.1 || fail "no round of 2 nodes aft
 grep -q "hierarchical" log.el.1/round.1/workerlog.* ||
   fail "the trainers did not say they reduce hierarchically"
 # the 4 survivors: the stop at the kill -> training again in round 3
-s=""
-for w in log.el.1/round.1/workerlog.* log.el.2/round.1/workerlog.*; do
-  s="$s $(sed -n 's/.*elastic: round 3: rank .* the world change took \([0-9.]*\) s.*/\1/p' "$w")"
-done
-echo "elastic_nproc_recovery_s:$s s (each survivor: the stop at the kill -> training in round 3)"
-/usr/bin/python3 -c "import sys; v=[float(x) for x in '$s'.split()]; sys.exit(not (len(v) == 4 and max(v) < 20))" ||
-  fail "round 3 trained${s:- never} s after the stop (want < 20 s on all 4: no collective timeout)"
+world_change elastic_nproc_recovery_s 3 20 log.el.1/round.1/workerlog.* log.el.2/round.1/workerlog.*
 grep -q "elastic state: took rank 0's state: step [1-9][0-9]* (this rank held none)" \
   log.el.3/round.2/workerlog.* || fail "the joining node's trainers did not take rank 0's state"
 d=$(sed -n 's/.*elastic state: step \([0-9]*\), .* digest \([0-9a-f]*\).*/\1 \2/p' \
@@ -110,13 +104,7 @@ grep -q "round 3: node rank [01] of 2" out.rd.$s1 || fail "rd: no round of 2 aft
 [ "$(cat log.rd.$s1/round.1/workerlog.* log.rd.$s2/round.1/workerlog.* | grep -c "round 2 did not form")" = 4 ] ||
   fail "rd: not every survivor left round 2's rendezvous"
 [ "$(ls -d log.rd.$s1/round.* log.rd.$s2/round.* | wc -l)" = 2 ] || fail "rd: a survivor started new trainers"
-s=""
-for w in log.rd.$s1/round.1/workerlog.* log.rd.$s2/round.1/workerlog.*; do
-  s="$s $(sed -n 's/.*elastic: round 3: rank .* the world change took \([0-9.]*\) s.*/\1/p' "$w")"
-done
-echo "elastic_rdzv_death_recovery_s:$s s (each survivor: the stop at the first death -> training in round 3)"
-/usr/bin/python3 -c "import sys; v=[float(x) for x in '$s'.split()]; sys.exit(not (len(v) == 4 and max(v) < 25))" ||
-  fail "rd: round 3 trained${s:- never} s after the stop (want < 25 s on all 4: no collective timeout)"
+world_change elastic_rdzv_death_recovery_s 3 25 log.rd.$s1/round.1/workerlog.* log.rd.$s2/round.1/workerlog.*
 d=$(cat log.rd.*/round.*/workerlog.* | sed -n 's/.*elastic state: step [0-9]*, .* digest \([0-9a-f]*\).*/\1/p' |
   sort | uniq -c | awk '{printf "%s ", $1}')
 [ "$d" = "4 " ] || fail "rd: round 3's ranks' parameter digests after the transfer differ or are missing ($d)"
