@@ -321,6 +321,8 @@ static int should_propose(const agent *a) {
   return settled;
 }
 
+/* Propose the next round (the live nodes, at most MAX) by compare-and-swap
+ * on the round key; when this node's proposal wins, a->round is it. */
 static fl_status propose(agent *a) {
   char v[ROUND_MAX], k[KEY_MAX];
   int n = a->live.n < a->o->max_nodes ? a->live.n : a->o->max_nodes, won = 0;
@@ -332,8 +334,12 @@ static fl_status propose(agent *a) {
   if (o >= sizeof v) return FL_ERR(FL_EINVAL, "etcd round %lld: too many members", (long long)r);
   key(a, k, sizeof k, "round");
   FL_TRY(fl_etcd_cas(a->etcd, k, a->round.mod_rev, v, &won));
-  if (won) FL_LOGI("elastic: proposed round %lld of %d node(s)", (long long)r, n);
-  return FL_OK;
+  if (!won) return FL_OK;
+  FL_LOGI("elastic: proposed round %lld of %d node(s)", (long long)r, n);
+  /* This node takes its round in this poll, not a poll later: it is the
+   * new round's rank 0, whose trainers the others' rendezvous waits for.
+   * The next read_state sees the new revision and reads the same round. */
+  return parse_round(v, &a->round);
 }
 
 /* ------------------------------------------------------------ the round */

@@ -71,16 +71,6 @@ cluster: {mode: collective, collective_timeout_s: 30}
 YAML
 export FLOTILLA_TOKEN=bench FLOTILLA_COLLECTIVE_BACKEND=tcp
 now() { date +%s.%N; }
-until_line() { # PATTERN GLOB
-  i=0
-  while [ $i -lt 3000 ]; do
-    # shellcheck disable=SC2086
-    cat $2 2> /dev/null | grep -q "$1" && return 0
-    sleep 0.02
-    i=$((i + 1))
-  done
-  return 1
-}
 # one MODE IN_PROCESS: a run of 3 nodes, node 3 killed; prints the figures
 one() {
   m=$1
@@ -93,18 +83,18 @@ one() {
     echo $! > "pid.$m.$n"
     groups="$groups $!"
   done
-  until_line "Epoch 0, batch 100\]" "log.$m.*/round.1/workerlog.*" ||
+  wait_line 60 0.02 "Epoch 0, batch 100\]" "log.$m.*/round.1/workerlog.*" ||
     { echo "elastic ($m): round 1 never trained"; return; }
   t0=$(now) t1=0 t2=0 tp=0
   killpg KILL "$(cat pid.$m.3)"
   if [ "$2" = 1 ]; then
-    until_line "a collective after step" "log.$m.[12]/round.1/workerlog.*" && t1=$(now)
-    until_line "proposed round 2" "out.$m.1 out.$m.2" && tp=$(now)
-    until_line "elastic: round 2: rank" "log.$m.[12]/round.1/workerlog.*" && t2=$(now)
+    wait_line 60 0.02 "a collective after step" "log.$m.[12]/round.1/workerlog.*" && t1=$(now)
+    wait_line 60 0.02 "proposed round 2" "out.$m.1 out.$m.2" && tp=$(now)
+    wait_line 60 0.02 "elastic: round 2: rank" "log.$m.[12]/round.1/workerlog.*" && t2=$(now)
   else
-    until_line "ended with" "out.$m.1 out.$m.2" && t1=$(now)
-    until_line "proposed round 2" "out.$m.1 out.$m.2" && tp=$(now)
-    until_line "Epoch 0, batch 0\]" "log.$m.*/round.2/workerlog.*" && t2=$(now)
+    wait_line 60 0.02 "ended with" "out.$m.1 out.$m.2" && t1=$(now)
+    wait_line 60 0.02 "proposed round 2" "out.$m.1 out.$m.2" && tp=$(now)
+    wait_line 60 0.02 "Epoch 0, batch 0\]" "log.$m.*/round.2/workerlog.*" && t2=$(now)
   fi
   wait "$(cat pid.$m.1)" "$(cat pid.$m.2)"
   if [ "$2" = 1 ]; then
@@ -140,7 +130,7 @@ two() {
     echo $! > "pid.two.$n"
     groups="$groups $!"
   done
-  until_line "Epoch 0, batch 60\]" "log.two.*/round.1/workerlog.*" ||
+  wait_line 60 0.02 "Epoch 0, batch 60\]" "log.two.*/round.1/workerlog.*" ||
     { echo "elastic (two): round 1 never trained"; return; }
   v1=$(grep -l "round 1: node rank 3 of 4" out.two.* | sed 's/out.two.//')
   v2=$(grep -l "round 1: node rank 2 of 4" out.two.* | sed 's/out.two.//')

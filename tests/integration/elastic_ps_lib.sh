@@ -112,19 +112,6 @@ eps_cleanup() {
   [ -n "${ETCD_PID:-}" ] && etcd_stop
 }
 
-# eps_wait_line PATTERN GLOB: 0 once a line of the files GLOB names (a
-# pattern, expanded at each look) matches (40 s at most), else 1.
-eps_wait_line() {
-  _i=0
-  while [ $_i -lt 400 ]; do
-    # shellcheck disable=SC2086 # GLOB expanded here
-    cat $2 2> /dev/null | grep -q "$1" && return 0
-    sleep 0.1
-    _i=$((_i + 1))
-  done
-  return 1
-}
-
 # eps_logs NAME N: the pattern of node N's trainer logs (its first round).
 eps_logs() { echo "$1".log."$2"/round.1/workerlog.*; }
 

@@ -5,6 +5,8 @@
 # (call it from the EXIT trap).  The start functions return 77 when etcd is
 # not installed (Debian etcd-server) and 1 when it does not come up, so
 # `etcd_start "$tmp" 127.0.0.1 || exit` skips or fails as the test should.
+# Also wait_line, the wait for a line in the logs that every elastic test
+# and bench_elastic.sh share.
 ETCD_BIN=${ETCD_BIN:-/usr/bin/etcd}
 ETCD_PID=${ETCD_PID:-}
 ETCD_PIDS=${ETCD_PIDS:-}
@@ -87,6 +89,21 @@ etcd_cluster_start() {
   done
   echo "etcd cluster has no leader:"
   tail -n 3 "$_dir"/m?.log
+  return 1
+}
+
+# wait_line LIMIT_S STEP_S PATTERN GLOB: 0 once a line of the files GLOB
+# names (expanded at each look: the files come later) matches PATTERN,
+# looking every STEP_S seconds, LIMIT_S / STEP_S times at most; else 1.
+wait_line() {
+  _wn=$(awk -v l="$1" -v s="$2" 'BEGIN { print int(l / s + 0.5) }')
+  _wi=0
+  while [ $_wi -lt "$_wn" ]; do
+    # shellcheck disable=SC2086 # GLOB expanded here
+    cat $4 2> /dev/null | grep -q "$3" && return 0
+    sleep "$2"
+    _wi=$((_wi + 1))
+  done
   return 1
 }
 

@@ -42,32 +42,18 @@ cluster: {mode: collective, collective_timeout_s: 30}
 YAML
 export FLOTILLA_TOKEN=elastic-test-token FLOTILLA_COLLECTIVE_BACKEND=tcp
 
-# node JOB N MINMAX PORT [args]: flotilla-run of node 127.0.0.N in its own
-# process group (killed as a whole, as a node would be); its pid in pid.JOB.N
-node() {
-  j=$1 n=$2 mm=$3 p=$4
-  shift 4
-  FLOTILLA_CHECKPOINT_DIR="$tmp/ck.$j.$n" setsid timeout 150 "$RUN" --nnodes "$mm" \
-    --rdzv_backend etcd --rdzv_endpoint "$ETCD_EP" --rdzv_id "$j" \
-    --rdzv_conf lease_s=4,settle_s=1 --node_ip "127.0.0.$n" --master_port "$p" \
-    --log_dir "$tmp/log.$j.$n" "$@" job.yaml > "$tmp/out.$j.$n" 2>&1 &
-  echo $! > "$tmp/pid.$j.$n"
-  groups="$groups $!"
-}
-acc() { sed -n 's/.*final test accuracy \([0-9.]*\).*/\1/p' "$1"; }
-
 # ---- 1: a node joins, a slow node is kept, a dead node is dropped
 p1=$(etcd_free_port 127.0.0.1)
 p2=$(etcd_free_port 127.0.0.1)
 for n in 1 2; do node base $n 2:2 "$p1"; done
 for n in 1 2; do node kill $n 2:3 "$p2"; done
-wait_line "Epoch 0, batch 40\]" "log.kill.*/round.1/workerlog.*" || fail "round 1 never trained"
+wait_line 60 0.1 "Epoch 0, batch 40\]" "log.kill.*/round.1/workerlog.*" || fail "round 1 never trained"
 node kill 3 2:3 "$p2"
-wait_line "Epoch 0, batch 20\]" "log.kill.*/round.2/workerlog.*" || fail "no round 2 after a join"
+wait_line 60 0.1 "Epoch 0, batch 20\]" "log.kill.*/round.2/workerlog.*" || fail "no round 2 after a join"
 killpg STOP "$(cat pid.kill.2)"
 sleep 2
 killpg CONT "$(cat pid.kill.2)"
-wait_line "Epoch 0, batch 100\]" "log.kill.*/round.2/workerlog.*" || fail "round 2 stalled"
+wait_line 60 0.1 "Epoch 0, batch 100\]" "log.kill.*/round.2/workerlog.*" || fail "round 2 stalled"
 grep -q "proposed round 3" out.kill.* && fail "a node stopped for 2 s (lease 4 s) made a new world"
 killpg KILL "$(cat pid.kill.3)"
 for f in base.1 base.2 kill.1 kill.2; do
@@ -119,7 +105,7 @@ echo "accuracy: interrupted ${a:-none}, uninterrupted ${b:-none}"
 # ---- 2: below MIN: wait --rdzv_timeout, then exit 3 with the checkpoint kept
 p3=$(etcd_free_port 127.0.0.1)
 for n in 1 2 3; do node low $n 2:3 "$p3" --rdzv_timeout 4; done
-wait_line "Epoch 0, batch 40\]" "log.low.*/round.1/workerlog.*" || fail "round 1 never trained"
+wait_line 60 0.1 "Epoch 0, batch 40\]" "log.low.*/round.1/workerlog.*" || fail "round 1 never trained"
 killpg KILL "$(cat pid.low.2)"; killpg KILL "$(cat pid.low.3)"
 wait "$(cat pid.low.1)"
 rc=$?
@@ -151,8 +137,8 @@ for n in 1 2 3; do
   echo $! > "$tmp/pid.ev.$n"
   groups="$groups $!"
 done
-wait_line "\[Epoch 0\] train: " "log.ev.1/round.*/workerlog.*" || fail "ev: epoch 0 never ended"
-wait_line "FLOTILLA_TEST_STOP_AT_EVAL: stopped" "log.ev.3/round.*/workerlog.*" ||
+wait_line 60 0.1 "\[Epoch 0\] train: " "log.ev.1/round.*/workerlog.*" || fail "ev: epoch 0 never ended"
+wait_line 60 0.1 "FLOTILLA_TEST_STOP_AT_EVAL: stopped" "log.ev.3/round.*/workerlog.*" ||
   fail "ev: node 3 did not stop before its evaluation"
 killpg KILL "$(cat pid.ev.3)"
 for n in 1 2; do

@@ -43,9 +43,9 @@ node() { eps_node ps "$1" 1:3 lease_s=3,settle_s=0 ps.yaml 100; }
 
 # ---- 1: a trainer leaves, another joins; the job completes
 node 3
-eps_wait_line "Epoch 0, batch 40\]" "$(eps_logs ps 3)" || fail "node 3 never trained"
+wait_line 40 0.1 "Epoch 0, batch 40\]" "$(eps_logs ps 3)" || fail "node 3 never trained"
 node 2
-eps_wait_line "elastic chunks: epoch 0 chunk [0-9]* done" "$(eps_logs ps 2)" ||
+wait_line 40 0.1 "elastic chunks: epoch 0 chunk [0-9]* done" "$(eps_logs ps 2)" ||
   fail "node 2 never finished a chunk"
 # stop node 3 where it holds a chunk (between two chunks: let it go on)
 eps_stop_holding ps 3
@@ -53,8 +53,8 @@ lost=$EPS_LOST
 [ -n "$lost" ] || fail "node 3 never held a chunk when stopped"
 eps_killpg KILL ps 3
 node 4
-eps_wait_line "declared dead" ps.ps.log || fail "the pserver did not declare node 3's trainer dead"
-eps_wait_line "elastic chunks: epoch [0-9]* chunk [0-9]* claimed" "$(eps_logs ps 4)" ||
+wait_line 40 0.1 "declared dead" ps.ps.log || fail "the pserver did not declare node 3's trainer dead"
+wait_line 40 0.1 "elastic chunks: epoch [0-9]* chunk [0-9]* claimed" "$(eps_logs ps 4)" ||
   fail "the joining node 4 claimed no chunk"
 for n in 2 4; do
   wait "$(cat ps.pid.$n)" || fail "node $n exited $?"

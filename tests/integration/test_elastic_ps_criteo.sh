@@ -51,7 +51,7 @@ EOF
 
 eps_pserver crit job.yaml 2
 for n in 2 3; do eps_node crit $n 1:2 lease_s=3,settle_s=0,chunks=8 job.yaml; done
-eps_wait_line "elastic chunks: epoch [0-9]* chunk [0-9]* done" "$(eps_logs crit 3)" ||
+wait_line 40 0.1 "elastic chunks: epoch [0-9]* chunk [0-9]* done" "$(eps_logs crit 3)" ||
   fail "node 3 never finished a chunk"
 eps_stop_holding crit 3
 [ -n "$EPS_LOST" ] || fail "node 3 never held a chunk when stopped"

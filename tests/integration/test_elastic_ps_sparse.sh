@@ -87,7 +87,7 @@ grep -q "chunk 5 done (1792 samples)" geo.log.*/round.1/workerlog.* ||
 epochs=3
 sparse_job kill.yaml
 start kill
-eps_wait_line "elastic chunks: epoch [0-9]* chunk [0-9]* done" "$(eps_logs kill 3)" ||
+wait_line 40 0.1 "elastic chunks: epoch [0-9]* chunk [0-9]* done" "$(eps_logs kill 3)" ||
   fail "kill: node 3 never finished a chunk"
 eps_stop_holding kill 3
 [ -n "$EPS_LOST" ] || fail "kill: node 3 never held a chunk when stopped"
@@ -107,7 +107,7 @@ fi
 epochs=2
 sparse_job leave.yaml
 start leave
-eps_wait_line "elastic chunks: epoch [0-9]* chunk [0-9]* done" "$(eps_logs leave 3)" ||
+wait_line 40 0.1 "elastic chunks: epoch [0-9]* chunk [0-9]* done" "$(eps_logs leave 3)" ||
   fail "leave: node 3 never finished a chunk"
 eps_term_agent leave 3
 ends leave 2
