@@ -334,6 +334,9 @@ typedef struct eng_place {
   const char *rank_var, *size_var, *local_var;
   fl_endpoint rdv;            /* port 0 = not derived */
   char own_host[FL_HOST_MAX]; /* "" = find the route */
+  char node_ip[FL_HOST_MAX];  /* torchrun: FLOTILLA_NODE_IP, the address
+                               * flotilla-run was told this node has: it
+                               * wins over the route ("" = none) */
   fl_endpoint *all;           /* paddle: every trainer's endpoint */
   int n_all;
 } eng_place;
@@ -443,6 +446,8 @@ static int read_torchrun(eng_place *e, int need_rdv) {
   if (l1 < 0 || l2 < 0 || g < 0) return -1;
   if (l1 == 0 || l2 == 0) e->local_rank = e->local_size = -1;
   e->local_var = "LOCAL_RANK";
+  const char *ip = getenv("FLOTILLA_NODE_IP");
+  if (ip && *ip && strlen(ip) < sizeof e->node_ip) snprintf(e->node_ip, sizeof e->node_ip, "%s", ip);
   const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
   int plus = agent && !strcasecmp(agent, "true") ? 1 : 0;
   if (master_env(e, "torchrun", need_rdv && e->size > 1, plus) < 0) return -1;
@@ -724,6 +729,10 @@ fl_status fl_cluster_from_engines(fl_cluster *c, fl_mode job_mode) {
         fl_endpoint *mine = &c->trainer_endpoints[p->rank];
         if (c->has_current_endpoint == 1) {
           *mine = c->current_endpoint;
+        } else if (p->node_ip[0]) {
+          /* Several nodes on one machine (127.0.0.x) all route through
+           * 127.0.0.1: the node's own address tells them apart. */
+          snprintf(mine->host, sizeof mine->host, "%s", p->node_ip);
         } else if ((st = route_host(&p->rdv, mine->host, sizeof mine->host, k_eng_name[used],
                                     !p->own_host[0])) != FL_OK) {
           if (!p->own_host[0]) goto out;

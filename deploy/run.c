@@ -707,7 +707,7 @@ static int is_cluster_var(const char *kv) {
       "FLOTILLA_LOCAL_SIZE=", "FLOTILLA_SELECTED_GPUS=", "FLOTILLA_LOG_DIR=",
       /* torchrun's, given instead in --nnodes mode (fl_run_torchrun_opts) */
       "FLOTILLA_CLUSTER_ENV=", "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
-      "GROUP_RANK=", "MASTER_ADDR=", "MASTER_PORT=", "FLOTILLA_LAUNCHER_PID="};
+      "GROUP_RANK=", "MASTER_ADDR=", "MASTER_PORT=", "FLOTILLA_NODE_IP=", "FLOTILLA_LAUNCHER_PID="};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
     if (strncmp(kv, vars[i], strlen(vars[i])) == 0) return 1;
   return 0;

@@ -56,6 +56,9 @@ typedef struct fl_run_opts {
                                  * LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
                                  * MASTER_ADDR, MASTER_PORT and meet at
                                  * master_addr:master_port */
+  int node_ip_known;            /* torchrun: node_ip is an address given
+                                 * (--node_ip, FLOTILLA_NODE_IP), not a
+                                 * placeholder; its trainers advertise it */
 } fl_run_opts;
 
 /* One process of the job (on any node). */

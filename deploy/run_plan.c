@@ -101,6 +101,7 @@ fl_status fl_run_torchrun_opts(fl_run_opts *o) {
                       "--node_ip says %s", o->master_addr, o->node_ip);
       snprintf(o->ips[o->node_rank], FL_RUN_EP_MAX, "%s", o->node_ip);
     }
+    o->node_ip_known = o->node_ip[0] || (o->node_rank == 0 && o->master_addr[0]);
     snprintf(o->node_ip, sizeof o->node_ip, "%s", o->ips[o->node_rank]);
     return FL_OK;
   } else {
@@ -449,6 +450,7 @@ fl_status fl_run_make_plan(const fl_run_opts *o, int this_node, fl_run_plan *out
       if (st == FL_OK) st = add_env(p, "GROUP_RANK", "%d", p->node);
       if (st == FL_OK && o->master_addr[0]) st = add_env(p, "MASTER_ADDR", "%s", o->master_addr);
       if (st == FL_OK && o->master_addr[0]) st = add_env(p, "MASTER_PORT", "%d", o->master_port);
+      if (st == FL_OK && o->node_ip_known) st = add_env(p, "FLOTILLA_NODE_IP", "%s", o->node_ip);
       if (st == FL_OK && p->gpu >= 0) st = add_env(p, "FLOTILLA_SELECTED_GPUS", "%d", p->gpu);
     } else if (p->role == FL_RUN_TRAINER) {
       st = add_env(p, "FLOTILLA_ROLE", "TRAINER");
