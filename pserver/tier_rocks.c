@@ -27,7 +27,8 @@
  * through the caller, and deletes while they are due: the same rows, in
  * the same order, as a table all in memory would drop from its LRU tail.
  * A table's id filter (a blocked Bloom filter) answers most new ids
- * without a look-up.
+ * without a look-up; a large multi-get is read in chunks by the store's
+ * reader threads at once (multi_get).
  * The write-ahead log is off: the store is rebuilt from a checkpoint at
  * start, never replayed, so rows written after the last checkpoint are not
  * needed after a crash.  Memory (fl_ps_tier_overhead): RocksDB's share is
@@ -41,6 +42,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <rocksdb/c.h>
 #include <stdatomic.h>
@@ -141,6 +143,7 @@ struct fl_ps_tier {
   off_t rec_end;          /* its length, the chunks flushed and being flushed */
   _Atomic int rec_bad;    /* an entry was lost: the next delta's copy is refused */
   int scratch; /* a store made to read a delta's copy: removed at close */
+  struct read_pool *readers; /* started at the first large multi-get (NULL: none yet) */
 };
 
 static void put_be64(unsigned char *p, uint64_t v) {
@@ -450,6 +453,28 @@ static void close_db(fl_ps_tier *t) {
  * ids first), so its filter, the largest, would rule out next to nothing.
  * Each data block carries a hash index for point look-ups. */
 #define METADATA_BLOCK 4096
+
+/* Data blocks start at a page (4 KiB, their size; RocksDB pads each, the
+ * values are not compressed): a look-up that misses the block cache reads
+ * one page, where a block across two pages took two from the disk.
+ * RocksDB 7.8's C API has no setter for it: set through an options string,
+ * which configures the table factory set above in place (its block cache
+ * kept).  Refused, the blocks stay unaligned (logged). */
+static void align_blocks(fl_ps_tier *t) {
+  char *err = NULL;
+  rocksdb_options_t *o = rocksdb_options_create();
+  rocksdb_get_options_from_string(t->opt, "block_based_table_factory={block_align=true}", o, &err);
+  if (err) {
+    FL_LOGW("disk tier %s: RocksDB refused aligned data blocks (%s): a look-up may read two "
+            "pages", t->path, err);
+    rocksdb_free(err);
+    rocksdb_options_destroy(o);
+    return;
+  }
+  rocksdb_options_destroy(t->opt);
+  t->opt = o;
+}
+
 static void set_table_options(fl_ps_tier *t, size_t cache) {
   t->cache = rocksdb_cache_create_lru(cache);
   t->bbo = rocksdb_block_based_options_create();
@@ -466,8 +491,10 @@ static void set_table_options(fl_ps_tier *t, size_t cache) {
   rocksdb_block_based_options_set_data_block_index_type(
       t->bbo, rocksdb_block_based_table_data_block_index_type_binary_search_and_hash);
   rocksdb_options_set_block_based_table_factory(t->opt, t->bbo);
+  align_blocks(t);
 }
 
+#define COMPACTION_READAHEAD (256u << 10)
 #define ROCKSDB_FATAL_LEVEL 4 /* rocksdb::InfoLogLevel::FATAL_LEVEL: no name in the C API */
 static void set_options(fl_ps_tier *t) {
   size_t cache = t->budget / FL_TIER_CACHE_SHARE, mt = t->budget / FL_TIER_MEMTABLE_SHARE;
@@ -503,6 +530,12 @@ static void set_options(fl_ps_tier *t) {
   rocksdb_options_set_level0_slowdown_writes_trigger(t->opt, 48);
   rocksdb_options_set_level0_stop_writes_trigger(t->opt, 96);
   rocksdb_options_set_compaction_style(t->opt, rocksdb_universal_compaction);
+  /* The store's files are opened for random reads (no kernel readahead),
+   * so a compaction read its inputs a 4 KiB block per pread: as many
+   * reads as the look-ups' (bench_tier_cgroup.sh at 10^7 rows, 400 MiB:
+   * 1.9 GB for 473,000 promotions).  Read them COMPACTION_READAHEAD at a
+   * time instead (a buffer per input file being compacted). */
+  rocksdb_options_compaction_readahead_size(t->opt, COMPACTION_READAHEAD);
   set_table_options(t, cache);
   t->wo = rocksdb_writeoptions_create();
   rocksdb_writeoptions_disable_WAL(t->wo, 1);
@@ -529,10 +562,19 @@ static fl_status tier_new(const char *dir, size_t budget, fl_ps_tier **out) {
   return FL_OK;
 }
 
+/* glibc gives each new thread a malloc arena of its own (up to 8 a core)
+ * until M_ARENA_MAX; blocks a reader read and the block cache let go
+ * later stayed resident in the readers' arenas (bench_tier: 11 MB more
+ * peak RSS at a 42 MB budget, past the memory cgroup's limit at 400 MiB),
+ * so a process with a disk tier keeps FL_TIER_ARENAS arenas; threads
+ * started after share them. */
+#define FL_TIER_ARENAS 2
+
 fl_status fl_ps_tier_open(const char *dir, size_t budget, fl_ps_tier **out) {
   fl_ps_tier *t;
   fl_status st;
   *out = NULL;
+  mallopt(M_ARENA_MAX, FL_TIER_ARENAS);
   FL_TRY(tier_new(dir, budget, &t));
   if ((st = check_unused(dir)) != FL_OK || (st = remove_dir(dir)) != FL_OK ||
       (st = open_db(t)) != FL_OK) {
@@ -543,9 +585,12 @@ fl_status fl_ps_tier_open(const char *dir, size_t budget, fl_ps_tier **out) {
   return FL_OK;
 }
 
+static void readers_stop(fl_ps_tier *t);
+
 /* Writes still pending are dropped: the next open starts the store afresh. */
 void fl_ps_tier_close(fl_ps_tier *t) {
   if (!t) return;
+  readers_stop(t);
   close_db(t);
   drop_records(t);
   if (t->scratch) (void)remove_dir(t->path);
@@ -841,12 +886,151 @@ static fl_status get_through(fl_ps_tier *t, tier_table *e, mget *g, void *rows, 
   return st;
 }
 
+/* Readers: RocksDB 7.8 as packaged here (no io_uring) reads the data
+ * blocks of a multi-get one pread after another, and a block the page
+ * cache does not hold costs the disk's whole latency (about 0.3 ms at
+ * queue depth 1 on these machines, several times more reads per second
+ * with four in flight), so a multi-get of many keys is cut into chunks
+ * that the caller and FL_TIER_READERS threads of the store read at once.
+ * Block reads counted since fl_ps_tier_io_begin on the readers add up in
+ * reader_blocks and reader_bytes (RocksDB's perf context is per thread). */
+#define FL_TIER_READERS 8
+#define READ_CHUNK_MIN 16 /* keys: a multi-get of fewer than two chunks stays on the caller */
+
+typedef struct read_job {
+  fl_ps_tier *t;
+  mget *g;
+  size_t chunk, nchunks, next, done; /* next and done: under the pool's lock */
+  struct read_job *link;
+} read_job;
+
+typedef struct read_pool {
+  pthread_mutex_t mu;
+  pthread_cond_t work, done;
+  read_job *head; /* jobs with chunks left to claim */
+  int stop;
+  size_t n;
+  pthread_t th[FL_TIER_READERS];
+} read_pool;
+
+static _Atomic int io_counting;
+static _Atomic uint64_t reader_blocks, reader_bytes;
+
+/* Claim j's next chunk (under p->mu); j leaves the queue with its last. */
+static size_t claim_chunk(read_pool *p, read_job *j) {
+  size_t c = j->next++;
+  if (j->next == j->nchunks)
+    for (read_job **q = &p->head; *q; q = &(*q)->link)
+      if (*q == j) {
+        *q = j->link;
+        break;
+      }
+  return c;
+}
+
+/* Chunk c of j's keys, one multi-get; on a reader, its block reads are
+ * added to the counts while fl_ps_tier_io_begin asked for them. */
+static void read_chunk(read_job *j, size_t c, int reader) {
+  mget *g = j->g;
+  size_t s = c * j->chunk, n = g->m - s < j->chunk ? g->m - s : j->chunk;
+  int count = reader && atomic_load(&io_counting);
+  rocksdb_perfcontext_t *pc = count ? rocksdb_perfcontext_create() : NULL;
+  if (pc) {
+    rocksdb_set_perf_level(rocksdb_enable_count);
+    rocksdb_perfcontext_reset(pc);
+  }
+  rocksdb_batched_multi_get_cf(j->t->db, j->t->ro, j->t->cf, n, g->kl + s, g->ks + s,
+                               g->vals + s, g->errs + s, g->sorted != 0);
+  if (!pc) return;
+  atomic_fetch_add(&reader_blocks, rocksdb_perfcontext_metric(pc, rocksdb_block_read_count));
+  atomic_fetch_add(&reader_bytes, rocksdb_perfcontext_metric(pc, rocksdb_block_read_byte));
+  rocksdb_perfcontext_destroy(pc);
+}
+
+/* A reader thread: chunks of the queued jobs until the pool stops. */
+static void *reader_main(void *arg) {
+  read_pool *p = arg;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    read_job *j;
+    size_t c;
+    while (!p->head && !p->stop) pthread_cond_wait(&p->work, &p->mu);
+    if (!p->head) break;
+    j = p->head;
+    c = claim_chunk(p, j);
+    pthread_mutex_unlock(&p->mu);
+    read_chunk(j, c, 1);
+    pthread_mutex_lock(&p->mu);
+    if (++j->done == j->nchunks) pthread_cond_broadcast(&p->done);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+/* Stop and join t's readers (none: nothing to do). */
+static void readers_stop(fl_ps_tier *t) {
+  read_pool *p = t->readers;
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  p->stop = 1;
+  pthread_cond_broadcast(&p->work);
+  pthread_mutex_unlock(&p->mu);
+  for (size_t i = 0; i < p->n; i++) pthread_join(p->th[i], NULL);
+  pthread_cond_destroy(&p->work);
+  pthread_cond_destroy(&p->done);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+  t->readers = NULL;
+}
+
+/* t's readers, started once (under t->mu: tables may read at once); NULL
+ * when none could start: the caller reads alone, only slower. */
+static read_pool *readers_of(fl_ps_tier *t) {
+  read_pool *p;
+  pthread_mutex_lock(&t->mu);
+  if (!t->readers && (p = calloc(1, sizeof *p))) {
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->done, NULL);
+    t->readers = p;
+    while (p->n < FL_TIER_READERS && !pthread_create(&p->th[p->n], NULL, reader_main, p)) p->n++;
+  }
+  p = t->readers && t->readers->n ? t->readers : NULL;
+  pthread_mutex_unlock(&t->mu);
+  return p;
+}
+
+/* g's multi-get, in chunks read at once when it is large (see above). */
+static void multi_get(fl_ps_tier *t, mget *g) {
+  read_job j = {t, g, g->m, 1, 0, 0, NULL};
+  read_pool *p = g->m >= 2 * READ_CHUNK_MIN ? readers_of(t) : NULL;
+  if (p) {
+    j.chunk = g->m / (2 * (p->n + 1));
+    if (j.chunk < READ_CHUNK_MIN) j.chunk = READ_CHUNK_MIN;
+    j.nchunks = (g->m + j.chunk - 1) / j.chunk;
+    pthread_mutex_lock(&p->mu);
+    j.link = p->head;
+    p->head = &j;
+    pthread_cond_broadcast(&p->work);
+    while (j.next < j.nchunks) {
+      size_t c = claim_chunk(p, &j);
+      pthread_mutex_unlock(&p->mu);
+      read_chunk(&j, c, 0);
+      pthread_mutex_lock(&p->mu);
+      j.done++;
+    }
+    while (j.done < j.nchunks) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    return;
+  }
+  read_chunk(&j, 0, 0);
+}
+
 static fl_status get_batched(fl_ps_tier *t, mget *g, void *rows, size_t len, uint8_t *found,
                              uint64_t *seqs) {
   fl_status st = FL_OK;
   if (!g->m) return FL_OK;
-  rocksdb_batched_multi_get_cf(t->db, t->ro, t->cf, g->m, g->kl, g->ks, g->vals, g->errs,
-                               g->sorted != 0);
+  multi_get(t, g);
   for (size_t i = 0; i < g->m && st == FL_OK; i++) {
     size_t vn = 0;
     const char *v = g->vals[i] ? rocksdb_pinnableslice_value(g->vals[i], &vn) : NULL;
@@ -874,6 +1058,9 @@ fl_status fl_ps_tier_get_many(fl_ps_tier *t, uint64_t table, const uint64_t *key
 /* The perf context is RocksDB's, per thread; nothing to free. */
 void fl_ps_tier_io_begin(void) {
   rocksdb_perfcontext_t *pc = rocksdb_perfcontext_create();
+  atomic_store(&reader_blocks, 0);
+  atomic_store(&reader_bytes, 0);
+  atomic_store(&io_counting, 1);
   rocksdb_set_perf_level(rocksdb_enable_count);
   rocksdb_perfcontext_reset(pc);
   rocksdb_perfcontext_destroy(pc);
@@ -893,8 +1080,10 @@ void fl_ps_tier_get_io(fl_ps_tier *t, fl_ps_tier_io *io) {
   char *s = t->db ? rocksdb_property_value(t->db, "rocksdb.stats") : NULL;
   const char *c = s ? strstr(s, "Cumulative compaction:") : NULL;
   memset(io, 0, sizeof *io);
-  io->user_blocks = rocksdb_perfcontext_metric(pc, rocksdb_block_read_count);
-  io->user_bytes = rocksdb_perfcontext_metric(pc, rocksdb_block_read_byte);
+  io->user_blocks = rocksdb_perfcontext_metric(pc, rocksdb_block_read_count) +
+                    atomic_load(&reader_blocks);
+  io->user_bytes = rocksdb_perfcontext_metric(pc, rocksdb_block_read_byte) +
+                   atomic_load(&reader_bytes);
   rocksdb_perfcontext_destroy(pc);
   io->compaction_written = stats_gb(c, "Cumulative compaction:");
   io->compaction_read = stats_gb(c, "MB/s write,");

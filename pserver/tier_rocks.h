@@ -111,8 +111,9 @@ uint64_t fl_ps_tier_newest(const fl_ps_tier *t, uint64_t table);
  * when held.  Nothing is removed. */
 fl_status fl_ps_tier_get_many(fl_ps_tier *t, uint64_t table, const uint64_t *keys, size_t n,
                               void *rows, size_t len, uint8_t *found, uint64_t *seqs);
-/* Where a store's reads go (bench_tier): this thread's reads of blocks
- * from the store's files since fl_ps_tier_io_begin (look-ups and scans
+/* Where a store's reads go (bench_tier): this thread's reads of blocks,
+ * and those of the stores' reader threads for its multi-gets, from the
+ * store's files since fl_ps_tier_io_begin (look-ups and scans
  * the block cache missed, from the page cache or the disk), and the
  * bytes the store's compactions read and wrote and its flushes wrote
  * since it was opened (to 10 MB; 0 when unknown). */
@@ -120,7 +121,8 @@ typedef struct fl_ps_tier_io {
   uint64_t user_blocks, user_bytes;
   uint64_t compaction_read, compaction_written, flushed;
 } fl_ps_tier_io;
-/* Start counting this thread's block reads (RocksDB's perf context). */
+/* Start counting this thread's block reads and the readers' (RocksDB's
+ * perf context). */
 void fl_ps_tier_io_begin(void);
 void fl_ps_tier_get_io(fl_ps_tier *t, fl_ps_tier_io *io);
 /* Remove key of table, read by get_many with its sequence seq (a

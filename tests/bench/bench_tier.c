@@ -1,6 +1,6 @@
 /* bench_tier.c - one sparse table (32-float rows, row-wise Adagrad) all in
  * memory or with the disk tier (pserver.memory_budget), in this process:
- *   bench_tier memory|tier IDS BATCHES DIR [BUDGET]
+ *   bench_tier memory|tier|tier_deltas IDS BATCHES DIR [BUDGET]
  * fills the table with IDS distinct ids in batches of 4096 (prints
  * table_fill_rows_per_s), then pulls and pushes BATCHES batches of 4096
  * ids drawn from Zipf(1.05) over the ids (prints pull_push_rows_per_s),
@@ -10,9 +10,11 @@
  * fraction of pulled rows that came from disk and the bytes read while
  * pulling and pushing, with where they went (per row promoted: from the
  * disk, the look-ups' block reads from the store's files; the
- * compactions' and flushes' bytes).  The tier is that of a pserver without delta
- * checkpoints (pserver.checkpoint_delta off, the default: no 'd' key per
- * demotion, fl_ps_tier_no_deltas).  The store goes
+ * compactions' and flushes' bytes).  tier is the tier of a pserver without
+ * delta checkpoints (pserver.checkpoint_delta off, the default:
+ * fl_ps_tier_no_deltas), tier_deltas one with them (each demotion and
+ * removal also appended to the record the next delta's copy is written
+ * from; no checkpoint is taken).  The store goes
  * under DIR.  tests/bench/bench_tier.sh runs both and the ratio;
  * bench_tier_cgroup.sh runs the tier in a memory cgroup. */
 #include <config.h>
@@ -31,6 +33,16 @@
 
 #define DIM 32
 #define BATCH 4096
+
+/* The modes: the table's tiers and whether the tier records for deltas. */
+static const struct mode {
+  const char *name;
+  int tiered, deltas;
+} modes[] = {
+    {"memory", 0, 0},
+    {"tier", 1, 0},
+    {"tier_deltas", 1, 1},
+};
 
 static double now(void) {
   struct timespec ts;
@@ -75,18 +87,18 @@ static unsigned long long read_bytes(void) {
  * promoted from it (misses), the look-ups' block reads from the store's
  * files (this thread's; page cache or disk) and the compactions' and
  * flushes' bytes since io0. */
-static void print_split(fl_ps_tier *tier, const fl_ps_tier_io *io0, unsigned long long rd,
-                        uint64_t misses) {
+static void print_split(const char *mode, fl_ps_tier *tier, const fl_ps_tier_io *io0,
+                        unsigned long long rd, uint64_t misses) {
   fl_ps_tier_io io;
   double m = misses ? (double)misses : 1.0;
   fl_ps_tier_get_io(tier, &io);
-  printf("tier pull_push_disk_read_bytes: %llu bytes\n", rd);
-  printf("tier pull_push_disk_read_per_miss: %.0f bytes (from the disk, per row promoted)\n",
+  printf("%s pull_push_disk_read_bytes: %llu bytes\n", mode, rd);
+  printf("%s pull_push_disk_read_per_miss: %.0f bytes (from the disk, per row promoted)\n", mode,
          (double)rd / m);
-  printf("tier pull_push_lookup_blocks_per_miss: %.2f blocks (%.0f bytes; read from the store's "
+  printf("%s pull_push_lookup_blocks_per_miss: %.2f blocks (%.0f bytes; read from the store's "
          "files by look-ups and scans, page cache or disk)\n",
-         (double)io.user_blocks / m, (double)io.user_bytes / m);
-  printf("tier pull_push_compaction_read_bytes: %.0f MB (written %.0f MB, flushed %.0f MB)\n",
+         mode, (double)io.user_blocks / m, (double)io.user_bytes / m);
+  printf("%s pull_push_compaction_read_bytes: %.0f MB (written %.0f MB, flushed %.0f MB)\n", mode,
          (double)(io.compaction_read - io0->compaction_read) / 1e6,
          (double)(io.compaction_written - io0->compaction_written) / 1e6,
          (double)(io.flushed - io0->flushed) / 1e6);
@@ -106,13 +118,14 @@ int main(int argc, char **argv) {
   fl_ps_tier_stats st0 = {0};
   fl_ps_tier_io io0 = {0};
   unsigned long long rd0;
-  int tiered;
+  const struct mode *md = NULL;
 
-  if (argc != 5 && argc != 6) {
-    fprintf(stderr, "usage: bench_tier memory|tier IDS BATCHES DIR [BUDGET]\n");
+  for (size_t i = 0; argc >= 2 && i < sizeof modes / sizeof *modes; i++)
+    if (!strcmp(argv[1], modes[i].name)) md = &modes[i];
+  if ((argc != 5 && argc != 6) || !md) {
+    fprintf(stderr, "usage: bench_tier memory|tier|tier_deltas IDS BATCHES DIR [BUDGET]\n");
     return 2;
   }
-  tiered = !strcmp(argv[1], "tier");
   ids = strtoull(argv[2], NULL, 10);
   batches = strtoull(argv[3], NULL, 10);
   memset(&o, 0, sizeof o);
@@ -123,12 +136,12 @@ int main(int argc, char **argv) {
   o.seed = 1;
   o.hp = fl_optim_hparams_default(FL_OPTIM_ROWWISE_ADAGRAD);
   o.lr = 0.05f;
-  if (tiered) {
+  if (md->tiered) {
     char path[4096];
     budget = argc == 6 ? strtoull(argv[5], NULL, 10) : (uint64_t)(ids * row / 10);
     snprintf(path, sizeof path, "%s/bench_tier.rocksdb", argv[4]);
     if (fl_ps_tier_open(path, budget, &tier) != FL_OK) return 1;
-    fl_ps_tier_no_deltas(tier); /* as a pserver without pserver.checkpoint_delta */
+    if (!md->deltas) fl_ps_tier_no_deltas(tier); /* a pserver without pserver.checkpoint_delta */
     o.tier = tier;
     o.hot_bytes = &hot;
     o.hot_budget = budget - fl_ps_tier_overhead(budget);
@@ -170,11 +183,11 @@ int main(int argc, char **argv) {
   if (tier) {
     fl_ps_tier_stats st;
     fl_ps_tier_get_stats(tier, &st);
-    printf("tier pull_push_miss_fraction: %.3f (rows promoted from disk per row pulled)\n",
+    printf("%s pull_push_miss_fraction: %.3f (rows promoted from disk per row pulled)\n", argv[1],
            (double)(st.promotions - st0.promotions) / ((double)batches * BATCH));
-    print_split(tier, &io0, read_bytes() - rd0, st.promotions - st0.promotions);
-    printf("tier rows: %zu in memory, %llu on disk (%.1f MB); %llu promotions, %llu demotions\n",
-           fl_ps_table_rows(t), (unsigned long long)st.rows, (double)st.bytes / 1e6,
+    print_split(argv[1], tier, &io0, read_bytes() - rd0, st.promotions - st0.promotions);
+    printf("%s rows: %zu in memory, %llu on disk (%.1f MB); %llu promotions, %llu demotions\n",
+           argv[1], fl_ps_table_rows(t), (unsigned long long)st.rows, (double)st.bytes / 1e6,
            (unsigned long long)st.promotions, (unsigned long long)st.demotions);
   }
   getrusage(RUSAGE_SELF, &ru);
