@@ -45,27 +45,15 @@ tier_run_to_end mem
 
 # About 260,000 rows of 8 floats and their Adagrad state: a budget of
 # 1 MB keeps about 2% of them in memory.
-n=tier log=$tmp/tier.ps0.log
+n=tier
 job $n 1000000 "  checkpoint_interval_steps: 2
   checkpoint_delta: {every: 5}"
 JOB_ENV=FLOTILLA_RUN_ID=$n ps_job $n "$tmp/$n.yaml" 1 2
-tier_run_to_end $n
-hasnt "$log" 'tables \(stripes\)|out of memory for the entry' "$n: 416 stripes in one store"
-has "$log" "checkpoint of step [0-9]+ written to .*/ckpt-[0-9]+\.flc" "$n: a base"
-has "$log" "checkpoint of step [0-9]+ written to .*/delta-[0-9]+\+[0-9]+\.flc" "$n: a delta"
-# The chain restored by a restarted pserver, saved again whole.
-mv "$log" "$tmp/$n.ps0.first.log"
-JOB_ENV=FLOTILLA_RUN_ID=$n start_pserver $n "$tmp/$n.yaml" 0 2
-wait_log "$log" '\] serving ' 30 || fail "$n: the restarted pserver does not serve"
-has "$log" "replayed [1-9][0-9]* delta checkpoint" "$n: the restart replays the deltas"
-"$PROBE" save "$PSLIST" > "$tmp/$n.save" 2>&1 || fail "$n: SaveCheckpoint after the restart: $(cat "$tmp/$n.save")"
-kill -KILL "$PS0"
-"$DIGEST" "$(sed -n 's/^path //p' "$tmp/$n.save")" > "$tmp/$n.digest" 2>&1 ||
-  fail "digest $n: $(cat "$tmp/$n.digest")"
+tier_chain_restart $n 30
+hasnt "$tmp/$n.ps0.first.log" 'tables \(stripes\)|out of memory for the entry' "$n: 416 stripes in one store"
 # every table mostly on disk (of its 10,000 rows)
 disk=$(grep -c '^tier tables\.bags\.[0-9]*\.weight: [0-9]\{4,\} of its rows on disk' "$tmp/$n.digest")
 [ "$disk" = 26 ] || fail "$n: $disk of the 26 tables hold 1000 rows or more on disk: $(grep '^tier ' "$tmp/$n.digest")"
-grep -v '^tier ' "$tmp/$n.digest" > "$tmp/$n.cmp"
 [ "$(wc -l < "$tmp/$n.cmp")" = 27 ] || fail "$n: the digest lists $(wc -l < "$tmp/$n.cmp") tables, not 26 and the dense values"
 diff -q "$tmp/mem.digest" "$tmp/$n.cmp" > /dev/null ||
   fail "$n: the rows restored from the chain differ from those of the job all in memory"
