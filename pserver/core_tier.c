@@ -229,24 +229,27 @@ static fl_series *series(const char *name, const char *help, const char *tier) {
   return s;
 }
 
-/* The budget's split and RocksDB's measured share, as gauges: what
+/* The budget's split, RocksDB's measured share and the store's table
+ * entries (a stripe each: id filter, record buffer), as gauges: what
  * /metrics states of the formula in docs/DESIGN.md (disk tier). */
 static void publish_budget(fl_ps_core *c) {
   static const char *const help = "pserver.memory_budget's parts: hot rows, RocksDB's share "
-                                  "(its block cache, memtables, pending writes), and that share "
-                                  "in use now";
-  const char *parts[3] = {"hot_rows", "rocksdb", "rocksdb_used"};
+                                  "(its block cache, memtables, pending writes), that share "
+                                  "in use now, and the disk tier's table entries in use now "
+                                  "(a stripe each: id filter, record buffer; beside the budget)";
+  const char *parts[4] = {"hot_rows", "rocksdb", "rocksdb_used", "tier_tables"};
   fl_ps_tier_stats ts;
-  double v[3];
+  double v[4];
   fl_metric *m = NULL;
   fl_ps_tier_get_stats(c->tier, &ts);
   v[0] = (double)c->hot_budget;
   v[1] = (double)fl_ps_tier_overhead(c->o.job.pserver.memory_budget);
   v[2] = (double)ts.mem;
+  v[3] = (double)ts.tables;
   if (fl_metrics_gauge(fl_metrics_default(), "flotilla_ps_memory_budget_bytes", help, "part", &m) !=
       FL_OK)
     return;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     fl_series *s = NULL;
     const char *lv[1] = {parts[i]};
     if (fl_metric_series(m, lv, &s) == FL_OK) fl_series_set(s, v[i]);

@@ -34,9 +34,14 @@
  * needed after a crash.  Memory (fl_ps_tier_overhead): RocksDB's share is
  * a quarter of the budget: a block cache of budget/8 that also holds the
  * index and filter blocks, memtables of budget/32 each, at most
- * FL_TIER_MEMTABLES of them, and the pending batches (budget/512 each, a
- * table's 16 stripes budget/32); the tables keep the other three quarters
- * for hot rows. */
+ * FL_TIER_MEMTABLES of them, and the pending batches (budget/32 in all:
+ * budget/512 each while the store has at most 16 tables, a share of that
+ * sum each beyond, at least FL_TIER_MIN_PENDING); the tables keep the
+ * other three quarters for hot rows.
+ * Tables: one entry per table id the store has seen (a sparse table's
+ * stripe), as many as there are: its counters, pending batch, id filter
+ * and record buffer (the table directory, below); what they hold in
+ * memory is counted (fl_ps_tier_stats.tables). */
 #include <config.h>
 
 #include <dirent.h>
@@ -59,11 +64,11 @@
 
 #define KEY_LEN 17
 #define SEQ_LEN 8
-#define MAX_TIER_TABLES 64
 #define FL_TIER_CACHE_SHARE 8     /* block cache with index and filters: budget / 8 */
 #define FL_TIER_MEMTABLES 3       /* memtables, one filling, the others flushing */
 #define FL_TIER_MEMTABLE_SHARE 32 /* each memtable: budget / 32 */
-#define FL_TIER_PENDING_SHARE 512 /* each table's pending batch: budget / 512 */
+#define FL_TIER_PENDING_SHARE 512 /* each table's pending batch: budget / 512 ... */
+#define FL_TIER_PENDING_TABLES 16 /* ... while the store has at most 16 tables */
 #define FL_TIER_MIN_BYTES (64u << 10)
 #define FL_TIER_MIN_PENDING (16u << 10)
 #define ENTRY_COST 48 /* a batch entry's index and header, roughly */
@@ -81,9 +86,9 @@
  * checkpoint, every table's in one file, <store>/RECORD_FILE (a table a
  * file took 16 descriptors a sparse table: a pserver of several tables
  * under a low ulimit -n ran out of them): chunks [u64 table id][u64 bytes
- * of entries][that table's entries], each a table's buffer of
- * RECORD_BUFFER bytes flushed when full or before a delta's copy, at an
- * offset taken under the store's record lock; entries [u64 id][u64 value
+ * of entries][that table's entries], each a table's buffer (its share of
+ * RECORD_BUFFER * RECORD_TABLES, record_cap) flushed when full or before
+ * a delta's copy, at an offset taken under the store's record lock; entries [u64 id][u64 value
  * bytes, RECORD_REMOVED: a removal][the value: the order sequence
  * big-endian, the row], native byte order (never read by another
  * process).  A table's chunks lie in its order (its calls come one at a
@@ -91,7 +96,9 @@
  * checkpoint: a restore starts it afresh. */
 #define RECORD_FILE "demoted.rec"
 #define RECORD_REMOVED UINT64_MAX
-#define RECORD_BUFFER (64u << 10)
+#define RECORD_BUFFER (64u << 10) /* a table's buffer, store of RECORD_TABLES tables or fewer */
+#define RECORD_TABLES 16          /* beyond, each has RECORD_BUFFER * 16 / tables ... */
+#define RECORD_MIN (4u << 10)     /* ... but at least RECORD_MIN */
 #define RECORD_HEAD 16 /* a chunk's table id and length */
 #define RECORD_FILES 1 /* descriptors the tier keeps open besides RocksDB's */
 
@@ -117,9 +124,29 @@ typedef struct tier_table {
   rocksdb_writebatch_t *pend; /* writes not yet applied */
   _Atomic size_t pend_bytes;
   rocksdb_writebatch_wi_t *stuck; /* writes RocksDB refused (NULL: none), read through */
-  unsigned char *rbuf; /* RECORD_HEAD, then entries not yet in the record (NULL: none yet) */
+  unsigned char *rbuf; /* RECORD_HEAD, then entries not yet in the record (NULL: none since
+                        * the last marking checkpoint) */
   size_t rlen, rcap;   /* bytes of entries in rbuf, room for them */
+  size_t rmax;         /* the largest entry recorded (its buffer holds one at least) */
 } tier_table;
+
+/* The table directory: an entry per table, however many.  Entries live
+ * in chunks that never move (chunk c holds DIR_FIRST << c of them, in
+ * the order the tables came), so an entry's address stays valid until
+ * the store is closed, and are found by id through an open-addressing
+ * index of their addresses (at most half full) read without a lock: an
+ * entry is filled in before its slot is published, and an index that
+ * would pass half full is replaced by one twice as large, published
+ * whole, the old one kept (a reader may still probe it; it then misses
+ * the new table and looks again under the lock) until the store is
+ * closed.  n_tables counts the entries, published after each one. */
+#define DIR_FIRST 16
+#define DIR_CHUNKS 32
+typedef struct tier_index {
+  struct tier_index *old; /* the index this one replaced (NULL: none) */
+  size_t mask;            /* slots - 1, slots a power of two */
+  _Atomic(tier_table *) slot[];
+} tier_index;
 
 struct fl_ps_tier {
   char path[4096];
@@ -134,9 +161,11 @@ struct fl_ps_tier {
   rocksdb_readoptions_t *ro;
   _Atomic uint64_t seq; /* the next order sequence of fl_ps_tier_put */
   int no_deltas; /* no delta copies: no record of demotions (fl_ps_tier_no_deltas) */
-  pthread_mutex_t mu; /* guards the list of tables */
-  tier_table tables[MAX_TIER_TABLES];
-  _Atomic int n_tables;
+  pthread_mutex_t mu; /* guards adding a table: chunk and index */
+  tier_table *chunk[DIR_CHUNKS];
+  _Atomic(tier_index *) index;
+  _Atomic size_t n_tables;
+  _Atomic uint64_t dir_bytes; /* the directory's memory: chunks, indexes, filters, records */
   _Atomic uint64_t hits, misses, promotions, demotions, write_errors;
   pthread_mutex_t rec_mu; /* guards rec_fd and rec_end */
   int rec_fd;             /* the record of demotions and removals (-1: none yet) */
@@ -164,14 +193,16 @@ static uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-/* Size f for ids ids (cleared); FL_ENOMEM leaves f without bits (every id
- * then may be on disk). */
-static fl_status filter_size(id_filter *f, uint64_t ids) {
+/* Size f, a filter of t, for ids ids (cleared); FL_ENOMEM leaves f
+ * without bits (every id then may be on disk). */
+static fl_status filter_size(fl_ps_tier *t, id_filter *f, uint64_t ids) {
   size_t nb = 1;
   uint64_t *w;
   if (ids < FILTER_MIN_IDS) ids = FILTER_MIN_IDS;
   while ((uint64_t)nb * 512 < ids * FILTER_BITS_PER_ID) nb <<= 1;
   w = calloc(nb * 8, sizeof *w);
+  atomic_fetch_sub(&t->dir_bytes, f->nblocks * 64);
+  atomic_fetch_add(&t->dir_bytes, w ? nb * 64 : 0);
   free(f->w);
   f->w = w;
   f->nblocks = w ? nb : 0;
@@ -228,31 +259,111 @@ int fl_ps_tier_delta_ok(const fl_ps_tier *t) {
   return !t->no_deltas && !atomic_load(&t->rec_bad);
 }
 
-/* The entry of table (added on first use). */
-static tier_table *table_of(fl_ps_tier *t, uint64_t table) {
-  tier_table *e = NULL;
-  int n = atomic_load(&t->n_tables);
-  for (int i = 0; i < n; i++)
-    if (t->tables[i].id == table) return &t->tables[i];
-  pthread_mutex_lock(&t->mu);
-  n = atomic_load(&t->n_tables);
-  for (int i = 0; i < n && !e; i++)
-    if (t->tables[i].id == table) e = &t->tables[i];
-  if (!e && n < MAX_TIER_TABLES) {
-    e = &t->tables[n];
-    e->id = table;
-    atomic_store(&e->rows, 0);
-    e->newest = 0;
-    e->pend = rocksdb_writebatch_create();
-    e->pend_bytes = 0;
-    e->stuck = NULL;
-    e->rbuf = NULL;
-    e->rlen = e->rcap = 0;
-    (void)filter_size(&e->f, FILTER_MIN_IDS);
-    atomic_store(&t->n_tables, n + 1);
+/* Entry i of the directory: chunk *c, place *at in it. */
+static void dir_place(size_t i, size_t *c, size_t *at) {
+  size_t size = DIR_FIRST;
+  for (*c = 0; i >= size; (*c)++, size <<= 1) i -= size;
+  *at = i;
+}
+
+/* Entry i (below n_tables) of the directory. */
+static tier_table *tab_at(const fl_ps_tier *t, size_t i) {
+  size_t c, at;
+  dir_place(i, &c, &at);
+  return &t->chunk[c][at];
+}
+
+/* The entry of table, NULL when the store has none (yet); no lock. */
+static tier_table *find_table(const fl_ps_tier *t, uint64_t table) {
+  tier_index *x = atomic_load_explicit(&t->index, memory_order_acquire);
+  if (!x) return NULL;
+  for (size_t h = mix64(table) & x->mask;; h = (h + 1) & x->mask) {
+    tier_table *e = atomic_load_explicit(&x->slot[h], memory_order_acquire);
+    if (!e || e->id == table) return e;
   }
+}
+
+/* e published in x (which has a free slot). */
+static void index_put(tier_index *x, tier_table *e) {
+  size_t h = mix64(e->id) & x->mask;
+  while (atomic_load_explicit(&x->slot[h], memory_order_relaxed)) h = (h + 1) & x->mask;
+  atomic_store_explicit(&x->slot[h], e, memory_order_release);
+}
+
+/* Room in t's index for n entries (at most half full), the index replaced
+ * by a larger one holding the n - 1 entries there are when it would pass
+ * that; 0 when out of memory.  Under t->mu. */
+static int index_room(fl_ps_tier *t, size_t n) {
+  tier_index *x = atomic_load_explicit(&t->index, memory_order_relaxed), *y;
+  size_t slots = x ? x->mask + 1 : 2 * DIR_FIRST;
+  if (x && 2 * n <= slots) return 1;
+  while (2 * n > slots) slots <<= 1;
+  if (!(y = calloc(1, sizeof *y + slots * sizeof y->slot[0]))) return 0;
+  y->old = x;
+  y->mask = slots - 1;
+  for (size_t i = 0; i + 1 < n; i++) index_put(y, tab_at(t, i));
+  atomic_fetch_add(&t->dir_bytes, sizeof *y + slots * sizeof y->slot[0]);
+  atomic_store_explicit(&t->index, y, memory_order_release);
+  return 1;
+}
+
+/* A new entry of table, the directory's n_tables-th: NULL (logged) when
+ * out of memory.  Under t->mu. */
+static tier_table *add_table(fl_ps_tier *t, uint64_t table) {
+  size_t n = atomic_load(&t->n_tables), c, at;
+  tier_table *e;
+  dir_place(n, &c, &at);
+  if (c < DIR_CHUNKS && !t->chunk[c] && (t->chunk[c] = calloc(DIR_FIRST << c, sizeof *e)))
+    atomic_fetch_add(&t->dir_bytes, (DIR_FIRST << c) * sizeof *e);
+  if (c >= DIR_CHUNKS || !t->chunk[c] || !index_room(t, n + 1)) {
+    (void)FL_ERR(FL_ENOMEM, "disk tier %s: out of memory for the entry of table %016llx (%zu "
+                 "tables in the store)", t->path, (unsigned long long)table, n);
+    return NULL;
+  }
+  e = &t->chunk[c][at];
+  e->id = table;
+  atomic_store(&e->rows, 0);
+  e->newest = 0;
+  e->pend = rocksdb_writebatch_create();
+  e->pend_bytes = 0;
+  e->stuck = NULL;
+  e->rbuf = NULL;
+  e->rlen = e->rcap = e->rmax = 0;
+  (void)filter_size(t, &e->f, FILTER_MIN_IDS);
+  index_put(atomic_load_explicit(&t->index, memory_order_relaxed), e);
+  atomic_store(&t->n_tables, n + 1);
+  return e;
+}
+
+/* The entry of table (added on first use); NULL (logged) when out of
+ * memory. */
+static tier_table *table_of(fl_ps_tier *t, uint64_t table) {
+  tier_table *e = find_table(t, table);
+  if (e) return e;
+  pthread_mutex_lock(&t->mu);
+  if (!(e = find_table(t, table))) e = add_table(t, table);
   pthread_mutex_unlock(&t->mu);
   return e;
+}
+
+/* The bytes after which a table's pending batch is applied: budget/512
+ * (pend_cap) while the store has at most FL_TIER_PENDING_TABLES tables,
+ * beyond that an equal share of their sum, at least FL_TIER_MIN_PENDING. */
+static size_t table_pend_cap(const fl_ps_tier *t) {
+  size_t n = atomic_load(&t->n_tables), cap;
+  if (n <= FL_TIER_PENDING_TABLES) return t->pend_cap;
+  cap = t->pend_cap * FL_TIER_PENDING_TABLES / n;
+  return cap < FL_TIER_MIN_PENDING ? FL_TIER_MIN_PENDING : cap;
+}
+
+/* A table's record buffer: RECORD_BUFFER while the store has at most
+ * RECORD_TABLES tables, beyond that an equal share of their sum, at least
+ * RECORD_MIN. */
+static size_t record_cap(const fl_ps_tier *t) {
+  size_t n = atomic_load(&t->n_tables), cap;
+  if (n <= RECORD_TABLES) return RECORD_BUFFER;
+  cap = (size_t)RECORD_BUFFER * RECORD_TABLES / n;
+  return cap < RECORD_MIN ? RECORD_MIN : cap;
 }
 
 /* The SST files RocksDB may hold open: a quarter of the descriptors the
@@ -341,16 +452,19 @@ static void record_flush(fl_ps_tier *t, tier_table *e) {
 static void record(fl_ps_tier *t, tier_table *e, uint64_t key, const unsigned char *sq,
                    const void *row, size_t len) {
   uint64_t head[2] = {key, sq ? SEQ_LEN + (uint64_t)len : RECORD_REMOVED};
-  size_t n = sizeof head + (sq ? SEQ_LEN + len : 0);
+  size_t n = sizeof head + (sq ? SEQ_LEN + len : 0), cap = record_cap(t);
   unsigned char *p;
   if (t->no_deltas || atomic_load(&t->rec_bad)) return;
-  if (e->rlen + n > e->rcap) record_flush(t, e);
-  if (n > e->rcap) {
-    size_t cap = n > RECORD_BUFFER ? n : RECORD_BUFFER;
+  if (n > e->rmax) e->rmax = n;
+  if (cap < e->rmax) cap = e->rmax;
+  if (e->rlen + n > e->rcap || e->rcap != cap) record_flush(t, e);
+  if (e->rcap != cap) { /* first used, its share changed, or a larger entry */
     if (!(p = realloc(e->rbuf, RECORD_HEAD + cap))) {
       record_lost(t, e->id, "buffer", ENOMEM);
       return;
     }
+    atomic_fetch_add(&t->dir_bytes, cap + (e->rbuf ? 0 : RECORD_HEAD));
+    atomic_fetch_sub(&t->dir_bytes, e->rcap);
     e->rbuf = p;
     e->rcap = cap;
   }
@@ -362,11 +476,17 @@ static void record(fl_ps_tier *t, tier_table *e, uint64_t key, const unsigned ch
   e->rlen += n;
 }
 
-/* The record closed and removed, every table's buffer emptied: none
- * demoted since now. */
+/* The record closed and removed, every table's buffer freed (the next
+ * entry takes one of the share then): none demoted since now. */
 static void drop_records(fl_ps_tier *t) {
   char p[4200];
-  for (int i = 0; i < atomic_load(&t->n_tables); i++) t->tables[i].rlen = 0;
+  for (size_t i = 0; i < atomic_load(&t->n_tables); i++) {
+    tier_table *e = tab_at(t, i);
+    if (e->rbuf) atomic_fetch_sub(&t->dir_bytes, RECORD_HEAD + e->rcap);
+    free(e->rbuf);
+    e->rbuf = NULL;
+    e->rlen = e->rcap = 0;
+  }
   if (t->rec_fd >= 0) {
     close(t->rec_fd);
     record_path(t, p, sizeof p);
@@ -594,11 +714,16 @@ void fl_ps_tier_close(fl_ps_tier *t) {
   close_db(t);
   drop_records(t);
   if (t->scratch) (void)remove_dir(t->path);
-  for (int i = 0; i < atomic_load(&t->n_tables); i++) {
-    rocksdb_writebatch_destroy(t->tables[i].pend);
-    if (t->tables[i].stuck) rocksdb_writebatch_wi_destroy(t->tables[i].stuck);
-    free(t->tables[i].f.w);
-    free(t->tables[i].rbuf);
+  for (size_t i = 0; i < atomic_load(&t->n_tables); i++) {
+    tier_table *e = tab_at(t, i);
+    rocksdb_writebatch_destroy(e->pend);
+    if (e->stuck) rocksdb_writebatch_wi_destroy(e->stuck);
+    free(e->f.w);
+  }
+  for (size_t c = 0; c < DIR_CHUNKS; c++) free(t->chunk[c]);
+  for (tier_index *x = atomic_load(&t->index), *old; x; x = old) {
+    old = x->old;
+    free(x);
   }
   rocksdb_readoptions_destroy(t->ro);
   rocksdb_writeoptions_destroy(t->wo);
@@ -728,9 +853,9 @@ static fl_status settle(fl_ps_tier *t, tier_table *e) {
  * RocksDB still refuses (logged when first refused) refuse the copy, the
  * reason named again: a checkpoint is not taken without them. */
 static fl_status settle_all(fl_ps_tier *t) {
-  for (int i = 0; i < atomic_load(&t->n_tables); i++) {
-    int was_stuck = t->tables[i].stuck != NULL;
-    fl_status st = settle(t, &t->tables[i]);
+  for (size_t i = 0; i < atomic_load(&t->n_tables); i++) {
+    int was_stuck = tab_at(t, i)->stuck != NULL;
+    fl_status st = settle(t, tab_at(t, i));
     if (st != FL_OK && was_stuck)
       return FL_ERR(st, "disk tier %s: no copy of the store for the checkpoint: RocksDB still "
                     "refuses the rows demoted since a write failed (disk full? RocksDB takes "
@@ -744,7 +869,7 @@ static fl_status settle_all(fl_ps_tier *t) {
  * rows in the batch; the next demotion reports it). */
 static void grew(fl_ps_tier *t, tier_table *e, size_t bytes) {
   e->pend_bytes += bytes + 2 * ENTRY_COST;
-  if (e->pend_bytes >= t->pend_cap) (void)settle(t, e);
+  if (e->pend_bytes >= table_pend_cap(t)) (void)settle(t, e);
 }
 
 static void rebuild_filter(fl_ps_tier *t, tier_table *e);
@@ -762,9 +887,7 @@ fl_status fl_ps_tier_put_at(fl_ps_tier *t, uint64_t table, uint64_t key, const v
   const char *kp[1] = {(const char *)rk};
   const size_t ks[1] = {KEY_LEN};
   tier_table *e = table_of(t, table);
-  if (!e)
-    return FL_ERR(FL_ENOMEM, "disk tier %s: more than %d tables (stripes) in one store; raise "
-                  "MAX_TIER_TABLES", t->path, MAX_TIER_TABLES);
+  if (!e) return FL_ENOMEM; /* logged by table_of */
   if (e->stuck) FL_TRY(settle(t, e));
   if (seq > e->newest) e->newest = seq;
   make_key(rk, 'r', table, key);
@@ -1095,9 +1218,7 @@ void fl_ps_tier_get_io(fl_ps_tier *t, fl_ps_tier_io *io) {
 static fl_status delete_row(fl_ps_tier *t, uint64_t table, uint64_t key, uint64_t seq) {
   unsigned char rk[KEY_LEN], ok[KEY_LEN];
   tier_table *e = table_of(t, table);
-  if (!e)
-    return FL_ERR(FL_ENOMEM, "disk tier %s: more than %d tables (stripes) in one store",
-                  t->path, MAX_TIER_TABLES);
+  if (!e) return FL_ENOMEM; /* logged by table_of */
   make_key(rk, 'r', table, key);
   make_key(ok, 'o', table, seq);
   if (e->stuck) {
@@ -1134,7 +1255,7 @@ static rocksdb_iterator_t *iter_of(fl_ps_tier *t, uint64_t table) {
 static void rebuild_filter(fl_ps_tier *t, tier_table *e) {
   unsigned char lo[KEY_LEN];
   rocksdb_iterator_t *it;
-  if (filter_size(&e->f, 2 * atomic_load(&e->rows)) != FL_OK) return;
+  if (filter_size(t, &e->f, 2 * atomic_load(&e->rows)) != FL_OK) return;
   it = iter_of(t, e->id);
   make_key(lo, 'o', e->id, 0);
   for (rocksdb_iter_seek(it, (const char *)lo, KEY_LEN); rocksdb_iter_valid(it);
@@ -1296,9 +1417,7 @@ fl_status fl_ps_tier_expire(fl_ps_tier *t, uint64_t table, void *row, size_t len
 fl_status fl_ps_tier_put_note(fl_ps_tier *t, uint64_t table, const void *blob, size_t len) {
   unsigned char k[KEY_LEN];
   tier_table *e = table_of(t, table);
-  if (!e)
-    return FL_ERR(FL_ENOMEM, "disk tier %s: more than %d tables (stripes) in one store", t->path,
-                  MAX_TIER_TABLES);
+  if (!e) return FL_ENOMEM; /* logged by table_of */
   make_key(k, 'u', table, 0);
   if (e->stuck) rocksdb_writebatch_wi_put(e->stuck, (const char *)k, KEY_LEN, blob, len);
   else rocksdb_writebatch_put(e->pend, (const char *)k, KEY_LEN, blob, len);
@@ -1335,17 +1454,13 @@ fl_status fl_ps_tier_get_note(fl_ps_tier *t, uint64_t table, void **blob, size_t
 }
 
 uint64_t fl_ps_tier_newest(const fl_ps_tier *t, uint64_t table) {
-  int n = atomic_load(&t->n_tables);
-  for (int i = 0; i < n; i++)
-    if (t->tables[i].id == table) return t->tables[i].newest;
-  return 0;
+  const tier_table *e = find_table(t, table);
+  return e ? e->newest : 0;
 }
 
 size_t fl_ps_tier_rows(const fl_ps_tier *t, uint64_t table) {
-  int n = atomic_load(&t->n_tables);
-  for (int i = 0; i < n; i++)
-    if (t->tables[i].id == table) return (size_t)atomic_load(&t->tables[i].rows);
-  return 0;
+  const tier_table *e = find_table(t, table);
+  return e ? (size_t)atomic_load(&e->rows) : 0;
 }
 
 static fl_status forget_demoted(fl_ps_tier *t);
@@ -1406,9 +1521,9 @@ static void rescan(fl_ps_tier *t) {
   rocksdb_iterator_t *it = rocksdb_create_iterator(t->db, t->ro);
   unsigned char lo[1] = {'o'};
   uint64_t next = 0;
-  for (int i = 0; i < atomic_load(&t->n_tables); i++) {
-    atomic_store(&t->tables[i].rows, 0);
-    t->tables[i].newest = 0;
+  for (size_t i = 0; i < atomic_load(&t->n_tables); i++) {
+    atomic_store(&tab_at(t, i)->rows, 0);
+    tab_at(t, i)->newest = 0;
   }
   for (rocksdb_iter_seek(it, (const char *)lo, 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
     size_t kl = 0;
@@ -1423,7 +1538,7 @@ static void rescan(fl_ps_tier *t) {
   }
   rocksdb_iter_destroy(it);
   atomic_store(&t->seq, next);
-  for (int i = 0; i < atomic_load(&t->n_tables); i++) rebuild_filter(t, &t->tables[i]);
+  for (size_t i = 0; i < atomic_load(&t->n_tables); i++) rebuild_filter(t, tab_at(t, i));
 }
 
 /* 1 when dir is a delta's copy (layout 2): sst (cap bytes) gets its file's
@@ -1455,11 +1570,12 @@ static fl_status ingest_copy(fl_ps_tier *t, const char *sst) {
 fl_status fl_ps_tier_restore(fl_ps_tier *t, const char *dir) {
   char sst[4200] = "";
   close_db(t);
-  for (int i = 0; i < atomic_load(&t->n_tables); i++) {
-    rocksdb_writebatch_clear(t->tables[i].pend);
-    t->tables[i].pend_bytes = 0;
-    if (t->tables[i].stuck) rocksdb_writebatch_wi_destroy(t->tables[i].stuck);
-    t->tables[i].stuck = NULL;
+  for (size_t i = 0; i < atomic_load(&t->n_tables); i++) {
+    tier_table *e = tab_at(t, i);
+    rocksdb_writebatch_clear(e->pend);
+    e->pend_bytes = 0;
+    if (e->stuck) rocksdb_writebatch_wi_destroy(e->stuck);
+    e->stuck = NULL;
   }
   drop_records(t);
   FL_TRY(remove_dir(t->path));
@@ -1566,7 +1682,7 @@ static fl_status map_record(fl_ps_tier *t, record_map *m) {
   char p[4200];
   m->p = NULL;
   m->len = 0;
-  for (int i = 0; i < atomic_load(&t->n_tables); i++) record_flush(t, &t->tables[i]);
+  for (size_t i = 0; i < atomic_load(&t->n_tables); i++) record_flush(t, tab_at(t, i));
   if (atomic_load(&t->rec_bad))
     return FL_ERR(FL_EIO, "disk tier %s: the record of the rows demoted since the last "
                   "checkpoint is incomplete (logged when it failed): take a whole checkpoint",
@@ -1775,7 +1891,7 @@ static fl_status gather_demoted(fl_ps_tier *t, delta_out *o, size_t nt) {
   o->nrows = calloc(nt ? nt : 1, sizeof *o->nrows);
   if (!o->tabs || !o->rows || !o->nrows)
     return FL_ERR(FL_ENOMEM, "disk tier %s: out of memory for a delta copy", t->path);
-  for (size_t i = 0; i < nt; i++) o->tabs[i] = &t->tables[i];
+  for (size_t i = 0; i < nt; i++) o->tabs[i] = tab_at(t, i);
   if (nt) qsort(o->tabs, nt, sizeof *o->tabs, cmp_table_id);
   FL_TRY(list_demoted(t, &o->map, &o->all, &n));
   for (size_t i = 0; i < nt; i++) { /* the record's tables are t's */
@@ -1798,7 +1914,7 @@ static void release_demoted(delta_out *o) {
 
 fl_status fl_ps_tier_checkpoint_delta(fl_ps_tier *t, const char *dir) {
   char path[4200];
-  size_t nt = (size_t)atomic_load(&t->n_tables);
+  size_t nt = atomic_load(&t->n_tables);
   rocksdb_envoptions_t *eo;
   delta_out o = {.t = t, .path = path};
   fl_status st;
@@ -2046,9 +2162,9 @@ fl_status fl_ps_tier_copy_rows(fl_ps_tier *t, uint64_t table, const uint64_t *ke
 void fl_ps_tier_get_stats(fl_ps_tier *t, fl_ps_tier_stats *s) {
   uint64_t sst = 0, mem = 0, pend = 0;
   memset(s, 0, sizeof *s);
-  for (int i = 0; i < atomic_load(&t->n_tables); i++) {
-    s->rows += atomic_load(&t->tables[i].rows);
-    pend += atomic_load(&t->tables[i].pend_bytes);
+  for (size_t i = 0; i < atomic_load(&t->n_tables); i++) {
+    s->rows += atomic_load(&tab_at(t, i)->rows);
+    pend += atomic_load(&tab_at(t, i)->pend_bytes);
   }
   if (t->db) {
     rocksdb_property_int(t->db, "rocksdb.total-sst-files-size", &sst);
@@ -2061,6 +2177,7 @@ void fl_ps_tier_get_stats(fl_ps_tier *t, fl_ps_tier_stats *s) {
   s->promotions = atomic_load(&t->promotions);
   s->demotions = atomic_load(&t->demotions);
   s->write_errors = atomic_load(&t->write_errors);
+  s->tables = atomic_load(&t->dir_bytes);
 }
 
 /* The properties are RocksDB's own counters, read without a lock; the C

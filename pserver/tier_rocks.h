@@ -61,6 +61,8 @@ typedef struct fl_ps_tier_stats {
   uint64_t promotions; /* rows taken back into memory */
   uint64_t demotions;  /* rows written out of memory */
   uint64_t write_errors;
+  uint64_t tables; /* the memory of the store's table entries (one a stripe): their id
+                    * filters, record buffers and the directory; outside mem */
 } fl_ps_tier_stats;
 
 /* Open a fresh store in dir (created; whatever an earlier process left

@@ -35,24 +35,13 @@ n=tier log=$tmp/tier.ps0.log
 job $n 8000 "  checkpoint_interval_steps: 2
   checkpoint_delta: {every: 5}"
 JOB_ENV=FLOTILLA_RUN_ID=$n ps_job $n "$tmp/$n.yaml" 1 2
-tier_run_to_end $n
-hasnt "$log" 'Too many open files|out of file descriptors|cannot open the record' "$n: under ulimit -n $NOFILE"
-has "$log" "checkpoint of step [0-9]+ written to .*/ckpt-[0-9]+\.flc" "$n: a base"
-has "$log" "checkpoint of step [0-9]+ written to .*/delta-[0-9]+\+[0-9]+\.flc" "$n: a delta"
-has "$log" "checkpoint of step [0-9]+ written to .* \(job complete\)" "$n: the final checkpoint"
-# The chain restored by a restarted pserver, saved again whole.
-mv "$log" "$tmp/$n.ps0.first.log"
-JOB_ENV=FLOTILLA_RUN_ID=$n start_pserver $n "$tmp/$n.yaml" 0 2
-wait_log "$log" '\] serving ' 20 || fail "$n: the restarted pserver does not serve"
-has "$log" "replayed [1-9][0-9]* delta checkpoint" "$n: the restart replays the deltas"
-"$PROBE" save "$PSLIST" > "$tmp/$n.save" 2>&1 || fail "$n: SaveCheckpoint after the restart: $(cat "$tmp/$n.save")"
-kill -KILL "$PS0"
+tier_chain_restart $n 20
+first=$tmp/$n.ps0.first.log
+hasnt "$first" 'Too many open files|out of file descriptors|cannot open the record' "$n: under ulimit -n $NOFILE"
+has "$first" "checkpoint of step [0-9]+ written to .* \(job complete\)" "$n: the final checkpoint"
 hasnt "$log" 'Too many open files|out of file descriptors|cannot open the record' "$n: restarted under ulimit -n $NOFILE"
-"$DIGEST" "$(sed -n 's/^path //p' "$tmp/$n.save")" > "$tmp/$n.digest" 2>&1 ||
-  fail "digest $n: $(cat "$tmp/$n.digest")"
 grep -q "^tier ctr.emb: [0-9]\{3,\} of its rows on disk" "$tmp/$n.digest" ||
   fail "$n: the budgeted run kept its rows in memory: $(grep '^tier ' "$tmp/$n.digest")"
-grep -v '^tier ' "$tmp/$n.digest" > "$tmp/$n.cmp"
 diff -q "$tmp/mem.digest" "$tmp/$n.cmp" > /dev/null ||
   fail "$n: the rows restored from the chain differ from those of the job all in memory"
 ran=$((ran + 1))

@@ -21,3 +21,8 @@ TESTS += tests/integration/test_tier_diskfull.sh
 # shortage, and the chain restores the rows of the job all in memory.
 dist_check_SCRIPTS += tests/integration/test_tier_nofile.sh
 TESTS += tests/integration/test_tier_nofile.sh
+# Many sparse tables under one budget: the DLRM example's 26 tables of 16
+# stripes each in one store, a base and deltas restored to the rows of the
+# job all in memory (skips without torch and onnx).
+dist_check_SCRIPTS += tests/integration/test_tier_tables.sh
+TESTS += tests/integration/test_tier_tables.sh

@@ -46,3 +46,28 @@ tier_run_to_end() {
   wait_exit "$PS0" 20
   [ "$rc" = 0 ] || fail "$1: the pserver ended with exit status $rc"
 }
+
+# tier_chain_restart NAME SECONDS: the budgeted job NAME (1 pserver, 2
+# trainers, started by ps_job with FLOTILLA_RUN_ID=NAME in JOB_ENV and
+# delta checkpoints on) run to its end with a base and a delta written;
+# then its pserver restarted from that chain (serving within SECONDS, the
+# deltas replayed), saved whole (SaveCheckpoint) and killed.
+# $tmp/NAME.digest gets ps_rows_digest ($DIGEST) of that save, and
+# $tmp/NAME.cmp its lines but the tier's (to compare with a digest of the
+# job all in memory); the first run's log becomes $tmp/NAME.ps0.first.log.
+tier_chain_restart() {
+  _log=$tmp/$1.ps0.log
+  tier_run_to_end "$1"
+  has "$_log" "checkpoint of step [0-9]+ written to .*/ckpt-[0-9]+\.flc" "$1: a base"
+  has "$_log" "checkpoint of step [0-9]+ written to .*/delta-[0-9]+\+[0-9]+\.flc" "$1: a delta"
+  mv "$_log" "$tmp/$1.ps0.first.log"
+  JOB_ENV=FLOTILLA_RUN_ID=$1 start_pserver "$1" "$tmp/$1.yaml" 0 2
+  wait_log "$_log" '\] serving ' "$2" || fail "$1: the restarted pserver does not serve"
+  has "$_log" "replayed [1-9][0-9]* delta checkpoint" "$1: the restart replays the deltas"
+  "$PROBE" save "$PSLIST" > "$tmp/$1.save" 2>&1 ||
+    fail "$1: SaveCheckpoint after the restart: $(cat "$tmp/$1.save")"
+  kill -KILL "$PS0"
+  "$DIGEST" "$(sed -n 's/^path //p' "$tmp/$1.save")" > "$tmp/$1.digest" 2>&1 ||
+    fail "digest $1: $(cat "$tmp/$1.digest")"
+  grep -v '^tier ' "$tmp/$1.digest" > "$tmp/$1.cmp"
+}
