@@ -60,6 +60,7 @@ typedef struct ps_block {
   int64_t updates;  /* optimizer steps applied (Adam's bias correction) */
   int64_t pend_step;
   int n_pend;
+  int moved;        /* sync: step reached by a move forward, not by applying */
   uint8_t *have;    /* [num_trainers] */
   float **pend;     /* [num_trainers] gradient buffers, made on first use */
   float *acc;
@@ -294,9 +295,10 @@ const char *psc_check_tensor(const Flotilla__Tensor *x, int nd, const int64_t *d
 const float *psc_as_f32(const Flotilla__Tensor *x, size_t n, float *dst);
 
 /* core_rows.c: sync rows */
-/* Hold part seq of trainer t's push of step; apply the held step first when
- * step is later (with what it has), and apply step once every counted
- * trainer sent all its parts.  pt->mu held. */
+/* Hold part seq of trainer t's push of step; a later step first applies
+ * the held step when it is whole, else drops it, and moves the table there
+ * (core_modes.c sync_push); step is applied once every counted trainer
+ * sent all its parts and committed it.  pt->mu held. */
 fl_status psc_rows_push(fl_ps_core *c, ps_table *pt, int t, int64_t step, uint32_t seq,
                         uint32_t parts, const uint64_t *keys, size_t n, const float *g, int *dup,
                         int *progress);

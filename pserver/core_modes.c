@@ -26,10 +26,10 @@
  * waiting for it could deadlock against a trainer that must finish its
  * steps before it reaches the same barrier (uneven work, a rejoined
  * trainer). */
-static int all_counted_pushed(fl_ps_core *c, const ps_block *b) {
+static int all_counted_pushed(fl_ps_core *c, const ps_block *b, int and_committed) {
   for (int t = 0; t < c->nt; t++)
     if (psc_is_counted(c, t) && !psc_is_parked(c, t) &&
-        (!b->have[t] || !psc_committed(c, t, b->pend_step)))
+        (!b->have[t] || (and_committed && !psc_committed(c, t, b->pend_step))))
       return 0;
   return 1;
 }
@@ -38,14 +38,14 @@ static int all_counted_pushed(fl_ps_core *c, const ps_block *b) {
  * server's sparse rows of the step applied, and the block does not stand
  * at the gate's step).  The rows first: a trainer killed after its dense
  * pushes of a step and before its rows' leaves the step unapplied here,
- * and redoes it whole once restarted.  A block moved forward to the
- * gate's step by trainers ahead of it (after a restart from a checkpoint)
- * never stood there: it goes on, and the gate moves past it
+ * and redoes it whole once restarted.  A block holding pushes stands at
+ * their step (b->step == b->pend_step).  One moved forward to the gate's
+ * step by a trainer ahead of it (after a restart from a checkpoint) did
+ * not apply the step before it: it goes on, and the gate moves past it
  * (pserver/main.c gate_check), else it would wait for a checkpoint of a
  * step it does not hold. */
 static int may_apply(fl_ps_core *c, const ps_block *b) {
-  int64_t g = atomic_load(&c->gate);
-  return !(b->pend_step == g && b->step == g) && all_counted_pushed(c, b) &&
+  return (b->moved || b->step != atomic_load(&c->gate)) && all_counted_pushed(c, b, 1) &&
          psc_rows_through(c, b->pend_step);
 }
 
@@ -89,6 +89,7 @@ static void sync_apply(fl_ps_core *c, ps_block *b) {
     b->updates++;
   atomic_fetch_add(&c->dense_updates, 1);
   b->step = b->pend_step + 1;
+  b->moved = 0;
   b->n_pend = 0;
   memset(b->have, 0, (size_t)c->nt);
 }
@@ -101,9 +102,16 @@ static int64_t sync_push_limit(fl_ps_core *c, ps_block *b, int64_t *at) {
   return *at + 1;
 }
 
-/* A gradient of step from trainer t joins b's pending step (a later step
- * first applies the pending one with what it has); the step is applied
- * once every counted trainer pushed it.  b->mu held. */
+/* A gradient of step from trainer t joins b's pending step; the step is
+ * applied once every counted trainer pushed and committed it.  A trainer
+ * pushes a later step only once every server applied the pending one, so
+ * every trainer committed it: a pending step holding every counted
+ * trainer's push is applied first (its commits are on their way); one
+ * missing a push was lost with this server's state (restarted from a
+ * checkpoint).  Then a step above b's moves b there: the steps between,
+ * and such a pending step, are skipped here, whichever trainer's push
+ * comes first; a later push of a skipped step is a duplicate.  b->mu
+ * held. */
 static fl_status sync_push(fl_ps_core *c, ps_block *b, int t, int64_t step,
                            const Flotilla__Tensor *v, float *scratch, int *dup, int *progress,
                            int *at_gate) {
@@ -116,17 +124,24 @@ static fl_status sync_push(fl_ps_core *c, ps_block *b, int t, int64_t step,
     const float *g = psc_as_f32(v, b->n, b->pend[t]);
     if (g != b->pend[t]) memcpy(b->pend[t], g, b->n * sizeof(float));
   } else {
-    if (b->n_pend && step > b->pend_step) {
-      FL_LOGW("block %u: trainer %d pushed step %lld while step %lld has %d of its pushes; "
-              "applying that step with what it has",
-              b->id, t, (long long)step, (long long)b->pend_step, b->n_pend);
-      sync_apply(c, b);
+    if (b->n_pend && step > b->pend_step && all_counted_pushed(c, b, 0)) {
+      sync_apply(c, b); /* its commits came late: the trainer ahead saw it committed */
       *progress = 1;
+    } else if (b->n_pend && step > b->pend_step) {
+      FL_LOGW("block %u: trainer %d pushed step %lld while step %lld has %d of its pushes; "
+              "skipping that step (this server lost the others)",
+              b->id, t, (long long)step, (long long)b->pend_step, b->n_pend);
+      b->n_pend = 0;
+      memset(b->have, 0, (size_t)c->nt);
     }
     if (!b->n_pend) {
-      if (step > b->step)
+      if (step > b->step) {
         FL_LOGI("block %u: moving from step %lld to step %lld (trainer %d is ahead)", b->id,
                 (long long)b->step, (long long)step, t);
+        b->step = step; /* the steps between are skipped here: pulls of them are answered */
+        b->moved = 1;
+        *progress = 1;
+      }
       b->pend_step = step;
     }
     if (!b->pend[t]) b->pend[t] = malloc(b->n * sizeof(float));

@@ -26,15 +26,17 @@ static int trainer_done(const ps_table *pt, int t) {
 }
 
 /* Every counted trainer not parked in a barrier sent the held step whole
- * and committed it (the dense rule, core_modes.c all_counted_pushed). */
-static int may_apply(fl_ps_core *c, const ps_table *pt) {
+ * (and committed it) (the dense rule, core_modes.c all_counted_pushed). */
+static int all_sent(fl_ps_core *c, const ps_table *pt, int and_committed) {
   if (!pt->n_pend) return 0;
   for (int t = 0; t < c->nt; t++)
     if (psc_is_counted(c, t) && !psc_is_parked(c, t) &&
-        (!trainer_done(pt, t) || !psc_committed(c, t, pt->pend_step)))
+        (!trainer_done(pt, t) || (and_committed && !psc_committed(c, t, pt->pend_step))))
       return 0;
   return 1;
 }
+
+static int may_apply(fl_ps_core *c, const ps_table *pt) { return all_sent(c, pt, 1); }
 
 /* Sum the held rows in trainer-id, then part, then row order into keys /
  * acc (nu distinct keys, first-seen order); slots: a hash of nslots. */
@@ -162,29 +164,30 @@ static fl_status rows_replace(ps_table *pt, int t, uint32_t seq, uint32_t parts,
 fl_status psc_rows_push(fl_ps_core *c, ps_table *pt, int t, int64_t step, uint32_t seq,
                         uint32_t parts, const uint64_t *keys, size_t n, const float *g, int *dup,
                         int *progress) {
-  fl_status st;
   const int held = pt->n_pend && step == pt->pend_step && ((pt->got[t] >> seq) & 1u);
-  if (step < pt->step || (pt->n_pend && step < pt->pend_step && ((pt->got[t] >> seq) & 1u)) ||
-      (held && psc_committed(c, t, step))) {
+  if (step < pt->step || (held && psc_committed(c, t, step))) {
     *dup = 1;
     return FL_OK;
   }
   if (held) return rows_replace(pt, t, seq, parts, keys, n, g);
   FL_TRY(rows_alloc(pt, c->nt));
-  if (pt->n_pend && step > pt->pend_step) {
-    FL_LOGW("sparse table %s: trainer %d pushed step %lld while step %lld has %d of its "
-            "trainers; applying that step with what it has",
-            fl_ps_table_name(pt->t), t, (long long)step, (long long)pt->pend_step, pt->n_pend);
-    st = rows_apply(c, pt);
+  if (step > pt->step && all_sent(c, pt, 0)) { /* the core_modes.c sync_push rule */
+    fl_status st = rows_apply(c, pt);
     *progress = 1;
     if (st != FL_OK) return st;
   }
-  if (!pt->n_pend) {
-    if (step > pt->step)
+  if (step > pt->step) { /* skipped here */
+    if (pt->n_pend)
+      FL_LOGW("sparse table %s: trainer %d pushed step %lld while step %lld has %d of its "
+              "trainers; skipping that step (this server lost the others)",
+              fl_ps_table_name(pt->t), t, (long long)step, (long long)pt->pend_step, pt->n_pend);
+    else
       FL_LOGI("sparse table %s: moving from step %lld to step %lld (trainer %d is ahead)",
               fl_ps_table_name(pt->t), (long long)pt->step, (long long)step, t);
-    pt->pend_step = step;
+    rows_reset(pt, c->nt, step);
+    *progress = 1;
   }
+  pt->pend_step = step;
   FL_TRY(rows_hold(&pt->pend[(size_t)t * MAX_SEQ + seq], keys, n, g, fl_ps_table_dim(pt->t)));
   if (!pt->parts[t]) pt->n_pend++;
   pt->parts[t] = parts ? parts : 1;

@@ -10,7 +10,8 @@
  *   ctr         the CTR model beats a constant predictor's AUC clearly;
  *   faults      a trainer killed: sync goes on with the other; a pserver
  *               killed and restarted: it loads its checkpoint, the trainers
- *               retry, and the job completes;
+ *               retry, and the job completes; a restarted pserver whose
+ *               trainers come back a step apart skips to the later step;
  *   bad input   malformed bytes, unknown table, wrong shape or dtype,
  *               oversized request, wrong token: INVALID_ARGUMENT (or
  *               UNAUTHENTICATED), the server stays up, nothing changes.
@@ -826,6 +827,114 @@ START_TEST(test_bad_requests) {
 }
 END_TEST
 
+/* -------------------------------------- a restart with trainers apart */
+
+#define APART_PS "/flotilla.ParameterServer/"
+
+/* Trainer t of 2 registers with the commit protocol on the only server,
+ * declaring its next push's step and its commits. */
+static grpc_status_code apart_register(grpc_channel *ch, int t, int64_t step, int64_t committed) {
+  Flotilla__RegisterRequest r = FLOTILLA__REGISTER_REQUEST__INIT;
+  Flotilla__DenseParamSpec spec = FLOTILLA__DENSE_PARAM_SPEC__INIT, *sp = &spec;
+  spec.name = "w";
+  spec.numel = 8;
+  r.trainer_id = t;
+  r.num_trainers = 2;
+  r.incarnation = 100 + (uint64_t)t;
+  r.mode = FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC;
+  r.dense_block_size = 8;
+  r.num_servers = 1;
+  r.n_dense = 1;
+  r.dense = &sp;
+  r.step = step;
+  r.commits = 1;
+  r.committed = committed;
+  return call_msg(ch, APART_PS "Register", &r.base, NULL);
+}
+
+/* Trainer t's push of kind and step: 8 floats of v. */
+static grpc_status_code apart_push(grpc_channel *ch, int t, int kind, int64_t step,
+                                   const float *v) {
+  Flotilla__PushDenseRequest r = FLOTILLA__PUSH_DENSE_REQUEST__INIT;
+  Flotilla__DenseBlock blk = FLOTILLA__DENSE_BLOCK__INIT, *bp = &blk;
+  Flotilla__Tensor x = FLOTILLA__TENSOR__INIT;
+  int64_t shape = 8;
+  x.dtype = FLOTILLA__DTYPE__DTYPE_FP32;
+  x.n_shape = 1;
+  x.shape = &shape;
+  x.data.data = (uint8_t *)v;
+  x.data.len = 8 * sizeof(float);
+  blk.value = &x;
+  r.trainer_id = t;
+  r.kind = kind;
+  r.step = step;
+  r.n_blocks = 1;
+  r.blocks = &bp;
+  return call_msg(ch, APART_PS "PushDense", &r.base, NULL);
+}
+
+/* Trainer t's pull of the block asking for min_step, committing the steps
+ * below it (held by the server until min_step applied; 10 s at most). */
+static grpc_status_code apart_pull(grpc_channel *ch, int t, int64_t min_step) {
+  Flotilla__PullDenseRequest r = FLOTILLA__PULL_DENSE_REQUEST__INIT;
+  uint32_t b0 = 0;
+  r.trainer_id = t;
+  r.n_blocks = 1;
+  r.blocks = &b0;
+  r.min_step = min_step;
+  r.committed = min_step;
+  return call_msg(ch, APART_PS "PullDense", &r.base, NULL);
+}
+
+START_TEST(test_pserver_restart_trainers_apart) {
+  /* The server stands where a restart from an older checkpoint leaves it
+   * (step 0, its later steps lost) while trainer 0 had pushed step 6 and
+   * trainer 1, its step 5 committed, still waited for this server's
+   * answer to its pull of step 6.  Trainer 0 registers again first and
+   * repeats its push of 6, then trainer 1 registers and repeats its push
+   * of 5 and its pull: the server skipped step 5 with the others, so the
+   * pull is answered, and step 6 completes with both trainers.  (Before,
+   * trainer 1's push of 5 was taken as its push of step 6 and the pull
+   * waited for a step that needed trainer 1's next push: the job hung.) */
+  const float init[8] = {1, 2, 3, 4, 5, 6, 7, 8}, g[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  char list[64], e0[128], cfg[600];
+  const char *env[5];
+  grpc_channel *ch;
+  fl_rpc_opts ro;
+  int port = fl_test_free_port("127.0.0.1"), psi;
+
+  write_file("apart.yaml", "cluster: {mode: ps}\nstrategy: {a_sync: false}\n"
+                           "pserver: {dense_block_size: 8}\n");
+  snprintf(list, sizeof list, "127.0.0.1:%d", port);
+  snprintf(e0, sizeof e0, "FLOTILLA_PSERVERS_IP_PORT_LIST=%s", list);
+  snprintf(cfg, sizeof cfg, "--config=%s/apart.yaml", g_dir);
+  env[0] = e0;
+  env[1] = "FLOTILLA_PSERVER_ID=0";
+  env[2] = "FLOTILLA_TRAINERS_NUM=2";
+  env[3] = "FLOTILLA_MODE=ps";
+  env[4] = NULL;
+  psi = spawn("flotilla-pserver", "ps0.log", env, cfg, NULL, 60);
+  ck_assert(wait_log("ps0.log", "serving", 20));
+  fl_rpc_init(); /* after the last fork */
+  memset(&ro, 0, sizeof ro);
+  ck_assert_int_eq(fl_rpc_channel_create(list, &ro, &ch), FL_OK);
+
+  ck_assert_int_eq(apart_register(ch, 0, 6, 7), GRPC_STATUS_OK);
+  ck_assert_int_eq(apart_push(ch, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, 0, init), GRPC_STATUS_OK);
+  ck_assert_int_eq(apart_push(ch, 0, FLOTILLA__PUSH_KIND__PUSH_GRAD, 6, g), GRPC_STATUS_OK);
+  ck_assert_int_eq(apart_register(ch, 1, 5, 6), GRPC_STATUS_OK);
+  ck_assert_int_eq(apart_push(ch, 1, FLOTILLA__PUSH_KIND__PUSH_GRAD, 5, g), GRPC_STATUS_OK);
+  ck_assert_int_eq(apart_pull(ch, 1, 6), GRPC_STATUS_OK);
+  ck_assert_int_eq(apart_push(ch, 1, FLOTILLA__PUSH_KIND__PUSH_GRAD, 6, g), GRPC_STATUS_OK);
+  ck_assert_int_eq(apart_pull(ch, 1, 7), GRPC_STATUS_OK);
+  ck_assert_int_eq(apart_pull(ch, 0, 7), GRPC_STATUS_OK);
+  ck_assert(wait_log("ps0.log", "block 0: moving from step 0 to step 6 (trainer 0 is ahead)", 1));
+  grpc_channel_destroy(ch);
+  fl_rpc_shutdown();
+  kill9(psi);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ps_integration");
   TCase *tc = tcase_create("daemons");
@@ -838,6 +947,7 @@ int main(void) {
   tcase_add_test(tc, test_ctr_eval_read_only);
   tcase_add_test(tc, test_trainer_killed);
   tcase_add_test(tc, test_pserver_restarted);
+  tcase_add_test(tc, test_pserver_restart_trainers_apart);
   tcase_add_test(tc, test_trainer_rejoins);
   if (access(FMNIST, R_OK) == 0) {
     tcase_add_test(tc, test_async_fmnist);

@@ -1132,6 +1132,102 @@ START_TEST(test_commit_declared_at_register) {
 }
 END_TEST
 
+/* Register trainer t (process 1000 + t) with the commit protocol,
+ * declaring `declare` as its next push's step and `committed`. */
+static void reg_declare(fl_ps_core *c, int t, int64_t declare, int64_t committed) {
+  Flotilla__RegisterResponse out = FLOTILLA__REGISTER_RESPONSE__INIT;
+  reg_req q;
+  reg_req_init(&q, t, 2, 1000 + (uint64_t)t);
+  q.r.step = declare;
+  q.r.commits = 1;
+  q.r.committed = committed;
+  ck_assert_int_eq(fl_ps_core_register(c, &q.r, &out), FL_OK);
+}
+
+/* A server restarted from its checkpoint (step 0 here) while trainer 0
+ * had pushed step 6 and trainer 1, its step 5 committed, waited for the
+ * pulls of step 6 (answered by the other servers, and by this one for
+ * trainer 0 before it was killed).  Both register again and repeat what
+ * they sent, in the order given (0: trainer 0 first).  The server skips
+ * to step 6 (step 5, which trainer 0 will not push again, included), so
+ * trainer 1's pull of step 6 is answered and both go on. */
+static void apart_after_restart(int t1_first, float out[N + 2]) {
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 0.5f, 0);
+  uint32_t blk = 0;
+  for (int k = 0; k < 2; k++) {
+    if (k == t1_first) {
+      reg_declare(c, 0, 6, 7);
+      if (!t1_first)
+        ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+      push_step(c, 0, 6, cg0, cr0);
+    } else {
+      reg_declare(c, 1, 5, 6);
+      if (t1_first)
+        ck_assert_int_eq(push(c, 1, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+      int dup = -1;
+      ck_assert_int_eq(push(c, 1, 5, FLOTILLA__PUSH_KIND__PUSH_GRAD, cg1, &dup), FL_OK);
+      ck_assert_int_eq(dup, !t1_first); /* a step the server skipped already */
+      ck_assert_int_eq(rpush(c, 1, 5, 7, cr1), FL_OK);
+    }
+  }
+  ck_assert_int_eq(fl_ps_core_pull_check(c, 1, 6, &blk, 1), FL_OK);
+  ck_assert_int_eq(fl_ps_core_sparse_ready(c, 1, "emb", 6), FL_OK);
+  ck_assert(!applied(c, 6));
+  push_step(c, 1, 6, cg1, cr1);
+  ck_assert_int_eq(fl_ps_core_commit(c, 1, 7), FL_OK);
+  ck_assert(applied(c, 6));
+  state_of(c, out);
+  fl_ps_core_free(c);
+}
+
+START_TEST(test_restart_trainers_a_step_apart) {
+  /* Either order of the registrations ends the same: step 6 applied with
+   * both trainers' gradients onto the checkpoint's values, as on a server
+   * that took only step 6 (ref). */
+  float a[N + 2], b[N + 2], vr[N + 2];
+  fl_ps_core *ref = mk(2, 0, 0, FL_OPTIM_SGD, 0.5f, 0);
+  apart_after_restart(0, a);
+  apart_after_restart(1, b);
+  reg_declare(ref, 0, 6, 0);
+  reg_declare(ref, 1, 6, 0);
+  ck_assert_int_eq(push(ref, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  push_step(ref, 0, 6, cg0, cr0);
+  push_step(ref, 1, 6, cg1, cr1);
+  for (int t = 0; t < 2; t++) ck_assert_int_eq(fl_ps_core_commit(ref, t, 7), FL_OK);
+  ck_assert(applied(ref, 6));
+  state_of(ref, vr);
+  ck_assert_mem_eq(a, vr, sizeof a);
+  ck_assert_mem_eq(b, vr, sizeof b);
+  fl_ps_core_free(ref);
+}
+END_TEST
+
+START_TEST(test_late_commit_whole_step_applied) {
+  /* Step 0 holds both trainers' pushes and trainer 0's commit; trainer 1's
+   * commit is still on its way when trainer 0 pushes step 1 (it went on:
+   * another server applied step 0).  Step 0 is applied with both pushes,
+   * as once the commit came (ref), not skipped. */
+  fl_ps_core *c = commit_core(), *ref = commit_core();
+  float vc[N + 2], vr[N + 2];
+  fl_ps_core *both[2] = {c, ref};
+  for (int i = 0; i < 2; i++) {
+    push_step(both[i], 0, 0, cg0, cr0);
+    push_step(both[i], 1, 0, cg1, cr1);
+    ck_assert_int_eq(fl_ps_core_commit(both[i], 0, 1), FL_OK);
+  }
+  ck_assert_int_eq(fl_ps_core_commit(ref, 1, 1), FL_OK);
+  ck_assert(applied(ref, 0));
+  ck_assert(!applied(c, 0));
+  push_step(c, 0, 1, cg0, cr0);
+  ck_assert(applied(c, 0));
+  state_of(c, vc);
+  state_of(ref, vr);
+  ck_assert_mem_eq(vc, vr, sizeof vc);
+  fl_ps_core_free(c);
+  fl_ps_core_free(ref);
+}
+END_TEST
+
 START_TEST(test_commit_foreign_client) {
   /* Trainer 1 registers without the commit protocol (a foreign client):
    * its pushes count as committed; trainer 0's step waits for its own
@@ -1178,6 +1274,8 @@ int main(void) {
   tcase_add_test(tc, test_commit_all_or_none);
   tcase_add_test(tc, test_commit_resend_replaces);
   tcase_add_test(tc, test_commit_declared_at_register);
+  tcase_add_test(tc, test_restart_trainers_a_step_apart);
+  tcase_add_test(tc, test_late_commit_whole_step_applied);
   tcase_add_test(tc, test_commit_foreign_client);
   tcase_add_test(tc, test_sparse_calls);
   tcase_add_test(tc, test_sparse_key_sharding);
