@@ -605,6 +605,31 @@ static grpc_status_code call_msg(grpc_channel *ch, const char *method, const Pro
   return code;
 }
 
+/* Start the job's only pserver for n_tr trainers with the config file
+ * name holding text, the settings in extra (NULL-ended, at most 3) and the
+ * option arg (or NULL); its address goes to list.  Returns its index,
+ * once it serves. */
+static int one_pserver(const char *name, const char *text, int n_tr, const char *const *extra,
+                       const char *arg, char *list, size_t cap) {
+  char e0[128], e2[64], cfg[600];
+  const char *env[8];
+  int k = 0, psi;
+  write_file(name, text);
+  snprintf(list, cap, "127.0.0.1:%d", fl_test_free_port("127.0.0.1"));
+  snprintf(e0, sizeof e0, "FLOTILLA_PSERVERS_IP_PORT_LIST=%s", list);
+  snprintf(e2, sizeof e2, "FLOTILLA_TRAINERS_NUM=%d", n_tr);
+  snprintf(cfg, sizeof cfg, "--config=%s/%s", g_dir, name);
+  env[k++] = e0;
+  env[k++] = "FLOTILLA_PSERVER_ID=0";
+  env[k++] = e2;
+  env[k++] = "FLOTILLA_MODE=ps";
+  for (; extra && *extra && k < 7; extra++) env[k++] = *extra;
+  env[k] = NULL;
+  psi = spawn("flotilla-pserver", "ps0.log", env, cfg, arg, 60);
+  ck_assert(wait_log("ps0.log", "serving", 20));
+  return psi;
+}
+
 /* AMP is refused in sync and async ps mode (the servers would apply
  * loss-scaled gradients), before the trainer contacts any server. */
 START_TEST(test_amp_refused) {
@@ -631,8 +656,8 @@ END_TEST
 
 START_TEST(test_bad_requests) {
   const char *tok = "s3cret-token";
-  char list[64], e0[128], e1[128], cfg[600], ckdir[600];
-  const char *env[7];
+  char list[64], e1[128], ckdir[600];
+  const char *env[3];
   grpc_channel *ch;
   fl_rpc_opts ro;
   Flotilla__RegisterRequest reg = FLOTILLA__REGISTER_REQUEST__INIT;
@@ -654,24 +679,16 @@ START_TEST(test_bad_requests) {
   uint64_t key = 1;
   uint32_t b0 = 0;
   uint8_t junk[64];
-  int port = fl_test_free_port("127.0.0.1"), psi;
+  int psi;
 
-  write_file("bad.yaml", "cluster: {mode: ps}\nstrategy: {a_sync: true}\n"
-                         "pserver: {dense_block_size: 8}\n");
-  snprintf(list, sizeof list, "127.0.0.1:%d", port);
-  snprintf(e0, sizeof e0, "FLOTILLA_PSERVERS_IP_PORT_LIST=%s", list);
   snprintf(e1, sizeof e1, "FLOTILLA_TOKEN=%s", tok);
-  snprintf(cfg, sizeof cfg, "--config=%s/bad.yaml", g_dir);
   snprintf(ckdir, sizeof ckdir, "FLOTILLA_CHECKPOINT_DIR=%s/ck", g_dir);
-  env[0] = e0;
-  env[1] = "FLOTILLA_PSERVER_ID=0";
-  env[2] = "FLOTILLA_TRAINERS_NUM=1";
-  env[3] = "FLOTILLA_MODE=ps";
-  env[4] = e1;
-  env[5] = ckdir;
-  env[6] = NULL;
-  psi = spawn("flotilla-pserver", "ps0.log", env, cfg, "--max_request_bytes=4096", 60);
-  ck_assert(wait_log("ps0.log", "serving", 20));
+  env[0] = e1;
+  env[1] = ckdir;
+  env[2] = NULL;
+  psi = one_pserver("bad.yaml", "cluster: {mode: ps}\nstrategy: {a_sync: true}\n"
+                    "pserver: {dense_block_size: 8}\n", 1, env, "--max_request_bytes=4096",
+                    list, sizeof list);
 
   fl_rpc_init(); /* after the last fork */
   memset(&ro, 0, sizeof ro);
@@ -897,24 +914,12 @@ START_TEST(test_pserver_restart_trainers_apart) {
    * trainer 1's push of 5 was taken as its push of step 6 and the pull
    * waited for a step that needed trainer 1's next push: the job hung.) */
   const float init[8] = {1, 2, 3, 4, 5, 6, 7, 8}, g[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-  char list[64], e0[128], cfg[600];
-  const char *env[5];
+  char list[64];
   grpc_channel *ch;
   fl_rpc_opts ro;
-  int port = fl_test_free_port("127.0.0.1"), psi;
+  int psi = one_pserver("apart.yaml", "cluster: {mode: ps}\nstrategy: {a_sync: false}\n"
+                        "pserver: {dense_block_size: 8}\n", 2, NULL, NULL, list, sizeof list);
 
-  write_file("apart.yaml", "cluster: {mode: ps}\nstrategy: {a_sync: false}\n"
-                           "pserver: {dense_block_size: 8}\n");
-  snprintf(list, sizeof list, "127.0.0.1:%d", port);
-  snprintf(e0, sizeof e0, "FLOTILLA_PSERVERS_IP_PORT_LIST=%s", list);
-  snprintf(cfg, sizeof cfg, "--config=%s/apart.yaml", g_dir);
-  env[0] = e0;
-  env[1] = "FLOTILLA_PSERVER_ID=0";
-  env[2] = "FLOTILLA_TRAINERS_NUM=2";
-  env[3] = "FLOTILLA_MODE=ps";
-  env[4] = NULL;
-  psi = spawn("flotilla-pserver", "ps0.log", env, cfg, NULL, 60);
-  ck_assert(wait_log("ps0.log", "serving", 20));
   fl_rpc_init(); /* after the last fork */
   memset(&ro, 0, sizeof ro);
   ck_assert_int_eq(fl_rpc_channel_create(list, &ro, &ch), FL_OK);
