@@ -5,7 +5,8 @@
  * through the kernels library (each row one tensor of the step, its state
  * fl_optim_state_len floats per buffer: dim, or 1 for row-wise Adagrad's
  * one accumulator), and an exact LRU list so that a table at max_rows evicts the row unseen
- * longest.  Rows live densely in [0, n): an evicted row's slot is reused by
+ * longest.  Each row is one record (key, bookkeeping, value, state: row_meta)
+ * and rows live densely in [0, n): an evicted row's slot is reused by
  * the row that replaces it, a deleted row's by the last row.  Admission
  * (a count-min sketch, admit.c) keeps ids seen fewer than admit_threshold
  * times in training pulls out of the table; expiry deletes rows unseen for
@@ -28,10 +29,13 @@
 
 #define MAX_DIM (1u << 16)
 
-/* A row's bookkeeping that a pull or push reads or writes beside its
- * value: kept together, so that a row seen costs one cache miss for it
- * instead of one per array. */
+/* A row's record: its key and the bookkeeping that a pull or push reads
+ * or writes, followed in the same record by the row's value (dim floats)
+ * and each optimizer state buffer (slen floats each), so that a row seen
+ * costs the misses of one record (two cache lines for the DLRM example's
+ * rows of 8 floats and Adagrad) instead of one per array. */
 typedef struct row_meta {
+  uint64_t key;
   int64_t step;     /* the table's clock when last seen */
   double time;      /* now when last seen */
   int64_t t;        /* update count (Adam's bias correction) */
@@ -39,8 +43,7 @@ typedef struct row_meta {
   int32_t next;     /* LRU: toward the least recent (tail) */
 } row_meta;
 
-#define ROW_META_ALIGN 64 /* a cache line: a multiple of sizeof(row_meta) */
-_Static_assert(ROW_META_ALIGN % sizeof(row_meta) == 0, "a row's meta within one cache line");
+#define REC_ALIGN 64 /* the records' array starts on a cache line */
 
 struct fl_ps_table {
   char name[128];
@@ -58,10 +61,8 @@ struct fl_ps_table {
   uint64_t padding_dropped;
 
   size_t n, cap;
-  uint64_t *keys;
-  float *val;
-  float *s1, *s2;
-  row_meta *meta; /* per row, one cache line shared by two rows (ROW_META_ALIGN) */
+  unsigned char *rec; /* cap records of rsz bytes (row_meta, value, state) */
+  size_t rsz;
   int32_t head, tail;
 
   int32_t *slots; /* hash slots: row index or -1 */
@@ -111,6 +112,16 @@ struct fl_ps_table {
   fl_optim_tensor *steps; /* a push's rows stepped together, steps_cap of them */
   size_t steps_cap;
 };
+
+/* Row r's record, its value and its state buffers. */
+static inline row_meta *ROW(const fl_ps_table *t, int32_t r) {
+  return (row_meta *)(void *)(t->rec + (size_t)r * t->rsz);
+}
+static inline float *VAL(const fl_ps_table *t, int32_t r) {
+  return (float *)(void *)(t->rec + (size_t)r * t->rsz + sizeof(row_meta));
+}
+static inline float *S1(const fl_ps_table *t, int32_t r) { return VAL(t, r) + t->dim; }
+static inline float *S2(const fl_ps_table *t, int32_t r) { return VAL(t, r) + t->dim + t->slen; }
 
 static fl_status tier_setup(fl_ps_table *t, const fl_ps_table_opts *o);
 static fl_status tier_get_row(fl_ps_table *t, uint64_t key, int32_t *out);
@@ -173,6 +184,16 @@ static fl_status set_admission(fl_ps_table *t, const fl_ps_table_opts *o) {
   return fl_ps_sketch_create(o->admit_sketch_bytes, o->seed ^ t->name_hash, &t->sketch);
 }
 
+/* A record's size for a row of b bytes: whole cache lines when that costs
+ * at most a quarter more memory (a record over one more line than it
+ * needs costs a miss more on half the rows: the DLRM example's 104-byte
+ * rows in 128 bytes took 10% less CPU in the table loop), else a
+ * multiple of 8 (row_meta's alignment). */
+static size_t rec_size(size_t b) {
+  const size_t lines = (b + REC_ALIGN - 1) / REC_ALIGN * REC_ALIGN;
+  return 4 * lines <= 5 * b ? lines : (b + 7) & ~(size_t)7;
+}
+
 fl_status fl_ps_table_create(const fl_ps_table_opts *o, fl_ps_table **out) {
   fl_ps_table *t;
   *out = NULL;
@@ -206,6 +227,7 @@ fl_status fl_ps_table_create(const fl_ps_table_opts *o, fl_ps_table **out) {
   t->lr = o->lr;
   t->nstate = fl_optim_state_count(o->hp.kind);
   t->slen = fl_optim_state_len(o->hp.kind, o->dim);
+  t->rsz = rec_size(sizeof(row_meta) + (o->dim + (size_t)t->nstate * t->slen) * sizeof(float));
   t->has_padding = o->has_padding;
   t->padding_id = o->padding_id;
   t->head = t->tail = -1;
@@ -226,11 +248,7 @@ fl_status fl_ps_table_create(const fl_ps_table_opts *o, fl_ps_table **out) {
 void fl_ps_table_free(fl_ps_table *t) {
   if (!t) return;
   tier_free(t);
-  free(t->keys);
-  free(t->val);
-  free(t->s1);
-  free(t->s2);
-  free(t->meta);
+  free(t->rec);
   free(t->slots);
   free(t->dirty);
   free(t->tomb);
@@ -252,7 +270,7 @@ static int32_t find(const fl_ps_table *t, uint64_t key) {
   for (i = slot_of(t, key);; i = (i + 1) & (t->nslots - 1)) {
     int32_t r = t->slots[i];
     if (r < 0) return -1;
-    if (t->keys[r] == key) return r;
+    if (ROW(t, r)->key == key) return r;
   }
 }
 
@@ -265,7 +283,7 @@ static void slot_insert(fl_ps_table *t, uint64_t key, int32_t row) {
 /* Remove key's slot, shifting later entries of its probe run back. */
 static void slot_delete(fl_ps_table *t, uint64_t key) {
   size_t mask = t->nslots - 1, i = slot_of(t, key), j;
-  while (t->keys[t->slots[i]] != key) i = (i + 1) & mask;
+  while (ROW(t, t->slots[i])->key != key) i = (i + 1) & mask;
   j = i;
   for (;;) {
     size_t home;
@@ -273,7 +291,7 @@ static void slot_delete(fl_ps_table *t, uint64_t key) {
     for (;;) {
       j = (j + 1) & mask;
       if (t->slots[j] < 0) return;
-      home = slot_of(t, t->keys[t->slots[j]]);
+      home = slot_of(t, ROW(t, t->slots[j])->key);
       /* Entry j may move to i when its home is not in (i, j] cyclically. */
       if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) break;
     }
@@ -285,16 +303,10 @@ static void slot_delete(fl_ps_table *t, uint64_t key) {
 /* Keys looked up ahead together (prefetch_rows). */
 #define AHEAD 16
 
-/* A float's bits, to fold a loaded value into a checksum. */
-static uint32_t bits_of(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-
 /* Load what the next n (at most AHEAD) keys' lookups and updates read:
- * their hash slots first, then their rows' key, value, state and
- * bookkeeping, then their LRU neighbours' bookkeeping.  The tables
+ * their hash slots first, then their rows' records (the first and the
+ * last byte: every cache line of a record of up to 128 bytes), then their
+ * LRU neighbours' bookkeeping.  The tables
  * outgrow the caches and the TLB, so a row costs several misses that,
  * taken one after the other, are most of a pull's or push's time; the
  * loads of each stage here are independent, so their misses overlap.
@@ -308,14 +320,13 @@ static void prefetch_rows(const fl_ps_table *t, const uint64_t *keys, size_t n) 
   for (size_t i = 0; i < n; i++) r[i] = t->slots[slot_of(t, keys[i])];
   for (size_t i = 0; i < n; i++) {
     if (r[i] < 0) continue;
-    acc ^= t->keys[r[i]] ^ (uint64_t)t->meta[r[i]].step ^ bits_of(t->val[(size_t)r[i] * t->dim]);
-    if (t->nstate >= 1) acc ^= bits_of(t->s1[(size_t)r[i] * t->slen]);
-    if (t->nstate >= 2) acc ^= bits_of(t->s2[(size_t)r[i] * t->slen]);
+    const unsigned char *b = (const unsigned char *)ROW(t, r[i]);
+    acc ^= ROW(t, r[i])->key ^ b[t->rsz - 1];
   }
   for (size_t i = 0; i < n; i++) {
     if (r[i] < 0) continue;
-    if (t->meta[r[i]].prev >= 0) acc ^= (uint64_t)t->meta[t->meta[r[i]].prev].step;
-    if (t->meta[r[i]].next >= 0) acc ^= (uint64_t)t->meta[t->meta[r[i]].next].step;
+    if (ROW(t, r[i])->prev >= 0) acc ^= (uint64_t)ROW(t, ROW(t, r[i])->prev)->step;
+    if (ROW(t, r[i])->next >= 0) acc ^= (uint64_t)ROW(t, ROW(t, r[i])->next)->step;
   }
   sink = acc; /* the loads are kept */
   (void)sink;
@@ -323,20 +334,20 @@ static void prefetch_rows(const fl_ps_table *t, const uint64_t *keys, size_t n) 
 
 /* ---------------------------------------------------------------- storage */
 
-/* The meta array at nc rows: aligned so that no row's meta straddles two
- * cache lines (realloc aligns to 16 bytes only); the live rows kept. */
-static fl_status grow_meta(fl_ps_table *t, size_t nc) {
-  const size_t a = ROW_META_ALIGN, keep = t->n < nc ? t->n : nc;
-  row_meta *m = aligned_alloc(a, (nc * sizeof *m + a - 1) / a * a); /* C11: a multiple of a */
+/* The records' array at nc rows, aligned to a cache line (realloc aligns
+ * to 16 bytes only); the live rows kept. */
+static fl_status grow_rec(fl_ps_table *t, size_t nc) {
+  const size_t a = REC_ALIGN, keep = t->n < nc ? t->n : nc;
+  unsigned char *m = aligned_alloc(a, (nc * t->rsz + a - 1) / a * a); /* C11: a multiple of a */
   if (!m) return FL_ENOMEM;
-  if (keep) memcpy(m, t->meta, keep * sizeof *m);
-  free(t->meta);
-  t->meta = m;
+  if (keep) memcpy(m, t->rec, keep * t->rsz);
+  free(t->rec);
+  t->rec = m;
   return FL_OK;
 }
 
 static fl_status grow(fl_ps_table *t) {
-  size_t nc = t->cap ? t->cap * 2 : 1024, d = t->dim;
+  size_t nc = t->cap ? t->cap * 2 : 1024;
   size_t ns;
   if ((int64_t)nc > t->max_rows) nc = (size_t)t->max_rows;
   if (t->tier) nc = tier_cap(t, nc);
@@ -346,11 +357,7 @@ static fl_status grow(fl_ps_table *t) {
     if (!p_) goto nomem;                                                     \
     t->field = p_;                                                           \
   } while (0)
-  GROW(keys, nc);
-  GROW(val, nc * d);
-  if (t->nstate >= 1) GROW(s1, nc * t->slen);
-  if (t->nstate >= 2) GROW(s2, nc * t->slen);
-  if (grow_meta(t, nc) != FL_OK) goto nomem;
+  if (grow_rec(t, nc) != FL_OK) goto nomem;
   GROW(dirty, nc);
   if (t->tier) {
     GROW(used, nc);
@@ -367,7 +374,7 @@ static fl_status grow(fl_ps_table *t) {
     t->slots = slots;
     t->nslots = ns;
     memset(slots, 0xff, ns * sizeof *slots);
-    for (size_t r = 0; r < t->n; r++) slot_insert(t, t->keys[r], (int32_t)r);
+    for (size_t r = 0; r < t->n; r++) slot_insert(t, ROW(t, r)->key, (int32_t)r);
   }
   return FL_OK;
 nomem:
@@ -375,24 +382,24 @@ nomem:
 }
 
 static void lru_unlink(fl_ps_table *t, int32_t r) {
-  if (t->meta[r].prev >= 0) t->meta[t->meta[r].prev].next = t->meta[r].next;
-  else t->head = t->meta[r].next;
-  if (t->meta[r].next >= 0) t->meta[t->meta[r].next].prev = t->meta[r].prev;
-  else t->tail = t->meta[r].prev;
+  if (ROW(t, r)->prev >= 0) ROW(t, ROW(t, r)->prev)->next = ROW(t, r)->next;
+  else t->head = ROW(t, r)->next;
+  if (ROW(t, r)->next >= 0) ROW(t, ROW(t, r)->next)->prev = ROW(t, r)->prev;
+  else t->tail = ROW(t, r)->prev;
 }
 
 static void lru_push_head(fl_ps_table *t, int32_t r) {
-  t->meta[r].prev = -1;
-  t->meta[r].next = t->head;
-  if (t->head >= 0) t->meta[t->head].prev = r;
+  ROW(t, r)->prev = -1;
+  ROW(t, r)->next = t->head;
+  if (t->head >= 0) ROW(t, t->head)->prev = r;
   t->head = r;
   if (t->tail < 0) t->tail = r;
 }
 
 /* Row r was seen now: the most recent, stamped, kept for the next delta. */
 static void touch(fl_ps_table *t, int32_t r) {
-  t->meta[r].step = t->clock;
-  t->meta[r].time = t->now;
+  ROW(t, r)->step = t->clock;
+  ROW(t, r)->time = t->now;
   t->dirty[r] = 1;
   if (t->used) t->used[r] = ++t->use_clock;
   if (t->head == r) return;
@@ -441,36 +448,37 @@ static void init_row(const fl_ps_table *t, uint64_t key, float *v) {
 static fl_optim_tensor state_of(const fl_ps_table *t, int32_t r) {
   fl_optim_tensor x;
   memset(&x, 0, sizeof x);
-  x.state1 = t->nstate >= 1 ? t->s1 + (size_t)r * t->slen : NULL;
-  x.state2 = t->nstate >= 2 ? t->s2 + (size_t)r * t->slen : NULL;
+  x.state1 = t->nstate >= 1 ? S1(t, r) : NULL;
+  x.state2 = t->nstate >= 2 ? S2(t, r) : NULL;
   x.n = t->dim;
   return x;
 }
 
 /* A new row for key (absent), evicting the least recent row when full;
- * the most recent, seen now. */
-static fl_status create_row(fl_ps_table *t, uint64_t key, int32_t *out) {
+ * the most recent, seen now; its value v (dim floats), or the seeded
+ * init when v is NULL. */
+static fl_status create_row(fl_ps_table *t, uint64_t key, const float *v, int32_t *out) {
   int32_t r;
-  size_t d = t->dim;
   if ((int64_t)t->n >= t->max_rows) {
     r = t->tail;
     lru_unlink(t, r);
-    slot_delete(t, t->keys[r]);
-    note_deleted(t, t->keys[r]);
+    slot_delete(t, ROW(t, r)->key);
+    note_deleted(t, ROW(t, r)->key);
     t->counts.evicted++;
   } else {
     if (t->n == t->cap) FL_TRY(grow(t));
     r = (int32_t)t->n++;
   }
-  t->keys[r] = key;
-  init_row(t, key, t->val + (size_t)r * d);
+  ROW(t, r)->key = key;
+  if (v) memcpy(VAL(t, r), v, t->dim * sizeof(float));
+  else init_row(t, key, VAL(t, r));
   if (t->nstate >= 1) {
     fl_optim_tensor x = state_of(t, r);
     if (fl_optim_init_state(&t->hp, &x, 1) != FL_OK)
       return FL_ERR(FL_EINVAL, "sparse table %s: %s refused to set up a row's state", t->name,
                     fl_optim_kind_name(t->hp.kind));
   }
-  t->meta[r].t = 0;
+  ROW(t, r)->t = 0;
   slot_insert(t, key, r);
   lru_push_head(t, r);
   touch(t, r);
@@ -485,7 +493,7 @@ static fl_status get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
     *out = r;
     return FL_OK;
   }
-  if (!t->tier) return create_row(t, key, out);
+  if (!t->tier) return create_row(t, key, NULL, out);
   FL_TRY(tier_get_row(t, key, out));
   touch(t, *out); /* stamped as seen now */
   return FL_OK;
@@ -494,26 +502,18 @@ static fl_status get_row(fl_ps_table *t, uint64_t key, int32_t *out) {
 /* Move row `from` (the last) into the free index `to`: data, slot, LRU
  * links. */
 static void move_row(fl_ps_table *t, int32_t from, int32_t to) {
-  size_t d = t->dim, sl = t->slen, i = slot_of(t, t->keys[from]);
+  size_t i = slot_of(t, ROW(t, from)->key);
   while (t->slots[i] != from) i = (i + 1) & (t->nslots - 1);
   t->slots[i] = to;
-  t->keys[to] = t->keys[from];
-  memcpy(t->val + (size_t)to * d, t->val + (size_t)from * d, d * sizeof *t->val);
-  if (t->nstate >= 1) memcpy(t->s1 + (size_t)to * sl, t->s1 + (size_t)from * sl, sl * sizeof *t->s1);
-  if (t->nstate >= 2) memcpy(t->s2 + (size_t)to * sl, t->s2 + (size_t)from * sl, sl * sizeof *t->s2);
-  t->meta[to].t = t->meta[from].t;
-  t->meta[to].step = t->meta[from].step;
-  t->meta[to].time = t->meta[from].time;
+  memcpy(ROW(t, to), ROW(t, from), t->rsz);
   t->dirty[to] = t->dirty[from];
   if (t->used) {
     t->used[to] = t->used[from];
     t->prob[to] = t->prob[from];
   }
-  t->meta[to].prev = t->meta[from].prev;
-  t->meta[to].next = t->meta[from].next;
-  if (t->meta[to].prev >= 0) t->meta[t->meta[to].prev].next = to;
+  if (ROW(t, to)->prev >= 0) ROW(t, ROW(t, to)->prev)->next = to;
   else t->head = to;
-  if (t->meta[to].next >= 0) t->meta[t->meta[to].next].prev = to;
+  if (ROW(t, to)->next >= 0) ROW(t, ROW(t, to)->next)->prev = to;
   else t->tail = to;
 }
 
@@ -530,8 +530,8 @@ static void free_index(fl_ps_table *t, int32_t r) {
 /* Delete row r (noted for the next delta). */
 static void drop_row(fl_ps_table *t, int32_t r) {
   lru_unlink(t, r);
-  slot_delete(t, t->keys[r]);
-  note_deleted(t, t->keys[r]);
+  slot_delete(t, ROW(t, r)->key);
+  note_deleted(t, ROW(t, r)->key);
   free_index(t, r);
 }
 
@@ -556,7 +556,7 @@ static fl_status train_row(fl_ps_table *t, uint64_t key, int pull, int32_t *out)
     }
   }
   t->counts.admitted++;
-  return t->tier ? tier_place(t, key, NULL, 0, 0, out) : create_row(t, key, out);
+  return t->tier ? tier_place(t, key, NULL, 0, 0, out) : create_row(t, key, NULL, out);
 }
 
 fl_status fl_ps_table_pull(fl_ps_table *t, const uint64_t *keys, size_t n, float *out) {
@@ -575,7 +575,7 @@ fl_status fl_ps_table_pull(fl_ps_table *t, const uint64_t *keys, size_t n, float
       continue;
     }
     touch(t, r);
-    memcpy(out + i * d, t->val + (size_t)r * d, d * sizeof(float));
+    memcpy(out + i * d, VAL(t, r), d * sizeof(float));
   }
   return FL_OK;
 }
@@ -620,10 +620,10 @@ fl_status fl_ps_table_push(fl_ps_table *t, const uint64_t *keys, size_t n, const
     }
     touch(t, r);
     fl_optim_tensor x = state_of(t, r);
-    x.param = t->val + (size_t)r * d;
+    x.param = VAL(t, r);
     x.grad = g + i * d;
-    ++t->meta[r].t;
-    if (per_row) FL_TRY(fl_optim_step(&t->hp, &x, 1, t->lr, t->meta[r].t));
+    ++ROW(t, r)->t;
+    if (per_row) FL_TRY(fl_optim_step(&t->hp, &x, 1, t->lr, ROW(t, r)->t));
     else t->steps[nx++] = x;
   }
   return step_rows(t, &nx);
@@ -638,7 +638,7 @@ fl_status fl_ps_table_read(const fl_ps_table *t, const uint64_t *keys, size_t n,
     if (i % AHEAD == 0) prefetch_rows(t, keys + i, n - i < AHEAD ? n - i : AHEAD);
     int32_t r = find(t, keys[i]);
     if (is_padding(t, keys[i])) memset(out + i * d, 0, d * sizeof(float));
-    else if (r >= 0) memcpy(out + i * d, t->val + (size_t)r * d, d * sizeof(float));
+    else if (r >= 0) memcpy(out + i * d, VAL(t, r), d * sizeof(float));
     else if (!t->sketch) init_row(t, keys[i], out + i * d);
     else
       for (size_t j = 0; j < d; j++) out[i * d + j] = t->admit_default;
@@ -661,7 +661,7 @@ size_t fl_ps_table_expire(fl_ps_table *t, double now) {
   if (t->tier && (t->expire_steps > 0 || t->expire_s > 0)) k = tier_expire(t);
   while (t->tail >= 0) {
     int32_t r = t->tail;
-    if (!is_old(t, t->meta[r].step, t->meta[r].time)) break;
+    if (!is_old(t, ROW(t, r)->step, ROW(t, r)->time)) break;
     drop_row(t, r);
     k++;
   }
@@ -672,7 +672,7 @@ size_t fl_ps_table_expire(fl_ps_table *t, double now) {
 int fl_ps_table_peek(const fl_ps_table *t, uint64_t key, float *out) {
   int32_t r = find(t, key);
   if (r < 0) return 0;
-  memcpy(out, t->val + (size_t)r * t->dim, t->dim * sizeof(float));
+  memcpy(out, VAL(t, r), t->dim * sizeof(float));
   return 1;
 }
 
@@ -686,8 +686,12 @@ fl_status fl_ps_table_init(fl_ps_table *t, const uint64_t *keys, size_t n, const
     if (is_padding(t, keys[i]) || find(t, keys[i]) >= 0) continue;
     if (t->tier) FL_TRY(tier_has(t, keys[i], &on_disk));
     if (on_disk) continue; /* an existing row, demoted: left as it is */
-    FL_TRY(get_row(t, keys[i], &r));
-    memcpy(t->val + (size_t)r * d, rows + i * d, d * sizeof(float));
+    if (t->tier) { /* a memory row made for it (its seeded init overwritten) */
+      FL_TRY(get_row(t, keys[i], &r));
+      memcpy(VAL(t, r), rows + i * d, d * sizeof(float));
+    } else {
+      FL_TRY(create_row(t, keys[i], rows + i * d, &r));
+    }
     (*created)++;
   }
   return FL_OK;
@@ -727,7 +731,7 @@ fl_status fl_ps_table_dump(const fl_ps_table *t, int has_after, uint64_t after, 
   size_t d = t->dim, k = 0, seen = 0;
   /* The max smallest keys above after, kept in a max-heap in keys. */
   for (size_t r = 0; r < t->n; r++) {
-    uint64_t key = t->keys[r];
+    uint64_t key = ROW(t, r)->key;
     if (has_after && key <= after) continue;
     seen++;
     if (k < max) {
@@ -740,7 +744,7 @@ fl_status fl_ps_table_dump(const fl_ps_table *t, int has_after, uint64_t after, 
   }
   qsort(keys, k, sizeof *keys, cmp_u64);
   for (size_t i = 0; i < k; i++)
-    memcpy(vals + i * d, t->val + (size_t)find(t, keys[i]) * d, d * sizeof(float));
+    memcpy(vals + i * d, VAL(t, find(t, keys[i])), d * sizeof(float));
   *n = k;
   *more = seen > k;
   return t->tier ? tier_dump_merge(t, has_after, after, max, keys, vals, n, more) : FL_OK;
@@ -795,21 +799,21 @@ static int32_t first_saved(const fl_ps_table *t, int only_dirty, size_t *n) {
     return t->tail;
   }
   *n = 0;
-  for (int32_t r = t->head; r >= 0 && t->dirty[r]; r = t->meta[r].next, (*n)++) first = r;
+  for (int32_t r = t->head; r >= 0 && t->dirty[r]; r = ROW(t, r)->next, (*n)++) first = r;
   return first;
 }
 
 /* Copy the rows of stripe t to save into o from index *i on. */
 static void gather_one(const fl_ps_table *t, int only_dirty, rows_out *o, size_t *i) {
   size_t d = t->dim, sl = t->slen, n;
-  for (int32_t r = first_saved(t, only_dirty, &n); r >= 0; r = t->meta[r].prev, (*i)++) {
-    o->keys[*i] = t->keys[r];
-    o->steps[*i] = t->meta[r].t;
-    o->sstep[*i] = t->meta[r].step;
-    o->stime[*i] = t->meta[r].time;
-    memcpy(o->v + *i * d, t->val + (size_t)r * d, d * sizeof *o->v);
-    if (o->a) memcpy(o->a + *i * sl, t->s1 + (size_t)r * sl, sl * sizeof *o->a);
-    if (o->b) memcpy(o->b + *i * sl, t->s2 + (size_t)r * sl, sl * sizeof *o->b);
+  for (int32_t r = first_saved(t, only_dirty, &n); r >= 0; r = ROW(t, r)->prev, (*i)++) {
+    o->keys[*i] = ROW(t, r)->key;
+    o->steps[*i] = ROW(t, r)->t;
+    o->sstep[*i] = ROW(t, r)->step;
+    o->stime[*i] = ROW(t, r)->time;
+    memcpy(o->v + *i * d, VAL(t, r), d * sizeof *o->v);
+    if (o->a) memcpy(o->a + *i * sl, S1(t, r), sl * sizeof *o->a);
+    if (o->b) memcpy(o->b + *i * sl, S2(t, r), sl * sizeof *o->b);
   }
 }
 
@@ -984,7 +988,7 @@ int fl_ps_table_delta_ok(const fl_ps_table *t) {
 }
 
 void fl_ps_table_mark_saved(fl_ps_table *t) {
-  for (int32_t r = t->head; r >= 0 && t->dirty[r]; r = t->meta[r].next) t->dirty[r] = 0;
+  for (int32_t r = t->head; r >= 0 && t->dirty[r]; r = ROW(t, r)->next) t->dirty[r] = 0;
   t->ntomb = 0;
   t->nmoved = t->moved_uniq = 0;
   t->tomb_overflow = 0;
@@ -1165,7 +1169,7 @@ static fl_status load_slot(fl_ps_table *t, uint64_t key, int32_t *out) {
     t->prob[*out] = 0;
     atomic_fetch_add(t->hot_bytes, t->row_bytes);
   }
-  t->keys[*out] = key;
+  ROW(t, *out)->key = key;
   slot_insert(t, key, *out);
   lru_push_head(t, *out);
   touch(t, *out);
@@ -1179,13 +1183,13 @@ static fl_status rows_put(fl_ps_table *t, const rows_in *x, size_t i) {
   int32_t r = find(t, key);
   if (r < 0) FL_TRY(t->tier ? load_slot(t, key, &r) : get_row(t, key, &r));
   else touch(t, r);
-  memcpy(t->val + (size_t)r * d, (const float *)x->v.data + i * d, d * sizeof(float));
-  if (t->nstate >= 1) memcpy(t->s1 + (size_t)r * sl, (const float *)x->a.data + i * sl, sl * sizeof(float));
-  if (t->nstate >= 2) memcpy(t->s2 + (size_t)r * sl, (const float *)x->b.data + i * sl, sl * sizeof(float));
-  t->meta[r].t = ((const int64_t *)x->s.data)[i];
+  memcpy(VAL(t, r), (const float *)x->v.data + i * d, d * sizeof(float));
+  if (t->nstate >= 1) memcpy(S1(t, r), (const float *)x->a.data + i * sl, sl * sizeof(float));
+  if (t->nstate >= 2) memcpy(S2(t, r), (const float *)x->b.data + i * sl, sl * sizeof(float));
+  ROW(t, r)->t = ((const int64_t *)x->s.data)[i];
   if (x->fmt >= 3) {
-    t->meta[r].step = ((const int64_t *)x->ss.data)[i];
-    t->meta[r].time = ((const double *)x->stime.data)[i];
+    ROW(t, r)->step = ((const int64_t *)x->ss.data)[i];
+    ROW(t, r)->time = ((const double *)x->stime.data)[i];
   }
   return FL_OK;
 }
@@ -1338,11 +1342,9 @@ fl_status fl_ps_table_apply_delta(fl_ps_table *t, const fl_ckpt *c, const char *
  * demoting: its rows stay in memory, over the budget, none lost. */
 
 static size_t row_cost(const fl_ps_table *t) {
-  /* key, value, state, update count, LRU links, about two hash slots,
-   * seen marks (step, time, changed), last use, window mark */
-  return sizeof(uint64_t) + (t->dim + (size_t)t->nstate * t->slen) * sizeof(float) +
-         sizeof(int64_t) + 2 * sizeof(int32_t) + 2 * sizeof(int32_t) + sizeof(int64_t) +
-         sizeof(double) + sizeof(uint8_t) + sizeof(uint64_t) + sizeof(uint8_t);
+  /* the record (key, seen marks, update count, LRU links, value, state),
+   * about two hash slots, changed mark, last use, window mark */
+  return t->rsz + 2 * sizeof(int32_t) + sizeof(uint8_t) + sizeof(uint64_t) + sizeof(uint8_t);
 }
 
 uint64_t fl_ps_table_hot_bytes(const fl_ps_table *t) { return (uint64_t)(t->n * row_cost(t)); }
@@ -1479,7 +1481,7 @@ static void win_push(fl_ps_table *t, int32_t r) {
   t->prob[r] = 0;
   while (t->nprob >= t->win_cap && (c = win_front(t)) >= 0) win_leave(t, c);
   if (t->win_n == t->win_ring && !win_grow(t)) return;
-  t->win[(t->win_at + t->win_n++) & (t->win_ring - 1)] = t->keys[r];
+  t->win[(t->win_at + t->win_n++) & (t->win_ring - 1)] = ROW(t, r)->key;
   t->prob[r] = 1;
   t->nprob++;
 }
@@ -1492,7 +1494,7 @@ static int32_t pick_demoted(fl_ps_table *t) {
   int32_t c, v = t->tail;
   while (t->nprob > t->win_cap && (c = win_front(t)) >= 0) win_leave(t, c);
   if (t->nprob < t->win_cap || t->prob[v] || (c = win_front(t)) < 0) return v;
-  if (fq_est(t, t->keys[c]) <= fq_est(t, t->keys[v])) return c;
+  if (fq_est(t, ROW(t, c)->key) <= fq_est(t, ROW(t, v)->key)) return c;
   win_leave(t, c);
   return v;
 }
@@ -1505,8 +1507,8 @@ fl_status fl_ps_table_tier_keep_order(fl_ps_table *t) {
   if (!(b = malloc((t->n ? t->n : 1) * 2 * sizeof *b)))
     return FL_ERR(FL_ENOMEM, "sparse table %s: out of memory noting the last use of %zu rows",
                   t->name, t->n);
-  for (int32_t r = t->tail; r >= 0; r = t->meta[r].prev, i += 2) {
-    b[i] = t->keys[r];
+  for (int32_t r = t->tail; r >= 0; r = ROW(t, r)->prev, i += 2) {
+    b[i] = ROW(t, r)->key;
     b[i + 1] = t->used[r];
   }
   st = fl_ps_tier_put_note(t->tier, t->tier_id, b, i * sizeof *b);
@@ -1530,7 +1532,7 @@ static void restamp(fl_ps_table *t) {
   }
   free(b);
   t->use_clock = top;
-  for (int32_t r = t->tail; r >= 0; r = t->meta[r].prev)
+  for (int32_t r = t->tail; r >= 0; r = ROW(t, r)->prev)
     if (!t->used[r]) t->used[r] = ++t->use_clock;
 }
 
@@ -1591,8 +1593,8 @@ static void pack_marks(const fl_ps_table *t, int32_t r, unsigned char *b) {
   uint64_t v = BLOB_LAYOUT;
   unsigned char *m = b + t->blob - FL_PS_TIER_MARKS_LEN;
   memcpy(m, &v, sizeof v);
-  memcpy(m + 8, &t->meta[r].step, sizeof(int64_t));
-  memcpy(m + 16, &t->meta[r].time, sizeof(double));
+  memcpy(m + 8, &ROW(t, r)->step, sizeof(int64_t));
+  memcpy(m + 16, &ROW(t, r)->time, sizeof(double));
 }
 
 /* The marks of blob b (the load's for layout 0). */
@@ -1605,21 +1607,21 @@ static void blob_marks(const fl_ps_table *t, const unsigned char *b, int64_t *st
 static void pack_row(const fl_ps_table *t, int32_t r, unsigned char *b) {
   size_t d = t->dim, sl = t->slen;
   float *f = (float *)(b + sizeof(int64_t));
-  memcpy(b, &t->meta[r].t, sizeof(int64_t));
-  memcpy(f, t->val + (size_t)r * d, d * sizeof *f);
-  if (t->nstate >= 1) memcpy(f + d, t->s1 + (size_t)r * sl, sl * sizeof *f);
-  if (t->nstate >= 2) memcpy(f + d + sl, t->s2 + (size_t)r * sl, sl * sizeof *f);
+  memcpy(b, &ROW(t, r)->t, sizeof(int64_t));
+  memcpy(f, VAL(t, r), d * sizeof *f);
+  if (t->nstate >= 1) memcpy(f + d, S1(t, r), sl * sizeof *f);
+  if (t->nstate >= 2) memcpy(f + d + sl, S2(t, r), sl * sizeof *f);
   pack_marks(t, r, b);
 }
 
 static void unpack_row(fl_ps_table *t, int32_t r, const unsigned char *b) {
   size_t d = t->dim, sl = t->slen;
   const float *f = (const float *)(b + sizeof(int64_t));
-  memcpy(&t->meta[r].t, b, sizeof(int64_t));
-  memcpy(t->val + (size_t)r * d, f, d * sizeof *f);
-  if (t->nstate >= 1) memcpy(t->s1 + (size_t)r * sl, f + d, sl * sizeof *f);
-  if (t->nstate >= 2) memcpy(t->s2 + (size_t)r * sl, f + d + sl, sl * sizeof *f);
-  blob_marks(t, b, &t->meta[r].step, &t->meta[r].time);
+  memcpy(&ROW(t, r)->t, b, sizeof(int64_t));
+  memcpy(VAL(t, r), f, d * sizeof *f);
+  if (t->nstate >= 1) memcpy(S1(t, r), f + d, sl * sizeof *f);
+  if (t->nstate >= 2) memcpy(S2(t, r), f + d + sl, sl * sizeof *f);
+  blob_marks(t, b, &ROW(t, r)->step, &ROW(t, r)->time);
 }
 
 /* fl_ps_tier_old_fn of a table: its blob's marks past the limits (the
@@ -1708,7 +1710,7 @@ static void forget_lookup(fl_ps_table *t, uint64_t key) {
  * the window. */
 static void unlink_row(fl_ps_table *t, int32_t r) {
   lru_unlink(t, r);
-  slot_delete(t, t->keys[r]);
+  slot_delete(t, ROW(t, r)->key);
   if (t->prob[r]) t->nprob--;
   t->prob[r] = 0;
 }
@@ -1747,11 +1749,11 @@ static void note_moved(fl_ps_table *t, uint64_t key) {
  * index to reuse.  On failure the row stays (the table stops demoting). */
 static fl_status demote_row(fl_ps_table *t, int32_t v, int32_t *r) {
   pack_row(t, v, t->out);
-  if (fl_ps_tier_put_at(t->tier, t->tier_id, t->keys[v], t->out, t->blob, t->used[v]) != FL_OK) {
+  if (fl_ps_tier_put_at(t->tier, t->tier_id, ROW(t, v)->key, t->out, t->blob, t->used[v]) != FL_OK) {
     tier_break(t);
     return FL_EIO;
   }
-  if (t->dirty[v]) note_moved(t, t->keys[v]);
+  if (t->dirty[v]) note_moved(t, ROW(t, v)->key);
   unlink_row(t, v);
   *r = v;
   return FL_OK;
@@ -1770,7 +1772,7 @@ static fl_status tier_slot(fl_ps_table *t, int new_key, int32_t *r) {
       forget_lookup(t, k);
       note_deleted(t, k);
     } else {
-      note_deleted(t, t->keys[t->tail]);
+      note_deleted(t, ROW(t, t->tail)->key);
       take_tail(t, r);
       return FL_OK;
     }
@@ -1780,7 +1782,7 @@ static fl_status tier_slot(fl_ps_table *t, int new_key, int32_t *r) {
       demote_row(t, pick_demoted(t), r) == FL_OK)
     return FL_OK;
   if ((int64_t)t->n >= t->max_rows) {
-    note_deleted(t, t->keys[t->tail]);
+    note_deleted(t, ROW(t, t->tail)->key);
     take_tail(t, r);
     t->counts.evicted++;
     return FL_OK;
@@ -1805,13 +1807,13 @@ static fl_status tier_place(fl_ps_table *t, uint64_t key, const unsigned char *b
                             uint64_t seq, int32_t *out) {
   int32_t r;
   FL_TRY(tier_slot(t, !found, &r));
-  t->keys[r] = key;
+  ROW(t, r)->key = key;
   if (found) {
     unpack_row(t, r, b);
   } else {
-    init_row(t, key, t->val + (size_t)r * t->dim);
+    init_row(t, key, VAL(t, r));
     fl_optim_tensor x = state_of(t, r);
-    t->meta[r].t = 0;
+    ROW(t, r)->t = 0;
     if (t->nstate >= 1 && fl_optim_init_state(&t->hp, &x, 1) != FL_OK)
       return FL_ERR(FL_EINVAL, "sparse table %s: %s refused to set up a row's state", t->name,
                     fl_optim_kind_name(t->hp.kind));
@@ -1839,7 +1841,7 @@ static fl_status tier_read(const fl_ps_table *t, const uint64_t *keys, size_t n,
   }
   for (size_t i = 0; i < n; i++) {
     int32_t r = find(t, keys[i]);
-    if (r >= 0) memcpy(out + i * d, t->val + (size_t)r * d, d * sizeof(float));
+    if (r >= 0) memcpy(out + i * d, VAL(t, r), d * sizeof(float));
     else {
       at[m] = i;
       miss[m++] = keys[i];
@@ -1913,7 +1915,7 @@ static int disk_newer(const fl_ps_table *t, int32_t r, const unsigned char *b) {
   double time;
   memcpy(&upd, b, sizeof upd);
   blob_marks(t, b, &step, &time);
-  return fl_ps_tier_disk_newer(upd, step, time, t->meta[r].t, t->meta[r].step, t->meta[r].time);
+  return fl_ps_tier_disk_newer(upd, step, time, ROW(t, r)->t, ROW(t, r)->step, ROW(t, r)->time);
 }
 
 /* The memory rows of keys[0..n) looked up in the store (rows, found, seqs:
@@ -1948,7 +1950,7 @@ fl_status fl_ps_table_tier_settle(fl_ps_table *t) {
   if (!keys || !rows || !found || !seqs)
     st = FL_ERR(FL_ENOMEM, "sparse table %s: out of memory settling %zu rows with the disk tier",
                 t->name, n);
-  for (int32_t r = t->tail; st == FL_OK && r >= 0; r = t->meta[r].prev) keys[i++] = t->keys[r];
+  for (int32_t r = t->tail; st == FL_OK && r >= 0; r = ROW(t, r)->prev) keys[i++] = ROW(t, r)->key;
   for (size_t off = 0; st == FL_OK && off < n; off += CHUNK)
     st = settle_some(t, keys + off, n - off < CHUNK ? n - off : CHUNK, rows, found, seqs);
   restamp(t);

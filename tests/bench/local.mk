@@ -32,6 +32,14 @@ tests_bench_bench_ps_SOURCES = tests/bench/bench_ps.c tests/integration/free_por
 tests_bench_bench_ps_CFLAGS = $(FL_TRAINER_CFLAGS)
 tests_bench_bench_ps_LDADD = libfltrainer.la $(FL_LIBS) $(GRPC_LIBS) $(PROTOBUFC_LIBS) -lpthread
 
+# A pserver's sparse-table loop alone: the DLRM example's 26 tables x 16
+# stripes of 8-float Adagrad rows, 256 ids a table a step pulled and
+# pushed, in CPU seconds (the rows' memory layout).
+noinst_PROGRAMS += tests/bench/bench_ps_table
+tests_bench_bench_ps_table_SOURCES = tests/bench/bench_ps_table.c
+tests_bench_bench_ps_table_CFLAGS = $(FL_PSERVER_CFLAGS)
+tests_bench_bench_ps_table_LDADD = $(FL_PSERVER_LIBS) -lm
+
 # Collective allreduce bus bandwidth per backend (tcp, shm, hierarchical),
 # 2 and 4 ranks, beside memcpy; tests/bench/run_bench_collective.sh adds
 # OpenMPI's MPI_Allreduce (mpi_allreduce.c, compiled there with mpicc).

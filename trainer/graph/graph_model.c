@@ -794,8 +794,16 @@ const float *fl_graph_model_output(void *handle) {
 
 int fl_gmodel_rows_find(fl_gmodel *m, const char *name) {
   const fl_graph *g = m->g;
-  for (int k = m->rows_last; name && k <= m->rows_last + 1 && k < g->nt; k++)
+  /* The callers go through the tables in the graph's order, step after
+   * step: the rows input found last, then the next one (after the last,
+   * the first), before a search by name. */
+  for (int k = m->rows_last, tries = 0; name && g->nt > 0 && tries < 2; tries++) {
     if (g->t[k].kind == FL_GT_ROWS && strcmp(g->t[k].name, name) == 0) return m->rows_last = k;
+    for (int j = 0; j < g->nt; j++) {
+      k = (k + 1) % g->nt;
+      if (g->t[k].kind == FL_GT_ROWS) break;
+    }
+  }
   const int t = fl_graph_find(g, name);
   if (t >= 0 && g->t[t].kind == FL_GT_ROWS) m->rows_last = t;
   return t;
