@@ -117,6 +117,12 @@ static int prepare(const char *path, uint64_t size) {
   return 0;
 }
 
+/* A run's NAME:MISS:BLOCKS into name (64 bytes, the caller's) and the two
+ * figures; 0 when it is not one. */
+static int parse_run(const char *arg, char *name, double *miss, double *blocks) {
+  return sscanf(arg, "%63[^:]:%lf:%lf", name, miss, blocks) == 3 && *miss > 0 && *blocks > 0;
+}
+
 int main(int argc, char **argv) {
   static reader rs[MAX_DEPTH];
   pthread_t th[MAX_DEPTH];
@@ -136,6 +142,14 @@ int main(int argc, char **argv) {
   if (size < BLOCK || secs <= 0 || mem_rows <= 0) {
     fprintf(stderr, "bench_disk: SIZE, SECONDS and MEMORY_ROWS_PER_S must be positive\n");
     return 2;
+  }
+  for (int a = 6; a < argc; a++) {
+    char name[64];
+    double miss, blocks;
+    if (!parse_run(argv[a], name, &miss, &blocks)) {
+      fprintf(stderr, "bench_disk: %s is not NAME:MISS:BLOCKS\n", argv[a]);
+      return 2;
+    }
   }
   if (prepare(argv[2], size) != 0) return 1;
   if (!flags) { /* the pages its writing left in the cache would serve reads for free */
@@ -180,11 +194,7 @@ int main(int argc, char **argv) {
   for (int a = 6; a < argc; a++) {
     char name[64];
     double miss, blocks;
-    if (sscanf(argv[a], "%63[^:]:%lf:%lf", name, &miss, &blocks) != 3 || miss <= 0 ||
-        blocks <= 0) {
-      fprintf(stderr, "bench_disk: %s is not NAME:MISS:BLOCKS\n", argv[a]);
-      return 2;
-    }
+    parse_run(argv[a], name, &miss, &blocks);
     for (size_t d = 0; d < sizeof depths / sizeof *depths; d++) {
       double rows = rate[d] / (miss * blocks), bound = rows / mem_rows;
       printf("tier_disk_bound_vs_memory: %.4f ratio (%s, qd%d: miss %.3f x %.2f blocks, at most "
