@@ -1,9 +1,9 @@
 #!/bin/sh
 # bench_disk.sh - the disk's random 4 KiB read rate and the ceiling it puts
 # on the disk tier (tests/bench/bench_disk.c): a file of SIZE bytes
-# (default 8 GiB, far above the 10^7-row bench's 500 MiB cgroup) read
-# with O_DIRECT, then through the page cache by a process in a memory
-# cgroup (v1) limited to LIMIT bytes (default 500 MiB, the limit of
+# (docs/DESIGN.md's runs: 8 GiB, far above the 10^7-row bench's 500 MiB
+# cgroup) read with O_DIRECT, then through the page cache by a process in
+# a memory cgroup (v1) limited to LIMIT bytes (there 500 MiB, the limit of
 # bench_tier_cgroup.sh at 10^7 rows; skipped without root), each depth
 # for SECONDS.  MEMORY_ROWS_PER_S is the table in memory's pull+push rate
 # (bench_tier memory's pull_push_rows_per_s) and each NAME:MISS:BLOCKS a
@@ -15,25 +15,16 @@ set -eu
 b=$1 size=$2 secs=$3 mem=$4 limit=$5
 shift 5
 bin=$b/tests/bench/bench_disk
+. "$(dirname "$0")/cgroup_lib.sh"
 tmp=$(mktemp -d "${TMPDIR:-/var/tmp}/fl_bench_disk.XXXXXX")
-cg_root=/sys/fs/cgroup/memory
 cg=$cg_root/flotilla_bench_disk_$$
-cleanup() {
-  if [ -d "$cg" ]; then
-    for p in $(cat "$cg/cgroup.procs" 2> /dev/null); do kill -9 "$p" 2> /dev/null || true; done
-    sleep 1
-    rmdir "$cg" 2> /dev/null || echo "bench_disk: could not remove $cg" >&2
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
+trap cg_cleanup EXIT INT TERM
 "$bin" direct "$tmp/data" "$size" "$secs" "$mem" "$@"
-if [ "$(id -u)" != 0 ] || [ ! -w "$cg_root/cgroup.procs" ]; then
+if ! cg_usable; then
   echo "buffered: skipped (needs root and a cgroup v1 memory controller at $cg_root)"
   exit 0
 fi
 mkdir "$cg"
 echo "$limit" > "$cg/memory.limit_in_bytes"
-sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$cg" \
-  "$bin" buffered "$tmp/data" "$size" "$secs" "$mem" "$@" | sed 's/^/buffered /'
+cg_run "$bin" buffered "$tmp/data" "$size" "$secs" "$mem" "$@" | sed 's/^/buffered /'
 echo "buffered cgroup_peak: $(($(cat "$cg/memory.max_usage_in_bytes") / 1048576)) MiB (limit $((limit / 1048576)) MiB)"

@@ -121,4 +121,4 @@ tests_bench_bench_delta_ckpt_LDADD = $(FL_PSERVER_LIBS)
 noinst_PROGRAMS += tests/bench/bench_disk
 tests_bench_bench_disk_SOURCES = tests/bench/bench_disk.c
 tests_bench_bench_disk_LDADD = -lpthread
-EXTRA_DIST += tests/bench/bench_disk.sh
+EXTRA_DIST += tests/bench/bench_disk.sh tests/bench/cgroup_lib.sh
