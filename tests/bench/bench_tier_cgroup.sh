@@ -24,8 +24,8 @@ ids=${2:-10000000}
 budget=${3:-419430400}
 batches=${4:-500}
 memids=${5:-10000000}
-cg_root=/sys/fs/cgroup/memory
-if [ "$(id -u)" != 0 ] || [ ! -w "$cg_root/cgroup.procs" ]; then
+. "$(dirname "$0")/cgroup_lib.sh"
+if ! cg_usable; then
   echo "SKIP: needs root and a cgroup v1 memory controller at $cg_root"
   exit 0
 fi
@@ -36,15 +36,7 @@ cg=$cg_root/flotilla_bench_$$
 over=$((budget / 4))
 [ "$over" -ge 67108864 ] || over=67108864
 limit=$((budget + over))
-cleanup() {
-  if [ -d "$cg" ]; then
-    for p in $(cat "$cg/cgroup.procs" 2> /dev/null); do kill -9 "$p" 2> /dev/null || true; done
-    sleep 1
-    rmdir "$cg" 2> /dev/null || echo "bench_tier_cgroup: could not remove $cg" >&2
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
+trap cg_cleanup EXIT INT TERM
 mkdir "$cg"
 echo "$limit" > "$cg/memory.limit_in_bytes"
 echo 0 > "$cg/memory.swappiness" 2> /dev/null || true
@@ -52,8 +44,7 @@ echo 0 > "$cg/memory.swappiness" 2> /dev/null || true
 # The in-memory rate first (outside the cgroup).
 LD_LIBRARY_PATH=$b/.libs "$bin" memory "$memids" "$batches" "$tmp" | tee "$tmp/mem"
 # The tiered table: the shell joins the cgroup, then becomes the bench.
-LD_LIBRARY_PATH=$b/.libs sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$cg" \
-  "$bin" tier "$ids" "$batches" "$tmp" "$budget" | tee "$tmp/tier"
+cg_run env LD_LIBRARY_PATH="$b/.libs" "$bin" tier "$ids" "$batches" "$tmp" "$budget" | tee "$tmp/tier"
 peak=$(cat "$cg/memory.max_usage_in_bytes")
 fails=$(cat "$cg/memory.failcnt")
 oom=$(sed -n 's/^oom_kill //p' "$cg/memory.oom_control" 2> /dev/null || echo 0)

@@ -122,3 +122,11 @@ noinst_PROGRAMS += tests/bench/bench_delta_ckpt
 tests_bench_bench_delta_ckpt_SOURCES = tests/bench/bench_delta_ckpt.c
 tests_bench_bench_delta_ckpt_CFLAGS = $(FL_PSERVER_CFLAGS)
 tests_bench_bench_delta_ckpt_LDADD = $(FL_PSERVER_LIBS)
+# The bound the disk puts on the disk tier: random 4 KiB reads (O_DIRECT,
+# and through the page cache in a memory cgroup) at queue depths 1, 8 and
+# 32, and the ceiling they set on tier_pull_push_vs_memory for a run's
+# miss fraction and blocks per miss: bench_disk.sh.
+noinst_PROGRAMS += tests/bench/bench_disk
+tests_bench_bench_disk_SOURCES = tests/bench/bench_disk.c
+tests_bench_bench_disk_LDADD = -lpthread
+EXTRA_DIST += tests/bench/bench_disk.sh tests/bench/cgroup_lib.sh
