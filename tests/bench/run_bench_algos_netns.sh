@@ -9,23 +9,29 @@
 # tuning ran at each size (`# pick_algo_auto_..._<size>: tree`).
 # Method: with --rounds R there are R rounds; in each, every algorithm
 # (auto included) runs one job of --iters iterations per size (its figure:
-# the median iteration, each iteration's time the slowest rank's), the
-# jobs taking turns and the order rotated by one from round to round
-# (round 1: ring, halving_doubling, tree, auto; round 2: halving_doubling,
-# tree, auto, ring; ...), so that a busy spell of a shared machine falls on
-# all of them alike and no algorithm always runs first or last; auto probes
-# anew in each of its jobs.  Then OpenMPI's MPI_Allreduce on the same
-# namespaces (mpirun from node 0's namespace, one slot per node, reaching
-# the others through a plm_rsh_agent that is `ip netns exec`; skipped with
-# a line saying why without mpicc/mpirun), and, per size:
+# the median iteration, each iteration's time the slowest rank's), and so
+# does OpenMPI's MPI_Allreduce on the same namespaces (mpirun from node 0's
+# namespace, one slot per node, reaching the others through a
+# plm_rsh_agent that is `ip netns exec`; skipped with a line saying why
+# without mpicc/mpirun, or with --no-mpi), the jobs taking turns and the
+# order rotated by one from round to round (round 1: ring,
+# halving_doubling, tree, auto, mpi; round 2: halving_doubling, tree, auto,
+# mpi, ring; ...), so that a busy spell of a shared machine falls on all
+# of them alike and none always runs first or last; auto probes anew in
+# each of its jobs.  Per size:
 #   median_time_algo_<algo>_..._<size>: its median over the R rounds
 #   ratio_<algo>_over_ring_<size>: the ring's median time / the algorithm's
-#   ratio_<algo>_over_mpi_<size>:  MPI_Allreduce's time / the algorithm's
+#   ratio_<algo>_over_mpi_<size>:  MPI_Allreduce's median time / the
+#                                  algorithm's
 #   ratio_auto_over_best_<size>:   the best named algorithm's median time /
 #                                  auto's median time (auto's busbw over the
 #                                  best single algorithm's; the best is the
 #                                  named algorithm of least median, never
 #                                  auto, and never a round's lucky figure)
+#   paired_<algo>_over_ring_<size>, paired_<algo>_over_mpi_<size>: the
+#                                  median over the rounds of (the ring's or
+#                                  MPI's time in that round / the
+#                                  algorithm's time in that round)
 #   paired_auto_over_best_<size>:  the median over the rounds of (the least
 #                                  named algorithm's time in that round /
 #                                  auto's time in that round)
@@ -36,12 +42,12 @@
 #                                  (auto runs halving_doubling by doubling,
 #                                  and the tree in the model's pieces: a
 #                                  named run does neither)
+#   (each paired_ line ends "(R rounds; min x, max y)": the spread of the
+#   per-round ratios)
 #   # best_<size>: the named algorithm of least median; # picks_<size>: how
-#   often auto ran each algorithm there.
-# --old OLDBUILD adds auto_old to the turns: auto as OLDBUILD's
-# bench_allreduce_rank runs it (a build copied aside before a change of the
-# choice), with the same figures as auto (and never counted as the best).
-# (MPI runs its --quick iteration counts: 50 at 64 KiB .. 2 at 64 MiB.)
+#   often auto ran each algorithm there; # round_<k>_auto_<size>: that
+#   round's auto over its best named algorithm, the one auto ran and the
+#   best's name.
 # Usage (root): bash tests/bench/run_bench_algos_netns.sh [BUILDDIR] [--nodes 8] [--iters N]
 #               [--rounds R] [--sizes 64K,1M,16M] [--algos ring,halving_doubling,tree,auto]
 #               [--no-mpi] [--counters] [--old OLDBUILD]
@@ -123,15 +129,17 @@ drops() {
   done
 }
 
-# OpenMPI on the same namespaces, one rank per node.
-mpi() {
+# OpenMPI on the same namespaces, one rank per node: mpi_prepare builds
+# the program and the agent once (fails, saying why, where it cannot), mpi
+# runs one job of it.
+mpi_prepare() {
   if [ $use_mpi = 0 ] || ! command -v mpicc > /dev/null || ! command -v mpirun > /dev/null; then
     echo "# mpi: skipped (--no-mpi, or no mpicc/mpirun)"
-    return 0
+    return 1
   fi
   if ! mpicc -O2 -o "$tmp/mpi_allreduce" "$here/mpi_allreduce.c" 2> "$tmp/mpicc.err"; then
     echo "# mpi: mpicc failed: $(head -1 "$tmp/mpicc.err")"
-    return 0
+    return 1
   fi
   {
     echo '#!/bin/sh'
@@ -147,6 +155,9 @@ mpi() {
   chmod +x "$tmp/agent.sh"
   for ((k = 0; k < nodes; k++)); do echo "${FL_IP[k]} slots=1"; done > "$tmp/hosts"
   mkdir -p "$tmp/mpitmp"
+}
+
+mpi() {
   timeout 300 ip netns exec ${FL_NS[0]} mpirun --allow-run-as-root --oversubscribe \
     -np $nodes --hostfile "$tmp/hosts" --map-by slot \
     --mca plm_rsh_agent "$tmp/agent.sh" --mca orte_tmpdir_base "$tmp/mpitmp" --mca btl tcp,self \
@@ -158,13 +169,14 @@ mpi() {
 }
 
 order=(${algos//,/ } ${old:+auto_old})
+mpi_prepare && order+=(mpi)
 for ((k = 1; k <= rounds; k++)); do
   echo "# round $k of $rounds" | tee -a "$tmp/all"
   for ((i = 0; i < ${#order[@]}; i++)); do
-    run ${order[(i + k - 1) % ${#order[@]}]} "$sizes"
+    job=${order[(i + k - 1) % ${#order[@]}]}
+    if [ "$job" = mpi ]; then mpi; else run "$job" "$sizes"; fi
   done
 done
-mpi
 # The figures of this run: medians over the rounds, per-round pairs.
 awk -v n="${nodes}x1" '
   function med(key,   m, i, j, x, a) {
@@ -172,7 +184,12 @@ awk -v n="${nodes}x1" '
     for (i = 1; i <= m; i++) a[i] = val[key, i]
     for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { x = a[i]; a[i] = a[j]; a[j] = x }
     return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2 }
-  function put(key, v) { val[key, ++cnt[key]] = v }
+  function put(key, v) { val[key, ++cnt[key]] = v
+                         if (cnt[key] == 1 || v < lo[key]) lo[key] = v
+                         if (cnt[key] == 1 || v > hi[key]) hi[key] = v }
+  # The line of the per-round ratios under key: median, rounds, spread.
+  function paired(name, key) {
+    if (cnt[key]) printf "%s: %.3f (%d rounds; min %.3f, max %.3f)\n", name, med(key), cnt[key], lo[key], hi[key] }
   function size_of(f,   p, sz) { split(f, p, "_"); sz = p[length(p)]; sub(/:$/, "", sz); return sz }
   /^# round [0-9]+ of/ { rnd = $3 }
   /^time_algo_/ { sz = size_of($1); a = $1; sub(/^time_algo_/, "", a); sub("_" n "_.*", "", a)
@@ -181,29 +198,40 @@ awk -v n="${nodes}x1" '
   /^# pick_algo_auto_/ { sz = size_of($2); p = $3; sub(/_by_doubling$/, "", p); a = $2
                          sub(/^pick_algo_/, "", a); sub("_" n "_.*", "", a)
                          pick[a, sz, rnd] = p; npick[a, sz, $3]++; autos[a] = 1 }
-  /^mpi_.*_time_/ { sz = $1; sub(/.*_/, "", sz); sub(/:$/, "", sz); m[sz] = $2 }
+  /^mpi_.*_time_/ { sz = $1; sub(/.*_/, "", sz); sub(/:$/, "", sz)
+                    put("m" SUBSEP sz, $2); mr[sz, rnd] = $2 }
   # Auto variant x at size sz: its ratio to the best named median, and the
   # medians of its per-round pairs.
-  function auto_figures(x, sz, best,   r, rb, k, q, p, line) {
+  function auto_figures(x, sz, best,   r, rb, rn, k, q, p, line) {
     if (best > 0 && t[x, sz] > 0) printf "ratio_%s_over_best_%s: %.3f\n", x, sz, best / t[x, sz]
     for (r in rounds) {
       if (!(tr[x, sz, r] > 0)) continue
-      rb = 0
+      rb = 0; rn = ""
       for (k in have) { split(k, q, SUBSEP)
-        if (q[2] == sz && !(q[1] in autos) && tr[q[1], sz, r] > 0 && (rb == 0 || tr[q[1], sz, r] < rb)) rb = tr[q[1], sz, r] }
-      if (rb > 0) put("pb" SUBSEP x SUBSEP sz, rb / tr[x, sz, r])
+        if (q[2] == sz && !(q[1] in autos) && tr[q[1], sz, r] > 0 && (rb == 0 || tr[q[1], sz, r] < rb)) { rb = tr[q[1], sz, r]; rn = q[1] } }
       p = pick[x, sz, r]
+      if (rb > 0) { put("pb" SUBSEP x SUBSEP sz, rb / tr[x, sz, r])
+                    printf "# round_%s_%s_%s: over best %.3f, ran %s, best %s\n", r, x, sz, rb / tr[x, sz, r], p == "" ? "?" : p, rn }
       if (p != "" && tr[p, sz, r] > 0) put("pp" SUBSEP x SUBSEP sz, tr[p, sz, r] / tr[x, sz, r])
     }
-    k = "pb" SUBSEP x SUBSEP sz
-    if (cnt[k]) printf "paired_%s_over_best_%s: %.3f (%d rounds)\n", x, sz, med(k), cnt[k]
-    k = "pp" SUBSEP x SUBSEP sz
-    if (cnt[k]) printf "paired_%s_over_pick_%s: %.3f (%d rounds)\n", x, sz, med(k), cnt[k]
+    paired("paired_" x "_over_best_" sz, "pb" SUBSEP x SUBSEP sz)
+    paired("paired_" x "_over_pick_" sz, "pp" SUBSEP x SUBSEP sz)
     line = ""
     for (k in npick) { split(k, q, SUBSEP); if (q[1] == x && q[2] == sz) line = line " " q[3] " x" npick[k] }
     if (line != "") printf "# picks_%s_%s_%s:%s\n", x, n, sz, line
   }
+  # Every algorithm a at size sz against the ring and MPI, round by round.
+  function pairs(a, sz,   r) {
+    for (r in rounds) {
+      if (!(tr[a, sz, r] > 0)) continue
+      if (a != "ring" && tr["ring", sz, r] > 0) put("pr" SUBSEP a SUBSEP sz, tr["ring", sz, r] / tr[a, sz, r])
+      if (mr[sz, r] > 0) put("pm" SUBSEP a SUBSEP sz, mr[sz, r] / tr[a, sz, r])
+    }
+    paired("paired_" a "_over_ring_" sz, "pr" SUBSEP a SUBSEP sz)
+    paired("paired_" a "_over_mpi_" sz, "pm" SUBSEP a SUBSEP sz)
+  }
   END {
+    for (sz in sizes) if (cnt["m" SUBSEP sz]) m[sz] = med("m" SUBSEP sz)
     for (k in have) { split(k, q, SUBSEP); t[k] = med("t" SUBSEP k); if (q[1] ~ /^auto/) autos[q[1]] = 1
                       printf "median_time_algo_%s_%s_%s: %.6f s (%d rounds)\n", q[1], n, q[2], t[k], cnt["t" SUBSEP k] }
     for (sz in sizes) {
@@ -211,7 +239,9 @@ awk -v n="${nodes}x1" '
       for (k in t) { split(k, q, SUBSEP); if (q[2] != sz) continue; a = q[1]
         if (t["ring", sz] > 0 && a != "ring") printf "ratio_%s_over_ring_%s: %.3f\n", a, sz, t["ring", sz] / t[a, sz]
         if (m[sz] > 0) printf "ratio_%s_over_mpi_%s: %.3f\n", a, sz, m[sz] / t[a, sz]
+        pairs(a, sz)
         if (!(a in autos) && t[a, sz] > 0 && (best == 0 || t[a, sz] < best)) { best = t[a, sz]; bname = a } }
+      if (m[sz] > 0) printf "median_time_mpi_%s_%s: %.6f s (%d rounds)\n", n, sz, m[sz], cnt["m" SUBSEP sz]
       if (bname != "") printf "# best_%s_%s: %s\n", n, sz, bname
       for (x in autos) auto_figures(x, sz, best)
     }
