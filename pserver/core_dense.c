@@ -92,7 +92,7 @@ const float *psc_as_f32(const Flotilla__Tensor *x, size_t n, float *dst) {
  * take b->mu (sync does).  The limit never shrinks, so a push checked
  * against it stays acceptable. */
 static int64_t push_limit(fl_ps_core *c, ps_block *b, int64_t *at) {
-  int64_t lim, h = atomic_load(&c->horizon);
+  int64_t lim, h = atomic_load(&c->horizon) + 1; /* the step after the last one declared */
   lim = c->ops->push_limit(c, b, at);
   return lim > h ? lim : h;
 }

@@ -119,8 +119,9 @@ typedef struct fl_ps_mode_ops {
   int keeps_prev;   /* blocks keep their value before the last step applied */
   int uses_scratch; /* a push is converted into one scratch buffer per call */
   int gated;        /* checkpoints at one step on every shard (the gate) */
-  /* The highest step a push to b may carry before the horizon is taken
-   * into account; *at gets the step b is at.  May take b->mu. */
+  /* The highest step a push to b may carry before the horizon (one past
+   * the highest step declared in Register) is taken into account; *at
+   * gets the step b is at.  May take b->mu. */
   int64_t (*push_limit)(fl_ps_core *c, ps_block *b, int64_t *at);
   /* Apply trainer t's gradient or delta push v of step to b (initialized);
    * *dup when it was taken before, *progress when a step was applied,

@@ -27,8 +27,9 @@
  * (trainer, step), so a retried push is applied once.  Step window: a
  * gradient or delta push may carry a step up to one past the block's step
  * (sync; async: one past the highest step pushed, geo: k_steps past it),
- * or up to the highest step a trainer declared in Register
- * (RegisterRequest.step), and below FL_PS_MAX_STEP; a later step is
+ * or up to one past the highest step a trainer declared in Register
+ * (RegisterRequest.step: the last step it pushed), and below
+ * FL_PS_MAX_STEP; a later step is
  * INVALID_ARGUMENT and changes nothing (a stray huge step would otherwise
  * make every real push a duplicate).  A push for a later step than the
  * block waits for, with nothing pending, moves the block forward (after a

@@ -1180,6 +1180,26 @@ static void apart_after_restart(int t1_first, float out[N + 2]) {
   fl_ps_core_free(c);
 }
 
+START_TEST(test_push_after_declared_step) {
+  /* A server restarted from an old checkpoint (step 0 here) while the
+   * trainers waited in a Barrier after pushing step 6: a trainer registers
+   * again declaring 6, the last step it pushed, and then pushes step 7,
+   * which the window takes (it moves the block there); step 9 is still
+   * past the window. */
+  fl_ps_core *c = mk(2, 0, 0, FL_OPTIM_SGD, 0.5f, 0);
+  int dup = -1;
+  reg_declare(c, 0, 6, 7);
+  reg_declare(c, 1, 6, 7);
+  ck_assert_int_eq(push(c, 0, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, init_v, NULL), FL_OK);
+  ck_assert_int_eq(push(c, 0, 9, FLOTILLA__PUSH_KIND__PUSH_GRAD, cg0, NULL), FL_EINVAL);
+  ck_assert_int_eq(push(c, 0, 7, FLOTILLA__PUSH_KIND__PUSH_GRAD, cg0, &dup), FL_OK);
+  ck_assert_int_eq(dup, 0);
+  ck_assert_int_eq(push(c, 1, 7, FLOTILLA__PUSH_KIND__PUSH_GRAD, cg1, &dup), FL_OK);
+  ck_assert_int_eq(dup, 0);
+  fl_ps_core_free(c);
+}
+END_TEST
+
 START_TEST(test_restart_trainers_a_step_apart) {
   /* Either order of the registrations ends the same: step 6 applied with
    * both trainers' gradients onto the checkpoint's values, as on a server
@@ -1274,6 +1294,7 @@ int main(void) {
   tcase_add_test(tc, test_commit_all_or_none);
   tcase_add_test(tc, test_commit_resend_replaces);
   tcase_add_test(tc, test_commit_declared_at_register);
+  tcase_add_test(tc, test_push_after_declared_step);
   tcase_add_test(tc, test_restart_trainers_a_step_apart);
   tcase_add_test(tc, test_late_commit_whole_step_applied);
   tcase_add_test(tc, test_commit_foreign_client);
