@@ -630,6 +630,33 @@ static int one_pserver(const char *name, const char *text, int n_tr, const char 
   return psi;
 }
 
+/* Whether ch reached READY within limit_s.  A refusal the cases below
+ * check must come from the server, not from a connection not made yet;
+ * when none comes, the pserver's log says why (pserver index psi). */
+static int channel_ready(grpc_channel *ch, int psi, double limit_s) {
+  static const char *const logs[] = {"ps0.log", NULL};
+  grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+  const double end = now_s() + limit_s;
+  grpc_connectivity_state st = grpc_channel_check_connectivity_state(ch, 1);
+  while (st != GRPC_CHANNEL_READY && now_s() < end) {
+    gpr_timespec wake = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
+                                     gpr_time_from_millis(200, GPR_TIMESPAN));
+    grpc_channel_watch_connectivity_state(ch, st, wake, cq, NULL);
+    grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    st = grpc_channel_check_connectivity_state(ch, 1);
+  }
+  grpc_completion_queue_shutdown(cq);
+  while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+         GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(cq);
+  if (st == GRPC_CHANNEL_READY) return 1;
+  fprintf(stderr, "no connection to the pserver within %.0f s (it %s)\n", limit_s,
+          running(psi) ? "runs" : "exited");
+  dump_logs(logs);
+  return 0;
+}
+
 /* AMP is refused in sync and async ps mode (the servers would apply
  * loss-scaled gradients), before the trainer contacts any server. */
 START_TEST(test_amp_refused) {
@@ -693,6 +720,7 @@ START_TEST(test_bad_requests) {
   fl_rpc_init(); /* after the last fork */
   memset(&ro, 0, sizeof ro);
   ck_assert_int_eq(fl_rpc_channel_create(list, &ro, &ch), FL_OK);
+  ck_assert(channel_ready(ch, psi, 20));
   ck_assert_int_eq(fl_rpc_outbuf_create(0, &ob), FL_OK);
 
   spec.name = "w";
@@ -923,6 +951,7 @@ START_TEST(test_pserver_restart_trainers_apart) {
   fl_rpc_init(); /* after the last fork */
   memset(&ro, 0, sizeof ro);
   ck_assert_int_eq(fl_rpc_channel_create(list, &ro, &ch), FL_OK);
+  ck_assert(channel_ready(ch, psi, 20));
 
   ck_assert_int_eq(apart_register(ch, 0, 6, 7), GRPC_STATUS_OK);
   ck_assert_int_eq(apart_push(ch, 0, FLOTILLA__PUSH_KIND__PUSH_INIT, 0, init), GRPC_STATUS_OK);
