@@ -29,11 +29,22 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fl_names.h"
+
 #define BLOCK 4096
 #define CHUNK (1 << 20)
 #define MAX_DEPTH 32
 
 static const int depths[] = {1, 8, 32};
+
+/* How the file is opened, by the first argument's name. */
+static const struct open_mode {
+  const char *name;
+  int flags;
+} open_modes[] = {
+    {"direct", O_DIRECT},
+    {"buffered", 0},
+};
 
 /* One reader thread: its own descriptor and aligned buffer, random
  * block-aligned offsets until the deadline; counts its reads. */
@@ -84,7 +95,8 @@ out:
   return NULL;
 }
 
-/* Writes SIZE bytes of random data to PATH unless it already has them. */
+/* Writes SIZE bytes of random data to PATH unless it already has them;
+ * on a failed write, PATH is removed. */
 static int prepare(const char *path, uint64_t size) {
   struct stat st;
   uint64_t s = 12345;
@@ -102,10 +114,11 @@ static int prepare(const char *path, uint64_t size) {
   for (uint64_t off = 0; off < size; off += CHUNK) {
     for (size_t i = 0; i < CHUNK / 8; i++) ((uint64_t *)buf)[i] = next(&s);
     if (pwrite(fd, buf, CHUNK, (off_t)off) != CHUNK) {
-      fprintf(stderr, "bench_disk: writing %s at %llu: %s\n", path, (unsigned long long)off,
-              strerror(errno));
+      fprintf(stderr, "bench_disk: writing %s at %llu: %s (the partial file is removed)\n",
+              path, (unsigned long long)off, strerror(errno));
       free(buf);
       close(fd);
+      unlink(path); /* a full disk is not left fuller */
       return -1;
     }
   }
@@ -130,12 +143,13 @@ int main(int argc, char **argv) {
   uint64_t size;
   int flags;
 
-  if (argc < 6 || (strcmp(argv[1], "direct") && strcmp(argv[1], "buffered"))) {
+  const int om = argc >= 2 ? FL_ROWS_FIND(open_modes, argv[1]) : -1;
+  if (argc < 6 || om < 0) {
     fprintf(stderr, "usage: bench_disk direct|buffered FILE SIZE SECONDS MEMORY_ROWS_PER_S "
                     "[NAME:MISS:BLOCKS ...]\n");
     return 2;
   }
-  flags = strcmp(argv[1], "direct") ? 0 : O_DIRECT;
+  flags = open_modes[om].flags;
   size = strtoull(argv[3], NULL, 10) / BLOCK * BLOCK;
   secs = strtod(argv[4], NULL);
   mem_rows = strtod(argv[5], NULL);

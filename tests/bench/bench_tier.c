@@ -27,6 +27,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "fl_names.h"
 #include "fl_ps.h"
 #include "fl_ps_layout.h"
 #include "tier_rocks.h"
@@ -120,12 +121,12 @@ int main(int argc, char **argv) {
   unsigned long long rd0;
   const struct mode *md = NULL;
 
-  for (size_t i = 0; argc >= 2 && i < sizeof modes / sizeof *modes; i++)
-    if (!strcmp(argv[1], modes[i].name)) md = &modes[i];
-  if ((argc != 5 && argc != 6) || !md) {
+  int mi = argc >= 2 ? FL_ROWS_FIND(modes, argv[1]) : -1;
+  if ((argc != 5 && argc != 6) || mi < 0) {
     fprintf(stderr, "usage: bench_tier memory|tier|tier_deltas IDS BATCHES DIR [BUDGET]\n");
     return 2;
   }
+  md = &modes[mi];
   ids = strtoull(argv[2], NULL, 10);
   batches = strtoull(argv[3], NULL, 10);
   memset(&o, 0, sizeof o);

@@ -128,5 +128,5 @@ tests_bench_bench_delta_ckpt_LDADD = $(FL_PSERVER_LIBS)
 # miss fraction and blocks per miss: bench_disk.sh.
 noinst_PROGRAMS += tests/bench/bench_disk
 tests_bench_bench_disk_SOURCES = tests/bench/bench_disk.c
-tests_bench_bench_disk_LDADD = -lpthread
+tests_bench_bench_disk_LDADD = libflkernels.la -lpthread
 EXTRA_DIST += tests/bench/bench_disk.sh tests/bench/cgroup_lib.sh
