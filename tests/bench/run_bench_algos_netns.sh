@@ -96,11 +96,9 @@ for ((k = 0; k < nodes; k++)); do fl_ns_shape $k 1gbit 100us - > /dev/null || ex
 export FLOTILLA_TOKEN=bench-algos-token
 echo "# $nodes nodes x 1 rank, 1 Gbit/s, 0.1 ms; $(nproc) CPUs; $rounds round(s) of $iters iterations"
 run() {
-  # Listening ports below the kernel's ephemeral range (32768 up): a port
-  # in it can be the local end of an outgoing connection in the same
-  # namespace, and the rank's listen then fails (address already in use:
-  # one job of 20 in a run of 16 nodes).
-  local algo=$1 sizes=$2 r eps="" base=$((20000 + RANDOM % (12768 - nodes))) p=() bench=$BENCH
+  # listening ports below the ephemeral range (fl_ns_port): one job of 20
+  # in a run of 16 nodes lost a rank to "address already in use" before
+  local algo=$1 sizes=$2 r eps="" base=$(fl_ns_port $nodes) p=() bench=$BENCH
   [ "$algo" != auto_old ] || bench=$old/tests/bench/bench_allreduce_rank
   for ((r = 0; r < nodes; r++)); do eps="$eps${eps:+,}${FL_IP[r]}:$((base + r))"; done
   for ((r = 0; r < nodes; r++)); do

@@ -98,7 +98,7 @@ say "# nodes ${FL_IP[*]}; shaping: $([ $FL_NS_NETEM = 1 ] && echo netem || echo 
 # per rank, each in its node's namespace, FLOTILLA_* places (tcp unless
 # --hier or FLOTILLA_COLLECTIVE_BACKEND says otherwise).
 ours() {
-  local label=$1 per=$3 k r n=$(($2 * $3)) eps="" base=$((20000 + RANDOM % 20000))
+  local label=$1 per=$3 k r n=$(($2 * $3)) eps="" base=$(fl_ns_port $n)
   shift 3
   for ((r = 0; r < n; r++)); do
     eps="$eps${eps:+,}${FL_IP[r / per]}:$((base + r))"

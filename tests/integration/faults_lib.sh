@@ -168,8 +168,9 @@ coll_job() {
   for ((r = 0; r < _n; r++)); do
     _h=${_hosts[$((r % ${#_hosts[@]}))]}
     _ns_var=NETNS_OF_HOST_$((r % ${#_hosts[@]}))
-    # inside a fresh namespace every port is free; here, ask the kernel
-    if [ -n "${!_ns_var:-}" ]; then _p=$((20000 + RANDOM % 20000)); else _p=$(free_port "$_h"); fi
+    # inside a fresh namespace nothing listens, but its own outgoing
+    # connections take ports from 32768 up: one below; here, ask the kernel
+    if [ -n "${!_ns_var:-}" ]; then _p=$((16384 + RANDOM % 16000)); else _p=$(free_port "$_h"); fi
     EPLIST="$EPLIST${EPLIST:+,}$_h:$_p"
   done
   for ((r = 0; r < _n; r++)); do

@@ -22,6 +22,7 @@
 #                        percent); returns 3 when a delay is asked, there is
 #                        no netem and no netns_wire (FL_NS_WIRE)
 #   fl_ns_exec I CMD...  run CMD in node I's namespace
+#   fl_ns_port [N]       a port P, P..P+N-1 free to listen on in any node
 #   fl_ns_cut I / fl_ns_heal I      take node I's link down / up again
 #   fl_ns_dropped I      packets node I's loss (nftables rule or wire) dropped
 #   fl_ns_rtt_ms I J     one TCP handshake's round trip from node I to J, ms
@@ -144,6 +145,15 @@ fl_ns_exec() {
   local i=$1
   shift
   ip netns exec "${FL_NS[i]}" "$@"
+}
+
+# fl_ns_port [N]: a random base port for N consecutive listening ports in
+# the nodes, 16384..32767: a fresh namespace has no listener, but the
+# kernel hands ports from 32768 up (its ephemeral range) to the node's own
+# outgoing connections, and a rank's listen on one of those fails with
+# "address already in use".
+fl_ns_port() {
+  echo $((16384 + RANDOM % (16384 - ${1:-1})))
 }
 
 # tbf's bucket: about 1 ms of the rate (tbf's watchdog is an hrtimer, so

@@ -86,7 +86,9 @@ cluster: {mode: ps, heartbeat_timeout_s: 2, rpc_timeout_s: 3}
 pserver: {dense_block_size: 100}
 strategy: {a_sync: false}
 EOF
-PSLIST=$net.1:$((20000 + RANDOM % 20000))
+# below the ephemeral range (32768 up) that the namespace's own outgoing
+# connections take ports from
+PSLIST=$net.1:$((16384 + RANDOM % 16000))
 spawn PS0 "$tmp/$n.ps0.log" FLOTILLA_MODE=ps FLOTILLA_ROLE=PSERVER FLOTILLA_PSERVERS_IP_PORT_LIST=$PSLIST \
   FLOTILLA_PSERVER_ID=0 FLOTILLA_TRAINERS_NUM=2 -- ip netns exec $nsA "$PSERVER" --config "$tmp/$n.yaml"
 for t in 0 1; do

@@ -43,7 +43,7 @@ fail=0
 
 # run ALGO TAG [SIZES]: every rank in its namespace; rank 0's lines in $tmp/TAG.
 run() {
-  local algo=$1 tag=$2 sizes=${3:-$SIZES} r eps="" base=$((20000 + RANDOM % 20000)) p=() bad=0
+  local algo=$1 tag=$2 sizes=${3:-$SIZES} r eps="" base=$(fl_ns_port $NODES) p=() bad=0
   for ((r = 0; r < NODES; r++)); do eps="$eps${eps:+,}${FL_IP[r]}:$((base + r))"; done
   for ((r = 0; r < NODES; r++)); do
     timeout 120 ip netns exec "${FL_NS[r]}" env FLOTILLA_MODE=collective FLOTILLA_TRAINER_ID=$r \

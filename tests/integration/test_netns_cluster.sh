@@ -64,7 +64,7 @@ rc=$?
 [ $rc = 0 ] || exit $rc
 echo "# nodes: ${FL_IP[*]} (netem: $([ $FL_NS_NETEM = 1 ] && echo yes || echo "no: tbf for a rate, netns_wire for a delay, nftables for a loss alone"))"
 IPS=${FL_IP[0]},${FL_IP[1]},${FL_IP[2]}
-port() { echo $((20000 + (RANDOM % 20000))); }
+port() { fl_ns_port 8; }
 
 # job FILE BATCH CKPT MODE HIER [TIMEOUT]: the synthetic MLP of
 # test_coll_train.c (4 steps an epoch at 6 ranks x 8, 20 steps).
