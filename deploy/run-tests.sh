@@ -21,7 +21,9 @@ cd "$top"
 autoreconf -fi
 sh deploy/build.sh "$top/build"
 phase "installing and building build/"
-make -C "$top/build" check
+# -j: the test programs compile on every core; the serial-tests harness
+# still runs the tests one at a time
+make -C "$top/build" -j"$(nproc)" check
 phase "make check in build/"
 # Cluster engines on this host (root): a real Slurm and multi-node jobs on
 # network namespaces; each test SKIPs with its reason where it cannot run.
@@ -32,10 +34,10 @@ phase "make check-cluster"
 # tries is a reproducible prefix of one sequence (run the same command with
 # FUZZ_SECONDS large to replay all of it); `make fuzz` alone explores anew.
 make -C "$top/build" fuzz FUZZ_SECONDS="${FL_FUZZ_SECONDS:-20}" \
-  FUZZ_FLAGS="-seed=1 -runs=${FL_FUZZ_RUNS:-100000}"
+  FUZZ_FLAGS="-seed=1 -runs=${FL_FUZZ_RUNS:-50000}"
 phase "make fuzz"
 sh deploy/build.sh "$top/build-san" --without-cuda --enable-sanitizers
 phase "building build-san/"
-make -C "$top/build-san" check
+make -C "$top/build-san" -j"$(nproc)" check
 phase "make check in build-san/"
 echo "run-tests.sh: all trees passed"
