@@ -61,6 +61,7 @@ static void model_free(fl_gmodel *m) {
   fl_gdev_release(m); /* the arenas first, while the device is known */
   for (int t = 0; m->rows_grad && t < m->g->nt; t++) free_zeroed(m->rows_grad[t]);
   free(m->rows_grad);
+  free(m->rows);
   fl_graph_free(m->g);
   free(m->params);
   free(m->param_tensor);
@@ -322,16 +323,18 @@ static fl_status rewrite(fl_gmodel *m, const fl_graph_options *opt) {
   return resolve_checkpoints(m, opt, 1);
 }
 
-/* The gradient buffer of every rows input; a graph without a data input
- * or with rows inputs is host only. */
+/* The list of the rows inputs and the gradient buffer of each; a graph
+ * without a data input or with rows inputs is host only. */
 static fl_status make_rows_grads(fl_gmodel *m, const fl_graph_options *opt) {
   const fl_graph *g = m->g;
   int rows = 0;
-  if (!(m->rows_grad = calloc((size_t)g->nt, sizeof *m->rows_grad)))
+  if (!(m->rows_grad = calloc((size_t)g->nt, sizeof *m->rows_grad)) ||
+      !(m->rows = malloc((size_t)(g->nt ? g->nt : 1) * sizeof *m->rows)))
     return FL_ERR(FL_ENOMEM, "graph %s: out of memory", g->name);
   for (int t = 0; t < g->nt; t++) {
     if (g->t[t].kind != FL_GT_ROWS) continue;
     rows = 1;
+    m->rows[m->n_rows++] = t;
     const size_t n = (size_t)g->t[t].dims[0] * (size_t)g->t[t].dims[1];
     if (!(m->rows_grad[t] = alloc_zeroed(n)))
       return FL_ERR(FL_ENOMEM, "graph %s: out of memory for the gradient of rows input %s "
@@ -793,20 +796,14 @@ const float *fl_graph_model_output(void *handle) {
 }
 
 int fl_gmodel_rows_find(fl_gmodel *m, const char *name) {
-  const fl_graph *g = m->g;
-  /* The callers go through the tables in the graph's order, step after
-   * step: the rows input found last, then the next one (after the last,
-   * the first), before a search by name. */
-  for (int k = m->rows_last, tries = 0; name && g->nt > 0 && tries < 2; tries++) {
-    if (g->t[k].kind == FL_GT_ROWS && strcmp(g->t[k].name, name) == 0) return m->rows_last = k;
-    for (int j = 0; j < g->nt; j++) {
-      k = (k + 1) % g->nt;
-      if (g->t[k].kind == FL_GT_ROWS) break;
+  for (int i = 0; name && i < m->n_rows; i++) {
+    const int k = (m->rows_at + i) % m->n_rows;
+    if (strcmp(m->g->t[m->rows[k]].name, name) == 0) {
+      m->rows_at = k;
+      return m->rows[k];
     }
   }
-  const int t = fl_graph_find(g, name);
-  if (t >= 0 && g->t[t].kind == FL_GT_ROWS) m->rows_last = t;
-  return t;
+  return name ? fl_graph_find(m->g, name) : -1;
 }
 
 fl_status fl_graph_model_set_rows(void *handle, const char *name, const float *rows,
