@@ -102,6 +102,7 @@ typedef struct fl_gmodel {
   size_t plan_floats;             /* arena floats the bound plan uses */
   float **rows_grad;              /* per tensor: a ROWS input's gradient (n floats), or NULL */
   int *rows;                      /* the rows inputs' tensors, in the graph's order */
+  int *rows_index;                /* per rows input: the SparseRowIndex node of its reader, or -1 */
   int n_rows;
   int rows_at;                    /* the index in rows found last (fl_gmodel_rows_find) */
   size_t act_bytes;               /* at max_batch */
