@@ -188,12 +188,24 @@ static int64_t eb_argmax(const eb *e, int64_t lo, int64_t hi, int64_t d) {
 
 static void eb_pool(const eb *e, int64_t lo, int64_t hi, float *y) {
   const int64_t D = e->D;
-  memset(y, 0, (size_t)D * sizeof *y);
-  if (hi == lo) return;
+  if (hi == lo) {
+    memset(y, 0, (size_t)D * sizeof *y);
+    return;
+  }
   if (e->mode == EB_MAX) {
     for (int64_t d = 0; d < D; d++) y[d] = e->w[e->idx[eb_argmax(e, lo, hi, d)] * D + d];
     return;
   }
+  if (e->mode == EB_SUM && !e->psw) { /* weights of 1: the rows added, from 0 as below */
+    const float *r = e->w + e->idx[lo] * D;
+    for (int64_t d = 0; d < D; d++) y[d] = 0.0f + r[d];
+    for (int64_t j = lo + 1; j < hi; j++) {
+      r = e->w + e->idx[j] * D;
+      for (int64_t d = 0; d < D; d++) y[d] += r[d];
+    }
+    return;
+  }
+  memset(y, 0, (size_t)D * sizeof *y);
   for (int64_t j = lo; j < hi; j++) {
     const float s = eb_scale(e, j, hi - lo), *r = e->w + e->idx[j] * D;
     for (int64_t d = 0; d < D; d++) y[d] += s * r[d];
