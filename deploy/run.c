@@ -287,6 +287,9 @@ static void usage(FILE *out) {
       "  FLOTILLA_RUN_ID                  this run's id (the one flotilla-run was given,\n"
       "                                   else a fresh one; the same after a restart)\n"
       "  FLOTILLA_LAUNCHER_PID            flotilla-run's pid: the child dies with it\n"
+      "  OPENBLAS_NUM_THREADS             unless flotilla-run's environment sets it:\n"
+      "                                   1 for a pserver, train.num_threads for a\n"
+      "                                   trainer (none when 0: all cores)\n"
       "These (and torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
       "GROUP_RANK, MASTER_ADDR, MASTER_PORT, FLOTILLA_CLUSTER_ENV) are never\n"
       "inherited from flotilla-run's own environment; the rest of\n"
@@ -1372,6 +1375,7 @@ int main(int argc, char **argv) {
 
   if (fl_job_load_file(r.job_path, &job) != FL_OK) return 2;
   if (!o.mode_given) o.mode = job.cluster.mode == FL_MODE_PS ? FL_RUN_PS : FL_RUN_COLLECTIVE;
+  o.train_threads = job.train.num_threads;
   r.job = &job;
   r.log_dir = o.log_dir;
   if (r.el.on) return run_elastic(&r, &o, &job);

@@ -56,6 +56,7 @@ typedef struct fl_run_opts {
                                  * LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
                                  * MASTER_ADDR, MASTER_PORT and meet at
                                  * master_addr:master_port */
+  int train_threads;            /* the job's train.num_threads (0: all cores) */
   int node_ip_known;            /* torchrun: node_ip is an address given
                                  * (--node_ip, FLOTILLA_NODE_IP), not a
                                  * placeholder; its trainers advertise it */
@@ -122,8 +123,10 @@ fl_status fl_run_torchrun_opts(fl_run_opts *o);
  * it, a one-node job takes free ports below the kernel's ephemeral range
  * (so no outgoing connection takes one first) and a multi-node job
  * uses BASE 6170 (every node must compute the same endpoints).  Fills the
- * FLOTILLA_* environment of each process (see flotilla-run --help); a
- * collective job of one trainer runs it in local mode.
+ * FLOTILLA_* environment of each process (see flotilla-run --help) and,
+ * unless flotilla-run's own environment sets it, OPENBLAS_NUM_THREADS: 1
+ * for a pserver, train_threads for a trainer (none when 0); a collective
+ * job of one trainer runs it in local mode.
  * FL_EINVAL (logged) for an inconsistent request. */
 fl_status fl_run_make_plan(const fl_run_opts *o, int this_node, fl_run_plan *out);
 

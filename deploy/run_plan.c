@@ -349,6 +349,18 @@ static fl_status check_opts(const fl_run_opts *o, int *per_node) {
   return FL_OK;
 }
 
+/* OPENBLAS_NUM_THREADS for p, unless flotilla-run's environment sets it:
+ * OpenBLAS starts its threads when loaded, before the program can say how
+ * many it wants.  A pserver's BLAS work is small (1); a trainer's is
+ * train.num_threads (the trainer sets the same later; 0: all cores, as
+ * OpenBLAS's own default). */
+static fl_status blas_threads(fl_run_proc *p, const fl_run_opts *o) {
+  if (getenv("OPENBLAS_NUM_THREADS")) return FL_OK;
+  if (p->role == FL_RUN_PSERVER) return add_env(p, "OPENBLAS_NUM_THREADS", "1");
+  if (o->train_threads > 0) return add_env(p, "OPENBLAS_NUM_THREADS", "%d", o->train_threads);
+  return FL_OK;
+}
+
 fl_status fl_run_make_plan(const fl_run_opts *o, int this_node, fl_run_plan *out) {
   int per_node;
   memset(out, 0, sizeof *out);
@@ -473,6 +485,7 @@ fl_status fl_run_make_plan(const fl_run_opts *o, int this_node, fl_run_plan *out
     }
     if (st == FL_OK && o->mode == FL_RUN_PS)
       st = add_env(p, "FLOTILLA_PSERVERS_IP_PORT_LIST", "%s", server_eps);
+    if (st == FL_OK) st = blas_threads(p, o);
     if (st == FL_OK) st = add_env(p, "FLOTILLA_LOG_DIR", "%s", o->log_dir);
   }
 done:

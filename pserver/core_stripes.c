@@ -7,11 +7,13 @@
  * ascending stripe order; within a stripe the keys keep their order, so a
  * row's updates apply in the order they came (each update atomic).  Tables
  * of fewer than STRIPE_MIN_ROWS rows per stripe keep one stripe: exactly
- * the single LRU of before.  Admission, expiry and delta checkpoints work
- * per stripe: the stripes share the table's sketch (its adds locked in
- * admit.c) and its clock (a push ticks the stripes it does not touch);
- * each expires from its own LRU tail and keeps its own changed rows and
- * deleted keys, and a checkpoint or delta writes them all as one table's. */
+ * the single LRU of before; so does every table of a server of one thread
+ * without a disk tier (fl_ps_core_opts.threads).  Admission, expiry and
+ * delta checkpoints work per stripe: the stripes share the table's sketch
+ * (its adds locked in admit.c) and its clock (a push ticks the stripes it
+ * does not touch); each expires from its own LRU tail and keeps its own
+ * changed rows and deleted keys, and a checkpoint or delta writes them all
+ * as one table's. */
 #include <config.h>
 
 #include <pthread.h>
@@ -24,15 +26,19 @@
 
 #define STRIPE_MIN_ROWS 4096
 
-static unsigned stripes_for(const fl_ps_table_opts *o) {
+/* The stripes of a table of o's rows on c: one on a server of one thread
+ * without a disk tier (nothing to run in parallel; its rows in fewer
+ * allocations), else one per STRIPE_MIN_ROWS rows, at most MAX_STRIPES. */
+static unsigned stripes_for(const fl_ps_core *c, const fl_ps_table_opts *o) {
   unsigned ns = 1;
+  if (c->o.threads == 1 && !c->tier && !c->o.job.pserver.memory_budget) return 1;
   while (ns < MAX_STRIPES && o->max_rows / (2 * (int64_t)ns) >= STRIPE_MIN_ROWS) ns *= 2;
   return ns;
 }
 
 fl_status psc_stripes_create(fl_ps_core *c, ps_table *pt, fl_ps_table_opts *o) {
   int64_t total = o->max_rows;
-  pt->ns = stripes_for(o);
+  pt->ns = stripes_for(c, o);
   o->tier = c->tier;
   o->hot_bytes = &c->hot_bytes;
   o->hot_budget = c->hot_budget;

@@ -300,6 +300,12 @@ typedef struct fl_ps_core_opts {
    * complete when every trainer that registered completed or died. */
   int elastic;
   size_t max_sparse_keys;     /* most keys in one sparse call (0 = 1<<20) */
+  /* The service's threads (0: not said, taken as several).  With 1 and no
+   * disk tier (pserver.memory_budget 0) a sparse table is one lock stripe:
+   * no call runs beside another, and one table's rows take fewer, larger
+   * allocations than 16 stripes' (the same rows and values either way;
+   * at max_rows one LRU over all of them). */
+  int threads;
   /* Most dense floats this server holds (0 = FL_PS_DEFAULT_MAX_DENSE): a
    * Register (or checkpoint) whose layout puts more here, or more than the
    * host's memory holds with the optimizer state, is refused. */

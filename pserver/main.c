@@ -83,7 +83,8 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: flotilla-pserver --config=JOB.yaml [flags]\n"
           "  --config=PATH      job file (optimizer, strategy, pserver section)\n"
-          "  --threads=N        completion-queue threads (default 2)\n"
+          "  --threads=N        completion-queue threads (default 2; 1 for a job of one\n"
+          "                     trainer, whose calls come one at a time)\n"
           "  --max_request_bytes=N  larger requests get INVALID_ARGUMENT (default 256 MiB)\n"
           "  --max_dense_elements=N  most dense floats this server holds (default 2^32,\n"
           "                     16 GiB as fp32); a Register declaring a layout that puts\n"
@@ -476,7 +477,7 @@ static void close_cb(uv_handle_t *h, void *arg) {
 /* What the command line says. */
 typedef struct cli {
   const char *config, *metrics_addr, *health_addr;
-  int threads;
+  int threads; /* --threads; 0 until setup when not given */
   size_t max_request;
   uint64_t max_dense;
   fl_ckpt_start start;
@@ -500,7 +501,6 @@ static int parse_args(int argc, char **argv, fl_cluster *cl, cli_opts *o) {
                .opts = k_opts, .cluster = 1, .short_help = O_HELP};
   int id;
   memset(o, 0, sizeof *o);
-  o->threads = 2;
   o->max_request = FL_RPC_DEFAULT_MAX_MESSAGE;
   o->max_dense = FL_PS_DEFAULT_MAX_DENSE;
   o->start = FL_CKPT_START_AUTO;
@@ -585,6 +585,8 @@ static int setup(int argc, char **argv, app *a, cli_opts *cli, fl_run_identity *
   if (fl_cluster_validate(&a->cl, FL_MODE_PS) != FL_OK) return 2;
   if (fl_cluster_load_token(&a->cl, a->job.cluster.token_file) != FL_OK) return 2;
   if (fl_run_identity_resolve(&a->job, &a->cl, id) != FL_OK) return 2;
+  /* one trainer makes one call at a time: a second thread would only wait */
+  if (!cli->threads) cli->threads = a->cl.trainers_num == 1 ? 1 : 2;
   snprintf(ctx, sizeof ctx, "pserver %d", a->cl.pserver_id);
   fl_log_set_context(ctx);
   {
@@ -623,6 +625,7 @@ static fl_status make_core(app *a, const cli_opts *cli, const fl_run_identity *i
   co.heartbeat_timeout_s = a->job.cluster.heartbeat_timeout_s;
   co.elastic = getenv("FLOTILLA_PS_ELASTIC") && !strcmp(getenv("FLOTILLA_PS_ELASTIC"), "1");
   co.max_dense_elements = cli->max_dense;
+  co.threads = cli->threads;
   snprintf(co.run_id, sizeof co.run_id, "%s", id->run_id);
   co.job_hash = id->job_hash;
   for (int i = 0; i < a->job.pserver.n_sparse_tables; i++) { /* a model's own tables */

@@ -9,15 +9,16 @@
  * named inputs and labels into its slot, evaluates each table's ids on
  * them (fl_graph_model_table_ids: the int64 nodes before the reader, such
  * as ids % V, run on the feed) and keeps them once each, ascending: the
- * rows the loop pulls, in the order SparseRowIndex numbers them.  Ids are
- * the model's int64 values used as uint64 keys: a table has no vocabulary
- * to declare and grows as ids arrive (the pservers create a row at its
- * first pull; init from_model starts rows 0..V-1 from the initializer, any
- * other id from pserver's uniform init).  bind hands the slot's rows
- * to the graph and its feed to the step; row_grad is d loss / d rows.  A
- * table's padding id is the pservers' (it reads as zeros there and its
- * gradients are dropped).  The dense parameters travel like any model's;
- * the loop pulls and pushes the rows (loop_sparse.c). */
+ * rows the loop pulls, in the order SparseRowIndex numbers them (bind
+ * hands it the ranks found here, so that the step does not sort again).
+ * Ids are the model's int64 values used as uint64 keys: a table has no
+ * vocabulary to declare and grows as ids arrive (the pservers create a row
+ * at its first pull; init from_model starts rows 0..V-1 from the
+ * initializer, any other id from pserver's uniform init).  bind hands the
+ * slot's rows to the graph and its feed to the step; row_grad is d loss /
+ * d rows.  A table's padding id is the pservers' (it reads as zeros there
+ * and its gradients are dropped).  The dense parameters travel like any
+ * model's; the loop pulls and pushes the rows (loop_sparse.c). */
 #include <config.h>
 
 #include <inttypes.h>
@@ -44,6 +45,8 @@ typedef struct sg_table {
   uint64_t *ids[FL_SPARSE_SLOTS];
   size_t n[FL_SPARSE_SLOTS];
   float *rows[FL_SPARSE_SLOTS]; /* capacity * width */
+  int64_t *rank[FL_SPARSE_SLOTS]; /* per id fed, its row (fl_graph_unique_ids) */
+  size_t n_rank[FL_SPARSE_SLOTS], cap_rank[FL_SPARSE_SLOTS];
   const float *grad;            /* the graph's d loss / d rows */
 } sg_table;
 
@@ -72,7 +75,7 @@ typedef struct sg {
   unsigned bound;
   int64_t *scratch;             /* ids while preparing */
   size_t cap_scratch;
-  int64_t *sort_tmp;            /* the sort's scratch, cap_sort values */
+  int64_t *sort_tmp;            /* the sort's scratch, 3 * cap_sort values */
   size_t cap_sort;
   const char *tnames[FL_SPARSE_MAX_TABLES]; /* t[i].job->name */
   size_t off[FL_SPARSE_MAX_TABLES + 1];     /* table i's ids: scratch[off[i], off[i + 1]) */
@@ -85,6 +88,7 @@ static void sg_destroy(void *self) {
     for (int k = 0; k < FL_SPARSE_SLOTS; k++) {
       free(s->t[i].ids[k]);
       free(s->t[i].rows[k]);
+      free(s->t[i].rank[k]);
     }
     free(s->t[i].init);
   }
@@ -189,7 +193,7 @@ static fl_status sg_buffers(sg *s, const fl_model *m) {
 static fl_status grow(void **p, size_t *cap, size_t n, size_t esz) {
   if (n <= *cap) return FL_OK;
   void *q = realloc(*p, n * esz);
-  if (!q) return FL_ERR(FL_ENOMEM, "sparse tables: out of memory for %zu labels", n);
+  if (!q) return FL_ERR(FL_ENOMEM, "sparse tables: out of memory for %zu values", n);
   *p = q;
   *cap = n;
   return FL_OK;
@@ -222,9 +226,11 @@ static fl_status copy_batch(sg *s, sg_slot *sl, const fl_batch *b, size_t n) {
 }
 
 /* Table t's distinct ids of the slot's feed, ascending (any 64-bit value),
- * from its m ids. */
+ * and the rank of each of its m ids among them. */
 static fl_status table_ids(sg *s, sg_table *t, unsigned slot, int64_t *ids, size_t m) {
-  const size_t u = fl_graph_unique_ids(ids, s->sort_tmp, m);
+  FL_TRY(grow((void **)&t->rank[slot], &t->cap_rank[slot], m, sizeof *t->rank[slot]));
+  t->n_rank[slot] = m;
+  const size_t u = fl_graph_unique_ids(ids, t->rank[slot], s->sort_tmp, m);
   if (u > (size_t)t->capacity)
     return FL_ERR(FL_EINVAL, "sparse table %s: %zu distinct ids in a batch, over the %" PRId64
                   " rows planned", t->job->name, u, t->capacity);
@@ -241,7 +247,7 @@ static fl_status sg_prepare(void *self, unsigned slot, const fl_batch *b, size_t
   FL_TRY(fl_graph_model_tables_ids(s->graph, s->tnames, s->nt, &s->slot[slot].feed, n,
                                    &s->scratch, &s->cap_scratch, s->off));
   if (s->cap_sort < s->cap_scratch) {
-    int64_t *p = realloc(s->sort_tmp, s->cap_scratch * sizeof *p);
+    int64_t *p = realloc(s->sort_tmp, 3 * s->cap_scratch * sizeof *p);
     if (!p) return FL_ERR(FL_ENOMEM, "sparse tables: out of memory for %zu ids", s->cap_scratch);
     s->sort_tmp = p;
     s->cap_sort = s->cap_scratch;
@@ -261,6 +267,8 @@ static fl_status sg_bind(void *self, unsigned slot, const float **targets) {
     sg_table *t = &s->t[i];
     FL_TRY(fl_graph_model_set_rows(s->graph, t->job->name, t->rows[slot], &t->grad));
     FL_TRY(fl_graph_model_rows_used(s->graph, t->job->name, t->n[slot]));
+    FL_TRY(fl_graph_model_set_ranks(s->graph, t->job->name, (const int64_t *)t->ids[slot],
+                                    t->n[slot], t->rank[slot], t->n_rank[slot]));
   }
   s->bound = slot;
   *targets = s->slot[slot].feed.t;

@@ -1,6 +1,7 @@
 /* check_run.c - unit tests of flotilla-run's parts that need no process:
  * the job layout (endpoints, which node starts what, the FLOTILLA_*
- * environment), the log-line parser, the progress tracker and its CSV. */
+ * environment, OPENBLAS_NUM_THREADS), the log-line parser, the progress
+ * tracker and its CSV. */
 #include <config.h>
 
 #include <check.h>
@@ -131,6 +132,42 @@ START_TEST(test_multi_node_ps) {
   ck_assert_int_eq(p0->procs[6].n_env, 0); /* not node 0's to start */
   plan_free(p0);
   plan_free(p);
+}
+END_TEST
+
+START_TEST(test_blas_threads) {
+  /* OPENBLAS_NUM_THREADS: 1 for a pserver, train.num_threads for a
+   * trainer (none for 0, all cores), none when flotilla-run's own
+   * environment sets it (passed on as is). */
+  const char *given = getenv("OPENBLAS_NUM_THREADS");
+  char *saved = given ? strdup(given) : NULL;
+  fl_run_opts o;
+  fl_run_opts_defaults(&o);
+  o.mode = FL_RUN_PS;
+  o.nproc_per_node = 2;
+  o.server_num = 1;
+  o.train_threads = 3;
+  unsetenv("OPENBLAS_NUM_THREADS");
+  fl_run_plan *p = plan_of(&o, 0, FL_OK);
+  ck_assert_int_eq(p->n_procs, 3);
+  ck_assert_str_eq(env_of(&p->procs[0], "OPENBLAS_NUM_THREADS"), "3");
+  ck_assert_str_eq(env_of(&p->procs[1], "OPENBLAS_NUM_THREADS"), "3");
+  ck_assert_str_eq(env_of(&p->procs[2], "OPENBLAS_NUM_THREADS"), "1");
+  plan_free(p);
+  o.train_threads = 0;
+  p = plan_of(&o, 0, FL_OK);
+  ck_assert_ptr_null(env_of(&p->procs[0], "OPENBLAS_NUM_THREADS"));
+  ck_assert_str_eq(env_of(&p->procs[2], "OPENBLAS_NUM_THREADS"), "1");
+  plan_free(p);
+  o.train_threads = 3;
+  setenv("OPENBLAS_NUM_THREADS", "4", 1);
+  p = plan_of(&o, 0, FL_OK);
+  for (int i = 0; i < p->n_procs; i++)
+    ck_assert_ptr_null(env_of(&p->procs[i], "OPENBLAS_NUM_THREADS"));
+  plan_free(p);
+  if (saved) setenv("OPENBLAS_NUM_THREADS", saved, 1);
+  else unsetenv("OPENBLAS_NUM_THREADS");
+  free(saved);
 }
 END_TEST
 
@@ -497,6 +534,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_one_node_collective);
   tcase_add_test(tc, test_multi_node_ps);
+  tcase_add_test(tc, test_blas_threads);
   tcase_add_test(tc, test_explicit_servers_and_port);
   tcase_add_test(tc, test_bad_requests);
   tcase_add_test(tc, test_find_node);

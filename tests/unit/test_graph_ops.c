@@ -1550,6 +1550,20 @@ START_TEST(test_slice) {
 }
 END_TEST
 
+#define GATHER_MANY 700 /* indices: more than one chunk of Gather's positions (512) */
+
+/* h (the caller's, h_free'd by it): Gather on axis 1 of x [2, 9] (random
+ * from *s) by GATHER_MANY indices ids, ready. */
+static void gather_many(harness *h, uint64_t *s, const int64_t *ids) {
+  const int64_t xs[] = {2, 9}, ni[] = {GATHER_MANY};
+  h_init(h, "Gather");
+  h_f32(h, "x", 2, xs, s, -1, 1, 0);
+  h_i64(h, "ids", 1, ni, ids);
+  h_ai(h, "axis", 1);
+  h_outs(h, 1);
+  h_ready(h);
+}
+
 START_TEST(test_gather) {
   /* Embedding lookup: table [5, 3], indices [2, 3] with a repeat and a
    * negative index; backward scatter-adds. */
@@ -1615,6 +1629,26 @@ START_TEST(test_gather) {
   ck_assert_int_eq(h_y(&h, 0)->ndim, 0);
   h_fwd(&h);
   ck_assert_int_eq(h_y(&h, 0)->idata[0], 5);
+  h_free(&h);
+  /* More indices than one chunk of positions (512): 700 single elements
+   * of [2, 9], repeated and negative ones, forward and the scatter-add
+   * backward; then one out of range past the first chunk, refused before
+   * anything is written. */
+  static int64_t many[GATHER_MANY];
+  for (int j = 0; j < GATHER_MANY; j++) many[j] = (j * 7) % 18 - 9;
+  gather_many(&h, &s, many);
+  h_fwd(&h);
+  for (int a = 0; a < 2; a++)
+    for (int j = 0; j < GATHER_MANY; j++)
+      ck_assert_float_eq(h_y(&h, 0)->data[a * GATHER_MANY + j],
+                         h_x(&h, 0)->data[a * 9 + (many[j] < 0 ? many[j] + 9 : many[j])]);
+  h_gradcheck(&h, "Gather many", 1, 1e-3, 1e-4, 1e-3);
+  h_free(&h);
+  many[600] = 9;
+  gather_many(&h, &s, many);
+  for (int i = 0; i < 2 * GATHER_MANY; i++) h_y(&h, 0)->data[i] = 42.0f;
+  ck_assert_int_eq(h.node.op->forward(&h.node, &h.c), FL_EINVAL);
+  for (int i = 0; i < 2 * GATHER_MANY; i++) ck_assert_float_eq(h_y(&h, 0)->data[i], 42.0f);
   h_free(&h);
   /* An index out of range is refused at forward. */
   const int64_t bad[] = {5};

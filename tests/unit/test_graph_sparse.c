@@ -1,8 +1,9 @@
 /* test_graph_sparse.c - an initializer made a sparse table
  * (fl_graph_sparse_table): the ids computed in the graph (ids % V) are
  * evaluated before the step, and a step on the pulled rows gives the loss
- * and, row by row, the gradient of the same graph with the dense table;
- * readers other than Gather axis 0 / EmbeddingBag are refused. */
+ * and, row by row, the gradient of the same graph with the dense table,
+ * whether the ranks of the ids found before the step are handed to it or
+ * not (or wrong ones, which it sees and ignores); readers other than Gather axis 0 / EmbeddingBag are refused. */
 #include <config.h>
 
 #include <check.h>
@@ -77,18 +78,29 @@ START_TEST(test_rows_match_dense) {
   size_t cap = 0, n = 0;
   ck_assert_int_eq(fl_graph_model_table_ids(sp, "emb", &f, B, &ids, &cap, &n), FL_OK);
   ck_assert_uint_eq(n, B * L);
-  int64_t tmp[B * L];
-  const size_t nu = fl_graph_unique_ids(ids, tmp, n);
+  int64_t tmp[3 * B * L], rank[B * L], fed[B * L];
+  memcpy(fed, ids, sizeof fed);
+  const size_t nu = fl_graph_unique_ids(ids, rank, tmp, n);
   ck_assert_uint_eq(nu, 3); /* 2 3 4 */
+  for (size_t i = 0; i < n; i++) ck_assert_int_eq(ids[rank[i]], fed[i]);
   float pulled[B * L * D] = {0};
   for (size_t r = 0; r < nu; r++) memcpy(pulled + r * D, init + ids[r] * D, D * sizeof(float));
   const float *grad = NULL;
   ck_assert_int_eq(fl_graph_model_set_rows(sp, "emb", pulled, &grad), FL_OK);
-  ck_assert_int_eq(fl_graph_model_ops.train_feed(sp, &f, B, 1.0f, NULL, NULL, &sres), FL_OK);
-  ck_assert(fabs(sres.loss_sum - dres.loss_sum) < 1e-6);
-  for (size_t r = 0; r < nu; r++)
-    for (int d = 0; d < D; d++)
-      ck_assert(fabsf(grad[r * D + d] - p->grad[ids[r] * D + d]) < 1e-6f);
+  /* the ranks found here, none (the node sorts), and ranks of other ids
+   * (the node sees they are not its ids' and sorts): the same step */
+  const int64_t wrong[B * L] = {0, 1, 2, 0, 1, 2};
+  for (int run = 0; run < 3; run++) {
+    if (run != 1)
+      ck_assert_int_eq(fl_graph_model_set_ranks(sp, "emb", ids, nu, run ? wrong : rank, n),
+                       FL_OK);
+    ck_assert_int_eq(fl_graph_model_ops.train_feed(sp, &f, B, 1.0f, NULL, NULL, &sres), FL_OK);
+    ck_assert(fabs(sres.loss_sum - dres.loss_sum) < 1e-6);
+    for (size_t r = 0; r < nu; r++)
+      for (int d = 0; d < D; d++)
+        ck_assert(fabsf(grad[r * D + d] - p->grad[ids[r] * D + d]) < 1e-6f);
+  }
+  ck_assert_int_eq(fl_graph_model_set_ranks(sp, "nothing", ids, nu, rank, n), FL_EINVAL);
   free(ids);
   free(init);
   fl_graph_model_ops.destroy(sp);

@@ -4,8 +4,9 @@
  * pushing the gradients summed in trainer-id order and averaged, for every
  * sparse optimizer (row-wise Adagrad and FTRL included); a pull waits for
  * the step before it; read-only pulls change nothing (rows, values,
- * counters, recency); and tables with their own optimizers keep them
- * through a checkpoint of the core. */
+ * counters, recency); tables with their own optimizers keep them through
+ * a checkpoint of the core; and a server of one thread without a disk
+ * tier keeps a table in one lock stripe, with the rows and values of 16. */
 #include <config.h>
 
 #include <check.h>
@@ -309,6 +310,52 @@ START_TEST(test_per_table_optimizers_refused) {
 }
 END_TEST
 
+/* A core of threads service threads (and memory_budget) whose "emb"
+ * holds up to 2^20 rows (16 stripes at most), after three sync steps of
+ * Adagrad on 64 keys; vals gets their rows. */
+static fl_ps_core *striped(int threads, size_t memory_budget, float *vals) {
+  enum { NK = 64 };
+  fl_ps_core_opts o;
+  uint64_t keys[NK];
+  float g[NK * DIM];
+  pt_opts(&o, 1, 0, FL_OPTIM_ADAGRAD, 0.1f, 1 << 20);
+  o.threads = threads;
+  o.job.pserver.memory_budget = memory_budget;
+  fl_ps_core *c = pt_core(&o);
+  reg(c, 0, 1, FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC);
+  for (int64_t s = 0; s < STEPS; s++) {
+    for (size_t i = 0; i < NK; i++) {
+      keys[i] = 1000003 * i + (uint64_t)s;
+      for (int j = 0; j < DIM; j++) g[i * DIM + (size_t)j] = 0.01f * (float)i - 0.3f * (float)j;
+    }
+    ck_assert_int_eq(spush(c, 0, s, 0, 1, keys, NK, g), FL_OK);
+  }
+  for (size_t i = 0; i < NK; i++) keys[i] = 1000003 * i + 1;
+  ck_assert_int_eq(spull(c, 0, STEPS, 1, keys, NK, vals), FL_OK);
+  return c;
+}
+
+START_TEST(test_stripes_by_threads) {
+  /* Stripe 0 (fl_ps_core_table) holds every row only when it is the one
+   * stripe; the values are the same bits however many stripes. */
+  float one[64 * DIM], two[64 * DIM], budget[64 * DIM], unsaid[64 * DIM];
+  const size_t all = 3 * 64;
+  fl_ps_core *c1 = striped(1, 0, one), *c2 = striped(2, 0, two);
+  fl_ps_core *cb = striped(1, 1 << 30, budget), *c0 = striped(0, 0, unsaid);
+  ck_assert_uint_eq(fl_ps_table_rows(fl_ps_core_table(c1, "emb")), all);
+  ck_assert_uint_lt(fl_ps_table_rows(fl_ps_core_table(c2, "emb")), all);
+  ck_assert_uint_lt(fl_ps_table_rows(fl_ps_core_table(cb, "emb")), all);
+  ck_assert_uint_lt(fl_ps_table_rows(fl_ps_core_table(c0, "emb")), all);
+  ck_assert_mem_eq(one, two, sizeof one);
+  ck_assert_mem_eq(one, budget, sizeof one);
+  ck_assert_mem_eq(one, unsaid, sizeof one);
+  fl_ps_core_free(c1);
+  fl_ps_core_free(c2);
+  fl_ps_core_free(cb);
+  fl_ps_core_free(c0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ps_rows");
   TCase *tc = tcase_create("rows");
@@ -317,6 +364,7 @@ int main(void) {
   tcase_add_test(tc, test_read_only_pull_changes_nothing);
   tcase_add_test(tc, test_per_table_optimizers);
   tcase_add_test(tc, test_per_table_optimizers_refused);
+  tcase_add_test(tc, test_stripes_by_threads);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -282,11 +282,21 @@ const fl_graph *fl_graph_model_graph(void *handle);
 /* Current fp32 value of the PARAM/BUFFER called name, or NULL. */
 const float *fl_graph_value(const fl_graph *g, const char *name, size_t *n);
 
-/* Sparse tables in a built graph (graph_sparse.c).  Sort ids[0..n) and keep
- * each distinct id once (ascending): the order a batch's rows of a sparse
- * table are pulled in; returns how many.  tmp: the caller's scratch of n
- * values. */
-size_t fl_graph_unique_ids(int64_t *ids, int64_t *tmp, size_t n);
+/* Sparse tables in a built graph (graph_sparse.c).  The distinct ids of
+ * ids[0..n) into ids[0..u), ascending (any 64-bit values): the order a
+ * batch's rows of a sparse table are pulled in; returns u.  rank[i] gets the position of the i-th id given among them,
+ * what the table's SparseRowIndex node computes (fl_graph_model_set_ranks
+ * hands both to it).  tmp: the caller's scratch of 3n values. */
+size_t fl_graph_unique_ids(int64_t *ids, int64_t *rank, int64_t *tmp, size_t n);
+
+/* For the next forward only: the distinct ids (nu, ascending) and the
+ * ranks (n) of fl_graph_unique_ids for table name's ids, so that its
+ * SparseRowIndex node takes them instead of sorting the same ids again.
+ * The node checks them against the ids it reads (every rank names a
+ * distinct id equal to its id, each distinct id named) and sorts when
+ * they do not match.  Both borrowed until that forward.  Logged. */
+fl_status fl_graph_model_set_ranks(void *handle, const char *name, const int64_t *uniq,
+                                   size_t nu, const int64_t *rank, size_t n);
 
 /* Make the fp32 initializer called name a sparse table: it becomes a rows
  * input [capacity, width] and the ids every reader gathers go through a

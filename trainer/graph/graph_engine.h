@@ -101,7 +101,10 @@ typedef struct fl_gmodel {
   float **saved_fwd, **saved_bwd; /* per node */
   size_t plan_floats;             /* arena floats the bound plan uses */
   float **rows_grad;              /* per tensor: a ROWS input's gradient (n floats), or NULL */
-  int rows_last;                  /* the rows input found last (fl_gmodel_rows_find) */
+  int *rows;                      /* the rows inputs' tensors, in the graph's order */
+  int *rows_index;                /* per rows input: the SparseRowIndex node of its reader, or -1 */
+  int n_rows;
+  int rows_at;                    /* the index in rows found last (fl_gmodel_rows_find) */
   size_t act_bytes;               /* at max_batch */
   fl_gctx ctx;
   fl_norm_sync_fn norm_sync;
@@ -110,9 +113,9 @@ typedef struct fl_gmodel {
   float *dev_out, *dev_dout;      /* gpu: host copies of the output and its grad (bce, mse) */
 } fl_gmodel;
 
-/* graph_model.c: the tensor called name (-1: none), tried first among
- * the rows input found last and the one after it, since a step names the
- * sparse tables in the same order each time. */
+/* graph_model.c: the tensor called name (-1: none), looked for first
+ * among the rows inputs from the one found last on, since a step names
+ * the sparse tables in the same order each time. */
 int fl_gmodel_rows_find(fl_gmodel *m, const char *name);
 
 /* graph_dev.c: where the buffers live and the gpu path.

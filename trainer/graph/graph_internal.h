@@ -51,6 +51,10 @@ typedef struct fl_gnode {
   /* Set by fl_graph_model_set_sparse_feed for the ops that read one: */
   fl_graph_sparse_feed feed;    /* entries borrowed from the caller */
   int fed;                      /* 1 once a feed was set */
+  /* Set by fl_graph_model_set_ranks for a SparseRowIndex node, taken by
+   * its next forward: its ids' distinct values and ranks, borrowed. */
+  const int64_t *uniq, *rank;
+  size_t n_uniq, n_rank;
 } fl_gnode;
 
 /* What an op call sees besides its node. */

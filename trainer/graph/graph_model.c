@@ -61,6 +61,8 @@ static void model_free(fl_gmodel *m) {
   fl_gdev_release(m); /* the arenas first, while the device is known */
   for (int t = 0; m->rows_grad && t < m->g->nt; t++) free_zeroed(m->rows_grad[t]);
   free(m->rows_grad);
+  free(m->rows);
+  free(m->rows_index);
   fl_graph_free(m->g);
   free(m->params);
   free(m->param_tensor);
@@ -322,16 +324,32 @@ static fl_status rewrite(fl_gmodel *m, const fl_graph_options *opt) {
   return resolve_checkpoints(m, opt, 1);
 }
 
-/* The gradient buffer of every rows input; a graph without a data input
- * or with rows inputs is host only. */
+/* The SparseRowIndex node before the reader of rows input t, or -1. */
+static int index_node(const fl_graph *g, int t) {
+  for (int i = 0; i < g->nn; i++) {
+    const fl_gnode *r = &g->nodes[i];
+    const int p = r->n_in > 1 && r->in[0] == t && r->in[1] >= 0 ? g->t[r->in[1]].producer : -1;
+    if (p >= 0 && strcmp(g->nodes[p].op->type, "SparseRowIndex") == 0) return p;
+  }
+  return -1;
+}
+
+/* The list of the rows inputs, the SparseRowIndex node and the gradient
+ * buffer of each; a graph without a data input or with rows inputs is
+ * host only. */
 static fl_status make_rows_grads(fl_gmodel *m, const fl_graph_options *opt) {
   const fl_graph *g = m->g;
+  const size_t nt = (size_t)(g->nt ? g->nt : 1);
   int rows = 0;
-  if (!(m->rows_grad = calloc((size_t)g->nt, sizeof *m->rows_grad)))
+  if (!(m->rows_grad = calloc(nt, sizeof *m->rows_grad)) ||
+      !(m->rows = malloc(nt * sizeof *m->rows)) ||
+      !(m->rows_index = malloc(nt * sizeof *m->rows_index)))
     return FL_ERR(FL_ENOMEM, "graph %s: out of memory", g->name);
   for (int t = 0; t < g->nt; t++) {
     if (g->t[t].kind != FL_GT_ROWS) continue;
     rows = 1;
+    m->rows_index[m->n_rows] = index_node(g, t);
+    m->rows[m->n_rows++] = t;
     const size_t n = (size_t)g->t[t].dims[0] * (size_t)g->t[t].dims[1];
     if (!(m->rows_grad[t] = alloc_zeroed(n)))
       return FL_ERR(FL_ENOMEM, "graph %s: out of memory for the gradient of rows input %s "
@@ -792,21 +810,35 @@ const float *fl_graph_model_output(void *handle) {
   return m && !m->dev && m->bound ? m->g->t[m->g->output].data : NULL;
 }
 
-int fl_gmodel_rows_find(fl_gmodel *m, const char *name) {
-  const fl_graph *g = m->g;
-  /* The callers go through the tables in the graph's order, step after
-   * step: the rows input found last, then the next one (after the last,
-   * the first), before a search by name. */
-  for (int k = m->rows_last, tries = 0; name && g->nt > 0 && tries < 2; tries++) {
-    if (g->t[k].kind == FL_GT_ROWS && strcmp(g->t[k].name, name) == 0) return m->rows_last = k;
-    for (int j = 0; j < g->nt; j++) {
-      k = (k + 1) % g->nt;
-      if (g->t[k].kind == FL_GT_ROWS) break;
-    }
+/* The index in m->rows of the rows input called name, or -1: from the
+ * one found last on. */
+static int rows_k(fl_gmodel *m, const char *name) {
+  for (int i = 0; name && i < m->n_rows; i++) {
+    const int k = (m->rows_at + i) % m->n_rows;
+    if (strcmp(m->g->t[m->rows[k]].name, name) == 0) return m->rows_at = k;
   }
-  const int t = fl_graph_find(g, name);
-  if (t >= 0 && g->t[t].kind == FL_GT_ROWS) m->rows_last = t;
-  return t;
+  return -1;
+}
+
+int fl_gmodel_rows_find(fl_gmodel *m, const char *name) {
+  const int k = rows_k(m, name);
+  return k >= 0 ? m->rows[k] : name ? fl_graph_find(m->g, name) : -1;
+}
+
+fl_status fl_graph_model_set_ranks(void *handle, const char *name, const int64_t *uniq,
+                                   size_t nu, const int64_t *rank, size_t n) {
+  fl_gmodel *m = handle;
+  const int k = m ? rows_k(m, name) : -1;
+  if (k < 0 || !uniq || !rank)
+    return FL_ERR(FL_EINVAL, "graph %s: set_ranks %s: %s", m ? m->g->name : "",
+                  name ? name : "(null)", k < 0 ? "no rows input of that name" : "NULL ids");
+  if (m->rows_index[k] < 0) return FL_OK; /* a table no node reads */
+  fl_gnode *x = &m->g->nodes[m->rows_index[k]];
+  x->uniq = uniq;
+  x->n_uniq = nu;
+  x->rank = rank;
+  x->n_rank = n;
+  return FL_OK;
 }
 
 fl_status fl_graph_model_set_rows(void *handle, const char *name, const float *rows,

@@ -14,7 +14,6 @@
 #include <emmintrin.h>
 #endif
 
-#include "fl_names.h"
 #include "ops_internal.h"
 
 /* ------------------------------------------------------ binary, infer */
@@ -454,12 +453,8 @@ const fl_gop fl_gop_add_relu = {.type = "Add", .paddle = "elementwise_add", .min
 
 enum un_kind { UN_RELU, UN_LEAKY, UN_SIGMOID, UN_TANH, UN_ERF, UN_NEG, UN_SQRT, UN_EXP, UN_LOG };
 
-static enum un_kind un_kind_of(const fl_gnode *n) {
-  static const char *const names[] = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Erf",
-                                      "Neg",  "Sqrt",      "Exp",     "Log", NULL};
-  const int k = fl_names_find(names, n->op->type);
-  return k < 0 ? UN_NEG : (enum un_kind)k;
-}
+/* The op's kind: its table row's variant (set below for every unary row). */
+static enum un_kind un_kind_of(const fl_gnode *n) { return (enum un_kind)n->op->variant; }
 
 static fl_status unary_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
   const fl_gtensor *x = fl_gin(n, c, 0);
@@ -938,10 +933,10 @@ static const char *const dropout_attrs[] = {"ratio", "seed", NULL};
   {.type = T, .paddle = P, .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,          \
    .attrs = no_attrs, .infer = binary_infer, .forward = binary_forward,                   \
    .backward = binary_backward, .save_in = SAVE, .save_out = 0, .variant = K}
-#define UNARY(T, P, SIN, SOUT, ATTRS)                                                     \
+#define UNARY(T, P, SIN, SOUT, ATTRS, K)                                                  \
   {.type = T, .paddle = P, .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,          \
    .attrs = ATTRS, .infer = unary_infer, .forward = unary_forward,                        \
-   .backward = unary_backward, .save_in = SIN, .save_out = SOUT}
+   .backward = unary_backward, .save_in = SIN, .save_out = SOUT, .variant = K}
 
 const fl_gop fl_gops_elementwise[] = {
     {.type = "Add", .paddle = "elementwise_add", .min_in = 2, .max_in = 2, .min_out = 1,
@@ -957,18 +952,18 @@ const fl_gop fl_gops_elementwise[] = {
     {.type = "Relu", .paddle = "relu", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
      .attrs = no_attrs, .infer = unary_infer, .forward = unary_forward,
      .backward = unary_backward, .save_out = 1, .forward_cuda = act_forward_cuda,
-     .backward_cuda = act_backward_cuda, .act = FL_ACT_RELU},
-    UNARY("LeakyRelu", "leaky_relu", 1, 0, leaky_attrs),
-    UNARY("Sigmoid", "sigmoid", 0, 1, no_attrs),
+     .backward_cuda = act_backward_cuda, .act = FL_ACT_RELU, .variant = UN_RELU},
+    UNARY("LeakyRelu", "leaky_relu", 1, 0, leaky_attrs, UN_LEAKY),
+    UNARY("Sigmoid", "sigmoid", 0, 1, no_attrs, UN_SIGMOID),
     {.type = "Tanh", .paddle = "tanh", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
      .attrs = no_attrs, .infer = unary_infer, .forward = unary_forward,
      .backward = unary_backward, .save_out = 1, .forward_cuda = act_forward_cuda,
-     .backward_cuda = act_backward_cuda, .act = FL_ACT_TANH},
-    UNARY("Erf", "erf", 1, 0, no_attrs),
-    UNARY("Neg", NULL, 0, 0, no_attrs),
-    UNARY("Sqrt", "sqrt", 0, 1, no_attrs),
-    UNARY("Exp", "exp", 0, 1, no_attrs),
-    UNARY("Log", "log", 1, 0, no_attrs),
+     .backward_cuda = act_backward_cuda, .act = FL_ACT_TANH, .variant = UN_TANH},
+    UNARY("Erf", "erf", 1, 0, no_attrs, UN_ERF),
+    UNARY("Neg", NULL, 0, 0, no_attrs, UN_NEG),
+    UNARY("Sqrt", "sqrt", 0, 1, no_attrs, UN_SQRT),
+    UNARY("Exp", "exp", 0, 1, no_attrs, UN_EXP),
+    UNARY("Log", "log", 1, 0, no_attrs, UN_LOG),
     {.type = "Equal", .paddle = "equal", .min_in = 2, .max_in = 2, .min_out = 1,
      .max_out = 1, .attrs = no_attrs, .infer = cmp_infer, .forward = cmp_forward,
      .nodiff_in = 3, .variant = CMP_EQ},

@@ -21,6 +21,7 @@
  * the cpu. */
 #include <config.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "fl_names.h"
@@ -45,6 +46,18 @@ typedef struct eb {
   int64_t n_off, fixed, bags;
   const float *psw;    /* NULL or L entries */
 } eb;
+
+/* The node's attributes, read once at infer (its state): forward and
+ * backward run every step. */
+typedef struct eb_state {
+  eb_mode mode;
+  int last;
+} eb_state;
+
+static void eb_free_state(fl_gnode *n) {
+  free(n->state);
+  n->state = NULL;
+}
 
 static fl_status eb_attrs(const fl_gnode *n, eb_mode *mode, int *last) {
   const char *s;
@@ -88,7 +101,7 @@ static fl_status eb_infer_extras(const fl_gnode *n, const fl_gctx *c, const eb *
 }
 
 static fl_status eb_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
-  eb e;
+  eb e = {.mode = EB_SUM};
   char buf[64];
   FL_TRY(eb_attrs(n, &e.mode, &e.last));
   FL_TRY(fl_gneed(n, c, 0, FL_G_F32));
@@ -102,6 +115,9 @@ static fl_status eb_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved) {
                        "[entries] with offsets)", x->name,
                        fl_gshape_str(x->ndim, x->shape, buf, sizeof buf));
   FL_TRY(eb_infer_extras(n, c, &e));
+  if (!n->state && !(n->state = malloc(sizeof(eb_state))))
+    return fl_gop_fail(n, FL_ENOMEM, "no memory for the node's attributes");
+  *(eb_state *)n->state = (eb_state){e.mode, e.last};
   const int64_t ys[2] = {x->ndim == 2 ? x->shape[0] : o->shape[0] - e.last, w->shape[1]};
   fl_gset_out(n, c, 0, FL_G_F32, 2, ys);
   *ws = 0;
@@ -127,7 +143,9 @@ static void eb_view(const fl_gnode *n, const fl_gctx *c, eb *e) {
 
 /* The values the op indexes with: offsets and indices in range. */
 static fl_status eb_check(const fl_gnode *n, const fl_gctx *c, eb *e) {
-  FL_TRY(eb_attrs(n, &e->mode, &e->last));
+  const eb_state *st = n->state; /* infer's */
+  e->mode = st->mode;
+  e->last = st->last;
   eb_view(n, c, e);
   for (int64_t k = 0; k < e->n_off; k++) {
     const int64_t lo = k ? e->off[k - 1] : 0;
@@ -170,12 +188,24 @@ static int64_t eb_argmax(const eb *e, int64_t lo, int64_t hi, int64_t d) {
 
 static void eb_pool(const eb *e, int64_t lo, int64_t hi, float *y) {
   const int64_t D = e->D;
-  memset(y, 0, (size_t)D * sizeof *y);
-  if (hi == lo) return;
+  if (hi == lo) {
+    memset(y, 0, (size_t)D * sizeof *y);
+    return;
+  }
   if (e->mode == EB_MAX) {
     for (int64_t d = 0; d < D; d++) y[d] = e->w[e->idx[eb_argmax(e, lo, hi, d)] * D + d];
     return;
   }
+  if (e->mode == EB_SUM && !e->psw) { /* weights of 1: the rows added, from 0 as below */
+    const float *r = e->w + e->idx[lo] * D;
+    for (int64_t d = 0; d < D; d++) y[d] = 0.0f + r[d];
+    for (int64_t j = lo + 1; j < hi; j++) {
+      r = e->w + e->idx[j] * D;
+      for (int64_t d = 0; d < D; d++) y[d] += r[d];
+    }
+    return;
+  }
+  memset(y, 0, (size_t)D * sizeof *y);
   for (int64_t j = lo; j < hi; j++) {
     const float s = eb_scale(e, j, hi - lo), *r = e->w + e->idx[j] * D;
     for (int64_t d = 0; d < D; d++) y[d] += s * r[d];
@@ -246,7 +276,7 @@ static const char *const eb_attr_names[] = {"mode", "include_last_offset", NULL}
 const fl_gop fl_gops_embbag[] = {
     {.type = "EmbeddingBag", .domain = "flotilla", .min_in = 2, .max_in = 4, .min_out = 1,
      .max_out = 1, .attrs = eb_attr_names, .infer = eb_infer, .forward = eb_forward,
-     .backward = eb_backward, .save_in = 0xfu, .nodiff_in = 0x6u, .traits = FL_GOP_ROW_READER,
+     .backward = eb_backward, .free_state = eb_free_state, .save_in = 0xfu, .nodiff_in = 0x6u, .traits = FL_GOP_ROW_READER,
      .doc = "PyTorch's nn.EmbeddingBag as exported (a Loop over the bags, rewritten on import): "
             "mode sum, mean or max; 2-D indices (fixed bags) or 1-D indices with offsets "
             "(include_last_offset too); per_sample_weights with mode sum; empty bags give 0; "

@@ -607,61 +607,62 @@ static fl_status gather_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved
   return FL_OK;
 }
 
-/* Index j of the indices as a position on the axis (negative counts from
- * the end); out of range is FL_EINVAL, logged. */
-static fl_status gather_index(const fl_gnode *n, int64_t v, int64_t dim, size_t j,
-                              size_t *out) {
-  if (v < -dim || v >= dim)
-    return fl_gop_fail(n, FL_EINVAL, "index %lld (element %zu) is outside [-%lld, %lld)",
-                       (long long)v, j, (long long)dim, (long long)dim);
-  *out = (size_t)(v < 0 ? v + dim : v);
+/* Positions taken at a time: the indices' positions on the axis are made
+ * (and checked) once per chunk of indices, not once per element moved. */
+#define GATHER_CHUNK 512
+
+/* Indices ix[j0 .. j0 + k) as positions on the axis of dim into p (negative
+ * counts from the end); out of range is FL_EINVAL, logged. */
+static fl_status gather_positions(const fl_gnode *n, const fl_gtensor *ix, int64_t dim,
+                                  size_t j0, size_t k, size_t *p) {
+  for (size_t j = 0; j < k; j++) {
+    const int64_t v = ix->idata[j0 + j];
+    if (v < -dim || v >= dim)
+      return fl_gop_fail(n, FL_EINVAL, "index %lld (element %zu) is outside [-%lld, %lld)",
+                         (long long)v, j0 + j, (long long)dim, (long long)dim);
+    p[j] = (size_t)(v < 0 ? v + dim : v);
+  }
   return FL_OK;
 }
 
-/* Gather of single elements (inner 1) along an axis of dim, indices
- * checked: y[o, j] = x[o, ix[j]], each element moved as it is. */
+/* One chunk of single elements (inner 1): y[o, j0 + j] = x[o, p[j]], each
+ * element moved as it is. */
 #define GATHER_ELEMS(T, X, Y)                                              \
   for (size_t o = 0; o < outer; o++) {                                     \
     const T *xo = (X) + o * (size_t)dim;                                   \
-    T *yo = (Y) + o * ni;                                                  \
-    for (size_t j = 0; j < ni; j++) {                                      \
-      const int64_t v = ix->idata[j];                                      \
-      yo[j] = xo[v < 0 ? v + dim : v];                                     \
-    }                                                                      \
+    T *yo = (Y) + o * ni + j0;                                             \
+    for (size_t j = 0; j < k; j++) yo[j] = xo[p[j]];                       \
   }
-
-static void gather_elems(const fl_gtensor *x, const fl_gtensor *ix, fl_gtensor *y, size_t outer,
-                         int64_t dim) {
-  const size_t ni = ix->n;
-  if (x->dtype == FL_G_I64) GATHER_ELEMS(int64_t, x->idata, y->idata)
-  else GATHER_ELEMS(float, x->data, y->data)
-}
 
 static fl_status gather_forward(fl_gnode *n, fl_gctx *c) {
   const fl_gtensor *x = fl_gin(n, c, 0), *ix = fl_gin(n, c, 1);
   fl_gtensor *y = fl_gout(n, c, 0);
   int axis;
+  size_t p[GATHER_CHUNK];
   FL_TRY(gather_axis(n, c, &axis));
   const int64_t dim = x->shape[axis];
   const size_t outer = fl_gnumel(axis, x->shape), ni = ix->n;
   const size_t inner = fl_gnumel(x->ndim - axis - 1, x->shape + axis + 1), es = esize(x);
-  for (size_t j = 0; j < ni; j++) { /* check them all before writing */
-    size_t p;
-    FL_TRY(gather_index(n, ix->idata[j], dim, j, &p));
-  }
-  if (inner == 1) { /* single elements (index_select of columns): no call per element */
-    gather_elems(x, ix, y, outer, dim);
-    return FL_OK;
+  for (size_t j0 = 0; ni > GATHER_CHUNK && j0 < ni; j0 += GATHER_CHUNK) { /* all checked */
+    const size_t k = ni - j0 < GATHER_CHUNK ? ni - j0 : GATHER_CHUNK; /* before a write */
+    FL_TRY(gather_positions(n, ix, dim, j0, k, p));
   }
   const char *xd = edata(x);
   char *yd = edata(y);
-  for (size_t o = 0; o < outer; o++)
-    for (size_t j = 0; j < ni; j++) {
-      const int64_t v = ix->idata[j];
-      const size_t p = (size_t)(v < 0 ? v + dim : v);
-      memcpy(yd + ((o * ni + j) * inner) * es, xd + ((o * (size_t)dim + p) * inner) * es,
-             inner * es);
+  for (size_t j0 = 0; j0 < ni; j0 += GATHER_CHUNK) {
+    const size_t k = ni - j0 < GATHER_CHUNK ? ni - j0 : GATHER_CHUNK;
+    FL_TRY(gather_positions(n, ix, dim, j0, k, p));
+    if (inner == 1 && x->dtype == FL_G_I64) { /* single elements (index_select of columns) */
+      GATHER_ELEMS(int64_t, x->idata, y->idata)
+    } else if (inner == 1) {
+      GATHER_ELEMS(float, x->data, y->data)
+    } else {
+      for (size_t o = 0; o < outer; o++)
+        for (size_t j = 0; j < k; j++)
+          memcpy(yd + ((o * ni + j0 + j) * inner) * es,
+                 xd + ((o * (size_t)dim + p[j]) * inner) * es, inner * es);
     }
+  }
   return FL_OK;
 }
 
@@ -669,31 +670,28 @@ static fl_status gather_backward(fl_gnode *n, fl_gctx *c, unsigned acc) {
   const fl_gtensor *x = fl_gin(n, c, 0), *ix = fl_gin(n, c, 1), *y = fl_gout(n, c, 0);
   if (!x->grad || x->dtype != FL_G_F32) return FL_OK;
   int axis;
+  size_t p[GATHER_CHUNK];
   FL_TRY(gather_axis(n, c, &axis));
   const int64_t dim = x->shape[axis];
   const size_t outer = fl_gnumel(axis, x->shape), ni = ix->n;
   const size_t inner = fl_gnumel(x->ndim - axis - 1, x->shape + axis + 1);
   if (!fl_gacc(acc, 0)) memset(x->grad, 0, x->n * sizeof *x->grad);
-  /* Scatter-add in index order: repeated indices add up deterministically. */
-  if (inner == 1) { /* single elements (the forward's gather_elems): no loop per element */
+  /* Scatter-add in index order: repeated indices add up deterministically
+   * (chunk after chunk of indices, for each outer in order: one index's
+   * contributions come in the same order as one pass over all). */
+  for (size_t j0 = 0; j0 < ni; j0 += GATHER_CHUNK) {
+    const size_t k = ni - j0 < GATHER_CHUNK ? ni - j0 : GATHER_CHUNK;
+    FL_TRY(gather_positions(n, ix, dim, j0, k, p));
     for (size_t o = 0; o < outer; o++) {
-      float *d = x->grad + o * (size_t)dim;
-      const float *g = y->grad + o * ni;
-      for (size_t j = 0; j < ni; j++) {
-        const int64_t v = ix->idata[j];
-        d[v < 0 ? v + dim : v] += g[j];
-      }
+      float *d = x->grad + o * (size_t)dim * inner;
+      const float *g = y->grad + (o * ni + j0) * inner;
+      if (inner == 1) /* single elements (the forward's GATHER_ELEMS) */
+        for (size_t j = 0; j < k; j++) d[p[j]] += g[j];
+      else
+        for (size_t j = 0; j < k; j++)
+          for (size_t e = 0; e < inner; e++) d[p[j] * inner + e] += g[j * inner + e];
     }
-    return FL_OK;
   }
-  for (size_t o = 0; o < outer; o++)
-    for (size_t j = 0; j < ni; j++) {
-      const int64_t v = ix->idata[j];
-      const size_t p = (size_t)(v < 0 ? v + dim : v);
-      float *d = x->grad + (o * (size_t)dim + p) * inner;
-      const float *g = y->grad + (o * ni + j) * inner;
-      for (size_t k = 0; k < inner; k++) d[k] += g[k];
-    }
   return FL_OK;
 }
 

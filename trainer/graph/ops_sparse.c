@@ -174,12 +174,28 @@ static void radix_sort(int64_t *ids, int64_t *tmp, int64_t *pos, int64_t *ptmp, 
   if (pos && ps != pos) memcpy(pos, ps, n * sizeof *pos);
 }
 
-size_t fl_graph_unique_ids(int64_t *ids, int64_t *tmp, size_t n) {
-  size_t u = 0;
-  radix_sort(ids, tmp, NULL, NULL, n);
-  for (size_t i = 0; i < n; i++)
-    if (!u || ids[i] != ids[u - 1]) ids[u++] = ids[i];
-  return u;
+/* The sorted ids u[0..n) (pos[i]: where u[i] was) to ranks: y[pos[i]] the
+ * rank of u[i] among the distinct ids; returns how many distinct ids.
+ * Keeps them in u[0..distinct) when keep. */
+static size_t ranks_of(int64_t *u, const int64_t *pos, size_t n, int64_t *y, int keep) {
+  size_t nu = 0; /* the distinct ids so far: the rank of the next new one */
+  int64_t prev = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!i || u[i] != prev) {
+      prev = u[i];
+      if (keep) u[nu] = prev;
+      nu++;
+    }
+    y[pos[i]] = (int64_t)nu - 1;
+  }
+  return nu;
+}
+
+size_t fl_graph_unique_ids(int64_t *ids, int64_t *rank, int64_t *tmp, size_t n) {
+  int64_t *pos = tmp + n;
+  for (size_t i = 0; i < n; i++) pos[i] = (int64_t)i;
+  radix_sort(ids, tmp, pos, pos + n, n);
+  return ranks_of(ids, pos, n, rank, 1);
 }
 
 /* Ids [any shape] -> their positions among the sorted distinct ids, the
@@ -198,19 +214,39 @@ static fl_status rowidx_infer(fl_gnode *n, fl_gctx *c, size_t *ws, size_t *saved
   return FL_OK;
 }
 
+/* Whether the ranks handed to node n (fl_graph_model_set_ranks) are those
+ * of its ids x: distinct ids ascending, each rank naming one equal to its
+ * id, every one named (marks: nu bytes of scratch). */
+static int given_ranks(const fl_gnode *n, const fl_gtensor *x, unsigned char *marks) {
+  const size_t nu = n->n_uniq;
+  if (!n->rank || !n->uniq || n->n_rank != x->n || nu > x->n) return 0;
+  for (size_t j = 1; j < nu; j++)
+    if (n->uniq[j - 1] >= n->uniq[j]) return 0;
+  memset(marks, 0, nu);
+  for (size_t i = 0; i < x->n; i++) {
+    const int64_t r = n->rank[i];
+    if (r < 0 || (size_t)r >= nu || n->uniq[r] != x->idata[i]) return 0;
+    marks[r] = 1;
+  }
+  return !memchr(marks, 0, nu);
+}
+
 static fl_status rowidx_forward(fl_gnode *n, fl_gctx *c) {
   const fl_gtensor *x = fl_gin(n, c, 0);
   fl_gtensor *y = fl_gout(n, c, 0);
   int64_t cap, *u = (int64_t *)(void *)n->ws, *pos = u + 2 * x->n;
+  size_t nu;
   FL_TRY(fl_ga_int(n, "capacity", 0, &cap));
-  if (x->n) memcpy(u, x->idata, x->n * sizeof *u);
-  for (size_t i = 0; i < x->n; i++) pos[i] = (int64_t)i;
-  radix_sort(u, u + x->n, pos, pos + x->n, x->n);
-  size_t nu = 0; /* the distinct ids so far: the rank of the next new one */
-  for (size_t i = 0; i < x->n; i++) {
-    if (!i || u[i] != u[i - 1]) nu++;
-    y->idata[pos[i]] = (int64_t)nu - 1;
+  if (given_ranks(n, x, (unsigned char *)u)) { /* sorted before the step */
+    nu = n->n_uniq;
+    if (x->n) memcpy(y->idata, n->rank, x->n * sizeof *y->idata);
+  } else {
+    if (x->n) memcpy(u, x->idata, x->n * sizeof *u);
+    for (size_t i = 0; i < x->n; i++) pos[i] = (int64_t)i;
+    radix_sort(u, u + x->n, pos, pos + x->n, x->n);
+    nu = ranks_of(u, pos, x->n, y->idata, 0);
   }
+  n->uniq = n->rank = NULL; /* the next forward's ids are another batch's */
   if (nu > (size_t)cap)
     return fl_gop_fail(n, FL_EINVAL, "%zu distinct ids in the batch, over the %lld rows the "
                        "sparse table's rows input holds", nu, (long long)cap);
