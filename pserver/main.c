@@ -84,7 +84,7 @@ static void usage(FILE *out) {
           "usage: flotilla-pserver --config=JOB.yaml [flags]\n"
           "  --config=PATH      job file (optimizer, strategy, pserver section)\n"
           "  --threads=N        completion-queue threads (default 2; 1 for a job of one\n"
-          "                     trainer, whose calls come one at a time)\n"
+          "                     trainer, whose calls seldom overlap)\n"
           "  --max_request_bytes=N  larger requests get INVALID_ARGUMENT (default 256 MiB)\n"
           "  --max_dense_elements=N  most dense floats this server holds (default 2^32,\n"
           "                     16 GiB as fp32); a Register declaring a layout that puts\n"
@@ -585,7 +585,9 @@ static int setup(int argc, char **argv, app *a, cli_opts *cli, fl_run_identity *
   if (fl_cluster_validate(&a->cl, FL_MODE_PS) != FL_OK) return 2;
   if (fl_cluster_load_token(&a->cl, a->job.cluster.token_file) != FL_OK) return 2;
   if (fl_run_identity_resolve(&a->job, &a->cl, id) != FL_OK) return 2;
-  /* one trainer makes one call at a time: a second thread would only wait */
+  /* one trainer: its calls seldom overlap (a pipelined pull beside a push
+   * at most), so a second thread mostly waits, and with one thread a
+   * sparse table is one lock stripe */
   if (!cli->threads) cli->threads = a->cl.trainers_num == 1 ? 1 : 2;
   snprintf(ctx, sizeof ctx, "pserver %d", a->cl.pserver_id);
   fl_log_set_context(ctx);
