@@ -53,8 +53,10 @@ enum {
   FL_GOP_CAST = 1u << 8,        /* converts its input to the element type its "to" names */
   FL_GOP_ROW_READER = 1u << 9,  /* reads whole rows of input 0 at the ids of input 1 (on axis 0,
                                    when it has an "axis"): may read a sparse table */
-  FL_GOP_VIEW = 1u << 10        /* output 0 holds input 0's values as they are, another shape:
+  FL_GOP_VIEW = 1u << 10,       /* output 0 holds input 0's values as they are, another shape:
                                    the planner may give both one buffer (its copy then none) */
+  FL_GOP_ROW_INDEX = 1u << 11   /* a row reader's ids to their rows' positions in the batch's
+                                   pulled rows; takes fl_graph_model_set_ranks' ranks */
 };
 
 /* Element types, numbered as ONNX's TensorProto.DataType. */
@@ -284,9 +286,10 @@ const float *fl_graph_value(const fl_graph *g, const char *name, size_t *n);
 
 /* Sparse tables in a built graph (graph_sparse.c).  The distinct ids of
  * ids[0..n) into ids[0..u), ascending (any 64-bit values): the order a
- * batch's rows of a sparse table are pulled in; returns u.  rank[i] gets the position of the i-th id given among them,
- * what the table's SparseRowIndex node computes (fl_graph_model_set_ranks
- * hands both to it).  tmp: the caller's scratch of 3n values. */
+ * batch's rows of a sparse table are pulled in; returns u.  rank[i] gets
+ * the position of the i-th id given among them, what the table's
+ * SparseRowIndex node computes (fl_graph_model_set_ranks hands both to
+ * it).  tmp: the caller's scratch of 3n values. */
 size_t fl_graph_unique_ids(int64_t *ids, int64_t *rank, int64_t *tmp, size_t n);
 
 /* For the next forward only: the distinct ids (nu, ascending) and the

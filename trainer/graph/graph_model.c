@@ -328,8 +328,9 @@ static fl_status rewrite(fl_gmodel *m, const fl_graph_options *opt) {
 static int index_node(const fl_graph *g, int t) {
   for (int i = 0; i < g->nn; i++) {
     const fl_gnode *r = &g->nodes[i];
-    const int p = r->n_in > 1 && r->in[0] == t && r->in[1] >= 0 ? g->t[r->in[1]].producer : -1;
-    if (p >= 0 && strcmp(g->nodes[p].op->type, "SparseRowIndex") == 0) return p;
+    const int p = (r->op->traits & FL_GOP_ROW_READER) && r->n_in > 1 && r->in[0] == t &&
+                          r->in[1] >= 0 ? g->t[r->in[1]].producer : -1;
+    if (p >= 0 && (g->nodes[p].op->traits & FL_GOP_ROW_INDEX)) return p;
   }
   return -1;
 }

@@ -276,7 +276,8 @@ static const char *const eb_attr_names[] = {"mode", "include_last_offset", NULL}
 const fl_gop fl_gops_embbag[] = {
     {.type = "EmbeddingBag", .domain = "flotilla", .min_in = 2, .max_in = 4, .min_out = 1,
      .max_out = 1, .attrs = eb_attr_names, .infer = eb_infer, .forward = eb_forward,
-     .backward = eb_backward, .free_state = eb_free_state, .save_in = 0xfu, .nodiff_in = 0x6u, .traits = FL_GOP_ROW_READER,
+     .backward = eb_backward, .free_state = eb_free_state, .save_in = 0xfu,
+     .nodiff_in = 0x6u, .traits = FL_GOP_ROW_READER,
      .doc = "PyTorch's nn.EmbeddingBag as exported (a Loop over the bags, rewritten on import): "
             "mode sum, mean or max; 2-D indices (fixed bags) or 1-D indices with offsets "
             "(include_last_offset too); per_sample_weights with mode sum; empty bags give 0; "

@@ -265,7 +265,7 @@ const fl_gop fl_gops_sparse[] = {
             "or all); never read from a file"},
     {.type = "SparseRowIndex", .domain = "flotilla", .min_in = 1, .max_in = 1, .min_out = 1,
      .max_out = 1, .attrs = rowidx_attrs, .infer = rowidx_infer, .forward = rowidx_forward,
-     .nodiff_in = 1u, .traits = FL_GOP_NO_FOLD,
+     .nodiff_in = 1u, .traits = FL_GOP_NO_FOLD | FL_GOP_ROW_INDEX,
      .doc = "a sparse table's ids to the positions of their rows among the batch's sorted "
             "distinct ids (attribute capacity: the rows pulled at most); never read from a file"},
 };
