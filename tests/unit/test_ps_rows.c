@@ -6,7 +6,8 @@
  * the step before it; read-only pulls change nothing (rows, values,
  * counters, recency); tables with their own optimizers keep them through
  * a checkpoint of the core; and a server of one thread without a disk
- * tier keeps a table in one lock stripe, with the rows and values of 16. */
+ * tier keeps a table in one lock stripe, with the rows and values of 16,
+ * and a checkpoint loads across stripe counts. */
 #include <config.h>
 
 #include <check.h>
@@ -356,6 +357,50 @@ START_TEST(test_stripes_by_threads) {
 }
 END_TEST
 
+/* A checkpoint does not depend on the stripes: one written by a server of
+ * 16 stripes (2 threads) loads into a server of one thread (1 stripe, a
+ * job restarted with one trainer), and the other way round, with every
+ * row's bits; both then take the next step alike. */
+START_TEST(test_checkpoint_across_stripes) {
+  enum { NK = 64 };
+  uint64_t keys[3 * NK];
+  float g[3 * NK * DIM], x[3 * NK * DIM], y[3 * NK * DIM], vals[NK * DIM];
+  for (size_t i = 0; i < 3 * NK; i++) {
+    keys[i] = 1000003 * (i / 3) + i % 3; /* every row striped() made */
+    for (int j = 0; j < DIM; j++) g[i * DIM + (size_t)j] = 0.125f - 0.002f * (float)(i + (size_t)j);
+  }
+  for (int dir = 0; dir < 2; dir++) {
+    char path[] = "/tmp/fl_test_ps_rows_XXXXXX";
+    int fd = mkstemp(path);
+    fl_ps_core_opts o;
+    fl_ckpt *ck;
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    fl_ps_core *c = striped(dir ? 1 : 2, 0, vals);
+    pt_opts(&o, 1, 0, FL_OPTIM_ADAGRAD, 0.1f, 1 << 20);
+    o.threads = dir ? 2 : 1;
+    fl_ps_core *d = pt_core(&o);
+    ck_assert_int_eq(fl_ps_core_save(c, path), FL_OK);
+    ck_assert_int_eq(fl_ckpt_load(path, &ck), FL_OK);
+    ck_assert_int_eq(fl_ps_core_load(d, ck, path), FL_OK);
+    fl_ckpt_free(ck);
+    unlink(path);
+    if (!dir) /* the one stripe holds every row loaded */
+      ck_assert_uint_eq(fl_ps_table_rows(fl_ps_core_table(d, "emb")), 3 * NK);
+    reg(d, 0, 1, FLOTILLA__SYNC_MODE__SYNC_MODE_SYNC);
+    for (int64_t s = STEPS; s <= STEPS + 1; s++) { /* the loaded rows, then after a step */
+      ck_assert_int_eq(spull(c, 0, s, 1, keys, 3 * NK, x), FL_OK);
+      ck_assert_int_eq(spull(d, 0, s, 1, keys, 3 * NK, y), FL_OK);
+      ck_assert_mem_eq(x, y, sizeof x);
+      ck_assert_int_eq(spush(c, 0, s, 0, 1, keys, 3 * NK, g), FL_OK);
+      ck_assert_int_eq(spush(d, 0, s, 0, 1, keys, 3 * NK, g), FL_OK);
+    }
+    fl_ps_core_free(c);
+    fl_ps_core_free(d);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ps_rows");
   TCase *tc = tcase_create("rows");
@@ -365,6 +410,7 @@ int main(void) {
   tcase_add_test(tc, test_per_table_optimizers);
   tcase_add_test(tc, test_per_table_optimizers_refused);
   tcase_add_test(tc, test_stripes_by_threads);
+  tcase_add_test(tc, test_checkpoint_across_stripes);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
